@@ -1,0 +1,72 @@
+# Two commands do everything on a fresh Debian 12 machine (as root):
+#   make demo   set up, build the op library, train the demo model on MovieLens-100k
+#   make test   set up, build, run the C++ core's googletest suite and the Python tests
+# Each step is skipped when its result is already there, so a second run is quick.
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+BAZEL ?= bazel
+VENV_STAMP := $(VENV)/.rec_sdk-installed
+OPS_DIR := python/rec_sdk/ops
+DEMO_ARGS ?=
+APT_PACKAGES := bazel-bootstrap libgtest-dev g++ python3-venv
+
+.PHONY: demo test build configure setup system-deps cc-test py-test bench clean
+
+demo: build
+	$(PY) -m rec_sdk.examples.demo $(DEMO_ARGS)
+
+test: cc-test py-test
+
+cc-test: build
+	$(BAZEL) test //tf_ops/...
+
+# pytest exits non-zero when a test fails and also when it collects no tests (code 5).
+py-test: build
+	$(PY) -m pytest tests
+
+build: setup
+	$(BAZEL) build //tf_ops:_rec_sdk_ops.so //tf_ops:tf_version
+	install -m 0644 bazel-bin/tf_ops/_rec_sdk_ops.so $(OPS_DIR)/_rec_sdk_ops.so
+	install -m 0644 bazel-bin/tf_ops/_rec_sdk_ops.tf_version $(OPS_DIR)/_rec_sdk_ops.tf_version
+
+setup: system-deps $(VENV_STAMP) .bazelrc
+
+configure: $(VENV_STAMP)
+	$(PY) configure.py
+
+.bazelrc: configure.py $(VENV_STAMP)
+	$(PY) configure.py
+
+# Bazel, googletest, a C++ compiler and venv support from Debian, installed only when missing.
+system-deps:
+	@missing=0; \
+	command -v $(BAZEL) >/dev/null 2>&1 || missing=1; \
+	[ -f /usr/include/gtest/gtest.h ] || missing=1; \
+	command -v g++ >/dev/null 2>&1 || missing=1; \
+	$(PYTHON) -c "import ensurepip, venv" >/dev/null 2>&1 || missing=1; \
+	if [ $$missing = 1 ]; then \
+	  if [ "$$(id -u)" != 0 ]; then \
+	    echo "Missing system packages; run as root: apt-get install -y $(APT_PACKAGES)"; exit 1; \
+	  fi; \
+	  echo "Installing $(APT_PACKAGES) from Debian"; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get update -qq && apt-get install -y -qq $(APT_PACKAGES) >/dev/null; \
+	fi
+
+$(VENV_STAMP): requirements.txt pyproject.toml
+	[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
+	touch $@
+
+# Benchmarks (not part of `make test`); installs the TFRA peer into the venv when possible.
+bench: build
+	-$(PY) -m pip install -q --disable-pip-version-check --no-deps tensorflow-recommenders-addons==0.7.2
+	$(PY) benchmarks/bench_table.py
+
+clean:
+	-$(BAZEL) clean
+	rm -f $(OPS_DIR)/_rec_sdk_ops.so $(OPS_DIR)/_rec_sdk_ops.tf_version .bazelrc

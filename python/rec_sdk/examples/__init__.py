@@ -1,0 +1,1 @@
+"""Example data loaders and training scripts for rec_sdk."""

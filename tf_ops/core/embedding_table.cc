@@ -1,0 +1,528 @@
+#include "tf_ops/core/embedding_table.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+namespace rec_sdk {
+namespace {
+
+// Chunks of about 1 MiB of embeddings: big enough that growth is rare and cheap, small enough
+// that a small table does not reserve much.
+constexpr int64_t kChunkTargetBytes = int64_t{1} << 20;
+constexpr int kMinChunkShift = 4;   // 16 rows
+constexpr int kMaxChunkShift = 16;  // 65,536 rows
+
+int ChunkShiftFor(int dim) {
+  int shift = kMinChunkShift;
+  while (shift < kMaxChunkShift &&
+         (int64_t{1} << (shift + 1)) * dim * static_cast<int64_t>(sizeof(float)) <=
+             kChunkTargetBytes) {
+    ++shift;
+  }
+  return shift;
+}
+
+// Tags tell tables apart in addresses; 0 is never used so that small integers are never valid.
+uint32_t NextTableTag() {
+  static std::atomic<uint32_t> counter{0};
+  const uint32_t max_tag = (1u << EmbeddingTable::kTagBits) - 1;
+  return counter.fetch_add(1, std::memory_order_relaxed) % max_tag + 1;
+}
+
+// Lazy allocation: large blocks come from mmap and are committed on first write, so reserving
+// a fixed-capacity table costs address space, not memory.
+float* AllocateFloats(int64_t n) { return static_cast<float*>(std::malloc(n * sizeof(float))); }
+
+}  // namespace
+
+EmbeddingTable::EmbeddingTable(const TableConfig& config)
+    : config_(config),
+      chunk_shift_(ChunkShiftFor(config.dim)),
+      tag_(NextTableTag()),
+      max_rows_(config.dynamic_expansion ? kMaxRows : config.capacity),
+      pages_(new std::atomic<DirectoryPage*>[kMaxPages]) {
+  for (int64_t i = 0; i < kMaxPages; ++i) pages_[i].store(nullptr, std::memory_order_relaxed);
+}
+
+EmbeddingTable::~EmbeddingTable() {
+  for (int64_t p = 0; p < kMaxPages; ++p) {
+    DirectoryPage* page = pages_[p].load();
+    if (page == nullptr) continue;
+    for (int64_t c = 0; c < kPageSize; ++c) {
+      Chunk* chunk = page->chunks[c].load();
+      if (chunk == nullptr) continue;
+      std::free(chunk->values);
+      for (float* slot : chunk->slots) std::free(slot);
+      std::free(chunk->meta);
+      delete chunk;
+    }
+    delete page;
+  }
+}
+
+Status EmbeddingTable::Create(const TableConfig& config, std::unique_ptr<EmbeddingTable>* table) {
+  if (config.name.empty()) return Status::InvalidArgument("table name must not be empty");
+  if (config.dim < 1 || config.dim > kMaxDim) {
+    return Status::InvalidArgument("table '" + config.name + "': dim must be in [1, " +
+                                   std::to_string(kMaxDim) + "], got " +
+                                   std::to_string(config.dim));
+  }
+  if (!config.dynamic_expansion && (config.capacity < 1 || config.capacity > kMaxRows)) {
+    return Status::InvalidArgument("table '" + config.name + "': capacity must be in [1, " +
+                                   std::to_string(kMaxRows) + "], got " +
+                                   std::to_string(config.capacity));
+  }
+  if (config.initial_capacity < 0 || config.initial_capacity > kMaxRows) {
+    return Status::InvalidArgument("table '" + config.name +
+                                   "': initial_capacity must be in [0, " +
+                                   std::to_string(kMaxRows) + "], got " +
+                                   std::to_string(config.initial_capacity));
+  }
+  REC_SDK_RETURN_IF_ERROR(config.initializer.Validate());
+  std::unique_ptr<EmbeddingTable> t(new EmbeddingTable(config));
+  const int64_t reserve = config.dynamic_expansion ? config.initial_capacity : config.capacity;
+  {
+    std::lock_guard<std::mutex> lock(t->alloc_mu_);
+    while (t->allocated_rows_.load() < reserve) {
+      if (!t->AddChunkLocked()) {
+        return Status::ResourceExhausted("table '" + config.name + "': cannot reserve memory for " +
+                                         std::to_string(reserve) + " rows of dim " +
+                                         std::to_string(config.dim));
+      }
+    }
+  }
+  *table = std::move(t);
+  return Status::Ok();
+}
+
+int64_t EmbeddingTable::Capacity() const {
+  return config_.dynamic_expansion ? allocated_rows_.load() : config_.capacity;
+}
+
+int64_t EmbeddingTable::MemoryBytes() {
+  int64_t chunks;
+  {
+    std::lock_guard<std::mutex> lock(alloc_mu_);
+    chunks = num_chunks_;
+  }
+  const int64_t rows = chunks << chunk_shift_;
+  return rows * (config_.dim * static_cast<int64_t>(sizeof(float)) * (1 + num_slots_) +
+                 static_cast<int64_t>(sizeof(RowMeta))) +
+         static_cast<int64_t>(index_.memory_bytes());
+}
+
+int64_t EmbeddingTable::EncodeAddress(int64_t row, uint32_t generation) const {
+  return (static_cast<int64_t>(tag_) << (kRowBits + kGenerationBits)) |
+         (static_cast<int64_t>(generation & ((1u << kGenerationBits) - 1)) << kRowBits) | row;
+}
+
+Status EmbeddingTable::DecodeAddress(int64_t address, int64_t* row) const {
+  if (address == -1) {
+    *row = -1;
+    return Status::Ok();
+  }
+  const uint32_t tag = static_cast<uint32_t>(address >> (kRowBits + kGenerationBits));
+  const int64_t r = address & (kMaxRows - 1);
+  const uint32_t generation =
+      static_cast<uint32_t>(address >> kRowBits) & ((1u << kGenerationBits) - 1);
+  if (address < -1 || tag != tag_) {
+    return Status::InvalidArgument("address " + std::to_string(address) +
+                                   " does not belong to table '" + config_.name + "'");
+  }
+  if (r >= allocated_rows_.load(std::memory_order_acquire)) {
+    return Status::InvalidArgument("address " + std::to_string(address) + " of table '" +
+                                   config_.name + "' points past its rows");
+  }
+  const RowMeta& meta = MetaOf(r);
+  if (!meta.alive || meta.generation != generation) {
+    return Status::InvalidArgument("address " + std::to_string(address) + " of table '" +
+                                   config_.name +
+                                   "' is stale: its row was removed (or the table cleared) "
+                                   "after the address was looked up");
+  }
+  *row = r;
+  return Status::Ok();
+}
+
+bool EmbeddingTable::AddChunkLocked() {
+  if (num_chunks_ >= kMaxPages * kPageSize) return false;
+  const int64_t rows = rows_per_chunk();
+  const int64_t p = num_chunks_ >> kPageBits;
+  DirectoryPage* page = pages_[p].load(std::memory_order_relaxed);
+  if (page == nullptr) {
+    page = new DirectoryPage;
+    for (auto& c : page->chunks) c.store(nullptr, std::memory_order_relaxed);
+    pages_[p].store(page, std::memory_order_release);
+  }
+  std::unique_ptr<Chunk> chunk(new Chunk);
+  chunk->values = AllocateFloats(rows * config_.dim);
+  chunk->meta = static_cast<RowMeta*>(std::calloc(rows, sizeof(RowMeta)));
+  if (chunk->values == nullptr || chunk->meta == nullptr) {
+    std::free(chunk->values);
+    std::free(chunk->meta);
+    return false;
+  }
+  AllocateSlotArrays(chunk.get(), 0);
+  page->chunks[num_chunks_ & (kPageSize - 1)].store(chunk.release(), std::memory_order_release);
+  ++num_chunks_;
+  allocated_rows_.store(num_chunks_ << chunk_shift_, std::memory_order_release);
+  return true;
+}
+
+void EmbeddingTable::AllocateSlotArrays(Chunk* chunk, int first_slot) {
+  for (int s = first_slot; s < num_slots_; ++s) {
+    if (chunk->slots[s] == nullptr) chunk->slots[s] = AllocateFloats(rows_per_chunk() * config_.dim);
+  }
+}
+
+std::string EmbeddingTable::FullMessage() const {
+  return "table '" + config_.name + "' is full: it holds its capacity of " +
+         std::to_string(config_.capacity) +
+         " rows. Raise device_vocabulary_size/host_vocabulary_size, turn on "
+         "use_dynamic_expansion, or configure eviction.";
+}
+
+int64_t EmbeddingTable::AllocateRow() {
+  std::lock_guard<std::mutex> lock(alloc_mu_);
+  if (!free_rows_.empty()) {
+    const int64_t row = free_rows_.back();
+    free_rows_.pop_back();
+    return row;
+  }
+  if (next_row_ >= max_rows_) return -1;
+  if (next_row_ >= allocated_rows_.load(std::memory_order_relaxed) && !AddChunkLocked()) return -1;
+  return next_row_++;
+}
+
+void EmbeddingTable::InitializeRowLocked(int64_t row, int64_t key) {
+  Chunk* chunk = ChunkOf(row);
+  const int64_t offset = OffsetOf(row) * config_.dim;
+  InitializeRow(config_.initializer, key, config_.dim, chunk->values + offset);
+  for (int s = 0; s < num_slots_; ++s) {
+    std::fill_n(chunk->slots[s] + offset, config_.dim, slot_initial_values_[s]);
+  }
+  RowMeta& meta = MetaOf(row);
+  meta.key = key;
+  meta.alive = 1;
+  size_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void EmbeddingTable::FreeRow(int64_t row) {
+  RowMeta& meta = MetaOf(row);
+  meta.alive = 0;
+  meta.generation = static_cast<uint16_t>((meta.generation + 1) & ((1u << kGenerationBits) - 1));
+  size_.fetch_sub(1, std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lock(alloc_mu_);
+  free_rows_.push_back(row);
+}
+
+void EmbeddingTable::ForEachKeyByShard(
+    const int64_t* keys, int64_t n, int64_t cost_per_key,
+    const std::function<void(HashIndex::Shard&, int64_t, uint64_t)>& fn,
+    const ParallelRunner& run) {
+  std::vector<uint64_t> hashes;
+  std::vector<int64_t> order;
+  std::vector<int64_t> begin;
+  HashIndex::BucketByShard(keys, n, &hashes, &order, &begin);
+  const int64_t per_shard_cost = std::max<int64_t>(1, cost_per_key * (n / HashIndex::kNumShards + 1));
+  run(HashIndex::kNumShards, per_shard_cost, [&](int64_t first, int64_t last) {
+    for (int64_t s = first; s < last; ++s) {
+      if (begin[s] == begin[s + 1]) continue;
+      HashIndex::Shard& shard = index_.shard(static_cast<int>(s));
+      std::lock_guard<std::mutex> lock(shard.mu());
+      for (int64_t j = begin[s]; j < begin[s + 1]; ++j) {
+        const int64_t i = order[j];
+        fn(shard, i, hashes[i]);
+      }
+    }
+  });
+}
+
+Status EmbeddingTable::FindOrInsert(const int64_t* keys, int64_t n, bool insert,
+                                    int64_t* addresses, const ParallelRunner& run) {
+  std::shared_lock<std::shared_mutex> structure(structure_mu_);
+  std::atomic<bool> full{false};
+  ForEachKeyByShard(
+      keys, n, insert ? 200 : 60,
+      [&](HashIndex::Shard& shard, int64_t i, uint64_t hash) {
+        const int64_t key = keys[i];
+        int64_t row = shard.Find(key, hash);
+        if (row < 0 && insert) {
+          row = AllocateRow();
+          if (row < 0) {
+            full.store(true, std::memory_order_relaxed);
+          } else {
+            InitializeRowLocked(row, key);
+            shard.Insert(key, hash, row);
+          }
+        }
+        addresses[i] = row < 0 ? -1 : EncodeAddress(row, MetaOf(row).generation);
+      },
+      run);
+  if (full.load()) return Status::ResourceExhausted(FullMessage());
+  return Status::Ok();
+}
+
+Status EmbeddingTable::Gather(const int64_t* addresses, int64_t n, float* out,
+                              const ParallelRunner& run) {
+  std::shared_lock<std::shared_mutex> structure(structure_mu_);
+  const int dim = config_.dim;
+  std::mutex error_mu;
+  Status error;
+  run(n, 20 + 2 * dim, [&](int64_t first, int64_t last) {
+    for (int64_t i = first; i < last; ++i) {
+      int64_t row;
+      Status s = DecodeAddress(addresses[i], &row);
+      if (!s.ok()) {
+        std::lock_guard<std::mutex> lock(error_mu);
+        if (error.ok()) error = s;
+        return;
+      }
+      float* dst = out + i * dim;
+      if (row < 0) {
+        std::fill_n(dst, dim, 0.0f);
+      } else {
+        std::memcpy(dst, ValueOf(row), dim * sizeof(float));
+      }
+    }
+  });
+  return error;
+}
+
+Status EmbeddingTable::Lookup(const int64_t* keys, int64_t n, bool init_missing, float* out,
+                              bool* exists, const ParallelRunner& run) {
+  std::shared_lock<std::shared_mutex> structure(structure_mu_);
+  const int dim = config_.dim;
+  ForEachKeyByShard(
+      keys, n, 60 + 2 * dim,
+      [&](HashIndex::Shard& shard, int64_t i, uint64_t hash) {
+        const int64_t row = shard.Find(keys[i], hash);
+        float* dst = out + i * dim;
+        if (row >= 0) {
+          std::memcpy(dst, ValueOf(row), dim * sizeof(float));
+        } else if (init_missing) {
+          InitializeRow(config_.initializer, keys[i], dim, dst);
+        } else {
+          std::fill_n(dst, dim, 0.0f);
+        }
+        if (exists != nullptr) exists[i] = row >= 0;
+      },
+      run);
+  return Status::Ok();
+}
+
+Status EmbeddingTable::Upsert(const int64_t* keys, const float* values, int64_t n,
+                              const ParallelRunner& run) {
+  std::shared_lock<std::shared_mutex> structure(structure_mu_);
+  const int dim = config_.dim;
+  std::atomic<bool> full{false};
+  ForEachKeyByShard(
+      keys, n, 200 + 2 * dim,
+      [&](HashIndex::Shard& shard, int64_t i, uint64_t hash) {
+        int64_t row = shard.Find(keys[i], hash);
+        if (row < 0) {
+          row = AllocateRow();
+          if (row < 0) {
+            full.store(true, std::memory_order_relaxed);
+            return;
+          }
+          InitializeRowLocked(row, keys[i]);
+          shard.Insert(keys[i], hash, row);
+        }
+        std::memcpy(ValueOf(row), values + i * dim, dim * sizeof(float));
+      },
+      run);
+  if (full.load()) return Status::ResourceExhausted(FullMessage());
+  return Status::Ok();
+}
+
+Status EmbeddingTable::Remove(const int64_t* keys, int64_t n, int64_t* removed,
+                              const ParallelRunner& run) {
+  std::shared_lock<std::shared_mutex> structure(structure_mu_);
+  std::atomic<int64_t> count{0};
+  ForEachKeyByShard(
+      keys, n, 100,
+      [&](HashIndex::Shard& shard, int64_t i, uint64_t hash) {
+        const int64_t row = shard.Erase(keys[i], hash);
+        if (row >= 0) {
+          FreeRow(row);
+          count.fetch_add(1, std::memory_order_relaxed);
+        }
+      },
+      run);
+  if (removed != nullptr) *removed = count.load();
+  return Status::Ok();
+}
+
+void EmbeddingTable::Clear() {
+  std::unique_lock<std::shared_mutex> structure(structure_mu_);
+  std::lock_guard<std::mutex> lock(alloc_mu_);
+  for (int64_t row = 0; row < next_row_; ++row) {
+    RowMeta& meta = MetaOf(row);
+    if (meta.alive) {
+      meta.alive = 0;
+      meta.generation =
+          static_cast<uint16_t>((meta.generation + 1) & ((1u << kGenerationBits) - 1));
+    }
+  }
+  for (int s = 0; s < HashIndex::kNumShards; ++s) {
+    std::lock_guard<std::mutex> shard_lock(index_.shard(s).mu());
+    index_.shard(s).Clear();
+  }
+  free_rows_.clear();
+  free_rows_.shrink_to_fit();
+  next_row_ = 0;
+  size_.store(0);
+}
+
+Status EmbeddingTable::EnsureSlots(const std::string& optimizer,
+                                   const std::vector<float>& initial_values) {
+  const int wanted = static_cast<int>(initial_values.size());
+  if (wanted > kMaxSlots) {
+    return Status::InvalidArgument("optimizer '" + optimizer + "' asks for " +
+                                   std::to_string(wanted) + " slots; at most " +
+                                   std::to_string(kMaxSlots) + " are supported");
+  }
+  {
+    std::shared_lock<std::shared_mutex> structure(structure_mu_);
+    if (slot_values_known_ && slot_optimizer_ == optimizer && num_slots_ == wanted) {
+      return Status::Ok();
+    }
+  }
+  std::unique_lock<std::shared_mutex> structure(structure_mu_);
+  if (slot_values_known_) {
+    if (slot_optimizer_ == optimizer && num_slots_ == wanted) return Status::Ok();
+    return Status::FailedPrecondition(
+        "table '" + config_.name + "' is already trained by sparse optimizer '" +
+        slot_optimizer_ + "'; it cannot also be trained by '" + optimizer +
+        "' (one sparse optimizer per table)");
+  }
+  std::lock_guard<std::mutex> lock(alloc_mu_);
+  if (num_slots_ > 0 && num_slots_ != wanted) {
+    return Status::FailedPrecondition(
+        "table '" + config_.name + "' was imported with " + std::to_string(num_slots_) +
+        " optimizer slots but optimizer '" + optimizer + "' uses " + std::to_string(wanted));
+  }
+  const int first_new = num_slots_;
+  num_slots_ = wanted;
+  for (int s = 0; s < wanted; ++s) slot_initial_values_[s] = initial_values[s];
+  // Give every row handed out so far its slots; later rows get them in InitializeRowLocked.
+  for (int64_t c = 0; c < num_chunks_; ++c) {
+    Chunk* chunk = ChunkOf(c << chunk_shift_);
+    AllocateSlotArrays(chunk, first_new);
+    for (int s = first_new; s < wanted; ++s) {
+      if (chunk->slots[s] == nullptr) return Status::ResourceExhausted("out of memory for slots");
+      const int64_t rows_used = std::min<int64_t>(rows_per_chunk(), next_row_ - (c << chunk_shift_));
+      if (rows_used > 0) std::fill_n(chunk->slots[s], rows_used * config_.dim, initial_values[s]);
+    }
+  }
+  slot_optimizer_ = optimizer;
+  slot_values_known_ = true;
+  return Status::Ok();
+}
+
+Status EmbeddingTable::UpdateRows(const int64_t* addresses, int64_t n, int64_t cost_per_row,
+                                  const RowUpdate& update, const ParallelRunner& run) {
+  std::shared_lock<std::shared_mutex> structure(structure_mu_);
+  std::vector<int64_t> rows(n);
+  std::mutex error_mu;
+  Status error;
+  run(n, 20, [&](int64_t first, int64_t last) {
+    for (int64_t i = first; i < last; ++i) {
+      Status s = DecodeAddress(addresses[i], &rows[i]);
+      if (!s.ok()) {
+        std::lock_guard<std::mutex> lock(error_mu);
+        if (error.ok()) error = s;
+        return;
+      }
+    }
+  });
+  REC_SDK_RETURN_IF_ERROR(error);
+  const int dim = config_.dim;
+  const int num_slots = num_slots_;
+  run(n, cost_per_row, [&](int64_t first, int64_t last) {
+    float* slots[kMaxSlots];
+    for (int64_t i = first; i < last; ++i) {
+      const int64_t row = rows[i];
+      if (row < 0) continue;
+      Chunk* chunk = ChunkOf(row);
+      const int64_t offset = OffsetOf(row) * dim;
+      for (int s = 0; s < num_slots; ++s) slots[s] = chunk->slots[s] + offset;
+      update(i, chunk->values + offset, slots);
+    }
+  });
+  return Status::Ok();
+}
+
+Status EmbeddingTable::Export(const ExportAllocator& allocate) {
+  std::unique_lock<std::shared_mutex> structure(structure_mu_);
+  std::lock_guard<std::mutex> lock(alloc_mu_);
+  const int64_t n = size_.load();
+  int64_t* keys = nullptr;
+  float* values = nullptr;
+  float* slots = nullptr;
+  REC_SDK_RETURN_IF_ERROR(allocate(n, &keys, &values, &slots));
+  const int dim = config_.dim;
+  int64_t out = 0;
+  for (int64_t row = 0; row < next_row_ && out < n; ++row) {
+    const RowMeta& meta = MetaOf(row);
+    if (!meta.alive) continue;
+    Chunk* chunk = ChunkOf(row);
+    const int64_t offset = OffsetOf(row) * dim;
+    keys[out] = meta.key;
+    std::memcpy(values + out * dim, chunk->values + offset, dim * sizeof(float));
+    for (int s = 0; s < num_slots_; ++s) {
+      std::memcpy(slots + (s * n + out) * dim, chunk->slots[s] + offset, dim * sizeof(float));
+    }
+    ++out;
+  }
+  return Status::Ok();
+}
+
+Status EmbeddingTable::Import(const int64_t* keys, const float* values, const float* slots,
+                              int num_slots, int64_t n) {
+  if (slots != nullptr && (num_slots < 0 || num_slots > kMaxSlots)) {
+    return Status::InvalidArgument("import into table '" + config_.name + "': " +
+                                   std::to_string(num_slots) + " slot arrays given, at most " +
+                                   std::to_string(kMaxSlots) + " allowed");
+  }
+  if (n > max_rows_) {
+    return Status::ResourceExhausted("import of " + std::to_string(n) + " rows into table '" +
+                                     config_.name + "' exceeds its capacity of " +
+                                     std::to_string(max_rows_) + " rows");
+  }
+  {
+    std::unique_lock<std::shared_mutex> structure(structure_mu_);
+    if (slots != nullptr && num_slots > 0 && slot_values_known_ && num_slots != num_slots_) {
+      return Status::InvalidArgument(
+          "import into table '" + config_.name + "': " + std::to_string(num_slots) +
+          " slot arrays given but its optimizer '" + slot_optimizer_ + "' has " +
+          std::to_string(num_slots_));
+    }
+    if (slots != nullptr && num_slots > num_slots_) {
+      std::lock_guard<std::mutex> lock(alloc_mu_);
+      const int first_new = num_slots_;
+      num_slots_ = num_slots;
+      for (int64_t c = 0; c < num_chunks_; ++c) AllocateSlotArrays(ChunkOf(c << chunk_shift_), first_new);
+    }
+  }
+  Clear();
+  REC_SDK_RETURN_IF_ERROR(Upsert(keys, values, n, SerialRunner));
+  if (slots == nullptr || num_slots == 0) return Status::Ok();
+  std::unique_lock<std::shared_mutex> structure(structure_mu_);
+  const int dim = config_.dim;
+  for (int64_t i = 0; i < n; ++i) {
+    const uint64_t hash = HashIndex::Hash(keys[i]);
+    HashIndex::Shard& shard = index_.shard(HashIndex::ShardOf(hash));
+    const int64_t row = shard.Find(keys[i], hash);
+    Chunk* chunk = ChunkOf(row);
+    const int64_t offset = OffsetOf(row) * dim;
+    for (int s = 0; s < num_slots; ++s) {
+      std::memcpy(chunk->slots[s] + offset, slots + (s * n + i) * dim, dim * sizeof(float));
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace rec_sdk

@@ -1,0 +1,208 @@
+// EmbeddingTable: one table (one shard) of embeddings keyed by int64 ids.
+//
+// Storage
+//   A row holds the embedding (dim floats), one array per optimizer slot (dim floats each,
+//   indexed by the same row id) and metadata (key, generation, alive). One hash probe per key
+//   therefore serves the embedding and every slot. Rows live in chunks of rows_per_chunk()
+//   rows that are never moved or freed while the table exists, so a row's memory stays valid.
+//   A fixed-capacity table reserves all its chunks up front (memory is committed only when a
+//   row is first written); a dynamic-expansion table adds chunks as it grows.
+//
+// Row addresses
+//   The graph refers to a row by a 63-bit address (see EncodeAddress):
+//     bits 52..62  table tag     (rejects an address of another table)
+//     bits 40..51  generation    (bumped when the row is removed: rejects stale addresses)
+//     bits  0..39  row id
+//   -1 means "no row" (a key not found in eval, or not admitted). Every op that takes
+//   addresses validates them before touching any row.
+//
+// Concurrency
+//   Batch operations (find/insert, gather, lookup, upsert, remove, optimizer updates) run
+//   concurrently with each other; structural operations (attaching slots, clear, import,
+//   export) run alone. Concurrent updates of the same row race like TensorFlow's
+//   use_locking=False optimizers: values stay valid floats, never out-of-bounds memory.
+#ifndef REC_SDK_CORE_EMBEDDING_TABLE_H_
+#define REC_SDK_CORE_EMBEDDING_TABLE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <vector>
+
+#include "tf_ops/core/hash_index.h"
+#include "tf_ops/core/initializer.h"
+#include "tf_ops/core/parallel.h"
+#include "tf_ops/core/status.h"
+
+namespace rec_sdk {
+
+struct TableConfig {
+  std::string name;
+  int dim = 1;
+  // true: the table grows by chunks without bound; false: at most `capacity` rows.
+  bool dynamic_expansion = true;
+  int64_t capacity = 0;          // fixed-capacity tables only; >= 1
+  int64_t initial_capacity = 0;  // dynamic-expansion tables: rows to reserve up front
+  InitializerSpec initializer;
+};
+
+class EmbeddingTable {
+ public:
+  static constexpr int kMaxDim = 8192;
+  static constexpr int kMaxSlots = 4;
+  static constexpr int kRowBits = 40;
+  static constexpr int kGenerationBits = 12;
+  static constexpr int kTagBits = 11;
+  static constexpr int64_t kMaxRows = int64_t{1} << kRowBits;
+
+  static Status Create(const TableConfig& config, std::unique_ptr<EmbeddingTable>* table);
+  ~EmbeddingTable();
+
+  const std::string& name() const { return config_.name; }
+  int dim() const { return config_.dim; }
+  bool dynamic_expansion() const { return config_.dynamic_expansion; }
+  int64_t rows_per_chunk() const { return int64_t{1} << chunk_shift_; }
+  int num_slots() const { return num_slots_; }
+
+  // Number of keys stored.
+  int64_t Size() const { return size_.load(std::memory_order_relaxed); }
+  // Rows the table can hold now without allocating: the fixed capacity, or the rows of the
+  // chunks allocated so far in dynamic-expansion mode.
+  int64_t Capacity() const;
+  // Bytes of memory reserved for rows, slots, metadata and the index.
+  int64_t MemoryBytes();
+
+  // Maps keys to row addresses. With insert=true, absent keys get a new, initialised row;
+  // with insert=false they map to -1. Fails with kResourceExhausted when a fixed-capacity
+  // table is full (keys handled before that keep their rows).
+  Status FindOrInsert(const int64_t* keys, int64_t n, bool insert, int64_t* addresses,
+                      const ParallelRunner& run);
+
+  // Copies the rows at `addresses` to out[n, dim]; -1 gives zeros.
+  Status Gather(const int64_t* addresses, int64_t n, float* out, const ParallelRunner& run);
+
+  // Copies the rows of `keys` to out[n, dim] without inserting. Absent keys give zeros, or
+  // the values a new row would get when init_missing is true. exists may be null.
+  Status Lookup(const int64_t* keys, int64_t n, bool init_missing, float* out, bool* exists,
+                const ParallelRunner& run);
+
+  // Inserts or overwrites the embeddings of keys with values[n, dim]. New rows get initial
+  // slot values. With duplicate keys the last value wins.
+  Status Upsert(const int64_t* keys, const float* values, int64_t n, const ParallelRunner& run);
+
+  // Removes keys (absent keys are ignored); their rows go to the free list and any address
+  // to them becomes stale. *removed (may be null) receives the number of keys removed.
+  Status Remove(const int64_t* keys, int64_t n, int64_t* removed, const ParallelRunner& run);
+
+  // Removes every key. Memory stays reserved; all addresses become stale.
+  void Clear();
+
+  // Declares the optimizer slots of this table: one array per slot, initialised to
+  // initial_values[i]. Idempotent for the same optimizer; a different optimizer is an error
+  // (one sparse optimizer per table). A table restored with slots by Import accepts the first
+  // optimizer whose slot count matches.
+  Status EnsureSlots(const std::string& optimizer, const std::vector<float>& initial_values);
+  const std::string& slot_optimizer() const { return slot_optimizer_; }
+
+  // Calls update(i, value, slots) for every i in [0, n) with addresses[i] != -1, in parallel.
+  // All addresses are validated before any row is touched; `slots` points at the row's slot
+  // arrays (num_slots() of them). Addresses must be unique.
+  using RowUpdate = std::function<void(int64_t i, float* value, float* const* slots)>;
+  Status UpdateRows(const int64_t* addresses, int64_t n, int64_t cost_per_row,
+                    const RowUpdate& update, const ParallelRunner& run);
+
+  // Exports every stored row. allocate(n, &keys, &values, &slots) is called once with the
+  // row count and must return buffers of n keys, n*dim values and num_slots()*n*dim slot
+  // values (layout [slot][row][dim]); the table is locked until Export returns.
+  using ExportAllocator =
+      std::function<Status(int64_t n, int64_t** keys, float** values, float** slots)>;
+  Status Export(const ExportAllocator& allocate);
+
+  // Replaces the table's contents with n rows. slots (layout [slot][row][dim]) may be null
+  // (slots start from their initial values); otherwise it holds num_slots arrays, which must
+  // match the slots already declared, if any.
+  Status Import(const int64_t* keys, const float* values, const float* slots, int num_slots,
+                int64_t n);
+
+  // Address encoding (public for tests and tools).
+  int64_t EncodeAddress(int64_t row, uint32_t generation) const;
+
+ private:
+  struct RowMeta {
+    int64_t key;
+    uint16_t generation;
+    uint8_t alive;
+  };
+  struct Chunk {
+    float* values = nullptr;
+    float* slots[kMaxSlots] = {nullptr, nullptr, nullptr, nullptr};
+    RowMeta* meta = nullptr;
+  };
+  static constexpr int kPageBits = 12;  // chunks per directory page
+  static constexpr int64_t kPageSize = int64_t{1} << kPageBits;
+  static constexpr int64_t kMaxPages = 4096;
+  struct DirectoryPage {
+    std::atomic<Chunk*> chunks[kPageSize];
+  };
+
+  explicit EmbeddingTable(const TableConfig& config);
+
+  Chunk* ChunkOf(int64_t row) const {
+    const int64_t c = row >> chunk_shift_;
+    return pages_[c >> kPageBits].load(std::memory_order_acquire)->chunks[c & (kPageSize - 1)].load(
+        std::memory_order_acquire);
+  }
+  int64_t OffsetOf(int64_t row) const { return row & ((int64_t{1} << chunk_shift_) - 1); }
+  float* ValueOf(int64_t row) const { return ChunkOf(row)->values + OffsetOf(row) * config_.dim; }
+  RowMeta& MetaOf(int64_t row) const { return ChunkOf(row)->meta[OffsetOf(row)]; }
+
+  // Validates an address and returns its row id, or -1 for the "no row" address.
+  Status DecodeAddress(int64_t address, int64_t* row) const;
+
+  // Adds one chunk (alloc_mu_ held). Returns false when the memory cannot be allocated.
+  bool AddChunkLocked();
+  void AllocateSlotArrays(Chunk* chunk, int first_slot);
+  // Takes a free row (re-used or new); -1 when the table is full.
+  int64_t AllocateRow();
+  // Gives a row its key, initial embedding and initial slot values and marks it alive.
+  void InitializeRowLocked(int64_t row, int64_t key);
+  void FreeRow(int64_t row);
+  std::string FullMessage() const;
+
+  // Runs fn(shard, i, hash) for every key position i, shard by shard, in parallel, with the
+  // shard's lock held.
+  void ForEachKeyByShard(const int64_t* keys, int64_t n, int64_t cost_per_key,
+                         const std::function<void(HashIndex::Shard&, int64_t, uint64_t)>& fn,
+                         const ParallelRunner& run);
+
+  const TableConfig config_;
+  const int chunk_shift_;
+  const uint32_t tag_;
+  const int64_t max_rows_;
+
+  // Shared by batch operations, exclusive for structural ones.
+  std::shared_mutex structure_mu_;
+  HashIndex index_;
+
+  std::mutex alloc_mu_;
+  std::unique_ptr<std::atomic<DirectoryPage*>[]> pages_;
+  int64_t num_chunks_ = 0;                   // guarded by alloc_mu_
+  std::atomic<int64_t> allocated_rows_{0};   // rows backed by chunks
+  int64_t next_row_ = 0;                     // rows ever handed out; guarded by alloc_mu_
+  std::vector<int64_t> free_rows_;           // guarded by alloc_mu_
+  std::atomic<int64_t> size_{0};
+
+  // Changed only under an exclusive structure_mu_.
+  int num_slots_ = 0;
+  bool slot_values_known_ = false;  // false after an Import of slots, until EnsureSlots
+  std::string slot_optimizer_;
+  float slot_initial_values_[kMaxSlots] = {0, 0, 0, 0};
+};
+
+}  // namespace rec_sdk
+
+#endif  // REC_SDK_CORE_EMBEDDING_TABLE_H_

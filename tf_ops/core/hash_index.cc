@@ -1,0 +1,93 @@
+#include "tf_ops/core/hash_index.h"
+
+namespace rec_sdk {
+namespace {
+constexpr size_t kInitialSlots = 16;  // per shard; a power of two
+}  // namespace
+
+HashIndex::Shard::Shard() : entries_(kInitialSlots, Entry{0, -1}), mask_(kInitialSlots - 1) {}
+
+int64_t HashIndex::Shard::Find(int64_t key, uint64_t hash) const {
+  for (size_t i = hash & mask_;; i = (i + 1) & mask_) {
+    const Entry& e = entries_[i];
+    if (e.row < 0) return -1;
+    if (e.key == key) return e.row;
+  }
+}
+
+void HashIndex::Shard::Insert(int64_t key, uint64_t hash, int64_t row) {
+  // Keep the load factor at most 1/2 so probe sequences stay short.
+  if ((size_ + 1) * 2 > entries_.size()) Grow();
+  size_t i = hash & mask_;
+  while (entries_[i].row >= 0) i = (i + 1) & mask_;
+  entries_[i] = Entry{key, row};
+  ++size_;
+}
+
+int64_t HashIndex::Shard::Erase(int64_t key, uint64_t hash) {
+  size_t i = hash & mask_;
+  for (;; i = (i + 1) & mask_) {
+    if (entries_[i].row < 0) return -1;
+    if (entries_[i].key == key) break;
+  }
+  const int64_t row = entries_[i].row;
+  // Backward-shift deletion: move later entries of the probe run into the hole when their home
+  // slot does not lie cyclically in (hole, position].
+  size_t hole = i;
+  for (size_t j = (hole + 1) & mask_; entries_[j].row >= 0; j = (j + 1) & mask_) {
+    const size_t home = Hash(entries_[j].key) & mask_;
+    const bool stays = hole <= j ? (hole < home && home <= j) : (hole < home || home <= j);
+    if (!stays) {
+      entries_[hole] = entries_[j];
+      hole = j;
+    }
+  }
+  entries_[hole].row = -1;
+  --size_;
+  return row;
+}
+
+void HashIndex::Shard::Clear() {
+  entries_.assign(kInitialSlots, Entry{0, -1});
+  entries_.shrink_to_fit();
+  mask_ = kInitialSlots - 1;
+  size_ = 0;
+}
+
+void HashIndex::Shard::Grow() {
+  std::vector<Entry> old(entries_.size() * 2, Entry{0, -1});
+  old.swap(entries_);
+  mask_ = entries_.size() - 1;
+  for (const Entry& e : old) {
+    if (e.row < 0) continue;
+    size_t i = Hash(e.key) & mask_;
+    while (entries_[i].row >= 0) i = (i + 1) & mask_;
+    entries_[i] = e;
+  }
+}
+
+size_t HashIndex::memory_bytes() {
+  size_t total = 0;
+  for (auto& s : shards_) {
+    std::lock_guard<std::mutex> lock(s.mu());
+    total += s.memory_bytes();
+  }
+  return total;
+}
+
+void HashIndex::BucketByShard(const int64_t* keys, int64_t n, std::vector<uint64_t>* hashes,
+                              std::vector<int64_t>* order, std::vector<int64_t>* begin) {
+  hashes->resize(n);
+  order->resize(n);
+  begin->assign(kNumShards + 1, 0);
+  for (int64_t i = 0; i < n; ++i) {
+    const uint64_t h = Hash(keys[i]);
+    (*hashes)[i] = h;
+    ++(*begin)[ShardOf(h) + 1];
+  }
+  for (int s = 0; s < kNumShards; ++s) (*begin)[s + 1] += (*begin)[s];
+  std::vector<int64_t> next(begin->begin(), begin->end() - 1);
+  for (int64_t i = 0; i < n; ++i) (*order)[next[ShardOf((*hashes)[i])]++] = i;
+}
+
+}  // namespace rec_sdk

@@ -1,0 +1,75 @@
+// HashIndex: the key -> row id map of one table.
+//
+// The index is split into kNumShards independent open-addressing tables (linear probing,
+// backward-shift deletion, no tombstones), each behind its own mutex. A batch is bucketed by
+// shard first so that each shard is locked once per batch and shards proceed in parallel; keys
+// of one shard are handled in their batch order, so duplicates in a batch behave as if handled
+// one after the other.
+#ifndef REC_SDK_CORE_HASH_INDEX_H_
+#define REC_SDK_CORE_HASH_INDEX_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+namespace rec_sdk {
+
+class HashIndex {
+ public:
+  static constexpr int kShardBits = 6;
+  static constexpr int kNumShards = 1 << kShardBits;
+
+  // A 64-bit mix of the key: the top kShardBits pick the shard, the low bits the slot.
+  static inline uint64_t Hash(int64_t key) {
+    uint64_t z = static_cast<uint64_t>(key) + 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  }
+  static inline int ShardOf(uint64_t hash) { return static_cast<int>(hash >> (64 - kShardBits)); }
+
+  class Shard {
+   public:
+    Shard();
+    // All methods require the caller to hold mu().
+    // Returns the row of key, or -1 when absent.
+    int64_t Find(int64_t key, uint64_t hash) const;
+    // Adds key -> row; key must be absent.
+    void Insert(int64_t key, uint64_t hash, int64_t row);
+    // Removes key; returns its row, or -1 when absent.
+    int64_t Erase(int64_t key, uint64_t hash);
+    void Clear();
+    size_t size() const { return size_; }
+    size_t memory_bytes() const { return entries_.capacity() * sizeof(Entry); }
+    std::mutex& mu() { return mu_; }
+
+   private:
+    struct Entry {
+      int64_t key;
+      int64_t row;  // < 0: empty slot
+    };
+    void Grow();
+
+    std::mutex mu_;
+    std::vector<Entry> entries_;
+    size_t mask_;
+    size_t size_ = 0;
+  };
+
+  Shard& shard(int i) { return shards_[i]; }
+  // Sum of the shards' memory; only for reporting.
+  size_t memory_bytes();
+
+  // Groups the positions [0, n) of `keys` by shard. On return, the positions of shard s are
+  // order[begin[s] .. begin[s + 1]) in their original order, and hashes[i] is Hash(keys[i]).
+  static void BucketByShard(const int64_t* keys, int64_t n, std::vector<uint64_t>* hashes,
+                            std::vector<int64_t>* order, std::vector<int64_t>* begin);
+
+ private:
+  Shard shards_[kNumShards];
+};
+
+}  // namespace rec_sdk
+
+#endif  // REC_SDK_CORE_HASH_INDEX_H_

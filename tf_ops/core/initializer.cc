@@ -1,0 +1,120 @@
+#include "tf_ops/core/initializer.h"
+
+#include <cmath>
+
+namespace rec_sdk {
+namespace {
+
+// SplitMix64: a small counter-based generator with good statistical quality, cheap enough to
+// seed once per row.
+inline uint64_t Mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+class RowRandom {
+ public:
+  RowRandom(uint64_t seed, int64_t key)
+      : state_(Mix64(seed * 0x9e3779b97f4a7c15ULL + 0x632be59bd9b4e019ULL) ^
+               Mix64(static_cast<uint64_t>(key))) {}
+
+  // Uniform double in [0, 1) with 53 random bits.
+  double Uniform() {
+    state_ += 0x9e3779b97f4a7c15ULL;
+    return static_cast<double>(Mix64(state_) >> 11) * (1.0 / 9007199254740992.0);
+  }
+
+  // Standard normal by Box-Muller; caches the second value of each pair.
+  double Normal() {
+    if (has_spare_) {
+      has_spare_ = false;
+      return spare_;
+    }
+    double u1 = Uniform();
+    const double u2 = Uniform();
+    if (u1 < 1e-300) u1 = 1e-300;
+    const double radius = std::sqrt(-2.0 * std::log(u1));
+    const double angle = 6.283185307179586 * u2;
+    spare_ = radius * std::sin(angle);
+    has_spare_ = true;
+    return radius * std::cos(angle);
+  }
+
+ private:
+  uint64_t state_;
+  double spare_ = 0.0;
+  bool has_spare_ = false;
+};
+
+}  // namespace
+
+Status InitializerSpec::KindFromName(const std::string& name, InitializerKind* kind) {
+  if (name == "constant") {
+    *kind = InitializerKind::kConstant;
+  } else if (name == "random_uniform") {
+    *kind = InitializerKind::kRandomUniform;
+  } else if (name == "random_normal") {
+    *kind = InitializerKind::kRandomNormal;
+  } else if (name == "truncated_normal") {
+    *kind = InitializerKind::kTruncatedNormal;
+  } else {
+    return Status::InvalidArgument("initializer kind '" + name +
+                                   "' is not one of constant, random_uniform, random_normal, "
+                                   "truncated_normal");
+  }
+  return Status::Ok();
+}
+
+Status InitializerSpec::Validate() const {
+  if (!std::isfinite(value) || !std::isfinite(minval) || !std::isfinite(maxval) ||
+      !std::isfinite(mean) || !std::isfinite(stddev) || !std::isfinite(scale)) {
+    return Status::InvalidArgument("initializer parameters must be finite");
+  }
+  if (kind == InitializerKind::kRandomUniform && !(minval <= maxval)) {
+    return Status::InvalidArgument("random_uniform initializer needs minval <= maxval, got minval=" +
+                                   std::to_string(minval) + " maxval=" + std::to_string(maxval));
+  }
+  if ((kind == InitializerKind::kRandomNormal || kind == InitializerKind::kTruncatedNormal) &&
+      stddev < 0.0f) {
+    return Status::InvalidArgument("normal initializer needs stddev >= 0, got " +
+                                   std::to_string(stddev));
+  }
+  return Status::Ok();
+}
+
+void InitializeRow(const InitializerSpec& spec, int64_t key, int dim, float* out) {
+  switch (spec.kind) {
+    case InitializerKind::kConstant: {
+      const float v = spec.value * spec.scale;
+      for (int i = 0; i < dim; ++i) out[i] = v;
+      return;
+    }
+    case InitializerKind::kRandomUniform: {
+      RowRandom rng(spec.seed, key);
+      const double width = static_cast<double>(spec.maxval) - spec.minval;
+      for (int i = 0; i < dim; ++i) {
+        out[i] = static_cast<float>((spec.minval + width * rng.Uniform()) * spec.scale);
+      }
+      return;
+    }
+    case InitializerKind::kRandomNormal: {
+      RowRandom rng(spec.seed, key);
+      for (int i = 0; i < dim; ++i) {
+        out[i] = static_cast<float>((spec.mean + spec.stddev * rng.Normal()) * spec.scale);
+      }
+      return;
+    }
+    case InitializerKind::kTruncatedNormal: {
+      RowRandom rng(spec.seed, key);
+      for (int i = 0; i < dim; ++i) {
+        double z = rng.Normal();
+        while (std::fabs(z) > 2.0) z = rng.Normal();
+        out[i] = static_cast<float>((spec.mean + spec.stddev * z) * spec.scale);
+      }
+      return;
+    }
+  }
+}
+
+}  // namespace rec_sdk

@@ -1,0 +1,128 @@
+#include "tf_ops/core/sparse_optimizers.h"
+
+#include <cmath>
+#include <string>
+
+namespace rec_sdk {
+namespace {
+
+Status CheckRange(const char* optimizer, const char* name, double value, double low,
+                  bool low_open, double high, bool high_open) {
+  const bool ok = std::isfinite(value) && (low_open ? value > low : value >= low) &&
+                  (high_open ? value < high : value <= high);
+  if (ok) return Status::Ok();
+  return Status::InvalidArgument(std::string(optimizer) + ": " + name + " must be in " +
+                                 (low_open ? "(" : "[") + std::to_string(low) + ", " +
+                                 std::to_string(high) + (high_open ? ")" : "]") + ", got " +
+                                 std::to_string(value));
+}
+
+constexpr double kInf = INFINITY;
+
+}  // namespace
+
+Status ApplyLazyAdam(EmbeddingTable* table, const int64_t* addresses, const float* grads,
+                     int64_t n, const LazyAdamParams& p, const ParallelRunner& run) {
+  REC_SDK_RETURN_IF_ERROR(CheckRange("LazyAdam", "learning_rate", p.learning_rate, 0, false, kInf, true));
+  REC_SDK_RETURN_IF_ERROR(CheckRange("LazyAdam", "beta1", p.beta1, 0, true, 1, true));
+  REC_SDK_RETURN_IF_ERROR(CheckRange("LazyAdam", "beta2", p.beta2, 0, false, 1, true));
+  REC_SDK_RETURN_IF_ERROR(CheckRange("LazyAdam", "epsilon", p.epsilon, 0, true, 1, false));
+  if (p.step < 1) {
+    return Status::InvalidArgument("LazyAdam: step must be >= 1, got " + std::to_string(p.step));
+  }
+  REC_SDK_RETURN_IF_ERROR(table->EnsureSlots("LazyAdam", {0.0f, 0.0f}));
+  const double t = static_cast<double>(p.step);
+  const float lr_t = static_cast<float>(p.learning_rate * std::sqrt(1.0 - std::pow(p.beta2, t)) /
+                                        (1.0 - std::pow(p.beta1, t)));
+  const int dim = table->dim();
+  const float b1 = p.beta1, b2 = p.beta2, eps = p.epsilon;
+  return table->UpdateRows(
+      addresses, n, 12 * dim,
+      [&](int64_t i, float* w, float* const* slots) {
+        const float* g = grads + i * dim;
+        float* m = slots[0];
+        float* v = slots[1];
+        for (int d = 0; d < dim; ++d) {
+          m[d] = b1 * m[d] + (1.0f - b1) * g[d];
+          v[d] = b2 * v[d] + (1.0f - b2) * g[d] * g[d];
+          w[d] -= lr_t * m[d] / (std::sqrt(v[d]) + eps);
+        }
+      },
+      run);
+}
+
+Status ApplyGradientDescent(EmbeddingTable* table, const int64_t* addresses, const float* grads,
+                            int64_t n, const GradientDescentParams& p, const ParallelRunner& run) {
+  REC_SDK_RETURN_IF_ERROR(CheckRange("GradientDescent", "learning_rate", p.learning_rate, 0, false, kInf, true));
+  REC_SDK_RETURN_IF_ERROR(CheckRange("GradientDescent", "weight_decay", p.weight_decay, 0, false, 1, false));
+  REC_SDK_RETURN_IF_ERROR(table->EnsureSlots("GradientDescent", {}));
+  const int dim = table->dim();
+  const float lr = p.learning_rate, wd = p.weight_decay;
+  return table->UpdateRows(
+      addresses, n, 3 * dim,
+      [&](int64_t i, float* w, float* const*) {
+        const float* g = grads + i * dim;
+        for (int d = 0; d < dim; ++d) w[d] -= lr * (g[d] + wd * w[d]);
+      },
+      run);
+}
+
+Status ApplyAdagrad(EmbeddingTable* table, const int64_t* addresses, const float* grads,
+                    int64_t n, const AdagradParams& p, const ParallelRunner& run) {
+  REC_SDK_RETURN_IF_ERROR(CheckRange("Adagrad", "learning_rate", p.learning_rate, 0, false, kInf, true));
+  REC_SDK_RETURN_IF_ERROR(CheckRange("Adagrad", "initial_accumulator_value",
+                                     p.initial_accumulator_value, 0, true, kInf, true));
+  REC_SDK_RETURN_IF_ERROR(table->EnsureSlots("Adagrad", {p.initial_accumulator_value}));
+  const int dim = table->dim();
+  const float lr = p.learning_rate;
+  return table->UpdateRows(
+      addresses, n, 8 * dim,
+      [&](int64_t i, float* w, float* const* slots) {
+        const float* g = grads + i * dim;
+        float* a = slots[0];
+        for (int d = 0; d < dim; ++d) {
+          a[d] += g[d] * g[d];
+          w[d] -= lr * g[d] / std::sqrt(a[d]);
+        }
+      },
+      run);
+}
+
+Status ApplyFtrl(EmbeddingTable* table, const int64_t* addresses, const float* grads, int64_t n,
+                 const FtrlParams& p, const ParallelRunner& run) {
+  REC_SDK_RETURN_IF_ERROR(CheckRange("Ftrl", "learning_rate", p.learning_rate, 0, true, kInf, true));
+  REC_SDK_RETURN_IF_ERROR(CheckRange("Ftrl", "learning_rate_power", p.learning_rate_power, -kInf, true, 0, false));
+  REC_SDK_RETURN_IF_ERROR(CheckRange("Ftrl", "initial_accumulator_value", p.initial_accumulator_value, 0, false, kInf, true));
+  REC_SDK_RETURN_IF_ERROR(CheckRange("Ftrl", "l1", p.l1, 0, false, kInf, true));
+  REC_SDK_RETURN_IF_ERROR(CheckRange("Ftrl", "l2", p.l2, 0, false, kInf, true));
+  REC_SDK_RETURN_IF_ERROR(CheckRange("Ftrl", "l2_shrinkage", p.l2_shrinkage, 0, false, kInf, true));
+  REC_SDK_RETURN_IF_ERROR(table->EnsureSlots("Ftrl", {p.initial_accumulator_value, 0.0f}));
+  const int dim = table->dim();
+  const FtrlParams q = p;
+  return table->UpdateRows(
+      addresses, n, 40 * dim,
+      [&](int64_t i, float* w, float* const* slots) {
+        const float* g = grads + i * dim;
+        float* accum = slots[0];
+        float* linear = slots[1];
+        for (int d = 0; d < dim; ++d) {
+          const double grad = g[d];
+          const double var = w[d];
+          const double old_accum = accum[d];
+          const double new_accum = old_accum + grad * grad;
+          const double shrunk = grad + 2.0 * q.l2_shrinkage * var;
+          const double power = -q.learning_rate_power;
+          const double sigma = (std::pow(new_accum, power) - std::pow(old_accum, power)) / q.learning_rate;
+          const double lin = linear[d] + shrunk - sigma * var;
+          const double quadratic = std::pow(new_accum, power) / q.learning_rate + 2.0 * q.l2;
+          linear[d] = static_cast<float>(lin);
+          w[d] = std::fabs(lin) > q.l1
+                     ? static_cast<float>((q.l1 * (lin > 0 ? 1.0 : -1.0) - lin) / quadratic)
+                     : 0.0f;
+          accum[d] = static_cast<float>(new_accum);
+        }
+      },
+      run);
+}
+
+}  // namespace rec_sdk

@@ -1,0 +1,63 @@
+// Sparse ("lazy") optimizers: each updates only the rows whose addresses it is given, using
+// slot arrays that live in the same table rows as the embeddings.
+//
+// Callers pass unique addresses with their summed gradients (the Python layer deduplicates);
+// address -1 (a key without a row, e.g. not admitted) is skipped. The update formulas follow
+// TensorFlow's dense optimizers applied row by row:
+//   LazyAdam   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
+//              w -= lr sqrt(1-b2^t)/(1-b1^t) * m / (sqrt(v) + eps)          slots: m, v
+//   SGD        w -= lr (g + weight_decay w)                                   slots: none
+//   Adagrad    a += g^2;  w -= lr g / sqrt(a)                                 slots: a
+//   FTRL       TensorFlow's ApplyFtrlV2 (l1, l2, l2_shrinkage, lr_power)      slots: accum, linear
+#ifndef REC_SDK_CORE_SPARSE_OPTIMIZERS_H_
+#define REC_SDK_CORE_SPARSE_OPTIMIZERS_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "tf_ops/core/embedding_table.h"
+
+namespace rec_sdk {
+
+struct LazyAdamParams {
+  float learning_rate;
+  float beta1;
+  float beta2;
+  float epsilon;
+  int64_t step;  // 1 for the first update; drives bias correction
+};
+
+struct GradientDescentParams {
+  float learning_rate;
+  float weight_decay;
+};
+
+struct AdagradParams {
+  float learning_rate;
+  float initial_accumulator_value;
+};
+
+struct FtrlParams {
+  float learning_rate;
+  float learning_rate_power;
+  float initial_accumulator_value;
+  float l1;
+  float l2;
+  float l2_shrinkage;
+};
+
+// Each Apply* validates its hyperparameters, attaches its slots to the table on first use and
+// updates the rows. grads has shape [n, table->dim()].
+Status ApplyLazyAdam(EmbeddingTable* table, const int64_t* addresses, const float* grads,
+                     int64_t n, const LazyAdamParams& params, const ParallelRunner& run);
+Status ApplyGradientDescent(EmbeddingTable* table, const int64_t* addresses, const float* grads,
+                            int64_t n, const GradientDescentParams& params,
+                            const ParallelRunner& run);
+Status ApplyAdagrad(EmbeddingTable* table, const int64_t* addresses, const float* grads,
+                    int64_t n, const AdagradParams& params, const ParallelRunner& run);
+Status ApplyFtrl(EmbeddingTable* table, const int64_t* addresses, const float* grads, int64_t n,
+                 const FtrlParams& params, const ParallelRunner& run);
+
+}  // namespace rec_sdk
+
+#endif  // REC_SDK_CORE_SPARSE_OPTIMIZERS_H_

@@ -1,0 +1,141 @@
+// Kernels of the sparse optimizers: check shapes, read scalar hyperparameters, call the core.
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tf_ops/core/sparse_optimizers.h"
+#include "tf_ops/kernels/table_resource.h"
+#include "tf_ops/ops/op_prefix.h"
+
+namespace rec_sdk {
+
+using tensorflow::DEVICE_CPU;
+using tensorflow::OpKernel;
+using tensorflow::OpKernelConstruction;
+using tensorflow::OpKernelContext;
+using tensorflow::Tensor;
+using tensorflow::core::ScopedUnref;
+namespace errors = tensorflow::errors;
+
+// Shared part of every apply kernel: resolves the table and checks addresses [n] and
+// grads [n, dim]; Update() then runs the optimizer itself.
+class ApplyOpBase : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+
+  void Compute(OpKernelContext* ctx) override {
+    TableResource* table;
+    OP_REQUIRES_OK(ctx, GetTable(ctx, &table));
+    ScopedUnref unref(table);
+    EmbeddingTable* t = table->table();
+    const Tensor& addresses = ctx->input(1);
+    const Tensor& grads = ctx->input(2);
+    OP_REQUIRES(ctx, addresses.dims() == 1,
+                errors::InvalidArgument(type_string(), " on table '", t->name(),
+                                        "': addresses must be a vector, got shape ",
+                                        addresses.shape().DebugString()));
+    OP_REQUIRES(ctx,
+                grads.dims() == 2 && grads.dim_size(0) == addresses.dim_size(0) &&
+                    grads.dim_size(1) == t->dim(),
+                errors::InvalidArgument(type_string(), " on table '", t->name(),
+                                        "': grads must have shape [", addresses.dim_size(0),
+                                        ", ", t->dim(), "], got ", grads.shape().DebugString()));
+    OP_REQUIRES_OK(ctx, ToTfStatus(Update(
+                            ctx, t, reinterpret_cast<const int64_t*>(addresses.flat<int64_t>().data()),
+                            grads.flat<float>().data(), addresses.NumElements())));
+  }
+
+ protected:
+  virtual Status Update(OpKernelContext* ctx, EmbeddingTable* table, const int64_t* addresses,
+                        const float* grads, int64_t n) = 0;
+
+  // Reads scalar input `index`; non-scalars are reported as a Status by the caller's checks.
+  template <typename T>
+  static Status Scalar(OpKernelContext* ctx, int index, const char* name, T* value) {
+    const Tensor& t = ctx->input(index);
+    if (t.NumElements() != 1) {
+      return Status::InvalidArgument(std::string(name) + " must be a scalar, got shape " +
+                                     t.shape().DebugString());
+    }
+    *value = t.flat<T>()(0);
+    return Status::Ok();
+  }
+};
+
+class ApplyLazyAdamOp : public ApplyOpBase {
+ public:
+  using ApplyOpBase::ApplyOpBase;
+
+ protected:
+  Status Update(OpKernelContext* ctx, EmbeddingTable* table, const int64_t* addresses,
+                const float* grads, int64_t n) override {
+    LazyAdamParams p;
+    REC_SDK_RETURN_IF_ERROR(Scalar(ctx, 3, "learning_rate", &p.learning_rate));
+    REC_SDK_RETURN_IF_ERROR(Scalar(ctx, 4, "beta1", &p.beta1));
+    REC_SDK_RETURN_IF_ERROR(Scalar(ctx, 5, "beta2", &p.beta2));
+    REC_SDK_RETURN_IF_ERROR(Scalar(ctx, 6, "epsilon", &p.epsilon));
+    REC_SDK_RETURN_IF_ERROR(Scalar(ctx, 7, "step", &p.step));
+    return ApplyLazyAdam(table, addresses, grads, n, p, MakeRunner(ctx));
+  }
+};
+
+class ApplyGradientDescentOp : public ApplyOpBase {
+ public:
+  using ApplyOpBase::ApplyOpBase;
+
+ protected:
+  Status Update(OpKernelContext* ctx, EmbeddingTable* table, const int64_t* addresses,
+                const float* grads, int64_t n) override {
+    GradientDescentParams p;
+    REC_SDK_RETURN_IF_ERROR(Scalar(ctx, 3, "learning_rate", &p.learning_rate));
+    REC_SDK_RETURN_IF_ERROR(Scalar(ctx, 4, "weight_decay", &p.weight_decay));
+    return ApplyGradientDescent(table, addresses, grads, n, p, MakeRunner(ctx));
+  }
+};
+
+class ApplyAdagradOp : public ApplyOpBase {
+ public:
+  explicit ApplyAdagradOp(OpKernelConstruction* ctx) : ApplyOpBase(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("initial_accumulator_value", &initial_accumulator_value_));
+  }
+
+ protected:
+  Status Update(OpKernelContext* ctx, EmbeddingTable* table, const int64_t* addresses,
+                const float* grads, int64_t n) override {
+    AdagradParams p;
+    p.initial_accumulator_value = initial_accumulator_value_;
+    REC_SDK_RETURN_IF_ERROR(Scalar(ctx, 3, "learning_rate", &p.learning_rate));
+    return ApplyAdagrad(table, addresses, grads, n, p, MakeRunner(ctx));
+  }
+
+ private:
+  float initial_accumulator_value_;
+};
+
+class ApplyFtrlOp : public ApplyOpBase {
+ public:
+  explicit ApplyFtrlOp(OpKernelConstruction* ctx) : ApplyOpBase(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("initial_accumulator_value", &initial_accumulator_value_));
+  }
+
+ protected:
+  Status Update(OpKernelContext* ctx, EmbeddingTable* table, const int64_t* addresses,
+                const float* grads, int64_t n) override {
+    FtrlParams p;
+    p.initial_accumulator_value = initial_accumulator_value_;
+    REC_SDK_RETURN_IF_ERROR(Scalar(ctx, 3, "learning_rate", &p.learning_rate));
+    REC_SDK_RETURN_IF_ERROR(Scalar(ctx, 4, "learning_rate_power", &p.learning_rate_power));
+    REC_SDK_RETURN_IF_ERROR(Scalar(ctx, 5, "l1", &p.l1));
+    REC_SDK_RETURN_IF_ERROR(Scalar(ctx, 6, "l2", &p.l2));
+    REC_SDK_RETURN_IF_ERROR(Scalar(ctx, 7, "l2_shrinkage", &p.l2_shrinkage));
+    return ApplyFtrl(table, addresses, grads, n, p, MakeRunner(ctx));
+  }
+
+ private:
+  float initial_accumulator_value_;
+};
+
+REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(ApplyLazyAdam)).Device(DEVICE_CPU), ApplyLazyAdamOp);
+REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(ApplyGradientDescent)).Device(DEVICE_CPU),
+                        ApplyGradientDescentOp);
+REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(ApplyAdagrad)).Device(DEVICE_CPU), ApplyAdagradOp);
+REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(ApplyFtrl)).Device(DEVICE_CPU), ApplyFtrlOp);
+
+}  // namespace rec_sdk

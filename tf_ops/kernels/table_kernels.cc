@@ -1,0 +1,352 @@
+// Kernels of the table ops: parse and check inputs, call the core, translate its status.
+#include <vector>
+
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/resource_mgr.h"
+#include "tensorflow/core/framework/tensor_shape.h"
+#include "tf_ops/kernels/table_resource.h"
+#include "tf_ops/ops/op_prefix.h"
+
+namespace rec_sdk {
+
+using tensorflow::DEVICE_CPU;
+using tensorflow::OpKernel;
+using tensorflow::OpKernelConstruction;
+using tensorflow::OpKernelContext;
+using tensorflow::Tensor;
+using tensorflow::TensorShape;
+using tensorflow::core::ScopedUnref;
+namespace errors = tensorflow::errors;
+
+class EmbeddingTableOp : public OpKernel {
+ public:
+  explicit EmbeddingTableOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    std::string initializer;
+    int64_t dim, seed;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("table_name", &config_.name));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("key_dtype", &key_dtype_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("dim", &dim));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("dynamic_expansion", &config_.dynamic_expansion));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("capacity", &config_.capacity));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("initial_capacity", &config_.initial_capacity));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("initializer", &initializer));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("init_value", &config_.initializer.value));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("init_minval", &config_.initializer.minval));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("init_maxval", &config_.initializer.maxval));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("init_mean", &config_.initializer.mean));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("init_stddev", &config_.initializer.stddev));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("init_seed", &seed));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("init_scale", &config_.initializer.scale));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("container", &container_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("shared_name", &shared_name_));
+    OP_REQUIRES(ctx, dim <= EmbeddingTable::kMaxDim,
+                errors::InvalidArgument("dim of table '", config_.name, "' must be in [1, ",
+                                        EmbeddingTable::kMaxDim, "], got ", dim));
+    config_.dim = static_cast<int>(dim);
+    config_.initializer.seed = static_cast<uint64_t>(seed);
+    OP_REQUIRES_OK(ctx, ToTfStatus(InitializerSpec::KindFromName(initializer, &config_.initializer.kind)));
+    if (shared_name_.empty()) shared_name_ = name();
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    auto* rm = ctx->resource_manager();
+    const std::string container = container_.empty() ? rm->default_container() : container_;
+    TableResource* resource = nullptr;
+    OP_REQUIRES_OK(ctx, rm->LookupOrCreate<TableResource>(
+                            container, shared_name_, &resource,
+                            [this](TableResource** created) -> tensorflow::Status {
+                              std::unique_ptr<EmbeddingTable> table;
+                              TF_RETURN_IF_ERROR(ToTfStatus(EmbeddingTable::Create(config_, &table)));
+                              *created = new TableResource(std::move(table), key_dtype_);
+                              return absl::OkStatus();
+                            }));
+    ScopedUnref unref(resource);
+    OP_REQUIRES(ctx,
+                resource->table()->dim() == config_.dim && resource->key_dtype() == key_dtype_,
+                errors::InvalidArgument("table '", shared_name_, "' already exists with dim ",
+                                        resource->table()->dim(), " and key dtype ",
+                                        tensorflow::DataTypeString(resource->key_dtype()),
+                                        "; asked for dim ", config_.dim, " and ",
+                                        tensorflow::DataTypeString(key_dtype_)));
+    Tensor* handle;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &handle));
+    handle->scalar<tensorflow::ResourceHandle>()() =
+        tensorflow::MakeResourceHandle<TableResource>(ctx, container, shared_name_);
+  }
+
+ private:
+  TableConfig config_;
+  tensorflow::DataType key_dtype_;
+  std::string container_;
+  std::string shared_name_;
+};
+
+class TableFindOrInsertOp : public OpKernel {
+ public:
+  explicit TableFindOrInsertOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("is_train", &is_train_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    TableResource* table;
+    OP_REQUIRES_OK(ctx, GetTable(ctx, &table));
+    ScopedUnref unref(table);
+    const Tensor& keys = ctx->input(1);
+    std::vector<int64_t> scratch;
+    const int64_t* key_data;
+    OP_REQUIRES_OK(ctx, KeysAsInt64(keys, table, &scratch, &key_data));
+    Tensor* addresses;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, keys.shape(), &addresses));
+    OP_REQUIRES_OK(ctx, ToTfStatus(table->table()->FindOrInsert(
+                            key_data, keys.NumElements(), is_train_,
+                            reinterpret_cast<int64_t*>(addresses->flat<int64_t>().data()),
+                            MakeRunner(ctx))));
+  }
+
+ private:
+  bool is_train_;
+};
+
+// Checks that `values` has shape keys.shape + [dim].
+static tensorflow::Status CheckRowsShape(const char* what, const Tensor& values,
+                                         const TensorShape& keys_shape, EmbeddingTable* table) {
+  TensorShape expected = keys_shape;
+  expected.AddDim(table->dim());
+  if (values.shape() != expected) {
+    return errors::InvalidArgument(what, " of table '", table->name(), "' must have shape ",
+                                   expected.DebugString(), " (keys shape + [dim]), got ",
+                                   values.shape().DebugString());
+  }
+  return absl::OkStatus();
+}
+
+class TableGatherOp : public OpKernel {
+ public:
+  explicit TableGatherOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("dim", &dim_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    TableResource* table;
+    OP_REQUIRES_OK(ctx, GetTable(ctx, &table));
+    ScopedUnref unref(table);
+    OP_REQUIRES(ctx, dim_ == table->table()->dim(),
+                errors::InvalidArgument("gather of table '", table->table()->name(),
+                                        "' asks for dim ", dim_, " but the table has dim ",
+                                        table->table()->dim()));
+    const Tensor& addresses = ctx->input(1);
+    TensorShape shape = addresses.shape();
+    shape.AddDim(dim_);
+    Tensor* values;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, shape, &values));
+    OP_REQUIRES_OK(ctx, ToTfStatus(table->table()->Gather(
+                            reinterpret_cast<const int64_t*>(addresses.flat<int64_t>().data()),
+                            addresses.NumElements(), values->flat<float>().data(),
+                            MakeRunner(ctx))));
+  }
+
+ private:
+  int64_t dim_;
+};
+
+class TableLookupOp : public OpKernel {
+ public:
+  explicit TableLookupOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("dim", &dim_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("init_missing", &init_missing_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    TableResource* table;
+    OP_REQUIRES_OK(ctx, GetTable(ctx, &table));
+    ScopedUnref unref(table);
+    OP_REQUIRES(ctx, dim_ == table->table()->dim(),
+                errors::InvalidArgument("lookup of table '", table->table()->name(),
+                                        "' asks for dim ", dim_, " but the table has dim ",
+                                        table->table()->dim()));
+    const Tensor& keys = ctx->input(1);
+    std::vector<int64_t> scratch;
+    const int64_t* key_data;
+    OP_REQUIRES_OK(ctx, KeysAsInt64(keys, table, &scratch, &key_data));
+    TensorShape shape = keys.shape();
+    shape.AddDim(dim_);
+    Tensor* values;
+    Tensor* exists;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, shape, &values));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, keys.shape(), &exists));
+    OP_REQUIRES_OK(ctx, ToTfStatus(table->table()->Lookup(
+                            key_data, keys.NumElements(), init_missing_,
+                            values->flat<float>().data(), exists->flat<bool>().data(),
+                            MakeRunner(ctx))));
+  }
+
+ private:
+  int64_t dim_;
+  bool init_missing_;
+};
+
+class TableUpsertOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+
+  void Compute(OpKernelContext* ctx) override {
+    TableResource* table;
+    OP_REQUIRES_OK(ctx, GetTable(ctx, &table));
+    ScopedUnref unref(table);
+    const Tensor& keys = ctx->input(1);
+    const Tensor& values = ctx->input(2);
+    OP_REQUIRES_OK(ctx, CheckRowsShape("upsert values", values, keys.shape(), table->table()));
+    std::vector<int64_t> scratch;
+    const int64_t* key_data;
+    OP_REQUIRES_OK(ctx, KeysAsInt64(keys, table, &scratch, &key_data));
+    OP_REQUIRES_OK(ctx, ToTfStatus(table->table()->Upsert(key_data, values.flat<float>().data(),
+                                                          keys.NumElements(), MakeRunner(ctx))));
+  }
+};
+
+class TableRemoveOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+
+  void Compute(OpKernelContext* ctx) override {
+    TableResource* table;
+    OP_REQUIRES_OK(ctx, GetTable(ctx, &table));
+    ScopedUnref unref(table);
+    const Tensor& keys = ctx->input(1);
+    std::vector<int64_t> scratch;
+    const int64_t* key_data;
+    OP_REQUIRES_OK(ctx, KeysAsInt64(keys, table, &scratch, &key_data));
+    Tensor* removed;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &removed));
+    int64_t count = 0;
+    OP_REQUIRES_OK(ctx, ToTfStatus(table->table()->Remove(key_data, keys.NumElements(), &count,
+                                                          MakeRunner(ctx))));
+    removed->scalar<int64_t>()() = count;
+  }
+};
+
+class TableSizeOp : public OpKernel {
+ public:
+  explicit TableSizeOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    capacity_ = type_string() == REC_SDK_OP_NAME(TableCapacity);
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    TableResource* table;
+    OP_REQUIRES_OK(ctx, GetTable(ctx, &table));
+    ScopedUnref unref(table);
+    Tensor* out;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &out));
+    out->scalar<int64_t>()() = capacity_ ? table->table()->Capacity() : table->table()->Size();
+  }
+
+ private:
+  bool capacity_;
+};
+
+class TableClearOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+
+  void Compute(OpKernelContext* ctx) override {
+    TableResource* table;
+    OP_REQUIRES_OK(ctx, GetTable(ctx, &table));
+    ScopedUnref unref(table);
+    table->table()->Clear();
+  }
+};
+
+class TableExportOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+
+  void Compute(OpKernelContext* ctx) override {
+    TableResource* table;
+    OP_REQUIRES_OK(ctx, GetTable(ctx, &table));
+    ScopedUnref unref(table);
+    EmbeddingTable* t = table->table();
+    const int dim = t->dim();
+    const bool int32_keys = table->key_dtype() == tensorflow::DT_INT32;
+    std::vector<int64_t> wide_keys;
+    Tensor* keys_out = nullptr;
+    OP_REQUIRES_OK(
+        ctx, ToTfStatus(t->Export([&](int64_t n, int64_t** keys, float** values,
+                                      float** slots) -> Status {
+          Tensor* values_out;
+          Tensor* slots_out;
+          auto s = ctx->allocate_output(0, TensorShape({n}), &keys_out);
+          if (s.ok()) s = ctx->allocate_output(1, TensorShape({n, dim}), &values_out);
+          if (s.ok()) s = ctx->allocate_output(2, TensorShape({t->num_slots(), n, dim}), &slots_out);
+          if (!s.ok()) return Status::ResourceExhausted(std::string(s.message()));
+          if (int32_keys) {
+            wide_keys.resize(n);
+            *keys = wide_keys.data();
+          } else {
+            *keys = reinterpret_cast<int64_t*>(keys_out->flat<int64_t>().data());
+          }
+          *values = values_out->flat<float>().data();
+          *slots = slots_out->flat<float>().data();
+          return Status::Ok();
+        })));
+    if (int32_keys) {
+      auto flat = keys_out->flat<int32_t>();
+      for (size_t i = 0; i < wide_keys.size(); ++i) flat(i) = static_cast<int32_t>(wide_keys[i]);
+    }
+  }
+};
+
+class TableImportOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+
+  void Compute(OpKernelContext* ctx) override {
+    TableResource* table;
+    OP_REQUIRES_OK(ctx, GetTable(ctx, &table));
+    ScopedUnref unref(table);
+    EmbeddingTable* t = table->table();
+    const Tensor& keys = ctx->input(1);
+    const Tensor& values = ctx->input(2);
+    const Tensor& slots = ctx->input(3);
+    OP_REQUIRES(ctx, keys.dims() == 1,
+                errors::InvalidArgument("import keys of table '", t->name(),
+                                        "' must be a vector, got shape ",
+                                        keys.shape().DebugString()));
+    OP_REQUIRES_OK(ctx, CheckRowsShape("import values", values, keys.shape(), t));
+    const int64_t n = keys.NumElements();
+    const bool has_slots = slots.NumElements() > 0;
+    OP_REQUIRES(ctx,
+                !has_slots || (slots.dims() == 3 && slots.dim_size(1) == n &&
+                               slots.dim_size(2) == t->dim()),
+                errors::InvalidArgument("import slots of table '", t->name(),
+                                        "' must have shape [num_slots, ", n, ", ", t->dim(),
+                                        "], got ", slots.shape().DebugString()));
+    std::vector<int64_t> scratch;
+    const int64_t* key_data;
+    OP_REQUIRES_OK(ctx, KeysAsInt64(keys, table, &scratch, &key_data));
+    OP_REQUIRES_OK(ctx, ToTfStatus(t->Import(
+                            key_data, values.flat<float>().data(),
+                            has_slots ? slots.flat<float>().data() : nullptr,
+                            has_slots ? static_cast<int>(slots.dim_size(0)) : 0, n)));
+  }
+};
+
+#define REC_SDK_REGISTER_KEYED(op, kernel)                                                   \
+  REGISTER_KERNEL_BUILDER(                                                                   \
+      Name(REC_SDK_OP_NAME(op)).Device(DEVICE_CPU).TypeConstraint<int32_t>("key_dtype"),     \
+      kernel);                                                                               \
+  REGISTER_KERNEL_BUILDER(                                                                   \
+      Name(REC_SDK_OP_NAME(op)).Device(DEVICE_CPU).TypeConstraint<int64_t>("key_dtype"), kernel)
+
+REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(EmbeddingTable)).Device(DEVICE_CPU), EmbeddingTableOp);
+REC_SDK_REGISTER_KEYED(TableFindOrInsert, TableFindOrInsertOp);
+REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableGather)).Device(DEVICE_CPU), TableGatherOp);
+REC_SDK_REGISTER_KEYED(TableLookup, TableLookupOp);
+REC_SDK_REGISTER_KEYED(TableUpsert, TableUpsertOp);
+REC_SDK_REGISTER_KEYED(TableRemove, TableRemoveOp);
+REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableSize)).Device(DEVICE_CPU), TableSizeOp);
+REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableCapacity)).Device(DEVICE_CPU), TableSizeOp);
+REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableClear)).Device(DEVICE_CPU), TableClearOp);
+REC_SDK_REGISTER_KEYED(TableExport, TableExportOp);
+REC_SDK_REGISTER_KEYED(TableImport, TableImportOp);
+
+}  // namespace rec_sdk

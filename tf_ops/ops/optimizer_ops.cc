@@ -1,0 +1,58 @@
+// Op definitions of the sparse optimizers: each updates the rows at unique addresses in place.
+#include "tensorflow/core/framework/common_shape_fns.h"
+#include "tensorflow/core/framework/op.h"
+#include "tf_ops/ops/op_prefix.h"
+
+namespace rec_sdk {
+
+REGISTER_OP(REC_SDK_OP_NAME(ApplyLazyAdam))
+    .Input("table: resource")
+    .Input("addresses: int64")
+    .Input("grads: float")
+    .Input("learning_rate: float")
+    .Input("beta1: float")
+    .Input("beta2: float")
+    .Input("epsilon: float")
+    .Input("step: int64")
+    .SetIsStateful()
+    .SetShapeFn(tensorflow::shape_inference::NoOutputs)
+    .Doc(R"doc(
+LazyAdam on the rows at unique `addresses` [n] with summed gradients `grads` [n, dim]; -1
+addresses are skipped. `step` (>= 1) is the optimizer's update count for bias correction.
+)doc");
+
+REGISTER_OP(REC_SDK_OP_NAME(ApplyGradientDescent))
+    .Input("table: resource")
+    .Input("addresses: int64")
+    .Input("grads: float")
+    .Input("learning_rate: float")
+    .Input("weight_decay: float")
+    .SetIsStateful()
+    .SetShapeFn(tensorflow::shape_inference::NoOutputs)
+    .Doc("w -= learning_rate * (grad + weight_decay * w) on the rows at unique addresses.");
+
+REGISTER_OP(REC_SDK_OP_NAME(ApplyAdagrad))
+    .Input("table: resource")
+    .Input("addresses: int64")
+    .Input("grads: float")
+    .Input("learning_rate: float")
+    .Attr("initial_accumulator_value: float")
+    .SetIsStateful()
+    .SetShapeFn(tensorflow::shape_inference::NoOutputs)
+    .Doc("Adagrad on the rows at unique addresses; accumulators start at initial_accumulator_value.");
+
+REGISTER_OP(REC_SDK_OP_NAME(ApplyFtrl))
+    .Input("table: resource")
+    .Input("addresses: int64")
+    .Input("grads: float")
+    .Input("learning_rate: float")
+    .Input("learning_rate_power: float")
+    .Input("l1: float")
+    .Input("l2: float")
+    .Input("l2_shrinkage: float")
+    .Attr("initial_accumulator_value: float")
+    .SetIsStateful()
+    .SetShapeFn(tensorflow::shape_inference::NoOutputs)
+    .Doc("FTRL-proximal (TensorFlow's ApplyFtrlV2) on the rows at unique addresses.");
+
+}  // namespace rec_sdk

@@ -1,0 +1,177 @@
+// Op definitions of the embedding table: creation, key -> address, reads, writes, export.
+#include "tensorflow/core/framework/common_shape_fns.h"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/shape_inference.h"
+#include "tf_ops/ops/op_prefix.h"
+
+namespace rec_sdk {
+
+using tensorflow::shape_inference::DimensionHandle;
+using tensorflow::shape_inference::InferenceContext;
+using tensorflow::shape_inference::ShapeHandle;
+
+namespace {
+
+// values = keys.shape + [dim]
+tensorflow::Status RowsOfInputShape(InferenceContext* c) {
+  int64_t dim;
+  TF_RETURN_IF_ERROR(c->GetAttr("dim", &dim));
+  ShapeHandle out;
+  TF_RETURN_IF_ERROR(c->Concatenate(c->input(1), c->Vector(dim), &out));
+  c->set_output(0, out);
+  return absl::OkStatus();
+}
+
+tensorflow::Status ScalarOutput(InferenceContext* c) {
+  c->set_output(0, c->Scalar());
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+REGISTER_OP(REC_SDK_OP_NAME(EmbeddingTable))
+    .Output("table: resource")
+    .Attr("table_name: string")
+    .Attr("key_dtype: {int32, int64}")
+    .Attr("dim: int >= 1")
+    .Attr("dynamic_expansion: bool")
+    .Attr("capacity: int >= 0")
+    .Attr("initial_capacity: int >= 0 = 0")
+    .Attr("initializer: string")
+    .Attr("init_value: float = 0.0")
+    .Attr("init_minval: float = 0.0")
+    .Attr("init_maxval: float = 1.0")
+    .Attr("init_mean: float = 0.0")
+    .Attr("init_stddev: float = 1.0")
+    .Attr("init_seed: int = 0")
+    .Attr("init_scale: float = 1.0")
+    .Attr("container: string = ''")
+    .Attr("shared_name: string = ''")
+    .SetIsStateful()
+    .SetShapeFn(tensorflow::shape_inference::ScalarShape)
+    .Doc(R"doc(
+Creates (on first run) or finds the embedding table `shared_name` and returns its handle.
+New rows are initialised from the described initializer: constant (init_value),
+random_uniform (init_minval, init_maxval), random_normal or truncated_normal (init_mean,
+init_stddev), each scaled by init_scale and deterministic for a given init_seed and key.
+)doc");
+
+REGISTER_OP(REC_SDK_OP_NAME(TableFindOrInsert))
+    .Input("table: resource")
+    .Input("keys: key_dtype")
+    .Output("addresses: int64")
+    .Attr("key_dtype: {int32, int64}")
+    .Attr("is_train: bool")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      c->set_output(0, c->input(1));
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+Maps keys (any shape) to row addresses. With is_train, absent keys get a new row; in eval they
+map to -1 and nothing is inserted.
+)doc");
+
+REGISTER_OP(REC_SDK_OP_NAME(TableGather))
+    .Input("table: resource")
+    .Input("addresses: int64")
+    .Output("values: float")
+    .Attr("dim: int >= 1")
+    .SetIsStateful()
+    .SetShapeFn(RowsOfInputShape)
+    .Doc("Reads the rows at addresses (any shape) -> addresses.shape + [dim]; -1 gives zeros.");
+
+REGISTER_OP(REC_SDK_OP_NAME(TableLookup))
+    .Input("table: resource")
+    .Input("keys: key_dtype")
+    .Output("values: float")
+    .Output("exists: bool")
+    .Attr("key_dtype: {int32, int64}")
+    .Attr("dim: int >= 1")
+    .Attr("init_missing: bool = false")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      TF_RETURN_IF_ERROR(RowsOfInputShape(c));
+      c->set_output(1, c->input(1));
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+Reads the embeddings of keys without inserting. Absent keys give zeros, or with init_missing
+the values the initializer would give them; `exists` tells which keys are stored.
+)doc");
+
+REGISTER_OP(REC_SDK_OP_NAME(TableUpsert))
+    .Input("table: resource")
+    .Input("keys: key_dtype")
+    .Input("values: float")
+    .Attr("key_dtype: {int32, int64}")
+    .SetIsStateful()
+    .SetShapeFn(tensorflow::shape_inference::NoOutputs)
+    .Doc("Inserts or overwrites the embeddings of keys with values (keys.shape + [dim]).");
+
+REGISTER_OP(REC_SDK_OP_NAME(TableRemove))
+    .Input("table: resource")
+    .Input("keys: key_dtype")
+    .Output("removed: int64")
+    .Attr("key_dtype: {int32, int64}")
+    .SetIsStateful()
+    .SetShapeFn(ScalarOutput)
+    .Doc("Removes keys (absent keys are ignored) and returns how many were removed.");
+
+REGISTER_OP(REC_SDK_OP_NAME(TableSize))
+    .Input("table: resource")
+    .Output("size: int64")
+    .SetIsStateful()
+    .SetShapeFn(ScalarOutput)
+    .Doc("Number of keys stored in the table.");
+
+REGISTER_OP(REC_SDK_OP_NAME(TableCapacity))
+    .Input("table: resource")
+    .Output("capacity: int64")
+    .SetIsStateful()
+    .SetShapeFn(ScalarOutput)
+    .Doc("Rows the table holds without allocating: its fixed capacity, or in dynamic-expansion "
+         "mode the rows allocated so far.");
+
+REGISTER_OP(REC_SDK_OP_NAME(TableClear))
+    .Input("table: resource")
+    .SetIsStateful()
+    .SetShapeFn(tensorflow::shape_inference::NoOutputs)
+    .Doc("Removes every key.");
+
+REGISTER_OP(REC_SDK_OP_NAME(TableExport))
+    .Input("table: resource")
+    .Output("keys: key_dtype")
+    .Output("values: float")
+    .Output("slots: float")
+    .Attr("key_dtype: {int32, int64}")
+    .Attr("dim: int >= 1")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      int64_t dim;
+      TF_RETURN_IF_ERROR(c->GetAttr("dim", &dim));
+      DimensionHandle n = c->UnknownDim();
+      c->set_output(0, c->Vector(n));
+      c->set_output(1, c->Matrix(n, dim));
+      c->set_output(2, c->MakeShape({c->UnknownDim(), n, c->MakeDim(dim)}));
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+Returns every stored row: keys [n], values [n, dim] and the optimizer slots
+[num_slots, n, dim], in row order.
+)doc");
+
+REGISTER_OP(REC_SDK_OP_NAME(TableImport))
+    .Input("table: resource")
+    .Input("keys: key_dtype")
+    .Input("values: float")
+    .Input("slots: float")
+    .Attr("key_dtype: {int32, int64}")
+    .SetIsStateful()
+    .SetShapeFn(tensorflow::shape_inference::NoOutputs)
+    .Doc(R"doc(
+Replaces the table's contents with keys [n], values [n, dim] and slots [num_slots, n, dim]
+(num_slots may be 0: slots then start from their initial values).
+)doc");
+
+}  // namespace rec_sdk
