@@ -25,7 +25,7 @@ Status ApplyLazyAdam(EmbeddingTable* table, const int64_t* addresses, const floa
                      int64_t n, const LazyAdamParams& p, const ParallelRunner& run) {
   REC_SDK_RETURN_IF_ERROR(CheckRange("LazyAdam", "learning_rate", p.learning_rate, 0, false, kInf, true));
   REC_SDK_RETURN_IF_ERROR(CheckRange("LazyAdam", "beta1", p.beta1, 0, true, 1, true));
-  REC_SDK_RETURN_IF_ERROR(CheckRange("LazyAdam", "beta2", p.beta2, 0, false, 1, true));
+  REC_SDK_RETURN_IF_ERROR(CheckRange("LazyAdam", "beta2", p.beta2, 0, false, 1, false));
   REC_SDK_RETURN_IF_ERROR(CheckRange("LazyAdam", "epsilon", p.epsilon, 0, true, 1, false));
   if (p.step < 1) {
     return Status::InvalidArgument("LazyAdam: step must be >= 1, got " + std::to_string(p.step));

@@ -1,0 +1,1 @@
+"""Tables and lookups (mirrors mx_rec.core)."""

@@ -1,0 +1,108 @@
+"""Thin wrappers over the table ops (tf_ops/ops/table_ops.cc) and the gradient of a gather.
+
+Arguments are checked by the public API (rec_sdk.core.embedding); these functions only build
+the ops.
+"""
+import tensorflow as tf
+
+from rec_sdk.ops.loader import load_ops
+
+GATHER_OP = "RecSdk>TableGather"
+FIND_OR_INSERT_OP = "RecSdk>TableFindOrInsert"
+
+
+def create_table(table_name, key_dtype, dim, dynamic_expansion, capacity, initializer,
+                 initial_capacity=0):
+    """Builds the op that creates (on first run) the table and returns its resource handle.
+
+    `initializer` is a dict from rec_sdk.core.initializer_spec.describe_initializer.
+    """
+    return load_ops().rec_sdk_embedding_table(
+        table_name=table_name,
+        key_dtype=key_dtype,
+        dim=dim,
+        dynamic_expansion=dynamic_expansion,
+        capacity=capacity,
+        initial_capacity=initial_capacity,
+        initializer=initializer["kind"],
+        init_value=initializer["value"],
+        init_minval=initializer["minval"],
+        init_maxval=initializer["maxval"],
+        init_mean=initializer["mean"],
+        init_stddev=initializer["stddev"],
+        init_seed=initializer["seed"],
+        init_scale=initializer["scale"],
+        shared_name=table_name,
+        name=table_name + "_handle")
+
+
+def find_or_insert(table, keys, is_train, name=None):
+    """keys (any shape) -> int64 row addresses; eval (is_train=False) never inserts (-1)."""
+    return load_ops().rec_sdk_table_find_or_insert(table, keys, is_train=is_train, name=name)
+
+
+def gather(table, addresses, dim, name=None):
+    """addresses (any shape) -> addresses.shape + [dim] float32; -1 gives zeros."""
+    return load_ops().rec_sdk_table_gather(table, addresses, dim=dim, name=name)
+
+
+def lookup(table, keys, dim, init_missing=False, name=None):
+    """keys -> (values, exists) without inserting."""
+    return load_ops().rec_sdk_table_lookup(table, keys, dim=dim, init_missing=init_missing,
+                                           name=name)
+
+
+def upsert(table, keys, values, name=None):
+    return load_ops().rec_sdk_table_upsert(table, keys, values, name=name)
+
+
+def remove(table, keys, name=None):
+    return load_ops().rec_sdk_table_remove(table, keys, name=name)
+
+
+def size(table, name=None):
+    return load_ops().rec_sdk_table_size(table, name=name)
+
+
+def capacity(table, name=None):
+    return load_ops().rec_sdk_table_capacity(table, name=name)
+
+
+def clear(table, name=None):
+    return load_ops().rec_sdk_table_clear(table, name=name)
+
+
+def export(table, key_dtype, dim, name=None):
+    """-> (keys [n], values [n, dim], slots [num_slots, n, dim])."""
+    return load_ops().rec_sdk_table_export(table, key_dtype=key_dtype, dim=dim, name=name)
+
+
+def import_rows(table, keys, values, slots, name=None):
+    return load_ops().rec_sdk_table_import(table, keys, values, slots, name=name)
+
+
+def dedup_rows(addresses, values):
+    """Sums the rows of `values` [n, dim] that share an address; -> (unique addresses, sums).
+
+    The one place rec_sdk deduplicates: optimizers call it so that each row is updated once per
+    step with the sum of its gradients, however many times its key occurred in the batch.
+    """
+    unique, index = tf.unique(addresses, out_idx=tf.int32)
+    sums = tf.math.unsorted_segment_sum(values, index, tf.size(unique))
+    return unique, sums
+
+
+@tf.RegisterGradient(GATHER_OP)
+def _table_gather_grad(op, grad):
+    """Gradient with respect to the table: IndexedSlices keyed by row address.
+
+    This is what lets `tf.gradients(loss, table)` work (the SDK's non-expansion flow), like the
+    gradient of ResourceGather on a resource variable. Addresses get no gradient.
+    """
+    dim = op.get_attr("dim")
+    addresses = tf.reshape(op.inputs[1], [-1])
+    values = tf.reshape(grad, [-1, dim])
+    return [tf.IndexedSlices(values, addresses), None]
+
+
+tf.no_gradient(FIND_OR_INSERT_OP)

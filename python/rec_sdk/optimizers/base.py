@@ -1,0 +1,121 @@
+"""SparseOptimizer: the shared apply_gradients of every rec_sdk sparse optimizer.
+
+apply_gradients accepts, per (gradient, variable) pair, any of:
+  * (IndexedSlices, table): from tf.gradients(loss, table), indices are row addresses;
+  * (Tensor [n, dim] or [..., dim], addresses): from tf.gradients(loss, local_emb) with the
+    addresses from the ASCEND_SPARSE_LOOKUP_ID_OFFSET collection;
+  * (IndexedSlices, addresses): the same after a tf.gather of local_emb.
+Pairs are grouped by table, deduplicated once (rec_sdk.ops.table_ops.dedup_rows: one update per
+row with the summed gradient) and applied by one op per table, updating only those rows.
+"""
+import tensorflow as tf
+
+from rec_sdk.core.embedding import SparseEmbedding, table_of, tables_of_graph
+from rec_sdk.ops import table_ops
+from rec_sdk.util import initialize
+
+
+class SparseOptimizer:
+    """Base class; subclasses set `slot_names` and implement `_apply(table, addresses, grads)`."""
+
+    slot_names = ()
+
+    def __init__(self, name, by_address):
+        if not isinstance(name, str) or not name:
+            raise ValueError("name must be a non-empty string, got %r" % (name,))
+        expansion = initialize.get_use_dynamic_expansion()
+        if by_address and not expansion:
+            raise ValueError(
+                "%s: the *_by_addr optimizers need init(use_dynamic_expansion=True); "
+                "use create_hash_optimizer() for fixed-capacity tables" % name)
+        if not by_address and expansion:
+            raise ValueError(
+                "%s: with init(use_dynamic_expansion=True) use the *_by_addr optimizers "
+                "(create_hash_optimizer_by_address)" % name)
+        self._name = name
+        self.by_address = by_address
+
+    def get_name(self):
+        return self._name
+
+    @property
+    def name(self):
+        return self._name
+
+    def _prepare(self):
+        """Creates per-step state (variables) on the first apply_gradients."""
+
+    def _finish(self, update_ops):
+        """Op(s) run after all table updates of one apply_gradients."""
+        return update_ops
+
+    def _apply(self, table, addresses, grads):
+        raise NotImplementedError
+
+    def _rows(self, grad, var):
+        """(table, addresses [n], gradient rows [n, dim]) of one pair."""
+        table = table_of(var)
+        if table is None:
+            raise TypeError("%s.apply_gradients: %r is neither a rec_sdk table nor addresses from "
+                            "a rec_sdk sparse_lookup" % (self._name, var))
+        if isinstance(var, SparseEmbedding) or var is table.handle:
+            if not isinstance(grad, tf.IndexedSlices):
+                raise TypeError("%s.apply_gradients: the gradient of table %r must be the "
+                                "IndexedSlices from tf.gradients(loss, table), got %r"
+                                % (self._name, table.table_name, grad))
+            return table, tf.reshape(grad.indices, [-1]), tf.reshape(grad.values, [-1, table.dim])
+        addresses = tf.reshape(var, [-1])
+        if isinstance(grad, tf.IndexedSlices):
+            return (table, tf.gather(addresses, grad.indices),
+                    tf.reshape(grad.values, [-1, table.dim]))
+        return table, addresses, tf.reshape(tf.convert_to_tensor(grad), [-1, table.dim])
+
+    def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+        """Updates the rows of every table in grads_and_vars; returns the training op."""
+        by_table = {}
+        order = []
+        for grad, var in grads_and_vars:
+            if grad is None:
+                continue
+            table, addresses, rows = self._rows(grad, var)
+            if table.table_name not in by_table:
+                by_table[table.table_name] = (table, [], [])
+                order.append(table.table_name)
+            by_table[table.table_name][1].append(addresses)
+            by_table[table.table_name][2].append(rows)
+        if not order:
+            raise ValueError("%s.apply_gradients: no gradients to apply" % self._name)
+        with tf.name_scope(name or self._name):
+            self._prepare()
+            updates = []
+            for table_name in order:
+                table, addresses, rows = by_table[table_name]
+                with tf.name_scope(table_name):
+                    addresses = addresses[0] if len(addresses) == 1 else tf.concat(addresses, 0)
+                    rows = rows[0] if len(rows) == 1 else tf.concat(rows, 0)
+                    unique, sums = table_ops.dedup_rows(addresses, rows)
+                    updates.append(self._apply(table, unique, sums))
+            finished = self._finish(updates)
+            if global_step is not None:
+                with tf.control_dependencies(tf.nest.flatten(finished)):
+                    return tf.compat.v1.assign_add(global_step, 1).op
+            return tf.group(finished)
+
+    def compute_gradients(self, loss, var_list=None):
+        """[(gradient, table)] for var_list (default: every table of the graph)."""
+        tables = list(var_list) if var_list is not None else tables_of_graph()
+        grads = tf.gradients(loss, [t.handle for t in tables])
+        return list(zip(grads, tables))
+
+    def minimize(self, loss, global_step=None, var_list=None, name=None):
+        """compute_gradients then apply_gradients, for the tables in var_list (default all)."""
+        return self.apply_gradients(self.compute_gradients(loss, var_list),
+                                    global_step=global_step, name=name)
+
+
+def check_learning_rate(name, value, high=None):
+    """learning_rate is a number >= 0 (<= high when given) or a float tensor (a schedule)."""
+    if isinstance(value, (tf.Tensor, tf.Variable)):
+        return value
+    from rec_sdk.util.validation import check_float
+    return check_float(name, value, 0.0, high if high is not None else float("inf"))

@@ -1,0 +1,1 @@
+"""Framework configuration and helpers (mirrors mx_rec.util)."""
