@@ -1,17 +1,23 @@
 #include "tf_ops/core/embedding_table.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
+
+#include <sys/mman.h>
 
 namespace rec_sdk {
 namespace {
 
-// Chunks of about 1 MiB of embeddings: big enough that growth is rare and cheap, small enough
-// that a small table does not reserve much.
-constexpr int64_t kChunkTargetBytes = int64_t{1} << 20;
+// Chunks of about 2 MiB of embeddings (one huge page): big enough that growth is rare and
+// cheap; memory is committed only as rows are written.
+constexpr int64_t kChunkTargetBytes = int64_t{2} << 20;
 constexpr int kMinChunkShift = 4;   // 16 rows
-constexpr int kMaxChunkShift = 16;  // 65,536 rows
+constexpr int kMaxChunkShift = 19;  // 524,288 rows
+
+// How many keys or rows ahead batch loops prefetch.
+constexpr int64_t kPrefetchDistance = 16;
 
 int ChunkShiftFor(int dim) {
   int shift = kMinChunkShift;
@@ -30,9 +36,33 @@ uint32_t NextTableTag() {
   return counter.fetch_add(1, std::memory_order_relaxed) % max_tag + 1;
 }
 
-// Lazy allocation: large blocks come from mmap and are committed on first write, so reserving
-// a fixed-capacity table costs address space, not memory.
-float* AllocateFloats(int64_t n) { return static_cast<float*>(std::malloc(n * sizeof(float))); }
+constexpr size_t kHugePage = size_t{2} << 20;
+
+// Row memory comes straight from mmap: zero-filled and committed only when first written (so
+// reserving a fixed-capacity table costs address space, not memory), aligned to 2 MiB and
+// marked for transparent huge pages, so random row access rarely misses the TLB.
+size_t BlockBytes(size_t bytes) { return (bytes + kHugePage - 1) / kHugePage * kHugePage; }
+
+void* AllocateBlock(size_t bytes) {
+  const size_t size = BlockBytes(bytes);
+  // Over-map by one huge page, then trim both ends to a 2 MiB-aligned block.
+  void* raw = mmap(nullptr, size + kHugePage, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (raw == MAP_FAILED) return nullptr;
+  const uintptr_t start = reinterpret_cast<uintptr_t>(raw);
+  const uintptr_t aligned = (start + kHugePage - 1) & ~(uintptr_t{kHugePage} - 1);
+  if (aligned > start) munmap(raw, aligned - start);
+  const uintptr_t tail = start + size + kHugePage - (aligned + size);
+  if (tail > 0) munmap(reinterpret_cast<void*>(aligned + size), tail);
+  madvise(reinterpret_cast<void*>(aligned), size, MADV_HUGEPAGE);
+  return reinterpret_cast<void*>(aligned);
+}
+
+void FreeBlock(void* p, size_t bytes) {
+  if (p != nullptr) munmap(p, BlockBytes(bytes));
+}
+
+float* AllocateFloats(int64_t n) { return static_cast<float*>(AllocateBlock(n * sizeof(float))); }
 
 }  // namespace
 
@@ -52,9 +82,9 @@ EmbeddingTable::~EmbeddingTable() {
     for (int64_t c = 0; c < kPageSize; ++c) {
       Chunk* chunk = page->chunks[c].load();
       if (chunk == nullptr) continue;
-      std::free(chunk->values);
-      for (float* slot : chunk->slots) std::free(slot);
-      std::free(chunk->meta);
+      FreeBlock(chunk->values, ValueBytes());
+      for (float* slot : chunk->slots) FreeBlock(slot, ValueBytes());
+      FreeBlock(chunk->meta, MetaBytes());
       delete chunk;
     }
     delete page;
@@ -113,8 +143,7 @@ int64_t EmbeddingTable::MemoryBytes() {
 }
 
 int64_t EmbeddingTable::EncodeAddress(int64_t row, uint32_t generation) const {
-  return (static_cast<int64_t>(tag_) << (kRowBits + kGenerationBits)) |
-         (static_cast<int64_t>(generation & ((1u << kGenerationBits) - 1)) << kRowBits) | row;
+  return TagBits() | IndexEntry(row, generation);
 }
 
 Status EmbeddingTable::DecodeAddress(int64_t address, int64_t* row) const {
@@ -157,10 +186,10 @@ bool EmbeddingTable::AddChunkLocked() {
   }
   std::unique_ptr<Chunk> chunk(new Chunk);
   chunk->values = AllocateFloats(rows * config_.dim);
-  chunk->meta = static_cast<RowMeta*>(std::calloc(rows, sizeof(RowMeta)));
+  chunk->meta = static_cast<RowMeta*>(AllocateBlock(rows * sizeof(RowMeta)));
   if (chunk->values == nullptr || chunk->meta == nullptr) {
-    std::free(chunk->values);
-    std::free(chunk->meta);
+    FreeBlock(chunk->values, ValueBytes());
+    FreeBlock(chunk->meta, MetaBytes());
     return false;
   }
   AllocateSlotArrays(chunk.get(), 0);
@@ -208,6 +237,14 @@ void EmbeddingTable::InitializeRowLocked(int64_t row, int64_t key) {
   size_.fetch_add(1, std::memory_order_relaxed);
 }
 
+void EmbeddingTable::PrefetchRow(int64_t address) const {
+  if (address < 0) return;
+  const int64_t row = address & (kMaxRows - 1);
+  if (row >= allocated_rows_.load(std::memory_order_relaxed)) return;
+  __builtin_prefetch(&MetaOf(row));
+  __builtin_prefetch(ValueOf(row));
+}
+
 void EmbeddingTable::FreeRow(int64_t row) {
   RowMeta& meta = MetaOf(row);
   meta.alive = 0;
@@ -231,7 +268,10 @@ void EmbeddingTable::ForEachKeyByShard(
       if (begin[s] == begin[s + 1]) continue;
       HashIndex::Shard& shard = index_.shard(static_cast<int>(s));
       std::lock_guard<std::mutex> lock(shard.mu());
-      for (int64_t j = begin[s]; j < begin[s + 1]; ++j) {
+      const int64_t end = begin[s + 1];
+      for (int64_t j = begin[s]; j < end; ++j) {
+        // Probes of different keys are independent: start the cache misses of later keys now.
+        if (j + kPrefetchDistance < end) shard.Prefetch(hashes[order[j + kPrefetchDistance]]);
         const int64_t i = order[j];
         fn(shard, i, hashes[i]);
       }
@@ -247,17 +287,18 @@ Status EmbeddingTable::FindOrInsert(const int64_t* keys, int64_t n, bool insert,
       keys, n, insert ? 200 : 60,
       [&](HashIndex::Shard& shard, int64_t i, uint64_t hash) {
         const int64_t key = keys[i];
-        int64_t row = shard.Find(key, hash);
-        if (row < 0 && insert) {
-          row = AllocateRow();
+        int64_t entry = shard.Find(key, hash);
+        if (entry < 0 && insert) {
+          const int64_t row = AllocateRow();
           if (row < 0) {
             full.store(true, std::memory_order_relaxed);
           } else {
             InitializeRowLocked(row, key);
-            shard.Insert(key, hash, row);
+            entry = IndexEntry(row, MetaOf(row).generation);
+            shard.Insert(key, hash, entry);
           }
         }
-        addresses[i] = row < 0 ? -1 : EncodeAddress(row, MetaOf(row).generation);
+        addresses[i] = entry < 0 ? -1 : (TagBits() | entry);
       },
       run);
   if (full.load()) return Status::ResourceExhausted(FullMessage());
@@ -272,6 +313,7 @@ Status EmbeddingTable::Gather(const int64_t* addresses, int64_t n, float* out,
   Status error;
   run(n, 20 + 2 * dim, [&](int64_t first, int64_t last) {
     for (int64_t i = first; i < last; ++i) {
+      if (i + kPrefetchDistance < last) PrefetchRow(addresses[i + kPrefetchDistance]);
       int64_t row;
       Status s = DecodeAddress(addresses[i], &row);
       if (!s.ok()) {
@@ -297,7 +339,8 @@ Status EmbeddingTable::Lookup(const int64_t* keys, int64_t n, bool init_missing,
   ForEachKeyByShard(
       keys, n, 60 + 2 * dim,
       [&](HashIndex::Shard& shard, int64_t i, uint64_t hash) {
-        const int64_t row = shard.Find(keys[i], hash);
+        const int64_t entry = shard.Find(keys[i], hash);
+        const int64_t row = entry < 0 ? -1 : RowOfEntry(entry);
         float* dst = out + i * dim;
         if (row >= 0) {
           std::memcpy(dst, ValueOf(row), dim * sizeof(float));
@@ -320,7 +363,8 @@ Status EmbeddingTable::Upsert(const int64_t* keys, const float* values, int64_t 
   ForEachKeyByShard(
       keys, n, 200 + 2 * dim,
       [&](HashIndex::Shard& shard, int64_t i, uint64_t hash) {
-        int64_t row = shard.Find(keys[i], hash);
+        const int64_t entry = shard.Find(keys[i], hash);
+        int64_t row = entry < 0 ? -1 : RowOfEntry(entry);
         if (row < 0) {
           row = AllocateRow();
           if (row < 0) {
@@ -328,7 +372,7 @@ Status EmbeddingTable::Upsert(const int64_t* keys, const float* values, int64_t 
             return;
           }
           InitializeRowLocked(row, keys[i]);
-          shard.Insert(keys[i], hash, row);
+          shard.Insert(keys[i], hash, IndexEntry(row, MetaOf(row).generation));
         }
         std::memcpy(ValueOf(row), values + i * dim, dim * sizeof(float));
       },
@@ -344,9 +388,9 @@ Status EmbeddingTable::Remove(const int64_t* keys, int64_t n, int64_t* removed,
   ForEachKeyByShard(
       keys, n, 100,
       [&](HashIndex::Shard& shard, int64_t i, uint64_t hash) {
-        const int64_t row = shard.Erase(keys[i], hash);
-        if (row >= 0) {
-          FreeRow(row);
+        const int64_t entry = shard.Erase(keys[i], hash);
+        if (entry >= 0) {
+          FreeRow(RowOfEntry(entry));
           count.fetch_add(1, std::memory_order_relaxed);
         }
       },
@@ -430,6 +474,7 @@ Status EmbeddingTable::UpdateRows(const int64_t* addresses, int64_t n, int64_t c
   Status error;
   run(n, 20, [&](int64_t first, int64_t last) {
     for (int64_t i = first; i < last; ++i) {
+      if (i + kPrefetchDistance < last) PrefetchRow(addresses[i + kPrefetchDistance]);
       Status s = DecodeAddress(addresses[i], &rows[i]);
       if (!s.ok()) {
         std::lock_guard<std::mutex> lock(error_mu);
@@ -515,7 +560,7 @@ Status EmbeddingTable::Import(const int64_t* keys, const float* values, const fl
   for (int64_t i = 0; i < n; ++i) {
     const uint64_t hash = HashIndex::Hash(keys[i]);
     HashIndex::Shard& shard = index_.shard(HashIndex::ShardOf(hash));
-    const int64_t row = shard.Find(keys[i], hash);
+    const int64_t row = RowOfEntry(shard.Find(keys[i], hash));
     Chunk* chunk = ChunkOf(row);
     const int64_t offset = OffsetOf(row) * dim;
     for (int s = 0; s < num_slots; ++s) {

@@ -156,9 +156,21 @@ class EmbeddingTable {
     return pages_[c >> kPageBits].load(std::memory_order_acquire)->chunks[c & (kPageSize - 1)].load(
         std::memory_order_acquire);
   }
+  size_t ValueBytes() const { return (size_t{1} << chunk_shift_) * config_.dim * sizeof(float); }
+  size_t MetaBytes() const { return (size_t{1} << chunk_shift_) * sizeof(RowMeta); }
   int64_t OffsetOf(int64_t row) const { return row & ((int64_t{1} << chunk_shift_) - 1); }
   float* ValueOf(int64_t row) const { return ChunkOf(row)->values + OffsetOf(row) * config_.dim; }
   RowMeta& MetaOf(int64_t row) const { return ChunkOf(row)->meta[OffsetOf(row)]; }
+
+  // The index maps a key to its row id and generation (bits 0..51 of its address); the tag
+  // is added when the address leaves the table.
+  static int64_t IndexEntry(int64_t row, uint32_t generation) {
+    return (static_cast<int64_t>(generation & ((1u << kGenerationBits) - 1)) << kRowBits) | row;
+  }
+  static int64_t RowOfEntry(int64_t entry) { return entry & (kMaxRows - 1); }
+  int64_t TagBits() const { return static_cast<int64_t>(tag_) << (kRowBits + kGenerationBits); }
+  // Starts loading the metadata and embedding of the row an address names (a hint only).
+  void PrefetchRow(int64_t address) const;
 
   // Validates an address and returns its row id, or -1 for the "no row" address.
   Status DecodeAddress(int64_t address, int64_t* row) const;

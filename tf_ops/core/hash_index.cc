@@ -10,31 +10,31 @@ HashIndex::Shard::Shard() : entries_(kInitialSlots, Entry{0, -1}), mask_(kInitia
 int64_t HashIndex::Shard::Find(int64_t key, uint64_t hash) const {
   for (size_t i = hash & mask_;; i = (i + 1) & mask_) {
     const Entry& e = entries_[i];
-    if (e.row < 0) return -1;
-    if (e.key == key) return e.row;
+    if (e.value < 0) return -1;
+    if (e.key == key) return e.value;
   }
 }
 
-void HashIndex::Shard::Insert(int64_t key, uint64_t hash, int64_t row) {
+void HashIndex::Shard::Insert(int64_t key, uint64_t hash, int64_t value) {
   // Keep the load factor at most 1/2 so probe sequences stay short.
   if ((size_ + 1) * 2 > entries_.size()) Grow();
   size_t i = hash & mask_;
-  while (entries_[i].row >= 0) i = (i + 1) & mask_;
-  entries_[i] = Entry{key, row};
+  while (entries_[i].value >= 0) i = (i + 1) & mask_;
+  entries_[i] = Entry{key, value};
   ++size_;
 }
 
 int64_t HashIndex::Shard::Erase(int64_t key, uint64_t hash) {
   size_t i = hash & mask_;
   for (;; i = (i + 1) & mask_) {
-    if (entries_[i].row < 0) return -1;
+    if (entries_[i].value < 0) return -1;
     if (entries_[i].key == key) break;
   }
-  const int64_t row = entries_[i].row;
+  const int64_t value = entries_[i].value;
   // Backward-shift deletion: move later entries of the probe run into the hole when their home
   // slot does not lie cyclically in (hole, position].
   size_t hole = i;
-  for (size_t j = (hole + 1) & mask_; entries_[j].row >= 0; j = (j + 1) & mask_) {
+  for (size_t j = (hole + 1) & mask_; entries_[j].value >= 0; j = (j + 1) & mask_) {
     const size_t home = Hash(entries_[j].key) & mask_;
     const bool stays = hole <= j ? (hole < home && home <= j) : (hole < home || home <= j);
     if (!stays) {
@@ -42,9 +42,9 @@ int64_t HashIndex::Shard::Erase(int64_t key, uint64_t hash) {
       hole = j;
     }
   }
-  entries_[hole].row = -1;
+  entries_[hole].value = -1;
   --size_;
-  return row;
+  return value;
 }
 
 void HashIndex::Shard::Clear() {
@@ -59,9 +59,9 @@ void HashIndex::Shard::Grow() {
   old.swap(entries_);
   mask_ = entries_.size() - 1;
   for (const Entry& e : old) {
-    if (e.row < 0) continue;
+    if (e.value < 0) continue;
     size_t i = Hash(e.key) & mask_;
-    while (entries_[i].row >= 0) i = (i + 1) & mask_;
+    while (entries_[i].value >= 0) i = (i + 1) & mask_;
     entries_[i] = e;
   }
 }

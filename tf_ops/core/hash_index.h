@@ -1,4 +1,5 @@
-// HashIndex: the key -> row id map of one table.
+// HashIndex: the key -> value map of one table (the table stores a row id and the row's
+// generation in the value, so a probe yields a full row address without touching the row).
 //
 // The index is split into kNumShards independent open-addressing tables (linear probing,
 // backward-shift deletion, no tombstones), each behind its own mutex. A batch is bucketed by
@@ -33,12 +34,14 @@ class HashIndex {
    public:
     Shard();
     // All methods require the caller to hold mu().
-    // Returns the row of key, or -1 when absent.
+    // Returns the value of key (>= 0), or -1 when absent.
     int64_t Find(int64_t key, uint64_t hash) const;
-    // Adds key -> row; key must be absent.
-    void Insert(int64_t key, uint64_t hash, int64_t row);
-    // Removes key; returns its row, or -1 when absent.
+    // Adds key -> value (value >= 0); key must be absent.
+    void Insert(int64_t key, uint64_t hash, int64_t value);
+    // Removes key; returns its value, or -1 when absent.
     int64_t Erase(int64_t key, uint64_t hash);
+    // Starts loading the slot where a probe for `hash` begins (no lock needed: a hint only).
+    void Prefetch(uint64_t hash) const { __builtin_prefetch(&entries_[hash & mask_]); }
     void Clear();
     size_t size() const { return size_; }
     size_t memory_bytes() const { return entries_.capacity() * sizeof(Entry); }
@@ -47,7 +50,7 @@ class HashIndex {
    private:
     struct Entry {
       int64_t key;
-      int64_t row;  // < 0: empty slot
+      int64_t value;  // < 0: empty slot
     };
     void Grow();
 

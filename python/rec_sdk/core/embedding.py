@@ -232,7 +232,9 @@ def sparse_lookup(hash_table, ids, send_count=None, is_train=True, name=None,
                   serving_default_value=None, dim=None, **kwargs):
     """Looks up the embeddings of `ids` (a tf.Tensor of any shape) in `hash_table`.
 
-    Returns a float32 tensor of shape ids.shape + [dim]. In training (is_train=True) new keys
+    Returns a float32 tensor of shape ids.shape + [dim]. The ids are deduplicated first; the
+    collections receive the embeddings of the unique keys [n_unique, dim] and their row
+    addresses [n_unique]. In training (is_train=True) new keys
     get rows initialised from the table's initializer; in evaluation nothing is inserted and
     unknown keys read zeros (or serving_default_value).
 
@@ -288,8 +290,10 @@ def sparse_lookup(hash_table, ids, send_count=None, is_train=True, name=None,
 
     with tf.name_scope(lookup_name):
         ids = hash_table._keys(ids, param="ids of sparse_lookup %r" % lookup_name)
-        flat_ids = tf.reshape(ids, [-1])
-        addresses = table_ops.find_or_insert(hash_table.handle, flat_ids, is_train,
+        # Each distinct key is looked up and trained once per lookup: the table sees only
+        # the unique keys and `inverse` spreads their rows back over the ids.
+        unique_ids, inverse = tf.unique(tf.reshape(ids, [-1]), out_idx=tf.int32)
+        addresses = table_ops.find_or_insert(hash_table.handle, unique_ids, is_train,
                                              name="find_or_insert")
         local_emb = table_ops.gather(hash_table.handle, addresses, hash_table.dim, name="gather")
         if not is_grad:
@@ -303,6 +307,6 @@ def sparse_lookup(hash_table, ids, send_count=None, is_train=True, name=None,
             missing = tf.expand_dims(tf.equal(addresses, -1), 1)
             local_emb = tf.where(missing, default[tf.newaxis, :], local_emb)
         out_shape = tf.concat([tf.shape(ids, out_type=tf.int32), [hash_table.dim]], 0)
-        embeddings = tf.reshape(local_emb, out_shape, name="embeddings")
+        embeddings = tf.reshape(tf.gather(local_emb, inverse), out_shape, name="embeddings")
         embeddings.set_shape(ids.shape.concatenate([hash_table.dim]))
         return embeddings

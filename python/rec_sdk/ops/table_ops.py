@@ -92,6 +92,13 @@ def dedup_rows(addresses, values):
     return unique, sums
 
 
+def addresses_are_unique(addresses):
+    """True when `addresses` come from a find_or_insert of deduplicated keys (as sparse_lookup
+    builds it), so its rows need no further deduplication."""
+    op = addresses.op
+    return op.type == FIND_OR_INSERT_OP and op.inputs[1].op.type == "Unique"
+
+
 @tf.RegisterGradient(GATHER_OP)
 def _table_gather_grad(op, grad):
     """Gradient with respect to the table: IndexedSlices keyed by row address.
@@ -100,8 +107,15 @@ def _table_gather_grad(op, grad):
     gradient of ResourceGather on a resource variable. Addresses get no gradient.
     """
     dim = op.get_attr("dim")
-    addresses = tf.reshape(op.inputs[1], [-1])
-    values = tf.reshape(grad, [-1, dim])
+    addresses = op.inputs[1]
+    if addresses.shape.rank != 1:
+        addresses = tf.reshape(addresses, [-1])
+    if isinstance(grad, tf.IndexedSlices):
+        # Sum the slices onto the gathered rows; cheaper than a dense conversion.
+        values = tf.math.unsorted_segment_sum(tf.reshape(grad.values, [-1, dim]), grad.indices,
+                                              tf.size(addresses))
+    else:
+        values = tf.reshape(grad, [-1, dim])
     return [tf.IndexedSlices(values, addresses), None]
 
 

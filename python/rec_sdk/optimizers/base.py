@@ -5,8 +5,9 @@ apply_gradients accepts, per (gradient, variable) pair, any of:
   * (Tensor [n, dim] or [..., dim], addresses): from tf.gradients(loss, local_emb) with the
     addresses from the ASCEND_SPARSE_LOOKUP_ID_OFFSET collection;
   * (IndexedSlices, addresses): the same after a tf.gather of local_emb.
-Pairs are grouped by table, deduplicated once (rec_sdk.ops.table_ops.dedup_rows: one update per
-row with the summed gradient) and applied by one op per table, updating only those rows.
+Pairs are grouped by table and deduplicated (rec_sdk.ops.table_ops.dedup_rows: one update per
+row with the summed gradient; skipped when a single lookup's addresses are already unique), then
+applied by one op per table, updating only those rows.
 """
 import tensorflow as tf
 
@@ -53,7 +54,7 @@ class SparseOptimizer:
         raise NotImplementedError
 
     def _rows(self, grad, var):
-        """(table, addresses [n], gradient rows [n, dim]) of one pair."""
+        """(table, addresses [n], gradient rows [n, dim], whether the addresses are unique)."""
         table = table_of(var)
         if table is None:
             raise TypeError("%s.apply_gradients: %r is neither a rec_sdk table nor addresses from "
@@ -63,12 +64,16 @@ class SparseOptimizer:
                 raise TypeError("%s.apply_gradients: the gradient of table %r must be the "
                                 "IndexedSlices from tf.gradients(loss, table), got %r"
                                 % (self._name, table.table_name, grad))
-            return table, tf.reshape(grad.indices, [-1]), tf.reshape(grad.values, [-1, table.dim])
+            return (table, tf.reshape(grad.indices, [-1]), tf.reshape(grad.values, [-1, table.dim]),
+                    table_ops.addresses_are_unique(grad.indices))
+        unique = table_ops.addresses_are_unique(var)
         addresses = tf.reshape(var, [-1])
         if isinstance(grad, tf.IndexedSlices):
-            return (table, tf.gather(addresses, grad.indices),
-                    tf.reshape(grad.values, [-1, table.dim]))
-        return table, addresses, tf.reshape(tf.convert_to_tensor(grad), [-1, table.dim])
+            # Gradient of a tf.gather over the looked-up rows: sum it onto those rows.
+            rows = tf.math.unsorted_segment_sum(tf.reshape(grad.values, [-1, table.dim]),
+                                                grad.indices, tf.size(addresses))
+            return table, addresses, rows, unique
+        return table, addresses, tf.reshape(tf.convert_to_tensor(grad), [-1, table.dim]), unique
 
     def apply_gradients(self, grads_and_vars, global_step=None, name=None):
         """Updates the rows of every table in grads_and_vars; returns the training op."""
@@ -77,24 +82,27 @@ class SparseOptimizer:
         for grad, var in grads_and_vars:
             if grad is None:
                 continue
-            table, addresses, rows = self._rows(grad, var)
+            table, addresses, rows, unique = self._rows(grad, var)
             if table.table_name not in by_table:
-                by_table[table.table_name] = (table, [], [])
+                by_table[table.table_name] = (table, [], [], [])
                 order.append(table.table_name)
             by_table[table.table_name][1].append(addresses)
             by_table[table.table_name][2].append(rows)
+            by_table[table.table_name][3].append(unique)
         if not order:
             raise ValueError("%s.apply_gradients: no gradients to apply" % self._name)
         with tf.name_scope(name or self._name):
             self._prepare()
             updates = []
             for table_name in order:
-                table, addresses, rows = by_table[table_name]
+                table, addresses, rows, unique = by_table[table_name]
                 with tf.name_scope(table_name):
-                    addresses = addresses[0] if len(addresses) == 1 else tf.concat(addresses, 0)
-                    rows = rows[0] if len(rows) == 1 else tf.concat(rows, 0)
-                    unique, sums = table_ops.dedup_rows(addresses, rows)
-                    updates.append(self._apply(table, unique, sums))
+                    if len(addresses) == 1 and unique[0]:
+                        addresses, rows = addresses[0], rows[0]
+                    else:
+                        addresses, rows = table_ops.dedup_rows(tf.concat(addresses, 0),
+                                                               tf.concat(rows, 0))
+                    updates.append(self._apply(table, addresses, rows))
             finished = self._finish(updates)
             if global_step is not None:
                 with tf.control_dependencies(tf.nest.flatten(finished)):

@@ -1,0 +1,308 @@
+// Tests of HashIndex: the sharded open-addressing key -> row map, checked against
+// std::unordered_map models.
+#include "tf_ops/core/hash_index.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <unordered_map>
+#include <vector>
+
+namespace rec_sdk {
+namespace {
+
+constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+
+// Drives a HashIndex the way EmbeddingTable does (Find before Insert, the shard picked by the
+// top hash bits) and mirrors every operation in an unordered_map.
+class ModelChecker {
+ public:
+  ModelChecker() : index_(new HashIndex) {}
+
+  HashIndex::Shard& ShardFor(int64_t key) {
+    return index_->shard(HashIndex::ShardOf(HashIndex::Hash(key)));
+  }
+
+  // Inserts key -> row unless present; returns whether it was inserted.
+  bool Insert(int64_t key, int64_t row) {
+    const uint64_t h = HashIndex::Hash(key);
+    HashIndex::Shard& s = ShardFor(key);
+    std::lock_guard<std::mutex> lock(s.mu());
+    const int64_t found = s.Find(key, h);
+    auto it = model_.find(key);
+    EXPECT_EQ(found, it == model_.end() ? -1 : it->second) << "key " << key;
+    if (found >= 0) return false;
+    s.Insert(key, h, row);
+    model_[key] = row;
+    return true;
+  }
+
+  void Erase(int64_t key) {
+    const uint64_t h = HashIndex::Hash(key);
+    HashIndex::Shard& s = ShardFor(key);
+    std::lock_guard<std::mutex> lock(s.mu());
+    const int64_t erased = s.Erase(key, h);
+    auto it = model_.find(key);
+    EXPECT_EQ(erased, it == model_.end() ? -1 : it->second) << "key " << key;
+    if (it != model_.end()) model_.erase(it);
+    // No duplicate of the key may survive the erase.
+    EXPECT_EQ(s.Find(key, h), -1) << "key " << key << " still found after Erase";
+  }
+
+  // Every key of `universe` is found exactly when the model has it, with the model's row, and
+  // the shard sizes add up to the model's size.
+  void CheckAll(const std::vector<int64_t>& universe) {
+    for (int64_t key : universe) {
+      const uint64_t h = HashIndex::Hash(key);
+      HashIndex::Shard& s = ShardFor(key);
+      std::lock_guard<std::mutex> lock(s.mu());
+      auto it = model_.find(key);
+      ASSERT_EQ(s.Find(key, h), it == model_.end() ? -1 : it->second) << "key " << key;
+    }
+    size_t total = 0;
+    for (int i = 0; i < HashIndex::kNumShards; ++i) total += index_->shard(i).size();
+    ASSERT_EQ(total, model_.size());
+  }
+
+  HashIndex& index() { return *index_; }
+  const std::unordered_map<int64_t, int64_t>& model() const { return model_; }
+
+ private:
+  std::unique_ptr<HashIndex> index_;
+  std::unordered_map<int64_t, int64_t> model_;
+};
+
+// Keys of one shard whose home slot under a table of `slots` slots is one of `homes`.
+std::vector<int64_t> KeysWithHomes(int shard, size_t slots, const std::vector<size_t>& homes,
+                                   size_t per_home, int64_t start) {
+  std::vector<int64_t> keys;
+  for (size_t home : homes) {
+    size_t found = 0;
+    for (int64_t k = start; found < per_home; ++k) {
+      const uint64_t h = HashIndex::Hash(k);
+      if (HashIndex::ShardOf(h) == shard && (h & (slots - 1)) == home) {
+        keys.push_back(k);
+        ++found;
+      }
+    }
+  }
+  return keys;
+}
+
+// --- Hash and shard selection -------------------------------------------------------------
+
+TEST(HashIndexTest, HashIsDeterministicAndShardInRange) {
+  for (int64_t key : {int64_t{0}, int64_t{1}, int64_t{-1}, kMin, kMax, int64_t{123456789}}) {
+    EXPECT_EQ(HashIndex::Hash(key), HashIndex::Hash(key));
+    const int s = HashIndex::ShardOf(HashIndex::Hash(key));
+    EXPECT_GE(s, 0);
+    EXPECT_LT(s, HashIndex::kNumShards);
+  }
+  // Sequential keys spread over every shard.
+  std::vector<int> count(HashIndex::kNumShards, 0);
+  for (int64_t k = 0; k < 64 * 200; ++k) ++count[HashIndex::ShardOf(HashIndex::Hash(k))];
+  for (int s = 0; s < HashIndex::kNumShards; ++s) EXPECT_GT(count[s], 100) << "shard " << s;
+}
+
+// --- Random operations against an unordered_map --------------------------------------------
+
+TEST(HashIndexTest, EmptyIndexFindsNothing) {
+  ModelChecker m;
+  m.CheckAll({0, 1, -1, kMin, kMax});
+  m.Erase(42);  // erasing an absent key is a no-op returning -1
+  m.CheckAll({42});
+}
+
+TEST(HashIndexTest, RandomInsertFindEraseMatchesModel) {
+  ModelChecker m;
+  std::mt19937_64 rng(7);
+  // A pool mixing random 64-bit keys, small keys (0 included), negative keys and the extremes.
+  std::vector<int64_t> pool = {0, 1, -1, kMin, kMin + 1, kMax, kMax - 1};
+  for (int i = 0; i < 3000; ++i) pool.push_back(static_cast<int64_t>(rng()));
+  for (int i = 0; i < 1000; ++i) pool.push_back(i - 500);
+  std::uniform_int_distribution<size_t> pick(0, pool.size() - 1);
+  int64_t next_row = 0;
+  for (int op = 0; op < 60000; ++op) {
+    const int64_t key = pool[pick(rng)];
+    if (rng() % 3 != 0) {
+      m.Insert(key, next_row++);
+    } else {
+      m.Erase(key);
+    }
+    if (op % 5000 == 4999) ASSERT_NO_FATAL_FAILURE(m.CheckAll(pool));
+  }
+  ASSERT_NO_FATAL_FAILURE(m.CheckAll(pool));
+  // Erase everything: the index must end up empty with no key left behind.
+  for (int64_t key : pool) m.Erase(key);
+  ASSERT_NO_FATAL_FAILURE(m.CheckAll(pool));
+  EXPECT_TRUE(m.model().empty());
+}
+
+TEST(HashIndexTest, ExtremeKeysAndRowZero) {
+  ModelChecker m;
+  // Key 0 with row 0 must not look like an empty slot (empty slots are {0, -1}).
+  EXPECT_TRUE(m.Insert(0, 0));
+  EXPECT_TRUE(m.Insert(kMin, 1));
+  EXPECT_TRUE(m.Insert(kMax, 2));
+  EXPECT_TRUE(m.Insert(-1, 3));
+  EXPECT_FALSE(m.Insert(kMin, 99));  // already present: keeps row 1
+  ASSERT_NO_FATAL_FAILURE(m.CheckAll({0, kMin, kMax, -1, 1, kMin + 1, kMax - 1}));
+  m.Erase(kMin);
+  m.Erase(0);
+  ASSERT_NO_FATAL_FAILURE(m.CheckAll({0, kMin, kMax, -1}));
+}
+
+TEST(HashIndexTest, GrowthKeepsEveryKey) {
+  ModelChecker m;
+  // Many keys per shard forces each shard through several doublings.
+  std::vector<int64_t> keys;
+  for (int64_t i = 0; i < 50000; ++i) keys.push_back(i * 7919 - 100000);
+  for (size_t i = 0; i < keys.size(); ++i) m.Insert(keys[i], static_cast<int64_t>(i));
+  ASSERT_NO_FATAL_FAILURE(m.CheckAll(keys));
+  // Erase every other key after growth, then re-insert half of those with new rows.
+  for (size_t i = 0; i < keys.size(); i += 2) m.Erase(keys[i]);
+  ASSERT_NO_FATAL_FAILURE(m.CheckAll(keys));
+  for (size_t i = 0; i < keys.size(); i += 4) m.Insert(keys[i], 1000000 + static_cast<int64_t>(i));
+  ASSERT_NO_FATAL_FAILURE(m.CheckAll(keys));
+}
+
+// --- Backward-shift deletion across the end of the slot array ------------------------------
+
+// For each table size, fills one shard up to that size with keys homed in the middle, then
+// works a cluster of keys whose home slots straddle the wrap-around (last slots and first
+// slots), erasing in every order and checking all keys after each step.
+TEST(HashIndexTest, BackwardShiftAcrossWrapAroundAtSeveralSizes) {
+  const int shard = 5;
+  for (size_t slots : {size_t{16}, size_t{32}, size_t{64}, size_t{256}}) {
+    SCOPED_TRACE("slots=" + std::to_string(slots));
+    ModelChecker m;
+    // A table of `slots` slots holds between slots/4 + 1 (after growing to it) and slots/2
+    // entries. Fillers are homed around slots/2 (far from the wrap), the cluster around 0.
+    const size_t fillers = slots / 4 + 1;
+    std::vector<int64_t> filler_keys =
+        KeysWithHomes(shard, slots, {slots / 2 - 1, slots / 2}, (fillers + 1) / 2, 1000);
+    filler_keys.resize(fillers);
+    const size_t room = slots / 2 - fillers;
+    ASSERT_GE(room, 3u);
+    const size_t per_home = (room + 3) / 4;
+    std::vector<int64_t> cluster =
+        KeysWithHomes(shard, slots, {slots - 2, slots - 1, 0, 1}, per_home, 5000000);
+    cluster.resize(std::min(cluster.size(), room));
+    std::vector<int64_t> universe = filler_keys;
+    universe.insert(universe.end(), cluster.begin(), cluster.end());
+
+    int64_t row = 0;
+    for (int64_t k : filler_keys) m.Insert(k, row++);
+    const size_t bytes_before = m.index().shard(shard).memory_bytes();
+    std::mt19937 rng(static_cast<unsigned>(slots));
+    for (int round = 0; round < 30; ++round) {
+      // Insert the cluster in a random order, then erase it in another random order.
+      std::shuffle(cluster.begin(), cluster.end(), rng);
+      for (int64_t k : cluster) m.Insert(k, row++);
+      ASSERT_NO_FATAL_FAILURE(m.CheckAll(universe));
+      std::shuffle(cluster.begin(), cluster.end(), rng);
+      for (int64_t k : cluster) {
+        m.Erase(k);
+        ASSERT_NO_FATAL_FAILURE(m.CheckAll(universe));
+      }
+    }
+    // The cluster never pushed the shard past `slots` slots, so the wrap case was exercised
+    // at this size rather than after another growth.
+    EXPECT_EQ(m.index().shard(shard).memory_bytes(), bytes_before);
+    EXPECT_EQ(m.index().shard(shard).size(), fillers);
+  }
+}
+
+// A long run of random insert/erase on one shard restricted to keys homed near the wrap, with
+// the size kept below the growth threshold: every shape of probe run that crosses the end.
+TEST(HashIndexTest, RandomOpsOnWrappingClusterMatchModel) {
+  const int shard = 17;
+  const size_t slots = 16;
+  std::vector<int64_t> pool =
+      KeysWithHomes(shard, slots, {13, 14, 15, 0, 1, 2}, 3, -3000000);
+  ModelChecker m;
+  std::mt19937 rng(3);
+  int64_t row = 0;
+  for (int op = 0; op < 20000; ++op) {
+    const int64_t key = pool[rng() % pool.size()];
+    if (m.model().size() < slots / 2 && rng() % 2 == 0) {
+      m.Insert(key, row++);
+    } else {
+      m.Erase(key);
+    }
+    ASSERT_NO_FATAL_FAILURE(m.CheckAll(pool));
+  }
+  EXPECT_EQ(m.index().shard(shard).memory_bytes(), m.index().shard(0).memory_bytes())
+      << "the shard should not have grown";
+}
+
+TEST(HashIndexTest, ClearEmptiesShard) {
+  ModelChecker m;
+  for (int64_t k = 0; k < 1000; ++k) m.Insert(k, k);
+  HashIndex::Shard& s = m.ShardFor(3);
+  std::lock_guard<std::mutex> lock(s.mu());
+  s.Clear();
+  EXPECT_EQ(s.size(), 0u);
+  EXPECT_EQ(s.Find(3, HashIndex::Hash(3)), -1);
+  s.Insert(3, HashIndex::Hash(3), 77);
+  EXPECT_EQ(s.Find(3, HashIndex::Hash(3)), 77);
+}
+
+// --- BucketByShard --------------------------------------------------------------------------
+
+// Checks the documented contract: hashes[i] = Hash(keys[i]); begin is a prefix sum; every
+// position appears exactly once; positions of a shard are its positions in original order.
+void CheckBuckets(const std::vector<int64_t>& keys) {
+  std::vector<uint64_t> hashes;
+  std::vector<int64_t> order;
+  std::vector<int64_t> begin;
+  const int64_t n = static_cast<int64_t>(keys.size());
+  HashIndex::BucketByShard(keys.data(), n, &hashes, &order, &begin);
+  ASSERT_EQ(hashes.size(), keys.size());
+  ASSERT_EQ(order.size(), keys.size());
+  ASSERT_EQ(begin.size(), static_cast<size_t>(HashIndex::kNumShards + 1));
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hashes[i], HashIndex::Hash(keys[i]));
+  EXPECT_EQ(begin[0], 0);
+  EXPECT_EQ(begin[HashIndex::kNumShards], n);
+
+  // Reference: positions of each shard, in their original order.
+  std::vector<std::vector<int64_t>> expected(HashIndex::kNumShards);
+  for (int64_t i = 0; i < n; ++i) expected[HashIndex::ShardOf(HashIndex::Hash(keys[i]))].push_back(i);
+  std::vector<int> seen(keys.size(), 0);
+  for (int s = 0; s < HashIndex::kNumShards; ++s) {
+    ASSERT_LE(begin[s], begin[s + 1]);
+    std::vector<int64_t> got(order.begin() + begin[s], order.begin() + begin[s + 1]);
+    EXPECT_EQ(got, expected[s]) << "shard " << s;
+    for (int64_t i : got) ++seen[i];
+  }
+  for (int64_t i = 0; i < n; ++i) EXPECT_EQ(seen[i], 1) << "position " << i;
+}
+
+TEST(HashIndexTest, BucketByShardEmpty) { CheckBuckets({}); }
+
+TEST(HashIndexTest, BucketByShardRandomKeysWithDuplicates) {
+  std::mt19937_64 rng(11);
+  std::vector<int64_t> keys;
+  for (int i = 0; i < 5000; ++i) keys.push_back(static_cast<int64_t>(rng()));
+  // Duplicates (must stay in batch order within their shard) and extreme keys.
+  for (int i = 0; i < 1000; ++i) keys.push_back(keys[rng() % keys.size()]);
+  for (int64_t k : {kMin, kMax, int64_t{0}, int64_t{-1}, kMin, kMax}) keys.push_back(k);
+  std::shuffle(keys.begin(), keys.end(), rng);
+  CheckBuckets(keys);
+}
+
+TEST(HashIndexTest, BucketByShardSingleShardBatch) {
+  // All keys in one shard: the order must be exactly 0..n-1.
+  std::vector<int64_t> keys = KeysWithHomes(9, 16, {0, 1, 2, 3, 4, 5, 6, 7}, 4, 0);
+  keys.push_back(keys[0]);
+  CheckBuckets(keys);
+}
+
+}  // namespace
+}  // namespace rec_sdk
