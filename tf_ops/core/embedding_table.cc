@@ -234,6 +234,7 @@ void EmbeddingTable::InitializeRowLocked(int64_t row, int64_t key) {
   RowMeta& meta = MetaOf(row);
   meta.key = key;
   meta.alive = 1;
+  meta.slots_unset = num_slots_ > 0 && !slot_values_known_;
   size_.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -461,6 +462,16 @@ Status EmbeddingTable::EnsureSlots(const std::string& optimizer,
       if (rows_used > 0) std::fill_n(chunk->slots[s], rows_used * config_.dim, initial_values[s]);
     }
   }
+  // Rows added after an Import of slots but before this call got no slot values of their own.
+  for (int64_t row = 0; first_new > 0 && row < next_row_; ++row) {
+    RowMeta& meta = MetaOf(row);
+    if (!meta.slots_unset) continue;
+    meta.slots_unset = 0;
+    Chunk* chunk = ChunkOf(row);
+    for (int s = 0; s < first_new; ++s) {
+      std::fill_n(chunk->slots[s] + OffsetOf(row) * config_.dim, config_.dim, initial_values[s]);
+    }
+  }
   slot_optimizer_ = optimizer;
   slot_values_known_ = true;
   return Status::Ok();
@@ -566,6 +577,7 @@ Status EmbeddingTable::Import(const int64_t* keys, const float* values, const fl
     for (int s = 0; s < num_slots; ++s) {
       std::memcpy(chunk->slots[s] + offset, slots + (s * n + i) * dim, dim * sizeof(float));
     }
+    if (num_slots == num_slots_) MetaOf(row).slots_unset = 0;
   }
   return Status::Ok();
 }

@@ -136,6 +136,9 @@ class EmbeddingTable {
     int64_t key;
     uint16_t generation;
     uint8_t alive;
+    // The row was initialised while the slot initial values were unknown (after an Import of
+    // slots, before the first EnsureSlots); EnsureSlots gives it the initial values.
+    uint8_t slots_unset;
   };
   struct Chunk {
     float* values = nullptr;

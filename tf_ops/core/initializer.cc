@@ -94,7 +94,10 @@ void InitializeRow(const InitializerSpec& spec, int64_t key, int dim, float* out
       RowRandom rng(spec.seed, key);
       const double width = static_cast<double>(spec.maxval) - spec.minval;
       for (int i = 0; i < dim; ++i) {
-        out[i] = static_cast<float>((spec.minval + width * rng.Uniform()) * spec.scale);
+        float v = static_cast<float>(spec.minval + width * rng.Uniform());
+        // Rounding to float can reach maxval; keep the interval half-open.
+        if (v >= spec.maxval && spec.maxval > spec.minval) v = std::nextafter(spec.maxval, spec.minval);
+        out[i] = v * spec.scale;
       }
       return;
     }

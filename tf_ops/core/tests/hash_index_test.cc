@@ -135,7 +135,9 @@ TEST(HashIndexTest, RandomInsertFindEraseMatchesModel) {
     } else {
       m.Erase(key);
     }
-    if (op % 5000 == 4999) ASSERT_NO_FATAL_FAILURE(m.CheckAll(pool));
+    if (op % 5000 == 4999) {
+      ASSERT_NO_FATAL_FAILURE(m.CheckAll(pool));
+    }
   }
   ASSERT_NO_FATAL_FAILURE(m.CheckAll(pool));
   // Erase everything: the index must end up empty with no key left behind.

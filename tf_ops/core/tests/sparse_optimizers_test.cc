@@ -201,7 +201,9 @@ class SparseOptimizerTest : public ::testing::Test {
       for (size_t r = 0; r < model.size(); ++r) {
         SCOPED_TRACE("key " + std::to_string(keys_[r]));
         ASSERT_EQ(after[r].slots.size(), slot_init.size());
-        if (!touched[r] && step > 1) EXPECT_TRUE(after[r] == before[r]) << "untouched row changed";
+        if (!touched[r] && step > 1) {
+          EXPECT_TRUE(after[r] == before[r]) << "untouched row changed";
+        }
         for (int d = 0; d < kDim; ++d) {
           EXPECT_PRED2(Near, after[r].w[d], model[r].w[d]) << "w[" << d << "]";
           for (size_t k = 0; k < slot_init.size(); ++k) {
