@@ -500,6 +500,13 @@ Status EmbeddingTable::UpdateRows(const int64_t* addresses, int64_t n, int64_t c
   run(n, cost_per_row, [&](int64_t first, int64_t last) {
     float* slots[kMaxSlots];
     for (int64_t i = first; i < last; ++i) {
+      if (i + kPrefetchDistance < last && rows[i + kPrefetchDistance] >= 0) {
+        const int64_t ahead = rows[i + kPrefetchDistance];
+        Chunk* chunk = ChunkOf(ahead);
+        const int64_t offset = OffsetOf(ahead) * dim;
+        __builtin_prefetch(chunk->values + offset);
+        for (int s = 0; s < num_slots; ++s) __builtin_prefetch(chunk->slots[s] + offset);
+      }
       const int64_t row = rows[i];
       if (row < 0) continue;
       Chunk* chunk = ChunkOf(row);

@@ -1,9 +1,13 @@
 // Kernels of the table ops: parse and check inputs, call the core, translate its status.
+#include <algorithm>
+#include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/resource_mgr.h"
 #include "tensorflow/core/framework/tensor_shape.h"
+#include "tf_ops/core/unique.h"
 #include "tf_ops/kernels/table_resource.h"
 #include "tf_ops/ops/op_prefix.h"
 
@@ -79,6 +83,39 @@ class EmbeddingTableOp : public OpKernel {
   tensorflow::DataType key_dtype_;
   std::string container_;
   std::string shared_name_;
+};
+
+template <typename T>
+class UniqueKeysOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& keys = ctx->input(0);
+    OP_REQUIRES(ctx, keys.dims() == 1,
+                errors::InvalidArgument("keys must be a vector, got shape ",
+                                        keys.shape().DebugString()));
+    const int64_t n = keys.NumElements();
+    OP_REQUIRES(ctx, n <= std::numeric_limits<int32_t>::max(),
+                errors::InvalidArgument("at most 2^31-1 keys per call, got ", n));
+    const auto flat = keys.flat<T>();
+    std::vector<int64_t> wide;
+    const int64_t* key_data;
+    if (std::is_same<T, int64_t>::value) {
+      key_data = reinterpret_cast<const int64_t*>(flat.data());
+    } else {
+      wide.assign(flat.data(), flat.data() + n);
+      key_data = wide.data();
+    }
+    Tensor* inverse;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, keys.shape(), &inverse));
+    std::vector<int64_t> unique;
+    DeduplicateKeys(key_data, n, &unique, inverse->flat<int32_t>().data(), MakeRunner(ctx));
+    Tensor* unique_out;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({static_cast<int64_t>(unique.size())}),
+                                             &unique_out));
+    std::copy(unique.begin(), unique.end(), unique_out->flat<T>().data());
+  }
 };
 
 class TableFindOrInsertOp : public OpKernel {
@@ -338,6 +375,12 @@ class TableImportOp : public OpKernel {
       Name(REC_SDK_OP_NAME(op)).Device(DEVICE_CPU).TypeConstraint<int64_t>("key_dtype"), kernel)
 
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(EmbeddingTable)).Device(DEVICE_CPU), EmbeddingTableOp);
+REGISTER_KERNEL_BUILDER(
+    Name(REC_SDK_OP_NAME(UniqueKeys)).Device(DEVICE_CPU).TypeConstraint<int32_t>("T"),
+    UniqueKeysOp<int32_t>);
+REGISTER_KERNEL_BUILDER(
+    Name(REC_SDK_OP_NAME(UniqueKeys)).Device(DEVICE_CPU).TypeConstraint<int64_t>("T"),
+    UniqueKeysOp<int64_t>);
 REC_SDK_REGISTER_KEYED(TableFindOrInsert, TableFindOrInsertOp);
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableGather)).Device(DEVICE_CPU), TableGatherOp);
 REC_SDK_REGISTER_KEYED(TableLookup, TableLookupOp);

@@ -56,6 +56,23 @@ random_uniform (init_minval, init_maxval), random_normal or truncated_normal (in
 init_stddev), each scaled by init_scale and deterministic for a given init_seed and key.
 )doc");
 
+REGISTER_OP(REC_SDK_OP_NAME(UniqueKeys))
+    .Input("keys: T")
+    .Output("unique: T")
+    .Output("inverse: int32")
+    .Attr("T: {int32, int64}")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle keys;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 1, &keys));
+      c->set_output(0, c->Vector(c->UnknownDim()));
+      c->set_output(1, keys);
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+Deduplicates a vector of keys in parallel: unique[inverse[i]] == keys[i]. Unique keys are
+grouped by hash shard (deterministic for a given input), not sorted.
+)doc");
+
 REGISTER_OP(REC_SDK_OP_NAME(TableFindOrInsert))
     .Input("table: resource")
     .Input("keys: key_dtype")

@@ -288,11 +288,11 @@ def sparse_lookup(hash_table, ids, send_count=None, is_train=True, name=None,
                          % (hash_table.table_name, MAX_LOOKUPS_PER_TABLE))
     hash_table.lookup_count += 1
 
-    with tf.name_scope(lookup_name):
+    with tf.name_scope(table_ops.op_scope_name(lookup_name)):
         ids = hash_table._keys(ids, param="ids of sparse_lookup %r" % lookup_name)
         # Each distinct key is looked up and trained once per lookup: the table sees only
         # the unique keys and `inverse` spreads their rows back over the ids.
-        unique_ids, inverse = tf.unique(tf.reshape(ids, [-1]), out_idx=tf.int32)
+        unique_ids, inverse = table_ops.unique_keys(tf.reshape(ids, [-1]), name="unique")
         addresses = table_ops.find_or_insert(hash_table.handle, unique_ids, is_train,
                                              name="find_or_insert")
         local_emb = table_ops.gather(hash_table.handle, addresses, hash_table.dim, name="gather")

@@ -49,6 +49,11 @@ def describe_initializer(initializer, table_name, scale=1.0, param_name="emb_ini
             "%s %r cannot be run by rec_sdk's C++ row initialiser: supported are %s"
             % (param_name, cls if kind is None else initializer, ", ".join(SUPPORTED)))
     config = initializer.get_config()
+    for key in ("value", "minval", "maxval", "mean", "stddev"):
+        value = config.get(key)
+        if value is not None and not isinstance(value, (numbers.Real, np.ndarray, list, tuple)):
+            raise ValueError("%s %s: parameter %s=%r must be a number for a rec_sdk table"
+                             % (param_name, cls, key, value))
     seed = config.get("seed")
     if seed is None:
         seed = default_seed(table_name)
@@ -63,7 +68,10 @@ def describe_initializer(initializer, table_name, scale=1.0, param_name="emb_ini
                              "rec_sdk table, got shape %s" % (param_name, value.shape))
         return _spec("constant", seed, scale, value=float(value.reshape(())))
     if kind == "random_uniform":
-        return _spec(kind, seed, scale, minval=config.get("minval", -0.05),
-                     maxval=config.get("maxval", 0.05))
-    return _spec(kind, seed, scale, mean=config.get("mean", 0.0),
-                 stddev=config.get("stddev", 1.0))
+        # tf.compat.v1.random_uniform_initializer leaves maxval None, meaning 1 for floats.
+        minval, maxval = config.get("minval"), config.get("maxval")
+        return _spec(kind, seed, scale, minval=0.0 if minval is None else minval,
+                     maxval=1.0 if maxval is None else maxval)
+    mean, stddev = config.get("mean"), config.get("stddev")
+    return _spec(kind, seed, scale, mean=0.0 if mean is None else mean,
+                 stddev=1.0 if stddev is None else stddev)

@@ -9,6 +9,7 @@ from rec_sdk.ops.loader import load_ops
 
 GATHER_OP = "RecSdk>TableGather"
 FIND_OR_INSERT_OP = "RecSdk>TableFindOrInsert"
+UNIQUE_OP = "RecSdk>UniqueKeys"
 
 
 def create_table(table_name, key_dtype, dim, dynamic_expansion, capacity, initializer,
@@ -33,7 +34,13 @@ def create_table(table_name, key_dtype, dim, dynamic_expansion, capacity, initia
         init_seed=initializer["seed"],
         init_scale=initializer["scale"],
         shared_name=table_name,
-        name=table_name + "_handle")
+        name=op_scope_name(table_name + "_handle"))
+
+
+def op_scope_name(name):
+    """`name` made valid as a TensorFlow op or scope name at the graph root (which may not
+    start with '_'): table names may."""
+    return name if not name.startswith("_") else "rec_sdk" + name
 
 
 def find_or_insert(table, keys, is_train, name=None):
@@ -81,13 +88,22 @@ def import_rows(table, keys, values, slots, name=None):
     return load_ops().rec_sdk_table_import(table, keys, values, slots, name=name)
 
 
+def unique_keys(keys, name=None):
+    """keys [n] (int32/int64) -> (unique, inverse int32) with unique[inverse] == keys.
+
+    rec_sdk's one dedup (a parallel C++ kernel): lookups use it on keys, optimizers on row
+    addresses (dedup_rows).
+    """
+    return load_ops().rec_sdk_unique_keys(keys, name=name)
+
+
 def dedup_rows(addresses, values):
     """Sums the rows of `values` [n, dim] that share an address; -> (unique addresses, sums).
 
-    The one place rec_sdk deduplicates: optimizers call it so that each row is updated once per
-    step with the sum of its gradients, however many times its key occurred in the batch.
+    Optimizers call it so that each row is updated once per step with the sum of its
+    gradients, however many lookups or positions its key came from.
     """
-    unique, index = tf.unique(addresses, out_idx=tf.int32)
+    unique, index = unique_keys(addresses)
     sums = tf.math.unsorted_segment_sum(values, index, tf.size(unique))
     return unique, sums
 
@@ -96,7 +112,7 @@ def addresses_are_unique(addresses):
     """True when `addresses` come from a find_or_insert of deduplicated keys (as sparse_lookup
     builds it), so its rows need no further deduplication."""
     op = addresses.op
-    return op.type == FIND_OR_INSERT_OP and op.inputs[1].op.type == "Unique"
+    return op.type == FIND_OR_INSERT_OP and op.inputs[1].op.type == UNIQUE_OP
 
 
 @tf.RegisterGradient(GATHER_OP)
@@ -120,3 +136,4 @@ def _table_gather_grad(op, grad):
 
 
 tf.no_gradient(FIND_OR_INSERT_OP)
+tf.no_gradient(UNIQUE_OP)

@@ -14,6 +14,7 @@ import tensorflow as tf
 from rec_sdk.core.embedding import SparseEmbedding, table_of, tables_of_graph
 from rec_sdk.ops import table_ops
 from rec_sdk.util import initialize
+from rec_sdk.util.validation import check_float
 
 
 class SparseOptimizer:
@@ -91,12 +92,12 @@ class SparseOptimizer:
             by_table[table.table_name][3].append(unique)
         if not order:
             raise ValueError("%s.apply_gradients: no gradients to apply" % self._name)
-        with tf.name_scope(name or self._name):
+        with tf.name_scope(table_ops.op_scope_name(name or self._name)):
             self._prepare()
             updates = []
             for table_name in order:
                 table, addresses, rows, unique = by_table[table_name]
-                with tf.name_scope(table_name):
+                with tf.name_scope(table_ops.op_scope_name(table_name)):
                     if len(addresses) == 1 and unique[0]:
                         addresses, rows = addresses[0], rows[0]
                     else:
@@ -121,9 +122,10 @@ class SparseOptimizer:
                                     global_step=global_step, name=name)
 
 
-def check_learning_rate(name, value, high=None):
-    """learning_rate is a number >= 0 (<= high when given) or a float tensor (a schedule)."""
+def check_learning_rate(name, value, high=None, positive=False):
+    """learning_rate is a number >= 0 (> 0 when positive; <= high when given) or a float
+    tensor (a schedule, checked by the kernel when it runs)."""
     if isinstance(value, (tf.Tensor, tf.Variable)):
         return value
-    from rec_sdk.util.validation import check_float
-    return check_float(name, value, 0.0, high if high is not None else float("inf"))
+    return check_float(name, value, 0.0, high if high is not None else float("inf"),
+                       low_open=positive)

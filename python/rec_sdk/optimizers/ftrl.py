@@ -12,7 +12,7 @@ class FtrlOptimizer(SparseOptimizer):
     def __init__(self, learning_rate, learning_rate_power, initial_accumulator_value, l1, l2,
                  l2_shrinkage, name, by_address):
         super().__init__(name, by_address)
-        self.learning_rate = check_learning_rate("learning_rate", learning_rate)
+        self.learning_rate = check_learning_rate("learning_rate", learning_rate, positive=True)
         self.learning_rate_power = check_float("learning_rate_power", learning_rate_power,
                                                float("-inf"), 0.0, low_open=True)
         self.initial_accumulator_value = check_float(

@@ -1,0 +1,23 @@
+"""Shared test setup: graph mode for the whole process, and a clean rec_sdk configuration and
+default graph around every test."""
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import pytest  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from rec_sdk.util import initialize  # noqa: E402
+
+# rec_sdk is a tf.compat.v1 graph-mode library, as the SDK it mirrors.
+tf.compat.v1.disable_eager_execution()
+
+
+@pytest.fixture(autouse=True)
+def _clean_rec_sdk():
+    initialize.terminate_config_initializer()
+    tf.compat.v1.reset_default_graph()
+    yield
+    initialize.terminate_config_initializer()
+    tf.compat.v1.reset_default_graph()
+

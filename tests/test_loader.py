@@ -1,0 +1,150 @@
+"""Tests for rec_sdk.ops.loader: errors for a missing or mismatched op library, and the
+'RecSdk>' prefix of every op."""
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import tensorflow as tf
+from tensorflow.core.framework import op_def_pb2
+from tensorflow.python.client import pywrap_tf_session
+from tensorflow.python.framework import op_def_registry
+
+import rec_sdk
+from rec_sdk.core.embedding import create_table, sparse_lookup
+from rec_sdk.ops import loader
+from rec_sdk.optimizers import lazy_adam
+from rec_sdk.util.initialize import init
+
+PREFIX = "RecSdk>"
+INSTALLED = os.path.join(os.path.dirname(loader.__file__), loader.LIBRARY_FILE)
+
+
+@pytest.fixture
+def fresh_loader(monkeypatch):
+    """Makes the next load_ops() load again; the loaded library is restored afterwards."""
+    loader.load_ops()  # make sure the real library is loaded (and restored) whatever the order
+    monkeypatch.setattr(loader, "_library", None)
+    return monkeypatch
+
+
+def test_library_path_default_and_env(monkeypatch):
+    monkeypatch.delenv(loader.LIBRARY_ENV, raising=False)
+    assert loader.library_path() == INSTALLED
+    monkeypatch.setenv(loader.LIBRARY_ENV, "")
+    assert loader.library_path() == INSTALLED
+    monkeypatch.setenv(loader.LIBRARY_ENV, "/somewhere/lib.so")
+    assert loader.library_path() == "/somewhere/lib.so"
+
+
+def test_installed_library_and_version_file():
+    assert os.path.exists(INSTALLED)
+    version_file = os.path.join(os.path.dirname(INSTALLED), loader.VERSION_FILE)
+    with open(version_file) as f:
+        assert f.read().strip() == tf.__version__
+
+
+def test_missing_library_error(fresh_loader, tmp_path):
+    missing = str(tmp_path / "no_such_dir" / "_rec_sdk_ops.so")
+    fresh_loader.setenv(loader.LIBRARY_ENV, missing)
+    with pytest.raises(loader.OpLibraryError) as info:
+        loader.load_ops()
+    message = str(info.value)
+    assert missing in message
+    assert tf.__version__ in message
+    assert "`make build`" in message
+    assert isinstance(info.value, RuntimeError)
+    assert loader._library is None
+    # The error reaches the public API too.
+    init()
+    with pytest.raises(loader.OpLibraryError, match="missing"):
+        create_table(tf.int64, 4, "t", tf.compat.v1.zeros_initializer())
+
+
+def test_version_mismatch_error(fresh_loader, tmp_path):
+    copy = tmp_path / loader.LIBRARY_FILE
+    shutil.copyfile(INSTALLED, copy)
+    (tmp_path / loader.VERSION_FILE).write_text("2.99.7\n")
+    fresh_loader.setenv(loader.LIBRARY_ENV, str(copy))
+    with pytest.raises(loader.OpLibraryError) as info:
+        loader.load_ops()
+    message = str(info.value)
+    assert "2.99.7" in message
+    assert tf.__version__ in message
+    assert str(copy) in message
+    assert "`make build`" in message
+    assert loader._library is None
+
+
+def test_unloadable_library_error(fresh_loader, tmp_path):
+    bogus = tmp_path / loader.LIBRARY_FILE
+    bogus.write_bytes(b"this is not a shared object")
+    (tmp_path / loader.VERSION_FILE).write_text(tf.__version__)
+    fresh_loader.setenv(loader.LIBRARY_ENV, str(bogus))
+    with pytest.raises(loader.OpLibraryError) as info:
+        loader.load_ops()
+    message = str(info.value)
+    assert str(bogus) in message
+    assert tf.__version__ in message
+    assert "`make build`" in message
+
+
+def test_library_loaded_once():
+    assert loader.load_ops() is loader.load_ops()
+
+
+def test_import_does_not_load_library():
+    code = ("import rec_sdk, rec_sdk.core.embedding, rec_sdk.optimizers.lazy_adam, "
+            "rec_sdk.util.variable\n"
+            "from rec_sdk.ops import loader\n"
+            "assert loader._library is None\n")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
+               REC_SDK_OPS_LIBRARY="/nonexistent/_rec_sdk_ops.so")
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+
+
+def _library_op_list():
+    loader.load_ops()
+    handle = pywrap_tf_session.TF_LoadLibrary(loader.library_path())
+    return op_def_pb2.OpList.FromString(pywrap_tf_session.TF_GetOpList(handle))
+
+
+def test_every_library_op_has_prefix():
+    names = [op.name for op in _library_op_list().op]
+    assert len(names) >= 15
+    assert all(name.startswith(PREFIX) for name in names), names
+    for name in names:
+        assert op_def_registry.get(name) is not None
+    # Without the prefix some names would clash with TensorFlow's own ops (its
+    # ApplyGradientDescent takes a ref variable, not a table).
+    tf_op = op_def_registry.get("ApplyGradientDescent")
+    ours = op_def_registry.get(PREFIX + "ApplyGradientDescent")
+    assert tf_op is not None and tf_op.input_arg[0].name == "var"
+    assert ours.input_arg[0].name == "table"
+    expected = {"EmbeddingTable", "TableFindOrInsert", "TableGather", "TableLookup",
+                "TableUpsert", "TableRemove", "TableSize", "TableCapacity", "TableClear",
+                "TableExport", "TableImport", "ApplyLazyAdam", "ApplyGradientDescent",
+                "ApplyAdagrad", "ApplyFtrl"}
+    assert {PREFIX + name for name in expected} <= set(names)
+
+
+def test_graph_ops_carry_prefix():
+    init(use_dynamic_expansion=False)
+    library_ops = {op.name for op in _library_op_list().op}
+    table = create_table(tf.int64, 4, "t", tf.compat.v1.zeros_initializer(),
+                         device_vocabulary_size=10)
+    emb = sparse_lookup(table, tf.constant([1, 2], tf.int64))
+    lazy_adam.create_hash_optimizer().minimize(tf.reduce_sum(emb))
+    table.export()
+    types = {op.type for op in tf.compat.v1.get_default_graph().get_operations()}
+    ours = types & library_ops
+    assert {PREFIX + "EmbeddingTable", PREFIX + "TableFindOrInsert", PREFIX + "TableGather",
+            PREFIX + "ApplyLazyAdam", PREFIX + "TableExport"} <= ours
+    # No op of the graph looks like one of ours without the prefix.
+    for op_type in types - ours:
+        assert not op_type.startswith(("Table", "EmbeddingTable", "RecSdk")), op_type
+    assert rec_sdk.ops.table_ops.GATHER_OP.startswith(PREFIX)
+    assert rec_sdk.ops.table_ops.FIND_OR_INSERT_OP.startswith(PREFIX)

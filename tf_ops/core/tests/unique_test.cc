@@ -1,0 +1,67 @@
+// DeduplicateKeys against a std::unordered_map model: every key appears once in `unique`,
+// unique[inverse[i]] == keys[i], and the result does not depend on how work is split.
+#include "tf_ops/core/unique.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <thread>
+#include <unordered_set>
+#include <vector>
+
+namespace rec_sdk {
+namespace {
+
+void TwoThreads(int64_t total, int64_t, const std::function<void(int64_t, int64_t)>& work) {
+  const int64_t mid = total / 2;
+  std::thread other([&] { if (mid < total) work(mid, total); });
+  if (mid > 0) work(0, mid);
+  other.join();
+}
+
+void CheckDedup(const std::vector<int64_t>& keys, const ParallelRunner& run) {
+  std::vector<int64_t> unique;
+  std::vector<int32_t> inverse(keys.size(), -1);
+  DeduplicateKeys(keys.data(), keys.size(), &unique, inverse.data(), run);
+  const std::unordered_set<int64_t> expected(keys.begin(), keys.end());
+  ASSERT_EQ(unique.size(), expected.size());
+  const std::unordered_set<int64_t> got(unique.begin(), unique.end());
+  EXPECT_EQ(got, expected);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    ASSERT_GE(inverse[i], 0);
+    ASSERT_LT(static_cast<size_t>(inverse[i]), unique.size());
+    ASSERT_EQ(unique[inverse[i]], keys[i]) << "position " << i;
+  }
+}
+
+TEST(UniqueTest, EmptyInput) { CheckDedup({}, SerialRunner); }
+
+TEST(UniqueTest, AllEqualAndExtremeKeys) {
+  CheckDedup(std::vector<int64_t>(1000, 7), SerialRunner);
+  CheckDedup({INT64_MIN, INT64_MAX, -1, 0, INT64_MIN, -1, INT64_MAX}, SerialRunner);
+}
+
+TEST(UniqueTest, RandomKeysWithManyDuplicatesSerialAndThreaded) {
+  std::mt19937_64 rng(3);
+  for (int64_t range : {10, 1000, 1000000}) {
+    std::vector<int64_t> keys(50000);
+    for (auto& k : keys) k = static_cast<int64_t>(rng() % range) - range / 2;
+    CheckDedup(keys, SerialRunner);
+    CheckDedup(keys, TwoThreads);
+  }
+}
+
+TEST(UniqueTest, OutputIsDeterministic) {
+  std::mt19937_64 rng(5);
+  std::vector<int64_t> keys(20000);
+  for (auto& k : keys) k = static_cast<int64_t>(rng() % 5000);
+  std::vector<int64_t> a, b;
+  std::vector<int32_t> ia(keys.size()), ib(keys.size());
+  DeduplicateKeys(keys.data(), keys.size(), &a, ia.data(), SerialRunner);
+  DeduplicateKeys(keys.data(), keys.size(), &b, ib.data(), TwoThreads);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(ia, ib);
+}
+
+}  // namespace
+}  // namespace rec_sdk

@@ -1,0 +1,64 @@
+#include "tf_ops/core/unique.h"
+
+#include <algorithm>
+
+#include "tf_ops/core/hash_index.h"
+
+namespace rec_sdk {
+
+void DeduplicateKeys(const int64_t* keys, int64_t n, std::vector<int64_t>* unique,
+                     int32_t* inverse, const ParallelRunner& run) {
+  constexpr int kShards = HashIndex::kNumShards;
+  std::vector<uint64_t> hashes;
+  std::vector<int64_t> order;
+  std::vector<int64_t> begin;
+  HashIndex::BucketByShard(keys, n, &hashes, &order, &begin);
+
+  // Pass 1, per shard: the shard's distinct keys go to shard_unique[begin[s] ...] and each
+  // position gets its index among them.
+  std::vector<int64_t> shard_unique(n);
+  std::vector<int32_t> local_index(n);
+  std::vector<int64_t> unique_count(kShards, 0);
+  run(kShards, 60 * (n / kShards + 1), [&](int64_t first, int64_t last) {
+    std::vector<int32_t> slots;  // position in the shard's unique list + 1; 0 = empty
+    for (int64_t s = first; s < last; ++s) {
+      const int64_t count = begin[s + 1] - begin[s];
+      if (count == 0) continue;
+      size_t capacity = 16;
+      while (capacity < static_cast<size_t>(2 * count)) capacity <<= 1;
+      const size_t mask = capacity - 1;
+      slots.assign(capacity, 0);
+      int64_t* out = shard_unique.data() + begin[s];
+      int32_t found = 0;
+      for (int64_t j = begin[s]; j < begin[s + 1]; ++j) {
+        const int64_t i = order[j];
+        const int64_t key = keys[i];
+        size_t p = hashes[i] & mask;
+        while (slots[p] != 0 && out[slots[p] - 1] != key) p = (p + 1) & mask;
+        if (slots[p] == 0) {
+          out[found] = key;
+          slots[p] = ++found;
+        }
+        local_index[i] = slots[p] - 1;
+      }
+      unique_count[s] = found;
+    }
+  });
+
+  // Pass 2: concatenate the shards' unique keys and turn local indices into global ones.
+  std::vector<int64_t> offset(kShards + 1, 0);
+  for (int s = 0; s < kShards; ++s) offset[s + 1] = offset[s] + unique_count[s];
+  unique->resize(offset[kShards]);
+  run(kShards, 4 * (n / kShards + 1), [&](int64_t first, int64_t last) {
+    for (int64_t s = first; s < last; ++s) {
+      std::copy_n(shard_unique.data() + begin[s], unique_count[s], unique->data() + offset[s]);
+    }
+  });
+  run(n, 4, [&](int64_t first, int64_t last) {
+    for (int64_t i = first; i < last; ++i) {
+      inverse[i] = static_cast<int32_t>(offset[HashIndex::ShardOf(hashes[i])] + local_index[i]);
+    }
+  });
+}
+
+}  // namespace rec_sdk
