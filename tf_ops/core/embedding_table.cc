@@ -62,7 +62,6 @@ void FreeBlock(void* p, size_t bytes) {
   if (p != nullptr) munmap(p, BlockBytes(bytes));
 }
 
-float* AllocateFloats(int64_t n) { return static_cast<float*>(AllocateBlock(n * sizeof(float))); }
 
 }  // namespace
 
@@ -71,7 +70,8 @@ EmbeddingTable::EmbeddingTable(const TableConfig& config)
       chunk_shift_(ChunkShiftFor(config.dim)),
       tag_(NextTableTag()),
       max_rows_(config.dynamic_expansion ? kMaxRows : config.capacity),
-      pages_(new std::atomic<DirectoryPage*>[kMaxPages]) {
+      pages_(new std::atomic<DirectoryPage*>[kMaxPages]),
+      row_bytes_(RowBytesFor(0)) {
   for (int64_t i = 0; i < kMaxPages; ++i) pages_[i].store(nullptr, std::memory_order_relaxed);
 }
 
@@ -82,9 +82,7 @@ EmbeddingTable::~EmbeddingTable() {
     for (int64_t c = 0; c < kPageSize; ++c) {
       Chunk* chunk = page->chunks[c].load();
       if (chunk == nullptr) continue;
-      FreeBlock(chunk->values, ValueBytes());
-      for (float* slot : chunk->slots) FreeBlock(slot, ValueBytes());
-      FreeBlock(chunk->meta, MetaBytes());
+      FreeBlock(chunk->rows, ChunkBytes());
       delete chunk;
     }
     delete page;
@@ -136,10 +134,7 @@ int64_t EmbeddingTable::MemoryBytes() {
     std::lock_guard<std::mutex> lock(alloc_mu_);
     chunks = num_chunks_;
   }
-  const int64_t rows = chunks << chunk_shift_;
-  return rows * (config_.dim * static_cast<int64_t>(sizeof(float)) * (1 + num_slots_) +
-                 static_cast<int64_t>(sizeof(RowMeta))) +
-         static_cast<int64_t>(index_.memory_bytes());
+  return chunks * static_cast<int64_t>(ChunkBytes()) + static_cast<int64_t>(index_.memory_bytes());
 }
 
 int64_t EmbeddingTable::EncodeAddress(int64_t row, uint32_t generation) const {
@@ -185,24 +180,47 @@ bool EmbeddingTable::AddChunkLocked() {
     pages_[p].store(page, std::memory_order_release);
   }
   std::unique_ptr<Chunk> chunk(new Chunk);
-  chunk->values = AllocateFloats(rows * config_.dim);
-  chunk->meta = static_cast<RowMeta*>(AllocateBlock(rows * sizeof(RowMeta)));
-  if (chunk->values == nullptr || chunk->meta == nullptr) {
-    FreeBlock(chunk->values, ValueBytes());
-    FreeBlock(chunk->meta, MetaBytes());
-    return false;
-  }
-  AllocateSlotArrays(chunk.get(), 0);
+  chunk->rows = static_cast<char*>(AllocateBlock(rows * row_bytes_));
+  if (chunk->rows == nullptr) return false;
   page->chunks[num_chunks_ & (kPageSize - 1)].store(chunk.release(), std::memory_order_release);
   ++num_chunks_;
   allocated_rows_.store(num_chunks_ << chunk_shift_, std::memory_order_release);
   return true;
 }
 
-void EmbeddingTable::AllocateSlotArrays(Chunk* chunk, int first_slot) {
-  for (int s = first_slot; s < num_slots_; ++s) {
-    if (chunk->slots[s] == nullptr) chunk->slots[s] = AllocateFloats(rows_per_chunk() * config_.dim);
+Status EmbeddingTable::RelayoutLocked(int num_slots, const float* initial_values) {
+  const size_t old_bytes = row_bytes_;
+  const size_t new_bytes = RowBytesFor(num_slots);
+  const int64_t rows = rows_per_chunk();
+  std::vector<char*> blocks(num_chunks_, nullptr);
+  for (int64_t c = 0; c < num_chunks_; ++c) {
+    blocks[c] = static_cast<char*>(AllocateBlock(rows * new_bytes));
+    if (blocks[c] == nullptr) {
+      for (int64_t d = 0; d < c; ++d) FreeBlock(blocks[d], rows * new_bytes);
+      return Status::ResourceExhausted("table '" + config_.name +
+                                       "': out of memory while adding optimizer slots");
+    }
   }
+  const int dim = config_.dim;
+  const size_t kept =
+      sizeof(RowMeta) + sizeof(float) * dim * (1 + std::min(num_slots_, num_slots));
+  for (int64_t c = 0; c < num_chunks_; ++c) {
+    Chunk* chunk = ChunkOf(c << chunk_shift_);
+    const int64_t used = std::min<int64_t>(rows, next_row_ - (c << chunk_shift_));
+    for (int64_t r = 0; r < used; ++r) {
+      char* dst = blocks[c] + r * new_bytes;
+      std::memcpy(dst, chunk->rows + r * old_bytes, kept);
+      float* value = reinterpret_cast<float*>(dst + sizeof(RowMeta));
+      for (int s = num_slots_; s < num_slots; ++s) {
+        std::fill_n(value + (s + 1) * dim, dim, initial_values[s]);
+      }
+    }
+    FreeBlock(chunk->rows, rows * old_bytes);
+    chunk->rows = blocks[c];
+  }
+  row_bytes_ = new_bytes;
+  num_slots_ = num_slots;
+  return Status::Ok();
 }
 
 std::string EmbeddingTable::FullMessage() const {
@@ -225,11 +243,10 @@ int64_t EmbeddingTable::AllocateRow() {
 }
 
 void EmbeddingTable::InitializeRowLocked(int64_t row, int64_t key) {
-  Chunk* chunk = ChunkOf(row);
-  const int64_t offset = OffsetOf(row) * config_.dim;
-  InitializeRow(config_.initializer, key, config_.dim, chunk->values + offset);
+  float* value = ValueOf(row);
+  InitializeRow(config_.initializer, key, config_.dim, value);
   for (int s = 0; s < num_slots_; ++s) {
-    std::fill_n(chunk->slots[s] + offset, config_.dim, slot_initial_values_[s]);
+    std::fill_n(SlotOf(value, s), config_.dim, slot_initial_values_[s]);
   }
   RowMeta& meta = MetaOf(row);
   meta.key = key;
@@ -242,8 +259,9 @@ void EmbeddingTable::PrefetchRow(int64_t address) const {
   if (address < 0) return;
   const int64_t row = address & (kMaxRows - 1);
   if (row >= allocated_rows_.load(std::memory_order_relaxed)) return;
-  __builtin_prefetch(&MetaOf(row));
-  __builtin_prefetch(ValueOf(row));
+  const char* record = RecordOf(row);
+  __builtin_prefetch(record);
+  if (sizeof(RowMeta) + config_.dim * sizeof(float) > 64) __builtin_prefetch(record + 64);
 }
 
 void EmbeddingTable::FreeRow(int64_t row) {
@@ -450,26 +468,17 @@ Status EmbeddingTable::EnsureSlots(const std::string& optimizer,
         " optimizer slots but optimizer '" + optimizer + "' uses " + std::to_string(wanted));
   }
   const int first_new = num_slots_;
-  num_slots_ = wanted;
-  for (int s = 0; s < wanted; ++s) slot_initial_values_[s] = initial_values[s];
   // Give every row handed out so far its slots; later rows get them in InitializeRowLocked.
-  for (int64_t c = 0; c < num_chunks_; ++c) {
-    Chunk* chunk = ChunkOf(c << chunk_shift_);
-    AllocateSlotArrays(chunk, first_new);
-    for (int s = first_new; s < wanted; ++s) {
-      if (chunk->slots[s] == nullptr) return Status::ResourceExhausted("out of memory for slots");
-      const int64_t rows_used = std::min<int64_t>(rows_per_chunk(), next_row_ - (c << chunk_shift_));
-      if (rows_used > 0) std::fill_n(chunk->slots[s], rows_used * config_.dim, initial_values[s]);
-    }
-  }
+  if (wanted > num_slots_) REC_SDK_RETURN_IF_ERROR(RelayoutLocked(wanted, initial_values.data()));
+  for (int s = 0; s < wanted; ++s) slot_initial_values_[s] = initial_values[s];
   // Rows added after an Import of slots but before this call got no slot values of their own.
   for (int64_t row = 0; first_new > 0 && row < next_row_; ++row) {
     RowMeta& meta = MetaOf(row);
     if (!meta.slots_unset) continue;
     meta.slots_unset = 0;
-    Chunk* chunk = ChunkOf(row);
+    float* value = ValueOf(row);
     for (int s = 0; s < first_new; ++s) {
-      std::fill_n(chunk->slots[s] + OffsetOf(row) * config_.dim, config_.dim, initial_values[s]);
+      std::fill_n(SlotOf(value, s), config_.dim, initial_values[s]);
     }
   }
   slot_optimizer_ = optimizer;
@@ -497,22 +506,20 @@ Status EmbeddingTable::UpdateRows(const int64_t* addresses, int64_t n, int64_t c
   REC_SDK_RETURN_IF_ERROR(error);
   const int dim = config_.dim;
   const int num_slots = num_slots_;
+  // Prefetch whole records (up to 4 cache lines; longer rows stream sequentially anyway).
+  const size_t prefetch_bytes = std::min<size_t>(row_bytes_, 256);
   run(n, cost_per_row, [&](int64_t first, int64_t last) {
     float* slots[kMaxSlots];
     for (int64_t i = first; i < last; ++i) {
       if (i + kPrefetchDistance < last && rows[i + kPrefetchDistance] >= 0) {
-        const int64_t ahead = rows[i + kPrefetchDistance];
-        Chunk* chunk = ChunkOf(ahead);
-        const int64_t offset = OffsetOf(ahead) * dim;
-        __builtin_prefetch(chunk->values + offset);
-        for (int s = 0; s < num_slots; ++s) __builtin_prefetch(chunk->slots[s] + offset);
+        const char* ahead = RecordOf(rows[i + kPrefetchDistance]);
+        for (size_t b = 0; b < prefetch_bytes; b += 64) __builtin_prefetch(ahead + b, 1);
       }
       const int64_t row = rows[i];
       if (row < 0) continue;
-      Chunk* chunk = ChunkOf(row);
-      const int64_t offset = OffsetOf(row) * dim;
-      for (int s = 0; s < num_slots; ++s) slots[s] = chunk->slots[s] + offset;
-      update(i, chunk->values + offset, slots);
+      float* value = ValueOf(row);
+      for (int s = 0; s < num_slots; ++s) slots[s] = SlotOf(value, s);
+      update(i, value, slots);
     }
   });
   return Status::Ok();
@@ -531,12 +538,11 @@ Status EmbeddingTable::Export(const ExportAllocator& allocate) {
   for (int64_t row = 0; row < next_row_ && out < n; ++row) {
     const RowMeta& meta = MetaOf(row);
     if (!meta.alive) continue;
-    Chunk* chunk = ChunkOf(row);
-    const int64_t offset = OffsetOf(row) * dim;
+    float* value = ValueOf(row);
     keys[out] = meta.key;
-    std::memcpy(values + out * dim, chunk->values + offset, dim * sizeof(float));
+    std::memcpy(values + out * dim, value, dim * sizeof(float));
     for (int s = 0; s < num_slots_; ++s) {
-      std::memcpy(slots + (s * n + out) * dim, chunk->slots[s] + offset, dim * sizeof(float));
+      std::memcpy(slots + (s * n + out) * dim, SlotOf(value, s), dim * sizeof(float));
     }
     ++out;
   }
@@ -565,9 +571,10 @@ Status EmbeddingTable::Import(const int64_t* keys, const float* values, const fl
     }
     if (slots != nullptr && num_slots > num_slots_) {
       std::lock_guard<std::mutex> lock(alloc_mu_);
-      const int first_new = num_slots_;
-      num_slots_ = num_slots;
-      for (int64_t c = 0; c < num_chunks_; ++c) AllocateSlotArrays(ChunkOf(c << chunk_shift_), first_new);
+      // Placeholder initial values: the imported rows get their slots below, and rows added
+      // before the optimizer's EnsureSlots are marked slots_unset.
+      const float zeros[kMaxSlots] = {0, 0, 0, 0};
+      REC_SDK_RETURN_IF_ERROR(RelayoutLocked(num_slots, zeros));
     }
   }
   Clear();
@@ -579,10 +586,9 @@ Status EmbeddingTable::Import(const int64_t* keys, const float* values, const fl
     const uint64_t hash = HashIndex::Hash(keys[i]);
     HashIndex::Shard& shard = index_.shard(HashIndex::ShardOf(hash));
     const int64_t row = RowOfEntry(shard.Find(keys[i], hash));
-    Chunk* chunk = ChunkOf(row);
-    const int64_t offset = OffsetOf(row) * dim;
+    float* value = ValueOf(row);
     for (int s = 0; s < num_slots; ++s) {
-      std::memcpy(chunk->slots[s] + offset, slots + (s * n + i) * dim, dim * sizeof(float));
+      std::memcpy(SlotOf(value, s), slots + (s * n + i) * dim, dim * sizeof(float));
     }
     if (num_slots == num_slots_) MetaOf(row).slots_unset = 0;
   }

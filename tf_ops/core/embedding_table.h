@@ -1,12 +1,16 @@
 // EmbeddingTable: one table (one shard) of embeddings keyed by int64 ids.
 //
 // Storage
-//   A row holds the embedding (dim floats), one array per optimizer slot (dim floats each,
-//   indexed by the same row id) and metadata (key, generation, alive). One hash probe per key
-//   therefore serves the embedding and every slot. Rows live in chunks of rows_per_chunk()
-//   rows that are never moved or freed while the table exists, so a row's memory stays valid.
-//   A fixed-capacity table reserves all its chunks up front (memory is committed only when a
-//   row is first written); a dynamic-expansion table adds chunks as it grows.
+//   A row is one contiguous record: a 16-byte header (key, generation, alive), the embedding
+//   (dim floats) and then each optimizer slot (dim floats each):
+//     [ header | embedding | slot 0 | slot 1 | ... ]   (size rounded up to 16 bytes)
+//   One hash probe per key therefore serves the embedding and every slot, and an optimizer
+//   update touches one stretch of memory (slots kept in separate arrays at the same offsets
+//   alias in the cache and made LazyAdam 4x slower). Rows live in chunks of rows_per_chunk()
+//   rows; a row id never changes while its key is stored. The records are re-laid out once,
+//   under the exclusive lock, when an optimizer first attaches its slots. A fixed-capacity
+//   table reserves all its chunks up front (memory is committed only when a row is first
+//   written); a dynamic-expansion table adds chunks as it grows.
 //
 // Row addresses
 //   The graph refers to a row by a 63-bit address (see EncodeAddress):
@@ -109,8 +113,8 @@ class EmbeddingTable {
   const std::string& slot_optimizer() const { return slot_optimizer_; }
 
   // Calls update(i, value, slots) for every i in [0, n) with addresses[i] != -1, in parallel.
-  // All addresses are validated before any row is touched; `slots` points at the row's slot
-  // arrays (num_slots() of them). Addresses must be unique.
+  // All addresses are validated before any row is touched; `slots` points at the row's
+  // num_slots() slot vectors. Addresses must be unique.
   using RowUpdate = std::function<void(int64_t i, float* value, float* const* slots)>;
   Status UpdateRows(const int64_t* addresses, int64_t n, int64_t cost_per_row,
                     const RowUpdate& update, const ParallelRunner& run);
@@ -139,11 +143,11 @@ class EmbeddingTable {
     // The row was initialised while the slot initial values were unknown (after an Import of
     // slots, before the first EnsureSlots); EnsureSlots gives it the initial values.
     uint8_t slots_unset;
+    uint32_t reserved;
   };
+  static_assert(sizeof(RowMeta) == 16, "the row header is 16 bytes");
   struct Chunk {
-    float* values = nullptr;
-    float* slots[kMaxSlots] = {nullptr, nullptr, nullptr, nullptr};
-    RowMeta* meta = nullptr;
+    char* rows = nullptr;  // rows_per_chunk() records of row_bytes_ bytes
   };
   static constexpr int kPageBits = 12;  // chunks per directory page
   static constexpr int64_t kPageSize = int64_t{1} << kPageBits;
@@ -159,11 +163,20 @@ class EmbeddingTable {
     return pages_[c >> kPageBits].load(std::memory_order_acquire)->chunks[c & (kPageSize - 1)].load(
         std::memory_order_acquire);
   }
-  size_t ValueBytes() const { return (size_t{1} << chunk_shift_) * config_.dim * sizeof(float); }
-  size_t MetaBytes() const { return (size_t{1} << chunk_shift_) * sizeof(RowMeta); }
+  // Bytes of one row record with num_slots slots.
+  size_t RowBytesFor(int num_slots) const {
+    const size_t bytes = sizeof(RowMeta) + sizeof(float) * config_.dim * (1 + num_slots);
+    return (bytes + 15) / 16 * 16;
+  }
+  size_t ChunkBytes() const { return (size_t{1} << chunk_shift_) * row_bytes_; }
   int64_t OffsetOf(int64_t row) const { return row & ((int64_t{1} << chunk_shift_) - 1); }
-  float* ValueOf(int64_t row) const { return ChunkOf(row)->values + OffsetOf(row) * config_.dim; }
-  RowMeta& MetaOf(int64_t row) const { return ChunkOf(row)->meta[OffsetOf(row)]; }
+  char* RecordOf(int64_t row) const { return ChunkOf(row)->rows + OffsetOf(row) * row_bytes_; }
+  RowMeta& MetaOf(int64_t row) const { return *reinterpret_cast<RowMeta*>(RecordOf(row)); }
+  float* ValueOf(int64_t row) const {
+    return reinterpret_cast<float*>(RecordOf(row) + sizeof(RowMeta));
+  }
+  // Slot s of a row starts (s + 1) * dim floats after its embedding.
+  float* SlotOf(float* value, int s) const { return value + (s + 1) * config_.dim; }
 
   // The index maps a key to its row id and generation (bits 0..51 of its address); the tag
   // is added when the address leaves the table.
@@ -180,7 +193,10 @@ class EmbeddingTable {
 
   // Adds one chunk (alloc_mu_ held). Returns false when the memory cannot be allocated.
   bool AddChunkLocked();
-  void AllocateSlotArrays(Chunk* chunk, int first_slot);
+  // Re-lays out every chunk for `num_slots` slots (exclusive structure_mu_ and alloc_mu_
+  // held): copies the header, embedding and existing slots of every row handed out and sets
+  // new slots to initial_values[s]. Leaves the table unchanged when memory runs out.
+  Status RelayoutLocked(int num_slots, const float* initial_values);
   // Takes a free row (re-used or new); -1 when the table is full.
   int64_t AllocateRow();
   // Gives a row its key, initial embedding and initial slot values and marks it alive.
@@ -212,6 +228,7 @@ class EmbeddingTable {
   std::atomic<int64_t> size_{0};
 
   // Changed only under an exclusive structure_mu_.
+  size_t row_bytes_;
   int num_slots_ = 0;
   bool slot_values_known_ = false;  // false after an Import of slots, until EnsureSlots
   std::string slot_optimizer_;

@@ -566,6 +566,35 @@ TEST(EmbeddingTableTest, EnsureSlotsIsPerOptimizer) {
   EXPECT_TRUE(u->EnsureSlots("Four", {1, 2, 3, 4}).ok());
 }
 
+// Attaching slots re-lays out every row record: embeddings, keys and addresses handed out
+// before must survive unchanged across many chunks (including removed and reused rows).
+TEST(EmbeddingTableTest, AttachingSlotsKeepsRowsAndAddressesAcrossChunks) {
+  const int dim = 3;
+  auto t = MakeTable(Dynamic("relayout", dim));
+  const int64_t n = t->rows_per_chunk() * 3 + 5;
+  std::vector<int64_t> keys(n);
+  std::iota(keys.begin(), keys.end(), 1000);
+  std::vector<int64_t> addr = FindOrInsert(t.get(), keys, true);
+  std::vector<int64_t> removed_keys(keys.begin(), keys.begin() + 10);
+  ASSERT_TRUE(t->Remove(removed_keys.data(), removed_keys.size(), nullptr, SerialRunner).ok());
+  std::vector<int64_t> live_keys(keys.begin() + 10, keys.end());
+  std::vector<int64_t> live_addr(addr.begin() + 10, addr.end());
+  const std::vector<float> before = Gather(t.get(), live_addr);
+
+  ASSERT_TRUE(t->EnsureSlots("Ftrl", {0.25f, 0.0f}).ok());
+  EXPECT_EQ(t->Size(), n - 10);
+  EXPECT_EQ(Gather(t.get(), live_addr), before);
+  EXPECT_EQ(FindOrInsert(t.get(), live_keys, false), live_addr);
+  // Slots of the old rows and of rows inserted afterwards (reusing freed rows) are initial.
+  std::vector<int64_t> fresh = {1, 2, 3};
+  FindOrInsert(t.get(), fresh, true);
+  auto m = ToMap(ExportAll(t.get()), dim);
+  for (int64_t k : {live_keys.front(), live_keys.back(), int64_t{1}, int64_t{3}}) {
+    EXPECT_EQ(m[k][1], std::vector<float>(dim, 0.25f)) << "key " << k;
+    EXPECT_EQ(m[k][2], std::vector<float>(dim, 0.0f)) << "key " << k;
+  }
+}
+
 // --- Export / Import --------------------------------------------------------------------------------
 
 TEST(EmbeddingTableTest, ExportImportRoundTripWithSlots) {
