@@ -38,10 +38,10 @@ Status ApplyLazyAdam(EmbeddingTable* table, const int64_t* addresses, const floa
   const float b1 = p.beta1, b2 = p.beta2, eps = p.epsilon;
   return table->UpdateRows(
       addresses, n, 12 * dim,
-      [&](int64_t i, float* w, float* const* slots) {
-        const float* g = grads + i * dim;
-        float* m = slots[0];
-        float* v = slots[1];
+      [&](int64_t i, float* __restrict w, float* const* slots) {
+        const float* __restrict g = grads + i * dim;
+        float* __restrict m = slots[0];
+        float* __restrict v = slots[1];
         for (int d = 0; d < dim; ++d) {
           m[d] = b1 * m[d] + (1.0f - b1) * g[d];
           v[d] = b2 * v[d] + (1.0f - b2) * g[d] * g[d];
@@ -60,8 +60,8 @@ Status ApplyGradientDescent(EmbeddingTable* table, const int64_t* addresses, con
   const float lr = p.learning_rate, wd = p.weight_decay;
   return table->UpdateRows(
       addresses, n, 3 * dim,
-      [&](int64_t i, float* w, float* const*) {
-        const float* g = grads + i * dim;
+      [&](int64_t i, float* __restrict w, float* const*) {
+        const float* __restrict g = grads + i * dim;
         for (int d = 0; d < dim; ++d) w[d] -= lr * (g[d] + wd * w[d]);
       },
       run);
@@ -77,9 +77,9 @@ Status ApplyAdagrad(EmbeddingTable* table, const int64_t* addresses, const float
   const float lr = p.learning_rate;
   return table->UpdateRows(
       addresses, n, 8 * dim,
-      [&](int64_t i, float* w, float* const* slots) {
-        const float* g = grads + i * dim;
-        float* a = slots[0];
+      [&](int64_t i, float* __restrict w, float* const* slots) {
+        const float* __restrict g = grads + i * dim;
+        float* __restrict a = slots[0];
         for (int d = 0; d < dim; ++d) {
           a[d] += g[d] * g[d];
           w[d] -= lr * g[d] / std::sqrt(a[d]);
