@@ -504,7 +504,6 @@ Status EmbeddingTable::UpdateRows(const int64_t* addresses, int64_t n, int64_t c
     }
   });
   REC_SDK_RETURN_IF_ERROR(error);
-  const int dim = config_.dim;
   const int num_slots = num_slots_;
   // Prefetch whole records (up to 4 cache lines; longer rows stream sequentially anyway).
   const size_t prefetch_bytes = std::min<size_t>(row_bytes_, 256);

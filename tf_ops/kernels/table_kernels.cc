@@ -7,6 +7,7 @@
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/resource_mgr.h"
 #include "tensorflow/core/framework/tensor_shape.h"
+#include "tf_ops/core/row_sum.h"
 #include "tf_ops/core/unique.h"
 #include "tf_ops/kernels/table_resource.h"
 #include "tf_ops/ops/op_prefix.h"
@@ -115,6 +116,32 @@ class UniqueKeysOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({static_cast<int64_t>(unique.size())}),
                                              &unique_out));
     std::copy(unique.begin(), unique.end(), unique_out->flat<T>().data());
+  }
+};
+
+class SumRowsByIndexOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& values = ctx->input(0);
+    const Tensor& index = ctx->input(1);
+    const Tensor& num_rows = ctx->input(2);
+    OP_REQUIRES(ctx, values.dims() == 2,
+                errors::InvalidArgument("values must be a matrix, got shape ",
+                                        values.shape().DebugString()));
+    OP_REQUIRES(ctx, index.dims() == 1 && index.dim_size(0) == values.dim_size(0),
+                errors::InvalidArgument("index must be a vector of ", values.dim_size(0),
+                                        " row indices, got shape ", index.shape().DebugString()));
+    OP_REQUIRES(ctx, num_rows.NumElements() == 1 && num_rows.flat<int32_t>()(0) >= 0,
+                errors::InvalidArgument("num_rows must be a scalar >= 0"));
+    const int64_t rows = num_rows.flat<int32_t>()(0);
+    Tensor* sums;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({rows, values.dim_size(1)}), &sums));
+    OP_REQUIRES_OK(ctx, ToTfStatus(SumRowsByIndex(
+                            values.flat<float>().data(), index.flat<int32_t>().data(),
+                            values.dim_size(0), static_cast<int>(values.dim_size(1)), rows,
+                            sums->flat<float>().data(), MakeRunner(ctx))));
   }
 };
 
@@ -381,6 +408,7 @@ REGISTER_KERNEL_BUILDER(
 REGISTER_KERNEL_BUILDER(
     Name(REC_SDK_OP_NAME(UniqueKeys)).Device(DEVICE_CPU).TypeConstraint<int64_t>("T"),
     UniqueKeysOp<int64_t>);
+REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(SumRowsByIndex)).Device(DEVICE_CPU), SumRowsByIndexOp);
 REC_SDK_REGISTER_KEYED(TableFindOrInsert, TableFindOrInsertOp);
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableGather)).Device(DEVICE_CPU), TableGatherOp);
 REC_SDK_REGISTER_KEYED(TableLookup, TableLookupOp);

@@ -73,6 +73,22 @@ Deduplicates a vector of keys in parallel: unique[inverse[i]] == keys[i]. Unique
 grouped by hash shard (deterministic for a given input), not sorted.
 )doc");
 
+REGISTER_OP(REC_SDK_OP_NAME(SumRowsByIndex))
+    .Input("values: float")
+    .Input("index: int32")
+    .Input("num_rows: int32")
+    .Output("sums: float")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle values;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 2, &values));
+      c->set_output(0, c->Matrix(c->UnknownDim(), c->Dim(values, 1)));
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+sums[r] = sum of values[i] over i with index[i] == r, for r in [0, num_rows): the gradient of
+gathering rows by `index`, summed in parallel.
+)doc");
+
 REGISTER_OP(REC_SDK_OP_NAME(TableFindOrInsert))
     .Input("table: resource")
     .Input("keys: key_dtype")

@@ -97,6 +97,13 @@ def unique_keys(keys, name=None):
     return load_ops().rec_sdk_unique_keys(keys, name=name)
 
 
+def sum_rows(values, index, num_rows, name=None):
+    """sums[r] = sum of values[i] with index[i] == r ([num_rows, dim]); the parallel C++
+    replacement of tf.math.unsorted_segment_sum for the backward pass of lookups."""
+    return load_ops().rec_sdk_sum_rows_by_index(values, index, tf.cast(num_rows, tf.int32),
+                                                name=name)
+
+
 def dedup_rows(addresses, values):
     """Sums the rows of `values` [n, dim] that share an address; -> (unique addresses, sums).
 
@@ -104,8 +111,7 @@ def dedup_rows(addresses, values):
     gradients, however many lookups or positions its key came from.
     """
     unique, index = unique_keys(addresses)
-    sums = tf.math.unsorted_segment_sum(values, index, tf.size(unique))
-    return unique, sums
+    return unique, sum_rows(values, index, tf.size(unique))
 
 
 def addresses_are_unique(addresses):
@@ -128,8 +134,8 @@ def _table_gather_grad(op, grad):
         addresses = tf.reshape(addresses, [-1])
     if isinstance(grad, tf.IndexedSlices):
         # Sum the slices onto the gathered rows; cheaper than a dense conversion.
-        values = tf.math.unsorted_segment_sum(tf.reshape(grad.values, [-1, dim]), grad.indices,
-                                              tf.size(addresses))
+        values = sum_rows(tf.reshape(grad.values, [-1, dim]), tf.cast(grad.indices, tf.int32),
+                          tf.size(addresses))
     else:
         values = tf.reshape(grad, [-1, dim])
     return [tf.IndexedSlices(values, addresses), None]
@@ -137,3 +143,4 @@ def _table_gather_grad(op, grad):
 
 tf.no_gradient(FIND_OR_INSERT_OP)
 tf.no_gradient(UNIQUE_OP)
+tf.no_gradient("RecSdk>SumRowsByIndex")

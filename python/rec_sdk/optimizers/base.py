@@ -71,8 +71,8 @@ class SparseOptimizer:
         addresses = tf.reshape(var, [-1])
         if isinstance(grad, tf.IndexedSlices):
             # Gradient of a tf.gather over the looked-up rows: sum it onto those rows.
-            rows = tf.math.unsorted_segment_sum(tf.reshape(grad.values, [-1, table.dim]),
-                                                grad.indices, tf.size(addresses))
+            rows = table_ops.sum_rows(tf.reshape(grad.values, [-1, table.dim]),
+                                      tf.cast(grad.indices, tf.int32), tf.size(addresses))
             return table, addresses, rows, unique
         return table, addresses, tf.reshape(tf.convert_to_tensor(grad), [-1, table.dim]), unique
 

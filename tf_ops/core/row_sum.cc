@@ -1,0 +1,35 @@
+#include "tf_ops/core/row_sum.h"
+
+#include <algorithm>
+#include <string>
+
+namespace rec_sdk {
+
+Status SumRowsByIndex(const float* values, const int32_t* index, int64_t n, int dim,
+                      int64_t num_rows, float* out, const ParallelRunner& run) {
+  for (int64_t i = 0; i < n; ++i) {
+    if (index[i] < 0 || index[i] >= num_rows) {
+      return Status::InvalidArgument("index[" + std::to_string(i) + "] = " +
+                                     std::to_string(index[i]) + " is not in [0, " +
+                                     std::to_string(num_rows) + ")");
+    }
+  }
+  std::fill_n(out, num_rows * dim, 0.0f);
+  // About 64 KiB of output rows per part, so parts are few and each scan of `index` pays off.
+  const int64_t rows_per_part = std::max<int64_t>(1, (int64_t{16} << 10) / dim);
+  const int64_t parts = (num_rows + rows_per_part - 1) / rows_per_part;
+  run(parts, 2 * n + n * dim / std::max<int64_t>(parts, 1), [&](int64_t first, int64_t last) {
+    const int64_t lo = first * rows_per_part;
+    const int64_t hi = std::min(num_rows, last * rows_per_part);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t r = index[i];
+      if (r < lo || r >= hi) continue;
+      float* __restrict dst = out + r * dim;
+      const float* __restrict src = values + i * dim;
+      for (int d = 0; d < dim; ++d) dst[d] += src[d];
+    }
+  });
+  return Status::Ok();
+}
+
+}  // namespace rec_sdk

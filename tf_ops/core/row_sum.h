@@ -1,0 +1,24 @@
+// SumRowsByIndex: out[index[i]] += values[i] for rows of `dim` floats, in parallel.
+//
+// The backward pass of a deduplicated lookup: gradients of every id position summed onto the
+// unique row they came from. Each thread owns a range of output rows and scans all indices, so
+// no two threads write the same row and no atomics are needed (TensorFlow's
+// UnsortedSegmentSum runs on one thread).
+#ifndef REC_SDK_CORE_ROW_SUM_H_
+#define REC_SDK_CORE_ROW_SUM_H_
+
+#include <cstdint>
+
+#include "tf_ops/core/parallel.h"
+#include "tf_ops/core/status.h"
+
+namespace rec_sdk {
+
+// out has num_rows * dim floats and is overwritten. Fails (before writing) when an index is
+// outside [0, num_rows).
+Status SumRowsByIndex(const float* values, const int32_t* index, int64_t n, int dim,
+                      int64_t num_rows, float* out, const ParallelRunner& run);
+
+}  // namespace rec_sdk
+
+#endif  // REC_SDK_CORE_ROW_SUM_H_
