@@ -230,16 +230,22 @@ std::string EmbeddingTable::FullMessage() const {
          "use_dynamic_expansion, or configure eviction.";
 }
 
-int64_t EmbeddingTable::AllocateRow() {
+void EmbeddingTable::AllocateRows(int64_t count, std::vector<int64_t>* rows) {
+  rows->clear();
   std::lock_guard<std::mutex> lock(alloc_mu_);
-  if (!free_rows_.empty()) {
-    const int64_t row = free_rows_.back();
+  while (static_cast<int64_t>(rows->size()) < count && !free_rows_.empty()) {
+    rows->push_back(free_rows_.back());
     free_rows_.pop_back();
-    return row;
   }
-  if (next_row_ >= max_rows_) return -1;
-  if (next_row_ >= allocated_rows_.load(std::memory_order_relaxed) && !AddChunkLocked()) return -1;
-  return next_row_++;
+  while (static_cast<int64_t>(rows->size()) < count && next_row_ < max_rows_) {
+    if (next_row_ >= allocated_rows_.load(std::memory_order_relaxed) && !AddChunkLocked()) break;
+    rows->push_back(next_row_++);
+  }
+}
+
+void EmbeddingTable::ReleaseRows(const int64_t* rows, size_t count) {
+  std::lock_guard<std::mutex> lock(alloc_mu_);
+  free_rows_.insert(free_rows_.end(), rows, rows + count);
 }
 
 void EmbeddingTable::InitializeRowLocked(int64_t row, int64_t key) {
@@ -252,7 +258,6 @@ void EmbeddingTable::InitializeRowLocked(int64_t row, int64_t key) {
   meta.key = key;
   meta.alive = 1;
   meta.slots_unset = num_slots_ > 0 && !slot_values_known_;
-  size_.fetch_add(1, std::memory_order_relaxed);
 }
 
 void EmbeddingTable::PrefetchRow(int64_t address) const {
@@ -301,25 +306,58 @@ void EmbeddingTable::ForEachKeyByShard(
 Status EmbeddingTable::FindOrInsert(const int64_t* keys, int64_t n, bool insert,
                                     int64_t* addresses, const ParallelRunner& run) {
   std::shared_lock<std::shared_mutex> structure(structure_mu_);
+  std::vector<uint64_t> hashes;
+  std::vector<int64_t> order;
+  std::vector<int64_t> begin;
+  HashIndex::BucketByShard(keys, n, &hashes, &order, &begin);
   std::atomic<bool> full{false};
-  ForEachKeyByShard(
-      keys, n, insert ? 200 : 60,
-      [&](HashIndex::Shard& shard, int64_t i, uint64_t hash) {
-        const int64_t key = keys[i];
-        int64_t entry = shard.Find(key, hash);
-        if (entry < 0 && insert) {
-          const int64_t row = AllocateRow();
-          if (row < 0) {
-            full.store(true, std::memory_order_relaxed);
-          } else {
-            InitializeRowLocked(row, key);
-            entry = IndexEntry(row, MetaOf(row).generation);
-            shard.Insert(key, hash, entry);
+  const int64_t tag_bits = TagBits();
+  run(HashIndex::kNumShards, (insert ? 300 : 60) * (n / HashIndex::kNumShards + 1),
+      [&](int64_t first, int64_t last) {
+        std::vector<int64_t> missing;  // positions of keys the shard does not hold
+        std::vector<int64_t> rows;
+        for (int64_t s = first; s < last; ++s) {
+          const int64_t end = begin[s + 1];
+          if (begin[s] == end) continue;
+          HashIndex::Shard& shard = index_.shard(static_cast<int>(s));
+          std::lock_guard<std::mutex> lock(shard.mu());
+          missing.clear();
+          for (int64_t j = begin[s]; j < end; ++j) {
+            if (j + kPrefetchDistance < end) shard.Prefetch(hashes[order[j + kPrefetchDistance]]);
+            const int64_t i = order[j];
+            const int64_t entry = shard.Find(keys[i], hashes[i]);
+            if (entry >= 0) {
+              addresses[i] = tag_bits | entry;
+            } else if (insert) {
+              missing.push_back(i);
+            } else {
+              addresses[i] = -1;
+            }
           }
+          if (missing.empty()) continue;
+          // One allocation per shard and batch: a thread's new rows are contiguous, so two
+          // threads never initialise rows that share cache lines.
+          AllocateRows(static_cast<int64_t>(missing.size()), &rows);
+          size_t used = 0;
+          for (const int64_t i : missing) {
+            int64_t entry = shard.Find(keys[i], hashes[i]);  // a duplicate inserted just now
+            if (entry < 0) {
+              if (used == rows.size()) {
+                full.store(true, std::memory_order_relaxed);
+                addresses[i] = -1;
+                continue;
+              }
+              const int64_t row = rows[used++];
+              InitializeRowLocked(row, keys[i]);
+              entry = IndexEntry(row, MetaOf(row).generation);
+              shard.Insert(keys[i], hashes[i], entry);
+            }
+            addresses[i] = tag_bits | entry;
+          }
+          size_.fetch_add(static_cast<int64_t>(used), std::memory_order_relaxed);
+          if (used < rows.size()) ReleaseRows(rows.data() + used, rows.size() - used);
         }
-        addresses[i] = entry < 0 ? -1 : (TagBits() | entry);
-      },
-      run);
+      });
   if (full.load()) return Status::ResourceExhausted(FullMessage());
   return Status::Ok();
 }
@@ -385,12 +423,15 @@ Status EmbeddingTable::Upsert(const int64_t* keys, const float* values, int64_t 
         const int64_t entry = shard.Find(keys[i], hash);
         int64_t row = entry < 0 ? -1 : RowOfEntry(entry);
         if (row < 0) {
-          row = AllocateRow();
-          if (row < 0) {
+          std::vector<int64_t> fresh;
+          AllocateRows(1, &fresh);
+          if (fresh.empty()) {
             full.store(true, std::memory_order_relaxed);
             return;
           }
+          row = fresh[0];
           InitializeRowLocked(row, keys[i]);
+          size_.fetch_add(1, std::memory_order_relaxed);
           shard.Insert(keys[i], hash, IndexEntry(row, MetaOf(row).generation));
         }
         std::memcpy(ValueOf(row), values + i * dim, dim * sizeof(float));

@@ -197,9 +197,13 @@ class EmbeddingTable {
   // held): copies the header, embedding and existing slots of every row handed out and sets
   // new slots to initial_values[s]. Leaves the table unchanged when memory runs out.
   Status RelayoutLocked(int num_slots, const float* initial_values);
-  // Takes a free row (re-used or new); -1 when the table is full.
-  int64_t AllocateRow();
-  // Gives a row its key, initial embedding and initial slot values and marks it alive.
+  // Takes `count` rows into *rows, reused ones first; fewer only when a fixed-capacity table
+  // is full. Rows are not initialised.
+  void AllocateRows(int64_t count, std::vector<int64_t>* rows);
+  // Gives back rows taken by AllocateRows and never initialised.
+  void ReleaseRows(const int64_t* rows, size_t count);
+  // Gives a row its key, initial embedding and initial slot values and marks it alive (the
+  // caller counts it in size_).
   void InitializeRowLocked(int64_t row, int64_t key);
   void FreeRow(int64_t row);
   std::string FullMessage() const;
