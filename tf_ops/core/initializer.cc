@@ -19,23 +19,29 @@ class RowRandom {
       : state_(Mix64(seed * 0x9e3779b97f4a7c15ULL + 0x632be59bd9b4e019ULL) ^
                Mix64(static_cast<uint64_t>(key))) {}
 
-  // Uniform double in [0, 1) with 53 random bits.
-  double Uniform() {
-    state_ += 0x9e3779b97f4a7c15ULL;
-    return static_cast<double>(Mix64(state_) >> 11) * (1.0 / 9007199254740992.0);
+  // Uniform float in [0, 1) with 24 random bits; each 64-bit draw serves two values.
+  float Uniform() {
+    if (spare_bits_ == 0) {
+      state_ += 0x9e3779b97f4a7c15ULL;
+      bits_ = Mix64(state_);
+      spare_bits_ = 2;
+    }
+    --spare_bits_;
+    const uint32_t word = static_cast<uint32_t>(bits_ >> (32 * spare_bits_));
+    return static_cast<float>(word >> 8) * (1.0f / 16777216.0f);
   }
 
-  // Standard normal by Box-Muller; caches the second value of each pair.
-  double Normal() {
+  // Standard normal by Box-Muller in float (as TensorFlow's CPU kernels); caches the second
+  // value of each pair.
+  float Normal() {
     if (has_spare_) {
       has_spare_ = false;
       return spare_;
     }
-    double u1 = Uniform();
-    const double u2 = Uniform();
-    if (u1 < 1e-300) u1 = 1e-300;
-    const double radius = std::sqrt(-2.0 * std::log(u1));
-    const double angle = 6.283185307179586 * u2;
+    const float u1 = 1.0f - Uniform();  // in (0, 1]: log is finite
+    const float u2 = Uniform();
+    const float radius = std::sqrt(-2.0f * std::log(u1));
+    const float angle = 6.2831853f * u2;
     spare_ = radius * std::sin(angle);
     has_spare_ = true;
     return radius * std::cos(angle);
@@ -43,7 +49,9 @@ class RowRandom {
 
  private:
   uint64_t state_;
-  double spare_ = 0.0;
+  uint64_t bits_ = 0;
+  int spare_bits_ = 0;
+  float spare_ = 0.0f;
   bool has_spare_ = false;
 };
 
@@ -92,10 +100,10 @@ void InitializeRow(const InitializerSpec& spec, int64_t key, int dim, float* out
     }
     case InitializerKind::kRandomUniform: {
       RowRandom rng(spec.seed, key);
-      const double width = static_cast<double>(spec.maxval) - spec.minval;
+      const float width = spec.maxval - spec.minval;
       for (int i = 0; i < dim; ++i) {
-        float v = static_cast<float>(spec.minval + width * rng.Uniform());
-        // Rounding to float can reach maxval; keep the interval half-open.
+        float v = spec.minval + width * rng.Uniform();
+        // Rounding can reach maxval; keep the interval half-open.
         if (v >= spec.maxval && spec.maxval > spec.minval) v = std::nextafter(spec.maxval, spec.minval);
         out[i] = v * spec.scale;
       }
@@ -103,17 +111,15 @@ void InitializeRow(const InitializerSpec& spec, int64_t key, int dim, float* out
     }
     case InitializerKind::kRandomNormal: {
       RowRandom rng(spec.seed, key);
-      for (int i = 0; i < dim; ++i) {
-        out[i] = static_cast<float>((spec.mean + spec.stddev * rng.Normal()) * spec.scale);
-      }
+      for (int i = 0; i < dim; ++i) out[i] = (spec.mean + spec.stddev * rng.Normal()) * spec.scale;
       return;
     }
     case InitializerKind::kTruncatedNormal: {
       RowRandom rng(spec.seed, key);
       for (int i = 0; i < dim; ++i) {
-        double z = rng.Normal();
-        while (std::fabs(z) > 2.0) z = rng.Normal();
-        out[i] = static_cast<float>((spec.mean + spec.stddev * z) * spec.scale);
+        float z = rng.Normal();
+        while (std::fabs(z) > 2.0f) z = rng.Normal();
+        out[i] = (spec.mean + spec.stddev * z) * spec.scale;
       }
       return;
     }
