@@ -285,7 +285,7 @@ void EmbeddingTable::ForEachKeyByShard(
   std::vector<uint64_t> hashes;
   std::vector<int64_t> order;
   std::vector<int64_t> begin;
-  HashIndex::BucketByShard(keys, n, &hashes, &order, &begin);
+  HashIndex::BucketByShard(keys, n, &hashes, &order, &begin, run);
   const int64_t per_shard_cost = std::max<int64_t>(1, cost_per_key * (n / HashIndex::kNumShards + 1));
   run(HashIndex::kNumShards, per_shard_cost, [&](int64_t first, int64_t last) {
     for (int64_t s = first; s < last; ++s) {
@@ -309,7 +309,7 @@ Status EmbeddingTable::FindOrInsert(const int64_t* keys, int64_t n, bool insert,
   std::vector<uint64_t> hashes;
   std::vector<int64_t> order;
   std::vector<int64_t> begin;
-  HashIndex::BucketByShard(keys, n, &hashes, &order, &begin);
+  HashIndex::BucketByShard(keys, n, &hashes, &order, &begin, run);
   std::atomic<bool> full{false};
   const int64_t tag_bits = TagBits();
   run(HashIndex::kNumShards, (insert ? 300 : 60) * (n / HashIndex::kNumShards + 1),

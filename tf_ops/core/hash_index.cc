@@ -1,5 +1,7 @@
 #include "tf_ops/core/hash_index.h"
 
+#include <algorithm>
+
 namespace rec_sdk {
 namespace {
 constexpr size_t kInitialSlots = 16;  // per shard; a power of two
@@ -76,18 +78,45 @@ size_t HashIndex::memory_bytes() {
 }
 
 void HashIndex::BucketByShard(const int64_t* keys, int64_t n, std::vector<uint64_t>* hashes,
-                              std::vector<int64_t>* order, std::vector<int64_t>* begin) {
+                              std::vector<int64_t>* order, std::vector<int64_t>* begin,
+                              const ParallelRunner& run) {
   hashes->resize(n);
   order->resize(n);
+  // A fixed split into parts (not the runner's) keeps the output independent of threading:
+  // within a shard, positions stay in input order.
+  constexpr int64_t kPartSize = 16384;
+  const int64_t parts = std::max<int64_t>(1, std::min<int64_t>(16, n / kPartSize));
+  std::vector<int64_t> counts(parts * kNumShards, 0);  // [part][shard]
+  run(parts, 8 * (n / parts + 1), [&](int64_t first, int64_t last) {
+    for (int64_t p = first; p < last; ++p) {
+      int64_t* count = counts.data() + p * kNumShards;
+      for (int64_t i = n * p / parts; i < n * (p + 1) / parts; ++i) {
+        const uint64_t h = Hash(keys[i]);
+        (*hashes)[i] = h;
+        ++count[ShardOf(h)];
+      }
+    }
+  });
+  // Turn counts into each (part, shard)'s first output position.
   begin->assign(kNumShards + 1, 0);
-  for (int64_t i = 0; i < n; ++i) {
-    const uint64_t h = Hash(keys[i]);
-    (*hashes)[i] = h;
-    ++(*begin)[ShardOf(h) + 1];
+  int64_t position = 0;
+  for (int s = 0; s < kNumShards; ++s) {
+    (*begin)[s] = position;
+    for (int64_t p = 0; p < parts; ++p) {
+      const int64_t c = counts[p * kNumShards + s];
+      counts[p * kNumShards + s] = position;
+      position += c;
+    }
   }
-  for (int s = 0; s < kNumShards; ++s) (*begin)[s + 1] += (*begin)[s];
-  std::vector<int64_t> next(begin->begin(), begin->end() - 1);
-  for (int64_t i = 0; i < n; ++i) (*order)[next[ShardOf((*hashes)[i])]++] = i;
+  (*begin)[kNumShards] = position;
+  run(parts, 4 * (n / parts + 1), [&](int64_t first, int64_t last) {
+    for (int64_t p = first; p < last; ++p) {
+      int64_t* next = counts.data() + p * kNumShards;
+      for (int64_t i = n * p / parts; i < n * (p + 1) / parts; ++i) {
+        (*order)[next[ShardOf((*hashes)[i])]++] = i;
+      }
+    }
+  });
 }
 
 }  // namespace rec_sdk

@@ -14,6 +14,8 @@
 #include <mutex>
 #include <vector>
 
+#include "tf_ops/core/parallel.h"
+
 namespace rec_sdk {
 
 class HashIndex {
@@ -66,8 +68,10 @@ class HashIndex {
 
   // Groups the positions [0, n) of `keys` by shard. On return, the positions of shard s are
   // order[begin[s] .. begin[s + 1]) in their original order, and hashes[i] is Hash(keys[i]).
+  // Large batches are split into parts counted and scattered in parallel.
   static void BucketByShard(const int64_t* keys, int64_t n, std::vector<uint64_t>* hashes,
-                            std::vector<int64_t>* order, std::vector<int64_t>* begin);
+                            std::vector<int64_t>* order, std::vector<int64_t>* begin,
+                            const ParallelRunner& run = SerialRunner);
 
  private:
   Shard shards_[kNumShards];

@@ -12,7 +12,7 @@ void DeduplicateKeys(const int64_t* keys, int64_t n, std::vector<int64_t>* uniqu
   std::vector<uint64_t> hashes;
   std::vector<int64_t> order;
   std::vector<int64_t> begin;
-  HashIndex::BucketByShard(keys, n, &hashes, &order, &begin);
+  HashIndex::BucketByShard(keys, n, &hashes, &order, &begin, run);
 
   // Pass 1, per shard: the shard's distinct keys go to shard_unique[begin[s] ...] and each
   // position gets its index among them.

@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <random>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -304,6 +305,31 @@ TEST(HashIndexTest, BucketByShardSingleShardBatch) {
   std::vector<int64_t> keys = KeysWithHomes(9, 16, {0, 1, 2, 3, 4, 5, 6, 7}, 4, 0);
   keys.push_back(keys[0]);
   CheckBuckets(keys);
+}
+
+}  // namespace
+}  // namespace rec_sdk
+
+namespace rec_sdk {
+namespace {
+
+// Large batches are bucketed in parallel parts; the result must equal the serial one.
+TEST(HashIndexBucketTest, ThreadedBucketingEqualsSerial) {
+  std::mt19937_64 rng(17);
+  std::vector<int64_t> keys(100000);
+  for (auto& k : keys) k = static_cast<int64_t>(rng() % 30000);
+  std::vector<uint64_t> h1, h2;
+  std::vector<int64_t> o1, o2, b1, b2;
+  HashIndex::BucketByShard(keys.data(), keys.size(), &h1, &o1, &b1);
+  auto threaded = [](int64_t total, int64_t, const std::function<void(int64_t, int64_t)>& work) {
+    std::vector<std::thread> threads;
+    for (int64_t p = 0; p < total; ++p) threads.emplace_back([&work, p] { work(p, p + 1); });
+    for (auto& t : threads) t.join();
+  };
+  HashIndex::BucketByShard(keys.data(), keys.size(), &h2, &o2, &b2, threaded);
+  EXPECT_EQ(h1, h2);
+  EXPECT_EQ(o1, o2);
+  EXPECT_EQ(b1, b2);
 }
 
 }  // namespace
