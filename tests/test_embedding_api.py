@@ -896,3 +896,15 @@ def test_lookups_per_table_limited(initialized):
         sparse_lookup(table, ids, is_train=False)
     with pytest.raises(ValueError, match="128"):
         sparse_lookup(table, ids, is_train=False)
+
+
+def test_static_shape_lookup_rejects_more_distinct_keys_than_send_count():
+    init(use_dynamic=False)
+    table = create_table(tf.int64, 4, "static_t", tf.compat.v1.zeros_initializer(),
+                         device_vocabulary_size=100)
+    ids = tf.compat.v1.placeholder(tf.int64, [None])
+    emb = sparse_lookup(table, ids, send_count=3, name="static_lookup")
+    with tf.compat.v1.Session() as sess:
+        assert sess.run(emb, {ids: [1, 2, 3, 3, 1]}).shape == (5, 4)
+        with pytest.raises(tf.errors.InvalidArgumentError, match="static_lookup.*send_count=3"):
+            sess.run(emb, {ids: np.arange(4)})

@@ -242,7 +242,7 @@ def sparse_lookup(hash_table, ids, send_count=None, is_train=True, name=None,
       hash_table: a table from create_table.
       ids: integer tf.Tensor of keys (int32 ids are widened for an int64 table).
       send_count: keys per step in static-shape mode (init(use_dynamic=False)), where it is
-        required; an int in [1, 2**31-1].
+        required: an int in [1, 2**31-1], and a batch with more distinct ids is an error.
       is_train: whether this lookup trains (inserts keys and records its embeddings and
         addresses in rec_sdk.ASCEND_SPARSE_LOOKUP_LOCAL_EMB / _ID_OFFSET).
       name: name of the lookup (default: "<table>_lookup").
@@ -293,6 +293,15 @@ def sparse_lookup(hash_table, ids, send_count=None, is_train=True, name=None,
         # Each distinct key is looked up and trained once per lookup: the table sees only
         # the unique keys and `inverse` spreads their rows back over the ids.
         unique_ids, inverse = table_ops.unique_keys(tf.reshape(ids, [-1]), name="unique")
+        if send_count is not None and not initialize.get_use_dynamic():
+            # Static shape: a step may carry at most send_count distinct keys per lookup.
+            check = tf.debugging.assert_less_equal(
+                tf.size(unique_ids), send_count,
+                message="sparse_lookup %r on table %r: more distinct keys in the batch than "
+                        "send_count=%d; raise send_count" % (lookup_name, hash_table.table_name,
+                                                             send_count))
+            with tf.control_dependencies([check]):
+                unique_ids = tf.identity(unique_ids)
         addresses = table_ops.find_or_insert(hash_table.handle, unique_ids, is_train,
                                              name="find_or_insert")
         local_emb = table_ops.gather(hash_table.handle, addresses, hash_table.dim, name="gather")
