@@ -908,3 +908,30 @@ def test_static_shape_lookup_rejects_more_distinct_keys_than_send_count():
         assert sess.run(emb, {ids: [1, 2, 3, 3, 1]}).shape == (5, 4)
         with pytest.raises(tf.errors.InvalidArgumentError, match="static_lookup.*send_count=3"):
             sess.run(emb, {ids: np.arange(4)})
+
+
+
+def test_static_shape_lookup_addresses_are_known_unique():
+    from rec_sdk.ops import table_ops
+    init(use_dynamic=False)
+    table = create_table(tf.int64, 4, "static_u", tf.compat.v1.zeros_initializer(),
+                         device_vocabulary_size=100)
+    sparse_lookup(table, tf.constant([1, 1, 2], tf.int64), send_count=8)
+    addresses = tf.compat.v1.get_collection(rec_sdk.ASCEND_SPARSE_LOOKUP_ID_OFFSET)[0]
+    assert table_ops.addresses_are_unique(addresses)
+
+
+def test_malformed_op_inputs_are_errors_not_crashes():
+    from rec_sdk.ops.loader import load_ops
+    init()
+    table = create_table(tf.int64, 4, "malformed", tf.compat.v1.zeros_initializer())
+    ops = load_ops()
+    with tf.compat.v1.Session() as sess:
+        with pytest.raises(tf.errors.InvalidArgumentError, match="malformed"):
+            sess.run(ops.rec_sdk_table_export(table.handle, key_dtype=tf.int32, dim=4))
+        with pytest.raises(tf.errors.InvalidArgumentError, match="malformed"):
+            sess.run(ops.rec_sdk_table_export(table.handle, key_dtype=tf.int64, dim=7))
+        with pytest.raises(tf.errors.InvalidArgumentError, match="columns"):
+            sess.run(ops.rec_sdk_sum_rows_by_index(tf.zeros([2, 0]), tf.constant([0, 0]), 1))
+        with pytest.raises(tf.errors.InvalidArgumentError, match="not in"):
+            sess.run(ops.rec_sdk_sum_rows_by_index(tf.ones([2, 3]), tf.constant([0, 5]), 2))

@@ -546,6 +546,29 @@ def test_two_instances_of_same_optimizer_share_a_table():
         sess.run(train2)
 
 
+
+def test_same_optimizer_with_other_initial_accumulator_is_rejected():
+    init(use_dynamic_expansion=False)
+    table = create_table(tf.int64, DIM, "shared_acc", tf.compat.v1.constant_initializer(0.5),
+                         device_vocabulary_size=16)
+    emb = sparse_lookup(table, tf.constant([1, 2], tf.int64))
+    loss = tf.reduce_sum(tf.square(emb))
+    train1 = adagrad.create_hash_optimizer(0.1, initial_accumulator_value=0.1).minimize(loss)
+    train2 = adagrad.create_hash_optimizer(0.1, initial_accumulator_value=0.2).minimize(loss)
+    with new_session() as sess:
+        sess.run(train1)
+        with pytest.raises(tf.errors.FailedPreconditionError, match="shared_acc"):
+            sess.run(train2)
+
+
+def test_ftrl_errors_name_the_keyword_used():
+    init(use_dynamic_expansion=False)
+    with pytest.raises(ValueError, match=r"^l1 must be"):
+        ftrl.create_hash_optimizer(0.1, l1=-1.0)
+    with pytest.raises(ValueError, match=r"^l2_regularization_strength must be"):
+        ftrl.create_hash_optimizer(0.1, l2_regularization_strength=-1.0)
+
+
 # ---------------------------------------------------------------------------
 # Validation
 # ---------------------------------------------------------------------------

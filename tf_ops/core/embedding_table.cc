@@ -129,12 +129,13 @@ int64_t EmbeddingTable::Capacity() const {
 }
 
 int64_t EmbeddingTable::MemoryBytes() {
-  int64_t chunks;
+  int64_t row_memory;
   {
+    // row_bytes_ changes only in RelayoutLocked, which holds alloc_mu_ too.
     std::lock_guard<std::mutex> lock(alloc_mu_);
-    chunks = num_chunks_;
+    row_memory = num_chunks_ * static_cast<int64_t>(ChunkBytes());
   }
-  return chunks * static_cast<int64_t>(ChunkBytes()) + static_cast<int64_t>(index_.memory_bytes());
+  return row_memory + static_cast<int64_t>(index_.memory_bytes());
 }
 
 int64_t EmbeddingTable::EncodeAddress(int64_t row, uint32_t generation) const {
@@ -206,7 +207,7 @@ Status EmbeddingTable::RelayoutLocked(int num_slots, const float* initial_values
       sizeof(RowMeta) + sizeof(float) * dim * (1 + std::min(num_slots_, num_slots));
   for (int64_t c = 0; c < num_chunks_; ++c) {
     Chunk* chunk = ChunkOf(c << chunk_shift_);
-    const int64_t used = std::min<int64_t>(rows, next_row_ - (c << chunk_shift_));
+    const int64_t used = std::min<int64_t>(rows, rows_touched_ - (c << chunk_shift_));
     for (int64_t r = 0; r < used; ++r) {
       char* dst = blocks[c] + r * new_bytes;
       std::memcpy(dst, chunk->rows + r * old_bytes, kept);
@@ -224,6 +225,11 @@ Status EmbeddingTable::RelayoutLocked(int num_slots, const float* initial_values
 }
 
 std::string EmbeddingTable::FullMessage() const {
+  if (config_.dynamic_expansion) {
+    return "table '" + config_.name + "' cannot grow past " + std::to_string(Capacity()) +
+           " rows: out of memory (or at the limit of " +
+           std::to_string(kMaxPages * kPageSize) + " chunks)";
+  }
   return "table '" + config_.name + "' is full: it holds its capacity of " +
          std::to_string(config_.capacity) +
          " rows. Raise device_vocabulary_size/host_vocabulary_size, turn on "
@@ -241,6 +247,7 @@ void EmbeddingTable::AllocateRows(int64_t count, std::vector<int64_t>* rows) {
     if (next_row_ >= allocated_rows_.load(std::memory_order_relaxed) && !AddChunkLocked()) break;
     rows->push_back(next_row_++);
   }
+  rows_touched_ = std::max(rows_touched_, next_row_);
 }
 
 void EmbeddingTable::ReleaseRows(const int64_t* rows, size_t count) {
@@ -461,6 +468,10 @@ Status EmbeddingTable::Remove(const int64_t* keys, int64_t n, int64_t* removed,
 
 void EmbeddingTable::Clear() {
   std::unique_lock<std::shared_mutex> structure(structure_mu_);
+  ClearLocked();
+}
+
+void EmbeddingTable::ClearLocked() {
   std::lock_guard<std::mutex> lock(alloc_mu_);
   for (int64_t row = 0; row < next_row_; ++row) {
     RowMeta& meta = MetaOf(row);
@@ -490,13 +501,24 @@ Status EmbeddingTable::EnsureSlots(const std::string& optimizer,
   }
   {
     std::shared_lock<std::shared_mutex> structure(structure_mu_);
-    if (slot_values_known_ && slot_optimizer_ == optimizer && num_slots_ == wanted) {
+    if (slot_values_known_ && slot_optimizer_ == optimizer && num_slots_ == wanted &&
+        std::equal(initial_values.begin(), initial_values.end(), slot_initial_values_)) {
       return Status::Ok();
     }
   }
   std::unique_lock<std::shared_mutex> structure(structure_mu_);
   if (slot_values_known_) {
-    if (slot_optimizer_ == optimizer && num_slots_ == wanted) return Status::Ok();
+    if (slot_optimizer_ == optimizer && num_slots_ == wanted) {
+      for (int s = 0; s < wanted; ++s) {
+        if (slot_initial_values_[s] != initial_values[s]) {
+          return Status::FailedPrecondition(
+              "table '" + config_.name + "': optimizer '" + optimizer + "' slot " +
+              std::to_string(s) + " starts at " + std::to_string(slot_initial_values_[s]) +
+              " for this table; another instance asks for " + std::to_string(initial_values[s]));
+        }
+      }
+      return Status::Ok();
+    }
     return Status::FailedPrecondition(
         "table '" + config_.name + "' is already trained by sparse optimizer '" +
         slot_optimizer_ + "'; it cannot also be trained by '" + optimizer +
@@ -596,42 +618,58 @@ Status EmbeddingTable::Import(const int64_t* keys, const float* values, const fl
                                    std::to_string(num_slots) + " slot arrays given, at most " +
                                    std::to_string(kMaxSlots) + " allowed");
   }
+  if (slots == nullptr) num_slots = 0;
   if (n > max_rows_) {
     return Status::ResourceExhausted("import of " + std::to_string(n) + " rows into table '" +
                                      config_.name + "' exceeds its capacity of " +
                                      std::to_string(max_rows_) + " rows");
   }
-  {
-    std::unique_lock<std::shared_mutex> structure(structure_mu_);
-    if (slots != nullptr && num_slots > 0 && slot_values_known_ && num_slots != num_slots_) {
-      return Status::InvalidArgument(
-          "import into table '" + config_.name + "': " + std::to_string(num_slots) +
-          " slot arrays given but its optimizer '" + slot_optimizer_ + "' has " +
-          std::to_string(num_slots_));
-    }
-    if (slots != nullptr && num_slots > num_slots_) {
-      std::lock_guard<std::mutex> lock(alloc_mu_);
-      // Placeholder initial values: the imported rows get their slots below, and rows added
-      // before the optimizer's EnsureSlots are marked slots_unset.
-      const float zeros[kMaxSlots] = {0, 0, 0, 0};
-      REC_SDK_RETURN_IF_ERROR(RelayoutLocked(num_slots, zeros));
-    }
-  }
-  Clear();
-  REC_SDK_RETURN_IF_ERROR(Upsert(keys, values, n, SerialRunner));
-  if (slots == nullptr || num_slots == 0) return Status::Ok();
+  // One exclusive section: no other operation sees a half-imported table.
   std::unique_lock<std::shared_mutex> structure(structure_mu_);
+  if (num_slots > 0 && slot_values_known_ && num_slots != num_slots_) {
+    return Status::InvalidArgument(
+        "import into table '" + config_.name + "': " + std::to_string(num_slots) +
+        " slot arrays given but its optimizer '" + slot_optimizer_ + "' has " +
+        std::to_string(num_slots_));
+  }
+  if (num_slots > num_slots_) {
+    std::lock_guard<std::mutex> lock(alloc_mu_);
+    // Placeholder initial values: the imported rows get their slots below, and rows added
+    // before the optimizer's EnsureSlots are marked slots_unset.
+    const float zeros[kMaxSlots] = {0, 0, 0, 0};
+    REC_SDK_RETURN_IF_ERROR(RelayoutLocked(num_slots, zeros));
+  }
+  ClearLocked();
+  std::vector<int64_t> rows;
+  AllocateRows(n, &rows);
+  size_t used = 0;
   const int dim = config_.dim;
   for (int64_t i = 0; i < n; ++i) {
     const uint64_t hash = HashIndex::Hash(keys[i]);
     HashIndex::Shard& shard = index_.shard(HashIndex::ShardOf(hash));
-    const int64_t row = RowOfEntry(shard.Find(keys[i], hash));
+    const int64_t entry = shard.Find(keys[i], hash);  // set when keys[i] repeats
+    int64_t row;
+    if (entry >= 0) {
+      row = RowOfEntry(entry);
+    } else {
+      if (used == rows.size()) {
+        ReleaseRows(rows.data() + used, rows.size() - used);
+        size_.fetch_add(static_cast<int64_t>(used), std::memory_order_relaxed);
+        return Status::ResourceExhausted(FullMessage());
+      }
+      row = rows[used++];
+      InitializeRowLocked(row, keys[i]);
+      shard.Insert(keys[i], hash, IndexEntry(row, MetaOf(row).generation));
+    }
     float* value = ValueOf(row);
+    std::memcpy(value, values + i * dim, dim * sizeof(float));
     for (int s = 0; s < num_slots; ++s) {
       std::memcpy(SlotOf(value, s), slots + (s * n + i) * dim, dim * sizeof(float));
     }
-    if (num_slots == num_slots_) MetaOf(row).slots_unset = 0;
+    if (num_slots > 0 && num_slots == num_slots_) MetaOf(row).slots_unset = 0;
   }
+  size_.fetch_add(static_cast<int64_t>(used), std::memory_order_relaxed);
+  if (used < rows.size()) ReleaseRows(rows.data() + used, rows.size() - used);
   return Status::Ok();
 }
 

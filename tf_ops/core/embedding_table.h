@@ -207,6 +207,8 @@ class EmbeddingTable {
   void InitializeRowLocked(int64_t row, int64_t key);
   void FreeRow(int64_t row);
   std::string FullMessage() const;
+  // Clear with structure_mu_ held exclusively.
+  void ClearLocked();
 
   // Runs fn(shard, i, hash) for every key position i, shard by shard, in parallel, with the
   // shard's lock held.
@@ -227,7 +229,10 @@ class EmbeddingTable {
   std::unique_ptr<std::atomic<DirectoryPage*>[]> pages_;
   int64_t num_chunks_ = 0;                   // guarded by alloc_mu_
   std::atomic<int64_t> allocated_rows_{0};   // rows backed by chunks
-  int64_t next_row_ = 0;                     // rows ever handed out; guarded by alloc_mu_
+  int64_t next_row_ = 0;                     // rows handed out since the last Clear; alloc_mu_
+  // Rows ever handed out (Clear does not reset it): their headers keep the generations that
+  // make old addresses stale, so a re-layout copies all of them. Guarded by alloc_mu_.
+  int64_t rows_touched_ = 0;
   std::vector<int64_t> free_rows_;           // guarded by alloc_mu_
   std::atomic<int64_t> size_{0};
 

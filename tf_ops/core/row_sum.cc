@@ -7,6 +7,7 @@ namespace rec_sdk {
 
 Status SumRowsByIndex(const float* values, const int32_t* index, int64_t n, int dim,
                       int64_t num_rows, float* out, const ParallelRunner& run) {
+  if (dim < 1) return Status::InvalidArgument("dim must be >= 1, got " + std::to_string(dim));
   for (int64_t i = 0; i < n; ++i) {
     if (index[i] < 0 || index[i] >= num_rows) {
       return Status::InvalidArgument("index[" + std::to_string(i) + "] = " +

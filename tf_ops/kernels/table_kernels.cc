@@ -135,9 +135,14 @@ class SumRowsByIndexOp : public OpKernel {
                                         " row indices, got shape ", index.shape().DebugString()));
     OP_REQUIRES(ctx, num_rows.NumElements() == 1 && num_rows.flat<int32_t>()(0) >= 0,
                 errors::InvalidArgument("num_rows must be a scalar >= 0"));
+    OP_REQUIRES(ctx, values.dim_size(1) >= 1 && values.dim_size(1) <= EmbeddingTable::kMaxDim,
+                errors::InvalidArgument("values must have 1 to ", EmbeddingTable::kMaxDim,
+                                        " columns, got shape ", values.shape().DebugString()));
     const int64_t rows = num_rows.flat<int32_t>()(0);
+    TensorShape shape;
+    OP_REQUIRES_OK(ctx, TensorShape::BuildTensorShape({rows, values.dim_size(1)}, &shape));
     Tensor* sums;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({rows, values.dim_size(1)}), &sums));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, shape, &sums));
     OP_REQUIRES_OK(ctx, ToTfStatus(SumRowsByIndex(
                             values.flat<float>().data(), index.flat<int32_t>().data(),
                             values.dim_size(0), static_cast<int>(values.dim_size(1)), rows,
@@ -322,13 +327,21 @@ class TableClearOp : public OpKernel {
 
 class TableExportOp : public OpKernel {
  public:
-  using OpKernel::OpKernel;
+  explicit TableExportOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("dim", &dim_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("key_dtype", &key_dtype_));
+  }
 
   void Compute(OpKernelContext* ctx) override {
     TableResource* table;
     OP_REQUIRES_OK(ctx, GetTable(ctx, &table));
     ScopedUnref unref(table);
     EmbeddingTable* t = table->table();
+    OP_REQUIRES(ctx, dim_ == t->dim() && key_dtype_ == table->key_dtype(),
+                errors::InvalidArgument("export of table '", t->name(), "' asks for dim ", dim_,
+                                        " and ", tensorflow::DataTypeString(key_dtype_),
+                                        " keys; the table has dim ", t->dim(), " and ",
+                                        tensorflow::DataTypeString(table->key_dtype()), " keys"));
     const int dim = t->dim();
     const bool int32_keys = table->key_dtype() == tensorflow::DT_INT32;
     std::vector<int64_t> wide_keys;
@@ -357,6 +370,10 @@ class TableExportOp : public OpKernel {
       for (size_t i = 0; i < wide_keys.size(); ++i) flat(i) = static_cast<int32_t>(wide_keys[i]);
     }
   }
+
+ private:
+  int64_t dim_;
+  tensorflow::DataType key_dtype_;
 };
 
 class TableImportOp : public OpKernel {

@@ -293,17 +293,17 @@ def sparse_lookup(hash_table, ids, send_count=None, is_train=True, name=None,
         # Each distinct key is looked up and trained once per lookup: the table sees only
         # the unique keys and `inverse` spreads their rows back over the ids.
         unique_ids, inverse = table_ops.unique_keys(tf.reshape(ids, [-1]), name="unique")
+        checks = []
         if send_count is not None and not initialize.get_use_dynamic():
             # Static shape: a step may carry at most send_count distinct keys per lookup.
-            check = tf.debugging.assert_less_equal(
+            checks.append(tf.debugging.assert_less_equal(
                 tf.size(unique_ids), send_count,
                 message="sparse_lookup %r on table %r: more distinct keys in the batch than "
                         "send_count=%d; raise send_count" % (lookup_name, hash_table.table_name,
-                                                             send_count))
-            with tf.control_dependencies([check]):
-                unique_ids = tf.identity(unique_ids)
-        addresses = table_ops.find_or_insert(hash_table.handle, unique_ids, is_train,
-                                             name="find_or_insert")
+                                                             send_count)))
+        with tf.control_dependencies(checks):
+            addresses = table_ops.find_or_insert(hash_table.handle, unique_ids, is_train,
+                                                 name="find_or_insert")
         local_emb = table_ops.gather(hash_table.handle, addresses, hash_table.dim, name="gather")
         if not is_grad:
             local_emb = tf.stop_gradient(local_emb)

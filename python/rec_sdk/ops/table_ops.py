@@ -118,7 +118,12 @@ def addresses_are_unique(addresses):
     """True when `addresses` come from a find_or_insert of deduplicated keys (as sparse_lookup
     builds it), so its rows need no further deduplication."""
     op = addresses.op
-    return op.type == FIND_OR_INSERT_OP and op.inputs[1].op.type == UNIQUE_OP
+    if op.type != FIND_OR_INSERT_OP:
+        return False
+    keys = op.inputs[1]
+    while keys.op.type == "Identity":
+        keys = keys.op.inputs[0]
+    return keys.op.type == UNIQUE_OP and keys.value_index == 0
 
 
 @tf.RegisterGradient(GATHER_OP)

@@ -595,6 +595,48 @@ TEST(EmbeddingTableTest, AttachingSlotsKeepsRowsAndAddressesAcrossChunks) {
   }
 }
 
+// After a Clear, rows above the new high-water mark keep their bumped generations through a
+// re-layout: an address taken before the Clear must stay stale when its row is reused.
+TEST(EmbeddingTableTest, AddressesStayStaleAcrossClearAndRelayout) {
+  auto t = MakeTable(Dynamic("clear_relayout", 4));
+  const std::vector<int64_t> old_addr = FindOrInsert(t.get(), {1, 2}, true);
+  t->Clear();
+  FindOrInsert(t.get(), {1000}, true);  // reuses row 0
+  ASSERT_TRUE(t->EnsureSlots("LazyAdam", {0.0f, 0.0f}).ok());
+  FindOrInsert(t.get(), {2000}, true);  // reuses row 1
+  for (int64_t a : old_addr) {
+    Status s;
+    Gather(t.get(), {a}, &s);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << "address " << a;
+  }
+}
+
+// Import is one exclusive section: racing it with Remove and FindOrInsert never crashes and
+// leaves a consistent table.
+TEST(EmbeddingTableConcurrencyTest, ImportRacingRemoveAndInsert) {
+  const int dim = 4;
+  auto t = MakeTable(Dynamic("import_race", dim));
+  const int64_t n = 5000;
+  std::vector<int64_t> keys(n);
+  std::iota(keys.begin(), keys.end(), 1);
+  std::vector<float> values(n * dim, 1.0f), slots(2 * n * dim, 0.5f);
+  std::atomic<bool> stop{false};
+  std::thread remover([&] {
+    while (!stop.load()) {
+      t->Remove(keys.data(), n, nullptr, SerialRunner);
+      std::vector<int64_t> addr(n);
+      t->FindOrInsert(keys.data(), n, true, addr.data(), SerialRunner);
+    }
+  });
+  for (int round = 0; round < 20; ++round) {
+    ASSERT_TRUE(t->Import(keys.data(), values.data(), slots.data(), 2, n).ok());
+  }
+  stop.store(true);
+  remover.join();
+  ASSERT_TRUE(t->Import(keys.data(), values.data(), slots.data(), 2, n).ok());
+  EXPECT_EQ(t->Size(), n);
+}
+
 // --- Export / Import --------------------------------------------------------------------------------
 
 TEST(EmbeddingTableTest, ExportImportRoundTripWithSlots) {

@@ -49,6 +49,8 @@ TEST(RowSumTest, RowsWithoutIndicesAreZeroAndBadIndicesAreErrors) {
   const std::vector<int32_t> index = {2, 2};
   ASSERT_TRUE(SumRowsByIndex(values.data(), index.data(), 2, 2, 3, out.data(), SerialRunner).ok());
   EXPECT_EQ(out, (std::vector<float>{0, 0, 0, 0, 4, 6}));
+  EXPECT_EQ(SumRowsByIndex(values.data(), index.data(), 2, 0, 3, out.data(), SerialRunner).code(),
+            StatusCode::kInvalidArgument);
   for (int32_t bad : {-1, 3}) {
     const std::vector<int32_t> wrong = {0, bad};
     Status s = SumRowsByIndex(values.data(), wrong.data(), 2, 2, 3, out.data(), SerialRunner);
