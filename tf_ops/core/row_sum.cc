@@ -5,8 +5,9 @@
 
 namespace rec_sdk {
 
-Status SumRowsByIndex(const float* values, const int32_t* index, int64_t n, int dim,
-                      int64_t num_rows, float* out, const ParallelRunner& run) {
+namespace {
+
+Status CheckIndex(const int32_t* index, int64_t n, int dim, int64_t num_rows) {
   if (dim < 1) return Status::InvalidArgument("dim must be >= 1, got " + std::to_string(dim));
   for (int64_t i = 0; i < n; ++i) {
     if (index[i] < 0 || index[i] >= num_rows) {
@@ -15,6 +16,25 @@ Status SumRowsByIndex(const float* values, const int32_t* index, int64_t n, int 
                                      std::to_string(num_rows) + ")");
     }
   }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status GatherRowsByIndex(const float* values, int64_t num_rows, int dim, const int32_t* index,
+                         int64_t n, float* out, const ParallelRunner& run) {
+  REC_SDK_RETURN_IF_ERROR(CheckIndex(index, n, dim, num_rows));
+  run(n, 4 + dim, [&](int64_t first, int64_t last) {
+    for (int64_t i = first; i < last; ++i) {
+      std::copy_n(values + static_cast<int64_t>(index[i]) * dim, dim, out + i * dim);
+    }
+  });
+  return Status::Ok();
+}
+
+Status SumRowsByIndex(const float* values, const int32_t* index, int64_t n, int dim,
+                      int64_t num_rows, float* out, const ParallelRunner& run) {
+  REC_SDK_RETURN_IF_ERROR(CheckIndex(index, n, dim, num_rows));
   std::fill_n(out, num_rows * dim, 0.0f);
   // About 64 KiB of output rows per part, so parts are few and each scan of `index` pays off.
   const int64_t rows_per_part = std::max<int64_t>(1, (int64_t{16} << 10) / dim);

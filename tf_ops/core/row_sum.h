@@ -1,6 +1,7 @@
-// SumRowsByIndex: out[index[i]] += values[i] for rows of `dim` floats, in parallel.
+// GatherRowsByIndex and SumRowsByIndex: the forward and backward pass of spreading the rows of
+// a deduplicated lookup back over the id positions, in parallel.
 //
-// The backward pass of a deduplicated lookup: gradients of every id position summed onto the
+// SumRowsByIndex: out[index[i]] += values[i]: gradients of every id position summed onto the
 // unique row they came from. Each thread owns a range of output rows and scans all indices, so
 // no two threads write the same row and no atomics are needed (TensorFlow's
 // UnsortedSegmentSum runs on one thread).
@@ -13,6 +14,11 @@
 #include "tf_ops/core/status.h"
 
 namespace rec_sdk {
+
+// out[i] = values[index[i]] for i in [0, n); values has num_rows rows of dim floats. Fails
+// (before writing) when an index is outside [0, num_rows).
+Status GatherRowsByIndex(const float* values, int64_t num_rows, int dim, const int32_t* index,
+                         int64_t n, float* out, const ParallelRunner& run);
 
 // out has num_rows * dim floats and is overwritten. Fails (before writing) when an index is
 // outside [0, num_rows).

@@ -119,6 +119,31 @@ class UniqueKeysOp : public OpKernel {
   }
 };
 
+class GatherRowsByIndexOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& values = ctx->input(0);
+    const Tensor& index = ctx->input(1);
+    OP_REQUIRES(ctx, values.dims() == 2 && values.dim_size(1) >= 1 &&
+                         values.dim_size(1) <= EmbeddingTable::kMaxDim,
+                errors::InvalidArgument("values must be a matrix with 1 to ",
+                                        EmbeddingTable::kMaxDim, " columns, got shape ",
+                                        values.shape().DebugString()));
+    OP_REQUIRES(ctx, index.dims() == 1,
+                errors::InvalidArgument("index must be a vector, got shape ",
+                                        index.shape().DebugString()));
+    Tensor* rows;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(
+                            0, TensorShape({index.dim_size(0), values.dim_size(1)}), &rows));
+    OP_REQUIRES_OK(ctx, ToTfStatus(GatherRowsByIndex(
+                            values.flat<float>().data(), values.dim_size(0),
+                            static_cast<int>(values.dim_size(1)), index.flat<int32_t>().data(),
+                            index.dim_size(0), rows->flat<float>().data(), MakeRunner(ctx))));
+  }
+};
+
 class SumRowsByIndexOp : public OpKernel {
  public:
   using OpKernel::OpKernel;
@@ -425,6 +450,8 @@ REGISTER_KERNEL_BUILDER(
 REGISTER_KERNEL_BUILDER(
     Name(REC_SDK_OP_NAME(UniqueKeys)).Device(DEVICE_CPU).TypeConstraint<int64_t>("T"),
     UniqueKeysOp<int64_t>);
+REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(GatherRowsByIndex)).Device(DEVICE_CPU),
+                        GatherRowsByIndexOp);
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(SumRowsByIndex)).Device(DEVICE_CPU), SumRowsByIndexOp);
 REC_SDK_REGISTER_KEYED(TableFindOrInsert, TableFindOrInsertOp);
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableGather)).Device(DEVICE_CPU), TableGatherOp);

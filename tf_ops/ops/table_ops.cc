@@ -73,6 +73,22 @@ Deduplicates a vector of keys in parallel: unique[inverse[i]] == keys[i]. Unique
 grouped by hash shard (deterministic for a given input), not sorted.
 )doc");
 
+REGISTER_OP(REC_SDK_OP_NAME(GatherRowsByIndex))
+    .Input("values: float")
+    .Input("index: int32")
+    .Output("rows: float")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle values, index;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 2, &values));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, &index));
+      c->set_output(0, c->Matrix(c->Dim(index, 0), c->Dim(values, 1)));
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+rows[i] = values[index[i]]: spreads the rows of a deduplicated lookup over the id positions,
+in parallel. Its gradient is SumRowsByIndex.
+)doc");
+
 REGISTER_OP(REC_SDK_OP_NAME(SumRowsByIndex))
     .Input("values: float")
     .Input("index: int32")

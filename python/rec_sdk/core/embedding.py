@@ -316,6 +316,7 @@ def sparse_lookup(hash_table, ids, send_count=None, is_train=True, name=None,
             missing = tf.expand_dims(tf.equal(addresses, -1), 1)
             local_emb = tf.where(missing, default[tf.newaxis, :], local_emb)
         out_shape = tf.concat([tf.shape(ids, out_type=tf.int32), [hash_table.dim]], 0)
-        embeddings = tf.reshape(tf.gather(local_emb, inverse), out_shape, name="embeddings")
+        embeddings = tf.reshape(table_ops.gather_rows(local_emb, inverse), out_shape,
+                                name="embeddings")
         embeddings.set_shape(ids.shape.concatenate([hash_table.dim]))
         return embeddings

@@ -97,6 +97,12 @@ def unique_keys(keys, name=None):
     return load_ops().rec_sdk_unique_keys(keys, name=name)
 
 
+def gather_rows(values, index, name=None):
+    """rows[i] = values[index[i]] (values [u, dim], index int32 [n]) in parallel C++; its
+    gradient is sum_rows, a dense [u, dim] tensor."""
+    return load_ops().rec_sdk_gather_rows_by_index(values, index, name=name)
+
+
 def sum_rows(values, index, num_rows, name=None):
     """sums[r] = sum of values[i] with index[i] == r ([num_rows, dim]); the parallel C++
     replacement of tf.math.unsorted_segment_sum for the backward pass of lookups."""
@@ -144,6 +150,12 @@ def _table_gather_grad(op, grad):
     else:
         values = tf.reshape(grad, [-1, dim])
     return [tf.IndexedSlices(values, addresses), None]
+
+
+@tf.RegisterGradient("RecSdk>GatherRowsByIndex")
+def _gather_rows_grad(op, grad):
+    values, index = op.inputs
+    return [sum_rows(grad, index, tf.shape(values)[0]), None]
 
 
 tf.no_gradient(FIND_OR_INSERT_OP)

@@ -1,4 +1,5 @@
-// SumRowsByIndex against a plain accumulation loop, serial and threaded, and its index checks.
+// SumRowsByIndex and GatherRowsByIndex against plain loops, serial and threaded, and their
+// index checks.
 #include "tf_ops/core/row_sum.h"
 
 #include <gtest/gtest.h>
@@ -41,6 +42,27 @@ TEST(RowSumTest, MatchesReferenceForManyShapes) {
       }
     }
   }
+}
+
+TEST(RowSumTest, GatherRowsMatchesReferenceAndChecksIndices) {
+  std::mt19937 rng(13);
+  const int dim = 5;
+  const int64_t rows = 300, n = 2000;
+  std::vector<float> values(rows * dim);
+  std::vector<int32_t> index(n);
+  for (auto& v : values) v = static_cast<float>(rng() % 1000);
+  for (auto& i : index) i = static_cast<int32_t>(rng() % rows);
+  for (const ParallelRunner& run : {ParallelRunner(SerialRunner), ParallelRunner(ThreeThreads)}) {
+    std::vector<float> out(n * dim, -1.0f);
+    ASSERT_TRUE(GatherRowsByIndex(values.data(), rows, dim, index.data(), n, out.data(), run).ok());
+    for (int64_t i = 0; i < n; ++i) {
+      for (int d = 0; d < dim; ++d) ASSERT_EQ(out[i * dim + d], values[index[i] * dim + d]);
+    }
+  }
+  std::vector<float> out(dim);
+  const int32_t bad = static_cast<int32_t>(rows);
+  EXPECT_EQ(GatherRowsByIndex(values.data(), rows, dim, &bad, 1, out.data(), SerialRunner).code(),
+            StatusCode::kInvalidArgument);
 }
 
 TEST(RowSumTest, RowsWithoutIndicesAreZeroAndBadIndicesAreErrors) {
