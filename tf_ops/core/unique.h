@@ -1,9 +1,9 @@
 // DeduplicateKeys: the one dedup of rec_sdk (keys before a lookup, addresses before an update).
 //
-// Keys are bucketed by the same hash shards as the table index and each shard is deduplicated
-// in parallel with a small open-addressing map, so it scales with threads (TensorFlow's Unique
-// is single-threaded). Unique keys come out grouped by shard, in first-occurrence order within
-// a shard: deterministic for a given input.
+// Batches of up to 2^20 keys go through one open-addressing map on one thread (unique keys in
+// first-occurrence order). Larger batches are bucketed by the table index's hash shards and
+// the shards deduplicated in parallel (unique keys grouped by shard, in first-occurrence order
+// within a shard). Either way the result is deterministic for a given input.
 #ifndef REC_SDK_CORE_UNIQUE_H_
 #define REC_SDK_CORE_UNIQUE_H_
 

@@ -51,6 +51,14 @@ TEST(UniqueTest, RandomKeysWithManyDuplicatesSerialAndThreaded) {
   }
 }
 
+// Above the serial limit the batch is split into hash shards deduplicated in parallel.
+TEST(UniqueTest, LargeBatchesUseTheParallelPath) {
+  std::mt19937_64 rng(7);
+  std::vector<int64_t> keys((int64_t{1} << 20) + 1000);
+  for (auto& k : keys) k = static_cast<int64_t>(rng() % 300000);
+  CheckDedup(keys, TwoThreads);
+}
+
 TEST(UniqueTest, OutputIsDeterministic) {
   std::mt19937_64 rng(5);
   std::vector<int64_t> keys(20000);
