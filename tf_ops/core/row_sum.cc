@@ -36,10 +36,11 @@ Status SumRowsByIndex(const float* values, const int32_t* index, int64_t n, int 
                       int64_t num_rows, float* out, const ParallelRunner& run) {
   REC_SDK_RETURN_IF_ERROR(CheckIndex(index, n, dim, num_rows));
   std::fill_n(out, num_rows * dim, 0.0f);
-  // About 64 KiB of output rows per part, so parts are few and each scan of `index` pays off.
-  const int64_t rows_per_part = std::max<int64_t>(1, (int64_t{16} << 10) / dim);
-  const int64_t parts = (num_rows + rows_per_part - 1) / rows_per_part;
-  run(parts, 2 * n + n * dim / std::max<int64_t>(parts, 1), [&](int64_t first, int64_t last) {
+  // Each part owns a range of output rows and scans all of `index`: a few parts only (the
+  // runner may run each part as its own task, and every task pays a full scan).
+  const int64_t parts = std::max<int64_t>(1, std::min<int64_t>(4, num_rows * dim / 4096));
+  const int64_t rows_per_part = (num_rows + parts - 1) / parts;
+  run(parts, 2 * n + n * dim / parts, [&](int64_t first, int64_t last) {
     const int64_t lo = first * rows_per_part;
     const int64_t hi = std::min(num_rows, last * rows_per_part);
     for (int64_t i = 0; i < n; ++i) {
