@@ -159,8 +159,10 @@ Status EmbeddingTable::DecodeAddress(int64_t address, int64_t* row) const {
     return Status::InvalidArgument("address " + std::to_string(address) + " of table '" +
                                    config_.name + "' points past its rows");
   }
+  // A concurrent remove may change these fields: read them atomically.
   const RowMeta& meta = MetaOf(r);
-  if (!meta.alive || meta.generation != generation) {
+  if (!__atomic_load_n(&meta.alive, __ATOMIC_ACQUIRE) ||
+      __atomic_load_n(&meta.generation, __ATOMIC_RELAXED) != generation) {
     return Status::InvalidArgument("address " + std::to_string(address) + " of table '" +
                                    config_.name +
                                    "' is stale: its row was removed (or the table cleared) "
@@ -263,8 +265,15 @@ void EmbeddingTable::InitializeRowLocked(int64_t row, int64_t key) {
   }
   RowMeta& meta = MetaOf(row);
   meta.key = key;
-  meta.alive = 1;
   meta.slots_unset = num_slots_ > 0 && !slot_values_known_;
+  __atomic_store_n(&meta.alive, 1, __ATOMIC_RELEASE);
+}
+
+void EmbeddingTable::KillRowLocked(RowMeta& meta) {
+  // Readers validating an address read alive and generation without the shard lock.
+  __atomic_store_n(&meta.alive, 0, __ATOMIC_RELAXED);
+  const uint16_t next = static_cast<uint16_t>((meta.generation + 1) & ((1u << kGenerationBits) - 1));
+  __atomic_store_n(&meta.generation, next, __ATOMIC_RELEASE);
 }
 
 void EmbeddingTable::PrefetchRow(int64_t address) const {
@@ -277,9 +286,7 @@ void EmbeddingTable::PrefetchRow(int64_t address) const {
 }
 
 void EmbeddingTable::FreeRow(int64_t row) {
-  RowMeta& meta = MetaOf(row);
-  meta.alive = 0;
-  meta.generation = static_cast<uint16_t>((meta.generation + 1) & ((1u << kGenerationBits) - 1));
+  KillRowLocked(MetaOf(row));
   size_.fetch_sub(1, std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(alloc_mu_);
   free_rows_.push_back(row);
@@ -472,18 +479,15 @@ void EmbeddingTable::Clear() {
 }
 
 void EmbeddingTable::ClearLocked() {
-  std::lock_guard<std::mutex> lock(alloc_mu_);
-  for (int64_t row = 0; row < next_row_; ++row) {
-    RowMeta& meta = MetaOf(row);
-    if (meta.alive) {
-      meta.alive = 0;
-      meta.generation =
-          static_cast<uint16_t>((meta.generation + 1) & ((1u << kGenerationBits) - 1));
-    }
-  }
+  // Lock order everywhere: structure_mu_, then a shard, then alloc_mu_.
   for (int s = 0; s < HashIndex::kNumShards; ++s) {
     std::lock_guard<std::mutex> shard_lock(index_.shard(s).mu());
     index_.shard(s).Clear();
+  }
+  std::lock_guard<std::mutex> lock(alloc_mu_);
+  for (int64_t row = 0; row < next_row_; ++row) {
+    RowMeta& meta = MetaOf(row);
+    if (meta.alive) KillRowLocked(meta);
   }
   free_rows_.clear();
   free_rows_.shrink_to_fit();

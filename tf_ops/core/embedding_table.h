@@ -209,6 +209,9 @@ class EmbeddingTable {
   std::string FullMessage() const;
   // Clear with structure_mu_ held exclusively.
   void ClearLocked();
+  // Marks a row dead and bumps its generation (its shard lock, or structure_mu_ exclusively,
+  // held), so every address to it becomes stale.
+  void KillRowLocked(RowMeta& meta);
 
   // Runs fn(shard, i, hash) for every key position i, shard by shard, in parallel, with the
   // shard's lock held.
