@@ -8,20 +8,26 @@ sparse_lookup -> dense + sparse optimizers -> Session loop with evaluation -> te
     python -m rec_sdk.examples.demo [--epochs 3] [--expansion] [--data criteo.tsv]
 """
 import argparse
+import os
 import sys
 import time
 
-import numpy as np
-import tensorflow as tf
+# Keep the demo's output to its own progress lines (TensorFlow's INFO logs are hidden unless
+# the caller chose a level).
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
-import rec_sdk
-from rec_sdk.core.embedding import create_table, sparse_lookup
-from rec_sdk.examples import data as datasets
-from rec_sdk.examples.metrics import auc, log_loss
-from rec_sdk.examples.progress import Progress
-from rec_sdk.optimizers import lazy_adam, lazy_adam_by_addr
-from rec_sdk.util.initialize import get_use_dynamic_expansion, init, terminate_config_initializer
-from rec_sdk.util.variable import get_dense_and_sparse_variable
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+import rec_sdk  # noqa: E402
+from rec_sdk.core.embedding import create_table, sparse_lookup  # noqa: E402
+from rec_sdk.examples import data as datasets  # noqa: E402
+from rec_sdk.examples.metrics import auc, log_loss  # noqa: E402
+from rec_sdk.examples.progress import Progress  # noqa: E402
+from rec_sdk.optimizers import lazy_adam, lazy_adam_by_addr  # noqa: E402
+from rec_sdk.util.initialize import (  # noqa: E402
+    get_use_dynamic_expansion, init, terminate_config_initializer)
+from rec_sdk.util.variable import get_dense_and_sparse_variable  # noqa: E402
 
 # Keys of different fields share a table; the field number in the high bits keeps them apart.
 FIELD_SHIFT = 40
