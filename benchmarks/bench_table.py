@@ -12,7 +12,7 @@ after warm-up; reports the median ms/step and keys/s.
   TFRA 0.7.2 (de.embedding_lookup, DynamicEmbeddingOptimizer(Adam)) runs too when installed
   (`make bench` tries to install it).
 
-    .venv/bin/python benchmarks/bench_table.py [--steps 50] [--warmup 10]
+    .venv/bin/python benchmarks/bench_table.py [--steps 50] [--warmup 10] [--repeat 3]
 """
 import argparse
 import os
@@ -145,6 +145,9 @@ def main():
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="rounds of all libraries, interleaved; the median round counts "
+                        "(evens out drift on a shared machine)")
     args = parser.parse_args()
     tf.compat.v1.disable_eager_execution()
     batches = zipf_batches(args.steps + args.warmup)
@@ -153,10 +156,20 @@ def main():
         platform.processor() or platform.machine(), os.cpu_count(), platform.python_version(),
         tf.__version__))
     print("batch %d keys (%.0f unique on average), dim %d, %d timed steps after %d warm-up; "
-          "median ms/step" % (BATCH, unique, DIM, args.steps, args.warmup))
-    dense = bench_dense(batches, args.warmup)
-    ours = bench_rec_sdk(batches, args.warmup)
-    tfra = bench_tfra(batches, args.warmup)
+          "median ms/step, median of %d interleaved rounds"
+          % (BATCH, unique, DIM, args.steps, args.warmup, args.repeat))
+    rounds = []
+    for _ in range(args.repeat):
+        rounds.append((bench_dense(batches, args.warmup), bench_rec_sdk(batches, args.warmup),
+                       bench_tfra(batches, args.warmup)))
+
+    def median_of(index):
+        results = [r[index] for r in rounds]
+        if "error" in results[0]:
+            return results[0]
+        return {k: statistics.median(r[k] for r in results) for k in results[0]}
+
+    dense, ours, tfra = median_of(0), median_of(1), median_of(2)
 
     def row(name, seconds, baseline):
         ratio = baseline / seconds

@@ -3,6 +3,9 @@
 #include <cmath>
 #include <string>
 
+// The row-update lambdas capture their scalars by value: captured by reference they could
+// alias the rows being written, which keeps the compiler from vectorising the loops.
+
 namespace rec_sdk {
 namespace {
 
@@ -38,7 +41,7 @@ Status ApplyLazyAdam(EmbeddingTable* table, const int64_t* addresses, const floa
   const float b1 = p.beta1, b2 = p.beta2, eps = p.epsilon;
   return table->UpdateRows(
       addresses, n, 12 * dim,
-      [&](int64_t i, float* __restrict w, float* const* slots) {
+      [=](int64_t i, float* __restrict w, float* const* slots) {
         const float* __restrict g = grads + i * dim;
         float* __restrict m = slots[0];
         float* __restrict v = slots[1];
@@ -60,7 +63,7 @@ Status ApplyGradientDescent(EmbeddingTable* table, const int64_t* addresses, con
   const float lr = p.learning_rate, wd = p.weight_decay;
   return table->UpdateRows(
       addresses, n, 3 * dim,
-      [&](int64_t i, float* __restrict w, float* const*) {
+      [=](int64_t i, float* __restrict w, float* const*) {
         const float* __restrict g = grads + i * dim;
         for (int d = 0; d < dim; ++d) w[d] -= lr * (g[d] + wd * w[d]);
       },
@@ -77,7 +80,7 @@ Status ApplyAdagrad(EmbeddingTable* table, const int64_t* addresses, const float
   const float lr = p.learning_rate;
   return table->UpdateRows(
       addresses, n, 8 * dim,
-      [&](int64_t i, float* __restrict w, float* const* slots) {
+      [=](int64_t i, float* __restrict w, float* const* slots) {
         const float* __restrict g = grads + i * dim;
         float* __restrict a = slots[0];
         for (int d = 0; d < dim; ++d) {
@@ -101,7 +104,7 @@ Status ApplyFtrl(EmbeddingTable* table, const int64_t* addresses, const float* g
   const FtrlParams q = p;
   return table->UpdateRows(
       addresses, n, 40 * dim,
-      [&](int64_t i, float* w, float* const* slots) {
+      [=](int64_t i, float* w, float* const* slots) {
         const float* g = grads + i * dim;
         float* accum = slots[0];
         float* linear = slots[1];
