@@ -13,7 +13,7 @@ OPS_DIR := python/rec_sdk/ops
 DEMO_ARGS ?=
 APT_PACKAGES := bazel-bootstrap libgtest-dev g++ python3-venv
 
-.PHONY: demo test build configure setup system-deps cc-test py-test bench clean
+.PHONY: demo test build configure setup system-deps cc-test py-test bench sanitize clean
 
 demo: build
 	$(PY) -m rec_sdk.examples.demo $(DEMO_ARGS)
@@ -67,6 +67,20 @@ bench: build
 	-$(PY) -m pip install -q --disable-pip-version-check --no-deps tensorflow-recommenders-addons==0.7.2
 	$(PY) benchmarks/bench_table.py
 
+# The core's googletest suite under AddressSanitizer and UndefinedBehaviorSanitizer, built
+# with g++ directly (the core has no TensorFlow dependency). Not part of `make test`.
+CORE_SRCS := $(wildcard tf_ops/core/*.cc)
+CORE_TESTS := $(wildcard tf_ops/core/tests/*_test.cc)
+sanitize: system-deps
+	mkdir -p build/sanitize
+	set -e; for test in $(CORE_TESTS); do \
+	  bin=build/sanitize/$$(basename $$test .cc); \
+	  g++ -std=c++17 -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all \
+	    -fno-omit-frame-pointer -I. $$test $(CORE_SRCS) -lgtest -lgtest_main -pthread -o $$bin; \
+	  $$bin --gtest_brief=1; \
+	done
+
 clean:
 	-$(BAZEL) clean
+	rm -rf build
 	rm -f $(OPS_DIR)/_rec_sdk_ops.so $(OPS_DIR)/_rec_sdk_ops.tf_version .bazelrc
