@@ -935,3 +935,46 @@ def test_malformed_op_inputs_are_errors_not_crashes():
             sess.run(ops.rec_sdk_sum_rows_by_index(tf.zeros([2, 0]), tf.constant([0, 0]), 1))
         with pytest.raises(tf.errors.InvalidArgumentError, match="not in"):
             sess.run(ops.rec_sdk_sum_rows_by_index(tf.ones([2, 3]), tf.constant([0, 5]), 2))
+
+
+def test_concurrent_session_runs_share_a_table_safely():
+    """Several Python threads train and look up through one session at once (the table's batch
+    operations run concurrently): no errors, every key stored once, eval reads trained rows."""
+    import threading
+
+    init(use_dynamic_expansion=True)
+    table = create_table(tf.int64, 8, "concurrent", tf.compat.v1.random_normal_initializer(seed=3),
+                         device_vocabulary_size=64)
+    ids = tf.compat.v1.placeholder(tf.int64, [None])
+    emb = sparse_lookup(table, ids, is_train=True)
+    loss = tf.reduce_sum(tf.square(emb))
+    grads = tf.gradients(loss, tf.compat.v1.get_collection(rec_sdk.ASCEND_SPARSE_LOOKUP_LOCAL_EMB))
+    from rec_sdk.optimizers import lazy_adam_by_addr
+    train = lazy_adam_by_addr.create_hash_optimizer_by_address(0.01).apply_gradients(
+        zip(grads, tf.compat.v1.get_collection(rec_sdk.ASCEND_SPARSE_LOOKUP_ID_OFFSET)))
+    eval_emb = sparse_lookup(table, ids, is_train=False, name="concurrent_eval")
+    errors = []
+    with tf.compat.v1.Session() as sess:
+        sess.run(tf.compat.v1.global_variables_initializer())
+
+        def worker(seed):
+            rng = np.random.default_rng(seed)
+            try:
+                for _ in range(30):
+                    sess.run(train, {ids: rng.integers(0, 5000, size=512)})
+                    sess.run(eval_emb, {ids: rng.integers(0, 5000, size=256)})
+            except Exception as e:  # collected and asserted below
+                errors.append(e)
+
+        threads = [threading.Thread(target=worker, args=(s,)) for s in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors
+        keys, values, slots = sess.run(table.export())
+        assert len(np.unique(keys)) == len(keys) == sess.run(table.size())
+        assert slots.shape == (2, len(keys), 8)
+        # Eval lookups of stored keys read exactly the stored rows.
+        probe = keys[:100]
+        np.testing.assert_array_equal(sess.run(eval_emb, {ids: probe}), values[:100])
