@@ -16,9 +16,6 @@ constexpr int64_t kChunkTargetBytes = int64_t{2} << 20;
 constexpr int kMinChunkShift = 4;   // 16 rows
 constexpr int kMaxChunkShift = 19;  // 524,288 rows
 
-// How many keys or rows ahead batch loops prefetch.
-constexpr int64_t kPrefetchDistance = 16;
-
 int ChunkShiftFor(int dim) {
   int shift = kMinChunkShift;
   while (shift < kMaxChunkShift &&
@@ -292,10 +289,8 @@ void EmbeddingTable::FreeRow(int64_t row) {
   free_rows_.push_back(row);
 }
 
-void EmbeddingTable::ForEachKeyByShard(
-    const int64_t* keys, int64_t n, int64_t cost_per_key,
-    const std::function<void(HashIndex::Shard&, int64_t, uint64_t)>& fn,
-    const ParallelRunner& run) {
+void EmbeddingTable::ForEachShard(const int64_t* keys, int64_t n, int64_t cost_per_key,
+                                  const ShardBatchFn& fn, const ParallelRunner& run) {
   std::vector<uint64_t> hashes;
   std::vector<int64_t> order;
   std::vector<int64_t> begin;
@@ -306,72 +301,70 @@ void EmbeddingTable::ForEachKeyByShard(
       if (begin[s] == begin[s + 1]) continue;
       HashIndex::Shard& shard = index_.shard(static_cast<int>(s));
       std::lock_guard<std::mutex> lock(shard.mu());
-      const int64_t end = begin[s + 1];
-      for (int64_t j = begin[s]; j < end; ++j) {
-        // Probes of different keys are independent: start the cache misses of later keys now.
-        if (j + kPrefetchDistance < end) shard.Prefetch(hashes[order[j + kPrefetchDistance]]);
-        const int64_t i = order[j];
-        fn(shard, i, hashes[i]);
-      }
+      fn(shard, order.data() + begin[s], begin[s + 1] - begin[s], hashes.data());
     }
   });
+}
+
+void EmbeddingTable::ForEachKeyByShard(
+    const int64_t* keys, int64_t n, int64_t cost_per_key,
+    const std::function<void(HashIndex::Shard&, int64_t, uint64_t)>& fn,
+    const ParallelRunner& run) {
+  ForEachShard(
+      keys, n, cost_per_key,
+      [&](HashIndex::Shard& shard, const int64_t* positions, int64_t count,
+          const uint64_t* hashes) {
+        ProbeInOrder(shard, positions, count, hashes,
+                     [&](int64_t i) { fn(shard, i, hashes[i]); });
+      },
+      run);
 }
 
 Status EmbeddingTable::FindOrInsert(const int64_t* keys, int64_t n, bool insert,
                                     int64_t* addresses, const ParallelRunner& run) {
   std::shared_lock<std::shared_mutex> structure(structure_mu_);
-  std::vector<uint64_t> hashes;
-  std::vector<int64_t> order;
-  std::vector<int64_t> begin;
-  HashIndex::BucketByShard(keys, n, &hashes, &order, &begin, run);
   std::atomic<bool> full{false};
   const int64_t tag_bits = TagBits();
-  run(HashIndex::kNumShards, (insert ? 300 : 60) * (n / HashIndex::kNumShards + 1),
-      [&](int64_t first, int64_t last) {
+  ForEachShard(
+      keys, n, insert ? 300 : 60,
+      [&](HashIndex::Shard& shard, const int64_t* positions, int64_t count,
+          const uint64_t* hashes) {
         std::vector<int64_t> missing;  // positions of keys the shard does not hold
-        std::vector<int64_t> rows;
-        for (int64_t s = first; s < last; ++s) {
-          const int64_t end = begin[s + 1];
-          if (begin[s] == end) continue;
-          HashIndex::Shard& shard = index_.shard(static_cast<int>(s));
-          std::lock_guard<std::mutex> lock(shard.mu());
-          missing.clear();
-          for (int64_t j = begin[s]; j < end; ++j) {
-            if (j + kPrefetchDistance < end) shard.Prefetch(hashes[order[j + kPrefetchDistance]]);
-            const int64_t i = order[j];
-            const int64_t entry = shard.Find(keys[i], hashes[i]);
-            if (entry >= 0) {
-              addresses[i] = tag_bits | entry;
-            } else if (insert) {
-              missing.push_back(i);
-            } else {
-              addresses[i] = -1;
-            }
-          }
-          if (missing.empty()) continue;
-          // One allocation per shard and batch: a thread's new rows are contiguous, so two
-          // threads never initialise rows that share cache lines.
-          AllocateRows(static_cast<int64_t>(missing.size()), &rows);
-          size_t used = 0;
-          for (const int64_t i : missing) {
-            int64_t entry = shard.Find(keys[i], hashes[i]);  // a duplicate inserted just now
-            if (entry < 0) {
-              if (used == rows.size()) {
-                full.store(true, std::memory_order_relaxed);
-                addresses[i] = -1;
-                continue;
-              }
-              const int64_t row = rows[used++];
-              InitializeRowLocked(row, keys[i]);
-              entry = IndexEntry(row, MetaOf(row).generation);
-              shard.Insert(keys[i], hashes[i], entry);
-            }
+        ProbeInOrder(shard, positions, count, hashes, [&](int64_t i) {
+          const int64_t entry = shard.Find(keys[i], hashes[i]);
+          if (entry >= 0) {
             addresses[i] = tag_bits | entry;
+          } else if (insert) {
+            missing.push_back(i);
+          } else {
+            addresses[i] = -1;
           }
-          size_.fetch_add(static_cast<int64_t>(used), std::memory_order_relaxed);
-          if (used < rows.size()) ReleaseRows(rows.data() + used, rows.size() - used);
+        });
+        if (missing.empty()) return;
+        // One allocation per shard and batch: a thread's new rows are contiguous, so two
+        // threads never initialise rows that share cache lines.
+        std::vector<int64_t> rows;
+        AllocateRows(static_cast<int64_t>(missing.size()), &rows);
+        size_t used = 0;
+        for (const int64_t i : missing) {
+          int64_t entry = shard.Find(keys[i], hashes[i]);  // a duplicate inserted just now
+          if (entry < 0) {
+            if (used == rows.size()) {
+              full.store(true, std::memory_order_relaxed);
+              addresses[i] = -1;
+              continue;
+            }
+            const int64_t row = rows[used++];
+            InitializeRowLocked(row, keys[i]);
+            entry = IndexEntry(row, MetaOf(row).generation);
+            shard.Insert(keys[i], hashes[i], entry);
+          }
+          addresses[i] = tag_bits | entry;
         }
-      });
+        size_.fetch_add(static_cast<int64_t>(used), std::memory_order_relaxed);
+        if (used < rows.size()) ReleaseRows(rows.data() + used, rows.size() - used);
+      },
+      run);
   if (full.load()) return Status::ResourceExhausted(FullMessage());
   return Status::Ok();
 }

@@ -151,6 +151,8 @@ class EmbeddingTable {
   };
   static constexpr int kPageBits = 12;  // chunks per directory page
   static constexpr int64_t kPageSize = int64_t{1} << kPageBits;
+  // How many keys or rows ahead batch loops prefetch.
+  static constexpr int64_t kPrefetchDistance = 16;
   static constexpr int64_t kMaxPages = 4096;
   struct DirectoryPage {
     std::atomic<Chunk*> chunks[kPageSize];
@@ -218,6 +220,18 @@ class EmbeddingTable {
   void ForEachKeyByShard(const int64_t* keys, int64_t n, int64_t cost_per_key,
                          const std::function<void(HashIndex::Shard&, int64_t, uint64_t)>& fn,
                          const ParallelRunner& run);
+  // Buckets keys by shard and runs fn(shard, positions, count, hashes) once per shard that has
+  // keys, in parallel, with the shard's lock held; positions are in batch order and
+  // hashes[i] is the hash of keys[i].
+  using ShardBatchFn = std::function<void(HashIndex::Shard&, const int64_t* positions,
+                                          int64_t count, const uint64_t* hashes)>;
+  void ForEachShard(const int64_t* keys, int64_t n, int64_t cost_per_key, const ShardBatchFn& fn,
+                    const ParallelRunner& run);
+  // Calls f(i) for the positions of one shard in order, prefetching the probe slots of later
+  // keys (probes of different keys are independent, so their cache misses overlap).
+  template <typename F>
+  static void ProbeInOrder(const HashIndex::Shard& shard, const int64_t* positions,
+                           int64_t count, const uint64_t* hashes, F f);
 
   const TableConfig config_;
   const int chunk_shift_;
@@ -246,6 +260,15 @@ class EmbeddingTable {
   std::string slot_optimizer_;
   float slot_initial_values_[kMaxSlots] = {0, 0, 0, 0};
 };
+
+template <typename F>
+void EmbeddingTable::ProbeInOrder(const HashIndex::Shard& shard, const int64_t* positions,
+                                  int64_t count, const uint64_t* hashes, F f) {
+  for (int64_t j = 0; j < count; ++j) {
+    if (j + kPrefetchDistance < count) shard.Prefetch(hashes[positions[j + kPrefetchDistance]]);
+    f(positions[j]);
+  }
+}
 
 }  // namespace rec_sdk
 
