@@ -68,6 +68,9 @@ EmbeddingTable::EmbeddingTable(const TableConfig& config)
       tag_(NextTableTag()),
       max_rows_(config.dynamic_expansion ? kMaxRows : config.capacity),
       pages_(new std::atomic<DirectoryPage*>[kMaxPages]),
+      access_threshold_(config.access_threshold),
+      pending_(new PendingMap[HashIndex::kNumShards]),
+      newest_clock_(kNoClock),
       row_bytes_(RowBytesFor(0)) {
   for (int64_t i = 0; i < kMaxPages; ++i) pages_[i].store(nullptr, std::memory_order_relaxed);
 }
@@ -105,6 +108,15 @@ Status EmbeddingTable::Create(const TableConfig& config, std::unique_ptr<Embeddi
                                    std::to_string(config.initial_capacity));
   }
   REC_SDK_RETURN_IF_ERROR(config.initializer.Validate());
+  if (config.access_threshold < -1) {
+    return Status::InvalidArgument("table '" + config.name + "': access_threshold must be >= -1, got " +
+                                   std::to_string(config.access_threshold));
+  }
+  if (config.eviction_threshold < -1) {
+    return Status::InvalidArgument("table '" + config.name +
+                                   "': eviction_threshold must be >= -1, got " +
+                                   std::to_string(config.eviction_threshold));
+  }
   std::unique_ptr<EmbeddingTable> t(new EmbeddingTable(config));
   const int64_t reserve = config.dynamic_expansion ? config.initial_capacity : config.capacity;
   {
@@ -254,7 +266,7 @@ void EmbeddingTable::ReleaseRows(const int64_t* rows, size_t count) {
   free_rows_.insert(free_rows_.end(), rows, rows + count);
 }
 
-void EmbeddingTable::InitializeRowLocked(int64_t row, int64_t key) {
+void EmbeddingTable::InitializeRowLocked(int64_t row, int64_t key, int64_t last_seen) {
   float* value = ValueOf(row);
   InitializeRow(config_.initializer, key, config_.dim, value);
   for (int s = 0; s < num_slots_; ++s) {
@@ -262,6 +274,8 @@ void EmbeddingTable::InitializeRowLocked(int64_t row, int64_t key) {
   }
   RowMeta& meta = MetaOf(row);
   meta.key = key;
+  meta.last_seen = last_seen;
+  meta.count = 0;
   meta.slots_unset = num_slots_ > 0 && !slot_values_known_;
   __atomic_store_n(&meta.alive, 1, __ATOMIC_RELEASE);
 }
@@ -320,53 +334,273 @@ void EmbeddingTable::ForEachKeyByShard(
       run);
 }
 
+namespace {
+uint32_t SaturatingCount(int64_t count) {
+  return static_cast<uint32_t>(std::min<int64_t>(std::max<int64_t>(count, 0), UINT32_MAX));
+}
+}  // namespace
+
+void EmbeddingTable::RaiseNewestClock(int64_t clock) {
+  int64_t seen = newest_clock_.load(std::memory_order_relaxed);
+  while (clock > seen && !newest_clock_.compare_exchange_weak(seen, clock)) {
+  }
+}
+
+int64_t EmbeddingTable::ClockForNewRows() const {
+  const int64_t newest = newest_clock_.load(std::memory_order_relaxed);
+  return newest == kNoClock ? 0 : newest;
+}
+
 Status EmbeddingTable::FindOrInsert(const int64_t* keys, int64_t n, bool insert,
-                                    int64_t* addresses, const ParallelRunner& run) {
-  std::shared_lock<std::shared_mutex> structure(structure_mu_);
-  std::atomic<bool> full{false};
+                                    int64_t* addresses, const ParallelRunner& run,
+                                    const KeyAccess& access) {
+  if (!insert) {
+    std::shared_lock<std::shared_mutex> structure(structure_mu_);
+    const int64_t tag_bits = TagBits();
+    ForEachShard(
+        keys, n, 60,
+        [&](HashIndex::Shard& shard, const int64_t* positions, int64_t count,
+            const uint64_t* hashes) {
+          ProbeInOrder(shard, positions, count, hashes, [&](int64_t i) {
+            const int64_t entry = shard.Find(keys[i], hashes[i]);
+            addresses[i] = entry >= 0 ? (tag_bits | entry) : -1;
+          });
+        },
+        run);
+    return Status::Ok();
+  }
+  const int64_t tick = tick_.fetch_add(1, std::memory_order_relaxed) + 1;
+  int64_t unplaced = 0;
+  {
+    std::shared_lock<std::shared_mutex> structure(structure_mu_);
+    InsertPass(keys, n, addresses, access, tick, /*count=*/true, &unplaced, run);
+  }
+  if (unplaced == 0) return Status::Ok();
+  if (!config_.evict_when_full || config_.dynamic_expansion) {
+    return Status::ResourceExhausted(FullMessage());
+  }
+  // Make room for this batch and a little more (so that a full table does not evict on every
+  // step), then place the keys again without counting them twice.
+  EvictLeastRecent(unplaced + std::max<int64_t>(1, config_.capacity / 100));
+  unplaced = 0;
+  {
+    std::shared_lock<std::shared_mutex> structure(structure_mu_);
+    InsertPass(keys, n, addresses, access, tick, /*count=*/false, &unplaced, run);
+  }
+  if (unplaced > 0) {
+    return Status::ResourceExhausted(FullMessage() + " (a batch holds more new keys than the "
+                                     "table's capacity can take even after eviction)");
+  }
+  return Status::Ok();
+}
+
+void EmbeddingTable::InsertPass(const int64_t* keys, int64_t n, int64_t* addresses,
+                                const KeyAccess& access, int64_t tick, bool count,
+                                int64_t* unplaced, const ParallelRunner& run) {
   const int64_t tag_bits = TagBits();
+  const int64_t threshold = access_threshold_.load(std::memory_order_relaxed);
+  // Rows remember counts and clocks only when something reads them.
+  const bool track = threshold >= 0 || config_.eviction_threshold >= 0 ||
+                     config_.evict_when_full || access.times != nullptr;
+  std::atomic<int64_t> total_unplaced{0};
   ForEachShard(
-      keys, n, insert ? 300 : 60,
-      [&](HashIndex::Shard& shard, const int64_t* positions, int64_t count,
+      keys, n, track ? 400 : 300,
+      [&](HashIndex::Shard& shard, const int64_t* positions, int64_t count_in_shard,
           const uint64_t* hashes) {
+        PendingMap& pending = pending_[HashIndex::ShardOf(hashes[positions[0]])];
         std::vector<int64_t> missing;  // positions of keys the shard does not hold
-        ProbeInOrder(shard, positions, count, hashes, [&](int64_t i) {
+        std::vector<int64_t> found;    // rows of keys it holds (when tracking)
+        std::vector<int64_t> found_at;
+        int64_t newest = kNoClock;
+        ProbeInOrder(shard, positions, count_in_shard, hashes, [&](int64_t i) {
           const int64_t entry = shard.Find(keys[i], hashes[i]);
           if (entry >= 0) {
             addresses[i] = tag_bits | entry;
-          } else if (insert) {
+            if (track) {
+              found.push_back(RowOfEntry(entry));
+              found_at.push_back(i);
+            }
+          } else {
             missing.push_back(i);
+          }
+          if (track) newest = std::max(newest, ClockOf(access, i, tick));
+        });
+        // Rows are read next by the gather: touching their headers here costs little.
+        for (size_t j = 0; j < found.size(); ++j) {
+          if (j + kPrefetchDistance < found.size()) {
+            __builtin_prefetch(RecordOf(found[j + kPrefetchDistance]), 1);
+          }
+          RowMeta& meta = MetaOf(found[j]);
+          const int64_t i = found_at[j];
+          meta.last_seen = std::max(meta.last_seen, ClockOf(access, i, tick));
+          if (count) {
+            meta.count = SaturatingCount(int64_t{meta.count} +
+                                         (access.counts ? access.counts[i] : 1));
+          }
+        }
+        if (track) RaiseNewestClock(newest);
+        if (missing.empty()) return;
+        // Admission: keep only the keys whose count reaches the threshold.
+        std::vector<int64_t> admit;
+        std::vector<int64_t> admit_count;
+        int64_t rejected = 0;
+        for (const int64_t i : missing) {
+          const int64_t add = count ? (access.counts ? access.counts[i] : 1) : 0;
+          if (threshold <= 0) {
+            admit.push_back(i);
+            admit_count.push_back(add);
+            continue;
+          }
+          auto it = pending.find(keys[i]);
+          if (it == pending.end()) {
+            if (add <= 0 && !count) {  // a retry of a key that was never counted
+              addresses[i] = -1;
+              continue;
+            }
+            it = pending.emplace(keys[i], Pending{0, ClockOf(access, i, tick)}).first;
+            pending_size_.fetch_add(1, std::memory_order_relaxed);
+          }
+          it->second.count += add;
+          it->second.last_seen = std::max(it->second.last_seen, ClockOf(access, i, tick));
+          if (it->second.count >= threshold) {
+            admit.push_back(i);
+            admit_count.push_back(it->second.count);
           } else {
             addresses[i] = -1;
+            if (count) ++rejected;
           }
-        });
-        if (missing.empty()) return;
+        }
+        if (rejected > 0) rejected_.fetch_add(rejected, std::memory_order_relaxed);
+        if (admit.empty()) return;
         // One allocation per shard and batch: a thread's new rows are contiguous, so two
         // threads never initialise rows that share cache lines.
         std::vector<int64_t> rows;
-        AllocateRows(static_cast<int64_t>(missing.size()), &rows);
+        AllocateRows(static_cast<int64_t>(admit.size()), &rows);
         size_t used = 0;
-        for (const int64_t i : missing) {
+        int64_t left_out = 0;
+        for (size_t j = 0; j < admit.size(); ++j) {
+          const int64_t i = admit[j];
           int64_t entry = shard.Find(keys[i], hashes[i]);  // a duplicate inserted just now
           if (entry < 0) {
             if (used == rows.size()) {
-              full.store(true, std::memory_order_relaxed);
+              ++left_out;
               addresses[i] = -1;
               continue;
             }
             const int64_t row = rows[used++];
-            InitializeRowLocked(row, keys[i]);
+            InitializeRowLocked(row, keys[i], ClockOf(access, i, tick));
+            MetaOf(row).count = SaturatingCount(admit_count[j]);
             entry = IndexEntry(row, MetaOf(row).generation);
             shard.Insert(keys[i], hashes[i], entry);
+            if (threshold > 0 && pending.erase(keys[i]) > 0) {
+              pending_size_.fetch_sub(1, std::memory_order_relaxed);
+            }
           }
           addresses[i] = tag_bits | entry;
         }
         size_.fetch_add(static_cast<int64_t>(used), std::memory_order_relaxed);
+        admitted_.fetch_add(static_cast<int64_t>(used), std::memory_order_relaxed);
         if (used < rows.size()) ReleaseRows(rows.data() + used, rows.size() - used);
+        if (left_out > 0) total_unplaced.fetch_add(left_out, std::memory_order_relaxed);
       },
       run);
-  if (full.load()) return Status::ResourceExhausted(FullMessage());
+  *unplaced = total_unplaced.load();
+}
+
+Status EmbeddingTable::SetAccessThreshold(int64_t threshold) {
+  if (threshold < -1) {
+    return Status::InvalidArgument("table '" + config_.name +
+                                   "': access_threshold must be >= -1, got " +
+                                   std::to_string(threshold));
+  }
+  access_threshold_.store(threshold, std::memory_order_relaxed);
   return Status::Ok();
+}
+
+void EmbeddingTable::EvictRowLocked(int64_t row) {
+  RowMeta& meta = MetaOf(row);
+  const uint64_t hash = HashIndex::Hash(meta.key);
+  index_.shard(HashIndex::ShardOf(hash)).Erase(meta.key, hash);
+  KillRowLocked(meta);
+  size_.fetch_sub(1, std::memory_order_relaxed);
+  evicted_.fetch_add(1, std::memory_order_relaxed);
+}
+
+Status EmbeddingTable::Evict(int64_t* rows_evicted, int64_t* pending_evicted,
+                             const ParallelRunner& run) {
+  int64_t rows_out = 0, pending_out = 0;
+  const int64_t threshold = config_.eviction_threshold;
+  const int64_t newest = newest_clock_.load();
+  if (threshold >= 0 && newest != kNoClock) {
+    // Keys seen at or before `cutoff` are at least `threshold` older than the newest clock.
+    const int64_t cutoff = newest - threshold;
+    std::unique_lock<std::shared_mutex> structure(structure_mu_);
+    std::lock_guard<std::mutex> lock(alloc_mu_);
+    // Find the victims chunk by chunk in parallel, then unlink them.
+    const int64_t chunks = (next_row_ + rows_per_chunk() - 1) >> chunk_shift_;
+    std::vector<std::vector<int64_t>> victims(chunks);
+    run(chunks, rows_per_chunk() * 10, [&](int64_t first, int64_t last) {
+      for (int64_t c = first; c < last; ++c) {
+        const int64_t end = std::min(next_row_, (c + 1) << chunk_shift_);
+        for (int64_t row = c << chunk_shift_; row < end; ++row) {
+          const RowMeta& meta = MetaOf(row);
+          if (meta.alive && meta.last_seen <= cutoff) victims[c].push_back(row);
+        }
+      }
+    });
+    for (const auto& rows : victims) {
+      for (const int64_t row : rows) {
+        EvictRowLocked(row);
+        free_rows_.push_back(row);
+        ++rows_out;
+      }
+    }
+    for (int s = 0; s < HashIndex::kNumShards; ++s) {
+      PendingMap& pending = pending_[s];
+      for (auto it = pending.begin(); it != pending.end();) {
+        if (it->second.last_seen <= cutoff) {
+          it = pending.erase(it);
+          ++pending_out;
+        } else {
+          ++it;
+        }
+      }
+    }
+    pending_size_.fetch_sub(pending_out, std::memory_order_relaxed);
+  }
+  if (rows_evicted != nullptr) *rows_evicted = rows_out;
+  if (pending_evicted != nullptr) *pending_evicted = pending_out;
+  return Status::Ok();
+}
+
+void EmbeddingTable::EvictLeastRecent(int64_t count) {
+  std::unique_lock<std::shared_mutex> structure(structure_mu_);
+  std::lock_guard<std::mutex> lock(alloc_mu_);
+  std::vector<std::pair<int64_t, int64_t>> live;  // (last_seen, row)
+  live.reserve(size_.load());
+  for (int64_t row = 0; row < next_row_; ++row) {
+    const RowMeta& meta = MetaOf(row);
+    if (meta.alive) live.emplace_back(meta.last_seen, row);
+  }
+  count = std::min<int64_t>(count, static_cast<int64_t>(live.size()));
+  if (count <= 0) return;
+  std::nth_element(live.begin(), live.begin() + (count - 1), live.end());
+  for (int64_t j = 0; j < count; ++j) {
+    EvictRowLocked(live[j].second);
+    free_rows_.push_back(live[j].second);
+  }
+}
+
+TableStats EmbeddingTable::Stats() const {
+  TableStats stats;
+  stats.size = Size();
+  stats.capacity = Capacity();
+  stats.admitted = admitted_.load();
+  stats.rejected = rejected_.load();
+  stats.evicted = evicted_.load();
+  stats.pending = pending_size_.load();
+  stats.newest_clock = ClockForNewRows();
+  return stats;
 }
 
 Status EmbeddingTable::Gather(const int64_t* addresses, int64_t n, float* out,
@@ -437,7 +671,7 @@ Status EmbeddingTable::Upsert(const int64_t* keys, const float* values, int64_t 
             return;
           }
           row = fresh[0];
-          InitializeRowLocked(row, keys[i]);
+          InitializeRowLocked(row, keys[i], ClockForNewRows());
           size_.fetch_add(1, std::memory_order_relaxed);
           shard.Insert(keys[i], hash, IndexEntry(row, MetaOf(row).generation));
         }
@@ -476,7 +710,9 @@ void EmbeddingTable::ClearLocked() {
   for (int s = 0; s < HashIndex::kNumShards; ++s) {
     std::lock_guard<std::mutex> shard_lock(index_.shard(s).mu());
     index_.shard(s).Clear();
+    PendingMap().swap(pending_[s]);
   }
+  pending_size_.store(0);
   std::lock_guard<std::mutex> lock(alloc_mu_);
   for (int64_t row = 0; row < next_row_; ++row) {
     RowMeta& meta = MetaOf(row);
@@ -655,7 +891,7 @@ Status EmbeddingTable::Import(const int64_t* keys, const float* values, const fl
         return Status::ResourceExhausted(FullMessage());
       }
       row = rows[used++];
-      InitializeRowLocked(row, keys[i]);
+      InitializeRowLocked(row, keys[i], ClockForNewRows());
       shard.Insert(keys[i], hash, IndexEntry(row, MetaOf(row).generation));
     }
     float* value = ValueOf(row);

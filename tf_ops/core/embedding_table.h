@@ -1,9 +1,10 @@
 // EmbeddingTable: one table (one shard) of embeddings keyed by int64 ids.
 //
 // Storage
-//   A row is one contiguous record: a 16-byte header (key, generation, alive), the embedding
-//   (dim floats) and then each optimizer slot (dim floats each):
-//     [ header | embedding | slot 0 | slot 1 | ... ]   (size rounded up to 16 bytes)
+//   A row is one contiguous record: a 24-byte header (key, last-seen clock, admission count,
+//   generation, alive), the embedding (dim floats) and then each optimizer slot (dim floats
+//   each):
+//     [ header | embedding | slot 0 | slot 1 | ... ]   (size rounded up to 8 bytes)
 //   One hash probe per key therefore serves the embedding and every slot, and an optimizer
 //   update touches one stretch of memory (slots kept in separate arrays at the same offsets
 //   alias in the cache and made LazyAdam 4x slower). Rows live in chunks of rows_per_chunk()
@@ -23,7 +24,16 @@
 // Concurrency
 //   Batch operations (find/insert, gather, lookup, upsert, remove, optimizer updates) run
 //   concurrently with each other; structural operations (attaching slots, clear, import,
-//   export) run alone. Concurrent updates of the same row race like TensorFlow's
+//   export, eviction) run alone.
+//
+// Admission and eviction
+//   Training lookups may pass, per key, a count (occurrences x faae_coefficient) and a clock
+//   value (a data timestamp or a global step). With an access threshold >= 0, a key without a
+//   row accumulates its count in a per-shard "pending" map and gets a row once the count
+//   reaches the threshold; until then it maps to -1. Rows and pending entries remember the
+//   newest clock they were seen with; Evict() drops those whose age (the newest clock the
+//   table has seen minus theirs) is at least the eviction threshold. A fixed-capacity table
+//   with evict_when_full drops its least recently seen rows instead of failing when full. Concurrent updates of the same row race like TensorFlow's
 //   use_locking=False optimizers: values stay valid floats, never out-of-bounds memory.
 #ifndef REC_SDK_CORE_EMBEDDING_TABLE_H_
 #define REC_SDK_CORE_EMBEDDING_TABLE_H_
@@ -35,6 +45,7 @@
 #include <mutex>
 #include <shared_mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "tf_ops/core/hash_index.h"
@@ -52,6 +63,36 @@ struct TableConfig {
   int64_t capacity = 0;          // fixed-capacity tables only; >= 1
   int64_t initial_capacity = 0;  // dynamic-expansion tables: rows to reserve up front
   InitializerSpec initializer;
+  // Admission: a key gets a row once its count reaches access_threshold (-1: every key is
+  // inserted at once; 0 admits every key too, but counts).
+  int64_t access_threshold = -1;
+  // Eviction: Evict() drops rows and pending counts at least this many clock units older than
+  // the newest clock seen (-1: Evict() drops nothing).
+  int64_t eviction_threshold = -1;
+  // Fixed-capacity tables: when full, evict the least recently seen rows instead of failing.
+  bool evict_when_full = false;
+};
+
+// What a training lookup tells the table about its keys, for admission and eviction.
+struct KeyAccess {
+  // Per key: how much its admission count grows (occurrences x faae_coefficient).
+  // Null: 1 per key.
+  const int64_t* counts = nullptr;
+  // Clock values (data timestamps or global steps): per key when times_per_key, otherwise
+  // times[0] for every key. Null: the table's own tick (one per training FindOrInsert).
+  const int64_t* times = nullptr;
+  bool times_per_key = false;
+};
+
+// Counters of one table since it was created (or last cleared, for size and pending).
+struct TableStats {
+  int64_t size = 0;       // keys with a row
+  int64_t capacity = 0;   // as Capacity()
+  int64_t admitted = 0;   // keys that got a row in a training lookup
+  int64_t rejected = 0;   // training lookups of a key left without a row by admission
+  int64_t evicted = 0;    // rows dropped by eviction (age or full table)
+  int64_t pending = 0;    // keys counting towards admission, without a row yet
+  int64_t newest_clock = 0;  // the newest clock value seen (0 before any)
 };
 
 class EmbeddingTable {
@@ -80,11 +121,25 @@ class EmbeddingTable {
   // Bytes of memory reserved for rows, slots, metadata and the index.
   int64_t MemoryBytes();
 
-  // Maps keys to row addresses. With insert=true, absent keys get a new, initialised row;
-  // with insert=false they map to -1. Fails with kResourceExhausted when a fixed-capacity
-  // table is full (keys handled before that keep their rows).
+  // Maps keys to row addresses. With insert=true (training), absent keys get a new,
+  // initialised row, subject to admission, and `access` updates counts and clocks; with
+  // insert=false they map to -1 and nothing changes. Fails with kResourceExhausted when a
+  // fixed-capacity table is full and cannot evict (keys handled before that keep their rows).
   Status FindOrInsert(const int64_t* keys, int64_t n, bool insert, int64_t* addresses,
-                      const ParallelRunner& run);
+                      const ParallelRunner& run, const KeyAccess& access = KeyAccess());
+
+  // Changes the admission threshold (>= -1) for later lookups; keys already admitted keep
+  // their rows.
+  Status SetAccessThreshold(int64_t threshold);
+  int64_t access_threshold() const { return access_threshold_.load(std::memory_order_relaxed); }
+  int64_t eviction_threshold() const { return config_.eviction_threshold; }
+
+  // Drops every row and pending count whose clock is at least eviction_threshold older than
+  // the newest clock seen; their rows, slots and counts are gone (a later occurrence starts
+  // from scratch). Returns the numbers of rows and pending entries dropped (may be null).
+  Status Evict(int64_t* rows_evicted, int64_t* pending_evicted, const ParallelRunner& run);
+
+  TableStats Stats() const;
 
   // Copies the rows at `addresses` to out[n, dim]; -1 gives zeros.
   Status Gather(const int64_t* addresses, int64_t n, float* out, const ParallelRunner& run);
@@ -138,14 +193,21 @@ class EmbeddingTable {
  private:
   struct RowMeta {
     int64_t key;
+    int64_t last_seen;  // newest clock of a training lookup (or the clock at insertion)
     uint16_t generation;
     uint8_t alive;
     // The row was initialised while the slot initial values were unknown (after an Import of
     // slots, before the first EnsureSlots); EnsureSlots gives it the initial values.
     uint8_t slots_unset;
-    uint32_t reserved;
+    uint32_t count;  // admission count, saturating
   };
-  static_assert(sizeof(RowMeta) == 16, "the row header is 16 bytes");
+  static_assert(sizeof(RowMeta) == 24, "the row header is 24 bytes");
+  // A key counting towards admission.
+  struct Pending {
+    int64_t count = 0;
+    int64_t last_seen = 0;
+  };
+  using PendingMap = std::unordered_map<int64_t, Pending>;
   struct Chunk {
     char* rows = nullptr;  // rows_per_chunk() records of row_bytes_ bytes
   };
@@ -168,7 +230,7 @@ class EmbeddingTable {
   // Bytes of one row record with num_slots slots.
   size_t RowBytesFor(int num_slots) const {
     const size_t bytes = sizeof(RowMeta) + sizeof(float) * config_.dim * (1 + num_slots);
-    return (bytes + 15) / 16 * 16;
+    return (bytes + 7) / 8 * 8;
   }
   size_t ChunkBytes() const { return (size_t{1} << chunk_shift_) * row_bytes_; }
   int64_t OffsetOf(int64_t row) const { return row & ((int64_t{1} << chunk_shift_) - 1); }
@@ -204,9 +266,25 @@ class EmbeddingTable {
   void AllocateRows(int64_t count, std::vector<int64_t>* rows);
   // Gives back rows taken by AllocateRows and never initialised.
   void ReleaseRows(const int64_t* rows, size_t count);
-  // Gives a row its key, initial embedding and initial slot values and marks it alive (the
-  // caller counts it in size_).
-  void InitializeRowLocked(int64_t row, int64_t key);
+  // Gives a row its key, initial embedding and initial slot values, clock `last_seen` and
+  // count 0, and marks it alive (the caller counts it in size_).
+  void InitializeRowLocked(int64_t row, int64_t key, int64_t last_seen);
+  // One pass of a training FindOrInsert (structure_mu_ shared). count=false leaves admission
+  // counts unchanged (a retry). *unplaced receives the number of keys admitted but left
+  // without a row because the table is full.
+  void InsertPass(const int64_t* keys, int64_t n, int64_t* addresses, const KeyAccess& access,
+                  int64_t tick, bool count, int64_t* unplaced, const ParallelRunner& run);
+  // Removes the row of a live key (structure_mu_ exclusive) and counts it as evicted.
+  void EvictRowLocked(int64_t row);
+  // Evicts the `count` least recently seen rows (takes structure_mu_ exclusively).
+  void EvictLeastRecent(int64_t count);
+  // The clock a key is seen with in a training lookup.
+  static int64_t ClockOf(const KeyAccess& access, int64_t i, int64_t tick) {
+    if (access.times == nullptr) return tick;
+    return access.times_per_key ? access.times[i] : access.times[0];
+  }
+  void RaiseNewestClock(int64_t clock);
+  int64_t ClockForNewRows() const;
   void FreeRow(int64_t row);
   std::string FullMessage() const;
   // Clear with structure_mu_ held exclusively.
@@ -252,6 +330,17 @@ class EmbeddingTable {
   int64_t rows_touched_ = 0;
   std::vector<int64_t> free_rows_;           // guarded by alloc_mu_
   std::atomic<int64_t> size_{0};
+
+  // Admission and eviction state. pending_[s] is guarded by index_.shard(s).mu().
+  std::atomic<int64_t> access_threshold_;
+  std::unique_ptr<PendingMap[]> pending_;
+  std::atomic<int64_t> pending_size_{0};
+  std::atomic<int64_t> tick_{0};
+  std::atomic<int64_t> newest_clock_;  // kNoClock until a training lookup
+  std::atomic<int64_t> admitted_{0};
+  std::atomic<int64_t> rejected_{0};
+  std::atomic<int64_t> evicted_{0};
+  static constexpr int64_t kNoClock = INT64_MIN;
 
   // Changed only under an exclusive structure_mu_.
   size_t row_bytes_;

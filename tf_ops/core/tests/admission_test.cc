@@ -1,0 +1,266 @@
+// Tests of admission and eviction in EmbeddingTable against a small reference model: counts
+// and thresholds, clocks, eviction by age, eviction of full tables, counters.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "tf_ops/core/embedding_table.h"
+
+namespace rec_sdk {
+namespace {
+
+TableConfig Config(int64_t access_threshold, int64_t eviction_threshold) {
+  TableConfig c;
+  c.name = "t";
+  c.dim = 4;
+  c.dynamic_expansion = true;
+  c.initializer.kind = InitializerKind::kRandomUniform;
+  c.initializer.minval = -1;
+  c.initializer.maxval = 1;
+  c.access_threshold = access_threshold;
+  c.eviction_threshold = eviction_threshold;
+  return c;
+}
+
+std::unique_ptr<EmbeddingTable> Make(const TableConfig& c) {
+  std::unique_ptr<EmbeddingTable> t;
+  EXPECT_TRUE(EmbeddingTable::Create(c, &t).ok());
+  return t;
+}
+
+// Training lookup of unique keys with counts and one clock for all.
+std::vector<int64_t> Train(EmbeddingTable* t, const std::vector<int64_t>& keys,
+                           const std::vector<int64_t>& counts, int64_t clock) {
+  std::vector<int64_t> addresses(keys.size());
+  KeyAccess access;
+  access.counts = counts.data();
+  access.times = &clock;
+  EXPECT_TRUE(t->FindOrInsert(keys.data(), keys.size(), true, addresses.data(), SerialRunner,
+                              access).ok());
+  return addresses;
+}
+
+std::vector<int64_t> Find(EmbeddingTable* t, const std::vector<int64_t>& keys) {
+  std::vector<int64_t> addresses(keys.size());
+  EXPECT_TRUE(t->FindOrInsert(keys.data(), keys.size(), false, addresses.data(),
+                              SerialRunner).ok());
+  return addresses;
+}
+
+TEST(AdmissionTest, KeyGetsARowWhenItsCountReachesTheThreshold) {
+  auto t = Make(Config(3, -1));
+  EXPECT_EQ(Train(t.get(), {7, 8}, {1, 2}, 1), (std::vector<int64_t>{-1, -1}));
+  EXPECT_EQ(t->Size(), 0);
+  EXPECT_EQ(t->Stats().pending, 2);
+  EXPECT_EQ(t->Stats().rejected, 2);
+  // 8 reaches 3 (2 + 1); 7 has 2.
+  std::vector<int64_t> a = Train(t.get(), {7, 8}, {1, 1}, 2);
+  EXPECT_EQ(a[0], -1);
+  EXPECT_GE(a[1], 0);
+  EXPECT_EQ(t->Size(), 1);
+  EXPECT_EQ(t->Stats().pending, 1);
+  EXPECT_EQ(t->Stats().admitted, 1);
+  // Eval never counts nor inserts.
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(Find(t.get(), {7})[0], -1);
+  EXPECT_EQ(Train(t.get(), {7}, {1}, 3)[0] >= 0, true);
+  EXPECT_EQ(t->Stats().pending, 0);
+}
+
+TEST(AdmissionTest, ThresholdZeroAndMinusOneAdmitEveryKey) {
+  for (int64_t threshold : {-1, 0}) {
+    auto t = Make(Config(threshold, -1));
+    std::vector<int64_t> a = Train(t.get(), {1, 2, 3}, {1, 1, 1}, 1);
+    for (int64_t x : a) EXPECT_GE(x, 0);
+    EXPECT_EQ(t->Stats().pending, 0);
+  }
+}
+
+TEST(AdmissionTest, RaisingTheThresholdKeepsAdmittedKeys) {
+  auto t = Make(Config(1, -1));
+  const int64_t first = Train(t.get(), {5}, {1}, 1)[0];
+  ASSERT_GE(first, 0);
+  ASSERT_TRUE(t->SetAccessThreshold(10).ok());
+  EXPECT_EQ(Train(t.get(), {5}, {1}, 2)[0], first);
+  EXPECT_EQ(Train(t.get(), {6}, {9}, 2)[0], -1);
+  EXPECT_GE(Train(t.get(), {6}, {1}, 2)[0], 0);
+  EXPECT_FALSE(t->SetAccessThreshold(-2).ok());
+}
+
+TEST(EvictionTest, DropsRowsAndPendingCountsOlderThanTheThreshold) {
+  auto t = Make(Config(2, 10));
+  Train(t.get(), {1, 2}, {2, 1}, 100);  // 1 admitted, 2 pending
+  Train(t.get(), {3}, {2}, 105);        // 3 admitted
+  Train(t.get(), {4}, {2}, 110);        // newest clock 110: 1 and 2 are 10 old
+  int64_t rows = -1, pending = -1;
+  ASSERT_TRUE(t->Evict(&rows, &pending, SerialRunner).ok());
+  EXPECT_EQ(rows, 1);
+  EXPECT_EQ(pending, 1);
+  EXPECT_EQ(Find(t.get(), {1})[0], -1);
+  EXPECT_GE(Find(t.get(), {3})[0], 0);
+  EXPECT_EQ(t->Stats().evicted, 1);
+  // Key 1 starts from scratch: its count restarts below the threshold.
+  EXPECT_EQ(Train(t.get(), {1}, {1}, 111)[0], -1);
+  EXPECT_GE(Train(t.get(), {1}, {1}, 111)[0], 0);
+}
+
+TEST(EvictionTest, EvictedRowIsReinitialisedWithFreshSlotsAndStaleAddress) {
+  auto t = Make(Config(-1, 5));
+  ASSERT_TRUE(t->EnsureSlots("Adagrad", {0.5f}).ok());
+  const int64_t old_address = Train(t.get(), {9}, {1}, 1)[0];
+  std::vector<float> initial(4);
+  ASSERT_TRUE(t->Gather(&old_address, 1, initial.data(), SerialRunner).ok());
+  ASSERT_TRUE(t->UpdateRows(&old_address, 1, 1,
+                            [](int64_t, float* v, float* const* slots) {
+                              for (int d = 0; d < 4; ++d) {
+                                v[d] += 3;
+                                slots[0][d] = 7;
+                              }
+                            },
+                            SerialRunner).ok());
+  Train(t.get(), {10}, {1}, 6);
+  int64_t rows = 0;
+  ASSERT_TRUE(t->Evict(&rows, nullptr, SerialRunner).ok());
+  EXPECT_EQ(rows, 1);
+  std::vector<float> out(4);
+  EXPECT_FALSE(t->Gather(&old_address, 1, out.data(), SerialRunner).ok());
+  const int64_t address = Train(t.get(), {9}, {1}, 7)[0];
+  ASSERT_TRUE(t->Gather(&address, 1, out.data(), SerialRunner).ok());
+  EXPECT_EQ(out, initial);
+  ASSERT_TRUE(t->UpdateRows(&address, 1, 1,
+                            [](int64_t, float*, float* const* slots) {
+                              for (int d = 0; d < 4; ++d) EXPECT_EQ(slots[0][d], 0.5f);
+                            },
+                            SerialRunner).ok());
+}
+
+TEST(EvictionTest, PerKeyClocksKeepTheNewest) {
+  auto t = Make(Config(-1, 10));
+  std::vector<int64_t> keys = {1, 2}, counts = {1, 1}, times = {100, 50};
+  std::vector<int64_t> addresses(2);
+  KeyAccess access;
+  access.counts = counts.data();
+  access.times = times.data();
+  access.times_per_key = true;
+  ASSERT_TRUE(t->FindOrInsert(keys.data(), 2, true, addresses.data(), SerialRunner, access).ok());
+  // An older clock does not move a key's last-seen time back.
+  Train(t.get(), {1}, {1}, 20);
+  int64_t rows = 0;
+  ASSERT_TRUE(t->Evict(&rows, nullptr, SerialRunner).ok());
+  EXPECT_EQ(rows, 1);  // key 2 (50 <= 100 - 10)
+  EXPECT_GE(Find(t.get(), {1})[0], 0);
+  EXPECT_EQ(Find(t.get(), {2})[0], -1);
+}
+
+TEST(EvictionTest, WithoutThresholdOrClockNothingIsEvicted) {
+  auto t = Make(Config(-1, -1));
+  Train(t.get(), {1}, {1}, 1);
+  Train(t.get(), {2}, {1}, 1000);
+  int64_t rows = -1;
+  ASSERT_TRUE(t->Evict(&rows, nullptr, SerialRunner).ok());
+  EXPECT_EQ(rows, 0);
+  auto fresh = Make(Config(-1, 0));
+  ASSERT_TRUE(fresh->Evict(&rows, nullptr, SerialRunner).ok());
+  EXPECT_EQ(rows, 0);
+}
+
+TEST(EvictionTest, FullTableEvictsLeastRecentlySeenRows) {
+  TableConfig c = Config(-1, -1);
+  c.dynamic_expansion = false;
+  c.capacity = 100;
+  c.evict_when_full = true;
+  auto t = Make(c);
+  for (int64_t k = 0; k < 100; ++k) Train(t.get(), {k}, {1}, k);
+  Train(t.get(), {0}, {1}, 200);  // key 0 is now the most recent
+  const std::vector<int64_t> a = Train(t.get(), {1000, 1001}, {1, 1}, 201);
+  EXPECT_GE(a[0], 0);
+  EXPECT_GE(a[1], 0);
+  EXPECT_LE(t->Size(), 100);
+  EXPECT_GE(Find(t.get(), {0})[0], 0);
+  EXPECT_EQ(Find(t.get(), {1})[0], -1);  // the oldest go first
+  EXPECT_EQ(Find(t.get(), {2})[0], -1);
+  EXPECT_GE(Find(t.get(), {99})[0], 0);
+  EXPECT_EQ(t->Stats().evicted, 3);  // 2 needed + 1% of 100
+  // A batch bigger than the capacity still fails clearly.
+  std::vector<int64_t> many(150), counts(150, 1), addresses(150);
+  for (int64_t i = 0; i < 150; ++i) many[i] = 5000 + i;
+  int64_t clock = 300;
+  KeyAccess access;
+  access.counts = counts.data();
+  access.times = &clock;
+  Status s = t->FindOrInsert(many.data(), 150, true, addresses.data(), SerialRunner, access);
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+}
+
+TEST(EvictionTest, FullTableWithoutEvictionFails) {
+  TableConfig c = Config(-1, -1);
+  c.dynamic_expansion = false;
+  c.capacity = 2;
+  auto t = Make(c);
+  std::vector<int64_t> keys = {1, 2, 3}, addresses(3);
+  EXPECT_EQ(t->FindOrInsert(keys.data(), 3, true, addresses.data(), SerialRunner).code(),
+            StatusCode::kResourceExhausted);
+}
+
+// Random batches against a model of counts, rows and last-seen clocks.
+TEST(AdmissionTest, RandomBatchesMatchTheModel) {
+  std::mt19937_64 rng(3);
+  const int64_t threshold = 4, age = 7;
+  auto t = Make(Config(threshold, age));
+  std::map<int64_t, int64_t> count, last;  // pending keys
+  std::map<int64_t, int64_t> row_last;     // admitted keys
+  int64_t newest = INT64_MIN;
+  for (int64_t step = 0; step < 300; ++step) {
+    std::set<int64_t> batch;
+    const int size = 1 + rng() % 20;
+    while (static_cast<int>(batch.size()) < size) batch.insert(rng() % 60);
+    std::vector<int64_t> keys(batch.begin(), batch.end()), counts;
+    for (size_t i = 0; i < keys.size(); ++i) counts.push_back(1 + rng() % 3);
+    const int64_t clock = step / 2;
+    const std::vector<int64_t> a = Train(t.get(), keys, counts, clock);
+    newest = std::max(newest, clock);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      const int64_t k = keys[i];
+      if (row_last.count(k)) {
+        row_last[k] = std::max(row_last[k], clock);
+        ASSERT_GE(a[i], 0);
+        continue;
+      }
+      count[k] += counts[i];
+      last[k] = std::max(last.count(k) ? last[k] : INT64_MIN, clock);
+      if (count[k] >= threshold) {
+        ASSERT_GE(a[i], 0) << "key " << k << " step " << step;
+        row_last[k] = clock;
+        count.erase(k);
+        last.erase(k);
+      } else {
+        ASSERT_EQ(a[i], -1) << "key " << k << " step " << step;
+      }
+    }
+    if (step % 10 == 9) {
+      ASSERT_TRUE(t->Evict(nullptr, nullptr, SerialRunner).ok());
+      for (auto it = row_last.begin(); it != row_last.end();) {
+        it = newest - it->second >= age ? row_last.erase(it) : std::next(it);
+      }
+      for (auto it = last.begin(); it != last.end();) {
+        if (newest - it->second >= age) {
+          count.erase(it->first);
+          it = last.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+    ASSERT_EQ(t->Size(), static_cast<int64_t>(row_last.size()));
+    ASSERT_EQ(t->Stats().pending, static_cast<int64_t>(count.size()));
+  }
+}
+
+}  // namespace
+}  // namespace rec_sdk
