@@ -382,13 +382,6 @@ def test_static_shape_mode_needs_send_count():
         assert sess.run(emb).shape == (2, DIM)
 
 
-def test_access_and_evict_config_not_implemented(initialized):
-    table = _table()
-    with pytest.raises(NotImplementedError, match="access_and_evict_config"):
-        sparse_lookup(table, tf.constant([1], tf.int64),
-                      access_and_evict_config={"access_threshold": 1})
-
-
 def test_lookup_argument_checks(initialized):
     table = _table()
     ids = tf.constant([1], tf.int64)

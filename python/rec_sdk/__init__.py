@@ -12,3 +12,5 @@ ASCEND_SPARSE_LOOKUP_LOCAL_EMB = "ASCEND_SPARSE_LOOKUP_LOCAL_EMB"
 ASCEND_SPARSE_LOOKUP_ID_OFFSET = "ASCEND_SPARSE_LOOKUP_ID_OFFSET"
 # Graph collection holding every rec_sdk table of a graph.
 TABLE_COLLECTION = "REC_SDK_TABLES"
+# Graph collection of per-sample timestamp tensors (seconds) for eviction with tensor ids.
+TIMESTAMP_COLLECTION = "REC_SDK_TIMESTAMPS"

@@ -42,6 +42,9 @@ class EmbeddingTableOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("init_stddev", &config_.initializer.stddev));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("init_seed", &seed));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("init_scale", &config_.initializer.scale));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("access_threshold", &config_.access_threshold));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("eviction_threshold", &config_.eviction_threshold));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("evict_when_full", &config_.evict_when_full));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("container", &container_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("shared_name", &shared_name_));
     OP_REQUIRES(ctx, dim <= EmbeddingTable::kMaxDim,
@@ -189,16 +192,94 @@ class TableFindOrInsertOp : public OpKernel {
     std::vector<int64_t> scratch;
     const int64_t* key_data;
     OP_REQUIRES_OK(ctx, KeysAsInt64(keys, table, &scratch, &key_data));
+    const Tensor& counts = ctx->input(2);
+    const Tensor& times = ctx->input(3);
+    const int64_t n = keys.NumElements();
+    KeyAccess access;
+    if (counts.NumElements() > 0) {
+      OP_REQUIRES(ctx, counts.NumElements() == n,
+                  errors::InvalidArgument("counts of a lookup of table '",
+                                          table->table()->name(), "' must have ", n,
+                                          " elements (one per key) or none, got ",
+                                          counts.NumElements()));
+      access.counts = reinterpret_cast<const int64_t*>(counts.flat<int64_t>().data());
+    }
+    if (times.NumElements() > 0) {
+      OP_REQUIRES(ctx, times.NumElements() == n || times.NumElements() == 1,
+                  errors::InvalidArgument("times of a lookup of table '",
+                                          table->table()->name(), "' must have ", n,
+                                          " elements (one per key), one or none, got ",
+                                          times.NumElements()));
+      access.times = reinterpret_cast<const int64_t*>(times.flat<int64_t>().data());
+      access.times_per_key = times.NumElements() == n && n != 1;
+    }
     Tensor* addresses;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, keys.shape(), &addresses));
     OP_REQUIRES_OK(ctx, ToTfStatus(table->table()->FindOrInsert(
-                            key_data, keys.NumElements(), is_train_,
+                            key_data, n, is_train_,
                             reinterpret_cast<int64_t*>(addresses->flat<int64_t>().data()),
-                            MakeRunner(ctx))));
+                            MakeRunner(ctx), access)));
   }
 
  private:
   bool is_train_;
+};
+
+class TableSetAccessThresholdOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+
+  void Compute(OpKernelContext* ctx) override {
+    TableResource* table;
+    OP_REQUIRES_OK(ctx, GetTable(ctx, &table));
+    ScopedUnref unref(table);
+    const Tensor& threshold = ctx->input(1);
+    OP_REQUIRES(ctx, threshold.NumElements() == 1,
+                errors::InvalidArgument("threshold must be a scalar, got shape ",
+                                        threshold.shape().DebugString()));
+    OP_REQUIRES_OK(ctx, ToTfStatus(table->table()->SetAccessThreshold(
+                            threshold.flat<int64_t>()(0))));
+  }
+};
+
+class TableEvictOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+
+  void Compute(OpKernelContext* ctx) override {
+    TableResource* table;
+    OP_REQUIRES_OK(ctx, GetTable(ctx, &table));
+    ScopedUnref unref(table);
+    int64_t rows = 0, pending = 0;
+    OP_REQUIRES_OK(ctx, ToTfStatus(table->table()->Evict(&rows, &pending, MakeRunner(ctx))));
+    Tensor* out;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &out));
+    out->scalar<int64_t>()() = rows;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({}), &out));
+    out->scalar<int64_t>()() = pending;
+  }
+};
+
+class TableStatsOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+
+  void Compute(OpKernelContext* ctx) override {
+    TableResource* table;
+    OP_REQUIRES_OK(ctx, GetTable(ctx, &table));
+    ScopedUnref unref(table);
+    const TableStats stats = table->table()->Stats();
+    Tensor* out;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({7}), &out));
+    auto v = out->flat<int64_t>();
+    v(0) = stats.size;
+    v(1) = stats.capacity;
+    v(2) = stats.admitted;
+    v(3) = stats.rejected;
+    v(4) = stats.evicted;
+    v(5) = stats.pending;
+    v(6) = stats.newest_clock;
+  }
 };
 
 // Checks that `values` has shape keys.shape + [dim].
@@ -461,6 +542,10 @@ REC_SDK_REGISTER_KEYED(TableRemove, TableRemoveOp);
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableSize)).Device(DEVICE_CPU), TableSizeOp);
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableCapacity)).Device(DEVICE_CPU), TableSizeOp);
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableClear)).Device(DEVICE_CPU), TableClearOp);
+REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableSetAccessThreshold)).Device(DEVICE_CPU),
+                        TableSetAccessThresholdOp);
+REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableEvict)).Device(DEVICE_CPU), TableEvictOp);
+REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableStats)).Device(DEVICE_CPU), TableStatsOp);
 REC_SDK_REGISTER_KEYED(TableExport, TableExportOp);
 REC_SDK_REGISTER_KEYED(TableImport, TableImportOp);
 

@@ -45,6 +45,9 @@ REGISTER_OP(REC_SDK_OP_NAME(EmbeddingTable))
     .Attr("init_stddev: float = 1.0")
     .Attr("init_seed: int = 0")
     .Attr("init_scale: float = 1.0")
+    .Attr("access_threshold: int = -1")
+    .Attr("eviction_threshold: int = -1")
+    .Attr("evict_when_full: bool = false")
     .Attr("container: string = ''")
     .Attr("shared_name: string = ''")
     .SetIsStateful()
@@ -54,6 +57,9 @@ Creates (on first run) or finds the embedding table `shared_name` and returns it
 New rows are initialised from the described initializer: constant (init_value),
 random_uniform (init_minval, init_maxval), random_normal or truncated_normal (init_mean,
 init_stddev), each scaled by init_scale and deterministic for a given init_seed and key.
+access_threshold (-1: off) and eviction_threshold (-1: off, in clock units) configure feature
+admission and eviction; evict_when_full lets a fixed-capacity table evict its least recently
+seen rows instead of failing when full.
 )doc");
 
 REGISTER_OP(REC_SDK_OP_NAME(UniqueKeys))
@@ -108,6 +114,8 @@ gathering rows by `index`, summed in parallel.
 REGISTER_OP(REC_SDK_OP_NAME(TableFindOrInsert))
     .Input("table: resource")
     .Input("keys: key_dtype")
+    .Input("counts: int64")
+    .Input("times: int64")
     .Output("addresses: int64")
     .Attr("key_dtype: {int32, int64}")
     .Attr("is_train: bool")
@@ -117,8 +125,47 @@ REGISTER_OP(REC_SDK_OP_NAME(TableFindOrInsert))
       return absl::OkStatus();
     })
     .Doc(R"doc(
-Maps keys (any shape) to row addresses. With is_train, absent keys get a new row; in eval they
-map to -1 and nothing is inserted.
+Maps keys (any shape) to row addresses. With is_train, absent keys get a new row (once their
+admission count reaches the table's access threshold, if it has one); in eval they map to -1
+and nothing changes. counts: per key, how much its admission count grows (shape of keys, or
+empty for 1 each). times: the clock of each key (shape of keys), one clock for all (one
+element), or none (empty: the table's own tick), for eviction.
+)doc");
+
+REGISTER_OP(REC_SDK_OP_NAME(TableSetAccessThreshold))
+    .Input("table: resource")
+    .Input("threshold: int64")
+    .SetIsStateful()
+    .SetShapeFn(tensorflow::shape_inference::NoOutputs)
+    .Doc(R"doc(
+Sets the admission threshold of the table for later lookups (-1 turns admission off).
+)doc");
+
+REGISTER_OP(REC_SDK_OP_NAME(TableEvict))
+    .Input("table: resource")
+    .Output("rows_evicted: int64")
+    .Output("pending_evicted: int64")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      c->set_output(0, c->Scalar());
+      c->set_output(1, c->Scalar());
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+Evicts the rows and pending admission counts whose last-seen clock is at least the table's
+eviction threshold older than the newest clock it has seen.
+)doc");
+
+REGISTER_OP(REC_SDK_OP_NAME(TableStats))
+    .Input("table: resource")
+    .Output("stats: int64")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      c->set_output(0, c->Vector(7));
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+[size, capacity, admitted, rejected, evicted, pending, newest_clock] of the table.
 )doc");
 
 REGISTER_OP(REC_SDK_OP_NAME(TableGather))

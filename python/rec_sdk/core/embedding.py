@@ -11,8 +11,13 @@ import os
 import re
 
 import tensorflow as tf
+from tensorflow.core.framework import attr_value_pb2
+from tensorflow.python.framework import tensor_util
 
 import rec_sdk
+from rec_sdk.core.asc import helper
+from rec_sdk.core.asc.feature_spec import FeatureSpec, check_thresholds
+from rec_sdk.core.asc.helper import per_key_times
 from rec_sdk.core.initializer_spec import describe_initializer
 from rec_sdk.ops import table_ops
 from rec_sdk.util import initialize
@@ -53,7 +58,8 @@ class SparseEmbedding:
 
     def __init__(self, table_name, key_dtype, dim, initializer_spec, dynamic_expansion,
                  capacity_rows, device_vocabulary_size, host_vocabulary_size,
-                 ssd_vocabulary_size, ssd_data_path, is_save, init_param):
+                 ssd_vocabulary_size, ssd_data_path, is_save, init_param, steps_to_live=None,
+                 evict_when_full=False):
         self.table_name = table_name
         self.key_dtype = key_dtype
         self.dim = dim
@@ -69,10 +75,22 @@ class SparseEmbedding:
         self.init_param = init_param
         self.graph = tf.compat.v1.get_default_graph()
         self.lookup_count = 0
+        self.steps_to_live = steps_to_live
+        self.evict_when_full = evict_when_full
+        # Admission and eviction, fixed by the first lookup that configures them.
+        self.access_threshold = -1
+        self.eviction_threshold = -1 if steps_to_live is None else steps_to_live
+        self._admission_source = None
+        self._uncounted_train_lookups = []
+        # FeatureSpec lookups of one batch share one find_or_insert: key -> (emb, addresses).
+        self._batch_lookups = {}
         self.handle = table_ops.create_table(
             table_name, key_dtype, dim, dynamic_expansion,
             capacity=0 if dynamic_expansion else capacity_rows, initializer=initializer_spec,
-            initial_capacity=device_vocabulary_size if dynamic_expansion else 0)
+            initial_capacity=device_vocabulary_size if dynamic_expansion else 0,
+            evict_when_full=evict_when_full)
+        if steps_to_live is not None:
+            table_ops.set_admission_attrs(self.handle, -1, steps_to_live)
 
     def __repr__(self):
         return "<rec_sdk table %r dim=%d key_dtype=%s %s>" % (
@@ -113,6 +131,78 @@ class SparseEmbedding:
 
     def clear(self, name=None):
         return table_ops.clear(self.handle, name=name)
+
+    @property
+    def admission(self):
+        """True when lookups count keys for feature admission."""
+        return self._admission_source is not None and self.access_threshold >= 0
+
+    @property
+    def clock(self):
+        """What eviction ages are measured in: "timestamp" (data seconds), "step" (global
+        steps, with steps_to_live) or None."""
+        if self.steps_to_live is not None:
+            return "step"
+        if self.eviction_threshold >= 0:
+            return "timestamp"
+        return None
+
+    def configure_admission(self, where, access_threshold, eviction_threshold):
+        """Sets the table's admission and eviction thresholds (None: -1) from a lookup; every
+        lookup that configures them must agree."""
+        access = -1 if access_threshold is None else access_threshold
+        evict = -1 if eviction_threshold is None else eviction_threshold
+        if self.steps_to_live is not None and evict >= 0:
+            raise ValueError("%s: table %r evicts by steps_to_live=%d; it cannot also take "
+                             "eviction_threshold=%d (timestamps)"
+                             % (where, self.table_name, self.steps_to_live, evict))
+        if self.steps_to_live is not None:
+            evict = self.steps_to_live
+        if self._admission_source is not None:
+            if (access, evict) != (self.access_threshold, self.eviction_threshold):
+                raise ValueError(
+                    "%s: table %r already has access_threshold=%d, eviction_threshold=%d "
+                    "(from %s); every lookup of a table must use the same thresholds, got "
+                    "%d and %d" % (where, self.table_name, self.access_threshold,
+                                   self.eviction_threshold, self._admission_source, access,
+                                   evict))
+            return
+        if access >= 0 and self._uncounted_train_lookups:
+            raise ValueError(
+                "%s: table %r gets admission here, but its training lookups %s were built "
+                "without it; give every training lookup of a table the same "
+                "access_and_evict_config" % (where, self.table_name,
+                                             self._uncounted_train_lookups))
+        self.access_threshold = access
+        self.eviction_threshold = evict
+        self._admission_source = where
+        table_ops.set_admission_attrs(self.handle, access, evict)
+
+    def set_access_threshold(self, threshold, session=None, name=None):
+        """Changes the admission threshold for later steps: returns the op, or runs it when
+        `session` is given. -1 turns admission off; keys already admitted keep their rows.
+        The table must have been given admission by its lookups (so that they count keys)."""
+        threshold = check_int("threshold", threshold, -1, INT32_MAX)
+        if self._admission_source is None or self.access_threshold < 0:
+            raise ValueError("set_access_threshold: table %r has no feature admission; give "
+                             "its lookups an access_threshold (FeatureSpec or "
+                             "access_and_evict_config) first" % self.table_name)
+        op = table_ops.set_access_threshold(self.handle, threshold, name=name)
+        if session is not None:
+            session.run(op)
+        return op
+
+    def evict(self, name=None):
+        """Op evicting the keys whose age reached the eviction threshold (rows, slots and
+        counts); returns (rows evicted, pending counts evicted) as int64 scalars."""
+        return table_ops.evict(self.handle, name=name)
+
+    def stats(self, name=None):
+        """Dict of int64 scalar tensors: size, capacity, admitted, rejected (training lookups
+        of keys not admitted), evicted, pending (keys counting towards admission),
+        newest_clock (the newest timestamp or step seen)."""
+        values = table_ops.stats(self.handle, name=name)
+        return {key: values[i] for i, key in enumerate(table_ops.STAT_NAMES)}
 
     def export(self, name=None):
         """(keys [n], values [n, dim], slots [num_slots, n, dim]) of every stored row."""
@@ -159,7 +249,8 @@ def table_of(value):
 
 def create_table(key_dtype, dim, name, emb_initializer, device_vocabulary_size=1,
                  host_vocabulary_size=0, ssd_vocabulary_size=0, ssd_data_path=(os.getcwd(),),
-                 is_save=True, init_param=1.0, value_dtype=tf.float32, **kwargs):
+                 is_save=True, init_param=1.0, value_dtype=tf.float32, steps_to_live=None,
+                 evict_when_full=False, **kwargs):
     """Creates a sparse embedding table.
 
     Args:
@@ -177,6 +268,12 @@ def create_table(key_dtype, dim, name, emb_initializer, device_vocabulary_size=1
       is_save: whether checkpoints include this table.
       init_param: in [-10, 10]; multiplies every initial value.
       value_dtype: tf.float32 (the only supported value type).
+      steps_to_live: beyond the SDK: evict keys not seen in training for this many global
+        steps (an int >= 1) when an EvictHook fires or table.evict() runs; for models
+        without a timestamp feature. Lookups then read the graph's global step.
+      evict_when_full: beyond the SDK: a fixed-capacity table that is full evicts its least
+        recently seen rows (about 1% of its capacity more than a batch needs) instead of
+        failing.
       **kwargs: other SDK options (is_dp, all2all_gradients_op, shard_num, ...) are accepted.
     """
     config = initialize.get_config()
@@ -209,11 +306,17 @@ def create_table(key_dtype, dim, name, emb_initializer, device_vocabulary_size=1
         raise ValueError("emb_initializer is required, e.g. "
                          "tf.compat.v1.truncated_normal_initializer()")
     spec = describe_initializer(emb_initializer, name, scale=init_param)
+    if steps_to_live is not None:
+        steps_to_live = check_int("steps_to_live", steps_to_live, 1, 2**62)
+    check_bool("evict_when_full", evict_when_full)
 
     rank_size = config.rank_size
     device_rows = math.ceil(device_vocabulary_size / rank_size)
     dynamic_expansion = config.use_dynamic_expansion
     capacity_rows = None
+    if evict_when_full and dynamic_expansion:
+        raise ValueError("evict_when_full=True is for fixed-capacity tables; table %r grows "
+                         "without bound (init(use_dynamic_expansion=True))" % name)
     if not dynamic_expansion:
         capacity_rows = device_rows + math.ceil(
             (host_vocabulary_size + ssd_vocabulary_size) / rank_size)
@@ -222,101 +325,304 @@ def create_table(key_dtype, dim, name, emb_initializer, device_vocabulary_size=1
                              "without dynamic expansion, got 0" % name)
     table = SparseEmbedding(name, key_dtype, dim, spec, dynamic_expansion, capacity_rows,
                             device_rows, host_vocabulary_size, ssd_vocabulary_size,
-                            tuple(ssd_data_path), is_save, init_param)
+                            tuple(ssd_data_path), is_save, init_param,
+                            steps_to_live=steps_to_live, evict_when_full=evict_when_full)
     tf.compat.v1.add_to_collection(rec_sdk.TABLE_COLLECTION, table)
     return table
 
 
+def _parse_access_and_evict_config(config, where):
+    """-> (access_threshold, eviction_threshold, faae_coefficient) from a lookup's
+    access_and_evict_config dict (None: (None, None, 1))."""
+    if config is None:
+        return None, None, 1
+    if not isinstance(config, dict):
+        raise TypeError("%s: access_and_evict_config must be a dict with keys "
+                        "access_threshold, eviction_threshold, faae_coefficient; got %r"
+                        % (where, config))
+    unknown = sorted(set(config) - {"access_threshold", "eviction_threshold",
+                                    "faae_coefficient"})
+    if unknown:
+        raise ValueError("%s: access_and_evict_config has unknown keys %s; allowed: "
+                         "access_threshold, eviction_threshold, faae_coefficient"
+                         % (where, unknown))
+    access, evict = check_thresholds(config.get("access_threshold"),
+                                     config.get("eviction_threshold"), where)
+    coefficient = check_int("%s faae_coefficient" % where, config.get("faae_coefficient", 1),
+                            1, INT32_MAX)
+    return access, evict, coefficient
+
+
+def _global_step_clock(table, where):
+    step = tf.compat.v1.train.get_global_step()
+    if step is None:
+        raise ValueError("%s: table %r evicts by steps_to_live, which needs a global step; "
+                         "create it with tf.compat.v1.train.get_or_create_global_step() "
+                         "before the lookup" % (where, table.table_name))
+    return tf.reshape(tf.cast(tf.convert_to_tensor(step), tf.int64), [1])
+
+
+def _timestamps_of_lookup(timestamps, where):
+    """The per-sample timestamps of a tensor lookup: the argument, or the one tensor in
+    rec_sdk.TIMESTAMP_COLLECTION."""
+    if timestamps is not None:
+        return tf.convert_to_tensor(timestamps)
+    registered = tf.compat.v1.get_collection(rec_sdk.TIMESTAMP_COLLECTION)
+    if len(registered) == 1:
+        return registered[0]
+    if not registered:
+        raise ValueError("%s: eviction by eviction_threshold needs per-sample timestamps: pass "
+                         "timestamps=<tensor> or add the tensor to the %r collection"
+                         % (where, rec_sdk.TIMESTAMP_COLLECTION))
+    raise ValueError("%s: the %r collection holds %d tensors; pass timestamps= to say which "
+                     "one this lookup uses" % (where, rec_sdk.TIMESTAMP_COLLECTION,
+                                               len(registered)))
+
+
+def _send_count_check(table, lookup_name, num_unique, send_count):
+    """Static shape: an assert that a step's distinct keys fit in send_count. Returns
+    (assert op, the Const holding the limit) so that later lookups sharing the keys can
+    raise the limit (the send counts of a table's lookups add up)."""
+    limit = tf.constant(send_count, tf.int32, name="send_count")
+    check = tf.debugging.Assert(
+        tf.less_equal(num_unique, limit),
+        [tf.strings.format("sparse_lookup '%s' on table '%s': {} distinct keys in the batch, "
+                           "more than send_count={}; raise send_count"
+                           % (lookup_name, table.table_name), (num_unique, limit))],
+        name="check_send_count")
+    return check, limit
+
+
+def _raise_limit(limit, total):
+    limit.op._set_attr("value", attr_value_pb2.AttrValue(  # pylint: disable=protected-access
+        tensor=tensor_util.make_tensor_proto(total, tf.int32)))
+
+
+def _finish(table, local_emb, addresses, inverse, ids_shape, is_train, is_grad,
+            serving_default_value, register):
+    """Embeddings of the ids (ids_shape + [dim]) from the rows of their unique keys."""
+    if register and is_train and is_grad:
+        tf.compat.v1.add_to_collection(rec_sdk.ASCEND_SPARSE_LOOKUP_LOCAL_EMB, local_emb)
+        tf.compat.v1.add_to_collection(rec_sdk.ASCEND_SPARSE_LOOKUP_ID_OFFSET, addresses)
+    if not is_grad:
+        local_emb = tf.stop_gradient(local_emb)
+    if serving_default_value is not None:
+        default = tf.broadcast_to(tf.cast(serving_default_value, tf.float32), [table.dim])
+        missing = tf.expand_dims(tf.equal(addresses, -1), 1)
+        local_emb = tf.where(missing, default[tf.newaxis, :], local_emb)
+    out_shape = tf.concat([tf.shape(inverse, out_type=tf.int32), [table.dim]], 0)
+    embeddings = tf.reshape(table_ops.gather_rows(local_emb, tf.reshape(inverse, [-1])),
+                            out_shape, name="embeddings")
+    embeddings.set_shape(ids_shape.concatenate([table.dim]))
+    return embeddings
+
+
 def sparse_lookup(hash_table, ids, send_count=None, is_train=True, name=None,
                   modify_graph=False, batch=None, access_and_evict_config=None, is_grad=True,
-                  serving_default_value=None, dim=None, **kwargs):
-    """Looks up the embeddings of `ids` (a tf.Tensor of any shape) in `hash_table`.
+                  serving_default_value=None, dim=None, timestamps=None, **kwargs):
+    """Looks up the embeddings of `ids` in `hash_table`.
 
-    Returns a float32 tensor of shape ids.shape + [dim]. The ids are deduplicated first; the
-    collections receive the embeddings of the unique keys [n_unique, dim] and their row
-    addresses [n_unique]. In training (is_train=True) new keys
-    get rows initialised from the table's initializer; in evaluation nothing is inserted and
-    unknown keys read zeros (or serving_default_value).
+    `ids` is a tf.Tensor of any shape, or a FeatureSpec whose preprocessed keys come from
+    `batch` (a batch of a dataset mapped with get_asc_insert_func). Returns a float32 tensor
+    of shape ids.shape (or batch[spec.index_key].shape) + [dim]. The table sees each distinct
+    key once per lookup (FeatureSpec lookups: once per table and batch, however many features
+    share it); the collections receive the embeddings of the unique keys [n_unique, dim] and
+    their row addresses [n_unique]. In training (is_train=True) new keys get rows initialised
+    from the table's initializer (once admitted, with admission on); in evaluation nothing is
+    inserted or counted and unknown keys read zeros (or serving_default_value).
 
     Args:
       hash_table: a table from create_table.
-      ids: integer tf.Tensor of keys (int32 ids are widened for an int64 table).
+      ids: integer tf.Tensor of keys (int32 ids are widened for an int64 table), or a
+        FeatureSpec of this table (its table_name must be the table's name).
       send_count: keys per step in static-shape mode (init(use_dynamic=False)), where it is
-        required: an int in [1, 2**31-1], and a batch with more distinct ids is an error.
-      is_train: whether this lookup trains (inserts keys and records its embeddings and
-        addresses in rec_sdk.ASCEND_SPARSE_LOOKUP_LOCAL_EMB / _ID_OFFSET).
+        required: an int in [1, 2**31-1]. A batch with more distinct keys is an error; the
+        send counts of several FeatureSpec lookups of one table on one batch add up.
+      is_train: whether this lookup trains (inserts and counts keys, and records its
+        embeddings and addresses in rec_sdk.ASCEND_SPARSE_LOOKUP_LOCAL_EMB / _ID_OFFSET).
       name: name of the lookup (default: "<table>_lookup").
       modify_graph: accepted for the SDK's API; tensor lookups are wired directly.
-      access_and_evict_config: feature admission/eviction settings (not supported yet).
+      batch: the batch (dict or tuple from iterator.get_next()) for FeatureSpec ids.
+      access_and_evict_config: for tensor ids, {"access_threshold": n, "eviction_threshold":
+        seconds, "faae_coefficient": k} (see FeatureSpec); every lookup of a table that sets
+        it must agree.
       is_grad: False stops gradients to the table.
       serving_default_value: embedding for keys without a row (default zeros): a scalar or
         a [dim] vector.
       dim: optional; must equal the table's dim.
+      timestamps: for tensor ids with eviction_threshold: per-sample int timestamps (seconds,
+        shape [batch]) of the ids' first dimension; default: the one tensor in
+        rec_sdk.TIMESTAMP_COLLECTION.
     """
-    del kwargs, batch
+    del kwargs
     if not isinstance(hash_table, SparseEmbedding):
         raise TypeError("hash_table must be a table from create_table, got %r" % (hash_table,))
     lookup_name = name if name is not None else hash_table.table_name + "_lookup"
     if not isinstance(lookup_name, str) or not lookup_name:
         raise ValueError("name must be a non-empty string, got %r" % (name,))
-    if not isinstance(ids, (tf.Tensor, tf.SparseTensor)) and hasattr(ids, "table_name"):
-        raise TypeError("sparse_lookup %r: FeatureSpec ids need the FeatureSpec pipeline, which "
-                        "this version does not provide; pass a tf.Tensor of ids" % lookup_name)
+    where = "sparse_lookup %r" % lookup_name
+    is_spec = isinstance(ids, FeatureSpec)
+    if not is_spec and not isinstance(ids, (tf.Tensor, tf.SparseTensor)) and hasattr(
+            ids, "table_name"):
+        raise TypeError("%s: ids must be a tf.Tensor or a rec_sdk FeatureSpec, got %r"
+                        % (where, ids))
     if isinstance(ids, tf.SparseTensor):
-        raise TypeError("sparse_lookup %r: ids must be a dense tf.Tensor (SparseTensor is not "
-                        "supported)" % lookup_name)
+        raise TypeError("%s: ids must be a dense tf.Tensor (SparseTensor is not supported)"
+                        % where)
     check_bool("is_train", is_train)
     check_bool("modify_graph", modify_graph)
     check_bool("is_grad", is_grad)
     if dim is not None and _as_dim(dim) != hash_table.dim:
-        raise ValueError("sparse_lookup %r: dim=%r does not match the dim %d of table %r"
-                         % (lookup_name, dim, hash_table.dim, hash_table.table_name))
+        raise ValueError("%s: dim=%r does not match the dim %d of table %r"
+                         % (where, dim, hash_table.dim, hash_table.table_name))
+    static = not initialize.get_use_dynamic()
     if send_count is not None:
         check_int("send_count", send_count, 1, INT32_MAX)
-    elif not initialize.get_use_dynamic():
-        raise ValueError("sparse_lookup %r: send_count is required in static-shape mode "
-                         "(init(use_dynamic=False)); got None" % lookup_name)
-    if access_and_evict_config is not None:
-        raise NotImplementedError(
-            "sparse_lookup %r: access_and_evict_config (feature admission and eviction) is not "
-            "supported by this version of rec_sdk" % lookup_name)
+    elif static:
+        raise ValueError("%s: send_count is required in static-shape mode "
+                         "(init(use_dynamic=False)); got None" % where)
     if hash_table.graph is not tf.compat.v1.get_default_graph():
-        raise ValueError("sparse_lookup %r: table %r belongs to another graph"
-                         % (lookup_name, hash_table.table_name))
+        raise ValueError("%s: table %r belongs to another graph"
+                         % (where, hash_table.table_name))
     if hash_table.lookup_count >= MAX_LOOKUPS_PER_TABLE:
         raise ValueError("table %r already has %d lookups, the most allowed"
                          % (hash_table.table_name, MAX_LOOKUPS_PER_TABLE))
+    if is_spec:
+        if access_and_evict_config is not None:
+            raise ValueError("%s: FeatureSpec lookups take their thresholds from the "
+                             "FeatureSpec; access_and_evict_config is for tensor ids" % where)
+        result = _feature_spec_lookup(hash_table, ids, send_count if static else None,
+                                      is_train, lookup_name, batch, is_grad,
+                                      serving_default_value)
+    else:
+        result = _tensor_lookup(hash_table, ids, send_count if static else None, is_train,
+                                lookup_name, access_and_evict_config, is_grad,
+                                serving_default_value, timestamps)
     hash_table.lookup_count += 1
+    return result
 
+
+def _tensor_lookup(table, ids, send_count, is_train, lookup_name, access_and_evict_config,
+                   is_grad, serving_default_value, timestamps):
+    where = "sparse_lookup %r" % lookup_name
+    access, evict, coefficient = _parse_access_and_evict_config(access_and_evict_config, where)
+    if access_and_evict_config is not None:
+        table.configure_admission(where, access, evict)
+    elif is_train and not table.admission:
+        table._uncounted_train_lookups.append(lookup_name)  # pylint: disable=protected-access
+    ids = table._keys(ids, param="ids of %s" % where)  # pylint: disable=protected-access
     with tf.name_scope(table_ops.op_scope_name(lookup_name)):
-        ids = hash_table._keys(ids, param="ids of sparse_lookup %r" % lookup_name)
         # Each distinct key is looked up and trained once per lookup: the table sees only
         # the unique keys and `inverse` spreads their rows back over the ids.
         unique_ids, inverse = table_ops.unique_keys(tf.reshape(ids, [-1]), name="unique")
+        counts = times = None
+        if is_train and table.admission:
+            counts = tf.math.unsorted_segment_sum(
+                tf.fill(tf.shape(inverse), tf.constant(coefficient, tf.int64)), inverse,
+                tf.size(unique_ids))
+        if is_train and table.clock == "timestamp":
+            ts = _timestamps_of_lookup(timestamps, where)
+            if not ts.dtype.is_integer:
+                raise TypeError("%s: timestamps must be integers (seconds), got %s"
+                                % (where, ts.dtype.name))
+            per_id = per_key_times(ts, ids, where)
+            times = tf.math.unsorted_segment_max(per_id, inverse, tf.size(unique_ids))
+        elif is_train and table.clock == "step":
+            times = _global_step_clock(table, where)
         checks = []
-        if send_count is not None and not initialize.get_use_dynamic():
-            # Static shape: a step may carry at most send_count distinct keys per lookup.
-            checks.append(tf.debugging.assert_less_equal(
-                tf.size(unique_ids), send_count,
-                message="sparse_lookup %r on table %r: more distinct keys in the batch than "
-                        "send_count=%d; raise send_count" % (lookup_name, hash_table.table_name,
-                                                             send_count)))
+        if send_count is not None:
+            checks.append(_send_count_check(table, lookup_name, tf.size(unique_ids),
+                                            send_count)[0])
         with tf.control_dependencies(checks):
-            addresses = table_ops.find_or_insert(hash_table.handle, unique_ids, is_train,
+            addresses = table_ops.find_or_insert(table.handle, unique_ids, is_train,
+                                                 counts=counts, times=times,
                                                  name="find_or_insert")
-        local_emb = table_ops.gather(hash_table.handle, addresses, hash_table.dim, name="gather")
-        if not is_grad:
-            local_emb = tf.stop_gradient(local_emb)
-        elif is_train:
-            tf.compat.v1.add_to_collection(rec_sdk.ASCEND_SPARSE_LOOKUP_LOCAL_EMB, local_emb)
-            tf.compat.v1.add_to_collection(rec_sdk.ASCEND_SPARSE_LOOKUP_ID_OFFSET, addresses)
-        if serving_default_value is not None:
-            default = tf.broadcast_to(tf.cast(serving_default_value, tf.float32),
-                                      [hash_table.dim])
-            missing = tf.expand_dims(tf.equal(addresses, -1), 1)
-            local_emb = tf.where(missing, default[tf.newaxis, :], local_emb)
-        out_shape = tf.concat([tf.shape(ids, out_type=tf.int32), [hash_table.dim]], 0)
-        embeddings = tf.reshape(table_ops.gather_rows(local_emb, inverse), out_shape,
-                                name="embeddings")
-        embeddings.set_shape(ids.shape.concatenate([hash_table.dim]))
-        return embeddings
+        local_emb = table_ops.gather(table.handle, addresses, table.dim, name="gather")
+        inverse = tf.reshape(inverse, tf.shape(ids))
+        return _finish(table, local_emb, addresses, inverse, ids.shape, is_train, is_grad,
+                       serving_default_value, register=True)
+
+
+def _pipeline_thresholds(table, spec):
+    """(access, eviction) thresholds of a table in FeatureSpec mode: the spec's, or those of
+    the table's specs in the graph's insert functions."""
+    if spec.access_threshold is not None:
+        return spec.access_threshold, spec.eviction_threshold
+    for specs, _ in helper.registered_specs(table.graph):
+        for other in specs:
+            if other.table_name == table.table_name and other.access_threshold is not None:
+                return other.access_threshold, other.eviction_threshold
+    return None
+
+
+def _feature_spec_lookup(table, spec, send_count, is_train, lookup_name, batch, is_grad,
+                         serving_default_value):
+    where = "sparse_lookup %r" % lookup_name
+    if spec.is_timestamp:
+        raise ValueError("%s: FeatureSpec %r is a timestamp spec (is_timestamp=True); it is "
+                         "not looked up" % (where, spec.name))
+    if spec.table_name != table.table_name:
+        raise ValueError("%s: FeatureSpec %r belongs to table %r, not to table %r"
+                         % (where, spec.name, spec.table_name, table.table_name))
+    if batch is None:
+        raise ValueError("%s: FeatureSpec ids need batch=<the batch from iterator.get_next()> "
+                         "of a dataset mapped with get_asc_insert_func" % where)
+    entries = helper.pipeline_dict(batch)
+    if entries is None or helper.unique_key(table.table_name) not in entries:
+        raise ValueError("%s: the batch has no preprocessed keys for table %r; map the dataset "
+                         "with get_asc_insert_func(tgt_key_specs=[...]) including FeatureSpec "
+                         "%r before making the iterator" % (where, table.table_name, spec.name))
+    if helper.inverse_key(spec.name) not in entries:
+        raise ValueError("%s: FeatureSpec %r was not among the tgt_key_specs of the "
+                         "get_asc_insert_func that made this batch" % (where, spec.name))
+    ids = helper.feature_of(batch, spec.index_key, "FeatureSpec %r" % spec.name)
+    thresholds = _pipeline_thresholds(table, spec)
+    if thresholds is not None:
+        table.configure_admission(where, *thresholds)
+    unique = entries[helper.unique_key(table.table_name)]
+    key = (unique.name, is_train)
+    shared = table._batch_lookups.get(key)  # pylint: disable=protected-access
+    with tf.name_scope(table_ops.op_scope_name(lookup_name)):
+        if shared is None:
+            counts = entries.get(helper.counts_key(table.table_name)) if is_train else None
+            times = None
+            if is_train and table.admission and counts is None:
+                raise ValueError("%s: table %r has feature admission but the batch comes from "
+                                 "get_asc_insert_func(is_training=False); use is_training=True "
+                                 "for training datasets" % (where, table.table_name))
+            if is_train and table.clock == "timestamp":
+                times = entries.get(helper.times_key(table.table_name))
+                if times is None:
+                    raise ValueError("%s: table %r evicts by timestamp but the batch has none; "
+                                     "add a FeatureSpec with is_timestamp=True to the "
+                                     "training tgt_key_specs" % (where, table.table_name))
+            elif is_train and table.clock == "step":
+                times = _global_step_clock(table, where)
+            elif is_train and table.evict_when_full:
+                times = entries.get(helper.times_key(table.table_name))
+            keys = table._keys(unique, param="ids of %s" % where)  # pylint: disable=protected-access
+            table_ops.mark_keys_unique(keys)
+            checks, limit = [], None
+            if send_count is not None:
+                check, limit = _send_count_check(table, lookup_name, tf.size(keys), send_count)
+                checks.append(check)
+            with tf.control_dependencies(checks):
+                addresses = table_ops.find_or_insert(table.handle, keys, is_train,
+                                                     counts=counts, times=times,
+                                                     name="find_or_insert")
+            local_emb = table_ops.gather(table.handle, addresses, table.dim, name="gather")
+            shared = {"emb": local_emb, "addresses": addresses, "limit": limit,
+                      "send_count": send_count or 0, "registered": False}
+            table._batch_lookups[key] = shared  # pylint: disable=protected-access
+        elif send_count is not None:
+            if shared["limit"] is None:
+                raise ValueError("%s: every lookup of table %r on one batch needs a send_count "
+                                 "in static-shape mode" % (where, table.table_name))
+            shared["send_count"] += send_count
+            _raise_limit(shared["limit"], min(shared["send_count"], INT32_MAX))
+        register = is_train and is_grad and not shared["registered"]
+        if register:
+            shared["registered"] = True
+        inverse = entries[helper.inverse_key(spec.name)]
+        return _finish(table, shared["emb"], shared["addresses"], inverse, ids.shape, is_train,
+                       is_grad, serving_default_value, register)

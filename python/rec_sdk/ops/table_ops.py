@@ -4,6 +4,7 @@ Arguments are checked by the public API (rec_sdk.core.embedding); these function
 the ops.
 """
 import tensorflow as tf
+from tensorflow.core.framework import attr_value_pb2
 
 from rec_sdk.ops.loader import load_ops
 
@@ -13,10 +14,11 @@ UNIQUE_OP = "RecSdk>UniqueKeys"
 
 
 def create_table(table_name, key_dtype, dim, dynamic_expansion, capacity, initializer,
-                 initial_capacity=0):
+                 initial_capacity=0, evict_when_full=False):
     """Builds the op that creates (on first run) the table and returns its resource handle.
 
-    `initializer` is a dict from rec_sdk.core.initializer_spec.describe_initializer.
+    `initializer` is a dict from rec_sdk.core.initializer_spec.describe_initializer. Admission
+    and eviction thresholds start off; set_admission_attrs sets them before the first run.
     """
     return load_ops().rec_sdk_embedding_table(
         table_name=table_name,
@@ -33,6 +35,7 @@ def create_table(table_name, key_dtype, dim, dynamic_expansion, capacity, initia
         init_stddev=initializer["stddev"],
         init_seed=initializer["seed"],
         init_scale=initializer["scale"],
+        evict_when_full=evict_when_full,
         shared_name=table_name,
         name=op_scope_name(table_name + "_handle"))
 
@@ -43,9 +46,47 @@ def op_scope_name(name):
     return name if not name.startswith("_") else "rec_sdk" + name
 
 
-def find_or_insert(table, keys, is_train, name=None):
-    """keys (any shape) -> int64 row addresses; eval (is_train=False) never inserts (-1)."""
-    return load_ops().rec_sdk_table_find_or_insert(table, keys, is_train=is_train, name=name)
+def set_admission_attrs(handle, access_threshold, eviction_threshold):
+    """Sets the thresholds the table starts with on the op that creates it (graph
+    construction only: a table already created by a session keeps its settings)."""
+    op = handle.op
+    op._set_attr("access_threshold", attr_value_pb2.AttrValue(i=access_threshold))  # pylint: disable=protected-access
+    op._set_attr("eviction_threshold", attr_value_pb2.AttrValue(i=eviction_threshold))  # pylint: disable=protected-access
+
+
+def _empty_int64():
+    return tf.zeros([0], tf.int64)
+
+
+def find_or_insert(table, keys, is_train, counts=None, times=None, name=None):
+    """keys (any shape) -> int64 row addresses; eval (is_train=False) never inserts (-1).
+
+    counts (int64, keys' shape): how much each key's admission count grows (default 1 each);
+    times (int64, keys' shape or one element): the clock each key is seen with, for eviction
+    (default: the table's own tick).
+    """
+    counts = _empty_int64() if counts is None else tf.cast(counts, tf.int64)
+    times = _empty_int64() if times is None else tf.reshape(tf.cast(times, tf.int64), [-1])
+    return load_ops().rec_sdk_table_find_or_insert(table, keys, counts, times,
+                                                   is_train=is_train, name=name)
+
+
+def set_access_threshold(table, threshold, name=None):
+    return load_ops().rec_sdk_table_set_access_threshold(
+        table, tf.cast(threshold, tf.int64), name=name)
+
+
+def evict(table, name=None):
+    """-> (rows evicted, pending counts evicted), int64 scalars."""
+    return load_ops().rec_sdk_table_evict(table, name=name)
+
+
+STAT_NAMES = ("size", "capacity", "admitted", "rejected", "evicted", "pending", "newest_clock")
+
+
+def stats(table, name=None):
+    """int64 vector of the counters named by STAT_NAMES."""
+    return load_ops().rec_sdk_table_stats(table, name=name)
 
 
 def gather(table, addresses, dim, name=None):
@@ -120,6 +161,14 @@ def dedup_rows(addresses, values):
     return unique, sum_rows(values, index, tf.size(unique))
 
 
+def mark_keys_unique(keys):
+    """Records that `keys` (e.g. from the input pipeline's dedup) hold no duplicates."""
+    graph = keys.graph
+    if not hasattr(graph, "_rec_sdk_unique_keys"):
+        graph._rec_sdk_unique_keys = set()  # pylint: disable=protected-access
+    graph._rec_sdk_unique_keys.add(keys.name)  # pylint: disable=protected-access
+
+
 def addresses_are_unique(addresses):
     """True when `addresses` come from a find_or_insert of deduplicated keys (as sparse_lookup
     builds it), so its rows need no further deduplication."""
@@ -129,6 +178,8 @@ def addresses_are_unique(addresses):
     keys = op.inputs[1]
     while keys.op.type == "Identity":
         keys = keys.op.inputs[0]
+    if keys.name in getattr(keys.graph, "_rec_sdk_unique_keys", ()):
+        return True
     return keys.op.type == UNIQUE_OP and keys.value_index == 0
 
 
@@ -160,4 +211,6 @@ def _gather_rows_grad(op, grad):
 
 tf.no_gradient(FIND_OR_INSERT_OP)
 tf.no_gradient(UNIQUE_OP)
+for _op in ("RecSdk>TableSetAccessThreshold", "RecSdk>TableEvict", "RecSdk>TableStats"):
+    tf.no_gradient(_op)
 tf.no_gradient("RecSdk>SumRowsByIndex")

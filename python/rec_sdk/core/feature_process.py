@@ -1,0 +1,180 @@
+"""Eviction and table statistics hooks (mirrors mx_rec.core.feature_process).
+
+EvictHook runs eviction during training; TableStatsHook writes each table's counters as
+TensorBoard scalars. evict_tables() is the module-level way to evict without a hook.
+"""
+import logging
+import numbers
+import time
+
+import tensorflow as tf
+
+from rec_sdk.core.embedding import tables_of_graph
+from rec_sdk.util.validation import INT32_MAX, check_bool, check_int
+
+
+def evictable_tables(graph=None):
+    """The tables of `graph` that have an eviction threshold (or steps_to_live)."""
+    return [t for t in tables_of_graph(graph) if t.eviction_threshold >= 0]
+
+
+def evict_tables(tables=None, name=None):
+    """Op evicting every table in `tables` (default: every evictable table of the default
+    graph); returns {table_name: (rows evicted, pending evicted)}."""
+    tables = evictable_tables() if tables is None else list(tables)
+    with tf.name_scope(name or "rec_sdk_evict"):
+        return {t.table_name: t.evict() for t in tables}
+
+
+class EvictHook(tf.compat.v1.train.SessionRunHook):
+    """Runs feature eviction during training.
+
+    Eviction runs after a training step when `evict_time_interval` wall seconds have passed
+    since the last eviction (or since the session started), or when the global step is a
+    multiple of `evict_step_interval`. Each evictable table (an eviction_threshold from its
+    FeatureSpecs or access_and_evict_config, or steps_to_live) drops the keys whose age reached
+    its threshold: their rows, optimizer slots and admission counts. Use it in training only
+    (MonitoredTrainingSession hooks, or tf.estimator train hooks).
+
+    Args:
+      evict_enable: False makes the hook do nothing.
+      evict_time_interval: seconds of wall time between evictions, an int in [1, 2**31-1].
+      evict_step_interval: None, or evict whenever global_step % evict_step_interval == 0
+        (an int in [1, 2**31-1]); needs a global step in the graph.
+      time_fn: the wall clock (for tests); default time.time.
+    """
+
+    def __init__(self, evict_enable=False, evict_time_interval=60 * 60 * 24,
+                 evict_step_interval=None, time_fn=None):
+        self._enable = check_bool("evict_enable", evict_enable)
+        self._time_interval = check_int("evict_time_interval", evict_time_interval, 1,
+                                        INT32_MAX)
+        if evict_step_interval is not None:
+            evict_step_interval = check_int("evict_step_interval", evict_step_interval, 1,
+                                            INT32_MAX)
+        self._step_interval = evict_step_interval
+        self._time_fn = time_fn or time.time
+        self._evict_ops = None
+        self._global_step = None
+        self._last_time = None
+        self._last_step = None
+        self.evictions = 0  # how many times eviction ran
+        self.last_result = {}  # {table_name: (rows evicted, pending evicted)} of the last run
+
+    def begin(self):
+        if not self._enable:
+            return
+        tables = evictable_tables()
+        if not tables:
+            logging.warning("EvictHook: no table has an eviction_threshold or steps_to_live; "
+                            "nothing will be evicted")
+        self._evict_ops = evict_tables(tables)
+        self._global_step = tf.compat.v1.train.get_global_step()
+        if self._step_interval is not None and self._global_step is None:
+            raise ValueError("EvictHook: evict_step_interval=%d needs a global step; create "
+                             "it with tf.compat.v1.train.get_or_create_global_step()"
+                             % self._step_interval)
+
+    def after_create_session(self, session, coord):
+        del session, coord
+        self._last_time = self._time_fn()
+
+    def before_run(self, run_context):
+        if not self._enable or self._global_step is None:
+            return None
+        return tf.compat.v1.train.SessionRunArgs(self._global_step)
+
+    def after_run(self, run_context, run_values):
+        if not self._enable:
+            return
+        now = self._time_fn()
+        if self._last_time is None:
+            self._last_time = now
+        due = now - self._last_time >= self._time_interval
+        step = run_values.results if self._global_step is not None else None
+        if (self._step_interval is not None and isinstance(step, numbers.Integral)
+                and step % self._step_interval == 0 and step != self._last_step):
+            due = True
+        if not due:
+            return
+        self.evict(run_context.session)
+        self._last_time = now
+        self._last_step = step
+
+    def evict(self, session):
+        """Runs eviction now."""
+        if not self._evict_ops:
+            return {}
+        result = session.run(self._evict_ops)
+        self.evictions += 1
+        self.last_result = {name: (int(r), int(p)) for name, (r, p) in result.items()}
+        logging.info("EvictHook: evicted %s", ", ".join(
+            "%s: %d rows, %d pending keys" % (n, r, p) for n, (r, p) in self.last_result.items()))
+        return self.last_result
+
+
+def table_summaries(tables=None, family="rec_sdk"):
+    """tf.compat.v1.summary scalar ops for each table's counters (size, capacity, admitted,
+    rejected, evicted, pending), named <family>/<table>/<counter>. They join the SUMMARIES
+    collection, so tf.estimator and MonitoredTrainingSession save them with other summaries."""
+    tables = tables_of_graph() if tables is None else list(tables)
+    ops = []
+    for table in tables:
+        stats = table.stats()
+        for key in ("size", "capacity", "admitted", "rejected", "evicted", "pending"):
+            ops.append(tf.compat.v1.summary.scalar("%s/%s/%s" % (family, table.table_name, key),
+                                                   stats[key]))
+    return ops
+
+
+class TableStatsHook(tf.compat.v1.train.SessionRunHook):
+    """Writes each table's counters as TensorBoard scalars every `every_n_steps` steps.
+
+    Args:
+      output_dir: the event file directory (or give summary_writer).
+      every_n_steps: an int in [1, 2**31-1].
+      summary_writer: a tf.compat.v1.summary.FileWriter to use instead of output_dir.
+      tables: the tables to report (default: every table of the graph).
+    """
+
+    def __init__(self, output_dir=None, every_n_steps=100, summary_writer=None, tables=None):
+        if output_dir is None and summary_writer is None:
+            raise ValueError("TableStatsHook needs output_dir or summary_writer")
+        self._output_dir = output_dir
+        self._every = check_int("every_n_steps", every_n_steps, 1, INT32_MAX)
+        self._writer = summary_writer
+        self._tables = tables
+        self._summary = None
+        self._global_step = None
+        self._calls = 0
+
+    def begin(self):
+        if self._writer is None:
+            self._writer = tf.compat.v1.summary.FileWriterCache.get(self._output_dir)
+        ops = table_summaries(self._tables, family="rec_sdk_stats")
+        # Keep them out of SUMMARIES so that they are written once, by this hook.
+        collection = tf.compat.v1.get_collection_ref(tf.compat.v1.GraphKeys.SUMMARIES)
+        for op in ops:
+            if op in collection:
+                collection.remove(op)
+        self._summary = tf.compat.v1.summary.merge(ops) if ops else None
+        self._global_step = tf.compat.v1.train.get_global_step()
+
+    def before_run(self, run_context):
+        self._calls += 1
+        if self._summary is None or self._calls % self._every != 0:
+            return None
+        fetches = {"summary": self._summary}
+        if self._global_step is not None:
+            fetches["step"] = self._global_step
+        return tf.compat.v1.train.SessionRunArgs(fetches)
+
+    def after_run(self, run_context, run_values):
+        if run_values.results is None:
+            return
+        step = run_values.results.get("step", self._calls)
+        self._writer.add_summary(run_values.results["summary"], step)
+
+    def end(self, session):
+        if self._writer is not None:
+            self._writer.flush()
