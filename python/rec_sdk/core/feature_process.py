@@ -30,8 +30,8 @@ class EvictHook(tf.compat.v1.train.SessionRunHook):
     """Runs feature eviction during training.
 
     Eviction runs after a training step when `evict_time_interval` wall seconds have passed
-    since the last eviction (or since the session started), or when the global step is a
-    multiple of `evict_step_interval`. Each evictable table (an eviction_threshold from its
+    since the last eviction (or since the session started), or when the global step reaches
+    a multiple of `evict_step_interval` (once per multiple; not at the first step seen). Each evictable table (an eviction_threshold from its
     FeatureSpecs or access_and_evict_config, or steps_to_live) drops the keys whose age reached
     its threshold: their rows, optimizer slots and admission counts. Use it in training only
     (MonitoredTrainingSession hooks, or tf.estimator train hooks).
@@ -57,7 +57,7 @@ class EvictHook(tf.compat.v1.train.SessionRunHook):
         self._evict_ops = None
         self._global_step = None
         self._last_time = None
-        self._last_step = None
+        self._last_bucket = None  # global_step // evict_step_interval at the last check
         self.evictions = 0  # how many times eviction ran
         self.last_result = {}  # {table_name: (rows evicted, pending evicted)} of the last run
 
@@ -92,14 +92,17 @@ class EvictHook(tf.compat.v1.train.SessionRunHook):
             self._last_time = now
         due = now - self._last_time >= self._time_interval
         step = run_values.results if self._global_step is not None else None
-        if (self._step_interval is not None and isinstance(step, numbers.Integral)
-                and step % self._step_interval == 0 and step != self._last_step):
-            due = True
+        if self._step_interval is not None and isinstance(step, numbers.Integral):
+            # The step is read while the training op runs (before or after its increment):
+            # fire when it enters a new multiple of the interval.
+            bucket = int(step) // self._step_interval
+            if self._last_bucket is not None and bucket > self._last_bucket:
+                due = True
+            self._last_bucket = bucket
         if not due:
             return
         self.evict(run_context.session)
         self._last_time = now
-        self._last_step = step
 
     def evict(self, session):
         """Runs eviction now."""
