@@ -386,7 +386,7 @@ def _send_count_check(table, lookup_name, num_unique, send_count):
     limit = tf.constant(send_count, tf.int32, name="send_count")
     check = tf.debugging.Assert(
         tf.less_equal(num_unique, limit),
-        [tf.strings.format("sparse_lookup '%s' on table '%s': {} distinct keys in the batch, "
+        [tf.strings.format("sparse_lookup %s on table %s: {} distinct keys in the batch, "
                            "more than send_count={}; raise send_count"
                            % (lookup_name, table.table_name), (num_unique, limit))],
         name="check_send_count")
