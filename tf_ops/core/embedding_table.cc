@@ -69,7 +69,7 @@ EmbeddingTable::EmbeddingTable(const TableConfig& config)
       max_rows_(config.dynamic_expansion ? kMaxRows : config.capacity),
       pages_(new std::atomic<DirectoryPage*>[kMaxPages]),
       access_threshold_(config.access_threshold),
-      pending_(new PendingMap[HashIndex::kNumShards]),
+      pending_(new PendingShard[HashIndex::kNumShards]),
       newest_clock_(kNoClock),
       row_bytes_(RowBytesFor(0)) {
   for (int64_t i = 0; i < kMaxPages; ++i) pages_[i].store(nullptr, std::memory_order_relaxed);
@@ -340,6 +340,60 @@ uint32_t SaturatingCount(int64_t count) {
 }
 }  // namespace
 
+EmbeddingTable::Pending* EmbeddingTable::PendingShard::Add(int64_t key, uint64_t hash,
+                                                          int64_t last_seen) {
+  int64_t i;
+  if (!free_.empty()) {
+    i = free_.back();
+    free_.pop_back();
+  } else {
+    i = static_cast<int64_t>(records_.size());
+    records_.emplace_back();
+  }
+  records_[i] = Pending{key, 0, last_seen};
+  map_.Insert(key, hash, i);
+  return &records_[i];
+}
+
+void EmbeddingTable::PendingShard::Remove(int64_t key, uint64_t hash) {
+  const int64_t i = map_.Erase(key, hash);
+  if (i < 0) return;
+  records_[i].count = -1;
+  free_.push_back(i);
+}
+
+int64_t EmbeddingTable::PendingShard::RemoveSeenAtOrBefore(int64_t cutoff) {
+  int64_t removed = 0;
+  for (size_t i = 0; i < records_.size(); ++i) {
+    Pending& p = records_[i];
+    if (p.count < 0 || p.last_seen > cutoff) continue;
+    map_.Erase(p.key, HashIndex::Hash(p.key));
+    p.count = -1;
+    free_.push_back(static_cast<int64_t>(i));
+    ++removed;
+  }
+  // Give memory back once most records are free (e.g. after a burst of one-off keys).
+  if (records_.size() > 1024 && static_cast<size_t>(map_.size()) * 4 < records_.size()) {
+    std::vector<Pending> live;
+    live.reserve(map_.size() * 2);
+    for (const Pending& p : records_) {
+      if (p.count >= 0) live.push_back(p);
+    }
+    Clear();
+    for (const Pending& p : live) {
+      Pending* q = Add(p.key, HashIndex::Hash(p.key), p.last_seen);
+      q->count = p.count;
+    }
+  }
+  return removed;
+}
+
+void EmbeddingTable::PendingShard::Clear() {
+  map_.Clear();
+  std::vector<Pending>().swap(records_);
+  std::vector<int64_t>().swap(free_);
+}
+
 void EmbeddingTable::RaiseNewestClock(int64_t clock) {
   int64_t seen = newest_clock_.load(std::memory_order_relaxed);
   while (clock > seen && !newest_clock_.compare_exchange_weak(seen, clock)) {
@@ -399,31 +453,32 @@ void EmbeddingTable::InsertPass(const int64_t* keys, int64_t n, int64_t* address
                                 int64_t* unplaced, const ParallelRunner& run) {
   const int64_t tag_bits = TagBits();
   const int64_t threshold = access_threshold_.load(std::memory_order_relaxed);
-  // Rows remember counts and clocks only when something reads them.
-  const bool track = threshold >= 0 || config_.eviction_threshold >= 0 ||
-                     config_.evict_when_full || access.times != nullptr;
+  // Rows of keys seen again get their last-seen clock only when eviction reads it; a row's
+  // count is the one it was admitted with.
+  const bool touch_rows = config_.eviction_threshold >= 0 || config_.evict_when_full;
+  const bool clocked = touch_rows || access.times != nullptr;
   std::atomic<int64_t> total_unplaced{0};
   ForEachShard(
-      keys, n, track ? 400 : 300,
+      keys, n, touch_rows ? 400 : 300,
       [&](HashIndex::Shard& shard, const int64_t* positions, int64_t count_in_shard,
           const uint64_t* hashes) {
-        PendingMap& pending = pending_[HashIndex::ShardOf(hashes[positions[0]])];
+        PendingShard& pending = pending_[HashIndex::ShardOf(hashes[positions[0]])];
         std::vector<int64_t> missing;  // positions of keys the shard does not hold
-        std::vector<int64_t> found;    // rows of keys it holds (when tracking)
+        std::vector<int64_t> found;    // rows of keys it holds (when touching rows)
         std::vector<int64_t> found_at;
         int64_t newest = kNoClock;
         ProbeInOrder(shard, positions, count_in_shard, hashes, [&](int64_t i) {
           const int64_t entry = shard.Find(keys[i], hashes[i]);
           if (entry >= 0) {
             addresses[i] = tag_bits | entry;
-            if (track) {
+            if (touch_rows) {
               found.push_back(RowOfEntry(entry));
               found_at.push_back(i);
             }
           } else {
             missing.push_back(i);
           }
-          if (track) newest = std::max(newest, ClockOf(access, i, tick));
+          if (clocked) newest = std::max(newest, ClockOf(access, i, tick));
         });
         // Rows are read next by the gather: touching their headers here costs little.
         for (size_t j = 0; j < found.size(); ++j) {
@@ -431,40 +486,39 @@ void EmbeddingTable::InsertPass(const int64_t* keys, int64_t n, int64_t* address
             __builtin_prefetch(RecordOf(found[j + kPrefetchDistance]), 1);
           }
           RowMeta& meta = MetaOf(found[j]);
-          const int64_t i = found_at[j];
-          meta.last_seen = std::max(meta.last_seen, ClockOf(access, i, tick));
-          if (count) {
-            meta.count = SaturatingCount(int64_t{meta.count} +
-                                         (access.counts ? access.counts[i] : 1));
-          }
+          meta.last_seen = std::max(meta.last_seen, ClockOf(access, found_at[j], tick));
         }
-        if (track) RaiseNewestClock(newest);
+        if (clocked) RaiseNewestClock(newest);
         if (missing.empty()) return;
         // Admission: keep only the keys whose count reaches the threshold.
         std::vector<int64_t> admit;
         std::vector<int64_t> admit_count;
         int64_t rejected = 0;
-        for (const int64_t i : missing) {
+        for (size_t j = 0; j < missing.size(); ++j) {
+          const int64_t i = missing[j];
+          if (threshold > 0 && j + kPrefetchDistance < missing.size()) {
+            pending.Prefetch(hashes[missing[j + kPrefetchDistance]]);
+          }
           const int64_t add = count ? (access.counts ? access.counts[i] : 1) : 0;
           if (threshold <= 0) {
             admit.push_back(i);
             admit_count.push_back(add);
             continue;
           }
-          auto it = pending.find(keys[i]);
-          if (it == pending.end()) {
-            if (add <= 0 && !count) {  // a retry of a key that was never counted
+          Pending* p = pending.Find(keys[i], hashes[i]);
+          if (p == nullptr) {
+            if (!count) {  // a retry of a key that was never counted
               addresses[i] = -1;
               continue;
             }
-            it = pending.emplace(keys[i], Pending{0, ClockOf(access, i, tick)}).first;
+            p = pending.Add(keys[i], hashes[i], ClockOf(access, i, tick));
             pending_size_.fetch_add(1, std::memory_order_relaxed);
           }
-          it->second.count += add;
-          it->second.last_seen = std::max(it->second.last_seen, ClockOf(access, i, tick));
-          if (it->second.count >= threshold) {
+          p->count += add;
+          p->last_seen = std::max(p->last_seen, ClockOf(access, i, tick));
+          if (p->count >= threshold) {
             admit.push_back(i);
-            admit_count.push_back(it->second.count);
+            admit_count.push_back(p->count);
           } else {
             addresses[i] = -1;
             if (count) ++rejected;
@@ -492,7 +546,8 @@ void EmbeddingTable::InsertPass(const int64_t* keys, int64_t n, int64_t* address
             MetaOf(row).count = SaturatingCount(admit_count[j]);
             entry = IndexEntry(row, MetaOf(row).generation);
             shard.Insert(keys[i], hashes[i], entry);
-            if (threshold > 0 && pending.erase(keys[i]) > 0) {
+            if (threshold > 0 && pending.Find(keys[i], hashes[i]) != nullptr) {
+              pending.Remove(keys[i], hashes[i]);
               pending_size_.fetch_sub(1, std::memory_order_relaxed);
             }
           }
@@ -556,15 +611,7 @@ Status EmbeddingTable::Evict(int64_t* rows_evicted, int64_t* pending_evicted,
       }
     }
     for (int s = 0; s < HashIndex::kNumShards; ++s) {
-      PendingMap& pending = pending_[s];
-      for (auto it = pending.begin(); it != pending.end();) {
-        if (it->second.last_seen <= cutoff) {
-          it = pending.erase(it);
-          ++pending_out;
-        } else {
-          ++it;
-        }
-      }
+      pending_out += pending_[s].RemoveSeenAtOrBefore(cutoff);
     }
     pending_size_.fetch_sub(pending_out, std::memory_order_relaxed);
   }
@@ -710,7 +757,7 @@ void EmbeddingTable::ClearLocked() {
   for (int s = 0; s < HashIndex::kNumShards; ++s) {
     std::lock_guard<std::mutex> shard_lock(index_.shard(s).mu());
     index_.shard(s).Clear();
-    PendingMap().swap(pending_[s]);
+    pending_[s].Clear();
   }
   pending_size_.store(0);
   std::lock_guard<std::mutex> lock(alloc_mu_);

@@ -45,7 +45,6 @@
 #include <mutex>
 #include <shared_mutex>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "tf_ops/core/hash_index.h"
@@ -202,12 +201,33 @@ class EmbeddingTable {
     uint32_t count;  // admission count, saturating
   };
   static_assert(sizeof(RowMeta) == 24, "the row header is 24 bytes");
-  // A key counting towards admission.
+  // Keys counting towards admission, of one index shard (guarded by that shard's mutex): an
+  // open-addressing map from key to a record, records reused through a free list.
   struct Pending {
-    int64_t count = 0;
-    int64_t last_seen = 0;
+    int64_t key;
+    int64_t count;  // < 0: a free record
+    int64_t last_seen;
   };
-  using PendingMap = std::unordered_map<int64_t, Pending>;
+  class PendingShard {
+   public:
+    // The record of key, or null.
+    Pending* Find(int64_t key, uint64_t hash) {
+      const int64_t i = map_.Find(key, hash);
+      return i < 0 ? nullptr : &records_[i];
+    }
+    Pending* Add(int64_t key, uint64_t hash, int64_t last_seen);
+    void Remove(int64_t key, uint64_t hash);
+    // Removes every record with last_seen <= cutoff; returns how many.
+    int64_t RemoveSeenAtOrBefore(int64_t cutoff);
+    void Clear();
+    int64_t size() const { return static_cast<int64_t>(map_.size()); }
+    void Prefetch(uint64_t hash) const { map_.Prefetch(hash); }
+
+   private:
+    HashIndex::Shard map_;
+    std::vector<Pending> records_;
+    std::vector<int64_t> free_;
+  };
   struct Chunk {
     char* rows = nullptr;  // rows_per_chunk() records of row_bytes_ bytes
   };
@@ -333,7 +353,7 @@ class EmbeddingTable {
 
   // Admission and eviction state. pending_[s] is guarded by index_.shard(s).mu().
   std::atomic<int64_t> access_threshold_;
-  std::unique_ptr<PendingMap[]> pending_;
+  std::unique_ptr<PendingShard[]> pending_;
   std::atomic<int64_t> pending_size_{0};
   std::atomic<int64_t> tick_{0};
   std::atomic<int64_t> newest_clock_;  // kNoClock until a training lookup

@@ -7,6 +7,7 @@
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/resource_mgr.h"
 #include "tensorflow/core/framework/tensor_shape.h"
+#include "tf_ops/core/key_stats.h"
 #include "tf_ops/core/row_sum.h"
 #include "tf_ops/core/unique.h"
 #include "tf_ops/kernels/table_resource.h"
@@ -119,6 +120,46 @@ class UniqueKeysOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({static_cast<int64_t>(unique.size())}),
                                              &unique_out));
     std::copy(unique.begin(), unique.end(), unique_out->flat<T>().data());
+  }
+};
+
+class KeyAccessStatsOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& inverse = ctx->input(0);
+    const Tensor& num_unique = ctx->input(1);
+    const Tensor& weights = ctx->input(2);
+    const Tensor& times = ctx->input(3);
+    OP_REQUIRES(ctx, inverse.dims() == 1,
+                errors::InvalidArgument("inverse must be a vector, got shape ",
+                                        inverse.shape().DebugString()));
+    OP_REQUIRES(ctx, num_unique.NumElements() == 1,
+                errors::InvalidArgument("num_unique must be a scalar"));
+    const int64_t n = inverse.NumElements();
+    const int64_t u = num_unique.flat<int32_t>()(0);
+    OP_REQUIRES(ctx, u >= 0, errors::InvalidArgument("num_unique must be >= 0, got ", u));
+    OP_REQUIRES(ctx, weights.NumElements() == 1 || weights.NumElements() == n,
+                errors::InvalidArgument("weights must be one value or one per id (", n,
+                                        "), got ", weights.NumElements()));
+    Tensor* counts;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({u}), &counts));
+    Tensor* newest;
+    const bool with_times = times.NumElements() > 0;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({with_times ? u : 0}), &newest));
+    const int64_t* weight_data = reinterpret_cast<const int64_t*>(weights.flat<int64_t>().data());
+    const bool per_id = weights.NumElements() == n && n != 1;
+    OP_REQUIRES_OK(ctx, ToTfStatus(AggregateKeyAccess(
+                            inverse.flat<int32_t>().data(), n, u, per_id ? weight_data : nullptr,
+                            weights.NumElements() > 0 ? weight_data[0] : 0,
+                            with_times ? reinterpret_cast<const int64_t*>(
+                                             times.flat<int64_t>().data())
+                                       : nullptr,
+                            times.NumElements(),
+                            reinterpret_cast<int64_t*>(counts->flat<int64_t>().data()),
+                            with_times ? reinterpret_cast<int64_t*>(newest->flat<int64_t>().data())
+                                       : nullptr)));
   }
 };
 
@@ -534,6 +575,8 @@ REGISTER_KERNEL_BUILDER(
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(GatherRowsByIndex)).Device(DEVICE_CPU),
                         GatherRowsByIndexOp);
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(SumRowsByIndex)).Device(DEVICE_CPU), SumRowsByIndexOp);
+REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(KeyAccessStats)).Device(DEVICE_CPU),
+                        KeyAccessStatsOp);
 REC_SDK_REGISTER_KEYED(TableFindOrInsert, TableFindOrInsertOp);
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableGather)).Device(DEVICE_CPU), TableGatherOp);
 REC_SDK_REGISTER_KEYED(TableLookup, TableLookupOp);

@@ -79,6 +79,27 @@ Deduplicates a vector of keys in parallel: unique[inverse[i]] == keys[i]. Unique
 grouped by hash shard (deterministic for a given input), not sorted.
 )doc");
 
+REGISTER_OP(REC_SDK_OP_NAME(KeyAccessStats))
+    .Input("inverse: int32")
+    .Input("num_unique: int32")
+    .Input("weights: int64")
+    .Input("sample_times: int64")
+    .Output("counts: int64")
+    .Output("newest: int64")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle inverse;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 1, &inverse));
+      c->set_output(0, c->Vector(c->UnknownDim()));
+      c->set_output(1, c->Vector(c->UnknownDim()));
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+Per unique key of a deduplicated lookup (inverse from UniqueKeys): counts[u] = sum of the
+weights of its ids (weights: one scalar for all ids, or one per id), and, when sample_times is
+not empty, newest[u] = the newest timestamp of the samples it appears in (sample_times has one
+value per sample; the ids' leading dimension is the sample). newest is empty otherwise.
+)doc");
+
 REGISTER_OP(REC_SDK_OP_NAME(GatherRowsByIndex))
     .Input("values: float")
     .Input("index: int32")

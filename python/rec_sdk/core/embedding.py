@@ -17,7 +17,6 @@ from tensorflow.python.framework import tensor_util
 import rec_sdk
 from rec_sdk.core.asc import helper
 from rec_sdk.core.asc.feature_spec import FeatureSpec, check_thresholds
-from rec_sdk.core.asc.helper import per_key_times
 from rec_sdk.core.initializer_spec import describe_initializer
 from rec_sdk.ops import table_ops
 from rec_sdk.util import initialize
@@ -516,18 +515,20 @@ def _tensor_lookup(table, ids, send_count, is_train, lookup_name, access_and_evi
         # the unique keys and `inverse` spreads their rows back over the ids.
         unique_ids, inverse = table_ops.unique_keys(tf.reshape(ids, [-1]), name="unique")
         counts = times = None
-        if is_train and table.admission:
-            counts = tf.math.unsorted_segment_sum(
-                tf.fill(tf.shape(inverse), tf.constant(coefficient, tf.int64)), inverse,
-                tf.size(unique_ids))
-        if is_train and table.clock == "timestamp":
-            ts = _timestamps_of_lookup(timestamps, where)
-            if not ts.dtype.is_integer:
-                raise TypeError("%s: timestamps must be integers (seconds), got %s"
-                                % (where, ts.dtype.name))
-            per_id = per_key_times(ts, ids, where)
-            times = tf.math.unsorted_segment_max(per_id, inverse, tf.size(unique_ids))
-        elif is_train and table.clock == "step":
+        by_timestamp = is_train and table.clock == "timestamp"
+        if is_train and table.admission or by_timestamp:
+            sample_times = None
+            if by_timestamp:
+                sample_times = _timestamps_of_lookup(timestamps, where)
+                if not sample_times.dtype.is_integer:
+                    raise TypeError("%s: timestamps must be integers (seconds), got %s"
+                                    % (where, sample_times.dtype.name))
+            counts, newest = table_ops.key_access_stats(inverse, tf.size(unique_ids),
+                                                        coefficient, sample_times,
+                                                        name="access_stats")
+            counts = counts if table.admission else None
+            times = newest if by_timestamp else None
+        if is_train and table.clock == "step":
             times = _global_step_clock(table, where)
         checks = []
         if send_count is not None:

@@ -138,6 +138,18 @@ def unique_keys(keys, name=None):
     return load_ops().rec_sdk_unique_keys(keys, name=name)
 
 
+def key_access_stats(inverse, num_unique, weights=1, sample_times=None, name=None):
+    """-> (counts [num_unique], newest [num_unique] or [0]) for a deduplicated lookup:
+    counts[u] sums the weights (one int, or one per id) of the ids of unique key u; newest[u]
+    is the newest of sample_times (one per sample: the ids' leading dimension; one value for
+    every id; or None) of the samples u appears in."""
+    sample_times = (tf.zeros([0], tf.int64) if sample_times is None
+                    else tf.reshape(tf.cast(sample_times, tf.int64), [-1]))
+    return load_ops().rec_sdk_key_access_stats(
+        tf.reshape(inverse, [-1]), tf.cast(num_unique, tf.int32),
+        tf.cast(weights, tf.int64), sample_times, name=name)
+
+
 def gather_rows(values, index, name=None):
     """rows[i] = values[index[i]] (values [u, dim], index int32 [n]) in parallel C++; its
     gradient is sum_rows, a dense [u, dim] tensor."""
@@ -211,6 +223,7 @@ def _gather_rows_grad(op, grad):
 
 tf.no_gradient(FIND_OR_INSERT_OP)
 tf.no_gradient(UNIQUE_OP)
-for _op in ("RecSdk>TableSetAccessThreshold", "RecSdk>TableEvict", "RecSdk>TableStats"):
+for _op in ("RecSdk>TableSetAccessThreshold", "RecSdk>TableEvict", "RecSdk>TableStats",
+            "RecSdk>KeyAccessStats"):
     tf.no_gradient(_op)
 tf.no_gradient("RecSdk>SumRowsByIndex")

@@ -15,6 +15,7 @@ used).
 import logging
 import os
 import threading
+import weakref
 
 import tensorflow as tf
 
@@ -26,7 +27,9 @@ from rec_sdk.util.validation import check_bool
 PREFIX = "__rec_sdk__/"
 
 _lock = threading.Lock()
-_registered = []  # (graph, [FeatureSpec], is_training) of every insert function built
+# graph -> [([FeatureSpec], is_training)] of the insert functions built in it; weak, so a
+# graph that is dropped takes its entries along.
+_registered = weakref.WeakKeyDictionary()
 _dump_counter = [0]
 
 
@@ -49,7 +52,7 @@ def inverse_key(spec_name):
 def registered_specs(graph):
     """[(specs, is_training)] of the insert functions built while `graph` was the default."""
     with _lock:
-        return [(specs, training) for g, specs, training in _registered if g is graph]
+        return list(_registered.get(graph, ()))
 
 
 def pipeline_dict(batch):
@@ -201,7 +204,8 @@ def get_asc_insert_func(tgt_key_specs=None, args_index_list=None, table_names=No
     by_table, timestamps = _check_specs(tgt_key_specs)
     specs = list(tgt_key_specs)
     with _lock:
-        _registered.append((tf.compat.v1.get_default_graph(), specs, is_training))
+        _registered.setdefault(tf.compat.v1.get_default_graph(), []).append(
+            (specs, is_training))
     load_ops()  # fail here, not inside tf.data, when the op library is missing
 
     def insert_fn(*args):
@@ -228,22 +232,25 @@ def get_asc_insert_func(tgt_key_specs=None, args_index_list=None, table_names=No
                     entries[inverse_key(spec.name)] = tf.reshape(part, tf.shape(value))
                 if not is_training:
                     continue
-                num_unique = tf.size(unique)
                 coefficients = [s.faae_coefficient for s in table_specs]
                 if len(set(coefficients)) == 1:
-                    weights = tf.fill(tf.shape(inverse), tf.constant(coefficients[0], tf.int64))
+                    weights = coefficients[0]
                 else:
                     weights = tf.concat([tf.fill([n], tf.constant(c, tf.int64))
                                          for n, c in zip(sizes, coefficients)], 0)
-                entries[counts_key(table)] = tf.math.unsorted_segment_sum(
-                    weights, inverse, num_unique)
+                sample_times = None
                 if table in timestamps:
                     ts_spec = timestamps[table]
                     ts = feature_of(source, ts_spec.index_key, "FeatureSpec %r" % ts_spec.name)
-                    per_id = [per_key_times(ts, v, where) for v in ids]
-                    per_id = per_id[0] if len(per_id) == 1 else tf.concat(per_id, 0)
-                    entries[times_key(table)] = tf.math.unsorted_segment_max(
-                        per_id, inverse, num_unique)
+                    if len(ids) == 1:
+                        sample_times = ts  # one per sample: the op spreads it over the ids
+                    else:
+                        sample_times = tf.concat([per_key_times(ts, v, where) for v in ids], 0)
+                counts, newest = table_ops.key_access_stats(inverse, tf.size(unique), weights,
+                                                            sample_times)
+                entries[counts_key(table)] = counts
+                if sample_times is not None:
+                    entries[times_key(table)] = newest
         if dump_graph:
             _dump(tf.compat.v1.get_default_graph())
         return _with_entries(batch, entries)
