@@ -39,6 +39,7 @@ from rec_sdk.core.asc.feature_spec import FeatureSpec  # noqa: E402
 from rec_sdk.core.asc.helper import get_asc_insert_func  # noqa: E402
 from rec_sdk.core.asc.manager import start_asc_pipeline  # noqa: E402
 from rec_sdk.core.embedding import create_table, sparse_lookup  # noqa: E402
+from rec_sdk.core.feature_process import evict_tables  # noqa: E402
 from rec_sdk.examples import data as datasets  # noqa: E402
 from rec_sdk.examples.demo import dense_layer, field_keys  # noqa: E402
 from rec_sdk.examples.metrics import auc, log_loss  # noqa: E402
@@ -183,6 +184,9 @@ def run(steps=600, batch_size=256, use_dynamic=True, eval_every=200, access_thre
         # 6. The graph is complete: check the pipeline against the tables.
         start_asc_pipeline()
         stats = {name: table.stats() for name, table in tables.items()}
+        # With an eviction threshold, evict at every evaluation (an EvictHook does this in a
+        # MonitoredTrainingSession or an Estimator).
+        evict_op = evict_tables() if eviction_threshold is not None else None
         # Made before the session runs anything: building ops later would modify the graph
         # under a session that already ran part of it.
         init_op = tf.compat.v1.global_variables_initializer()
@@ -220,6 +224,8 @@ def run(steps=600, batch_size=256, use_dynamic=True, eval_every=200, access_thre
                 if progress:
                     progress.update(1, samples=batch_size, loss=float(np.mean(losses[-50:])))
                 if eval_every and step % eval_every == 0 and step < steps:
+                    if evict_op is not None:
+                        sess.run(evict_op)
                     test_auc, test_loss = evaluate(sess)
                     history.append((step, test_auc, test_loss))
                     log("step %d (epoch %.2f): train loss %.4f  test AUC %.4f  test loss %.4f"
@@ -256,7 +262,7 @@ def main(argv=None):
                         help="feature admission: a key gets a row once seen this many times")
     parser.add_argument("--eviction-threshold", type=int, default=None,
                         help="with --access-threshold: evict keys not seen for this many "
-                        "seconds of data time (when an EvictHook fires)")
+                        "seconds of data time (at every evaluation)")
     parser.add_argument("--learning-rate", type=float, default=0.002)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
