@@ -491,3 +491,42 @@ def test_evict_hook_step_interval_needs_global_step(fixed):
     hook = EvictHook(evict_enable=True, evict_step_interval=3)
     with pytest.raises(ValueError, match="needs a global step"):
         hook.begin()
+
+
+def test_evict_hook_in_estimator_training(tmp_path):
+    """EvictHook as a training hook of tf.estimator.Estimator: the tables of the Estimator's
+    graph are found in begin() and evicted every 5 global steps."""
+    init(use_dynamic_expansion=False)
+    found = {}
+
+    def model_fn(features, labels, mode):
+        table = _table(steps_to_live=2)
+        emb = sparse_lookup(table, features["ids"], is_train=mode == tf.estimator.ModeKeys.TRAIN,
+                            access_and_evict_config={"access_threshold": 1})
+        logits = tf.reduce_sum(emb, axis=[1, 2])
+        loss = tf.reduce_mean(tf.square(logits - labels))
+        step = tf.compat.v1.train.get_global_step()
+        sparse = gradient_descent.create_hash_optimizer(learning_rate=0.01)
+        train_op = sparse.minimize(loss, global_step=step)
+        found["stats"] = table.stats()
+        return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+
+    def input_fn():
+        # Every step brings 4 new keys: old ones age out.
+        ids = np.arange(200, dtype=np.int64).reshape(50, 4, 1)
+        return tf.data.Dataset.from_tensor_slices(({"ids": ids}, np.ones(50, np.float32))
+                                                  ).batch(1)
+
+    class StatsAtEnd(tf.compat.v1.train.SessionRunHook):
+        def end(self, session):
+            found["values"] = session.run(found["stats"])
+
+    hook = EvictHook(evict_enable=True, evict_step_interval=5)
+    estimator = tf.estimator.Estimator(model_fn, model_dir=str(tmp_path),
+                                       config=tf.estimator.RunConfig(save_checkpoints_steps=None,
+                                                                     save_checkpoints_secs=None))
+    estimator.train(input_fn, hooks=[hook, StatsAtEnd()], steps=20)
+    assert hook.evictions in (3, 4)  # global step crosses 5, 10, 15 (and 20)
+    assert found["values"]["evicted"] > 0
+    # Keys of at most the last 5 + 2 steps remain.
+    assert found["values"]["size"] <= 4 * 8
