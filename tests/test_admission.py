@@ -530,3 +530,38 @@ def test_evict_hook_in_estimator_training(tmp_path):
     assert found["values"]["evicted"] > 0
     # Keys of at most the last 5 + 2 steps remain.
     assert found["values"]["size"] <= 4 * 8
+
+
+def test_kernels_reject_negative_counts_and_weights(fixed):
+    from rec_sdk.ops import table_ops
+    table = _table()
+    keys = tf.constant([1, 2], tf.int64)
+    bad = table_ops.find_or_insert(table.handle, keys, True,
+                                   counts=tf.constant([1, -3], tf.int64))
+    wrong_size = table_ops.find_or_insert(table.handle, keys, True,
+                                          counts=tf.constant([1, 1, 1], tf.int64))
+    stats = table_ops.key_access_stats(tf.constant([0, 1], tf.int32), 2,
+                                       tf.constant([1, -1], tf.int64))
+    bad_samples = table_ops.key_access_stats(tf.constant([0, 1, 0], tf.int32), 2, 1,
+                                             tf.constant([5, 6], tf.int64))
+    with new_session() as sess:
+        with pytest.raises(tf.errors.InvalidArgumentError, match="counts .* must be >= 0, got -3"):
+            sess.run(bad)
+        with pytest.raises(tf.errors.InvalidArgumentError, match="must have 2 elements"):
+            sess.run(wrong_size)
+        with pytest.raises(tf.errors.InvalidArgumentError, match="weights must be >= 0"):
+            sess.run(stats)
+        with pytest.raises(tf.errors.InvalidArgumentError, match="2 sample timestamps do not "
+                                                                  "divide the 3 ids"):
+            sess.run(bad_samples)
+        assert sess.run(table.size()) == 0  # nothing was inserted by the failed calls
+
+
+def test_eviction_after_a_lookup_without_timestamps_is_an_error(fixed):
+    table = _table()
+    sparse_lookup(table, tf.constant([1], tf.int64), name="plain")
+    with pytest.raises(ValueError, match="admission or eviction here.*\\['plain'\\]"):
+        sparse_lookup(table, tf.constant([1], tf.int64), name="timed",
+                      timestamps=tf.constant([1], tf.int64),
+                      access_and_evict_config={"access_threshold": -1,
+                                               "eviction_threshold": 5})

@@ -331,3 +331,18 @@ def test_pipeline_admission_with_coefficients_and_eviction_by_timestamp():
         assert stats["newest_clock"] == 500 and stats["size"] == 2 and stats["pending"] == 1
         assert sess.run(table.evict()) == (1, 0)
         assert sorted(sess.run(table.export())[0].tolist()) == [2]
+
+
+def test_int32_table_through_the_pipeline():
+    init()
+    specs = [FeatureSpec("a")]
+    iterator, batch = _iterator({"a": np.array([3, 4, 3, -5], np.int32)}, specs)
+    table = create_table(tf.int32, DIM, "a", tf.compat.v1.random_uniform_initializer(
+        0.5, 1.0, seed=5), device_vocabulary_size=100)
+    emb = sparse_lookup(table, specs[0], None, batch=batch)
+    reference = table.lookup(tf.constant([3, 4, 3, -5], tf.int32), init_missing=True)[0]
+    with new_session() as sess:
+        sess.run(iterator.initializer)
+        out, ref = sess.run([emb, reference])
+        assert sess.run(table.size()) == 3
+    np.testing.assert_array_equal(out, ref)

@@ -435,7 +435,8 @@ Status EmbeddingTable::FindOrInsert(const int64_t* keys, int64_t n, bool insert,
   }
   // Make room for this batch and a little more (so that a full table does not evict on every
   // step), then place the keys again without counting them twice.
-  EvictLeastRecent(unplaced + std::max<int64_t>(1, config_.capacity / 100));
+  EvictLeastRecent(unplaced + std::max<int64_t>(1, config_.capacity / 100), keys, n,
+                   access.times == nullptr ? tick : 0);
   unplaced = 0;
   {
     std::shared_lock<std::shared_mutex> structure(structure_mu_);
@@ -501,6 +502,11 @@ void EmbeddingTable::InsertPass(const int64_t* keys, int64_t n, int64_t* address
           }
           const int64_t add = count ? (access.counts ? access.counts[i] : 1) : 0;
           if (threshold <= 0) {
+            // Counts left from a time admission was on go with the key's new row.
+            if (pending.size() > 0 && pending.Find(keys[i], hashes[i]) != nullptr) {
+              pending.Remove(keys[i], hashes[i]);
+              pending_size_.fetch_sub(1, std::memory_order_relaxed);
+            }
             admit.push_back(i);
             admit_count.push_back(add);
             continue;
@@ -514,7 +520,7 @@ void EmbeddingTable::InsertPass(const int64_t* keys, int64_t n, int64_t* address
             p = pending.Add(keys[i], hashes[i], ClockOf(access, i, tick));
             pending_size_.fetch_add(1, std::memory_order_relaxed);
           }
-          p->count += add;
+          if (__builtin_add_overflow(p->count, add, &p->count)) p->count = INT64_MAX;
           p->last_seen = std::max(p->last_seen, ClockOf(access, i, tick));
           if (p->count >= threshold) {
             admit.push_back(i);
@@ -588,7 +594,8 @@ Status EmbeddingTable::Evict(int64_t* rows_evicted, int64_t* pending_evicted,
   const int64_t newest = newest_clock_.load();
   if (threshold >= 0 && newest != kNoClock) {
     // Keys seen at or before `cutoff` are at least `threshold` older than the newest clock.
-    const int64_t cutoff = newest - threshold;
+    int64_t cutoff;
+    if (__builtin_sub_overflow(newest, threshold, &cutoff)) cutoff = INT64_MIN;
     std::unique_lock<std::shared_mutex> structure(structure_mu_);
     std::lock_guard<std::mutex> lock(alloc_mu_);
     // Find the victims chunk by chunk in parallel, then unlink them.
@@ -620,22 +627,37 @@ Status EmbeddingTable::Evict(int64_t* rows_evicted, int64_t* pending_evicted,
   return Status::Ok();
 }
 
-void EmbeddingTable::EvictLeastRecent(int64_t count) {
+void EmbeddingTable::EvictLeastRecent(int64_t count, const int64_t* keys, int64_t n,
+                                      int64_t tick) {
+  std::vector<int64_t> batch(keys, keys + n);
+  std::sort(batch.begin(), batch.end());
   std::unique_lock<std::shared_mutex> structure(structure_mu_);
   std::lock_guard<std::mutex> lock(alloc_mu_);
-  std::vector<std::pair<int64_t, int64_t>> live;  // (last_seen, row)
-  live.reserve(size_.load());
+  std::vector<std::pair<int64_t, int64_t>> candidates;  // (last_seen, row)
+  candidates.reserve(size_.load());
   for (int64_t row = 0; row < next_row_; ++row) {
     const RowMeta& meta = MetaOf(row);
-    if (meta.alive) live.emplace_back(meta.last_seen, row);
+    if (!meta.alive) continue;
+    if (tick > 0 && meta.last_seen >= tick - kProtectedTicks) continue;
+    if (std::binary_search(batch.begin(), batch.end(), meta.key)) continue;
+    candidates.emplace_back(meta.last_seen, row);
   }
-  count = std::min<int64_t>(count, static_cast<int64_t>(live.size()));
+  count = std::min<int64_t>(count, static_cast<int64_t>(candidates.size()));
   if (count <= 0) return;
-  std::nth_element(live.begin(), live.begin() + (count - 1), live.end());
+  std::nth_element(candidates.begin(), candidates.begin() + (count - 1), candidates.end());
+  int64_t newest_evicted = INT64_MIN;
   for (int64_t j = 0; j < count; ++j) {
-    EvictRowLocked(live[j].second);
-    free_rows_.push_back(live[j].second);
+    EvictRowLocked(candidates[j].second);
+    free_rows_.push_back(candidates[j].second);
+    newest_evicted = std::max(newest_evicted, candidates[j].first);
   }
+  // Keys still counting towards admission that were last seen before the rows that had to
+  // go would not be kept either: this bounds the pending counts of a full table.
+  int64_t pending_out = 0;
+  for (int s = 0; s < HashIndex::kNumShards; ++s) {
+    pending_out += pending_[s].RemoveSeenAtOrBefore(newest_evicted);
+  }
+  pending_size_.fetch_sub(pending_out, std::memory_order_relaxed);
 }
 
 TableStats EmbeddingTable::Stats() const {
@@ -720,6 +742,11 @@ Status EmbeddingTable::Upsert(const int64_t* keys, const float* values, int64_t 
           row = fresh[0];
           InitializeRowLocked(row, keys[i], ClockForNewRows());
           size_.fetch_add(1, std::memory_order_relaxed);
+          PendingShard& pending = pending_[HashIndex::ShardOf(hash)];
+          if (pending.size() > 0 && pending.Find(keys[i], hash) != nullptr) {
+            pending.Remove(keys[i], hash);
+            pending_size_.fetch_sub(1, std::memory_order_relaxed);
+          }
           shard.Insert(keys[i], hash, IndexEntry(row, MetaOf(row).generation));
         }
         std::memcpy(ValueOf(row), values + i * dim, dim * sizeof(float));

@@ -102,6 +102,9 @@ class EmbeddingTable {
   static constexpr int kGenerationBits = 12;
   static constexpr int kTagBits = 11;
   static constexpr int64_t kMaxRows = int64_t{1} << kRowBits;
+  // A full evict_when_full table without clocks spares the rows of its last kProtectedTicks
+  // training lookups (concurrent lookups of one step may still use their addresses).
+  static constexpr int64_t kProtectedTicks = 8;
 
   static Status Create(const TableConfig& config, std::unique_ptr<EmbeddingTable>* table);
   ~EmbeddingTable();
@@ -296,8 +299,11 @@ class EmbeddingTable {
                   int64_t tick, bool count, int64_t* unplaced, const ParallelRunner& run);
   // Removes the row of a live key (structure_mu_ exclusive) and counts it as evicted.
   void EvictRowLocked(int64_t row);
-  // Evicts the `count` least recently seen rows (takes structure_mu_ exclusively).
-  void EvictLeastRecent(int64_t count);
+  // Evicts up to `count` least recently seen rows (takes structure_mu_ exclusively), never
+  // the rows of keys[0, n) (the batch being placed) nor, when tick > 0, rows seen at a tick
+  // >= tick - kProtectedTicks (rows concurrent lookups of the same step may be using).
+  // Pending counts no newer than the newest evicted row go too.
+  void EvictLeastRecent(int64_t count, const int64_t* keys, int64_t n, int64_t tick);
   // The clock a key is seen with in a training lookup.
   static int64_t ClockOf(const KeyAccess& access, int64_t i, int64_t tick) {
     if (access.times == nullptr) return tick;

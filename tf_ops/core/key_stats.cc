@@ -29,10 +29,12 @@ Status AggregateKeyAccess(const int32_t* inverse, int64_t n, int64_t num_unique,
     if (n > 0) per_sample = n / num_samples;
   }
   std::fill_n(counts, num_unique, 0);
-  if (weights != nullptr) {
-    for (int64_t i = 0; i < n; ++i) counts[inverse[i]] += weights[i];
-  } else {
-    for (int64_t i = 0; i < n; ++i) counts[inverse[i]] += weight;
+  // Counts saturate instead of wrapping.
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t& count = counts[inverse[i]];
+    if (__builtin_add_overflow(count, weights != nullptr ? weights[i] : weight, &count)) {
+      count = std::numeric_limits<int64_t>::max();
+    }
   }
   if (sample_times != nullptr) {
     std::fill_n(newest, num_unique, std::numeric_limits<int64_t>::min());

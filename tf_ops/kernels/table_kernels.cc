@@ -143,6 +143,12 @@ class KeyAccessStatsOp : public OpKernel {
     OP_REQUIRES(ctx, weights.NumElements() == 1 || weights.NumElements() == n,
                 errors::InvalidArgument("weights must be one value or one per id (", n,
                                         "), got ", weights.NumElements()));
+    const auto weight_values = weights.flat<int64_t>();
+    for (int64_t i = 0; i < weights.NumElements(); ++i) {
+      OP_REQUIRES(ctx, weight_values(i) >= 0,
+                  errors::InvalidArgument("weights must be >= 0, got ", weight_values(i),
+                                          " at position ", i));
+    }
     Tensor* counts;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({u}), &counts));
     Tensor* newest;
@@ -244,6 +250,13 @@ class TableFindOrInsertOp : public OpKernel {
                                           " elements (one per key) or none, got ",
                                           counts.NumElements()));
       access.counts = reinterpret_cast<const int64_t*>(counts.flat<int64_t>().data());
+      for (int64_t i = 0; i < n; ++i) {
+        OP_REQUIRES(ctx, access.counts[i] >= 0,
+                    errors::InvalidArgument("counts of a lookup of table '",
+                                            table->table()->name(),
+                                            "' must be >= 0, got ", access.counts[i],
+                                            " at position ", i));
+      }
     }
     if (times.NumElements() > 0) {
       OP_REQUIRES(ctx, times.NumElements() == n || times.NumElements() == 1,

@@ -83,6 +83,7 @@ class SparseEmbedding:
         self._uncounted_train_lookups = []
         # FeatureSpec lookups of one batch share one find_or_insert: key -> (emb, addresses).
         self._batch_lookups = {}
+        self.spec_lookups = set()  # (FeatureSpec name, is_train) of its FeatureSpec lookups
         self.handle = table_ops.create_table(
             table_name, key_dtype, dim, dynamic_expansion,
             capacity=0 if dynamic_expansion else capacity_rows, initializer=initializer_spec,
@@ -166,12 +167,12 @@ class SparseEmbedding:
                                    self.eviction_threshold, self._admission_source, access,
                                    evict))
             return
-        if access >= 0 and self._uncounted_train_lookups:
+        if (access >= 0 or evict >= 0) and self._uncounted_train_lookups:
             raise ValueError(
-                "%s: table %r gets admission here, but its training lookups %s were built "
-                "without it; give every training lookup of a table the same "
-                "access_and_evict_config" % (where, self.table_name,
-                                             self._uncounted_train_lookups))
+                "%s: table %r gets admission or eviction here, but its training lookups %s "
+                "were built without it (they neither count keys nor pass timestamps); give "
+                "every training lookup of a table the same access_and_evict_config"
+                % (where, self.table_name, self._uncounted_train_lookups))
         self.access_threshold = access
         self.eviction_threshold = evict
         self._admission_source = where
@@ -507,7 +508,7 @@ def _tensor_lookup(table, ids, send_count, is_train, lookup_name, access_and_evi
     access, evict, coefficient = _parse_access_and_evict_config(access_and_evict_config, where)
     if access_and_evict_config is not None:
         table.configure_admission(where, access, evict)
-    elif is_train and not table.admission:
+    elif is_train and not table.admission and table.clock != "timestamp":
         table._uncounted_train_lookups.append(lookup_name)  # pylint: disable=protected-access
     ids = table._keys(ids, param="ids of %s" % where)  # pylint: disable=protected-access
     with tf.name_scope(table_ops.op_scope_name(lookup_name)):
@@ -556,6 +557,19 @@ def _pipeline_thresholds(table, spec):
     return None
 
 
+def _pipeline_keys(table, unique):
+    """The pipeline's unique keys (int64) in the table's key dtype; an int32 table fails at run
+    time on a key outside the int32 range rather than wrapping it."""
+    if table.key_dtype == tf.int64:
+        return unique
+    check = tf.debugging.Assert(
+        tf.reduce_all((unique >= -2**31) & (unique <= 2**31 - 1)),
+        ["table %r has int32 keys; the batch holds a key outside the int32 range"
+         % table.table_name], name="check_int32_keys")
+    with tf.control_dependencies([check]):
+        return tf.cast(unique, tf.int32)
+
+
 def _feature_spec_lookup(table, spec, send_count, is_train, lookup_name, batch, is_grad,
                          serving_default_value):
     where = "sparse_lookup %r" % lookup_name
@@ -577,6 +591,7 @@ def _feature_spec_lookup(table, spec, send_count, is_train, lookup_name, batch, 
         raise ValueError("%s: FeatureSpec %r was not among the tgt_key_specs of the "
                          "get_asc_insert_func that made this batch" % (where, spec.name))
     ids = helper.feature_of(batch, spec.index_key, "FeatureSpec %r" % spec.name)
+    table.spec_lookups.add((spec.name, is_train))
     thresholds = _pipeline_thresholds(table, spec)
     if thresholds is not None:
         table.configure_admission(where, *thresholds)
@@ -599,9 +614,7 @@ def _feature_spec_lookup(table, spec, send_count, is_train, lookup_name, batch, 
                                      "training tgt_key_specs" % (where, table.table_name))
             elif is_train and table.clock == "step":
                 times = _global_step_clock(table, where)
-            elif is_train and table.evict_when_full:
-                times = entries.get(helper.times_key(table.table_name))
-            keys = table._keys(unique, param="ids of %s" % where)  # pylint: disable=protected-access
+            keys = _pipeline_keys(table, unique)
             table_ops.mark_keys_unique(keys)
             checks, limit = [], None
             if send_count is not None:

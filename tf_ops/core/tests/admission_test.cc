@@ -264,3 +264,70 @@ TEST(AdmissionTest, RandomBatchesMatchTheModel) {
 
 }  // namespace
 }  // namespace rec_sdk
+
+namespace rec_sdk {
+namespace {
+
+TEST(EvictionTest, FullTableNeverEvictsTheBatchItPlaces) {
+  TableConfig c = Config(-1, -1);
+  c.dynamic_expansion = false;
+  c.capacity = 10;
+  c.evict_when_full = true;
+  auto t = Make(c);
+  for (int64_t k = 0; k < 10; ++k) Train(t.get(), {k}, {1}, k);
+  // Keys 0..7 are the oldest, but this batch uses them: only 8 and 9 may go.
+  const std::vector<int64_t> a = Train(t.get(), {0, 1, 2, 3, 4, 5, 6, 7, 100}, std::vector<int64_t>(9, 1), 50);
+  for (int64_t x : a) EXPECT_GE(x, 0);
+  for (int64_t k = 0; k < 8; ++k) EXPECT_GE(Find(t.get(), {k})[0], 0);
+  EXPECT_GE(Find(t.get(), {100})[0], 0);
+}
+
+TEST(EvictionTest, FullTableOnItsOwnTickSparesRecentRows) {
+  TableConfig c = Config(-1, -1);
+  c.dynamic_expansion = false;
+  c.capacity = 20;
+  c.evict_when_full = true;
+  auto t = Make(c);
+  std::vector<int64_t> addresses(1);
+  // 20 calls without clocks: ticks 1..20, one key each.
+  for (int64_t k = 0; k < 20; ++k) {
+    ASSERT_TRUE(t->FindOrInsert(&k, 1, true, addresses.data(), SerialRunner).ok());
+  }
+  const int64_t key = 1000;
+  ASSERT_TRUE(t->FindOrInsert(&key, 1, true, addresses.data(), SerialRunner).ok());
+  // Rows of the last kProtectedTicks calls stay; the oldest went.
+  EXPECT_EQ(Find(t.get(), {0})[0], -1);
+  for (int64_t k = 20 - EmbeddingTable::kProtectedTicks; k < 20; ++k) {
+    EXPECT_GE(Find(t.get(), {k})[0], 0) << k;
+  }
+}
+
+TEST(EvictionTest, ExtremeClocksDoNotWrapTheCutoff) {
+  auto t = Make(Config(-1, 100));
+  Train(t.get(), {1}, {1}, INT64_MIN + 5);
+  int64_t rows = -1;
+  ASSERT_TRUE(t->Evict(&rows, nullptr, SerialRunner).ok());
+  EXPECT_EQ(rows, 0);
+  EXPECT_GE(Find(t.get(), {1})[0], 0);
+}
+
+TEST(AdmissionTest, CountsSaturateAndRowsClearPendingCounts) {
+  auto t = Make(Config(INT64_MAX, -1));
+  Train(t.get(), {1}, {INT64_MAX - 1}, 1);
+  Train(t.get(), {1}, {INT64_MAX - 1}, 1);  // saturates at INT64_MAX: admitted
+  EXPECT_GE(Find(t.get(), {1})[0], 0);
+  Train(t.get(), {2}, {5}, 1);
+  EXPECT_EQ(t->Stats().pending, 1);
+  ASSERT_TRUE(t->SetAccessThreshold(0).ok());
+  Train(t.get(), {2}, {1}, 1);  // gets a row: its pending count goes
+  EXPECT_EQ(t->Stats().pending, 0);
+  ASSERT_TRUE(t->SetAccessThreshold(10).ok());
+  Train(t.get(), {3}, {1}, 1);
+  std::vector<float> v(4, 1.0f);
+  const int64_t k3 = 3;
+  ASSERT_TRUE(t->Upsert(&k3, v.data(), 1, SerialRunner).ok());
+  EXPECT_EQ(t->Stats().pending, 0);
+}
+
+}  // namespace
+}  // namespace rec_sdk

@@ -21,12 +21,19 @@ def start_asc_pipeline(graph=None):
     graph = graph or tf.compat.v1.get_default_graph()
     tables = {t.table_name: t for t in tables_of_graph(graph)}
     pipelines = helper.registered_specs(graph)
-    for specs, _ in pipelines:
+    for specs, training in pipelines:
         for spec in specs:
             if spec.is_timestamp:
                 continue
             if spec.table_name not in tables:
                 raise ValueError("FeatureSpec %r names table %r, which does not exist; the "
                                  "tables are %s" % (spec.name, spec.table_name, sorted(tables)))
+            table = tables[spec.table_name]
+            if training and table.spec_lookups and (spec.name, True) not in table.spec_lookups:
+                logging.warning(
+                    "FeatureSpec %r of a training pipeline has no training sparse_lookup; its "
+                    "keys are still counted and inserted into table %r with the table's other "
+                    "features (they are deduplicated together), and count against the send "
+                    "counts of its lookups", spec.name, spec.table_name)
     logging.info("rec_sdk: FeatureSpec pipeline ready: %d insert function(s), tables %s",
                  len(pipelines), sorted(tables))
