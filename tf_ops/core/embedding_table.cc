@@ -814,6 +814,32 @@ Status EmbeddingTable::EnsureSlots(const std::string& optimizer,
     }
   }
   std::unique_lock<std::shared_mutex> structure(structure_mu_);
+  if (slot_values_known_ && slots_from_checkpoint_) {
+    slots_from_checkpoint_ = false;
+    if (slot_optimizer_ == optimizer && num_slots_ == wanted) {
+      // Restored slots of this optimizer: new rows start from this instance's values.
+      for (int s = 0; s < wanted; ++s) slot_initial_values_[s] = initial_values[s];
+      return Status::Ok();
+    }
+    // The checkpoint was trained by another optimizer: its slots cannot serve this one.
+    std::lock_guard<std::mutex> lock(alloc_mu_);
+    REC_SDK_RETURN_IF_ERROR(RelayoutLocked(wanted, initial_values.data()));
+    for (int64_t row = 0; row < next_row_; ++row) {
+      float* value = ValueOf(row);
+      for (int s = 0; s < wanted; ++s) {
+        std::fill_n(SlotOf(value, s), config_.dim, initial_values[s]);
+      }
+    }
+    {
+      std::lock_guard<std::mutex> notice_lock(notice_mu_);
+      notice_ = "table '" + config_.name + "': the checkpoint's slots of optimizer '" +
+                slot_optimizer_ + "' were dropped; optimizer '" + optimizer + "' starts its " +
+                std::to_string(wanted) + " slot(s) from their initial values";
+    }
+    for (int s = 0; s < wanted; ++s) slot_initial_values_[s] = initial_values[s];
+    slot_optimizer_ = optimizer;
+    return Status::Ok();
+  }
   if (slot_values_known_) {
     if (slot_optimizer_ == optimizer && num_slots_ == wanted) {
       for (int s = 0; s < wanted; ++s) {
@@ -853,6 +879,166 @@ Status EmbeddingTable::EnsureSlots(const std::string& optimizer,
   }
   slot_optimizer_ = optimizer;
   slot_values_known_ = true;
+  slots_from_checkpoint_ = false;
+  return Status::Ok();
+}
+
+std::string EmbeddingTable::TakeNotice() {
+  std::lock_guard<std::mutex> lock(notice_mu_);
+  std::string notice;
+  notice.swap(notice_);
+  return notice;
+}
+
+Status EmbeddingTable::Snapshot(const SnapshotVisitor& visitor) {
+  std::unique_lock<std::shared_mutex> structure(structure_mu_);
+  CheckpointInfo info;
+  info.rows = size_.load();
+  info.pending = pending_size_.load();
+  info.num_slots = num_slots_;
+  info.optimizer = slot_optimizer_;
+  info.slot_initial.assign(slot_initial_values_, slot_initial_values_ + num_slots_);
+  const int64_t newest = newest_clock_.load();
+  info.has_clock = newest != kNoClock;
+  info.newest_clock = info.has_clock ? newest : 0;
+  info.tick = tick_.load();
+  info.admitted = admitted_.load();
+  info.rejected = rejected_.load();
+  info.evicted = evicted_.load();
+  REC_SDK_RETURN_IF_ERROR(visitor.begin(info));
+  int64_t next_row;
+  {
+    std::lock_guard<std::mutex> lock(alloc_mu_);
+    next_row = next_row_;
+  }
+  for (int64_t row = 0; row < next_row; ++row) {
+    const RowMeta& meta = MetaOf(row);
+    if (!meta.alive) continue;
+    REC_SDK_RETURN_IF_ERROR(visitor.row(meta.key, ValueOf(row), meta.count, meta.last_seen));
+  }
+  for (int s = 0; s < HashIndex::kNumShards; ++s) {
+    REC_SDK_RETURN_IF_ERROR(pending_[s].ForEach([&](const Pending& p) {
+      return visitor.pending(p.key, p.count, p.last_seen);
+    }));
+  }
+  return Status::Ok();
+}
+
+Status EmbeddingTable::Restore(const CheckpointInfo& info,
+                               const std::function<Status(RestoreSink*)>& feed,
+                               std::string* note) {
+  if (info.num_slots < 0 || info.num_slots > kMaxSlots ||
+      static_cast<int>(info.slot_initial.size()) != info.num_slots) {
+    return Status::InvalidArgument("restore into table '" + config_.name + "': " +
+                                   std::to_string(info.num_slots) + " slots (at most " +
+                                   std::to_string(kMaxSlots) + ")");
+  }
+  std::unique_lock<std::shared_mutex> structure(structure_mu_);
+  std::string what;
+  bool keep_slots;
+  if (slot_values_known_ && !slots_from_checkpoint_) {
+    // An optimizer already trains this table: keep its slots only if they are the same.
+    keep_slots = info.num_slots == num_slots_ && info.optimizer == slot_optimizer_;
+    if (keep_slots) {
+      what = info.num_slots > 0 ? "slots of '" + info.optimizer + "' restored" : "";
+    } else {
+      what = "the checkpoint's slots" +
+             (info.optimizer.empty() ? std::string() : " of optimizer '" + info.optimizer + "'") +
+             " were dropped: the table is trained by '" + slot_optimizer_ +
+             "', whose slots start from their initial values";
+    }
+  } else {
+    keep_slots = true;
+    if (info.num_slots != num_slots_) {
+      std::lock_guard<std::mutex> lock(alloc_mu_);
+      REC_SDK_RETURN_IF_ERROR(RelayoutLocked(info.num_slots, info.slot_initial.data()));
+    }
+    for (int s = 0; s < info.num_slots; ++s) slot_initial_values_[s] = info.slot_initial[s];
+    slot_optimizer_ = info.optimizer;
+    slot_values_known_ = info.num_slots > 0;
+    slots_from_checkpoint_ = info.num_slots > 0;
+    if (info.num_slots > 0) what = "slots of '" + info.optimizer + "' restored";
+  }
+  ClearLocked();
+  admitted_.store(info.admitted);
+  rejected_.store(info.rejected);
+  evicted_.store(info.evicted);
+  tick_.store(info.tick);
+  newest_clock_.store(info.has_clock ? info.newest_clock : kNoClock);
+
+  class Sink : public RestoreSink {
+   public:
+    Sink(EmbeddingTable* t, bool keep_slots) : t_(t), keep_slots_(keep_slots) {}
+    Status AddRow(int64_t key, const float* value, const float* const* slots, uint32_t count,
+                  int64_t last_seen) override {
+      const uint64_t hash = HashIndex::Hash(key);
+      HashIndex::Shard& shard = t_->index_.shard(HashIndex::ShardOf(hash));
+      if (shard.Find(key, hash) >= 0) {
+        return Status::DataLoss("table '" + t_->config_.name + "': key " + std::to_string(key) +
+                                " appears twice in the checkpoint");
+      }
+      if (next_ == rows_.size()) {
+        t_->AllocateRows(4096, &rows_);
+        next_ = 0;
+        if (rows_.empty()) {
+          return Status::ResourceExhausted(
+              "restore into table '" + t_->config_.name + "': the checkpoint has more rows "
+              "than the table's capacity of " + std::to_string(t_->Capacity()) + " rows");
+        }
+      }
+      const int64_t row = rows_[next_++];
+      const int dim = t_->config_.dim;
+      float* dst = t_->ValueOf(row);
+      std::memcpy(dst, value, dim * sizeof(float));
+      for (int s = 0; s < t_->num_slots_; ++s) {
+        if (keep_slots_ && slots != nullptr && slots[s] != nullptr) {
+          std::memcpy(t_->SlotOf(dst, s), slots[s], dim * sizeof(float));
+        } else {
+          std::fill_n(t_->SlotOf(dst, s), dim, t_->slot_initial_values_[s]);
+        }
+      }
+      RowMeta& meta = t_->MetaOf(row);
+      meta.key = key;
+      meta.last_seen = last_seen;
+      meta.count = count;
+      meta.slots_unset = 0;
+      __atomic_store_n(&meta.alive, 1, __ATOMIC_RELEASE);
+      shard.Insert(key, hash, IndexEntry(row, meta.generation));
+      t_->size_.fetch_add(1, std::memory_order_relaxed);
+      return Status::Ok();
+    }
+    Status AddPending(int64_t key, int64_t count, int64_t last_seen) override {
+      const uint64_t hash = HashIndex::Hash(key);
+      PendingShard& pending = t_->pending_[HashIndex::ShardOf(hash)];
+      if (count < 0 || pending.Find(key, hash) != nullptr ||
+          t_->index_.shard(HashIndex::ShardOf(hash)).Find(key, hash) >= 0) {
+        return Status::DataLoss("table '" + t_->config_.name + "': pending key " +
+                                std::to_string(key) + " is invalid or repeated in the checkpoint");
+      }
+      pending.Add(key, hash, last_seen)->count = count;
+      t_->pending_size_.fetch_add(1, std::memory_order_relaxed);
+      return Status::Ok();
+    }
+    void ReleaseUnused() {
+      if (next_ < rows_.size()) t_->ReleaseRows(rows_.data() + next_, rows_.size() - next_);
+      rows_.clear();
+      next_ = 0;
+    }
+
+   private:
+    EmbeddingTable* t_;
+    const bool keep_slots_;
+    std::vector<int64_t> rows_;
+    size_t next_ = 0;
+  };
+  Sink sink(this, keep_slots);
+  Status status = feed(&sink);
+  sink.ReleaseUnused();
+  if (!status.ok()) {
+    ClearLocked();
+    return status;
+  }
+  if (note != nullptr) *note = what;
   return Status::Ok();
 }
 

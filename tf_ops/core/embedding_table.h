@@ -189,6 +189,52 @@ class EmbeddingTable {
   Status Import(const int64_t* keys, const float* values, const float* slots, int num_slots,
                 int64_t n);
 
+  // --- Checkpoints (see checkpoint.h) ---
+  // What a checkpoint records besides the rows.
+  struct CheckpointInfo {
+    int64_t rows = 0;
+    int64_t pending = 0;
+    int num_slots = 0;
+    std::string optimizer;            // empty when no optimizer attached slots
+    std::vector<float> slot_initial;  // num_slots values
+    int64_t newest_clock = 0;
+    bool has_clock = false;
+    int64_t tick = 0;
+    int64_t admitted = 0, rejected = 0, evicted = 0;
+  };
+  // Visits a consistent view of the table under the exclusive lock (batch operations wait):
+  // begin(info), then row(key, record, count, last_seen) for every row, where record holds
+  // the embedding followed by each slot (dim floats each), then pending(key, count,
+  // last_seen) for every key counting towards admission. A visitor's error stops the visit.
+  struct SnapshotVisitor {
+    std::function<Status(const CheckpointInfo&)> begin;
+    std::function<Status(int64_t key, const float* record, uint32_t count, int64_t last_seen)>
+        row;
+    std::function<Status(int64_t key, int64_t count, int64_t last_seen)> pending;
+  };
+  Status Snapshot(const SnapshotVisitor& visitor);
+
+  // Receives the rows of a restore (see Restore).
+  class RestoreSink {
+   public:
+    // slots: info.num_slots arrays of dim floats (null entries, or slots == null, when the
+    // checkpoint's slots are not kept).
+    virtual Status AddRow(int64_t key, const float* value, const float* const* slots,
+                          uint32_t count, int64_t last_seen) = 0;
+    virtual Status AddPending(int64_t key, int64_t count, int64_t last_seen) = 0;
+    virtual ~RestoreSink() = default;
+  };
+  // Replaces the table's contents under the exclusive lock: feed(sink) adds the rows. Slots
+  // of the checkpoint's optimizer are kept when the table has no optimizer yet (the first
+  // optimizer to apply must then be the same one, or the slots are re-initialised with a
+  // notice) or has the same one; otherwise they are dropped and *note says so. On any error
+  // the table is left empty. *note (may be null) describes what happened to the slots.
+  Status Restore(const CheckpointInfo& info, const std::function<Status(RestoreSink*)>& feed,
+                 std::string* note);
+  // A notice from the last EnsureSlots (e.g. checkpoint slots of another optimizer that were
+  // re-initialised), cleared by the call; empty when there is none.
+  std::string TakeNotice();
+
   // Address encoding (public for tests and tools).
   int64_t EncodeAddress(int64_t row, uint32_t generation) const;
 
@@ -224,6 +270,13 @@ class EmbeddingTable {
     int64_t RemoveSeenAtOrBefore(int64_t cutoff);
     void Clear();
     int64_t size() const { return static_cast<int64_t>(map_.size()); }
+    template <typename F>
+    Status ForEach(F f) const {
+      for (const Pending& p : records_) {
+        if (p.count >= 0) REC_SDK_RETURN_IF_ERROR(f(p));
+      }
+      return Status::Ok();
+    }
     void Prefetch(uint64_t hash) const { map_.Prefetch(hash); }
 
    private:
@@ -372,6 +425,11 @@ class EmbeddingTable {
   size_t row_bytes_;
   int num_slots_ = 0;
   bool slot_values_known_ = false;  // false after an Import of slots, until EnsureSlots
+  // The slots came from a checkpoint and no optimizer applied since: a different optimizer
+  // may still take the table over (its slots start from their initial values).
+  bool slots_from_checkpoint_ = false;
+  std::mutex notice_mu_;
+  std::string notice_;
   std::string slot_optimizer_;
   float slot_initial_values_[kMaxSlots] = {0, 0, 0, 0};
 };

@@ -13,6 +13,9 @@ enum class StatusCode {
   kInvalidArgument,     // bad input from the caller: shapes, values, stale addresses
   kResourceExhausted,   // a fixed-capacity table is full
   kFailedPrecondition,  // the table is not in a state that allows the call
+  kNotFound,            // a checkpoint file or directory is missing
+  kDataLoss,            // a checkpoint file is truncated or corrupted
+  kInternal,            // an I/O call failed
 };
 
 class Status {
@@ -24,6 +27,9 @@ class Status {
   static Status InvalidArgument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
   static Status ResourceExhausted(std::string m) { return {StatusCode::kResourceExhausted, std::move(m)}; }
   static Status FailedPrecondition(std::string m) { return {StatusCode::kFailedPrecondition, std::move(m)}; }
+  static Status NotFound(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
+  static Status DataLoss(std::string m) { return {StatusCode::kDataLoss, std::move(m)}; }
+  static Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
 
   bool ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }

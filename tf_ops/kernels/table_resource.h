@@ -42,6 +42,12 @@ inline tensorflow::Status ToTfStatus(const Status& s) {
       return tensorflow::errors::ResourceExhausted(s.message());
     case StatusCode::kFailedPrecondition:
       return tensorflow::errors::FailedPrecondition(s.message());
+    case StatusCode::kNotFound:
+      return tensorflow::errors::NotFound(s.message());
+    case StatusCode::kDataLoss:
+      return tensorflow::errors::DataLoss(s.message());
+    case StatusCode::kInternal:
+      return tensorflow::errors::Internal(s.message());
   }
   return tensorflow::errors::Internal(s.message());
 }

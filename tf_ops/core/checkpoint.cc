@@ -1,0 +1,546 @@
+#include "tf_ops/core/checkpoint.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <sstream>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#if defined(__x86_64__)
+#include <nmmintrin.h>
+#endif
+
+namespace rec_sdk {
+namespace {
+
+// --- CRC-32C -----------------------------------------------------------------------------------
+
+struct Crc32cTable {
+  uint32_t t[8][256];
+  Crc32cTable() {
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint32_t c = i;
+      for (int k = 0; k < 8; ++k) c = (c >> 1) ^ (0x82F63B78u & (0u - (c & 1)));
+      t[0][i] = c;
+    }
+    for (uint32_t i = 0; i < 256; ++i) {
+      for (int s = 1; s < 8; ++s) t[s][i] = (t[s - 1][i] >> 8) ^ t[0][t[s - 1][i] & 0xff];
+    }
+  }
+};
+
+uint32_t Crc32cSoftware(uint32_t crc, const unsigned char* p, size_t n) {
+  static const Crc32cTable table;
+  const auto& t = table.t;
+  while (n >= 8) {
+    uint64_t v;
+    std::memcpy(&v, p, 8);
+    v ^= crc;
+    crc = t[7][v & 0xff] ^ t[6][(v >> 8) & 0xff] ^ t[5][(v >> 16) & 0xff] ^
+          t[4][(v >> 24) & 0xff] ^ t[3][(v >> 32) & 0xff] ^ t[2][(v >> 40) & 0xff] ^
+          t[1][(v >> 48) & 0xff] ^ t[0][v >> 56];
+    p += 8;
+    n -= 8;
+  }
+  while (n-- > 0) crc = (crc >> 8) ^ t[0][(crc ^ *p++) & 0xff];
+  return crc;
+}
+
+#if defined(__x86_64__)
+__attribute__((target("sse4.2"))) uint32_t Crc32cHardware(uint32_t crc, const unsigned char* p,
+                                                          size_t n) {
+  uint64_t c = crc;
+  while (n >= 8) {
+    uint64_t v;
+    std::memcpy(&v, p, 8);
+    c = _mm_crc32_u64(c, v);
+    p += 8;
+    n -= 8;
+  }
+  uint32_t c32 = static_cast<uint32_t>(c);
+  while (n-- > 0) c32 = _mm_crc32_u8(c32, *p++);
+  return c32;
+}
+#endif
+
+// --- Files -----------------------------------------------------------------------------------
+
+std::string Errno(const std::string& what, const std::string& path) {
+  return what + " '" + path + "': " + std::strerror(errno);
+}
+
+// Buffered sequential writer that checksums what it writes and fsyncs on Close.
+class Writer {
+ public:
+  static constexpr size_t kBuffer = size_t{1} << 20;
+  Status Open(const std::string& path) {
+    path_ = path;
+    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd_ < 0) return Status::Internal(Errno("cannot create", path));
+    buffer_.reset(new char[kBuffer]);
+    return Status::Ok();
+  }
+  Status Write(const void* data, size_t n) {
+    const char* p = static_cast<const char*>(data);
+    while (n > 0) {
+      const size_t take = std::min(n, kBuffer - used_);
+      std::memcpy(buffer_.get() + used_, p, take);
+      used_ += take;
+      p += take;
+      n -= take;
+      if (used_ == kBuffer) REC_SDK_RETURN_IF_ERROR(Flush());
+    }
+    return Status::Ok();
+  }
+  Status Close() {
+    REC_SDK_RETURN_IF_ERROR(Flush());
+    if (::fsync(fd_) != 0) return Status::Internal(Errno("cannot fsync", path_));
+    if (::close(fd_) != 0) return Status::Internal(Errno("cannot close", path_));
+    fd_ = -1;
+    return Status::Ok();
+  }
+  ~Writer() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  uint64_t bytes() const { return bytes_; }
+  uint32_t crc() const { return crc_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  Status Flush() {
+    crc_ = Crc32c(crc_, buffer_.get(), used_);
+    size_t done = 0;
+    while (done < used_) {
+      const ssize_t w = ::write(fd_, buffer_.get() + done, used_ - done);
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        return Status::Internal(Errno("cannot write", path_));
+      }
+      done += static_cast<size_t>(w);
+    }
+    bytes_ += used_;
+    used_ = 0;
+    return Status::Ok();
+  }
+  std::string path_;
+  int fd_ = -1;
+  std::unique_ptr<char[]> buffer_;
+  size_t used_ = 0;
+  uint64_t bytes_ = 0;
+  uint32_t crc_ = 0;
+};
+
+// Buffered sequential reader that checksums what it reads.
+class Reader {
+ public:
+  static constexpr size_t kBuffer = size_t{1} << 20;
+  Status Open(const std::string& path) {
+    path_ = path;
+    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd_ < 0) return Status::NotFound(Errno("cannot open checkpoint file", path));
+    buffer_.reset(new char[kBuffer]);
+    return Status::Ok();
+  }
+  Status Read(void* data, size_t n) {
+    char* p = static_cast<char*>(data);
+    while (n > 0) {
+      if (pos_ == filled_) REC_SDK_RETURN_IF_ERROR(Fill());
+      const size_t take = std::min(n, filled_ - pos_);
+      std::memcpy(p, buffer_.get() + pos_, take);
+      pos_ += take;
+      p += take;
+      n -= take;
+    }
+    return Status::Ok();
+  }
+  uint32_t crc() const { return crc_; }
+  const std::string& path() const { return path_; }
+  ~Reader() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+ private:
+  Status Fill() {
+    ssize_t r;
+    do {
+      r = ::read(fd_, buffer_.get(), kBuffer);
+    } while (r < 0 && errno == EINTR);
+    if (r < 0) return Status::Internal(Errno("cannot read", path_));
+    if (r == 0) return Status::DataLoss("checkpoint file '" + path_ + "' is truncated");
+    crc_ = Crc32c(crc_, buffer_.get(), static_cast<size_t>(r));
+    filled_ = static_cast<size_t>(r);
+    pos_ = 0;
+    return Status::Ok();
+  }
+  std::string path_;
+  int fd_ = -1;
+  std::unique_ptr<char[]> buffer_;
+  size_t filled_ = 0, pos_ = 0;
+  uint32_t crc_ = 0;
+};
+
+Status FsyncDir(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return Status::Internal(Errno("cannot open directory", dir));
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) return Status::Internal(Errno("cannot fsync directory", dir));
+  return Status::Ok();
+}
+
+std::string Join(const std::string& dir, const std::string& name) { return dir + "/" + name; }
+
+std::string SlotFile(int s) { return "slot" + std::to_string(s) + ".bin"; }
+
+// --- meta.txt ----------------------------------------------------------------------------------
+
+struct Meta {
+  std::map<std::string, std::string> values;
+  std::string path;
+
+  Status Get(const std::string& name, std::string* out) const {
+    auto it = values.find(name);
+    if (it == values.end()) {
+      return Status::DataLoss("checkpoint metadata '" + path + "' has no '" + name + "'");
+    }
+    *out = it->second;
+    return Status::Ok();
+  }
+  Status GetInt(const std::string& name, int64_t* out) const {
+    std::string v;
+    REC_SDK_RETURN_IF_ERROR(Get(name, &v));
+    char* end = nullptr;
+    errno = 0;
+    const long long x = std::strtoll(v.c_str(), &end, 10);
+    if (errno != 0 || end == v.c_str() || *end != '\0') {
+      return Status::DataLoss("checkpoint metadata '" + path + "': '" + name +
+                              "' is not an integer: '" + v + "'");
+    }
+    *out = x;
+    return Status::Ok();
+  }
+};
+
+Status ReadMeta(const std::string& dir, Meta* meta) {
+  meta->path = Join(dir, "meta.txt");
+  const int fd = ::open(meta->path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return Status::NotFound(Errno("cannot open checkpoint metadata (an incomplete or missing "
+                                  "save?)", meta->path));
+  }
+  std::string text;
+  char buf[4096];
+  ssize_t r;
+  while ((r = ::read(fd, buf, sizeof(buf))) > 0) text.append(buf, static_cast<size_t>(r));
+  ::close(fd);
+  if (r < 0) return Status::Internal(Errno("cannot read", meta->path));
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    const size_t space = line.find(' ');
+    if (line.empty() || space == std::string::npos) continue;
+    meta->values[line.substr(0, space)] = line.substr(space + 1);
+  }
+  return Status::Ok();
+}
+
+// A file of a table directory, as the metadata describes it.
+struct FileInfo {
+  std::string name;
+  uint64_t bytes = 0;
+  uint32_t crc = 0;
+};
+
+Status CheckFile(const std::string& dir, const Meta& meta, const std::string& name,
+                 uint64_t expected_bytes, FileInfo* info) {
+  info->name = name;
+  int64_t bytes, crc;
+  REC_SDK_RETURN_IF_ERROR(meta.GetInt("bytes." + name, &bytes));
+  REC_SDK_RETURN_IF_ERROR(meta.GetInt("crc32c." + name, &crc));
+  const std::string path = Join(dir, name);
+  if (static_cast<uint64_t>(bytes) != expected_bytes) {
+    return Status::DataLoss("checkpoint metadata '" + meta.path + "' gives " +
+                            std::to_string(bytes) + " bytes for '" + name + "', expected " +
+                            std::to_string(expected_bytes));
+  }
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return Status::NotFound(Errno("missing checkpoint file", path));
+  if (static_cast<uint64_t>(st.st_size) != expected_bytes) {
+    return Status::DataLoss("checkpoint file '" + path + "' has " + std::to_string(st.st_size) +
+                            " bytes, expected " + std::to_string(expected_bytes) +
+                            " (truncated or corrupted)");
+  }
+  info->bytes = expected_bytes;
+  info->crc = static_cast<uint32_t>(crc);
+  return Status::Ok();
+}
+
+// One table directory, checked and ready to stream.
+struct Source {
+  std::string dir;
+  Meta meta;
+  EmbeddingTable::CheckpointInfo info;
+  std::vector<FileInfo> files;  // keys, values, slots..., counts, last_seen, pending
+};
+
+Status OpenSource(const std::string& dir, int dim, Source* src) {
+  src->dir = dir;
+  REC_SDK_RETURN_IF_ERROR(ReadMeta(dir, &src->meta));
+  const Meta& m = src->meta;
+  int64_t version, file_dim, rows, pending, num_slots, has_clock, clock, tick;
+  REC_SDK_RETURN_IF_ERROR(m.GetInt("format_version", &version));
+  if (version != kCheckpointFormatVersion) {
+    return Status::InvalidArgument("checkpoint '" + m.path + "' has format version " +
+                                   std::to_string(version) + "; this rec_sdk reads version " +
+                                   std::to_string(kCheckpointFormatVersion));
+  }
+  REC_SDK_RETURN_IF_ERROR(m.GetInt("dim", &file_dim));
+  if (file_dim != dim) {
+    return Status::InvalidArgument("checkpoint '" + m.path + "' holds rows of dim " +
+                                   std::to_string(file_dim) + " but the table has dim " +
+                                   std::to_string(dim));
+  }
+  REC_SDK_RETURN_IF_ERROR(m.GetInt("rows", &rows));
+  REC_SDK_RETURN_IF_ERROR(m.GetInt("pending", &pending));
+  REC_SDK_RETURN_IF_ERROR(m.GetInt("num_slots", &num_slots));
+  REC_SDK_RETURN_IF_ERROR(m.GetInt("has_clock", &has_clock));
+  REC_SDK_RETURN_IF_ERROR(m.GetInt("newest_clock", &clock));
+  REC_SDK_RETURN_IF_ERROR(m.GetInt("tick", &tick));
+  if (rows < 0 || pending < 0 || num_slots < 0 || num_slots > EmbeddingTable::kMaxSlots) {
+    return Status::DataLoss("checkpoint metadata '" + m.path + "' is inconsistent");
+  }
+  auto& info = src->info;
+  info.rows = rows;
+  info.pending = pending;
+  info.num_slots = static_cast<int>(num_slots);
+  info.has_clock = has_clock != 0;
+  info.newest_clock = clock;
+  info.tick = tick;
+  REC_SDK_RETURN_IF_ERROR(m.GetInt("admitted", &info.admitted));
+  REC_SDK_RETURN_IF_ERROR(m.GetInt("rejected", &info.rejected));
+  REC_SDK_RETURN_IF_ERROR(m.GetInt("evicted", &info.evicted));
+  std::string optimizer;
+  auto it = m.values.find("optimizer");
+  info.optimizer = it == m.values.end() ? "" : it->second;
+  for (int s = 0; s < info.num_slots; ++s) {
+    std::string v;
+    REC_SDK_RETURN_IF_ERROR(m.Get("slot_initial." + std::to_string(s), &v));
+    info.slot_initial.push_back(std::strtof(v.c_str(), nullptr));
+  }
+  const uint64_t n = static_cast<uint64_t>(rows);
+  const uint64_t row_floats = static_cast<uint64_t>(dim) * sizeof(float);
+  std::vector<std::pair<std::string, uint64_t>> expected = {{"keys.bin", n * 8},
+                                                            {"values.bin", n * row_floats}};
+  for (int s = 0; s < info.num_slots; ++s) expected.emplace_back(SlotFile(s), n * row_floats);
+  expected.emplace_back("counts.bin", n * 4);
+  expected.emplace_back("last_seen.bin", n * 8);
+  expected.emplace_back("pending.bin", static_cast<uint64_t>(pending) * 24);
+  for (const auto& e : expected) {
+    FileInfo f;
+    REC_SDK_RETURN_IF_ERROR(CheckFile(dir, m, e.first, e.second, &f));
+    src->files.push_back(f);
+  }
+  return Status::Ok();
+}
+
+Status CheckCrc(const Reader& r, const FileInfo& f) {
+  if (r.crc() != f.crc) {
+    return Status::DataLoss("checkpoint file '" + r.path() + "' is corrupted (CRC-32C " +
+                            std::to_string(r.crc()) + ", expected " + std::to_string(f.crc) +
+                            ")");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+uint32_t Crc32c(uint32_t crc, const void* data, size_t n) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  crc = ~crc;
+#if defined(__x86_64__)
+  static const bool hardware = __builtin_cpu_supports("sse4.2");
+  crc = hardware ? Crc32cHardware(crc, p, n) : Crc32cSoftware(crc, p, n);
+#else
+  crc = Crc32cSoftware(crc, p, n);
+#endif
+  return ~crc;
+}
+
+Status SaveTableFiles(EmbeddingTable* table, const std::string& dir, int64_t* rows_out) {
+  if (::mkdir(dir.c_str(), 0755) != 0) {
+    return Status::Internal(Errno("cannot create checkpoint directory", dir));
+  }
+  const int dim = table->dim();
+  std::vector<std::unique_ptr<Writer>> writers;
+  auto add = [&](const std::string& name) -> Status {
+    writers.emplace_back(new Writer);
+    return writers.back()->Open(Join(dir, name));
+  };
+  EmbeddingTable::CheckpointInfo info;
+  int64_t rows = 0, pending = 0;
+  EmbeddingTable::SnapshotVisitor visitor;
+  int num_slots = 0;
+  visitor.begin = [&](const EmbeddingTable::CheckpointInfo& i) -> Status {
+    info = i;
+    num_slots = i.num_slots;
+    REC_SDK_RETURN_IF_ERROR(add("keys.bin"));
+    REC_SDK_RETURN_IF_ERROR(add("values.bin"));
+    for (int s = 0; s < num_slots; ++s) REC_SDK_RETURN_IF_ERROR(add(SlotFile(s)));
+    REC_SDK_RETURN_IF_ERROR(add("counts.bin"));
+    REC_SDK_RETURN_IF_ERROR(add("last_seen.bin"));
+    return add("pending.bin");
+  };
+  visitor.row = [&](int64_t key, const float* record, uint32_t count,
+                    int64_t last_seen) -> Status {
+    REC_SDK_RETURN_IF_ERROR(writers[0]->Write(&key, 8));
+    for (int s = 0; s <= num_slots; ++s) {
+      REC_SDK_RETURN_IF_ERROR(writers[1 + s]->Write(record + s * dim, dim * sizeof(float)));
+    }
+    REC_SDK_RETURN_IF_ERROR(writers[2 + num_slots]->Write(&count, 4));
+    ++rows;
+    return writers[3 + num_slots]->Write(&last_seen, 8);
+  };
+  visitor.pending = [&](int64_t key, int64_t count, int64_t last_seen) -> Status {
+    const int64_t record[3] = {key, count, last_seen};
+    ++pending;
+    return writers.back()->Write(record, sizeof(record));
+  };
+  REC_SDK_RETURN_IF_ERROR(table->Snapshot(visitor));
+  for (auto& w : writers) REC_SDK_RETURN_IF_ERROR(w->Close());
+
+  std::ostringstream meta;
+  meta.precision(9);
+  meta << "format_version " << kCheckpointFormatVersion << "\n"
+       << "table " << table->name() << "\n"
+       << "dim " << dim << "\n"
+       << "rows " << rows << "\n"
+       << "pending " << pending << "\n"
+       << "num_slots " << num_slots << "\n";
+  if (!info.optimizer.empty()) meta << "optimizer " << info.optimizer << "\n";
+  for (int s = 0; s < num_slots; ++s) {
+    meta << "slot_initial." << s << " " << info.slot_initial[s] << "\n";
+  }
+  meta << "has_clock " << (info.has_clock ? 1 : 0) << "\n"
+       << "newest_clock " << info.newest_clock << "\n"
+       << "tick " << info.tick << "\n"
+       << "admitted " << info.admitted << "\n"
+       << "rejected " << info.rejected << "\n"
+       << "evicted " << info.evicted << "\n";
+  for (const auto& w : writers) {
+    const std::string name = w->path().substr(dir.size() + 1);
+    meta << "bytes." << name << " " << w->bytes() << "\n"
+         << "crc32c." << name << " " << w->crc() << "\n";
+  }
+  Writer meta_writer;
+  REC_SDK_RETURN_IF_ERROR(meta_writer.Open(Join(dir, "meta.txt")));
+  const std::string text = meta.str();
+  REC_SDK_RETURN_IF_ERROR(meta_writer.Write(text.data(), text.size()));
+  REC_SDK_RETURN_IF_ERROR(meta_writer.Close());
+  REC_SDK_RETURN_IF_ERROR(FsyncDir(dir));
+  if (rows_out != nullptr) *rows_out = rows;
+  return Status::Ok();
+}
+
+Status RestoreTableFiles(EmbeddingTable* table, const std::vector<std::string>& dirs,
+                         const RestoreOptions& options, int64_t* rows_out, std::string* note) {
+  if (dirs.empty()) return Status::InvalidArgument("restore needs at least one table directory");
+  if (options.rank_size < 1 || options.rank_id < 0 || options.rank_id >= options.rank_size) {
+    return Status::InvalidArgument("rank_id must be in [0, rank_size), got rank_id " +
+                                   std::to_string(options.rank_id) + " and rank_size " +
+                                   std::to_string(options.rank_size));
+  }
+  const int dim = table->dim();
+  std::vector<Source> sources(dirs.size());
+  for (size_t d = 0; d < dirs.size(); ++d) {
+    REC_SDK_RETURN_IF_ERROR(OpenSource(dirs[d], dim, &sources[d]));
+  }
+  // The merged description: slots from the first directory (all must agree).
+  EmbeddingTable::CheckpointInfo info = sources[0].info;
+  for (size_t d = 1; d < sources.size(); ++d) {
+    const auto& other = sources[d].info;
+    if (other.num_slots != info.num_slots || other.optimizer != info.optimizer) {
+      return Status::InvalidArgument("checkpoint directories '" + dirs[0] + "' and '" + dirs[d] +
+                                     "' were saved with different optimizers");
+    }
+    info.has_clock = info.has_clock || other.has_clock;
+    info.newest_clock = std::max(info.newest_clock, other.newest_clock);
+    info.tick = std::max(info.tick, other.tick);
+    info.admitted += other.admitted;
+    info.rejected += other.rejected;
+    info.evicted += other.evicted;
+  }
+  const bool everything = options.rank_size == 1;
+  if (everything && !table->dynamic_expansion()) {
+    int64_t total = 0;
+    for (const auto& src : sources) total += src.info.rows;
+    if (total > table->Capacity()) {
+      return Status::ResourceExhausted(
+          "restore into table '" + table->name() + "': the checkpoint has " +
+          std::to_string(total) + " rows but the table's capacity is " +
+          std::to_string(table->Capacity()) + " rows");
+    }
+  }
+  auto mine = [&](int64_t key) {
+    return everything || std::llabs(key % options.rank_size) == options.rank_id;
+  };
+  int64_t restored = 0;
+  const int num_slots = info.num_slots;
+  auto feed = [&](EmbeddingTable::RestoreSink* sink) -> Status {
+    constexpr int64_t kBatch = 4096;
+    std::vector<int64_t> keys(kBatch), last_seen(kBatch);
+    std::vector<uint32_t> counts(kBatch);
+    std::vector<float> values(kBatch * dim);
+    std::vector<std::vector<float>> slots(num_slots, std::vector<float>(kBatch * dim));
+    for (const auto& src : sources) {
+      std::vector<std::unique_ptr<Reader>> readers;
+      for (const auto& f : src.files) {
+        readers.emplace_back(new Reader);
+        REC_SDK_RETURN_IF_ERROR(readers.back()->Open(Join(src.dir, f.name)));
+      }
+      Reader& key_r = *readers[0];
+      Reader& value_r = *readers[1];
+      Reader& count_r = *readers[2 + num_slots];
+      Reader& seen_r = *readers[3 + num_slots];
+      Reader& pending_r = *readers[4 + num_slots];
+      for (int64_t done = 0; done < src.info.rows;) {
+        const int64_t b = std::min(kBatch, src.info.rows - done);
+        REC_SDK_RETURN_IF_ERROR(key_r.Read(keys.data(), b * 8));
+        REC_SDK_RETURN_IF_ERROR(value_r.Read(values.data(), b * dim * sizeof(float)));
+        for (int s = 0; s < num_slots; ++s) {
+          REC_SDK_RETURN_IF_ERROR(readers[2 + s]->Read(slots[s].data(), b * dim * sizeof(float)));
+        }
+        REC_SDK_RETURN_IF_ERROR(count_r.Read(counts.data(), b * 4));
+        REC_SDK_RETURN_IF_ERROR(seen_r.Read(last_seen.data(), b * 8));
+        const float* slot_ptrs[EmbeddingTable::kMaxSlots];
+        for (int64_t i = 0; i < b; ++i) {
+          if (!mine(keys[i])) continue;
+          for (int s = 0; s < num_slots; ++s) slot_ptrs[s] = slots[s].data() + i * dim;
+          REC_SDK_RETURN_IF_ERROR(sink->AddRow(keys[i], values.data() + i * dim, slot_ptrs,
+                                               counts[i], last_seen[i]));
+          ++restored;
+        }
+        done += b;
+      }
+      for (int64_t p = 0; p < src.info.pending; ++p) {
+        int64_t record[3];
+        REC_SDK_RETURN_IF_ERROR(pending_r.Read(record, sizeof(record)));
+        if (mine(record[0])) REC_SDK_RETURN_IF_ERROR(sink->AddPending(record[0], record[1], record[2]));
+      }
+      for (size_t f = 0; f < readers.size(); ++f) {
+        REC_SDK_RETURN_IF_ERROR(CheckCrc(*readers[f], src.files[f]));
+      }
+    }
+    return Status::Ok();
+  };
+  REC_SDK_RETURN_IF_ERROR(table->Restore(info, feed, note));
+  if (rows_out != nullptr) *rows_out = restored;
+  return Status::Ok();
+}
+
+}  // namespace rec_sdk

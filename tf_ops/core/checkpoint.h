@@ -1,0 +1,55 @@
+// Checkpoint files of one table, streamed to and from disk without a second in-memory copy.
+//
+// A table directory holds
+//   keys.bin       int64 per row
+//   values.bin     float32 x dim per row (the embedding)
+//   slot<i>.bin    float32 x dim per row, one file per optimizer slot
+//   counts.bin     uint32 per row (admission count)
+//   last_seen.bin  int64 per row (last-seen clock: data timestamp, global step or tick)
+//   pending.bin    (int64 key, int64 count, int64 last_seen) per key counting towards admission
+//   meta.txt       "name value" lines: format version, table, dim, rows, pending, optimizer,
+//                  slot initial values, clocks, counters, and for every file its size in bytes
+//                  and CRC-32C. Written last: a directory without it is an incomplete save.
+// All numbers are little-endian (the machine's order on x86-64 and arm64).
+//
+// SaveTableFiles writes the files (each fsync'ed) and meta.txt into a new directory and
+// fsyncs it; the caller makes the save atomic by writing into a temporary directory and
+// renaming it. RestoreTableFiles checks every directory's meta.txt and file sizes before it
+// touches the table, then streams the rows in; a checksum mismatch found while streaming
+// leaves the table empty and names the file. It can merge the directories of several ranks
+// and keep only the keys of one rank (key % rank_size), so a checkpoint restores into a
+// different number of ranks.
+#ifndef REC_SDK_CORE_CHECKPOINT_H_
+#define REC_SDK_CORE_CHECKPOINT_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tf_ops/core/embedding_table.h"
+#include "tf_ops/core/status.h"
+
+namespace rec_sdk {
+
+constexpr int kCheckpointFormatVersion = 1;
+
+// CRC-32C (Castagnoli) of data, continuing from crc (0 to start).
+uint32_t Crc32c(uint32_t crc, const void* data, size_t n);
+
+// Writes the table into `dir`, which must not exist. *rows receives the rows written.
+Status SaveTableFiles(EmbeddingTable* table, const std::string& dir, int64_t* rows);
+
+struct RestoreOptions {
+  int64_t rank_id = 0;    // keep keys with abs(key % rank_size) == rank_id
+  int64_t rank_size = 1;
+};
+
+// Replaces the table's contents with the rows of `dirs` that belong to the rank. *rows
+// receives the rows restored; *note says what happened to optimizer slots (may be empty).
+Status RestoreTableFiles(EmbeddingTable* table, const std::vector<std::string>& dirs,
+                         const RestoreOptions& options, int64_t* rows, std::string* note);
+
+}  // namespace rec_sdk
+
+#endif  // REC_SDK_CORE_CHECKPOINT_H_

@@ -1,0 +1,272 @@
+// Tests of the checkpoint files: CRC-32C, save/restore round trips (rows, slots, counts,
+// clocks, pending keys, counters), detection of corrupted, truncated and incomplete files,
+// capacity, re-sharding across ranks, and restoring under another optimizer.
+#include "tf_ops/core/checkpoint.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+namespace rec_sdk {
+namespace {
+
+std::string TempDir() {
+  char tmpl[] = "/tmp/rec_sdk_ckpt_XXXXXX";
+  const char* d = ::mkdtemp(tmpl);
+  EXPECT_NE(d, nullptr);
+  return d;
+}
+
+TableConfig Config(int dim = 3, bool dynamic = true, int64_t capacity = 0) {
+  TableConfig c;
+  c.name = "t";
+  c.dim = dim;
+  c.dynamic_expansion = dynamic;
+  c.capacity = capacity;
+  c.initializer.kind = InitializerKind::kRandomUniform;
+  c.initializer.minval = -1;
+  c.initializer.maxval = 1;
+  c.access_threshold = 3;
+  c.eviction_threshold = 100;
+  return c;
+}
+
+std::unique_ptr<EmbeddingTable> Make(const TableConfig& c) {
+  std::unique_ptr<EmbeddingTable> t;
+  EXPECT_TRUE(EmbeddingTable::Create(c, &t).ok());
+  return t;
+}
+
+struct Row {
+  std::vector<float> value, slot0, slot1;
+  bool operator==(const Row& o) const {
+    return value == o.value && slot0 == o.slot0 && slot1 == o.slot1;
+  }
+};
+
+// Trains a table: keys 0..49 admitted (count 3 at once), keys 100..104 pending, LazyAdam-like
+// slots written with recognisable values.
+std::unique_ptr<EmbeddingTable> Trained() {
+  auto t = Make(Config());
+  EXPECT_TRUE(t->EnsureSlots("LazyAdam", {0.0f, 0.0f}).ok());
+  std::vector<int64_t> keys, counts;
+  for (int64_t k = 0; k < 50; ++k) {
+    keys.push_back(k);
+    counts.push_back(3);
+  }
+  for (int64_t k = 100; k < 105; ++k) {
+    keys.push_back(k);
+    counts.push_back(1);
+  }
+  std::vector<int64_t> addresses(keys.size());
+  KeyAccess access;
+  access.counts = counts.data();
+  const int64_t clock = 1000;
+  access.times = &clock;
+  EXPECT_TRUE(t->FindOrInsert(keys.data(), keys.size(), true, addresses.data(), SerialRunner,
+                              access).ok());
+  std::vector<int64_t> live(addresses.begin(), addresses.begin() + 50);
+  EXPECT_TRUE(t->UpdateRows(live.data(), live.size(), 1,
+                            [](int64_t i, float* v, float* const* slots) {
+                              for (int d = 0; d < 3; ++d) {
+                                v[d] = i + 0.25f * d;
+                                slots[0][d] = -i;
+                                slots[1][d] = i * 2.0f + d;
+                              }
+                            },
+                            SerialRunner).ok());
+  return t;
+}
+
+// key -> (value, slot0, slot1) via Lookup and a LazyAdam-style read of the slots.
+std::map<int64_t, Row> Read(EmbeddingTable* t, int64_t from, int64_t to) {
+  std::map<int64_t, Row> out;
+  for (int64_t k = from; k < to; ++k) {
+    int64_t address;
+    EXPECT_TRUE(t->FindOrInsert(&k, 1, false, &address, SerialRunner).ok());
+    if (address < 0) continue;
+    Row r;
+    EXPECT_TRUE(t->UpdateRows(&address, 1, 1,
+                              [&](int64_t, float* v, float* const* slots) {
+                                r.value.assign(v, v + t->dim());
+                                if (t->num_slots() > 0) r.slot0.assign(slots[0], slots[0] + t->dim());
+                                if (t->num_slots() > 1) r.slot1.assign(slots[1], slots[1] + t->dim());
+                              },
+                              SerialRunner).ok());
+    out[k] = r;
+  }
+  return out;
+}
+
+TEST(CheckpointTest, Crc32cKnownValue) {
+  EXPECT_EQ(Crc32c(0, "123456789", 9), 0xE3069283u);
+  // Incremental equals one shot, for lengths around the 8-byte stride.
+  std::string s(1000, 'x');
+  for (size_t i = 0; i < s.size(); ++i) s[i] = static_cast<char>(i * 7);
+  for (size_t cut : {0, 1, 7, 8, 9, 500}) {
+    EXPECT_EQ(Crc32c(Crc32c(0, s.data(), cut), s.data() + cut, s.size() - cut),
+              Crc32c(0, s.data(), s.size()));
+  }
+}
+
+TEST(CheckpointTest, RoundTripKeepsRowsSlotsCountsClocksAndPending) {
+  auto t = Trained();
+  const std::string dir = TempDir() + "/t";
+  int64_t rows = 0;
+  ASSERT_TRUE(SaveTableFiles(t.get(), dir, &rows).ok());
+  EXPECT_EQ(rows, 50);
+  const auto before = Read(t.get(), 0, 200);
+  const TableStats stats_before = t->Stats();
+
+  auto u = Make(Config());
+  std::string note;
+  ASSERT_TRUE(RestoreTableFiles(u.get(), {dir}, RestoreOptions(), &rows, &note).ok());
+  EXPECT_EQ(rows, 50);
+  EXPECT_NE(note.find("LazyAdam"), std::string::npos) << note;
+  EXPECT_EQ(Read(u.get(), 0, 200), before);
+  const TableStats stats = u->Stats();
+  EXPECT_EQ(stats.size, 50);
+  EXPECT_EQ(stats.pending, 5);
+  EXPECT_EQ(stats.admitted, stats_before.admitted);
+  EXPECT_EQ(stats.rejected, stats_before.rejected);
+  EXPECT_EQ(stats.newest_clock, 1000);
+  // Pending counts survive: key 100 has 1 of 3; two more occurrences admit it.
+  std::vector<int64_t> key = {100}, two = {2};
+  int64_t address;
+  KeyAccess access;
+  access.counts = two.data();
+  const int64_t now = 1001;
+  access.times = &now;
+  ASSERT_TRUE(u->FindOrInsert(key.data(), 1, true, &address, SerialRunner, access).ok());
+  EXPECT_GE(address, 0);
+  // Clocks survive: nothing is old enough to evict at the restored newest clock.
+  int64_t evicted = -1;
+  ASSERT_TRUE(u->Evict(&evicted, nullptr, SerialRunner).ok());
+  EXPECT_EQ(evicted, 0);
+  // The restored slots serve the same optimizer.
+  ASSERT_TRUE(u->EnsureSlots("LazyAdam", {0.0f, 0.0f}).ok());
+  EXPECT_EQ(u->TakeNotice(), "");
+}
+
+TEST(CheckpointTest, AnotherOptimizerReinitialisesSlotsWithANotice) {
+  auto t = Trained();
+  const std::string dir = TempDir() + "/t";
+  ASSERT_TRUE(SaveTableFiles(t.get(), dir, nullptr).ok());
+  auto u = Make(Config());
+  ASSERT_TRUE(RestoreTableFiles(u.get(), {dir}, RestoreOptions(), nullptr, nullptr).ok());
+  ASSERT_TRUE(u->EnsureSlots("Adagrad", {0.5f}).ok());
+  const std::string notice = u->TakeNotice();
+  EXPECT_NE(notice.find("'LazyAdam' were dropped"), std::string::npos) << notice;
+  EXPECT_NE(notice.find("'Adagrad'"), std::string::npos) << notice;
+  const auto rows = Read(u.get(), 0, 50);
+  ASSERT_EQ(rows.size(), 50u);
+  EXPECT_EQ(rows.at(7).value, (std::vector<float>{7.0f, 7.25f, 7.5f}));
+  EXPECT_EQ(rows.at(7).slot0, std::vector<float>(3, 0.5f));
+  // A table already trained by Adagrad drops LazyAdam slots at restore time.
+  auto w = Make(Config());
+  ASSERT_TRUE(w->EnsureSlots("Adagrad", {0.1f}).ok());
+  std::string note;
+  ASSERT_TRUE(RestoreTableFiles(w.get(), {dir}, RestoreOptions(), nullptr, &note).ok());
+  EXPECT_NE(note.find("were dropped"), std::string::npos) << note;
+  EXPECT_EQ(Read(w.get(), 3, 4).at(3).slot0, std::vector<float>(3, 0.1f));
+}
+
+void FlipByte(const std::string& path, long offset) {
+  std::FILE* f = std::fopen(path.c_str(), "r+b");
+  ASSERT_NE(f, nullptr);
+  std::fseek(f, offset, SEEK_SET);
+  const int c = std::fgetc(f);
+  std::fseek(f, offset, SEEK_SET);
+  std::fputc(c ^ 0x40, f);
+  std::fclose(f);
+}
+
+TEST(CheckpointTest, CorruptedTruncatedAndIncompleteFilesAreNamed) {
+  auto t = Trained();
+  for (const std::string file : {"keys.bin", "values.bin", "slot1.bin", "counts.bin",
+                                 "last_seen.bin", "pending.bin"}) {
+    const std::string dir = TempDir() + "/t";
+    ASSERT_TRUE(SaveTableFiles(t.get(), dir, nullptr).ok());
+    FlipByte(dir + "/" + file, 5);
+    auto u = Make(Config());
+    Status s = RestoreTableFiles(u.get(), {dir}, RestoreOptions(), nullptr, nullptr);
+    EXPECT_EQ(s.code(), StatusCode::kDataLoss) << file << ": " << s.message();
+    EXPECT_NE(s.message().find(file), std::string::npos) << s.message();
+    EXPECT_EQ(u->Size(), 0) << "a failed restore leaves the table empty";
+  }
+  const std::string dir = TempDir() + "/t";
+  ASSERT_TRUE(SaveTableFiles(t.get(), dir, nullptr).ok());
+  ASSERT_EQ(::truncate((dir + "/values.bin").c_str(), 100), 0);
+  auto u = Make(Config());
+  Status s = RestoreTableFiles(u.get(), {dir}, RestoreOptions(), nullptr, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_NE(s.message().find("values.bin"), std::string::npos) << s.message();
+  ASSERT_EQ(std::remove((dir + "/meta.txt").c_str()), 0);
+  s = RestoreTableFiles(u.get(), {dir}, RestoreOptions(), nullptr, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kNotFound);
+  EXPECT_NE(s.message().find("meta.txt"), std::string::npos) << s.message();
+}
+
+TEST(CheckpointTest, DimAndCapacityMismatchesAreErrors) {
+  auto t = Trained();
+  const std::string dir = TempDir() + "/t";
+  ASSERT_TRUE(SaveTableFiles(t.get(), dir, nullptr).ok());
+  auto wide = Make(Config(4));
+  Status s = RestoreTableFiles(wide.get(), {dir}, RestoreOptions(), nullptr, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("dim 3"), std::string::npos) << s.message();
+  auto small = Make(Config(3, false, 10));
+  s = RestoreTableFiles(small.get(), {dir}, RestoreOptions(), nullptr, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+  auto big = Make(Config(3, false, 60));
+  EXPECT_TRUE(RestoreTableFiles(big.get(), {dir}, RestoreOptions(), nullptr, nullptr).ok());
+  EXPECT_EQ(big->Size(), 50);
+}
+
+TEST(CheckpointTest, ReshardsOneToTwoToOne) {
+  auto t = Trained();
+  const std::string root = TempDir();
+  ASSERT_TRUE(SaveTableFiles(t.get(), root + "/one", nullptr).ok());
+  const auto all = Read(t.get(), 0, 200);
+  std::vector<std::unique_ptr<EmbeddingTable>> ranks;
+  for (int64_t r = 0; r < 2; ++r) {
+    ranks.push_back(Make(Config()));
+    RestoreOptions o;
+    o.rank_id = r;
+    o.rank_size = 2;
+    int64_t rows = 0;
+    ASSERT_TRUE(RestoreTableFiles(ranks[r].get(), {root + "/one"}, o, &rows, nullptr).ok());
+    EXPECT_EQ(rows, 25);
+    for (const auto& kv : Read(ranks[r].get(), 0, 200)) {
+      EXPECT_EQ(kv.first % 2, r);
+      EXPECT_EQ(kv.second, all.at(kv.first));
+    }
+    ASSERT_TRUE(SaveTableFiles(ranks[r].get(), root + "/rank" + std::to_string(r), nullptr).ok());
+  }
+  auto merged = Make(Config());
+  int64_t rows = 0;
+  ASSERT_TRUE(RestoreTableFiles(merged.get(), {root + "/rank0", root + "/rank1"},
+                                RestoreOptions(), &rows, nullptr).ok());
+  EXPECT_EQ(rows, 50);
+  EXPECT_EQ(Read(merged.get(), 0, 200), all);
+  EXPECT_EQ(merged->Stats().pending, 5);
+}
+
+TEST(CheckpointTest, SaveRefusesAnExistingDirectory) {
+  auto t = Trained();
+  const std::string dir = TempDir();
+  Status s = SaveTableFiles(t.get(), dir, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kInternal);
+}
+
+}  // namespace
+}  // namespace rec_sdk
