@@ -1,5 +1,6 @@
 // Kernels of the sparse optimizers: check shapes, read scalar hyperparameters, call the core.
 #include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/platform/logging.h"
 #include "tf_ops/core/sparse_optimizers.h"
 #include "tf_ops/kernels/table_resource.h"
 #include "tf_ops/ops/op_prefix.h"
@@ -40,6 +41,9 @@ class ApplyOpBase : public OpKernel {
     OP_REQUIRES_OK(ctx, ToTfStatus(Update(
                             ctx, t, reinterpret_cast<const int64_t*>(addresses.flat<int64_t>().data()),
                             grads.flat<float>().data(), addresses.NumElements())));
+    // E.g. restored slots of another optimizer that this one re-initialised.
+    const std::string notice = t->TakeNotice();
+    if (!notice.empty()) LOG(WARNING) << "rec_sdk: " << notice;
   }
 
  protected:

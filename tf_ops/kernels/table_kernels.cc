@@ -7,6 +7,7 @@
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/resource_mgr.h"
 #include "tensorflow/core/framework/tensor_shape.h"
+#include "tf_ops/core/checkpoint.h"
 #include "tf_ops/core/key_stats.h"
 #include "tf_ops/core/row_sum.h"
 #include "tf_ops/core/unique.h"
@@ -314,6 +315,59 @@ class TableEvictOp : public OpKernel {
   }
 };
 
+class TableSaveOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+
+  void Compute(OpKernelContext* ctx) override {
+    TableResource* table;
+    OP_REQUIRES_OK(ctx, GetTable(ctx, &table));
+    ScopedUnref unref(table);
+    const Tensor& dir = ctx->input(1);
+    OP_REQUIRES(ctx, dir.NumElements() == 1,
+                errors::InvalidArgument("directory must be a scalar string"));
+    int64_t rows = 0;
+    OP_REQUIRES_OK(ctx, ToTfStatus(SaveTableFiles(table->table(),
+                                                  std::string(dir.flat<tensorflow::tstring>()(0)),
+                                                  &rows)));
+    Tensor* out;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &out));
+    out->scalar<int64_t>()() = rows;
+  }
+};
+
+class TableRestoreOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+
+  void Compute(OpKernelContext* ctx) override {
+    TableResource* table;
+    OP_REQUIRES_OK(ctx, GetTable(ctx, &table));
+    ScopedUnref unref(table);
+    const Tensor& dirs = ctx->input(1);
+    const Tensor& rank_id = ctx->input(2);
+    const Tensor& rank_size = ctx->input(3);
+    OP_REQUIRES(ctx, rank_id.NumElements() == 1 && rank_size.NumElements() == 1,
+                errors::InvalidArgument("rank_id and rank_size must be scalars"));
+    std::vector<std::string> directories;
+    for (int64_t i = 0; i < dirs.NumElements(); ++i) {
+      directories.emplace_back(dirs.flat<tensorflow::tstring>()(i));
+    }
+    RestoreOptions options;
+    options.rank_id = rank_id.flat<int64_t>()(0);
+    options.rank_size = rank_size.flat<int64_t>()(0);
+    int64_t rows = 0;
+    std::string note;
+    OP_REQUIRES_OK(ctx, ToTfStatus(RestoreTableFiles(table->table(), directories, options,
+                                                     &rows, &note)));
+    Tensor* out;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &out));
+    out->scalar<int64_t>()() = rows;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({}), &out));
+    out->scalar<tensorflow::tstring>()() = note;
+  }
+};
+
 class TableStatsOp : public OpKernel {
  public:
   using OpKernel::OpKernel;
@@ -602,6 +656,8 @@ REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableSetAccessThreshold)).Device(DE
                         TableSetAccessThresholdOp);
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableEvict)).Device(DEVICE_CPU), TableEvictOp);
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableStats)).Device(DEVICE_CPU), TableStatsOp);
+REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableSave)).Device(DEVICE_CPU), TableSaveOp);
+REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableRestore)).Device(DEVICE_CPU), TableRestoreOp);
 REC_SDK_REGISTER_KEYED(TableExport, TableExportOp);
 REC_SDK_REGISTER_KEYED(TableImport, TableImportOp);
 

@@ -177,6 +177,36 @@ Evicts the rows and pending admission counts whose last-seen clock is at least t
 eviction threshold older than the newest clock it has seen.
 )doc");
 
+REGISTER_OP(REC_SDK_OP_NAME(TableSave))
+    .Input("table: resource")
+    .Input("directory: string")
+    .Output("rows: int64")
+    .SetIsStateful()
+    .SetShapeFn(ScalarOutput)
+    .Doc(R"doc(
+Streams the table (rows, slots, admission counts, clocks, pending keys) into `directory`, which
+must not exist, with a checksummed meta.txt written last (see tf_ops/core/checkpoint.h).
+)doc");
+
+REGISTER_OP(REC_SDK_OP_NAME(TableRestore))
+    .Input("table: resource")
+    .Input("directories: string")
+    .Input("rank_id: int64")
+    .Input("rank_size: int64")
+    .Output("rows: int64")
+    .Output("note: string")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      c->set_output(0, c->Scalar());
+      c->set_output(1, c->Scalar());
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+Replaces the table's contents with the rows saved in `directories` (one per rank that saved)
+whose key satisfies abs(key % rank_size) == rank_id. Checks metadata, sizes and checksums;
+on an error the table is left empty. note says what happened to optimizer slots.
+)doc");
+
 REGISTER_OP(REC_SDK_OP_NAME(TableStats))
     .Input("table: resource")
     .Output("stats: int64")

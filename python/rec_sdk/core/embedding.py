@@ -15,6 +15,7 @@ from tensorflow.core.framework import attr_value_pb2
 from tensorflow.python.framework import tensor_util
 
 import rec_sdk
+from rec_sdk import saver
 from rec_sdk.core.asc import helper
 from rec_sdk.core.asc.feature_spec import FeatureSpec, check_thresholds
 from rec_sdk.core.initializer_spec import describe_initializer
@@ -91,6 +92,29 @@ class SparseEmbedding:
             evict_when_full=evict_when_full)
         if steps_to_live is not None:
             table_ops.set_admission_attrs(self.handle, -1, steps_to_live)
+        self.checkpoint_ops = self._checkpoint_ops()
+
+    def _checkpoint_ops(self):
+        """Save and restore ops, built with the table so that checkpoints work once the graph
+        is finalized (MonitoredTrainingSession, tf.estimator); fed by rec_sdk.saver."""
+        with tf.name_scope(table_ops.op_scope_name(self.table_name + "_checkpoint")):
+            save_dir = tf.compat.v1.placeholder(tf.string, [], name="save_dir")
+            restore_dirs = tf.compat.v1.placeholder(tf.string, [None], name="restore_dirs")
+            rank_id = tf.compat.v1.placeholder_with_default(
+                tf.constant(0, tf.int64), [], name="rank_id")
+            rank_size = tf.compat.v1.placeholder_with_default(
+                tf.constant(1, tf.int64), [], name="rank_size")
+            rows, note = table_ops.restore(self.handle, restore_dirs, rank_id, rank_size,
+                                           name="restore")
+            return {"save_dir": save_dir,
+                    "save": table_ops.save(self.handle, save_dir, name="save"),
+                    "restore_dirs": restore_dirs, "rank_id": rank_id, "rank_size": rank_size,
+                    "restore": rows, "restore_note": note}
+
+    @property
+    def name(self):
+        """The name of the table's handle tensor (how a MetaGraph's collections record it)."""
+        return self.handle.name
 
     def __repr__(self):
         return "<rec_sdk table %r dim=%d key_dtype=%s %s>" % (
@@ -230,7 +254,8 @@ tf.register_tensor_conversion_function(SparseEmbedding, _table_to_tensor)
 def tables_of_graph(graph=None):
     """Every rec_sdk table created in `graph` (default: the default graph)."""
     graph = graph or tf.compat.v1.get_default_graph()
-    return list(graph.get_collection(rec_sdk.TABLE_COLLECTION))
+    return [t for t in graph.get_collection(rec_sdk.TABLE_COLLECTION)
+            if isinstance(t, SparseEmbedding)]
 
 
 def table_of(value):
@@ -328,6 +353,7 @@ def create_table(key_dtype, dim, name, emb_initializer, device_vocabulary_size=1
                             tuple(ssd_data_path), is_save, init_param,
                             steps_to_live=steps_to_live, evict_when_full=evict_when_full)
     tf.compat.v1.add_to_collection(rec_sdk.TABLE_COLLECTION, table)
+    saver.install()
     return table
 
 

@@ -81,6 +81,16 @@ def evict(table, name=None):
     return load_ops().rec_sdk_table_evict(table, name=name)
 
 
+def save(table, directory, name=None):
+    """Streams the table into `directory` (must not exist); -> rows written."""
+    return load_ops().rec_sdk_table_save(table, directory, name=name)
+
+
+def restore(table, directories, rank_id, rank_size, name=None):
+    """Replaces the table's contents from checkpoint table directories; -> (rows, note)."""
+    return load_ops().rec_sdk_table_restore(table, directories, rank_id, rank_size, name=name)
+
+
 STAT_NAMES = ("size", "capacity", "admitted", "rejected", "evicted", "pending", "newest_clock")
 
 
@@ -224,6 +234,6 @@ def _gather_rows_grad(op, grad):
 tf.no_gradient(FIND_OR_INSERT_OP)
 tf.no_gradient(UNIQUE_OP)
 for _op in ("RecSdk>TableSetAccessThreshold", "RecSdk>TableEvict", "RecSdk>TableStats",
-            "RecSdk>KeyAccessStats"):
+            "RecSdk>KeyAccessStats", "RecSdk>TableSave", "RecSdk>TableRestore"):
     tf.no_gradient(_op)
 tf.no_gradient("RecSdk>SumRowsByIndex")

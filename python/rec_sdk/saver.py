@@ -1,0 +1,222 @@
+"""Checkpoints of rec_sdk tables, beside TensorFlow's (mirrors the SDK's Saver integration).
+
+`tf.compat.v1.train.Saver.save` and `.restore` (and so `MonitoredTrainingSession` and
+tf.estimator, which use them) save and restore every table with `is_save=True` of the
+session's graph, with no extra user code: `saver.save(sess, "ckpt/model", global_step=100)`
+writes the TensorFlow checkpoint `ckpt/model-100` and the tables under `ckpt/sparse-model-100/`,
+one directory per table (files described in tf_ops/core/checkpoint.h: keys, embeddings,
+optimizer slots, admission counts, last-seen clocks, pending keys, checksummed metadata).
+
+Crash safety: the tables are written into a temporary directory, fsync'ed, and renamed into
+place before TensorFlow writes its checkpoint and, last, the `checkpoint` index file. A save
+killed at any point leaves the previous checkpoint, and the index pointing at it, intact.
+Checkpoints that the Saver deletes (`max_to_keep`) lose their table directories too.
+
+Also here: save_tables / restore_tables for explicit use (and restoring the directories of
+several ranks into a different number of ranks), export_npz / import_npz for NumPy files.
+"""
+import logging
+import numbers
+import os
+import shutil
+import uuid
+
+import numpy as np
+import tensorflow as tf
+
+SPARSE_PREFIX = "sparse-"
+_TMP_MARK = ".tmp-"
+_OLD_MARK = ".old-"
+
+
+def sparse_dir(checkpoint_path):
+    """The table directory of a TensorFlow checkpoint prefix: <dir>/sparse-<name>."""
+    head, tail = os.path.split(checkpoint_path)
+    return os.path.join(head, SPARSE_PREFIX + tail)
+
+
+def _tables(sess, tables):
+    from rec_sdk.core.embedding import tables_of_graph
+    if tables is None:
+        tables = [t for t in tables_of_graph(sess.graph) if t.is_save]
+    return list(tables)
+
+
+def _fsync_dir(path):
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def save_tables(sess, directory, tables=None):
+    """Writes `tables` (default: every table of sess.graph with is_save=True) into
+    `directory` atomically: a temporary directory, renamed into place once complete.
+    Returns {table_name: rows written}."""
+    tables = _tables(sess, tables)
+    directory = os.path.abspath(directory)
+    parent = os.path.dirname(directory)
+    if not os.path.isdir(parent):
+        raise ValueError("cannot save rec_sdk tables: directory %r does not exist" % parent)
+    nonce = "%d-%s" % (os.getpid(), uuid.uuid4().hex[:8])
+    tmp = directory + _TMP_MARK + nonce
+    os.mkdir(tmp)
+    try:
+        rows = {}
+        for table in tables:
+            rows[table.table_name] = int(sess.run(
+                table.checkpoint_ops["save"],
+                {table.checkpoint_ops["save_dir"]: os.path.join(tmp, table.table_name)}))
+        _fsync_dir(tmp)
+        old = None
+        if os.path.exists(directory):
+            old = directory + _OLD_MARK + nonce
+            os.rename(directory, old)
+        os.rename(tmp, directory)
+        _fsync_dir(parent)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    return rows
+
+
+def _existing(directory):
+    """`directory`, or the copy a save moved aside just before it was killed."""
+    if os.path.isdir(directory):
+        return directory
+    parent, name = os.path.split(directory)
+    if os.path.isdir(parent):
+        for entry in sorted(os.listdir(parent)):
+            if entry.startswith(name + _OLD_MARK):
+                return os.path.join(parent, entry)
+    return None
+
+
+def restore_tables(sess, directories, tables=None, rank_id=0, rank_size=1):
+    """Restores `tables` (default: every table of sess.graph with is_save=True) from one
+    checkpoint table directory, or from a list of them (the directories written by several
+    ranks), keeping the keys with abs(key % rank_size) == rank_id. Returns {table_name: rows}.
+    Raises tf.errors.NotFoundError naming a missing directory, DataLossError naming a
+    corrupted file (the table is then left empty)."""
+    if isinstance(directories, (str, bytes, os.PathLike)):
+        directories = [directories]
+    found = []
+    for directory in directories:
+        existing = _existing(os.path.abspath(directory))
+        if existing is None:
+            raise tf.errors.NotFoundError(
+                None, None, "rec_sdk checkpoint directory %r does not exist (was the checkpoint "
+                "saved by a graph with these tables? tables created with is_save=False are not "
+                "saved)" % directory)
+        found.append(existing)
+    rows = {}
+    for table in _tables(sess, tables):
+        table_dirs = [os.path.join(d, table.table_name) for d in found]
+        for path in table_dirs:
+            if not os.path.isdir(path):
+                raise tf.errors.NotFoundError(
+                    None, None, "table %r is not in the rec_sdk checkpoint %r"
+                    % (table.table_name, os.path.dirname(path)))
+        ops = table.checkpoint_ops
+        count, note = sess.run([ops["restore"], ops["restore_note"]], {
+            ops["restore_dirs"]: table_dirs, ops["rank_id"]: rank_id,
+            ops["rank_size"]: rank_size})
+        note = note.decode() if isinstance(note, bytes) else note
+        if note:
+            logging.info("rec_sdk: table %r: %s", table.table_name, note)
+            if "dropped" in note:
+                logging.warning("rec_sdk: table %r: %s", table.table_name, note)
+        rows[table.table_name] = int(count)
+    return rows
+
+
+def export_npz(sess, path, tables=None):
+    """Writes every table's keys and embeddings (and optimizer slots) to a NumPy .npz file:
+    arrays <table>/keys, <table>/values, <table>/slots. Returns {table_name: rows}."""
+    arrays, rows = {}, {}
+    for table in _tables(sess, tables):
+        keys, values, slots = sess.run(table.export())
+        arrays[table.table_name + "/keys"] = keys
+        arrays[table.table_name + "/values"] = values
+        arrays[table.table_name + "/slots"] = slots
+        rows[table.table_name] = len(keys)
+    tmp = path + _TMP_MARK + uuid.uuid4().hex[:8]
+    with open(tmp, "wb") as f:
+        np.savez(f, **arrays)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return rows
+
+
+def import_npz(sess, path, tables=None, slots=True):
+    """Loads tables from a file written by export_npz (replacing their contents); with
+    slots=False only keys and embeddings. Returns {table_name: rows}."""
+    rows = {}
+    with np.load(path) as data:
+        for table in _tables(sess, tables):
+            name = table.table_name
+            if name + "/keys" not in data:
+                raise KeyError("table %r is not in %r; it holds %s" % (
+                    name, path, sorted({k.split("/")[0] for k in data.files})))
+            keys, values = data[name + "/keys"], data[name + "/values"]
+            table_slots = data[name + "/slots"] if slots else None
+            if table_slots is not None and table_slots.shape[0] == 0:
+                table_slots = None
+            # Built on demand: NumPy import is not meant for finalized graphs.
+            sess.run(table.import_rows(keys, values, table_slots))
+            rows[name] = len(keys)
+    return rows
+
+
+# --- tf.compat.v1.train.Saver integration ---------------------------------------------------
+
+_installed = False
+
+
+def _checkpoint_path(sess, save_path, global_step):
+    if global_step is None:
+        return save_path
+    if not isinstance(global_step, numbers.Integral):
+        global_step = tf.compat.v1.train.global_step(sess, global_step)
+    return "%s-%d" % (save_path, global_step)
+
+
+def install():
+    """Makes tf.compat.v1.train.Saver save and restore rec_sdk tables (idempotent; called by
+    create_table)."""
+    global _installed
+    if _installed:
+        return
+    saver_class = tf.compat.v1.train.Saver
+    original_save = saver_class.save
+    original_restore = saver_class.restore
+
+    def save(self, sess, save_path, global_step=None, *args, **kwargs):
+        tables = _tables(sess, None)
+        if tables:
+            save_tables(sess, sparse_dir(_checkpoint_path(sess, save_path, global_step)), tables)
+        before = [p for p, _ in getattr(self, "_last_checkpoints", [])]
+        result = original_save(self, sess, save_path, global_step, *args, **kwargs)
+        after = {p for p, _ in getattr(self, "_last_checkpoints", [])}
+        for path in before:
+            # Checkpoints the Saver deleted (max_to_keep) lose their tables too.
+            if path not in after and not os.path.exists(path + ".index"):
+                shutil.rmtree(sparse_dir(path), ignore_errors=True)
+        return result
+
+    def restore(self, sess, save_path):
+        result = original_restore(self, sess, save_path)
+        tables = _tables(sess, None)
+        if tables and save_path is not None:
+            restore_tables(sess, sparse_dir(save_path), tables)
+        return result
+
+    save.__doc__ = original_save.__doc__
+    restore.__doc__ = original_restore.__doc__
+    saver_class.save = save
+    saver_class.restore = restore
+    _installed = True
