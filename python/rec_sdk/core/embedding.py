@@ -85,6 +85,7 @@ class SparseEmbedding:
         # FeatureSpec lookups of one batch share one find_or_insert: key -> (emb, addresses).
         self._batch_lookups = {}
         self.spec_lookups = set()  # (FeatureSpec name, is_train) of its FeatureSpec lookups
+        self.tensor_lookups = []   # {"ids", "embeddings", "serving_default_value"} per lookup
         self.handle = table_ops.create_table(
             table_name, key_dtype, dim, dynamic_expansion,
             capacity=0 if dynamic_expansion else capacity_rows, initializer=initializer_spec,
@@ -567,8 +568,12 @@ def _tensor_lookup(table, ids, send_count, is_train, lookup_name, access_and_evi
                                                  name="find_or_insert")
         local_emb = table_ops.gather(table.handle, addresses, table.dim, name="gather")
         inverse = tf.reshape(inverse, tf.shape(ids))
-        return _finish(table, local_emb, addresses, inverse, ids.shape, is_train, is_grad,
-                       serving_default_value, register=True)
+        embeddings = _finish(table, local_emb, addresses, inverse, ids.shape, is_train,
+                             is_grad, serving_default_value, register=True)
+        # What a serving export needs to replace this lookup with stock TensorFlow ops.
+        table.tensor_lookups.append({"ids": ids, "embeddings": embeddings,
+                                     "serving_default_value": serving_default_value})
+        return embeddings
 
 
 def _pipeline_thresholds(table, spec):

@@ -1,0 +1,172 @@
+"""Export a model for serving without the rec_sdk plugin.
+
+export_saved_model(sess, export_dir, inputs, outputs) writes a TensorFlow 1 SavedModel whose
+graph holds only stock TensorFlow ops: each rec_sdk lookup on the way from `inputs` to
+`outputs` becomes a `tf.lookup.StaticHashTable` from key to row number plus a `tf.gather` from
+a variable holding the table's embeddings (keys without a row read zeros, or the lookup's
+serving_default_value, as in the training graph's evaluation). Dense variables are frozen
+into constants. TensorFlow Serving, `tf.saved_model.load` or
+`tf.compat.v1.saved_model.loader.load` run it as is.
+
+Lookups must take id tensors (`sparse_lookup(table, ids_tensor, is_train=False)`); FeatureSpec
+lookups read keys preprocessed by the input pipeline, so build the serving graph with tensor
+ids (as a serving_input_fn does).
+"""
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from rec_sdk.core.embedding import tables_of_graph
+
+_SERVE = tf.saved_model.SERVING if hasattr(tf.saved_model, "SERVING") else "serve"
+
+
+def _op_name(tensor):
+    return tensor.op.name
+
+
+def _reachable(graph_def, roots, stops):
+    """Names of the nodes of graph_def needed for `roots` (node names), not going past
+    `stops` (node names, themselves excluded)."""
+    nodes = {n.name: n for n in graph_def.node}
+    seen, todo = set(), list(roots)
+    while todo:
+        name = todo.pop()
+        if name in seen or name in stops:
+            continue
+        seen.add(name)
+        for inp in nodes[name].input:
+            todo.append(inp.lstrip("^").split(":")[0])
+    return seen
+
+
+def _used_inputs(graph_def, input_map):
+    """The entries of input_map that nodes of graph_def read (import_graph_def rejects
+    others)."""
+    used = set()
+    for node in graph_def.node:
+        for inp in node.input:
+            if inp.startswith("^"):
+                continue
+            used.add(inp if ":" in inp else inp + ":0")
+    return {k: v for k, v in input_map.items() if k in used}
+
+
+def _subgraph(graph_def, names):
+    out = tf.compat.v1.GraphDef()
+    out.versions.CopyFrom(graph_def.versions)
+    out.library.CopyFrom(graph_def.library)
+    out.node.extend(n for n in graph_def.node if n.name in names)
+    return out
+
+
+def export_saved_model(sess, export_dir, inputs, outputs, tables=None):
+    """Writes a SavedModel for serving (signature "serving_default") with only stock ops.
+
+    Args:
+      sess: the session holding the trained tables and variables.
+      export_dir: the SavedModel directory (must not exist).
+      inputs: {name: tensor} of the graph's inputs (placeholders of ids and features).
+      outputs: {name: tensor} to serve (e.g. probabilities), computed from `inputs` through
+        evaluation lookups (`is_train=False`) with id tensors.
+      tables: the tables to consider (default: all of the graph).
+    Returns the number of table rows exported.
+    """
+    graph = sess.graph
+    tables = tables_of_graph(graph) if tables is None else list(tables)
+    input_names = {_op_name(t) for t in inputs.values()}
+    output_names = [_op_name(t) for t in outputs.values()]
+    frozen = tf.compat.v1.graph_util.convert_variables_to_constants(
+        sess, graph.as_graph_def(), output_names + [
+            _op_name(l["ids"]) for t in tables for l in t.tensor_lookups])
+    needed = _reachable(frozen, output_names, input_names)
+    lookups = [(t, l) for t in tables for l in t.tensor_lookups
+               if _op_name(l["embeddings"]) in needed]
+    cut = {_op_name(l["embeddings"]) for _, l in lookups}
+    graph_nodes = _reachable(frozen, output_names, input_names | cut)
+    missing = [n.name for n in frozen.node if n.name in graph_nodes and n.op.startswith("RecSdk>")]
+    if missing:
+        raise ValueError("export_saved_model: outputs depend on rec_sdk ops other than id-tensor "
+                         "lookups (%s); build the serving graph with "
+                         "sparse_lookup(table, ids_tensor, is_train=False)" % missing[:5])
+    exported_rows = 0
+    export_graph = tf.Graph()
+    with export_graph.as_default():
+        placeholders = {}
+        for name, tensor in inputs.items():
+            placeholders[tensor.name] = tf.compat.v1.placeholder(
+                tensor.dtype, tensor.shape, name=_op_name(tensor))
+        feed_map = dict(placeholders)
+        # The ids of each lookup, computed from the inputs by the frozen graph.
+        id_names = sorted({_op_name(l["ids"]) for _, l in lookups} - input_names)
+        id_nodes = _reachable(frozen, id_names, input_names)
+        if id_nodes:
+            ids_graph = _subgraph(frozen, id_nodes)
+            tf.compat.v1.import_graph_def(ids_graph, input_map=_used_inputs(ids_graph, feed_map),
+                                          name="ids")
+        def ids_tensor(t):
+            if t.name in placeholders:
+                return placeholders[t.name]
+            return export_graph.get_tensor_by_name("ids/" + t.name)
+
+        # One stock lookup per table: key -> row number, rows in a variable.
+        loaded = {}
+        table_values = {}
+        for table, _ in lookups:
+            if table.table_name in loaded:
+                continue
+            keys, values, _ = sess.run(table.export())
+            exported_rows += len(keys)
+            with tf.name_scope("rec_sdk_serving/" + table.table_name):
+                # Initialised by feeding the exported rows (not stored as graph constants, so
+                # large tables fit); the SavedModel keeps them as variables.
+                keys_in = tf.compat.v1.placeholder(tf.int64, [None], name="keys_in")
+                values_in = tf.compat.v1.placeholder(tf.float32, [None, table.dim],
+                                                     name="values_in")
+                keys_var = tf.compat.v1.Variable(keys_in, validate_shape=False,
+                                                 use_resource=True, name="keys")
+                values_var = tf.compat.v1.Variable(values_in, validate_shape=False,
+                                                   use_resource=True, name="values")
+            feeds_of_table = {keys_in: keys.astype(np.int64), values_in: values}
+            hash_table = tf.lookup.StaticHashTable(
+                tf.lookup.KeyValueTensorInitializer(
+                    keys_var.read_value(), tf.range(tf.size(keys_var.read_value(),
+                                                            out_type=tf.int64))),
+                default_value=-1, name="rec_sdk_serving_%s_index" % table.table_name)
+            loaded[table.table_name] = (hash_table, values_var, keys_var)
+            table_values[table.table_name] = feeds_of_table
+        replacements = {}
+        for table, lookup in lookups:
+            hash_table, values_var, _ = loaded[table.table_name]
+            ids = tf.cast(ids_tensor(lookup["ids"]), tf.int64)
+            rows = hash_table.lookup(ids)
+            default = lookup["serving_default_value"]
+            default_row = tf.broadcast_to(tf.cast(0.0 if default is None else default,
+                                                  tf.float32), [1, table.dim])
+            padded = tf.concat([tf.reshape(values_var.read_value(), [-1, table.dim]),
+                                default_row], 0)
+            default_index = tf.shape(padded, out_type=tf.int64)[0] - 1
+            index = tf.where(rows < 0, tf.fill(tf.shape(rows), default_index), rows)
+            replacements[lookup["embeddings"].name] = tf.gather(padded, index)
+        feed_map.update(replacements)
+        feed_map.update({l["ids"].name: ids_tensor(l["ids"]) for _, l in lookups
+                         if l["ids"].name not in placeholders})
+        model_graph = _subgraph(frozen, graph_nodes - input_names)
+        tf.compat.v1.import_graph_def(model_graph,
+                                      input_map=_used_inputs(model_graph, feed_map),
+                                      name="model")
+        served = {name: export_graph.get_tensor_by_name("model/" + t.name)
+                  for name, t in outputs.items()}
+        with tf.compat.v1.Session(graph=export_graph) as export_sess:
+            for name, (_, values_var, keys_var) in loaded.items():
+                export_sess.run([keys_var.initializer, values_var.initializer],
+                                table_values[name])
+            builder = tf.compat.v1.saved_model.Builder(export_dir)
+            signature = tf.compat.v1.saved_model.predict_signature_def(
+                inputs={k: placeholders[t.name] for k, t in inputs.items()}, outputs=served)
+            builder.add_meta_graph_and_variables(
+                export_sess, [_SERVE], signature_def_map={"serving_default": signature},
+                main_op=tf.compat.v1.tables_initializer(), strip_default_attrs=True)
+            builder.save()
+    return exported_rows

@@ -1,0 +1,110 @@
+"""Serving export: a SavedModel with only stock TensorFlow ops, loaded in a process that never
+imports rec_sdk, predicts exactly what the training graph's evaluation predicts."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from rec_sdk.core.embedding import create_table, sparse_lookup
+from rec_sdk.optimizers import lazy_adam
+from rec_sdk.serving import export_saved_model
+from rec_sdk.util.initialize import init
+
+from helpers import new_session
+
+_LOADER = textwrap.dedent("""
+    import sys
+    import numpy as np
+    import tensorflow as tf
+    tf.compat.v1.disable_eager_execution()
+    assert "rec_sdk" not in sys.modules
+    export_dir, inputs_path, out_path = sys.argv[1:]
+    feeds = np.load(inputs_path)
+    with tf.compat.v1.Session(graph=tf.Graph()) as sess:
+        meta = tf.compat.v1.saved_model.loader.load(sess, ["serve"], export_dir)
+        ops = {op.type for op in sess.graph.get_operations()}
+        assert not any(t.startswith("RecSdk") for t in ops), ops
+        sig = meta.signature_def["serving_default"]
+        feed = {sig.inputs[k].name: feeds[k] for k in sig.inputs}
+        out = sess.run({k: v.name for k, v in sig.outputs.items()}, feed)
+    np.savez(out_path, **out)
+    assert "rec_sdk" not in sys.modules
+""")
+
+
+def test_saved_model_without_plugin_matches_eval(tmp_path):
+    init(use_dynamic_expansion=False)
+    users = create_table(tf.int64, 4, "users", tf.compat.v1.random_uniform_initializer(
+        -0.5, 0.5, seed=1), device_vocabulary_size=100)
+    items = create_table(tf.int64, 4, "items", tf.compat.v1.random_uniform_initializer(
+        -0.5, 0.5, seed=2), device_vocabulary_size=100)
+    user_ids = tf.compat.v1.placeholder(tf.int64, [None], name="user_ids")
+    item_ids = tf.compat.v1.placeholder(tf.int32, [None, 2], name="item_ids")
+    dense = tf.compat.v1.placeholder(tf.float32, [None, 3], name="dense")
+    w = tf.compat.v1.get_variable("w", [4 + 8 + 3, 1],
+                                  initializer=tf.compat.v1.glorot_uniform_initializer(seed=3))
+
+    def model(is_train):
+        u = sparse_lookup(users, user_ids, is_train=is_train,
+                          name="u_train" if is_train else "u_eval",
+                          serving_default_value=None if is_train else 0.25)
+        # Item ids go through preprocessing ops before the lookup.
+        i = sparse_lookup(items, tf.cast(item_ids, tf.int64) + 7, is_train=is_train,
+                          name="i_train" if is_train else "i_eval")
+        x = tf.concat([u, tf.reshape(i, [-1, 8]), dense], 1)
+        return tf.reshape(tf.sigmoid(tf.matmul(x, w)), [-1])
+
+    train_probs = model(True)
+    labels = tf.compat.v1.placeholder(tf.float32, [None])
+    loss = tf.reduce_mean(tf.square(train_probs - labels))
+    tables = [users, items]
+    train = tf.group(
+        tf.compat.v1.train.AdamOptimizer(0.05).minimize(loss, var_list=[w]),
+        lazy_adam.create_hash_optimizer(0.05).apply_gradients(
+            zip(tf.gradients(loss, tables), tables)))
+    eval_probs = model(False)
+    rng = np.random.RandomState(0)
+    with new_session() as sess:
+        sess.run(tf.compat.v1.global_variables_initializer())
+        for _ in range(20):
+            sess.run(train, {user_ids: rng.randint(0, 30, 16), item_ids: rng.randint(0, 20, (16, 2)),
+                             dense: rng.rand(16, 3), labels: rng.rand(16)})
+        # Evaluation batch with keys never trained (users 50.., items 40..).
+        feeds = {"user_ids": np.concatenate([rng.randint(0, 30, 6), [50, 51]]).astype(np.int64),
+                 "item_ids": np.concatenate([rng.randint(0, 20, (6, 2)), [[40, 3], [2, 41]]]
+                                            ).astype(np.int32),
+                 "dense": rng.rand(8, 3).astype(np.float32)}
+        expected = sess.run(eval_probs, {user_ids: feeds["user_ids"],
+                                         item_ids: feeds["item_ids"], dense: feeds["dense"]})
+        rows = export_saved_model(sess, str(tmp_path / "serving"),
+                                  inputs={"user_ids": user_ids, "item_ids": item_ids,
+                                          "dense": dense},
+                                  outputs={"probability": eval_probs})
+        assert rows == sess.run(users.size()) + sess.run(items.size())
+    np.savez(str(tmp_path / "inputs.npz"), **feeds)
+    script = tmp_path / "load.py"
+    script.write_text(_LOADER)
+    subprocess.run([sys.executable, str(script), str(tmp_path / "serving"),
+                    str(tmp_path / "inputs.npz"), str(tmp_path / "out.npz")], check=True,
+                   env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    with np.load(str(tmp_path / "out.npz")) as out:
+        np.testing.assert_array_equal(out["probability"], expected)
+
+
+def test_export_rejects_feature_spec_style_graphs(tmp_path):
+    init()
+    table = create_table(tf.int64, 4, "t", tf.compat.v1.constant_initializer(0.5),
+                         device_vocabulary_size=10)
+    ids = tf.compat.v1.placeholder(tf.int64, [None])
+    emb = sparse_lookup(table, ids, is_train=False)
+    # An output that reads the table another way than through an id-tensor lookup.
+    values, _ = table.lookup(ids)
+    out = tf.reduce_sum(emb) + tf.reduce_sum(values)
+    with new_session() as sess:
+        with pytest.raises(ValueError, match="depend on rec_sdk ops"):
+            export_saved_model(sess, str(tmp_path / "s"), {"ids": ids}, {"out": out})
