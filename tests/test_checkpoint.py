@@ -344,3 +344,40 @@ def test_killed_save_leaves_previous_checkpoint_restorable(tmp_path):
         # A killed save may leave its temporary directory behind, never a half-written
         # table directory under the checkpoint's name.
         assert all(d.startswith("sparse-model-") for d in leftovers)
+
+
+def test_estimator_evaluate_sees_trained_tables(tmp_path):
+    """Estimator.train writes checkpoints with the tables; evaluate and predict (new graphs,
+    new sessions) restore them."""
+    init()
+    ids = np.arange(64, dtype=np.int64).reshape(32, 2)
+    labels = (ids.sum(1) % 2).astype(np.float32)
+
+    def model_fn(features, labels, mode):
+        table = create_table(tf.int64, DIM, "t", tf.compat.v1.constant_initializer(0.0),
+                             device_vocabulary_size=1000)
+        is_train = mode == tf.estimator.ModeKeys.TRAIN
+        emb = sparse_lookup(table, features["ids"], is_train=is_train)
+        logits = tf.reduce_sum(emb, axis=[1, 2])
+        if mode == tf.estimator.ModeKeys.PREDICT:
+            return tf.estimator.EstimatorSpec(mode, predictions={"logits": logits})
+        loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=labels,
+                                                                      logits=logits))
+        metrics = {"size": tf.compat.v1.metrics.mean(tf.cast(table.size(), tf.float32))}
+        if mode == tf.estimator.ModeKeys.EVAL:
+            return tf.estimator.EstimatorSpec(mode, loss=loss, eval_metric_ops=metrics)
+        step = tf.compat.v1.train.get_global_step()
+        train_op = lazy_adam.create_hash_optimizer(0.1).minimize(loss, global_step=step)
+        return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+
+    def input_fn():
+        return tf.data.Dataset.from_tensor_slices(({"ids": ids}, labels)).batch(8)
+
+    estimator = tf.estimator.Estimator(model_fn, model_dir=str(tmp_path))
+    before = estimator.train(input_fn, steps=4).evaluate(input_fn)
+    assert before["size"] == 64  # the evaluation graph restored all trained rows
+    predictions = [p["logits"] for p in estimator.predict(input_fn)]
+    assert np.abs(predictions).sum() > 0  # trained embeddings, not zeros
+    estimator.train(input_fn, steps=4)
+    after = estimator.evaluate(input_fn)
+    assert after["loss"] < before["loss"]
