@@ -6,7 +6,12 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <array>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
 #include <sstream>
+#include <thread>
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -126,13 +131,22 @@ class Writer {
     }
     bytes_ += used_;
     used_ = 0;
+    // Start writing back what is written so far (without waiting), so that the disk works
+    // while the table is still being scanned and the final fsync has little left to do.
+    if (bytes_ - synced_ >= kWriteback) {
+      ::sync_file_range(fd_, static_cast<off_t>(synced_), static_cast<off_t>(bytes_ - synced_),
+                        SYNC_FILE_RANGE_WRITE);
+      synced_ = bytes_;
+    }
     return Status::Ok();
   }
+  static constexpr uint64_t kWriteback = uint64_t{8} << 20;
   std::string path_;
   int fd_ = -1;
   std::unique_ptr<char[]> buffer_;
   size_t used_ = 0;
   uint64_t bytes_ = 0;
+  uint64_t synced_ = 0;
   uint32_t crc_ = 0;
 };
 
@@ -144,6 +158,7 @@ class Reader {
     path_ = path;
     fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd_ < 0) return Status::NotFound(Errno("cannot open checkpoint file", path));
+    ::posix_fadvise(fd_, 0, 0, POSIX_FADV_SEQUENTIAL);  // larger readahead
     buffer_.reset(new char[kBuffer]);
     return Status::Ok();
   }
@@ -358,6 +373,111 @@ Status CheckCrc(const Reader& r, const FileInfo& f) {
   return Status::Ok();
 }
 
+// Rows read from a table directory, in batches handed from a reader thread to the inserter.
+struct Batch {
+  int64_t size = 0;
+  std::vector<int64_t> keys, last_seen;
+  std::vector<uint32_t> counts;
+  std::vector<float> values;
+  std::vector<std::vector<float>> slots;
+};
+
+class BatchQueue {
+ public:
+  static constexpr int64_t kRows = 32768;
+  BatchQueue(int dim, int num_slots) {
+    for (Batch& b : batches_) {
+      b.keys.resize(kRows);
+      b.last_seen.resize(kRows);
+      b.counts.resize(kRows);
+      b.values.resize(kRows * dim);
+      b.slots.assign(num_slots, std::vector<float>(kRows * dim));
+    }
+    for (Batch& b : batches_) free_.push_back(&b);
+  }
+  // Reader side: a batch to fill (null once the consumer gave up), then Push it.
+  Batch* Free() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return !free_.empty() || stopped_; });
+    if (stopped_) return nullptr;
+    Batch* b = free_.front();
+    free_.pop_front();
+    return b;
+  }
+  void Push(Batch* b) {
+    std::lock_guard<std::mutex> lock(mu_);
+    full_.push_back(b);
+    cv_.notify_all();
+  }
+  void Finish() {
+    std::lock_guard<std::mutex> lock(mu_);
+    finished_ = true;
+    cv_.notify_all();
+  }
+  // Consumer side: the next full batch, or null at the end.
+  Batch* Next() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return !full_.empty() || finished_; });
+    if (full_.empty()) return nullptr;
+    Batch* b = full_.front();
+    full_.pop_front();
+    return b;
+  }
+  void Done(Batch* b, bool stop) {
+    std::lock_guard<std::mutex> lock(mu_);
+    free_.push_back(b);
+    if (stop) stopped_ = true;
+    cv_.notify_all();
+  }
+  std::vector<std::array<int64_t, 3>>& pending() { return pending_; }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  Batch batches_[4];
+  std::deque<Batch*> free_, full_;
+  bool finished_ = false, stopped_ = false;
+  std::vector<std::array<int64_t, 3>> pending_;  // filled by the reader before Finish
+};
+
+// Reads a checked source into the queue, then its pending keys, and verifies every file's
+// checksum. Always calls queue->Finish().
+Status ReadSource(const Source& src, int64_t dim, int num_slots, BatchQueue* queue) {
+  struct Finisher {
+    BatchQueue* q;
+    ~Finisher() { q->Finish(); }
+  } finisher{queue};
+  std::vector<std::unique_ptr<Reader>> readers;
+  for (const auto& f : src.files) {
+    readers.emplace_back(new Reader);
+    REC_SDK_RETURN_IF_ERROR(readers.back()->Open(Join(src.dir, f.name)));
+  }
+  for (int64_t done = 0; done < src.info.rows;) {
+    Batch* b = queue->Free();
+    if (b == nullptr) return Status::Ok();  // the inserter failed; it reports why
+    b->size = std::min(BatchQueue::kRows, src.info.rows - done);
+    const int64_t n = b->size;
+    REC_SDK_RETURN_IF_ERROR(readers[0]->Read(b->keys.data(), n * 8));
+    REC_SDK_RETURN_IF_ERROR(readers[1]->Read(b->values.data(), n * dim * sizeof(float)));
+    for (int s = 0; s < num_slots; ++s) {
+      REC_SDK_RETURN_IF_ERROR(readers[2 + s]->Read(b->slots[s].data(), n * dim * sizeof(float)));
+    }
+    REC_SDK_RETURN_IF_ERROR(readers[2 + num_slots]->Read(b->counts.data(), n * 4));
+    REC_SDK_RETURN_IF_ERROR(readers[3 + num_slots]->Read(b->last_seen.data(), n * 8));
+    queue->Push(b);
+    done += n;
+  }
+  auto& pending = queue->pending();
+  pending.resize(src.info.pending);
+  if (src.info.pending > 0) {
+    REC_SDK_RETURN_IF_ERROR(readers[4 + num_slots]->Read(pending.data(), src.info.pending * 24));
+  }
+  for (size_t f = 0; f < readers.size(); ++f) {
+    REC_SDK_RETURN_IF_ERROR(CheckCrc(*readers[f], src.files[f]));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 uint32_t Crc32c(uint32_t crc, const void* data, size_t n) {
@@ -377,43 +497,65 @@ Status SaveTableFiles(EmbeddingTable* table, const std::string& dir, int64_t* ro
     return Status::Internal(Errno("cannot create checkpoint directory", dir));
   }
   const int dim = table->dim();
-  std::vector<std::unique_ptr<Writer>> writers;
-  auto add = [&](const std::string& name) -> Status {
-    writers.emplace_back(new Writer);
-    return writers.back()->Open(Join(dir, name));
-  };
+  const size_t row_bytes = dim * sizeof(float);
   EmbeddingTable::CheckpointInfo info;
+  std::vector<std::unique_ptr<Writer>> writers;
   int64_t rows = 0, pending = 0;
-  EmbeddingTable::SnapshotVisitor visitor;
-  int num_slots = 0;
-  visitor.begin = [&](const EmbeddingTable::CheckpointInfo& i) -> Status {
-    info = i;
-    num_slots = i.num_slots;
-    REC_SDK_RETURN_IF_ERROR(add("keys.bin"));
-    REC_SDK_RETURN_IF_ERROR(add("values.bin"));
-    for (int s = 0; s < num_slots; ++s) REC_SDK_RETURN_IF_ERROR(add(SlotFile(s)));
-    REC_SDK_RETURN_IF_ERROR(add("counts.bin"));
-    REC_SDK_RETURN_IF_ERROR(add("last_seen.bin"));
-    return add("pending.bin");
-  };
-  visitor.row = [&](int64_t key, const float* record, uint32_t count,
-                    int64_t last_seen) -> Status {
-    REC_SDK_RETURN_IF_ERROR(writers[0]->Write(&key, 8));
-    for (int s = 0; s <= num_slots; ++s) {
-      REC_SDK_RETURN_IF_ERROR(writers[1 + s]->Write(record + s * dim, dim * sizeof(float)));
+  REC_SDK_RETURN_IF_ERROR(table->Snapshot([&](const EmbeddingTable::SnapshotView& view) {
+    info = view.info();
+    const int num_slots = info.num_slots;
+    std::vector<std::string> names = {"keys.bin", "values.bin"};
+    for (int s = 0; s < num_slots; ++s) names.push_back(SlotFile(s));
+    names.insert(names.end(), {"counts.bin", "last_seen.bin", "pending.bin"});
+    for (const auto& name : names) {
+      writers.emplace_back(new Writer);
+      REC_SDK_RETURN_IF_ERROR(writers.back()->Open(Join(dir, name)));
     }
-    REC_SDK_RETURN_IF_ERROR(writers[2 + num_slots]->Write(&count, 4));
-    ++rows;
-    return writers[3 + num_slots]->Write(&last_seen, 8);
-  };
-  visitor.pending = [&](int64_t key, int64_t count, int64_t last_seen) -> Status {
-    const int64_t record[3] = {key, count, last_seen};
-    ++pending;
-    return writers.back()->Write(record, sizeof(record));
-  };
-  REC_SDK_RETURN_IF_ERROR(table->Snapshot(visitor));
-  for (auto& w : writers) REC_SDK_RETURN_IF_ERROR(w->Close());
+    // Two scans of the rows run in parallel, each writing its own files (and fsync'ing
+    // them): the slots in one, everything else in the other.
+    auto scan_main = [&]() -> Status {
+      REC_SDK_RETURN_IF_ERROR(view.ForEachRow(
+          [&](int64_t key, const float* record, uint32_t count, int64_t last_seen) -> Status {
+            ++rows;
+            REC_SDK_RETURN_IF_ERROR(writers[0]->Write(&key, 8));
+            REC_SDK_RETURN_IF_ERROR(writers[1]->Write(record, row_bytes));
+            REC_SDK_RETURN_IF_ERROR(writers[2 + num_slots]->Write(&count, 4));
+            return writers[3 + num_slots]->Write(&last_seen, 8);
+          }));
+      REC_SDK_RETURN_IF_ERROR(view.ForEachPending(
+          [&](int64_t key, int64_t count, int64_t last_seen) -> Status {
+            const int64_t record[3] = {key, count, last_seen};
+            ++pending;
+            return writers.back()->Write(record, sizeof(record));
+          }));
+      for (size_t w = 0; w < writers.size(); ++w) {
+        if (w < 2 || w >= 2 + static_cast<size_t>(num_slots)) {
+          REC_SDK_RETURN_IF_ERROR(writers[w]->Close());
+        }
+      }
+      return Status::Ok();
+    };
+    auto scan_slots = [&]() -> Status {
+      if (num_slots == 0) return Status::Ok();
+      REC_SDK_RETURN_IF_ERROR(view.ForEachRow(
+          [&](int64_t, const float* record, uint32_t, int64_t) -> Status {
+            for (int s = 0; s < num_slots; ++s) {
+              REC_SDK_RETURN_IF_ERROR(writers[2 + s]->Write(record + (s + 1) * dim, row_bytes));
+            }
+            return Status::Ok();
+          }));
+      for (int s = 0; s < num_slots; ++s) REC_SDK_RETURN_IF_ERROR(writers[2 + s]->Close());
+      return Status::Ok();
+    };
+    Status slot_status;
+    std::thread slot_thread([&] { slot_status = scan_slots(); });
+    Status main_status = scan_main();
+    slot_thread.join();
+    REC_SDK_RETURN_IF_ERROR(main_status);
+    return slot_status;
+  }));
 
+  const int num_slots = info.num_slots;
   std::ostringstream meta;
   meta.precision(9);
   meta << "format_version " << kCheckpointFormatVersion << "\n"
@@ -468,6 +610,8 @@ Status RestoreTableFiles(EmbeddingTable* table, const std::vector<std::string>& 
       return Status::InvalidArgument("checkpoint directories '" + dirs[0] + "' and '" + dirs[d] +
                                      "' were saved with different optimizers");
     }
+    info.rows += other.rows;
+    info.pending += other.pending;
     info.has_clock = info.has_clock || other.has_clock;
     info.newest_clock = std::max(info.newest_clock, other.newest_clock);
     info.tick = std::max(info.tick, other.tick);
@@ -476,6 +620,8 @@ Status RestoreTableFiles(EmbeddingTable* table, const std::vector<std::string>& 
     info.evicted += other.evicted;
   }
   const bool everything = options.rank_size == 1;
+  // Rows expected in this rank (sizes the index up front).
+  info.rows /= options.rank_size;
   if (everything && !table->dynamic_expansion()) {
     int64_t total = 0;
     for (const auto& src : sources) total += src.info.rows;
@@ -492,48 +638,59 @@ Status RestoreTableFiles(EmbeddingTable* table, const std::vector<std::string>& 
   int64_t restored = 0;
   const int num_slots = info.num_slots;
   auto feed = [&](EmbeddingTable::RestoreSink* sink) -> Status {
-    constexpr int64_t kBatch = 4096;
-    std::vector<int64_t> keys(kBatch), last_seen(kBatch);
-    std::vector<uint32_t> counts(kBatch);
-    std::vector<float> values(kBatch * dim);
-    std::vector<std::vector<float>> slots(num_slots, std::vector<float>(kBatch * dim));
     for (const auto& src : sources) {
-      std::vector<std::unique_ptr<Reader>> readers;
-      for (const auto& f : src.files) {
-        readers.emplace_back(new Reader);
-        REC_SDK_RETURN_IF_ERROR(readers.back()->Open(Join(src.dir, f.name)));
-      }
-      Reader& key_r = *readers[0];
-      Reader& value_r = *readers[1];
-      Reader& count_r = *readers[2 + num_slots];
-      Reader& seen_r = *readers[3 + num_slots];
-      Reader& pending_r = *readers[4 + num_slots];
-      for (int64_t done = 0; done < src.info.rows;) {
-        const int64_t b = std::min(kBatch, src.info.rows - done);
-        REC_SDK_RETURN_IF_ERROR(key_r.Read(keys.data(), b * 8));
-        REC_SDK_RETURN_IF_ERROR(value_r.Read(values.data(), b * dim * sizeof(float)));
-        for (int s = 0; s < num_slots; ++s) {
-          REC_SDK_RETURN_IF_ERROR(readers[2 + s]->Read(slots[s].data(), b * dim * sizeof(float)));
-        }
-        REC_SDK_RETURN_IF_ERROR(count_r.Read(counts.data(), b * 4));
-        REC_SDK_RETURN_IF_ERROR(seen_r.Read(last_seen.data(), b * 8));
+      // A reader thread fills batches (file reads and checksums) while this thread puts the
+      // previous batch into the table.
+      BatchQueue queue(dim, num_slots);
+      Status read_status;
+      std::thread reader([&] { read_status = ReadSource(src, dim, num_slots, &queue); });
+      // Each batch is inserted by two lanes in parallel (disjoint index shards).
+      static_assert(EmbeddingTable::kRestoreLanes == 2, "two lanes: this thread and one more");
+      Status lane_status[EmbeddingTable::kRestoreLanes];
+      int64_t lane_rows[EmbeddingTable::kRestoreLanes] = {};
+      auto insert = [&](const Batch* batch, int lane) {
         const float* slot_ptrs[EmbeddingTable::kMaxSlots];
-        for (int64_t i = 0; i < b; ++i) {
-          if (!mine(keys[i])) continue;
-          for (int s = 0; s < num_slots; ++s) slot_ptrs[s] = slots[s].data() + i * dim;
-          REC_SDK_RETURN_IF_ERROR(sink->AddRow(keys[i], values.data() + i * dim, slot_ptrs,
-                                               counts[i], last_seen[i]));
-          ++restored;
+        // This lane's rows, then their index slots prefetched a little ahead of the inserts
+        // (the index is much larger than the caches: each insert is a cache miss).
+        std::vector<int32_t> mine_rows;
+        mine_rows.reserve(batch->size / EmbeddingTable::kRestoreLanes + 64);
+        for (int64_t i = 0; i < batch->size; ++i) {
+          const int64_t key = batch->keys[i];
+          if (EmbeddingTable::RestoreLaneOf(key) == lane && mine(key)) {
+            mine_rows.push_back(static_cast<int32_t>(i));
+          }
         }
-        done += b;
+        constexpr size_t kAhead = 16;
+        for (size_t j = 0; j < mine_rows.size() && lane_status[lane].ok(); ++j) {
+          if (j + kAhead < mine_rows.size()) sink->Prefetch(batch->keys[mine_rows[j + kAhead]]);
+          const int64_t i = mine_rows[j];
+          const int64_t key = batch->keys[i];
+          for (int s = 0; s < num_slots; ++s) slot_ptrs[s] = batch->slots[s].data() + i * dim;
+          lane_status[lane] = sink->AddRow(lane, key, batch->values.data() + i * dim, slot_ptrs,
+                                           batch->counts[i], batch->last_seen[i]);
+          if (lane_status[lane].ok()) ++lane_rows[lane];
+        }
+      };
+      Status insert_status;
+      for (;;) {
+        Batch* batch = queue.Next();
+        if (batch == nullptr) break;
+        if (insert_status.ok()) {
+          std::thread other([&] { insert(batch, 1); });
+          insert(batch, 0);
+          other.join();
+          for (const Status& st : lane_status) {
+            if (!st.ok() && insert_status.ok()) insert_status = st;
+          }
+        }
+        queue.Done(batch, !insert_status.ok());
       }
-      for (int64_t p = 0; p < src.info.pending; ++p) {
-        int64_t record[3];
-        REC_SDK_RETURN_IF_ERROR(pending_r.Read(record, sizeof(record)));
-        if (mine(record[0])) REC_SDK_RETURN_IF_ERROR(sink->AddPending(record[0], record[1], record[2]));
-      }
-      for (size_t f = 0; f < readers.size(); ++f) {
-        REC_SDK_RETURN_IF_ERROR(CheckCrc(*readers[f], src.files[f]));
+      restored += lane_rows[0] + lane_rows[1];
+      reader.join();
+      REC_SDK_RETURN_IF_ERROR(insert_status);
+      REC_SDK_RETURN_IF_ERROR(read_status);
+      for (const auto& p : queue.pending()) {
+        if (mine(p[0])) REC_SDK_RETURN_IF_ERROR(sink->AddPending(p[0], p[1], p[2]));
       }
     }
     return Status::Ok();

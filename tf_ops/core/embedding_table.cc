@@ -890,9 +890,11 @@ std::string EmbeddingTable::TakeNotice() {
   return notice;
 }
 
-Status EmbeddingTable::Snapshot(const SnapshotVisitor& visitor) {
+Status EmbeddingTable::Snapshot(const std::function<Status(const SnapshotView&)>& fn) {
   std::unique_lock<std::shared_mutex> structure(structure_mu_);
-  CheckpointInfo info;
+  SnapshotView view;
+  view.table_ = this;
+  CheckpointInfo& info = view.info_;
   info.rows = size_.load();
   info.pending = pending_size_.load();
   info.num_slots = num_slots_;
@@ -905,20 +907,26 @@ Status EmbeddingTable::Snapshot(const SnapshotVisitor& visitor) {
   info.admitted = admitted_.load();
   info.rejected = rejected_.load();
   info.evicted = evicted_.load();
-  REC_SDK_RETURN_IF_ERROR(visitor.begin(info));
-  int64_t next_row;
   {
     std::lock_guard<std::mutex> lock(alloc_mu_);
-    next_row = next_row_;
+    view.next_row_ = next_row_;
   }
-  for (int64_t row = 0; row < next_row; ++row) {
-    const RowMeta& meta = MetaOf(row);
+  return fn(view);
+}
+
+Status EmbeddingTable::SnapshotView::ForEachRow(const RowFn& fn) const {
+  for (int64_t row = 0; row < next_row_; ++row) {
+    const RowMeta& meta = table_->MetaOf(row);
     if (!meta.alive) continue;
-    REC_SDK_RETURN_IF_ERROR(visitor.row(meta.key, ValueOf(row), meta.count, meta.last_seen));
+    REC_SDK_RETURN_IF_ERROR(fn(meta.key, table_->ValueOf(row), meta.count, meta.last_seen));
   }
+  return Status::Ok();
+}
+
+Status EmbeddingTable::SnapshotView::ForEachPending(const PendingFn& fn) const {
   for (int s = 0; s < HashIndex::kNumShards; ++s) {
-    REC_SDK_RETURN_IF_ERROR(pending_[s].ForEach([&](const Pending& p) {
-      return visitor.pending(p.key, p.count, p.last_seen);
+    REC_SDK_RETURN_IF_ERROR(table_->pending_[s].ForEach([&](const Pending& p) {
+      return fn(p.key, p.count, p.last_seen);
     }));
   }
   return Status::Ok();
@@ -960,6 +968,10 @@ Status EmbeddingTable::Restore(const CheckpointInfo& info,
     if (info.num_slots > 0) what = "slots of '" + info.optimizer + "' restored";
   }
   ClearLocked();
+  // Size the index for the rows to come (one rehash instead of one per doubling).
+  for (int s = 0; s < HashIndex::kNumShards; ++s) {
+    index_.shard(s).Reserve(static_cast<size_t>(info.rows / HashIndex::kNumShards * 11 / 10));
+  }
   admitted_.store(info.admitted);
   rejected_.store(info.rejected);
   evicted_.store(info.evicted);
@@ -969,8 +981,10 @@ Status EmbeddingTable::Restore(const CheckpointInfo& info,
   class Sink : public RestoreSink {
    public:
     Sink(EmbeddingTable* t, bool keep_slots) : t_(t), keep_slots_(keep_slots) {}
-    Status AddRow(int64_t key, const float* value, const float* const* slots, uint32_t count,
-                  int64_t last_seen) override {
+    Status AddRow(int lane, int64_t key, const float* value, const float* const* slots,
+                  uint32_t count, int64_t last_seen) override {
+      std::vector<int64_t>& rows_ = rows_of_[lane];
+      size_t& next_ = next_of_[lane];
       const uint64_t hash = HashIndex::Hash(key);
       HashIndex::Shard& shard = t_->index_.shard(HashIndex::ShardOf(hash));
       if (shard.Find(key, hash) >= 0) {
@@ -978,7 +992,14 @@ Status EmbeddingTable::Restore(const CheckpointInfo& info,
                                 " appears twice in the checkpoint");
       }
       if (next_ == rows_.size()) {
-        t_->AllocateRows(4096, &rows_);
+        // Blocks shrink as a fixed-capacity table fills, so that no lane sits on rows
+        // another lane needs.
+        int64_t block = 4096;
+        if (!t_->config_.dynamic_expansion) {
+          const int64_t left = t_->config_.capacity - t_->size_.load(std::memory_order_relaxed);
+          block = std::max<int64_t>(1, std::min<int64_t>(block, left / (4 * kRestoreLanes)));
+        }
+        t_->AllocateRows(block, &rows_);
         next_ = 0;
         if (rows_.empty()) {
           return Status::ResourceExhausted(
@@ -1019,17 +1040,26 @@ Status EmbeddingTable::Restore(const CheckpointInfo& info,
       t_->pending_size_.fetch_add(1, std::memory_order_relaxed);
       return Status::Ok();
     }
+    void Prefetch(int64_t key) const override {
+      const uint64_t hash = HashIndex::Hash(key);
+      t_->index_.shard(HashIndex::ShardOf(hash)).Prefetch(hash);
+    }
     void ReleaseUnused() {
-      if (next_ < rows_.size()) t_->ReleaseRows(rows_.data() + next_, rows_.size() - next_);
-      rows_.clear();
-      next_ = 0;
+      for (int l = 0; l < kRestoreLanes; ++l) {
+        if (next_of_[l] < rows_of_[l].size()) {
+          t_->ReleaseRows(rows_of_[l].data() + next_of_[l], rows_of_[l].size() - next_of_[l]);
+        }
+        rows_of_[l].clear();
+        next_of_[l] = 0;
+      }
     }
 
    private:
     EmbeddingTable* t_;
     const bool keep_slots_;
-    std::vector<int64_t> rows_;
-    size_t next_ = 0;
+    // Rows taken from the allocator, per lane.
+    std::vector<int64_t> rows_of_[kRestoreLanes];
+    size_t next_of_[kRestoreLanes] = {};
   };
   Sink sink(this, keep_slots);
   Status status = feed(&sink);

@@ -202,26 +202,43 @@ class EmbeddingTable {
     int64_t tick = 0;
     int64_t admitted = 0, rejected = 0, evicted = 0;
   };
-  // Visits a consistent view of the table under the exclusive lock (batch operations wait):
-  // begin(info), then row(key, record, count, last_seen) for every row, where record holds
-  // the embedding followed by each slot (dim floats each), then pending(key, count,
-  // last_seen) for every key counting towards admission. A visitor's error stops the visit.
-  struct SnapshotVisitor {
-    std::function<Status(const CheckpointInfo&)> begin;
-    std::function<Status(int64_t key, const float* record, uint32_t count, int64_t last_seen)>
-        row;
-    std::function<Status(int64_t key, int64_t count, int64_t last_seen)> pending;
-  };
-  Status Snapshot(const SnapshotVisitor& visitor);
+  // A consistent view of the table for a checkpoint, valid inside Snapshot.
+  class SnapshotView {
+   public:
+    using RowFn =
+        std::function<Status(int64_t key, const float* record, uint32_t count, int64_t last_seen)>;
+    using PendingFn = std::function<Status(int64_t key, int64_t count, int64_t last_seen)>;
+    const CheckpointInfo& info() const { return info_; }
+    // Calls fn for every row in row order; record holds the embedding followed by each slot
+    // (dim floats each). Several threads may scan at once. An error stops the scan.
+    Status ForEachRow(const RowFn& fn) const;
+    Status ForEachPending(const PendingFn& fn) const;
 
-  // Receives the rows of a restore (see Restore).
+   private:
+    friend class EmbeddingTable;
+    const EmbeddingTable* table_ = nullptr;
+    CheckpointInfo info_;
+    int64_t next_row_ = 0;
+  };
+  // Runs fn(view) under the exclusive lock (batch operations wait until it returns).
+  Status Snapshot(const std::function<Status(const SnapshotView&)>& fn);
+
+  // Receives the rows of a restore (see Restore). Rows are put in by kRestoreLanes lanes that
+  // may run in parallel: lane l takes the keys whose index shard s has s % kRestoreLanes == l
+  // (RestoreLaneOf), so lanes never touch the same shard.
+  static constexpr int kRestoreLanes = 2;
+  static int RestoreLaneOf(int64_t key) {
+    return HashIndex::ShardOf(HashIndex::Hash(key)) % kRestoreLanes;
+  }
   class RestoreSink {
    public:
     // slots: info.num_slots arrays of dim floats (null entries, or slots == null, when the
     // checkpoint's slots are not kept).
-    virtual Status AddRow(int64_t key, const float* value, const float* const* slots,
+    virtual Status AddRow(int lane, int64_t key, const float* value, const float* const* slots,
                           uint32_t count, int64_t last_seen) = 0;
     virtual Status AddPending(int64_t key, int64_t count, int64_t last_seen) = 0;
+    // A hint that AddRow(key) follows soon: starts loading the key's index slot.
+    virtual void Prefetch(int64_t key) const = 0;
     virtual ~RestoreSink() = default;
   };
   // Replaces the table's contents under the exclusive lock: feed(sink) adds the rows. Slots

@@ -56,8 +56,14 @@ void HashIndex::Shard::Clear() {
   size_ = 0;
 }
 
-void HashIndex::Shard::Grow() {
-  std::vector<Entry> old(entries_.size() * 2, Entry{0, -1});
+void HashIndex::Shard::Reserve(size_t n) {
+  size_t slots = entries_.size();
+  while (n * 2 > slots) slots *= 2;
+  if (slots > entries_.size()) Rehash(slots);
+}
+
+void HashIndex::Shard::Rehash(size_t slots) {
+  std::vector<Entry> old(slots, Entry{0, -1});
   old.swap(entries_);
   mask_ = entries_.size() - 1;
   for (const Entry& e : old) {

@@ -45,6 +45,9 @@ class HashIndex {
     // Starts loading the slot where a probe for `hash` begins (no lock needed: a hint only).
     void Prefetch(uint64_t hash) const { __builtin_prefetch(&entries_[hash & mask_]); }
     void Clear();
+    // Makes room for `n` entries without growing (one rehash now instead of one per
+    // doubling); never shrinks.
+    void Reserve(size_t n);
     size_t size() const { return size_; }
     size_t memory_bytes() const { return entries_.capacity() * sizeof(Entry); }
     std::mutex& mu() { return mu_; }
@@ -54,7 +57,8 @@ class HashIndex {
       int64_t key;
       int64_t value;  // < 0: empty slot
     };
-    void Grow();
+    void Grow() { Rehash(entries_.size() * 2); }
+    void Rehash(size_t slots);
 
     std::mutex mu_;
     std::vector<Entry> entries_;
