@@ -381,3 +381,47 @@ def test_estimator_evaluate_sees_trained_tables(tmp_path):
     estimator.train(input_fn, steps=4)
     after = estimator.evaluate(input_fn)
     assert after["loss"] < before["loss"]
+
+
+def test_delta_checkpoints_equal_a_full_save(tmp_path):
+    """Full save, then deltas (with admission, eviction and optimizer updates in between):
+    the full checkpoint plus its deltas restores exactly what a full save of the end state
+    restores."""
+    init(enable_incremental_checkpoint=True)
+    batches = _batches(15, seed=8)
+    feeds, loss, train, table = _model()
+    assert table.track_changes
+    evict = table.evict()
+    export = table.export()
+    stats = table.stats()
+    with new_session() as sess:
+        sess.run(tf.compat.v1.global_variables_initializer())
+        _run(sess, feeds, loss, train, batches[:5])
+        rec_saver.save_tables(sess, str(tmp_path / "full"))
+        _run(sess, feeds, loss, train, batches[5:10])
+        sess.run(evict)
+        rows = rec_saver.save_tables(sess, str(tmp_path / "delta1"), delta=True)
+        assert 0 < rows["t"] <= sess.run(table.size())
+        _run(sess, feeds, loss, train, batches[10:])
+        rec_saver.save_tables(sess, str(tmp_path / "delta2"), delta=True)
+        rec_saver.save_tables(sess, str(tmp_path / "full_end"))
+        expected = sorted_export(*sess.run(export)), sess.run(stats)
+    for source in ({"directories": str(tmp_path / "full"),
+                    "deltas": [str(tmp_path / "delta1"), str(tmp_path / "delta2")]},
+                   {"directories": str(tmp_path / "full_end")}):
+        with new_session() as sess:
+            rec_saver.restore_tables(sess, **source)
+            got = sorted_export(*sess.run(export)), sess.run(stats)
+        for a, b in zip(got[0], expected[0]):
+            np.testing.assert_array_equal(a, b)
+        assert got[1] == expected[1]
+
+
+def test_delta_needs_incremental_checkpoints(tmp_path):
+    init()
+    table = create_table(tf.int64, DIM, "t", tf.compat.v1.constant_initializer(0.0),
+                         device_vocabulary_size=10)
+    with new_session() as sess:
+        sess.run(table.size())
+        with pytest.raises(tf.errors.FailedPreconditionError, match="does not track changes"):
+            rec_saver.save_tables(sess, str(tmp_path / "d"), delta=True)

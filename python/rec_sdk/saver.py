@@ -50,10 +50,13 @@ def _fsync_dir(path):
         os.close(fd)
 
 
-def save_tables(sess, directory, tables=None):
+def save_tables(sess, directory, tables=None, delta=False):
     """Writes `tables` (default: every table of sess.graph with is_save=True) into
     `directory` atomically: a temporary directory, renamed into place once complete.
-    Returns {table_name: rows written}."""
+    With delta=True only what changed since the table's last save (full or delta) is written
+    (tables of a process initialised with init(enable_incremental_checkpoint=True)); restore
+    with restore_tables(full_directory, deltas=[...]). Every save, full or delta, starts a new
+    change set. Returns {table_name: rows written}."""
     tables = _tables(sess, tables)
     directory = os.path.abspath(directory)
     parent = os.path.dirname(directory)
@@ -65,9 +68,9 @@ def save_tables(sess, directory, tables=None):
     try:
         rows = {}
         for table in tables:
-            rows[table.table_name] = int(sess.run(
-                table.checkpoint_ops["save"],
-                {table.checkpoint_ops["save_dir"]: os.path.join(tmp, table.table_name)}))
+            ops = table.checkpoint_ops
+            rows[table.table_name] = int(sess.run(ops["save"], {
+                ops["save_dir"]: os.path.join(tmp, table.table_name), ops["delta"]: delta}))
         _fsync_dir(tmp)
         old = None
         if os.path.exists(directory):
@@ -95,10 +98,12 @@ def _existing(directory):
     return None
 
 
-def restore_tables(sess, directories, tables=None, rank_id=0, rank_size=1):
+def restore_tables(sess, directories, tables=None, rank_id=0, rank_size=1, deltas=()):
     """Restores `tables` (default: every table of sess.graph with is_save=True) from one
     checkpoint table directory, or from a list of them (the directories written by several
-    ranks), keeping the keys with abs(key % rank_size) == rank_id. Returns {table_name: rows}.
+    ranks), keeping the keys with abs(key % rank_size) == rank_id, then applies the delta
+    directories `deltas` (from save_tables(delta=True), single rank) in order.
+    Returns {table_name: rows}.
     Raises tf.errors.NotFoundError naming a missing directory, DataLossError naming a
     corrupted file (the table is then left empty)."""
     if isinstance(directories, (str, bytes, os.PathLike)):
@@ -130,6 +135,13 @@ def restore_tables(sess, directories, tables=None, rank_id=0, rank_size=1):
             if "dropped" in note:
                 logging.warning("rec_sdk: table %r: %s", table.table_name, note)
         rows[table.table_name] = int(count)
+        for delta in deltas:
+            path = os.path.join(os.path.abspath(delta), table.table_name)
+            if not os.path.isdir(path):
+                raise tf.errors.NotFoundError(None, None, "table %r is not in the delta "
+                                              "checkpoint %r" % (table.table_name, delta))
+            rows[table.table_name] += int(sess.run(ops["apply_delta"],
+                                                   {ops["save_dir"]: path}))
     return rows
 
 

@@ -301,6 +301,9 @@ struct Source {
   std::string dir;
   Meta meta;
   EmbeddingTable::CheckpointInfo info;
+  bool delta = false;
+  bool cleared = false;
+  int64_t removed = 0;
   std::vector<FileInfo> files;  // keys, values, slots..., counts, last_seen, pending
 };
 
@@ -356,6 +359,15 @@ Status OpenSource(const std::string& dir, int dim, Source* src) {
   expected.emplace_back("counts.bin", n * 4);
   expected.emplace_back("last_seen.bin", n * 8);
   expected.emplace_back("pending.bin", static_cast<uint64_t>(pending) * 24);
+  auto kind = m.values.find("kind");
+  src->delta = kind != m.values.end() && kind->second == "delta";
+  if (src->delta) {
+    int64_t cleared;
+    REC_SDK_RETURN_IF_ERROR(m.GetInt("removed", &src->removed));
+    REC_SDK_RETURN_IF_ERROR(m.GetInt("cleared", &cleared));
+    src->cleared = cleared != 0;
+    expected.emplace_back("removed.bin", static_cast<uint64_t>(src->removed) * 8);
+  }
   for (const auto& e : expected) {
     FileInfo f;
     REC_SDK_RETURN_IF_ERROR(CheckFile(dir, m, e.first, e.second, &f));
@@ -492,7 +504,13 @@ uint32_t Crc32c(uint32_t crc, const void* data, size_t n) {
   return ~crc;
 }
 
-Status SaveTableFiles(EmbeddingTable* table, const std::string& dir, int64_t* rows_out) {
+Status SaveTableFiles(EmbeddingTable* table, const std::string& dir, int64_t* rows_out,
+                      bool delta) {
+  if (delta && !table->tracks_changes()) {
+    return Status::FailedPrecondition("table '" + table->name() + "' does not track changes: "
+                                      "create it with incremental checkpoints enabled "
+                                      "(init(enable_incremental_checkpoint=True))");
+  }
   if (::mkdir(dir.c_str(), 0755) != 0) {
     return Status::Internal(Errno("cannot create checkpoint directory", dir));
   }
@@ -500,13 +518,28 @@ Status SaveTableFiles(EmbeddingTable* table, const std::string& dir, int64_t* ro
   const size_t row_bytes = dim * sizeof(float);
   EmbeddingTable::CheckpointInfo info;
   std::vector<std::unique_ptr<Writer>> writers;
-  int64_t rows = 0, pending = 0;
+  uint64_t removed_bytes = 0;
+  uint32_t removed_crc = 0;
+  int64_t rows = 0, pending = 0, removed = 0;
+  bool cleared = false;
   REC_SDK_RETURN_IF_ERROR(table->Snapshot([&](const EmbeddingTable::SnapshotView& view) {
     info = view.info();
     const int num_slots = info.num_slots;
     std::vector<std::string> names = {"keys.bin", "values.bin"};
     for (int s = 0; s < num_slots; ++s) names.push_back(SlotFile(s));
     names.insert(names.end(), {"counts.bin", "last_seen.bin", "pending.bin"});
+    if (delta) {
+      // Removed keys are written first, by this thread, before the row scans start.
+      cleared = view.cleared();
+      Writer removed_writer;
+      REC_SDK_RETURN_IF_ERROR(removed_writer.Open(Join(dir, "removed.bin")));
+      const auto& keys = view.removed_keys();
+      REC_SDK_RETURN_IF_ERROR(removed_writer.Write(keys.data(), keys.size() * 8));
+      REC_SDK_RETURN_IF_ERROR(removed_writer.Close());
+      removed = static_cast<int64_t>(keys.size());
+      removed_bytes = removed_writer.bytes();
+      removed_crc = removed_writer.crc();
+    }
     for (const auto& name : names) {
       writers.emplace_back(new Writer);
       REC_SDK_RETURN_IF_ERROR(writers.back()->Open(Join(dir, name)));
@@ -521,7 +554,7 @@ Status SaveTableFiles(EmbeddingTable* table, const std::string& dir, int64_t* ro
             REC_SDK_RETURN_IF_ERROR(writers[1]->Write(record, row_bytes));
             REC_SDK_RETURN_IF_ERROR(writers[2 + num_slots]->Write(&count, 4));
             return writers[3 + num_slots]->Write(&last_seen, 8);
-          }));
+          }, delta));
       REC_SDK_RETURN_IF_ERROR(view.ForEachPending(
           [&](int64_t key, int64_t count, int64_t last_seen) -> Status {
             const int64_t record[3] = {key, count, last_seen};
@@ -543,7 +576,7 @@ Status SaveTableFiles(EmbeddingTable* table, const std::string& dir, int64_t* ro
               REC_SDK_RETURN_IF_ERROR(writers[2 + s]->Write(record + (s + 1) * dim, row_bytes));
             }
             return Status::Ok();
-          }));
+          }, delta));
       for (int s = 0; s < num_slots; ++s) REC_SDK_RETURN_IF_ERROR(writers[2 + s]->Close());
       return Status::Ok();
     };
@@ -553,12 +586,13 @@ Status SaveTableFiles(EmbeddingTable* table, const std::string& dir, int64_t* ro
     slot_thread.join();
     REC_SDK_RETURN_IF_ERROR(main_status);
     return slot_status;
-  }));
+  }, /*mark_saved=*/true));
 
   const int num_slots = info.num_slots;
   std::ostringstream meta;
   meta.precision(9);
   meta << "format_version " << kCheckpointFormatVersion << "\n"
+       << "kind " << (delta ? "delta" : "full") << "\n"
        << "table " << table->name() << "\n"
        << "dim " << dim << "\n"
        << "rows " << rows << "\n"
@@ -578,6 +612,12 @@ Status SaveTableFiles(EmbeddingTable* table, const std::string& dir, int64_t* ro
     const std::string name = w->path().substr(dir.size() + 1);
     meta << "bytes." << name << " " << w->bytes() << "\n"
          << "crc32c." << name << " " << w->crc() << "\n";
+  }
+  if (delta) {
+    meta << "removed " << removed << "\n"
+         << "cleared " << (cleared ? 1 : 0) << "\n"
+         << "bytes.removed.bin " << removed_bytes << "\n"
+         << "crc32c.removed.bin " << removed_crc << "\n";
   }
   Writer meta_writer;
   REC_SDK_RETURN_IF_ERROR(meta_writer.Open(Join(dir, "meta.txt")));
@@ -601,6 +641,10 @@ Status RestoreTableFiles(EmbeddingTable* table, const std::vector<std::string>& 
   std::vector<Source> sources(dirs.size());
   for (size_t d = 0; d < dirs.size(); ++d) {
     REC_SDK_RETURN_IF_ERROR(OpenSource(dirs[d], dim, &sources[d]));
+    if (sources[d].delta) {
+      return Status::InvalidArgument("'" + dirs[d] + "' is a delta checkpoint: restore the full "
+                                     "checkpoint it follows, then apply the deltas in order");
+    }
   }
   // The merged description: slots from the first directory (all must agree).
   EmbeddingTable::CheckpointInfo info = sources[0].info;
@@ -696,6 +740,56 @@ Status RestoreTableFiles(EmbeddingTable* table, const std::vector<std::string>& 
     return Status::Ok();
   };
   REC_SDK_RETURN_IF_ERROR(table->Restore(info, feed, note));
+  if (rows_out != nullptr) *rows_out = restored;
+  return Status::Ok();
+}
+
+Status ApplyDeltaFiles(EmbeddingTable* table, const std::string& dir, int64_t* rows_out) {
+  Source src;
+  REC_SDK_RETURN_IF_ERROR(OpenSource(dir, table->dim(), &src));
+  if (!src.delta) {
+    return Status::InvalidArgument("'" + dir + "' is a full checkpoint, not a delta");
+  }
+  // The removed keys are small: read and check them first.
+  std::vector<int64_t> removed(src.removed);
+  {
+    Reader r;
+    REC_SDK_RETURN_IF_ERROR(r.Open(Join(dir, "removed.bin")));
+    if (src.removed > 0) REC_SDK_RETURN_IF_ERROR(r.Read(removed.data(), src.removed * 8));
+    REC_SDK_RETURN_IF_ERROR(CheckCrc(r, src.files.back()));
+  }
+  src.files.pop_back();  // removed.bin is not streamed with the rows
+  const int dim = table->dim();
+  const int num_slots = src.info.num_slots;
+  int64_t restored = 0;
+  auto feed = [&](EmbeddingTable::RestoreSink* sink) -> Status {
+    BatchQueue queue(dim, num_slots);
+    Status read_status;
+    std::thread reader([&] { read_status = ReadSource(src, dim, num_slots, &queue); });
+    Status insert_status;
+    const float* slot_ptrs[EmbeddingTable::kMaxSlots];
+    for (;;) {
+      Batch* batch = queue.Next();
+      if (batch == nullptr) break;
+      for (int64_t i = 0; i < batch->size && insert_status.ok(); ++i) {
+        const int64_t key = batch->keys[i];
+        for (int s = 0; s < num_slots; ++s) slot_ptrs[s] = batch->slots[s].data() + i * dim;
+        insert_status = sink->AddRow(EmbeddingTable::RestoreLaneOf(key), key,
+                                     batch->values.data() + i * dim, slot_ptrs,
+                                     batch->counts[i], batch->last_seen[i]);
+        if (insert_status.ok()) ++restored;
+      }
+      queue.Done(batch, !insert_status.ok());
+    }
+    reader.join();
+    REC_SDK_RETURN_IF_ERROR(insert_status);
+    REC_SDK_RETURN_IF_ERROR(read_status);
+    for (const auto& p : queue.pending()) {
+      REC_SDK_RETURN_IF_ERROR(sink->AddPending(p[0], p[1], p[2]));
+    }
+    return Status::Ok();
+  };
+  REC_SDK_RETURN_IF_ERROR(table->ApplyDelta(src.info, src.cleared, removed, feed));
   if (rows_out != nullptr) *rows_out = restored;
   return Status::Ok();
 }

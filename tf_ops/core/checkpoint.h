@@ -7,6 +7,7 @@
 //   counts.bin     uint32 per row (admission count)
 //   last_seen.bin  int64 per row (last-seen clock: data timestamp, global step or tick)
 //   pending.bin    (int64 key, int64 count, int64 last_seen) per key counting towards admission
+//   removed.bin    int64 per key removed since the previous save (delta checkpoints only)
 //   meta.txt       "name value" lines: format version, table, dim, rows, pending, optimizer,
 //                  slot initial values, clocks, counters, and for every file its size in bytes
 //                  and CRC-32C. Written last: a directory without it is an incomplete save.
@@ -37,8 +38,16 @@ constexpr int kCheckpointFormatVersion = 1;
 // CRC-32C (Castagnoli) of data, continuing from crc (0 to start).
 uint32_t Crc32c(uint32_t crc, const void* data, size_t n);
 
-// Writes the table into `dir`, which must not exist. *rows receives the rows written.
-Status SaveTableFiles(EmbeddingTable* table, const std::string& dir, int64_t* rows);
+// Writes the table into `dir`, which must not exist. *rows receives the rows written. With
+// delta (tables created with track_changes), only the rows changed since the last save (full
+// or delta) and the keys removed since then (removed.bin) are written. Either kind of save
+// starts a new change set.
+Status SaveTableFiles(EmbeddingTable* table, const std::string& dir, int64_t* rows,
+                      bool delta = false);
+
+// Applies a delta directory onto the table (which must hold the checkpoint the delta
+// follows, with the same optimizer slots): removals, changed rows, pending keys, counters.
+Status ApplyDeltaFiles(EmbeddingTable* table, const std::string& dir, int64_t* rows);
 
 struct RestoreOptions {
   int64_t rank_id = 0;    // keep keys with abs(key % rank_size) == rank_id

@@ -194,6 +194,7 @@ bool EmbeddingTable::AddChunkLocked() {
   std::unique_ptr<Chunk> chunk(new Chunk);
   chunk->rows = static_cast<char*>(AllocateBlock(rows * row_bytes_));
   if (chunk->rows == nullptr) return false;
+  if (config_.track_changes) chunk->changed.reset(new uint8_t[rows]());
   page->chunks[num_chunks_ & (kPageSize - 1)].store(chunk.release(), std::memory_order_release);
   ++num_chunks_;
   allocated_rows_.store(num_chunks_ << chunk_shift_, std::memory_order_release);
@@ -272,6 +273,7 @@ void EmbeddingTable::InitializeRowLocked(int64_t row, int64_t key, int64_t last_
   for (int s = 0; s < num_slots_; ++s) {
     std::fill_n(SlotOf(value, s), config_.dim, slot_initial_values_[s]);
   }
+  MarkChanged(row);
   RowMeta& meta = MetaOf(row);
   meta.key = key;
   meta.last_seen = last_seen;
@@ -297,10 +299,12 @@ void EmbeddingTable::PrefetchRow(int64_t address) const {
 }
 
 void EmbeddingTable::FreeRow(int64_t row) {
+  const int64_t key = MetaOf(row).key;
   KillRowLocked(MetaOf(row));
   size_.fetch_sub(1, std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(alloc_mu_);
   free_rows_.push_back(row);
+  if (config_.track_changes) removed_keys_.push_back(key);
 }
 
 void EmbeddingTable::ForEachShard(const int64_t* keys, int64_t n, int64_t cost_per_key,
@@ -580,6 +584,7 @@ Status EmbeddingTable::SetAccessThreshold(int64_t threshold) {
 
 void EmbeddingTable::EvictRowLocked(int64_t row) {
   RowMeta& meta = MetaOf(row);
+  if (config_.track_changes) removed_keys_.push_back(meta.key);
   const uint64_t hash = HashIndex::Hash(meta.key);
   index_.shard(HashIndex::ShardOf(hash)).Erase(meta.key, hash);
   KillRowLocked(meta);
@@ -750,6 +755,7 @@ Status EmbeddingTable::Upsert(const int64_t* keys, const float* values, int64_t 
           shard.Insert(keys[i], hash, IndexEntry(row, MetaOf(row).generation));
         }
         std::memcpy(ValueOf(row), values + i * dim, dim * sizeof(float));
+        MarkChanged(row);
       },
       run);
   if (full.load()) return Status::ResourceExhausted(FullMessage());
@@ -796,6 +802,10 @@ void EmbeddingTable::ClearLocked() {
   free_rows_.shrink_to_fit();
   next_row_ = 0;
   size_.store(0);
+  if (config_.track_changes) {
+    cleared_since_save_ = true;
+    removed_keys_.clear();
+  }
 }
 
 Status EmbeddingTable::EnsureSlots(const std::string& optimizer,
@@ -890,7 +900,8 @@ std::string EmbeddingTable::TakeNotice() {
   return notice;
 }
 
-Status EmbeddingTable::Snapshot(const std::function<Status(const SnapshotView&)>& fn) {
+Status EmbeddingTable::Snapshot(const std::function<Status(const SnapshotView&)>& fn,
+                                bool mark_saved) {
   std::unique_lock<std::shared_mutex> structure(structure_mu_);
   SnapshotView view;
   view.table_ = this;
@@ -911,13 +922,28 @@ Status EmbeddingTable::Snapshot(const std::function<Status(const SnapshotView&)>
     std::lock_guard<std::mutex> lock(alloc_mu_);
     view.next_row_ = next_row_;
   }
-  return fn(view);
+  REC_SDK_RETURN_IF_ERROR(fn(view));
+  if (mark_saved) ResetChangesLocked();
+  return Status::Ok();
 }
 
-Status EmbeddingTable::SnapshotView::ForEachRow(const RowFn& fn) const {
+void EmbeddingTable::ResetChangesLocked() {
+  if (!config_.track_changes) return;
+  std::lock_guard<std::mutex> lock(alloc_mu_);
+  for (int64_t c = 0; c < num_chunks_; ++c) {
+    std::fill_n(ChunkOf(c << chunk_shift_)->changed.get(), rows_per_chunk(), 0);
+  }
+  removed_keys_.clear();
+  removed_keys_.shrink_to_fit();
+  cleared_since_save_ = false;
+}
+
+Status EmbeddingTable::SnapshotView::ForEachRow(const RowFn& fn, bool changed_only) const {
+  changed_only = changed_only && table_->config_.track_changes;
   for (int64_t row = 0; row < next_row_; ++row) {
     const RowMeta& meta = table_->MetaOf(row);
     if (!meta.alive) continue;
+    if (changed_only && !table_->ChunkOf(row)->changed[table_->OffsetOf(row)]) continue;
     REC_SDK_RETURN_IF_ERROR(fn(meta.key, table_->ValueOf(row), meta.count, meta.last_seen));
   }
   return Status::Ok();
@@ -931,6 +957,102 @@ Status EmbeddingTable::SnapshotView::ForEachPending(const PendingFn& fn) const {
   }
   return Status::Ok();
 }
+
+class EmbeddingTable::RowSink : public RestoreSink {
+ public:
+  RowSink(EmbeddingTable* t, bool keep_slots, bool upsert)
+      : t_(t), keep_slots_(keep_slots), upsert_(upsert) {}
+  Status AddRow(int lane, int64_t key, const float* value, const float* const* slots,
+                uint32_t count, int64_t last_seen) override {
+    std::vector<int64_t>& rows_ = rows_of_[lane];
+    size_t& next_ = next_of_[lane];
+    const uint64_t hash = HashIndex::Hash(key);
+    HashIndex::Shard& shard = t_->index_.shard(HashIndex::ShardOf(hash));
+    const int64_t existing = shard.Find(key, hash);
+    if (existing >= 0 && !upsert_) {
+      return Status::DataLoss("table '" + t_->config_.name + "': key " + std::to_string(key) +
+                              " appears twice in the checkpoint");
+    }
+    if (existing >= 0) {  // a delta's new values for a stored key
+      WriteRow(RowOfEntry(existing), value, slots, count, last_seen);
+      return Status::Ok();
+    }
+    if (next_ == rows_.size()) {
+      // Blocks shrink as a fixed-capacity table fills, so that no lane sits on rows
+      // another lane needs.
+      int64_t block = 4096;
+      if (!t_->config_.dynamic_expansion) {
+        const int64_t left = t_->config_.capacity - t_->size_.load(std::memory_order_relaxed);
+        block = std::max<int64_t>(1, std::min<int64_t>(block, left / (4 * kRestoreLanes)));
+      }
+      t_->AllocateRows(block, &rows_);
+      next_ = 0;
+      if (rows_.empty()) {
+        return Status::ResourceExhausted(
+            "restore into table '" + t_->config_.name + "': the checkpoint has more rows "
+            "than the table's capacity of " + std::to_string(t_->Capacity()) + " rows");
+      }
+    }
+    const int64_t row = rows_[next_++];
+    WriteRow(row, value, slots, count, last_seen);
+    RowMeta& meta = t_->MetaOf(row);
+    meta.key = key;
+    meta.slots_unset = 0;
+    __atomic_store_n(&meta.alive, 1, __ATOMIC_RELEASE);
+    shard.Insert(key, hash, IndexEntry(row, meta.generation));
+    t_->size_.fetch_add(1, std::memory_order_relaxed);
+    return Status::Ok();
+  }
+  void WriteRow(int64_t row, const float* value, const float* const* slots, uint32_t count,
+                int64_t last_seen) {
+    const int dim = t_->config_.dim;
+    float* dst = t_->ValueOf(row);
+    std::memcpy(dst, value, dim * sizeof(float));
+    for (int s = 0; s < t_->num_slots_; ++s) {
+      if (keep_slots_ && slots != nullptr && slots[s] != nullptr) {
+        std::memcpy(t_->SlotOf(dst, s), slots[s], dim * sizeof(float));
+      } else {
+        std::fill_n(t_->SlotOf(dst, s), dim, t_->slot_initial_values_[s]);
+      }
+    }
+    RowMeta& meta = t_->MetaOf(row);
+    meta.last_seen = last_seen;
+    meta.count = count;
+  }
+  Status AddPending(int64_t key, int64_t count, int64_t last_seen) override {
+    const uint64_t hash = HashIndex::Hash(key);
+    PendingShard& pending = t_->pending_[HashIndex::ShardOf(hash)];
+    if (count < 0 || pending.Find(key, hash) != nullptr ||
+        t_->index_.shard(HashIndex::ShardOf(hash)).Find(key, hash) >= 0) {
+      return Status::DataLoss("table '" + t_->config_.name + "': pending key " +
+                              std::to_string(key) + " is invalid or repeated in the checkpoint");
+    }
+    pending.Add(key, hash, last_seen)->count = count;
+    t_->pending_size_.fetch_add(1, std::memory_order_relaxed);
+    return Status::Ok();
+  }
+  void Prefetch(int64_t key) const override {
+    const uint64_t hash = HashIndex::Hash(key);
+    t_->index_.shard(HashIndex::ShardOf(hash)).Prefetch(hash);
+  }
+  void ReleaseUnused() {
+    for (int l = 0; l < kRestoreLanes; ++l) {
+      if (next_of_[l] < rows_of_[l].size()) {
+        t_->ReleaseRows(rows_of_[l].data() + next_of_[l], rows_of_[l].size() - next_of_[l]);
+      }
+      rows_of_[l].clear();
+      next_of_[l] = 0;
+    }
+  }
+
+ private:
+  EmbeddingTable* t_;
+  const bool keep_slots_;
+  const bool upsert_;
+  // Rows taken from the allocator, per lane.
+  std::vector<int64_t> rows_of_[kRestoreLanes];
+  size_t next_of_[kRestoreLanes] = {};
+};
 
 Status EmbeddingTable::Restore(const CheckpointInfo& info,
                                const std::function<Status(RestoreSink*)>& feed,
@@ -978,97 +1100,56 @@ Status EmbeddingTable::Restore(const CheckpointInfo& info,
   tick_.store(info.tick);
   newest_clock_.store(info.has_clock ? info.newest_clock : kNoClock);
 
-  class Sink : public RestoreSink {
-   public:
-    Sink(EmbeddingTable* t, bool keep_slots) : t_(t), keep_slots_(keep_slots) {}
-    Status AddRow(int lane, int64_t key, const float* value, const float* const* slots,
-                  uint32_t count, int64_t last_seen) override {
-      std::vector<int64_t>& rows_ = rows_of_[lane];
-      size_t& next_ = next_of_[lane];
-      const uint64_t hash = HashIndex::Hash(key);
-      HashIndex::Shard& shard = t_->index_.shard(HashIndex::ShardOf(hash));
-      if (shard.Find(key, hash) >= 0) {
-        return Status::DataLoss("table '" + t_->config_.name + "': key " + std::to_string(key) +
-                                " appears twice in the checkpoint");
-      }
-      if (next_ == rows_.size()) {
-        // Blocks shrink as a fixed-capacity table fills, so that no lane sits on rows
-        // another lane needs.
-        int64_t block = 4096;
-        if (!t_->config_.dynamic_expansion) {
-          const int64_t left = t_->config_.capacity - t_->size_.load(std::memory_order_relaxed);
-          block = std::max<int64_t>(1, std::min<int64_t>(block, left / (4 * kRestoreLanes)));
-        }
-        t_->AllocateRows(block, &rows_);
-        next_ = 0;
-        if (rows_.empty()) {
-          return Status::ResourceExhausted(
-              "restore into table '" + t_->config_.name + "': the checkpoint has more rows "
-              "than the table's capacity of " + std::to_string(t_->Capacity()) + " rows");
-        }
-      }
-      const int64_t row = rows_[next_++];
-      const int dim = t_->config_.dim;
-      float* dst = t_->ValueOf(row);
-      std::memcpy(dst, value, dim * sizeof(float));
-      for (int s = 0; s < t_->num_slots_; ++s) {
-        if (keep_slots_ && slots != nullptr && slots[s] != nullptr) {
-          std::memcpy(t_->SlotOf(dst, s), slots[s], dim * sizeof(float));
-        } else {
-          std::fill_n(t_->SlotOf(dst, s), dim, t_->slot_initial_values_[s]);
-        }
-      }
-      RowMeta& meta = t_->MetaOf(row);
-      meta.key = key;
-      meta.last_seen = last_seen;
-      meta.count = count;
-      meta.slots_unset = 0;
-      __atomic_store_n(&meta.alive, 1, __ATOMIC_RELEASE);
-      shard.Insert(key, hash, IndexEntry(row, meta.generation));
-      t_->size_.fetch_add(1, std::memory_order_relaxed);
-      return Status::Ok();
-    }
-    Status AddPending(int64_t key, int64_t count, int64_t last_seen) override {
-      const uint64_t hash = HashIndex::Hash(key);
-      PendingShard& pending = t_->pending_[HashIndex::ShardOf(hash)];
-      if (count < 0 || pending.Find(key, hash) != nullptr ||
-          t_->index_.shard(HashIndex::ShardOf(hash)).Find(key, hash) >= 0) {
-        return Status::DataLoss("table '" + t_->config_.name + "': pending key " +
-                                std::to_string(key) + " is invalid or repeated in the checkpoint");
-      }
-      pending.Add(key, hash, last_seen)->count = count;
-      t_->pending_size_.fetch_add(1, std::memory_order_relaxed);
-      return Status::Ok();
-    }
-    void Prefetch(int64_t key) const override {
-      const uint64_t hash = HashIndex::Hash(key);
-      t_->index_.shard(HashIndex::ShardOf(hash)).Prefetch(hash);
-    }
-    void ReleaseUnused() {
-      for (int l = 0; l < kRestoreLanes; ++l) {
-        if (next_of_[l] < rows_of_[l].size()) {
-          t_->ReleaseRows(rows_of_[l].data() + next_of_[l], rows_of_[l].size() - next_of_[l]);
-        }
-        rows_of_[l].clear();
-        next_of_[l] = 0;
-      }
-    }
-
-   private:
-    EmbeddingTable* t_;
-    const bool keep_slots_;
-    // Rows taken from the allocator, per lane.
-    std::vector<int64_t> rows_of_[kRestoreLanes];
-    size_t next_of_[kRestoreLanes] = {};
-  };
-  Sink sink(this, keep_slots);
+  RowSink sink(this, keep_slots, /*upsert=*/false);
   Status status = feed(&sink);
   sink.ReleaseUnused();
   if (!status.ok()) {
     ClearLocked();
     return status;
   }
+  ResetChangesLocked();  // the table now equals the checkpoint
   if (note != nullptr) *note = what;
+  return Status::Ok();
+}
+
+Status EmbeddingTable::ApplyDelta(const CheckpointInfo& info, bool cleared,
+                                  const std::vector<int64_t>& removed,
+                                  const std::function<Status(RestoreSink*)>& feed) {
+  std::unique_lock<std::shared_mutex> structure(structure_mu_);
+  if (info.num_slots != num_slots_ || (info.num_slots > 0 && info.optimizer != slot_optimizer_)) {
+    return Status::FailedPrecondition(
+        "delta checkpoint for table '" + config_.name + "' has " +
+        std::to_string(info.num_slots) + " slots of optimizer '" + info.optimizer +
+        "' but the table has " + std::to_string(num_slots_) + " of '" + slot_optimizer_ +
+        "': apply deltas onto the full checkpoint they follow");
+  }
+  if (cleared) ClearLocked();
+  for (const int64_t key : removed) {
+    const uint64_t hash = HashIndex::Hash(key);
+    const int64_t entry = index_.shard(HashIndex::ShardOf(hash)).Erase(key, hash);
+    if (entry < 0) continue;
+    const int64_t row = RowOfEntry(entry);
+    KillRowLocked(MetaOf(row));
+    size_.fetch_sub(1, std::memory_order_relaxed);
+    std::lock_guard<std::mutex> lock(alloc_mu_);
+    free_rows_.push_back(row);
+  }
+  // The delta carries the whole pending set.
+  for (int s = 0; s < HashIndex::kNumShards; ++s) pending_[s].Clear();
+  pending_size_.store(0);
+  admitted_.store(info.admitted);
+  rejected_.store(info.rejected);
+  evicted_.store(info.evicted);
+  tick_.store(info.tick);
+  newest_clock_.store(info.has_clock ? info.newest_clock : kNoClock);
+  RowSink sink(this, /*keep_slots=*/true, /*upsert=*/true);
+  Status status = feed(&sink);
+  sink.ReleaseUnused();
+  if (!status.ok()) {
+    ClearLocked();
+    return status;
+  }
+  ResetChangesLocked();
   return Status::Ok();
 }
 
@@ -1105,6 +1186,7 @@ Status EmbeddingTable::UpdateRows(const int64_t* addresses, int64_t n, int64_t c
       float* value = ValueOf(row);
       for (int s = 0; s < num_slots; ++s) slots[s] = SlotOf(value, s);
       update(i, value, slots);
+      MarkChanged(row);
     }
   });
   return Status::Ok();

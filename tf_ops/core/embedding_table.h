@@ -70,6 +70,9 @@ struct TableConfig {
   int64_t eviction_threshold = -1;
   // Fixed-capacity tables: when full, evict the least recently seen rows instead of failing.
   bool evict_when_full = false;
+  // Remember which rows changed and which keys went since the last save, for incremental
+  // (delta) checkpoints.
+  bool track_changes = false;
 };
 
 // What a training lookup tells the table about its keys, for admission and eviction.
@@ -211,8 +214,13 @@ class EmbeddingTable {
     const CheckpointInfo& info() const { return info_; }
     // Calls fn for every row in row order; record holds the embedding followed by each slot
     // (dim floats each). Several threads may scan at once. An error stops the scan.
-    Status ForEachRow(const RowFn& fn) const;
+    // changed_only: only rows changed since the last save (tables with track_changes).
+    Status ForEachRow(const RowFn& fn, bool changed_only = false) const;
     Status ForEachPending(const PendingFn& fn) const;
+    // Keys removed (or evicted) since the last save, and whether the table was cleared or
+    // replaced since then (a delta must then start from an empty table).
+    const std::vector<int64_t>& removed_keys() const { return table_->removed_keys_; }
+    bool cleared() const { return table_->cleared_since_save_; }
 
    private:
     friend class EmbeddingTable;
@@ -220,8 +228,10 @@ class EmbeddingTable {
     CheckpointInfo info_;
     int64_t next_row_ = 0;
   };
-  // Runs fn(view) under the exclusive lock (batch operations wait until it returns).
-  Status Snapshot(const std::function<Status(const SnapshotView&)>& fn);
+  // Runs fn(view) under the exclusive lock (batch operations wait until it returns). With
+  // mark_saved, a successful fn also starts a new change set (track_changes tables).
+  Status Snapshot(const std::function<Status(const SnapshotView&)>& fn, bool mark_saved = false);
+  bool tracks_changes() const { return config_.track_changes; }
 
   // Receives the rows of a restore (see Restore). Rows are put in by kRestoreLanes lanes that
   // may run in parallel: lane l takes the keys whose index shard s has s % kRestoreLanes == l
@@ -248,6 +258,11 @@ class EmbeddingTable {
   // the table is left empty. *note (may be null) describes what happened to the slots.
   Status Restore(const CheckpointInfo& info, const std::function<Status(RestoreSink*)>& feed,
                  std::string* note);
+  // Applies a delta checkpoint on top of the table's contents (exclusive lock): clears the
+  // table first when `cleared`, removes `removed` keys, then feed(sink) upserts the changed
+  // rows and replaces the pending keys. The slots must be the table's.
+  Status ApplyDelta(const CheckpointInfo& info, bool cleared, const std::vector<int64_t>& removed,
+                    const std::function<Status(RestoreSink*)>& feed);
   // A notice from the last EnsureSlots (e.g. checkpoint slots of another optimizer that were
   // re-initialised), cleared by the call; empty when there is none.
   std::string TakeNotice();
@@ -303,6 +318,7 @@ class EmbeddingTable {
   };
   struct Chunk {
     char* rows = nullptr;  // rows_per_chunk() records of row_bytes_ bytes
+    std::unique_ptr<uint8_t[]> changed;  // per row, with track_changes: changed since the save
   };
   static constexpr int kPageBits = 12;  // chunks per directory page
   static constexpr int64_t kPageSize = int64_t{1} << kPageBits;
@@ -447,6 +463,15 @@ class EmbeddingTable {
   bool slots_from_checkpoint_ = false;
   std::mutex notice_mu_;
   std::string notice_;
+  // Changes since the last save (track_changes): keys removed, and whether the table was
+  // cleared or replaced. Guarded by alloc_mu_ (or structure_mu_ held exclusively).
+  std::vector<int64_t> removed_keys_;
+  bool cleared_since_save_ = false;
+  class RowSink;  // the RestoreSink of Restore and ApplyDelta
+  void ResetChangesLocked();
+  void MarkChanged(int64_t row) {
+    if (config_.track_changes) ChunkOf(row)->changed[OffsetOf(row)] = 1;
+  }
   std::string slot_optimizer_;
   float slot_initial_values_[kMaxSlots] = {0, 0, 0, 0};
 };

@@ -47,6 +47,7 @@ class EmbeddingTableOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("access_threshold", &config_.access_threshold));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("eviction_threshold", &config_.eviction_threshold));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("evict_when_full", &config_.evict_when_full));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("track_changes", &config_.track_changes));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("container", &container_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("shared_name", &shared_name_));
     OP_REQUIRES(ctx, dim <= EmbeddingTable::kMaxDim,
@@ -326,10 +327,34 @@ class TableSaveOp : public OpKernel {
     const Tensor& dir = ctx->input(1);
     OP_REQUIRES(ctx, dir.NumElements() == 1,
                 errors::InvalidArgument("directory must be a scalar string"));
+    const Tensor& delta = ctx->input(2);
+    OP_REQUIRES(ctx, delta.NumElements() == 1,
+                errors::InvalidArgument("delta must be a scalar bool"));
     int64_t rows = 0;
     OP_REQUIRES_OK(ctx, ToTfStatus(SaveTableFiles(table->table(),
                                                   std::string(dir.flat<tensorflow::tstring>()(0)),
-                                                  &rows)));
+                                                  &rows, delta.flat<bool>()(0))));
+    Tensor* out;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &out));
+    out->scalar<int64_t>()() = rows;
+  }
+};
+
+class TableApplyDeltaOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+
+  void Compute(OpKernelContext* ctx) override {
+    TableResource* table;
+    OP_REQUIRES_OK(ctx, GetTable(ctx, &table));
+    ScopedUnref unref(table);
+    const Tensor& dir = ctx->input(1);
+    OP_REQUIRES(ctx, dir.NumElements() == 1,
+                errors::InvalidArgument("directory must be a scalar string"));
+    int64_t rows = 0;
+    OP_REQUIRES_OK(ctx, ToTfStatus(ApplyDeltaFiles(
+                            table->table(), std::string(dir.flat<tensorflow::tstring>()(0)),
+                            &rows)));
     Tensor* out;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &out));
     out->scalar<int64_t>()() = rows;
@@ -658,6 +683,8 @@ REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableEvict)).Device(DEVICE_CPU), Ta
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableStats)).Device(DEVICE_CPU), TableStatsOp);
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableSave)).Device(DEVICE_CPU), TableSaveOp);
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableRestore)).Device(DEVICE_CPU), TableRestoreOp);
+REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableApplyDelta)).Device(DEVICE_CPU),
+                        TableApplyDeltaOp);
 REC_SDK_REGISTER_KEYED(TableExport, TableExportOp);
 REC_SDK_REGISTER_KEYED(TableImport, TableImportOp);
 

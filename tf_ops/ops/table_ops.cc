@@ -48,6 +48,7 @@ REGISTER_OP(REC_SDK_OP_NAME(EmbeddingTable))
     .Attr("access_threshold: int = -1")
     .Attr("eviction_threshold: int = -1")
     .Attr("evict_when_full: bool = false")
+    .Attr("track_changes: bool = false")
     .Attr("container: string = ''")
     .Attr("shared_name: string = ''")
     .SetIsStateful()
@@ -180,12 +181,25 @@ eviction threshold older than the newest clock it has seen.
 REGISTER_OP(REC_SDK_OP_NAME(TableSave))
     .Input("table: resource")
     .Input("directory: string")
+    .Input("delta: bool")
     .Output("rows: int64")
     .SetIsStateful()
     .SetShapeFn(ScalarOutput)
     .Doc(R"doc(
 Streams the table (rows, slots, admission counts, clocks, pending keys) into `directory`, which
 must not exist, with a checksummed meta.txt written last (see tf_ops/core/checkpoint.h).
+With delta (tables created with track_changes), only what changed since the last save.
+)doc");
+
+REGISTER_OP(REC_SDK_OP_NAME(TableApplyDelta))
+    .Input("table: resource")
+    .Input("directory: string")
+    .Output("rows: int64")
+    .SetIsStateful()
+    .SetShapeFn(ScalarOutput)
+    .Doc(R"doc(
+Applies a delta checkpoint directory onto the table, which must hold the checkpoint the delta
+follows.
 )doc");
 
 REGISTER_OP(REC_SDK_OP_NAME(TableRestore))

@@ -59,7 +59,7 @@ class SparseEmbedding:
     def __init__(self, table_name, key_dtype, dim, initializer_spec, dynamic_expansion,
                  capacity_rows, device_vocabulary_size, host_vocabulary_size,
                  ssd_vocabulary_size, ssd_data_path, is_save, init_param, steps_to_live=None,
-                 evict_when_full=False):
+                 evict_when_full=False, track_changes=False):
         self.table_name = table_name
         self.key_dtype = key_dtype
         self.dim = dim
@@ -90,7 +90,8 @@ class SparseEmbedding:
             table_name, key_dtype, dim, dynamic_expansion,
             capacity=0 if dynamic_expansion else capacity_rows, initializer=initializer_spec,
             initial_capacity=device_vocabulary_size if dynamic_expansion else 0,
-            evict_when_full=evict_when_full)
+            evict_when_full=evict_when_full, track_changes=track_changes)
+        self.track_changes = track_changes
         if steps_to_live is not None:
             table_ops.set_admission_attrs(self.handle, -1, steps_to_live)
         self.checkpoint_ops = self._checkpoint_ops()
@@ -100,6 +101,7 @@ class SparseEmbedding:
         is finalized (MonitoredTrainingSession, tf.estimator); fed by rec_sdk.saver."""
         with tf.name_scope(table_ops.op_scope_name(self.table_name + "_checkpoint")):
             save_dir = tf.compat.v1.placeholder(tf.string, [], name="save_dir")
+            delta = tf.compat.v1.placeholder_with_default(False, [], name="delta")
             restore_dirs = tf.compat.v1.placeholder(tf.string, [None], name="restore_dirs")
             rank_id = tf.compat.v1.placeholder_with_default(
                 tf.constant(0, tf.int64), [], name="rank_id")
@@ -107,8 +109,10 @@ class SparseEmbedding:
                 tf.constant(1, tf.int64), [], name="rank_size")
             rows, note = table_ops.restore(self.handle, restore_dirs, rank_id, rank_size,
                                            name="restore")
-            return {"save_dir": save_dir,
-                    "save": table_ops.save(self.handle, save_dir, name="save"),
+            return {"save_dir": save_dir, "delta": delta,
+                    "save": table_ops.save(self.handle, save_dir, delta, name="save"),
+                    "apply_delta": table_ops.apply_delta(self.handle, save_dir,
+                                                         name="apply_delta"),
                     "restore_dirs": restore_dirs, "rank_id": rank_id, "rank_size": rank_size,
                     "restore": rows, "restore_note": note}
 
@@ -352,7 +356,9 @@ def create_table(key_dtype, dim, name, emb_initializer, device_vocabulary_size=1
     table = SparseEmbedding(name, key_dtype, dim, spec, dynamic_expansion, capacity_rows,
                             device_rows, host_vocabulary_size, ssd_vocabulary_size,
                             tuple(ssd_data_path), is_save, init_param,
-                            steps_to_live=steps_to_live, evict_when_full=evict_when_full)
+                            steps_to_live=steps_to_live, evict_when_full=evict_when_full,
+                            track_changes=bool(config.extra.get("enable_incremental_checkpoint",
+                                                                False)))
     tf.compat.v1.add_to_collection(rec_sdk.TABLE_COLLECTION, table)
     saver.install()
     return table

@@ -14,7 +14,7 @@ UNIQUE_OP = "RecSdk>UniqueKeys"
 
 
 def create_table(table_name, key_dtype, dim, dynamic_expansion, capacity, initializer,
-                 initial_capacity=0, evict_when_full=False):
+                 initial_capacity=0, evict_when_full=False, track_changes=False):
     """Builds the op that creates (on first run) the table and returns its resource handle.
 
     `initializer` is a dict from rec_sdk.core.initializer_spec.describe_initializer. Admission
@@ -36,6 +36,7 @@ def create_table(table_name, key_dtype, dim, dynamic_expansion, capacity, initia
         init_seed=initializer["seed"],
         init_scale=initializer["scale"],
         evict_when_full=evict_when_full,
+        track_changes=track_changes,
         shared_name=table_name,
         name=op_scope_name(table_name + "_handle"))
 
@@ -81,9 +82,15 @@ def evict(table, name=None):
     return load_ops().rec_sdk_table_evict(table, name=name)
 
 
-def save(table, directory, name=None):
-    """Streams the table into `directory` (must not exist); -> rows written."""
-    return load_ops().rec_sdk_table_save(table, directory, name=name)
+def save(table, directory, delta=False, name=None):
+    """Streams the table (or with delta, its changes since the last save) into `directory`
+    (must not exist); -> rows written."""
+    return load_ops().rec_sdk_table_save(table, directory, delta, name=name)
+
+
+def apply_delta(table, directory, name=None):
+    """Applies a delta checkpoint directory onto the table; -> rows written."""
+    return load_ops().rec_sdk_table_apply_delta(table, directory, name=name)
 
 
 def restore(table, directories, rank_id, rank_size, name=None):
@@ -234,6 +241,7 @@ def _gather_rows_grad(op, grad):
 tf.no_gradient(FIND_OR_INSERT_OP)
 tf.no_gradient(UNIQUE_OP)
 for _op in ("RecSdk>TableSetAccessThreshold", "RecSdk>TableEvict", "RecSdk>TableStats",
-            "RecSdk>KeyAccessStats", "RecSdk>TableSave", "RecSdk>TableRestore"):
+            "RecSdk>KeyAccessStats", "RecSdk>TableSave", "RecSdk>TableRestore",
+            "RecSdk>TableApplyDelta"):
     tf.no_gradient(_op)
 tf.no_gradient("RecSdk>SumRowsByIndex")

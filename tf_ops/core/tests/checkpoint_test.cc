@@ -270,3 +270,90 @@ TEST(CheckpointTest, SaveRefusesAnExistingDirectory) {
 
 }  // namespace
 }  // namespace rec_sdk
+
+namespace rec_sdk {
+namespace {
+
+// Keys with rows -> (value, slot0, slot1), pending count, for comparing tables.
+struct State {
+  std::map<int64_t, Row> rows;
+  int64_t pending;
+  bool operator==(const State& o) const { return rows == o.rows && pending == o.pending; }
+};
+
+State StateOf(EmbeddingTable* t) { return {Read(t, -10, 2000), t->Stats().pending}; }
+
+void Touch(EmbeddingTable* t, const std::vector<int64_t>& keys, float add, int64_t clock) {
+  std::vector<int64_t> counts(keys.size(), 3), addresses(keys.size());
+  KeyAccess access;
+  access.counts = counts.data();
+  access.times = &clock;
+  ASSERT_TRUE(t->FindOrInsert(keys.data(), keys.size(), true, addresses.data(), SerialRunner,
+                              access).ok());
+  std::vector<int64_t> live;
+  for (int64_t a : addresses) if (a >= 0) live.push_back(a);
+  ASSERT_TRUE(t->UpdateRows(live.data(), live.size(), 1,
+                            [add](int64_t, float* v, float* const* slots) {
+                              for (int d = 0; d < 3; ++d) {
+                                v[d] += add;
+                                slots[0][d] += 2 * add;
+                                slots[1][d] -= add;
+                              }
+                            },
+                            SerialRunner).ok());
+}
+
+TEST(DeltaCheckpointTest, FullPlusDeltasEqualsAFullSave) {
+  TableConfig c = Config();
+  c.track_changes = true;
+  auto t = Make(c);
+  ASSERT_TRUE(t->EnsureSlots("LazyAdam", {0.0f, 0.0f}).ok());
+  std::vector<int64_t> first(300);
+  for (int64_t i = 0; i < 300; ++i) first[i] = i;
+  Touch(t.get(), first, 1.0f, 100);
+  const std::string root = TempDir();
+  ASSERT_TRUE(SaveTableFiles(t.get(), root + "/full", nullptr).ok());
+
+  // Delta 1: some rows change, some keys go (remove and eviction), new keys come.
+  Touch(t.get(), {5, 6, 7, 400, 401}, 0.5f, 150);
+  const std::vector<int64_t> gone = {10, 11, 400};
+  ASSERT_TRUE(t->Remove(gone.data(), gone.size(), nullptr, SerialRunner).ok());
+  Touch(t.get(), {10, 500}, 0.25f, 250);  // 10 comes back fresh; eviction threshold is 100
+  int64_t evicted = 0;
+  ASSERT_TRUE(t->Evict(&evicted, nullptr, SerialRunner).ok());  // drops rows seen at <= 150
+  EXPECT_GT(evicted, 0);
+  int64_t rows = -1;
+  ASSERT_TRUE(SaveTableFiles(t.get(), root + "/delta1", &rows, /*delta=*/true).ok());
+  EXPECT_LT(rows, 10);  // only the changed rows
+
+  // Delta 2: the table is cleared and refilled.
+  t->Clear();
+  Touch(t.get(), {1, 2, 3}, 2.0f, 300);
+  ASSERT_TRUE(SaveTableFiles(t.get(), root + "/delta2", nullptr, true).ok());
+  Touch(t.get(), {2, 900}, 1.0f, 301);
+  ASSERT_TRUE(SaveTableFiles(t.get(), root + "/delta3", nullptr, true).ok());
+  ASSERT_TRUE(SaveTableFiles(t.get(), root + "/full_now", nullptr).ok());
+
+  auto a = Make(Config());
+  ASSERT_TRUE(RestoreTableFiles(a.get(), {root + "/full"}, RestoreOptions(), nullptr, nullptr).ok());
+  for (const char* d : {"/delta1", "/delta2", "/delta3"}) {
+    ASSERT_TRUE(ApplyDeltaFiles(a.get(), root + d, nullptr).ok()) << d;
+  }
+  auto b = Make(Config());
+  ASSERT_TRUE(
+      RestoreTableFiles(b.get(), {root + "/full_now"}, RestoreOptions(), nullptr, nullptr).ok());
+  EXPECT_EQ(StateOf(a.get()), StateOf(t.get()));
+  EXPECT_EQ(StateOf(b.get()), StateOf(t.get()));
+  EXPECT_EQ(a->Stats().newest_clock, t->Stats().newest_clock);
+  EXPECT_EQ(a->Stats().evicted, t->Stats().evicted);
+
+  // Deltas are not full checkpoints, and need change tracking to be written.
+  Status s = RestoreTableFiles(b.get(), {root + "/delta1"}, RestoreOptions(), nullptr, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  auto untracked = Make(Config());
+  s = SaveTableFiles(untracked.get(), root + "/x", nullptr, true);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace rec_sdk
