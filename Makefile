@@ -67,6 +67,7 @@ bench: build
 	-$(PY) -m pip install -q --disable-pip-version-check --no-deps tensorflow-recommenders-addons==0.7.2
 	$(PY) benchmarks/bench_table.py
 	$(PY) benchmarks/bench_pipeline.py
+	$(PY) benchmarks/bench_checkpoint.py
 
 # The core's googletest suite under AddressSanitizer and UndefinedBehaviorSanitizer, built
 # with g++ directly (the core has no TensorFlow dependency). Not part of `make test`.
