@@ -425,3 +425,32 @@ def test_delta_needs_incremental_checkpoints(tmp_path):
         sess.run(table.size())
         with pytest.raises(tf.errors.FailedPreconditionError, match="does not track changes"):
             rec_saver.save_tables(sess, str(tmp_path / "d"), delta=True)
+
+
+def test_warm_start_saver_and_meta_graph_and_delta_rank_errors(tmp_path):
+    init()
+    w = tf.compat.v1.get_variable("w", [2], initializer=tf.compat.v1.ones_initializer())
+    dense_saver = tf.compat.v1.train.Saver([w])
+    with new_session() as sess:
+        sess.run(tf.compat.v1.global_variables_initializer())
+        path = dense_saver.save(sess, str(tmp_path / "dense"))
+    tf.compat.v1.reset_default_graph()
+    w = tf.compat.v1.get_variable("w", [2], initializer=tf.compat.v1.zeros_initializer())
+    table = create_table(tf.int64, DIM, "t", tf.compat.v1.constant_initializer(0.0),
+                         device_vocabulary_size=10)
+    insert = table.upsert(tf.constant([3], tf.int64), tf.ones([1, DIM]))
+    with new_session() as sess:
+        sess.run(tf.compat.v1.global_variables_initializer())
+        sess.run(insert)
+        # Warm-starting chosen variables from a checkpoint without tables keeps the tables.
+        tf.compat.v1.train.Saver([w]).restore(sess, path)
+        assert sess.run(table.size()) == 1
+        np.testing.assert_array_equal(sess.run(w), [1.0, 1.0])
+        with pytest.raises(ValueError, match="deltas apply to one full checkpoint"):
+            rec_saver.restore_tables(sess, str(tmp_path / "x"), rank_size=2, deltas=["d"])
+        full = tf.compat.v1.train.Saver().save(sess, str(tmp_path / "full"))
+    tf.compat.v1.reset_default_graph()
+    tf.compat.v1.train.import_meta_graph(full + ".meta")
+    with new_session() as sess:
+        with pytest.raises(ValueError, match="import_meta_graph"):
+            tf.compat.v1.train.Saver().restore(sess, full)

@@ -108,3 +108,27 @@ def test_export_rejects_feature_spec_style_graphs(tmp_path):
     with new_session() as sess:
         with pytest.raises(ValueError, match="depend on rec_sdk ops"):
             export_saved_model(sess, str(tmp_path / "s"), {"ids": ids}, {"out": out})
+
+
+def test_export_serves_embeddings_and_survives_name_clashes(tmp_path):
+    init()
+    table = create_table(tf.int64, 3, "t", tf.compat.v1.random_uniform_initializer(0.5, 1.0, seed=1),
+                         device_vocabulary_size=10)
+    # Inputs named like the export's own scopes, int32 ids cast before the lookup.
+    ids = tf.compat.v1.placeholder(tf.int32, [None], name="ids")
+    model = tf.compat.v1.placeholder(tf.float32, [None], name="model")
+    emb = sparse_lookup(table, tf.cast(ids, tf.int64), is_train=False)
+    score = tf.reduce_sum(emb, 1) * model
+    with new_session() as sess:
+        sess.run(table.upsert(tf.constant([1, 2], tf.int64), tf.ones([2, 3])))
+        feed = {ids: np.array([1, 2, 7], np.int32), model: np.array([1.0, 2.0, 3.0], np.float32)}
+        expected_emb, expected_score = sess.run([emb, score], feed)
+        export_saved_model(sess, str(tmp_path / "s"), {"ids": ids, "model": model},
+                           {"embedding": emb, "score": score})
+    with tf.compat.v1.Session(graph=tf.Graph()) as sess:
+        meta = tf.compat.v1.saved_model.loader.load(sess, ["serve"], str(tmp_path / "s"))
+        sig = meta.signature_def["serving_default"]
+        out = sess.run({k: v.name for k, v in sig.outputs.items()},
+                       {sig.inputs["ids"].name: [1, 2, 7], sig.inputs["model"].name: [1.0, 2.0, 3.0]})
+    np.testing.assert_array_equal(out["embedding"], expected_emb)
+    np.testing.assert_array_equal(out["score"], expected_score)

@@ -53,24 +53,28 @@ def _fsync_dir(path):
 def save_tables(sess, directory, tables=None, delta=False):
     """Writes `tables` (default: every table of sess.graph with is_save=True) into
     `directory` atomically: a temporary directory, renamed into place once complete.
-    With delta=True only what changed since the table's last save (full or delta) is written
-    (tables of a process initialised with init(enable_incremental_checkpoint=True)); restore
-    with restore_tables(full_directory, deltas=[...]). Every save, full or delta, starts a new
-    change set. Returns {table_name: rows written}."""
+    With delta=True only what changed since the table's last committed save (full or delta)
+    is written (tables of a process initialised with init(enable_incremental_checkpoint=True));
+    restore with restore_tables(full_directory, deltas=[...]), in order. A save is committed
+    (starts the next change set) only once it is durable, so a failed save loses no change.
+    Returns {table_name: rows written}."""
     tables = _tables(sess, tables)
     directory = os.path.abspath(directory)
     parent = os.path.dirname(directory)
     if not os.path.isdir(parent):
         raise ValueError("cannot save rec_sdk tables: directory %r does not exist" % parent)
+    _remove_leftovers(directory)
     nonce = "%d-%s" % (os.getpid(), uuid.uuid4().hex[:8])
     tmp = directory + _TMP_MARK + nonce
     os.mkdir(tmp)
     try:
-        rows = {}
+        rows, save_ids = {}, {}
         for table in tables:
             ops = table.checkpoint_ops
-            rows[table.table_name] = int(sess.run(ops["save"], {
-                ops["save_dir"]: os.path.join(tmp, table.table_name), ops["delta"]: delta}))
+            count, save_id = sess.run([ops["save"], ops["save_id"]], {
+                ops["save_dir"]: os.path.join(tmp, table.table_name), ops["delta"]: delta})
+            rows[table.table_name] = int(count)
+            save_ids[table.table_name] = int(save_id)
         _fsync_dir(tmp)
         old = None
         if os.path.exists(directory):
@@ -83,7 +87,37 @@ def save_tables(sess, directory, tables=None, delta=False):
         raise
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+    for table in tables:
+        ops = table.checkpoint_ops
+        sess.run(ops["commit"], {ops["commit_id"]: save_ids[table.table_name]})
     return rows
+
+
+def _pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _remove_leftovers(directory):
+    """Deletes what killed saves of `directory` left: temporary directories of dead
+    processes, and moved-aside copies once the directory itself exists."""
+    parent, name = os.path.split(directory)
+    for entry in os.listdir(parent):
+        if not entry.startswith(name + "."):
+            continue
+        rest = entry[len(name):]
+        path = os.path.join(parent, entry)
+        if rest.startswith(_TMP_MARK):
+            pid = rest[len(_TMP_MARK):].split("-")[0]
+            if pid.isdigit() and not _pid_alive(int(pid)):
+                shutil.rmtree(path, ignore_errors=True)
+        elif rest.startswith(_OLD_MARK) and os.path.isdir(directory):
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def _existing(directory):
@@ -92,9 +126,10 @@ def _existing(directory):
         return directory
     parent, name = os.path.split(directory)
     if os.path.isdir(parent):
-        for entry in sorted(os.listdir(parent)):
-            if entry.startswith(name + _OLD_MARK):
-                return os.path.join(parent, entry)
+        aside = [os.path.join(parent, e) for e in os.listdir(parent)
+                 if e.startswith(name + _OLD_MARK)]
+        if aside:
+            return max(aside, key=os.path.getmtime)  # the newest copy moved aside
     return None
 
 
@@ -108,6 +143,10 @@ def restore_tables(sess, directories, tables=None, rank_id=0, rank_size=1, delta
     corrupted file (the table is then left empty)."""
     if isinstance(directories, (str, bytes, os.PathLike)):
         directories = [directories]
+    if deltas and (rank_size != 1 or len(directories) != 1):
+        raise ValueError("restore_tables: deltas apply to one full checkpoint restored whole "
+                         "(rank_size=1, one directory), got rank_size=%d and %d directories"
+                         % (rank_size, len(directories)))
     found = []
     for directory in directories:
         existing = _existing(os.path.abspath(directory))
@@ -210,6 +249,9 @@ def install():
     def save(self, sess, save_path, global_step=None, *args, **kwargs):
         tables = _tables(sess, None)
         if tables:
+            if global_step is not None and not isinstance(global_step, numbers.Integral):
+                # Read the step once, so that the tables and the TF checkpoint agree on it.
+                global_step = tf.compat.v1.train.global_step(sess, global_step)
             save_tables(sess, sparse_dir(_checkpoint_path(sess, save_path, global_step)), tables)
         before = [p for p, _ in getattr(self, "_last_checkpoints", [])]
         result = original_save(self, sess, save_path, global_step, *args, **kwargs)
@@ -222,11 +264,35 @@ def install():
 
     def restore(self, sess, save_path):
         result = original_restore(self, sess, save_path)
+        if save_path is None:
+            return result
         tables = _tables(sess, None)
-        if tables and save_path is not None:
-            restore_tables(sess, sparse_dir(save_path), tables)
+        if not tables:
+            if any(op.type == "RecSdk>EmbeddingTable" for op in sess.graph.get_operations()):
+                raise ValueError(
+                    "the graph has rec_sdk tables but no table objects (was it loaded with "
+                    "import_meta_graph?): rebuild the model with create_table so that "
+                    "Saver.restore can restore its tables")
+            return result
+        if getattr(self, "_rec_sdk_chosen_vars", False) and \
+                _existing(os.path.abspath(sparse_dir(save_path))) is None:
+            # A Saver of chosen variables (e.g. warm-starting dense layers) restoring a
+            # checkpoint without tables: the tables keep their contents.
+            logging.warning("rec_sdk: checkpoint %r has no tables (%s); tables not restored",
+                            save_path, sparse_dir(save_path))
+            return result
+        restore_tables(sess, sparse_dir(save_path), tables)
         return result
 
+    original_init = saver_class.__init__
+
+    def init(self, var_list=None, *args, **kwargs):
+        # A Saver of chosen variables may restore checkpoints written without tables.
+        self._rec_sdk_chosen_vars = var_list is not None
+        original_init(self, var_list, *args, **kwargs)
+
+    init.__doc__ = original_init.__doc__
+    saver_class.__init__ = init
     save.__doc__ = original_save.__doc__
     restore.__doc__ = original_restore.__doc__
     saver_class.save = save

@@ -101,14 +101,17 @@ def export_saved_model(sess, export_dir, inputs, outputs, tables=None):
         # The ids of each lookup, computed from the inputs by the frozen graph.
         id_names = sorted({_op_name(l["ids"]) for _, l in lookups} - input_names)
         id_nodes = _reachable(frozen, id_names, input_names)
+        computed_ids = {}
         if id_nodes:
             ids_graph = _subgraph(frozen, id_nodes)
-            tf.compat.v1.import_graph_def(ids_graph, input_map=_used_inputs(ids_graph, feed_map),
-                                          name="ids")
+            wanted = sorted({l["ids"].name for _, l in lookups} - set(placeholders))
+            returned = tf.compat.v1.import_graph_def(
+                ids_graph, input_map=_used_inputs(ids_graph, feed_map), return_elements=wanted,
+                name="rec_sdk_ids")
+            computed_ids = dict(zip(wanted, returned))
+
         def ids_tensor(t):
-            if t.name in placeholders:
-                return placeholders[t.name]
-            return export_graph.get_tensor_by_name("ids/" + t.name)
+            return placeholders[t.name] if t.name in placeholders else computed_ids[t.name]
 
         # One stock lookup per table: key -> row number, rows in a variable.
         loaded = {}
@@ -152,12 +155,16 @@ def export_saved_model(sess, export_dir, inputs, outputs, tables=None):
         feed_map.update(replacements)
         feed_map.update({l["ids"].name: ids_tensor(l["ids"]) for _, l in lookups
                          if l["ids"].name not in placeholders})
-        model_graph = _subgraph(frozen, graph_nodes - input_names)
-        tf.compat.v1.import_graph_def(model_graph,
-                                      input_map=_used_inputs(model_graph, feed_map),
-                                      name="model")
-        served = {name: export_graph.get_tensor_by_name("model/" + t.name)
-                  for name, t in outputs.items()}
+        # Outputs that are lookups' embeddings (e.g. a tower's output) are served directly.
+        served = {name: replacements[t.name] for name, t in outputs.items()
+                  if t.name in replacements}
+        rest = [(name, t) for name, t in outputs.items() if t.name not in replacements]
+        if rest:
+            model_graph = _subgraph(frozen, graph_nodes - input_names)
+            returned = tf.compat.v1.import_graph_def(
+                model_graph, input_map=_used_inputs(model_graph, feed_map),
+                return_elements=[t.name for _, t in rest], name="rec_sdk_model")
+            served.update({name: tensor for (name, _), tensor in zip(rest, returned)})
         with tf.compat.v1.Session(graph=export_graph) as export_sess:
             for name, (_, values_var, keys_var) in loaded.items():
                 export_sess.run([keys_var.initializer, values_var.initializer],

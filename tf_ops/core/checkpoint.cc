@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -255,6 +256,13 @@ Status ReadMeta(const std::string& dir, Meta* meta) {
   while ((r = ::read(fd, buf, sizeof(buf))) > 0) text.append(buf, static_cast<size_t>(r));
   ::close(fd);
   if (r < 0) return Status::Internal(Errno("cannot read", meta->path));
+  const size_t crc_at = text.rfind("meta_crc32c ");
+  if (crc_at == std::string::npos ||
+      std::to_string(Crc32c(0, text.data(), crc_at)) + "\n" != text.substr(crc_at + 12)) {
+    return Status::DataLoss("checkpoint metadata '" + meta->path +
+                            "' is corrupted or truncated (its checksum does not match)");
+  }
+  text.resize(crc_at);
   std::istringstream lines(text);
   std::string line;
   while (std::getline(lines, line)) {
@@ -343,6 +351,8 @@ Status OpenSource(const std::string& dir, int dim, Source* src) {
   REC_SDK_RETURN_IF_ERROR(m.GetInt("admitted", &info.admitted));
   REC_SDK_RETURN_IF_ERROR(m.GetInt("rejected", &info.rejected));
   REC_SDK_RETURN_IF_ERROR(m.GetInt("evicted", &info.evicted));
+  REC_SDK_RETURN_IF_ERROR(m.GetInt("save_id", &info.save_id));
+  REC_SDK_RETURN_IF_ERROR(m.GetInt("parent_id", &info.parent_id));
   std::string optimizer;
   auto it = m.values.find("optimizer");
   info.optimizer = it == m.values.end() ? "" : it->second;
@@ -396,8 +406,13 @@ struct Batch {
 
 class BatchQueue {
  public:
-  static constexpr int64_t kRows = 32768;
-  BatchQueue(int dim, int num_slots) {
+  // Rows per batch: up to 32,768, and about 16 MB of row data at most.
+  static int64_t RowsFor(int dim, int num_slots, int64_t rows) {
+    const int64_t row_bytes = int64_t{dim} * (1 + num_slots) * 4 + 20;
+    return std::max<int64_t>(1, std::min<int64_t>({32768, (int64_t{16} << 20) / row_bytes,
+                                                   std::max<int64_t>(1, rows)}));
+  }
+  BatchQueue(int dim, int num_slots, int64_t rows) : kRows(RowsFor(dim, num_slots, rows)) {
     for (Batch& b : batches_) {
       b.keys.resize(kRows);
       b.last_seen.resize(kRows);
@@ -442,6 +457,7 @@ class BatchQueue {
     cv_.notify_all();
   }
   std::vector<std::array<int64_t, 3>>& pending() { return pending_; }
+  const int64_t kRows;
 
  private:
   std::mutex mu_;
@@ -467,7 +483,7 @@ Status ReadSource(const Source& src, int64_t dim, int num_slots, BatchQueue* que
   for (int64_t done = 0; done < src.info.rows;) {
     Batch* b = queue->Free();
     if (b == nullptr) return Status::Ok();  // the inserter failed; it reports why
-    b->size = std::min(BatchQueue::kRows, src.info.rows - done);
+    b->size = std::min(queue->kRows, src.info.rows - done);
     const int64_t n = b->size;
     REC_SDK_RETURN_IF_ERROR(readers[0]->Read(b->keys.data(), n * 8));
     REC_SDK_RETURN_IF_ERROR(readers[1]->Read(b->values.data(), n * dim * sizeof(float)));
@@ -505,7 +521,7 @@ uint32_t Crc32c(uint32_t crc, const void* data, size_t n) {
 }
 
 Status SaveTableFiles(EmbeddingTable* table, const std::string& dir, int64_t* rows_out,
-                      bool delta) {
+                      bool delta, int64_t* save_id) {
   if (delta && !table->tracks_changes()) {
     return Status::FailedPrecondition("table '" + table->name() + "' does not track changes: "
                                       "create it with incremental checkpoints enabled "
@@ -586,7 +602,7 @@ Status SaveTableFiles(EmbeddingTable* table, const std::string& dir, int64_t* ro
     slot_thread.join();
     REC_SDK_RETURN_IF_ERROR(main_status);
     return slot_status;
-  }, /*mark_saved=*/true));
+  }));
 
   const int num_slots = info.num_slots;
   std::ostringstream meta;
@@ -607,7 +623,9 @@ Status SaveTableFiles(EmbeddingTable* table, const std::string& dir, int64_t* ro
        << "tick " << info.tick << "\n"
        << "admitted " << info.admitted << "\n"
        << "rejected " << info.rejected << "\n"
-       << "evicted " << info.evicted << "\n";
+       << "evicted " << info.evicted << "\n"
+       << "save_id " << info.save_id << "\n"
+       << "parent_id " << info.parent_id << "\n";
   for (const auto& w : writers) {
     const std::string name = w->path().substr(dir.size() + 1);
     meta << "bytes." << name << " " << w->bytes() << "\n"
@@ -619,13 +637,16 @@ Status SaveTableFiles(EmbeddingTable* table, const std::string& dir, int64_t* ro
          << "bytes.removed.bin " << removed_bytes << "\n"
          << "crc32c.removed.bin " << removed_crc << "\n";
   }
+  std::string text = meta.str();
+  // The metadata checks itself too.
+  text += "meta_crc32c " + std::to_string(Crc32c(0, text.data(), text.size())) + "\n";
   Writer meta_writer;
   REC_SDK_RETURN_IF_ERROR(meta_writer.Open(Join(dir, "meta.txt")));
-  const std::string text = meta.str();
   REC_SDK_RETURN_IF_ERROR(meta_writer.Write(text.data(), text.size()));
   REC_SDK_RETURN_IF_ERROR(meta_writer.Close());
   REC_SDK_RETURN_IF_ERROR(FsyncDir(dir));
   if (rows_out != nullptr) *rows_out = rows;
+  if (save_id != nullptr) *save_id = info.save_id;
   return Status::Ok();
 }
 
@@ -685,7 +706,7 @@ Status RestoreTableFiles(EmbeddingTable* table, const std::vector<std::string>& 
     for (const auto& src : sources) {
       // A reader thread fills batches (file reads and checksums) while this thread puts the
       // previous batch into the table.
-      BatchQueue queue(dim, num_slots);
+      BatchQueue queue(dim, num_slots, src.info.rows);
       Status read_status;
       std::thread reader([&] { read_status = ReadSource(src, dim, num_slots, &queue); });
       // Each batch is inserted by two lanes in parallel (disjoint index shards).
@@ -704,11 +725,18 @@ Status RestoreTableFiles(EmbeddingTable* table, const std::vector<std::string>& 
             mine_rows.push_back(static_cast<int32_t>(i));
           }
         }
+        sink->ExpectRows(lane, static_cast<int64_t>(mine_rows.size()));
         constexpr size_t kAhead = 16;
         for (size_t j = 0; j < mine_rows.size() && lane_status[lane].ok(); ++j) {
           if (j + kAhead < mine_rows.size()) sink->Prefetch(batch->keys[mine_rows[j + kAhead]]);
           const int64_t i = mine_rows[j];
           const int64_t key = batch->keys[i];
+          if (options.int32_keys && (key < INT32_MIN || key > INT32_MAX)) {
+            lane_status[lane] = Status::InvalidArgument(
+                "checkpoint key " + std::to_string(key) + " does not fit the int32 keys of "
+                "table '" + table->name() + "'");
+            break;
+          }
           for (int s = 0; s < num_slots; ++s) slot_ptrs[s] = batch->slots[s].data() + i * dim;
           lane_status[lane] = sink->AddRow(lane, key, batch->values.data() + i * dim, slot_ptrs,
                                            batch->counts[i], batch->last_seen[i]);
@@ -763,7 +791,7 @@ Status ApplyDeltaFiles(EmbeddingTable* table, const std::string& dir, int64_t* r
   const int num_slots = src.info.num_slots;
   int64_t restored = 0;
   auto feed = [&](EmbeddingTable::RestoreSink* sink) -> Status {
-    BatchQueue queue(dim, num_slots);
+    BatchQueue queue(dim, num_slots, src.info.rows);
     Status read_status;
     std::thread reader([&] { read_status = ReadSource(src, dim, num_slots, &queue); });
     Status insert_status;

@@ -9,8 +9,10 @@
 //   pending.bin    (int64 key, int64 count, int64 last_seen) per key counting towards admission
 //   removed.bin    int64 per key removed since the previous save (delta checkpoints only)
 //   meta.txt       "name value" lines: format version, table, dim, rows, pending, optimizer,
-//                  slot initial values, clocks, counters, and for every file its size in bytes
-//                  and CRC-32C. Written last: a directory without it is an incomplete save.
+//                  slot initial values, clocks, counters, save id and parent save id (deltas
+//                  apply only onto the checkpoint they follow), and for every file its size
+//                  in bytes and CRC-32C; its last line is the CRC-32C of the lines before it.
+//                  Written last: a directory without it is an incomplete save.
 // All numbers are little-endian (the machine's order on x86-64 and arm64).
 //
 // SaveTableFiles writes the files (each fsync'ed) and meta.txt into a new directory and
@@ -42,8 +44,10 @@ uint32_t Crc32c(uint32_t crc, const void* data, size_t n);
 // delta (tables created with track_changes), only the rows changed since the last save (full
 // or delta) and the keys removed since then (removed.bin) are written. Either kind of save
 // starts a new change set.
+// *save_id (may be null) receives the save's id: call table->CommitSave(id) once the save is
+// durable (renamed into place), which starts the next change set.
 Status SaveTableFiles(EmbeddingTable* table, const std::string& dir, int64_t* rows,
-                      bool delta = false);
+                      bool delta = false, int64_t* save_id = nullptr);
 
 // Applies a delta directory onto the table (which must hold the checkpoint the delta
 // follows, with the same optimizer slots): removals, changed rows, pending keys, counters.
@@ -52,6 +56,7 @@ Status ApplyDeltaFiles(EmbeddingTable* table, const std::string& dir, int64_t* r
 struct RestoreOptions {
   int64_t rank_id = 0;    // keep keys with abs(key % rank_size) == rank_id
   int64_t rank_size = 1;
+  bool int32_keys = false;  // the table takes int32 keys: larger keys are an error
 };
 
 // Replaces the table's contents with the rows of `dirs` that belong to the rank. *rows

@@ -7,6 +7,9 @@
 
 #include <sys/mman.h>
 
+#include <chrono>
+#include <random>
+
 namespace rec_sdk {
 namespace {
 
@@ -492,6 +495,7 @@ void EmbeddingTable::InsertPass(const int64_t* keys, int64_t n, int64_t* address
           }
           RowMeta& meta = MetaOf(found[j]);
           meta.last_seen = std::max(meta.last_seen, ClockOf(access, found_at[j], tick));
+          MarkChanged(found[j]);
         }
         if (clocked) RaiseNewestClock(newest);
         if (missing.empty()) return;
@@ -900,8 +904,34 @@ std::string EmbeddingTable::TakeNotice() {
   return notice;
 }
 
-Status EmbeddingTable::Snapshot(const std::function<Status(const SnapshotView&)>& fn,
-                                bool mark_saved) {
+namespace {
+// Ids of saves: random, positive, never 0.
+int64_t NewSaveId() {
+  static std::mutex mu;
+  static std::mt19937_64 rng(std::random_device{}() ^ static_cast<uint64_t>(
+                                 std::chrono::steady_clock::now().time_since_epoch().count()));
+  std::lock_guard<std::mutex> lock(mu);
+  int64_t id;
+  do {
+    id = static_cast<int64_t>(rng() >> 2);
+  } while (id == 0);
+  return id;
+}
+}  // namespace
+
+Status EmbeddingTable::CommitSave(int64_t save_id) {
+  std::unique_lock<std::shared_mutex> structure(structure_mu_);
+  if (save_id != snapshot_id_) {
+    return Status::FailedPrecondition("table '" + config_.name + "': save " +
+                                      std::to_string(save_id) + " is not the table's last "
+                                      "snapshot; it cannot be committed");
+  }
+  ResetChangesLocked();
+  checkpoint_id_ = save_id;
+  return Status::Ok();
+}
+
+Status EmbeddingTable::Snapshot(const std::function<Status(const SnapshotView&)>& fn) {
   std::unique_lock<std::shared_mutex> structure(structure_mu_);
   SnapshotView view;
   view.table_ = this;
@@ -918,13 +948,13 @@ Status EmbeddingTable::Snapshot(const std::function<Status(const SnapshotView&)>
   info.admitted = admitted_.load();
   info.rejected = rejected_.load();
   info.evicted = evicted_.load();
+  info.save_id = snapshot_id_ = NewSaveId();
+  info.parent_id = checkpoint_id_;
   {
     std::lock_guard<std::mutex> lock(alloc_mu_);
     view.next_row_ = next_row_;
   }
-  REC_SDK_RETURN_IF_ERROR(fn(view));
-  if (mark_saved) ResetChangesLocked();
-  return Status::Ok();
+  return fn(view);
 }
 
 void EmbeddingTable::ResetChangesLocked() {
@@ -978,14 +1008,14 @@ class EmbeddingTable::RowSink : public RestoreSink {
       return Status::Ok();
     }
     if (next_ == rows_.size()) {
-      // Blocks shrink as a fixed-capacity table fills, so that no lane sits on rows
-      // another lane needs.
+      // A fixed-capacity table hands out exactly the rows announced by ExpectRows (a delta:
+      // one at a time), so that no lane sits on rows another lane needs.
       int64_t block = 4096;
       if (!t_->config_.dynamic_expansion) {
-        const int64_t left = t_->config_.capacity - t_->size_.load(std::memory_order_relaxed);
-        block = std::max<int64_t>(1, std::min<int64_t>(block, left / (4 * kRestoreLanes)));
+        block = upsert_ ? 1 : std::max<int64_t>(1, std::min<int64_t>(block, expected_[lane]));
       }
       t_->AllocateRows(block, &rows_);
+      expected_[lane] -= static_cast<int64_t>(rows_.size());
       next_ = 0;
       if (rows_.empty()) {
         return Status::ResourceExhausted(
@@ -1031,6 +1061,7 @@ class EmbeddingTable::RowSink : public RestoreSink {
     t_->pending_size_.fetch_add(1, std::memory_order_relaxed);
     return Status::Ok();
   }
+  void ExpectRows(int lane, int64_t n) override { expected_[lane] += n; }
   void Prefetch(int64_t key) const override {
     const uint64_t hash = HashIndex::Hash(key);
     t_->index_.shard(HashIndex::ShardOf(hash)).Prefetch(hash);
@@ -1052,6 +1083,7 @@ class EmbeddingTable::RowSink : public RestoreSink {
   // Rows taken from the allocator, per lane.
   std::vector<int64_t> rows_of_[kRestoreLanes];
   size_t next_of_[kRestoreLanes] = {};
+  int64_t expected_[kRestoreLanes] = {};  // rows announced and not yet allocated, per lane
 };
 
 Status EmbeddingTable::Restore(const CheckpointInfo& info,
@@ -1108,6 +1140,7 @@ Status EmbeddingTable::Restore(const CheckpointInfo& info,
     return status;
   }
   ResetChangesLocked();  // the table now equals the checkpoint
+  checkpoint_id_ = info.save_id;
   if (note != nullptr) *note = what;
   return Status::Ok();
 }
@@ -1122,6 +1155,13 @@ Status EmbeddingTable::ApplyDelta(const CheckpointInfo& info, bool cleared,
         std::to_string(info.num_slots) + " slots of optimizer '" + info.optimizer +
         "' but the table has " + std::to_string(num_slots_) + " of '" + slot_optimizer_ +
         "': apply deltas onto the full checkpoint they follow");
+  }
+  if (info.parent_id != checkpoint_id_) {
+    return Status::FailedPrecondition(
+        "delta checkpoint " + std::to_string(info.save_id) + " of table '" + config_.name +
+        "' follows checkpoint " + std::to_string(info.parent_id) + " but the table holds " +
+        std::to_string(checkpoint_id_) + ": restore the full checkpoint it follows and apply "
+        "every delta in order");
   }
   if (cleared) ClearLocked();
   for (const int64_t key : removed) {
@@ -1150,6 +1190,7 @@ Status EmbeddingTable::ApplyDelta(const CheckpointInfo& info, bool cleared,
     return status;
   }
   ResetChangesLocked();
+  checkpoint_id_ = info.save_id;
   return Status::Ok();
 }
 

@@ -204,6 +204,8 @@ class EmbeddingTable {
     bool has_clock = false;
     int64_t tick = 0;
     int64_t admitted = 0, rejected = 0, evicted = 0;
+    // Lineage: the id of this save, and of the save (or restored checkpoint) it follows.
+    int64_t save_id = 0, parent_id = 0;
   };
   // A consistent view of the table for a checkpoint, valid inside Snapshot.
   class SnapshotView {
@@ -228,9 +230,13 @@ class EmbeddingTable {
     CheckpointInfo info_;
     int64_t next_row_ = 0;
   };
-  // Runs fn(view) under the exclusive lock (batch operations wait until it returns). With
-  // mark_saved, a successful fn also starts a new change set (track_changes tables).
-  Status Snapshot(const std::function<Status(const SnapshotView&)>& fn, bool mark_saved = false);
+  // Runs fn(view) under the exclusive lock (batch operations wait until it returns). The
+  // view's info carries a new save id, to be passed to CommitSave once the save is durable.
+  Status Snapshot(const std::function<Status(const SnapshotView&)>& fn);
+  // Records that the save with this id is complete: the table's change set restarts from it
+  // (what a later delta is relative to). Fails if another snapshot was taken since.
+  Status CommitSave(int64_t save_id);
+  int64_t checkpoint_id() const { return checkpoint_id_; }
   bool tracks_changes() const { return config_.track_changes; }
 
   // Receives the rows of a restore (see Restore). Rows are put in by kRestoreLanes lanes that
@@ -249,6 +255,8 @@ class EmbeddingTable {
     virtual Status AddPending(int64_t key, int64_t count, int64_t last_seen) = 0;
     // A hint that AddRow(key) follows soon: starts loading the key's index slot.
     virtual void Prefetch(int64_t key) const = 0;
+    // Announces that lane will add n rows (before those AddRow calls).
+    virtual void ExpectRows(int lane, int64_t n) = 0;
     virtual ~RestoreSink() = default;
   };
   // Replaces the table's contents under the exclusive lock: feed(sink) adds the rows. Slots
@@ -467,10 +475,16 @@ class EmbeddingTable {
   // cleared or replaced. Guarded by alloc_mu_ (or structure_mu_ held exclusively).
   std::vector<int64_t> removed_keys_;
   bool cleared_since_save_ = false;
+  // The checkpoint the change set is relative to, and the last snapshot's id (structure_mu_).
+  int64_t checkpoint_id_ = 0;
+  int64_t snapshot_id_ = 0;
   class RowSink;  // the RestoreSink of Restore and ApplyDelta
   void ResetChangesLocked();
   void MarkChanged(int64_t row) {
-    if (config_.track_changes) ChunkOf(row)->changed[OffsetOf(row)] = 1;
+    if (config_.track_changes) {
+      // Writers of one row may race (shared lock): a relaxed atomic store keeps that defined.
+      __atomic_store_n(&ChunkOf(row)->changed[OffsetOf(row)], uint8_t{1}, __ATOMIC_RELAXED);
+    }
   }
   std::string slot_optimizer_;
   float slot_initial_values_[kMaxSlots] = {0, 0, 0, 0};

@@ -330,13 +330,29 @@ class TableSaveOp : public OpKernel {
     const Tensor& delta = ctx->input(2);
     OP_REQUIRES(ctx, delta.NumElements() == 1,
                 errors::InvalidArgument("delta must be a scalar bool"));
-    int64_t rows = 0;
+    int64_t rows = 0, save_id = 0;
     OP_REQUIRES_OK(ctx, ToTfStatus(SaveTableFiles(table->table(),
                                                   std::string(dir.flat<tensorflow::tstring>()(0)),
-                                                  &rows, delta.flat<bool>()(0))));
+                                                  &rows, delta.flat<bool>()(0), &save_id)));
     Tensor* out;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &out));
     out->scalar<int64_t>()() = rows;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({}), &out));
+    out->scalar<int64_t>()() = save_id;
+  }
+};
+
+class TableCommitSaveOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+
+  void Compute(OpKernelContext* ctx) override {
+    TableResource* table;
+    OP_REQUIRES_OK(ctx, GetTable(ctx, &table));
+    ScopedUnref unref(table);
+    const Tensor& id = ctx->input(1);
+    OP_REQUIRES(ctx, id.NumElements() == 1, errors::InvalidArgument("save_id must be a scalar"));
+    OP_REQUIRES_OK(ctx, ToTfStatus(table->table()->CommitSave(id.flat<int64_t>()(0))));
   }
 };
 
@@ -381,6 +397,7 @@ class TableRestoreOp : public OpKernel {
     RestoreOptions options;
     options.rank_id = rank_id.flat<int64_t>()(0);
     options.rank_size = rank_size.flat<int64_t>()(0);
+    options.int32_keys = table->key_dtype() == tensorflow::DT_INT32;
     int64_t rows = 0;
     std::string note;
     OP_REQUIRES_OK(ctx, ToTfStatus(RestoreTableFiles(table->table(), directories, options,
@@ -685,6 +702,8 @@ REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableSave)).Device(DEVICE_CPU), Tab
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableRestore)).Device(DEVICE_CPU), TableRestoreOp);
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableApplyDelta)).Device(DEVICE_CPU),
                         TableApplyDeltaOp);
+REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableCommitSave)).Device(DEVICE_CPU),
+                        TableCommitSaveOp);
 REC_SDK_REGISTER_KEYED(TableExport, TableExportOp);
 REC_SDK_REGISTER_KEYED(TableImport, TableImportOp);
 

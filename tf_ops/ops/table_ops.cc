@@ -183,12 +183,27 @@ REGISTER_OP(REC_SDK_OP_NAME(TableSave))
     .Input("directory: string")
     .Input("delta: bool")
     .Output("rows: int64")
+    .Output("save_id: int64")
     .SetIsStateful()
-    .SetShapeFn(ScalarOutput)
+    .SetShapeFn([](InferenceContext* c) {
+      c->set_output(0, c->Scalar());
+      c->set_output(1, c->Scalar());
+      return absl::OkStatus();
+    })
     .Doc(R"doc(
 Streams the table (rows, slots, admission counts, clocks, pending keys) into `directory`, which
 must not exist, with a checksummed meta.txt written last (see tf_ops/core/checkpoint.h).
-With delta (tables created with track_changes), only what changed since the last save.
+With delta (tables created with track_changes), only what changed since the last committed
+save. Run TableCommitSave with save_id once the files are durable.
+)doc");
+
+REGISTER_OP(REC_SDK_OP_NAME(TableCommitSave))
+    .Input("table: resource")
+    .Input("save_id: int64")
+    .SetIsStateful()
+    .SetShapeFn(tensorflow::shape_inference::NoOutputs)
+    .Doc(R"doc(
+Marks the save `save_id` (from TableSave) complete: later deltas are relative to it.
 )doc");
 
 REGISTER_OP(REC_SDK_OP_NAME(TableApplyDelta))

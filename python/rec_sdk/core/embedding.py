@@ -109,8 +109,11 @@ class SparseEmbedding:
                 tf.constant(1, tf.int64), [], name="rank_size")
             rows, note = table_ops.restore(self.handle, restore_dirs, rank_id, rank_size,
                                            name="restore")
+            saved_rows, save_id = table_ops.save(self.handle, save_dir, delta, name="save")
+            commit_id = tf.compat.v1.placeholder(tf.int64, [], name="commit_id")
             return {"save_dir": save_dir, "delta": delta,
-                    "save": table_ops.save(self.handle, save_dir, delta, name="save"),
+                    "save": saved_rows, "save_id": save_id, "commit_id": commit_id,
+                    "commit": table_ops.commit_save(self.handle, commit_id, name="commit"),
                     "apply_delta": table_ops.apply_delta(self.handle, save_dir,
                                                          name="apply_delta"),
                     "restore_dirs": restore_dirs, "rank_id": rank_id, "rank_size": rank_size,

@@ -83,9 +83,14 @@ def evict(table, name=None):
 
 
 def save(table, directory, delta=False, name=None):
-    """Streams the table (or with delta, its changes since the last save) into `directory`
-    (must not exist); -> rows written."""
+    """Streams the table (or with delta, its changes since the last committed save) into
+    `directory` (must not exist); -> (rows written, save id for commit_save)."""
     return load_ops().rec_sdk_table_save(table, directory, delta, name=name)
+
+
+def commit_save(table, save_id, name=None):
+    """Marks a save durable: later deltas are relative to it."""
+    return load_ops().rec_sdk_table_commit_save(table, save_id, name=name)
 
 
 def apply_delta(table, directory, name=None):
@@ -242,6 +247,6 @@ tf.no_gradient(FIND_OR_INSERT_OP)
 tf.no_gradient(UNIQUE_OP)
 for _op in ("RecSdk>TableSetAccessThreshold", "RecSdk>TableEvict", "RecSdk>TableStats",
             "RecSdk>KeyAccessStats", "RecSdk>TableSave", "RecSdk>TableRestore",
-            "RecSdk>TableApplyDelta"):
+            "RecSdk>TableApplyDelta", "RecSdk>TableCommitSave"):
     tf.no_gradient(_op)
 tf.no_gradient("RecSdk>SumRowsByIndex")

@@ -210,6 +210,10 @@ TEST(CheckpointTest, CorruptedTruncatedAndIncompleteFilesAreNamed) {
   Status s = RestoreTableFiles(u.get(), {dir}, RestoreOptions(), nullptr, nullptr);
   EXPECT_EQ(s.code(), StatusCode::kDataLoss);
   EXPECT_NE(s.message().find("values.bin"), std::string::npos) << s.message();
+  FlipByte(dir + "/meta.txt", 30);
+  s = RestoreTableFiles(u.get(), {dir}, RestoreOptions(), nullptr, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_NE(s.message().find("meta.txt"), std::string::npos) << s.message();
   ASSERT_EQ(std::remove((dir + "/meta.txt").c_str()), 0);
   s = RestoreTableFiles(u.get(), {dir}, RestoreOptions(), nullptr, nullptr);
   EXPECT_EQ(s.code(), StatusCode::kNotFound);
@@ -230,6 +234,9 @@ TEST(CheckpointTest, DimAndCapacityMismatchesAreErrors) {
   auto big = Make(Config(3, false, 60));
   EXPECT_TRUE(RestoreTableFiles(big.get(), {dir}, RestoreOptions(), nullptr, nullptr).ok());
   EXPECT_EQ(big->Size(), 50);
+  auto exact = Make(Config(3, false, 50));  // a full table restores into its own size
+  EXPECT_TRUE(RestoreTableFiles(exact.get(), {dir}, RestoreOptions(), nullptr, nullptr).ok());
+  EXPECT_EQ(exact->Size(), 50);
 }
 
 TEST(CheckpointTest, ReshardsOneToTwoToOne) {
@@ -312,7 +319,13 @@ TEST(DeltaCheckpointTest, FullPlusDeltasEqualsAFullSave) {
   for (int64_t i = 0; i < 300; ++i) first[i] = i;
   Touch(t.get(), first, 1.0f, 100);
   const std::string root = TempDir();
-  ASSERT_TRUE(SaveTableFiles(t.get(), root + "/full", nullptr).ok());
+  // Saves are committed once durable; each starts the next change set.
+  auto save = [&](const std::string& name, bool delta, int64_t* rows) {
+    int64_t id = 0;
+    ASSERT_TRUE(SaveTableFiles(t.get(), root + name, rows, delta, &id).ok()) << name;
+    ASSERT_TRUE(t->CommitSave(id).ok());
+  };
+  save("/full", false, nullptr);
 
   // Delta 1: some rows change, some keys go (remove and eviction), new keys come.
   Touch(t.get(), {5, 6, 7, 400, 401}, 0.5f, 150);
@@ -323,16 +336,16 @@ TEST(DeltaCheckpointTest, FullPlusDeltasEqualsAFullSave) {
   ASSERT_TRUE(t->Evict(&evicted, nullptr, SerialRunner).ok());  // drops rows seen at <= 150
   EXPECT_GT(evicted, 0);
   int64_t rows = -1;
-  ASSERT_TRUE(SaveTableFiles(t.get(), root + "/delta1", &rows, /*delta=*/true).ok());
+  save("/delta1", true, &rows);
   EXPECT_LT(rows, 10);  // only the changed rows
 
   // Delta 2: the table is cleared and refilled.
   t->Clear();
   Touch(t.get(), {1, 2, 3}, 2.0f, 300);
-  ASSERT_TRUE(SaveTableFiles(t.get(), root + "/delta2", nullptr, true).ok());
+  save("/delta2", true, nullptr);
   Touch(t.get(), {2, 900}, 1.0f, 301);
-  ASSERT_TRUE(SaveTableFiles(t.get(), root + "/delta3", nullptr, true).ok());
-  ASSERT_TRUE(SaveTableFiles(t.get(), root + "/full_now", nullptr).ok());
+  save("/delta3", true, nullptr);
+  save("/full_now", false, nullptr);
 
   auto a = Make(Config());
   ASSERT_TRUE(RestoreTableFiles(a.get(), {root + "/full"}, RestoreOptions(), nullptr, nullptr).ok());
@@ -346,6 +359,20 @@ TEST(DeltaCheckpointTest, FullPlusDeltasEqualsAFullSave) {
   EXPECT_EQ(StateOf(b.get()), StateOf(t.get()));
   EXPECT_EQ(a->Stats().newest_clock, t->Stats().newest_clock);
   EXPECT_EQ(a->Stats().evicted, t->Stats().evicted);
+
+  // Deltas apply only in order onto the checkpoint they follow.
+  auto c2 = Make(Config());
+  ASSERT_TRUE(RestoreTableFiles(c2.get(), {root + "/full"}, RestoreOptions(), nullptr, nullptr).ok());
+  Status skipped = ApplyDeltaFiles(c2.get(), root + "/delta2", nullptr);
+  EXPECT_EQ(skipped.code(), StatusCode::kFailedPrecondition) << skipped.message();
+  EXPECT_NE(skipped.message().find("follows checkpoint"), std::string::npos);
+  // An uncommitted save (e.g. its rename failed) keeps the changes for the next delta.
+  save("/base2", false, nullptr);
+  Touch(t.get(), {3}, 1.0f, 302);
+  ASSERT_TRUE(SaveTableFiles(t.get(), root + "/lost", nullptr, true).ok());
+  int64_t again = 0;
+  ASSERT_TRUE(SaveTableFiles(t.get(), root + "/retry", &again, true).ok());
+  EXPECT_EQ(again, 1);
 
   // Deltas are not full checkpoints, and need change tracking to be written.
   Status s = RestoreTableFiles(b.get(), {root + "/delta1"}, RestoreOptions(), nullptr, nullptr);
