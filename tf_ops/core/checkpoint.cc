@@ -170,8 +170,19 @@ class Reader {
       const size_t take = std::min(n, filled_ - pos_);
       std::memcpy(p, buffer_.get() + pos_, take);
       pos_ += take;
+      consumed_ += take;
       p += take;
       n -= take;
+    }
+    return Status::Ok();
+  }
+  // Reads (and checksums) the rest of the file up to `total` bytes from its start.
+  Status Skip(uint64_t total) {
+    while (consumed_ < total) {
+      if (pos_ == filled_) REC_SDK_RETURN_IF_ERROR(Fill());
+      const size_t take = static_cast<size_t>(std::min<uint64_t>(filled_ - pos_, total - consumed_));
+      pos_ += take;
+      consumed_ += take;
     }
     return Status::Ok();
   }
@@ -198,6 +209,7 @@ class Reader {
   int fd_ = -1;
   std::unique_ptr<char[]> buffer_;
   size_t filled_ = 0, pos_ = 0;
+  uint64_t consumed_ = 0;
   uint32_t crc_ = 0;
 };
 
@@ -482,7 +494,15 @@ Status ReadSource(const Source& src, int64_t dim, int num_slots, BatchQueue* que
   }
   for (int64_t done = 0; done < src.info.rows;) {
     Batch* b = queue->Free();
-    if (b == nullptr) return Status::Ok();  // the inserter failed; it reports why
+    if (b == nullptr) {
+      // The inserter failed (e.g. a key appears twice). If a file is corrupted, that is the
+      // real cause: finish checksumming every file so the error can name it.
+      for (size_t f = 0; f < readers.size(); ++f) {
+        REC_SDK_RETURN_IF_ERROR(readers[f]->Skip(src.files[f].bytes));
+        REC_SDK_RETURN_IF_ERROR(CheckCrc(*readers[f], src.files[f]));
+      }
+      return Status::Ok();
+    }
     b->size = std::min(queue->kRows, src.info.rows - done);
     const int64_t n = b->size;
     REC_SDK_RETURN_IF_ERROR(readers[0]->Read(b->keys.data(), n * 8));
@@ -759,8 +779,8 @@ Status RestoreTableFiles(EmbeddingTable* table, const std::vector<std::string>& 
       }
       restored += lane_rows[0] + lane_rows[1];
       reader.join();
+      REC_SDK_RETURN_IF_ERROR(read_status);  // a corrupted file explains an insert error
       REC_SDK_RETURN_IF_ERROR(insert_status);
-      REC_SDK_RETURN_IF_ERROR(read_status);
       for (const auto& p : queue.pending()) {
         if (mine(p[0])) REC_SDK_RETURN_IF_ERROR(sink->AddPending(p[0], p[1], p[2]));
       }
@@ -810,8 +830,8 @@ Status ApplyDeltaFiles(EmbeddingTable* table, const std::string& dir, int64_t* r
       queue.Done(batch, !insert_status.ok());
     }
     reader.join();
-    REC_SDK_RETURN_IF_ERROR(insert_status);
     REC_SDK_RETURN_IF_ERROR(read_status);
+    REC_SDK_RETURN_IF_ERROR(insert_status);
     for (const auto& p : queue.pending()) {
       REC_SDK_RETURN_IF_ERROR(sink->AddPending(p[0], p[1], p[2]));
     }

@@ -384,3 +384,27 @@ TEST(DeltaCheckpointTest, FullPlusDeltasEqualsAFullSave) {
 
 }  // namespace
 }  // namespace rec_sdk
+
+namespace rec_sdk {
+namespace {
+
+TEST(CheckpointTest, ACorruptedKeyThatRepeatsAnotherIsReportedAsTheCorruptedFile) {
+  auto t = Trained();
+  const std::string dir = TempDir() + "/t";
+  ASSERT_TRUE(SaveTableFiles(t.get(), dir, nullptr).ok());
+  // Overwrite the second key with the first: a duplicate key, and a checksum mismatch.
+  std::FILE* f = std::fopen((dir + "/keys.bin").c_str(), "r+b");
+  ASSERT_NE(f, nullptr);
+  int64_t first;
+  ASSERT_EQ(std::fread(&first, 8, 1, f), 1u);
+  ASSERT_EQ(std::fwrite(&first, 8, 1, f), 1u);
+  std::fclose(f);
+  auto u = Make(Config());
+  Status s = RestoreTableFiles(u.get(), {dir}, RestoreOptions(), nullptr, nullptr);
+  EXPECT_EQ(s.code(), StatusCode::kDataLoss);
+  EXPECT_NE(s.message().find("keys.bin"), std::string::npos) << s.message();
+  EXPECT_EQ(u->Size(), 0);
+}
+
+}  // namespace
+}  // namespace rec_sdk
