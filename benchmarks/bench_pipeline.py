@@ -24,7 +24,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from bench_table import BATCH, DIM, session, time_steps, zipf_batches
+from bench_table import BATCH, DIM, lazy_adam_train_op, session, time_steps, zipf_batches
 
 
 def movielens_like(samples, seed=0):
@@ -98,9 +98,7 @@ def bench_pipelines(args):
 
 
 def bench_admission(batches, warmup, repeat):
-    import rec_sdk
     from rec_sdk.core.embedding import create_table, sparse_lookup
-    from rec_sdk.optimizers import lazy_adam_by_addr
     from rec_sdk.util.initialize import init, terminate_config_initializer
 
     modes = ("off", "admission", "admission+timestamps")
@@ -121,13 +119,7 @@ def bench_admission(batches, warmup, repeat):
                                                      "eviction_threshold": 3600}
                 kwargs["timestamps"] = tf.range(64, dtype=tf.int64)
             ids = tf.reshape(keys, [64, BATCH // 64])
-            emb = sparse_lookup(table, ids, is_train=True, **kwargs)
-            loss = tf.reduce_sum(tf.square(emb))
-            opt = lazy_adam_by_addr.create_hash_optimizer_by_address(0.001)
-            grads = tf.gradients(loss, tf.compat.v1.get_collection(
-                rec_sdk.ASCEND_SPARSE_LOOKUP_LOCAL_EMB))
-            fetch = opt.apply_gradients(zip(grads, tf.compat.v1.get_collection(
-                rec_sdk.ASCEND_SPARSE_LOOKUP_ID_OFFSET)))
+            fetch = lazy_adam_train_op(sparse_lookup(table, ids, is_train=True, **kwargs))
             with session() as sess:
                 sess.run(tf.compat.v1.global_variables_initializer())
                 times[mode].append(time_steps(sess, fetch, keys, batches, warmup))

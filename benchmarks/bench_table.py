@@ -59,11 +59,21 @@ def session():
     return tf.compat.v1.Session(graph=tf.compat.v1.get_default_graph())
 
 
+def lazy_adam_train_op(emb):
+    """The benchmark's rec_sdk train step on a lookup's embeddings: sum of squares, LazyAdam by
+    address on the rows of every training lookup in the graph."""
+    import rec_sdk
+    from rec_sdk.optimizers import lazy_adam_by_addr
+    loss = tf.reduce_sum(tf.square(emb))
+    opt = lazy_adam_by_addr.create_hash_optimizer_by_address(0.001)
+    grads = tf.gradients(loss, tf.compat.v1.get_collection(rec_sdk.ASCEND_SPARSE_LOOKUP_LOCAL_EMB))
+    return opt.apply_gradients(zip(grads, tf.compat.v1.get_collection(
+        rec_sdk.ASCEND_SPARSE_LOOKUP_ID_OFFSET)))
+
+
 def bench_rec_sdk(batches, warmup):
     from rec_sdk.core.embedding import create_table, sparse_lookup
-    from rec_sdk.optimizers import lazy_adam_by_addr
     from rec_sdk.util.initialize import init, terminate_config_initializer
-    import rec_sdk
 
     results = {}
     for mode in ("lookup", "train"):
@@ -79,12 +89,7 @@ def bench_rec_sdk(batches, warmup):
             # Evaluation lookups (no insert) of the same batches, timed after training when
             # their keys are stored.
             eval_fetch = tf.group(sparse_lookup(table, keys, is_train=False, name="eval"))
-            loss = tf.reduce_sum(tf.square(emb))
-            opt = lazy_adam_by_addr.create_hash_optimizer_by_address(0.001)
-            grads = tf.gradients(loss, tf.compat.v1.get_collection(
-                rec_sdk.ASCEND_SPARSE_LOOKUP_LOCAL_EMB))
-            fetch = opt.apply_gradients(zip(grads, tf.compat.v1.get_collection(
-                rec_sdk.ASCEND_SPARSE_LOOKUP_ID_OFFSET)))
+            fetch = lazy_adam_train_op(emb)
         with session() as sess:
             sess.run(tf.compat.v1.global_variables_initializer())
             results[mode] = time_steps(sess, fetch, keys, batches, warmup)

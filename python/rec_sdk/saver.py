@@ -228,14 +228,6 @@ def import_npz(sess, path, tables=None, slots=True):
 _installed = False
 
 
-def _checkpoint_path(sess, save_path, global_step):
-    if global_step is None:
-        return save_path
-    if not isinstance(global_step, numbers.Integral):
-        global_step = tf.compat.v1.train.global_step(sess, global_step)
-    return "%s-%d" % (save_path, global_step)
-
-
 def install():
     """Makes tf.compat.v1.train.Saver save and restore rec_sdk tables (idempotent; called by
     create_table)."""
@@ -252,7 +244,8 @@ def install():
             if global_step is not None and not isinstance(global_step, numbers.Integral):
                 # Read the step once, so that the tables and the TF checkpoint agree on it.
                 global_step = tf.compat.v1.train.global_step(sess, global_step)
-            save_tables(sess, sparse_dir(_checkpoint_path(sess, save_path, global_step)), tables)
+            path = save_path if global_step is None else "%s-%d" % (save_path, global_step)
+            save_tables(sess, sparse_dir(path), tables)
         before = [p for p, _ in getattr(self, "_last_checkpoints", [])]
         result = original_save(self, sess, save_path, global_step, *args, **kwargs)
         after = {p for p, _ in getattr(self, "_last_checkpoints", [])}

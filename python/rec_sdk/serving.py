@@ -19,8 +19,6 @@ import tensorflow as tf
 
 from rec_sdk.core.embedding import tables_of_graph
 
-_SERVE = tf.saved_model.SERVING if hasattr(tf.saved_model, "SERVING") else "serve"
-
 
 def _op_name(tensor):
     return tensor.op.name
@@ -173,7 +171,7 @@ def export_saved_model(sess, export_dir, inputs, outputs, tables=None):
             signature = tf.compat.v1.saved_model.predict_signature_def(
                 inputs={k: placeholders[t.name] for k, t in inputs.items()}, outputs=served)
             builder.add_meta_graph_and_variables(
-                export_sess, [_SERVE], signature_def_map={"serving_default": signature},
+                export_sess, [tf.saved_model.SERVING], signature_def_map={"serving_default": signature},
                 main_op=tf.compat.v1.tables_initializer(), strip_default_attrs=True)
             builder.save()
     return exported_rows

@@ -10,6 +10,7 @@
 #include <array>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -526,6 +527,30 @@ Status ReadSource(const Source& src, int64_t dim, int num_slots, BatchQueue* que
   return Status::Ok();
 }
 
+// Streams the rows of a checked source: a reader thread fills batches (file reads and
+// checksums) while this thread hands the previous batch to insert(). After the rows,
+// *pending holds the source's pending keys. A corrupted file is reported in preference to
+// the insert error it may have caused.
+Status StreamSource(const Source& src, int64_t dim, int num_slots,
+                    const std::function<Status(const Batch&)>& insert,
+                    std::vector<std::array<int64_t, 3>>* pending) {
+  BatchQueue queue(dim, num_slots, src.info.rows);
+  Status read_status;
+  std::thread reader([&] { read_status = ReadSource(src, dim, num_slots, &queue); });
+  Status insert_status;
+  for (;;) {
+    Batch* batch = queue.Next();
+    if (batch == nullptr) break;
+    if (insert_status.ok()) insert_status = insert(*batch);
+    queue.Done(batch, !insert_status.ok());
+  }
+  reader.join();
+  REC_SDK_RETURN_IF_ERROR(read_status);
+  REC_SDK_RETURN_IF_ERROR(insert_status);
+  pending->swap(queue.pending());
+  return Status::Ok();
+}
+
 }  // namespace
 
 uint32_t Crc32c(uint32_t crc, const void* data, size_t n) {
@@ -723,68 +748,54 @@ Status RestoreTableFiles(EmbeddingTable* table, const std::vector<std::string>& 
   int64_t restored = 0;
   const int num_slots = info.num_slots;
   auto feed = [&](EmbeddingTable::RestoreSink* sink) -> Status {
-    for (const auto& src : sources) {
-      // A reader thread fills batches (file reads and checksums) while this thread puts the
-      // previous batch into the table.
-      BatchQueue queue(dim, num_slots, src.info.rows);
-      Status read_status;
-      std::thread reader([&] { read_status = ReadSource(src, dim, num_slots, &queue); });
-      // Each batch is inserted by two lanes in parallel (disjoint index shards).
-      static_assert(EmbeddingTable::kRestoreLanes == 2, "two lanes: this thread and one more");
-      Status lane_status[EmbeddingTable::kRestoreLanes];
-      int64_t lane_rows[EmbeddingTable::kRestoreLanes] = {};
-      auto insert = [&](const Batch* batch, int lane) {
-        const float* slot_ptrs[EmbeddingTable::kMaxSlots];
-        // This lane's rows, then their index slots prefetched a little ahead of the inserts
-        // (the index is much larger than the caches: each insert is a cache miss).
-        std::vector<int32_t> mine_rows;
-        mine_rows.reserve(batch->size / EmbeddingTable::kRestoreLanes + 64);
-        for (int64_t i = 0; i < batch->size; ++i) {
-          const int64_t key = batch->keys[i];
-          if (EmbeddingTable::RestoreLaneOf(key) == lane && mine(key)) {
-            mine_rows.push_back(static_cast<int32_t>(i));
-          }
+    // Each batch is inserted by two lanes in parallel (disjoint index shards).
+    static_assert(EmbeddingTable::kRestoreLanes == 2, "two lanes: this thread and one more");
+    Status lane_status[EmbeddingTable::kRestoreLanes];
+    int64_t lane_rows[EmbeddingTable::kRestoreLanes] = {};
+    auto insert = [&](const Batch* batch, int lane) {
+      const float* slot_ptrs[EmbeddingTable::kMaxSlots];
+      // This lane's rows, then their index slots prefetched a little ahead of the inserts
+      // (the index is much larger than the caches: each insert is a cache miss).
+      std::vector<int32_t> mine_rows;
+      mine_rows.reserve(batch->size / EmbeddingTable::kRestoreLanes + 64);
+      for (int64_t i = 0; i < batch->size; ++i) {
+        const int64_t key = batch->keys[i];
+        if (EmbeddingTable::RestoreLaneOf(key) == lane && mine(key)) {
+          mine_rows.push_back(static_cast<int32_t>(i));
         }
-        sink->ExpectRows(lane, static_cast<int64_t>(mine_rows.size()));
-        constexpr size_t kAhead = 16;
-        for (size_t j = 0; j < mine_rows.size() && lane_status[lane].ok(); ++j) {
-          if (j + kAhead < mine_rows.size()) sink->Prefetch(batch->keys[mine_rows[j + kAhead]]);
-          const int64_t i = mine_rows[j];
-          const int64_t key = batch->keys[i];
-          if (options.int32_keys && (key < INT32_MIN || key > INT32_MAX)) {
-            lane_status[lane] = Status::InvalidArgument(
-                "checkpoint key " + std::to_string(key) + " does not fit the int32 keys of "
-                "table '" + table->name() + "'");
-            break;
-          }
-          for (int s = 0; s < num_slots; ++s) slot_ptrs[s] = batch->slots[s].data() + i * dim;
-          lane_status[lane] = sink->AddRow(lane, key, batch->values.data() + i * dim, slot_ptrs,
-                                           batch->counts[i], batch->last_seen[i]);
-          if (lane_status[lane].ok()) ++lane_rows[lane];
-        }
-      };
-      Status insert_status;
-      for (;;) {
-        Batch* batch = queue.Next();
-        if (batch == nullptr) break;
-        if (insert_status.ok()) {
-          std::thread other([&] { insert(batch, 1); });
-          insert(batch, 0);
-          other.join();
-          for (const Status& st : lane_status) {
-            if (!st.ok() && insert_status.ok()) insert_status = st;
-          }
-        }
-        queue.Done(batch, !insert_status.ok());
       }
-      restored += lane_rows[0] + lane_rows[1];
-      reader.join();
-      REC_SDK_RETURN_IF_ERROR(read_status);  // a corrupted file explains an insert error
-      REC_SDK_RETURN_IF_ERROR(insert_status);
-      for (const auto& p : queue.pending()) {
+      sink->ExpectRows(lane, static_cast<int64_t>(mine_rows.size()));
+      constexpr size_t kAhead = 16;
+      for (size_t j = 0; j < mine_rows.size() && lane_status[lane].ok(); ++j) {
+        if (j + kAhead < mine_rows.size()) sink->Prefetch(batch->keys[mine_rows[j + kAhead]]);
+        const int64_t i = mine_rows[j];
+        const int64_t key = batch->keys[i];
+        if (options.int32_keys && (key < INT32_MIN || key > INT32_MAX)) {
+          lane_status[lane] = Status::InvalidArgument(
+              "checkpoint key " + std::to_string(key) + " does not fit the int32 keys of "
+              "table '" + table->name() + "'");
+          break;
+        }
+        for (int s = 0; s < num_slots; ++s) slot_ptrs[s] = batch->slots[s].data() + i * dim;
+        lane_status[lane] = sink->AddRow(lane, key, batch->values.data() + i * dim, slot_ptrs,
+                                         batch->counts[i], batch->last_seen[i]);
+        if (lane_status[lane].ok()) ++lane_rows[lane];
+      }
+    };
+    for (const auto& src : sources) {
+      std::vector<std::array<int64_t, 3>> pending;
+      REC_SDK_RETURN_IF_ERROR(StreamSource(src, dim, num_slots, [&](const Batch& batch) {
+        std::thread other([&] { insert(&batch, 1); });
+        insert(&batch, 0);
+        other.join();
+        for (const Status& st : lane_status) REC_SDK_RETURN_IF_ERROR(st);
+        return Status::Ok();
+      }, &pending));
+      for (const auto& p : pending) {
         if (mine(p[0])) REC_SDK_RETURN_IF_ERROR(sink->AddPending(p[0], p[1], p[2]));
       }
     }
+    restored = lane_rows[0] + lane_rows[1];
     return Status::Ok();
   };
   REC_SDK_RETURN_IF_ERROR(table->Restore(info, feed, note));
@@ -811,30 +822,20 @@ Status ApplyDeltaFiles(EmbeddingTable* table, const std::string& dir, int64_t* r
   const int num_slots = src.info.num_slots;
   int64_t restored = 0;
   auto feed = [&](EmbeddingTable::RestoreSink* sink) -> Status {
-    BatchQueue queue(dim, num_slots, src.info.rows);
-    Status read_status;
-    std::thread reader([&] { read_status = ReadSource(src, dim, num_slots, &queue); });
-    Status insert_status;
-    const float* slot_ptrs[EmbeddingTable::kMaxSlots];
-    for (;;) {
-      Batch* batch = queue.Next();
-      if (batch == nullptr) break;
-      for (int64_t i = 0; i < batch->size && insert_status.ok(); ++i) {
-        const int64_t key = batch->keys[i];
-        for (int s = 0; s < num_slots; ++s) slot_ptrs[s] = batch->slots[s].data() + i * dim;
-        insert_status = sink->AddRow(EmbeddingTable::RestoreLaneOf(key), key,
-                                     batch->values.data() + i * dim, slot_ptrs,
-                                     batch->counts[i], batch->last_seen[i]);
-        if (insert_status.ok()) ++restored;
+    std::vector<std::array<int64_t, 3>> pending;
+    REC_SDK_RETURN_IF_ERROR(StreamSource(src, dim, num_slots, [&](const Batch& batch) {
+      const float* slot_ptrs[EmbeddingTable::kMaxSlots];
+      for (int64_t i = 0; i < batch.size; ++i) {
+        const int64_t key = batch.keys[i];
+        for (int s = 0; s < num_slots; ++s) slot_ptrs[s] = batch.slots[s].data() + i * dim;
+        REC_SDK_RETURN_IF_ERROR(sink->AddRow(EmbeddingTable::RestoreLaneOf(key), key,
+                                             batch.values.data() + i * dim, slot_ptrs,
+                                             batch.counts[i], batch.last_seen[i]));
+        ++restored;
       }
-      queue.Done(batch, !insert_status.ok());
-    }
-    reader.join();
-    REC_SDK_RETURN_IF_ERROR(read_status);
-    REC_SDK_RETURN_IF_ERROR(insert_status);
-    for (const auto& p : queue.pending()) {
-      REC_SDK_RETURN_IF_ERROR(sink->AddPending(p[0], p[1], p[2]));
-    }
+      return Status::Ok();
+    }, &pending));
+    for (const auto& p : pending) REC_SDK_RETURN_IF_ERROR(sink->AddPending(p[0], p[1], p[2]));
     return Status::Ok();
   };
   REC_SDK_RETURN_IF_ERROR(table->ApplyDelta(src.info, src.cleared, removed, feed));

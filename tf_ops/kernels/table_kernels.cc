@@ -289,12 +289,9 @@ class TableSetAccessThresholdOp : public OpKernel {
     TableResource* table;
     OP_REQUIRES_OK(ctx, GetTable(ctx, &table));
     ScopedUnref unref(table);
-    const Tensor& threshold = ctx->input(1);
-    OP_REQUIRES(ctx, threshold.NumElements() == 1,
-                errors::InvalidArgument("threshold must be a scalar, got shape ",
-                                        threshold.shape().DebugString()));
-    OP_REQUIRES_OK(ctx, ToTfStatus(table->table()->SetAccessThreshold(
-                            threshold.flat<int64_t>()(0))));
+    int64_t threshold;
+    OP_REQUIRES_OK(ctx, GetScalarInput(ctx, 1, "threshold", &threshold));
+    OP_REQUIRES_OK(ctx, ToTfStatus(table->table()->SetAccessThreshold(threshold)));
   }
 };
 
@@ -308,11 +305,8 @@ class TableEvictOp : public OpKernel {
     ScopedUnref unref(table);
     int64_t rows = 0, pending = 0;
     OP_REQUIRES_OK(ctx, ToTfStatus(table->table()->Evict(&rows, &pending, MakeRunner(ctx))));
-    Tensor* out;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &out));
-    out->scalar<int64_t>()() = rows;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({}), &out));
-    out->scalar<int64_t>()() = pending;
+    OP_REQUIRES_OK(ctx, SetScalarOutput(ctx, 0, rows));
+    OP_REQUIRES_OK(ctx, SetScalarOutput(ctx, 1, pending));
   }
 };
 
@@ -324,21 +318,15 @@ class TableSaveOp : public OpKernel {
     TableResource* table;
     OP_REQUIRES_OK(ctx, GetTable(ctx, &table));
     ScopedUnref unref(table);
-    const Tensor& dir = ctx->input(1);
-    OP_REQUIRES(ctx, dir.NumElements() == 1,
-                errors::InvalidArgument("directory must be a scalar string"));
-    const Tensor& delta = ctx->input(2);
-    OP_REQUIRES(ctx, delta.NumElements() == 1,
-                errors::InvalidArgument("delta must be a scalar bool"));
+    tensorflow::tstring dir;
+    bool delta;
+    OP_REQUIRES_OK(ctx, GetScalarInput(ctx, 1, "directory", &dir));
+    OP_REQUIRES_OK(ctx, GetScalarInput(ctx, 2, "delta", &delta));
     int64_t rows = 0, save_id = 0;
-    OP_REQUIRES_OK(ctx, ToTfStatus(SaveTableFiles(table->table(),
-                                                  std::string(dir.flat<tensorflow::tstring>()(0)),
-                                                  &rows, delta.flat<bool>()(0), &save_id)));
-    Tensor* out;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &out));
-    out->scalar<int64_t>()() = rows;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({}), &out));
-    out->scalar<int64_t>()() = save_id;
+    OP_REQUIRES_OK(ctx, ToTfStatus(SaveTableFiles(table->table(), std::string(dir), &rows, delta,
+                                                  &save_id)));
+    OP_REQUIRES_OK(ctx, SetScalarOutput(ctx, 0, rows));
+    OP_REQUIRES_OK(ctx, SetScalarOutput(ctx, 1, save_id));
   }
 };
 
@@ -350,9 +338,9 @@ class TableCommitSaveOp : public OpKernel {
     TableResource* table;
     OP_REQUIRES_OK(ctx, GetTable(ctx, &table));
     ScopedUnref unref(table);
-    const Tensor& id = ctx->input(1);
-    OP_REQUIRES(ctx, id.NumElements() == 1, errors::InvalidArgument("save_id must be a scalar"));
-    OP_REQUIRES_OK(ctx, ToTfStatus(table->table()->CommitSave(id.flat<int64_t>()(0))));
+    int64_t save_id;
+    OP_REQUIRES_OK(ctx, GetScalarInput(ctx, 1, "save_id", &save_id));
+    OP_REQUIRES_OK(ctx, ToTfStatus(table->table()->CommitSave(save_id)));
   }
 };
 
@@ -364,16 +352,11 @@ class TableApplyDeltaOp : public OpKernel {
     TableResource* table;
     OP_REQUIRES_OK(ctx, GetTable(ctx, &table));
     ScopedUnref unref(table);
-    const Tensor& dir = ctx->input(1);
-    OP_REQUIRES(ctx, dir.NumElements() == 1,
-                errors::InvalidArgument("directory must be a scalar string"));
+    tensorflow::tstring dir;
+    OP_REQUIRES_OK(ctx, GetScalarInput(ctx, 1, "directory", &dir));
     int64_t rows = 0;
-    OP_REQUIRES_OK(ctx, ToTfStatus(ApplyDeltaFiles(
-                            table->table(), std::string(dir.flat<tensorflow::tstring>()(0)),
-                            &rows)));
-    Tensor* out;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &out));
-    out->scalar<int64_t>()() = rows;
+    OP_REQUIRES_OK(ctx, ToTfStatus(ApplyDeltaFiles(table->table(), std::string(dir), &rows)));
+    OP_REQUIRES_OK(ctx, SetScalarOutput(ctx, 0, rows));
   }
 };
 
@@ -386,27 +369,20 @@ class TableRestoreOp : public OpKernel {
     OP_REQUIRES_OK(ctx, GetTable(ctx, &table));
     ScopedUnref unref(table);
     const Tensor& dirs = ctx->input(1);
-    const Tensor& rank_id = ctx->input(2);
-    const Tensor& rank_size = ctx->input(3);
-    OP_REQUIRES(ctx, rank_id.NumElements() == 1 && rank_size.NumElements() == 1,
-                errors::InvalidArgument("rank_id and rank_size must be scalars"));
     std::vector<std::string> directories;
     for (int64_t i = 0; i < dirs.NumElements(); ++i) {
       directories.emplace_back(dirs.flat<tensorflow::tstring>()(i));
     }
     RestoreOptions options;
-    options.rank_id = rank_id.flat<int64_t>()(0);
-    options.rank_size = rank_size.flat<int64_t>()(0);
+    OP_REQUIRES_OK(ctx, GetScalarInput(ctx, 2, "rank_id", &options.rank_id));
+    OP_REQUIRES_OK(ctx, GetScalarInput(ctx, 3, "rank_size", &options.rank_size));
     options.int32_keys = table->key_dtype() == tensorflow::DT_INT32;
     int64_t rows = 0;
     std::string note;
     OP_REQUIRES_OK(ctx, ToTfStatus(RestoreTableFiles(table->table(), directories, options,
                                                      &rows, &note)));
-    Tensor* out;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &out));
-    out->scalar<int64_t>()() = rows;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({}), &out));
-    out->scalar<tensorflow::tstring>()() = note;
+    OP_REQUIRES_OK(ctx, SetScalarOutput(ctx, 0, rows));
+    OP_REQUIRES_OK(ctx, SetScalarOutput(ctx, 1, tensorflow::tstring(note)));
   }
 };
 

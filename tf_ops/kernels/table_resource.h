@@ -68,6 +68,28 @@ inline tensorflow::Status GetTable(tensorflow::OpKernelContext* ctx, TableResour
   return tensorflow::LookupResource(ctx, tensorflow::HandleFromInput(ctx, 0), table);
 }
 
+// Writes a scalar output.
+template <typename T>
+tensorflow::Status SetScalarOutput(tensorflow::OpKernelContext* ctx, int index, const T& value) {
+  tensorflow::Tensor* out;
+  TF_RETURN_IF_ERROR(ctx->allocate_output(index, tensorflow::TensorShape({}), &out));
+  out->scalar<T>()() = value;
+  return absl::OkStatus();
+}
+
+// Reads scalar input `index` (named `name` in the error when it is not a scalar).
+template <typename T>
+tensorflow::Status GetScalarInput(tensorflow::OpKernelContext* ctx, int index, const char* name,
+                                  T* value) {
+  const tensorflow::Tensor& t = ctx->input(index);
+  if (t.NumElements() != 1) {
+    return tensorflow::errors::InvalidArgument(name, " must be a scalar, got shape ",
+                                               t.shape().DebugString());
+  }
+  *value = t.flat<T>()(0);
+  return absl::OkStatus();
+}
+
 // Copies keys of the table's key dtype into int64 (the core's key type).
 inline tensorflow::Status KeysAsInt64(const tensorflow::Tensor& keys, TableResource* table,
                                       std::vector<int64_t>* scratch, const int64_t** out) {

@@ -116,17 +116,18 @@ class EvictHook(tf.compat.v1.train.SessionRunHook):
         return self.last_result
 
 
-def table_summaries(tables=None, family="rec_sdk"):
+def table_summaries(tables=None, family="rec_sdk", collections=None):
     """tf.compat.v1.summary scalar ops for each table's counters (size, capacity, admitted,
-    rejected, evicted, pending), named <family>/<table>/<counter>. They join the SUMMARIES
-    collection, so tf.estimator and MonitoredTrainingSession save them with other summaries."""
+    rejected, evicted, pending), named <family>/<table>/<counter>. By default they join the
+    SUMMARIES collection, so tf.estimator and MonitoredTrainingSession save them with other
+    summaries; `collections` picks others ([] for none)."""
     tables = tables_of_graph() if tables is None else list(tables)
     ops = []
     for table in tables:
         stats = table.stats()
         for key in ("size", "capacity", "admitted", "rejected", "evicted", "pending"):
             ops.append(tf.compat.v1.summary.scalar("%s/%s/%s" % (family, table.table_name, key),
-                                                   stats[key]))
+                                                   stats[key], collections=collections))
     return ops
 
 
@@ -154,12 +155,8 @@ class TableStatsHook(tf.compat.v1.train.SessionRunHook):
     def begin(self):
         if self._writer is None:
             self._writer = tf.compat.v1.summary.FileWriterCache.get(self._output_dir)
-        ops = table_summaries(self._tables, family="rec_sdk_stats")
-        # Keep them out of SUMMARIES so that they are written once, by this hook.
-        collection = tf.compat.v1.get_collection_ref(tf.compat.v1.GraphKeys.SUMMARIES)
-        for op in ops:
-            if op in collection:
-                collection.remove(op)
+        # Kept out of SUMMARIES so that they are written once, by this hook.
+        ops = table_summaries(self._tables, family="rec_sdk_stats", collections=[])
         self._summary = tf.compat.v1.summary.merge(ops) if ops else None
         self._global_step = tf.compat.v1.train.get_global_step()
 

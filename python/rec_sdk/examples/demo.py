@@ -77,6 +77,21 @@ def dense_layer(x, units, name, activation=None):
     return activation(y) if activation else y
 
 
+def evaluate(sess, iterator, probabilities, labels):
+    """(AUC, log loss) over one pass of an initializable evaluation iterator."""
+    sess.run(iterator.initializer)
+    all_probs, all_labels = [], []
+    while True:
+        try:
+            p, y = sess.run([probabilities, labels])
+        except tf.errors.OutOfRangeError:
+            break
+        all_probs.append(p)
+        all_labels.append(y)
+    all_probs, all_labels = np.concatenate(all_probs), np.concatenate(all_labels)
+    return auc(all_labels, all_probs), log_loss(all_labels, all_probs)
+
+
 def build_model(tables, schema, batch, is_train):
     """Wide&Deep logits and loss for one batch."""
     deep_inputs, wide_terms = [], []
@@ -167,19 +182,6 @@ def main(argv=None):
     dense_train = dense_opt.minimize(loss, global_step=global_step, var_list=dense_vars)
     train_op = tf.group(dense_train, sparse_train)
 
-    def evaluate(sess):
-        sess.run(eval_iterator.initializer)
-        probs, labels = [], []
-        while True:
-            try:
-                p, y = sess.run([eval_probs, eval_labels])
-            except tf.errors.OutOfRangeError:
-                break
-            probs.append(p)
-            labels.append(y)
-        probs, labels = np.concatenate(probs), np.concatenate(labels)
-        return auc(labels, probs), log_loss(labels, probs)
-
     config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=0,
                                       inter_op_parallelism_threads=0)
     results = {}
@@ -197,7 +199,7 @@ def main(argv=None):
                     break
                 losses.append(batch_loss)
                 progress.update(1, samples=args.batch_size, loss=float(np.mean(losses[-50:])))
-            test_auc, test_loss = evaluate(sess)
+            test_auc, test_loss = evaluate(sess, eval_iterator, eval_probs, eval_labels)
             sizes = sess.run({name: t.size() for name, t in tables.items()})
             print("epoch %d: train loss %.4f  test AUC %.4f  test log loss %.4f  table sizes %s"
                   % (epoch + 1, float(np.mean(losses)), test_auc, test_loss, sizes),

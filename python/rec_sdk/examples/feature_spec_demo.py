@@ -41,8 +41,7 @@ from rec_sdk.core.asc.manager import start_asc_pipeline  # noqa: E402
 from rec_sdk.core.embedding import create_table, sparse_lookup  # noqa: E402
 from rec_sdk.core.feature_process import evict_tables  # noqa: E402
 from rec_sdk.examples import data as datasets  # noqa: E402
-from rec_sdk.examples.demo import dense_layer, field_keys  # noqa: E402
-from rec_sdk.examples.metrics import auc, log_loss  # noqa: E402
+from rec_sdk.examples.demo import dense_layer, evaluate, field_keys  # noqa: E402
 from rec_sdk.examples.progress import Progress  # noqa: E402
 from rec_sdk.optimizers import lazy_adam  # noqa: E402
 from rec_sdk.util.initialize import init, terminate_config_initializer  # noqa: E402
@@ -191,18 +190,8 @@ def run(steps=600, batch_size=256, use_dynamic=True, eval_every=200, access_thre
         # under a session that already ran part of it.
         init_op = tf.compat.v1.global_variables_initializer()
 
-        def evaluate(sess):
-            sess.run(eval_iterator.initializer)
-            probs, labels = [], []
-            while True:
-                try:
-                    p, y = sess.run([eval_probs, eval_labels])
-                except tf.errors.OutOfRangeError:
-                    break
-                probs.append(p)
-                labels.append(y)
-            probs, labels = np.concatenate(probs), np.concatenate(labels)
-            return auc(labels, probs), log_loss(labels, probs)
+        def evaluate_model(sess):
+            return evaluate(sess, eval_iterator, eval_probs, eval_labels)
 
         history, losses = [], []
         with tf.compat.v1.Session(config=session_config) as sess:
@@ -226,12 +215,12 @@ def run(steps=600, batch_size=256, use_dynamic=True, eval_every=200, access_thre
                 if eval_every and step % eval_every == 0 and step < steps:
                     if evict_op is not None:
                         sess.run(evict_op)
-                    test_auc, test_loss = evaluate(sess)
+                    test_auc, test_loss = evaluate_model(sess)
                     history.append((step, test_auc, test_loss))
                     log("step %d (epoch %.2f): train loss %.4f  test AUC %.4f  test loss %.4f"
                         % (step, step / steps_per_epoch, float(np.mean(losses[-50:])),
                            test_auc, test_loss))
-            test_auc, test_loss = evaluate(sess)
+            test_auc, test_loss = evaluate_model(sess)
             history.append((step, test_auc, test_loss))
             table_stats = {name: {k: int(v) for k, v in values.items()}
                            for name, values in sess.run(stats).items()}
