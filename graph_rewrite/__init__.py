@@ -2,9 +2,16 @@
 
 Each pass is a pure function of a GraphDef (the input is never mutated) with a declared
 pattern, a rewrite, and checks of the graph's invariants before and after; see core.GraphPass.
+Analyses (iterator_sources) only read a GraphDef. update_live_graph applies a pass's result
+back onto the tf.Graph a TF1 session runs.
 """
-from graph_rewrite.core import GraphPass, PassResult, RewriteError, check_graph, run_passes
+from graph_rewrite.add_control_inputs import AddControlInputs
+from graph_rewrite.core import (GraphPass, PassResult, RewriteError, check_graph, import_graph,
+                                run_passes, update_live_graph)
+from graph_rewrite.iterator_sources import (IteratorSource, Trace, extract_subgraph,
+                                            iterator_source, trace_to_iterator)
 from graph_rewrite.reroute_inputs import RerouteInputs
 
-__all__ = ["GraphPass", "PassResult", "RewriteError", "RerouteInputs", "check_graph",
-           "run_passes"]
+__all__ = ["AddControlInputs", "GraphPass", "IteratorSource", "PassResult", "RewriteError",
+           "RerouteInputs", "Trace", "check_graph", "extract_subgraph", "import_graph",
+           "iterator_source", "run_passes", "trace_to_iterator", "update_live_graph"]

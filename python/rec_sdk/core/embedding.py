@@ -19,6 +19,7 @@ from rec_sdk import saver
 from rec_sdk.core.asc import helper
 from rec_sdk.core.asc.feature_spec import FeatureSpec, check_thresholds
 from rec_sdk.core.initializer_spec import describe_initializer
+from rec_sdk.graph import anchors
 from rec_sdk.ops import table_ops
 from rec_sdk.util import initialize
 from rec_sdk.util.validation import INT32_MAX, check_bool, check_float, check_int
@@ -477,8 +478,12 @@ def sparse_lookup(hash_table, ids, send_count=None, is_train=True, name=None,
       is_train: whether this lookup trains (inserts and counts keys, and records its
         embeddings and addresses in rec_sdk.ASCEND_SPARSE_LOOKUP_LOCAL_EMB / _ID_OFFSET).
       name: name of the lookup (default: "<table>_lookup").
-      modify_graph: accepted for the SDK's API; tensor lookups are wired directly.
-      batch: the batch (dict or tuple from iterator.get_next()) for FeatureSpec ids.
+      modify_graph: for tensor ids: record the lookup so that
+        rec_sdk.graph.modifier.modify_graph_and_start_emb_cache() (or GraphModifierHook)
+        moves its key dedup, admission counting and timestamps into the input pipeline of
+        the iterator its ids come from. Without the call the lookup works as is.
+      batch: the batch (dict or tuple from iterator.get_next()): for FeatureSpec ids, where
+        their preprocessed keys are; with modify_graph, what get_target_batch() rebuilds.
       access_and_evict_config: for tensor ids, {"access_threshold": n, "eviction_threshold":
         seconds, "faae_coefficient": k} (see FeatureSpec); every lookup of a table that sets
         it must agree.
@@ -533,13 +538,13 @@ def sparse_lookup(hash_table, ids, send_count=None, is_train=True, name=None,
     else:
         result = _tensor_lookup(hash_table, ids, send_count if static else None, is_train,
                                 lookup_name, access_and_evict_config, is_grad,
-                                serving_default_value, timestamps)
+                                serving_default_value, timestamps, modify_graph, batch)
     hash_table.lookup_count += 1
     return result
 
 
 def _tensor_lookup(table, ids, send_count, is_train, lookup_name, access_and_evict_config,
-                   is_grad, serving_default_value, timestamps):
+                   is_grad, serving_default_value, timestamps, modify_graph=False, batch=None):
     where = "sparse_lookup %r" % lookup_name
     access, evict, coefficient = _parse_access_and_evict_config(access_and_evict_config, where)
     if access_and_evict_config is not None:
@@ -551,7 +556,7 @@ def _tensor_lookup(table, ids, send_count, is_train, lookup_name, access_and_evi
         # Each distinct key is looked up and trained once per lookup: the table sees only
         # the unique keys and `inverse` spreads their rows back over the ids.
         unique_ids, inverse = table_ops.unique_keys(tf.reshape(ids, [-1]), name="unique")
-        counts = times = None
+        counts = times = sample_times = None
         by_timestamp = is_train and table.clock == "timestamp"
         if is_train and table.admission or by_timestamp:
             sample_times = None
@@ -582,6 +587,10 @@ def _tensor_lookup(table, ids, send_count, is_train, lookup_name, access_and_evi
         # What a serving export needs to replace this lookup with stock TensorFlow ops.
         table.tensor_lookups.append({"ids": ids, "embeddings": embeddings,
                                      "serving_default_value": serving_default_value})
+        if modify_graph:
+            anchors.record(table.graph, anchors.Anchor(
+                lookup_name, table, ids, is_train, send_count, coefficient, sample_times,
+                addresses, local_emb, inverse, batch))
         return embeddings
 
 
@@ -608,6 +617,42 @@ def _pipeline_keys(table, unique):
          % table.table_name], name="check_int32_keys")
     with tf.control_dependencies([check]):
         return tf.cast(unique, tf.int32)
+
+
+def pipeline_rows(table, entries, is_train, send_count, lookup_name):
+    """Maps a batch's preprocessed unique keys of `table` (from get_asc_insert_func) to rows:
+    one find_or_insert (with the batch's admission counts and timestamps in training) and one
+    gather. Shared by every lookup of the table on that batch (FeatureSpec lookups, and tensor
+    lookups after graph modification). Returns {"emb", "addresses", "limit", "send_count",
+    "registered"}."""
+    where = "sparse_lookup %r" % lookup_name
+    unique = entries[helper.unique_key(table.table_name)]
+    counts = entries.get(helper.counts_key(table.table_name)) if is_train else None
+    times = None
+    if is_train and table.admission and counts is None:
+        raise ValueError("%s: table %r has feature admission but the batch comes from "
+                         "get_asc_insert_func(is_training=False); use is_training=True "
+                         "for training datasets" % (where, table.table_name))
+    if is_train and table.clock == "timestamp":
+        times = entries.get(helper.times_key(table.table_name))
+        if times is None:
+            raise ValueError("%s: table %r evicts by timestamp but the batch has none; "
+                             "add a FeatureSpec with is_timestamp=True to the "
+                             "training tgt_key_specs" % (where, table.table_name))
+    elif is_train and table.clock == "step":
+        times = _global_step_clock(table, where)
+    keys = _pipeline_keys(table, unique)
+    table_ops.mark_keys_unique(keys)
+    checks, limit = [], None
+    if send_count is not None:
+        check, limit = _send_count_check(table, lookup_name, tf.size(keys), send_count)
+        checks.append(check)
+    with tf.control_dependencies(checks):
+        addresses = table_ops.find_or_insert(table.handle, keys, is_train, counts=counts,
+                                             times=times, name="find_or_insert")
+    local_emb = table_ops.gather(table.handle, addresses, table.dim, name="gather")
+    return {"emb": local_emb, "addresses": addresses, "limit": limit,
+            "send_count": send_count or 0, "registered": False}
 
 
 def _feature_spec_lookup(table, spec, send_count, is_train, lookup_name, batch, is_grad,
@@ -640,33 +685,7 @@ def _feature_spec_lookup(table, spec, send_count, is_train, lookup_name, batch, 
     shared = table._batch_lookups.get(key)  # pylint: disable=protected-access
     with tf.name_scope(table_ops.op_scope_name(lookup_name)):
         if shared is None:
-            counts = entries.get(helper.counts_key(table.table_name)) if is_train else None
-            times = None
-            if is_train and table.admission and counts is None:
-                raise ValueError("%s: table %r has feature admission but the batch comes from "
-                                 "get_asc_insert_func(is_training=False); use is_training=True "
-                                 "for training datasets" % (where, table.table_name))
-            if is_train and table.clock == "timestamp":
-                times = entries.get(helper.times_key(table.table_name))
-                if times is None:
-                    raise ValueError("%s: table %r evicts by timestamp but the batch has none; "
-                                     "add a FeatureSpec with is_timestamp=True to the "
-                                     "training tgt_key_specs" % (where, table.table_name))
-            elif is_train and table.clock == "step":
-                times = _global_step_clock(table, where)
-            keys = _pipeline_keys(table, unique)
-            table_ops.mark_keys_unique(keys)
-            checks, limit = [], None
-            if send_count is not None:
-                check, limit = _send_count_check(table, lookup_name, tf.size(keys), send_count)
-                checks.append(check)
-            with tf.control_dependencies(checks):
-                addresses = table_ops.find_or_insert(table.handle, keys, is_train,
-                                                     counts=counts, times=times,
-                                                     name="find_or_insert")
-            local_emb = table_ops.gather(table.handle, addresses, table.dim, name="gather")
-            shared = {"emb": local_emb, "addresses": addresses, "limit": limit,
-                      "send_count": send_count or 0, "registered": False}
+            shared = pipeline_rows(table, entries, is_train, send_count, lookup_name)
             table._batch_lookups[key] = shared  # pylint: disable=protected-access
         elif send_count is not None:
             if shared["limit"] is None:

@@ -120,3 +120,43 @@ def get_eval_steps():
 
 def get_save_steps():
     return get_config().save_steps
+
+
+def _modified(is_training, what):
+    # Imported here: the modifier imports the table code, which imports this module.
+    from rec_sdk.graph import modifier  # pylint: disable=import-outside-toplevel
+    if not isinstance(is_training, bool):
+        raise TypeError("%s: is_training must be a bool, got %r" % (what, is_training))
+    found = modifier.modified_iterators(is_training=is_training)
+    if not found:
+        raise ValueError("%s(%r): no %s iterator was modified in the default graph; call "
+                         "rec_sdk.graph.modifier.modify_graph_and_start_emb_cache() after "
+                         "building the model with sparse_lookup(..., modify_graph=True)"
+                         % (what, is_training, "training" if is_training else "evaluation"))
+    return found
+
+
+def get_initializer(is_training):
+    """The initializer of the training (True) or evaluation (False) iterator built by graph
+    modification; run it where the script ran `iterator.initializer` (running the old
+    initializer also works: it now initialises the new iterator too). A one-shot iterator
+    needs none: a no-op is returned."""
+    found = _modified(is_training, "get_initializer")
+    initializers = [m.initializer for m in found if m.initializer is not None]
+    if len(initializers) == 1:
+        return initializers[0]
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    return tf.group(*initializers, name="rec_sdk_%s_initializer"
+                    % ("train" if is_training else "eval"))
+
+
+def get_target_batch(is_training):
+    """The batch of the training (True) or evaluation (False) iterator built by graph
+    modification: the structure passed as batch= to its lookups (or the get_next outputs as
+    a tuple), holding the new iterator's tensors."""
+    found = _modified(is_training, "get_target_batch")
+    if len(found) > 1:
+        raise ValueError("get_target_batch(%r): %d iterators were modified for this mode; "
+                         "use rec_sdk.graph.modifier.modified_iterators()" % (is_training,
+                                                                               len(found)))
+    return found[0].batch()

@@ -1,0 +1,42 @@
+"""Lookups recorded by sparse_lookup(..., modify_graph=True), per graph, for graph modification.
+
+An anchor holds the tensors of one tensor lookup that modification rewires: its ids (traced
+back to the iterator), its per-step dedup results (row addresses, rows, inverse indices) that
+the rebuilt input pipeline replaces, and what the pipeline needs to redo the work (table,
+mode, admission weight, timestamps, send_count).
+"""
+import threading
+import weakref
+
+_lock = threading.Lock()
+_anchors = weakref.WeakKeyDictionary()  # graph -> [Anchor]
+
+
+class Anchor:
+    def __init__(self, name, table, ids, is_train, send_count, coefficient, timestamps,
+                 addresses, local_emb, inverse, batch):
+        self.name = name
+        self.table = table
+        self.ids = ids
+        self.is_train = is_train
+        self.send_count = send_count
+        self.coefficient = coefficient
+        self.timestamps = timestamps
+        self.addresses = addresses
+        self.local_emb = local_emb
+        self.inverse = inverse
+        self.batch = batch
+        self.modified = False
+
+    def __repr__(self):
+        return "<modify_graph lookup %r of table %r>" % (self.name, self.table.table_name)
+
+
+def record(graph, anchor):
+    with _lock:
+        _anchors.setdefault(graph, []).append(anchor)
+
+
+def of_graph(graph):
+    with _lock:
+        return list(_anchors.get(graph, ()))
