@@ -77,9 +77,9 @@ def dense_layer(x, units, name, activation=None):
     return activation(y) if activation else y
 
 
-def evaluate(sess, iterator, probabilities, labels):
-    """(AUC, log loss) over one pass of an initializable evaluation iterator."""
-    sess.run(iterator.initializer)
+def evaluate(sess, initializer, probabilities, labels):
+    """(AUC, log loss) over one pass of an evaluation iterator, started by `initializer`."""
+    sess.run(initializer)
     all_probs, all_labels = [], []
     while True:
         try:
@@ -199,7 +199,7 @@ def main(argv=None):
                     break
                 losses.append(batch_loss)
                 progress.update(1, samples=args.batch_size, loss=float(np.mean(losses[-50:])))
-            test_auc, test_loss = evaluate(sess, eval_iterator, eval_probs, eval_labels)
+            test_auc, test_loss = evaluate(sess, eval_iterator.initializer, eval_probs, eval_labels)
             sizes = sess.run({name: t.size() for name, t in tables.items()})
             print("epoch %d: train loss %.4f  test AUC %.4f  test log loss %.4f  table sizes %s"
                   % (epoch + 1, float(np.mean(losses)), test_auc, test_loss, sizes),

@@ -22,7 +22,14 @@ The script follows the SDK's order: init -> FeatureSpecs -> datasets mapped with
 function -> create_table -> sparse_lookup for the train and eval graphs -> dense and sparse
 optimizers -> start_asc_pipeline -> Session loop with periodic evaluation -> terminate.
 
+With --modify-graph the same model is written the SDK's other way: plain datasets, lookups of
+the batch's id tensors with `modify_graph=True`, timestamps registered in
+rec_sdk.TIMESTAMP_COLLECTION, and `modify_graph_and_start_emb_cache()` once the graph is
+built; the iterators are then started with `get_initializer(True/False)`. Graph modification
+builds the same input pipeline, so both modes train identically.
+
     python -m rec_sdk.examples.feature_spec_demo [--steps 600] [--static] [--access-threshold 2]
+                                                 [--modify-graph]
 """
 import argparse
 import os
@@ -35,6 +42,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+import rec_sdk  # noqa: E402
 from rec_sdk.core.asc.feature_spec import FeatureSpec  # noqa: E402
 from rec_sdk.core.asc.helper import get_asc_insert_func  # noqa: E402
 from rec_sdk.core.asc.manager import start_asc_pipeline  # noqa: E402
@@ -43,8 +51,10 @@ from rec_sdk.core.feature_process import evict_tables  # noqa: E402
 from rec_sdk.examples import data as datasets  # noqa: E402
 from rec_sdk.examples.demo import dense_layer, evaluate, field_keys  # noqa: E402
 from rec_sdk.examples.progress import Progress  # noqa: E402
+from rec_sdk.graph.modifier import modify_graph_and_start_emb_cache  # noqa: E402
 from rec_sdk.optimizers import lazy_adam  # noqa: E402
-from rec_sdk.util.initialize import init, terminate_config_initializer  # noqa: E402
+from rec_sdk.util.initialize import (get_initializer, get_target_batch,  # noqa: E402
+                                     init, terminate_config_initializer)
 from rec_sdk.util.variable import get_dense_and_sparse_variable  # noqa: E402
 
 DIM = 16
@@ -92,29 +102,41 @@ def make_feature_specs(access_threshold=None, eviction_threshold=None):
 
 
 def make_iterator(arrays, batch_size, specs, is_training, seed):
-    """An initializable iterator over batches already holding the pipeline's unique keys."""
+    """An initializable iterator over batches, holding the pipeline's unique keys when
+    `specs` are given (FeatureSpec mode; graph modification adds them later otherwise)."""
     dataset = tf.data.Dataset.from_tensor_slices(arrays)
     if is_training:
         dataset = dataset.shuffle(len(arrays["label"]), seed=seed, reshuffle_each_iteration=True)
     dataset = dataset.batch(batch_size, drop_remainder=True)
-    insert_fn = get_asc_insert_func(tgt_key_specs=specs, is_training=is_training)
-    dataset = dataset.map(insert_fn).prefetch(10)
+    if specs is not None:
+        insert_fn = get_asc_insert_func(tgt_key_specs=specs, is_training=is_training)
+        dataset = dataset.map(insert_fn)
+    dataset = dataset.prefetch(10)
     iterator = tf.compat.v1.data.make_initializable_iterator(dataset)
     return iterator, iterator.get_next()
 
 
-def build_model(tables, specs, batch, batch_size, is_train):
+def build_model(tables, specs, batch, batch_size, is_train, modify_graph=False):
     """(probabilities, labels, loss) of one batch. The dense layers are shared by the train
-    and eval graphs (AUTO_REUSE in dense_layer); the tables are shared by construction."""
+    and eval graphs (AUTO_REUSE in dense_layer); the tables are shared by construction.
+    With modify_graph the lookups take the batch's id tensors (and the specs only say where
+    they are and the tables' thresholds)."""
     suffix = "train" if is_train else "eval"
     embeddings = {}
     for spec in specs:
         if spec.is_timestamp:
             continue
         ids_per_sample = int(np.prod(batch[spec.index_key].shape[1:]))
+        ids, config = spec, None
+        if modify_graph:
+            ids = batch[spec.index_key]
+            if spec.access_threshold is not None:
+                config = {"access_threshold": spec.access_threshold,
+                          "eviction_threshold": spec.eviction_threshold}
         embeddings[spec.name] = sparse_lookup(
-            tables[spec.table_name], spec, send_count=batch_size * ids_per_sample,
-            is_train=is_train, name="%s_lookup_%s" % (spec.name, suffix), batch=batch)
+            tables[spec.table_name], ids, send_count=batch_size * ids_per_sample,
+            is_train=is_train, name="%s_lookup_%s" % (spec.name, suffix), batch=batch,
+            modify_graph=modify_graph, access_and_evict_config=config)
 
     user = embeddings["user_id"]                                        # [batch, dim]
     user_side = tf.reshape(embeddings["user_side"], [-1, len(USER_SIDE_FIELDS) * DIM])
@@ -134,13 +156,15 @@ def build_model(tables, specs, batch, batch_size, is_train):
 
 def run(steps=600, batch_size=256, use_dynamic=True, eval_every=200, access_threshold=None,
         seed=0, log=print, eviction_threshold=None, learning_rate=0.002, eval_batch_size=1000,
-        show_progress=False, session_config=None):
+        show_progress=False, session_config=None, modify_graph=False, export_tables=False):
     """Trains for `steps` steps (re-reading the training data as needed), evaluating on the
-    test split every `eval_every` steps (0: only at the end).
+    test split every `eval_every` steps (0: only at the end). modify_graph: write the model
+    in graph-modification mode instead of FeatureSpec mode (see the module doc).
 
     Returns a dict: test_auc, test_loss (final evaluation), train_steps, train_loss (mean of
-    the last 50 steps), history ([(step, auc, loss)] of every evaluation), tables
-    ({name: {stat: int}} from table.stats()), elapsed_s (session time).
+    the last 50 steps), losses (every step's), history ([(step, auc, loss)] of every
+    evaluation), tables ({name: {stat: int}} from table.stats()), elapsed_s (session time),
+    and with export_tables, exported ({name: (keys, values, slots)} sorted by key).
     """
     tf.compat.v1.set_random_seed(seed)
     train, test, _ = load_inputs(seed=seed)
@@ -152,8 +176,13 @@ def run(steps=600, batch_size=256, use_dynamic=True, eval_every=200, access_thre
         specs = make_feature_specs(access_threshold, eviction_threshold)
 
         # 2. Datasets whose batches carry the deduplicated keys of every table.
-        train_iterator, train_batch = make_iterator(train, batch_size, specs, True, seed)
-        eval_iterator, eval_batch = make_iterator(test, eval_batch_size, specs, False, seed)
+        pipeline_specs = None if modify_graph else specs
+        train_iterator, train_batch = make_iterator(train, batch_size, pipeline_specs, True, seed)
+        eval_iterator, eval_batch = make_iterator(test, eval_batch_size, pipeline_specs, False,
+                                                  seed)
+        if modify_graph:
+            # Tensor lookups that evict by age read the samples' timestamps from here.
+            tf.compat.v1.add_to_collection(rec_sdk.TIMESTAMP_COLLECTION, train_batch["timestamp"])
 
         # 3. Tables; room for every key of MovieLens-100k, with spare capacity.
         tables = {}
@@ -165,9 +194,10 @@ def run(steps=600, batch_size=256, use_dynamic=True, eval_every=200, access_thre
                 device_vocabulary_size=5000)
 
         # 4. The model, built once on the training batch and once on the evaluation batch.
-        _, _, loss = build_model(tables, specs, train_batch, batch_size, is_train=True)
+        _, _, loss = build_model(tables, specs, train_batch, batch_size, is_train=True,
+                                 modify_graph=modify_graph)
         eval_probs, eval_labels, _ = build_model(tables, specs, eval_batch, eval_batch_size,
-                                                 is_train=False)
+                                                 is_train=False, modify_graph=modify_graph)
 
         # 5. Optimizers: Adam for the dense layers, LazyAdam on the table rows in the batch.
         dense_variables, sparse_variables = get_dense_and_sparse_variable()
@@ -180,8 +210,19 @@ def run(steps=600, batch_size=256, use_dynamic=True, eval_every=200, access_thre
             zip(tf.gradients(loss, sparse_variables), sparse_variables))
         train_op = tf.group(dense_train, sparse_train)
 
-        # 6. The graph is complete: check the pipeline against the tables.
-        start_asc_pipeline()
+        # 6. The graph is complete: check the pipeline against the tables (FeatureSpec mode),
+        # or move the lookups' key preprocessing into the input pipelines (graph modification).
+        if modify_graph:
+            modify_graph_and_start_emb_cache()
+            train_init, eval_init = get_initializer(True), get_initializer(False)
+            # Ops that read the old batch now read the new iterator's, but a tensor of the
+            # old batch fetched as it is (here the float labels, which tf.cast returned
+            # unchanged) still names the old iterator: fetch the new batch's instead.
+            eval_labels = get_target_batch(False)["label"]
+        else:
+            start_asc_pipeline()
+            train_init, eval_init = train_iterator.initializer, eval_iterator.initializer
+        exports = {name: table.export() for name, table in tables.items()}
         stats = {name: table.stats() for name, table in tables.items()}
         # With an eviction threshold, evict at every evaluation (an EvictHook does this in a
         # MonitoredTrainingSession or an Estimator).
@@ -191,11 +232,11 @@ def run(steps=600, batch_size=256, use_dynamic=True, eval_every=200, access_thre
         init_op = tf.compat.v1.global_variables_initializer()
 
         def evaluate_model(sess):
-            return evaluate(sess, eval_iterator, eval_probs, eval_labels)
+            return evaluate(sess, eval_init, eval_probs, eval_labels)
 
         history, losses = [], []
         with tf.compat.v1.Session(config=session_config) as sess:
-            sess.run(train_iterator.initializer)
+            sess.run(train_init)
             sess.run(init_op)
             progress = Progress(steps, "training") if show_progress else None
             start = time.perf_counter()
@@ -206,7 +247,7 @@ def run(steps=600, batch_size=256, use_dynamic=True, eval_every=200, access_thre
                 except tf.errors.OutOfRangeError:
                     # End of the training data: start another (reshuffled) epoch.
                     epoch += 1
-                    sess.run(train_iterator.initializer)
+                    sess.run(train_init)
                     continue
                 step += 1
                 losses.append(batch_loss)
@@ -225,16 +266,23 @@ def run(steps=600, batch_size=256, use_dynamic=True, eval_every=200, access_thre
             table_stats = {name: {k: int(v) for k, v in values.items()}
                            for name, values in sess.run(stats).items()}
             elapsed = time.perf_counter() - start
+            exported = {}
+            if export_tables:
+                for name, (keys, values, slots) in sess.run(exports).items():
+                    order = np.argsort(keys)
+                    exported[name] = (keys[order], values[order], slots[:, order])
     finally:
         terminate_config_initializer()
 
-    log("final (step %d, %s shapes): test AUC %.4f  test loss %.4f  (%.1f s)"
-        % (step, "dynamic" if use_dynamic else "static", test_auc, test_loss, elapsed))
+    log("final (step %d, %s shapes, %s): test AUC %.4f  test loss %.4f  (%.1f s)"
+        % (step, "dynamic" if use_dynamic else "static",
+           "graph modification" if modify_graph else "FeatureSpec mode", test_auc, test_loss,
+           elapsed))
     for name, values in table_stats.items():
         log("table %-5s %s" % (name, "  ".join("%s=%d" % kv for kv in values.items())))
     return {"test_auc": test_auc, "test_loss": test_loss, "train_steps": step,
-            "train_loss": float(np.mean(losses[-50:])), "history": history,
-            "tables": table_stats, "elapsed_s": elapsed}
+            "train_loss": float(np.mean(losses[-50:])), "losses": losses, "history": history,
+            "tables": table_stats, "elapsed_s": elapsed, "exported": exported}
 
 
 def main(argv=None):
@@ -252,6 +300,9 @@ def main(argv=None):
     parser.add_argument("--eviction-threshold", type=int, default=None,
                         help="with --access-threshold: evict keys not seen for this many "
                         "seconds of data time (at every evaluation)")
+    parser.add_argument("--modify-graph", action="store_true",
+                        help="write the model with id-tensor lookups and graph modification "
+                        "instead of FeatureSpecs")
     parser.add_argument("--learning-rate", type=float, default=0.002)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
@@ -263,6 +314,7 @@ def main(argv=None):
                eval_every=args.eval_every, access_threshold=args.access_threshold,
                seed=args.seed, eviction_threshold=args.eviction_threshold,
                learning_rate=args.learning_rate, show_progress=True,
+               modify_graph=args.modify_graph,
                log=lambda line: print(line, file=sys.stderr))
 
 

@@ -156,10 +156,10 @@ def _feature_specs(group, n_flat):
     specs, targets = [], []
     for j, (anchor, trace) in enumerate(zip(group.anchors, group.traces)):
         table = anchor.table
-        access = evict = None
-        if table.admission:
+        access = evict = None  # evaluation pipelines neither count nor timestamp keys
+        if anchor.is_train and table.admission:
             access = table.access_threshold
-        if table.clock == "timestamp":
+        if anchor.is_train and table.clock == "timestamp":
             evict = table.eviction_threshold
             access = table.access_threshold
         specs.append(FeatureSpec("lookup%d" % j, table_name=table.table_name,
