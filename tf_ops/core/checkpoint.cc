@@ -695,6 +695,15 @@ Status SaveTableFiles(EmbeddingTable* table, const std::string& dir, int64_t* ro
   return Status::Ok();
 }
 
+Status ReadCheckpointId(const std::string& dir, int64_t* save_id, bool* delta) {
+  Meta meta;
+  REC_SDK_RETURN_IF_ERROR(ReadMeta(dir, &meta));
+  REC_SDK_RETURN_IF_ERROR(meta.GetInt("save_id", save_id));
+  auto kind = meta.values.find("kind");
+  *delta = kind != meta.values.end() && kind->second == "delta";
+  return Status::Ok();
+}
+
 Status RestoreTableFiles(EmbeddingTable* table, const std::vector<std::string>& dirs,
                          const RestoreOptions& options, int64_t* rows_out, std::string* note) {
   if (dirs.empty()) return Status::InvalidArgument("restore needs at least one table directory");

@@ -53,6 +53,10 @@ Status SaveTableFiles(EmbeddingTable* table, const std::string& dir, int64_t* ro
 // follows, with the same optimizer slots): removals, changed rows, pending keys, counters.
 Status ApplyDeltaFiles(EmbeddingTable* table, const std::string& dir, int64_t* rows);
 
+// The save id recorded in a table directory's metadata (checksum verified) and whether the
+// directory is a delta.
+Status ReadCheckpointId(const std::string& dir, int64_t* save_id, bool* delta);
+
 struct RestoreOptions {
   int64_t rank_id = 0;    // keep keys with abs(key % rank_size) == rank_id
   int64_t rank_size = 1;

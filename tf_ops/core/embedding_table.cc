@@ -415,6 +415,7 @@ int64_t EmbeddingTable::ClockForNewRows() const {
 Status EmbeddingTable::FindOrInsert(const int64_t* keys, int64_t n, bool insert,
                                     int64_t* addresses, const ParallelRunner& run,
                                     const KeyAccess& access) {
+  if (insert) BumpVersion();
   if (!insert) {
     std::shared_lock<std::shared_mutex> structure(structure_mu_);
     const int64_t tag_bits = TagBits();
@@ -577,6 +578,7 @@ void EmbeddingTable::InsertPass(const int64_t* keys, int64_t n, int64_t* address
 }
 
 Status EmbeddingTable::SetAccessThreshold(int64_t threshold) {
+  BumpVersion();
   if (threshold < -1) {
     return Status::InvalidArgument("table '" + config_.name +
                                    "': access_threshold must be >= -1, got " +
@@ -598,6 +600,7 @@ void EmbeddingTable::EvictRowLocked(int64_t row) {
 
 Status EmbeddingTable::Evict(int64_t* rows_evicted, int64_t* pending_evicted,
                              const ParallelRunner& run) {
+  BumpVersion();
   int64_t rows_out = 0, pending_out = 0;
   const int64_t threshold = config_.eviction_threshold;
   const int64_t newest = newest_clock_.load();
@@ -733,6 +736,7 @@ Status EmbeddingTable::Lookup(const int64_t* keys, int64_t n, bool init_missing,
 
 Status EmbeddingTable::Upsert(const int64_t* keys, const float* values, int64_t n,
                               const ParallelRunner& run) {
+  BumpVersion();
   std::shared_lock<std::shared_mutex> structure(structure_mu_);
   const int dim = config_.dim;
   std::atomic<bool> full{false};
@@ -768,6 +772,7 @@ Status EmbeddingTable::Upsert(const int64_t* keys, const float* values, int64_t 
 
 Status EmbeddingTable::Remove(const int64_t* keys, int64_t n, int64_t* removed,
                               const ParallelRunner& run) {
+  BumpVersion();
   std::shared_lock<std::shared_mutex> structure(structure_mu_);
   std::atomic<int64_t> count{0};
   ForEachKeyByShard(
@@ -785,6 +790,7 @@ Status EmbeddingTable::Remove(const int64_t* keys, int64_t n, int64_t* removed,
 }
 
 void EmbeddingTable::Clear() {
+  BumpVersion();
   std::unique_lock<std::shared_mutex> structure(structure_mu_);
   ClearLocked();
 }
@@ -814,6 +820,7 @@ void EmbeddingTable::ClearLocked() {
 
 Status EmbeddingTable::EnsureSlots(const std::string& optimizer,
                                    const std::vector<float>& initial_values) {
+  BumpVersion();
   const int wanted = static_cast<int>(initial_values.size());
   if (wanted > kMaxSlots) {
     return Status::InvalidArgument("optimizer '" + optimizer + "' asks for " +
@@ -928,7 +935,14 @@ Status EmbeddingTable::CommitSave(int64_t save_id) {
   }
   ResetChangesLocked();
   checkpoint_id_ = save_id;
+  committed_version_ = snapshot_version_;
   return Status::Ok();
+}
+
+bool EmbeddingTable::HoldsCheckpoint(int64_t save_id) const {
+  std::shared_lock<std::shared_mutex> structure(structure_mu_);
+  return save_id != 0 && checkpoint_id_ == save_id &&
+         version_.load(std::memory_order_relaxed) == committed_version_;
 }
 
 Status EmbeddingTable::Snapshot(const std::function<Status(const SnapshotView&)>& fn) {
@@ -950,6 +964,7 @@ Status EmbeddingTable::Snapshot(const std::function<Status(const SnapshotView&)>
   info.evicted = evicted_.load();
   info.save_id = snapshot_id_ = NewSaveId();
   info.parent_id = checkpoint_id_;
+  snapshot_version_ = version_.load(std::memory_order_relaxed);
   {
     std::lock_guard<std::mutex> lock(alloc_mu_);
     view.next_row_ = next_row_;
@@ -1141,6 +1156,7 @@ Status EmbeddingTable::Restore(const CheckpointInfo& info,
   }
   ResetChangesLocked();  // the table now equals the checkpoint
   checkpoint_id_ = info.save_id;
+  committed_version_ = version_.load(std::memory_order_relaxed);
   if (note != nullptr) *note = what;
   return Status::Ok();
 }
@@ -1191,11 +1207,13 @@ Status EmbeddingTable::ApplyDelta(const CheckpointInfo& info, bool cleared,
   }
   ResetChangesLocked();
   checkpoint_id_ = info.save_id;
+  committed_version_ = version_.load(std::memory_order_relaxed);
   return Status::Ok();
 }
 
 Status EmbeddingTable::UpdateRows(const int64_t* addresses, int64_t n, int64_t cost_per_row,
                                   const RowUpdate& update, const ParallelRunner& run) {
+  BumpVersion();
   std::shared_lock<std::shared_mutex> structure(structure_mu_);
   std::vector<int64_t> rows(n);
   std::mutex error_mu;
@@ -1259,6 +1277,7 @@ Status EmbeddingTable::Export(const ExportAllocator& allocate) {
 
 Status EmbeddingTable::Import(const int64_t* keys, const float* values, const float* slots,
                               int num_slots, int64_t n) {
+  BumpVersion();
   if (slots != nullptr && (num_slots < 0 || num_slots > kMaxSlots)) {
     return Status::InvalidArgument("import into table '" + config_.name + "': " +
                                    std::to_string(num_slots) + " slot arrays given, at most " +

@@ -113,6 +113,7 @@ class EmbeddingTable {
   ~EmbeddingTable();
 
   const std::string& name() const { return config_.name; }
+  const TableConfig& config() const { return config_; }
   int dim() const { return config_.dim; }
   bool dynamic_expansion() const { return config_.dynamic_expansion; }
   int64_t rows_per_chunk() const { return int64_t{1} << chunk_shift_; }
@@ -238,6 +239,11 @@ class EmbeddingTable {
   Status CommitSave(int64_t save_id);
   int64_t checkpoint_id() const { return checkpoint_id_; }
   bool tracks_changes() const { return config_.track_changes; }
+  // Whether the table holds exactly checkpoint `save_id`: it was saved (and committed) or
+  // restored as that checkpoint, and nothing changed it since (no training lookup, update,
+  // eviction, upsert, removal or threshold change). Such a table can stand in for reading the
+  // checkpoint's files.
+  bool HoldsCheckpoint(int64_t save_id) const;
 
   // Receives the rows of a restore (see Restore). Rows are put in by kRestoreLanes lanes that
   // may run in parallel: lane l takes the keys whose index shard s has s % kRestoreLanes == l
@@ -437,7 +443,7 @@ class EmbeddingTable {
   const int64_t max_rows_;
 
   // Shared by batch operations, exclusive for structural ones.
-  std::shared_mutex structure_mu_;
+  mutable std::shared_mutex structure_mu_;
   HashIndex index_;
 
   std::mutex alloc_mu_;
@@ -478,6 +484,12 @@ class EmbeddingTable {
   // The checkpoint the change set is relative to, and the last snapshot's id (structure_mu_).
   int64_t checkpoint_id_ = 0;
   int64_t snapshot_id_ = 0;
+  // Bumped by every change of the table's contents or settings; the values at the last
+  // snapshot and at the last commit or restore say whether it still equals its checkpoint.
+  std::atomic<uint64_t> version_{0};
+  uint64_t snapshot_version_ = 0;   // guarded by structure_mu_
+  uint64_t committed_version_ = 0;  // guarded by structure_mu_
+  void BumpVersion() { version_.fetch_add(1, std::memory_order_relaxed); }
   class RowSink;  // the RestoreSink of Restore and ApplyDelta
   void ResetChangesLocked();
   void MarkChanged(int64_t row) {

@@ -48,6 +48,11 @@ class EmbeddingTableOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("eviction_threshold", &config_.eviction_threshold));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("evict_when_full", &config_.evict_when_full));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("track_changes", &config_.track_changes));
+    std::string share;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("share", &share));
+    share_ = share == "reader"    ? ShareMode::kReader
+             : share == "trainer" ? ShareMode::kTrainer
+                                  : ShareMode::kPrivate;
     OP_REQUIRES_OK(ctx, ctx->GetAttr("container", &container_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("shared_name", &shared_name_));
     OP_REQUIRES(ctx, dim <= EmbeddingTable::kMaxDim,
@@ -68,7 +73,9 @@ class EmbeddingTableOp : public OpKernel {
                             [this](TableResource** created) -> tensorflow::Status {
                               std::unique_ptr<EmbeddingTable> table;
                               TF_RETURN_IF_ERROR(ToTfStatus(EmbeddingTable::Create(config_, &table)));
-                              *created = new TableResource(std::move(table), key_dtype_);
+                              *created = new TableResource(
+                                  std::shared_ptr<EmbeddingTable>(std::move(table)), key_dtype_,
+                                  share_);
                               return absl::OkStatus();
                             }));
     ScopedUnref unref(resource);
@@ -88,6 +95,7 @@ class EmbeddingTableOp : public OpKernel {
  private:
   TableConfig config_;
   tensorflow::DataType key_dtype_;
+  ShareMode share_ = ShareMode::kPrivate;
   std::string container_;
   std::string shared_name_;
 };
@@ -341,6 +349,7 @@ class TableCommitSaveOp : public OpKernel {
     int64_t save_id;
     OP_REQUIRES_OK(ctx, GetScalarInput(ctx, 1, "save_id", &save_id));
     OP_REQUIRES_OK(ctx, ToTfStatus(table->table()->CommitSave(save_id)));
+    CheckpointHolders::Get().Note(save_id, table);
   }
 };
 
@@ -356,6 +365,7 @@ class TableApplyDeltaOp : public OpKernel {
     OP_REQUIRES_OK(ctx, GetScalarInput(ctx, 1, "directory", &dir));
     int64_t rows = 0;
     OP_REQUIRES_OK(ctx, ToTfStatus(ApplyDeltaFiles(table->table(), std::string(dir), &rows)));
+    CheckpointHolders::Get().Note(table->table()->checkpoint_id(), table);
     OP_REQUIRES_OK(ctx, SetScalarOutput(ctx, 0, rows));
   }
 };
@@ -363,6 +373,27 @@ class TableApplyDeltaOp : public OpKernel {
 class TableRestoreOp : public OpKernel {
  public:
   using OpKernel::OpKernel;
+
+  // A shareable table restoring one whole checkpoint that it, or another table of the
+  // process, already holds in memory: uses that table instead of reading the files.
+  static bool UseTableInMemory(TableResource* table, const std::vector<std::string>& dirs,
+                               const RestoreOptions& options, int64_t* rows, std::string* note) {
+    if (table->share() == ShareMode::kPrivate || dirs.size() != 1 || options.rank_size != 1) {
+      return false;
+    }
+    int64_t save_id = 0;
+    bool delta = false;
+    if (!ReadCheckpointId(dirs[0], &save_id, &delta).ok() || delta) return false;
+    if (!table->table()->HoldsCheckpoint(save_id)) {
+      std::shared_ptr<EmbeddingTable> held = CheckpointHolders::Get().Find(save_id, table);
+      if (held == nullptr) return false;
+      table->Adopt(std::move(held));
+    }
+    *rows = table->table()->Size();
+    *note = "the table already held checkpoint " + std::to_string(save_id) +
+            " in memory: no files were read";
+    return true;
+  }
 
   void Compute(OpKernelContext* ctx) override {
     TableResource* table;
@@ -379,8 +410,11 @@ class TableRestoreOp : public OpKernel {
     options.int32_keys = table->key_dtype() == tensorflow::DT_INT32;
     int64_t rows = 0;
     std::string note;
-    OP_REQUIRES_OK(ctx, ToTfStatus(RestoreTableFiles(table->table(), directories, options,
-                                                     &rows, &note)));
+    if (!UseTableInMemory(table, directories, options, &rows, &note)) {
+      OP_REQUIRES_OK(ctx, ToTfStatus(RestoreTableFiles(table->table(), directories, options,
+                                                       &rows, &note)));
+      CheckpointHolders::Get().Note(table->table()->checkpoint_id(), table);
+    }
     OP_REQUIRES_OK(ctx, SetScalarOutput(ctx, 0, rows));
     OP_REQUIRES_OK(ctx, SetScalarOutput(ctx, 1, tensorflow::tstring(note)));
   }

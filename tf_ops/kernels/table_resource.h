@@ -3,8 +3,11 @@
 #ifndef REC_SDK_KERNELS_TABLE_RESOURCE_H_
 #define REC_SDK_KERNELS_TABLE_RESOURCE_H_
 
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/resource_mgr.h"
@@ -13,13 +16,41 @@
 
 namespace rec_sdk {
 
+// How a table may share its storage with other sessions of the process (the "share" attribute
+// of the table op, set by GraphModifierHook for tf.estimator graphs): kPrivate never shares;
+// kReader (a graph without training lookups of the table: evaluation, prediction) may use any
+// in-memory table that holds the checkpoint it restores; kTrainer only one that no other live
+// session uses. Shareable tables that still equal their latest checkpoint when their last
+// session ends are kept (one per table name) for the next session to restore.
+enum class ShareMode { kPrivate, kReader, kTrainer };
+
+class CheckpointHolders;
+
 class TableResource : public tensorflow::ResourceBase {
  public:
-  TableResource(std::unique_ptr<EmbeddingTable> table, tensorflow::DataType key_dtype)
-      : table_(std::move(table)), key_dtype_(key_dtype) {}
+  TableResource(std::shared_ptr<EmbeddingTable> table, tensorflow::DataType key_dtype,
+                ShareMode share)
+      : table_(std::move(table)), key_dtype_(key_dtype), share_(share) {}
+  ~TableResource() override;
 
-  EmbeddingTable* table() { return table_.get(); }
+  EmbeddingTable* table() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return table_.get();
+  }
+  std::shared_ptr<EmbeddingTable> shared_table() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return table_;
+  }
   tensorflow::DataType key_dtype() const { return key_dtype_; }
+  ShareMode share() const { return share_; }
+
+  // Uses `other` from now on. The table used so far stays alive with the resource, so that a
+  // kernel still holding its pointer is safe.
+  void Adopt(std::shared_ptr<EmbeddingTable> other) {
+    std::lock_guard<std::mutex> lock(mu_);
+    replaced_.push_back(std::move(table_));
+    table_ = std::move(other);
+  }
 
   std::string DebugString() const override {
     return "rec_sdk table '" + table_->name() + "' (dim " + std::to_string(table_->dim()) +
@@ -28,9 +59,95 @@ class TableResource : public tensorflow::ResourceBase {
   int64_t MemoryUsed() const override { return table_->MemoryBytes(); }
 
  private:
-  std::unique_ptr<EmbeddingTable> table_;
+  mutable std::mutex mu_;
+  std::shared_ptr<EmbeddingTable> table_;
+  std::vector<std::shared_ptr<EmbeddingTable>> replaced_;
   const tensorflow::DataType key_dtype_;
+  const ShareMode share_;
 };
+
+// Process-wide record of shareable tables that hold a committed (saved or restored)
+// checkpoint, by save id, and of the tables kept after their last session.
+class CheckpointHolders {
+ public:
+  static CheckpointHolders& Get() {
+    static auto* holders = new CheckpointHolders;  // never destroyed: outlives all sessions
+    return *holders;
+  }
+
+  // `table` (of `resource`) now holds checkpoint save_id.
+  void Note(int64_t save_id, TableResource* resource) {
+    if (resource->share() == ShareMode::kPrivate || save_id == 0) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = holders_.begin(); it != holders_.end();) {
+      it = it->second.table.expired() ? holders_.erase(it) : std::next(it);
+    }
+    holders_[save_id] = Entry{resource->shared_table(), resource->key_dtype()};
+  }
+
+  // A table holding checkpoint save_id that `resource` may use instead of reading files, or
+  // null: same key dtype and configuration, and for a trainer no other live session using it.
+  std::shared_ptr<EmbeddingTable> Find(int64_t save_id, TableResource* resource) {
+    if (resource->share() == ShareMode::kPrivate) return nullptr;
+    const std::shared_ptr<EmbeddingTable> own = resource->shared_table();
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = holders_.find(save_id);
+    if (it == holders_.end() || it->second.key_dtype != resource->key_dtype()) return nullptr;
+    std::shared_ptr<EmbeddingTable> found = it->second.table.lock();
+    if (found == nullptr || found == own || !found->HoldsCheckpoint(save_id) ||
+        !SameLayout(found->config(), own->config())) {
+      return nullptr;
+    }
+    if (resource->share() == ShareMode::kTrainer) {
+      auto kept = retained_.find(found->name());
+      const long users = found.use_count() - 1 -  // `found` itself
+                         (kept != retained_.end() && kept->second == found ? 1 : 0);
+      if (users > 0) return nullptr;
+    }
+    return found;
+  }
+
+  // Called when a resource goes away: keeps its table for a later session if it still holds
+  // its checkpoint (replacing the table kept under that name), else forgets a kept copy.
+  void Release(const std::shared_ptr<EmbeddingTable>& table) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto kept = retained_.find(table->name());
+    if (table->HoldsCheckpoint(table->checkpoint_id())) {
+      retained_[table->name()] = table;
+    } else if (kept != retained_.end() && kept->second == table) {
+      retained_.erase(kept);
+    }
+  }
+
+ private:
+  struct Entry {
+    std::weak_ptr<EmbeddingTable> table;
+    tensorflow::DataType key_dtype;
+  };
+
+  static bool SameLayout(const TableConfig& a, const TableConfig& b) {
+    const InitializerSpec& x = a.initializer;
+    const InitializerSpec& y = b.initializer;
+    return a.name == b.name && a.dim == b.dim && a.dynamic_expansion == b.dynamic_expansion &&
+           (a.dynamic_expansion || a.capacity == b.capacity) &&
+           a.access_threshold == b.access_threshold &&
+           a.eviction_threshold == b.eviction_threshold &&
+           a.evict_when_full == b.evict_when_full && a.track_changes == b.track_changes &&
+           x.kind == y.kind && x.value == y.value && x.minval == y.minval &&
+           x.maxval == y.maxval && x.mean == y.mean && x.stddev == y.stddev &&
+           x.seed == y.seed && x.scale == y.scale;
+  }
+
+  std::mutex mu_;
+  std::map<int64_t, Entry> holders_;
+  std::map<std::string, std::shared_ptr<EmbeddingTable>> retained_;
+};
+
+inline TableResource::~TableResource() {
+  if (share_ != ShareMode::kPrivate && table_ != nullptr) {
+    CheckpointHolders::Get().Release(table_);
+  }
+}
 
 inline tensorflow::Status ToTfStatus(const Status& s) {
   switch (s.code()) {

@@ -76,6 +76,7 @@ class SparseEmbedding:
         self.init_param = init_param
         self.graph = tf.compat.v1.get_default_graph()
         self.lookup_count = 0
+        self.train_lookups = 0  # lookups with is_train=True
         self.steps_to_live = steps_to_live
         self.evict_when_full = evict_when_full
         # Admission and eviction, fixed by the first lookup that configures them.
@@ -540,6 +541,7 @@ def sparse_lookup(hash_table, ids, send_count=None, is_train=True, name=None,
                                 lookup_name, access_and_evict_config, is_grad,
                                 serving_default_value, timestamps, modify_graph, batch)
     hash_table.lookup_count += 1
+    hash_table.train_lookups += int(is_train)
     return result
 
 

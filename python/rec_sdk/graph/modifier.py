@@ -337,11 +337,25 @@ def modify_graph_and_start_emb_cache(full_graph=None, dump_graph=False):
     start_asc_pipeline(graph)
 
 
+def share_tables(graph=None):
+    """Lets the tables of `graph` share storage with other sessions of this process through
+    checkpoints: restoring a checkpoint that a table of the process already holds in memory
+    (unchanged since it was saved or restored) uses that table instead of reading files and
+    building a copy. A graph that trains a table shares only a table no other live session
+    uses; an evaluation or prediction graph may read the training session's table (tf.estimator
+    evaluates while its training session waits). A table that still equals its checkpoint
+    when its last session closes is kept (one per table name) for the next Estimator mode."""
+    graph = graph or tf.compat.v1.get_default_graph()
+    for table in embedding.tables_of_graph(graph):
+        table_ops.set_share_attr(table.handle, "trainer" if table.train_lookups else "reader")
+
+
 class GraphModifierHook(tf.compat.v1.train.SessionRunHook):
     """For tf.estimator (train, evaluate, predict, train_and_evaluate) and
     MonitoredTrainingSession: begin() modifies the graph (modify_graph=True) or only starts
-    the FeatureSpec pipeline (modify_graph=False); after the session is created it runs the
-    new iterators' initializers."""
+    the FeatureSpec pipeline (modify_graph=False), and lets the tables share storage across
+    the Estimator's sessions (share_tables); after the session is created it runs the new
+    iterators' initializers."""
 
     def __init__(self, dump_graph=False, modify_graph=True):
         self._dump_graph = check_bool("dump_graph", dump_graph)
@@ -354,6 +368,7 @@ class GraphModifierHook(tf.compat.v1.train.SessionRunHook):
             modify_graph_and_start_emb_cache(graph, dump_graph=self._dump_graph)
         else:
             start_asc_pipeline(graph)
+        share_tables(graph)
         self._initializers = [m.initializer for m in modified_iterators(graph)
                               if m.initializer is not None]
 

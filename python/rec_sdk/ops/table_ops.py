@@ -47,6 +47,13 @@ def op_scope_name(name):
     return name if not name.startswith("_") else "rec_sdk" + name
 
 
+def set_share_attr(handle, share):
+    """How the table may share its storage with other sessions of the process ("": never,
+    "reader": a graph that only reads it, "trainer": a graph that trains it); see
+    TableResource in tf_ops/kernels/table_resource.h. Graph construction only."""
+    handle.op._set_attr("share", attr_value_pb2.AttrValue(s=share.encode()))  # pylint: disable=protected-access
+
+
 def set_admission_attrs(handle, access_threshold, eviction_threshold):
     """Sets the thresholds the table starts with on the op that creates it (graph
     construction only: a table already created by a session keeps its settings)."""
