@@ -408,3 +408,54 @@ TEST(CheckpointTest, ACorruptedKeyThatRepeatsAnotherIsReportedAsTheCorruptedFile
 
 }  // namespace
 }  // namespace rec_sdk
+
+namespace rec_sdk {
+namespace {
+
+TEST(CheckpointTest, HoldsCheckpointUntilTheTableChanges) {
+  auto t = Trained();
+  const std::string dir = TempDir() + "/t";
+  int64_t save_id = 0;
+  ASSERT_TRUE(SaveTableFiles(t.get(), dir, nullptr, false, &save_id).ok());
+  EXPECT_FALSE(t->HoldsCheckpoint(save_id));  // not committed yet
+  ASSERT_TRUE(t->CommitSave(save_id).ok());
+  EXPECT_TRUE(t->HoldsCheckpoint(save_id));
+  EXPECT_FALSE(t->HoldsCheckpoint(save_id + 1));
+  EXPECT_FALSE(t->HoldsCheckpoint(0));
+  int64_t id = 0;
+  bool delta = true;
+  ASSERT_TRUE(ReadCheckpointId(dir, &id, &delta).ok());
+  EXPECT_EQ(id, save_id);
+  EXPECT_FALSE(delta);
+
+  // Reading (an evaluation lookup, a gather) keeps it; a training lookup does not.
+  const int64_t key = 7;
+  int64_t address = 0;
+  ASSERT_TRUE(t->FindOrInsert(&key, 1, false, &address, SerialRunner).ok());
+  float row[3];
+  ASSERT_TRUE(t->Gather(&address, 1, row, SerialRunner).ok());
+  EXPECT_TRUE(t->HoldsCheckpoint(save_id));
+  ASSERT_TRUE(t->FindOrInsert(&key, 1, true, &address, SerialRunner).ok());
+  EXPECT_FALSE(t->HoldsCheckpoint(save_id));
+
+  // A restored table holds the checkpoint it restored, until it changes.
+  auto u = Make(Config());
+  int64_t rows = 0;
+  std::string note;
+  ASSERT_TRUE(RestoreTableFiles(u.get(), {dir}, RestoreOptions(), &rows, &note).ok());
+  EXPECT_TRUE(u->HoldsCheckpoint(save_id));
+  ASSERT_TRUE(u->SetAccessThreshold(5).ok());
+  EXPECT_FALSE(u->HoldsCheckpoint(save_id));
+
+  // A change between the snapshot and its commit: the table is not the checkpoint.
+  auto v = Trained();
+  const std::string dir2 = TempDir() + "/v";
+  ASSERT_TRUE(SaveTableFiles(v.get(), dir2, nullptr, false, &save_id).ok());
+  const int64_t other = 12345;
+  ASSERT_TRUE(v->FindOrInsert(&other, 1, true, &address, SerialRunner).ok());
+  ASSERT_TRUE(v->CommitSave(save_id).ok());
+  EXPECT_FALSE(v->HoldsCheckpoint(save_id));
+}
+
+}  // namespace
+}  // namespace rec_sdk
