@@ -8,10 +8,15 @@ back onto the tf.Graph a TF1 session runs.
 from graph_rewrite.add_control_inputs import AddControlInputs
 from graph_rewrite.core import (GraphPass, PassResult, RewriteError, check_graph, import_graph,
                                 run_passes, update_live_graph)
+from graph_rewrite.embedding_variables import (DropVariableUpdates, EmbeddingVariable,
+                                               EmbeddingVariables, GatherRead, SkippedVariable,
+                                               find_embedding_variables)
 from graph_rewrite.iterator_sources import (IteratorSource, Trace, extract_subgraph,
                                             iterator_source, trace_to_iterator)
 from graph_rewrite.reroute_inputs import RerouteInputs
 
 __all__ = ["AddControlInputs", "GraphPass", "IteratorSource", "PassResult", "RewriteError",
            "RerouteInputs", "Trace", "check_graph", "extract_subgraph", "import_graph",
-           "iterator_source", "run_passes", "trace_to_iterator", "update_live_graph"]
+           "iterator_source", "run_passes", "trace_to_iterator", "update_live_graph",
+           "DropVariableUpdates", "EmbeddingVariable", "EmbeddingVariables", "GatherRead",
+           "SkippedVariable", "find_embedding_variables"]

@@ -87,7 +87,9 @@ class SparseEmbedding:
         # FeatureSpec lookups of one batch share one find_or_insert: key -> (emb, addresses).
         self._batch_lookups = {}
         self.spec_lookups = set()  # (FeatureSpec name, is_train) of its FeatureSpec lookups
-        self.tensor_lookups = []   # {"ids", "embeddings", "serving_default_value"} per lookup
+        # Per tensor lookup: {"ids", "embeddings", "serving_default_value", "addresses" (of
+        # its unique keys), "inverse" (ids shape: position of each id's key in addresses)}.
+        self.tensor_lookups = []
         self.handle = table_ops.create_table(
             table_name, key_dtype, dim, dynamic_expansion,
             capacity=0 if dynamic_expansion else capacity_rows, initializer=initializer_spec,
@@ -588,7 +590,8 @@ def _tensor_lookup(table, ids, send_count, is_train, lookup_name, access_and_evi
                              is_grad, serving_default_value, register=True)
         # What a serving export needs to replace this lookup with stock TensorFlow ops.
         table.tensor_lookups.append({"ids": ids, "embeddings": embeddings,
-                                     "serving_default_value": serving_default_value})
+                                     "serving_default_value": serving_default_value,
+                                     "addresses": addresses, "inverse": inverse})
         if modify_graph:
             anchors.record(table.graph, anchors.Anchor(
                 lookup_name, table, ids, is_train, send_count, coefficient, sample_times,
