@@ -8,7 +8,6 @@ iterator's, and a lookup's per-step dedup to the pipeline's. Checks: each replac
 and has the same dtype as the tensor it replaces (and a compatible static shape), and no
 consumer is rerouted onto a tensor computed from it (a cycle).
 """
-import tensorflow as tf
 
 from graph_rewrite.core import GraphPass, RewriteError, import_graph
 

@@ -2,7 +2,6 @@
 train_and_evaluate (graph-modification and FeatureSpec model_fns), EvictHook in training, and
 tables shared across the Estimator's sessions through checkpoints instead of being rebuilt."""
 import logging
-import shutil
 
 import numpy as np
 import pytest

@@ -31,7 +31,6 @@ longer read or updated by the train op).
 """
 import copy
 import logging
-import os
 import re
 import threading
 import weakref
@@ -45,6 +44,7 @@ from rec_sdk.ops import table_ops
 from rec_sdk.optimizers import lazy_adam, lazy_adam_by_addr
 from rec_sdk.optimizers.base import SparseOptimizer
 from rec_sdk.util import initialize
+from rec_sdk.util.dump import next_dump_path
 from rec_sdk.util.validation import check_bool, check_float
 
 DEFAULT_LEARNING_RATE = 0.001
@@ -52,7 +52,6 @@ DEFAULT_CAPACITY_FACTOR = 4.0
 _PASS_NAME = "convert_variables"
 _lock = threading.Lock()
 _converted = weakref.WeakKeyDictionary()  # graph -> {variable name: ConvertedVariable}
-_dump_counter = [0]
 
 
 class ConvertedVariable:
@@ -96,12 +95,7 @@ def converted_variables(graph=None):
 
 
 def _dump_dir(dump_graph):
-    if not dump_graph:
-        return None
-    with _lock:
-        number = _dump_counter[0]
-        _dump_counter[0] += 1
-    return os.path.join(os.getcwd(), "rec_sdk_dump", "convert_variables_%d" % number)
+    return next_dump_path("convert_variables") if dump_graph else None
 
 
 def _variable_names(variables):

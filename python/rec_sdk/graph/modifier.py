@@ -24,7 +24,6 @@ return the new iterators' initializer and batch; `GraphModifierHook` does all of
 tf.estimator.
 """
 import logging
-import os
 import threading
 import weakref
 
@@ -42,13 +41,13 @@ from rec_sdk.core.asc.feature_spec import FeatureSpec
 from rec_sdk.core.asc.manager import start_asc_pipeline
 from rec_sdk.graph import anchors as anchor_registry
 from rec_sdk.ops import table_ops
+from rec_sdk.util.dump import next_dump_path
 from rec_sdk.util.validation import INT32_MAX, check_bool
 
 PREFETCH = 10
 _MAX_POSITIONS = 256  # FeatureSpec index_key positions
 _lock = threading.Lock()
 _modified = weakref.WeakKeyDictionary()  # graph -> [ModifiedIterator]
-_dump_counter = [0]
 
 
 class ModifiedIterator:
@@ -98,12 +97,7 @@ def _flat_spec(source):
 
 
 def _dump_dir(dump_graph):
-    if not dump_graph:
-        return None
-    with _lock:
-        number = _dump_counter[0]
-        _dump_counter[0] += 1
-    return os.path.join(os.getcwd(), "rec_sdk_dump", "modify_graph_%d" % number)
+    return next_dump_path("modify_graph") if dump_graph else None
 
 
 class _Group:

@@ -22,6 +22,7 @@ import tensorflow as tf
 from rec_sdk.core.asc.feature_spec import FeatureSpec
 from rec_sdk.ops import table_ops
 from rec_sdk.ops.loader import load_ops
+from rec_sdk.util.dump import next_dump_path
 from rec_sdk.util.validation import check_bool
 
 PREFIX = "__rec_sdk__/"
@@ -30,7 +31,6 @@ _lock = threading.Lock()
 # graph -> [([FeatureSpec], is_training)] of the insert functions built in it; weak, so a
 # graph that is dropped takes its entries along.
 _registered = weakref.WeakKeyDictionary()
-_dump_counter = [0]
 
 
 def unique_key(table_name):
@@ -259,10 +259,6 @@ def get_asc_insert_func(tgt_key_specs=None, args_index_list=None, table_names=No
 
 
 def _dump(graph):
-    with _lock:
-        number = _dump_counter[0]
-        _dump_counter[0] += 1
-    path = os.path.join(os.getcwd(), "rec_sdk_dump")
-    tf.io.write_graph(graph.as_graph_def(), path, "insert_func_%d.pbtxt" % number)
-    logging.info("rec_sdk: wrote the insert function's graph to %s/insert_func_%d.pbtxt",
-                 path, number)
+    path = next_dump_path("insert_func") + ".pbtxt"
+    tf.io.write_graph(graph.as_graph_def(), os.path.dirname(path), os.path.basename(path))
+    logging.info("rec_sdk: wrote the insert function's graph to %s", path)
