@@ -229,3 +229,35 @@ def test_a_table_kept_after_its_session_stands_in_for_the_files_until_it_changes
     with tf.compat.v1.Session(graph=g5, config=session_config()) as s5:
         with pytest.raises(tf.errors.DataLossError, match="values"):
             saver5.restore(s5, saved)
+
+
+def test_a_reader_never_changes_the_table_it_shares(tmp_path):
+    """A reader that follows a live trainer's table and then restores a newer checkpoint from
+    files restores into a table of its own (the trainer keeps its later training); writes
+    into the shared table from a reader graph are refused."""
+    init()
+    g1, train1, export1, saver1 = _table_graph("trainer")
+    g2, _, export2, saver2 = _table_graph("reader")
+    with g2.as_default():
+        upsert = tables_of_graph()[0].upsert(tf.constant([9], tf.int64), tf.ones([1, 4]))
+    with tf.compat.v1.Session(graph=g1, config=session_config()) as s1, \
+            tf.compat.v1.Session(graph=g2, config=session_config()) as s2:
+        with g1.as_default():
+            s1.run(tf.compat.v1.global_variables_initializer())
+        s1.run(train1)
+        first = saver1.save(s1, str(tmp_path / "a"), global_step=1)
+        saver2.restore(s2, first)  # follows the trainer's table
+        with pytest.raises(tf.errors.FailedPreconditionError, match="cannot be changed here"):
+            s2.run(upsert)
+        s1.run(train1)
+        second = saver1.save(s1, str(tmp_path / "a"), global_step=2)
+        at_second = _values(s1, export1)
+        s1.run(train1)
+        s1.run(train1)
+        trained = _values(s1, export1)
+        # The trainer moved on since `second`: the reader reads `second` from the files.
+        saver2.restore(s2, second)
+        np.testing.assert_array_equal(_values(s2, export2), at_second)
+        np.testing.assert_array_equal(_values(s1, export1), trained)
+        s2.run(upsert)  # its own table now
+        np.testing.assert_array_equal(_values(s1, export1), trained)

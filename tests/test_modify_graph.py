@@ -284,3 +284,45 @@ def test_without_modify_graph_lookups_nothing_is_rewritten():
     modify_graph_and_start_emb_cache()
     assert len(tf.compat.v1.get_default_graph().get_operations()) == ops_before
     assert modified_iterators() == []
+
+
+def test_optimizer_built_after_the_modification_trains_the_same():
+    """The by-address collections name the shared rows after modification (once per table and
+    batch), so an optimizer built afterwards trains exactly as one built before."""
+    reference = _train(modify_graph=True)
+    tf.compat.v1.reset_default_graph()
+    rec_sdk.util.initialize.terminate_config_initializer()
+    init(use_dynamic_expansion=True)
+    it = tf.compat.v1.data.make_initializable_iterator(
+        tf.data.Dataset.from_tensor_slices(_data()).batch(16))
+    tables, _, loss = _model(it.get_next(), True, True)
+    modify_graph_and_start_emb_cache()
+    embs = tf.compat.v1.get_collection(rec_sdk.ASCEND_SPARSE_LOOKUP_LOCAL_EMB)
+    addresses = tf.compat.v1.get_collection(rec_sdk.ASCEND_SPARSE_LOOKUP_ID_OFFSET)
+    assert len(embs) == len(addresses) == 2  # one per table
+    grads = tf.gradients(loss, embs)
+    assert all(g is not None for g in grads)
+    from rec_sdk.optimizers.lazy_adam_by_addr import create_hash_optimizer_by_address
+    train_op = create_hash_optimizer_by_address(0.05).apply_gradients(zip(grads, addresses))
+    exports = {name: t.export() for name, t in tables.items()}
+    with tf.compat.v1.Session(config=session_config()) as sess:
+        sess.run([tf.compat.v1.global_variables_initializer(), get_initializer(True)])
+        losses = [sess.run([loss, train_op])[0] for _ in range(6)]
+        exported = {name: sorted_export(*v) for name, v in sess.run(exports).items()}
+    np.testing.assert_array_equal(np.array(losses), reference[0])
+    for name in exported:
+        for x, y in zip(exported[name], reference[2][name]):
+            np.testing.assert_array_equal(x, y)
+
+
+def test_lookups_added_to_a_modified_iterator_are_an_error():
+    init()
+    batch = tf.compat.v1.data.make_one_shot_iterator(
+        tf.data.Dataset.from_tensor_slices(_data()).batch(16)).get_next()
+    _model(batch, True, True)
+    modify_graph_and_start_emb_cache()
+    table = create_table(tf.int64, 4, "late", tf.compat.v1.zeros_initializer(),
+                         device_vocabulary_size=100)
+    sparse_lookup(table, batch["items"], modify_graph=True, name="late_lookup")
+    with pytest.raises(RewriteError, match="already modified by an earlier call.*late_lookup"):
+        modify_graph_and_start_emb_cache()

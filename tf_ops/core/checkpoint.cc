@@ -723,6 +723,8 @@ Status RestoreTableFiles(EmbeddingTable* table, const std::vector<std::string>& 
   }
   // The merged description: slots from the first directory (all must agree).
   EmbeddingTable::CheckpointInfo info = sources[0].info;
+  // A merge of several directories or a rank's slice is no checkpoint the table then equals.
+  if (dirs.size() > 1 || options.rank_size > 1) info.save_id = 0;
   for (size_t d = 1; d < sources.size(); ++d) {
     const auto& other = sources[d].info;
     if (other.num_slots != info.num_slots || other.optimizer != info.optimizer) {

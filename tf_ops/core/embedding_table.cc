@@ -415,7 +415,7 @@ int64_t EmbeddingTable::ClockForNewRows() const {
 Status EmbeddingTable::FindOrInsert(const int64_t* keys, int64_t n, bool insert,
                                     int64_t* addresses, const ParallelRunner& run,
                                     const KeyAccess& access) {
-  if (insert) BumpVersion();
+  ChangeScope change(this, insert);
   if (!insert) {
     std::shared_lock<std::shared_mutex> structure(structure_mu_);
     const int64_t tag_bits = TagBits();
@@ -578,7 +578,7 @@ void EmbeddingTable::InsertPass(const int64_t* keys, int64_t n, int64_t* address
 }
 
 Status EmbeddingTable::SetAccessThreshold(int64_t threshold) {
-  BumpVersion();
+  ChangeScope change(this);
   if (threshold < -1) {
     return Status::InvalidArgument("table '" + config_.name +
                                    "': access_threshold must be >= -1, got " +
@@ -600,7 +600,7 @@ void EmbeddingTable::EvictRowLocked(int64_t row) {
 
 Status EmbeddingTable::Evict(int64_t* rows_evicted, int64_t* pending_evicted,
                              const ParallelRunner& run) {
-  BumpVersion();
+  ChangeScope change(this);
   int64_t rows_out = 0, pending_out = 0;
   const int64_t threshold = config_.eviction_threshold;
   const int64_t newest = newest_clock_.load();
@@ -736,7 +736,7 @@ Status EmbeddingTable::Lookup(const int64_t* keys, int64_t n, bool init_missing,
 
 Status EmbeddingTable::Upsert(const int64_t* keys, const float* values, int64_t n,
                               const ParallelRunner& run) {
-  BumpVersion();
+  ChangeScope change(this);
   std::shared_lock<std::shared_mutex> structure(structure_mu_);
   const int dim = config_.dim;
   std::atomic<bool> full{false};
@@ -772,7 +772,7 @@ Status EmbeddingTable::Upsert(const int64_t* keys, const float* values, int64_t 
 
 Status EmbeddingTable::Remove(const int64_t* keys, int64_t n, int64_t* removed,
                               const ParallelRunner& run) {
-  BumpVersion();
+  ChangeScope change(this);
   std::shared_lock<std::shared_mutex> structure(structure_mu_);
   std::atomic<int64_t> count{0};
   ForEachKeyByShard(
@@ -790,12 +790,13 @@ Status EmbeddingTable::Remove(const int64_t* keys, int64_t n, int64_t* removed,
 }
 
 void EmbeddingTable::Clear() {
-  BumpVersion();
+  ChangeScope change(this);
   std::unique_lock<std::shared_mutex> structure(structure_mu_);
   ClearLocked();
 }
 
 void EmbeddingTable::ClearLocked() {
+  BumpVersion();
   // Lock order everywhere: structure_mu_, then a shard, then alloc_mu_.
   for (int s = 0; s < HashIndex::kNumShards; ++s) {
     std::lock_guard<std::mutex> shard_lock(index_.shard(s).mu());
@@ -820,7 +821,7 @@ void EmbeddingTable::ClearLocked() {
 
 Status EmbeddingTable::EnsureSlots(const std::string& optimizer,
                                    const std::vector<float>& initial_values) {
-  BumpVersion();
+  ChangeScope change(this);
   const int wanted = static_cast<int>(initial_values.size());
   if (wanted > kMaxSlots) {
     return Status::InvalidArgument("optimizer '" + optimizer + "' asks for " +
@@ -1137,6 +1138,7 @@ Status EmbeddingTable::Restore(const CheckpointInfo& info,
     if (info.num_slots > 0) what = "slots of '" + info.optimizer + "' restored";
   }
   ClearLocked();
+  checkpoint_id_ = 0;  // until the restore succeeds: an emptied table holds no checkpoint
   // Size the index for the rows to come (one rehash instead of one per doubling).
   for (int s = 0; s < HashIndex::kNumShards; ++s) {
     index_.shard(s).Reserve(static_cast<size_t>(info.rows / HashIndex::kNumShards * 11 / 10));
@@ -1203,6 +1205,7 @@ Status EmbeddingTable::ApplyDelta(const CheckpointInfo& info, bool cleared,
   sink.ReleaseUnused();
   if (!status.ok()) {
     ClearLocked();
+    checkpoint_id_ = 0;  // emptied: it holds no checkpoint, no delta applies to it
     return status;
   }
   ResetChangesLocked();
@@ -1213,7 +1216,7 @@ Status EmbeddingTable::ApplyDelta(const CheckpointInfo& info, bool cleared,
 
 Status EmbeddingTable::UpdateRows(const int64_t* addresses, int64_t n, int64_t cost_per_row,
                                   const RowUpdate& update, const ParallelRunner& run) {
-  BumpVersion();
+  ChangeScope change(this);
   std::shared_lock<std::shared_mutex> structure(structure_mu_);
   std::vector<int64_t> rows(n);
   std::mutex error_mu;
@@ -1277,7 +1280,7 @@ Status EmbeddingTable::Export(const ExportAllocator& allocate) {
 
 Status EmbeddingTable::Import(const int64_t* keys, const float* values, const float* slots,
                               int num_slots, int64_t n) {
-  BumpVersion();
+  ChangeScope change(this);
   if (slots != nullptr && (num_slots < 0 || num_slots > kMaxSlots)) {
     return Status::InvalidArgument("import into table '" + config_.name + "': " +
                                    std::to_string(num_slots) + " slot arrays given, at most " +

@@ -490,6 +490,23 @@ class EmbeddingTable {
   uint64_t snapshot_version_ = 0;   // guarded by structure_mu_
   uint64_t committed_version_ = 0;  // guarded by structure_mu_
   void BumpVersion() { version_.fetch_add(1, std::memory_order_relaxed); }
+  // Bumps the version before and after a change: a snapshot taken while the change runs
+  // records a version the change's second bump makes stale, so HoldsCheckpoint never
+  // vouches for a table that differs from its files.
+  class ChangeScope {
+   public:
+    explicit ChangeScope(EmbeddingTable* t, bool active = true) : t_(active ? t : nullptr) {
+      if (t_ != nullptr) t_->BumpVersion();
+    }
+    ~ChangeScope() {
+      if (t_ != nullptr) t_->BumpVersion();
+    }
+    ChangeScope(const ChangeScope&) = delete;
+    ChangeScope& operator=(const ChangeScope&) = delete;
+
+   private:
+    EmbeddingTable* t_;
+  };
   class RowSink;  // the RestoreSink of Restore and ApplyDelta
   void ResetChangesLocked();
   void MarkChanged(int64_t row) {

@@ -23,7 +23,7 @@ class ApplyOpBase : public OpKernel {
 
   void Compute(OpKernelContext* ctx) override {
     TableResource* table;
-    OP_REQUIRES_OK(ctx, GetTable(ctx, &table));
+    OP_REQUIRES_OK(ctx, GetWritableTable(ctx, &table));
     ScopedUnref unref(table);
     EmbeddingTable* t = table->table();
     const Tensor& addresses = ctx->input(1);

@@ -243,7 +243,7 @@ class TableFindOrInsertOp : public OpKernel {
 
   void Compute(OpKernelContext* ctx) override {
     TableResource* table;
-    OP_REQUIRES_OK(ctx, GetTable(ctx, &table));
+    OP_REQUIRES_OK(ctx, is_train_ ? GetWritableTable(ctx, &table) : GetTable(ctx, &table));
     ScopedUnref unref(table);
     const Tensor& keys = ctx->input(1);
     std::vector<int64_t> scratch;
@@ -295,7 +295,7 @@ class TableSetAccessThresholdOp : public OpKernel {
 
   void Compute(OpKernelContext* ctx) override {
     TableResource* table;
-    OP_REQUIRES_OK(ctx, GetTable(ctx, &table));
+    OP_REQUIRES_OK(ctx, GetWritableTable(ctx, &table));
     ScopedUnref unref(table);
     int64_t threshold;
     OP_REQUIRES_OK(ctx, GetScalarInput(ctx, 1, "threshold", &threshold));
@@ -309,7 +309,7 @@ class TableEvictOp : public OpKernel {
 
   void Compute(OpKernelContext* ctx) override {
     TableResource* table;
-    OP_REQUIRES_OK(ctx, GetTable(ctx, &table));
+    OP_REQUIRES_OK(ctx, GetWritableTable(ctx, &table));
     ScopedUnref unref(table);
     int64_t rows = 0, pending = 0;
     OP_REQUIRES_OK(ctx, ToTfStatus(table->table()->Evict(&rows, &pending, MakeRunner(ctx))));
@@ -359,7 +359,7 @@ class TableApplyDeltaOp : public OpKernel {
 
   void Compute(OpKernelContext* ctx) override {
     TableResource* table;
-    OP_REQUIRES_OK(ctx, GetTable(ctx, &table));
+    OP_REQUIRES_OK(ctx, GetWritableTable(ctx, &table));
     ScopedUnref unref(table);
     tensorflow::tstring dir;
     OP_REQUIRES_OK(ctx, GetScalarInput(ctx, 1, "directory", &dir));
@@ -411,6 +411,13 @@ class TableRestoreOp : public OpKernel {
     int64_t rows = 0;
     std::string note;
     if (!UseTableInMemory(table, directories, options, &rows, &note)) {
+      if (table->share() != ShareMode::kPrivate && CheckpointHolders::Get().UsedByOthers(table)) {
+        // Sessions share this table: restore into a table of this session's own instead of
+        // overwriting theirs.
+        std::unique_ptr<EmbeddingTable> own;
+        OP_REQUIRES_OK(ctx, ToTfStatus(EmbeddingTable::Create(table->table()->config(), &own)));
+        table->Adopt(std::shared_ptr<EmbeddingTable>(std::move(own)));
+      }
       OP_REQUIRES_OK(ctx, ToTfStatus(RestoreTableFiles(table->table(), directories, options,
                                                        &rows, &note)));
       CheckpointHolders::Get().Note(table->table()->checkpoint_id(), table);
@@ -526,7 +533,7 @@ class TableUpsertOp : public OpKernel {
 
   void Compute(OpKernelContext* ctx) override {
     TableResource* table;
-    OP_REQUIRES_OK(ctx, GetTable(ctx, &table));
+    OP_REQUIRES_OK(ctx, GetWritableTable(ctx, &table));
     ScopedUnref unref(table);
     const Tensor& keys = ctx->input(1);
     const Tensor& values = ctx->input(2);
@@ -545,7 +552,7 @@ class TableRemoveOp : public OpKernel {
 
   void Compute(OpKernelContext* ctx) override {
     TableResource* table;
-    OP_REQUIRES_OK(ctx, GetTable(ctx, &table));
+    OP_REQUIRES_OK(ctx, GetWritableTable(ctx, &table));
     ScopedUnref unref(table);
     const Tensor& keys = ctx->input(1);
     std::vector<int64_t> scratch;
@@ -585,7 +592,7 @@ class TableClearOp : public OpKernel {
 
   void Compute(OpKernelContext* ctx) override {
     TableResource* table;
-    OP_REQUIRES_OK(ctx, GetTable(ctx, &table));
+    OP_REQUIRES_OK(ctx, GetWritableTable(ctx, &table));
     ScopedUnref unref(table);
     table->table()->Clear();
   }
@@ -648,7 +655,7 @@ class TableImportOp : public OpKernel {
 
   void Compute(OpKernelContext* ctx) override {
     TableResource* table;
-    OP_REQUIRES_OK(ctx, GetTable(ctx, &table));
+    OP_REQUIRES_OK(ctx, GetWritableTable(ctx, &table));
     ScopedUnref unref(table);
     EmbeddingTable* t = table->table();
     const Tensor& keys = ctx->input(1);

@@ -53,10 +53,13 @@ class TableResource : public tensorflow::ResourceBase {
   }
 
   std::string DebugString() const override {
-    return "rec_sdk table '" + table_->name() + "' (dim " + std::to_string(table_->dim()) +
-           ", " + std::to_string(table_->Size()) + " keys)";
+    std::shared_ptr<EmbeddingTable> t = const_cast<TableResource*>(this)->shared_table();
+    return "rec_sdk table '" + t->name() + "' (dim " + std::to_string(t->dim()) + ", " +
+           std::to_string(t->Size()) + " keys)";
   }
-  int64_t MemoryUsed() const override { return table_->MemoryBytes(); }
+  int64_t MemoryUsed() const override {
+    return const_cast<TableResource*>(this)->shared_table()->MemoryBytes();
+  }
 
  private:
   mutable std::mutex mu_;
@@ -105,6 +108,16 @@ class CheckpointHolders {
       if (users > 0) return nullptr;
     }
     return found;
+  }
+
+  // Whether sessions other than `resource`'s use its table.
+  bool UsedByOthers(TableResource* resource) {
+    const std::shared_ptr<EmbeddingTable> table = resource->shared_table();
+    std::lock_guard<std::mutex> lock(mu_);
+    auto kept = retained_.find(table->name());
+    const long holders = table.use_count() - 1 -  // `table` itself
+                         (kept != retained_.end() && kept->second == table ? 1 : 0);
+    return holders > 1;
   }
 
   // Called when a resource goes away: keeps its table for a later session if it still holds
@@ -183,6 +196,22 @@ inline ParallelRunner MakeRunner(tensorflow::OpKernelContext* ctx) {
 // (use tensorflow::core::ScopedUnref).
 inline tensorflow::Status GetTable(tensorflow::OpKernelContext* ctx, TableResource** table) {
   return tensorflow::LookupResource(ctx, tensorflow::HandleFromInput(ctx, 0), table);
+}
+
+// Resolves input 0 for a kernel that changes the table. A reader (an evaluation or prediction
+// graph sharing a table, see ShareMode) may not change a table other sessions use.
+inline tensorflow::Status GetWritableTable(tensorflow::OpKernelContext* ctx,
+                                           TableResource** table) {
+  TF_RETURN_IF_ERROR(GetTable(ctx, table));
+  if ((*table)->share() == ShareMode::kReader && CheckpointHolders::Get().UsedByOthers(*table)) {
+    const std::string name = (*table)->table()->name();
+    (*table)->Unref();
+    return tensorflow::errors::FailedPrecondition(
+        "table '", name, "' of this graph reads the in-memory table of another session (it "
+        "restored the checkpoint that table holds; the graph has no training lookups of it, "
+        "see share_tables): it cannot be changed here");
+  }
+  return absl::OkStatus();
 }
 
 // Writes a scalar output.

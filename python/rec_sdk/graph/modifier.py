@@ -35,6 +35,7 @@ from tensorflow.python.ops import gen_dataset_ops, gen_functional_ops
 
 import graph_rewrite
 import graph_rewrite.reroute_inputs
+import rec_sdk
 from rec_sdk.core import embedding
 from rec_sdk.core.asc import helper
 from rec_sdk.core.asc.feature_spec import FeatureSpec
@@ -266,6 +267,7 @@ def _rebuild(graph, graph_def, group, dump_graph):
                 shared[table.table_name] = rows
             mapping[anchor.addresses.name] = rows["addresses"].name
             mapping[anchor.local_emb.name] = rows["emb"].name
+            _replace_in_collections(graph, anchor, rows)
             mapping[anchor.inverse.name] = entries[helper.inverse_key(specs[j].name)].name
     control = {group.get_next: new_flat[0].op.name}
     additions = {}
@@ -277,12 +279,30 @@ def _rebuild(graph, graph_def, group, dump_graph):
     return modified, mapping, control, additions
 
 
+def _replace_in_collections(graph, anchor, rows):
+    """The by-address collections name the shared rows instead of the anchor's own (once per
+    table and batch, as FeatureSpec lookups register them), for optimizers built after the
+    modification."""
+    for collection, old, new in (
+            (rec_sdk.ASCEND_SPARSE_LOOKUP_LOCAL_EMB, anchor.local_emb, rows["emb"]),
+            (rec_sdk.ASCEND_SPARSE_LOOKUP_ID_OFFSET, anchor.addresses, rows["addresses"])):
+        entries = graph.get_collection_ref(collection)
+        for i, entry in enumerate(entries):
+            if entry is old:
+                if any(e is new for e in entries):
+                    del entries[i]
+                else:
+                    entries[i] = new
+                break
+
+
 def modify_graph_and_start_emb_cache(full_graph=None, dump_graph=False):
     """Rewrites the graph so that the lookups made with modify_graph=True get their keys
     from the input pipeline (see the module doc), then starts the pipeline.
 
-    Call it after the model, optimizer and train op are built and before the first
-    session.run; then run `get_initializer(True/False)` (or the old iterators' initializers,
+    Call it after the model is built (the optimizer and train op may come before or after)
+    and before the first session.run of the graph (a session that already ran the graph keeps
+    running the old edges); then run `get_initializer(True/False)` (or the old iterators' initializers,
     which now also initialise the new iterators). Calling it again only handles lookups added
     since. Errors (ids fed by a placeholder, stateful preprocessing, unsupported iterators) are
     graph_rewrite.RewriteError (a ValueError) naming the ops.
@@ -305,6 +325,15 @@ def modify_graph_and_start_emb_cache(full_graph=None, dump_graph=False):
                 "GraphModifierHook in tf.estimator")
         graph_def = graph.as_graph_def()
         groups = _group_anchors(graph_def, todo)
+        done_before = {m.old_get_next.name for m in modified_iterators(graph)}
+        for group in groups:
+            if group.get_next in done_before:
+                raise graph_rewrite.RewriteError(
+                    "modify_graph", [group.get_next] + [a.name for a in group.anchors],
+                    "the iterator of these lookups was already modified by an earlier call; "
+                    "a second pipeline over its dataset would feed them other samples than "
+                    "the first: build every lookup of an iterator before calling "
+                    "modify_graph_and_start_emb_cache")
         mapping, control, additions, done = {}, {}, {}, []
         for group in groups:
             modified, group_mapping, group_control, group_additions = _rebuild(

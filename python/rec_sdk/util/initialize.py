@@ -146,8 +146,12 @@ def get_initializer(is_training):
     if len(initializers) == 1:
         return initializers[0]
     import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    return tf.group(*initializers, name="rec_sdk_%s_initializer"
-                    % ("train" if is_training else "eval"))
+    name = "rec_sdk_%s_initializer_%d" % ("train" if is_training else "eval", len(found))
+    graph = tf.compat.v1.get_default_graph()
+    try:  # built once per graph and set of iterators
+        return graph.get_operation_by_name(name)
+    except KeyError:
+        return tf.group(*initializers, name=name)
 
 
 def get_target_batch(is_training):

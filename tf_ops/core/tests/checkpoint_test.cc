@@ -459,3 +459,32 @@ TEST(CheckpointTest, HoldsCheckpointUntilTheTableChanges) {
 
 }  // namespace
 }  // namespace rec_sdk
+
+namespace rec_sdk {
+namespace {
+
+TEST(CheckpointTest, FailedAndPartialRestoresHoldNoCheckpoint) {
+  auto t = Trained();
+  const std::string good = TempDir() + "/good", bad = TempDir() + "/bad";
+  int64_t good_id = 0, bad_id = 0, rows = 0;
+  ASSERT_TRUE(SaveTableFiles(t.get(), good, nullptr, false, &good_id).ok());
+  ASSERT_TRUE(SaveTableFiles(t.get(), bad, nullptr, false, &bad_id).ok());
+  FlipByte(bad + "/values.bin", 5);
+  auto u = Make(Config());
+  std::string note;
+  ASSERT_TRUE(RestoreTableFiles(u.get(), {good}, RestoreOptions(), &rows, &note).ok());
+  EXPECT_TRUE(u->HoldsCheckpoint(good_id));
+  EXPECT_FALSE(RestoreTableFiles(u.get(), {bad}, RestoreOptions(), &rows, &note).ok());
+  EXPECT_EQ(u->Size(), 0);
+  EXPECT_FALSE(u->HoldsCheckpoint(good_id));  // emptied: it no longer holds `good`
+  EXPECT_EQ(u->checkpoint_id(), 0);
+  // A rank's slice of a checkpoint is not that checkpoint.
+  RestoreOptions half;
+  half.rank_size = 2;
+  ASSERT_TRUE(RestoreTableFiles(u.get(), {good}, half, &rows, &note).ok());
+  EXPECT_LT(rows, 50);
+  EXPECT_FALSE(u->HoldsCheckpoint(good_id));
+}
+
+}  // namespace
+}  // namespace rec_sdk
