@@ -23,6 +23,7 @@ import rec_sdk  # noqa: E402
 from rec_sdk.core.embedding import create_table, sparse_lookup  # noqa: E402
 from rec_sdk.examples import data as datasets  # noqa: E402
 from rec_sdk.examples.metrics import auc, log_loss  # noqa: E402
+from rec_sdk.examples.models import dense_layer  # noqa: E402
 from rec_sdk.examples.progress import Progress  # noqa: E402
 from rec_sdk.optimizers import lazy_adam, lazy_adam_by_addr  # noqa: E402
 from rec_sdk.util.initialize import (  # noqa: E402
@@ -65,16 +66,6 @@ def make_iterator(arrays, batch_size, shuffle, seed):
     dataset = dataset.batch(batch_size).prefetch(2)
     iterator = tf.compat.v1.data.make_initializable_iterator(dataset)
     return iterator, iterator.get_next()
-
-
-def dense_layer(x, units, name, activation=None):
-    with tf.compat.v1.variable_scope(name, reuse=tf.compat.v1.AUTO_REUSE):
-        w = tf.compat.v1.get_variable(
-            "kernel", [x.shape[-1], units],
-            initializer=tf.compat.v1.glorot_uniform_initializer(seed=7))
-        b = tf.compat.v1.get_variable("bias", [units], initializer=tf.zeros_initializer())
-    y = tf.matmul(x, w) + b
-    return activation(y) if activation else y
 
 
 def evaluate(sess, initializer, probabilities, labels):

@@ -49,7 +49,8 @@ from rec_sdk.core.asc.manager import start_asc_pipeline  # noqa: E402
 from rec_sdk.core.embedding import create_table, sparse_lookup  # noqa: E402
 from rec_sdk.core.feature_process import evict_tables  # noqa: E402
 from rec_sdk.examples import data as datasets  # noqa: E402
-from rec_sdk.examples.demo import dense_layer, evaluate, field_keys  # noqa: E402
+from rec_sdk.examples.demo import evaluate, field_keys  # noqa: E402
+from rec_sdk.examples.models import dense_layer  # noqa: E402
 from rec_sdk.examples.progress import Progress  # noqa: E402
 from rec_sdk.graph.modifier import modify_graph_and_start_emb_cache  # noqa: E402
 from rec_sdk.optimizers import lazy_adam  # noqa: E402

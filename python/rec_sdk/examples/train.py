@@ -1,0 +1,384 @@
+"""Train a CTR model (Wide&Deep, DLRM or DCN-v2) with rec_sdk tables, in tf.compat.v1.Session
+or tf.estimator mode, on MovieLens-100k, the synthetic Criteo-schema data, or your own files.
+
+    python -m rec_sdk.examples.train --model dlrm --data synthetic --steps 2000
+    python -m rec_sdk.examples.train --model dcn_v2 --data movielens --mode estimator
+    python -m rec_sdk.examples.train --model wide_deep --data criteo:day_0.tsv --logdir runs/w
+    python -m rec_sdk.examples.train --data avazu:train.csv --access-threshold 2
+
+--data: movielens | synthetic (generated in memory, --rows rows, Criteo's cardinalities times
+--scale) | criteo:PATH[,PATH...] (Criteo TSV) | avazu:PATH (Avazu CSV with header) |
+tfrecord:PATH (rec_sdk.examples.synthetic's files). Files are streamed (larger than memory is
+fine); their first --eval-batches batches are held out for evaluation unless --eval-data
+names other files. A progress bar shows samples/s; every --eval-every steps the model is
+evaluated (AUC, log loss). With --logdir, TensorBoard gets loss, step time, samples/s, AUC,
+log loss and every table's size, admitted, evicted and rejected counts.
+"""
+import argparse
+import collections
+import os
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from rec_sdk.core.embedding import create_table, sparse_lookup  # noqa: E402
+from rec_sdk.core.feature_process import TableStatsHook  # noqa: E402
+from rec_sdk.examples import feature_spec_demo, inputs, synthetic  # noqa: E402
+from rec_sdk.examples.metrics import auc, log_loss  # noqa: E402
+from rec_sdk.examples.models import MODELS, logits  # noqa: E402
+from rec_sdk.examples.progress import Progress  # noqa: E402
+from rec_sdk.graph.modifier import GraphModifierHook  # noqa: E402
+from rec_sdk.optimizers import lazy_adam  # noqa: E402
+from rec_sdk.util.initialize import init, terminate_config_initializer  # noqa: E402
+from rec_sdk.util.variable import get_dense_and_sparse_variable  # noqa: E402
+
+# A sparse field: ids = batch[key] (or its column `column`); multi: [batch, k] ids padded
+# with -1, mean-pooled.
+Field = collections.namedtuple("Field", ["name", "table", "key", "column", "multi"])
+WIDE_SHIFT = 56  # wide-table keys: the field number above the keys' own field bits
+
+
+class Source:
+    """A data set: its fields, whether it has dense features, and its datasets."""
+
+    def __init__(self, name, fields, has_dense, train, evaluation, vocabulary):
+        self.name = name
+        self.fields = fields
+        self.has_dense = has_dense
+        self._train = train
+        self._eval = evaluation
+        self.vocabulary = vocabulary  # distinct keys per table (or an upper bound)
+
+    def train_dataset(self, batch_size, seed):
+        return self._train(batch_size, seed)
+
+    def eval_dataset(self, batch_size):
+        return self._eval(batch_size)
+
+    @property
+    def tables(self):
+        return sorted({f.table for f in self.fields})
+
+
+def _movielens(seed):
+    train, test, _ = feature_spec_demo.load_inputs(seed=seed)
+    fields = [Field("user_id", "user", "user_id", None, False),
+              Field("item_id", "item", "item_id", None, False),
+              Field("genres", "item", "genres", None, True)]
+    fields += [Field(name, "user", "user_side", i, False)
+               for i, name in enumerate(feature_spec_demo.USER_SIDE_FIELDS)]
+    return Source(
+        "movielens", fields, False,
+        lambda b, s: inputs.array_dataset(train, b, shuffle=True, seed=s, repeat=True),
+        lambda b: inputs.array_dataset(test, b), {"user": 5000, "item": 5000})
+
+
+def _criteo_fields(names):
+    return [Field(name, name, "categorical", i, False) for i, name in enumerate(names)]
+
+
+def _synthetic(rows, scale, seed):
+    generator = synthetic.Generator(seed=seed, scale=scale)
+    train = synthetic.features(generator.rows(0, rows))
+    test = synthetic.features(generator.rows(rows, max(rows // 10, 4096)))
+    names = ["C%d" % (i + 1) for i in range(synthetic.NUM_CATEGORICAL)]
+    vocabulary = dict(zip(names, generator.cardinalities))
+    return Source("synthetic", _criteo_fields(names), True,
+                  lambda b, s: inputs.array_dataset(train, b, shuffle=True, seed=s, repeat=True),
+                  lambda b: inputs.array_dataset(test, b), vocabulary)
+
+
+def _files(kind, paths, eval_paths, eval_batches, seed):
+    reader = {"criteo": inputs.criteo_tsv_dataset, "avazu": inputs.avazu_csv_dataset,
+              "tfrecord": inputs.tfrecord_dataset}[kind]
+    if kind == "avazu":
+        names = list(inputs.AVAZU_CATEGORICAL)
+    else:
+        names = ["C%d" % (i + 1) for i in range(inputs.CRITEO_CATEGORICAL)]
+
+    def train(batch_size, s):
+        dataset = reader(paths, batch_size, shuffle_buffer=16 * batch_size, seed=s, repeat=True)
+        return dataset if eval_paths else reader(paths, batch_size).skip(eval_batches).repeat()
+
+    def evaluation(batch_size):
+        if eval_paths:
+            return reader(eval_paths, batch_size)
+        return reader(paths, batch_size).take(eval_batches)
+
+    del seed
+    return Source(kind, _criteo_fields(names), kind != "avazu", train, evaluation,
+                  {name: 1 << 22 for name in names})
+
+
+def make_source(spec, rows=500_000, scale=0.05, seed=0, eval_data=None, eval_batches=10):
+    """The Source named by --data (see the module doc)."""
+    if spec == "movielens":
+        return _movielens(seed)
+    if spec == "synthetic":
+        return _synthetic(rows, scale, seed)
+    kind, _, paths = spec.partition(":")
+    if kind not in ("criteo", "avazu", "tfrecord") or not paths:
+        raise ValueError("--data must be movielens, synthetic, criteo:PATH, avazu:PATH or "
+                         "tfrecord:PATH, got %r" % spec)
+    eval_paths = eval_data.split(",") if eval_data else None
+    return _files(kind, paths.split(","), eval_paths, eval_batches, seed)
+
+
+class RecSdkEmbeddings:
+    """The model's embeddings from rec_sdk tables: one table per table name of the source
+    (dim `dim`), plus a dim-1 "wide" table for Wide&Deep; trained by LazyAdam."""
+
+    def __init__(self, source, dim, learning_rate, wide, access_threshold=None, seed=0):
+        initializer = tf.compat.v1.truncated_normal_initializer(stddev=0.05, seed=seed + 1)
+        self.source = source
+        self.learning_rate = learning_rate
+        self.config = ({"access_threshold": access_threshold}
+                       if access_threshold is not None else None)
+        self.tables = {name: create_table(tf.int64, dim, name, initializer,
+                                          device_vocabulary_size=_capacity(source, name))
+                       for name in source.tables}
+        if wide:
+            rows = sum(_capacity(source, name) for name in source.tables)
+            self.tables["wide"] = create_table(tf.int64, 1, "wide",
+                                               tf.compat.v1.zeros_initializer(),
+                                               device_vocabulary_size=rows)
+
+    def embed(self, batch, is_train):
+        """(per-field embeddings [batch, dim], per-field wide weights [batch] or None)."""
+        suffix = "train" if is_train else "eval"
+        embeddings, wide = [], []
+        for index, field in enumerate(self.source.fields):
+            ids = batch[field.key] if field.column is None else batch[field.key][:, field.column]
+            emb = sparse_lookup(self.tables[field.table], ids, is_train=is_train,
+                                name="%s_%s" % (field.name, suffix),
+                                access_and_evict_config=self.config)
+            mask = None
+            if field.multi:
+                mask = tf.cast(ids >= 0, tf.float32)[..., tf.newaxis]
+                emb = tf.reduce_sum(emb * mask, axis=1) / tf.maximum(
+                    tf.reduce_sum(mask, axis=1), 1.0)
+            embeddings.append(emb)
+            if "wide" in self.tables:
+                keys = ids + tf.constant((index + 1) << WIDE_SHIFT, tf.int64)
+                w = sparse_lookup(self.tables["wide"], keys, is_train=is_train,
+                                  name="wide_%s_%s" % (field.name, suffix))
+                w = w * mask if mask is not None else w
+                wide.append(tf.reshape(tf.reduce_sum(w, axis=list(range(1, w.shape.rank))),
+                                       [-1]))
+        return embeddings, (wide if "wide" in self.tables else None)
+
+    def train_op(self, loss):
+        _, sparse = get_dense_and_sparse_variable()
+        return lazy_adam.create_hash_optimizer(learning_rate=self.learning_rate).apply_gradients(
+            zip(tf.gradients(loss, sparse), sparse))
+
+
+def _capacity(source, table):
+    """Rows for a table: its keys (all fields that use it) with room to spare."""
+    fields = [f for f in source.fields if f.table == table]
+    return int(min(10**9, max(1024, source.vocabulary.get(table, 1 << 20) * 1.25 + len(fields))))
+
+
+def build(model, source, embeddings, batch, is_train, dim):
+    """(probabilities, labels, loss) of `model` on one batch."""
+    embs, wide = embeddings.embed(batch, is_train)
+    dense = batch.get("dense") if source.has_dense else None
+    out = logits(model, embs, dense, wide=wide, dim=dim)
+    labels = tf.cast(batch["label"], tf.float32)
+    loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=out))
+    return tf.sigmoid(out), labels, loss
+
+
+def _scalars(writer, step, values):
+    if writer is None:
+        return
+    writer.add_summary(tf.compat.v1.Summary(value=[
+        tf.compat.v1.Summary.Value(tag=k, simple_value=float(v)) for k, v in values.items()]),
+        step)
+
+
+def _evaluate(sess, initializer, probs, labels):
+    sess.run(initializer)
+    all_p, all_y = [], []
+    while True:
+        try:
+            p, y = sess.run([probs, labels])
+        except tf.errors.OutOfRangeError:
+            break
+        all_p.append(p)
+        all_y.append(y)
+    all_p, all_y = np.concatenate(all_p), np.concatenate(all_y)
+    return auc(all_y, all_p), log_loss(all_y, all_p)
+
+
+def run_session(args, source, log):
+    """Session mode: one graph with a training and an evaluation iterator."""
+    tf.compat.v1.set_random_seed(args.seed)
+    train_it = tf.compat.v1.data.make_one_shot_iterator(
+        source.train_dataset(args.batch_size, args.seed).prefetch(4))
+    eval_it = tf.compat.v1.data.make_initializable_iterator(
+        source.eval_dataset(args.eval_batch_size).prefetch(2))
+    embeddings = RecSdkEmbeddings(source, args.dim, args.learning_rate,
+                                  args.model == "wide_deep", args.access_threshold, args.seed)
+    _, _, loss = build(args.model, source, embeddings, train_it.get_next(), True, args.dim)
+    eval_probs, eval_labels, _ = build(args.model, source, embeddings, eval_it.get_next(),
+                                       False, args.dim)
+    dense, _ = get_dense_and_sparse_variable()
+    step = tf.compat.v1.train.get_or_create_global_step()
+    train_op = tf.group(
+        tf.compat.v1.train.AdamOptimizer(args.learning_rate).minimize(
+            loss, global_step=step, var_list=dense),
+        embeddings.train_op(loss))
+    stats = {name: t.stats() for name, t in embeddings.tables.items()}
+    writer = tf.compat.v1.summary.FileWriter(args.logdir) if args.logdir else None
+    history, losses = [], []
+    with tf.compat.v1.Session() as sess:
+        sess.run(tf.compat.v1.global_variables_initializer())
+        progress = Progress(args.steps, "%s on %s" % (args.model, source.name))
+        start = time.perf_counter()
+        train_time = 0.0
+        for i in range(1, args.steps + 1):
+            t0 = time.perf_counter()
+            _, value = sess.run([train_op, loss])
+            dt = time.perf_counter() - t0
+            train_time += dt
+            losses.append(value)
+            progress.update(1, samples=args.batch_size, loss=float(np.mean(losses[-50:])))
+            if i % 50 == 0 or i == args.steps:
+                _scalars(writer, i, {"loss": np.mean(losses[-50:]), "step_time_ms": dt * 1e3,
+                                     "samples_per_s": args.batch_size / dt})
+            if i % args.eval_every == 0 or i == args.steps:
+                test_auc, test_loss = _evaluate(sess, eval_it.initializer, eval_probs,
+                                                eval_labels)
+                history.append((i, test_auc, test_loss))
+                table_stats = sess.run(stats)
+                _scalars(writer, i, {"eval/auc": test_auc, "eval/log_loss": test_loss})
+                for name, values in table_stats.items():
+                    _scalars(writer, i, {"tables/%s/%s" % (name, k): values[k]
+                                         for k in ("size", "admitted", "evicted", "rejected")})
+                log("step %d: train loss %.4f  eval AUC %.4f  log loss %.4f  keys %d"
+                    % (i, float(np.mean(losses[-50:])), test_auc, test_loss,
+                       sum(v["size"] for v in table_stats.values())))
+        elapsed = time.perf_counter() - start
+    if writer is not None:
+        writer.close()
+    return {"history": history, "test_auc": history[-1][1], "test_loss": history[-1][2],
+            "samples_per_s": args.steps * args.batch_size / train_time, "elapsed_s": elapsed,
+            "tables": {k: {s: int(v) for s, v in d.items()} for k, d in table_stats.items()}}
+
+
+class _ProgressHook(tf.compat.v1.train.SessionRunHook):
+    def __init__(self, progress, batch_size):
+        self.progress = progress
+        self.batch_size = batch_size
+
+    def after_run(self, run_context, run_values):
+        self.progress.update(1, samples=self.batch_size)
+
+
+def run_estimator(args, source, log):
+    """tf.estimator mode: train --eval-every steps at a time, evaluating in between; tables
+    are shared between the training and evaluation sessions (GraphModifierHook)."""
+    def model_fn(features, labels, mode):
+        del labels
+        is_train = mode == tf.estimator.ModeKeys.TRAIN
+        embeddings = RecSdkEmbeddings(source, args.dim, args.learning_rate,
+                                      args.model == "wide_deep", args.access_threshold,
+                                      args.seed)
+        probs, labels_, loss = build(args.model, source, embeddings, features, is_train,
+                                     args.dim)
+        if mode == tf.estimator.ModeKeys.PREDICT:
+            return tf.estimator.EstimatorSpec(mode, predictions={"probability": probs})
+        if mode == tf.estimator.ModeKeys.EVAL:
+            return tf.estimator.EstimatorSpec(mode, loss=loss, eval_metric_ops={
+                "auc": tf.compat.v1.metrics.auc(labels_, probs, num_thresholds=2000,
+                                                summation_method="careful_interpolation")})
+        dense, _ = get_dense_and_sparse_variable()
+        step = tf.compat.v1.train.get_or_create_global_step()
+        train_op = tf.group(
+            tf.compat.v1.train.AdamOptimizer(args.learning_rate).minimize(
+                loss, global_step=step, var_list=dense),
+            embeddings.train_op(loss))
+        return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+
+    model_dir = args.logdir or _temp_dir()
+    estimator = tf.estimator.Estimator(model_fn, model_dir=model_dir, config=tf.estimator.RunConfig(
+        tf_random_seed=args.seed, save_checkpoints_steps=args.eval_every,
+        save_summary_steps=50, log_step_count_steps=None))
+    progress = Progress(args.steps, "%s on %s (estimator)" % (args.model, source.name))
+    history, done, start, train_time = [], 0, time.perf_counter(), 0.0
+    while done < args.steps:
+        chunk = min(args.eval_every, args.steps - done)
+        t0 = time.perf_counter()
+        estimator.train(lambda: source.train_dataset(args.batch_size, args.seed + done),
+                        steps=chunk, hooks=[GraphModifierHook(), _ProgressHook(
+                            progress, args.batch_size), TableStatsHook(model_dir, 50)])
+        train_time += time.perf_counter() - t0
+        done += chunk
+        metrics = estimator.evaluate(lambda: source.eval_dataset(args.eval_batch_size),
+                                     hooks=[GraphModifierHook()])
+        history.append((done, float(metrics["auc"]), float(metrics["loss"])))
+        log("step %d: eval AUC %.4f  loss %.4f" % history[-1])
+    return {"history": history, "test_auc": history[-1][1], "test_loss": history[-1][2],
+            "samples_per_s": args.steps * args.batch_size / train_time,
+            "elapsed_s": time.perf_counter() - start, "model_dir": model_dir}
+
+
+def _temp_dir():
+    import tempfile  # pylint: disable=import-outside-toplevel
+    return tempfile.mkdtemp(prefix="rec_sdk_train_")
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", choices=MODELS, default="dlrm")
+    parser.add_argument("--data", default="movielens")
+    parser.add_argument("--eval-data", default=None, help="files to evaluate on (file sources)")
+    parser.add_argument("--eval-batches", type=int, default=10,
+                        help="file sources without --eval-data: batches held out")
+    parser.add_argument("--mode", choices=("session", "estimator"), default="session")
+    parser.add_argument("--steps", type=int, default=1000)
+    parser.add_argument("--batch-size", type=int, default=512)
+    parser.add_argument("--eval-batch-size", type=int, default=4096)
+    parser.add_argument("--eval-every", type=int, default=500)
+    parser.add_argument("--dim", type=int, default=16)
+    parser.add_argument("--learning-rate", type=float, default=0.001)
+    parser.add_argument("--access-threshold", type=int, default=None)
+    parser.add_argument("--rows", type=int, default=500_000, help="synthetic: training rows")
+    parser.add_argument("--scale", type=float, default=0.05,
+                        help="synthetic: multiplies Criteo's per-field cardinalities")
+    parser.add_argument("--logdir", default=None,
+                        help="TensorBoard event files (and Estimator checkpoints)")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    for name in ("steps", "batch_size", "eval_batch_size", "eval_every", "dim", "rows"):
+        if getattr(args, name) < 1:
+            parser.error("--%s must be >= 1" % name.replace("_", "-"))
+    return args
+
+
+def main(argv=None, log=None):
+    args = parse_args(argv)
+    log = log or (lambda line: print(line, file=sys.stderr))
+    tf.compat.v1.disable_eager_execution()
+    tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.ERROR)
+    source = make_source(args.data, rows=args.rows, scale=args.scale, seed=args.seed,
+                         eval_data=args.eval_data, eval_batches=args.eval_batches)
+    init(train_steps=args.steps)
+    try:
+        run = run_estimator if args.mode == "estimator" else run_session
+        results = run(args, source, log)
+    finally:
+        terminate_config_initializer()
+    log("final: eval AUC %.4f  log loss %.4f  %.0f samples/s of training"
+        % (results["test_auc"], results["test_loss"], results["samples_per_s"]))
+    return results
+
+
+if __name__ == "__main__":
+    main()
