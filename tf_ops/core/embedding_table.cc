@@ -40,8 +40,11 @@ constexpr size_t kHugePage = size_t{2} << 20;
 
 // Row memory comes straight from mmap: zero-filled and committed only when first written (so
 // reserving a fixed-capacity table costs address space, not memory), aligned to 2 MiB and
-// marked for transparent huge pages, so random row access rarely misses the TLB.
-size_t BlockBytes(size_t bytes) { return (bytes + kHugePage - 1) / kHugePage * kHugePage; }
+// marked for transparent huge pages, so random row access rarely misses the TLB. The mapping
+// ends with the block (rounded to 4 KiB pages): a block's last, partial huge page stays in
+// small pages, since a huge page there would commit memory no row uses (up to 2 MiB a chunk).
+constexpr size_t kSmallPage = size_t{4} << 10;
+size_t BlockBytes(size_t bytes) { return (bytes + kSmallPage - 1) / kSmallPage * kSmallPage; }
 
 void* AllocateBlock(size_t bytes) {
   const size_t size = BlockBytes(bytes);
@@ -54,7 +57,8 @@ void* AllocateBlock(size_t bytes) {
   if (aligned > start) munmap(raw, aligned - start);
   const uintptr_t tail = start + size + kHugePage - (aligned + size);
   if (tail > 0) munmap(reinterpret_cast<void*>(aligned + size), tail);
-  madvise(reinterpret_cast<void*>(aligned), size, MADV_HUGEPAGE);
+  const size_t huge = size / kHugePage * kHugePage;
+  if (huge > 0) madvise(reinterpret_cast<void*>(aligned), huge, MADV_HUGEPAGE);
   return reinterpret_cast<void*>(aligned);
 }
 

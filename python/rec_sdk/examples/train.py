@@ -128,13 +128,51 @@ def make_source(spec, rows=500_000, scale=0.05, seed=0, eval_data=None, eval_bat
     return _files(kind, paths.split(","), eval_paths, eval_batches, seed)
 
 
-class RecSdkEmbeddings:
+class Embeddings:
+    """Per-field embeddings of a batch. Subclasses (an embedding library each) implement
+    lookup(field, ids, is_train, name) -> ids.shape + [dim], and for Wide&Deep
+    lookup_wide(keys, is_train, name) -> keys.shape + [1]; embed() does the rest (field
+    columns, pooling of multi-valued fields, wide keys) the same way for every library."""
+
+    source = None
+    has_wide = False
+
+    def embed(self, batch, is_train):
+        """(per-field embeddings [batch, dim], per-field wide weights [batch] or None)."""
+        suffix = "train" if is_train else "eval"
+        embeddings, wide = [], []
+        for index, field in enumerate(self.source.fields):
+            ids = batch[field.key] if field.column is None else batch[field.key][:, field.column]
+            emb = self.lookup(field, ids, is_train, "%s_%s" % (field.name, suffix))
+            mask = None
+            if field.multi:
+                mask = tf.cast(ids >= 0, tf.float32)[..., tf.newaxis]
+                emb = tf.reduce_sum(emb * mask, axis=1) / tf.maximum(
+                    tf.reduce_sum(mask, axis=1), 1.0)
+            embeddings.append(emb)
+            if self.has_wide:
+                keys = ids + tf.constant((index + 1) << WIDE_SHIFT, tf.int64)
+                w = self.lookup_wide(keys, is_train, "wide_%s_%s" % (field.name, suffix))
+                w = w * mask if mask is not None else w
+                wide.append(tf.reshape(tf.reduce_sum(w, axis=list(range(1, w.shape.rank))),
+                                       [-1]))
+        return embeddings, (wide if self.has_wide else None)
+
+    def lookup(self, field, ids, is_train, name):
+        raise NotImplementedError
+
+    def lookup_wide(self, keys, is_train, name):
+        raise NotImplementedError
+
+
+class RecSdkEmbeddings(Embeddings):
     """The model's embeddings from rec_sdk tables: one table per table name of the source
     (dim `dim`), plus a dim-1 "wide" table for Wide&Deep; trained by LazyAdam."""
 
     def __init__(self, source, dim, learning_rate, wide, access_threshold=None, seed=0):
         initializer = tf.compat.v1.truncated_normal_initializer(stddev=0.05, seed=seed + 1)
         self.source = source
+        self.has_wide = wide
         self.learning_rate = learning_rate
         self.config = ({"access_threshold": access_threshold}
                        if access_threshold is not None else None)
@@ -147,29 +185,12 @@ class RecSdkEmbeddings:
                                                tf.compat.v1.zeros_initializer(),
                                                device_vocabulary_size=rows)
 
-    def embed(self, batch, is_train):
-        """(per-field embeddings [batch, dim], per-field wide weights [batch] or None)."""
-        suffix = "train" if is_train else "eval"
-        embeddings, wide = [], []
-        for index, field in enumerate(self.source.fields):
-            ids = batch[field.key] if field.column is None else batch[field.key][:, field.column]
-            emb = sparse_lookup(self.tables[field.table], ids, is_train=is_train,
-                                name="%s_%s" % (field.name, suffix),
-                                access_and_evict_config=self.config)
-            mask = None
-            if field.multi:
-                mask = tf.cast(ids >= 0, tf.float32)[..., tf.newaxis]
-                emb = tf.reduce_sum(emb * mask, axis=1) / tf.maximum(
-                    tf.reduce_sum(mask, axis=1), 1.0)
-            embeddings.append(emb)
-            if "wide" in self.tables:
-                keys = ids + tf.constant((index + 1) << WIDE_SHIFT, tf.int64)
-                w = sparse_lookup(self.tables["wide"], keys, is_train=is_train,
-                                  name="wide_%s_%s" % (field.name, suffix))
-                w = w * mask if mask is not None else w
-                wide.append(tf.reshape(tf.reduce_sum(w, axis=list(range(1, w.shape.rank))),
-                                       [-1]))
-        return embeddings, (wide if "wide" in self.tables else None)
+    def lookup(self, field, ids, is_train, name):
+        return sparse_lookup(self.tables[field.table], ids, is_train=is_train, name=name,
+                             access_and_evict_config=self.config)
+
+    def lookup_wide(self, keys, is_train, name):
+        return sparse_lookup(self.tables["wide"], keys, is_train=is_train, name=name)
 
     def train_op(self, loss):
         _, sparse = get_dense_and_sparse_variable()
