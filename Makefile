@@ -62,12 +62,15 @@ $(VENV_STAMP): requirements.txt pyproject.toml
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
 	touch $@
 
-# Benchmarks (not part of `make test`); installs the TFRA peer into the venv when possible.
+# Benchmarks (not part of `make test`); installs the TFRA peer and matplotlib (for the
+# scaling plot) into the venv when possible.
 bench: build
 	-$(PY) -m pip install -q --disable-pip-version-check --no-deps tensorflow-recommenders-addons==0.7.2
+	-$(PY) -m pip install -q --disable-pip-version-check matplotlib==3.8.4 "numpy<2"
 	$(PY) benchmarks/bench_table.py
 	$(PY) benchmarks/bench_pipeline.py
 	$(PY) benchmarks/bench_checkpoint.py
+	$(PY) benchmarks/bench_models.py --scaling --plot benchmarks/scaling.png
 
 # The core's googletest suite under AddressSanitizer and UndefinedBehaviorSanitizer, built
 # with g++ directly (the core has no TensorFlow dependency). Not part of `make test`.
