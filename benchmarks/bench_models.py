@@ -296,7 +296,7 @@ def main():
     common = ["--steps", str(args.steps), "--warmup", str(args.warmup), "--rows",
               str(args.rows), "--scale", str(args.scale), "--learning-rate",
               str(args.learning_rate)]
-    for workload in args.workloads.split(","):
+    for workload in [w for w in args.workloads.split(",") if w]:
         runs = {lib: [] for lib in args.libraries.split(",")}
         for _ in range(args.rounds):
             for lib in runs:
@@ -318,7 +318,8 @@ def main():
                 statistics.median(r["keys"] for r in rs),
                 statistics.median(r["auc"] for r in rs)))
     memory = [_spawn(["--memory-worker", lib, str(args.memory_keys)])
-              for lib in ("rec_sdk", "dense_adam", "tfra") if lib in args.libraries.split(",")]
+              for lib in ("rec_sdk", "dense_adam", "tfra")
+              if lib in args.libraries.split(",") and args.memory_keys > 0]
     print("\nmemory: RSS growth per stored key, dim 16 + Adam slots, %d keys trained in "
           "batches of 65,536 new keys (payload: key + embedding + 2 slots = %d B)"
           % (args.memory_keys, PAYLOAD_BYTES))
@@ -363,10 +364,13 @@ def plot(results, path):
     left.plot(keys, [65536 / r["ms_per_step"] / 1e3 for r in ok], "o-", color="tab:blue")
     left.set_xlabel("keys in the table (millions)")
     left.set_ylabel("train step throughput (M keys/s)", color="tab:blue")
+    left.set_ylim(bottom=0)
     right = left.twinx()
     right.plot(keys, [r["bytes_per_key"] for r in ok], "s--", color="tab:red")
     right.axhline(PAYLOAD_BYTES, color="tab:red", linestyle=":", linewidth=1)
+    right.text(keys[-1], PAYLOAD_BYTES, "payload", color="tab:red", ha="right", va="bottom")
     right.set_ylabel("bytes per key (RSS growth)", color="tab:red")
+    right.set_ylim(0, max(r["bytes_per_key"] for r in ok) * 1.15)
     left.set_title("rec_sdk: throughput and memory against table size")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
