@@ -40,6 +40,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
+from rec_sdk.examples.demo import evaluate
 from rec_sdk.examples.train import Embeddings
 
 LIBRARIES = ("rec_sdk", "dense_adam", "dense_adagrad", "tfra")
@@ -157,7 +158,7 @@ def worker(args):
             sess.run(train_op)
         elapsed = time.perf_counter() - start
         keys = int(sess.run(keys_op)) if keys_op is not None else emb.keys(sess)
-        test_auc, _ = train._evaluate(sess, eval_it.initializer, probs, labels)
+        test_auc, _ = evaluate(sess, eval_it.initializer, probs, labels)
     print(json.dumps({"library": args.library, "workload": args.workload,
                       "samples_per_s": args.steps * batch_size / elapsed,
                       "keys": keys, "auc": test_auc,

@@ -28,7 +28,7 @@ import tensorflow as tf  # noqa: E402
 from rec_sdk.core.embedding import create_table, sparse_lookup  # noqa: E402
 from rec_sdk.core.feature_process import TableStatsHook  # noqa: E402
 from rec_sdk.examples import feature_spec_demo, inputs, synthetic  # noqa: E402
-from rec_sdk.examples.metrics import auc, log_loss  # noqa: E402
+from rec_sdk.examples.demo import evaluate  # noqa: E402
 from rec_sdk.examples.models import MODELS, logits  # noqa: E402
 from rec_sdk.examples.progress import Progress  # noqa: E402
 from rec_sdk.graph.modifier import GraphModifierHook  # noqa: E402
@@ -222,18 +222,14 @@ def _scalars(writer, step, values):
         step)
 
 
-def _evaluate(sess, initializer, probs, labels):
-    sess.run(initializer)
-    all_p, all_y = [], []
-    while True:
-        try:
-            p, y = sess.run([probs, labels])
-        except tf.errors.OutOfRangeError:
-            break
-        all_p.append(p)
-        all_y.append(y)
-    all_p, all_y = np.concatenate(all_p), np.concatenate(all_y)
-    return auc(all_y, all_p), log_loss(all_y, all_p)
+def _train_op(args, embeddings, loss):
+    """TF Adam on the model's dense layers and the embeddings' own sparse update."""
+    dense, _ = get_dense_and_sparse_variable()
+    step = tf.compat.v1.train.get_or_create_global_step()
+    return tf.group(
+        tf.compat.v1.train.AdamOptimizer(args.learning_rate).minimize(
+            loss, global_step=step, var_list=dense),
+        embeddings.train_op(loss))
 
 
 def run_session(args, source, log):
@@ -248,12 +244,7 @@ def run_session(args, source, log):
     _, _, loss = build(args.model, source, embeddings, train_it.get_next(), True, args.dim)
     eval_probs, eval_labels, _ = build(args.model, source, embeddings, eval_it.get_next(),
                                        False, args.dim)
-    dense, _ = get_dense_and_sparse_variable()
-    step = tf.compat.v1.train.get_or_create_global_step()
-    train_op = tf.group(
-        tf.compat.v1.train.AdamOptimizer(args.learning_rate).minimize(
-            loss, global_step=step, var_list=dense),
-        embeddings.train_op(loss))
+    train_op = _train_op(args, embeddings, loss)
     stats = {name: t.stats() for name, t in embeddings.tables.items()}
     writer = tf.compat.v1.summary.FileWriter(args.logdir) if args.logdir else None
     history, losses = [], []
@@ -273,8 +264,7 @@ def run_session(args, source, log):
                 _scalars(writer, i, {"loss": np.mean(losses[-50:]), "step_time_ms": dt * 1e3,
                                      "samples_per_s": args.batch_size / dt})
             if i % args.eval_every == 0 or i == args.steps:
-                test_auc, test_loss = _evaluate(sess, eval_it.initializer, eval_probs,
-                                                eval_labels)
+                test_auc, test_loss = evaluate(sess, eval_it.initializer, eval_probs, eval_labels)
                 history.append((i, test_auc, test_loss))
                 table_stats = sess.run(stats)
                 _scalars(writer, i, {"eval/auc": test_auc, "eval/log_loss": test_loss})
@@ -318,13 +308,8 @@ def run_estimator(args, source, log):
             return tf.estimator.EstimatorSpec(mode, loss=loss, eval_metric_ops={
                 "auc": tf.compat.v1.metrics.auc(labels_, probs, num_thresholds=2000,
                                                 summation_method="careful_interpolation")})
-        dense, _ = get_dense_and_sparse_variable()
-        step = tf.compat.v1.train.get_or_create_global_step()
-        train_op = tf.group(
-            tf.compat.v1.train.AdamOptimizer(args.learning_rate).minimize(
-                loss, global_step=step, var_list=dense),
-            embeddings.train_op(loss))
-        return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+        return tf.estimator.EstimatorSpec(mode, loss=loss,
+                                          train_op=_train_op(args, embeddings, loss))
 
     model_dir = args.logdir or _temp_dir()
     estimator = tf.estimator.Estimator(model_fn, model_dir=model_dir, config=tf.estimator.RunConfig(
