@@ -800,6 +800,8 @@ void EmbeddingTable::Clear() {
 }
 
 void EmbeddingTable::ClearLocked() {
+  // Also for restores and deltas, which hold the lock throughout: a save snapshotted before
+  // them must not be committed as what the table holds.
   BumpVersion();
   // Lock order everywhere: structure_mu_, then a shard, then alloc_mu_.
   for (int s = 0; s < HashIndex::kNumShards; ++s) {

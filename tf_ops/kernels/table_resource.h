@@ -37,7 +37,7 @@ class TableResource : public tensorflow::ResourceBase {
     std::lock_guard<std::mutex> lock(mu_);
     return table_.get();
   }
-  std::shared_ptr<EmbeddingTable> shared_table() {
+  std::shared_ptr<EmbeddingTable> shared_table() const {
     std::lock_guard<std::mutex> lock(mu_);
     return table_;
   }
@@ -53,12 +53,12 @@ class TableResource : public tensorflow::ResourceBase {
   }
 
   std::string DebugString() const override {
-    std::shared_ptr<EmbeddingTable> t = const_cast<TableResource*>(this)->shared_table();
+    const std::shared_ptr<EmbeddingTable> t = shared_table();
     return "rec_sdk table '" + t->name() + "' (dim " + std::to_string(t->dim()) + ", " +
            std::to_string(t->Size()) + " keys)";
   }
   int64_t MemoryUsed() const override {
-    return const_cast<TableResource*>(this)->shared_table()->MemoryBytes();
+    return shared_table()->MemoryBytes();
   }
 
  private:
@@ -101,11 +101,8 @@ class CheckpointHolders {
         !SameLayout(found->config(), own->config())) {
       return nullptr;
     }
-    if (resource->share() == ShareMode::kTrainer) {
-      auto kept = retained_.find(found->name());
-      const long users = found.use_count() - 1 -  // `found` itself
-                         (kept != retained_.end() && kept->second == found ? 1 : 0);
-      if (users > 0) return nullptr;
+    if (resource->share() == ShareMode::kTrainer && ResourcesUsingLocked(found) > 0) {
+      return nullptr;
     }
     return found;
   }
@@ -114,10 +111,7 @@ class CheckpointHolders {
   bool UsedByOthers(TableResource* resource) {
     const std::shared_ptr<EmbeddingTable> table = resource->shared_table();
     std::lock_guard<std::mutex> lock(mu_);
-    auto kept = retained_.find(table->name());
-    const long holders = table.use_count() - 1 -  // `table` itself
-                         (kept != retained_.end() && kept->second == table ? 1 : 0);
-    return holders > 1;
+    return ResourcesUsingLocked(table) > 1;
   }
 
   // Called when a resource goes away: keeps its table for a later session if it still holds
@@ -137,6 +131,12 @@ class CheckpointHolders {
     std::weak_ptr<EmbeddingTable> table;
     tensorflow::DataType key_dtype;
   };
+
+  // How many resources hold `table`: its owners besides the caller's copy and the kept copy.
+  long ResourcesUsingLocked(const std::shared_ptr<EmbeddingTable>& table) {
+    auto kept = retained_.find(table->name());
+    return table.use_count() - 1 - (kept != retained_.end() && kept->second == table ? 1 : 0);
+  }
 
   static bool SameLayout(const TableConfig& a, const TableConfig& b) {
     const InitializerSpec& x = a.initializer;

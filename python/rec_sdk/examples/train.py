@@ -92,7 +92,7 @@ def _synthetic(rows, scale, seed):
                   lambda b: inputs.array_dataset(test, b), vocabulary)
 
 
-def _files(kind, paths, eval_paths, eval_batches, seed):
+def _files(kind, paths, eval_paths, eval_batches):
     reader = {"criteo": inputs.criteo_tsv_dataset, "avazu": inputs.avazu_csv_dataset,
               "tfrecord": inputs.tfrecord_dataset}[kind]
     if kind == "avazu":
@@ -100,16 +100,18 @@ def _files(kind, paths, eval_paths, eval_batches, seed):
     else:
         names = ["C%d" % (i + 1) for i in range(inputs.CRITEO_CATEGORICAL)]
 
-    def train(batch_size, s):
-        dataset = reader(paths, batch_size, shuffle_buffer=16 * batch_size, seed=s, repeat=True)
-        return dataset if eval_paths else reader(paths, batch_size).skip(eval_batches).repeat()
+    def train(batch_size, seed):
+        if eval_paths:
+            return reader(paths, batch_size, shuffle_buffer=16 * batch_size, seed=seed,
+                          repeat=True)
+        # The held-out batches come first in file order: train on the rest, unshuffled.
+        return reader(paths, batch_size).skip(eval_batches).repeat()
 
     def evaluation(batch_size):
         if eval_paths:
             return reader(eval_paths, batch_size)
         return reader(paths, batch_size).take(eval_batches)
 
-    del seed
     return Source(kind, _criteo_fields(names), kind != "avazu", train, evaluation,
                   {name: 1 << 22 for name in names})
 
@@ -125,7 +127,7 @@ def make_source(spec, rows=500_000, scale=0.05, seed=0, eval_data=None, eval_bat
         raise ValueError("--data must be movielens, synthetic, criteo:PATH, avazu:PATH or "
                          "tfrecord:PATH, got %r" % spec)
     eval_paths = eval_data.split(",") if eval_data else None
-    return _files(kind, paths.split(","), eval_paths, eval_batches, seed)
+    return _files(kind, paths.split(","), eval_paths, eval_batches)
 
 
 class Embeddings:

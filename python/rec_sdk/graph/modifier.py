@@ -34,7 +34,6 @@ from tensorflow.python.framework import function
 from tensorflow.python.ops import gen_dataset_ops, gen_functional_ops
 
 import graph_rewrite
-import graph_rewrite.reroute_inputs
 import rec_sdk
 from rec_sdk.core import embedding
 from rec_sdk.core.asc import helper
@@ -108,7 +107,7 @@ class _Group:
         self.get_next = get_next
         self.anchors = []
         self.traces = []       # per anchor: ids Trace
-        self.time_traces = {}  # table name -> (timestamps Trace, anchor names)
+        self.time_traces = {}  # table name -> timestamps Trace
 
 
 def _group_anchors(graph_def, todo):
@@ -128,12 +127,11 @@ def _group_anchors(graph_def, todo):
                     "iterator than its ids" % what)
             table = anchor.table.table_name
             known = group.time_traces.get(table)
-            if known is not None and known[0].target != ts_trace.target:
+            if known is not None and known.target != ts_trace.target:
                 raise graph_rewrite.RewriteError(
-                    "modify_graph", [known[0].target, ts_trace.target], "the lookups of table "
+                    "modify_graph", [known.target, ts_trace.target], "the lookups of table "
                     "%r on one batch use different timestamp tensors; a table has one" % table)
-            group.time_traces[table] = (ts_trace, known[1] + [anchor.name] if known else
-                                        [anchor.name])
+            group.time_traces[table] = ts_trace
     for group in groups.values():
         modes = {a.is_train for a in group.anchors}
         if len(modes) > 1:
@@ -161,7 +159,7 @@ def _feature_specs(group, n_flat):
                                  index_key=n_flat + j, access_threshold=access,
                                  eviction_threshold=evict, faae_coefficient=anchor.coefficient))
         targets.append(trace)
-    for table, (trace, _) in sorted(group.time_traces.items()):
+    for table, trace in sorted(group.time_traces.items()):
         specs.append(FeatureSpec("timestamps_%s" % table, table_name=table,
                                  index_key=n_flat + len(targets), is_timestamp=True))
         targets.append(trace)
@@ -241,7 +239,7 @@ def _rebuild(graph, graph_def, group, dump_graph):
     scope = table_ops.op_scope_name("rec_sdk_modified_" + group.get_next)
     with graph.as_default(), tf.name_scope(scope):
         if source.kind == "initializable":
-            dataset = make_dataset(graph.get_tensor_by_name(graph_rewrite.reroute_inputs.tensor_name(
+            dataset = make_dataset(graph.get_tensor_by_name(graph_rewrite.tensor_name(
                 source.dataset)))
             iterator = tf.compat.v1.data.make_initializable_iterator(dataset)
             initializer = iterator.initializer
