@@ -468,7 +468,9 @@ void EmbeddingTable::InsertPass(const int64_t* keys, int64_t n, int64_t* address
   const int64_t threshold = access_threshold_.load(std::memory_order_relaxed);
   // Rows of keys seen again get their last-seen clock only when eviction reads it; a row's
   // count is the one it was admitted with.
-  const bool touch_rows = config_.eviction_threshold >= 0 || config_.evict_when_full;
+  const bool touch_rows =
+      config_.eviction_threshold >= 0 || config_.evict_when_full || config_.track_access;
+  const bool count_rows = config_.track_access && count;
   const bool clocked = touch_rows || access.times != nullptr;
   std::atomic<int64_t> total_unplaced{0};
   ForEachShard(
@@ -500,6 +502,10 @@ void EmbeddingTable::InsertPass(const int64_t* keys, int64_t n, int64_t* address
           }
           RowMeta& meta = MetaOf(found[j]);
           meta.last_seen = std::max(meta.last_seen, ClockOf(access, found_at[j], tick));
+          if (count_rows) {
+            meta.count = SaturatingCount(
+                int64_t{meta.count} + (access.counts ? access.counts[found_at[j]] : 1));
+          }
           MarkChanged(found[j]);
         }
         if (clocked) RaiseNewestClock(newest);
@@ -716,8 +722,13 @@ Status EmbeddingTable::Gather(const int64_t* addresses, int64_t n, float* out,
 }
 
 Status EmbeddingTable::Lookup(const int64_t* keys, int64_t n, bool init_missing, float* out,
-                              bool* exists, const ParallelRunner& run) {
+                              bool* exists, const ParallelRunner& run, int slot) {
   std::shared_lock<std::shared_mutex> structure(structure_mu_);
+  if (slot >= num_slots_) {
+    return Status::InvalidArgument("table '" + config_.name + "' has " +
+                                   std::to_string(num_slots_) + " optimizer slots, no slot " +
+                                   std::to_string(slot));
+  }
   const int dim = config_.dim;
   ForEachKeyByShard(
       keys, n, 60 + 2 * dim,
@@ -725,7 +736,13 @@ Status EmbeddingTable::Lookup(const int64_t* keys, int64_t n, bool init_missing,
         const int64_t entry = shard.Find(keys[i], hash);
         const int64_t row = entry < 0 ? -1 : RowOfEntry(entry);
         float* dst = out + i * dim;
-        if (row >= 0) {
+        if (slot >= 0) {
+          if (row >= 0) {
+            std::memcpy(dst, SlotOf(ValueOf(row), slot), dim * sizeof(float));
+          } else {
+            std::fill_n(dst, dim, init_missing ? slot_initial_values_[slot] : 0.0f);
+          }
+        } else if (row >= 0) {
           std::memcpy(dst, ValueOf(row), dim * sizeof(float));
         } else if (init_missing) {
           InitializeRow(config_.initializer, keys[i], dim, dst);
@@ -790,6 +807,44 @@ Status EmbeddingTable::Remove(const int64_t* keys, int64_t n, int64_t* removed,
       },
       run);
   if (removed != nullptr) *removed = count.load();
+  return Status::Ok();
+}
+
+Status EmbeddingTable::Restrict(int64_t keep, RestrictBy by, int64_t* removed) {
+  if (keep < 0) {
+    return Status::InvalidArgument("table '" + config_.name +
+                                   "': num_reserved must be >= 0, got " + std::to_string(keep));
+  }
+  ChangeScope change(this);
+  std::unique_lock<std::shared_mutex> structure(structure_mu_);
+  std::lock_guard<std::mutex> lock(alloc_mu_);
+  struct Candidate {
+    int64_t primary, secondary, key, row;
+  };
+  std::vector<Candidate> rows;
+  rows.reserve(size_.load());
+  for (int64_t row = 0; row < next_row_; ++row) {
+    const RowMeta& meta = MetaOf(row);
+    if (!meta.alive) continue;
+    if (by == RestrictBy::kCount) {
+      rows.push_back({int64_t{meta.count}, meta.last_seen, meta.key, row});
+    } else {
+      rows.push_back({meta.last_seen, 0, meta.key, row});
+    }
+  }
+  const int64_t drop = static_cast<int64_t>(rows.size()) - keep;
+  if (removed != nullptr) *removed = std::max<int64_t>(drop, 0);
+  if (drop <= 0) return Status::Ok();
+  auto worse = [](const Candidate& a, const Candidate& b) {
+    if (a.primary != b.primary) return a.primary < b.primary;
+    if (a.secondary != b.secondary) return a.secondary < b.secondary;
+    return a.key < b.key;
+  };
+  std::nth_element(rows.begin(), rows.begin() + (drop - 1), rows.end(), worse);
+  for (int64_t j = 0; j < drop; ++j) {
+    EvictRowLocked(rows[j].row);
+    free_rows_.push_back(rows[j].row);
+  }
   return Status::Ok();
 }
 

@@ -73,7 +73,14 @@ struct TableConfig {
   // Remember which rows changed and which keys went since the last save, for incremental
   // (delta) checkpoints.
   bool track_changes = false;
+  // Keep every row's last-seen clock and access count current on training lookups (count:
+  // occurrences, saturating), for Restrict(); otherwise a row keeps the count it was admitted
+  // with and its clock moves only when eviction reads it.
+  bool track_access = false;
 };
+
+// What Restrict() ranks rows by.
+enum class RestrictBy { kLastSeen, kCount };
 
 // What a training lookup tells the table about its keys, for admission and eviction.
 struct KeyAccess {
@@ -151,9 +158,11 @@ class EmbeddingTable {
   Status Gather(const int64_t* addresses, int64_t n, float* out, const ParallelRunner& run);
 
   // Copies the rows of `keys` to out[n, dim] without inserting. Absent keys give zeros, or
-  // the values a new row would get when init_missing is true. exists may be null.
+  // the values a new row would get when init_missing is true. exists may be null. With
+  // slot >= 0 the rows' optimizer slot `slot` is read instead of the embedding (absent keys:
+  // the slot's initial value).
   Status Lookup(const int64_t* keys, int64_t n, bool init_missing, float* out, bool* exists,
-                const ParallelRunner& run);
+                const ParallelRunner& run, int slot = -1);
 
   // Inserts or overwrites the embeddings of keys with values[n, dim]. New rows get initial
   // slot values. With duplicate keys the last value wins.
@@ -165,6 +174,11 @@ class EmbeddingTable {
 
   // Removes every key. Memory stays reserved; all addresses become stale.
   void Clear();
+
+  // Keeps the `keep` rows seen most recently (kLastSeen) or most often (kCount; ties: the
+  // more recent, then the larger key) and removes the others with their slots (counted as
+  // evicted). *removed (may be null) receives how many rows went.
+  Status Restrict(int64_t keep, RestrictBy by, int64_t* removed);
 
   // Declares the optimizer slots of this table: one array per slot, initialised to
   // initial_values[i]. Idempotent for the same optimizer; a different optimizer is an error

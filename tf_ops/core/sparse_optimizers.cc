@@ -91,6 +91,28 @@ Status ApplyAdagrad(EmbeddingTable* table, const int64_t* addresses, const float
       run);
 }
 
+Status ApplyMomentum(EmbeddingTable* table, const int64_t* addresses, const float* grads,
+                     int64_t n, const MomentumParams& p, const ParallelRunner& run) {
+  REC_SDK_RETURN_IF_ERROR(CheckRange("Momentum", "learning_rate", p.learning_rate, 0, false, kInf, true));
+  REC_SDK_RETURN_IF_ERROR(CheckRange("Momentum", "momentum", p.momentum, 0, false, kInf, true));
+  REC_SDK_RETURN_IF_ERROR(table->EnsureSlots("Momentum", {0.0f}));
+  const int dim = table->dim();
+  const float lr = p.learning_rate;
+  const float mu = p.momentum;
+  const bool nesterov = p.use_nesterov;
+  return table->UpdateRows(
+      addresses, n, 6 * dim,
+      [=](int64_t i, float* __restrict w, float* const* slots) {
+        const float* __restrict g = grads + i * dim;
+        float* __restrict a = slots[0];
+        for (int d = 0; d < dim; ++d) {
+          a[d] = a[d] * mu + g[d];
+          w[d] -= nesterov ? g[d] * lr + a[d] * mu * lr : lr * a[d];
+        }
+      },
+      run);
+}
+
 Status ApplyFtrl(EmbeddingTable* table, const int64_t* addresses, const float* grads, int64_t n,
                  const FtrlParams& p, const ParallelRunner& run) {
   REC_SDK_RETURN_IF_ERROR(CheckRange("Ftrl", "learning_rate", p.learning_rate, 0, true, kInf, true));

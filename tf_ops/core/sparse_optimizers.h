@@ -9,6 +9,7 @@
 //   SGD        w -= lr (g + weight_decay w)                                   slots: none
 //   Adagrad    a += g^2;  w -= lr g / sqrt(a)                                 slots: a
 //   FTRL       TensorFlow's ApplyFtrlV2 (l1, l2, l2_shrinkage, lr_power)      slots: accum, linear
+//   Momentum   a = momentum a + g;  w -= lr a  (Nesterov: w -= lr (g + momentum a))  slots: a
 #ifndef REC_SDK_CORE_SPARSE_OPTIMIZERS_H_
 #define REC_SDK_CORE_SPARSE_OPTIMIZERS_H_
 
@@ -37,6 +38,11 @@ struct AdagradParams {
   float initial_accumulator_value;
 };
 
+struct MomentumParams {
+  float learning_rate;
+  float momentum;
+  bool use_nesterov;
+};
 struct FtrlParams {
   float learning_rate;
   float learning_rate_power;
@@ -57,6 +63,8 @@ Status ApplyAdagrad(EmbeddingTable* table, const int64_t* addresses, const float
                     int64_t n, const AdagradParams& params, const ParallelRunner& run);
 Status ApplyFtrl(EmbeddingTable* table, const int64_t* addresses, const float* grads, int64_t n,
                  const FtrlParams& params, const ParallelRunner& run);
+Status ApplyMomentum(EmbeddingTable* table, const int64_t* addresses, const float* grads,
+                     int64_t n, const MomentumParams& params, const ParallelRunner& run);
 
 }  // namespace rec_sdk
 

@@ -113,6 +113,26 @@ class ApplyAdagradOp : public ApplyOpBase {
   float initial_accumulator_value_;
 };
 
+class ApplyMomentumOp : public ApplyOpBase {
+ public:
+  explicit ApplyMomentumOp(OpKernelConstruction* ctx) : ApplyOpBase(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("use_nesterov", &use_nesterov_));
+  }
+
+ protected:
+  Status Update(OpKernelContext* ctx, EmbeddingTable* table, const int64_t* addresses,
+                const float* grads, int64_t n) override {
+    MomentumParams p;
+    p.use_nesterov = use_nesterov_;
+    REC_SDK_RETURN_IF_ERROR(Scalar(ctx, 3, "learning_rate", &p.learning_rate));
+    REC_SDK_RETURN_IF_ERROR(Scalar(ctx, 4, "momentum", &p.momentum));
+    return ApplyMomentum(table, addresses, grads, n, p, MakeRunner(ctx));
+  }
+
+ private:
+  bool use_nesterov_;
+};
+
 class ApplyFtrlOp : public ApplyOpBase {
  public:
   explicit ApplyFtrlOp(OpKernelConstruction* ctx) : ApplyOpBase(ctx) {
@@ -141,5 +161,6 @@ REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(ApplyGradientDescent)).Device(DEVIC
                         ApplyGradientDescentOp);
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(ApplyAdagrad)).Device(DEVICE_CPU), ApplyAdagradOp);
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(ApplyFtrl)).Device(DEVICE_CPU), ApplyFtrlOp);
+REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(ApplyMomentum)).Device(DEVICE_CPU), ApplyMomentumOp);
 
 }  // namespace rec_sdk

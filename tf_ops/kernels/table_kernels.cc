@@ -48,6 +48,7 @@ class EmbeddingTableOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("eviction_threshold", &config_.eviction_threshold));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("evict_when_full", &config_.evict_when_full));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("track_changes", &config_.track_changes));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("track_access", &config_.track_access));
     std::string share;
     OP_REQUIRES_OK(ctx, ctx->GetAttr("share", &share));
     share_ = share == "reader"    ? ShareMode::kReader
@@ -318,6 +319,35 @@ class TableEvictOp : public OpKernel {
   }
 };
 
+// Forwards its rows input; see the op's doc.
+class TrainableRowsOp : public OpKernel {
+ public:
+  using OpKernel::OpKernel;
+  void Compute(OpKernelContext* ctx) override { ctx->set_output(0, ctx->input(1)); }
+};
+
+class TableRestrictOp : public OpKernel {
+ public:
+  explicit TableRestrictOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    std::string by;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("by", &by));
+    by_ = by == "count" ? RestrictBy::kCount : RestrictBy::kLastSeen;
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    TableResource* table;
+    OP_REQUIRES_OK(ctx, GetWritableTable(ctx, &table));
+    ScopedUnref unref(table);
+    int64_t keep = 0, removed = 0;
+    OP_REQUIRES_OK(ctx, GetScalarInput(ctx, 1, "num_reserved", &keep));
+    OP_REQUIRES_OK(ctx, ToTfStatus(table->table()->Restrict(keep, by_, &removed)));
+    OP_REQUIRES_OK(ctx, SetScalarOutput(ctx, 0, removed));
+  }
+
+ private:
+  RestrictBy by_;
+};
+
 class TableSaveOp : public OpKernel {
  public:
   using OpKernel::OpKernel;
@@ -496,6 +526,7 @@ class TableLookupOp : public OpKernel {
   explicit TableLookupOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("dim", &dim_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("init_missing", &init_missing_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("slot", &slot_));
   }
 
   void Compute(OpKernelContext* ctx) override {
@@ -519,12 +550,13 @@ class TableLookupOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ToTfStatus(table->table()->Lookup(
                             key_data, keys.NumElements(), init_missing_,
                             values->flat<float>().data(), exists->flat<bool>().data(),
-                            MakeRunner(ctx))));
+                            MakeRunner(ctx), slot_)));
   }
 
  private:
   int64_t dim_;
   bool init_missing_;
+  int slot_;
 };
 
 class TableUpsertOp : public OpKernel {
@@ -714,6 +746,8 @@ REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableClear)).Device(DEVICE_CPU), Ta
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableSetAccessThreshold)).Device(DEVICE_CPU),
                         TableSetAccessThresholdOp);
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableEvict)).Device(DEVICE_CPU), TableEvictOp);
+REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableRestrict)).Device(DEVICE_CPU), TableRestrictOp);
+REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TrainableRows)).Device(DEVICE_CPU), TrainableRowsOp);
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableStats)).Device(DEVICE_CPU), TableStatsOp);
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableSave)).Device(DEVICE_CPU), TableSaveOp);
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableRestore)).Device(DEVICE_CPU), TableRestoreOp);

@@ -41,6 +41,17 @@ REGISTER_OP(REC_SDK_OP_NAME(ApplyAdagrad))
     .SetShapeFn(tensorflow::shape_inference::NoOutputs)
     .Doc("Adagrad on the rows at unique addresses; accumulators start at initial_accumulator_value.");
 
+REGISTER_OP(REC_SDK_OP_NAME(ApplyMomentum))
+    .Input("table: resource")
+    .Input("addresses: int64")
+    .Input("grads: float")
+    .Input("learning_rate: float")
+    .Input("momentum: float")
+    .Attr("use_nesterov: bool = false")
+    .SetIsStateful()
+    .SetShapeFn(tensorflow::shape_inference::NoOutputs)
+    .Doc("Momentum (TensorFlow's MomentumOptimizer) on the rows at unique addresses.");
+
 REGISTER_OP(REC_SDK_OP_NAME(ApplyFtrl))
     .Input("table: resource")
     .Input("addresses: int64")

@@ -49,6 +49,7 @@ REGISTER_OP(REC_SDK_OP_NAME(EmbeddingTable))
     .Attr("eviction_threshold: int = -1")
     .Attr("evict_when_full: bool = false")
     .Attr("track_changes: bool = false")
+    .Attr("track_access: bool = false")
     .Attr("share: {'', 'reader', 'trainer'} = ''")
     .Attr("container: string = ''")
     .Attr("shared_name: string = ''")
@@ -179,6 +180,32 @@ Evicts the rows and pending admission counts whose last-seen clock is at least t
 eviction threshold older than the newest clock it has seen.
 )doc");
 
+REGISTER_OP(REC_SDK_OP_NAME(TrainableRows))
+    .Input("trainable: resource")
+    .Input("rows: float")
+    .Output("values: float")
+    .SetShapeFn([](InferenceContext* c) {
+      c->set_output(0, c->input(1));
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+Returns rows unchanged. Its registered gradient sends the rows' gradient to `trainable` (the
+handle of a dynamic_embedding lookup's trainable) as IndexedSlices, so that stock
+optimizers' compute_gradients find it; the resource is never read.
+)doc");
+
+REGISTER_OP(REC_SDK_OP_NAME(TableRestrict))
+    .Input("table: resource")
+    .Input("num_reserved: int64")
+    .Output("removed: int64")
+    .Attr("by: {'last_seen', 'count'}")
+    .SetIsStateful()
+    .SetShapeFn(ScalarOutput)
+    .Doc(R"doc(
+Keeps the num_reserved rows seen most recently (by last_seen) or most often (by count; the
+table needs track_access) and removes the others with their slots; returns how many went.
+)doc");
+
 REGISTER_OP(REC_SDK_OP_NAME(TableSave))
     .Input("table: resource")
     .Input("directory: string")
@@ -266,6 +293,7 @@ REGISTER_OP(REC_SDK_OP_NAME(TableLookup))
     .Attr("key_dtype: {int32, int64}")
     .Attr("dim: int >= 1")
     .Attr("init_missing: bool = false")
+    .Attr("slot: int >= -1 = -1")
     .SetIsStateful()
     .SetShapeFn([](InferenceContext* c) {
       TF_RETURN_IF_ERROR(RowsOfInputShape(c));
@@ -274,7 +302,8 @@ REGISTER_OP(REC_SDK_OP_NAME(TableLookup))
     })
     .Doc(R"doc(
 Reads the embeddings of keys without inserting. Absent keys give zeros, or with init_missing
-the values the initializer would give them; `exists` tells which keys are stored.
+the values the initializer would give them; `exists` tells which keys are stored. slot >= 0
+reads that optimizer slot instead (absent keys: zeros, or with init_missing its initial value).
 )doc");
 
 REGISTER_OP(REC_SDK_OP_NAME(TableUpsert))

@@ -19,6 +19,12 @@ def apply_adagrad(table, addresses, grads, learning_rate, initial_accumulator_va
         initial_accumulator_value=initial_accumulator_value, name=name)
 
 
+def apply_momentum(table, addresses, grads, learning_rate, momentum, use_nesterov=False,
+                   name=None):
+    return load_ops().rec_sdk_apply_momentum(table, addresses, grads, learning_rate, momentum,
+                                             use_nesterov=use_nesterov, name=name)
+
+
 def apply_ftrl(table, addresses, grads, learning_rate, learning_rate_power, l1, l2, l2_shrinkage,
                initial_accumulator_value, name=None):
     return load_ops().rec_sdk_apply_ftrl(

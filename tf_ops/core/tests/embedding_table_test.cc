@@ -566,6 +566,99 @@ TEST(EmbeddingTableTest, EnsureSlotsIsPerOptimizer) {
   EXPECT_TRUE(u->EnsureSlots("Four", {1, 2, 3, 4}).ok());
 }
 
+// Restrict keeps the most recently / most often seen rows (track_access keeps both current
+// on training lookups) and removes the rest with their slots.
+TEST(EmbeddingTableTest, RestrictKeepsMostRecentOrMostFrequentRows) {
+  TableConfig config = Dynamic("restrict", 2);
+  config.track_access = true;
+  auto t = MakeTable(config);
+  // Clock: one tick per training FindOrInsert. Key k is seen in steps 0..k-1 (k times),
+  // except key 9, seen only in the last step; key 0 is upserted, never trained.
+  for (int step = 0; step < 8; ++step) {
+    std::vector<int64_t> keys;
+    for (int64_t k = 1; k <= 8; ++k) {
+      if (step < k) keys.push_back(k);
+    }
+    if (step == 7) keys.push_back(9);
+    FindOrInsert(t.get(), keys, true);
+  }
+  std::vector<int64_t> zero = {0};
+  std::vector<float> values = {1.0f, 2.0f};
+  ASSERT_TRUE(t->Upsert(zero.data(), values.data(), 1, SerialRunner).ok());
+  ASSERT_TRUE(t->EnsureSlots("Adagrad", {0.5f}).ok());
+  ASSERT_EQ(t->Size(), 10);
+
+  auto keys_of = [&](EmbeddingTable* table) {
+    std::set<int64_t> keys;
+    for (const auto& [k, v] : ToMap(ExportAll(table), 2)) keys.insert(k);
+    return keys;
+  };
+  int64_t removed = -1;
+  // By count: 8 (8x), 7 (7x), 6 (6x).
+  ASSERT_TRUE(t->Restrict(3, RestrictBy::kCount, &removed).ok());
+  EXPECT_EQ(removed, 7);
+  EXPECT_EQ(keys_of(t.get()), (std::set<int64_t>{6, 7, 8}));
+  EXPECT_EQ(t->Stats().evicted, 7);
+  // Removed keys come back as new rows with fresh slots.
+  FindOrInsert(t.get(), {1}, true);
+  std::vector<int64_t> one = {1};
+  std::vector<float> slot(2);
+  ASSERT_TRUE(t->Lookup(one.data(), 1, false, slot.data(), nullptr, SerialRunner, 0).ok());
+  EXPECT_EQ(slot, std::vector<float>(2, 0.5f));
+
+  // By last seen: 1 was just seen, then 8 (the step before); 7 and 6 tie on their last
+  // step (7 < 8 is not a tie: 8 was seen in step 7, 7 in step 6, 6 in step 5).
+  ASSERT_TRUE(t->Restrict(2, RestrictBy::kLastSeen, &removed).ok());
+  EXPECT_EQ(removed, 2);
+  EXPECT_EQ(keys_of(t.get()), (std::set<int64_t>{1, 8}));
+  // Keeping more than the table holds changes nothing.
+  ASSERT_TRUE(t->Restrict(5, RestrictBy::kCount, &removed).ok());
+  EXPECT_EQ(removed, 0);
+  EXPECT_EQ(t->Size(), 2);
+  EXPECT_EQ(t->Restrict(-1, RestrictBy::kCount, nullptr).code(), StatusCode::kInvalidArgument);
+  ASSERT_TRUE(t->Restrict(0, RestrictBy::kLastSeen, nullptr).ok());
+  EXPECT_EQ(t->Size(), 0);
+}
+
+TEST(EmbeddingTableTest, AccessCountsGrowOnlyWithTrackAccess) {
+  for (bool track : {false, true}) {
+    SCOPED_TRACE(track ? "track_access" : "default");
+    TableConfig config = Dynamic("counts", 2);
+    config.track_access = track;
+    auto t = MakeTable(config);
+    FindOrInsert(t.get(), {1, 2}, true);
+    FindOrInsert(t.get(), {2}, true);
+    FindOrInsert(t.get(), {2}, false);  // eval lookups never count
+    int64_t removed = 0;
+    ASSERT_TRUE(t->Restrict(1, RestrictBy::kCount, &removed).ok());
+    // Without tracking both rows keep their admission count (1) and the tie goes to the
+    // larger key: 2 stays either way, but only tracking makes it the more frequent.
+    EXPECT_EQ(removed, 1);
+    auto m = ToMap(ExportAll(t.get()), 2);
+    EXPECT_EQ(m.count(2), 1u);
+  }
+}
+
+TEST(EmbeddingTableTest, LookupOfSlots) {
+  auto t = MakeTable(Dynamic("slot_lookup", 3));
+  std::vector<int64_t> keys = {5, 6};
+  std::vector<float> out(6), ignored(6);
+  EXPECT_EQ(t->Lookup(keys.data(), 2, false, out.data(), nullptr, SerialRunner, 0).code(),
+            StatusCode::kInvalidArgument);  // no slots yet
+  FindOrInsert(t.get(), {5}, true);
+  ASSERT_TRUE(t->EnsureSlots("Ftrl", {0.25f, 0.0f}).ok());
+  std::vector<bool> unused;
+  bool exists[2];
+  ASSERT_TRUE(t->Lookup(keys.data(), 2, true, out.data(), exists, SerialRunner, 0).ok());
+  EXPECT_EQ(out, std::vector<float>(6, 0.25f));  // 5: its slot; 6: absent, initial value
+  EXPECT_TRUE(exists[0]);
+  EXPECT_FALSE(exists[1]);
+  ASSERT_TRUE(t->Lookup(keys.data(), 2, false, out.data(), nullptr, SerialRunner, 1).ok());
+  EXPECT_EQ(out, std::vector<float>(6, 0.0f));
+  EXPECT_EQ(t->Lookup(keys.data(), 2, false, out.data(), nullptr, SerialRunner, 2).code(),
+            StatusCode::kInvalidArgument);
+}
+
 // Attaching slots re-lays out every row record: embeddings, keys and addresses handed out
 // before must survive unchanged across many chunks (including removed and reused rows).
 TEST(EmbeddingTableTest, AttachingSlotsKeepsRowsAndAddressesAcrossChunks) {

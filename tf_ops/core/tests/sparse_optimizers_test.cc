@@ -69,6 +69,17 @@ void RefAdagrad(Row& r, const float* g, const AdagradParams& p) {
   }
 }
 
+// TensorFlow's ResourceSparseApplyMomentum.
+void RefMomentum(Row& r, const float* g, const MomentumParams& p) {
+  for (int d = 0; d < kDim; ++d) {
+    const double a = double(r.slots[0][d]) * p.momentum + g[d];
+    const double step = p.use_nesterov ? g[d] * double(p.learning_rate) + a * p.momentum * p.learning_rate
+                                       : double(p.learning_rate) * a;
+    r.w[d] = static_cast<float>(r.w[d] - step);
+    r.slots[0][d] = static_cast<float>(a);
+  }
+}
+
 // FTRL-proximal as in TensorFlow's ApplyFtrlV2; slots: n (accumulator), z (linear).
 void RefFtrl(Row& r, const float* g, const FtrlParams& p) {
   const double power = p.learning_rate_power, lr = p.learning_rate;
@@ -290,6 +301,21 @@ TEST_F(SparseOptimizerTest, AdagradMatchesReference) {
       [&](Row& r, const float* g, int) { RefAdagrad(r, g, p); }, 4);
 }
 
+TEST_F(SparseOptimizerTest, MomentumMatchesReference) {
+  for (bool nesterov : {false, true}) {
+    SCOPED_TRACE(nesterov ? "nesterov" : "heavy ball");
+    SetUp();
+    MomentumParams p{0.1f, 0.9f, nesterov};
+    RunAndCompare(
+        10, {0.0f},
+        [&](const Batch& b, int) {
+          return ApplyMomentum(table_.get(), b.addr.data(), b.grads.data(), b.addr.size(), p,
+                               SerialRunner);
+        },
+        [&](Row& r, const float* g, int) { RefMomentum(r, g, p); }, 5);
+  }
+}
+
 TEST_F(SparseOptimizerTest, FtrlSquareRootPowerMatchesReference) {
   FtrlParams p{0.1f, -0.5f, 0.1f, /*l1=*/0.01f, /*l2=*/0.02f, /*l2_shrinkage=*/0.05f};
   RunAndCompare(
@@ -390,6 +416,9 @@ TEST_F(SparseOptimizerTest, InvalidAddressUpdatesNoRow) {
       {"Ftrl", [&](const int64_t* a, const float* g, int64_t n, const ParallelRunner& run) {
          return ApplyFtrl(table_.get(), a, g, n, {0.1f, -0.5f, 0.1f, 0.0f, 0.0f, 0.0f}, run);
        }},
+      {"Momentum", [&](const int64_t* a, const float* g, int64_t n, const ParallelRunner& run) {
+         return ApplyMomentum(table_.get(), a, g, n, {0.1f, 0.9f, true}, run);
+       }},
   };
   for (const auto& [name, apply] : optimizers) {
     SCOPED_TRACE(name);
@@ -444,6 +473,8 @@ TEST_F(SparseOptimizerTest, HyperparameterErrorsNameTheParameter) {
       {"weight_decay", [&] { return ApplyGradientDescent(table_.get(), a, g.data(), n, {0.1f, 2.0f}, SerialRunner); }},
       {"learning_rate", [&] { return ApplyAdagrad(table_.get(), a, g.data(), n, {-0.1f, 0.1f}, SerialRunner); }},
       {"initial_accumulator_value", [&] { return ApplyAdagrad(table_.get(), a, g.data(), n, {0.1f, 0.0f}, SerialRunner); }},
+      {"learning_rate", [&] { return ApplyMomentum(table_.get(), a, g.data(), n, {-0.1f, 0.9f, false}, SerialRunner); }},
+      {"momentum", [&] { return ApplyMomentum(table_.get(), a, g.data(), n, {0.1f, -0.9f, false}, SerialRunner); }},
       {"learning_rate", [&] { return ApplyFtrl(table_.get(), a, g.data(), n, with(ftrl, &FtrlParams::learning_rate, 0.0f), SerialRunner); }},
       {"learning_rate_power", [&] { return ApplyFtrl(table_.get(), a, g.data(), n, with(ftrl, &FtrlParams::learning_rate_power, 0.5f), SerialRunner); }},
       {"initial_accumulator_value", [&] { return ApplyFtrl(table_.get(), a, g.data(), n, with(ftrl, &FtrlParams::initial_accumulator_value, -1.0f), SerialRunner); }},
