@@ -60,7 +60,7 @@ class SparseEmbedding:
     def __init__(self, table_name, key_dtype, dim, initializer_spec, dynamic_expansion,
                  capacity_rows, device_vocabulary_size, host_vocabulary_size,
                  ssd_vocabulary_size, ssd_data_path, is_save, init_param, steps_to_live=None,
-                 evict_when_full=False, track_changes=False):
+                 evict_when_full=False, track_changes=False, track_access=False):
         self.table_name = table_name
         self.key_dtype = key_dtype
         self.dim = dim
@@ -94,7 +94,8 @@ class SparseEmbedding:
             table_name, key_dtype, dim, dynamic_expansion,
             capacity=0 if dynamic_expansion else capacity_rows, initializer=initializer_spec,
             initial_capacity=device_vocabulary_size if dynamic_expansion else 0,
-            evict_when_full=evict_when_full, track_changes=track_changes)
+            evict_when_full=evict_when_full, track_changes=track_changes,
+            track_access=track_access)
         self.track_changes = track_changes
         if steps_to_live is not None:
             table_ops.set_admission_attrs(self.handle, -1, steps_to_live)

@@ -166,6 +166,27 @@ class Embeddings:
     def lookup_wide(self, keys, is_train, name):
         raise NotImplementedError
 
+    def gradient_targets(self):
+        """What the loss is differentiated against for the embeddings' update."""
+        raise NotImplementedError
+
+    def apply_gradients(self, grads, targets):
+        """The embeddings' own update from the gradients of gradient_targets()."""
+        raise NotImplementedError
+
+    def train_op(self, loss, dense_variables, dense_optimizer, global_step=None):
+        """One backward pass for the dense layers and the embeddings: the dense layers
+        are updated by dense_optimizer, the embeddings by their own update. (Two
+        minimize() calls would build, and run, the model's backward pass twice.)"""
+        dense_variables = list(dense_variables)
+        targets = self.gradient_targets()
+        grads = tf.gradients(loss, dense_variables + targets)
+        n = len(dense_variables)
+        return tf.group(
+            dense_optimizer.apply_gradients(zip(grads[:n], dense_variables),
+                                            global_step=global_step),
+            self.apply_gradients(grads[n:], targets))
+
 
 class RecSdkEmbeddings(Embeddings):
     """The model's embeddings from rec_sdk tables: one table per table name of the source
@@ -194,10 +215,12 @@ class RecSdkEmbeddings(Embeddings):
     def lookup_wide(self, keys, is_train, name):
         return sparse_lookup(self.tables["wide"], keys, is_train=is_train, name=name)
 
-    def train_op(self, loss):
-        _, sparse = get_dense_and_sparse_variable()
+    def gradient_targets(self):
+        return list(get_dense_and_sparse_variable()[1])
+
+    def apply_gradients(self, grads, targets):
         return lazy_adam.create_hash_optimizer(learning_rate=self.learning_rate).apply_gradients(
-            zip(tf.gradients(loss, sparse), sparse))
+            zip(grads, targets))
 
 
 def _capacity(source, table):
@@ -227,11 +250,8 @@ def _scalars(writer, step, values):
 def _train_op(args, embeddings, loss):
     """TF Adam on the model's dense layers and the embeddings' own sparse update."""
     dense, _ = get_dense_and_sparse_variable()
-    step = tf.compat.v1.train.get_or_create_global_step()
-    return tf.group(
-        tf.compat.v1.train.AdamOptimizer(args.learning_rate).minimize(
-            loss, global_step=step, var_list=dense),
-        embeddings.train_op(loss))
+    return embeddings.train_op(loss, dense, tf.compat.v1.train.AdamOptimizer(args.learning_rate),
+                               tf.compat.v1.train.get_or_create_global_step())
 
 
 def run_session(args, source, log):

@@ -11,10 +11,12 @@ from rec_sdk.ops.loader import load_ops
 GATHER_OP = "RecSdk>TableGather"
 FIND_OR_INSERT_OP = "RecSdk>TableFindOrInsert"
 UNIQUE_OP = "RecSdk>UniqueKeys"
+TRAINABLE_ROWS_OP = "RecSdk>TrainableRows"
 
 
 def create_table(table_name, key_dtype, dim, dynamic_expansion, capacity, initializer,
-                 initial_capacity=0, evict_when_full=False, track_changes=False):
+                 initial_capacity=0, evict_when_full=False, track_changes=False,
+                 track_access=False):
     """Builds the op that creates (on first run) the table and returns its resource handle.
 
     `initializer` is a dict from rec_sdk.core.initializer_spec.describe_initializer. Admission
@@ -29,6 +31,7 @@ def create_table(table_name, key_dtype, dim, dynamic_expansion, capacity, initia
         initial_capacity=initial_capacity,
         initializer=initializer["kind"],
         init_value=initializer["value"],
+        init_values=initializer.get("values", []),
         init_minval=initializer["minval"],
         init_maxval=initializer["maxval"],
         init_mean=initializer["mean"],
@@ -37,6 +40,7 @@ def create_table(table_name, key_dtype, dim, dynamic_expansion, capacity, initia
         init_scale=initializer["scale"],
         evict_when_full=evict_when_full,
         track_changes=track_changes,
+        track_access=track_access,
         shared_name=table_name,
         name=op_scope_name(table_name + "_handle"))
 
@@ -123,10 +127,10 @@ def gather(table, addresses, dim, name=None):
     return load_ops().rec_sdk_table_gather(table, addresses, dim=dim, name=name)
 
 
-def lookup(table, keys, dim, init_missing=False, name=None):
-    """keys -> (values, exists) without inserting."""
+def lookup(table, keys, dim, init_missing=False, slot=-1, name=None):
+    """keys -> (values, exists) without inserting; slot >= 0 reads that optimizer slot."""
     return load_ops().rec_sdk_table_lookup(table, keys, dim=dim, init_missing=init_missing,
-                                           name=name)
+                                           slot=slot, name=name)
 
 
 def upsert(table, keys, values, name=None):
@@ -152,6 +156,19 @@ def clear(table, name=None):
 def export(table, key_dtype, dim, name=None):
     """-> (keys [n], values [n, dim], slots [num_slots, n, dim])."""
     return load_ops().rec_sdk_table_export(table, key_dtype=key_dtype, dim=dim, name=name)
+
+
+def restrict(table, num_reserved, by, name=None):
+    """Keeps the num_reserved rows seen last (by="last_seen") or most often (by="count");
+    -> rows removed."""
+    return load_ops().rec_sdk_table_restrict(table, tf.cast(num_reserved, tf.int64), by=by,
+                                             name=name)
+
+
+def trainable_rows(trainable, rows, name=None):
+    """rows, whose gradient goes to the resource `trainable` as IndexedSlices (see
+    _trainable_rows_grad)."""
+    return load_ops().rec_sdk_trainable_rows(trainable, rows, name=name)
 
 
 def import_rows(table, keys, values, slots, name=None):
@@ -250,10 +267,25 @@ def _gather_rows_grad(op, grad):
     return [sum_rows(grad, index, tf.shape(values)[0]), None]
 
 
+@tf.RegisterGradient(TRAINABLE_ROWS_OP)
+def _trainable_rows_grad(op, grad):
+    """IndexedSlices over the rows for the trainable (as ResourceGather gives a variable):
+    row i of the gradient belongs to row i of the lookup."""
+    rows = op.inputs[1]
+    grad = tf.convert_to_tensor(grad)
+    positions = tf.range(tf.shape(rows)[0])
+    # Lets the optimizer skip re-summing slices whose indices are exactly these positions.
+    if not hasattr(op.graph, "_rec_sdk_row_ranges"):
+        op.graph._rec_sdk_row_ranges = set()  # pylint: disable=protected-access
+    op.graph._rec_sdk_row_ranges.add(positions.op.name)  # pylint: disable=protected-access
+    return [tf.IndexedSlices(grad, positions, tf.shape(rows, out_type=tf.int64)), None]
+
+
 tf.no_gradient(FIND_OR_INSERT_OP)
 tf.no_gradient(UNIQUE_OP)
 for _op in ("RecSdk>TableSetAccessThreshold", "RecSdk>TableEvict", "RecSdk>TableStats",
             "RecSdk>KeyAccessStats", "RecSdk>TableSave", "RecSdk>TableRestore",
-            "RecSdk>TableApplyDelta", "RecSdk>TableCommitSave"):
+            "RecSdk>TableApplyDelta", "RecSdk>TableCommitSave", "RecSdk>TableRestrict",
+            "RecSdk>TableLookup", "RecSdk>TableExport"):
     tf.no_gradient(_op)
 tf.no_gradient("RecSdk>SumRowsByIndex")

@@ -25,12 +25,13 @@ class SparseOptimizer:
     def __init__(self, name, by_address):
         if not isinstance(name, str) or not name:
             raise ValueError("name must be a non-empty string, got %r" % (name,))
-        expansion = initialize.get_use_dynamic_expansion()
+        # by_address None: any table (the dynamic_embedding API, which needs no init()).
+        expansion = initialize.get_use_dynamic_expansion() if by_address is not None else None
         if by_address and not expansion:
             raise ValueError(
                 "%s: the *_by_addr optimizers need init(use_dynamic_expansion=True); "
                 "use create_hash_optimizer() for fixed-capacity tables" % name)
-        if not by_address and expansion:
+        if by_address is False and expansion:
             raise ValueError(
                 "%s: with init(use_dynamic_expansion=True) use the *_by_addr optimizers "
                 "(create_hash_optimizer_by_address)" % name)

@@ -1,0 +1,40 @@
+"""rec_sdk.dynamic_embedding: TensorFlow Recommenders-Addons' `dynamic_embedding` API on
+rec_sdk tables. Port a TFRA script by changing
+
+    import tensorflow_recommenders_addons.dynamic_embedding as de
+to
+    import rec_sdk.dynamic_embedding as de
+
+Graph mode (tf.compat.v1.Session, tf.estimator). Each shard of a de.Variable is one rec_sdk
+table holding the embedding, the optimizer's slots and the access statistics of a key in one
+row, so a training step probes the hash index once per key for all of them (TFRA: one hash
+table per slot, a lookup and an upsert each per step).
+
+Where rec_sdk differs from TFRA 0.7.2 (docs/DYNAMIC_EMBEDDING.md has the full list):
+* tf initializers run per key in C++ and are deterministic (seeded per key): a missing key
+  reads the same values on every lookup, and training starts from exactly those values
+  (TFRA draws new random values on every run). An array initializer gives each element its
+  own value (TFRA broadcasts the first element).
+* embedding_lookup deduplicates ids: the gradients of a key met twice in a batch are summed
+  (TFRA's plain embedding_lookup keeps the last occurrence's update only).
+* Updates are always in-place deltas on the current row (TFRA's bp_v2=True behaviour).
+* Keys of any shape work with several shards (TFRA needs rank-1 keys there).
+* Restrict policies rank keys by statistics kept in the rows (last training step / number of
+  training updates); keys inserted by upsert count as seen when inserted.
+* Checkpoints: tf.compat.v1.train.Saver (and Estimator) save the shards with their slots as
+  rec_sdk table files next to the TensorFlow checkpoint (not TFRA's tensor format).
+"""
+from rec_sdk.dynamic_embedding.lookup import (embedding_lookup, embedding_lookup_sparse,
+                                               embedding_lookup_unique,
+                                               safe_embedding_lookup_sparse)
+from rec_sdk.dynamic_embedding.optimizer import DynamicEmbeddingOptimizer
+from rec_sdk.dynamic_embedding.variable import (FrequencyRestrictPolicy, RestrictPolicy,
+                                                 SlotVariable, TimestampRestrictPolicy,
+                                                 Variable, default_partition_fn, get_variable)
+
+__all__ = [
+    "Variable", "get_variable", "default_partition_fn", "embedding_lookup",
+    "embedding_lookup_unique", "embedding_lookup_sparse", "safe_embedding_lookup_sparse",
+    "DynamicEmbeddingOptimizer", "RestrictPolicy", "TimestampRestrictPolicy",
+    "FrequencyRestrictPolicy", "SlotVariable",
+]

@@ -1,0 +1,197 @@
+"""Training lookups of de.Variables: embedding_lookup and its sparse / unique variants.
+
+A lookup deduplicates the ids, reads each unique key once (missing keys: the initializer's
+values; nothing is inserted) and passes the rows through a `TrainableRows` op whose
+gradient goes to a per-lookup "trainable" (a resource variable in TRAINABLE_VARIABLES that is
+never read), so stock `compute_gradients` / `minimize` find it. DynamicEmbeddingOptimizer maps
+the trainable back to its keys and updates their rows in place (inserting keys met for the
+first time), with the gradients of duplicate ids summed.
+"""
+import tensorflow as tf
+
+from rec_sdk.dynamic_embedding.variable import Variable
+from rec_sdk.ops import table_ops
+
+_COMBINERS = ("sum", "mean", "sqrtn")
+
+
+class LookupRecord:
+    """What the optimizer needs of one training lookup: the variable and its unique keys."""
+
+    def __init__(self, params, unique_keys):
+        self.params = params
+        self.unique_keys = unique_keys
+
+
+def record_of(var):
+    """The LookupRecord of a trainable created by embedding_lookup, else None."""
+    return getattr(var, "_rec_sdk_lookup", None)
+
+
+def _params(params):
+    if isinstance(params, (list, tuple)):
+        if len(params) != 1:
+            raise ValueError("params must be one de.Variable (or a list of one), got %d"
+                             % len(params))
+        params = params[0]
+    if not isinstance(params, Variable):
+        raise TypeError("params should be a rec_sdk.dynamic_embedding.Variable, got %r"
+                        % (params,))
+    return params
+
+
+def _ids(params, ids, what="ids"):
+    ids = tf.convert_to_tensor(ids)
+    if ids.dtype != params.key_dtype:
+        raise TypeError("params.key_dtype (%s) should be the same as %s.dtype (%s)"
+                        % (params.key_dtype.name, what, ids.dtype.name))
+    return ids
+
+
+def _unique_rows(params, unique, name):
+    """Rows [n_unique, dim] of deduplicated keys, differentiable through a trainable when
+    params.trainable; -> (rows, trainable or None)."""
+    values, _ = params._read(unique, name="read")  # pylint: disable=protected-access
+    if not params.trainable:
+        return values, None
+    with tf.compat.v1.variable_scope(None, default_name="TrainableWrapper"):
+        trainable = tf.compat.v1.Variable(
+            tf.zeros([0, params.dim]), trainable=True, use_resource=True, validate_shape=False,
+            collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES], name="trainable")
+    trainable._rec_sdk_lookup = LookupRecord(params, unique)  # pylint: disable=protected-access
+    store = params.trainable_store
+    key = name
+    if key is None:
+        key = "_anonymous_trainable_store_key"
+        n = 0
+        while key in store:
+            n += 1
+            key = "_anonymous_trainable_store_key_%d" % n
+    store[key] = trainable
+    return table_ops.trainable_rows(trainable.handle, values), trainable
+
+
+def embedding_lookup(params, ids, partition_strategy=None, name=None, validate_indices=None,
+                     max_norm=None, return_trainable=False):
+    """Embeddings of ids (any shape) -> ids.shape + [dim].
+
+    Missing keys read the initializer's values; training (DynamicEmbeddingOptimizer) inserts
+    them. max_norm clips each embedding to that L2 norm (as tf.nn.embedding_lookup). With
+    return_trainable, also returns the lookup's trainable (None if params is not trainable).
+    partition_strategy and validate_indices are accepted for TFRA's signature.
+    """
+    del partition_strategy, validate_indices
+    params = _params(params)
+    ids = _ids(params, ids)
+    with tf.name_scope(name or "embedding_lookup"):
+        flat = tf.reshape(ids, [-1])
+        unique, inverse = table_ops.unique_keys(flat)
+        rows, trainable = _unique_rows(params, unique, name)
+        if max_norm is not None:
+            rows = tf.clip_by_norm(rows, max_norm, axes=[1])
+        emb = Variable._shaped(  # pylint: disable=protected-access
+            table_ops.gather_rows(rows, inverse), ids, params.dim)
+    return (emb, trainable) if return_trainable else emb
+
+
+def embedding_lookup_unique(params, ids, partition_strategy=None, name=None, max_norm=None,
+                            return_trainable=False):
+    """The same as embedding_lookup, which deduplicates ids already."""
+    return embedding_lookup(params, ids, partition_strategy=partition_strategy, name=name,
+                            max_norm=max_norm, return_trainable=return_trainable)
+
+
+def _check_combiner(combiner):
+    if combiner not in _COMBINERS:
+        raise ValueError("combiner must be one of %s, got %r" % (", ".join(_COMBINERS),
+                                                                 combiner))
+
+
+def embedding_lookup_sparse(params, sp_ids, sp_weights, partition_strategy=None,
+                            name="embedding_lookup_sparse", combiner="mean", max_norm=None,
+                            return_trainable=False):
+    """Combined embeddings of each row of sp_ids (a SparseTensor [batch, k] of ids) ->
+    [rows, dim] for rows 0 .. the last row with ids (as tf.nn.embedding_lookup_sparse).
+
+    sp_weights: None or a float SparseTensor with sp_ids' indices. combiner: "sum", "mean"
+    (sum / sum of weights) or "sqrtn" (sum / sqrt(sum of squared weights)).
+    """
+    del partition_strategy
+    _check_combiner(combiner)
+    params = _params(params)
+    if not isinstance(sp_ids, tf.SparseTensor):
+        raise TypeError("sp_ids must be a SparseTensor, got %r" % (sp_ids,))
+    if sp_weights is not None and not isinstance(sp_weights, tf.SparseTensor):
+        raise TypeError("sp_weights must be None or a SparseTensor, got %r" % (sp_weights,))
+    ids = _ids(params, sp_ids.values, "sp_ids")
+    with tf.name_scope(name or "embedding_lookup_sparse"):
+        segments = tf.cast(sp_ids.indices[:, 0], tf.int32)
+        unique, inverse = table_ops.unique_keys(ids)
+        rows, trainable = _unique_rows(params, unique, name)
+        if max_norm is not None:
+            rows = tf.clip_by_norm(rows, max_norm, axes=[1])
+        if sp_weights is None:
+            op = {"sum": tf.sparse.segment_sum, "mean": tf.sparse.segment_mean,
+                  "sqrtn": tf.sparse.segment_sqrt_n}[combiner]
+            out = op(rows, inverse, segments)
+        else:
+            weights = tf.cast(sp_weights.values, rows.dtype)
+            emb = table_ops.gather_rows(rows, inverse) * weights[:, None]
+            out = tf.math.segment_sum(emb, segments)
+            if combiner == "mean":
+                out = out / tf.math.segment_sum(weights, segments)[:, None]
+            elif combiner == "sqrtn":
+                out = out / tf.sqrt(tf.math.segment_sum(weights * weights, segments))[:, None]
+        out.set_shape([None, params.dim])
+    return (out, trainable) if return_trainable else out
+
+
+def safe_embedding_lookup_sparse(embedding_weights, sparse_ids, sparse_weights=None,
+                                 combiner="mean", default_id=None,
+                                 name="safe_embedding_lookup_sparse", partition_strategy=None,
+                                 max_norm=None, return_trainable=False):
+    """embedding_lookup_sparse for sparse_ids of any rank >= 2 ([d0, ..., dn-1, k]) ->
+    [d0, ..., dn-1, dim], every row present: rows without ids (or, for mean and sqrtn, with
+    only weights <= 0) give zeros, or the embedding of default_id when it is given."""
+    del partition_strategy
+    _check_combiner(combiner)
+    params = _params(embedding_weights)
+    if not isinstance(sparse_ids, tf.SparseTensor):
+        raise TypeError("sparse_ids must be a SparseTensor, got %r" % (sparse_ids,))
+    _ids(params, sparse_ids.values, "sparse_ids")
+    if sparse_weights is not None:
+        if not isinstance(sparse_weights, tf.SparseTensor):
+            raise TypeError("sparse_weights must be None or a SparseTensor, got %r"
+                            % (sparse_weights,))
+        if sparse_weights.dtype != params.value_dtype:
+            raise TypeError("sparse_weights.dtype (%s) should be params.value_dtype (%s)"
+                            % (sparse_weights.dtype.name, params.value_dtype.name))
+    rank = sparse_ids.shape.rank if sparse_ids.shape.rank is not None else (
+        sparse_ids.dense_shape.shape[0])
+    with tf.name_scope(name or "safe_embedding_lookup_sparse"):
+        original_shape = tf.cast(sparse_ids.dense_shape, tf.int64)
+        rows_shape = original_shape[:-1]
+        num_rows = tf.reduce_prod(rows_shape)
+        shape_2d = tf.stack([num_rows, original_shape[-1]])
+        sparse_ids = tf.sparse.reshape(sparse_ids, shape_2d)
+        if sparse_weights is not None:
+            sparse_weights = tf.sparse.reshape(sparse_weights, shape_2d)
+            if combiner != "sum":
+                keep = sparse_weights.values > 0
+                sparse_ids = tf.sparse.retain(sparse_ids, keep)
+                sparse_weights = tf.sparse.retain(sparse_weights, keep)
+        sparse_ids, empty = tf.sparse.fill_empty_rows(
+            sparse_ids, tf.cast(0 if default_id is None else default_id, sparse_ids.dtype))
+        if sparse_weights is not None:
+            sparse_weights, _ = tf.sparse.fill_empty_rows(sparse_weights, 1.0)
+        out, trainable = embedding_lookup_sparse(
+            params, sparse_ids, sparse_weights, combiner=combiner, max_norm=max_norm,
+            name="embedding_lookup_sparse", return_trainable=True)
+        # Rows after the last one with ids do not exist in `out`: fill_empty_rows gave every
+        # row an id, so out has num_rows rows.
+        if default_id is None:
+            out = tf.where(empty[:, None], tf.zeros_like(out), out)
+        out = tf.reshape(out, tf.concat([rows_shape, [params.dim]], 0))
+        if rank is not None:
+            out.set_shape([None] * (int(rank) - 1) + [params.dim])
+    return (out, trainable) if return_trainable else out

@@ -1,0 +1,194 @@
+"""DynamicEmbeddingOptimizer: stock tf.compat.v1.train optimizers on de.Variables.
+
+`DynamicEmbeddingOptimizer(opt)` returns `opt` itself with apply_gradients extended: the
+(gradient, trainable) pairs of de lookups are applied by rec_sdk's sparse kernels with opt's
+hyperparameters, to the rows of the lookup's keys (keys met for the first time are inserted
+then, starting from the values the forward pass read); every other pair goes to opt's own
+apply_gradients. The optimizer's slots live in the variable's rows:
+
+  tf.compat.v1.train optimizer   rec_sdk kernel           slots (get_slot_variables names)
+  AdamOptimizer                  LazyAdam                 m, v   (bias correction: one step
+                                                                  count per apply_gradients)
+  AdagradOptimizer               Adagrad                  accumulator
+  GradientDescentOptimizer       GradientDescent          -
+  MomentumOptimizer              Momentum (Nesterov too)  momentum
+  FtrlOptimizer                  FTRL (ApplyFtrlV2)       accum, linear
+"""
+import tensorflow as tf
+
+from rec_sdk.dynamic_embedding.lookup import record_of
+from rec_sdk.ops import optimizer_ops, table_ops
+from rec_sdk.optimizers.base import SparseOptimizer
+
+_V1 = tf.compat.v1.train
+# (class, kernel kind, slot names), most specific first.
+_KINDS = (
+    (_V1.AdamOptimizer, "adam", ("m", "v")),
+    (_V1.AdagradOptimizer, "adagrad", ("accumulator",)),
+    (_V1.MomentumOptimizer, "momentum", ("momentum",)),
+    (_V1.FtrlOptimizer, "ftrl", ("accum", "linear")),
+    (_V1.GradientDescentOptimizer, "sgd", ()),
+)
+_SUPPORTED = "tf.compat.v1.train.%s" % ", ".join(
+    c.__name__ for c, _, _ in _KINDS)
+
+
+def _kind(optimizer):
+    for cls, kind, slots in _KINDS:
+        if type(optimizer) is cls:  # pylint: disable=unidiomatic-typecheck
+            return kind, slots
+    for cls, kind, slots in _KINDS:
+        if isinstance(optimizer, cls):
+            return kind, slots
+    raise TypeError("DynamicEmbeddingOptimizer supports %s; got %s (Keras optimizers: use "
+                    "their tf.compat.v1.train counterparts in graph mode)"
+                    % (_SUPPORTED, type(optimizer).__name__))
+
+
+def slot_names(optimizer):
+    """The slot names of a (wrapped or not) supported optimizer."""
+    if not isinstance(optimizer, tf.compat.v1.train.Optimizer):
+        raise TypeError("optimizer must be a tf.compat.v1.train optimizer, got %r"
+                        % (optimizer,))
+    return _kind(optimizer)[1]
+
+
+def _hyper(value):
+    return value() if callable(value) else value
+
+
+class _RowUpdate(SparseOptimizer):
+    """Applies one stock optimizer's update to de rows with rec_sdk's kernels."""
+
+    def __init__(self, optimizer):
+        super().__init__(optimizer.get_name(), by_address=None)
+        self.kind, self.slot_names = _kind(optimizer)
+        self.optimizer = optimizer
+        self._step = None
+        self._next_step = None
+
+    def _prepare(self):
+        if self.kind != "adam":
+            return
+        if self._step is None:
+            with tf.init_scope():
+                self._step = tf.compat.v1.Variable(0, dtype=tf.int64, trainable=False,
+                                                   name=self._name + "_de_step")
+        self._next_step = self._step.read_value() + 1
+
+    def _finish(self, update_ops):
+        if self.kind != "adam":
+            return update_ops
+        with tf.control_dependencies(update_ops):
+            return [self._step.assign(self._next_step).op]
+
+    def _apply(self, table, addresses, grads):
+        o = self.optimizer
+        if self.kind == "adam":
+            return optimizer_ops.apply_lazy_adam(
+                table.handle, addresses, grads, _f(o._lr), _f(o._beta1), _f(o._beta2),
+                _f(o._epsilon), self._next_step)
+        if self.kind == "adagrad":
+            return optimizer_ops.apply_adagrad(
+                table.handle, addresses, grads, _f(o._learning_rate),
+                float(_hyper(o._initial_accumulator_value)))
+        if self.kind == "momentum":
+            return optimizer_ops.apply_momentum(
+                table.handle, addresses, grads, _f(o._learning_rate), _f(o._momentum),
+                use_nesterov=bool(o._use_nesterov))
+        if self.kind == "ftrl":
+            lr = _f(o._learning_rate)
+            l2 = _f(o._l2_regularization_strength)
+            beta = float(_hyper(getattr(o, "_beta", 0.0)) or 0.0)
+            if beta:
+                l2 = l2 + beta / (2.0 * lr)
+            return optimizer_ops.apply_ftrl(
+                table.handle, addresses, grads, lr, _f(o._learning_rate_power),
+                _f(o._l1_regularization_strength), l2,
+                _f(o._l2_shrinkage_regularization_strength),
+                float(_hyper(o._initial_accumulator_value)))
+        return optimizer_ops.apply_gradient_descent(table.handle, addresses, grads,
+                                                    _f(o._learning_rate), 0.0)
+
+
+def _f(value):
+    return tf.cast(_hyper(value), tf.float32)
+
+
+def _rows_of(grad, record):
+    """Gradient rows [n_unique, dim] of a lookup's unique keys."""
+    n = tf.size(record.unique_keys)
+    dim = record.params.dim
+    if isinstance(grad, tf.IndexedSlices):
+        if grad.indices.op.type == "Range" and grad.indices.op.name in getattr(
+                grad.indices.graph, "_rec_sdk_row_ranges", ()):
+            return tf.reshape(grad.values, [-1, dim])
+        return table_ops.sum_rows(tf.reshape(grad.values, [-1, dim]),
+                                  tf.cast(grad.indices, tf.int32), n)
+    return tf.reshape(tf.convert_to_tensor(grad), [-1, dim])
+
+
+def _shard_pairs(grad, record):
+    """[(gradient rows, addresses)] per shard; inserts the lookup's missing keys."""
+    params = record.params
+    rows = _rows_of(grad, record)
+    parts, keys, _ = params._split(record.unique_keys)  # pylint: disable=protected-access
+    shard_rows = [rows] if parts is None else tf.dynamic_partition(rows, parts,
+                                                                  params.shard_num)
+    pairs = []
+    for table, k, r in zip(params.tables, keys, shard_rows):
+        table_ops.mark_keys_unique(k)
+        pairs.append((r, table_ops.find_or_insert(table.handle, k, is_train=True)))
+    return pairs
+
+
+def _apply_gradients(optimizer, original, grads_and_vars, global_step=None, name=None):
+    grads_and_vars = list(grads_and_vars)
+    de_pairs, others = [], []
+    for grad, var in grads_and_vars:
+        record = record_of(var)
+        if record is None:
+            others.append((grad, var))
+        elif grad is not None and record.params.trainable:
+            de_pairs.append((grad, record))
+    updates = []
+    with tf.name_scope(name or optimizer.get_name()):
+        if de_pairs:
+            rows = []
+            with tf.name_scope("dynamic_embedding"):
+                for grad, record in de_pairs:
+                    rows.extend(_shard_pairs(grad, record))
+            updates.append(optimizer._rec_sdk_rows.apply_gradients(  # pylint: disable=protected-access
+                rows, name="dynamic_embedding_update"))
+    if any(g is not None for g, _ in others) or not de_pairs:
+        updates.append(original(others, name=name))
+    if global_step is None:
+        return tf.group(updates, name=name)
+    with tf.control_dependencies(updates):
+        return tf.compat.v1.assign_add(global_step, 1, name=name).op
+
+
+def DynamicEmbeddingOptimizer(self, bp_v2=False, synchronous=False, **kwargs):  # pylint: disable=invalid-name
+    """Makes the tf.compat.v1.train optimizer `self` train de.Variables too; returns it.
+
+    bp_v2 is accepted for TFRA scripts: rec_sdk's updates always add a delta to the current
+    row in place, so concurrent workers never overwrite each other's updates. synchronous
+    (Horovod) is not supported.
+    """
+    del bp_v2, kwargs
+    if synchronous:
+        raise ValueError("DynamicEmbeddingOptimizer(synchronous=True) (Horovod) is not "
+                         "supported by rec_sdk")
+    if not isinstance(self, tf.compat.v1.train.Optimizer):
+        raise TypeError("DynamicEmbeddingOptimizer supports %s; got %r" % (_SUPPORTED, self))
+    if getattr(self, "_rec_sdk_rows", None) is not None:
+        return self
+    self._rec_sdk_rows = _RowUpdate(self)  # pylint: disable=protected-access
+    original = self.apply_gradients
+
+    def apply_gradients(grads_and_vars, global_step=None, name=None):
+        return _apply_gradients(self, original, grads_and_vars, global_step, name)
+
+    apply_gradients.__doc__ = original.__doc__
+    self.apply_gradients = apply_gradients
+    return self

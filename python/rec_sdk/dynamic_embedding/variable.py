@@ -1,0 +1,461 @@
+"""de.Variable: a TFRA-style dynamic embedding variable whose shards are rec_sdk tables.
+
+One rec_sdk table per entry of `devices` (a shard); keys are routed by
+`partitioner(keys, shard_num)` and results stitched back in the callers' order. Each shard
+keeps its embedding, the optimizer's slots and the restrict policy's access statistics in one
+row per key (one hash probe for all of them), unlike TFRA's one hash table per slot.
+"""
+import logging
+import numbers
+import os
+import re
+import zlib
+
+import numpy as np
+import tensorflow as tf
+
+import rec_sdk
+from rec_sdk import saver
+from rec_sdk.core.embedding import MAX_DIM, SparseEmbedding
+from rec_sdk.core.initializer_spec import describe_initializer
+from rec_sdk.ops import table_ops
+
+_log = logging.getLogger("rec_sdk.dynamic_embedding")
+DEFAULT_INIT_SIZE = 8192  # rows reserved per shard when neither init_size nor the env var says
+_KEY_DTYPES = (tf.int64, tf.int32)
+
+
+def default_partition_fn(keys, shard_num):
+    """Shard of each key: keys mod shard_num (floor modulo, so negative keys too)."""
+    if shard_num <= 1:
+        return tf.zeros_like(keys, dtype=tf.int32)
+    return tf.cast(tf.math.floormod(keys, tf.cast(shard_num, keys.dtype)), tf.int32)
+
+
+def _table_name(scope, index, shard_num):
+    """A rec_sdk table name (unique in the graph, [A-Za-z0-9_.]) for shard `index`."""
+    base = re.sub(r"[^A-Za-z0-9_.]", "_", scope.rstrip("/")) or "DynamicEmbedding_Variable"
+    suffix = "_mht_%dof%d" % (index + 1, shard_num)
+    if len(base) + len(suffix) > 100:
+        base = base[:80] + "_%08x" % zlib.crc32(base.encode("utf-8"))
+    return base + suffix
+
+
+def _init_rows(init_size, shard_num):
+    rows = int(init_size / shard_num) if init_size else 0
+    if rows <= 0:
+        env = os.environ.get("TF_HASHTABLE_INIT_SIZE")
+        try:
+            rows = int(env) if env else DEFAULT_INIT_SIZE
+        except ValueError:
+            raise ValueError("environment variable TF_HASHTABLE_INIT_SIZE must be an integer, "
+                             "got %r" % env) from None
+    return max(rows, 1)
+
+
+def _describe(initializer, dim, table_name):
+    """The C++ row initialiser of `initializer`: None (zeros), a number, an array or constant
+    tensor of dim values (or one value), or a TF initializer (run per key, deterministic)."""
+    if initializer is None:
+        initializer = 0.0
+    if isinstance(initializer, (tf.Tensor, np.ndarray, list, tuple)) and not isinstance(
+            initializer, bool):
+        value = tf.get_static_value(initializer) if isinstance(initializer, tf.Tensor) else \
+            np.asarray(initializer)
+        if value is None:
+            raise ValueError("initializer: a tensor initializer must be a constant, got %r"
+                             % (initializer,))
+        value = np.asarray(value, dtype=np.float64).reshape(-1)
+        if value.size == 1:
+            initializer = float(value[0])
+        elif value.size == dim:
+            spec = describe_initializer(0.0, table_name, param_name="initializer")
+            spec["values"] = [float(v) for v in value]
+            return spec
+        else:
+            raise ValueError("initializer: an array must hold 1 or dim=%d values, got shape %s"
+                             % (dim, np.shape(initializer)))
+    if callable(initializer) and not hasattr(initializer, "get_config"):
+        raise ValueError("initializer: %r cannot be run per key by rec_sdk; use a number, an "
+                         "array of dim values or a tf initializer (truncated/random normal, "
+                         "random uniform, constant, zeros, ones)" % (initializer,))
+    return describe_initializer(initializer, table_name, param_name="initializer")
+
+
+class Variable:
+    """A dynamic embedding variable (TFRA's `dynamic_embedding.Variable`) on rec_sdk tables.
+
+    See the module docstring of rec_sdk.dynamic_embedding for the arguments and where this
+    differs from TFRA.
+    """
+
+    def __init__(self, key_dtype=tf.int64, value_dtype=tf.float32, dim=1, devices=None,
+                 partitioner=default_partition_fn, shared_name=None,
+                 name="DynamicEmbedding_Variable", initializer=None, trainable=True,
+                 checkpoint=True, init_size=0, kv_creator=None, restrict_policy=None,
+                 bp_v2=False):
+        try:
+            key_dtype, value_dtype = tf.as_dtype(key_dtype), tf.as_dtype(value_dtype)
+        except TypeError as e:
+            raise TypeError("key_dtype / value_dtype: %s" % e) from None
+        if key_dtype not in _KEY_DTYPES or value_dtype != tf.float32:
+            raise TypeError("key-value dtype (%s-%s) is not supported: key_dtype must be "
+                            "tf.int64 or tf.int32 and value_dtype tf.float32"
+                            % (key_dtype.name, value_dtype.name))
+        if isinstance(dim, bool) or not isinstance(dim, numbers.Integral) or \
+                not 1 <= dim <= MAX_DIM:
+            raise ValueError("dim must be an integer in [1, %d], got %r" % (MAX_DIM, dim))
+        if devices is None:
+            devices = ["/CPU:0"]
+        elif isinstance(devices, str):
+            devices = [devices]
+        devices = list(devices)
+        if not devices or not all(isinstance(d, str) for d in devices):
+            raise ValueError("devices must be a non-empty list of device names, got %r"
+                             % (devices,))
+        if not callable(partitioner):
+            raise TypeError("partitioner must be a function (keys, shard_num) -> shard of each "
+                            "key, got %r" % (partitioner,))
+        if isinstance(init_size, bool) or not isinstance(init_size, numbers.Integral) or \
+                init_size < 0:
+            raise ValueError("init_size must be an integer >= 0, got %r" % (init_size,))
+        if restrict_policy is not None and not (
+                isinstance(restrict_policy, type) and issubclass(restrict_policy, RestrictPolicy)):
+            raise TypeError("restrict_policy must be a subclass of RestrictPolicy (e.g. "
+                            "de.TimestampRestrictPolicy), got %r" % (restrict_policy,))
+        if not isinstance(name, str) or not name:
+            raise ValueError("name must be a non-empty string, got %r" % (name,))
+        self.key_dtype = key_dtype
+        self.value_dtype = value_dtype
+        self.dim = int(dim)
+        self.devices = devices
+        self.shard_num = len(devices)
+        self.partition_fn = partitioner
+        self.shared_name = shared_name
+        self.name = name
+        self.trainable = bool(trainable)
+        self.checkpoint = bool(checkpoint)
+        self.init_size = int(init_size)
+        self.kv_creator = kv_creator  # accepted for TFRA scripts; the store is rec_sdk's table
+        self.bp_v2 = bool(bp_v2)
+        self.initializer = initializer
+        self._trainable_store = {}
+        self.graph = tf.compat.v1.get_default_graph()
+        rows = _init_rows(self.init_size, self.shard_num)
+        self._tables = []
+        with tf.name_scope(name.split("/")[-1]) as scope:
+            self._scope = scope
+            for i, device in enumerate(devices):
+                table_name = _table_name(scope, i, self.shard_num)
+                spec = _describe(initializer, self.dim, table_name)
+                with tf.device(device):
+                    table = SparseEmbedding(
+                        table_name, key_dtype, self.dim, spec, dynamic_expansion=True,
+                        capacity_rows=None, device_vocabulary_size=rows,
+                        host_vocabulary_size=0, ssd_vocabulary_size=0,
+                        ssd_data_path=(os.getcwd(),), is_save=self.checkpoint, init_param=1.0,
+                        track_access=restrict_policy is not None)
+                tf.compat.v1.add_to_collection(rec_sdk.TABLE_COLLECTION, table)
+                self._tables.append(table)
+        saver.install()
+        self._restrict_policy = restrict_policy(self) if restrict_policy is not None else None
+
+    # --- properties (TFRA names) ---
+    @property
+    def tables(self):
+        """The shards: one rec_sdk table (rec_sdk.core.embedding.SparseEmbedding) per device."""
+        return list(self._tables)
+
+    @property
+    def restrict_policy(self):
+        return self._restrict_policy
+
+    @property
+    def trainable_store(self):
+        """{lookup name: trainable} of the embedding_lookup calls on this variable."""
+        return self._trainable_store
+
+    def __repr__(self):
+        return "<de.Variable %r dim=%d shards=%d>" % (self.name, self.dim, self.shard_num)
+
+    # --- helpers ---
+    def _keys(self, keys, what="keys"):
+        keys = tf.convert_to_tensor(keys)
+        if keys.dtype != self.key_dtype:
+            raise TypeError("%s of %r must be %s (the key_dtype), got %s"
+                            % (what, self.name, self.key_dtype.name, keys.dtype.name))
+        return keys
+
+    def _values(self, values, what="values"):
+        values = tf.convert_to_tensor(values)
+        if values.dtype != self.value_dtype:
+            raise TypeError("%s of %r must be %s (the value_dtype), got %s"
+                            % (what, self.name, self.value_dtype.name, values.dtype.name))
+        if values.shape.rank is not None and values.shape.rank >= 1 and \
+                values.shape[-1] is not None and values.shape[-1] != self.dim:
+            raise ValueError("%s of %r must have shape keys.shape + [%d], got %s"
+                             % (what, self.name, self.dim, values.shape))
+        return values
+
+    def _split(self, flat):
+        """Partition of flat keys [n]: (shard of each key, [keys per shard], [their positions])."""
+        if self.shard_num == 1:
+            return None, [flat], None
+        parts = tf.cast(self.partition_fn(flat, self.shard_num), tf.int32)
+        keys = tf.dynamic_partition(flat, parts, self.shard_num)
+        positions = tf.dynamic_partition(tf.range(tf.size(flat)), parts, self.shard_num)
+        return parts, keys, positions
+
+    def _read(self, flat, name="lookup"):
+        """Values [n, dim] (missing keys: initial values) and exists [n] of flat keys."""
+        _, keys, positions = self._split(flat)
+        values, exists = [], []
+        for table, k in zip(self._tables, keys):
+            v, e = table_ops.lookup(table.handle, k, self.dim, init_missing=True, name=name)
+            values.append(v)
+            exists.append(e)
+        if positions is None:
+            return values[0], exists[0]
+        return tf.dynamic_stitch(positions, values), tf.dynamic_stitch(positions, exists)
+
+    @staticmethod
+    def _shaped(flat_values, keys, dim):
+        shape = tf.concat([tf.shape(keys), [dim]], 0)
+        out = tf.reshape(flat_values, shape)
+        out.set_shape(keys.shape.concatenate([dim]))
+        return out
+
+    # --- TFRA methods ---
+    def lookup(self, keys, return_exists=False, name=None):
+        """Values of keys (any shape) -> keys.shape + [dim]; missing keys get the initializer's
+        values and are not inserted. With return_exists, also a bool tensor of keys.shape."""
+        keys = self._keys(keys)
+        with tf.name_scope(name or "%s_lookup" % self.name.split("/")[-1]):
+            values, exists = self._read(tf.reshape(keys, [-1]))
+            values = self._shaped(values, keys, self.dim)
+            if return_exists:
+                exists = tf.reshape(exists, tf.shape(keys))
+                exists.set_shape(keys.shape)
+                return values, exists
+            return values
+
+    def upsert(self, keys, values, name=None):
+        """Inserts or overwrites keys (any shape) with values (keys.shape + [dim])."""
+        keys, values = self._keys(keys), self._values(values)
+        with tf.name_scope(name or "%s_upsert" % self.name.split("/")[-1]):
+            flat = tf.reshape(keys, [-1])
+            rows = tf.reshape(values, [-1, self.dim])
+            parts, shard_keys, _ = self._split(flat)
+            shard_rows = [rows] if parts is None else tf.dynamic_partition(
+                rows, parts, self.shard_num)
+            return tf.group([table_ops.upsert(t.handle, k, v)
+                             for t, k, v in zip(self._tables, shard_keys, shard_rows)])
+
+    def remove(self, keys, name=None):
+        """Removes keys (absent keys are ignored), with their slots and statistics."""
+        keys = self._keys(keys)
+        with tf.name_scope(name or "%s_remove" % self.name.split("/")[-1]):
+            _, shard_keys, _ = self._split(tf.reshape(keys, [-1]))
+            return tf.group([table_ops.remove(t.handle, k)
+                             for t, k in zip(self._tables, shard_keys)])
+
+    def accum(self, keys, old_values, new_values, exists, name=None):
+        """Per key: if exists and the key is stored, adds new_values - old_values to it; if not
+        exists and the key is absent, inserts new_values; otherwise leaves it alone."""
+        keys = self._keys(keys)
+        old_values = self._values(old_values, "old_values")
+        new_values = self._values(new_values, "new_values")
+        exists = tf.convert_to_tensor(exists)
+        if exists.dtype != tf.bool:
+            raise TypeError("exists must be a bool tensor, got %s" % exists.dtype.name)
+        with tf.name_scope(name or "%s_accum" % self.name.split("/")[-1]):
+            flat = tf.reshape(keys, [-1])
+            rows = tf.reshape(new_values - old_values, [-1, self.dim])
+            new_rows = tf.reshape(new_values, [-1, self.dim])
+            flags = tf.reshape(exists, [-1])
+            parts, shard_keys, _ = self._split(flat)
+            split = (lambda x: [x]) if parts is None else (
+                lambda x: tf.dynamic_partition(x, parts, self.shard_num))
+            ops = []
+            for table, k, delta, new, flag in zip(self._tables, shard_keys, split(rows),
+                                                  split(new_rows), split(flags)):
+                current, present = table_ops.lookup(table.handle, k, self.dim)
+                add = tf.logical_and(flag, present)
+                insert = tf.logical_and(tf.logical_not(flag), tf.logical_not(present))
+                target = tf.where(add[:, None], current + delta, new)
+                keep = tf.logical_or(add, insert)
+                ops.append(table_ops.upsert(table.handle, tf.boolean_mask(k, keep),
+                                            tf.boolean_mask(target, keep)))
+            return tf.group(ops)
+
+    def export(self, name=None):
+        """(keys [n], values [n, dim]) of every stored key, shard after shard."""
+        with tf.name_scope(name or "%s_export" % self.name.split("/")[-1]):
+            pairs = [table_ops.export(t.handle, self.key_dtype, self.dim)[:2]
+                     for t in self._tables]
+            if len(pairs) == 1:
+                return pairs[0]
+            return tf.concat([k for k, _ in pairs], 0), tf.concat([v for _, v in pairs], 0)
+
+    def clear(self, name=None):
+        """Removes every key of every shard."""
+        with tf.name_scope(name or "%s_clear" % self.name.split("/")[-1]):
+            return tf.group([table_ops.clear(t.handle) for t in self._tables])
+
+    def size(self, index=None, name=None):
+        """Keys stored in shard `index`, or in all shards (int64 scalar)."""
+        with tf.name_scope(name or "%s_size" % self.name.split("/")[-1]):
+            if index is not None:
+                if isinstance(index, bool) or not isinstance(index, numbers.Integral) or \
+                        not 0 <= index < self.shard_num:
+                    raise ValueError("index must be a shard number in [0, %d), got %r"
+                                     % (self.shard_num, index))
+                return table_ops.size(self._tables[index].handle)
+            return tf.add_n([table_ops.size(t.handle) for t in self._tables])
+
+    def restrict(self, num_reserved, **kwargs):
+        """Keeps about num_reserved keys by the restrict policy (see RestrictPolicy); None
+        (with a warning) when the variable has no policy."""
+        if self._restrict_policy is None:
+            _log.warning("de.Variable %r has no restrict_policy: restrict() does nothing",
+                         self.name)
+            return None
+        return self._restrict_policy.apply_restriction(num_reserved, **kwargs)
+
+    def get_slot_variables(self, optimizer):
+        """The optimizer's slots of this variable (views of the slot values kept in the
+        variable's rows), one per slot name; [] for an optimizer without slots."""
+        from rec_sdk.dynamic_embedding.optimizer import slot_names
+        names = slot_names(optimizer)
+        return [SlotVariable(self, optimizer.get_name(), name, i) for i, name in enumerate(names)]
+
+    def get_trainable_by_name(self, name):
+        """The trainable that embedding_lookup(..., name=name) created on this variable (the
+        one stock optimizers' var_list take), or None."""
+        if not isinstance(name, str):
+            raise TypeError("name must be a string, got %r" % (name,))
+        return self._trainable_store.get(name)
+
+
+class SlotVariable:
+    """An optimizer slot of a de.Variable (e.g. Adam's m): read-only views of the slot values
+    that live in the variable's rows. Named <variable>/<optimizer>/<slot> as in TFRA."""
+
+    def __init__(self, params, optimizer_name, slot_name, index):
+        self.params = params
+        self.slot_name = slot_name
+        self.slot_index = index
+        self.name = "%s/%s/%s" % (params.name, optimizer_name, slot_name)
+        self.dim = params.dim
+        self.key_dtype = params.key_dtype
+        self.value_dtype = params.value_dtype
+
+    def lookup(self, keys, return_exists=False, name=None):
+        """Slot values of keys (keys.shape + [dim]); absent keys: the slot's initial value
+        (0 before the optimizer first ran)."""
+        p = self.params
+        keys = p._keys(keys)  # pylint: disable=protected-access
+        with tf.name_scope(name or "%s_lookup" % self.slot_name):
+            _, shard_keys, positions = p._split(tf.reshape(keys, [-1]))  # pylint: disable=protected-access
+            pairs = [table_ops.lookup(t.handle, k, p.dim, init_missing=True, slot=self.slot_index)
+                     for t, k in zip(p.tables, shard_keys)]
+            if positions is None:
+                values, exists = pairs[0]
+            else:
+                values = tf.dynamic_stitch(positions, [v for v, _ in pairs])
+                exists = tf.dynamic_stitch(positions, [e for _, e in pairs])
+            values = Variable._shaped(values, keys, p.dim)  # pylint: disable=protected-access
+            return (values, tf.reshape(exists, tf.shape(keys))) if return_exists else values
+
+    def export(self, name=None):
+        """(keys, slot values) of every stored key, in the order of params.export()."""
+        p = self.params
+        with tf.name_scope(name or "%s_export" % self.slot_name):
+            keys, slots = [], []
+            for t in p.tables:
+                k, _, s = table_ops.export(t.handle, p.key_dtype, p.dim)
+                keys.append(k)
+                slots.append(s[self.slot_index])
+            return (keys[0], slots[0]) if len(keys) == 1 else (tf.concat(keys, 0),
+                                                               tf.concat(slots, 0))
+
+    def size(self, index=None, name=None):
+        return self.params.size(index, name)
+
+
+class RestrictPolicy:
+    """Base of the restrict policies: restrict(num_reserved) keeps the num_reserved best keys by
+    the policy's statistic, which the variable's rows keep current on every training update
+    (no separate status table)."""
+
+    by = None
+
+    def __init__(self, var):
+        if not isinstance(var, Variable):
+            raise TypeError("a restrict policy needs a de.Variable, got %r" % (var,))
+        self.var = var
+
+    def apply_update(self, ids):
+        """Kept for TFRA scripts: the statistics are updated by every training step already."""
+        del ids
+        return tf.no_op()
+
+    def apply_restriction(self, num_reserved, trigger=None, **kwargs):
+        """When the variable holds more than `trigger` keys (default num_reserved), keeps
+        int(num_reserved / shard_num) keys per shard and removes the others with their slots.
+        Returns the op."""
+        del kwargs
+        for arg, value in (("num_reserved", num_reserved), ("trigger", trigger)):
+            if value is not None and (isinstance(value, bool) or
+                                      not isinstance(value, numbers.Integral)):
+                raise TypeError("%s must be an int, got %r" % (arg, value))
+        if num_reserved < 0:
+            raise ValueError("num_reserved must be >= 0, got %d" % num_reserved)
+        trigger = num_reserved if trigger is None else trigger
+        var = self.var
+        per_shard = int(num_reserved / var.shard_num)
+        with tf.name_scope("%s_restrict" % var.name.split("/")[-1]):
+            def restrict():
+                return tf.group([table_ops.restrict(t.handle, per_shard, self.by)
+                                 for t in var.tables])
+            return tf.cond(var.size() > trigger, restrict, tf.no_op)
+
+
+class TimestampRestrictPolicy(RestrictPolicy):
+    """restrict() keeps the keys trained most recently."""
+
+    by = "last_seen"
+
+
+class FrequencyRestrictPolicy(RestrictPolicy):
+    """restrict() keeps the keys trained most often (one count per key per training update)."""
+
+    by = "count"
+
+
+def get_variable(name, key_dtype=tf.int64, value_dtype=tf.float32, dim=1, devices=None,
+                 partitioner=default_partition_fn, shared_name="get_variable", initializer=None,
+                 trainable=True, checkpoint=True, init_size=0, kv_creator=None,
+                 restrict_policy=None, bp_v2=False):
+    """The de.Variable `name` under the current variable scope: created when absent; when it
+    exists, returned if the scope reuses variables and a ValueError otherwise."""
+    if not isinstance(name, str) or not name:
+        raise ValueError("name must be a non-empty string, got %r" % (name,))
+    scope = tf.compat.v1.get_variable_scope()
+    full_name = "%s/%s" % (scope.name, name) if scope.name else name
+    graph = tf.compat.v1.get_default_graph()
+    if not hasattr(graph, "_rec_sdk_de_variables"):
+        graph._rec_sdk_de_variables = {}  # pylint: disable=protected-access
+    store = graph._rec_sdk_de_variables  # pylint: disable=protected-access
+    if full_name in store:
+        if scope.reuse is False or scope.reuse is None:
+            raise ValueError("Variable %s already exists, disallowed. Did you mean to set "
+                             "reuse=True or reuse=tf.AUTO_REUSE in VarScope?" % full_name)
+        return store[full_name]
+    var = Variable(key_dtype=key_dtype, value_dtype=value_dtype, dim=dim, devices=devices,
+                   partitioner=partitioner, shared_name=shared_name, name=full_name,
+                   initializer=initializer, trainable=trainable, checkpoint=checkpoint,
+                   init_size=init_size, kv_creator=kv_creator, restrict_policy=restrict_policy,
+                   bp_v2=bp_v2)
+    store[full_name] = var
+    return var

@@ -1,0 +1,428 @@
+"""rec_sdk.dynamic_embedding (TFRA-style API) against NumPy references: variable methods,
+sharding over 3 CPU devices with a custom partitioner, lookups, training with the optimizer
+wrapper (5 stock optimizers), restrict policies, checkpoints and tf.estimator."""
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import rec_sdk.dynamic_embedding as de
+from tests.helpers import new_session
+
+DIM = 3
+
+
+def three_cpus():
+    return tf.compat.v1.Session(config=tf.compat.v1.ConfigProto(
+        device_count={"CPU": 3}, intra_op_parallelism_threads=2,
+        inter_op_parallelism_threads=2))
+
+
+def as_dict(keys, values):
+    return {int(k): v.tolist() for k, v in zip(keys, values)}
+
+
+def i64(x):
+    return tf.constant(np.asarray(x, dtype=np.int64))
+
+
+def f32(x):
+    return tf.constant(np.asarray(x, dtype=np.float32))
+
+
+# --- Variable methods -----------------------------------------------------------------------
+
+def test_lookup_upsert_remove_export_clear_size():
+    v = de.Variable(dim=DIM, initializer=-1.0, name="emb")
+    rng = np.random.default_rng(0)
+    ref = {}
+    keys = tf.compat.v1.placeholder(tf.int64, [None])
+    values = tf.compat.v1.placeholder(tf.float32, [None, DIM])
+    upsert, remove = v.upsert(keys, values), v.remove(keys)
+    looked, exists = v.lookup(keys, return_exists=True)
+    export, size, clear = v.export(), v.size(), v.clear()
+    with new_session() as sess:
+        for step in range(30):
+            k = rng.integers(-20, 20, size=8)
+            if step % 3 == 2:
+                sess.run(remove, {keys: k})
+                for key in k:
+                    ref.pop(int(key), None)
+            else:
+                k = np.unique(k)
+                vals = rng.normal(size=(len(k), DIM)).astype(np.float32)
+                sess.run(upsert, {keys: k, values: vals})
+                ref.update(as_dict(k, vals))
+            probe = np.arange(-22, 22)
+            got, ex = sess.run([looked, exists], {keys: probe})
+            want = np.array([ref.get(int(p), [-1.0] * DIM) for p in probe], np.float32)
+            np.testing.assert_allclose(got, want)
+            np.testing.assert_array_equal(ex, [int(p) in ref for p in probe])
+            assert sess.run(size) == len(ref)
+            assert as_dict(*sess.run(export)) == ref
+        sess.run(clear)
+        assert sess.run(size) == 0
+        assert len(sess.run(export)[0]) == 0
+
+
+def test_keys_of_any_shape_and_values_shape():
+    v = de.Variable(dim=DIM, initializer=0.0, devices=["/CPU:0"] * 2)
+    up = v.upsert(i64([[1, 2], [3, 4]]), f32(np.arange(12).reshape(2, 2, DIM)))
+    scalar = v.lookup(i64(3))
+    cube = v.lookup(i64(np.array([1, 2, 3, 4, 5, 6, 7, 8]).reshape(2, 2, 2)))
+    assert scalar.shape.as_list() == [DIM]
+    assert cube.shape.as_list() == [2, 2, 2, DIM]
+    with new_session() as sess:
+        sess.run(up)
+        np.testing.assert_allclose(sess.run(scalar), [6, 7, 8])
+        got = sess.run(cube).reshape(8, DIM)
+        want = np.concatenate([np.arange(12).reshape(4, DIM), np.zeros((4, DIM))])
+        np.testing.assert_allclose(got, want)
+
+
+def test_initializers():
+    vec = de.Variable(dim=DIM, initializer=np.array([0.1, 0.2, 0.3]), name="vec")
+    num = de.Variable(dim=DIM, initializer=2, name="num")
+    none = de.Variable(dim=DIM, name="none")
+    rnd = de.Variable(dim=DIM, initializer=tf.compat.v1.random_normal_initializer(seed=3),
+                      name="rnd")
+    keys = i64([5, 6, 5])
+    fetch = [x.lookup(keys) for x in (vec, num, none, rnd)]
+    with new_session() as sess:
+        a, b, c, d = sess.run(fetch)
+        d2 = sess.run(fetch[3])
+    np.testing.assert_allclose(a, [[0.1, 0.2, 0.3]] * 3, rtol=1e-6)
+    np.testing.assert_allclose(b, 2.0)
+    np.testing.assert_allclose(c, 0.0)
+    # Deterministic per key: the same key gives the same values, run after run.
+    np.testing.assert_array_equal(d, d2)
+    np.testing.assert_array_equal(d[0], d[2])
+    assert not np.allclose(d[0], d[1]) and np.std(d) > 0.3
+    with pytest.raises(ValueError, match="initializer.*dim=3"):
+        de.Variable(dim=DIM, initializer=np.ones(4), name="bad")
+    with pytest.raises(ValueError, match="initializer"):
+        de.Variable(dim=DIM, initializer=tf.compat.v1.glorot_uniform_initializer(), name="g")
+
+
+def test_bad_arguments_raise_clear_errors():
+    with pytest.raises(TypeError, match="key-value dtype"):
+        de.Variable(key_dtype=tf.string)
+    with pytest.raises(TypeError, match="key-value dtype"):
+        de.Variable(value_dtype=tf.float64)
+    with pytest.raises(ValueError, match="dim must be"):
+        de.Variable(dim=0)
+    with pytest.raises(TypeError, match="restrict_policy"):
+        de.Variable(restrict_policy="timestamp")
+    with pytest.raises(ValueError, match="init_size"):
+        de.Variable(init_size=-1)
+    v = de.Variable(dim=DIM)
+    with pytest.raises(TypeError, match="int64"):
+        v.lookup(tf.constant([1], tf.int32))
+    with pytest.raises(TypeError, match="float32"):
+        v.upsert(i64([1]), tf.constant([[1.0] * DIM], tf.float64))
+    with pytest.raises(ValueError, match=r"keys.shape \+ \[3\]"):
+        v.upsert(i64([1]), f32([[1.0, 2.0]]))
+    with pytest.raises(TypeError, match="int64"):
+        v.remove(tf.constant([1], tf.int32))
+    with pytest.raises(TypeError, match="key_dtype"):
+        de.embedding_lookup(v, tf.constant([1], tf.int32))
+    with pytest.raises(TypeError, match="Variable"):
+        de.embedding_lookup(tf.Variable([[1.0]]), i64([0]))
+    with pytest.raises(ValueError, match="index"):
+        v.size(1)
+
+
+def test_int32_keys():
+    v = de.Variable(key_dtype=tf.int32, dim=2, initializer=1.0)
+    up = v.upsert(tf.constant([7], tf.int32), f32([[3.0, 4.0]]))
+    out = v.lookup(tf.constant([7, 8], tf.int32))
+    with new_session() as sess:
+        sess.run(up)
+        np.testing.assert_allclose(sess.run(out), [[3, 4], [1, 1]])
+
+
+def test_accum_semantics():
+    v = de.Variable(dim=2, initializer=0.0)
+    setup = v.upsert(i64([1, 2]), f32([[10, 10], [20, 20]]))
+    # 1: exists, present -> += new - old; 2: not exists, present -> unchanged;
+    # 3: exists, absent -> nothing; 4: not exists, absent -> inserted.
+    acc = v.accum(i64([1, 2, 3, 4]), f32([[1, 1], [0, 0], [0, 0], [0, 0]]),
+                  f32([[4, 6], [5, 5], [7, 7], [8, 9]]), tf.constant([True, False, True, False]))
+    with new_session() as sess:
+        sess.run(setup)
+        sess.run(acc)
+        assert as_dict(*sess.run(v.export())) == {1: [13, 15], 2: [20, 20], 4: [8, 9]}
+
+
+def test_init_size_split_and_environment(monkeypatch):
+    v = de.Variable(dim=2, devices=["/CPU:0"] * 4, init_size=1000, name="sized")
+    assert [t.device_vocabulary_size for t in v.tables] == [250] * 4
+    monkeypatch.setenv("TF_HASHTABLE_INIT_SIZE", "4096")
+    w = de.Variable(dim=2, name="env")
+    assert w.tables[0].device_vocabulary_size == 4096
+    monkeypatch.setenv("TF_HASHTABLE_INIT_SIZE", "lots")
+    with pytest.raises(ValueError, match="TF_HASHTABLE_INIT_SIZE"):
+        de.Variable(dim=2, name="bad_env")
+
+
+def test_sharding_over_three_cpu_devices_with_custom_partitioner():
+    def by_hundreds(keys, shard_num):
+        return tf.cast(tf.math.floormod(keys // 100, shard_num), tf.int32)
+
+    devices = ["/CPU:0", "/CPU:1", "/CPU:2"]
+    v = de.Variable(dim=DIM, devices=devices, partitioner=by_hundreds, initializer=-1.0,
+                    name="sharded")
+    assert v.shard_num == 3 and [t.handle.device for t in v.tables] == [
+        "/device:CPU:%d" % i for i in range(3)]
+    rng = np.random.default_rng(1)
+    keys = rng.choice(1000, size=60, replace=False).astype(np.int64)
+    vals = rng.normal(size=(60, DIM)).astype(np.float32)
+    up = v.upsert(i64(keys.reshape(6, 10)), f32(vals.reshape(6, 10, DIM)))
+    probe = np.concatenate([keys[::-1], [1001, 2002]]).astype(np.int64).reshape(2, 31)
+    out = v.lookup(i64(probe))
+    sizes = [v.size(i) for i in range(3)]
+    exported_keys = v.export()[0]
+    with three_cpus() as sess:
+        sess.run(up)
+        ref = as_dict(keys, vals)
+        want = np.array([ref.get(int(k), [-1.0] * DIM) for k in probe.reshape(-1)])
+        np.testing.assert_allclose(sess.run(out).reshape(-1, DIM), want, rtol=1e-6)
+        got_sizes = sess.run(sizes)
+        assert got_sizes == [int(np.sum((keys // 100) % 3 == i)) for i in range(3)]
+        exported = sess.run(exported_keys)
+        # Shard after shard: shard i's keys are all (k // 100) % 3 == i.
+        shards = (exported // 100) % 3
+        assert list(shards) == sorted(shards)
+        assert sess.run(v.size()) == 60
+
+
+def test_get_variable_reuse():
+    with tf.compat.v1.variable_scope("outer"):
+        a = de.get_variable("t", dim=2)
+        with pytest.raises(ValueError, match="already exists"):
+            de.get_variable("t", dim=2)
+    with tf.compat.v1.variable_scope("outer", reuse=True):
+        assert de.get_variable("t", dim=2) is a
+    with tf.compat.v1.variable_scope("outer", reuse=tf.compat.v1.AUTO_REUSE):
+        assert de.get_variable("t", dim=2) is a
+        b = de.get_variable("u", dim=2)
+    assert a.name == "outer/t" and b.name == "outer/u"
+    # Two Variables with one name get distinct tables.
+    c, d = de.Variable(name="same"), de.Variable(name="same")
+    assert c.tables[0].table_name != d.tables[0].table_name
+
+
+# --- Training with DynamicEmbeddingOptimizer ----------------------------------------------
+
+UNIVERSE = np.array([-7, 3, 11, 25, 40, 41, 99, 100, 1234, 5000, 77777, 2**40], np.int64)
+STEPS = 6
+
+TF_OPTIMIZERS = {
+    "adagrad": lambda: tf.compat.v1.train.AdagradOptimizer(0.2, initial_accumulator_value=0.5),
+    "sgd": lambda: tf.compat.v1.train.GradientDescentOptimizer(0.3),
+    "momentum": lambda: tf.compat.v1.train.MomentumOptimizer(0.1, 0.9),
+    "nesterov": lambda: tf.compat.v1.train.MomentumOptimizer(0.1, 0.9, use_nesterov=True),
+    "ftrl": lambda: tf.compat.v1.train.FtrlOptimizer(
+        0.3, l1_regularization_strength=0.01, l2_regularization_strength=0.02,
+        l2_shrinkage_regularization_strength=0.05),
+    "adam": lambda: tf.compat.v1.train.AdamOptimizer(0.1, beta1=0.8, beta2=0.9, epsilon=1e-3),
+}
+SLOTS = {"adagrad": ["accumulator"], "sgd": [], "momentum": ["momentum"],
+         "nesterov": ["momentum"], "ftrl": ["accum", "linear"], "adam": ["m", "v"]}
+
+
+def batches(seed=0):
+    """Per step: positions into UNIVERSE of two lookups (duplicates included) and weights."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(STEPS):
+        a = rng.integers(0, 8, size=(2, 4))       # mostly the first keys: repeats across steps
+        b = rng.integers(4, len(UNIVERSE), size=5)
+        out.append((a, b, rng.normal(size=(2, 4, DIM)).astype(np.float32)))
+    return out
+
+
+def model_loss(emb_a, emb_b, weights, dense):
+    """Nonlinear in the embeddings (so updates depend on the values) and in a dense vector."""
+    return (tf.reduce_sum(weights * emb_a) + 0.5 * tf.reduce_sum(tf.square(emb_b)) +
+            tf.reduce_sum(dense * tf.reduce_mean(emb_a, axis=[0, 1])))
+
+
+def train_de(name, sharded):
+    """Trains a de.Variable (and a dense vector) for STEPS; -> (rows, slots, dense, initial)."""
+    tf.compat.v1.reset_default_graph()
+    v = de.Variable(dim=DIM, initializer=tf.compat.v1.random_normal_initializer(seed=5),
+                    devices=["/CPU:0"] * (3 if sharded else 1), name="trained")
+    initial = v.lookup(i64(UNIVERSE))
+    a = tf.compat.v1.placeholder(tf.int64, [2, 4])
+    b = tf.compat.v1.placeholder(tf.int64, [5])
+    w = tf.compat.v1.placeholder(tf.float32, [2, 4, DIM])
+    dense = tf.compat.v1.get_variable("dense", initializer=tf.constant([0.5, -0.5, 1.0]))
+    loss = model_loss(de.embedding_lookup(v, a, name="a"), de.embedding_lookup(v, b, name="b"),
+                      w, dense)
+    opt = de.DynamicEmbeddingOptimizer(TF_OPTIMIZERS[name]())
+    step = tf.compat.v1.train.get_or_create_global_step()
+    train = opt.minimize(loss, global_step=step)
+    slots = [s.lookup(i64(UNIVERSE)) for s in v.get_slot_variables(opt)]
+    assert [s.name for s in v.get_slot_variables(opt)] == [
+        "trained/%s/%s" % (opt.get_name(), n) for n in SLOTS[name]]
+    with new_session() as sess:
+        sess.run(tf.compat.v1.global_variables_initializer())
+        init_values = sess.run(initial)
+        for ia, ib, wv in batches():
+            sess.run(train, {a: UNIVERSE[ia], b: UNIVERSE[ib], w: wv})
+        assert sess.run(step) == STEPS
+        rows = as_dict(*sess.run(v.export()))
+        return rows, [sess.run(s) for s in slots], sess.run(dense), init_values
+
+
+def train_dense_reference(name, init_values):
+    """The same model on a dense [len(UNIVERSE), DIM] tf.Variable with TF's own optimizer
+    (whose sparse updates are lazy for these optimizers and sum duplicate indices)."""
+    tf.compat.v1.reset_default_graph()
+    table = tf.compat.v1.get_variable("table", initializer=tf.constant(init_values))
+    a = tf.compat.v1.placeholder(tf.int32, [2, 4])
+    b = tf.compat.v1.placeholder(tf.int32, [5])
+    w = tf.compat.v1.placeholder(tf.float32, [2, 4, DIM])
+    dense = tf.compat.v1.get_variable("dense", initializer=tf.constant([0.5, -0.5, 1.0]))
+    loss = model_loss(tf.gather(table, a), tf.gather(table, b), w, dense)
+    opt = TF_OPTIMIZERS[name]()
+    train = opt.minimize(loss)
+    with new_session() as sess:
+        sess.run(tf.compat.v1.global_variables_initializer())
+        seen = set()
+        for ia, ib, wv in batches():
+            sess.run(train, {a: ia, b: ib, w: wv})
+            seen.update(ia.reshape(-1).tolist() + ib.tolist())
+        values = sess.run(table)
+        slots = [sess.run(opt.get_slot(table, n)) for n in opt.get_slot_names()]
+        return values, slots, sess.run(dense), sorted(seen)
+
+
+def lazy_adam_reference(init_values, lr=0.1, b1=0.8, b2=0.9, eps=1e-3):
+    """NumPy: lazy Adam on the touched rows (one bias-correction step count per apply), dense
+    Adam on the dense vector, gradients of model_loss by hand."""
+    table = init_values.astype(np.float64).copy()
+    m, v = np.zeros_like(table), np.zeros_like(table)
+    dense = np.array([0.5, -0.5, 1.0])
+    dm, dv = np.zeros(DIM), np.zeros(DIM)
+    seen = set()
+    for t, (ia, ib, wv) in enumerate(batches(), start=1):
+        emb_a = table[ia]
+        grad_rows = {}
+        g_a = wv + dense / 8.0
+        for pos, g in zip(ia.reshape(-1), g_a.reshape(-1, DIM)):
+            grad_rows[pos] = grad_rows.get(pos, 0) + g
+        for pos in ib:
+            grad_rows[pos] = grad_rows.get(pos, 0) + table[pos]
+        g_dense = emb_a.reshape(-1, DIM).mean(axis=0)
+        lr_t = lr * np.sqrt(1 - b2 ** t) / (1 - b1 ** t)
+        for pos, g in grad_rows.items():
+            m[pos] = b1 * m[pos] + (1 - b1) * g
+            v[pos] = b2 * v[pos] + (1 - b2) * g * g
+            table[pos] -= lr_t * m[pos] / (np.sqrt(v[pos]) + eps)
+        dm = b1 * dm + (1 - b1) * g_dense
+        dv = b2 * dv + (1 - b2) * g_dense ** 2
+        dense = dense - lr_t * dm / (np.sqrt(dv) + eps)
+        seen.update(grad_rows)
+    return table, [m, v], dense, sorted(seen)
+
+
+@pytest.mark.parametrize("name", list(TF_OPTIMIZERS))
+@pytest.mark.parametrize("sharded", [False, True], ids=["one_shard", "three_shards"])
+def test_training_matches_reference(name, sharded):
+    rows, slots, dense, init_values = train_de(name, sharded)
+    if name == "adam":
+        want, want_slots, want_dense, seen = lazy_adam_reference(init_values)
+    else:
+        want, want_slots, want_dense, seen = train_dense_reference(name, init_values)
+    # Exactly the keys a batch met were inserted, with the reference's values and slots.
+    assert sorted(rows) == sorted(int(UNIVERSE[p]) for p in seen)
+    for p in seen:
+        np.testing.assert_allclose(rows[int(UNIVERSE[p])], want[p], rtol=2e-4, atol=2e-5,
+                                   err_msg="key %d" % UNIVERSE[p])
+        for got, ref in zip(slots, want_slots):
+            np.testing.assert_allclose(got[p], ref[p], rtol=2e-4, atol=2e-5)
+    np.testing.assert_allclose(dense, want_dense, rtol=2e-4, atol=2e-5)
+    # Keys never trained read their slots' initial values.
+    unseen = [p for p in range(len(UNIVERSE)) if p not in seen]
+    if name == "adagrad" and unseen:
+        np.testing.assert_allclose(slots[0][unseen], 0.5)
+
+
+def test_training_inserts_only_when_the_optimizer_runs_and_eval_does_not():
+    v = de.Variable(dim=2, initializer=0.25)
+    ids = i64([[1, 2], [2, 3]])
+    emb = de.embedding_lookup(v, ids)
+    loss = tf.reduce_sum(emb)
+    train = de.DynamicEmbeddingOptimizer(
+        tf.compat.v1.train.GradientDescentOptimizer(1.0)).minimize(loss)
+    eval_emb = de.embedding_lookup(v, i64([4, 5]), name="eval")
+    with new_session() as sess:
+        sess.run(tf.compat.v1.global_variables_initializer())
+        np.testing.assert_allclose(sess.run(emb), 0.25)
+        sess.run(eval_emb)
+        assert sess.run(v.size()) == 0  # lookups never insert
+        sess.run(train)
+        assert as_dict(*sess.run(v.export())) == {1: [-0.75] * 2, 2: [-1.75] * 2,
+                                                  3: [-0.75] * 2}
+
+
+def test_trainables_and_return_trainable():
+    v = de.Variable(dim=2, name="tv")
+    frozen = de.Variable(dim=2, name="frozen", trainable=False)
+    emb, trainable = de.embedding_lookup(v, i64([1, 2]), name="user", return_trainable=True)
+    _, none = de.embedding_lookup(frozen, i64([1]), name="f", return_trainable=True)
+    assert none is None
+    assert v.get_trainable_by_name("user") is trainable
+    assert v.trainable_store == {"user": trainable}
+    assert trainable in tf.compat.v1.trainable_variables()
+    assert trainable not in tf.compat.v1.global_variables()  # never saved, never initialised
+    with pytest.raises(TypeError):
+        v.get_trainable_by_name(3)
+    assert emb.shape.as_list() == [2, 2]
+
+
+def test_gradients_of_unique_and_max_norm():
+    v = de.Variable(dim=2, initializer=0.0)
+    setup = v.upsert(i64([1, 2]), f32([[3.0, 4.0], [0.3, 0.4]]))
+    ids = i64([1, 1, 2])
+    plain = de.embedding_lookup(v, ids)
+    unique = de.embedding_lookup_unique(v, ids, name="u")
+    clipped = de.embedding_lookup(v, ids, max_norm=1.0, name="c")
+    train = de.DynamicEmbeddingOptimizer(tf.compat.v1.train.GradientDescentOptimizer(
+        0.1)).minimize(tf.reduce_sum(plain))
+    with new_session() as sess:
+        sess.run(setup)
+        a, b, c = sess.run([plain, unique, clipped])
+        np.testing.assert_allclose(a, b)
+        np.testing.assert_allclose(c, [[0.6, 0.8], [0.6, 0.8], [0.3, 0.4]], rtol=1e-6)
+        sess.run(train)
+        # Key 1 appears twice: both gradients count (TFRA's plain lookup keeps one).
+        np.testing.assert_allclose(sess.run(v.lookup(i64([1, 2]))),
+                                   [[2.8, 3.8], [0.2, 0.3]], rtol=1e-6)
+
+
+def test_bp_v2_gives_the_same_single_worker_result():
+    results = []
+    for bp_v2 in (False, True):
+        tf.compat.v1.reset_default_graph()
+        v = de.Variable(dim=2, initializer=0.5, bp_v2=bp_v2)
+        loss = tf.reduce_sum(tf.square(de.embedding_lookup(v, i64([1, 2, 1]))))
+        opt = de.DynamicEmbeddingOptimizer(tf.compat.v1.train.AdagradOptimizer(0.1),
+                                           bp_v2=bp_v2)
+        train = opt.minimize(loss)
+        with new_session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            for _ in range(3):
+                sess.run(train)
+            results.append(sess.run(v.lookup(i64([1, 2]))))
+    np.testing.assert_array_equal(results[0], results[1])
+
+
+def test_unsupported_optimizer():
+    with pytest.raises(TypeError, match="AdamOptimizer"):
+        de.DynamicEmbeddingOptimizer(tf.compat.v1.train.RMSPropOptimizer(0.1))
+    with pytest.raises(TypeError, match="tf.compat.v1.train"):
+        de.DynamicEmbeddingOptimizer(object())
