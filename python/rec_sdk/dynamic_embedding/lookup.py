@@ -138,10 +138,12 @@ def embedding_lookup_sparse(params, sp_ids, sp_weights, partition_strategy=None,
             weights = tf.cast(sp_weights.values, rows.dtype)
             emb = table_ops.gather_rows(rows, inverse) * weights[:, None]
             out = tf.math.segment_sum(emb, segments)
+            # Rows without ids (between rows with ids) give zeros, not 0 / 0.
             if combiner == "mean":
-                out = out / tf.math.segment_sum(weights, segments)[:, None]
+                out = tf.math.divide_no_nan(out, tf.math.segment_sum(weights, segments)[:, None])
             elif combiner == "sqrtn":
-                out = out / tf.sqrt(tf.math.segment_sum(weights * weights, segments))[:, None]
+                out = tf.math.divide_no_nan(
+                    out, tf.sqrt(tf.math.segment_sum(weights * weights, segments))[:, None])
         out.set_shape([None, params.dim])
     return (out, trainable) if return_trainable else out
 
