@@ -7,6 +7,8 @@ Workloads:
   movielens  MovieLens-100k (user and item tables), dim 16, batch 1,024.
 Libraries (the same DLRM, the same data, the same number of steps):
   rec_sdk        rec_sdk tables, LazyAdam on the rows of each batch;
+  rec_sdk_de     rec_sdk.dynamic_embedding variables (TFRA's API on rec_sdk tables) with
+                 DynamicEmbeddingOptimizer(Adam): the TFRA script, ported by an import;
   dense_adam     tf.Variable tables with the hashing trick (ids % rows, rows = the field's
                  cardinality, so no collisions), TF's AdamOptimizer;
   dense_adagrad  the same tables with TF's AdagradOptimizer (its sparse update touches only
@@ -26,7 +28,9 @@ Scaling (--scaling): rec_sdk train steps of the table benchmark's workload (65,5
 dim 16, LazyAdam) on a table pre-filled with 1M to 20M keys: step time and bytes per key.
 
     .venv/bin/python benchmarks/bench_models.py [--steps 300] [--rounds 3] [--scaling]
-                                                [--plot benchmarks/scaling.png]
+                                                [--plot benchmarks/scaling.png] [--profile 5]
+
+--profile N traces N more steps per run (RunMetadata) and prints op time by op type.
 """
 import argparse
 import json
@@ -43,7 +47,7 @@ import tensorflow as tf
 from rec_sdk.examples.demo import evaluate
 from rec_sdk.examples.train import Embeddings
 
-LIBRARIES = ("rec_sdk", "dense_adam", "dense_adagrad", "tfra")
+LIBRARIES = ("rec_sdk", "rec_sdk_de", "dense_adam", "dense_adagrad", "tfra")
 PAYLOAD_BYTES = 8 + 16 * 4 * 3  # key + dim-16 embedding + 2 Adam slots
 
 
@@ -78,41 +82,16 @@ class DenseEmbeddings(Embeddings):
         return tf.nn.embedding_lookup(self.variables[field.table],
                                       tf.math.floormod(ids, self.rows[field.table]), name=name)
 
-    def train_op(self, loss):
+    def gradient_targets(self):
+        return list(self.variables.values())
+
+    def apply_gradients(self, grads, targets):
         cls = (tf.compat.v1.train.AdamOptimizer if self.optimizer == "adam"
                else tf.compat.v1.train.AdagradOptimizer)
-        return cls(self.learning_rate).minimize(loss, var_list=list(self.variables.values()))
+        return cls(self.learning_rate).apply_gradients(zip(grads, targets))
 
     def keys(self, sess):
         return sum(self.rows.values())
-
-
-class TfraEmbeddings(Embeddings):
-    """TFRA dynamic_embedding variables, one per table; DynamicEmbeddingOptimizer(Adam)."""
-
-    def __init__(self, source, dim, learning_rate):
-        import tensorflow_recommenders_addons.dynamic_embedding as de
-        self.de = de
-        self.source = source
-        self.learning_rate = learning_rate
-        self.variables = {name: de.get_variable(
-            "tfra_" + name, key_dtype=tf.int64, value_dtype=tf.float32, dim=dim,
-            initializer=tf.compat.v1.truncated_normal_initializer(stddev=0.05, seed=1))
-            for name in source.tables}
-
-    def lookup(self, field, ids, is_train, name):
-        del is_train
-        return self.de.embedding_lookup(self.variables[field.table], ids, name=name)
-
-    def train_op(self, loss):
-        opt = self.de.DynamicEmbeddingOptimizer(tf.compat.v1.train.AdamOptimizer(
-            self.learning_rate))
-        trainables = [v for v in tf.compat.v1.trainable_variables()
-                      if not v.name.startswith("dlrm/")]
-        return opt.minimize(loss, var_list=trainables)
-
-    def keys(self, sess):
-        return int(sum(sess.run([v.size() for v in self.variables.values()])))
 
 
 def worker(args):
@@ -137,15 +116,16 @@ def worker(args):
         emb = train.RecSdkEmbeddings(source, 16, args.learning_rate, False)
     elif args.library.startswith("dense"):
         emb = DenseEmbeddings(source, 16, args.learning_rate, args.library.split("_")[1])
+    elif args.library == "rec_sdk_de":
+        emb = train.DynamicEmbeddings(source, 16, args.learning_rate, False)
     else:
-        emb = TfraEmbeddings(source, 16, args.learning_rate)
+        import tensorflow_recommenders_addons.dynamic_embedding as tfra
+        emb = train.DynamicEmbeddings(source, 16, args.learning_rate, False, de=tfra)
     _, _, loss = train.build("dlrm", source, emb, train_batch, True, 16)
     probs, labels, _ = train.build("dlrm", source, emb, eval_it.get_next(), False, 16)
     dense = [v for v in get_dense_and_sparse_variable()[0]
              if v.name.startswith("dlrm/")]
-    train_op = tf.group(
-        tf.compat.v1.train.AdamOptimizer(args.learning_rate).minimize(loss, var_list=dense),
-        emb.train_op(loss))
+    train_op = emb.train_op(loss, dense, tf.compat.v1.train.AdamOptimizer(args.learning_rate))
     keys_op = None
     if args.library == "rec_sdk":
         keys_op = tf.add_n([t.size() for t in emb.tables.values()])
@@ -159,10 +139,33 @@ def worker(args):
         elapsed = time.perf_counter() - start
         keys = int(sess.run(keys_op)) if keys_op is not None else emb.keys(sess)
         test_auc, _ = evaluate(sess, eval_it.initializer, probs, labels)
+        profile = op_profile(sess, train_op, args.profile) if args.profile else None
     print(json.dumps({"library": args.library, "workload": args.workload,
                       "samples_per_s": args.steps * batch_size / elapsed,
                       "keys": keys, "auc": test_auc,
-                      "steps": args.steps + args.warmup}))
+                      "steps": args.steps + args.warmup, "profile": profile}))
+
+
+def op_profile(sess, fetch, steps):
+    """Traced runs of `fetch`: wall ms per step and op time (ms per step, summed over
+    threads) by op type, largest first."""
+    options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
+    by_type, wall = {}, []
+    for _ in range(steps):
+        meta = tf.compat.v1.RunMetadata()
+        start = time.perf_counter()
+        sess.run(fetch, options=options, run_metadata=meta)
+        wall.append(time.perf_counter() - start)
+        for device in meta.step_stats.dev_stats:
+            for node in device.node_stats:
+                # timeline_label: "name = OpType(inputs)"
+                op = node.timeline_label.split(" = ")[-1].split("(")[0] or node.node_name
+                micros = node.op_end_rel_micros - node.op_start_rel_micros
+                by_type[op] = by_type.get(op, 0) + micros
+    ops = sorted(by_type.items(), key=lambda kv: -kv[1])
+    return {"wall_ms": statistics.median(wall) * 1e3,
+            "op_ms": sum(by_type.values()) / 1e3 / steps,
+            "ops": [[op, round(us / 1e3 / steps, 2)] for op, us in ops[:25]]}
 
 
 def memory_worker(args):
@@ -280,6 +283,8 @@ def main():
     parser.add_argument("--scaling", action="store_true")
     parser.add_argument("--scaling-keys", default="1,2,5,10,20", help="millions of keys")
     parser.add_argument("--plot", default=None, help="PNG of the scaling figures")
+    parser.add_argument("--profile", type=int, default=0, metavar="STEPS",
+                        help="with --worker: also trace STEPS steps and print op time by type")
     args = parser.parse_args()
     if args.worker:
         args.library, args.workload = args.worker
@@ -296,7 +301,7 @@ def main():
         tf.__version__))
     common = ["--steps", str(args.steps), "--warmup", str(args.warmup), "--rows",
               str(args.rows), "--scale", str(args.scale), "--learning-rate",
-              str(args.learning_rate)]
+              str(args.learning_rate)] + (["--profile", str(args.profile)] if args.profile else [])
     for workload in [w for w in args.workloads.split(",") if w]:
         runs = {lib: [] for lib in args.libraries.split(",")}
         for _ in range(args.rounds):
@@ -318,6 +323,12 @@ def main():
                 lib, rate, "%.2fx" % (rate / base) if base else "-",
                 statistics.median(r["keys"] for r in rs),
                 statistics.median(r["auc"] for r in rs)))
+        for lib, rs in ok.items():
+            if rs and rs[0].get("profile"):
+                p = rs[0]["profile"]
+                print("  %s traced step: %.1f ms wall, %.1f ms op time: %s" % (
+                    lib, p["wall_ms"], p["op_ms"],
+                    ", ".join("%s %.1f" % (op, ms) for op, ms in p["ops"][:8])))
     memory = [_spawn(["--memory-worker", lib, str(args.memory_keys)])
               for lib in ("rec_sdk", "dense_adam", "tfra")
               if lib in args.libraries.split(",") and args.memory_keys > 0]

@@ -669,3 +669,15 @@ def test_same_results_as_tfra():
         np.testing.assert_allclose(a["losses"], b["losses"], rtol=1e-5, atol=1e-6)
         assert a["export"][0] == b["export"][0]
         np.testing.assert_allclose(a["export"][1], b["export"][1], rtol=1e-4, atol=1e-5)
+
+
+def test_unwrapped_optimizer_on_de_trainables_is_a_clear_error():
+    from rec_sdk.util.variable import get_dense_and_sparse_variable
+    v = de.Variable(dim=2, name="emb")
+    dense = tf.compat.v1.get_variable("d", [2])
+    loss = tf.reduce_sum(de.embedding_lookup(v, i64([1, 2])) * dense)
+    with pytest.raises(TypeError, match="without DynamicEmbeddingOptimizer"):
+        tf.compat.v1.train.AdamOptimizer(0.1).minimize(loss)
+    # The dense variables of the graph leave de trainables out.
+    assert get_dense_and_sparse_variable()[0] == [dense]
+    tf.compat.v1.train.AdamOptimizer(0.1).minimize(loss, var_list=[dense])

@@ -134,8 +134,20 @@ def test_estimator_mode(tmp_path):
     assert results["test_auc"] > 0.7, results
 
 
+@pytest.mark.parametrize("mode", ["session", "estimator"])
+def test_dynamic_embedding_api(mode, tmp_path):
+    """The same models on rec_sdk.dynamic_embedding variables (TFRA's API)."""
+    results = train.main(["--model", "dlrm", "--data", "movielens", "--api",
+                          "dynamic_embedding", "--mode", mode, "--steps", "200",
+                          "--eval-every", "200", "--batch-size", "256", "--logdir",
+                          str(tmp_path)], log=lambda line: None)
+    assert results["test_auc"] > 0.7, results
+
+
 def test_bad_arguments():
     with pytest.raises(SystemExit):
         train.parse_args(["--steps", "0"])
+    with pytest.raises(SystemExit):
+        train.parse_args(["--api", "dynamic_embedding", "--access-threshold", "2"])
     with pytest.raises(ValueError, match="--data must be"):
         train.make_source("parquet:x")

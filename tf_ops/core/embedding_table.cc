@@ -115,6 +115,12 @@ Status EmbeddingTable::Create(const TableConfig& config, std::unique_ptr<Embeddi
                                    std::to_string(config.initial_capacity));
   }
   REC_SDK_RETURN_IF_ERROR(config.initializer.Validate());
+  if (!config.initializer.values.empty() &&
+      config.initializer.values.size() != static_cast<size_t>(config.dim)) {
+    return Status::InvalidArgument("table '" + config.name + "': the constant initializer has " +
+                                   std::to_string(config.initializer.values.size()) +
+                                   " values, the table's dim is " + std::to_string(config.dim));
+  }
   if (config.access_threshold < -1) {
     return Status::InvalidArgument("table '" + config.name + "': access_threshold must be >= -1, got " +
                                    std::to_string(config.access_threshold));

@@ -79,6 +79,12 @@ Status InitializerSpec::Validate() const {
       !std::isfinite(mean) || !std::isfinite(stddev) || !std::isfinite(scale)) {
     return Status::InvalidArgument("initializer parameters must be finite");
   }
+  for (float v : values) {
+    if (!std::isfinite(v)) return Status::InvalidArgument("initializer values must be finite");
+  }
+  if (!values.empty() && kind != InitializerKind::kConstant) {
+    return Status::InvalidArgument("per-element initializer values are for constant initializers");
+  }
   if (kind == InitializerKind::kRandomUniform && !(minval <= maxval)) {
     return Status::InvalidArgument("random_uniform initializer needs minval <= maxval, got minval=" +
                                    std::to_string(minval) + " maxval=" + std::to_string(maxval));
@@ -94,6 +100,10 @@ Status InitializerSpec::Validate() const {
 void InitializeRow(const InitializerSpec& spec, int64_t key, int dim, float* out) {
   switch (spec.kind) {
     case InitializerKind::kConstant: {
+      if (!spec.values.empty()) {
+        for (int i = 0; i < dim; ++i) out[i] = spec.values[i] * spec.scale;
+        return;
+      }
       const float v = spec.value * spec.scale;
       for (int i = 0; i < dim; ++i) out[i] = v;
       return;

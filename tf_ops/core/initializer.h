@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "tf_ops/core/status.h"
 
@@ -18,6 +19,7 @@ enum class InitializerKind { kConstant, kRandomUniform, kRandomNormal, kTruncate
 struct InitializerSpec {
   InitializerKind kind = InitializerKind::kConstant;
   float value = 0.0f;   // kConstant
+  std::vector<float> values;  // kConstant with one value per element (dim values), if set
   float minval = 0.0f;  // kRandomUniform: [minval, maxval)
   float maxval = 1.0f;
   float mean = 0.0f;    // kRandomNormal / kTruncatedNormal

@@ -38,6 +38,7 @@ class EmbeddingTableOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("initial_capacity", &config_.initial_capacity));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("initializer", &initializer));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("init_value", &config_.initializer.value));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("init_values", &config_.initializer.values));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("init_minval", &config_.initializer.minval));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("init_maxval", &config_.initializer.maxval));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("init_mean", &config_.initializer.mean));

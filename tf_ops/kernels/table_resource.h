@@ -147,7 +147,7 @@ class CheckpointHolders {
            a.eviction_threshold == b.eviction_threshold &&
            a.evict_when_full == b.evict_when_full && a.track_changes == b.track_changes &&
            a.track_access == b.track_access &&
-           x.kind == y.kind && x.value == y.value && x.minval == y.minval &&
+           x.kind == y.kind && x.value == y.value && x.values == y.values && x.minval == y.minval &&
            x.maxval == y.maxval && x.mean == y.mean && x.stddev == y.stddev &&
            x.seed == y.seed && x.scale == y.scale;
   }

@@ -138,6 +138,7 @@ def _shard_pairs(grad, record):
     pairs = []
     for table, k, r in zip(params.tables, keys, shard_rows):
         table_ops.mark_keys_unique(k)
+        table.train_lookups += 1  # this graph trains the table (see share_tables)
         pairs.append((r, table_ops.find_or_insert(table.handle, k, is_train=True)))
     return pairs
 
@@ -166,6 +167,48 @@ def _apply_gradients(optimizer, original, grads_and_vars, global_step=None, name
         return tf.group(updates, name=name)
     with tf.control_dependencies(updates):
         return tf.compat.v1.assign_add(global_step, 1, name=name).op
+
+
+class _UnwrappedTrainable:
+    """tf.compat.v1 optimizers' processor for a de trainable: gradients are computed as for
+    any resource variable; applying them without DynamicEmbeddingOptimizer is an error at
+    graph construction (the trainable holds no values: the rows live in the table)."""
+
+    def __init__(self, var):
+        self._v = var
+
+    def target(self):
+        return self._v
+
+    def update_op(self, optimizer, grad):
+        del grad
+        params = record_of(self._v).params
+        raise TypeError(
+            "%s.apply_gradients got the trainable %r of de.Variable %r without "
+            "DynamicEmbeddingOptimizer: wrap the optimizer (opt = "
+            "de.DynamicEmbeddingOptimizer(opt)) or leave de trainables out of its var_list "
+            "(rec_sdk.util.variable.get_dense_and_sparse_variable()[0] does)"
+            % (type(optimizer).__name__, self._v.name, params.name))
+
+
+def _install_processor():
+    """Routes de trainables to _UnwrappedTrainable in tf.compat.v1 optimizers (wrapping
+    TensorFlow's processor lookup, as TFRA does for its trainables)."""
+    from tensorflow.python.training import optimizer as tf_optimizer
+    original = tf_optimizer._get_processor  # pylint: disable=protected-access
+    if getattr(original, "_rec_sdk", False):
+        return
+
+    def get_processor(v):
+        if record_of(v) is not None:
+            return _UnwrappedTrainable(v)
+        return original(v)
+
+    get_processor._rec_sdk = True  # pylint: disable=protected-access
+    tf_optimizer._get_processor = get_processor  # pylint: disable=protected-access
+
+
+_install_processor()
 
 
 def DynamicEmbeddingOptimizer(self, bp_v2=False, synchronous=False, **kwargs):  # pylint: disable=invalid-name

@@ -197,6 +197,12 @@ class Variable:
                              % (what, self.name, self.dim, values.shape))
         return values
 
+    def _writes(self):
+        """Records that this graph changes the shards (a "trainer" when tables are shared
+        across sessions, see rec_sdk.graph.modifier.share_tables)."""
+        for table in self._tables:
+            table.train_lookups += 1
+
     def _split(self, flat):
         """Partition of flat keys [n]: (shard of each key, [keys per shard], [their positions])."""
         if self.shard_num == 1:
@@ -242,6 +248,7 @@ class Variable:
     def upsert(self, keys, values, name=None):
         """Inserts or overwrites keys (any shape) with values (keys.shape + [dim])."""
         keys, values = self._keys(keys), self._values(values)
+        self._writes()
         with tf.name_scope(name or "%s_upsert" % self.name.split("/")[-1]):
             flat = tf.reshape(keys, [-1])
             rows = tf.reshape(values, [-1, self.dim])
@@ -254,6 +261,7 @@ class Variable:
     def remove(self, keys, name=None):
         """Removes keys (absent keys are ignored), with their slots and statistics."""
         keys = self._keys(keys)
+        self._writes()
         with tf.name_scope(name or "%s_remove" % self.name.split("/")[-1]):
             _, shard_keys, _ = self._split(tf.reshape(keys, [-1]))
             return tf.group([table_ops.remove(t.handle, k)
@@ -268,6 +276,7 @@ class Variable:
         exists = tf.convert_to_tensor(exists)
         if exists.dtype != tf.bool:
             raise TypeError("exists must be a bool tensor, got %s" % exists.dtype.name)
+        self._writes()
         with tf.name_scope(name or "%s_accum" % self.name.split("/")[-1]):
             flat = tf.reshape(keys, [-1])
             rows = tf.reshape(new_values - old_values, [-1, self.dim])
@@ -299,6 +308,7 @@ class Variable:
 
     def clear(self, name=None):
         """Removes every key of every shard."""
+        self._writes()
         with tf.name_scope(name or "%s_clear" % self.name.split("/")[-1]):
             return tf.group([table_ops.clear(t.handle) for t in self._tables])
 
@@ -413,6 +423,7 @@ class RestrictPolicy:
             raise ValueError("num_reserved must be >= 0, got %d" % num_reserved)
         trigger = num_reserved if trigger is None else trigger
         var = self.var
+        var._writes()  # pylint: disable=protected-access
         per_shard = int(num_reserved / var.shard_num)
         with tf.name_scope("%s_restrict" % var.name.split("/")[-1]):
             def restrict():

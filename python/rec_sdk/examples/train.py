@@ -223,6 +223,66 @@ class RecSdkEmbeddings(Embeddings):
             zip(grads, targets))
 
 
+class DynamicEmbeddings(Embeddings):
+    """The model's embeddings from dynamic_embedding variables (rec_sdk.dynamic_embedding, or
+    TFRA's module with the same API, for comparisons): one variable per table name of the
+    source (plus a dim-1 "wide" one for Wide&Deep), trained by
+    DynamicEmbeddingOptimizer(AdamOptimizer)."""
+
+    def __init__(self, source, dim, learning_rate, wide, de=None, seed=0):
+        if de is None:
+            import rec_sdk.dynamic_embedding as de
+        self.de = de
+        self.source = source
+        self.has_wide = wide
+        self.learning_rate = learning_rate
+        initializer = tf.compat.v1.truncated_normal_initializer(stddev=0.05, seed=seed + 1)
+        names = list(source.tables) + (["wide"] if wide else [])
+        self.variables = {name: de.get_variable(
+            "de_" + name, key_dtype=tf.int64, value_dtype=tf.float32,
+            dim=1 if name == "wide" else dim,
+            initializer=0.0 if name == "wide" else initializer) for name in names}
+        self.trainables = []
+
+    @property
+    def tables(self):
+        """{name: rec_sdk table} of every shard (rec_sdk's module only)."""
+        return {"%s_%d" % (name, i): t for name, v in self.variables.items()
+                for i, t in enumerate(getattr(v, "tables", []))}
+
+    def _lookup(self, var, ids, is_train, name):
+        emb, trainable = self.de.embedding_lookup(var, ids, name=name, return_trainable=True)
+        if is_train and trainable is not None:
+            self.trainables.append(trainable)
+        return emb
+
+    def lookup(self, field, ids, is_train, name):
+        return self._lookup(self.variables[field.table], ids, is_train, name)
+
+    def lookup_wide(self, keys, is_train, name):
+        return self._lookup(self.variables["wide"], keys, is_train, name)
+
+    def gradient_targets(self):
+        return list(self.trainables)
+
+    def apply_gradients(self, grads, targets):
+        opt = self.de.DynamicEmbeddingOptimizer(tf.compat.v1.train.AdamOptimizer(
+            self.learning_rate))
+        return opt.apply_gradients(zip(grads, targets))
+
+    def keys(self, sess):
+        return int(sum(sess.run([v.size() for v in self.variables.values()])))
+
+
+def make_embeddings(args, source):
+    """The embeddings the command line asks for (--api)."""
+    if args.api == "dynamic_embedding":
+        return DynamicEmbeddings(source, args.dim, args.learning_rate,
+                                 args.model == "wide_deep", seed=args.seed)
+    return RecSdkEmbeddings(source, args.dim, args.learning_rate, args.model == "wide_deep",
+                            args.access_threshold, args.seed)
+
+
 def _capacity(source, table):
     """Rows for a table: its keys (all fields that use it) with room to spare."""
     fields = [f for f in source.fields if f.table == table]
@@ -261,8 +321,7 @@ def run_session(args, source, log):
         source.train_dataset(args.batch_size, args.seed).prefetch(4))
     eval_it = tf.compat.v1.data.make_initializable_iterator(
         source.eval_dataset(args.eval_batch_size).prefetch(2))
-    embeddings = RecSdkEmbeddings(source, args.dim, args.learning_rate,
-                                  args.model == "wide_deep", args.access_threshold, args.seed)
+    embeddings = make_embeddings(args, source)
     _, _, loss = build(args.model, source, embeddings, train_it.get_next(), True, args.dim)
     eval_probs, eval_labels, _ = build(args.model, source, embeddings, eval_it.get_next(),
                                        False, args.dim)
@@ -319,9 +378,7 @@ def run_estimator(args, source, log):
     def model_fn(features, labels, mode):
         del labels
         is_train = mode == tf.estimator.ModeKeys.TRAIN
-        embeddings = RecSdkEmbeddings(source, args.dim, args.learning_rate,
-                                      args.model == "wide_deep", args.access_threshold,
-                                      args.seed)
+        embeddings = make_embeddings(args, source)
         probs, labels_, loss = build(args.model, source, embeddings, features, is_train,
                                      args.dim)
         if mode == tf.estimator.ModeKeys.PREDICT:
@@ -377,6 +434,9 @@ def parse_args(argv=None):
     parser.add_argument("--dim", type=int, default=16)
     parser.add_argument("--learning-rate", type=float, default=0.001)
     parser.add_argument("--access-threshold", type=int, default=None)
+    parser.add_argument("--api", choices=("rec_sdk", "dynamic_embedding"), default="rec_sdk",
+                        help="rec_sdk tables (create_table + sparse_lookup) or TFRA-style "
+                        "rec_sdk.dynamic_embedding variables")
     parser.add_argument("--rows", type=int, default=500_000, help="synthetic: training rows")
     parser.add_argument("--scale", type=float, default=0.05,
                         help="synthetic: multiplies Criteo's per-field cardinalities")
@@ -387,6 +447,9 @@ def parse_args(argv=None):
     for name in ("steps", "batch_size", "eval_batch_size", "eval_every", "dim", "rows"):
         if getattr(args, name) < 1:
             parser.error("--%s must be >= 1" % name.replace("_", "-"))
+    if args.api == "dynamic_embedding" and args.access_threshold is not None:
+        parser.error("--access-threshold is for --api rec_sdk (dynamic_embedding variables "
+                     "have no feature admission)")
     return args
 
 

@@ -10,4 +10,6 @@ def get_dense_and_sparse_variable():
     Tables are not tf.Variables; `tf.gradients(loss, tables)` gives IndexedSlices keyed by row
     address, which the sparse optimizers' apply_gradients accepts.
     """
-    return tf.compat.v1.trainable_variables(), tables_of_graph()
+    dense = [v for v in tf.compat.v1.trainable_variables()
+             if getattr(v, "_rec_sdk_lookup", None) is None]  # not dynamic_embedding trainables
+    return dense, tables_of_graph()

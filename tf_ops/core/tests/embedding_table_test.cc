@@ -182,6 +182,12 @@ TEST(EmbeddingTableCreateTest, RejectsBadConfigs) {
   bad_init.initializer.stddev = -1.0f;
   EXPECT_EQ(EmbeddingTable::Create(bad_init, &t).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(t, nullptr);
+  TableConfig short_values = Dynamic("short_values", 4);
+  short_values.initializer = InitializerSpec();
+  short_values.initializer.values = {1.0f, 2.0f};
+  Status s = EmbeddingTable::Create(short_values, &t);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(s.message(), "2 values")) << s.message();
 }
 
 TEST(EmbeddingTableCreateTest, AcceptsLimits) {

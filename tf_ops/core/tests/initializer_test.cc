@@ -283,5 +283,23 @@ TEST(InitializerTest, KindFromName) {
   }
 }
 
+TEST(InitializerTest, ConstantPerElementValues) {
+  InitializerSpec spec;
+  spec.kind = InitializerKind::kConstant;
+  spec.values = {0.5f, -1.0f, 2.0f};
+  spec.scale = 2.0f;
+  ASSERT_TRUE(spec.Validate().ok());
+  float out[3];
+  InitializeRow(spec, 7, 3, out);
+  EXPECT_EQ(out[0], 1.0f);
+  EXPECT_EQ(out[1], -2.0f);
+  EXPECT_EQ(out[2], 4.0f);
+  spec.values[1] = std::nanf("");
+  EXPECT_EQ(spec.Validate().code(), StatusCode::kInvalidArgument);
+  spec.values = {1.0f};
+  spec.kind = InitializerKind::kRandomNormal;
+  EXPECT_EQ(spec.Validate().code(), StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace rec_sdk
