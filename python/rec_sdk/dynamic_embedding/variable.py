@@ -237,8 +237,11 @@ class Variable:
         values and are not inserted. With return_exists, also a bool tensor of keys.shape."""
         keys = self._keys(keys)
         with tf.name_scope(name or "%s_lookup" % self.name.split("/")[-1]):
-            values, exists = self._read(tf.reshape(keys, [-1]))
-            values = self._shaped(values, keys, self.dim)
+            # Each distinct key is read once (batches repeat popular keys).
+            unique, inverse = table_ops.unique_keys(tf.reshape(keys, [-1]))
+            values, exists = self._read(unique)
+            values = self._shaped(table_ops.gather_rows(values, inverse), keys, self.dim)
+            exists = tf.gather(exists, inverse)
             if return_exists:
                 exists = tf.reshape(exists, tf.shape(keys))
                 exists.set_shape(keys.shape)
