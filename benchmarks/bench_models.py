@@ -121,8 +121,9 @@ def worker(args):
     else:
         import tensorflow_recommenders_addons.dynamic_embedding as tfra
         emb = train.DynamicEmbeddings(source, 16, args.learning_rate, False, de=tfra)
-    _, _, loss = train.build("dlrm", source, emb, train_batch, True, 16)
-    probs, labels, _ = train.build("dlrm", source, emb, eval_it.get_next(), False, 16)
+    top = [int(u) for u in args.dlrm_top.split(",") if u]
+    _, _, loss = train.build("dlrm", source, emb, train_batch, True, 16, top)
+    probs, labels, _ = train.build("dlrm", source, emb, eval_it.get_next(), False, 16, top)
     dense = [v for v in get_dense_and_sparse_variable()[0]
              if v.name.startswith("dlrm/")]
     train_op = emb.train_op(loss, dense, tf.compat.v1.train.AdamOptimizer(args.learning_rate))
@@ -283,6 +284,8 @@ def main():
     parser.add_argument("--scaling", action="store_true")
     parser.add_argument("--scaling-keys", default="1,2,5,10,20", help="millions of keys")
     parser.add_argument("--plot", default=None, help="PNG of the scaling figures")
+    parser.add_argument("--dlrm-top", default="256,128",
+                        help="widths of DLRM's top MLP layers before the logit")
     parser.add_argument("--profile", type=int, default=0, metavar="STEPS",
                         help="with --worker: also trace STEPS steps and print op time by type")
     args = parser.parse_args()
@@ -301,14 +304,15 @@ def main():
         tf.__version__))
     common = ["--steps", str(args.steps), "--warmup", str(args.warmup), "--rows",
               str(args.rows), "--scale", str(args.scale), "--learning-rate",
-              str(args.learning_rate)] + (["--profile", str(args.profile)] if args.profile else [])
+              str(args.learning_rate), "--dlrm-top", args.dlrm_top] + (["--profile", str(args.profile)] if args.profile else [])
     for workload in [w for w in args.workloads.split(",") if w]:
         runs = {lib: [] for lib in args.libraries.split(",")}
         for _ in range(args.rounds):
             for lib in runs:
                 runs[lib].append(_spawn(["--worker", lib, workload] + common))
-        print("\n%s: DLRM, %d timed steps after %d, median of %d rounds (one process per run)"
-              % (workload, args.steps, args.warmup, args.rounds))
+        print("\n%s: DLRM (top MLP %s-1), %d timed steps after %d, median of %d rounds (one "
+              "process per run)" % (workload, args.dlrm_top.replace(",", "-"), args.steps,
+                                    args.warmup, args.rounds))
         print("| library | samples/s | vs rec_sdk | keys stored | eval AUC |")
         print("|---|---|---|---|---|")
         ok = {lib: [r for r in rs if "error" not in r] for lib, rs in runs.items()}

@@ -681,3 +681,62 @@ def test_unwrapped_optimizer_on_de_trainables_is_a_clear_error():
     # The dense variables of the graph leave de trainables out.
     assert get_dense_and_sparse_variable()[0] == [dense]
     tf.compat.v1.train.AdamOptimizer(0.1).minimize(loss, var_list=[dense])
+
+
+def test_slot_views_before_training_and_of_another_optimizer():
+    v = de.Variable(dim=2, initializer=0.0, name="slots")
+    adagrad = de.DynamicEmbeddingOptimizer(
+        tf.compat.v1.train.AdagradOptimizer(0.1, initial_accumulator_value=0.5))
+    adam = tf.compat.v1.train.AdamOptimizer(0.1)
+    train = adagrad.minimize(tf.reduce_sum(de.embedding_lookup(v, i64([1, 2]))))
+    accum = v.get_slot_variables(adagrad)[0]
+    m = v.get_slot_variables(adam)[0]
+    with new_session() as sess:
+        sess.run(tf.compat.v1.global_variables_initializer())
+        sess.run(v.upsert(i64([7]), f32([[1.0, 1.0]])))
+        # No optimizer ran yet: every key reads the initial accumulator.
+        np.testing.assert_allclose(sess.run(accum.lookup(i64([7, 8]))), 0.5)
+        keys, values = sess.run(accum.export())
+        assert keys.tolist() == [7] and np.allclose(values, 0.5)
+        sess.run(train)
+        np.testing.assert_allclose(sess.run(accum.lookup(i64([1, 8]))), [[1.5, 1.5],
+                                                                          [0.5, 0.5]])
+        with pytest.raises(tf.errors.InvalidArgumentError, match="belong to optimizer Adagrad"):
+            sess.run(m.lookup(i64([1])))
+
+
+def test_one_optimizer_in_two_graphs():
+    opt = de.DynamicEmbeddingOptimizer(tf.compat.v1.train.AdamOptimizer(0.1))
+    for _ in range(2):
+        with tf.Graph().as_default():
+            v = de.Variable(dim=2, initializer=1.0)
+            train = opt.minimize(tf.reduce_sum(de.embedding_lookup(v, i64([1]))))
+            with new_session() as sess:
+                sess.run(tf.compat.v1.global_variables_initializer())
+                sess.run(train)
+                np.testing.assert_allclose(sess.run(v.lookup(i64([1]))), [[0.9, 0.9]],
+                                           rtol=1e-5)
+
+
+def test_two_lookups_of_a_key_in_one_step_count_once():
+    v = de.Variable(dim=2, initializer=0.1, restrict_policy=de.FrequencyRestrictPolicy)
+    a = tf.compat.v1.placeholder(tf.int64, [None])
+    b = tf.compat.v1.placeholder(tf.int64, [None])
+    loss = tf.reduce_sum(de.embedding_lookup(v, a, name="a")) + tf.reduce_sum(
+        de.embedding_lookup(v, b, name="b"))
+    train = de.DynamicEmbeddingOptimizer(
+        tf.compat.v1.train.GradientDescentOptimizer(0.5)).minimize(loss)
+    with new_session() as sess:
+        sess.run(train, {a: [1, 2], b: [1]})  # key 1 in both lookups: one update, one count
+        np.testing.assert_allclose(sess.run(v.lookup(i64([1]))), [[-0.9, -0.9]], rtol=1e-6)
+        sess.run(train, {a: [2], b: [3]})  # key 2: two steps
+        sess.run(v.restrict(1))
+        assert keys_of(sess, v) == [2]
+
+
+def test_table_names_follow_variable_names():
+    a, b = de.Variable(name="a/b"), de.Variable(name="a_b")
+    assert a.tables[0].table_name == "a_b_mht_1of1"
+    assert b.tables[0].table_name == "a_b_1_mht_1of1"
+    with pytest.raises(TypeError, match="restrict_policy"):
+        de.Variable(restrict_policy=de.RestrictPolicy)

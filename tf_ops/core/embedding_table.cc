@@ -728,8 +728,19 @@ Status EmbeddingTable::Gather(const int64_t* addresses, int64_t n, float* out,
 }
 
 Status EmbeddingTable::Lookup(const int64_t* keys, int64_t n, bool init_missing, float* out,
-                              bool* exists, const ParallelRunner& run, int slot) {
+                              bool* exists, const ParallelRunner& run, int slot,
+                              float slot_default) {
   std::shared_lock<std::shared_mutex> structure(structure_mu_);
+  if (slot >= 0 && num_slots_ == 0) {
+    ForEachKeyByShard(
+        keys, n, 60,
+        [&](HashIndex::Shard& shard, int64_t i, uint64_t hash) {
+          if (exists != nullptr) exists[i] = shard.Find(keys[i], hash) >= 0;
+        },
+        run);
+    std::fill_n(out, n * config_.dim, slot_default);
+    return Status::Ok();
+  }
   if (slot >= num_slots_) {
     return Status::InvalidArgument("table '" + config_.name + "' has " +
                                    std::to_string(num_slots_) + " optimizer slots, no slot " +
@@ -821,6 +832,13 @@ Status EmbeddingTable::Restrict(int64_t keep, RestrictBy by, int64_t* removed) {
     return Status::InvalidArgument("table '" + config_.name +
                                    "': num_reserved must be >= 0, got " + std::to_string(keep));
   }
+  if (by == RestrictBy::kCount && !config_.track_access) {
+    return Status::InvalidArgument("table '" + config_.name +
+                                   "' does not count accesses (track_access): it cannot be "
+                                   "restricted by count");
+  }
+  if (removed != nullptr) *removed = 0;
+  if (Size() <= keep) return Status::Ok();  // nothing to do: the table stays unchanged
   ChangeScope change(this);
   std::unique_lock<std::shared_mutex> structure(structure_mu_);
   std::lock_guard<std::mutex> lock(alloc_mu_);

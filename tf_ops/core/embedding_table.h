@@ -160,9 +160,10 @@ class EmbeddingTable {
   // Copies the rows of `keys` to out[n, dim] without inserting. Absent keys give zeros, or
   // the values a new row would get when init_missing is true. exists may be null. With
   // slot >= 0 the rows' optimizer slot `slot` is read instead of the embedding (absent keys:
-  // the slot's initial value).
+  // the slot's initial value); before any optimizer attached slots, every key reads
+  // slot_default.
   Status Lookup(const int64_t* keys, int64_t n, bool init_missing, float* out, bool* exists,
-                const ParallelRunner& run, int slot = -1);
+                const ParallelRunner& run, int slot = -1, float slot_default = 0.0f);
 
   // Inserts or overwrites the embeddings of keys with values[n, dim]. New rows get initial
   // slot values. With duplicate keys the last value wins.
@@ -175,9 +176,10 @@ class EmbeddingTable {
   // Removes every key. Memory stays reserved; all addresses become stale.
   void Clear();
 
-  // Keeps the `keep` rows seen most recently (kLastSeen) or most often (kCount; ties: the
-  // more recent, then the larger key) and removes the others with their slots (counted as
-  // evicted). *removed (may be null) receives how many rows went.
+  // Keeps the `keep` rows seen most recently (kLastSeen) or most often (kCount, which needs
+  // track_access; ties: the more recent, then the larger key) and removes the others with
+  // their slots (counted as evicted). *removed (may be null) receives how many rows went.
+  // Addresses of removed rows become stale: run it between training steps.
   Status Restrict(int64_t keep, RestrictBy by, int64_t* removed);
 
   // Declares the optimizer slots of this table: one array per slot, initialised to

@@ -528,6 +528,8 @@ class TableLookupOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("dim", &dim_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("init_missing", &init_missing_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("slot", &slot_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("slot_default", &slot_default_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("slot_optimizer", &slot_optimizer_));
   }
 
   void Compute(OpKernelContext* ctx) override {
@@ -538,6 +540,12 @@ class TableLookupOp : public OpKernel {
                 errors::InvalidArgument("lookup of table '", table->table()->name(),
                                         "' asks for dim ", dim_, " but the table has dim ",
                                         table->table()->dim()));
+    const std::string& owner = table->table()->slot_optimizer();
+    OP_REQUIRES(ctx, slot_ < 0 || slot_optimizer_.empty() || owner.empty() ||
+                         owner == slot_optimizer_,
+                errors::InvalidArgument("the slots of table '", table->table()->name(),
+                                        "' belong to optimizer ", owner, ", not ",
+                                        slot_optimizer_));
     const Tensor& keys = ctx->input(1);
     std::vector<int64_t> scratch;
     const int64_t* key_data;
@@ -551,13 +559,15 @@ class TableLookupOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ToTfStatus(table->table()->Lookup(
                             key_data, keys.NumElements(), init_missing_,
                             values->flat<float>().data(), exists->flat<bool>().data(),
-                            MakeRunner(ctx), slot_)));
+                            MakeRunner(ctx), slot_, slot_default_)));
   }
 
  private:
   int64_t dim_;
   bool init_missing_;
   int slot_;
+  float slot_default_;
+  std::string slot_optimizer_;
 };
 
 class TableUpsertOp : public OpKernel {

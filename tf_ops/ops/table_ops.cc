@@ -295,6 +295,8 @@ REGISTER_OP(REC_SDK_OP_NAME(TableLookup))
     .Attr("dim: int >= 1")
     .Attr("init_missing: bool = false")
     .Attr("slot: int >= -1 = -1")
+    .Attr("slot_default: float = 0.0")
+    .Attr("slot_optimizer: string = ''")
     .SetIsStateful()
     .SetShapeFn([](InferenceContext* c) {
       TF_RETURN_IF_ERROR(RowsOfInputShape(c));
@@ -304,7 +306,9 @@ REGISTER_OP(REC_SDK_OP_NAME(TableLookup))
     .Doc(R"doc(
 Reads the embeddings of keys without inserting. Absent keys give zeros, or with init_missing
 the values the initializer would give them; `exists` tells which keys are stored. slot >= 0
-reads that optimizer slot instead (absent keys: zeros, or with init_missing its initial value).
+reads that optimizer slot instead (absent keys: zeros, or with init_missing its initial value;
+every key reads slot_default while no optimizer has attached slots); slot_optimizer, when set,
+must be the optimizer that owns the table's slots.
 )doc");
 
 REGISTER_OP(REC_SDK_OP_NAME(TableUpsert))

@@ -16,11 +16,13 @@ _COMBINERS = ("sum", "mean", "sqrtn")
 
 
 class LookupRecord:
-    """What the optimizer needs of one training lookup: the variable and its unique keys."""
+    """What the optimizer needs of one training lookup: the variable, its unique keys and the
+    rows it read (updates wait for the read)."""
 
-    def __init__(self, params, unique_keys):
+    def __init__(self, params, unique_keys, read):
         self.params = params
         self.unique_keys = unique_keys
+        self.read = read
 
 
 def record_of(var):
@@ -54,11 +56,12 @@ def _unique_rows(params, unique, name):
     values, _ = params._read(unique, name="read")  # pylint: disable=protected-access
     if not params.trainable:
         return values, None
-    with tf.compat.v1.variable_scope(None, default_name="TrainableWrapper"):
+    # Outside control flow and control dependencies, like any variable.
+    with tf.init_scope(), tf.compat.v1.variable_scope(None, default_name="TrainableWrapper"):
         trainable = tf.compat.v1.Variable(
             tf.zeros([0, params.dim]), trainable=True, use_resource=True, validate_shape=False,
             collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES], name="trainable")
-    trainable._rec_sdk_lookup = LookupRecord(params, unique)  # pylint: disable=protected-access
+    trainable._rec_sdk_lookup = LookupRecord(params, unique, values)  # pylint: disable=protected-access
     store = params.trainable_store
     key = name
     if key is None:
@@ -123,11 +126,18 @@ def embedding_lookup_sparse(params, sp_ids, sp_weights, partition_strategy=None,
         raise TypeError("sp_ids must be a SparseTensor, got %r" % (sp_ids,))
     if sp_weights is not None and not isinstance(sp_weights, tf.SparseTensor):
         raise TypeError("sp_weights must be None or a SparseTensor, got %r" % (sp_weights,))
-    ids = _ids(params, sp_ids.values, "sp_ids")
+    _ids(params, sp_ids.values, "sp_ids")
+    out, trainable = _lookup_sparse(params, sp_ids, sp_weights, name, combiner, max_norm, name)
+    return (out, trainable) if return_trainable else out
+
+
+def _lookup_sparse(params, sp_ids, sp_weights, name, combiner, max_norm, store_name):
+    """-> (combined rows, trainable) of embedding_lookup_sparse; the trainable is stored
+    under store_name."""
     with tf.name_scope(name or "embedding_lookup_sparse"):
         segments = tf.cast(sp_ids.indices[:, 0], tf.int32)
-        unique, inverse = table_ops.unique_keys(ids)
-        rows, trainable = _unique_rows(params, unique, name)
+        unique, inverse = table_ops.unique_keys(sp_ids.values)
+        rows, trainable = _unique_rows(params, unique, store_name)
         if max_norm is not None:
             rows = tf.clip_by_norm(rows, max_norm, axes=[1])
         if sp_weights is None:
@@ -145,7 +155,7 @@ def embedding_lookup_sparse(params, sp_ids, sp_weights, partition_strategy=None,
                 out = tf.math.divide_no_nan(
                     out, tf.sqrt(tf.math.segment_sum(weights * weights, segments))[:, None])
         out.set_shape([None, params.dim])
-    return (out, trainable) if return_trainable else out
+    return out, trainable
 
 
 def safe_embedding_lookup_sparse(embedding_weights, sparse_ids, sparse_weights=None,
@@ -186,9 +196,9 @@ def safe_embedding_lookup_sparse(embedding_weights, sparse_ids, sparse_weights=N
             sparse_ids, tf.cast(0 if default_id is None else default_id, sparse_ids.dtype))
         if sparse_weights is not None:
             sparse_weights, _ = tf.sparse.fill_empty_rows(sparse_weights, 1.0)
-        out, trainable = embedding_lookup_sparse(
-            params, sparse_ids, sparse_weights, combiner=combiner, max_norm=max_norm,
-            name="embedding_lookup_sparse", return_trainable=True)
+        out, trainable = _lookup_sparse(
+            params, sparse_ids, sparse_weights, "embedding_lookup_sparse", combiner, max_norm,
+            "%s/embedding_lookup_sparse" % (name or "safe_embedding_lookup_sparse"))
         # Rows after the last one with ids do not exist in `out`: fill_empty_rows gave every
         # row an id, so out has num_rows rows.
         if default_id is None:

@@ -29,6 +29,9 @@ _KINDS = (
     (_V1.FtrlOptimizer, "ftrl", ("accum", "linear")),
     (_V1.GradientDescentOptimizer, "sgd", ()),
 )
+# The name under which each kernel attaches its slots to a table (sparse_optimizers.cc).
+_KERNEL_NAMES = {"adam": "LazyAdam", "adagrad": "Adagrad", "momentum": "Momentum",
+                 "ftrl": "Ftrl", "sgd": "GradientDescent"}
 _SUPPORTED = "tf.compat.v1.train.%s" % ", ".join(
     c.__name__ for c, _, _ in _KINDS)
 
@@ -45,12 +48,17 @@ def _kind(optimizer):
                     % (_SUPPORTED, type(optimizer).__name__))
 
 
-def slot_names(optimizer):
-    """The slot names of a (wrapped or not) supported optimizer."""
+def slot_info(optimizer):
+    """[(slot name, initial value)] of a supported optimizer, and the name its kernel gives
+    the slots of a table."""
     if not isinstance(optimizer, tf.compat.v1.train.Optimizer):
         raise TypeError("optimizer must be a tf.compat.v1.train optimizer, got %r"
                         % (optimizer,))
-    return _kind(optimizer)[1]
+    kind, names = _kind(optimizer)
+    initial = [0.0] * len(names)
+    if kind in ("adagrad", "ftrl"):
+        initial[0] = float(_hyper(optimizer._initial_accumulator_value))  # pylint: disable=protected-access
+    return list(zip(names, initial)), _KERNEL_NAMES[kind]
 
 
 def _hyper(value):
@@ -64,16 +72,19 @@ class _RowUpdate(SparseOptimizer):
         super().__init__(optimizer.get_name(), by_address=None)
         self.kind, self.slot_names = _kind(optimizer)
         self.optimizer = optimizer
+        self._steps = {}  # graph -> Adam's step count variable (one optimizer, many graphs)
         self._step = None
         self._next_step = None
 
     def _prepare(self):
         if self.kind != "adam":
             return
-        if self._step is None:
+        graph = tf.compat.v1.get_default_graph()
+        if graph not in self._steps:
             with tf.init_scope():
-                self._step = tf.compat.v1.Variable(0, dtype=tf.int64, trainable=False,
-                                                   name=self._name + "_de_step")
+                self._steps[graph] = tf.compat.v1.Variable(
+                    0, dtype=tf.int64, trainable=False, name=self._name + "_de_step")
+        self._step = self._steps[graph]
         self._next_step = self._step.read_value() + 1
 
     def _finish(self, update_ops):
@@ -128,37 +139,45 @@ def _rows_of(grad, record):
     return tf.reshape(tf.convert_to_tensor(grad), [-1, dim])
 
 
-def _shard_pairs(grad, record):
-    """[(gradient rows, addresses)] per shard; inserts the lookup's missing keys."""
-    params = record.params
-    rows = _rows_of(grad, record)
-    parts, keys, _ = params._split(record.unique_keys)  # pylint: disable=protected-access
+def _shard_pairs(params, grads_and_records):
+    """[(gradient rows, addresses)] per shard of one variable, for all its lookups in the
+    step: keys met by several lookups are merged first (one update and one access count per
+    key); missing keys are inserted, after the lookups read them."""
+    keys = [r.unique_keys for _, r in grads_and_records]
+    rows = [_rows_of(g, r) for g, r in grads_and_records]
+    if len(keys) == 1:
+        keys, rows = keys[0], rows[0]
+    else:
+        keys, index = table_ops.unique_keys(tf.concat(keys, 0))
+        rows = table_ops.sum_rows(tf.concat(rows, 0), index, tf.size(keys))
+    parts, shard_keys, _ = params._split(keys)  # pylint: disable=protected-access
     shard_rows = [rows] if parts is None else tf.dynamic_partition(rows, parts,
                                                                   params.shard_num)
     pairs = []
-    for table, k, r in zip(params.tables, keys, shard_rows):
-        table_ops.mark_keys_unique(k)
-        table.train_lookups += 1  # this graph trains the table (see share_tables)
-        pairs.append((r, table_ops.find_or_insert(table.handle, k, is_train=True)))
+    with tf.control_dependencies([r.read for _, r in grads_and_records]):
+        for table, k, r in zip(params.tables, shard_keys, shard_rows):
+            table_ops.mark_keys_unique(k)
+            table.train_lookups += 1  # this graph trains the table (see share_tables)
+            pairs.append((r, table_ops.find_or_insert(table.handle, k, is_train=True)))
     return pairs
 
 
 def _apply_gradients(optimizer, original, grads_and_vars, global_step=None, name=None):
     grads_and_vars = list(grads_and_vars)
-    de_pairs, others = [], []
+    de_pairs, others = {}, []
     for grad, var in grads_and_vars:
         record = record_of(var)
         if record is None:
             others.append((grad, var))
         elif grad is not None and record.params.trainable:
-            de_pairs.append((grad, record))
+            de_pairs.setdefault(record.params, []).append((grad, record))
     updates = []
     with tf.name_scope(name or optimizer.get_name()):
         if de_pairs:
             rows = []
             with tf.name_scope("dynamic_embedding"):
-                for grad, record in de_pairs:
-                    rows.extend(_shard_pairs(grad, record))
+                for params, pairs in de_pairs.items():
+                    rows.extend(_shard_pairs(params, pairs))
             updates.append(optimizer._rec_sdk_rows.apply_gradients(  # pylint: disable=protected-access
                 rows, name="dynamic_embedding_update"))
     if any(g is not None for g, _ in others) or not de_pairs:

@@ -16,7 +16,7 @@ import tensorflow as tf
 
 import rec_sdk
 from rec_sdk import saver
-from rec_sdk.core.embedding import MAX_DIM, SparseEmbedding
+from rec_sdk.core.embedding import MAX_DIM, SparseEmbedding, tables_of_graph
 from rec_sdk.core.initializer_spec import describe_initializer
 from rec_sdk.ops import table_ops
 
@@ -32,13 +32,22 @@ def default_partition_fn(keys, shard_num):
     return tf.cast(tf.math.floormod(keys, tf.cast(shard_num, keys.dtype)), tf.int32)
 
 
-def _table_name(scope, index, shard_num):
-    """A rec_sdk table name (unique in the graph, [A-Za-z0-9_.]) for shard `index`."""
-    base = re.sub(r"[^A-Za-z0-9_.]", "_", scope.rstrip("/")) or "DynamicEmbedding_Variable"
-    suffix = "_mht_%dof%d" % (index + 1, shard_num)
-    if len(base) + len(suffix) > 100:
-        base = base[:80] + "_%08x" % zlib.crc32(base.encode("utf-8"))
-    return base + suffix
+def _table_names(name, shard_num):
+    """rec_sdk table names ([A-Za-z0-9_.], unique in the graph) of the shards of the variable
+    `name`: <name>_mht_<i>of<n>, with "/" and other characters mapped to "_" and a counter
+    added when a table of the graph has the name already. Derived from the variable's name
+    (not from op-creation order), so a training, an evaluation and an export graph built by
+    the same code name their tables alike, as checkpoints need."""
+    base = re.sub(r"[^A-Za-z0-9_.]", "_", name) or "DynamicEmbedding_Variable"
+    if len(base) > 80:
+        base = base[:70] + "_%08x" % zlib.crc32(base.encode("utf-8"))
+    taken = {t.table_name for t in tables_of_graph()}
+    candidate, n = base, 0
+    while any("%s_mht_%dof%d" % (candidate, i + 1, shard_num) in taken
+              for i in range(shard_num)):
+        n += 1
+        candidate = "%s_%d" % (base, n)
+    return ["%s_mht_%dof%d" % (candidate, i + 1, shard_num) for i in range(shard_num)]
 
 
 def _init_rows(init_size, shard_num):
@@ -120,9 +129,11 @@ class Variable:
                 init_size < 0:
             raise ValueError("init_size must be an integer >= 0, got %r" % (init_size,))
         if restrict_policy is not None and not (
-                isinstance(restrict_policy, type) and issubclass(restrict_policy, RestrictPolicy)):
-            raise TypeError("restrict_policy must be a subclass of RestrictPolicy (e.g. "
-                            "de.TimestampRestrictPolicy), got %r" % (restrict_policy,))
+                isinstance(restrict_policy, type) and issubclass(restrict_policy, RestrictPolicy)
+                and restrict_policy.by in ("last_seen", "count")):
+            raise TypeError("restrict_policy must be de.TimestampRestrictPolicy, "
+                            "de.FrequencyRestrictPolicy or a subclass, got %r"
+                            % (restrict_policy,))
         if not isinstance(name, str) or not name:
             raise ValueError("name must be a non-empty string, got %r" % (name,))
         self.key_dtype = key_dtype
@@ -143,10 +154,9 @@ class Variable:
         self.graph = tf.compat.v1.get_default_graph()
         rows = _init_rows(self.init_size, self.shard_num)
         self._tables = []
-        with tf.name_scope(name.split("/")[-1]) as scope:
-            self._scope = scope
-            for i, device in enumerate(devices):
-                table_name = _table_name(scope, i, self.shard_num)
+        with tf.name_scope(name.split("/")[-1]):
+            for i, (device, table_name) in enumerate(zip(devices, _table_names(
+                    name, self.shard_num))):
                 spec = _describe(initializer, self.dim, table_name)
                 with tf.device(device):
                     table = SparseEmbedding(
@@ -338,9 +348,10 @@ class Variable:
     def get_slot_variables(self, optimizer):
         """The optimizer's slots of this variable (views of the slot values kept in the
         variable's rows), one per slot name; [] for an optimizer without slots."""
-        from rec_sdk.dynamic_embedding.optimizer import slot_names
-        names = slot_names(optimizer)
-        return [SlotVariable(self, optimizer.get_name(), name, i) for i, name in enumerate(names)]
+        from rec_sdk.dynamic_embedding.optimizer import slot_info
+        slots, owner = slot_info(optimizer)
+        return [SlotVariable(self, optimizer.get_name(), name, i, initial, owner)
+                for i, (name, initial) in enumerate(slots)]
 
     def get_trainable_by_name(self, name):
         """The trainable that embedding_lookup(..., name=name) created on this variable (the
@@ -354,23 +365,26 @@ class SlotVariable:
     """An optimizer slot of a de.Variable (e.g. Adam's m): read-only views of the slot values
     that live in the variable's rows. Named <variable>/<optimizer>/<slot> as in TFRA."""
 
-    def __init__(self, params, optimizer_name, slot_name, index):
+    def __init__(self, params, optimizer_name, slot_name, index, initial=0.0, owner=""):
         self.params = params
         self.slot_name = slot_name
         self.slot_index = index
+        self.initial_value = float(initial)
+        self._owner = owner  # the kernel that must own the table's slots
         self.name = "%s/%s/%s" % (params.name, optimizer_name, slot_name)
         self.dim = params.dim
         self.key_dtype = params.key_dtype
         self.value_dtype = params.value_dtype
 
     def lookup(self, keys, return_exists=False, name=None):
-        """Slot values of keys (keys.shape + [dim]); absent keys: the slot's initial value
-        (0 before the optimizer first ran)."""
+        """Slot values of keys (keys.shape + [dim]); absent keys, and every key before the
+        optimizer first ran, read the slot's initial value."""
         p = self.params
         keys = p._keys(keys)  # pylint: disable=protected-access
         with tf.name_scope(name or "%s_lookup" % self.slot_name):
             _, shard_keys, positions = p._split(tf.reshape(keys, [-1]))  # pylint: disable=protected-access
-            pairs = [table_ops.lookup(t.handle, k, p.dim, init_missing=True, slot=self.slot_index)
+            pairs = [table_ops.lookup(t.handle, k, p.dim, init_missing=True, slot=self.slot_index,
+                                      slot_default=self.initial_value, slot_optimizer=self._owner)
                      for t, k in zip(p.tables, shard_keys)]
             if positions is None:
                 values, exists = pairs[0]
@@ -386,9 +400,12 @@ class SlotVariable:
         with tf.name_scope(name or "%s_export" % self.slot_name):
             keys, slots = [], []
             for t in p.tables:
-                k, _, s = table_ops.export(t.handle, p.key_dtype, p.dim)
+                k, values, s = table_ops.export(t.handle, p.key_dtype, p.dim)
                 keys.append(k)
-                slots.append(s[self.slot_index])
+                # Before the optimizer first ran the table has no slots: initial values.
+                slots.append(tf.cond(tf.shape(s)[0] > self.slot_index,
+                                     lambda s=s: s[self.slot_index],
+                                     lambda v=values: tf.fill(tf.shape(v), self.initial_value)))
             return (keys[0], slots[0]) if len(keys) == 1 else (tf.concat(keys, 0),
                                                                tf.concat(slots, 0))
 

@@ -46,9 +46,10 @@ def wide_deep(embeddings, dense, wide):
         return deep + linear
 
 
-def dlrm(embeddings, dense, dim):
+def dlrm(embeddings, dense, dim, top=(256, 128)):
     """DLRM: a bottom MLP maps the dense features to a dim-vector; the pairwise dot products
-    of all vectors (embeddings and that one) and the bottom output go through a top MLP."""
+    of all vectors (embeddings and that one) and the bottom output go through a top MLP
+    (hidden widths `top`, then the logit)."""
     with tf.compat.v1.variable_scope("dlrm", reuse=tf.compat.v1.AUTO_REUSE):
         vectors = list(embeddings)
         bottom = None
@@ -62,7 +63,7 @@ def dlrm(embeddings, dense, dim):
         index = tf.constant([i * n + j for i, j in zip(rows, cols)], tf.int32)
         pairs = tf.gather(tf.reshape(dots, [-1, n * n]), index, axis=1)
         top_in = [pairs, bottom if bottom is not None else tf.concat(list(embeddings), axis=1)]
-        return _logit(mlp(tf.concat(top_in, axis=1), [256, 128], "top"), "top_out")
+        return _logit(mlp(tf.concat(top_in, axis=1), list(top), "top"), "top_out")
 
 
 def dcn_v2(embeddings, dense, cross_layers=2):
@@ -78,14 +79,14 @@ def dcn_v2(embeddings, dense, cross_layers=2):
         return _logit(tf.concat([x, deep], axis=1), "out")
 
 
-def logits(model, embeddings, dense, wide=None, dim=None):
-    """Logits [batch] of `model` (one of MODELS)."""
+def logits(model, embeddings, dense, wide=None, dim=None, dlrm_top=(256, 128)):
+    """Logits [batch] of `model` (one of MODELS); dlrm_top: DLRM's top MLP widths."""
     if model == "wide_deep":
         if wide is None:
             raise ValueError("wide_deep needs the per-field wide weights")
         return wide_deep(embeddings, dense, wide)
     if model == "dlrm":
-        return dlrm(embeddings, dense, dim or int(embeddings[0].shape[-1]))
+        return dlrm(embeddings, dense, dim or int(embeddings[0].shape[-1]), dlrm_top)
     if model == "dcn_v2":
         return dcn_v2(embeddings, dense)
     raise ValueError("model must be one of %s, got %r" % (", ".join(MODELS), model))

@@ -289,11 +289,11 @@ def _capacity(source, table):
     return int(min(10**9, max(1024, source.vocabulary.get(table, 1 << 20) * 1.25 + len(fields))))
 
 
-def build(model, source, embeddings, batch, is_train, dim):
+def build(model, source, embeddings, batch, is_train, dim, dlrm_top=(256, 128)):
     """(probabilities, labels, loss) of `model` on one batch."""
     embs, wide = embeddings.embed(batch, is_train)
     dense = batch.get("dense") if source.has_dense else None
-    out = logits(model, embs, dense, wide=wide, dim=dim)
+    out = logits(model, embs, dense, wide=wide, dim=dim, dlrm_top=dlrm_top)
     labels = tf.cast(batch["label"], tf.float32)
     loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=out))
     return tf.sigmoid(out), labels, loss

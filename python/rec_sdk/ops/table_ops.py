@@ -127,10 +127,14 @@ def gather(table, addresses, dim, name=None):
     return load_ops().rec_sdk_table_gather(table, addresses, dim=dim, name=name)
 
 
-def lookup(table, keys, dim, init_missing=False, slot=-1, name=None):
-    """keys -> (values, exists) without inserting; slot >= 0 reads that optimizer slot."""
+def lookup(table, keys, dim, init_missing=False, slot=-1, slot_default=0.0, slot_optimizer="",
+           name=None):
+    """keys -> (values, exists) without inserting; slot >= 0 reads that optimizer slot
+    (slot_default before any optimizer attached slots; slot_optimizer: the owner it must
+    have)."""
     return load_ops().rec_sdk_table_lookup(table, keys, dim=dim, init_missing=init_missing,
-                                           slot=slot, name=name)
+                                           slot=slot, slot_default=slot_default,
+                                           slot_optimizer=slot_optimizer, name=name)
 
 
 def upsert(table, keys, values, name=None):
@@ -278,7 +282,7 @@ def _trainable_rows_grad(op, grad):
     if not hasattr(op.graph, "_rec_sdk_row_ranges"):
         op.graph._rec_sdk_row_ranges = set()  # pylint: disable=protected-access
     op.graph._rec_sdk_row_ranges.add(positions.op.name)  # pylint: disable=protected-access
-    return [tf.IndexedSlices(grad, positions, tf.shape(rows, out_type=tf.int64)), None]
+    return [tf.IndexedSlices(grad, positions, tf.shape(rows)), None]
 
 
 tf.no_gradient(FIND_OR_INSERT_OP)

@@ -622,36 +622,41 @@ TEST(EmbeddingTableTest, RestrictKeepsMostRecentOrMostFrequentRows) {
   EXPECT_EQ(removed, 0);
   EXPECT_EQ(t->Size(), 2);
   EXPECT_EQ(t->Restrict(-1, RestrictBy::kCount, nullptr).code(), StatusCode::kInvalidArgument);
+  auto untracked = MakeTable(Dynamic("untracked", 2));
+  EXPECT_EQ(untracked->Restrict(1, RestrictBy::kCount, nullptr).code(),
+            StatusCode::kInvalidArgument);
   ASSERT_TRUE(t->Restrict(0, RestrictBy::kLastSeen, nullptr).ok());
   EXPECT_EQ(t->Size(), 0);
 }
 
-TEST(EmbeddingTableTest, AccessCountsGrowOnlyWithTrackAccess) {
-  for (bool track : {false, true}) {
-    SCOPED_TRACE(track ? "track_access" : "default");
-    TableConfig config = Dynamic("counts", 2);
-    config.track_access = track;
-    auto t = MakeTable(config);
-    FindOrInsert(t.get(), {1, 2}, true);
-    FindOrInsert(t.get(), {2}, true);
-    FindOrInsert(t.get(), {2}, false);  // eval lookups never count
-    int64_t removed = 0;
-    ASSERT_TRUE(t->Restrict(1, RestrictBy::kCount, &removed).ok());
-    // Without tracking both rows keep their admission count (1) and the tie goes to the
-    // larger key: 2 stays either way, but only tracking makes it the more frequent.
-    EXPECT_EQ(removed, 1);
-    auto m = ToMap(ExportAll(t.get()), 2);
-    EXPECT_EQ(m.count(2), 1u);
-  }
+TEST(EmbeddingTableTest, TrackAccessCountsTrainingLookupsOnly) {
+  TableConfig config = Dynamic("counts", 2);
+  config.track_access = true;
+  auto t = MakeTable(config);
+  FindOrInsert(t.get(), {1, 2}, true);
+  FindOrInsert(t.get(), {2}, true);
+  for (int i = 0; i < 5; ++i) FindOrInsert(t.get(), {1}, false);  // eval lookups never count
+  FindOrInsert(t.get(), {3}, true);
+  int64_t removed = 0;
+  // Counts 1, 2, 1: key 2 wins over the more recent key 3 and the often evaluated key 1.
+  ASSERT_TRUE(t->Restrict(1, RestrictBy::kCount, &removed).ok());
+  EXPECT_EQ(removed, 2);
+  auto m = ToMap(ExportAll(t.get()), 2);
+  EXPECT_EQ(m.size(), 1u);
+  EXPECT_EQ(m.count(2), 1u);
 }
 
 TEST(EmbeddingTableTest, LookupOfSlots) {
   auto t = MakeTable(Dynamic("slot_lookup", 3));
   std::vector<int64_t> keys = {5, 6};
   std::vector<float> out(6), ignored(6);
-  EXPECT_EQ(t->Lookup(keys.data(), 2, false, out.data(), nullptr, SerialRunner, 0).code(),
-            StatusCode::kInvalidArgument);  // no slots yet
   FindOrInsert(t.get(), {5}, true);
+  bool before[2];
+  // No slots attached yet: every key reads the caller's default.
+  ASSERT_TRUE(t->Lookup(keys.data(), 2, true, out.data(), before, SerialRunner, 0, 0.75f).ok());
+  EXPECT_EQ(out, std::vector<float>(6, 0.75f));
+  EXPECT_TRUE(before[0]);
+  EXPECT_FALSE(before[1]);
   ASSERT_TRUE(t->EnsureSlots("Ftrl", {0.25f, 0.0f}).ok());
   std::vector<bool> unused;
   bool exists[2];
