@@ -336,17 +336,18 @@ def main():
     memory = [_spawn(["--memory-worker", lib, str(args.memory_keys)])
               for lib in ("rec_sdk", "dense_adam", "tfra")
               if lib in args.libraries.split(",") and args.memory_keys > 0]
-    print("\nmemory: RSS growth per stored key, dim 16 + Adam slots, %d keys trained in "
-          "batches of 65,536 new keys (payload: key + embedding + 2 slots = %d B)"
-          % (args.memory_keys, PAYLOAD_BYTES))
-    print("| library | keys | bytes/key | x payload |")
-    print("|---|---|---|---|")
-    for r in memory:
-        if "error" in r:
-            print("| - | %s | | |" % r["error"])
-            continue
-        print("| %s | %d | %.0f | %.2fx |" % (r["library"], r["keys"], r["bytes_per_key"],
-                                             r["bytes_per_key"] / PAYLOAD_BYTES))
+    if memory:
+        print("\nmemory: RSS growth per stored key, dim 16 + Adam slots, %d keys trained in "
+              "batches of 65,536 new keys (payload: key + embedding + 2 slots = %d B)"
+              % (args.memory_keys, PAYLOAD_BYTES))
+        print("| library | keys | bytes/key | x payload |")
+        print("|---|---|---|---|")
+        for r in memory:
+            if "error" in r:
+                print("| - | %s | | |" % r["error"])
+                continue
+            print("| %s | %d | %.0f | %.2fx |" % (r["library"], r["keys"], r["bytes_per_key"],
+                                                 r["bytes_per_key"] / PAYLOAD_BYTES))
     if args.scaling:
         sizes = [int(float(m) * 1_000_000) for m in args.scaling_keys.split(",")]
         results = [_spawn(["--scaling-worker", str(n), "--steps", "30"]) for n in sizes]

@@ -740,3 +740,20 @@ def test_table_names_follow_variable_names():
     assert b.tables[0].table_name == "a_b_1_mht_1of1"
     with pytest.raises(TypeError, match="restrict_policy"):
         de.Variable(restrict_policy=de.RestrictPolicy)
+
+
+@pytest.mark.parametrize("key_dtype", [tf.int64, tf.int32])
+def test_int32_keys_and_empty_batches_train(key_dtype):
+    v = de.Variable(key_dtype=key_dtype, dim=2, initializer=1.0, devices=["/CPU:0"] * 2)
+    ids = tf.compat.v1.placeholder(key_dtype, [None])
+    train = de.DynamicEmbeddingOptimizer(tf.compat.v1.train.AdagradOptimizer(0.5)).minimize(
+        tf.reduce_sum(de.embedding_lookup(v, ids)))
+    with new_session() as sess:
+        sess.run(tf.compat.v1.global_variables_initializer())
+        sess.run(train, {ids: np.array([], key_dtype.as_numpy_dtype)})
+        assert sess.run(v.size()) == 0
+        sess.run(train, {ids: np.array([3, 4, 3], key_dtype.as_numpy_dtype)})
+        # Adagrad: a = 0.1 + g^2, w -= 0.5 g / sqrt(a): key 3 has g = 2, key 4 g = 1.
+        got = as_dict(*sess.run(v.export()))
+        np.testing.assert_allclose(got[3], [1 - 0.5 * 2 / np.sqrt(4.1)] * 2, rtol=1e-5)
+        np.testing.assert_allclose(got[4], [1 - 0.5 / np.sqrt(1.1)] * 2, rtol=1e-5)
