@@ -151,8 +151,7 @@ def _shard_pairs(params, grads_and_records):
         keys, index = table_ops.unique_keys(tf.concat(keys, 0))
         rows = table_ops.sum_rows(tf.concat(rows, 0), index, tf.size(keys))
     parts, shard_keys, _ = params._split(keys)  # pylint: disable=protected-access
-    shard_rows = [rows] if parts is None else tf.dynamic_partition(rows, parts,
-                                                                  params.shard_num)
+    shard_rows = params._by_shard(parts, rows)  # pylint: disable=protected-access
     pairs = []
     with tf.control_dependencies([r.read for _, r in grads_and_records]):
         for table, k, r in zip(params.tables, shard_keys, shard_rows):

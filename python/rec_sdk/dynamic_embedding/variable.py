@@ -222,17 +222,42 @@ class Variable:
         positions = tf.dynamic_partition(tf.range(tf.size(flat)), parts, self.shard_num)
         return parts, keys, positions
 
-    def _read(self, flat, name="lookup"):
-        """Values [n, dim] (missing keys: initial values) and exists [n] of flat keys."""
+    def _by_shard(self, parts, x):
+        """x [n, ...] split like the keys whose shards are `parts` (None: one shard)."""
+        return [x] if parts is None else tf.dynamic_partition(x, parts, self.shard_num)
+
+    def _read(self, flat, name="lookup", **lookup_args):
+        """Values [n, dim] (missing keys: initial values) and exists [n] of flat keys;
+        lookup_args go to table_ops.lookup (e.g. a slot)."""
         _, keys, positions = self._split(flat)
         values, exists = [], []
         for table, k in zip(self._tables, keys):
-            v, e = table_ops.lookup(table.handle, k, self.dim, init_missing=True, name=name)
+            v, e = table_ops.lookup(table.handle, k, self.dim, init_missing=True, name=name,
+                                    **lookup_args)
             values.append(v)
             exists.append(e)
         if positions is None:
             return values[0], exists[0]
         return tf.dynamic_stitch(positions, values), tf.dynamic_stitch(positions, exists)
+
+    def _lookup(self, keys, return_exists, **lookup_args):
+        """lookup() of checked keys, reading each distinct key once (batches repeat popular
+        keys)."""
+        unique, inverse = table_ops.unique_keys(tf.reshape(keys, [-1]))
+        values, exists = self._read(unique, **lookup_args)
+        values = self._shaped(table_ops.gather_rows(values, inverse), keys, self.dim)
+        if not return_exists:
+            return values
+        exists = tf.reshape(tf.gather(exists, inverse), tf.shape(keys))
+        exists.set_shape(keys.shape)
+        return values, exists
+
+    @staticmethod
+    def _joined(shards):
+        """Per-shard tuples of tensors -> one tuple, each tensor concatenated over shards."""
+        if len(shards) == 1:
+            return tuple(shards[0])
+        return tuple(tf.concat(list(parts), 0) for parts in zip(*shards))
 
     @staticmethod
     def _shaped(flat_values, keys, dim):
@@ -247,16 +272,7 @@ class Variable:
         values and are not inserted. With return_exists, also a bool tensor of keys.shape."""
         keys = self._keys(keys)
         with tf.name_scope(name or "%s_lookup" % self.name.split("/")[-1]):
-            # Each distinct key is read once (batches repeat popular keys).
-            unique, inverse = table_ops.unique_keys(tf.reshape(keys, [-1]))
-            values, exists = self._read(unique)
-            values = self._shaped(table_ops.gather_rows(values, inverse), keys, self.dim)
-            exists = tf.gather(exists, inverse)
-            if return_exists:
-                exists = tf.reshape(exists, tf.shape(keys))
-                exists.set_shape(keys.shape)
-                return values, exists
-            return values
+            return self._lookup(keys, return_exists)
 
     def upsert(self, keys, values, name=None):
         """Inserts or overwrites keys (any shape) with values (keys.shape + [dim])."""
@@ -266,10 +282,8 @@ class Variable:
             flat = tf.reshape(keys, [-1])
             rows = tf.reshape(values, [-1, self.dim])
             parts, shard_keys, _ = self._split(flat)
-            shard_rows = [rows] if parts is None else tf.dynamic_partition(
-                rows, parts, self.shard_num)
-            return tf.group([table_ops.upsert(t.handle, k, v)
-                             for t, k, v in zip(self._tables, shard_keys, shard_rows)])
+            return tf.group([table_ops.upsert(t.handle, k, v) for t, k, v in zip(
+                self._tables, shard_keys, self._by_shard(parts, rows))])
 
     def remove(self, keys, name=None):
         """Removes keys (absent keys are ignored), with their slots and statistics."""
@@ -296,11 +310,10 @@ class Variable:
             new_rows = tf.reshape(new_values, [-1, self.dim])
             flags = tf.reshape(exists, [-1])
             parts, shard_keys, _ = self._split(flat)
-            split = (lambda x: [x]) if parts is None else (
-                lambda x: tf.dynamic_partition(x, parts, self.shard_num))
             ops = []
-            for table, k, delta, new, flag in zip(self._tables, shard_keys, split(rows),
-                                                  split(new_rows), split(flags)):
+            for table, k, delta, new, flag in zip(
+                    self._tables, shard_keys, self._by_shard(parts, rows),
+                    self._by_shard(parts, new_rows), self._by_shard(parts, flags)):
                 current, present = table_ops.lookup(table.handle, k, self.dim)
                 add = tf.logical_and(flag, present)
                 insert = tf.logical_and(tf.logical_not(flag), tf.logical_not(present))
@@ -313,11 +326,8 @@ class Variable:
     def export(self, name=None):
         """(keys [n], values [n, dim]) of every stored key, shard after shard."""
         with tf.name_scope(name or "%s_export" % self.name.split("/")[-1]):
-            pairs = [table_ops.export(t.handle, self.key_dtype, self.dim)[:2]
-                     for t in self._tables]
-            if len(pairs) == 1:
-                return pairs[0]
-            return tf.concat([k for k, _ in pairs], 0), tf.concat([v for _, v in pairs], 0)
+            return self._joined([table_ops.export(t.handle, self.key_dtype, self.dim)[:2]
+                                 for t in self._tables])
 
     def clear(self, name=None):
         """Removes every key of every shard."""
@@ -382,32 +392,22 @@ class SlotVariable:
         p = self.params
         keys = p._keys(keys)  # pylint: disable=protected-access
         with tf.name_scope(name or "%s_lookup" % self.slot_name):
-            _, shard_keys, positions = p._split(tf.reshape(keys, [-1]))  # pylint: disable=protected-access
-            pairs = [table_ops.lookup(t.handle, k, p.dim, init_missing=True, slot=self.slot_index,
-                                      slot_default=self.initial_value, slot_optimizer=self._owner)
-                     for t, k in zip(p.tables, shard_keys)]
-            if positions is None:
-                values, exists = pairs[0]
-            else:
-                values = tf.dynamic_stitch(positions, [v for v, _ in pairs])
-                exists = tf.dynamic_stitch(positions, [e for _, e in pairs])
-            values = Variable._shaped(values, keys, p.dim)  # pylint: disable=protected-access
-            return (values, tf.reshape(exists, tf.shape(keys))) if return_exists else values
+            return p._lookup(keys, return_exists, slot=self.slot_index,  # pylint: disable=protected-access
+                             slot_default=self.initial_value, slot_optimizer=self._owner)
 
     def export(self, name=None):
         """(keys, slot values) of every stored key, in the order of params.export()."""
         p = self.params
         with tf.name_scope(name or "%s_export" % self.slot_name):
-            keys, slots = [], []
+            shards = []
             for t in p.tables:
                 k, values, s = table_ops.export(t.handle, p.key_dtype, p.dim)
-                keys.append(k)
                 # Before the optimizer first ran the table has no slots: initial values.
-                slots.append(tf.cond(tf.shape(s)[0] > self.slot_index,
-                                     lambda s=s: s[self.slot_index],
-                                     lambda v=values: tf.fill(tf.shape(v), self.initial_value)))
-            return (keys[0], slots[0]) if len(keys) == 1 else (tf.concat(keys, 0),
-                                                               tf.concat(slots, 0))
+                shards.append((k, tf.cond(tf.shape(s)[0] > self.slot_index,
+                                          lambda s=s: s[self.slot_index],
+                                          lambda v=values: tf.fill(tf.shape(v),
+                                                                   self.initial_value))))
+            return Variable._joined(shards)  # pylint: disable=protected-access
 
     def size(self, index=None, name=None):
         return self.params.size(index, name)
