@@ -12,11 +12,13 @@ from graph_rewrite.embedding_variables import (DropVariableUpdates, EmbeddingVar
                                                EmbeddingVariables, GatherRead, SkippedVariable,
                                                find_embedding_variables)
 from graph_rewrite.iterator_sources import (IteratorSource, Trace, extract_subgraph,
-                                            iterator_source, trace_to_iterator)
+                                            iterator_source, replayable_upstream,
+                                            trace_to_iterator, upstream_ops)
 from graph_rewrite.reroute_inputs import RerouteInputs, tensor_name
 
 __all__ = ["AddControlInputs", "GraphPass", "IteratorSource", "PassResult", "RewriteError",
            "RerouteInputs", "Trace", "check_graph", "extract_subgraph", "import_graph",
-           "iterator_source", "run_passes", "trace_to_iterator", "update_live_graph",
+           "iterator_source", "replayable_upstream", "run_passes", "trace_to_iterator",
+           "upstream_ops", "update_live_graph",
            "DropVariableUpdates", "EmbeddingVariable", "EmbeddingVariables", "GatherRead",
            "SkippedVariable", "find_embedding_variables", "tensor_name"]

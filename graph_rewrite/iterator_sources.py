@@ -3,7 +3,8 @@ the ids, and the dataset behind the iterator. Pure analyses of a GraphDef (nothi
 rewritten); graph modification uses them to rebuild the input pipeline.
 
 trace_to_iterator(graph_def, tensor) walks the data inputs of `tensor` back to an
-IteratorGetNext. Every op on the way must be stateless and replayable inside tf.data (casts,
+IteratorGetNext (replayable_upstream also accepts tensors computed from constants only;
+upstream_ops lists every op a tensor depends on, checking nothing). Every op on the way must be stateless and replayable inside tf.data (casts,
 reshapes, slicing, string hashing, arithmetic with constants); a placeholder, a variable, a
 stateful op, or a second iterator is a RewriteError naming the ops.
 
@@ -48,9 +49,39 @@ def _output(name):
     return int(parts[1]) if len(parts) > 1 else 0
 
 
+def upstream_ops(graph_def, tensor):
+    """(ops `tensor` is computed from, IteratorGetNext ops among them): every op reached
+    through data inputs, stopping at get_next ops (included in both sets). Nothing is
+    checked; see replayable_upstream for ops that can move into an input pipeline."""
+    nodes = {n.name: n for n in graph_def.node}
+    found, get_nexts, stack = set(), set(), [_node(tensor)]
+    while stack:
+        name = stack.pop()
+        if name in found or name not in nodes:
+            continue
+        found.add(name)
+        if nodes[name].op in GET_NEXT_OPS:
+            get_nexts.add(name)
+            continue
+        stack.extend(_node(i) for i in nodes[name].input if not i.startswith("^"))
+    return found, get_nexts
+
+
 def trace_to_iterator(graph_def, tensor, what="tensor"):
     """Trace of `tensor` ("op:i") back to one IteratorGetNext (see the module doc). `what`
     names the tensor in errors (e.g. "ids of sparse_lookup 'user'")."""
+    trace = replayable_upstream(graph_def, tensor, what)
+    if trace.get_next is None:
+        raise RewriteError(_NAME, trace.nodes or [_node(tensor)], "%s is not computed from an "
+                           "iterator's get_next(); graph modification needs lookups whose ids "
+                           "come from a tf.data iterator" % what)
+    return trace
+
+
+def replayable_upstream(graph_def, tensor, what="tensor"):
+    """Trace of `tensor` back to at most one IteratorGetNext, every op on the way replayable
+    inside tf.data (see the module doc); get_next is None when the tensor is computed from
+    constants only."""
     nodes = {n.name: n for n in graph_def.node}
     target = _node(tensor)
     if target not in nodes:
@@ -86,14 +117,11 @@ def trace_to_iterator(graph_def, tensor, what="tensor"):
                                "replayed in the input pipeline" % (what, op_name, node.op))
         between.add(op_name)
         stack.extend(i for i in node.input if not i.startswith("^"))
-    if not get_nexts:
-        raise RewriteError(_NAME, sorted(between) or [target], "%s is not computed from an "
-                           "iterator's get_next(); graph modification needs lookups whose ids "
-                           "come from a tf.data iterator" % what)
     if len(get_nexts) > 1:
         raise RewriteError(_NAME, sorted(get_nexts), "%s mixes the outputs of several "
                            "iterators; one lookup's ids must come from one iterator" % what)
-    return Trace(tensor, get_nexts.pop(), sorted(between), sorted(outputs))
+    return Trace(tensor, get_nexts.pop() if get_nexts else None, sorted(between),
+                 sorted(outputs))
 
 
 def iterator_source(graph_def, get_next):

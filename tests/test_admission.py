@@ -428,7 +428,7 @@ def test_admission_after_an_uncounted_training_lookup_is_an_error(fixed):
 
 
 def test_eviction_threshold_needs_timestamps(fixed):
-    with pytest.raises(ValueError, match="timestamps=.*REC_SDK_TIMESTAMPS"):
+    with pytest.raises(ValueError, match="timestamps=.*ASCEND_TIMESTAMP"):
         sparse_lookup(_table(), tf.constant([1], tf.int64), access_and_evict_config={
             "access_threshold": -1, "eviction_threshold": 10})
 

@@ -99,8 +99,8 @@ def test_defaults():
     assert initialize.get_max_steps() == -1
 
 
-@pytest.mark.parametrize("getter", ["get_rank_id", "get_rank_size", "get_use_dynamic_expansion",
-                                    "get_use_dynamic", "get_train_steps"])
+@pytest.mark.parametrize("getter", ["get_use_dynamic_expansion", "get_use_dynamic",
+                                    "get_train_steps", "get_if_load", "get_host_pipeline_ops"])
 def test_getters_before_init_raise(getter):
     with pytest.raises(RuntimeError, match="not initialised"):
         getattr(initialize, getter)()

@@ -1,16 +1,15 @@
 """rec_sdk: huge, growing sparse embedding tables for recommendation models on stock TensorFlow.
 
 Module paths mirror the NPU Rec SDK's `mx_rec` so that porting a script is an import rename:
-`rec_sdk.util.initialize`, `rec_sdk.core.embedding`, `rec_sdk.optimizers.*`.
+`rec_sdk.util.initialize`, `rec_sdk.core.embedding`, `rec_sdk.optimizers.*`,
+`rec_sdk.constants.constants`.
 """
+from rec_sdk.constants.constants import (  # noqa: F401  (re-exported names)
+    ASCEND_SPARSE_LOOKUP_ID_OFFSET, ASCEND_SPARSE_LOOKUP_LOCAL_EMB,
+    ASCEND_SPARSE_LOOKUP_UNIQUE_KEYS, ASCEND_TIMESTAMP, TABLE_COLLECTION)
 
 __version__ = "0.1.0"
 
-# Graph collections filled by training lookups, as in the SDK's dynamic-expansion flow:
-# the looked-up embeddings and the row addresses they came from.
-ASCEND_SPARSE_LOOKUP_LOCAL_EMB = "ASCEND_SPARSE_LOOKUP_LOCAL_EMB"
-ASCEND_SPARSE_LOOKUP_ID_OFFSET = "ASCEND_SPARSE_LOOKUP_ID_OFFSET"
-# Graph collection holding every rec_sdk table of a graph.
-TABLE_COLLECTION = "REC_SDK_TABLES"
-# Graph collection of per-sample timestamp tensors (seconds) for eviction with tensor ids.
-TIMESTAMP_COLLECTION = "REC_SDK_TIMESTAMPS"
+# The per-sample timestamp collection (int seconds) read by lookups with eviction: the SDK's
+# ASCEND_TIMESTAMP.
+TIMESTAMP_COLLECTION = ASCEND_TIMESTAMP

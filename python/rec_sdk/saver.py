@@ -15,7 +15,6 @@ Checkpoints that the Saver deletes (`max_to_keep`) lose their table directories 
 Also here: save_tables / restore_tables for explicit use (and restoring the directories of
 several ranks into a different number of ranks), export_npz / import_npz for NumPy files.
 """
-import logging
 import numbers
 import os
 import shutil
@@ -23,6 +22,8 @@ import uuid
 
 import numpy as np
 import tensorflow as tf
+
+from rec_sdk.util.log import logger
 
 SPARSE_PREFIX = "sparse-"
 _TMP_MARK = ".tmp-"
@@ -52,7 +53,8 @@ def _fsync_dir(path):
 
 def save_tables(sess, directory, tables=None, delta=False):
     """Writes `tables` (default: every table of sess.graph with is_save=True) into
-    `directory` atomically: a temporary directory, renamed into place once complete.
+    `directory` atomically: a temporary directory, renamed into place once complete (its
+    parent directory is created if missing).
     With delta=True only what changed since the table's last committed save (full or delta)
     is written (tables of a process initialised with init(enable_incremental_checkpoint=True));
     restore with restore_tables(full_directory, deltas=[...]), in order. A save is committed
@@ -61,8 +63,9 @@ def save_tables(sess, directory, tables=None, delta=False):
     tables = _tables(sess, tables)
     directory = os.path.abspath(directory)
     parent = os.path.dirname(directory)
-    if not os.path.isdir(parent):
-        raise ValueError("cannot save rec_sdk tables: directory %r does not exist" % parent)
+    # Saver.save into a directory that does not exist yet creates it, as TensorFlow's own
+    # checkpoint writer does.
+    os.makedirs(parent, exist_ok=True)
     _remove_leftovers(directory)
     nonce = "%d-%s" % (os.getpid(), uuid.uuid4().hex[:8])
     tmp = directory + _TMP_MARK + nonce
@@ -170,9 +173,9 @@ def restore_tables(sess, directories, tables=None, rank_id=0, rank_size=1, delta
             ops["rank_size"]: rank_size})
         note = note.decode() if isinstance(note, bytes) else note
         if note:
-            logging.info("rec_sdk: table %r: %s", table.table_name, note)
+            logger.info("rec_sdk: table %r: %s", table.table_name, note)
             if "dropped" in note:
-                logging.warning("rec_sdk: table %r: %s", table.table_name, note)
+                logger.warning("rec_sdk: table %r: %s", table.table_name, note)
         rows[table.table_name] = int(count)
         for delta in deltas:
             path = os.path.join(os.path.abspath(delta), table.table_name)
@@ -271,7 +274,7 @@ def install():
                 _existing(os.path.abspath(sparse_dir(save_path))) is None:
             # A Saver of chosen variables (e.g. warm-starting dense layers) restoring a
             # checkpoint without tables: the tables keep their contents.
-            logging.warning("rec_sdk: checkpoint %r has no tables (%s); tables not restored",
+            logger.warning("rec_sdk: checkpoint %r has no tables (%s); tables not restored",
                             save_path, sparse_dir(save_path))
             return result
         restore_tables(sess, sparse_dir(save_path), tables)

@@ -7,6 +7,7 @@ reads the rows, and registers the embeddings and addresses in the graph collecti
 IndexedSlices keyed by row address, so `tf.gradients(loss, table)` works too.
 """
 import math
+import numbers
 import os
 import re
 
@@ -20,13 +21,16 @@ from rec_sdk.core.asc import helper
 from rec_sdk.core.asc.feature_spec import FeatureSpec, check_thresholds
 from rec_sdk.core.initializer_spec import describe_initializer
 from rec_sdk.graph import anchors
+from rec_sdk.constants.constants import (ASCEND_SPARSE_LOOKUP_ENTRANCE, LOOKUP_COLLECTIONS,
+                                         MAX_VOCABULARY_SIZE, MULTI_LOOKUP_TIMES,
+                                         All2allGradientsOp, ApplyGradientsStrategy,
+                                         MxRecMode)
 from rec_sdk.ops import table_ops
 from rec_sdk.util import initialize
 from rec_sdk.util.validation import INT32_MAX, check_bool, check_float, check_int
 
 MAX_DIM = 8192
-MAX_VOCABULARY_SIZE = 10**9
-MAX_LOOKUPS_PER_TABLE = 128
+MAX_LOOKUPS_PER_TABLE = MULTI_LOOKUP_TIMES
 _NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.]{1,100}$")
 
 
@@ -88,8 +92,13 @@ class SparseEmbedding:
         self._batch_lookups = {}
         self.spec_lookups = set()  # (FeatureSpec name, is_train) of its FeatureSpec lookups
         # Per tensor lookup: {"ids", "embeddings", "serving_default_value", "addresses" (of
-        # its unique keys), "inverse" (ids shape: position of each id's key in addresses)}.
+        # its unique keys), "inverse" (ids shape: position of each id's key in addresses),
+        # "name", "is_train"}.
         self.tensor_lookups = []
+        # The SDK's padding keys (set by create_table): looked up, never trained.
+        self.padding_keys = ()
+        self.padding_keys_mask = False
+        self.padding_keys_len = None
         self.handle = table_ops.create_table(
             table_name, key_dtype, dim, dynamic_expansion,
             capacity=0 if dynamic_expansion else capacity_rows, initializer=initializer_spec,
@@ -217,9 +226,16 @@ class SparseEmbedding:
 
     def set_access_threshold(self, threshold, session=None, name=None):
         """Changes the admission threshold for later steps: returns the op, or runs it when
-        `session` is given. -1 turns admission off; keys already admitted keep their rows.
-        The table must have been given admission by its lookups (so that they count keys)."""
-        threshold = check_int("threshold", threshold, -1, INT32_MAX)
+        `session` is given. `threshold` is an int in [-1, 2**31-1] or an integer scalar tensor
+        (read when the op runs; the op fails outside that range). -1 turns admission off;
+        keys already admitted keep their rows. The table must have been given admission by
+        its lookups (so that they count keys)."""
+        if isinstance(threshold, (tf.Tensor, tf.Variable)):
+            if not threshold.dtype.is_integer or threshold.shape.rank not in (None, 0):
+                raise TypeError("threshold must be an int or an integer scalar tensor, got %r"
+                                % (threshold,))
+        else:
+            threshold = check_int("threshold", threshold, -1, INT32_MAX)
         if self._admission_source is None or self.access_threshold < 0:
             raise ValueError("set_access_threshold: table %r has no feature admission; give "
                              "its lookups an access_threshold (FeatureSpec or "
@@ -312,8 +328,16 @@ def create_table(key_dtype, dim, name, emb_initializer, device_vocabulary_size=1
       evict_when_full: beyond the SDK: a fixed-capacity table that is full evicts its least
         recently seen rows (about 1% of its capacity more than a batch needs) instead of
         failing.
-      **kwargs: other SDK options (is_dp, all2all_gradients_op, shard_num, ...) are accepted.
+      padding_keys, padding_keys_mask, padding_keys_len: the SDK's padding keys: with
+        padding_keys_mask=True, the keys in padding_keys (an int or a list of ints) are looked
+        up as any key but their rows are never trained; padding_keys_len (an int >= 1) is then
+        required and replaces every lookup's send_count in static-shape mode.
+      is_dp, all2all_gradients_op ("sum_gradients" or "sum_gradients_and_div_by_ranksize"),
+        shard_num, optimizer_list, mode ("ASC"), apply_gradients_strategy: the SDK's options
+        for placing and training a table over several NPU ranks; checked, and without effect
+        in one process. Any other keyword is an error.
     """
+    options = _table_options(name, kwargs)
     config = initialize.get_config()
     key_dtype = _as_key_dtype(key_dtype)
     dim = _as_dim(dim)
@@ -365,11 +389,58 @@ def create_table(key_dtype, dim, name, emb_initializer, device_vocabulary_size=1
                             device_rows, host_vocabulary_size, ssd_vocabulary_size,
                             tuple(ssd_data_path), is_save, init_param,
                             steps_to_live=steps_to_live, evict_when_full=evict_when_full,
-                            track_changes=bool(config.extra.get("enable_incremental_checkpoint",
-                                                                False)))
+                            track_changes=config.is_incremental_checkpoint)
+    table.padding_keys = options["padding_keys"]
+    table.padding_keys_mask = options["padding_keys_mask"]
+    table.padding_keys_len = options["padding_keys_len"]
     tf.compat.v1.add_to_collection(rec_sdk.TABLE_COLLECTION, table)
     saver.install()
     return table
+
+
+def _table_options(name, options):
+    """Checks create_table's SDK options (see its doc); returns the padding-key settings."""
+    options = dict(options)
+    where = "create_table(name=%r)" % (name,)
+    if "is_dp" in options:
+        check_bool("is_dp", options.pop("is_dp"))
+    for key, enum_class in (("all2all_gradients_op", All2allGradientsOp), ("mode", MxRecMode),
+                            ("apply_gradients_strategy", ApplyGradientsStrategy)):
+        if key in options:
+            try:
+                enum_class.mapping(options.pop(key))
+            except KeyError as error:
+                raise ValueError("%s: %s: %s" % (where, key, error.args[0])) from None
+    if "shard_num" in options:
+        check_int("shard_num", options.pop("shard_num"), 1, INT32_MAX)
+    optimizers = options.pop("optimizer_list", None)
+    if optimizers is not None and not isinstance(optimizers, (list, tuple)):
+        raise TypeError("%s: optimizer_list must be a list of sparse optimizers, got %r"
+                        % (where, optimizers))
+    keys = options.pop("padding_keys", None)
+    mask = check_bool("padding_keys_mask", options.pop("padding_keys_mask", False))
+    length = options.pop("padding_keys_len", None)
+    if options:
+        raise TypeError("create_table() got unexpected keyword arguments %s" % sorted(options))
+    if length is not None:
+        length = check_int("padding_keys_len", length, 1, INT32_MAX)
+    if keys is None:
+        if mask:
+            raise ValueError("%s: padding_keys_mask=True needs padding_keys" % where)
+        return {"padding_keys": (), "padding_keys_mask": False, "padding_keys_len": None}
+    if isinstance(keys, numbers.Integral) and not isinstance(keys, bool):
+        keys = [keys]
+    if not isinstance(keys, (list, tuple)) or not keys or not all(
+            isinstance(k, numbers.Integral) and not isinstance(k, bool) for k in keys):
+        raise TypeError("%s: padding_keys must be an int or a non-empty list of ints, got %r"
+                        % (where, keys))
+    if not mask:
+        raise ValueError("%s: padding_keys=%r needs padding_keys_mask=True" % (where, keys))
+    if length is None:
+        raise ValueError("%s: padding_keys=%r needs padding_keys_len (the keys per step in "
+                         "static-shape mode)" % (where, keys))
+    return {"padding_keys": tuple(sorted({int(k) for k in keys})), "padding_keys_mask": True,
+            "padding_keys_len": length}
 
 
 def _parse_access_and_evict_config(config, where):
@@ -403,21 +474,44 @@ def _global_step_clock(table, where):
     return tf.reshape(tf.cast(tf.convert_to_tensor(step), tf.int64), [1])
 
 
-def _timestamps_of_lookup(timestamps, where):
-    """The per-sample timestamps of a tensor lookup: the argument, or the one tensor in
-    rec_sdk.TIMESTAMP_COLLECTION."""
+def _iterators_of(tensor):
+    """Names of the IteratorGetNext ops `tensor` is computed from."""
+    found, seen, stack = set(), set(), [tensor.op]
+    while stack:
+        op = stack.pop()
+        if op.name in seen:
+            continue
+        seen.add(op.name)
+        if op.type == "IteratorGetNext":
+            found.add(op.name)
+            continue
+        stack.extend(t.op for t in op.inputs)
+    return found
+
+
+def _timestamps_of_lookup(timestamps, ids, where):
+    """The per-sample timestamps of a tensor lookup: the argument, or the tensor of
+    rec_sdk.TIMESTAMP_COLLECTION (the SDK's ASCEND_TIMESTAMP). The collection may hold one
+    tensor per input pipeline (a tensor added twice counts once): the lookup takes the one
+    that comes from the same iterator as its ids."""
     if timestamps is not None:
         return tf.convert_to_tensor(timestamps)
-    registered = tf.compat.v1.get_collection(rec_sdk.TIMESTAMP_COLLECTION)
+    registered = []
+    for tensor in tf.compat.v1.get_collection(rec_sdk.TIMESTAMP_COLLECTION):
+        if not any(tensor is seen for seen in registered):
+            registered.append(tensor)
+    if len(registered) > 1:
+        sources = _iterators_of(ids)
+        registered = [t for t in registered if _iterators_of(t) & sources]
     if len(registered) == 1:
         return registered[0]
     if not registered:
         raise ValueError("%s: eviction by eviction_threshold needs per-sample timestamps: pass "
-                         "timestamps=<tensor> or add the tensor to the %r collection"
-                         % (where, rec_sdk.TIMESTAMP_COLLECTION))
-    raise ValueError("%s: the %r collection holds %d tensors; pass timestamps= to say which "
-                     "one this lookup uses" % (where, rec_sdk.TIMESTAMP_COLLECTION,
-                                               len(registered)))
+                         "timestamps=<tensor> or add the tensor to the %r collection (from the "
+                         "iterator the ids come from)" % (where, rec_sdk.TIMESTAMP_COLLECTION))
+    raise ValueError("%s: the %r collection holds %d tensors from the iterator of the ids; "
+                     "pass timestamps= to say which one this lookup uses"
+                     % (where, rec_sdk.TIMESTAMP_COLLECTION, len(registered)))
 
 
 def _send_count_check(table, lookup_name, num_unique, send_count):
@@ -439,12 +533,14 @@ def _raise_limit(limit, total):
         tensor=tensor_util.make_tensor_proto(total, tf.int32)))
 
 
-def _finish(table, local_emb, addresses, inverse, ids_shape, is_train, is_grad,
+def _finish(table, local_emb, addresses, inverse, ids, is_train, is_grad,
             serving_default_value, register):
-    """Embeddings of the ids (ids_shape + [dim]) from the rows of their unique keys."""
+    """Embeddings of the ids (ids.shape + [dim]) from the rows of their unique keys."""
     if register and is_train and is_grad:
-        tf.compat.v1.add_to_collection(rec_sdk.ASCEND_SPARSE_LOOKUP_LOCAL_EMB, local_emb)
-        tf.compat.v1.add_to_collection(rec_sdk.ASCEND_SPARSE_LOOKUP_ID_OFFSET, addresses)
+        # The addresses are those of distinct keys already, so the SDK's "unique keys" entry
+        # is the same tensor as its "id offsets" entry.
+        for collection, value in zip(LOOKUP_COLLECTIONS, (local_emb, addresses, addresses)):
+            tf.compat.v1.add_to_collection(collection, value)
     if not is_grad:
         local_emb = tf.stop_gradient(local_emb)
     if serving_default_value is not None:
@@ -454,7 +550,13 @@ def _finish(table, local_emb, addresses, inverse, ids_shape, is_train, is_grad,
     out_shape = tf.concat([tf.shape(inverse, out_type=tf.int32), [table.dim]], 0)
     embeddings = tf.reshape(table_ops.gather_rows(local_emb, tf.reshape(inverse, [-1])),
                             out_shape, name="embeddings")
-    embeddings.set_shape(ids_shape.concatenate([table.dim]))
+    embeddings.set_shape(ids.shape.concatenate([table.dim]))
+    if table.padding_keys_mask and is_train and is_grad:
+        # Padding keys are looked up as any key, but their rows get no gradient (the SDK
+        # masks their updates): the gradient stops at their positions of the ids.
+        pad = tf.reduce_any(tf.equal(tf.expand_dims(tf.cast(ids, tf.int64), -1),
+                                     tf.constant(table.padding_keys, tf.int64)), -1)
+        embeddings = tf.where(tf.expand_dims(pad, -1), tf.stop_gradient(embeddings), embeddings)
     return embeddings
 
 
@@ -490,7 +592,8 @@ def sparse_lookup(hash_table, ids, send_count=None, is_train=True, name=None,
         their preprocessed keys are; with modify_graph, what get_target_batch() rebuilds.
       access_and_evict_config: for tensor ids, {"access_threshold": n, "eviction_threshold":
         seconds, "faae_coefficient": k} (see FeatureSpec); every lookup of a table that sets
-        it must agree.
+        it must agree. With a FeatureSpec the spec's thresholds apply (as in the SDK); a
+        config given too must hold the same values.
       is_grad: False stops gradients to the table.
       serving_default_value: embedding for keys without a row (default zeros): a scalar or
         a [dim] vector.
@@ -499,7 +602,8 @@ def sparse_lookup(hash_table, ids, send_count=None, is_train=True, name=None,
         shape [batch]) of the ids' first dimension; default: the one tensor in
         rec_sdk.TIMESTAMP_COLLECTION.
     """
-    del kwargs
+    if kwargs:
+        raise TypeError("sparse_lookup() got unexpected keyword arguments %s" % sorted(kwargs))
     if not isinstance(hash_table, SparseEmbedding):
         raise TypeError("hash_table must be a table from create_table, got %r" % (hash_table,))
     lookup_name = name if name is not None else hash_table.table_name + "_lookup"
@@ -521,6 +625,8 @@ def sparse_lookup(hash_table, ids, send_count=None, is_train=True, name=None,
         raise ValueError("%s: dim=%r does not match the dim %d of table %r"
                          % (where, dim, hash_table.dim, hash_table.table_name))
     static = not initialize.get_use_dynamic()
+    if static and hash_table.padding_keys_mask:
+        send_count = hash_table.padding_keys_len  # as the SDK does
     if send_count is not None:
         check_int("send_count", send_count, 1, INT32_MAX)
     elif static:
@@ -533,9 +639,7 @@ def sparse_lookup(hash_table, ids, send_count=None, is_train=True, name=None,
         raise ValueError("table %r already has %d lookups, the most allowed"
                          % (hash_table.table_name, MAX_LOOKUPS_PER_TABLE))
     if is_spec:
-        if access_and_evict_config is not None:
-            raise ValueError("%s: FeatureSpec lookups take their thresholds from the "
-                             "FeatureSpec; access_and_evict_config is for tensor ids" % where)
+        _check_spec_against_config(ids, access_and_evict_config, where)
         result = _feature_spec_lookup(hash_table, ids, send_count if static else None,
                                       is_train, lookup_name, batch, is_grad,
                                       serving_default_value)
@@ -546,6 +650,22 @@ def sparse_lookup(hash_table, ids, send_count=None, is_train=True, name=None,
     hash_table.lookup_count += 1
     hash_table.train_lookups += int(is_train)
     return result
+
+
+def _check_spec_against_config(spec, config, where):
+    """A FeatureSpec lookup takes its thresholds from the spec, as in the SDK; an
+    access_and_evict_config given too must say the same (the SDK ignores it, and a
+    different setting would be silently dropped)."""
+    if config is None:
+        return
+    access, evict, coefficient = _parse_access_and_evict_config(config, where)
+    mine = (spec.access_threshold, spec.eviction_threshold, spec.faae_coefficient)
+    if (access, evict, coefficient) != mine:
+        raise ValueError(
+            "%s: a FeatureSpec lookup takes its thresholds from FeatureSpec %r "
+            "(access_threshold=%r, eviction_threshold=%r, faae_coefficient=%r); "
+            "access_and_evict_config=%r says otherwise. Set them on the FeatureSpec (or "
+            "pass the same values)" % (where, spec.name, mine[0], mine[1], mine[2], config))
 
 
 def _tensor_lookup(table, ids, send_count, is_train, lookup_name, access_and_evict_config,
@@ -566,7 +686,7 @@ def _tensor_lookup(table, ids, send_count, is_train, lookup_name, access_and_evi
         if is_train and table.admission or by_timestamp:
             sample_times = None
             if by_timestamp:
-                sample_times = _timestamps_of_lookup(timestamps, where)
+                sample_times = _timestamps_of_lookup(timestamps, ids, where)
                 if not sample_times.dtype.is_integer:
                     raise TypeError("%s: timestamps must be integers (seconds), got %s"
                                     % (where, sample_times.dtype.name))
@@ -587,12 +707,14 @@ def _tensor_lookup(table, ids, send_count, is_train, lookup_name, access_and_evi
                                                  name="find_or_insert")
         local_emb = table_ops.gather(table.handle, addresses, table.dim, name="gather")
         inverse = tf.reshape(inverse, tf.shape(ids))
-        embeddings = _finish(table, local_emb, addresses, inverse, ids.shape, is_train,
+        embeddings = _finish(table, local_emb, addresses, inverse, ids, is_train,
                              is_grad, serving_default_value, register=True)
         # What a serving export needs to replace this lookup with stock TensorFlow ops.
         table.tensor_lookups.append({"ids": ids, "embeddings": embeddings,
                                      "serving_default_value": serving_default_value,
-                                     "addresses": addresses, "inverse": inverse})
+                                     "addresses": addresses, "inverse": inverse,
+                                     "name": lookup_name, "is_train": is_train})
+        tf.compat.v1.add_to_collection(ASCEND_SPARSE_LOOKUP_ENTRANCE, ids)
         if modify_graph:
             anchors.record(table.graph, anchors.Anchor(
                 lookup_name, table, ids, is_train, send_count, coefficient, sample_times,
@@ -703,5 +825,5 @@ def _feature_spec_lookup(table, spec, send_count, is_train, lookup_name, batch, 
         if register:
             shared["registered"] = True
         inverse = entries[helper.inverse_key(spec.name)]
-        return _finish(table, shared["emb"], shared["addresses"], inverse, ids.shape, is_train,
+        return _finish(table, shared["emb"], shared["addresses"], inverse, ids, is_train,
                        is_grad, serving_default_value, register)

@@ -3,7 +3,6 @@
 EvictHook runs eviction during training; TableStatsHook writes each table's counters as
 TensorBoard scalars. evict_tables() is the module-level way to evict without a hook.
 """
-import logging
 import numbers
 import time
 
@@ -11,6 +10,7 @@ import tensorflow as tf
 
 from rec_sdk.core.embedding import tables_of_graph
 from rec_sdk.util.validation import INT32_MAX, check_bool, check_int
+from rec_sdk.util.log import logger
 
 
 def evictable_tables(graph=None):
@@ -66,7 +66,7 @@ class EvictHook(tf.compat.v1.train.SessionRunHook):
             return
         tables = evictable_tables()
         if not tables:
-            logging.warning("EvictHook: no table has an eviction_threshold or steps_to_live; "
+            logger.warning("EvictHook: no table has an eviction_threshold or steps_to_live; "
                             "nothing will be evicted")
         self._evict_ops = evict_tables(tables)
         self._global_step = tf.compat.v1.train.get_global_step()
@@ -111,7 +111,7 @@ class EvictHook(tf.compat.v1.train.SessionRunHook):
         result = session.run(self._evict_ops)
         self.evictions += 1
         self.last_result = {name: (int(r), int(p)) for name, (r, p) in result.items()}
-        logging.info("EvictHook: evicted %s", ", ".join(
+        logger.info("EvictHook: evicted %s", ", ".join(
             "%s: %d rows, %d pending keys" % (n, r, p) for n, (r, p) in self.last_result.items()))
         return self.last_result
 

@@ -5,7 +5,6 @@ One rec_sdk table per entry of `devices` (a shard); keys are routed by
 keeps its embedding, the optimizer's slots and the restrict policy's access statistics in one
 row per key (one hash probe for all of them), unlike TFRA's one hash table per slot.
 """
-import logging
 import numbers
 import os
 import re
@@ -19,8 +18,9 @@ from rec_sdk import saver
 from rec_sdk.core.embedding import MAX_DIM, SparseEmbedding, tables_of_graph
 from rec_sdk.core.initializer_spec import describe_initializer
 from rec_sdk.ops import table_ops
+from rec_sdk.util.log import logger
 
-_log = logging.getLogger("rec_sdk.dynamic_embedding")
+
 DEFAULT_INIT_SIZE = 8192  # rows reserved per shard when neither init_size nor the env var says
 _KEY_DTYPES = (tf.int64, tf.int32)
 
@@ -350,7 +350,7 @@ class Variable:
         """Keeps about num_reserved keys by the restrict policy (see RestrictPolicy); None
         (with a warning) when the variable has no policy."""
         if self._restrict_policy is None:
-            _log.warning("de.Variable %r has no restrict_policy: restrict() does nothing",
+            logger.warning("de.Variable %r has no restrict_policy: restrict() does nothing",
                          self.name)
             return None
         return self._restrict_policy.apply_restriction(num_reserved, **kwargs)

@@ -134,9 +134,9 @@ def build_model(tables, specs, batch, batch_size, is_train, modify_graph=False):
             if spec.access_threshold is not None:
                 config = {"access_threshold": spec.access_threshold,
                           "eviction_threshold": spec.eviction_threshold}
-        embeddings[spec.name] = sparse_lookup(
+        embeddings[spec.index_key] = sparse_lookup(
             tables[spec.table_name], ids, send_count=batch_size * ids_per_sample,
-            is_train=is_train, name="%s_lookup_%s" % (spec.name, suffix), batch=batch,
+            is_train=is_train, name="%s_lookup_%s" % (spec.index_key, suffix), batch=batch,
             modify_graph=modify_graph, access_and_evict_config=config)
 
     user = embeddings["user_id"]                                        # [batch, dim]

@@ -30,7 +30,6 @@ and tf.estimator checkpoints); the old variables stay in the graph (initialised 
 longer read or updated by the train op).
 """
 import copy
-import logging
 import re
 import threading
 import weakref
@@ -39,13 +38,15 @@ import tensorflow as tf
 
 import graph_rewrite
 from graph_rewrite.embedding_variables import find_embedding_variables
-from rec_sdk.core.embedding import MAX_VOCABULARY_SIZE, create_table, sparse_lookup, tables_of_graph
+from rec_sdk.constants.constants import MAX_VOCABULARY_SIZE
+from rec_sdk.core.embedding import create_table, sparse_lookup, tables_of_graph
 from rec_sdk.ops import table_ops
 from rec_sdk.optimizers import lazy_adam, lazy_adam_by_addr
 from rec_sdk.optimizers.base import SparseOptimizer
 from rec_sdk.util import initialize
 from rec_sdk.util.dump import next_dump_path
 from rec_sdk.util.validation import check_bool, check_float
+from rec_sdk.util.log import logger
 
 DEFAULT_LEARNING_RATE = 0.001
 DEFAULT_CAPACITY_FACTOR = 4.0
@@ -304,17 +305,17 @@ def convert_embedding_variables(graph=None, optimizer=None, emb_initializer=None
     names = _variable_names(variables)
     if not initialize.is_initialized():
         initialize.init(use_dynamic_expansion=True)
-        logging.info("rec_sdk: initialised with use_dynamic_expansion=True for converted "
+        logger.info("rec_sdk: initialised with use_dynamic_expansion=True for converted "
                      "embedding variables (tables grow without bound)")
     expansion = initialize.get_use_dynamic_expansion()
     done = converted_variables(graph)
     analysis = find_embedding_variables(graph.as_graph_def())
     todo, skipped = _select(analysis, names, done)
     for item in skipped:
-        logging.warning("rec_sdk: embedding variable %r is not converted: %s", item.name,
+        logger.warning("rec_sdk: embedding variable %r is not converted: %s", item.name,
                         item.reason)
     if not todo:
-        logging.info("rec_sdk: no embedding variable to convert")
+        logger.info("rec_sdk: no embedding variable to convert")
         return Conversion([], skipped, None, [])
     train_ops = _train_ops(graph, train_op)
 
@@ -356,7 +357,7 @@ def convert_embedding_variables(graph=None, optimizer=None, emb_initializer=None
                     pairs.append((rows_grad, addresses))
             converted.append(ConvertedVariable(var.name, table, lookups, keys_of, hashed,
                                                var.trained))
-            logging.info("rec_sdk: embedding variable %r [%d, %d] -> table %r (%s; %d "
+            logger.info("rec_sdk: embedding variable %r [%d, %d] -> table %r (%s; %d "
                          "gather(s), keys %s; initializer %s)", var.name, var.rows, var.dim,
                          table_name, "trained" if var.trained else "lookups only",
                          len(var.gathers), ", ".join(
@@ -391,13 +392,13 @@ def convert_embedding_variables(graph=None, optimizer=None, emb_initializer=None
     for var in todo:
         if var.trained and with_updates and not any(
                 m[0] == var.name for m in results[1].matches):
-            logging.warning("rec_sdk: no train op runs the dense updates of variable %r; "
+            logger.warning("rec_sdk: no train op runs the dense updates of variable %r; "
                             "nothing was dropped", var.name)
     with _lock:
         registry = _converted.setdefault(graph, {})
         for item in converted:
             registry[item.name] = item
-    logging.info("rec_sdk: converted %d embedding variable(s) to rec_sdk tables, skipped %d "
+    logger.info("rec_sdk: converted %d embedding variable(s) to rec_sdk tables, skipped %d "
                  "(%d ops rewired; passes: %s)", len(converted), len(skipped), edited,
                  ", ".join("%s %d" % (p.name, len(r.matches)) for p, r in zip(passes, results)))
     return Conversion(converted, skipped, update, targets)

@@ -23,7 +23,6 @@ pipeline, as FeatureSpec mode does, without the user writing FeatureSpecs:
 return the new iterators' initializer and batch; `GraphModifierHook` does all of it for
 tf.estimator.
 """
-import logging
 import threading
 import weakref
 
@@ -43,6 +42,7 @@ from rec_sdk.graph import anchors as anchor_registry
 from rec_sdk.ops import table_ops
 from rec_sdk.util.dump import next_dump_path
 from rec_sdk.util.validation import INT32_MAX, check_bool
+from rec_sdk.util.log import logger
 
 PREFETCH = 10
 _MAX_POSITIONS = 256  # FeatureSpec index_key positions
@@ -83,7 +83,9 @@ def modified_iterators(graph=None, is_training=None):
     return [m for m in found if is_training is None or m.is_training == is_training]
 
 
-def _flat_spec(source):
+def flat_structure(source):
+    """The TensorSpecs of an iterator's flat get_next outputs (graph_rewrite.IteratorSource);
+    RewriteError for sparse or ragged components."""
     specs = []
     for dtype, shape in zip(source.output_types, source.output_shapes):
         dtype = tf.as_dtype(dtype)
@@ -170,9 +172,9 @@ def _feature_specs(group, n_flat):
     return specs, targets
 
 
-def _replay_fn(graph_def, group, targets):
-    """A function of the flat get_next values returning the traced tensors, recomputed from
-    a copy of the preprocessing ops."""
+def replay_fn(graph_def, get_next, targets):
+    """A function of the flat values of IteratorGetNext `get_next` returning the traced
+    tensors (graph_rewrite.Trace targets), recomputed from a copy of the ops between."""
     nodes = sorted({n for t in targets for n in t.nodes})
     subgraph = graph_rewrite.extract_subgraph(graph_def, nodes) if nodes else None
     used = sorted({o for t in targets if t.nodes for o in t.outputs})
@@ -181,7 +183,7 @@ def _replay_fn(graph_def, group, targets):
     def replay(flat):
         values = {}
         if computed:
-            input_map = {"%s:%d" % (group.get_next, i): flat[i] for i in used}
+            input_map = {"%s:%d" % (get_next, i): flat[i] for i in used}
             found = tf.compat.v1.import_graph_def(subgraph, input_map=input_map,
                                                   return_elements=computed, name="replay")
             values = dict(zip(computed, found))
@@ -214,15 +216,27 @@ def _one_shot_iterator(source, make_dataset):
     return tf.nest.pack_sequence_as(spec, flat, expand_composites=True)
 
 
+def new_iterator(graph, source, make_dataset):
+    """A new iterator of the kind of `source` (an IteratorSource) over
+    make_dataset(variant of the original dataset), built in the current name scope:
+    -> (its initializer, or None for a one-shot iterator; its get_next structure)."""
+    if source.kind == "initializable":
+        dataset = make_dataset(graph.get_tensor_by_name(graph_rewrite.tensor_name(
+            source.dataset)))
+        iterator = tf.compat.v1.data.make_initializable_iterator(dataset)
+        return iterator.initializer, iterator.get_next()
+    return None, _one_shot_iterator(source, make_dataset)
+
+
 def _rebuild(graph, graph_def, group, dump_graph):
     """Builds group's new input pipeline, iterator and shared lookups; returns
     (ModifiedIterator, tensor mapping, control mapping, initializer additions)."""
     source = graph_rewrite.iterator_source(graph_def, group.get_next)
-    structure = _flat_spec(source)
+    structure = flat_structure(source)
     n_flat = len(structure)
     is_training = group.anchors[0].is_train
     specs, targets = _feature_specs(group, n_flat)
-    replay = _replay_fn(graph_def, group, targets)
+    replay = replay_fn(graph_def, group.get_next, targets)
     with graph.as_default():
         insert = helper.get_asc_insert_func(tgt_key_specs=specs, is_training=is_training,
                                             dump_graph=dump_graph)
@@ -238,15 +252,7 @@ def _rebuild(graph, graph_def, group, dump_graph):
     old_get_next = graph.get_operation_by_name(group.get_next)
     scope = table_ops.op_scope_name("rec_sdk_modified_" + group.get_next)
     with graph.as_default(), tf.name_scope(scope):
-        if source.kind == "initializable":
-            dataset = make_dataset(graph.get_tensor_by_name(graph_rewrite.tensor_name(
-                source.dataset)))
-            iterator = tf.compat.v1.data.make_initializable_iterator(dataset)
-            initializer = iterator.initializer
-            batch = iterator.get_next()
-        else:
-            initializer = None
-            batch = _one_shot_iterator(source, make_dataset)
+        initializer, batch = new_iterator(graph, source, make_dataset)
         new_flat = list(batch[:n_flat])
         entries = batch[n_flat]
         mapping = {"%s:%d" % (group.get_next, i): t.name for i, t in enumerate(new_flat)}
@@ -350,7 +356,7 @@ def modify_graph_and_start_emb_cache(full_graph=None, dump_graph=False):
             anchor.modified = True
         with _lock:
             _modified.setdefault(graph, []).extend(done)
-        logging.info("rec_sdk: graph modified: %d lookup(s) on %d iterator(s) now take their "
+        logger.info("rec_sdk: graph modified: %d lookup(s) on %d iterator(s) now take their "
                      "keys from the input pipeline (%d ops rewired; passes: %s)", len(todo),
                      len(groups), edited,
                      ", ".join("%s %d" % (p.name, len(r.matches))

@@ -17,14 +17,21 @@ from rec_sdk.util import initialize
 from rec_sdk.util.validation import check_float
 
 
-class SparseOptimizer:
-    """Base class; subclasses set `slot_names` and implement `_apply(table, addresses, grads)`."""
+class SparseOptimizer(tf.compat.v1.train.Optimizer):
+    """Base class; subclasses set `slot_names` and implement `_apply(table, addresses, grads)`.
+
+    A tf.compat.v1.train.Optimizer, as the SDK's optimizers are (scripts check it), with the
+    learning rate also under the names TensorFlow's optimizers use, `_lr` (Adam) and
+    `_learning_rate` (the others): a script may scale it (e.g. for loss scaling) before
+    apply_gradients builds the update.
+    """
 
     slot_names = ()
 
     def __init__(self, name, by_address):
         if not isinstance(name, str) or not name:
             raise ValueError("name must be a non-empty string, got %r" % (name,))
+        super().__init__(use_locking=False, name=name)
         # by_address None: any table (the dynamic_embedding API, which needs no init()).
         expansion = initialize.get_use_dynamic_expansion() if by_address is not None else None
         if by_address and not expansion:
@@ -40,6 +47,15 @@ class SparseOptimizer:
 
     def get_name(self):
         return self._name
+
+    def _get_learning_rate(self):
+        return self.learning_rate
+
+    def _set_learning_rate(self, value):
+        self.learning_rate = value
+
+    _lr = property(_get_learning_rate, _set_learning_rate)
+    _learning_rate = property(_get_learning_rate, _set_learning_rate)
 
     @property
     def name(self):

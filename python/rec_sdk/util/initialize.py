@@ -1,35 +1,185 @@
-"""Framework configuration: `init` once per process, `terminate_config_initializer` at the end.
+"""Framework configuration: `init` once per process, `terminate_config_initializer` at the end
+(mirrors mx_rec.util.initialize).
 
-Mirrors mx_rec.util.initialize. rec_sdk runs as one process (rank 0 of 1); tables shard by
-`key % rank_size` once multi-process training exists.
+The configuration is one `ConfigInitializer` object (`ConfigInitializer.get_instance()`), as in
+the SDK; the module-level getters read it. The rank comes from
+rec_sdk.util.communication.hccl_ops, the one place that knows it: rec_sdk trains in one
+process (rank 0 of 1).
 """
 import atexit
-import logging
+import os
 import threading
 
+from rec_sdk.constants.constants import (EVAL_CHANNEL_ID, GET_CONFIG_INSTANCE_ERR_MSG,
+                                         TRAIN_CHANNEL_ID, EnvOption, apply_gradients_strategy)
+from rec_sdk.util.communication import hccl_ops
+from rec_sdk.util.log import logger
+from rec_sdk.util.ops import import_host_pipeline_ops
 from rec_sdk.util.validation import INT32_MAX, check_bool, check_int
 
 _lock = threading.Lock()
-_config = None
 _atexit_registered = False
 
-# Keyword arguments of the SDK's init that have no effect on a single CPU process.
-_ACCEPTED_EXTRA = ("if_load", "bind_cpu", "use_lccl", "enable_incremental_checkpoint",
-                   "save_delta_steps", "save_delta_model", "use_mpi")
+# Options of the SDK's init that tune NPU or host-thread performance: validated (bool) and
+# without effect on the results of a CPU process.
+_PERFORMANCE_OPTIONS = ("bind_cpu", "use_hot", "use_lccl", "use_shm_swap", "use_mpi")
+# Options of the SDK's init that rec_sdk implements, with their checks.
+_BOOL_OPTIONS = ("if_load", "enable_incremental_checkpoint", "is_incremental_checkpoint")
+# Options whose behaviour rec_sdk does not have: refused unless left at their "off" value.
+_UNSUPPORTED_OPTIONS = {
+    "save_checkpoint_due_time": "timed checkpoints: save with tf.compat.v1.train.Saver or "
+                                "CheckpointSaverHook(save_secs=...)",
+    "save_delta_checkpoints_secs": "timed incremental checkpoints: call "
+                                   "rec_sdk.saver.save_tables(sess, dir, delta=True)",
+    "restore_model_version": "restoring a chosen checkpoint version: pass its path to "
+                             "Saver.restore",
+}
+# Options of earlier SDK versions with no meaning here (accepted as the SDK accepts them).
+_OBSOLETE_OPTIONS = ("prefetch_batch_number", "train_interval", "save_delta_steps",
+                     "save_delta_model", "recent_key_count_threshold")
 
 
-class _Config:
+class TrainParamsConfig:
+    """The SDK's train_params_config: the iterators built by graph modification and the data
+    channel ids."""
+
+    def __init__(self):
+        self._graph_modify_hook_running = False
+
+    @staticmethod
+    def get_initializer(is_training):
+        return get_initializer(is_training)
+
+    @staticmethod
+    def get_target_batch(is_training):
+        return get_target_batch(is_training)
+
+    @staticmethod
+    def get_training_mode_channel_id(is_training):
+        """The SDK's data channel of a mode: 0 for training, 1 for evaluation."""
+        check_bool("is_training", is_training)
+        return TRAIN_CHANNEL_ID if is_training else EVAL_CHANNEL_ID
+
+    @staticmethod
+    def insert_training_mode_channel_id(is_training):
+        check_bool("is_training", is_training)
+
+    @property
+    def is_graph_modify_hook_running(self):
+        return self._graph_modify_hook_running
+
+    @is_graph_modify_hook_running.setter
+    def is_graph_modify_hook_running(self, value):
+        self._graph_modify_hook_running = check_bool("is_graph_modify_hook_running", value)
+
+
+def _checked_step(name, value):
+    return check_int(name, value, -1, INT32_MAX)
+
+
+class ConfigInitializer:
+    """The process's rec_sdk configuration, made by init(). Attributes as in the SDK:
+    max_steps, train_steps, eval_steps, save_steps, if_load (settable), use_dynamic,
+    use_static, use_dynamic_expansion, use_hot, rank_id, rank_size, host_pipeline_ops,
+    train_params_config, is_incremental_checkpoint."""
+
+    _single_instance = None
+
     def __init__(self, max_steps, train_steps, eval_steps, save_steps, use_dynamic,
-                 use_dynamic_expansion, extra):
-        self.max_steps = max_steps
-        self.train_steps = train_steps
-        self.eval_steps = eval_steps
-        self.save_steps = save_steps
+                 use_dynamic_expansion, options):
+        self._steps = {"max_steps": max_steps, "train_steps": train_steps,
+                       "eval_steps": eval_steps, "save_steps": save_steps}
         self.use_dynamic = use_dynamic
         self.use_dynamic_expansion = use_dynamic_expansion
-        self.extra = extra
-        self.rank_id = 0
-        self.rank_size = 1
+        self.options = options
+        self._if_load = options.get("if_load", False)
+        self.host_pipeline_ops = import_host_pipeline_ops()
+        self.train_params_config = TrainParamsConfig()
+        self.apply_gradients_strategy = apply_gradients_strategy()
+
+    @classmethod
+    def get_instance(cls):
+        """The configuration made by init(); RuntimeError before init()."""
+        instance = cls._single_instance
+        if instance is None:
+            raise RuntimeError(GET_CONFIG_INSTANCE_ERR_MSG)
+        return instance
+
+    def _step_property(name):  # pylint: disable=no-self-argument
+        def get(self):
+            return self._steps[name]
+
+        def set_(self, value):
+            self._steps[name] = _checked_step(name, value)
+        return property(get, set_)
+
+    max_steps = _step_property("max_steps")
+    train_steps = _step_property("train_steps")
+    eval_steps = _step_property("eval_steps")
+    save_steps = _step_property("save_steps")
+    del _step_property
+
+    @property
+    def use_static(self):
+        return not self.use_dynamic
+
+    @property
+    def use_hot(self):
+        return self.options.get("use_hot", False)
+
+    @property
+    def if_load(self):
+        return self._if_load
+
+    @if_load.setter
+    def if_load(self, value):
+        self._if_load = check_bool("if_load", value)
+
+    @property
+    def is_incremental_checkpoint(self):
+        return bool(self.options.get("enable_incremental_checkpoint")
+                    or self.options.get("is_incremental_checkpoint"))
+
+    @property
+    def rank_id(self):
+        return hccl_ops.get_rank_id()
+
+    @property
+    def rank_size(self):
+        return hccl_ops.get_rank_size()
+
+
+def _check_single_process(options):
+    world = os.environ.get(EnvOption.OMPI_COMM_WORLD_SIZE.value)
+    if world is not None and world.strip() not in ("", "1"):
+        raise ValueError("this process was started as one of %s=%s ranks; rec_sdk trains in "
+                         "one process (rank 0 of 1) for now: start one process"
+                         % (EnvOption.OMPI_COMM_WORLD_SIZE.value, world))
+    rank_id = options.pop("rank_id", None)
+    rank_size = options.pop("rank_size", None)
+    if rank_size is not None and check_int("rank_size", rank_size, 1, INT32_MAX) != 1:
+        raise ValueError("rank_size=%d: rec_sdk trains in one process (rank 0 of 1) for now"
+                         % rank_size)
+    if rank_id is not None and check_int("rank_id", rank_id, 0, INT32_MAX) != 0:
+        raise ValueError("rank_id=%d: rec_sdk trains in one process (rank 0 of 1) for now"
+                         % rank_id)
+
+
+def _check_options(kwargs):
+    options = dict(kwargs)
+    _check_single_process(options)
+    for key, value in options.items():
+        if key in _PERFORMANCE_OPTIONS or key in _BOOL_OPTIONS:
+            check_bool(key, value)
+        elif key in _UNSUPPORTED_OPTIONS:
+            if value is not None:
+                raise ValueError("init(%s=%r): rec_sdk has no %s" % (key, value,
+                                                                     _UNSUPPORTED_OPTIONS[key]))
+        elif key in _OBSOLETE_OPTIONS:
+            logger.info("init: option %s=%r of earlier SDK versions has no effect", key, value)
+        else:
+            logger.warning("init: ignoring unknown option %s=%r", key, value)
+    return options
 
 
 def init(max_steps=-1, train_steps=-1, eval_steps=-1, save_steps=-1, use_dynamic=True,
@@ -45,26 +195,35 @@ def init(max_steps=-1, train_steps=-1, eval_steps=-1, save_steps=-1, use_dynamic
       use_dynamic_expansion: True: tables grow by chunks without bound and are trained with
         the `*_by_addr` optimizers; False: tables have a fixed capacity
         (device_vocabulary_size + host_vocabulary_size) and use the plain optimizers.
-      **kwargs: other SDK options (e.g. if_load, bind_cpu) are accepted and ignored.
+      if_load: whether the script restores a checkpoint (ConfigInitializer.if_load,
+        get_if_load()); restoring itself is Saver.restore's work.
+      enable_incremental_checkpoint (or is_incremental_checkpoint): tables track their
+        changes for rec_sdk.saver.save_tables(..., delta=True).
+      bind_cpu, use_hot, use_lccl, use_shm_swap, use_mpi: the SDK's performance switches,
+        checked (bool) and without effect on CPU.
+      rank_id, rank_size: 0 and 1 (one process).
+      Other options of the SDK that rec_sdk does not have are errors (timed checkpoints) or
+      are logged and ignored (unknown ones, as the SDK does).
+    The environment variable APPLY_GRADIENTS_STRATEGY is checked here.
     """
-    global _config, _atexit_registered
+    global _atexit_registered
     steps = {}
     for name, value in (("max_steps", max_steps), ("train_steps", train_steps),
                         ("eval_steps", eval_steps), ("save_steps", save_steps)):
-        steps[name] = check_int(name, value, -1, INT32_MAX)
+        steps[name] = _checked_step(name, value)
     if steps["max_steps"] == 0 and steps["train_steps"] == 0 and steps["eval_steps"] == 0:
         raise ValueError("max_steps, train_steps and eval_steps may not all be 0")
     check_bool("use_dynamic", use_dynamic)
     check_bool("use_dynamic_expansion", use_dynamic_expansion)
-    for key in kwargs:
-        if key not in _ACCEPTED_EXTRA:
-            logging.info("rec_sdk.init: ignoring unknown option %s=%r", key, kwargs[key])
+    options = _check_options(kwargs)
     with _lock:
-        if _config is not None:
+        if ConfigInitializer._single_instance is not None:
             raise RuntimeError("rec_sdk is already initialised: init() may be called once; "
                                "call terminate_config_initializer() before calling it again")
-        _config = _Config(use_dynamic=use_dynamic, use_dynamic_expansion=use_dynamic_expansion,
-                          extra=dict(kwargs), **steps)
+        hccl_ops.set_rank_info(0, 1)
+        ConfigInitializer._single_instance = ConfigInitializer(
+            use_dynamic=use_dynamic, use_dynamic_expansion=use_dynamic_expansion,
+            options=options, **steps)
         if not _atexit_registered:
             atexit.register(terminate_config_initializer)
             _atexit_registered = True
@@ -72,38 +231,41 @@ def init(max_steps=-1, train_steps=-1, eval_steps=-1, save_steps=-1, use_dynamic
 
 def terminate_config_initializer():
     """Releases rec_sdk's configuration; init() may then be called again."""
-    global _config
     with _lock:
-        _config = None
+        ConfigInitializer._single_instance = None
 
 
 def is_initialized():
-    return _config is not None
+    return ConfigInitializer._single_instance is not None
 
 
 def get_config():
-    """The active configuration; raises if init() was not called."""
-    config = _config
-    if config is None:
-        raise RuntimeError("rec_sdk is not initialised: call "
-                           "rec_sdk.util.initialize.init(...) first")
-    return config
+    """The active configuration (the ConfigInitializer); RuntimeError if init() was not
+    called."""
+    return ConfigInitializer.get_instance()
 
 
 def get_use_dynamic():
     return get_config().use_dynamic
 
 
+def get_use_static():
+    return get_config().use_static
+
+
 def get_use_dynamic_expansion():
     return get_config().use_dynamic_expansion
 
 
-def get_rank_id():
-    return get_config().rank_id
+def get_use_hot():
+    return get_config().use_hot
 
 
-def get_rank_size():
-    return get_config().rank_size
+# The rank functions of earlier SDK versions; hccl_ops holds the values.
+get_rank_id = hccl_ops.get_rank_id
+get_rank_size = hccl_ops.get_rank_size
+get_local_rank_size = hccl_ops.get_local_rank_size
+get_device_id = hccl_ops.get_device_id
 
 
 def get_max_steps():
@@ -120,6 +282,41 @@ def get_eval_steps():
 
 def get_save_steps():
     return get_config().save_steps
+
+
+def set_train_steps(steps):
+    get_config().train_steps = steps
+
+
+def set_eval_steps(steps):
+    get_config().eval_steps = steps
+
+
+def set_save_steps(steps):
+    get_config().save_steps = steps
+
+
+def set_if_load(if_load):
+    """Records whether the script restores a checkpoint (see init's if_load)."""
+    get_config().if_load = if_load
+
+
+def get_if_load():
+    return get_config().if_load
+
+
+def get_host_pipeline_ops():
+    """The SDK's host pipeline ops: rec_sdk.util.ops.HostPipelineOps."""
+    return get_config().host_pipeline_ops
+
+
+def clear_channel(is_train_channel=False):
+    """The SDK's reset of a data channel before (re)running a mode; rec_sdk's input is the
+    tf.data iterator, so this is a no-op op (see rec_sdk.util.ops)."""
+    check_bool("is_train_channel", is_train_channel)
+    config = get_config()
+    channel = config.train_params_config.get_training_mode_channel_id(is_train_channel)
+    return config.host_pipeline_ops.clear_channel(channel)
 
 
 def _modified(is_training, what):

@@ -2,7 +2,7 @@
 what is allowed."""
 import numbers
 
-INT32_MAX = 2**31 - 1
+from rec_sdk.constants.constants import MAX_INT32 as INT32_MAX
 
 
 def check_int(name, value, low, high):

@@ -5,11 +5,19 @@ the batch (`index_key`), which table they are looked up in (`table_name`), and t
 feature admission and eviction thresholds. A spec with `is_timestamp=True` names instead the
 batch's per-sample timestamp feature, used for eviction.
 """
+import itertools
 import numbers
+import threading
 
 from rec_sdk.util.validation import INT32_MAX, check_bool, check_int
 
 MAX_TUPLE_INDEX = 255
+
+# Every FeatureSpec of the process gets a distinct name: the given one plus "_<n>" from this
+# counter, as in the SDK, so that specs of one feature (several lookups of it, or the training
+# and evaluation pipelines) never collide.
+_ids = itertools.count(1)
+_ids_lock = threading.Lock()
 
 
 def check_thresholds(access_threshold, eviction_threshold, where):
@@ -29,10 +37,12 @@ class FeatureSpec:
     """A sparse feature of the batch.
 
     Args:
-      name: the feature's name (a non-empty string), unique among the specs of a pipeline.
+      name: the feature's name (a non-empty string). The spec's `name` attribute is made
+        unique with a counter, as in the SDK ("user_ids" -> "user_ids_3"), so several specs
+        of one feature may look it up (the SDK's multi-lookup mode).
       table_name: the table its ids are looked up in (default: name).
       index_key: where the ids are in the batch: a dict key (str) or, for tuple batches, a
-        position (int in [0, 255]) (default: name).
+        position (int in [0, 255]) (default: name, as given).
       access_threshold: feature admission: -1 or None turns it off; n >= 0 gives a key a row
         once it was seen n times in training (0 admits every key). In [-1, 2**31-1].
       eviction_threshold: eviction: keys not seen for this many seconds of data time (the
@@ -73,7 +83,8 @@ class FeatureSpec:
             check_int("%s batch_size" % where, batch_size, 1, INT32_MAX)
         faae_coefficient = check_int("%s faae_coefficient" % where, faae_coefficient, 1,
                                      INT32_MAX)
-        self.name = name
+        with _ids_lock:
+            self.name = "%s_%d" % (name, next(_ids))
         self.table_name = table_name
         self.index_key = index_key
         self.access_threshold = access_threshold

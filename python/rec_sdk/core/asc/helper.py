@@ -12,7 +12,6 @@ The added entries live under keys starting with PREFIX, in the batch dict (or, f
 batches, in a dict appended to the tuple, or the tuple's first dict when str index keys are
 used).
 """
-import logging
 import os
 import threading
 import weakref
@@ -24,6 +23,7 @@ from rec_sdk.ops import table_ops
 from rec_sdk.ops.loader import load_ops
 from rec_sdk.util.dump import next_dump_path
 from rec_sdk.util.validation import check_bool
+from rec_sdk.util.log import logger
 
 PREFIX = "__rec_sdk__/"
 
@@ -131,7 +131,8 @@ def _check_specs(specs):
             raise TypeError("get_asc_insert_func: tgt_key_specs must hold FeatureSpec objects, "
                             "got %r" % (spec,))
         if spec.name in names:
-            raise ValueError("get_asc_insert_func: two FeatureSpecs are named %r" % spec.name)
+            raise ValueError("get_asc_insert_func: FeatureSpec %r is listed twice in "
+                             "tgt_key_specs" % spec.name)
         names.add(spec.name)
     lookups = [s for s in specs if not s.is_timestamp]
     if not lookups:
@@ -261,4 +262,4 @@ def get_asc_insert_func(tgt_key_specs=None, args_index_list=None, table_names=No
 def _dump(graph):
     path = next_dump_path("insert_func") + ".pbtxt"
     tf.io.write_graph(graph.as_graph_def(), os.path.dirname(path), os.path.basename(path))
-    logging.info("rec_sdk: wrote the insert function's graph to %s", path)
+    logger.info("rec_sdk: wrote the insert function's graph to %s", path)

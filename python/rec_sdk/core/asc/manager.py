@@ -5,13 +5,13 @@ separate process or thread to start. start_asc_pipeline checks that the pipeline
 tables fit together: every FeatureSpec of an insert function built in this graph names a table
 that exists, and a table's specs agree on its admission and eviction thresholds.
 """
-import logging
 
 import tensorflow as tf
 
 from rec_sdk.core.asc import helper
 from rec_sdk.core.embedding import tables_of_graph
 from rec_sdk.util import initialize
+from rec_sdk.util.log import logger
 
 
 def start_asc_pipeline(graph=None):
@@ -30,10 +30,10 @@ def start_asc_pipeline(graph=None):
                                  "tables are %s" % (spec.name, spec.table_name, sorted(tables)))
             table = tables[spec.table_name]
             if training and table.spec_lookups and (spec.name, True) not in table.spec_lookups:
-                logging.warning(
+                logger.warning(
                     "FeatureSpec %r of a training pipeline has no training sparse_lookup; its "
                     "keys are still counted and inserted into table %r with the table's other "
                     "features (they are deduplicated together), and count against the send "
                     "counts of its lookups", spec.name, spec.table_name)
-    logging.info("rec_sdk: FeatureSpec pipeline ready: %d insert function(s), tables %s",
+    logger.info("rec_sdk: FeatureSpec pipeline ready: %d insert function(s), tables %s",
                  len(pipelines), sorted(tables))

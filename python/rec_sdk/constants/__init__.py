@@ -1,0 +1,1 @@
+"""Constants of the SDK's API (mirrors mx_rec.constants): see constants.py."""

@@ -1,0 +1,46 @@
+"""This process's place among the training processes (mirrors
+mx_rec.util.communication.hccl_ops): `get_rank_id()`, `get_rank_size()`.
+
+This module is the one place that knows the rank: `init()` and `create_table` (per-rank
+table sizes), the checkpoint code (which keys a rank restores) and scripts all read it here.
+rec_sdk trains in one process today: rank 0 of 1, with or without init(). A process started
+with several ranks (mpirun's OMPI_COMM_WORLD_SIZE > 1, or init(rank_size=N)) is refused by
+init() with an error saying so.
+"""
+import threading
+
+_lock = threading.Lock()
+_rank_id = 0
+_rank_size = 1
+_local_rank_size = 1
+
+
+def set_rank_info(rank_id, rank_size, local_rank_size=None):
+    """Records this process's rank (called by init and by a cluster start)."""
+    global _rank_id, _rank_size, _local_rank_size
+    if not 0 <= rank_id < rank_size:
+        raise ValueError("rank_id must be in [0, rank_size=%d), got %d" % (rank_size, rank_id))
+    with _lock:
+        _rank_id, _rank_size = int(rank_id), int(rank_size)
+        _local_rank_size = int(local_rank_size or rank_size)
+
+
+def get_rank_id():
+    """This process's rank, in [0, get_rank_size())."""
+    return _rank_id
+
+
+def get_rank_size():
+    """How many processes train together (each owns the keys with key % rank_size == rank)."""
+    return _rank_size
+
+
+def get_local_rank_size():
+    """How many of them run on this machine."""
+    return _local_rank_size
+
+
+def get_device_id():
+    """The device of this rank on its machine (rank_id % local_rank_size); on CPU it names no
+    accelerator and is kept for scripts that log or branch on it."""
+    return _rank_id % _local_rank_size
