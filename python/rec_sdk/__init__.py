@@ -10,6 +10,11 @@ from rec_sdk.constants.constants import (  # noqa: F401  (re-exported names)
 
 __version__ = "0.1.0"
 
+
+def version():
+    """The version of rec_sdk (the SDK's mx_rec.version())."""
+    return __version__
+
 # The per-sample timestamp collection (int seconds) read by lookups with eviction: the SDK's
 # ASCEND_TIMESTAMP.
 TIMESTAMP_COLLECTION = ASCEND_TIMESTAMP

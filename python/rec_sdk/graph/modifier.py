@@ -33,7 +33,7 @@ from tensorflow.python.framework import function
 from tensorflow.python.ops import gen_dataset_ops, gen_functional_ops
 
 import graph_rewrite
-import rec_sdk
+from rec_sdk.constants.constants import LOOKUP_COLLECTIONS
 from rec_sdk.core import embedding
 from rec_sdk.core.asc import helper
 from rec_sdk.core.asc.feature_spec import FeatureSpec
@@ -287,9 +287,9 @@ def _replace_in_collections(graph, anchor, rows):
     """The by-address collections name the shared rows instead of the anchor's own (once per
     table and batch, as FeatureSpec lookups register them), for optimizers built after the
     modification."""
-    for collection, old, new in (
-            (rec_sdk.ASCEND_SPARSE_LOOKUP_LOCAL_EMB, anchor.local_emb, rows["emb"]),
-            (rec_sdk.ASCEND_SPARSE_LOOKUP_ID_OFFSET, anchor.addresses, rows["addresses"])):
+    for collection, old, new in zip(
+            LOOKUP_COLLECTIONS, (anchor.local_emb, anchor.addresses, anchor.addresses),
+            (rows["emb"], rows["addresses"], rows["addresses"])):
         entries = graph.get_collection_ref(collection)
         for i, entry in enumerate(entries):
             if entry is old:

@@ -16,15 +16,19 @@ tf.data, so the object offers what such scripts call, built on rec_sdk's table o
   which starts afresh when initialized, so there is nothing to reset: a no-op op for channel 0
   (training) or 1 (evaluation).
 
+Importing this module also gives tf.data datasets the SDK's `eos_map(librec, channel_id,
+max_train_steps=-1, max_eval_steps=-1)` (see eos_map below).
+
 Other ops of the SDK's NPU data channel (read_emb_key_v2, embedding_lookup_by_address, ...)
 have no CPU counterpart: asking for one is an AttributeError that says what to use instead.
 """
 import tensorflow as tf
 
 from rec_sdk.constants.constants import (EVAL_CHANNEL_ID, LIBASC_OPS_SO, LIBREC_EOS_OPS_SO,
-                                         LIBREC_TF_REC_V1_CPU_SO, TABLE_COLLECTION,
+                                         LIBREC_TF_REC_V1_CPU_SO, MAX_INT32, TABLE_COLLECTION,
                                          TRAIN_CHANNEL_ID)
 from rec_sdk.util.log import logger
+from rec_sdk.util.validation import check_int
 
 _SDK_LIBRARIES = (None, LIBASC_OPS_SO, LIBREC_EOS_OPS_SO, LIBREC_TF_REC_V1_CPU_SO)
 
@@ -90,3 +94,23 @@ def import_host_pipeline_ops(so_pkg_name=None):
         raise ValueError("so_pkg_name must be None or one of %s, got %r"
                          % (list(_SDK_LIBRARIES[1:]), so_pkg_name))
     return _HOST_PIPELINE_OPS
+
+
+def eos_map(dataset, librec, channel_id, max_train_steps=-1, max_eval_steps=-1):
+    """The SDK's `dataset.eos_map(...)`: the dataset's elements unchanged, ending after
+    max_train_steps elements on channel 0 (training) or max_eval_steps on channel 1
+    (evaluation); -1 does not limit. The SDK also ends every rank's dataset when the first
+    rank's ends; one process has nothing to synchronise."""
+    if not isinstance(librec, HostPipelineOps):
+        raise TypeError("eos_map: librec must come from "
+                        "rec_sdk.util.ops.import_host_pipeline_ops(...), got %r" % (librec,))
+    if isinstance(channel_id, bool) or channel_id not in (TRAIN_CHANNEL_ID, EVAL_CHANNEL_ID):
+        raise ValueError("eos_map: channel_id must be %d (training) or %d (evaluation), got %r"
+                         % (TRAIN_CHANNEL_ID, EVAL_CHANNEL_ID, channel_id))
+    limit = max_train_steps if channel_id == TRAIN_CHANNEL_ID else max_eval_steps
+    name = "max_train_steps" if channel_id == TRAIN_CHANNEL_ID else "max_eval_steps"
+    limit = check_int(name, limit, -1, MAX_INT32)
+    return dataset if limit < 0 else dataset.take(limit)
+
+
+tf.data.Dataset.eos_map = eos_map
