@@ -129,3 +129,18 @@ def test_hook_arguments():
         LookupSubgraphSlicerHook(op_types="StringToNumber")
     with pytest.raises(TypeError, match="full_graph must be a tf.Graph"):
         OrphanLookupKeySlicerHook(full_graph="g")
+
+
+def test_acg_push_ops_hook_moves_string_ops_and_marked_ops():
+    from rec_sdk.graph.acg_push_ops import ACGPushOpsToDatasetHook  # the SDK's older path
+
+    def marked_ids(batch):
+        return tf.math.multiply(_string_ids(batch), 2, name="ACG_PUSH_NODE_scale")
+
+    expected, _ = _train(marked_ids)
+    hook = ACGPushOpsToDatasetHook(dump_graph=True)
+    got, graph = _train(marked_ids, hooks=[hook])
+    assert hook.moved == 1  # the marked op's output (StringToNumber moved with it)
+    np.testing.assert_array_equal(got[0], expected[0])
+    np.testing.assert_allclose(got[1], expected[1], rtol=1e-6)
+    assert tables_of_graph(graph)[0].tensor_lookups[0]["ids"].op.type == "IteratorGetNext"

@@ -34,10 +34,12 @@ from rec_sdk.util.initialize import ConfigInitializer, init, terminate_config_in
 from rec_sdk.util.log import logger
 from rec_sdk.util.variable import get_dense_and_sparse_variable
 
+from demo_data import (BATCH, ITEM_FEATS, ITEM_VOCAB, USER_FEATS, USER_VOCAB,
+                       make_data)
+
 tf.compat.v1.disable_eager_execution()
 
-BATCH, USER_FEATS, ITEM_FEATS, DIM = 32, 8, 4, 8
-USER_VOCAB, ITEM_VOCAB = 3000, 400
+DIM = 8
 TRAIN_STEPS, EVAL_STEPS = 30, 4
 ACCESS_THRESHOLD, EVICTION_THRESHOLD = 1, 50  # timestamps advance 10 s per batch
 MULTI_LOOKUP_TIMES = 2
@@ -47,17 +49,6 @@ FEATURE_SPECS = {}  # is_training -> the FeatureSpecs of that input pipeline (Fe
 
 def flag(name, default=0):
     return bool(int(os.getenv(name, default)))
-
-
-def make_data(n_batches, seed):
-    rng = np.random.RandomState(seed)
-    n = n_batches * BATCH
-    users = (rng.zipf(1.2, size=(n, USER_FEATS)) % USER_VOCAB).astype(np.int64)
-    items = (rng.zipf(1.3, size=(n, ITEM_FEATS)) % ITEM_VOCAB).astype(np.int64)
-    return {"user_ids": users, "item_ids": items,
-            "label_0": (users[:, 0] % 3 == 0).astype(np.float32),
-            "label_1": (items[:, 0] % 2 == 0).astype(np.float32),
-            "timestamp": (1000 + 10 * (np.arange(n) // BATCH)).astype(np.int64)}
 
 
 def feature_spec_list(params):

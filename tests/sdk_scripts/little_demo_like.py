@@ -41,10 +41,12 @@ from rec_sdk.util.ops import import_host_pipeline_ops
 from rec_sdk.util.tf_version_adapter import hccl_ops
 from rec_sdk.util.variable import get_dense_and_sparse_variable
 
+from demo_data import (BATCH, ITEM_FEATS, ITEM_VOCAB, USER_FEATS, USER_VOCAB,
+                       make_data)
+
 tf.compat.v1.disable_eager_execution()
 
-BATCH, USER_FEATS, ITEM_FEATS, DIM = 32, 8, 4, 8
-USER_VOCAB, ITEM_VOCAB = 3000, 400
+DIM = 8
 MAX_STEPS, TRAIN_INTERVAL, EVAL_STEPS, SAVE_INTERVAL = 40, 20, 4, 20
 ACCESS_THRESHOLD, EVICTION_THRESHOLD, NEW_THRESHOLD = 2, 3600, 60
 MULTI_LOOKUP_TIMES = 2
@@ -59,17 +61,6 @@ class UseMode(BaseEnum):
 
 def flag(name, default=0):
     return bool(int(os.getenv(name, default)))
-
-
-def make_data(n_batches, seed):
-    """Deterministic batches: Zipf-distributed ids, labels that depend on them."""
-    rng = np.random.RandomState(seed)
-    n = n_batches * BATCH
-    users = (rng.zipf(1.2, size=(n, USER_FEATS)) % USER_VOCAB).astype(np.int64)
-    items = (rng.zipf(1.3, size=(n, ITEM_FEATS)) % ITEM_VOCAB).astype(np.int64)
-    return {"user_ids": users, "item_ids": items,
-            "label_0": (users[:, 0] % 3 == 0).astype(np.float32),
-            "label_1": (items[:, 0] % 2 == 0).astype(np.float32)}
 
 
 def make_batch_and_iterator(is_training, feature_spec_list=None):
@@ -138,7 +129,7 @@ def build_graph(table_list, is_train, feature_spec_list=None, config_dict=None):
                 part.extend([part[0]] * MULTI_LOOKUP_TIMES)
         if USE_TIMESTAMP:
             tf.compat.v1.add_to_collection(ASCEND_TIMESTAMP, batch["timestamp"])
-            tf.compat.v1.add_to_collection(ASCEND_TIMESTAMP, batch["timestamp"])  # twice: one
+            tf.compat.v1.add_to_collection(ASCEND_TIMESTAMP, batch["timestamp"])  # twice: still one
     else:
         input_list = [feature_spec_list[:2 + MULTI_LOOKUP_TIMES * USE_MULTI_LOOKUP],
                       list(table_list), send_counts]

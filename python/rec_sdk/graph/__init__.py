@@ -1,6 +1,6 @@
 """Graph modification and the slicer hooks (mirrors mx_rec.graph)."""
 
-_HOOKS = ("LookupSubgraphSlicerHook", "OrphanLookupKeySlicerHook")
+_HOOKS = ("LookupSubgraphSlicerHook", "OrphanLookupKeySlicerHook", "ACGPushOpsToDatasetHook")
 
 
 def __getattr__(name):

@@ -55,3 +55,26 @@ class OrphanLookupKeySlicerHook(tf.compat.v1.train.SessionRunHook):
     def begin(self):
         graph = self._graph or tf.compat.v1.get_default_graph()
         self.moved = slicers.slice_orphan_lookup_keys(graph)
+
+
+class ACGPushOpsToDatasetHook(LookupSubgraphSlicerHook):
+    """The earlier SDK's hook (mx_rec.graph.acg_push_ops): begin() moves the StringSplit and
+    StringToNumber ops, and ops whose name contains "ACG_PUSH_NODE", that compute lookup ids
+    into the input pipeline, as LookupSubgraphSlicerHook does.
+
+    Args:
+      dump_graph: accepted for the SDK's API (the moves are logged).
+    """
+
+    OP_TYPES = ("StringSplit", "StringSplitV2", "StringToNumber")
+    NAME_MARKER = "ACG_PUSH_NODE"
+
+    def __init__(self, dump_graph=False, full_graph=None):
+        if not isinstance(dump_graph, bool):
+            raise TypeError("dump_graph must be a bool, got %r" % (dump_graph,))
+        super().__init__(list(self.OP_TYPES), full_graph)
+
+    def begin(self):
+        graph = self._graph or tf.compat.v1.get_default_graph()
+        self.moved = slicers.slice_lookup_subgraphs(graph, self._op_types, self.NAME_MARKER,
+                                                    hook="ACGPushOpsToDatasetHook")

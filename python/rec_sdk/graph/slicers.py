@@ -57,26 +57,27 @@ def _try_trace(graph_def, tensor, what, hook):
         return None
 
 
-def slice_lookup_subgraphs(graph, op_types):
-    """Moves the ops of `op_types` feeding tensor lookups' ids into the input pipeline (see
-    the module doc); returns the number of tensors moved."""
-    hook = "LookupSubgraphSlicerHook"
+def slice_lookup_subgraphs(graph, op_types, name_marker=None,
+                           hook="LookupSubgraphSlicerHook"):
+    """Moves the ops of `op_types` (or whose name contains `name_marker`) feeding tensor
+    lookups' ids into the input pipeline (see the module doc); returns the number of tensors
+    moved."""
     graph_def = graph.as_graph_def()
     nodes = {n.name: n for n in graph_def.node}
     consumers = _consumers(graph_def)
     moved = {}  # get_next -> {target tensor: Trace}
     for _, record in _tensor_lookups(graph):
         above, _ = graph_rewrite.upstream_ops(graph_def, record["ids"].name)
-        chosen = sorted(n for n in above if nodes[n].op in op_types)
+        chosen = sorted(n for n in above if nodes[n].op in op_types
+                        or (name_marker and name_marker in n))
         traces = []
         for op in chosen:
             what = "op %r (%s) of lookup %r" % (op, nodes[op].op, record["name"])
             trace = _try_trace(graph_def, op + ":0", what, hook)
             if trace is None:
                 continue
-            if trace.get_next is None:
-                logger.warning("%s: %s is computed from constants only; "
-                               "OrphanLookupKeySlicerHook moves such ids", hook, what)
+            if trace.get_next is None:  # constants: they stay (OrphanLookupKeySlicerHook
+                logger.debug("%s: %s is computed from constants only", hook, what)  # moves ids)
                 continue
             traces.append(trace)
         inside = {n for t in traces for n in t.nodes}
