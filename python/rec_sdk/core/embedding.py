@@ -17,14 +17,14 @@ from tensorflow.python.framework import tensor_util
 
 import rec_sdk
 from rec_sdk import saver
-from rec_sdk.core.asc import helper
-from rec_sdk.core.asc.feature_spec import FeatureSpec, check_thresholds
-from rec_sdk.core.initializer_spec import describe_initializer
-from rec_sdk.graph import anchors
 from rec_sdk.constants.constants import (ASCEND_SPARSE_LOOKUP_ENTRANCE, LOOKUP_COLLECTIONS,
                                          MAX_VOCABULARY_SIZE, MULTI_LOOKUP_TIMES,
                                          All2allGradientsOp, ApplyGradientsStrategy,
                                          MxRecMode)
+from rec_sdk.core.asc import helper
+from rec_sdk.core.asc.feature_spec import FeatureSpec, check_thresholds
+from rec_sdk.core.initializer_spec import describe_initializer
+from rec_sdk.graph import anchors
 from rec_sdk.ops import table_ops
 from rec_sdk.util import initialize
 from rec_sdk.util.validation import INT32_MAX, check_bool, check_float, check_int

@@ -2,7 +2,7 @@
 what is allowed."""
 import numbers
 
-from rec_sdk.constants.constants import MAX_INT32 as INT32_MAX
+from rec_sdk.constants.constants import MAX_INT32 as INT32_MAX  # noqa: F401 (re-exported)
 
 
 def check_int(name, value, low, high):
