@@ -18,7 +18,8 @@ from rec_sdk.constants.constants import ApplyGradientsStrategy, BaseEnum
 from rec_sdk.core.asc.feature_spec import FeatureSpec
 from rec_sdk.core.asc.helper import get_asc_insert_func
 from rec_sdk.core.embedding import create_table, sparse_lookup
-from rec_sdk.optimizers import gradient_descent, lazy_adam
+from rec_sdk.graph.modifier import GraphModifierHook
+from rec_sdk.optimizers import adagrad, ftrl, gradient_descent, lazy_adam
 from rec_sdk.util import initialize, log
 from rec_sdk.util.communication import hccl_ops
 from rec_sdk.util.initialize import ConfigInitializer, init
@@ -146,6 +147,9 @@ def test_config_initializer():
     assert params.get_training_mode_channel_id(False) == constants.EVAL_CHANNEL_ID == 1
     with pytest.raises(ValueError, match="no training iterator was modified"):
         params.get_initializer(True)
+    assert params.is_graph_modify_hook_running is False
+    GraphModifierHook()
+    assert params.is_graph_modify_hook_running is True
     assert config.host_pipeline_ops is initialize.get_host_pipeline_ops() \
         is import_host_pipeline_ops()
 
@@ -200,6 +204,10 @@ def test_set_threshold_changes_admission_at_run_time():
         assert sess.run(table.size()) == len(admitted) == 4
         with pytest.raises(tf.errors.InvalidArgumentError, match="threshold must be >= 0"):
             sess.run(set_op, {new_threshold: [-1]})
+        huge = tf.compat.v1.placeholder(tf.int64, [])
+        with pytest.raises(tf.errors.InvalidArgumentError, match="threshold must be in "
+                                                                 "\\[-1, 2147483647\\]"):
+            sess.run(table.set_access_threshold(huge), {huge: 2**40})
 
 
 def test_set_threshold_errors():
@@ -211,6 +219,9 @@ def test_set_threshold_errors():
         ops.set_threshold(tf.constant(3), emb_name="missing")
     with pytest.raises(ValueError, match="table 'plain' has no feature admission"):
         ops.set_threshold(tf.constant(3), emb_name="plain")
+    with pytest.raises(ValueError, match="ids_name='other' is not a lookup of table 'plain' "
+                                         "\\(its lookups: \\['plain_lookup'\\]\\)"):
+        ops.set_threshold(tf.constant(3), emb_name="plain", ids_name="other")
     with pytest.raises(TypeError, match="must be int32"):
         ops.set_threshold(tf.constant(3.0), emb_name="plain")
     with pytest.raises(AttributeError, match="'read_emb_key_v2' belongs to the SDK's NPU"):
@@ -319,6 +330,13 @@ def test_feature_spec_lookup_with_access_and_evict_config():
         np.testing.assert_allclose(sess.run(emb), [[0.5] * DIM, [0.5] * DIM, [0.0] * DIM])
     with pytest.raises(ValueError, match="access_and_evict_config=.*says otherwise"):
         sparse_lookup(table, spec, batch=batch, access_and_evict_config={"access_threshold": 5})
+    # None and -1 both mean "off"; keys the config leaves out are the spec's.
+    plain = FeatureSpec("b", faae_coefficient=4)
+    dataset = tf.data.Dataset.from_tensors({"b": np.array([1], np.int64)}).map(
+        get_asc_insert_func(tgt_key_specs=[plain]))
+    batch = tf.compat.v1.data.make_one_shot_iterator(dataset).get_next()
+    sparse_lookup(_table("b"), plain, batch=batch, access_and_evict_config={
+        "access_threshold": -1, "eviction_threshold": None})
 
 
 def test_timestamp_added_twice_and_one_per_iterator():
@@ -341,9 +359,11 @@ def test_timestamp_added_twice_and_one_per_iterator():
     with new_session() as sess:
         sess.run(second)
         assert sess.run(table.stats()["newest_clock"]) == 501
-    lone = tf.constant([[3]], tf.int64)
-    with pytest.raises(ValueError, match="needs per-sample timestamps"):
-        sparse_lookup(table, lone, access_and_evict_config=config)
+    unstamped = tf.compat.v1.data.make_one_shot_iterator(tf.data.Dataset.from_tensors(
+        {"ids": np.array([[4]], np.int64)})).get_next()
+    with pytest.raises(ValueError, match="needs per-sample timestamps.*iterator the ids come "
+                                         "from: \\['IteratorGetNext_2'\\]"):
+        sparse_lookup(table, unstamped["ids"], access_and_evict_config=config)
 
 
 def test_lookup_and_table_option_errors():
@@ -355,7 +375,8 @@ def test_lookup_and_table_option_errors():
                                          "member with value 'mean'"):
         _table(all2all_gradients_op="mean")
     table = _table(is_dp=False, all2all_gradients_op="sum_gradients", shard_num=1, mode="ASC",
-                   apply_gradients_strategy="direct_apply", optimizer_list=[])
+                   apply_gradients_strategy="direct_apply", optimizer_list=[],
+                   enable_merge=False, fusion_optimizer_var=True, hashtable_threshold=0)
     with pytest.raises(TypeError, match="sparse_lookup\\(\\) got unexpected keyword arguments "
                                         "\\['colour'\\]"):
         sparse_lookup(table, tf.constant([1], tf.int64), colour=1)
@@ -381,24 +402,49 @@ def test_saver_creates_a_missing_directory(tmp_path):
 
 # ---- padding keys ------------------------------------------------------------------------
 
-def test_padding_keys_are_looked_up_but_never_trained():
+OPTIMIZERS = {
+    "sgd": lambda: gradient_descent.create_hash_optimizer(learning_rate=0.1),
+    "adagrad": lambda: adagrad.create_hash_optimizer(learning_rate=0.1),
+    "ftrl": lambda: ftrl.create_hash_optimizer(learning_rate=0.1),
+    "lazy_adam": lambda: lazy_adam.create_hash_optimizer(learning_rate=0.1),
+}
+
+
+@pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
+@pytest.mark.parametrize("by_address", [False, True])
+def test_padding_keys_are_looked_up_but_never_trained(optimizer, by_address):
     init(use_dynamic=False)
     table = _table(padding_keys=[0, -1], padding_keys_mask=True, padding_keys_len=16)
     ids = tf.constant([[7, 0], [8, -1]], tf.int64)
     emb = sparse_lookup(table, ids, send_count=1)  # replaced by padding_keys_len
     loss = tf.reduce_sum(emb)
-    train = gradient_descent.create_hash_optimizer(learning_rate=0.1).apply_gradients(
-        zip(tf.gradients(loss, [table]), [table]))
+    opt = OPTIMIZERS[optimizer]()
+    if by_address:  # the SDK's by-address flow over the lookup collections
+        embs = tf.compat.v1.get_collection(constants.ASCEND_SPARSE_LOOKUP_LOCAL_EMB)
+        addresses = tf.compat.v1.get_collection(constants.ASCEND_SPARSE_LOOKUP_ID_OFFSET)
+        train = opt.apply_gradients(zip(tf.gradients(loss, embs), addresses))
+    else:
+        train = opt.apply_gradients(zip(tf.gradients(loss, [table]), [table]))
     with new_session() as sess:
-        sess.run(train)
+        sess.run(tf.compat.v1.global_variables_initializer())
+        np.testing.assert_allclose(sess.run(emb), np.full((2, 2, DIM), 0.5))
+        for _ in range(2):
+            sess.run(train)
         values, _ = sess.run(table.lookup(tf.constant([7, 8, 0, -1], tf.int64)))
-    np.testing.assert_allclose(values, [[0.4] * DIM, [0.4] * DIM, [0.5] * DIM, [0.5] * DIM])
+    np.testing.assert_allclose(values[2:], np.full((2, DIM), 0.5))  # padding rows unchanged
+    assert (np.abs(values[:2] - 0.5) > 1e-3).all()                   # the others trained
+
+
+def test_padding_key_checks():
+    init()
     with pytest.raises(ValueError, match="padding_keys=\\[3\\] needs padding_keys_mask=True"):
         _table("u", padding_keys=[3])
     with pytest.raises(ValueError, match="needs padding_keys_len"):
         _table("u", padding_keys=3, padding_keys_mask=True)
     with pytest.raises(ValueError, match="padding_keys_mask=True needs padding_keys"):
         _table("u", padding_keys_mask=True)
+    with pytest.raises(ValueError, match="padding_keys must be in"):
+        _table("u", padding_keys=[2**64], padding_keys_mask=True, padding_keys_len=4)
 
 
 # ---- optimizers ----------------------------------------------------------------------------

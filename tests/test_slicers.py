@@ -144,3 +144,18 @@ def test_acg_push_ops_hook_moves_string_ops_and_marked_ops():
     np.testing.assert_array_equal(got[0], expected[0])
     np.testing.assert_allclose(got[1], expected[1], rtol=1e-6)
     assert tables_of_graph(graph)[0].tensor_lookups[0]["ids"].op.type == "IteratorGetNext"
+
+
+def test_slicer_after_graph_modification_is_an_error():
+    init()
+    iterator, batch = _iterator(False)
+    table = create_table(tf.int64, DIM, "t", tf.compat.v1.zeros_initializer(),
+                         device_vocabulary_size=100)
+    sparse_lookup(table, _string_ids(batch), modify_graph=True)
+    modify_graph_and_start_emb_cache()
+    graph = tf.compat.v1.get_default_graph()
+    # The SDK's hook bookkeeping: the modification's initializer is in its collection.
+    assert graph.get_collection("ASCEND_CUTTING_POINT_INITIALIZER") == [get_initializer(True)]
+    del iterator
+    with pytest.raises(graph_rewrite.RewriteError, match="list them before GraphModifierHook"):
+        LookupSubgraphSlicerHook(op_types=["StringToNumber"]).begin()

@@ -23,6 +23,7 @@ import uuid
 import numpy as np
 import tensorflow as tf
 
+from rec_sdk.util.communication import hccl_ops
 from rec_sdk.util.log import logger
 
 SPARSE_PREFIX = "sparse-"
@@ -136,16 +137,19 @@ def _existing(directory):
     return None
 
 
-def restore_tables(sess, directories, tables=None, rank_id=0, rank_size=1, deltas=()):
+def restore_tables(sess, directories, tables=None, rank_id=None, rank_size=None, deltas=()):
     """Restores `tables` (default: every table of sess.graph with is_save=True) from one
     checkpoint table directory, or from a list of them (the directories written by several
-    ranks), keeping the keys with abs(key % rank_size) == rank_id, then applies the delta
+    ranks), keeping the keys with abs(key % rank_size) == rank_id (default: this process's
+    rank, rec_sdk.util.communication.hccl_ops), then applies the delta
     directories `deltas` (from save_tables(delta=True), single rank) in order.
     Returns {table_name: rows}.
     Raises tf.errors.NotFoundError naming a missing directory, DataLossError naming a
     corrupted file (the table is then left empty)."""
     if isinstance(directories, (str, bytes, os.PathLike)):
         directories = [directories]
+    rank_id = hccl_ops.get_rank_id() if rank_id is None else rank_id
+    rank_size = hccl_ops.get_rank_size() if rank_size is None else rank_size
     if deltas and (rank_size != 1 or len(directories) != 1):
         raise ValueError("restore_tables: deltas apply to one full checkpoint restored whole "
                          "(rank_size=1, one directory), got rank_size=%d and %d directories"

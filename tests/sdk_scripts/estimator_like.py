@@ -8,11 +8,11 @@ Options come from the environment:
   USE_MODIFY_GRAPH    0: FeatureSpec mode; 1: tensor ids and graph modification
   USE_DYNAMIC, USE_DYNAMIC_EXPANSION, USE_MULTI_LOOKUP, USE_ONE_SHOT   as in little_demo
   USE_TIMESTAMP       1: admission and eviction by the batches' timestamps, EvictHook
-  ENABLE_SLICER_TEST  1 (with USE_MODIFY_GRAPH=1): the user ids are made from constants in
-                      the model (an orphan lookup) and the item ids pass through
-                      as_string + StringToNumber; OrphanLookupKeySlicerHook and
+  ENABLE_SLICER_TEST  1: tensor ids (with or without USE_MODIFY_GRAPH); the user ids are
+                      made from constants in the model (an orphan lookup) and the item ids
+                      pass through as_string + StringToNumber; OrphanLookupKeySlicerHook and
                       LookupSubgraphSlicerHook(op_types=["StringToNumber"]) move both into
-                      the input pipeline
+                      the input pipeline (not with NO_SLICER_HOOKS=1)
 Results go to the module-level dict RESULTS.
 """
 import os
@@ -69,7 +69,7 @@ def feature_spec_list(params):
 def input_fn(params, is_training):
     data = make_data(TRAIN_STEPS if is_training else EVAL_STEPS, seed=1 if is_training else 2)
     dataset = tf.data.Dataset.from_tensor_slices(data).batch(BATCH, drop_remainder=True)
-    if not params["modify_graph"]:
+    if not params["modify_graph"] and not params["slicer_test"]:
         specs = feature_spec_list(params)
         FEATURE_SPECS[is_training] = specs
         dataset = dataset.map(get_asc_insert_func(tgt_key_specs=specs, is_training=is_training))
@@ -90,7 +90,7 @@ class LittleModel:
                                emb_initializer=initializer,
                                device_vocabulary_size=size * get_rank_size())
                   for name, size in (("user_table", USER_VOCAB), ("item_table", ITEM_VOCAB))]
-        if self.params["modify_graph"]:
+        if self.params["modify_graph"] or self.params["slicer_test"]:
             user_ids, item_ids = self.features["user_ids"], self.features["item_ids"]
             if self.params["slicer_test"]:
                 const = tf.constant(1, shape=user_ids.shape, dtype=user_ids.dtype)
@@ -104,17 +104,14 @@ class LittleModel:
                       "eviction_threshold": EVICTION_THRESHOLD} \
                 if self.params["use_timestamp"] else None
             configs = [config, dict(config, faae_coefficient=4) if config else None]
+            if self.params["use_multi_lookup"]:
+                ids += [user_ids] * MULTI_LOOKUP_TIMES
+                configs += [config] * MULTI_LOOKUP_TIMES
         else:
             specs = FEATURE_SPECS[self.is_train]
-            ids, configs = specs[:2], [None, None]
-            if self.params["use_multi_lookup"]:
-                ids = ids + specs[2:2 + MULTI_LOOKUP_TIMES]
+            ids = specs[:2 + MULTI_LOOKUP_TIMES * self.params["use_multi_lookup"]]
+            configs = [None] * len(ids)
         lookup_tables = tables + [tables[0]] * (len(ids) - 2)
-        configs = configs + [configs[0]] * (len(ids) - 2)
-        if self.params["modify_graph"] and self.params["use_multi_lookup"]:
-            ids = ids + [ids[0]] * MULTI_LOOKUP_TIMES
-            lookup_tables = tables + [tables[0]] * MULTI_LOOKUP_TIMES
-            configs = configs + [configs[0]] * MULTI_LOOKUP_TIMES
         send_counts = [BATCH * USER_FEATS * (1 + MULTI_LOOKUP_TIMES), BATCH * ITEM_FEATS]
         send_counts += [send_counts[0]] * (len(ids) - 2)
         outputs = []
@@ -169,7 +166,7 @@ def model_fn(features, labels, mode, params):
 
 def hooks_list(params, is_training):
     hooks = []
-    if params["slicer_test"]:
+    if params["slicer_test"] and not flag("NO_SLICER_HOOKS"):
         hooks += [OrphanLookupKeySlicerHook(),
                   LookupSubgraphSlicerHook(op_types=["StringToNumber"])]
     hooks.append(GraphModifierHook(modify_graph=params["modify_graph"]))

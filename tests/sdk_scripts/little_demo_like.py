@@ -176,10 +176,10 @@ class RunMode:
             initializer = (config.get_initializer(False) if MODIFY_GRAPH_FLAG
                            else self.eval_iterator.initializer)
             self.session.run(initializer)
-        clear_channel(is_train_channel=False)
         channel_id = ConfigInitializer.get_instance().train_params_config \
             .get_training_mode_channel_id(False)
-        import_host_pipeline_ops().clear_channel(channel_id)
+        self.session.run([clear_channel(is_train_channel=False),
+                          import_host_pipeline_ops().clear_channel(channel_id)])
         losses = []
         for _ in range(EVAL_STEPS):
             try:

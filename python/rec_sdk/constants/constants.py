@@ -23,10 +23,10 @@ ASCEND_SPARSE_LOOKUP_UNIQUE_KEYS = "ASCEND_SPARSE_LOOKUP_UNIQUE_KEYS"
 ASCEND_TIMESTAMP = "ASCEND_TIMESTAMP"
 # The ids tensor of every tensor lookup (in lookup order), as the SDK records its lookups.
 ASCEND_SPARSE_LOOKUP_ENTRANCE = "ASCEND_SPARSE_LOOKUP_ENTRANCE"
-# The SDK's name of the collection of its tables (rec_sdk keeps the table objects in
-# TABLE_COLLECTION; scripts that set their own collection name get it validated).
+# The SDK's name of the collection of its tables; rec_sdk keeps its table objects in
+# TABLE_COLLECTION (get_dense_and_sparse_variable returns them).
 ASCEND_GLOBAL_HASHTABLE_COLLECTION = "ASCEND_GLOBAL_HASHTABLE_COLLECTION"
-# Initializers of the iterators built by graph modification.
+# Initializers of the initializable iterators built by graph modification.
 ASCEND_CUTTING_POINT_INITIALIZER = "ASCEND_CUTTING_POINT_INITIALIZER"
 # Every rec_sdk table (SparseEmbedding object) of a graph.
 TABLE_COLLECTION = "REC_SDK_TABLES"
@@ -133,9 +133,9 @@ class OptimizerType(enum.Enum):
 
 class EnvOption(enum.Enum):
     """Environment variables of the SDK. rec_sdk reads MXREC_LOG_LEVEL (rec_sdk.util.log) and
-    APPLY_GRADIENTS_STRATEGY (validated by init); OMPI_COMM_WORLD_* give the rank when a
-    process is started by mpirun. The others configure NPU devices and the SDK's C++ threads
-    and have no effect on CPU."""
+    APPLY_GRADIENTS_STRATEGY (validated by init); init refuses a job whose
+    OMPI_COMM_WORLD_SIZE (mpirun) is above 1, as rec_sdk trains in one process. The others
+    configure NPU devices and the SDK's C++ threads and have no effect on CPU."""
     MXREC_LOG_LEVEL = "MXREC_LOG_LEVEL"
     APPLY_GRADIENTS_STRATEGY = "APPLY_GRADIENTS_STRATEGY"
     SAVE_EASY = "SAVE_EASY"

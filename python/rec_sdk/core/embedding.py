@@ -15,6 +15,7 @@ import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2
 from tensorflow.python.framework import tensor_util
 
+from graph_rewrite.iterator_sources import GET_NEXT_OPS
 import rec_sdk
 from rec_sdk import saver
 from rec_sdk.constants.constants import (ASCEND_SPARSE_LOOKUP_ENTRANCE, LOOKUP_COLLECTIONS,
@@ -27,6 +28,7 @@ from rec_sdk.core.initializer_spec import describe_initializer
 from rec_sdk.graph import anchors
 from rec_sdk.ops import table_ops
 from rec_sdk.util import initialize
+from rec_sdk.util.communication import hccl_ops
 from rec_sdk.util.validation import INT32_MAX, check_bool, check_float, check_int
 
 MAX_DIM = 8192
@@ -95,6 +97,8 @@ class SparseEmbedding:
         # its unique keys), "inverse" (ids shape: position of each id's key in addresses),
         # "name", "is_train"}.
         self.tensor_lookups = []
+        self.lookup_names = set()  # the name= of every lookup of the table
+        self.trained_address_names = set()  # lookups' addresses with padding keys as -1
         # The SDK's padding keys (set by create_table): looked up, never trained.
         self.padding_keys = ()
         self.padding_keys_mask = False
@@ -118,9 +122,9 @@ class SparseEmbedding:
             delta = tf.compat.v1.placeholder_with_default(False, [], name="delta")
             restore_dirs = tf.compat.v1.placeholder(tf.string, [None], name="restore_dirs")
             rank_id = tf.compat.v1.placeholder_with_default(
-                tf.constant(0, tf.int64), [], name="rank_id")
+                tf.constant(hccl_ops.get_rank_id(), tf.int64), [], name="rank_id")
             rank_size = tf.compat.v1.placeholder_with_default(
-                tf.constant(1, tf.int64), [], name="rank_size")
+                tf.constant(hccl_ops.get_rank_size(), tf.int64), [], name="rank_size")
             rows, note = table_ops.restore(self.handle, restore_dirs, rank_id, rank_size,
                                            name="restore")
             saved_rows, save_id = table_ops.save(self.handle, save_dir, delta, name="save")
@@ -234,6 +238,14 @@ class SparseEmbedding:
             if not threshold.dtype.is_integer or threshold.shape.rank not in (None, 0):
                 raise TypeError("threshold must be an int or an integer scalar tensor, got %r"
                                 % (threshold,))
+            threshold = tf.cast(threshold, tf.int64)
+            check = tf.debugging.Assert(
+                (threshold >= -1) & (threshold <= INT32_MAX),
+                [tf.strings.format("set_access_threshold: table %s: threshold must be in "
+                                   "[-1, %d], got {}" % (self.table_name, INT32_MAX),
+                                   threshold)], name="check_threshold")
+            with tf.control_dependencies([check]):
+                threshold = tf.identity(threshold)
         else:
             threshold = check_int("threshold", threshold, -1, INT32_MAX)
         if self._admission_source is None or self.access_threshold < 0:
@@ -296,7 +308,8 @@ def table_of(value):
         if value.op.type == table_ops.FIND_OR_INSERT_OP:
             handle = value.op.inputs[0]
         for table in tables_of_graph(value.graph):
-            if table.handle is handle or table.handle.name == handle.name:
+            if (table.handle is handle or table.handle.name == handle.name
+                    or value.name in table.trained_address_names):
                 return table
     return None
 
@@ -333,9 +346,10 @@ def create_table(key_dtype, dim, name, emb_initializer, device_vocabulary_size=1
         up as any key but their rows are never trained; padding_keys_len (an int >= 1) is then
         required and replaces every lookup's send_count in static-shape mode.
       is_dp, all2all_gradients_op ("sum_gradients" or "sum_gradients_and_div_by_ranksize"),
-        shard_num, optimizer_list, mode ("ASC"), apply_gradients_strategy: the SDK's options
-        for placing and training a table over several NPU ranks; checked, and without effect
-        in one process. Any other keyword is an error.
+        shard_num, optimizer_list, mode ("ASC"), apply_gradients_strategy, enable_merge,
+        fusion_optimizer_var, hashtable_threshold: the SDK's options for placing and training
+        a table over NPU ranks; checked, and without effect in one process. Any other keyword
+        is an error.
     """
     options = _table_options(name, kwargs)
     config = initialize.get_config()
@@ -413,6 +427,11 @@ def _table_options(name, options):
                 raise ValueError("%s: %s: %s" % (where, key, error.args[0])) from None
     if "shard_num" in options:
         check_int("shard_num", options.pop("shard_num"), 1, INT32_MAX)
+    for key in ("enable_merge", "fusion_optimizer_var"):
+        if key in options:
+            check_bool(key, options.pop(key))
+    if "hashtable_threshold" in options:
+        check_int("hashtable_threshold", options.pop("hashtable_threshold"), 0, INT32_MAX)
     optimizers = options.pop("optimizer_list", None)
     if optimizers is not None and not isinstance(optimizers, (list, tuple)):
         raise TypeError("%s: optimizer_list must be a list of sparse optimizers, got %r"
@@ -434,6 +453,8 @@ def _table_options(name, options):
             isinstance(k, numbers.Integral) and not isinstance(k, bool) for k in keys):
         raise TypeError("%s: padding_keys must be an int or a non-empty list of ints, got %r"
                         % (where, keys))
+    for key in keys:
+        check_int("padding_keys", key, -2**63, 2**63 - 1)
     if not mask:
         raise ValueError("%s: padding_keys=%r needs padding_keys_mask=True" % (where, keys))
     if length is None:
@@ -482,7 +503,7 @@ def _iterators_of(tensor):
         if op.name in seen:
             continue
         seen.add(op.name)
-        if op.type == "IteratorGetNext":
+        if op.type in GET_NEXT_OPS:
             found.add(op.name)
             continue
         stack.extend(t.op for t in op.inputs)
@@ -500,15 +521,16 @@ def _timestamps_of_lookup(timestamps, ids, where):
     for tensor in tf.compat.v1.get_collection(rec_sdk.TIMESTAMP_COLLECTION):
         if not any(tensor is seen for seen in registered):
             registered.append(tensor)
-    if len(registered) > 1:
-        sources = _iterators_of(ids)
+    sources = _iterators_of(ids)
+    if sources:  # ids from an input pipeline take that pipeline's timestamps
         registered = [t for t in registered if _iterators_of(t) & sources]
     if len(registered) == 1:
         return registered[0]
     if not registered:
         raise ValueError("%s: eviction by eviction_threshold needs per-sample timestamps: pass "
                          "timestamps=<tensor> or add the tensor to the %r collection (from the "
-                         "iterator the ids come from)" % (where, rec_sdk.TIMESTAMP_COLLECTION))
+                         "iterator the ids come from: %s)"
+                         % (where, rec_sdk.TIMESTAMP_COLLECTION, sorted(sources) or "none"))
     raise ValueError("%s: the %r collection holds %d tensors from the iterator of the ids; "
                      "pass timestamps= to say which one this lookup uses"
                      % (where, rec_sdk.TIMESTAMP_COLLECTION, len(registered)))
@@ -533,13 +555,32 @@ def _raise_limit(limit, total):
         tensor=tensor_util.make_tensor_proto(total, tf.int32)))
 
 
+def _gather(table, keys, addresses, is_train):
+    """(rows of the unique keys [n, dim], the addresses their gradients go to). With padding
+    keys (padding_keys_mask) in training, a padding key's row is read as any row but its
+    gradient address is -1, which the optimizers skip: the row, and its slots, never change."""
+    if not (table.padding_keys_mask and is_train):
+        return table_ops.gather(table.handle, addresses, table.dim, name="gather"), addresses
+    pad = tf.reduce_any(tf.equal(tf.expand_dims(tf.cast(keys, tf.int64), 1),
+                                 tf.constant(table.padding_keys, tf.int64)), 1)
+    trained = tf.where(pad, tf.constant(-1, tf.int64), addresses, name="trained_addresses")
+    table.trained_address_names.add(trained.name)
+    rows = table_ops.gather(table.handle, trained, table.dim, name="gather")
+    frozen = tf.stop_gradient(table_ops.gather(table.handle, addresses, table.dim,
+                                               name="gather_padding"))
+    return tf.where(tf.expand_dims(pad, 1), frozen, rows), trained
+
+
 def _finish(table, local_emb, addresses, inverse, ids, is_train, is_grad,
-            serving_default_value, register):
-    """Embeddings of the ids (ids.shape + [dim]) from the rows of their unique keys."""
+            serving_default_value, register, trained_addresses=None):
+    """Embeddings of the ids (ids.shape + [dim]) from the rows of their unique keys.
+    `trained_addresses` (default: addresses) are those the lookup collections pair with the
+    rows for the optimizers."""
     if register and is_train and is_grad:
         # The addresses are those of distinct keys already, so the SDK's "unique keys" entry
         # is the same tensor as its "id offsets" entry.
-        for collection, value in zip(LOOKUP_COLLECTIONS, (local_emb, addresses, addresses)):
+        trained = addresses if trained_addresses is None else trained_addresses
+        for collection, value in zip(LOOKUP_COLLECTIONS, (local_emb, trained, trained)):
             tf.compat.v1.add_to_collection(collection, value)
     if not is_grad:
         local_emb = tf.stop_gradient(local_emb)
@@ -551,12 +592,6 @@ def _finish(table, local_emb, addresses, inverse, ids, is_train, is_grad,
     embeddings = tf.reshape(table_ops.gather_rows(local_emb, tf.reshape(inverse, [-1])),
                             out_shape, name="embeddings")
     embeddings.set_shape(ids.shape.concatenate([table.dim]))
-    if table.padding_keys_mask and is_train and is_grad:
-        # Padding keys are looked up as any key, but their rows get no gradient (the SDK
-        # masks their updates): the gradient stops at their positions of the ids.
-        pad = tf.reduce_any(tf.equal(tf.expand_dims(tf.cast(ids, tf.int64), -1),
-                                     tf.constant(table.padding_keys, tf.int64)), -1)
-        embeddings = tf.where(tf.expand_dims(pad, -1), tf.stop_gradient(embeddings), embeddings)
     return embeddings
 
 
@@ -649,6 +684,7 @@ def sparse_lookup(hash_table, ids, send_count=None, is_train=True, name=None,
                                 serving_default_value, timestamps, modify_graph, batch)
     hash_table.lookup_count += 1
     hash_table.train_lookups += int(is_train)
+    hash_table.lookup_names.add(lookup_name)
     return result
 
 
@@ -660,7 +696,15 @@ def _check_spec_against_config(spec, config, where):
         return
     access, evict, coefficient = _parse_access_and_evict_config(config, where)
     mine = (spec.access_threshold, spec.eviction_threshold, spec.faae_coefficient)
-    if (access, evict, coefficient) != mine:
+
+    def off(value):  # None and -1 both mean "off"
+        return -1 if value is None else value
+
+    given = [(key in config, a, b) for key, a, b in (
+        ("access_threshold", off(access), off(mine[0])),
+        ("eviction_threshold", off(evict), off(mine[1])),
+        ("faae_coefficient", coefficient, mine[2]))]
+    if any(present and a != b for present, a, b in given):
         raise ValueError(
             "%s: a FeatureSpec lookup takes its thresholds from FeatureSpec %r "
             "(access_threshold=%r, eviction_threshold=%r, faae_coefficient=%r); "
@@ -705,10 +749,11 @@ def _tensor_lookup(table, ids, send_count, is_train, lookup_name, access_and_evi
             addresses = table_ops.find_or_insert(table.handle, unique_ids, is_train,
                                                  counts=counts, times=times,
                                                  name="find_or_insert")
-        local_emb = table_ops.gather(table.handle, addresses, table.dim, name="gather")
+        local_emb, trained = _gather(table, unique_ids, addresses, is_train)
         inverse = tf.reshape(inverse, tf.shape(ids))
         embeddings = _finish(table, local_emb, addresses, inverse, ids, is_train,
-                             is_grad, serving_default_value, register=True)
+                             is_grad, serving_default_value, register=True,
+                             trained_addresses=trained)
         # What a serving export needs to replace this lookup with stock TensorFlow ops.
         table.tensor_lookups.append({"ids": ids, "embeddings": embeddings,
                                      "serving_default_value": serving_default_value,
@@ -718,7 +763,7 @@ def _tensor_lookup(table, ids, send_count, is_train, lookup_name, access_and_evi
         if modify_graph:
             anchors.record(table.graph, anchors.Anchor(
                 lookup_name, table, ids, is_train, send_count, coefficient, sample_times,
-                addresses, local_emb, inverse, batch))
+                addresses, local_emb, inverse, batch, trained))
         return embeddings
 
 
@@ -740,7 +785,7 @@ def _pipeline_keys(table, unique):
     if table.key_dtype == tf.int64:
         return unique
     check = tf.debugging.Assert(
-        tf.reduce_all((unique >= -2**31) & (unique <= 2**31 - 1)),
+        tf.reduce_all((unique >= -INT32_MAX - 1) & (unique <= INT32_MAX)),
         ["table %r has int32 keys; the batch holds a key outside the int32 range"
          % table.table_name], name="check_int32_keys")
     with tf.control_dependencies([check]):
@@ -778,8 +823,8 @@ def pipeline_rows(table, entries, is_train, send_count, lookup_name):
     with tf.control_dependencies(checks):
         addresses = table_ops.find_or_insert(table.handle, keys, is_train, counts=counts,
                                              times=times, name="find_or_insert")
-    local_emb = table_ops.gather(table.handle, addresses, table.dim, name="gather")
-    return {"emb": local_emb, "addresses": addresses, "limit": limit,
+    local_emb, trained = _gather(table, keys, addresses, is_train)
+    return {"emb": local_emb, "addresses": addresses, "trained": trained, "limit": limit,
             "send_count": send_count or 0, "registered": False}
 
 
@@ -826,4 +871,4 @@ def _feature_spec_lookup(table, spec, send_count, is_train, lookup_name, batch, 
             shared["registered"] = True
         inverse = entries[helper.inverse_key(spec.name)]
         return _finish(table, shared["emb"], shared["addresses"], inverse, ids, is_train,
-                       is_grad, serving_default_value, register)
+                       is_grad, serving_default_value, register, shared["trained"])

@@ -8,6 +8,7 @@ import time
 
 import tensorflow as tf
 
+from rec_sdk.constants.constants import DEFAULT_EVICT_TIME_INTERVAL
 from rec_sdk.core.embedding import tables_of_graph
 from rec_sdk.util.validation import INT32_MAX, check_bool, check_int
 from rec_sdk.util.log import logger
@@ -44,7 +45,7 @@ class EvictHook(tf.compat.v1.train.SessionRunHook):
       time_fn: the wall clock (for tests); default time.time.
     """
 
-    def __init__(self, evict_enable=False, evict_time_interval=60 * 60 * 24,
+    def __init__(self, evict_enable=False, evict_time_interval=DEFAULT_EVICT_TIME_INTERVAL,
                  evict_step_interval=None, time_fn=None):
         self._enable = check_bool("evict_enable", evict_enable)
         self._time_interval = check_int("evict_time_interval", evict_time_interval, 1,

@@ -14,7 +14,7 @@ _anchors = weakref.WeakKeyDictionary()  # graph -> [Anchor]
 
 class Anchor:
     def __init__(self, name, table, ids, is_train, send_count, coefficient, timestamps,
-                 addresses, local_emb, inverse, batch):
+                 addresses, local_emb, inverse, batch, trained_addresses=None):
         self.name = name
         self.table = table
         self.ids = ids
@@ -23,6 +23,8 @@ class Anchor:
         self.coefficient = coefficient
         self.timestamps = timestamps
         self.addresses = addresses
+        # The addresses the lookup collections pair with local_emb (padding keys: -1).
+        self.trained_addresses = addresses if trained_addresses is None else trained_addresses
         self.local_emb = local_emb
         self.inverse = inverse
         self.batch = batch

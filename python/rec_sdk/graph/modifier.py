@@ -33,16 +33,17 @@ from tensorflow.python.framework import function
 from tensorflow.python.ops import gen_dataset_ops, gen_functional_ops
 
 import graph_rewrite
-from rec_sdk.constants.constants import LOOKUP_COLLECTIONS
+from rec_sdk.constants.constants import ASCEND_CUTTING_POINT_INITIALIZER, LOOKUP_COLLECTIONS
 from rec_sdk.core import embedding
 from rec_sdk.core.asc import helper
 from rec_sdk.core.asc.feature_spec import FeatureSpec
 from rec_sdk.core.asc.manager import start_asc_pipeline
 from rec_sdk.graph import anchors as anchor_registry
 from rec_sdk.ops import table_ops
+from rec_sdk.util import initialize
 from rec_sdk.util.dump import next_dump_path
-from rec_sdk.util.validation import INT32_MAX, check_bool
 from rec_sdk.util.log import logger
+from rec_sdk.util.validation import INT32_MAX, check_bool
 
 PREFETCH = 10
 _MAX_POSITIONS = 256  # FeatureSpec index_key positions
@@ -253,6 +254,8 @@ def _rebuild(graph, graph_def, group, dump_graph):
     scope = table_ops.op_scope_name("rec_sdk_modified_" + group.get_next)
     with graph.as_default(), tf.name_scope(scope):
         initializer, batch = new_iterator(graph, source, make_dataset)
+        if initializer is not None:
+            graph.add_to_collection(ASCEND_CUTTING_POINT_INITIALIZER, initializer)
         new_flat = list(batch[:n_flat])
         entries = batch[n_flat]
         mapping = {"%s:%d" % (group.get_next, i): t.name for i, t in enumerate(new_flat)}
@@ -270,6 +273,7 @@ def _rebuild(graph, graph_def, group, dump_graph):
                                                    anchor.name)
                 shared[table.table_name] = rows
             mapping[anchor.addresses.name] = rows["addresses"].name
+            mapping[anchor.trained_addresses.name] = rows["trained"].name
             mapping[anchor.local_emb.name] = rows["emb"].name
             _replace_in_collections(graph, anchor, rows)
             mapping[anchor.inverse.name] = entries[helper.inverse_key(specs[j].name)].name
@@ -288,8 +292,9 @@ def _replace_in_collections(graph, anchor, rows):
     table and batch, as FeatureSpec lookups register them), for optimizers built after the
     modification."""
     for collection, old, new in zip(
-            LOOKUP_COLLECTIONS, (anchor.local_emb, anchor.addresses, anchor.addresses),
-            (rows["emb"], rows["addresses"], rows["addresses"])):
+            LOOKUP_COLLECTIONS,
+            (anchor.local_emb, anchor.trained_addresses, anchor.trained_addresses),
+            (rows["emb"], rows["trained"], rows["trained"])):
         entries = graph.get_collection_ref(collection)
         for i, entry in enumerate(entries):
             if entry is old:
@@ -388,6 +393,8 @@ class GraphModifierHook(tf.compat.v1.train.SessionRunHook):
         self._dump_graph = check_bool("dump_graph", dump_graph)
         self._modify_graph = check_bool("modify_graph", modify_graph)
         self._initializers = []
+        if initialize.is_initialized():  # as the SDK records it
+            initialize.get_config().train_params_config.is_graph_modify_hook_running = True
 
     def begin(self):
         graph = tf.compat.v1.get_default_graph()

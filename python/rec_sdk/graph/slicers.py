@@ -144,6 +144,12 @@ def _move(graph, graph_def, moved, hook):
     if graph.finalized:
         raise graph_rewrite.RewriteError(hook, [], "the graph is finalized; run the hook's "
                                          "begin() before the session is created")
+    done = [m.old_get_next.name for m in modifier.modified_iterators(graph)]
+    if done:
+        raise graph_rewrite.RewriteError(
+            hook, done, "graph modification already rebuilt these iterators; the slicer hooks "
+            "must run first: list them before GraphModifierHook (or call them before "
+            "modify_graph_and_start_emb_cache)")
     mapping, control, additions = {}, {}, {}
     for get_next, by_target in sorted(moved.items()):
         traces = [by_target[t] for t in sorted(by_target)]

@@ -8,7 +8,8 @@ tf.data, so the object offers what such scripts call, built on rec_sdk's table o
 * `set_threshold(threshold, emb_name=..., ids_name=...)`: an op that sets table `emb_name`'s
   feature-admission threshold to the first element of the int tensor `threshold` when it
   runs (run-time values, e.g. from a schedule); returns int32 1. A negative value fails the
-  op. The table must have feature admission (its lookups count keys).
+  op. The table must have feature admission (its lookups count keys). The threshold is the
+  table's (all its lookups); ids_name, if given, must name one of its lookups.
 * `return_timestamp(x)`: an int64 scalar, the wall-clock Unix time in seconds when the op runs
   (x only orders it; e.g. inside dataset.map to stamp each batch).
 * `clear_channel(channel_id)`: the SDK resets the step counters of a host-to-device data
@@ -50,6 +51,11 @@ class HostPipelineOps:
         if emb_name not in tables:
             raise ValueError("set_threshold: emb_name=%r is not a table of this graph; the "
                              "tables are %s" % (emb_name, sorted(tables)))
+        names = tables[emb_name].lookup_names
+        if ids_name and ids_name not in names:
+            raise ValueError("set_threshold: ids_name=%r is not a lookup of table %r (its "
+                             "lookups: %s); the threshold is the table's, for all its lookups"
+                             % (ids_name, emb_name, sorted(names)))
         with tf.name_scope(name or "set_threshold"):
             value = tf.reshape(tf.cast(threshold, tf.int64), [-1])[0]
             check = tf.debugging.Assert(
@@ -68,10 +74,7 @@ class HostPipelineOps:
                 return tf.cast(tf.timestamp(), tf.int64)
 
     def clear_channel(self, channel_id, name=None):
-        if isinstance(channel_id, bool) or channel_id not in (TRAIN_CHANNEL_ID, EVAL_CHANNEL_ID):
-            raise ValueError("clear_channel: channel_id must be %d (training) or %d "
-                             "(evaluation), got %r" % (TRAIN_CHANNEL_ID, EVAL_CHANNEL_ID,
-                                                       channel_id))
+        _check_channel("clear_channel", channel_id)
         return tf.no_op(name=name or "clear_channel_%d" % channel_id)
 
     def __getattr__(self, op_name):
@@ -82,6 +85,12 @@ class HostPipelineOps:
             "counterpart in rec_sdk: keys are preprocessed in tf.data (get_asc_insert_func) "
             "and rows are read and updated by sparse_lookup and the sparse optimizers. "
             "Available: set_threshold, return_timestamp, clear_channel" % op_name)
+
+
+def _check_channel(where, channel_id):
+    if isinstance(channel_id, bool) or channel_id not in (TRAIN_CHANNEL_ID, EVAL_CHANNEL_ID):
+        raise ValueError("%s: channel_id must be %d (training) or %d (evaluation), got %r"
+                         % (where, TRAIN_CHANNEL_ID, EVAL_CHANNEL_ID, channel_id))
 
 
 _HOST_PIPELINE_OPS = HostPipelineOps()
@@ -104,9 +113,7 @@ def eos_map(dataset, librec, channel_id, max_train_steps=-1, max_eval_steps=-1):
     if not isinstance(librec, HostPipelineOps):
         raise TypeError("eos_map: librec must come from "
                         "rec_sdk.util.ops.import_host_pipeline_ops(...), got %r" % (librec,))
-    if isinstance(channel_id, bool) or channel_id not in (TRAIN_CHANNEL_ID, EVAL_CHANNEL_ID):
-        raise ValueError("eos_map: channel_id must be %d (training) or %d (evaluation), got %r"
-                         % (TRAIN_CHANNEL_ID, EVAL_CHANNEL_ID, channel_id))
+    _check_channel("eos_map", channel_id)
     limit = max_train_steps if channel_id == TRAIN_CHANNEL_ID else max_eval_steps
     name = "max_train_steps" if channel_id == TRAIN_CHANNEL_ID else "max_eval_steps"
     limit = check_int(name, limit, -1, MAX_INT32)
