@@ -23,6 +23,8 @@ import uuid
 import numpy as np
 import tensorflow as tf
 
+from rec_sdk.core.table import tables_of_graph
+from rec_sdk.ops import table_ops
 from rec_sdk.util.communication import hccl_ops
 from rec_sdk.util.log import logger
 
@@ -37,8 +39,33 @@ def sparse_dir(checkpoint_path):
     return os.path.join(head, SPARSE_PREFIX + tail)
 
 
+def track(table):
+    """Makes checkpoints include `table` (a SparseEmbedding being created): builds its save
+    and restore ops now, so that checkpoints work once the graph is finalized
+    (MonitoredTrainingSession, tf.estimator), and installs the Saver integration."""
+    with tf.name_scope(table_ops.op_scope_name(table.table_name + "_checkpoint")):
+        save_dir = tf.compat.v1.placeholder(tf.string, [], name="save_dir")
+        delta = tf.compat.v1.placeholder_with_default(False, [], name="delta")
+        restore_dirs = tf.compat.v1.placeholder(tf.string, [None], name="restore_dirs")
+        rank_id = tf.compat.v1.placeholder_with_default(
+            tf.constant(hccl_ops.get_rank_id(), tf.int64), [], name="rank_id")
+        rank_size = tf.compat.v1.placeholder_with_default(
+            tf.constant(hccl_ops.get_rank_size(), tf.int64), [], name="rank_size")
+        rows, note = table_ops.restore(table.handle, restore_dirs, rank_id, rank_size,
+                                       name="restore")
+        saved_rows, save_id = table_ops.save(table.handle, save_dir, delta, name="save")
+        commit_id = tf.compat.v1.placeholder(tf.int64, [], name="commit_id")
+        table.checkpoint_ops = {
+            "save_dir": save_dir, "delta": delta, "save": saved_rows, "save_id": save_id,
+            "commit_id": commit_id,
+            "commit": table_ops.commit_save(table.handle, commit_id, name="commit"),
+            "apply_delta": table_ops.apply_delta(table.handle, save_dir, name="apply_delta"),
+            "restore_dirs": restore_dirs, "rank_id": rank_id, "rank_size": rank_size,
+            "restore": rows, "restore_note": note}
+    install()
+
+
 def _tables(sess, tables):
-    from rec_sdk.core.embedding import tables_of_graph
     if tables is None:
         tables = [t for t in tables_of_graph(sess.graph) if t.is_save]
     return list(tables)

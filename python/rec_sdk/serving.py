@@ -17,7 +17,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from rec_sdk.core.embedding import tables_of_graph
+from rec_sdk.core.table import tables_of_graph
 
 
 def _op_name(tensor):

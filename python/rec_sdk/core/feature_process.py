@@ -9,7 +9,7 @@ import time
 import tensorflow as tf
 
 from rec_sdk.constants.constants import DEFAULT_EVICT_TIME_INTERVAL
-from rec_sdk.core.embedding import tables_of_graph
+from rec_sdk.core.table import tables_of_graph
 from rec_sdk.util.validation import INT32_MAX, check_bool, check_int
 from rec_sdk.util.log import logger
 

@@ -15,62 +15,20 @@ apply_gradients. The optimizer's slots live in the variable's rows:
   FtrlOptimizer                  FTRL (ApplyFtrlV2)       accum, linear
 """
 import tensorflow as tf
+from tensorflow.python.training import optimizer as tf_optimizer
 
 from rec_sdk.dynamic_embedding.lookup import record_of
+from rec_sdk.dynamic_embedding.optimizer_kinds import SUPPORTED, hyper, kind
 from rec_sdk.ops import optimizer_ops, table_ops
 from rec_sdk.optimizers.base import SparseOptimizer
-
-_V1 = tf.compat.v1.train
-# (class, kernel kind, slot names), most specific first.
-_KINDS = (
-    (_V1.AdamOptimizer, "adam", ("m", "v")),
-    (_V1.AdagradOptimizer, "adagrad", ("accumulator",)),
-    (_V1.MomentumOptimizer, "momentum", ("momentum",)),
-    (_V1.FtrlOptimizer, "ftrl", ("accum", "linear")),
-    (_V1.GradientDescentOptimizer, "sgd", ()),
-)
-# The name under which each kernel attaches its slots to a table (sparse_optimizers.cc).
-_KERNEL_NAMES = {"adam": "LazyAdam", "adagrad": "Adagrad", "momentum": "Momentum",
-                 "ftrl": "Ftrl", "sgd": "GradientDescent"}
-_SUPPORTED = "tf.compat.v1.train.%s" % ", ".join(
-    c.__name__ for c, _, _ in _KINDS)
-
-
-def _kind(optimizer):
-    for cls, kind, slots in _KINDS:
-        if type(optimizer) is cls:  # pylint: disable=unidiomatic-typecheck
-            return kind, slots
-    for cls, kind, slots in _KINDS:
-        if isinstance(optimizer, cls):
-            return kind, slots
-    raise TypeError("DynamicEmbeddingOptimizer supports %s; got %s (Keras optimizers: use "
-                    "their tf.compat.v1.train counterparts in graph mode)"
-                    % (_SUPPORTED, type(optimizer).__name__))
-
-
-def slot_info(optimizer):
-    """[(slot name, initial value)] of a supported optimizer, and the name its kernel gives
-    the slots of a table."""
-    if not isinstance(optimizer, tf.compat.v1.train.Optimizer):
-        raise TypeError("optimizer must be a tf.compat.v1.train optimizer, got %r"
-                        % (optimizer,))
-    kind, names = _kind(optimizer)
-    initial = [0.0] * len(names)
-    if kind in ("adagrad", "ftrl"):
-        initial[0] = float(_hyper(optimizer._initial_accumulator_value))  # pylint: disable=protected-access
-    return list(zip(names, initial)), _KERNEL_NAMES[kind]
-
-
-def _hyper(value):
-    return value() if callable(value) else value
-
+from rec_sdk.util.graph_state import state_of
 
 class _RowUpdate(SparseOptimizer):
     """Applies one stock optimizer's update to de rows with rec_sdk's kernels."""
 
     def __init__(self, optimizer):
         super().__init__(optimizer.get_name(), by_address=None)
-        self.kind, self.slot_names = _kind(optimizer)
+        self.kind, self.slot_names = kind(optimizer)
         self.optimizer = optimizer
         self._steps = {}  # graph -> Adam's step count variable (one optimizer, many graphs)
         self._step = None
@@ -102,7 +60,7 @@ class _RowUpdate(SparseOptimizer):
         if self.kind == "adagrad":
             return optimizer_ops.apply_adagrad(
                 table.handle, addresses, grads, _f(o._learning_rate),
-                float(_hyper(o._initial_accumulator_value)))
+                float(hyper(o._initial_accumulator_value)))
         if self.kind == "momentum":
             return optimizer_ops.apply_momentum(
                 table.handle, addresses, grads, _f(o._learning_rate), _f(o._momentum),
@@ -110,20 +68,20 @@ class _RowUpdate(SparseOptimizer):
         if self.kind == "ftrl":
             lr = _f(o._learning_rate)
             l2 = _f(o._l2_regularization_strength)
-            beta = float(_hyper(getattr(o, "_beta", 0.0)) or 0.0)
+            beta = float(hyper(getattr(o, "_beta", 0.0)) or 0.0)
             if beta:
                 l2 = l2 + beta / (2.0 * lr)
             return optimizer_ops.apply_ftrl(
                 table.handle, addresses, grads, lr, _f(o._learning_rate_power),
                 _f(o._l1_regularization_strength), l2,
                 _f(o._l2_shrinkage_regularization_strength),
-                float(_hyper(o._initial_accumulator_value)))
+                float(hyper(o._initial_accumulator_value)))
         return optimizer_ops.apply_gradient_descent(table.handle, addresses, grads,
                                                     _f(o._learning_rate), 0.0)
 
 
 def _f(value):
-    return tf.cast(_hyper(value), tf.float32)
+    return tf.cast(hyper(value), tf.float32)
 
 
 def _rows_of(grad, record):
@@ -131,8 +89,8 @@ def _rows_of(grad, record):
     n = tf.size(record.unique_keys)
     dim = record.params.dim
     if isinstance(grad, tf.IndexedSlices):
-        if grad.indices.op.type == "Range" and grad.indices.op.name in getattr(
-                grad.indices.graph, "_rec_sdk_row_ranges", ()):
+        if grad.indices.op.type == "Range" and grad.indices.op.name in state_of(
+                grad.indices.graph).row_ranges:
             return tf.reshape(grad.values, [-1, dim])
         return table_ops.sum_rows(tf.reshape(grad.values, [-1, dim]),
                                   tf.cast(grad.indices, tf.int32), n)
@@ -212,7 +170,6 @@ class _UnwrappedTrainable:
 def _install_processor():
     """Routes de trainables to _UnwrappedTrainable in tf.compat.v1 optimizers (wrapping
     TensorFlow's processor lookup, as TFRA does for its trainables)."""
-    from tensorflow.python.training import optimizer as tf_optimizer
     original = tf_optimizer._get_processor  # pylint: disable=protected-access
     if getattr(original, "_rec_sdk", False):
         return
@@ -241,7 +198,7 @@ def DynamicEmbeddingOptimizer(self, bp_v2=False, synchronous=False, **kwargs):  
         raise ValueError("DynamicEmbeddingOptimizer(synchronous=True) (Horovod) is not "
                          "supported by rec_sdk")
     if not isinstance(self, tf.compat.v1.train.Optimizer):
-        raise TypeError("DynamicEmbeddingOptimizer supports %s; got %r" % (_SUPPORTED, self))
+        raise TypeError("DynamicEmbeddingOptimizer supports %s; got %r" % (SUPPORTED, self))
     if getattr(self, "_rec_sdk_rows", None) is not None:
         return self
     self._rec_sdk_rows = _RowUpdate(self)  # pylint: disable=protected-access

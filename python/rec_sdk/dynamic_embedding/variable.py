@@ -15,9 +15,12 @@ import tensorflow as tf
 
 import rec_sdk
 from rec_sdk import saver
-from rec_sdk.core.embedding import MAX_DIM, SparseEmbedding, tables_of_graph
+from rec_sdk.core.embedding import MAX_DIM
+from rec_sdk.core.table import SparseEmbedding, tables_of_graph
+from rec_sdk.dynamic_embedding.optimizer_kinds import slot_info
 from rec_sdk.core.initializer_spec import describe_initializer
 from rec_sdk.ops import table_ops
+from rec_sdk.util.graph_state import state_of
 from rec_sdk.util.log import logger
 
 
@@ -165,9 +168,9 @@ class Variable:
                         host_vocabulary_size=0, ssd_vocabulary_size=0,
                         ssd_data_path=(os.getcwd(),), is_save=self.checkpoint, init_param=1.0,
                         track_access=restrict_policy is not None)
+                    saver.track(table)
                 tf.compat.v1.add_to_collection(rec_sdk.TABLE_COLLECTION, table)
                 self._tables.append(table)
-        saver.install()
         self._restrict_policy = restrict_policy(self) if restrict_policy is not None else None
 
     # --- properties (TFRA names) ---
@@ -358,7 +361,6 @@ class Variable:
     def get_slot_variables(self, optimizer):
         """The optimizer's slots of this variable (views of the slot values kept in the
         variable's rows), one per slot name; [] for an optimizer without slots."""
-        from rec_sdk.dynamic_embedding.optimizer import slot_info
         slots, owner = slot_info(optimizer)
         return [SlotVariable(self, optimizer.get_name(), name, i, initial, owner)
                 for i, (name, initial) in enumerate(slots)]
@@ -474,10 +476,7 @@ def get_variable(name, key_dtype=tf.int64, value_dtype=tf.float32, dim=1, device
         raise ValueError("name must be a non-empty string, got %r" % (name,))
     scope = tf.compat.v1.get_variable_scope()
     full_name = "%s/%s" % (scope.name, name) if scope.name else name
-    graph = tf.compat.v1.get_default_graph()
-    if not hasattr(graph, "_rec_sdk_de_variables"):
-        graph._rec_sdk_de_variables = {}  # pylint: disable=protected-access
-    store = graph._rec_sdk_de_variables  # pylint: disable=protected-access
+    store = state_of(tf.compat.v1.get_default_graph()).de_variables
     if full_name in store:
         if scope.reuse is False or scope.reuse is None:
             raise ValueError("Variable %s already exists, disallowed. Did you mean to set "

@@ -20,6 +20,9 @@ import os
 import sys
 
 import numpy as np
+import tensorflow as tf
+
+from rec_sdk.examples.metrics import auc
 
 NUM_DENSE = 13
 NUM_CATEGORICAL = 26
@@ -128,7 +131,6 @@ def features(rows, field_shift=40):
 
 def bayes_auc(generator, rows=CHUNK_ROWS, start=0):
     """The AUC of the planted logit itself on `rows` rows: the best a model can do."""
-    from rec_sdk.examples.metrics import auc  # NumPy only
     data = generator.rows(start, rows)
     return auc(data["label"], data["logit"])
 
@@ -136,7 +138,6 @@ def bayes_auc(generator, rows=CHUNK_ROWS, start=0):
 def write_tfrecord(path, generator, rows, start=0):
     """Writes rows as tf.train.Examples (label float, dense int64[13], categorical
     int64[26]); read them back with rec_sdk.examples.inputs.tfrecord_dataset."""
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
     tmp = path + ".tmp"
     with tf.io.TFRecordWriter(tmp) as writer:
         for chunk in generator.chunks(rows, start):

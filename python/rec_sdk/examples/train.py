@@ -18,6 +18,7 @@ import argparse
 import collections
 import os
 import sys
+import tempfile
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
@@ -25,6 +26,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from rec_sdk import dynamic_embedding as rec_sdk_de  # noqa: E402
 from rec_sdk.core.embedding import create_table, sparse_lookup  # noqa: E402
 from rec_sdk.core.feature_process import TableStatsHook  # noqa: E402
 from rec_sdk.examples import feature_spec_demo, inputs, synthetic  # noqa: E402
@@ -230,8 +232,7 @@ class DynamicEmbeddings(Embeddings):
     DynamicEmbeddingOptimizer(AdamOptimizer)."""
 
     def __init__(self, source, dim, learning_rate, wide, de=None, seed=0):
-        if de is None:
-            import rec_sdk.dynamic_embedding as de
+        de = rec_sdk_de if de is None else de
         self.de = de
         self.source = source
         self.has_wide = wide
@@ -414,7 +415,6 @@ def run_estimator(args, source, log):
 
 
 def _temp_dir():
-    import tempfile  # pylint: disable=import-outside-toplevel
     return tempfile.mkdtemp(prefix="rec_sdk_train_")
 
 

@@ -31,28 +31,26 @@ longer read or updated by the train op).
 """
 import copy
 import re
-import threading
-import weakref
 
 import tensorflow as tf
 
 import graph_rewrite
 from graph_rewrite.embedding_variables import find_embedding_variables
 from rec_sdk.constants.constants import MAX_VOCABULARY_SIZE
-from rec_sdk.core.embedding import create_table, sparse_lookup, tables_of_graph
+from rec_sdk.core.embedding import create_table, sparse_lookup
+from rec_sdk.core.table import tables_of_graph
 from rec_sdk.ops import table_ops
 from rec_sdk.optimizers import lazy_adam, lazy_adam_by_addr
 from rec_sdk.optimizers.base import SparseOptimizer
 from rec_sdk.util import initialize
 from rec_sdk.util.dump import next_dump_path
-from rec_sdk.util.validation import check_bool, check_float
+from rec_sdk.util.graph_state import state_of
 from rec_sdk.util.log import logger
+from rec_sdk.util.validation import check_bool, check_float
 
 DEFAULT_LEARNING_RATE = 0.001
 DEFAULT_CAPACITY_FACTOR = 4.0
 _PASS_NAME = "convert_variables"
-_lock = threading.Lock()
-_converted = weakref.WeakKeyDictionary()  # graph -> {variable name: ConvertedVariable}
 
 
 class ConvertedVariable:
@@ -90,9 +88,9 @@ class Conversion:
 
 def converted_variables(graph=None):
     """{variable name: ConvertedVariable} of `graph` (default: the default graph)."""
-    graph = graph or tf.compat.v1.get_default_graph()
-    with _lock:
-        return dict(_converted.get(graph, {}))
+    state = state_of(graph or tf.compat.v1.get_default_graph())
+    with state.lock:
+        return dict(state.converted)
 
 
 def _dump_dir(dump_graph):
@@ -394,10 +392,10 @@ def convert_embedding_variables(graph=None, optimizer=None, emb_initializer=None
                 m[0] == var.name for m in results[1].matches):
             logger.warning("rec_sdk: no train op runs the dense updates of variable %r; "
                             "nothing was dropped", var.name)
-    with _lock:
-        registry = _converted.setdefault(graph, {})
+    state = state_of(graph)
+    with state.lock:
         for item in converted:
-            registry[item.name] = item
+            state.converted[item.name] = item
     logger.info("rec_sdk: converted %d embedding variable(s) to rec_sdk tables, skipped %d "
                  "(%d ops rewired; passes: %s)", len(converted), len(skipped), edited,
                  ", ".join("%s %d" % (p.name, len(r.matches)) for p, r in zip(passes, results)))

@@ -23,9 +23,6 @@ pipeline, as FeatureSpec mode does, without the user writing FeatureSpecs:
 return the new iterators' initializer and batch; `GraphModifierHook` does all of it for
 tf.estimator.
 """
-import threading
-import weakref
-
 import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2
 from tensorflow.python.data.util import structure as data_structure
@@ -34,21 +31,19 @@ from tensorflow.python.ops import gen_dataset_ops, gen_functional_ops
 
 import graph_rewrite
 from rec_sdk.constants.constants import ASCEND_CUTTING_POINT_INITIALIZER, LOOKUP_COLLECTIONS
+from rec_sdk.core import anchors as anchor_registry
 from rec_sdk.core import embedding
 from rec_sdk.core.asc import helper
 from rec_sdk.core.asc.feature_spec import FeatureSpec
 from rec_sdk.core.asc.manager import start_asc_pipeline
-from rec_sdk.graph import anchors as anchor_registry
 from rec_sdk.ops import table_ops
-from rec_sdk.util import initialize
+from rec_sdk.util import graph_state, initialize
 from rec_sdk.util.dump import next_dump_path
 from rec_sdk.util.log import logger
 from rec_sdk.util.validation import INT32_MAX, check_bool
 
 PREFETCH = 10
 _MAX_POSITIONS = 256  # FeatureSpec index_key positions
-_lock = threading.Lock()
-_modified = weakref.WeakKeyDictionary()  # graph -> [ModifiedIterator]
 
 
 class ModifiedIterator:
@@ -78,10 +73,7 @@ class ModifiedIterator:
 def modified_iterators(graph=None, is_training=None):
     """The ModifiedIterators of `graph` (default: the default graph), optionally only the
     training (True) or evaluation (False) ones."""
-    graph = graph or tf.compat.v1.get_default_graph()
-    with _lock:
-        found = list(_modified.get(graph, ()))
-    return [m for m in found if is_training is None or m.is_training == is_training]
+    return graph_state.modified_iterators(graph, is_training)
 
 
 def flat_structure(source):
@@ -359,8 +351,9 @@ def modify_graph_and_start_emb_cache(full_graph=None, dump_graph=False):
         edited = graph_rewrite.update_live_graph(graph, final)
         for anchor in todo:
             anchor.modified = True
-        with _lock:
-            _modified.setdefault(graph, []).extend(done)
+        state = graph_state.state_of(graph)
+        with state.lock:
+            state.modified_iterators.extend(done)
         logger.info("rec_sdk: graph modified: %d lookup(s) on %d iterator(s) now take their "
                      "keys from the input pipeline (%d ops rewired; passes: %s)", len(todo),
                      len(groups), edited,

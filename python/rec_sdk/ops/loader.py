@@ -1,11 +1,13 @@
 """The one place that knows where rec_sdk's op library is and how to load it.
 
-The library is loaded once, on first use, so `import rec_sdk` stays cheap and works before the
-library is built. A library built for another TensorFlow version does not load (its absl and TF
+The library is loaded once, on first use, so importing rec_sdk works before the library is
+built. A library built for another TensorFlow version does not load (its absl and TF
 symbols differ), so the error names both versions and the rebuild command.
 """
 import os
 import threading
+
+import tensorflow as tf
 
 LIBRARY_FILE = "_rec_sdk_ops.so"
 VERSION_FILE = "_rec_sdk_ops.tf_version"
@@ -35,8 +37,6 @@ def _built_tf_version(path):
 
 
 def _load():
-    import tensorflow as tf
-
     path = library_path()
     if not os.path.exists(path):
         raise OpLibraryError(

@@ -7,6 +7,7 @@ import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2
 
 from rec_sdk.ops.loader import load_ops
+from rec_sdk.util.graph_state import state_of
 
 GATHER_OP = "RecSdk>TableGather"
 FIND_OR_INSERT_OP = "RecSdk>TableFindOrInsert"
@@ -225,10 +226,9 @@ def dedup_rows(addresses, values):
 
 def mark_keys_unique(keys):
     """Records that `keys` (e.g. from the input pipeline's dedup) hold no duplicates."""
-    graph = keys.graph
-    if not hasattr(graph, "_rec_sdk_unique_keys"):
-        graph._rec_sdk_unique_keys = set()  # pylint: disable=protected-access
-    graph._rec_sdk_unique_keys.add(keys.name)  # pylint: disable=protected-access
+    state = state_of(keys.graph)
+    with state.lock:
+        state.unique_keys.add(keys.name)
 
 
 def addresses_are_unique(addresses):
@@ -240,7 +240,7 @@ def addresses_are_unique(addresses):
     keys = op.inputs[1]
     while keys.op.type == "Identity":
         keys = keys.op.inputs[0]
-    if keys.name in getattr(keys.graph, "_rec_sdk_unique_keys", ()):
+    if keys.name in state_of(keys.graph).unique_keys:
         return True
     return keys.op.type == UNIQUE_OP and keys.value_index == 0
 
@@ -279,9 +279,9 @@ def _trainable_rows_grad(op, grad):
     grad = tf.convert_to_tensor(grad)
     positions = tf.range(tf.shape(rows)[0])
     # Lets the optimizer skip re-summing slices whose indices are exactly these positions.
-    if not hasattr(op.graph, "_rec_sdk_row_ranges"):
-        op.graph._rec_sdk_row_ranges = set()  # pylint: disable=protected-access
-    op.graph._rec_sdk_row_ranges.add(positions.op.name)  # pylint: disable=protected-access
+    state = state_of(op.graph)
+    with state.lock:
+        state.row_ranges.add(positions.op.name)
     return [tf.IndexedSlices(grad, positions, tf.shape(rows)), None]
 
 

@@ -11,7 +11,7 @@ applied by one op per table, updating only those rows.
 """
 import tensorflow as tf
 
-from rec_sdk.core.embedding import SparseEmbedding, table_of, tables_of_graph
+from rec_sdk.core.table import SparseEmbedding, table_of, tables_of_graph
 from rec_sdk.ops import table_ops
 from rec_sdk.util import initialize
 from rec_sdk.util.validation import check_float

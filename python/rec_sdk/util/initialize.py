@@ -10,8 +10,11 @@ import atexit
 import os
 import threading
 
+import tensorflow as tf
+
 from rec_sdk.constants.constants import (EVAL_CHANNEL_ID, GET_CONFIG_INSTANCE_ERR_MSG,
                                          TRAIN_CHANNEL_ID, EnvOption, apply_gradients_strategy)
+from rec_sdk.util import graph_state
 from rec_sdk.util.communication import hccl_ops
 from rec_sdk.util.log import logger
 from rec_sdk.util.ops import import_host_pipeline_ops
@@ -320,11 +323,9 @@ def clear_channel(is_train_channel=False):
 
 
 def _modified(is_training, what):
-    # Imported here: the modifier imports the table code, which imports this module.
-    from rec_sdk.graph import modifier  # pylint: disable=import-outside-toplevel
     if not isinstance(is_training, bool):
         raise TypeError("%s: is_training must be a bool, got %r" % (what, is_training))
-    found = modifier.modified_iterators(is_training=is_training)
+    found = graph_state.modified_iterators(is_training=is_training)
     if not found:
         raise ValueError("%s(%r): no %s iterator was modified in the default graph; call "
                          "rec_sdk.graph.modifier.modify_graph_and_start_emb_cache() after "
@@ -342,7 +343,6 @@ def get_initializer(is_training):
     initializers = [m.initializer for m in found if m.initializer is not None]
     if len(initializers) == 1:
         return initializers[0]
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
     name = "rec_sdk_%s_initializer_%d" % ("train" if is_training else "eval", len(found))
     graph = tf.compat.v1.get_default_graph()
     try:  # built once per graph and set of iterators

@@ -1,7 +1,7 @@
 """get_dense_and_sparse_variable (mirrors mx_rec.util.variable)."""
 import tensorflow as tf
 
-from rec_sdk.core.embedding import tables_of_graph
+from rec_sdk.core.table import tables_of_graph
 
 
 def get_dense_and_sparse_variable():

@@ -13,8 +13,6 @@ batches, in a dict appended to the tuple, or the tuple's first dict when str ind
 used).
 """
 import os
-import threading
-import weakref
 
 import tensorflow as tf
 
@@ -22,15 +20,12 @@ from rec_sdk.core.asc.feature_spec import FeatureSpec
 from rec_sdk.ops import table_ops
 from rec_sdk.ops.loader import load_ops
 from rec_sdk.util.dump import next_dump_path
-from rec_sdk.util.validation import check_bool
+from rec_sdk.util.graph_state import state_of
 from rec_sdk.util.log import logger
+from rec_sdk.util.validation import check_bool
 
 PREFIX = "__rec_sdk__/"
 
-_lock = threading.Lock()
-# graph -> [([FeatureSpec], is_training)] of the insert functions built in it; weak, so a
-# graph that is dropped takes its entries along.
-_registered = weakref.WeakKeyDictionary()
 
 
 def unique_key(table_name):
@@ -51,8 +46,9 @@ def inverse_key(spec_name):
 
 def registered_specs(graph):
     """[(specs, is_training)] of the insert functions built while `graph` was the default."""
-    with _lock:
-        return list(_registered.get(graph, ()))
+    state = state_of(graph)
+    with state.lock:
+        return list(state.insert_specs)
 
 
 def pipeline_dict(batch):
@@ -204,9 +200,9 @@ def get_asc_insert_func(tgt_key_specs=None, args_index_list=None, table_names=No
         flat_positions = False
     by_table, timestamps = _check_specs(tgt_key_specs)
     specs = list(tgt_key_specs)
-    with _lock:
-        _registered.setdefault(tf.compat.v1.get_default_graph(), []).append(
-            (specs, is_training))
+    state = state_of(tf.compat.v1.get_default_graph())
+    with state.lock:
+        state.insert_specs.append((specs, is_training))
     load_ops()  # fail here, not inside tf.data, when the op library is missing
 
     def insert_fn(*args):

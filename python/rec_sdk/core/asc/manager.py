@@ -9,7 +9,7 @@ that exists, and a table's specs agree on its admission and eviction thresholds.
 import tensorflow as tf
 
 from rec_sdk.core.asc import helper
-from rec_sdk.core.embedding import tables_of_graph
+from rec_sdk.core.table import tables_of_graph
 from rec_sdk.util import initialize
 from rec_sdk.util.log import logger
 

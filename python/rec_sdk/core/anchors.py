@@ -1,15 +1,12 @@
-"""Lookups recorded by sparse_lookup(..., modify_graph=True), per graph, for graph modification.
+"""Lookups recorded by sparse_lookup(..., modify_graph=True), per graph (in its GraphState),
+for graph modification.
 
 An anchor holds the tensors of one tensor lookup that modification rewires: its ids (traced
 back to the iterator), its per-step dedup results (row addresses, rows, inverse indices) that
 the rebuilt input pipeline replaces, and what the pipeline needs to redo the work (table,
 mode, admission weight, timestamps, send_count).
 """
-import threading
-import weakref
-
-_lock = threading.Lock()
-_anchors = weakref.WeakKeyDictionary()  # graph -> [Anchor]
+from rec_sdk.util.graph_state import state_of
 
 
 class Anchor:
@@ -35,10 +32,12 @@ class Anchor:
 
 
 def record(graph, anchor):
-    with _lock:
-        _anchors.setdefault(graph, []).append(anchor)
+    state = state_of(graph)
+    with state.lock:
+        state.anchors.append(anchor)
 
 
 def of_graph(graph):
-    with _lock:
-        return list(_anchors.get(graph, ()))
+    state = state_of(graph)
+    with state.lock:
+        return list(state.anchors)

@@ -1,0 +1,247 @@
+"""The table object: `SparseEmbedding` (what `create_table` returns and what a de.Variable's
+shards are) and where a graph's tables are found (`tables_of_graph`, `table_of`).
+
+A SparseEmbedding owns its handle op and the Python-side facts its lookups need (thresholds,
+lookup records). Its checkpoint ops are built by rec_sdk.saver.track, where checkpoints live.
+"""
+import tensorflow as tf
+
+from rec_sdk.constants.constants import TABLE_COLLECTION
+from rec_sdk.ops import table_ops
+from rec_sdk.util.validation import INT32_MAX, check_int
+
+
+class SparseEmbedding:
+    """A rec_sdk embedding table, as returned by `create_table`.
+
+    Attributes: table_name, key_dtype, dim, value_dtype, is_save, capacity_rows (the fixed
+    capacity, or None in dynamic-expansion mode), handle (the table's resource tensor).
+    Converts to its handle tensor, so it can be passed to tf.gradients.
+    """
+
+    def __init__(self, table_name, key_dtype, dim, initializer_spec, dynamic_expansion,
+                 capacity_rows, device_vocabulary_size, host_vocabulary_size,
+                 ssd_vocabulary_size, ssd_data_path, is_save, init_param, steps_to_live=None,
+                 evict_when_full=False, track_changes=False, track_access=False):
+        self.table_name = table_name
+        self.key_dtype = key_dtype
+        self.dim = dim
+        self.value_dtype = tf.float32
+        self.initializer_spec = initializer_spec
+        self.dynamic_expansion = dynamic_expansion
+        self.capacity_rows = capacity_rows
+        self.device_vocabulary_size = device_vocabulary_size
+        self.host_vocabulary_size = host_vocabulary_size
+        self.ssd_vocabulary_size = ssd_vocabulary_size
+        self.ssd_data_path = ssd_data_path
+        self.is_save = is_save
+        self.init_param = init_param
+        self.graph = tf.compat.v1.get_default_graph()
+        self.lookup_count = 0
+        self.train_lookups = 0  # lookups with is_train=True
+        self.steps_to_live = steps_to_live
+        self.evict_when_full = evict_when_full
+        # Admission and eviction, fixed by the first lookup that configures them.
+        self.access_threshold = -1
+        self.eviction_threshold = -1 if steps_to_live is None else steps_to_live
+        self._admission_source = None
+        self._uncounted_train_lookups = []
+        # FeatureSpec lookups of one batch share one find_or_insert: key -> (emb, addresses).
+        self._batch_lookups = {}
+        self.spec_lookups = set()  # (FeatureSpec name, is_train) of its FeatureSpec lookups
+        # Per tensor lookup: {"ids", "embeddings", "serving_default_value", "addresses" (of
+        # its unique keys), "inverse" (ids shape: position of each id's key in addresses),
+        # "name", "is_train"}.
+        self.tensor_lookups = []
+        self.lookup_names = set()  # the name= of every lookup of the table
+        self.trained_address_names = set()  # lookups' addresses with padding keys as -1
+        # The SDK's padding keys (set by create_table): looked up, never trained.
+        self.padding_keys = ()
+        self.padding_keys_mask = False
+        self.padding_keys_len = None
+        self.handle = table_ops.create_table(
+            table_name, key_dtype, dim, dynamic_expansion,
+            capacity=0 if dynamic_expansion else capacity_rows, initializer=initializer_spec,
+            initial_capacity=device_vocabulary_size if dynamic_expansion else 0,
+            evict_when_full=evict_when_full, track_changes=track_changes,
+            track_access=track_access)
+        self.track_changes = track_changes
+        if steps_to_live is not None:
+            table_ops.set_admission_attrs(self.handle, -1, steps_to_live)
+        self.checkpoint_ops = None  # built by rec_sdk.saver.track(table)
+
+    @property
+    def name(self):
+        """The name of the table's handle tensor (how a MetaGraph's collections record it)."""
+        return self.handle.name
+
+    def __repr__(self):
+        return "<rec_sdk table %r dim=%d key_dtype=%s %s>" % (
+            self.table_name, self.dim, self.key_dtype.name,
+            "dynamic expansion" if self.dynamic_expansion else "capacity=%d" % self.capacity_rows)
+
+    def size(self, name=None):
+        """Scalar int64 tensor: the number of keys stored."""
+        return table_ops.size(self.handle, name=name)
+
+    def capacity(self, name=None):
+        """Scalar int64 tensor: rows the table holds without growing (its fixed capacity, or the
+        rows allocated so far in dynamic-expansion mode)."""
+        return table_ops.capacity(self.handle, name=name)
+
+    def _keys(self, keys, param="keys"):
+        keys = tf.convert_to_tensor(keys)
+        if keys.dtype == self.key_dtype:
+            return keys
+        if keys.dtype == tf.int32 and self.key_dtype == tf.int64:
+            return tf.cast(keys, tf.int64)
+        raise TypeError("%s of table '%s' must be %s, got %s"
+                        % (param, self.table_name, self.key_dtype.name, keys.dtype.name))
+
+    def lookup(self, keys, init_missing=False, name=None):
+        """(values, exists) for keys of any shape, without inserting. Missing keys read zeros,
+        or with init_missing=True the values the initializer would give them."""
+        return table_ops.lookup(self.handle, self._keys(keys), self.dim, init_missing, name=name)
+
+    def upsert(self, keys, values, name=None):
+        """Op that inserts or overwrites the embeddings of keys with values (keys.shape+[dim])."""
+        return table_ops.upsert(self.handle, self._keys(keys),
+                                tf.convert_to_tensor(values, tf.float32), name=name)
+
+    def remove(self, keys, name=None):
+        """Removes keys; returns the number removed (int64 scalar)."""
+        return table_ops.remove(self.handle, self._keys(keys), name=name)
+
+    def clear(self, name=None):
+        return table_ops.clear(self.handle, name=name)
+
+    @property
+    def admission(self):
+        """True when lookups count keys for feature admission."""
+        return self._admission_source is not None and self.access_threshold >= 0
+
+    @property
+    def clock(self):
+        """What eviction ages are measured in: "timestamp" (data seconds), "step" (global
+        steps, with steps_to_live) or None."""
+        if self.steps_to_live is not None:
+            return "step"
+        if self.eviction_threshold >= 0:
+            return "timestamp"
+        return None
+
+    def configure_admission(self, where, access_threshold, eviction_threshold):
+        """Sets the table's admission and eviction thresholds (None: -1) from a lookup; every
+        lookup that configures them must agree."""
+        access = -1 if access_threshold is None else access_threshold
+        evict = -1 if eviction_threshold is None else eviction_threshold
+        if self.steps_to_live is not None and evict >= 0:
+            raise ValueError("%s: table %r evicts by steps_to_live=%d; it cannot also take "
+                             "eviction_threshold=%d (timestamps)"
+                             % (where, self.table_name, self.steps_to_live, evict))
+        if self.steps_to_live is not None:
+            evict = self.steps_to_live
+        if self._admission_source is not None:
+            if (access, evict) != (self.access_threshold, self.eviction_threshold):
+                raise ValueError(
+                    "%s: table %r already has access_threshold=%d, eviction_threshold=%d "
+                    "(from %s); every lookup of a table must use the same thresholds, got "
+                    "%d and %d" % (where, self.table_name, self.access_threshold,
+                                   self.eviction_threshold, self._admission_source, access,
+                                   evict))
+            return
+        if (access >= 0 or evict >= 0) and self._uncounted_train_lookups:
+            raise ValueError(
+                "%s: table %r gets admission or eviction here, but its training lookups %s "
+                "were built without it (they neither count keys nor pass timestamps); give "
+                "every training lookup of a table the same access_and_evict_config"
+                % (where, self.table_name, self._uncounted_train_lookups))
+        self.access_threshold = access
+        self.eviction_threshold = evict
+        self._admission_source = where
+        table_ops.set_admission_attrs(self.handle, access, evict)
+
+    def set_access_threshold(self, threshold, session=None, name=None):
+        """Changes the admission threshold for later steps: returns the op, or runs it when
+        `session` is given. `threshold` is an int in [-1, 2**31-1] or an integer scalar tensor
+        (read when the op runs; the op fails outside that range). -1 turns admission off;
+        keys already admitted keep their rows. The table must have been given admission by
+        its lookups (so that they count keys)."""
+        if isinstance(threshold, (tf.Tensor, tf.Variable)):
+            if not threshold.dtype.is_integer or threshold.shape.rank not in (None, 0):
+                raise TypeError("threshold must be an int or an integer scalar tensor, got %r"
+                                % (threshold,))
+            threshold = tf.cast(threshold, tf.int64)
+            check = tf.debugging.Assert(
+                (threshold >= -1) & (threshold <= INT32_MAX),
+                [tf.strings.format("set_access_threshold: table %s: threshold must be in "
+                                   "[-1, %d], got {}" % (self.table_name, INT32_MAX),
+                                   threshold)], name="check_threshold")
+            with tf.control_dependencies([check]):
+                threshold = tf.identity(threshold)
+        else:
+            threshold = check_int("threshold", threshold, -1, INT32_MAX)
+        if self._admission_source is None or self.access_threshold < 0:
+            raise ValueError("set_access_threshold: table %r has no feature admission; give "
+                             "its lookups an access_threshold (FeatureSpec or "
+                             "access_and_evict_config) first" % self.table_name)
+        op = table_ops.set_access_threshold(self.handle, threshold, name=name)
+        if session is not None:
+            session.run(op)
+        return op
+
+    def evict(self, name=None):
+        """Op evicting the keys whose age reached the eviction threshold (rows, slots and
+        counts); returns (rows evicted, pending counts evicted) as int64 scalars."""
+        return table_ops.evict(self.handle, name=name)
+
+    def stats(self, name=None):
+        """Dict of int64 scalar tensors: size, capacity, admitted, rejected (training lookups
+        of keys not admitted), evicted, pending (keys counting towards admission),
+        newest_clock (the newest timestamp or step seen)."""
+        values = table_ops.stats(self.handle, name=name)
+        return {key: values[i] for i, key in enumerate(table_ops.STAT_NAMES)}
+
+    def export(self, name=None):
+        """(keys [n], values [n, dim], slots [num_slots, n, dim]) of every stored row."""
+        return table_ops.export(self.handle, self.key_dtype, self.dim, name=name)
+
+    def import_rows(self, keys, values, slots=None, name=None):
+        """Op replacing the table's contents; slots [num_slots, n, dim] may be omitted."""
+        if slots is None:
+            slots = tf.zeros([0, 0, self.dim], tf.float32)
+        return table_ops.import_rows(self.handle, self._keys(keys),
+                                     tf.convert_to_tensor(values, tf.float32),
+                                     tf.convert_to_tensor(slots, tf.float32), name=name)
+
+
+def _table_to_tensor(table, dtype=None, name=None, as_ref=False):
+    del name, as_ref
+    if dtype is not None and not dtype.is_compatible_with(tf.resource):
+        raise ValueError("a rec_sdk table converts only to a resource tensor, not %s" % dtype)
+    return table.handle
+
+
+tf.register_tensor_conversion_function(SparseEmbedding, _table_to_tensor)
+
+
+def tables_of_graph(graph=None):
+    """Every rec_sdk table created in `graph` (default: the default graph)."""
+    graph = graph or tf.compat.v1.get_default_graph()
+    return [t for t in graph.get_collection(TABLE_COLLECTION)
+            if isinstance(t, SparseEmbedding)]
+
+
+def table_of(value):
+    """The table behind `value`: a table, its handle, or addresses from one of its lookups."""
+    if isinstance(value, SparseEmbedding):
+        return value
+    if isinstance(value, tf.Tensor):
+        handle = value
+        if value.op.type == table_ops.FIND_OR_INSERT_OP:
+            handle = value.op.inputs[0]
+        for table in tables_of_graph(value.graph):
+            if (table.handle is handle or table.handle.name == handle.name
+                    or value.name in table.trained_address_names):
+                return table
+    return None
