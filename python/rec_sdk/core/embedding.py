@@ -484,15 +484,8 @@ def _tensor_lookup(table, ids, send_count, is_train, lookup_name, access_and_evi
             times = newest if by_timestamp else None
         if is_train and table.clock == "step":
             times = _global_step_clock(table, where)
-        checks = []
-        if send_count is not None:
-            checks.append(_send_count_check(table, lookup_name, tf.size(unique_ids),
-                                            send_count)[0])
-        with tf.control_dependencies(checks):
-            addresses = table_ops.find_or_insert(table.handle, unique_ids, is_train,
-                                                 counts=counts, times=times,
-                                                 name="find_or_insert")
-        local_emb, trained = _gather(table, unique_ids, addresses, is_train)
+        rows = _rows(table, unique_ids, is_train, counts, times, send_count, lookup_name)
+        local_emb, addresses, trained = rows["emb"], rows["addresses"], rows["trained"]
         inverse = tf.reshape(inverse, tf.shape(ids))
         embeddings = _finish(table, local_emb, addresses, inverse, ids, is_train,
                              is_grad, serving_default_value, register=True,
@@ -559,6 +552,16 @@ def pipeline_rows(table, entries, is_train, send_count, lookup_name):
         times = _global_step_clock(table, where)
     keys = _pipeline_keys(table, unique)
     table_ops.mark_keys_unique(keys)
+    rows = _rows(table, keys, is_train, counts, times, send_count, lookup_name)
+    rows.update(send_count=send_count or 0, registered=False)
+    return rows
+
+
+def _rows(table, keys, is_train, counts, times, send_count, lookup_name):
+    """The one lookup core, for id-tensor and pipeline lookups alike: distinct `keys` ->
+    (static shape: a check that they fit send_count) -> find_or_insert (with admission
+    counts and clocks in training) -> the rows. Returns {"emb" (rows), "addresses",
+    "trained" (the addresses gradients go to), "limit" (the send_count constant, or None)}."""
     checks, limit = [], None
     if send_count is not None:
         check, limit = _send_count_check(table, lookup_name, tf.size(keys), send_count)
@@ -567,8 +570,7 @@ def pipeline_rows(table, entries, is_train, send_count, lookup_name):
         addresses = table_ops.find_or_insert(table.handle, keys, is_train, counts=counts,
                                              times=times, name="find_or_insert")
     local_emb, trained = _gather(table, keys, addresses, is_train)
-    return {"emb": local_emb, "addresses": addresses, "trained": trained, "limit": limit,
-            "send_count": send_count or 0, "registered": False}
+    return {"emb": local_emb, "addresses": addresses, "trained": trained, "limit": limit}
 
 
 def _feature_spec_lookup(table, spec, send_count, is_train, lookup_name, batch, is_grad,
