@@ -6,6 +6,8 @@ import tensorflow as tf
 
 import rec_sdk
 from rec_sdk.core.embedding import create_table, sparse_lookup
+from rec_sdk.core.initializer_spec import describe_initializer
+from rec_sdk.ops import table_ops
 from rec_sdk.optimizers import adagrad, lazy_adam
 from rec_sdk.util.initialize import init
 
@@ -971,3 +973,23 @@ def test_concurrent_session_runs_share_a_table_safely():
         # Eval lookups of stored keys read exactly the stored rows.
         probe = keys[:100]
         np.testing.assert_array_equal(sess.run(eval_emb, {ids: probe}), values[:100])
+
+
+def test_second_handle_with_another_configuration_is_an_error():
+    """Two handle ops of one table name in a session must describe the same table; each
+    differing field is named with both values."""
+    spec = describe_initializer(tf.compat.v1.truncated_normal_initializer(stddev=0.1, seed=3),
+                                "t")
+    first = table_ops.create_table("t", tf.int64, 4, False, capacity=10, initializer=spec)
+    same = table_ops.create_table("t", tf.int64, 4, False, capacity=10, initializer=spec)
+    other_spec = dict(spec, seed=4)
+    other = table_ops.create_table("t", tf.int64, 4, False, capacity=20,
+                                   initializer=other_spec)
+    table_ops.set_admission_attrs(other, 2, -1)
+    with new_session() as sess:
+        sess.run([first, same])
+        with pytest.raises(tf.errors.InvalidArgumentError,
+                           match="table 't' already exists with another configuration "
+                                 "\\(existing vs asked for\\): capacity: 10 vs 20; "
+                                 "initializer seed: 3 vs 4; access_threshold: -1 vs 2"):
+            sess.run(other)

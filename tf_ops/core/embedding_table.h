@@ -51,33 +51,9 @@
 #include "tf_ops/core/initializer.h"
 #include "tf_ops/core/parallel.h"
 #include "tf_ops/core/status.h"
+#include "tf_ops/core/table_config.h"
 
 namespace rec_sdk {
-
-struct TableConfig {
-  std::string name;
-  int dim = 1;
-  // true: the table grows by chunks without bound; false: at most `capacity` rows.
-  bool dynamic_expansion = true;
-  int64_t capacity = 0;          // fixed-capacity tables only; >= 1
-  int64_t initial_capacity = 0;  // dynamic-expansion tables: rows to reserve up front
-  InitializerSpec initializer;
-  // Admission: a key gets a row once its count reaches access_threshold (-1: every key is
-  // inserted at once; 0 admits every key too, but counts).
-  int64_t access_threshold = -1;
-  // Eviction: Evict() drops rows and pending counts at least this many clock units older than
-  // the newest clock seen (-1: Evict() drops nothing).
-  int64_t eviction_threshold = -1;
-  // Fixed-capacity tables: when full, evict the least recently seen rows instead of failing.
-  bool evict_when_full = false;
-  // Remember which rows changed and which keys went since the last save, for incremental
-  // (delta) checkpoints.
-  bool track_changes = false;
-  // Keep every row's last-seen clock and access count current on training lookups (count:
-  // occurrences, saturating), for Restrict(); otherwise a row keeps the count it was admitted
-  // with and its clock moves only when eviction reads it.
-  bool track_access = false;
-};
 
 // What Restrict() ranks rows by.
 enum class RestrictBy { kLastSeen, kCount };

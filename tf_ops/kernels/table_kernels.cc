@@ -1,15 +1,18 @@
 // Kernels of the table ops: parse and check inputs, call the core, translate its status.
 #include <algorithm>
 #include <limits>
+#include <string>
 #include <type_traits>
 #include <vector>
 
+#include "absl/strings/str_join.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/resource_mgr.h"
 #include "tensorflow/core/framework/tensor_shape.h"
 #include "tf_ops/core/checkpoint.h"
 #include "tf_ops/core/key_stats.h"
 #include "tf_ops/core/row_sum.h"
+#include "tf_ops/core/table_config.h"
 #include "tf_ops/core/unique.h"
 #include "tf_ops/kernels/table_resource.h"
 #include "tf_ops/ops/op_prefix.h"
@@ -81,13 +84,18 @@ class EmbeddingTableOp : public OpKernel {
                               return absl::OkStatus();
                             }));
     ScopedUnref unref(resource);
-    OP_REQUIRES(ctx,
-                resource->table()->dim() == config_.dim && resource->key_dtype() == key_dtype_,
-                errors::InvalidArgument("table '", shared_name_, "' already exists with dim ",
-                                        resource->table()->dim(), " and key dtype ",
-                                        tensorflow::DataTypeString(resource->key_dtype()),
-                                        "; asked for dim ", config_.dim, " and ",
-                                        tensorflow::DataTypeString(key_dtype_)));
+    // A second handle (same shared name) must ask for the table that exists.
+    std::vector<std::string> differences =
+        ConfigDifferences(resource->table()->config(), config_);
+    if (resource->key_dtype() != key_dtype_) {
+      differences.insert(differences.begin(),
+                         "key_dtype: " + tensorflow::DataTypeString(resource->key_dtype()) +
+                             " vs " + tensorflow::DataTypeString(key_dtype_));
+    }
+    OP_REQUIRES(ctx, differences.empty(),
+                errors::InvalidArgument("table '", shared_name_, "' already exists with "
+                                        "another configuration (existing vs asked for): ",
+                                        absl::StrJoin(differences, "; ")));
     Tensor* handle;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &handle));
     handle->scalar<tensorflow::ResourceHandle>()() =

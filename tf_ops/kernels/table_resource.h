@@ -139,17 +139,7 @@ class CheckpointHolders {
   }
 
   static bool SameLayout(const TableConfig& a, const TableConfig& b) {
-    const InitializerSpec& x = a.initializer;
-    const InitializerSpec& y = b.initializer;
-    return a.name == b.name && a.dim == b.dim && a.dynamic_expansion == b.dynamic_expansion &&
-           (a.dynamic_expansion || a.capacity == b.capacity) &&
-           a.access_threshold == b.access_threshold &&
-           a.eviction_threshold == b.eviction_threshold &&
-           a.evict_when_full == b.evict_when_full && a.track_changes == b.track_changes &&
-           a.track_access == b.track_access &&
-           x.kind == y.kind && x.value == y.value && x.values == y.values && x.minval == y.minval &&
-           x.maxval == y.maxval && x.mean == y.mean && x.stddev == y.stddev &&
-           x.seed == y.seed && x.scale == y.scale;
+    return ConfigDifferences(a, b).empty();
   }
 
   std::mutex mu_;

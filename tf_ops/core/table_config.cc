@@ -1,0 +1,72 @@
+#include "tf_ops/core/table_config.h"
+
+#include <sstream>
+
+namespace rec_sdk {
+namespace {
+
+template <typename T>
+std::string Show(const T& value) {
+  std::ostringstream out;
+  out << value;
+  return out.str();
+}
+
+std::string Show(bool value) { return value ? "true" : "false"; }
+
+std::string Show(const std::vector<float>& values) {
+  std::ostringstream out;
+  out << "[";
+  for (size_t i = 0; i < values.size(); ++i) out << (i ? ", " : "") << values[i];
+  out << "]";
+  return out.str();
+}
+
+std::string Show(InitializerKind kind) {
+  switch (kind) {
+    case InitializerKind::kConstant: return "constant";
+    case InitializerKind::kRandomUniform: return "random_uniform";
+    case InitializerKind::kRandomNormal: return "random_normal";
+    case InitializerKind::kTruncatedNormal: return "truncated_normal";
+  }
+  return "unknown";
+}
+
+template <typename T>
+void Compare(const char* field, const T& existing, const T& wanted,
+             std::vector<std::string>* out) {
+  if (!(existing == wanted)) {
+    out->push_back(std::string(field) + ": " + Show(existing) + " vs " + Show(wanted));
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> ConfigDifferences(const TableConfig& a, const TableConfig& b) {
+  std::vector<std::string> out;
+  Compare("name", a.name, b.name, &out);
+  Compare("dim", a.dim, b.dim, &out);
+  Compare("dynamic_expansion", a.dynamic_expansion, b.dynamic_expansion, &out);
+  if (!a.dynamic_expansion && !b.dynamic_expansion) {
+    Compare("capacity", a.capacity, b.capacity, &out);
+  }
+  const InitializerSpec& x = a.initializer;
+  const InitializerSpec& y = b.initializer;
+  Compare("initializer", x.kind, y.kind, &out);
+  Compare("initializer value", x.value, y.value, &out);
+  Compare("initializer values", x.values, y.values, &out);
+  Compare("initializer minval", x.minval, y.minval, &out);
+  Compare("initializer maxval", x.maxval, y.maxval, &out);
+  Compare("initializer mean", x.mean, y.mean, &out);
+  Compare("initializer stddev", x.stddev, y.stddev, &out);
+  Compare("initializer seed", x.seed, y.seed, &out);
+  Compare("init_param (initializer scale)", x.scale, y.scale, &out);
+  Compare("access_threshold", a.access_threshold, b.access_threshold, &out);
+  Compare("eviction_threshold", a.eviction_threshold, b.eviction_threshold, &out);
+  Compare("evict_when_full", a.evict_when_full, b.evict_when_full, &out);
+  Compare("track_changes", a.track_changes, b.track_changes, &out);
+  Compare("track_access", a.track_access, b.track_access, &out);
+  return out;
+}
+
+}  // namespace rec_sdk

@@ -1,0 +1,82 @@
+// Tests of ConfigDifferences: equal configurations, each field that must match, and what
+// does not count (a growing table's initial reservation).
+#include "tf_ops/core/table_config.h"
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace rec_sdk {
+namespace {
+
+TableConfig Base() {
+  TableConfig config;
+  config.name = "t";
+  config.dim = 8;
+  config.dynamic_expansion = false;
+  config.capacity = 100;
+  config.initializer.kind = InitializerKind::kTruncatedNormal;
+  config.initializer.stddev = 0.05f;
+  config.initializer.seed = 7;
+  config.access_threshold = 2;
+  config.eviction_threshold = 60;
+  return config;
+}
+
+TEST(ConfigDifferencesTest, EqualConfigurationsHaveNone) {
+  EXPECT_TRUE(ConfigDifferences(Base(), Base()).empty());
+}
+
+TEST(ConfigDifferencesTest, NamesEachDifferingFieldWithBothValues) {
+  struct Case {
+    std::function<void(TableConfig*)> change;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {[](TableConfig* c) { c->name = "u"; }, "name: t vs u"},
+      {[](TableConfig* c) { c->dim = 4; }, "dim: 8 vs 4"},
+      {[](TableConfig* c) { c->capacity = 200; }, "capacity: 100 vs 200"},
+      {[](TableConfig* c) { c->dynamic_expansion = true; }, "dynamic_expansion: false vs true"},
+      {[](TableConfig* c) { c->initializer.kind = InitializerKind::kRandomUniform; },
+       "initializer: truncated_normal vs random_uniform"},
+      {[](TableConfig* c) { c->initializer.stddev = 0.5f; }, "initializer stddev: 0.05 vs 0.5"},
+      {[](TableConfig* c) { c->initializer.seed = 8; }, "initializer seed: 7 vs 8"},
+      {[](TableConfig* c) { c->initializer.values = {1.0f, 2.0f}; },
+       "initializer values: [] vs [1, 2]"},
+      {[](TableConfig* c) { c->initializer.scale = 2.0f; },
+       "init_param (initializer scale): 1 vs 2"},
+      {[](TableConfig* c) { c->access_threshold = 3; }, "access_threshold: 2 vs 3"},
+      {[](TableConfig* c) { c->eviction_threshold = -1; }, "eviction_threshold: 60 vs -1"},
+      {[](TableConfig* c) { c->evict_when_full = true; }, "evict_when_full: false vs true"},
+      {[](TableConfig* c) { c->track_changes = true; }, "track_changes: false vs true"},
+      {[](TableConfig* c) { c->track_access = true; }, "track_access: false vs true"},
+  };
+  for (const Case& c : cases) {
+    TableConfig wanted = Base();
+    c.change(&wanted);
+    EXPECT_EQ(ConfigDifferences(Base(), wanted), std::vector<std::string>{c.expected});
+  }
+}
+
+TEST(ConfigDifferencesTest, ListsSeveralDifferencesInOrder) {
+  TableConfig wanted = Base();
+  wanted.dim = 16;
+  wanted.access_threshold = -1;
+  EXPECT_EQ(ConfigDifferences(Base(), wanted),
+            (std::vector<std::string>{"dim: 8 vs 16", "access_threshold: 2 vs -1"}));
+}
+
+TEST(ConfigDifferencesTest, GrowingTablesIgnoreReservations) {
+  TableConfig a = Base();
+  a.dynamic_expansion = true;
+  a.initial_capacity = 10;
+  TableConfig b = a;
+  b.initial_capacity = 1000;
+  b.capacity = 5;  // unused by a growing table
+  EXPECT_TRUE(ConfigDifferences(a, b).empty());
+}
+
+}  // namespace
+}  // namespace rec_sdk
