@@ -5,16 +5,16 @@ pattern, a rewrite, and checks of the graph's invariants before and after; see c
 Analyses (iterator_sources) only read a GraphDef. update_live_graph applies a pass's result
 back onto the tf.Graph a TF1 session runs.
 """
-from graph_rewrite.add_control_inputs import AddControlInputs
-from graph_rewrite.core import (GraphPass, PassResult, RewriteError, check_graph, import_graph,
+from rec_sdk_graph_rewrite.add_control_inputs import AddControlInputs
+from rec_sdk_graph_rewrite.core import (GraphPass, PassResult, RewriteError, check_graph, import_graph,
                                 run_passes, update_live_graph)
-from graph_rewrite.embedding_variables import (DropVariableUpdates, EmbeddingVariable,
+from rec_sdk_graph_rewrite.embedding_variables import (DropVariableUpdates, EmbeddingVariable,
                                                EmbeddingVariables, GatherRead, SkippedVariable,
                                                find_embedding_variables)
-from graph_rewrite.iterator_sources import (IteratorSource, Trace, extract_subgraph,
+from rec_sdk_graph_rewrite.iterator_sources import (IteratorSource, Trace, extract_subgraph,
                                             iterator_source, replayable_upstream,
                                             trace_to_iterator, upstream_ops)
-from graph_rewrite.reroute_inputs import RerouteInputs, tensor_name
+from rec_sdk_graph_rewrite.reroute_inputs import RerouteInputs, tensor_name
 
 __all__ = ["AddControlInputs", "GraphPass", "IteratorSource", "PassResult", "RewriteError",
            "RerouteInputs", "Trace", "check_graph", "extract_subgraph", "import_graph",

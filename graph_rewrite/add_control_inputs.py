@@ -6,7 +6,7 @@ Graph modification uses it so that running an old iterator's initializer (a user
 `sess.run(iterator.initializer)`, or tf.estimator's dataset initializer hook) also
 initialises the iterator that replaced it. Checks: every named op exists and no cycle appears.
 """
-from graph_rewrite.core import GraphPass, RewriteError
+from rec_sdk_graph_rewrite.core import GraphPass, RewriteError
 
 
 class AddControlInputs(GraphPass):

@@ -26,7 +26,7 @@ import re
 import numpy as np
 from tensorflow.python.framework import dtypes, tensor_util
 
-from graph_rewrite.core import GraphPass, RewriteError
+from rec_sdk_graph_rewrite.core import GraphPass, RewriteError
 
 _NAME = "find_embedding_variables"
 

@@ -21,7 +21,7 @@ import collections
 from tensorflow.core.framework import graph_pb2
 from tensorflow.python.framework import op_def_registry
 
-from graph_rewrite.core import RewriteError
+from rec_sdk_graph_rewrite.core import RewriteError
 
 Trace = collections.namedtuple("Trace", ["target", "get_next", "nodes", "outputs"])
 Trace.__doc__ = """target: the traced tensor name; get_next: the IteratorGetNext node name;

@@ -9,7 +9,7 @@ and has the same dtype as the tensor it replaces (and a compatible static shape)
 consumer is rerouted onto a tensor computed from it (a cycle).
 """
 
-from graph_rewrite.core import GraphPass, RewriteError, import_graph
+from rec_sdk_graph_rewrite.core import GraphPass, RewriteError, import_graph
 
 
 def tensor_name(name):

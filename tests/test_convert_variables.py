@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import graph_rewrite
-from graph_rewrite import DropVariableUpdates, RewriteError, find_embedding_variables
+import rec_sdk_graph_rewrite as graph_rewrite
+from rec_sdk_graph_rewrite import DropVariableUpdates, RewriteError, find_embedding_variables
 from rec_sdk import saver as rec_saver
 from rec_sdk.core.embedding import create_table, sparse_lookup
 from rec_sdk.graph.convert import DynamicEmbeddingHook, converted_variables

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from graph_rewrite import (AddControlInputs, RerouteInputs, RewriteError, check_graph,
+from rec_sdk_graph_rewrite import (AddControlInputs, RerouteInputs, RewriteError, check_graph,
                            extract_subgraph, iterator_source, run_passes, trace_to_iterator,
                            update_live_graph)
 

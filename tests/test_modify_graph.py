@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 import rec_sdk
-from graph_rewrite import RewriteError
+from rec_sdk_graph_rewrite import RewriteError
 from rec_sdk.core.embedding import create_table, sparse_lookup
 from rec_sdk.examples import feature_spec_demo
 from rec_sdk.graph.modifier import modified_iterators, modify_graph_and_start_emb_cache

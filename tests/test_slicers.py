@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import graph_rewrite
+import rec_sdk_graph_rewrite as graph_rewrite
 from rec_sdk.core.embedding import create_table, sparse_lookup, tables_of_graph
 from rec_sdk.graph import LookupSubgraphSlicerHook, OrphanLookupKeySlicerHook
 from rec_sdk.graph.modifier import modify_graph_and_start_emb_cache

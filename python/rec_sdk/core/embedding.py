@@ -15,7 +15,7 @@ import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2
 from tensorflow.python.framework import tensor_util
 
-from graph_rewrite.iterator_sources import GET_NEXT_OPS
+from rec_sdk_graph_rewrite.iterator_sources import GET_NEXT_OPS
 import rec_sdk
 from rec_sdk import saver
 from rec_sdk.constants.constants import (ASCEND_SPARSE_LOOKUP_ENTRANCE, LOOKUP_COLLECTIONS,

@@ -34,8 +34,8 @@ import re
 
 import tensorflow as tf
 
-import graph_rewrite
-from graph_rewrite.embedding_variables import find_embedding_variables
+import rec_sdk_graph_rewrite as graph_rewrite
+from rec_sdk_graph_rewrite.embedding_variables import find_embedding_variables
 from rec_sdk.constants.constants import MAX_VOCABULARY_SIZE
 from rec_sdk.core.embedding import create_table, sparse_lookup
 from rec_sdk.core.table import tables_of_graph

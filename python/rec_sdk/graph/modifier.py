@@ -29,7 +29,7 @@ from tensorflow.python.data.util import structure as data_structure
 from tensorflow.python.framework import function
 from tensorflow.python.ops import gen_dataset_ops, gen_functional_ops
 
-import graph_rewrite
+import rec_sdk_graph_rewrite as graph_rewrite
 from rec_sdk.constants.constants import ASCEND_CUTTING_POINT_INITIALIZER, LOOKUP_COLLECTIONS
 from rec_sdk.core import anchors as anchor_registry
 from rec_sdk.core import embedding

@@ -22,7 +22,7 @@ warning names them. The old iterator's initializer also initialises the new one.
 """
 import tensorflow as tf
 
-import graph_rewrite
+import rec_sdk_graph_rewrite as graph_rewrite
 from rec_sdk.constants.constants import ASCEND_SPARSE_LOOKUP_ENTRANCE, ASCEND_TIMESTAMP
 from rec_sdk.core import anchors as anchor_registry
 from rec_sdk.core.table import tables_of_graph
