@@ -12,19 +12,15 @@ using tensorflow::OpKernel;
 using tensorflow::OpKernelConstruction;
 using tensorflow::OpKernelContext;
 using tensorflow::Tensor;
-using tensorflow::core::ScopedUnref;
 namespace errors = tensorflow::errors;
 
 // Shared part of every apply kernel: resolves the table and checks addresses [n] and
 // grads [n, dim]; Update() then runs the optimizer itself.
-class ApplyOpBase : public OpKernel {
+class ApplyOpBase : public TableOpKernel {
  public:
-  using OpKernel::OpKernel;
+  explicit ApplyOpBase(OpKernelConstruction* ctx) : TableOpKernel(ctx, kWritesTable) {}
 
-  void Compute(OpKernelContext* ctx) override {
-    TableResource* table;
-    OP_REQUIRES_OK(ctx, GetWritableTable(ctx, &table));
-    ScopedUnref unref(table);
+  void ComputeWithTable(OpKernelContext* ctx, TableResource* table) override {
     EmbeddingTable* t = table->table();
     const Tensor& addresses = ctx->input(1);
     const Tensor& grads = ctx->input(2);

@@ -245,16 +245,15 @@ class SumRowsByIndexOp : public OpKernel {
   }
 };
 
-class TableFindOrInsertOp : public OpKernel {
+class TableFindOrInsertOp : public TableOpKernel {
  public:
-  explicit TableFindOrInsertOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+  explicit TableFindOrInsertOp(OpKernelConstruction* ctx)
+      : TableOpKernel(ctx, kReadsTable) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("is_train", &is_train_));
+    set_writes_table(is_train_);  // training lookups insert keys and count them
   }
 
-  void Compute(OpKernelContext* ctx) override {
-    TableResource* table;
-    OP_REQUIRES_OK(ctx, is_train_ ? GetWritableTable(ctx, &table) : GetTable(ctx, &table));
-    ScopedUnref unref(table);
+  void ComputeWithTable(OpKernelContext* ctx, TableResource* table) override {
     const Tensor& keys = ctx->input(1);
     std::vector<int64_t> scratch;
     const int64_t* key_data;
@@ -299,28 +298,22 @@ class TableFindOrInsertOp : public OpKernel {
   bool is_train_;
 };
 
-class TableSetAccessThresholdOp : public OpKernel {
+class TableSetAccessThresholdOp : public TableOpKernel {
  public:
-  using OpKernel::OpKernel;
+  explicit TableSetAccessThresholdOp(OpKernelConstruction* ctx) : TableOpKernel(ctx, kWritesTable) {}
 
-  void Compute(OpKernelContext* ctx) override {
-    TableResource* table;
-    OP_REQUIRES_OK(ctx, GetWritableTable(ctx, &table));
-    ScopedUnref unref(table);
+  void ComputeWithTable(OpKernelContext* ctx, TableResource* table) override {
     int64_t threshold;
     OP_REQUIRES_OK(ctx, GetScalarInput(ctx, 1, "threshold", &threshold));
     OP_REQUIRES_OK(ctx, ToTfStatus(table->table()->SetAccessThreshold(threshold)));
   }
 };
 
-class TableEvictOp : public OpKernel {
+class TableEvictOp : public TableOpKernel {
  public:
-  using OpKernel::OpKernel;
+  explicit TableEvictOp(OpKernelConstruction* ctx) : TableOpKernel(ctx, kWritesTable) {}
 
-  void Compute(OpKernelContext* ctx) override {
-    TableResource* table;
-    OP_REQUIRES_OK(ctx, GetWritableTable(ctx, &table));
-    ScopedUnref unref(table);
+  void ComputeWithTable(OpKernelContext* ctx, TableResource* table) override {
     int64_t rows = 0, pending = 0;
     OP_REQUIRES_OK(ctx, ToTfStatus(table->table()->Evict(&rows, &pending, MakeRunner(ctx))));
     OP_REQUIRES_OK(ctx, SetScalarOutput(ctx, 0, rows));
@@ -335,18 +328,15 @@ class TrainableRowsOp : public OpKernel {
   void Compute(OpKernelContext* ctx) override { ctx->set_output(0, ctx->input(1)); }
 };
 
-class TableRestrictOp : public OpKernel {
+class TableRestrictOp : public TableOpKernel {
  public:
-  explicit TableRestrictOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+  explicit TableRestrictOp(OpKernelConstruction* ctx) : TableOpKernel(ctx, kWritesTable) {
     std::string by;
     OP_REQUIRES_OK(ctx, ctx->GetAttr("by", &by));
     by_ = by == "count" ? RestrictBy::kCount : RestrictBy::kLastSeen;
   }
 
-  void Compute(OpKernelContext* ctx) override {
-    TableResource* table;
-    OP_REQUIRES_OK(ctx, GetWritableTable(ctx, &table));
-    ScopedUnref unref(table);
+  void ComputeWithTable(OpKernelContext* ctx, TableResource* table) override {
     int64_t keep = 0, removed = 0;
     OP_REQUIRES_OK(ctx, GetScalarInput(ctx, 1, "num_reserved", &keep));
     OP_REQUIRES_OK(ctx, ToTfStatus(table->table()->Restrict(keep, by_, &removed)));
@@ -357,14 +347,11 @@ class TableRestrictOp : public OpKernel {
   RestrictBy by_;
 };
 
-class TableSaveOp : public OpKernel {
+class TableSaveOp : public TableOpKernel {
  public:
-  using OpKernel::OpKernel;
+  explicit TableSaveOp(OpKernelConstruction* ctx) : TableOpKernel(ctx, kReadsTable) {}
 
-  void Compute(OpKernelContext* ctx) override {
-    TableResource* table;
-    OP_REQUIRES_OK(ctx, GetTable(ctx, &table));
-    ScopedUnref unref(table);
+  void ComputeWithTable(OpKernelContext* ctx, TableResource* table) override {
     tensorflow::tstring dir;
     bool delta;
     OP_REQUIRES_OK(ctx, GetScalarInput(ctx, 1, "directory", &dir));
@@ -377,14 +364,11 @@ class TableSaveOp : public OpKernel {
   }
 };
 
-class TableCommitSaveOp : public OpKernel {
+class TableCommitSaveOp : public TableOpKernel {
  public:
-  using OpKernel::OpKernel;
+  explicit TableCommitSaveOp(OpKernelConstruction* ctx) : TableOpKernel(ctx, kReadsTable) {}
 
-  void Compute(OpKernelContext* ctx) override {
-    TableResource* table;
-    OP_REQUIRES_OK(ctx, GetTable(ctx, &table));
-    ScopedUnref unref(table);
+  void ComputeWithTable(OpKernelContext* ctx, TableResource* table) override {
     int64_t save_id;
     OP_REQUIRES_OK(ctx, GetScalarInput(ctx, 1, "save_id", &save_id));
     OP_REQUIRES_OK(ctx, ToTfStatus(table->table()->CommitSave(save_id)));
@@ -392,14 +376,11 @@ class TableCommitSaveOp : public OpKernel {
   }
 };
 
-class TableApplyDeltaOp : public OpKernel {
+class TableApplyDeltaOp : public TableOpKernel {
  public:
-  using OpKernel::OpKernel;
+  explicit TableApplyDeltaOp(OpKernelConstruction* ctx) : TableOpKernel(ctx, kWritesTable) {}
 
-  void Compute(OpKernelContext* ctx) override {
-    TableResource* table;
-    OP_REQUIRES_OK(ctx, GetWritableTable(ctx, &table));
-    ScopedUnref unref(table);
+  void ComputeWithTable(OpKernelContext* ctx, TableResource* table) override {
     tensorflow::tstring dir;
     OP_REQUIRES_OK(ctx, GetScalarInput(ctx, 1, "directory", &dir));
     int64_t rows = 0;
@@ -409,9 +390,9 @@ class TableApplyDeltaOp : public OpKernel {
   }
 };
 
-class TableRestoreOp : public OpKernel {
+class TableRestoreOp : public TableOpKernel {
  public:
-  using OpKernel::OpKernel;
+  explicit TableRestoreOp(OpKernelConstruction* ctx) : TableOpKernel(ctx, kReadsTable) {}
 
   // A shareable table restoring one whole checkpoint that it, or another table of the
   // process, already holds in memory: uses that table instead of reading the files.
@@ -434,10 +415,7 @@ class TableRestoreOp : public OpKernel {
     return true;
   }
 
-  void Compute(OpKernelContext* ctx) override {
-    TableResource* table;
-    OP_REQUIRES_OK(ctx, GetTable(ctx, &table));
-    ScopedUnref unref(table);
+  void ComputeWithTable(OpKernelContext* ctx, TableResource* table) override {
     const Tensor& dirs = ctx->input(1);
     std::vector<std::string> directories;
     for (int64_t i = 0; i < dirs.NumElements(); ++i) {
@@ -466,14 +444,11 @@ class TableRestoreOp : public OpKernel {
   }
 };
 
-class TableStatsOp : public OpKernel {
+class TableStatsOp : public TableOpKernel {
  public:
-  using OpKernel::OpKernel;
+  explicit TableStatsOp(OpKernelConstruction* ctx) : TableOpKernel(ctx, kReadsTable) {}
 
-  void Compute(OpKernelContext* ctx) override {
-    TableResource* table;
-    OP_REQUIRES_OK(ctx, GetTable(ctx, &table));
-    ScopedUnref unref(table);
+  void ComputeWithTable(OpKernelContext* ctx, TableResource* table) override {
     const TableStats stats = table->table()->Stats();
     Tensor* out;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({7}), &out));
@@ -501,16 +476,13 @@ static tensorflow::Status CheckRowsShape(const char* what, const Tensor& values,
   return absl::OkStatus();
 }
 
-class TableGatherOp : public OpKernel {
+class TableGatherOp : public TableOpKernel {
  public:
-  explicit TableGatherOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+  explicit TableGatherOp(OpKernelConstruction* ctx) : TableOpKernel(ctx, kReadsTable) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("dim", &dim_));
   }
 
-  void Compute(OpKernelContext* ctx) override {
-    TableResource* table;
-    OP_REQUIRES_OK(ctx, GetTable(ctx, &table));
-    ScopedUnref unref(table);
+  void ComputeWithTable(OpKernelContext* ctx, TableResource* table) override {
     OP_REQUIRES(ctx, dim_ == table->table()->dim(),
                 errors::InvalidArgument("gather of table '", table->table()->name(),
                                         "' asks for dim ", dim_, " but the table has dim ",
@@ -530,9 +502,9 @@ class TableGatherOp : public OpKernel {
   int64_t dim_;
 };
 
-class TableLookupOp : public OpKernel {
+class TableLookupOp : public TableOpKernel {
  public:
-  explicit TableLookupOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+  explicit TableLookupOp(OpKernelConstruction* ctx) : TableOpKernel(ctx, kReadsTable) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("dim", &dim_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("init_missing", &init_missing_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("slot", &slot_));
@@ -540,10 +512,7 @@ class TableLookupOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("slot_optimizer", &slot_optimizer_));
   }
 
-  void Compute(OpKernelContext* ctx) override {
-    TableResource* table;
-    OP_REQUIRES_OK(ctx, GetTable(ctx, &table));
-    ScopedUnref unref(table);
+  void ComputeWithTable(OpKernelContext* ctx, TableResource* table) override {
     OP_REQUIRES(ctx, dim_ == table->table()->dim(),
                 errors::InvalidArgument("lookup of table '", table->table()->name(),
                                         "' asks for dim ", dim_, " but the table has dim ",
@@ -578,14 +547,11 @@ class TableLookupOp : public OpKernel {
   std::string slot_optimizer_;
 };
 
-class TableUpsertOp : public OpKernel {
+class TableUpsertOp : public TableOpKernel {
  public:
-  using OpKernel::OpKernel;
+  explicit TableUpsertOp(OpKernelConstruction* ctx) : TableOpKernel(ctx, kWritesTable) {}
 
-  void Compute(OpKernelContext* ctx) override {
-    TableResource* table;
-    OP_REQUIRES_OK(ctx, GetWritableTable(ctx, &table));
-    ScopedUnref unref(table);
+  void ComputeWithTable(OpKernelContext* ctx, TableResource* table) override {
     const Tensor& keys = ctx->input(1);
     const Tensor& values = ctx->input(2);
     OP_REQUIRES_OK(ctx, CheckRowsShape("upsert values", values, keys.shape(), table->table()));
@@ -597,14 +563,11 @@ class TableUpsertOp : public OpKernel {
   }
 };
 
-class TableRemoveOp : public OpKernel {
+class TableRemoveOp : public TableOpKernel {
  public:
-  using OpKernel::OpKernel;
+  explicit TableRemoveOp(OpKernelConstruction* ctx) : TableOpKernel(ctx, kWritesTable) {}
 
-  void Compute(OpKernelContext* ctx) override {
-    TableResource* table;
-    OP_REQUIRES_OK(ctx, GetWritableTable(ctx, &table));
-    ScopedUnref unref(table);
+  void ComputeWithTable(OpKernelContext* ctx, TableResource* table) override {
     const Tensor& keys = ctx->input(1);
     std::vector<int64_t> scratch;
     const int64_t* key_data;
@@ -618,16 +581,13 @@ class TableRemoveOp : public OpKernel {
   }
 };
 
-class TableSizeOp : public OpKernel {
+class TableSizeOp : public TableOpKernel {
  public:
-  explicit TableSizeOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+  explicit TableSizeOp(OpKernelConstruction* ctx) : TableOpKernel(ctx, kReadsTable) {
     capacity_ = type_string() == REC_SDK_OP_NAME(TableCapacity);
   }
 
-  void Compute(OpKernelContext* ctx) override {
-    TableResource* table;
-    OP_REQUIRES_OK(ctx, GetTable(ctx, &table));
-    ScopedUnref unref(table);
+  void ComputeWithTable(OpKernelContext* ctx, TableResource* table) override {
     Tensor* out;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &out));
     out->scalar<int64_t>()() = capacity_ ? table->table()->Capacity() : table->table()->Size();
@@ -637,29 +597,23 @@ class TableSizeOp : public OpKernel {
   bool capacity_;
 };
 
-class TableClearOp : public OpKernel {
+class TableClearOp : public TableOpKernel {
  public:
-  using OpKernel::OpKernel;
+  explicit TableClearOp(OpKernelConstruction* ctx) : TableOpKernel(ctx, kWritesTable) {}
 
-  void Compute(OpKernelContext* ctx) override {
-    TableResource* table;
-    OP_REQUIRES_OK(ctx, GetWritableTable(ctx, &table));
-    ScopedUnref unref(table);
+  void ComputeWithTable(OpKernelContext* ctx, TableResource* table) override {
     table->table()->Clear();
   }
 };
 
-class TableExportOp : public OpKernel {
+class TableExportOp : public TableOpKernel {
  public:
-  explicit TableExportOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+  explicit TableExportOp(OpKernelConstruction* ctx) : TableOpKernel(ctx, kReadsTable) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("dim", &dim_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("key_dtype", &key_dtype_));
   }
 
-  void Compute(OpKernelContext* ctx) override {
-    TableResource* table;
-    OP_REQUIRES_OK(ctx, GetTable(ctx, &table));
-    ScopedUnref unref(table);
+  void ComputeWithTable(OpKernelContext* ctx, TableResource* table) override {
     EmbeddingTable* t = table->table();
     OP_REQUIRES(ctx, dim_ == t->dim() && key_dtype_ == table->key_dtype(),
                 errors::InvalidArgument("export of table '", t->name(), "' asks for dim ", dim_,
@@ -700,14 +654,11 @@ class TableExportOp : public OpKernel {
   tensorflow::DataType key_dtype_;
 };
 
-class TableImportOp : public OpKernel {
+class TableImportOp : public TableOpKernel {
  public:
-  using OpKernel::OpKernel;
+  explicit TableImportOp(OpKernelConstruction* ctx) : TableOpKernel(ctx, kWritesTable) {}
 
-  void Compute(OpKernelContext* ctx) override {
-    TableResource* table;
-    OP_REQUIRES_OK(ctx, GetWritableTable(ctx, &table));
-    ScopedUnref unref(table);
+  void ComputeWithTable(OpKernelContext* ctx, TableResource* table) override {
     EmbeddingTable* t = table->table();
     const Tensor& keys = ctx->input(1);
     const Tensor& values = ctx->input(2);

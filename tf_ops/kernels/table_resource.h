@@ -205,6 +205,32 @@ inline tensorflow::Status GetWritableTable(tensorflow::OpKernelContext* ctx,
   return absl::OkStatus();
 }
 
+// Whether a table kernel changes its table (see GetWritableTable).
+constexpr bool kWritesTable = true;
+constexpr bool kReadsTable = false;
+
+// Base of the kernels whose input 0 is a table: Compute resolves the table (writable when the
+// kernel changes it), holds a reference for the call and runs ComputeWithTable.
+class TableOpKernel : public tensorflow::OpKernel {
+ public:
+  TableOpKernel(tensorflow::OpKernelConstruction* ctx, bool writes_table)
+      : tensorflow::OpKernel(ctx), writes_table_(writes_table) {}
+
+  void Compute(tensorflow::OpKernelContext* ctx) final {
+    TableResource* table;
+    OP_REQUIRES_OK(ctx, writes_table_ ? GetWritableTable(ctx, &table) : GetTable(ctx, &table));
+    tensorflow::core::ScopedUnref unref(table);
+    ComputeWithTable(ctx, table);
+  }
+
+ protected:
+  virtual void ComputeWithTable(tensorflow::OpKernelContext* ctx, TableResource* table) = 0;
+  void set_writes_table(bool writes_table) { writes_table_ = writes_table; }
+
+ private:
+  bool writes_table_;
+};
+
 // Writes a scalar output.
 template <typename T>
 tensorflow::Status SetScalarOutput(tensorflow::OpKernelContext* ctx, int index, const T& value) {
