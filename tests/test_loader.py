@@ -148,3 +148,29 @@ def test_graph_ops_carry_prefix():
         assert not op_type.startswith(("Table", "EmbeddingTable", "RecSdk")), op_type
     assert rec_sdk.ops.table_ops.GATHER_OP.startswith(PREFIX)
     assert rec_sdk.ops.table_ops.FIND_OR_INSERT_OP.startswith(PREFIX)
+
+
+def test_limits_and_stat_names_come_from_the_op_library():
+    """The core writes the dim limit and the order of the table counters once; Python reads
+    them from the op definitions, and they agree with what the kernels do."""
+    from rec_sdk.core.embedding import create_table
+    from rec_sdk.core.initializer_spec import describe_initializer
+    from rec_sdk.ops import table_ops as ops
+    from rec_sdk.util.initialize import init
+    init()
+    table = create_table(tf.int64, 2, "t", tf.compat.v1.zeros_initializer(),
+                         device_vocabulary_size=10)
+    insert = table.upsert(tf.constant([1, 2, 3], tf.int64), tf.zeros([3, 2]))
+    too_wide = ops.create_table("wide", tf.int64, ops.max_dim() + 1, True, capacity=0,
+                                initializer=describe_initializer(
+                                    tf.compat.v1.zeros_initializer(), "wide"))
+    with tf.compat.v1.Session() as sess:
+        sess.run(insert)
+        stats = sess.run(table.stats())
+        assert len(sess.run(ops.stats(table.handle))) == len(ops.stat_names())
+        with pytest.raises(tf.errors.InvalidArgumentError,
+                           match="must be in \\[1, %d\\]" % ops.max_dim()):
+            sess.run(too_wide)
+    assert stats["size"] == 3 and stats["capacity"] == 10 and stats["pending"] == 0
+    with pytest.raises(ValueError, match="dim must be in \\[1, %d\\]" % ops.max_dim()):
+        create_table(tf.int64, ops.max_dim() + 1, "u", tf.compat.v1.zeros_initializer())

@@ -38,6 +38,7 @@
 #ifndef REC_SDK_CORE_EMBEDDING_TABLE_H_
 #define REC_SDK_CORE_EMBEDDING_TABLE_H_
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -78,6 +79,15 @@ struct TableStats {
   int64_t evicted = 0;    // rows dropped by eviction (age or full table)
   int64_t pending = 0;    // keys counting towards admission, without a row yet
   int64_t newest_clock = 0;  // the newest clock value seen (0 before any)
+
+  // The counters in the order the TableStats op returns them, and their names (the op's
+  // stat_names attribute, which Python reads): the one place that fixes the order.
+  static constexpr int kCount = 7;
+  static constexpr std::array<const char*, kCount> kNames = {
+      "size", "capacity", "admitted", "rejected", "evicted", "pending", "newest_clock"};
+  std::array<int64_t, kCount> Values() const {
+    return {size, capacity, admitted, rejected, evicted, pending, newest_clock};
+  }
 };
 
 class EmbeddingTable {

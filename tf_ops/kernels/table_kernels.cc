@@ -449,17 +449,11 @@ class TableStatsOp : public TableOpKernel {
   explicit TableStatsOp(OpKernelConstruction* ctx) : TableOpKernel(ctx, kReadsTable) {}
 
   void ComputeWithTable(OpKernelContext* ctx, TableResource* table) override {
-    const TableStats stats = table->table()->Stats();
+    const auto values = table->table()->Stats().Values();
     Tensor* out;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({7}), &out));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({TableStats::kCount}), &out));
     auto v = out->flat<int64_t>();
-    v(0) = stats.size;
-    v(1) = stats.capacity;
-    v(2) = stats.admitted;
-    v(3) = stats.rejected;
-    v(4) = stats.evicted;
-    v(5) = stats.pending;
-    v(6) = stats.newest_clock;
+    for (int i = 0; i < TableStats::kCount; ++i) v(i) = values[i];
   }
 };
 

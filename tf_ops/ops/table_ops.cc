@@ -1,7 +1,10 @@
 // Op definitions of the embedding table: creation, key -> address, reads, writes, export.
+#include <string>
+
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/shape_inference.h"
+#include "tf_ops/core/embedding_table.h"
 #include "tf_ops/ops/op_prefix.h"
 
 namespace rec_sdk {
@@ -27,6 +30,20 @@ tensorflow::Status ScalarOutput(InferenceContext* c) {
   return absl::OkStatus();
 }
 
+// Limits and names the Python package reads from the op definitions (their attributes'
+// defaults), so that each is written once, in the core.
+std::string StatNamesAttr() {
+  std::string spec = "stat_names: list(string) = [";
+  for (int i = 0; i < TableStats::kCount; ++i) {
+    spec += std::string(i ? ", " : "") + "\"" + TableStats::kNames[i] + "\"";
+  }
+  return spec + "]";
+}
+
+std::string MaxDimAttr() {
+  return "max_dim: int = " + std::to_string(EmbeddingTable::kMaxDim);
+}
+
 }  // namespace
 
 REGISTER_OP(REC_SDK_OP_NAME(EmbeddingTable))
@@ -34,6 +51,7 @@ REGISTER_OP(REC_SDK_OP_NAME(EmbeddingTable))
     .Attr("table_name: string")
     .Attr("key_dtype: {int32, int64}")
     .Attr("dim: int >= 1")
+    .Attr(MaxDimAttr())
     .Attr("dynamic_expansion: bool")
     .Attr("capacity: int >= 0")
     .Attr("initial_capacity: int >= 0 = 0")
@@ -268,13 +286,15 @@ on an error the table is left empty. note says what happened to optimizer slots.
 REGISTER_OP(REC_SDK_OP_NAME(TableStats))
     .Input("table: resource")
     .Output("stats: int64")
+    .Attr(StatNamesAttr())
     .SetIsStateful()
     .SetShapeFn([](InferenceContext* c) {
-      c->set_output(0, c->Vector(7));
+      c->set_output(0, c->Vector(TableStats::kCount));
       return absl::OkStatus();
     })
     .Doc(R"doc(
-[size, capacity, admitted, rejected, evicted, pending, newest_clock] of the table.
+The table's counters, in the order the stat_names attribute lists them (its default; not
+meant to be set): size, capacity, admitted, rejected, evicted, pending, newest_clock.
 )doc");
 
 REGISTER_OP(REC_SDK_OP_NAME(TableGather))

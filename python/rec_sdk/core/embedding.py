@@ -33,7 +33,6 @@ from rec_sdk.util import initialize
 from rec_sdk.util.communication import hccl_ops
 from rec_sdk.util.validation import INT32_MAX, check_bool, check_float, check_int
 
-MAX_DIM = 8192
 MAX_LOOKUPS_PER_TABLE = MULTI_LOOKUP_TIMES
 _NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.]{1,100}$")
 
@@ -52,9 +51,9 @@ def _as_dim(dim):
     if isinstance(dim, tf.TensorShape):
         if dim.rank != 1 or dim[0] is None:
             raise ValueError("dim must be an int or a rank-1 TensorShape with a known size in "
-                             "[1, %d], got %s" % (MAX_DIM, dim))
+                             "[1, %d], got %s" % (table_ops.max_dim(), dim))
         dim = dim[0]
-    return check_int("dim", dim, 1, MAX_DIM)
+    return check_int("dim", dim, 1, table_ops.max_dim())
 
 
 def create_table(key_dtype, dim, name, emb_initializer, device_vocabulary_size=1,

@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from rec_sdk.constants.constants import DEFAULT_EVICT_TIME_INTERVAL
 from rec_sdk.core.table import tables_of_graph
+from rec_sdk.ops import table_ops
 from rec_sdk.util.validation import INT32_MAX, check_bool, check_int
 from rec_sdk.util.log import logger
 
@@ -126,7 +127,9 @@ def table_summaries(tables=None, family="rec_sdk", collections=None):
     ops = []
     for table in tables:
         stats = table.stats()
-        for key in ("size", "capacity", "admitted", "rejected", "evicted", "pending"):
+        for key in table_ops.stat_names():
+            if key == "newest_clock":  # a clock, not a counter
+                continue
             ops.append(tf.compat.v1.summary.scalar("%s/%s/%s" % (family, table.table_name, key),
                                                    stats[key], collections=collections))
     return ops

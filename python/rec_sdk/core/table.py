@@ -200,7 +200,7 @@ class SparseEmbedding:
         of keys not admitted), evicted, pending (keys counting towards admission),
         newest_clock (the newest timestamp or step seen)."""
         values = table_ops.stats(self.handle, name=name)
-        return {key: values[i] for i, key in enumerate(table_ops.STAT_NAMES)}
+        return {key: values[i] for i, key in enumerate(table_ops.stat_names())}
 
     def export(self, name=None):
         """(keys [n], values [n, dim], slots [num_slots, n, dim]) of every stored row."""

@@ -15,7 +15,6 @@ import tensorflow as tf
 
 import rec_sdk
 from rec_sdk import saver
-from rec_sdk.core.embedding import MAX_DIM
 from rec_sdk.core.table import SparseEmbedding, tables_of_graph
 from rec_sdk.dynamic_embedding.optimizer_kinds import slot_info
 from rec_sdk.core.initializer_spec import describe_initializer
@@ -115,8 +114,9 @@ class Variable:
                             "tf.int64 or tf.int32 and value_dtype tf.float32"
                             % (key_dtype.name, value_dtype.name))
         if isinstance(dim, bool) or not isinstance(dim, numbers.Integral) or \
-                not 1 <= dim <= MAX_DIM:
-            raise ValueError("dim must be an integer in [1, %d], got %r" % (MAX_DIM, dim))
+                not 1 <= dim <= table_ops.max_dim():
+            raise ValueError("dim must be an integer in [1, %d], got %r"
+                             % (table_ops.max_dim(), dim))
         if devices is None:
             devices = ["/CPU:0"]
         elif isinstance(devices, str):

@@ -3,8 +3,11 @@
 Arguments are checked by the public API (rec_sdk.core.embedding); these functions only build
 the ops.
 """
+import functools
+
 import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2
+from tensorflow.python.framework import op_def_registry
 
 from rec_sdk.ops.loader import load_ops
 from rec_sdk.util.graph_state import state_of
@@ -115,11 +118,30 @@ def restore(table, directories, rank_id, rank_size, name=None):
     return load_ops().rec_sdk_table_restore(table, directories, rank_id, rank_size, name=name)
 
 
-STAT_NAMES = ("size", "capacity", "admitted", "rejected", "evicted", "pending", "newest_clock")
+def _default_of(op_name, attr):
+    """The default value of an attribute of one of the library's ops: how the core's limits
+    and names reach Python (written once, in C++)."""
+    load_ops()
+    for item in op_def_registry.get(op_name).attr:
+        if item.name == attr:
+            return item.default_value
+    raise KeyError("op %s has no attribute %r" % (op_name, attr))
+
+
+@functools.lru_cache(maxsize=None)
+def stat_names():
+    """The names of the counters RecSdk>TableStats returns, in its order."""
+    return tuple(n.decode() for n in _default_of("RecSdk>TableStats", "stat_names").list.s)
+
+
+@functools.lru_cache(maxsize=None)
+def max_dim():
+    """The largest embedding dim a table may have."""
+    return int(_default_of("RecSdk>EmbeddingTable", "max_dim").i)
 
 
 def stats(table, name=None):
-    """int64 vector of the counters named by STAT_NAMES."""
+    """int64 vector of the counters named by stat_names()."""
     return load_ops().rec_sdk_table_stats(table, name=name)
 
 
