@@ -25,11 +25,6 @@ tensorflow::Status RowsOfInputShape(InferenceContext* c) {
   return absl::OkStatus();
 }
 
-tensorflow::Status ScalarOutput(InferenceContext* c) {
-  c->set_output(0, c->Scalar());
-  return absl::OkStatus();
-}
-
 // Limits and names the Python package reads from the op definitions (their attributes'
 // defaults), so that each is written once, in the core.
 std::string StatNamesAttr() {
@@ -189,11 +184,7 @@ REGISTER_OP(REC_SDK_OP_NAME(TableEvict))
     .Output("rows_evicted: int64")
     .Output("pending_evicted: int64")
     .SetIsStateful()
-    .SetShapeFn([](InferenceContext* c) {
-      c->set_output(0, c->Scalar());
-      c->set_output(1, c->Scalar());
-      return absl::OkStatus();
-    })
+    .SetShapeFn(tensorflow::shape_inference::ScalarShape)
     .Doc(R"doc(
 Evicts the rows and pending admission counts whose last-seen clock is at least the table's
 eviction threshold older than the newest clock it has seen.
@@ -219,7 +210,7 @@ REGISTER_OP(REC_SDK_OP_NAME(TableRestrict))
     .Output("removed: int64")
     .Attr("by: {'last_seen', 'count'}")
     .SetIsStateful()
-    .SetShapeFn(ScalarOutput)
+    .SetShapeFn(tensorflow::shape_inference::ScalarShape)
     .Doc(R"doc(
 Keeps the num_reserved rows seen most recently (by last_seen) or most often (by count; the
 table needs track_access) and removes the others with their slots; returns how many went.
@@ -232,11 +223,7 @@ REGISTER_OP(REC_SDK_OP_NAME(TableSave))
     .Output("rows: int64")
     .Output("save_id: int64")
     .SetIsStateful()
-    .SetShapeFn([](InferenceContext* c) {
-      c->set_output(0, c->Scalar());
-      c->set_output(1, c->Scalar());
-      return absl::OkStatus();
-    })
+    .SetShapeFn(tensorflow::shape_inference::ScalarShape)
     .Doc(R"doc(
 Streams the table (rows, slots, admission counts, clocks, pending keys) into `directory`, which
 must not exist, with a checksummed meta.txt written last (see tf_ops/core/checkpoint.h).
@@ -258,7 +245,7 @@ REGISTER_OP(REC_SDK_OP_NAME(TableApplyDelta))
     .Input("directory: string")
     .Output("rows: int64")
     .SetIsStateful()
-    .SetShapeFn(ScalarOutput)
+    .SetShapeFn(tensorflow::shape_inference::ScalarShape)
     .Doc(R"doc(
 Applies a delta checkpoint directory onto the table, which must hold the checkpoint the delta
 follows.
@@ -272,11 +259,7 @@ REGISTER_OP(REC_SDK_OP_NAME(TableRestore))
     .Output("rows: int64")
     .Output("note: string")
     .SetIsStateful()
-    .SetShapeFn([](InferenceContext* c) {
-      c->set_output(0, c->Scalar());
-      c->set_output(1, c->Scalar());
-      return absl::OkStatus();
-    })
+    .SetShapeFn(tensorflow::shape_inference::ScalarShape)
     .Doc(R"doc(
 Replaces the table's contents with the rows saved in `directories` (one per rank that saved)
 whose key satisfies abs(key % rank_size) == rank_id. Checks metadata, sizes and checksums;
@@ -346,21 +329,21 @@ REGISTER_OP(REC_SDK_OP_NAME(TableRemove))
     .Output("removed: int64")
     .Attr("key_dtype: {int32, int64}")
     .SetIsStateful()
-    .SetShapeFn(ScalarOutput)
+    .SetShapeFn(tensorflow::shape_inference::ScalarShape)
     .Doc("Removes keys (absent keys are ignored) and returns how many were removed.");
 
 REGISTER_OP(REC_SDK_OP_NAME(TableSize))
     .Input("table: resource")
     .Output("size: int64")
     .SetIsStateful()
-    .SetShapeFn(ScalarOutput)
+    .SetShapeFn(tensorflow::shape_inference::ScalarShape)
     .Doc("Number of keys stored in the table.");
 
 REGISTER_OP(REC_SDK_OP_NAME(TableCapacity))
     .Input("table: resource")
     .Output("capacity: int64")
     .SetIsStateful()
-    .SetShapeFn(ScalarOutput)
+    .SetShapeFn(tensorflow::shape_inference::ScalarShape)
     .Doc("Rows the table holds without allocating: its fixed capacity, or in dynamic-expansion "
          "mode the rows allocated so far.");
 
