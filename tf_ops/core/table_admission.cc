@@ -1,0 +1,205 @@
+// The table's admission and eviction: pending admission counts (PendingShard), the
+// threshold, eviction by age and of the least recently seen rows, and Restrict.
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "tf_ops/core/embedding_table.h"
+
+namespace rec_sdk {
+
+EmbeddingTable::Pending* EmbeddingTable::PendingShard::Add(int64_t key, uint64_t hash,
+                                                          int64_t last_seen) {
+  int64_t i;
+  if (!free_.empty()) {
+    i = free_.back();
+    free_.pop_back();
+  } else {
+    i = static_cast<int64_t>(records_.size());
+    records_.emplace_back();
+  }
+  records_[i] = Pending{key, 0, last_seen};
+  map_.Insert(key, hash, i);
+  return &records_[i];
+}
+
+void EmbeddingTable::PendingShard::Remove(int64_t key, uint64_t hash) {
+  const int64_t i = map_.Erase(key, hash);
+  if (i < 0) return;
+  records_[i].count = -1;
+  free_.push_back(i);
+}
+
+int64_t EmbeddingTable::PendingShard::RemoveSeenAtOrBefore(int64_t cutoff) {
+  int64_t removed = 0;
+  for (size_t i = 0; i < records_.size(); ++i) {
+    Pending& p = records_[i];
+    if (p.count < 0 || p.last_seen > cutoff) continue;
+    map_.Erase(p.key, HashIndex::Hash(p.key));
+    p.count = -1;
+    free_.push_back(static_cast<int64_t>(i));
+    ++removed;
+  }
+  // Give memory back once most records are free (e.g. after a burst of one-off keys).
+  if (records_.size() > 1024 && static_cast<size_t>(map_.size()) * 4 < records_.size()) {
+    std::vector<Pending> live;
+    live.reserve(map_.size() * 2);
+    for (const Pending& p : records_) {
+      if (p.count >= 0) live.push_back(p);
+    }
+    Clear();
+    for (const Pending& p : live) {
+      Pending* q = Add(p.key, HashIndex::Hash(p.key), p.last_seen);
+      q->count = p.count;
+    }
+  }
+  return removed;
+}
+
+void EmbeddingTable::PendingShard::Clear() {
+  map_.Clear();
+  std::vector<Pending>().swap(records_);
+  std::vector<int64_t>().swap(free_);
+}
+
+Status EmbeddingTable::SetAccessThreshold(int64_t threshold) {
+  ChangeScope change(this);
+  if (threshold < -1) {
+    return Status::InvalidArgument("table '" + config_.name +
+                                   "': access_threshold must be >= -1, got " +
+                                   std::to_string(threshold));
+  }
+  access_threshold_.store(threshold, std::memory_order_relaxed);
+  return Status::Ok();
+}
+
+void EmbeddingTable::EvictRowLocked(int64_t row) {
+  RowMeta& meta = MetaOf(row);
+  if (config_.track_changes) removed_keys_.push_back(meta.key);
+  const uint64_t hash = HashIndex::Hash(meta.key);
+  index_.shard(HashIndex::ShardOf(hash)).Erase(meta.key, hash);
+  KillRowLocked(meta);
+  size_.fetch_sub(1, std::memory_order_relaxed);
+  evicted_.fetch_add(1, std::memory_order_relaxed);
+}
+
+Status EmbeddingTable::Evict(int64_t* rows_evicted, int64_t* pending_evicted,
+                             const ParallelRunner& run) {
+  ChangeScope change(this);
+  int64_t rows_out = 0, pending_out = 0;
+  const int64_t threshold = config_.eviction_threshold;
+  const int64_t newest = newest_clock_.load();
+  if (threshold >= 0 && newest != kNoClock) {
+    // Keys seen at or before `cutoff` are at least `threshold` older than the newest clock.
+    int64_t cutoff;
+    if (__builtin_sub_overflow(newest, threshold, &cutoff)) cutoff = INT64_MIN;
+    std::unique_lock<std::shared_mutex> structure(structure_mu_);
+    std::lock_guard<std::mutex> lock(alloc_mu_);
+    // Find the victims chunk by chunk in parallel, then unlink them.
+    const int64_t chunks = (next_row_ + rows_per_chunk() - 1) >> chunk_shift_;
+    std::vector<std::vector<int64_t>> victims(chunks);
+    run(chunks, rows_per_chunk() * 10, [&](int64_t first, int64_t last) {
+      for (int64_t c = first; c < last; ++c) {
+        const int64_t end = std::min(next_row_, (c + 1) << chunk_shift_);
+        for (int64_t row = c << chunk_shift_; row < end; ++row) {
+          const RowMeta& meta = MetaOf(row);
+          if (meta.alive && meta.last_seen <= cutoff) victims[c].push_back(row);
+        }
+      }
+    });
+    for (const auto& rows : victims) {
+      for (const int64_t row : rows) {
+        EvictRowLocked(row);
+        free_rows_.push_back(row);
+        ++rows_out;
+      }
+    }
+    for (int s = 0; s < HashIndex::kNumShards; ++s) {
+      pending_out += pending_[s].RemoveSeenAtOrBefore(cutoff);
+    }
+    pending_size_.fetch_sub(pending_out, std::memory_order_relaxed);
+  }
+  if (rows_evicted != nullptr) *rows_evicted = rows_out;
+  if (pending_evicted != nullptr) *pending_evicted = pending_out;
+  return Status::Ok();
+}
+
+void EmbeddingTable::EvictLeastRecent(int64_t count, const int64_t* keys, int64_t n,
+                                      int64_t tick) {
+  std::vector<int64_t> batch(keys, keys + n);
+  std::sort(batch.begin(), batch.end());
+  std::unique_lock<std::shared_mutex> structure(structure_mu_);
+  std::lock_guard<std::mutex> lock(alloc_mu_);
+  std::vector<std::pair<int64_t, int64_t>> candidates;  // (last_seen, row)
+  candidates.reserve(size_.load());
+  for (int64_t row = 0; row < next_row_; ++row) {
+    const RowMeta& meta = MetaOf(row);
+    if (!meta.alive) continue;
+    if (tick > 0 && meta.last_seen >= tick - kProtectedTicks) continue;
+    if (std::binary_search(batch.begin(), batch.end(), meta.key)) continue;
+    candidates.emplace_back(meta.last_seen, row);
+  }
+  count = std::min<int64_t>(count, static_cast<int64_t>(candidates.size()));
+  if (count <= 0) return;
+  std::nth_element(candidates.begin(), candidates.begin() + (count - 1), candidates.end());
+  int64_t newest_evicted = INT64_MIN;
+  for (int64_t j = 0; j < count; ++j) {
+    EvictRowLocked(candidates[j].second);
+    free_rows_.push_back(candidates[j].second);
+    newest_evicted = std::max(newest_evicted, candidates[j].first);
+  }
+  // Keys still counting towards admission that were last seen before the rows that had to
+  // go would not be kept either: this bounds the pending counts of a full table.
+  int64_t pending_out = 0;
+  for (int s = 0; s < HashIndex::kNumShards; ++s) {
+    pending_out += pending_[s].RemoveSeenAtOrBefore(newest_evicted);
+  }
+  pending_size_.fetch_sub(pending_out, std::memory_order_relaxed);
+}
+
+Status EmbeddingTable::Restrict(int64_t keep, RestrictBy by, int64_t* removed) {
+  if (keep < 0) {
+    return Status::InvalidArgument("table '" + config_.name +
+                                   "': num_reserved must be >= 0, got " + std::to_string(keep));
+  }
+  if (by == RestrictBy::kCount && !config_.track_access) {
+    return Status::InvalidArgument("table '" + config_.name +
+                                   "' does not count accesses (track_access): it cannot be "
+                                   "restricted by count");
+  }
+  if (removed != nullptr) *removed = 0;
+  if (Size() <= keep) return Status::Ok();  // nothing to do: the table stays unchanged
+  ChangeScope change(this);
+  std::unique_lock<std::shared_mutex> structure(structure_mu_);
+  std::lock_guard<std::mutex> lock(alloc_mu_);
+  struct Candidate {
+    int64_t primary, secondary, key, row;
+  };
+  std::vector<Candidate> rows;
+  rows.reserve(size_.load());
+  for (int64_t row = 0; row < next_row_; ++row) {
+    const RowMeta& meta = MetaOf(row);
+    if (!meta.alive) continue;
+    if (by == RestrictBy::kCount) {
+      rows.push_back({int64_t{meta.count}, meta.last_seen, meta.key, row});
+    } else {
+      rows.push_back({meta.last_seen, 0, meta.key, row});
+    }
+  }
+  const int64_t drop = static_cast<int64_t>(rows.size()) - keep;
+  if (removed != nullptr) *removed = std::max<int64_t>(drop, 0);
+  if (drop <= 0) return Status::Ok();
+  auto worse = [](const Candidate& a, const Candidate& b) {
+    if (a.primary != b.primary) return a.primary < b.primary;
+    if (a.secondary != b.secondary) return a.secondary < b.secondary;
+    return a.key < b.key;
+  };
+  std::nth_element(rows.begin(), rows.begin() + (drop - 1), rows.end(), worse);
+  for (int64_t j = 0; j < drop; ++j) {
+    EvictRowLocked(rows[j].row);
+    free_rows_.push_back(rows[j].row);
+  }
+  return Status::Ok();
+}
+
+}  // namespace rec_sdk

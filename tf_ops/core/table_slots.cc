@@ -1,0 +1,105 @@
+// The optimizer slots of a table's rows: attaching an optimizer's slots (re-laying out the
+// rows once) and the notices that leaves for the kernels to log.
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "tf_ops/core/embedding_table.h"
+
+namespace rec_sdk {
+
+Status EmbeddingTable::EnsureSlots(const std::string& optimizer,
+                                   const std::vector<float>& initial_values) {
+  ChangeScope change(this);
+  const int wanted = static_cast<int>(initial_values.size());
+  if (wanted > kMaxSlots) {
+    return Status::InvalidArgument("optimizer '" + optimizer + "' asks for " +
+                                   std::to_string(wanted) + " slots; at most " +
+                                   std::to_string(kMaxSlots) + " are supported");
+  }
+  {
+    std::shared_lock<std::shared_mutex> structure(structure_mu_);
+    if (slot_values_known_ && slot_optimizer_ == optimizer && num_slots_ == wanted &&
+        std::equal(initial_values.begin(), initial_values.end(), slot_initial_values_)) {
+      return Status::Ok();
+    }
+  }
+  std::unique_lock<std::shared_mutex> structure(structure_mu_);
+  if (slot_values_known_ && slots_from_checkpoint_) {
+    slots_from_checkpoint_ = false;
+    if (slot_optimizer_ == optimizer && num_slots_ == wanted) {
+      // Restored slots of this optimizer: new rows start from this instance's values.
+      for (int s = 0; s < wanted; ++s) slot_initial_values_[s] = initial_values[s];
+      return Status::Ok();
+    }
+    // The checkpoint was trained by another optimizer: its slots cannot serve this one.
+    std::lock_guard<std::mutex> lock(alloc_mu_);
+    REC_SDK_RETURN_IF_ERROR(RelayoutLocked(wanted, initial_values.data()));
+    for (int64_t row = 0; row < next_row_; ++row) {
+      float* value = ValueOf(row);
+      for (int s = 0; s < wanted; ++s) {
+        std::fill_n(SlotOf(value, s), config_.dim, initial_values[s]);
+      }
+    }
+    {
+      std::lock_guard<std::mutex> notice_lock(notice_mu_);
+      notice_ = "table '" + config_.name + "': the checkpoint's slots of optimizer '" +
+                slot_optimizer_ + "' were dropped; optimizer '" + optimizer + "' starts its " +
+                std::to_string(wanted) + " slot(s) from their initial values";
+    }
+    for (int s = 0; s < wanted; ++s) slot_initial_values_[s] = initial_values[s];
+    slot_optimizer_ = optimizer;
+    return Status::Ok();
+  }
+  if (slot_values_known_) {
+    if (slot_optimizer_ == optimizer && num_slots_ == wanted) {
+      for (int s = 0; s < wanted; ++s) {
+        if (slot_initial_values_[s] != initial_values[s]) {
+          return Status::FailedPrecondition(
+              "table '" + config_.name + "': optimizer '" + optimizer + "' slot " +
+              std::to_string(s) + " starts at " + std::to_string(slot_initial_values_[s]) +
+              " for this table; another instance asks for " + std::to_string(initial_values[s]));
+        }
+      }
+      return Status::Ok();
+    }
+    return Status::FailedPrecondition(
+        "table '" + config_.name + "' is already trained by sparse optimizer '" +
+        slot_optimizer_ + "'; it cannot also be trained by '" + optimizer +
+        "' (one sparse optimizer per table)");
+  }
+  std::lock_guard<std::mutex> lock(alloc_mu_);
+  if (num_slots_ > 0 && num_slots_ != wanted) {
+    return Status::FailedPrecondition(
+        "table '" + config_.name + "' was imported with " + std::to_string(num_slots_) +
+        " optimizer slots but optimizer '" + optimizer + "' uses " + std::to_string(wanted));
+  }
+  const int first_new = num_slots_;
+  // Give every row handed out so far its slots; later rows get them in InitializeRowLocked.
+  if (wanted > num_slots_) REC_SDK_RETURN_IF_ERROR(RelayoutLocked(wanted, initial_values.data()));
+  for (int s = 0; s < wanted; ++s) slot_initial_values_[s] = initial_values[s];
+  // Rows added after an Import of slots but before this call got no slot values of their own.
+  for (int64_t row = 0; first_new > 0 && row < next_row_; ++row) {
+    RowMeta& meta = MetaOf(row);
+    if (!meta.slots_unset) continue;
+    meta.slots_unset = 0;
+    float* value = ValueOf(row);
+    for (int s = 0; s < first_new; ++s) {
+      std::fill_n(SlotOf(value, s), config_.dim, initial_values[s]);
+    }
+  }
+  slot_optimizer_ = optimizer;
+  slot_values_known_ = true;
+  slots_from_checkpoint_ = false;
+  return Status::Ok();
+}
+
+std::string EmbeddingTable::TakeNotice() {
+  std::lock_guard<std::mutex> lock(notice_mu_);
+  std::string notice;
+  notice.swap(notice_);
+  return notice;
+}
+
+}  // namespace rec_sdk

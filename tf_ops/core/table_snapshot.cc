@@ -1,0 +1,405 @@
+// The table's checkpoints: save ids and commits, consistent snapshots of the rows (and of
+// their changes, for delta checkpoints), restoring or applying checkpoint files, and the
+// whole-table export and import.
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <random>
+#include <vector>
+
+#include "tf_ops/core/embedding_table.h"
+
+namespace rec_sdk {
+
+namespace {
+// Ids of saves: random, positive, never 0.
+int64_t NewSaveId() {
+  static std::mutex mu;
+  static std::mt19937_64 rng(std::random_device{}() ^ static_cast<uint64_t>(
+                                 std::chrono::steady_clock::now().time_since_epoch().count()));
+  std::lock_guard<std::mutex> lock(mu);
+  int64_t id;
+  do {
+    id = static_cast<int64_t>(rng() >> 2);
+  } while (id == 0);
+  return id;
+}
+}  // namespace
+
+Status EmbeddingTable::CommitSave(int64_t save_id) {
+  std::unique_lock<std::shared_mutex> structure(structure_mu_);
+  if (save_id != snapshot_id_) {
+    return Status::FailedPrecondition("table '" + config_.name + "': save " +
+                                      std::to_string(save_id) + " is not the table's last "
+                                      "snapshot; it cannot be committed");
+  }
+  ResetChangesLocked();
+  checkpoint_id_ = save_id;
+  committed_version_ = snapshot_version_;
+  return Status::Ok();
+}
+
+bool EmbeddingTable::HoldsCheckpoint(int64_t save_id) const {
+  std::shared_lock<std::shared_mutex> structure(structure_mu_);
+  return save_id != 0 && checkpoint_id_ == save_id &&
+         version_.load(std::memory_order_relaxed) == committed_version_;
+}
+
+Status EmbeddingTable::Snapshot(const std::function<Status(const SnapshotView&)>& fn) {
+  std::unique_lock<std::shared_mutex> structure(structure_mu_);
+  SnapshotView view;
+  view.table_ = this;
+  CheckpointInfo& info = view.info_;
+  info.rows = size_.load();
+  info.pending = pending_size_.load();
+  info.num_slots = num_slots_;
+  info.optimizer = slot_optimizer_;
+  info.slot_initial.assign(slot_initial_values_, slot_initial_values_ + num_slots_);
+  const int64_t newest = newest_clock_.load();
+  info.has_clock = newest != kNoClock;
+  info.newest_clock = info.has_clock ? newest : 0;
+  info.tick = tick_.load();
+  info.admitted = admitted_.load();
+  info.rejected = rejected_.load();
+  info.evicted = evicted_.load();
+  info.save_id = snapshot_id_ = NewSaveId();
+  info.parent_id = checkpoint_id_;
+  snapshot_version_ = version_.load(std::memory_order_relaxed);
+  {
+    std::lock_guard<std::mutex> lock(alloc_mu_);
+    view.next_row_ = next_row_;
+  }
+  return fn(view);
+}
+
+void EmbeddingTable::ResetChangesLocked() {
+  if (!config_.track_changes) return;
+  std::lock_guard<std::mutex> lock(alloc_mu_);
+  for (int64_t c = 0; c < num_chunks_; ++c) {
+    std::fill_n(ChunkOf(c << chunk_shift_)->changed.get(), rows_per_chunk(), 0);
+  }
+  removed_keys_.clear();
+  removed_keys_.shrink_to_fit();
+  cleared_since_save_ = false;
+}
+
+Status EmbeddingTable::SnapshotView::ForEachRow(const RowFn& fn, bool changed_only) const {
+  changed_only = changed_only && table_->config_.track_changes;
+  for (int64_t row = 0; row < next_row_; ++row) {
+    const RowMeta& meta = table_->MetaOf(row);
+    if (!meta.alive) continue;
+    if (changed_only && !table_->ChunkOf(row)->changed[table_->OffsetOf(row)]) continue;
+    REC_SDK_RETURN_IF_ERROR(fn(meta.key, table_->ValueOf(row), meta.count, meta.last_seen));
+  }
+  return Status::Ok();
+}
+
+Status EmbeddingTable::SnapshotView::ForEachPending(const PendingFn& fn) const {
+  for (int s = 0; s < HashIndex::kNumShards; ++s) {
+    REC_SDK_RETURN_IF_ERROR(table_->pending_[s].ForEach([&](const Pending& p) {
+      return fn(p.key, p.count, p.last_seen);
+    }));
+  }
+  return Status::Ok();
+}
+
+class EmbeddingTable::RowSink : public RestoreSink {
+ public:
+  RowSink(EmbeddingTable* t, bool keep_slots, bool upsert)
+      : t_(t), keep_slots_(keep_slots), upsert_(upsert) {}
+  Status AddRow(int lane, int64_t key, const float* value, const float* const* slots,
+                uint32_t count, int64_t last_seen) override {
+    std::vector<int64_t>& rows_ = rows_of_[lane];
+    size_t& next_ = next_of_[lane];
+    const uint64_t hash = HashIndex::Hash(key);
+    HashIndex::Shard& shard = t_->index_.shard(HashIndex::ShardOf(hash));
+    const int64_t existing = shard.Find(key, hash);
+    if (existing >= 0 && !upsert_) {
+      return Status::DataLoss("table '" + t_->config_.name + "': key " + std::to_string(key) +
+                              " appears twice in the checkpoint");
+    }
+    if (existing >= 0) {  // a delta's new values for a stored key
+      WriteRow(RowOfEntry(existing), value, slots, count, last_seen);
+      return Status::Ok();
+    }
+    if (next_ == rows_.size()) {
+      // A fixed-capacity table hands out exactly the rows announced by ExpectRows (a delta:
+      // one at a time), so that no lane sits on rows another lane needs.
+      int64_t block = 4096;
+      if (!t_->config_.dynamic_expansion) {
+        block = upsert_ ? 1 : std::max<int64_t>(1, std::min<int64_t>(block, expected_[lane]));
+      }
+      t_->AllocateRows(block, &rows_);
+      expected_[lane] -= static_cast<int64_t>(rows_.size());
+      next_ = 0;
+      if (rows_.empty()) {
+        return Status::ResourceExhausted(
+            "restore into table '" + t_->config_.name + "': the checkpoint has more rows "
+            "than the table's capacity of " + std::to_string(t_->Capacity()) + " rows");
+      }
+    }
+    const int64_t row = rows_[next_++];
+    WriteRow(row, value, slots, count, last_seen);
+    RowMeta& meta = t_->MetaOf(row);
+    meta.key = key;
+    meta.slots_unset = 0;
+    __atomic_store_n(&meta.alive, 1, __ATOMIC_RELEASE);
+    shard.Insert(key, hash, IndexEntry(row, meta.generation));
+    t_->size_.fetch_add(1, std::memory_order_relaxed);
+    return Status::Ok();
+  }
+  void WriteRow(int64_t row, const float* value, const float* const* slots, uint32_t count,
+                int64_t last_seen) {
+    const int dim = t_->config_.dim;
+    float* dst = t_->ValueOf(row);
+    std::memcpy(dst, value, dim * sizeof(float));
+    for (int s = 0; s < t_->num_slots_; ++s) {
+      if (keep_slots_ && slots != nullptr && slots[s] != nullptr) {
+        std::memcpy(t_->SlotOf(dst, s), slots[s], dim * sizeof(float));
+      } else {
+        std::fill_n(t_->SlotOf(dst, s), dim, t_->slot_initial_values_[s]);
+      }
+    }
+    RowMeta& meta = t_->MetaOf(row);
+    meta.last_seen = last_seen;
+    meta.count = count;
+  }
+  Status AddPending(int64_t key, int64_t count, int64_t last_seen) override {
+    const uint64_t hash = HashIndex::Hash(key);
+    PendingShard& pending = t_->pending_[HashIndex::ShardOf(hash)];
+    if (count < 0 || pending.Find(key, hash) != nullptr ||
+        t_->index_.shard(HashIndex::ShardOf(hash)).Find(key, hash) >= 0) {
+      return Status::DataLoss("table '" + t_->config_.name + "': pending key " +
+                              std::to_string(key) + " is invalid or repeated in the checkpoint");
+    }
+    pending.Add(key, hash, last_seen)->count = count;
+    t_->pending_size_.fetch_add(1, std::memory_order_relaxed);
+    return Status::Ok();
+  }
+  void ExpectRows(int lane, int64_t n) override { expected_[lane] += n; }
+  void Prefetch(int64_t key) const override {
+    const uint64_t hash = HashIndex::Hash(key);
+    t_->index_.shard(HashIndex::ShardOf(hash)).Prefetch(hash);
+  }
+  void ReleaseUnused() {
+    for (int l = 0; l < kRestoreLanes; ++l) {
+      if (next_of_[l] < rows_of_[l].size()) {
+        t_->ReleaseRows(rows_of_[l].data() + next_of_[l], rows_of_[l].size() - next_of_[l]);
+      }
+      rows_of_[l].clear();
+      next_of_[l] = 0;
+    }
+  }
+
+ private:
+  EmbeddingTable* t_;
+  const bool keep_slots_;
+  const bool upsert_;
+  // Rows taken from the allocator, per lane.
+  std::vector<int64_t> rows_of_[kRestoreLanes];
+  size_t next_of_[kRestoreLanes] = {};
+  int64_t expected_[kRestoreLanes] = {};  // rows announced and not yet allocated, per lane
+};
+
+Status EmbeddingTable::Restore(const CheckpointInfo& info,
+                               const std::function<Status(RestoreSink*)>& feed,
+                               std::string* note) {
+  if (info.num_slots < 0 || info.num_slots > kMaxSlots ||
+      static_cast<int>(info.slot_initial.size()) != info.num_slots) {
+    return Status::InvalidArgument("restore into table '" + config_.name + "': " +
+                                   std::to_string(info.num_slots) + " slots (at most " +
+                                   std::to_string(kMaxSlots) + ")");
+  }
+  std::unique_lock<std::shared_mutex> structure(structure_mu_);
+  std::string what;
+  bool keep_slots;
+  if (slot_values_known_ && !slots_from_checkpoint_) {
+    // An optimizer already trains this table: keep its slots only if they are the same.
+    keep_slots = info.num_slots == num_slots_ && info.optimizer == slot_optimizer_;
+    if (keep_slots) {
+      what = info.num_slots > 0 ? "slots of '" + info.optimizer + "' restored" : "";
+    } else {
+      what = "the checkpoint's slots" +
+             (info.optimizer.empty() ? std::string() : " of optimizer '" + info.optimizer + "'") +
+             " were dropped: the table is trained by '" + slot_optimizer_ +
+             "', whose slots start from their initial values";
+    }
+  } else {
+    keep_slots = true;
+    if (info.num_slots != num_slots_) {
+      std::lock_guard<std::mutex> lock(alloc_mu_);
+      REC_SDK_RETURN_IF_ERROR(RelayoutLocked(info.num_slots, info.slot_initial.data()));
+    }
+    for (int s = 0; s < info.num_slots; ++s) slot_initial_values_[s] = info.slot_initial[s];
+    slot_optimizer_ = info.optimizer;
+    slot_values_known_ = info.num_slots > 0;
+    slots_from_checkpoint_ = info.num_slots > 0;
+    if (info.num_slots > 0) what = "slots of '" + info.optimizer + "' restored";
+  }
+  ClearLocked();
+  checkpoint_id_ = 0;  // until the restore succeeds: an emptied table holds no checkpoint
+  // Size the index for the rows to come (one rehash instead of one per doubling).
+  for (int s = 0; s < HashIndex::kNumShards; ++s) {
+    index_.shard(s).Reserve(static_cast<size_t>(info.rows / HashIndex::kNumShards * 11 / 10));
+  }
+  admitted_.store(info.admitted);
+  rejected_.store(info.rejected);
+  evicted_.store(info.evicted);
+  tick_.store(info.tick);
+  newest_clock_.store(info.has_clock ? info.newest_clock : kNoClock);
+
+  RowSink sink(this, keep_slots, /*upsert=*/false);
+  Status status = feed(&sink);
+  sink.ReleaseUnused();
+  if (!status.ok()) {
+    ClearLocked();
+    return status;
+  }
+  ResetChangesLocked();  // the table now equals the checkpoint
+  checkpoint_id_ = info.save_id;
+  committed_version_ = version_.load(std::memory_order_relaxed);
+  if (note != nullptr) *note = what;
+  return Status::Ok();
+}
+
+Status EmbeddingTable::ApplyDelta(const CheckpointInfo& info, bool cleared,
+                                  const std::vector<int64_t>& removed,
+                                  const std::function<Status(RestoreSink*)>& feed) {
+  std::unique_lock<std::shared_mutex> structure(structure_mu_);
+  if (info.num_slots != num_slots_ || (info.num_slots > 0 && info.optimizer != slot_optimizer_)) {
+    return Status::FailedPrecondition(
+        "delta checkpoint for table '" + config_.name + "' has " +
+        std::to_string(info.num_slots) + " slots of optimizer '" + info.optimizer +
+        "' but the table has " + std::to_string(num_slots_) + " of '" + slot_optimizer_ +
+        "': apply deltas onto the full checkpoint they follow");
+  }
+  if (info.parent_id != checkpoint_id_) {
+    return Status::FailedPrecondition(
+        "delta checkpoint " + std::to_string(info.save_id) + " of table '" + config_.name +
+        "' follows checkpoint " + std::to_string(info.parent_id) + " but the table holds " +
+        std::to_string(checkpoint_id_) + ": restore the full checkpoint it follows and apply "
+        "every delta in order");
+  }
+  if (cleared) ClearLocked();
+  for (const int64_t key : removed) {
+    const uint64_t hash = HashIndex::Hash(key);
+    const int64_t entry = index_.shard(HashIndex::ShardOf(hash)).Erase(key, hash);
+    if (entry < 0) continue;
+    const int64_t row = RowOfEntry(entry);
+    KillRowLocked(MetaOf(row));
+    size_.fetch_sub(1, std::memory_order_relaxed);
+    std::lock_guard<std::mutex> lock(alloc_mu_);
+    free_rows_.push_back(row);
+  }
+  // The delta carries the whole pending set.
+  for (int s = 0; s < HashIndex::kNumShards; ++s) pending_[s].Clear();
+  pending_size_.store(0);
+  admitted_.store(info.admitted);
+  rejected_.store(info.rejected);
+  evicted_.store(info.evicted);
+  tick_.store(info.tick);
+  newest_clock_.store(info.has_clock ? info.newest_clock : kNoClock);
+  RowSink sink(this, /*keep_slots=*/true, /*upsert=*/true);
+  Status status = feed(&sink);
+  sink.ReleaseUnused();
+  if (!status.ok()) {
+    ClearLocked();
+    checkpoint_id_ = 0;  // emptied: it holds no checkpoint, no delta applies to it
+    return status;
+  }
+  ResetChangesLocked();
+  checkpoint_id_ = info.save_id;
+  committed_version_ = version_.load(std::memory_order_relaxed);
+  return Status::Ok();
+}
+
+
+Status EmbeddingTable::Export(const ExportAllocator& allocate) {
+  std::unique_lock<std::shared_mutex> structure(structure_mu_);
+  std::lock_guard<std::mutex> lock(alloc_mu_);
+  const int64_t n = size_.load();
+  int64_t* keys = nullptr;
+  float* values = nullptr;
+  float* slots = nullptr;
+  REC_SDK_RETURN_IF_ERROR(allocate(n, &keys, &values, &slots));
+  const int dim = config_.dim;
+  int64_t out = 0;
+  for (int64_t row = 0; row < next_row_ && out < n; ++row) {
+    const RowMeta& meta = MetaOf(row);
+    if (!meta.alive) continue;
+    float* value = ValueOf(row);
+    keys[out] = meta.key;
+    std::memcpy(values + out * dim, value, dim * sizeof(float));
+    for (int s = 0; s < num_slots_; ++s) {
+      std::memcpy(slots + (s * n + out) * dim, SlotOf(value, s), dim * sizeof(float));
+    }
+    ++out;
+  }
+  return Status::Ok();
+}
+
+Status EmbeddingTable::Import(const int64_t* keys, const float* values, const float* slots,
+                              int num_slots, int64_t n) {
+  ChangeScope change(this);
+  if (slots != nullptr && (num_slots < 0 || num_slots > kMaxSlots)) {
+    return Status::InvalidArgument("import into table '" + config_.name + "': " +
+                                   std::to_string(num_slots) + " slot arrays given, at most " +
+                                   std::to_string(kMaxSlots) + " allowed");
+  }
+  if (slots == nullptr) num_slots = 0;
+  if (n > max_rows_) {
+    return Status::ResourceExhausted("import of " + std::to_string(n) + " rows into table '" +
+                                     config_.name + "' exceeds its capacity of " +
+                                     std::to_string(max_rows_) + " rows");
+  }
+  // One exclusive section: no other operation sees a half-imported table.
+  std::unique_lock<std::shared_mutex> structure(structure_mu_);
+  if (num_slots > 0 && slot_values_known_ && num_slots != num_slots_) {
+    return Status::InvalidArgument(
+        "import into table '" + config_.name + "': " + std::to_string(num_slots) +
+        " slot arrays given but its optimizer '" + slot_optimizer_ + "' has " +
+        std::to_string(num_slots_));
+  }
+  if (num_slots > num_slots_) {
+    std::lock_guard<std::mutex> lock(alloc_mu_);
+    // Placeholder initial values: the imported rows get their slots below, and rows added
+    // before the optimizer's EnsureSlots are marked slots_unset.
+    const float zeros[kMaxSlots] = {0, 0, 0, 0};
+    REC_SDK_RETURN_IF_ERROR(RelayoutLocked(num_slots, zeros));
+  }
+  ClearLocked();
+  std::vector<int64_t> rows;
+  AllocateRows(n, &rows);
+  size_t used = 0;
+  const int dim = config_.dim;
+  for (int64_t i = 0; i < n; ++i) {
+    const uint64_t hash = HashIndex::Hash(keys[i]);
+    HashIndex::Shard& shard = index_.shard(HashIndex::ShardOf(hash));
+    const int64_t entry = shard.Find(keys[i], hash);  // set when keys[i] repeats
+    int64_t row;
+    if (entry >= 0) {
+      row = RowOfEntry(entry);
+    } else {
+      if (used == rows.size()) {
+        ReleaseRows(rows.data() + used, rows.size() - used);
+        size_.fetch_add(static_cast<int64_t>(used), std::memory_order_relaxed);
+        return Status::ResourceExhausted(FullMessage());
+      }
+      row = rows[used++];
+      InitializeRowLocked(row, keys[i], ClockForNewRows());
+      shard.Insert(keys[i], hash, IndexEntry(row, MetaOf(row).generation));
+    }
+    float* value = ValueOf(row);
+    std::memcpy(value, values + i * dim, dim * sizeof(float));
+    for (int s = 0; s < num_slots; ++s) {
+      std::memcpy(SlotOf(value, s), slots + (s * n + i) * dim, dim * sizeof(float));
+    }
+    if (num_slots > 0 && num_slots == num_slots_) MetaOf(row).slots_unset = 0;
+  }
+  size_.fetch_add(static_cast<int64_t>(used), std::memory_order_relaxed);
+  if (used < rows.size()) ReleaseRows(rows.data() + used, rows.size() - used);
+  return Status::Ok();
+}
+
+}  // namespace rec_sdk
