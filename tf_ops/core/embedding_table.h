@@ -399,6 +399,9 @@ class EmbeddingTable {
   // without a row because the table is full.
   void InsertPass(const int64_t* keys, int64_t n, int64_t* addresses, const KeyAccess& access,
                   int64_t tick, bool count, int64_t* unplaced, const ParallelRunner& run);
+  // One shard's part of an insert pass, in named steps: probe, touch, admit, place
+  // (embedding_table.cc).
+  class ShardInsert;
   // Removes the row of a live key (structure_mu_ exclusive) and counts it as evicted.
   void EvictRowLocked(int64_t row);
   // Evicts up to `count` least recently seen rows (takes structure_mu_ exclusively), never

@@ -1,12 +1,217 @@
-// The table's admission and eviction: pending admission counts (PendingShard), the
-// threshold, eviction by age and of the least recently seen rows, and Restrict.
+// The table's admission and eviction: the insert pass of a training FindOrInsert (probe,
+// touch, admit, place), pending admission counts (PendingShard), the threshold, eviction by
+// age and of the least recently seen rows, and Restrict.
 #include <algorithm>
+#include <atomic>
+#include <climits>
 #include <cstdint>
 #include <vector>
 
 #include "tf_ops/core/embedding_table.h"
 
 namespace rec_sdk {
+
+namespace {
+uint32_t SaturatingCount(int64_t count) {
+  return static_cast<uint32_t>(std::min<int64_t>(std::max<int64_t>(count, 0), UINT32_MAX));
+}
+}  // namespace
+
+// One shard's part of an insert pass (the shard's lock held by ForEachShard): each step is
+// a method, run in order by Run().
+class EmbeddingTable::ShardInsert {
+ public:
+  struct Pass {  // what every shard of the pass shares
+    const int64_t* keys;
+    int64_t* addresses;
+    const KeyAccess& access;
+    int64_t tick;
+    bool count;          // counts grow (false: a retry of the same batch)
+    int64_t threshold;   // the admission threshold for this pass
+    int64_t tag_bits;
+    bool touch_rows;     // found rows get their last-seen clock
+    bool count_rows;     // found rows get their access count
+    bool clocked;        // the pass raises the table's newest clock
+  };
+
+  // hashes: per key position of the pass; first: the position of one key of this shard.
+  ShardInsert(EmbeddingTable* table, const Pass& pass, HashIndex::Shard& shard,
+              const uint64_t* hashes, int64_t first)
+      : t_(table), pass_(pass), shard_(shard), hashes_(hashes),
+        pending_(table->pending_[HashIndex::ShardOf(hashes[first])]) {}
+
+  // Returns the number of keys admitted but left without a row (a full table).
+  int64_t Run(const int64_t* positions, int64_t n) {
+    Probe(positions, n);
+    Touch();
+    if (missing_.empty()) return 0;
+    Admit();
+    if (admit_.empty()) return 0;
+    return Place();
+  }
+
+ private:
+  int64_t Clock(int64_t i) const { return ClockOf(pass_.access, i, pass_.tick); }
+  int64_t Increment(int64_t i) const {
+    return pass_.count ? (pass_.access.counts ? pass_.access.counts[i] : 1) : 0;
+  }
+
+  // Probe: keys the shard holds get their address; the others are missing.
+  void Probe(const int64_t* positions, int64_t n) {
+    int64_t newest = kNoClock;
+    ProbeInOrder(shard_, positions, n, hashes_, [&](int64_t i) {
+      const int64_t entry = shard_.Find(pass_.keys[i], hashes_[i]);
+      if (entry >= 0) {
+        pass_.addresses[i] = pass_.tag_bits | entry;
+        if (pass_.touch_rows) {
+          found_.push_back(t_->RowOfEntry(entry));
+          found_at_.push_back(i);
+        }
+      } else {
+        missing_.push_back(i);
+      }
+      if (pass_.clocked) newest = std::max(newest, Clock(i));
+    });
+    if (pass_.clocked) t_->RaiseNewestClock(newest);
+  }
+
+  // Touch: rows found get their last-seen clock (and access count). The gather reads the
+  // rows next, so touching their headers here costs little.
+  void Touch() {
+    for (size_t j = 0; j < found_.size(); ++j) {
+      if (j + kPrefetchDistance < found_.size()) {
+        __builtin_prefetch(t_->RecordOf(found_[j + kPrefetchDistance]), 1);
+      }
+      RowMeta& meta = t_->MetaOf(found_[j]);
+      meta.last_seen = std::max(meta.last_seen, Clock(found_at_[j]));
+      if (pass_.count_rows) {
+        meta.count = SaturatingCount(int64_t{meta.count} + Increment(found_at_[j]));
+      }
+      t_->MarkChanged(found_[j]);
+    }
+  }
+
+  // Admit: missing keys whose admission count reaches the threshold go on to Place; the
+  // others read address -1 (and count as rejected).
+  void Admit() {
+    int64_t rejected = 0;
+    for (size_t j = 0; j < missing_.size(); ++j) {
+      const int64_t i = missing_[j];
+      if (pass_.threshold > 0 && j + kPrefetchDistance < missing_.size()) {
+        pending_.Prefetch(hashes_[missing_[j + kPrefetchDistance]]);
+      }
+      const int64_t add = Increment(i);
+      if (pass_.threshold <= 0) {
+        // Counts left from a time admission was on go with the key's new row.
+        if (pending_.size() > 0 && pending_.Find(pass_.keys[i], hashes_[i]) != nullptr) {
+          DropPending(i);
+        }
+        admit_.push_back(i);
+        admit_count_.push_back(add);
+        continue;
+      }
+      Pending* p = pending_.Find(pass_.keys[i], hashes_[i]);
+      if (p == nullptr) {
+        if (!pass_.count) {  // a retry of a key that was never counted
+          pass_.addresses[i] = -1;
+          continue;
+        }
+        p = pending_.Add(pass_.keys[i], hashes_[i], Clock(i));
+        t_->pending_size_.fetch_add(1, std::memory_order_relaxed);
+      }
+      if (__builtin_add_overflow(p->count, add, &p->count)) p->count = INT64_MAX;
+      p->last_seen = std::max(p->last_seen, Clock(i));
+      if (p->count >= pass_.threshold) {
+        admit_.push_back(i);
+        admit_count_.push_back(p->count);
+      } else {
+        pass_.addresses[i] = -1;
+        if (pass_.count) ++rejected;
+      }
+    }
+    if (rejected > 0) t_->rejected_.fetch_add(rejected, std::memory_order_relaxed);
+  }
+
+  // Place: admitted keys get rows, taken in one allocation per shard and batch (a thread's
+  // new rows are contiguous, so two threads never initialise rows sharing cache lines).
+  // Returns how many found no free row.
+  int64_t Place() {
+    std::vector<int64_t> rows;
+    t_->AllocateRows(static_cast<int64_t>(admit_.size()), &rows);
+    size_t used = 0;
+    int64_t left_out = 0;
+    for (size_t j = 0; j < admit_.size(); ++j) {
+      const int64_t i = admit_[j];
+      int64_t entry = shard_.Find(pass_.keys[i], hashes_[i]);  // a duplicate inserted just now
+      if (entry < 0) {
+        if (used == rows.size()) {
+          ++left_out;
+          pass_.addresses[i] = -1;
+          continue;
+        }
+        const int64_t row = rows[used++];
+        t_->InitializeRowLocked(row, pass_.keys[i], Clock(i));
+        t_->MetaOf(row).count = SaturatingCount(admit_count_[j]);
+        entry = t_->IndexEntry(row, t_->MetaOf(row).generation);
+        shard_.Insert(pass_.keys[i], hashes_[i], entry);
+        if (pass_.threshold > 0 && pending_.Find(pass_.keys[i], hashes_[i]) != nullptr) {
+          DropPending(i);
+        }
+      }
+      pass_.addresses[i] = pass_.tag_bits | entry;
+    }
+    t_->size_.fetch_add(static_cast<int64_t>(used), std::memory_order_relaxed);
+    t_->admitted_.fetch_add(static_cast<int64_t>(used), std::memory_order_relaxed);
+    if (used < rows.size()) t_->ReleaseRows(rows.data() + used, rows.size() - used);
+    return left_out;
+  }
+
+  void DropPending(int64_t i) {
+    pending_.Remove(pass_.keys[i], hashes_[i]);
+    t_->pending_size_.fetch_sub(1, std::memory_order_relaxed);
+  }
+
+  EmbeddingTable* t_;
+  const Pass& pass_;
+  HashIndex::Shard& shard_;
+  const uint64_t* hashes_;
+  PendingShard& pending_;
+  std::vector<int64_t> missing_;   // positions of keys the shard does not hold
+  std::vector<int64_t> found_;     // rows of keys it holds (when touching rows)
+  std::vector<int64_t> found_at_;  // their positions
+  std::vector<int64_t> admit_;     // positions of missing keys admitted
+  std::vector<int64_t> admit_count_;  // their admission counts
+};
+
+void EmbeddingTable::InsertPass(const int64_t* keys, int64_t n, int64_t* addresses,
+                                const KeyAccess& access, int64_t tick, bool count,
+                                int64_t* unplaced, const ParallelRunner& run) {
+  // Rows of keys seen again get their last-seen clock only when eviction reads it; a row's
+  // count is the one it was admitted with.
+  const bool touch_rows =
+      config_.eviction_threshold >= 0 || config_.evict_when_full || config_.track_access;
+  const ShardInsert::Pass pass{keys,
+                               addresses,
+                               access,
+                               tick,
+                               count,
+                               access_threshold_.load(std::memory_order_relaxed),
+                               TagBits(),
+                               touch_rows,
+                               config_.track_access && count,
+                               touch_rows || access.times != nullptr};
+  std::atomic<int64_t> total_unplaced{0};
+  ForEachShard(
+      keys, n, touch_rows ? 400 : 300,
+      [&](HashIndex::Shard& shard, const int64_t* positions, int64_t count_in_shard,
+          const uint64_t* hashes) {
+        const int64_t left_out =
+            ShardInsert(this, pass, shard, hashes, positions[0]).Run(positions, count_in_shard);
+        if (left_out > 0) total_unplaced.fetch_add(left_out, std::memory_order_relaxed);
+      },
+      run);
+  *unplaced = total_unplaced.load();
+}
 
 EmbeddingTable::Pending* EmbeddingTable::PendingShard::Add(int64_t key, uint64_t hash,
                                                           int64_t last_seen) {
