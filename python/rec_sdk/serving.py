@@ -12,8 +12,6 @@ Lookups must take id tensors (`sparse_lookup(table, ids_tensor, is_train=False)`
 lookups read keys preprocessed by the input pipeline, so build the serving graph with tensor
 ids (as a serving_input_fn does).
 """
-import os
-
 import numpy as np
 import tensorflow as tf
 

@@ -30,7 +30,6 @@ from rec_sdk.core.table import (SparseEmbedding, table_of,  # noqa: F401 (re-exp
 from rec_sdk.core import anchors
 from rec_sdk.ops import table_ops
 from rec_sdk.util import initialize
-from rec_sdk.util.communication import hccl_ops
 from rec_sdk.util.validation import INT32_MAX, check_bool, check_float, check_int
 
 MAX_LOOKUPS_PER_TABLE = MULTI_LOOKUP_TIMES
