@@ -419,6 +419,44 @@ def test_lookups_of_one_table_must_agree(fixed):
     sparse_lookup(table, ids, name="d")  # no config: counts with the table's settings
 
 
+def test_thresholds_travel_once_as_attributes_of_the_configure_op(fixed):
+    """FeatureSpec or access_and_evict_config -> one TableConfigureAdmission op per table,
+    created with the thresholds as attributes; every training find_or_insert and evict takes
+    the table through it (a data dependency), eval lookups do not."""
+    table = _table()
+    ids = tf.constant([[1, 2]], tf.int64)
+    config = {"access_threshold": 2, "eviction_threshold": 50}
+    sparse_lookup(table, ids, name="a", access_and_evict_config=config,
+                  timestamps=tf.constant([7], tf.int64))
+    sparse_lookup(table, ids, name="b", access_and_evict_config=config,
+                  timestamps=tf.constant([7], tf.int64))
+    sparse_lookup(table, ids, name="eval", is_train=False)
+    table.evict()
+    graph = tf.compat.v1.get_default_graph()
+    configure = [op for op in graph.get_operations()
+                 if op.type == "RecSdk>TableConfigureAdmission"]
+    assert len(configure) == 1
+    assert configure[0].get_attr("access_threshold") == 2
+    assert configure[0].get_attr("eviction_threshold") == 50
+    assert configure[0].inputs[0] is table.handle
+    assert "access_threshold" not in table.handle.op.node_def.attr
+    readers = {op.name: op.inputs[0] for op in graph.get_operations()
+               if op.type in ("RecSdk>TableFindOrInsert", "RecSdk>TableEvict")}
+    assert readers["a/find_or_insert"] is configure[0].outputs[0]
+    assert readers["b/find_or_insert"] is configure[0].outputs[0]
+    assert readers["eval/find_or_insert"] is table.handle
+    assert sum(1 for v in readers.values() if v is configure[0].outputs[0]) == 3
+
+
+def test_thresholds_after_an_op_that_reads_them_are_an_error(fixed):
+    table = _table()
+    table.evict()
+    with pytest.raises(ValueError, match="got its thresholds \\(access_threshold=-1, "
+                                         "eviction_threshold=-1\\) when evict\\(\\) was built"):
+        sparse_lookup(table, tf.constant([1], tf.int64), name="late",
+                      access_and_evict_config={"access_threshold": 2})
+
+
 def test_admission_after_an_uncounted_training_lookup_is_an_error(fixed):
     table = _table()
     sparse_lookup(table, tf.constant([1], tf.int64), name="plain")

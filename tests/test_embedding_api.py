@@ -985,11 +985,33 @@ def test_second_handle_with_another_configuration_is_an_error():
     other_spec = dict(spec, seed=4)
     other = table_ops.create_table("t", tf.int64, 4, False, capacity=20,
                                    initializer=other_spec)
-    table_ops.set_admission_attrs(other, 2, -1)
     with new_session() as sess:
         sess.run([first, same])
         with pytest.raises(tf.errors.InvalidArgumentError,
                            match="table 't' already exists with another configuration "
                                  "\\(existing vs asked for\\): capacity: 10 vs 20; "
-                                 "initializer seed: 3 vs 4; access_threshold: -1 vs 2"):
+                                 "initializer seed: 3 vs 4\n"):
+            sess.run(other)
+
+
+def test_admission_settings_are_set_once_and_another_setting_is_an_error():
+    """Thresholds reach the table through its configure op (an attribute set when the op is
+    built): the first run sets them, running it again keeps a threshold changed at run time,
+    and a configure op with other thresholds fails naming each one with both values."""
+    spec = describe_initializer(tf.compat.v1.zeros_initializer(), "t")
+    handle = table_ops.create_table("t", tf.int64, 4, True, capacity=0, initializer=spec)
+    configured = table_ops.configure_admission(handle, 2, 60)
+    other = table_ops.configure_admission(handle, 3, -1)
+    keys = tf.compat.v1.placeholder(tf.int64, [None])
+    find = table_ops.find_or_insert(configured, keys, True, times=tf.constant([5], tf.int64))
+    lower = table_ops.set_access_threshold(configured, 1)
+    with new_session() as sess:
+        assert (sess.run(find, {keys: [7]}) == -1).all()  # count 1 < 2: not admitted
+        sess.run(lower)
+        sess.run(configured)  # the same settings again: the threshold stays 1
+        assert (sess.run(find, {keys: [8]}) >= 0).all()
+        with pytest.raises(tf.errors.InvalidArgumentError,
+                           match="table 't' already has other admission settings \\(existing "
+                                 "vs asked for\\): access_threshold: 2 vs 3; "
+                                 "eviction_threshold: 60 vs -1; every lookup"):
             sess.run(other)

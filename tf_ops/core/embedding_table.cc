@@ -75,7 +75,6 @@ EmbeddingTable::EmbeddingTable(const TableConfig& config)
       tag_(NextTableTag()),
       max_rows_(config.dynamic_expansion ? kMaxRows : config.capacity),
       pages_(new std::atomic<DirectoryPage*>[kMaxPages]),
-      access_threshold_(config.access_threshold),
       pending_(new PendingShard[HashIndex::kNumShards]),
       newest_clock_(kNoClock),
       row_bytes_(RowBytesFor(0)) {
@@ -120,15 +119,6 @@ Status EmbeddingTable::Create(const TableConfig& config, std::unique_ptr<Embeddi
     return Status::InvalidArgument("table '" + config.name + "': the constant initializer has " +
                                    std::to_string(config.initializer.values.size()) +
                                    " values, the table's dim is " + std::to_string(config.dim));
-  }
-  if (config.access_threshold < -1) {
-    return Status::InvalidArgument("table '" + config.name + "': access_threshold must be >= -1, got " +
-                                   std::to_string(config.access_threshold));
-  }
-  if (config.eviction_threshold < -1) {
-    return Status::InvalidArgument("table '" + config.name +
-                                   "': eviction_threshold must be >= -1, got " +
-                                   std::to_string(config.eviction_threshold));
   }
   std::unique_ptr<EmbeddingTable> t(new EmbeddingTable(config));
   const int64_t reserve = config.dynamic_expansion ? config.initial_capacity : config.capacity;

@@ -127,11 +127,24 @@ class EmbeddingTable {
   Status FindOrInsert(const int64_t* keys, int64_t n, bool insert, int64_t* addresses,
                       const ParallelRunner& run, const KeyAccess& access = KeyAccess());
 
+  // Sets the admission and eviction thresholds (each >= -1; until then both are -1). The
+  // first call sets them; a later call with the same values changes nothing (a threshold
+  // changed by SetAccessThreshold stays); one with other values fails with InvalidArgument
+  // naming the table and each differing threshold with both values.
+  Status ConfigureAdmission(const AdmissionConfig& wanted);
+  // The configured thresholds (defaults before ConfigureAdmission), and whether it ran.
+  AdmissionConfig admission() const;
+  bool admission_configured() const;
+  // Forgets the configuration (thresholds back to -1): for a table kept from a session whose
+  // graph configured it, taken over by a new graph that configures it anew.
+  void ResetAdmission();
   // Changes the admission threshold (>= -1) for later lookups; keys already admitted keep
-  // their rows.
+  // their rows. The configuration (admission()) keeps the configured value.
   Status SetAccessThreshold(int64_t threshold);
   int64_t access_threshold() const { return access_threshold_.load(std::memory_order_relaxed); }
-  int64_t eviction_threshold() const { return config_.eviction_threshold; }
+  int64_t eviction_threshold() const {
+    return eviction_threshold_.load(std::memory_order_relaxed);
+  }
 
   // Drops every row and pending count whose clock is at least eviction_threshold older than
   // the newest clock seen; their rows, slots and counts are gone (a later occurrence starts
@@ -462,8 +475,14 @@ class EmbeddingTable {
   std::vector<int64_t> free_rows_;           // guarded by alloc_mu_
   std::atomic<int64_t> size_{0};
 
-  // Admission and eviction state. pending_[s] is guarded by index_.shard(s).mu().
-  std::atomic<int64_t> access_threshold_;
+  // Admission and eviction state. pending_[s] is guarded by index_.shard(s).mu(). The
+  // thresholds in use are atomics read by every pass; admission_ is what ConfigureAdmission
+  // set (admission_mu_).
+  std::atomic<int64_t> access_threshold_{-1};
+  std::atomic<int64_t> eviction_threshold_{-1};
+  mutable std::mutex admission_mu_;
+  AdmissionConfig admission_;
+  bool admission_configured_ = false;
   std::unique_ptr<PendingShard[]> pending_;
   std::atomic<int64_t> pending_size_{0};
   std::atomic<int64_t> tick_{0};

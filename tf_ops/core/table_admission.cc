@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
+#include <string>
+#include <utility>
 #include <cstdint>
 #include <vector>
 
@@ -189,7 +191,7 @@ void EmbeddingTable::InsertPass(const int64_t* keys, int64_t n, int64_t* address
   // Rows of keys seen again get their last-seen clock only when eviction reads it; a row's
   // count is the one it was admitted with.
   const bool touch_rows =
-      config_.eviction_threshold >= 0 || config_.evict_when_full || config_.track_access;
+      eviction_threshold() >= 0 || config_.evict_when_full || config_.track_access;
   const ShardInsert::Pass pass{keys,
                                addresses,
                                access,
@@ -267,6 +269,52 @@ void EmbeddingTable::PendingShard::Clear() {
   std::vector<int64_t>().swap(free_);
 }
 
+Status EmbeddingTable::ConfigureAdmission(const AdmissionConfig& wanted) {
+  for (const auto& [field, value] : {std::make_pair("access_threshold", wanted.access_threshold),
+                                     std::make_pair("eviction_threshold", wanted.eviction_threshold)}) {
+    if (value < -1) {
+      return Status::InvalidArgument("table '" + config_.name + "': " + field +
+                                     " must be >= -1, got " + std::to_string(value));
+    }
+  }
+  std::lock_guard<std::mutex> lock(admission_mu_);
+  if (admission_configured_) {
+    const std::vector<std::string> differences = AdmissionDifferences(admission_, wanted);
+    if (differences.empty()) return Status::Ok();
+    std::string message = "table '" + config_.name +
+                          "' already has other admission settings (existing vs asked for): ";
+    for (size_t i = 0; i < differences.size(); ++i) {
+      message += (i ? "; " : "") + differences[i];
+    }
+    return Status::InvalidArgument(message +
+                                   "; every lookup of a table must use the same thresholds");
+  }
+  ChangeScope change(this);
+  admission_ = wanted;
+  admission_configured_ = true;
+  access_threshold_.store(wanted.access_threshold, std::memory_order_relaxed);
+  eviction_threshold_.store(wanted.eviction_threshold, std::memory_order_relaxed);
+  return Status::Ok();
+}
+
+AdmissionConfig EmbeddingTable::admission() const {
+  std::lock_guard<std::mutex> lock(admission_mu_);
+  return admission_;
+}
+
+bool EmbeddingTable::admission_configured() const {
+  std::lock_guard<std::mutex> lock(admission_mu_);
+  return admission_configured_;
+}
+
+void EmbeddingTable::ResetAdmission() {
+  std::lock_guard<std::mutex> lock(admission_mu_);
+  admission_ = AdmissionConfig();
+  admission_configured_ = false;
+  access_threshold_.store(-1, std::memory_order_relaxed);
+  eviction_threshold_.store(-1, std::memory_order_relaxed);
+}
+
 Status EmbeddingTable::SetAccessThreshold(int64_t threshold) {
   ChangeScope change(this);
   if (threshold < -1) {
@@ -292,7 +340,7 @@ Status EmbeddingTable::Evict(int64_t* rows_evicted, int64_t* pending_evicted,
                              const ParallelRunner& run) {
   ChangeScope change(this);
   int64_t rows_out = 0, pending_out = 0;
-  const int64_t threshold = config_.eviction_threshold;
+  const int64_t threshold = eviction_threshold();
   const int64_t newest = newest_clock_.load();
   if (threshold >= 0 && newest != kNoClock) {
     // Keys seen at or before `cutoff` are at least `threshold` older than the newest clock.

@@ -61,11 +61,16 @@ std::vector<std::string> ConfigDifferences(const TableConfig& a, const TableConf
   Compare("initializer stddev", x.stddev, y.stddev, &out);
   Compare("initializer seed", x.seed, y.seed, &out);
   Compare("init_param (initializer scale)", x.scale, y.scale, &out);
-  Compare("access_threshold", a.access_threshold, b.access_threshold, &out);
-  Compare("eviction_threshold", a.eviction_threshold, b.eviction_threshold, &out);
   Compare("evict_when_full", a.evict_when_full, b.evict_when_full, &out);
   Compare("track_changes", a.track_changes, b.track_changes, &out);
   Compare("track_access", a.track_access, b.track_access, &out);
+  return out;
+}
+
+std::vector<std::string> AdmissionDifferences(const AdmissionConfig& a, const AdmissionConfig& b) {
+  std::vector<std::string> out;
+  Compare("access_threshold", a.access_threshold, b.access_threshold, &out);
+  Compare("eviction_threshold", a.eviction_threshold, b.eviction_threshold, &out);
   return out;
 }
 

@@ -1,5 +1,6 @@
 // A table's configuration, and how two configurations differ: a second handle to an
-// existing table (same shared name) must ask for exactly the table that exists.
+// existing table (same shared name) must ask for exactly the table that exists, and every
+// graph's lookups must configure its admission alike.
 #ifndef REC_SDK_TF_OPS_CORE_TABLE_CONFIG_H_
 #define REC_SDK_TF_OPS_CORE_TABLE_CONFIG_H_
 
@@ -19,12 +20,6 @@ struct TableConfig {
   int64_t capacity = 0;          // fixed-capacity tables only; >= 1
   int64_t initial_capacity = 0;  // dynamic-expansion tables: rows to reserve up front
   InitializerSpec initializer;
-  // Admission: a key gets a row once its count reaches access_threshold (-1: every key is
-  // inserted at once; 0 admits every key too, but counts).
-  int64_t access_threshold = -1;
-  // Eviction: Evict() drops rows and pending counts at least this many clock units older than
-  // the newest clock seen (-1: Evict() drops nothing).
-  int64_t eviction_threshold = -1;
   // Fixed-capacity tables: when full, evict the least recently seen rows instead of failing.
   bool evict_when_full = false;
   // Remember which rows changed and which keys went since the last save, for incremental
@@ -41,6 +36,34 @@ struct TableConfig {
 // table's capacity counts; a growing table's initial reservation does not (it only sizes the
 // first chunks).
 std::vector<std::string> ConfigDifferences(const TableConfig& existing, const TableConfig& wanted);
+
+// Whether two configurations describe the same table (ConfigDifferences is empty): what
+// makes a second handle, or a table kept from another session, the same table.
+inline bool operator==(const TableConfig& a, const TableConfig& b) {
+  return ConfigDifferences(a, b).empty();
+}
+inline bool operator!=(const TableConfig& a, const TableConfig& b) { return !(a == b); }
+
+// Admission and eviction settings. They come from the table's lookups (FeatureSpecs or
+// access_and_evict_config), which the SDK's scripts build after the table, so they are not
+// part of TableConfig: the first training lookup of a graph sets them
+// (EmbeddingTable::ConfigureAdmission) and every later configuration must be the same.
+struct AdmissionConfig {
+  // A key gets a row once its count reaches access_threshold (-1: every key is inserted at
+  // once; 0 admits every key too, but counts).
+  int64_t access_threshold = -1;
+  // Evict() drops rows and pending counts at least this many clock units older than the
+  // newest clock seen (-1: Evict() drops nothing).
+  int64_t eviction_threshold = -1;
+};
+
+// As ConfigDifferences, for admission settings.
+std::vector<std::string> AdmissionDifferences(const AdmissionConfig& existing,
+                                              const AdmissionConfig& wanted);
+inline bool operator==(const AdmissionConfig& a, const AdmissionConfig& b) {
+  return AdmissionDifferences(a, b).empty();
+}
+inline bool operator!=(const AdmissionConfig& a, const AdmissionConfig& b) { return !(a == b); }
 
 }  // namespace rec_sdk
 

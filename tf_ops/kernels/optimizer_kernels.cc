@@ -7,13 +7,6 @@
 
 namespace rec_sdk {
 
-using tensorflow::DEVICE_CPU;
-using tensorflow::OpKernel;
-using tensorflow::OpKernelConstruction;
-using tensorflow::OpKernelContext;
-using tensorflow::Tensor;
-namespace errors = tensorflow::errors;
-
 // Shared part of every apply kernel: resolves the table and checks addresses [n] and
 // grads [n, dim]; Update() then runs the optimizer itself.
 class ApplyOpBase : public TableOpKernel {

@@ -1,32 +1,21 @@
-// Kernels of the table ops: parse and check inputs, call the core, translate its status.
-#include <algorithm>
-#include <limits>
+// Kernels of the table ops: the handle, lookups (find_or_insert, gather, lookup), upsert,
+// remove, size, clear, stats, export and import. They parse and check inputs, call the core
+// and translate its status. The admission, checkpoint and key-batch kernels are in
+// admission_kernels.cc, checkpoint_kernels.cc and key_kernels.cc.
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "absl/strings/str_join.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/resource_mgr.h"
 #include "tensorflow/core/framework/tensor_shape.h"
-#include "tf_ops/core/checkpoint.h"
-#include "tf_ops/core/key_stats.h"
-#include "tf_ops/core/row_sum.h"
 #include "tf_ops/core/table_config.h"
-#include "tf_ops/core/unique.h"
 #include "tf_ops/kernels/table_resource.h"
 #include "tf_ops/ops/op_prefix.h"
 
 namespace rec_sdk {
 
-using tensorflow::DEVICE_CPU;
-using tensorflow::OpKernel;
-using tensorflow::OpKernelConstruction;
-using tensorflow::OpKernelContext;
-using tensorflow::Tensor;
-using tensorflow::TensorShape;
 using tensorflow::core::ScopedUnref;
-namespace errors = tensorflow::errors;
 
 class EmbeddingTableOp : public OpKernel {
  public:
@@ -48,16 +37,14 @@ class EmbeddingTableOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("init_stddev", &config_.initializer.stddev));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("init_seed", &seed));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("init_scale", &config_.initializer.scale));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("access_threshold", &config_.access_threshold));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("eviction_threshold", &config_.eviction_threshold));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("evict_when_full", &config_.evict_when_full));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("track_changes", &config_.track_changes));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("track_access", &config_.track_access));
     std::string share;
     OP_REQUIRES_OK(ctx, ctx->GetAttr("share", &share));
-    share_ = share == "reader"    ? ShareMode::kReader
-             : share == "trainer" ? ShareMode::kTrainer
-                                  : ShareMode::kPrivate;
+    OP_REQUIRES(ctx, ParseShareMode(share, &share_),
+                errors::InvalidArgument("share must be \"\", \"reader\" or \"trainer\", got \"",
+                                        share, "\""));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("container", &container_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("shared_name", &shared_name_));
     OP_REQUIRES(ctx, dim <= EmbeddingTable::kMaxDim,
@@ -108,141 +95,6 @@ class EmbeddingTableOp : public OpKernel {
   ShareMode share_ = ShareMode::kPrivate;
   std::string container_;
   std::string shared_name_;
-};
-
-template <typename T>
-class UniqueKeysOp : public OpKernel {
- public:
-  using OpKernel::OpKernel;
-
-  void Compute(OpKernelContext* ctx) override {
-    const Tensor& keys = ctx->input(0);
-    OP_REQUIRES(ctx, keys.dims() == 1,
-                errors::InvalidArgument("keys must be a vector, got shape ",
-                                        keys.shape().DebugString()));
-    const int64_t n = keys.NumElements();
-    OP_REQUIRES(ctx, n <= std::numeric_limits<int32_t>::max(),
-                errors::InvalidArgument("at most 2^31-1 keys per call, got ", n));
-    const auto flat = keys.flat<T>();
-    std::vector<int64_t> wide;
-    const int64_t* key_data;
-    if (std::is_same<T, int64_t>::value) {
-      key_data = reinterpret_cast<const int64_t*>(flat.data());
-    } else {
-      wide.assign(flat.data(), flat.data() + n);
-      key_data = wide.data();
-    }
-    Tensor* inverse;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, keys.shape(), &inverse));
-    std::vector<int64_t> unique;
-    DeduplicateKeys(key_data, n, &unique, inverse->flat<int32_t>().data(), MakeRunner(ctx));
-    Tensor* unique_out;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({static_cast<int64_t>(unique.size())}),
-                                             &unique_out));
-    std::copy(unique.begin(), unique.end(), unique_out->flat<T>().data());
-  }
-};
-
-class KeyAccessStatsOp : public OpKernel {
- public:
-  using OpKernel::OpKernel;
-
-  void Compute(OpKernelContext* ctx) override {
-    const Tensor& inverse = ctx->input(0);
-    const Tensor& num_unique = ctx->input(1);
-    const Tensor& weights = ctx->input(2);
-    const Tensor& times = ctx->input(3);
-    OP_REQUIRES(ctx, inverse.dims() == 1,
-                errors::InvalidArgument("inverse must be a vector, got shape ",
-                                        inverse.shape().DebugString()));
-    OP_REQUIRES(ctx, num_unique.NumElements() == 1,
-                errors::InvalidArgument("num_unique must be a scalar"));
-    const int64_t n = inverse.NumElements();
-    const int64_t u = num_unique.flat<int32_t>()(0);
-    OP_REQUIRES(ctx, u >= 0, errors::InvalidArgument("num_unique must be >= 0, got ", u));
-    OP_REQUIRES(ctx, weights.NumElements() == 1 || weights.NumElements() == n,
-                errors::InvalidArgument("weights must be one value or one per id (", n,
-                                        "), got ", weights.NumElements()));
-    const auto weight_values = weights.flat<int64_t>();
-    for (int64_t i = 0; i < weights.NumElements(); ++i) {
-      OP_REQUIRES(ctx, weight_values(i) >= 0,
-                  errors::InvalidArgument("weights must be >= 0, got ", weight_values(i),
-                                          " at position ", i));
-    }
-    Tensor* counts;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({u}), &counts));
-    Tensor* newest;
-    const bool with_times = times.NumElements() > 0;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({with_times ? u : 0}), &newest));
-    const int64_t* weight_data = reinterpret_cast<const int64_t*>(weights.flat<int64_t>().data());
-    const bool per_id = weights.NumElements() == n && n != 1;
-    OP_REQUIRES_OK(ctx, ToTfStatus(AggregateKeyAccess(
-                            inverse.flat<int32_t>().data(), n, u, per_id ? weight_data : nullptr,
-                            weights.NumElements() > 0 ? weight_data[0] : 0,
-                            with_times ? reinterpret_cast<const int64_t*>(
-                                             times.flat<int64_t>().data())
-                                       : nullptr,
-                            times.NumElements(),
-                            reinterpret_cast<int64_t*>(counts->flat<int64_t>().data()),
-                            with_times ? reinterpret_cast<int64_t*>(newest->flat<int64_t>().data())
-                                       : nullptr)));
-  }
-};
-
-class GatherRowsByIndexOp : public OpKernel {
- public:
-  using OpKernel::OpKernel;
-
-  void Compute(OpKernelContext* ctx) override {
-    const Tensor& values = ctx->input(0);
-    const Tensor& index = ctx->input(1);
-    OP_REQUIRES(ctx, values.dims() == 2 && values.dim_size(1) >= 1 &&
-                         values.dim_size(1) <= EmbeddingTable::kMaxDim,
-                errors::InvalidArgument("values must be a matrix with 1 to ",
-                                        EmbeddingTable::kMaxDim, " columns, got shape ",
-                                        values.shape().DebugString()));
-    OP_REQUIRES(ctx, index.dims() == 1,
-                errors::InvalidArgument("index must be a vector, got shape ",
-                                        index.shape().DebugString()));
-    Tensor* rows;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(
-                            0, TensorShape({index.dim_size(0), values.dim_size(1)}), &rows));
-    OP_REQUIRES_OK(ctx, ToTfStatus(GatherRowsByIndex(
-                            values.flat<float>().data(), values.dim_size(0),
-                            static_cast<int>(values.dim_size(1)), index.flat<int32_t>().data(),
-                            index.dim_size(0), rows->flat<float>().data(), MakeRunner(ctx))));
-  }
-};
-
-class SumRowsByIndexOp : public OpKernel {
- public:
-  using OpKernel::OpKernel;
-
-  void Compute(OpKernelContext* ctx) override {
-    const Tensor& values = ctx->input(0);
-    const Tensor& index = ctx->input(1);
-    const Tensor& num_rows = ctx->input(2);
-    OP_REQUIRES(ctx, values.dims() == 2,
-                errors::InvalidArgument("values must be a matrix, got shape ",
-                                        values.shape().DebugString()));
-    OP_REQUIRES(ctx, index.dims() == 1 && index.dim_size(0) == values.dim_size(0),
-                errors::InvalidArgument("index must be a vector of ", values.dim_size(0),
-                                        " row indices, got shape ", index.shape().DebugString()));
-    OP_REQUIRES(ctx, num_rows.NumElements() == 1 && num_rows.flat<int32_t>()(0) >= 0,
-                errors::InvalidArgument("num_rows must be a scalar >= 0"));
-    OP_REQUIRES(ctx, values.dim_size(1) >= 1 && values.dim_size(1) <= EmbeddingTable::kMaxDim,
-                errors::InvalidArgument("values must have 1 to ", EmbeddingTable::kMaxDim,
-                                        " columns, got shape ", values.shape().DebugString()));
-    const int64_t rows = num_rows.flat<int32_t>()(0);
-    TensorShape shape;
-    OP_REQUIRES_OK(ctx, TensorShape::BuildTensorShape({rows, values.dim_size(1)}, &shape));
-    Tensor* sums;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, shape, &sums));
-    OP_REQUIRES_OK(ctx, ToTfStatus(SumRowsByIndex(
-                            values.flat<float>().data(), index.flat<int32_t>().data(),
-                            values.dim_size(0), static_cast<int>(values.dim_size(1)), rows,
-                            sums->flat<float>().data(), MakeRunner(ctx))));
-  }
 };
 
 class TableFindOrInsertOp : public TableOpKernel {
@@ -296,152 +148,6 @@ class TableFindOrInsertOp : public TableOpKernel {
 
  private:
   bool is_train_;
-};
-
-class TableSetAccessThresholdOp : public TableOpKernel {
- public:
-  explicit TableSetAccessThresholdOp(OpKernelConstruction* ctx) : TableOpKernel(ctx, kWritesTable) {}
-
-  void ComputeWithTable(OpKernelContext* ctx, TableResource* table) override {
-    int64_t threshold;
-    OP_REQUIRES_OK(ctx, GetScalarInput(ctx, 1, "threshold", &threshold));
-    OP_REQUIRES_OK(ctx, ToTfStatus(table->table()->SetAccessThreshold(threshold)));
-  }
-};
-
-class TableEvictOp : public TableOpKernel {
- public:
-  explicit TableEvictOp(OpKernelConstruction* ctx) : TableOpKernel(ctx, kWritesTable) {}
-
-  void ComputeWithTable(OpKernelContext* ctx, TableResource* table) override {
-    int64_t rows = 0, pending = 0;
-    OP_REQUIRES_OK(ctx, ToTfStatus(table->table()->Evict(&rows, &pending, MakeRunner(ctx))));
-    OP_REQUIRES_OK(ctx, SetScalarOutput(ctx, 0, rows));
-    OP_REQUIRES_OK(ctx, SetScalarOutput(ctx, 1, pending));
-  }
-};
-
-// Forwards its rows input; see the op's doc.
-class TrainableRowsOp : public OpKernel {
- public:
-  using OpKernel::OpKernel;
-  void Compute(OpKernelContext* ctx) override { ctx->set_output(0, ctx->input(1)); }
-};
-
-class TableRestrictOp : public TableOpKernel {
- public:
-  explicit TableRestrictOp(OpKernelConstruction* ctx) : TableOpKernel(ctx, kWritesTable) {
-    std::string by;
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("by", &by));
-    by_ = by == "count" ? RestrictBy::kCount : RestrictBy::kLastSeen;
-  }
-
-  void ComputeWithTable(OpKernelContext* ctx, TableResource* table) override {
-    int64_t keep = 0, removed = 0;
-    OP_REQUIRES_OK(ctx, GetScalarInput(ctx, 1, "num_reserved", &keep));
-    OP_REQUIRES_OK(ctx, ToTfStatus(table->table()->Restrict(keep, by_, &removed)));
-    OP_REQUIRES_OK(ctx, SetScalarOutput(ctx, 0, removed));
-  }
-
- private:
-  RestrictBy by_;
-};
-
-class TableSaveOp : public TableOpKernel {
- public:
-  explicit TableSaveOp(OpKernelConstruction* ctx) : TableOpKernel(ctx, kReadsTable) {}
-
-  void ComputeWithTable(OpKernelContext* ctx, TableResource* table) override {
-    tensorflow::tstring dir;
-    bool delta;
-    OP_REQUIRES_OK(ctx, GetScalarInput(ctx, 1, "directory", &dir));
-    OP_REQUIRES_OK(ctx, GetScalarInput(ctx, 2, "delta", &delta));
-    int64_t rows = 0, save_id = 0;
-    OP_REQUIRES_OK(ctx, ToTfStatus(SaveTableFiles(table->table(), std::string(dir), &rows, delta,
-                                                  &save_id)));
-    OP_REQUIRES_OK(ctx, SetScalarOutput(ctx, 0, rows));
-    OP_REQUIRES_OK(ctx, SetScalarOutput(ctx, 1, save_id));
-  }
-};
-
-class TableCommitSaveOp : public TableOpKernel {
- public:
-  explicit TableCommitSaveOp(OpKernelConstruction* ctx) : TableOpKernel(ctx, kReadsTable) {}
-
-  void ComputeWithTable(OpKernelContext* ctx, TableResource* table) override {
-    int64_t save_id;
-    OP_REQUIRES_OK(ctx, GetScalarInput(ctx, 1, "save_id", &save_id));
-    OP_REQUIRES_OK(ctx, ToTfStatus(table->table()->CommitSave(save_id)));
-    CheckpointHolders::Get().Note(save_id, table);
-  }
-};
-
-class TableApplyDeltaOp : public TableOpKernel {
- public:
-  explicit TableApplyDeltaOp(OpKernelConstruction* ctx) : TableOpKernel(ctx, kWritesTable) {}
-
-  void ComputeWithTable(OpKernelContext* ctx, TableResource* table) override {
-    tensorflow::tstring dir;
-    OP_REQUIRES_OK(ctx, GetScalarInput(ctx, 1, "directory", &dir));
-    int64_t rows = 0;
-    OP_REQUIRES_OK(ctx, ToTfStatus(ApplyDeltaFiles(table->table(), std::string(dir), &rows)));
-    CheckpointHolders::Get().Note(table->table()->checkpoint_id(), table);
-    OP_REQUIRES_OK(ctx, SetScalarOutput(ctx, 0, rows));
-  }
-};
-
-class TableRestoreOp : public TableOpKernel {
- public:
-  explicit TableRestoreOp(OpKernelConstruction* ctx) : TableOpKernel(ctx, kReadsTable) {}
-
-  // A shareable table restoring one whole checkpoint that it, or another table of the
-  // process, already holds in memory: uses that table instead of reading the files.
-  static bool UseTableInMemory(TableResource* table, const std::vector<std::string>& dirs,
-                               const RestoreOptions& options, int64_t* rows, std::string* note) {
-    if (table->share() == ShareMode::kPrivate || dirs.size() != 1 || options.rank_size != 1) {
-      return false;
-    }
-    int64_t save_id = 0;
-    bool delta = false;
-    if (!ReadCheckpointId(dirs[0], &save_id, &delta).ok() || delta) return false;
-    if (!table->table()->HoldsCheckpoint(save_id)) {
-      std::shared_ptr<EmbeddingTable> held = CheckpointHolders::Get().Find(save_id, table);
-      if (held == nullptr) return false;
-      table->Adopt(std::move(held));
-    }
-    *rows = table->table()->Size();
-    *note = "the table already held checkpoint " + std::to_string(save_id) +
-            " in memory: no files were read";
-    return true;
-  }
-
-  void ComputeWithTable(OpKernelContext* ctx, TableResource* table) override {
-    const Tensor& dirs = ctx->input(1);
-    std::vector<std::string> directories;
-    for (int64_t i = 0; i < dirs.NumElements(); ++i) {
-      directories.emplace_back(dirs.flat<tensorflow::tstring>()(i));
-    }
-    RestoreOptions options;
-    OP_REQUIRES_OK(ctx, GetScalarInput(ctx, 2, "rank_id", &options.rank_id));
-    OP_REQUIRES_OK(ctx, GetScalarInput(ctx, 3, "rank_size", &options.rank_size));
-    options.int32_keys = table->key_dtype() == tensorflow::DT_INT32;
-    int64_t rows = 0;
-    std::string note;
-    if (!UseTableInMemory(table, directories, options, &rows, &note)) {
-      if (table->share() != ShareMode::kPrivate && CheckpointHolders::Get().UsedByOthers(table)) {
-        // Sessions share this table: restore into a table of this session's own instead of
-        // overwriting theirs.
-        std::unique_ptr<EmbeddingTable> own;
-        OP_REQUIRES_OK(ctx, ToTfStatus(EmbeddingTable::Create(table->table()->config(), &own)));
-        table->Adopt(std::shared_ptr<EmbeddingTable>(std::move(own)));
-      }
-      OP_REQUIRES_OK(ctx, ToTfStatus(RestoreTableFiles(table->table(), directories, options,
-                                                       &rows, &note)));
-      CheckpointHolders::Get().Note(table->table()->checkpoint_id(), table);
-    }
-    OP_REQUIRES_OK(ctx, SetScalarOutput(ctx, 0, rows));
-    OP_REQUIRES_OK(ctx, SetScalarOutput(ctx, 1, tensorflow::tstring(note)));
-  }
 };
 
 class TableStatsOp : public TableOpKernel {
@@ -688,17 +394,6 @@ class TableImportOp : public TableOpKernel {
       Name(REC_SDK_OP_NAME(op)).Device(DEVICE_CPU).TypeConstraint<int64_t>("key_dtype"), kernel)
 
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(EmbeddingTable)).Device(DEVICE_CPU), EmbeddingTableOp);
-REGISTER_KERNEL_BUILDER(
-    Name(REC_SDK_OP_NAME(UniqueKeys)).Device(DEVICE_CPU).TypeConstraint<int32_t>("T"),
-    UniqueKeysOp<int32_t>);
-REGISTER_KERNEL_BUILDER(
-    Name(REC_SDK_OP_NAME(UniqueKeys)).Device(DEVICE_CPU).TypeConstraint<int64_t>("T"),
-    UniqueKeysOp<int64_t>);
-REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(GatherRowsByIndex)).Device(DEVICE_CPU),
-                        GatherRowsByIndexOp);
-REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(SumRowsByIndex)).Device(DEVICE_CPU), SumRowsByIndexOp);
-REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(KeyAccessStats)).Device(DEVICE_CPU),
-                        KeyAccessStatsOp);
 REC_SDK_REGISTER_KEYED(TableFindOrInsert, TableFindOrInsertOp);
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableGather)).Device(DEVICE_CPU), TableGatherOp);
 REC_SDK_REGISTER_KEYED(TableLookup, TableLookupOp);
@@ -707,18 +402,7 @@ REC_SDK_REGISTER_KEYED(TableRemove, TableRemoveOp);
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableSize)).Device(DEVICE_CPU), TableSizeOp);
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableCapacity)).Device(DEVICE_CPU), TableSizeOp);
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableClear)).Device(DEVICE_CPU), TableClearOp);
-REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableSetAccessThreshold)).Device(DEVICE_CPU),
-                        TableSetAccessThresholdOp);
-REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableEvict)).Device(DEVICE_CPU), TableEvictOp);
-REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableRestrict)).Device(DEVICE_CPU), TableRestrictOp);
-REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TrainableRows)).Device(DEVICE_CPU), TrainableRowsOp);
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableStats)).Device(DEVICE_CPU), TableStatsOp);
-REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableSave)).Device(DEVICE_CPU), TableSaveOp);
-REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableRestore)).Device(DEVICE_CPU), TableRestoreOp);
-REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableApplyDelta)).Device(DEVICE_CPU),
-                        TableApplyDeltaOp);
-REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableCommitSave)).Device(DEVICE_CPU),
-                        TableCommitSaveOp);
 REC_SDK_REGISTER_KEYED(TableExport, TableExportOp);
 REC_SDK_REGISTER_KEYED(TableImport, TableImportOp);
 

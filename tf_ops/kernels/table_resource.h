@@ -3,7 +3,6 @@
 #ifndef REC_SDK_KERNELS_TABLE_RESOURCE_H_
 #define REC_SDK_KERNELS_TABLE_RESOURCE_H_
 
-#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -13,25 +12,32 @@
 #include "tensorflow/core/framework/resource_mgr.h"
 #include "tensorflow/core/util/work_sharder.h"
 #include "tf_ops/core/embedding_table.h"
+#include "tf_ops/core/table_registry.h"
 
 namespace rec_sdk {
 
-// How a table may share its storage with other sessions of the process (the "share" attribute
-// of the table op, set by GraphModifierHook for tf.estimator graphs): kPrivate never shares;
-// kReader (a graph without training lookups of the table: evaluation, prediction) may use any
-// in-memory table that holds the checkpoint it restores; kTrainer only one that no other live
-// session uses. Shareable tables that still equal their latest checkpoint when their last
-// session ends are kept (one per table name) for the next session to restore.
-enum class ShareMode { kPrivate, kReader, kTrainer };
+// The TensorFlow names every kernel file uses.
+using tensorflow::DEVICE_CPU;
+using tensorflow::OpKernel;
+using tensorflow::OpKernelConstruction;
+using tensorflow::OpKernelContext;
+using tensorflow::Tensor;
+using tensorflow::TensorShape;
+namespace errors = tensorflow::errors;
 
-class CheckpointHolders;
-
+// The TensorFlow resource of one table in one session: the table it uses (shared with other
+// sessions as TableRegistry allows, see tf_ops/core/table_registry.h), its key dtype and its
+// share mode.
 class TableResource : public tensorflow::ResourceBase {
  public:
   TableResource(std::shared_ptr<EmbeddingTable> table, tensorflow::DataType key_dtype,
                 ShareMode share)
-      : table_(std::move(table)), key_dtype_(key_dtype), share_(share) {}
-  ~TableResource() override;
+      : table_(std::move(table)), key_dtype_(key_dtype), share_(share) {
+    if (share_ != ShareMode::kPrivate) TableRegistry::Process().Attach(table_);
+  }
+  ~TableResource() override {
+    if (share_ != ShareMode::kPrivate) TableRegistry::Process().Detach(table_);
+  }
 
   EmbeddingTable* table() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -44,12 +50,28 @@ class TableResource : public tensorflow::ResourceBase {
   tensorflow::DataType key_dtype() const { return key_dtype_; }
   ShareMode share() const { return share_; }
 
-  // Uses `other` from now on. The table used so far stays alive with the resource, so that a
-  // kernel still holding its pointer is safe.
+  // Uses `other` from now on (handing it this session's admission settings). The table used so
+  // far stays alive with the resource, so that a kernel still holding its pointer is safe.
   void Adopt(std::shared_ptr<EmbeddingTable> other) {
     std::lock_guard<std::mutex> lock(mu_);
+    TableRegistry::HandOver(*table_, other.get(), share_);
+    if (share_ != ShareMode::kPrivate) {
+      TableRegistry::Process().Attach(other);
+      TableRegistry::Process().Detach(table_);
+    }
     replaced_.push_back(std::move(table_));
     table_ = std::move(other);
+  }
+
+  // Records that the table now holds its checkpoint_id() (shareable tables only).
+  void NoteCheckpoint() {
+    if (share_ == ShareMode::kPrivate) return;
+    const std::shared_ptr<EmbeddingTable> t = shared_table();
+    TableRegistry::Process().Note(t->checkpoint_id(), t, key_dtype_);
+  }
+  // Whether sessions other than this one use its table.
+  bool UsedByOthers() {
+    return share_ != ShareMode::kPrivate && TableRegistry::Process().Users(*shared_table()) > 1;
   }
 
   std::string DebugString() const override {
@@ -68,90 +90,6 @@ class TableResource : public tensorflow::ResourceBase {
   const tensorflow::DataType key_dtype_;
   const ShareMode share_;
 };
-
-// Process-wide record of shareable tables that hold a committed (saved or restored)
-// checkpoint, by save id, and of the tables kept after their last session.
-class CheckpointHolders {
- public:
-  static CheckpointHolders& Get() {
-    static auto* holders = new CheckpointHolders;  // never destroyed: outlives all sessions
-    return *holders;
-  }
-
-  // `table` (of `resource`) now holds checkpoint save_id.
-  void Note(int64_t save_id, TableResource* resource) {
-    if (resource->share() == ShareMode::kPrivate || save_id == 0) return;
-    std::lock_guard<std::mutex> lock(mu_);
-    for (auto it = holders_.begin(); it != holders_.end();) {
-      it = it->second.table.expired() ? holders_.erase(it) : std::next(it);
-    }
-    holders_[save_id] = Entry{resource->shared_table(), resource->key_dtype()};
-  }
-
-  // A table holding checkpoint save_id that `resource` may use instead of reading files, or
-  // null: same key dtype and configuration, and for a trainer no other live session using it.
-  std::shared_ptr<EmbeddingTable> Find(int64_t save_id, TableResource* resource) {
-    if (resource->share() == ShareMode::kPrivate) return nullptr;
-    const std::shared_ptr<EmbeddingTable> own = resource->shared_table();
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = holders_.find(save_id);
-    if (it == holders_.end() || it->second.key_dtype != resource->key_dtype()) return nullptr;
-    std::shared_ptr<EmbeddingTable> found = it->second.table.lock();
-    if (found == nullptr || found == own || !found->HoldsCheckpoint(save_id) ||
-        !SameLayout(found->config(), own->config())) {
-      return nullptr;
-    }
-    if (resource->share() == ShareMode::kTrainer && ResourcesUsingLocked(found) > 0) {
-      return nullptr;
-    }
-    return found;
-  }
-
-  // Whether sessions other than `resource`'s use its table.
-  bool UsedByOthers(TableResource* resource) {
-    const std::shared_ptr<EmbeddingTable> table = resource->shared_table();
-    std::lock_guard<std::mutex> lock(mu_);
-    return ResourcesUsingLocked(table) > 1;
-  }
-
-  // Called when a resource goes away: keeps its table for a later session if it still holds
-  // its checkpoint (replacing the table kept under that name), else forgets a kept copy.
-  void Release(const std::shared_ptr<EmbeddingTable>& table) {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto kept = retained_.find(table->name());
-    if (table->HoldsCheckpoint(table->checkpoint_id())) {
-      retained_[table->name()] = table;
-    } else if (kept != retained_.end() && kept->second == table) {
-      retained_.erase(kept);
-    }
-  }
-
- private:
-  struct Entry {
-    std::weak_ptr<EmbeddingTable> table;
-    tensorflow::DataType key_dtype;
-  };
-
-  // How many resources hold `table`: its owners besides the caller's copy and the kept copy.
-  long ResourcesUsingLocked(const std::shared_ptr<EmbeddingTable>& table) {
-    auto kept = retained_.find(table->name());
-    return table.use_count() - 1 - (kept != retained_.end() && kept->second == table ? 1 : 0);
-  }
-
-  static bool SameLayout(const TableConfig& a, const TableConfig& b) {
-    return ConfigDifferences(a, b).empty();
-  }
-
-  std::mutex mu_;
-  std::map<int64_t, Entry> holders_;
-  std::map<std::string, std::shared_ptr<EmbeddingTable>> retained_;
-};
-
-inline TableResource::~TableResource() {
-  if (share_ != ShareMode::kPrivate && table_ != nullptr) {
-    CheckpointHolders::Get().Release(table_);
-  }
-}
 
 inline tensorflow::Status ToTfStatus(const Status& s) {
   switch (s.code()) {
@@ -194,7 +132,7 @@ inline tensorflow::Status GetTable(tensorflow::OpKernelContext* ctx, TableResour
 inline tensorflow::Status GetWritableTable(tensorflow::OpKernelContext* ctx,
                                            TableResource** table) {
   TF_RETURN_IF_ERROR(GetTable(ctx, table));
-  if ((*table)->share() == ShareMode::kReader && CheckpointHolders::Get().UsedByOthers(*table)) {
+  if ((*table)->share() == ShareMode::kReader && (*table)->UsedByOthers()) {
     const std::string name = (*table)->table()->name();
     (*table)->Unref();
     return tensorflow::errors::FailedPrecondition(

@@ -59,8 +59,6 @@ REGISTER_OP(REC_SDK_OP_NAME(EmbeddingTable))
     .Attr("init_stddev: float = 1.0")
     .Attr("init_seed: int = 0")
     .Attr("init_scale: float = 1.0")
-    .Attr("access_threshold: int = -1")
-    .Attr("eviction_threshold: int = -1")
     .Attr("evict_when_full: bool = false")
     .Attr("track_changes: bool = false")
     .Attr("track_access: bool = false")
@@ -74,9 +72,10 @@ Creates (on first run) or finds the embedding table `shared_name` and returns it
 New rows are initialised from the described initializer: constant (init_value),
 random_uniform (init_minval, init_maxval), random_normal or truncated_normal (init_mean,
 init_stddev), each scaled by init_scale and deterministic for a given init_seed and key.
-access_threshold (-1: off) and eviction_threshold (-1: off, in clock units) configure feature
-admission and eviction; evict_when_full lets a fixed-capacity table evict its least recently
-seen rows instead of failing when full.
+evict_when_full lets a fixed-capacity table evict its least recently seen rows instead of
+failing when full. A second handle of an existing table must ask for the same configuration
+(InvalidArgument naming each differing field otherwise). Admission and eviction thresholds
+are set by TableConfigureAdmission.
 )doc");
 
 REGISTER_OP(REC_SDK_OP_NAME(UniqueKeys))
@@ -168,6 +167,22 @@ admission count reaches the table's access threshold, if it has one); in eval th
 and nothing changes. counts: per key, how much its admission count grows (shape of keys, or
 empty for 1 each). times: the clock of each key (shape of keys), one clock for all (one
 element), or none (empty: the table's own tick), for eviction.
+)doc");
+
+REGISTER_OP(REC_SDK_OP_NAME(TableConfigureAdmission))
+    .Input("table: resource")
+    .Output("configured: resource")
+    .Attr("access_threshold: int >= -1 = -1")
+    .Attr("eviction_threshold: int >= -1 = -1")
+    .SetIsStateful()
+    .SetShapeFn(tensorflow::shape_inference::ScalarShape)
+    .Doc(R"doc(
+Gives the table its admission and eviction thresholds (-1: off; eviction_threshold in clock
+units) and forwards its handle: the ops that read the thresholds (training TableFindOrInsert,
+TableEvict, TableSetAccessThreshold) take `configured` as their table, so they always run
+after it. The first run sets the thresholds; later runs with the same values change nothing
+(an access threshold changed by TableSetAccessThreshold stays); other values fail with
+InvalidArgument naming the table and each differing threshold with both values.
 )doc");
 
 REGISTER_OP(REC_SDK_OP_NAME(TableSetAccessThreshold))

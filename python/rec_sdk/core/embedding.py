@@ -565,8 +565,8 @@ def _rows(table, keys, is_train, counts, times, send_count, lookup_name):
         check, limit = _send_count_check(table, lookup_name, tf.size(keys), send_count)
         checks.append(check)
     with tf.control_dependencies(checks):
-        addresses = table_ops.find_or_insert(table.handle, keys, is_train, counts=counts,
-                                             times=times, name="find_or_insert")
+        addresses = table.find_or_insert(keys, is_train, counts=counts, times=times,
+                                         name="find_or_insert", lookup=lookup_name)
     local_emb, trained = _gather(table, keys, addresses, is_train)
     return {"emb": local_emb, "addresses": addresses, "trained": trained, "limit": limit}
 

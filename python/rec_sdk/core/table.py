@@ -41,10 +41,13 @@ class SparseEmbedding:
         self.train_lookups = 0  # lookups with is_train=True
         self.steps_to_live = steps_to_live
         self.evict_when_full = evict_when_full
-        # Admission and eviction, fixed by the first lookup that configures them.
+        # Admission and eviction, fixed by the first lookup that configures them; they reach
+        # the C++ table through one TableConfigureAdmission op (configured_handle), built
+        # with the first op that reads them.
         self.access_threshold = -1
         self.eviction_threshold = -1 if steps_to_live is None else steps_to_live
         self._admission_source = None
+        self._configured = None  # (configured handle, what built it)
         self._uncounted_train_lookups = []
         # FeatureSpec lookups of one batch share one find_or_insert: key -> (emb, addresses).
         self._batch_lookups = {}
@@ -66,8 +69,6 @@ class SparseEmbedding:
             evict_when_full=evict_when_full, track_changes=track_changes,
             track_access=track_access)
         self.track_changes = track_changes
-        if steps_to_live is not None:
-            table_ops.set_admission_attrs(self.handle, -1, steps_to_live)
         self.checkpoint_ops = None  # built by rec_sdk.saver.track(table)
 
     @property
@@ -156,10 +157,41 @@ class SparseEmbedding:
                 "were built without it (they neither count keys nor pass timestamps); give "
                 "every training lookup of a table the same access_and_evict_config"
                 % (where, self.table_name, self._uncounted_train_lookups))
+        if self._configured is not None and (access, evict) != (self.access_threshold,
+                                                                self.eviction_threshold):
+            raise ValueError(
+                "%s: table %r got its thresholds (access_threshold=%d, eviction_threshold=%d) "
+                "when %s was built, before this lookup asked for %d and %d; build the lookups "
+                "that configure a table before its other ops"
+                % (where, self.table_name, self.access_threshold, self.eviction_threshold,
+                   self._configured[1], access, evict))
         self.access_threshold = access
         self.eviction_threshold = evict
         self._admission_source = where
-        table_ops.set_admission_attrs(self.handle, access, evict)
+
+    def configured_handle(self, user):
+        """The table's handle after its TableConfigureAdmission op, which gives the C++ table
+        the thresholds configured so far: the table input of every op that reads them. Built
+        once per table (by `user`, named in errors) at the graph's top level, so that a first
+        use inside a control-flow branch or under control dependencies does not capture it."""
+        if self._configured is None:
+            graph = self.handle.graph
+            with graph.as_default(), graph.control_dependencies(None), \
+                    graph.name_scope(None), graph.colocate_with(self.handle.op):
+                handle = table_ops.configure_admission(
+                    self.handle, self.access_threshold, self.eviction_threshold,
+                    name=table_ops.op_scope_name(self.table_name + "_admission"))
+            self._configured = (handle, user)
+        return self._configured[0]
+
+    def find_or_insert(self, keys, is_train, counts=None, times=None, name=None, lookup=None):
+        """keys (this table's key dtype, any shape) -> int64 row addresses; in training new keys
+        get rows (subject to admission), in eval they map to -1. See table_ops.find_or_insert
+        for counts and times; `lookup` names the lookup in errors."""
+        table = self.configured_handle("training lookup %r" % (lookup or name)) if is_train \
+            else self.handle
+        return table_ops.find_or_insert(table, keys, is_train, counts=counts, times=times,
+                                        name=name)
 
     def set_access_threshold(self, threshold, session=None, name=None):
         """Changes the admission threshold for later steps: returns the op, or runs it when
@@ -185,7 +217,8 @@ class SparseEmbedding:
             raise ValueError("set_access_threshold: table %r has no feature admission; give "
                              "its lookups an access_threshold (FeatureSpec or "
                              "access_and_evict_config) first" % self.table_name)
-        op = table_ops.set_access_threshold(self.handle, threshold, name=name)
+        op = table_ops.set_access_threshold(self.configured_handle("set_access_threshold"),
+                                            threshold, name=name)
         if session is not None:
             session.run(op)
         return op
@@ -193,7 +226,7 @@ class SparseEmbedding:
     def evict(self, name=None):
         """Op evicting the keys whose age reached the eviction threshold (rows, slots and
         counts); returns (rows evicted, pending counts evicted) as int64 scalars."""
-        return table_ops.evict(self.handle, name=name)
+        return table_ops.evict(self.configured_handle("evict()"), name=name)
 
     def stats(self, name=None):
         """Dict of int64 scalar tensors: size, capacity, admitted, rejected (training lookups
@@ -240,6 +273,8 @@ def table_of(value):
         handle = value
         if value.op.type == table_ops.FIND_OR_INSERT_OP:
             handle = value.op.inputs[0]
+        if handle.op.type == table_ops.CONFIGURE_ADMISSION_OP:
+            handle = handle.op.inputs[0]
         for table in tables_of_graph(value.graph):
             if (table.handle is handle or table.handle.name == handle.name
                     or value.name in table.trained_address_names):

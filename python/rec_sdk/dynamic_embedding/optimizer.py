@@ -115,7 +115,7 @@ def _shard_pairs(params, grads_and_records):
         for table, k, r in zip(params.tables, shard_keys, shard_rows):
             table_ops.mark_keys_unique(k)
             table.train_lookups += 1  # this graph trains the table (see share_tables)
-            pairs.append((r, table_ops.find_or_insert(table.handle, k, is_train=True)))
+            pairs.append((r, table.find_or_insert(k, is_train=True, lookup=params.name)))
     return pairs
 
 

@@ -14,6 +14,7 @@ from rec_sdk.util.graph_state import state_of
 
 GATHER_OP = "RecSdk>TableGather"
 FIND_OR_INSERT_OP = "RecSdk>TableFindOrInsert"
+CONFIGURE_ADMISSION_OP = "RecSdk>TableConfigureAdmission"
 UNIQUE_OP = "RecSdk>UniqueKeys"
 TRAINABLE_ROWS_OP = "RecSdk>TrainableRows"
 
@@ -24,7 +25,7 @@ def create_table(table_name, key_dtype, dim, dynamic_expansion, capacity, initia
     """Builds the op that creates (on first run) the table and returns its resource handle.
 
     `initializer` is a dict from rec_sdk.core.initializer_spec.describe_initializer. Admission
-    and eviction thresholds start off; set_admission_attrs sets them before the first run.
+    and eviction thresholds are set by configure_admission.
     """
     return load_ops().rec_sdk_embedding_table(
         table_name=table_name,
@@ -62,12 +63,13 @@ def set_share_attr(handle, share):
     handle.op._set_attr("share", attr_value_pb2.AttrValue(s=share.encode()))  # pylint: disable=protected-access
 
 
-def set_admission_attrs(handle, access_threshold, eviction_threshold):
-    """Sets the thresholds the table starts with on the op that creates it (graph
-    construction only: a table already created by a session keeps its settings)."""
-    op = handle.op
-    op._set_attr("access_threshold", attr_value_pb2.AttrValue(i=access_threshold))  # pylint: disable=protected-access
-    op._set_attr("eviction_threshold", attr_value_pb2.AttrValue(i=eviction_threshold))  # pylint: disable=protected-access
+def configure_admission(table, access_threshold, eviction_threshold, name=None):
+    """Gives the table its admission and eviction thresholds (-1: off) and returns its handle
+    for the ops that read them (training find_or_insert, evict, set_access_threshold): the
+    first run sets them, a later run with other values fails."""
+    return load_ops().rec_sdk_table_configure_admission(
+        table, access_threshold=access_threshold, eviction_threshold=eviction_threshold,
+        name=name)
 
 
 def _empty_int64():
@@ -76,6 +78,7 @@ def _empty_int64():
 
 def find_or_insert(table, keys, is_train, counts=None, times=None, name=None):
     """keys (any shape) -> int64 row addresses; eval (is_train=False) never inserts (-1).
+    A training find takes the table handle that configure_admission returns.
 
     counts (int64, keys' shape): how much each key's admission count grows (default 1 each);
     times (int64, keys' shape or one element): the clock each key is seen with, for eviction
@@ -309,7 +312,7 @@ def _trainable_rows_grad(op, grad):
 
 tf.no_gradient(FIND_OR_INSERT_OP)
 tf.no_gradient(UNIQUE_OP)
-for _op in ("RecSdk>TableSetAccessThreshold", "RecSdk>TableEvict", "RecSdk>TableStats",
+for _op in (CONFIGURE_ADMISSION_OP, "RecSdk>TableSetAccessThreshold", "RecSdk>TableEvict", "RecSdk>TableStats",
             "RecSdk>KeyAccessStats", "RecSdk>TableSave", "RecSdk>TableRestore",
             "RecSdk>TableApplyDelta", "RecSdk>TableCommitSave", "RecSdk>TableRestrict",
             "RecSdk>TableLookup", "RecSdk>TableExport"):

@@ -35,14 +35,14 @@ TableConfig Config(int dim = 3, bool dynamic = true, int64_t capacity = 0) {
   c.initializer.kind = InitializerKind::kRandomUniform;
   c.initializer.minval = -1;
   c.initializer.maxval = 1;
-  c.access_threshold = 3;
-  c.eviction_threshold = 100;
   return c;
 }
 
+// Tables with admission (threshold 3) and eviction (age 100), as their lookups configure.
 std::unique_ptr<EmbeddingTable> Make(const TableConfig& c) {
   std::unique_ptr<EmbeddingTable> t;
   EXPECT_TRUE(EmbeddingTable::Create(c, &t).ok());
+  EXPECT_TRUE(t->ConfigureAdmission(AdmissionConfig{3, 100}).ok());
   return t;
 }
 

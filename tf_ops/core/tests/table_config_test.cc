@@ -1,5 +1,5 @@
-// Tests of ConfigDifferences: equal configurations, each field that must match, and what
-// does not count (a growing table's initial reservation).
+// Tests of ConfigDifferences and AdmissionDifferences: equal configurations, each field that
+// must match, and what does not count (a growing table's initial reservation).
 #include "tf_ops/core/table_config.h"
 
 #include <gtest/gtest.h>
@@ -20,13 +20,12 @@ TableConfig Base() {
   config.initializer.kind = InitializerKind::kTruncatedNormal;
   config.initializer.stddev = 0.05f;
   config.initializer.seed = 7;
-  config.access_threshold = 2;
-  config.eviction_threshold = 60;
   return config;
 }
 
 TEST(ConfigDifferencesTest, EqualConfigurationsHaveNone) {
   EXPECT_TRUE(ConfigDifferences(Base(), Base()).empty());
+  EXPECT_TRUE(Base() == Base());
 }
 
 TEST(ConfigDifferencesTest, NamesEachDifferingFieldWithBothValues) {
@@ -47,8 +46,6 @@ TEST(ConfigDifferencesTest, NamesEachDifferingFieldWithBothValues) {
        "initializer values: [] vs [1, 2]"},
       {[](TableConfig* c) { c->initializer.scale = 2.0f; },
        "init_param (initializer scale): 1 vs 2"},
-      {[](TableConfig* c) { c->access_threshold = 3; }, "access_threshold: 2 vs 3"},
-      {[](TableConfig* c) { c->eviction_threshold = -1; }, "eviction_threshold: 60 vs -1"},
       {[](TableConfig* c) { c->evict_when_full = true; }, "evict_when_full: false vs true"},
       {[](TableConfig* c) { c->track_changes = true; }, "track_changes: false vs true"},
       {[](TableConfig* c) { c->track_access = true; }, "track_access: false vs true"},
@@ -57,15 +54,16 @@ TEST(ConfigDifferencesTest, NamesEachDifferingFieldWithBothValues) {
     TableConfig wanted = Base();
     c.change(&wanted);
     EXPECT_EQ(ConfigDifferences(Base(), wanted), std::vector<std::string>{c.expected});
+    EXPECT_TRUE(Base() != wanted) << c.expected;
   }
 }
 
 TEST(ConfigDifferencesTest, ListsSeveralDifferencesInOrder) {
   TableConfig wanted = Base();
   wanted.dim = 16;
-  wanted.access_threshold = -1;
+  wanted.track_access = true;
   EXPECT_EQ(ConfigDifferences(Base(), wanted),
-            (std::vector<std::string>{"dim: 8 vs 16", "access_threshold: 2 vs -1"}));
+            (std::vector<std::string>{"dim: 8 vs 16", "track_access: false vs true"}));
 }
 
 TEST(ConfigDifferencesTest, GrowingTablesIgnoreReservations) {
@@ -76,6 +74,20 @@ TEST(ConfigDifferencesTest, GrowingTablesIgnoreReservations) {
   b.initial_capacity = 1000;
   b.capacity = 5;  // unused by a growing table
   EXPECT_TRUE(ConfigDifferences(a, b).empty());
+  EXPECT_TRUE(a == b);
+}
+
+TEST(AdmissionDifferencesTest, NamesEachDifferingThresholdWithBothValues) {
+  const AdmissionConfig base{2, 60};
+  EXPECT_TRUE(AdmissionDifferences(base, base).empty());
+  EXPECT_TRUE(base == (AdmissionConfig{2, 60}));
+  EXPECT_EQ(AdmissionDifferences(base, AdmissionConfig{3, 60}),
+            std::vector<std::string>{"access_threshold: 2 vs 3"});
+  EXPECT_EQ(AdmissionDifferences(base, AdmissionConfig{2, -1}),
+            std::vector<std::string>{"eviction_threshold: 60 vs -1"});
+  EXPECT_EQ(AdmissionDifferences(base, AdmissionConfig{-1, 5}),
+            (std::vector<std::string>{"access_threshold: 2 vs -1", "eviction_threshold: 60 vs 5"}));
+  EXPECT_TRUE(base != (AdmissionConfig{-1, 60}));
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
-// Tests of admission and eviction in EmbeddingTable against a small reference model: counts
-// and thresholds, clocks, eviction by age, eviction of full tables, counters.
+// Tests of admission and eviction (table_admission.cc) against a small reference model: counts
+// and thresholds, their configuration, clocks, eviction by age, eviction of full tables,
+// counters, access tracking and Restrict.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,26 +13,35 @@
 #include <vector>
 
 #include "tf_ops/core/embedding_table.h"
+#include "tf_ops/core/tests/table_test_util.h"
 
 namespace rec_sdk {
 namespace {
 
-TableConfig Config(int64_t access_threshold, int64_t eviction_threshold) {
-  TableConfig c;
-  c.name = "t";
-  c.dim = 4;
-  c.dynamic_expansion = true;
-  c.initializer.kind = InitializerKind::kRandomUniform;
-  c.initializer.minval = -1;
-  c.initializer.maxval = 1;
-  c.access_threshold = access_threshold;
-  c.eviction_threshold = eviction_threshold;
+using namespace table_test;  // NOLINT(build/namespaces): the shared test helpers
+
+// A table's configuration and the admission settings its lookups give it.
+struct TableSetup {
+  TableConfig table;
+  AdmissionConfig admission;
+};
+
+TableSetup Config(int64_t access_threshold, int64_t eviction_threshold) {
+  TableSetup c;
+  c.table.name = "t";
+  c.table.dim = 4;
+  c.table.dynamic_expansion = true;
+  c.table.initializer.kind = InitializerKind::kRandomUniform;
+  c.table.initializer.minval = -1;
+  c.table.initializer.maxval = 1;
+  c.admission = {access_threshold, eviction_threshold};
   return c;
 }
 
-std::unique_ptr<EmbeddingTable> Make(const TableConfig& c) {
+std::unique_ptr<EmbeddingTable> Make(const TableSetup& c) {
   std::unique_ptr<EmbeddingTable> t;
-  EXPECT_TRUE(EmbeddingTable::Create(c, &t).ok());
+  EXPECT_TRUE(EmbeddingTable::Create(c.table, &t).ok());
+  EXPECT_TRUE(t->ConfigureAdmission(c.admission).ok());
   return t;
 }
 
@@ -171,10 +181,10 @@ TEST(EvictionTest, WithoutThresholdOrClockNothingIsEvicted) {
 }
 
 TEST(EvictionTest, FullTableEvictsLeastRecentlySeenRows) {
-  TableConfig c = Config(-1, -1);
-  c.dynamic_expansion = false;
-  c.capacity = 100;
-  c.evict_when_full = true;
+  TableSetup c = Config(-1, -1);
+  c.table.dynamic_expansion = false;
+  c.table.capacity = 100;
+  c.table.evict_when_full = true;
   auto t = Make(c);
   for (int64_t k = 0; k < 100; ++k) Train(t.get(), {k}, {1}, k);
   Train(t.get(), {0}, {1}, 200);  // key 0 is now the most recent
@@ -199,9 +209,9 @@ TEST(EvictionTest, FullTableEvictsLeastRecentlySeenRows) {
 }
 
 TEST(EvictionTest, FullTableWithoutEvictionFails) {
-  TableConfig c = Config(-1, -1);
-  c.dynamic_expansion = false;
-  c.capacity = 2;
+  TableSetup c = Config(-1, -1);
+  c.table.dynamic_expansion = false;
+  c.table.capacity = 2;
   auto t = Make(c);
   std::vector<int64_t> keys = {1, 2, 3}, addresses(3);
   EXPECT_EQ(t->FindOrInsert(keys.data(), 3, true, addresses.data(), SerialRunner).code(),
@@ -262,17 +272,12 @@ TEST(AdmissionTest, RandomBatchesMatchTheModel) {
   }
 }
 
-}  // namespace
-}  // namespace rec_sdk
-
-namespace rec_sdk {
-namespace {
 
 TEST(EvictionTest, FullTableNeverEvictsTheBatchItPlaces) {
-  TableConfig c = Config(-1, -1);
-  c.dynamic_expansion = false;
-  c.capacity = 10;
-  c.evict_when_full = true;
+  TableSetup c = Config(-1, -1);
+  c.table.dynamic_expansion = false;
+  c.table.capacity = 10;
+  c.table.evict_when_full = true;
   auto t = Make(c);
   for (int64_t k = 0; k < 10; ++k) Train(t.get(), {k}, {1}, k);
   // Keys 0..7 are the oldest, but this batch uses them: only 8 and 9 may go.
@@ -283,10 +288,10 @@ TEST(EvictionTest, FullTableNeverEvictsTheBatchItPlaces) {
 }
 
 TEST(EvictionTest, FullTableOnItsOwnTickSparesRecentRows) {
-  TableConfig c = Config(-1, -1);
-  c.dynamic_expansion = false;
-  c.capacity = 20;
-  c.evict_when_full = true;
+  TableSetup c = Config(-1, -1);
+  c.table.dynamic_expansion = false;
+  c.table.capacity = 20;
+  c.table.evict_when_full = true;
   auto t = Make(c);
   std::vector<int64_t> addresses(1);
   // 20 calls without clocks: ticks 1..20, one key each.
@@ -327,6 +332,125 @@ TEST(AdmissionTest, CountsSaturateAndRowsClearPendingCounts) {
   const int64_t k3 = 3;
   ASSERT_TRUE(t->Upsert(&k3, v.data(), 1, SerialRunner).ok());
   EXPECT_EQ(t->Stats().pending, 0);
+}
+
+TEST(ConfigureAdmissionTest, FirstConfigurationHoldsAndAnotherIsAnError) {
+  auto t = Make(Config(-1, -1));  // configured "off"
+  std::unique_ptr<EmbeddingTable> fresh;
+  ASSERT_TRUE(EmbeddingTable::Create(Config(-1, -1).table, &fresh).ok());
+  EXPECT_FALSE(fresh->admission_configured());
+  EXPECT_EQ(fresh->access_threshold(), -1);
+  EXPECT_EQ(fresh->eviction_threshold(), -1);
+  ASSERT_TRUE(fresh->ConfigureAdmission(AdmissionConfig{3, 50}).ok());
+  EXPECT_TRUE(fresh->admission_configured());
+  EXPECT_EQ(fresh->access_threshold(), 3);
+  EXPECT_EQ(fresh->eviction_threshold(), 50);
+  EXPECT_TRUE(fresh->ConfigureAdmission(AdmissionConfig{3, 50}).ok());  // the same: no change
+  const Status other = fresh->ConfigureAdmission(AdmissionConfig{5, -1});
+  EXPECT_EQ(other.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(other.message().find("table 't' already has other admission settings"),
+            std::string::npos) << other.message();
+  EXPECT_NE(other.message().find("access_threshold: 3 vs 5; eviction_threshold: 50 vs -1"),
+            std::string::npos) << other.message();
+  EXPECT_EQ(fresh->access_threshold(), 3);  // unchanged by the refused configuration
+  EXPECT_EQ(fresh->eviction_threshold(), 50);
+  EXPECT_EQ(t->ConfigureAdmission(AdmissionConfig{0, -1}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(t->ConfigureAdmission(AdmissionConfig{-2, -1}).code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST(ConfigureAdmissionTest, RunTimeThresholdChangesSurviveTheSameConfiguration) {
+  auto t = Make(Config(3, -1));
+  ASSERT_TRUE(t->SetAccessThreshold(1).ok());
+  // Every training step runs the configuration again: it must not undo the change.
+  ASSERT_TRUE(t->ConfigureAdmission(AdmissionConfig{3, -1}).ok());
+  EXPECT_EQ(t->access_threshold(), 1);
+  EXPECT_EQ(t->admission().access_threshold, 3);
+  EXPECT_EQ(Train(t.get(), {7}, {1}, 1)[0] >= 0, true);  // admitted at the changed threshold
+}
+
+TEST(ConfigureAdmissionTest, ResetLetsANewGraphConfigureTheTable) {
+  auto t = Make(Config(3, 10));
+  Train(t.get(), {7}, {3}, 1);
+  t->ResetAdmission();
+  EXPECT_FALSE(t->admission_configured());
+  EXPECT_EQ(t->access_threshold(), -1);
+  EXPECT_EQ(t->eviction_threshold(), -1);
+  ASSERT_TRUE(t->ConfigureAdmission(AdmissionConfig{5, -1}).ok());
+  EXPECT_EQ(t->access_threshold(), 5);
+  EXPECT_GE(Find(t.get(), {7})[0], 0);  // rows stay
+}
+
+TEST(EmbeddingTableTest, RestrictKeepsMostRecentOrMostFrequentRows) {
+  TableConfig config = Dynamic("restrict", 2);
+  config.track_access = true;
+  auto t = MakeTable(config);
+  // Clock: one tick per training FindOrInsert. Key k is seen in steps 0..k-1 (k times),
+  // except key 9, seen only in the last step; key 0 is upserted, never trained.
+  for (int step = 0; step < 8; ++step) {
+    std::vector<int64_t> keys;
+    for (int64_t k = 1; k <= 8; ++k) {
+      if (step < k) keys.push_back(k);
+    }
+    if (step == 7) keys.push_back(9);
+    FindOrInsert(t.get(), keys, true);
+  }
+  std::vector<int64_t> zero = {0};
+  std::vector<float> values = {1.0f, 2.0f};
+  ASSERT_TRUE(t->Upsert(zero.data(), values.data(), 1, SerialRunner).ok());
+  ASSERT_TRUE(t->EnsureSlots("Adagrad", {0.5f}).ok());
+  ASSERT_EQ(t->Size(), 10);
+
+  auto keys_of = [&](EmbeddingTable* table) {
+    std::set<int64_t> keys;
+    for (const auto& [k, v] : ToMap(ExportAll(table), 2)) keys.insert(k);
+    return keys;
+  };
+  int64_t removed = -1;
+  // By count: 8 (8x), 7 (7x), 6 (6x).
+  ASSERT_TRUE(t->Restrict(3, RestrictBy::kCount, &removed).ok());
+  EXPECT_EQ(removed, 7);
+  EXPECT_EQ(keys_of(t.get()), (std::set<int64_t>{6, 7, 8}));
+  EXPECT_EQ(t->Stats().evicted, 7);
+  // Removed keys come back as new rows with fresh slots.
+  FindOrInsert(t.get(), {1}, true);
+  std::vector<int64_t> one = {1};
+  std::vector<float> slot(2);
+  ASSERT_TRUE(t->Lookup(one.data(), 1, false, slot.data(), nullptr, SerialRunner, 0).ok());
+  EXPECT_EQ(slot, std::vector<float>(2, 0.5f));
+
+  // By last seen: 1 was just seen, then 8 (the step before); 7 and 6 tie on their last
+  // step (7 < 8 is not a tie: 8 was seen in step 7, 7 in step 6, 6 in step 5).
+  ASSERT_TRUE(t->Restrict(2, RestrictBy::kLastSeen, &removed).ok());
+  EXPECT_EQ(removed, 2);
+  EXPECT_EQ(keys_of(t.get()), (std::set<int64_t>{1, 8}));
+  // Keeping more than the table holds changes nothing.
+  ASSERT_TRUE(t->Restrict(5, RestrictBy::kCount, &removed).ok());
+  EXPECT_EQ(removed, 0);
+  EXPECT_EQ(t->Size(), 2);
+  EXPECT_EQ(t->Restrict(-1, RestrictBy::kCount, nullptr).code(), StatusCode::kInvalidArgument);
+  auto untracked = MakeTable(Dynamic("untracked", 2));
+  EXPECT_EQ(untracked->Restrict(1, RestrictBy::kCount, nullptr).code(),
+            StatusCode::kInvalidArgument);
+  ASSERT_TRUE(t->Restrict(0, RestrictBy::kLastSeen, nullptr).ok());
+  EXPECT_EQ(t->Size(), 0);
+}
+
+TEST(EmbeddingTableTest, TrackAccessCountsTrainingLookupsOnly) {
+  TableConfig config = Dynamic("counts", 2);
+  config.track_access = true;
+  auto t = MakeTable(config);
+  FindOrInsert(t.get(), {1, 2}, true);
+  FindOrInsert(t.get(), {2}, true);
+  for (int i = 0; i < 5; ++i) FindOrInsert(t.get(), {1}, false);  // eval lookups never count
+  FindOrInsert(t.get(), {3}, true);
+  int64_t removed = 0;
+  // Counts 1, 2, 1: key 2 wins over the more recent key 3 and the often evaluated key 1.
+  ASSERT_TRUE(t->Restrict(1, RestrictBy::kCount, &removed).ok());
+  EXPECT_EQ(removed, 2);
+  auto m = ToMap(ExportAll(t.get()), 2);
+  EXPECT_EQ(m.size(), 1u);
+  EXPECT_EQ(m.count(2), 1u);
 }
 
 }  // namespace
