@@ -21,3 +21,9 @@ def _clean_rec_sdk():
     initialize.terminate_config_initializer()
     tf.compat.v1.reset_default_graph()
 
+
+
+@pytest.fixture
+def initialized():
+    """rec_sdk initialised with fixed-capacity tables."""
+    initialize.init(use_dynamic_expansion=False)

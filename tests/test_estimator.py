@@ -133,13 +133,15 @@ def test_feature_spec_model_fn_with_the_hook_only_starting_the_pipeline(tmp_path
     assert after["loss"] < before["loss"] - 0.05, (before, after)
 
 
-def _table_graph(share):
+def _table_graph(share, ids=(1, 2, 3), access_threshold=None):
     """A graph with one table, a train op on a fixed batch, and a Saver."""
     graph = tf.Graph()
     with graph.as_default():
         table = create_table(tf.int64, 4, "shared", tf.compat.v1.ones_initializer(),
                              device_vocabulary_size=100)
-        emb = sparse_lookup(table, tf.constant([1, 2, 3], tf.int64), is_train=share != "reader")
+        config = None if access_threshold is None else {"access_threshold": access_threshold}
+        emb = sparse_lookup(table, tf.constant(ids, tf.int64), is_train=share != "reader",
+                            access_and_evict_config=config)
         train = None
         if share != "reader":
             step = tf.compat.v1.train.get_or_create_global_step()
@@ -261,3 +263,29 @@ def test_a_reader_never_changes_the_table_it_shares(tmp_path):
         np.testing.assert_array_equal(_values(s1, export1), trained)
         s2.run(upsert)  # its own table now
         np.testing.assert_array_equal(_values(s1, export1), trained)
+
+
+def test_a_trainer_taking_over_a_kept_table_brings_its_own_thresholds(tmp_path, caplog):
+    """Thresholds belong to the graph's lookups, not to the checkpoint: a new training graph
+    with another access_threshold adopts the table kept from the last session (no files read)
+    and trains it with its own threshold, as a private graph restoring the files does."""
+    caplog.set_level(logging.INFO)
+    init()
+    path = str(tmp_path / "ckpt")
+    g1, train1, _, saver1 = _table_graph("trainer", access_threshold=1)
+    with tf.compat.v1.Session(graph=g1, config=session_config()) as s1:
+        with g1.as_default():
+            s1.run(tf.compat.v1.global_variables_initializer())
+        s1.run(train1)
+        saved = saver1.save(s1, path)
+    for share in ("trainer", ""):
+        caplog.clear()
+        # Key 7 appears once per step: with threshold 3 it gets a row at the third step.
+        g2, train2, export2, saver2 = _table_graph(share, ids=(1, 2, 3, 7), access_threshold=3)
+        with tf.compat.v1.Session(graph=g2, config=session_config()) as s2:
+            saver2.restore(s2, saved)
+            assert any(NO_FILES in r.getMessage() for r in caplog.records) == (share != "")
+            for step in range(3):
+                s2.run(train2)
+                keys = set(s2.run(export2)[0].tolist())
+                assert keys == ({1, 2, 3, 7} if step == 2 else {1, 2, 3}), (share, step, keys)

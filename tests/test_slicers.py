@@ -73,7 +73,7 @@ def test_lookup_subgraph_slicer_moves_string_parsing(modify, one_shot):
     np.testing.assert_array_equal(got[0], expected[0])
     np.testing.assert_allclose(got[1], expected[1], rtol=1e-6)
     # The step no longer parses strings: the lookup's ids come straight from a get_next.
-    record = tables_of_graph(graph)[0].tensor_lookups[0]
+    record = tables_of_graph(graph)[0].lookups.tensor[0]
     assert record["ids"].op.type == "IteratorGetNext"
     assert not any(consumer for op in graph.get_operations() if op.type == "StringToNumber"
                    for consumer in op.outputs[0].consumers())
@@ -143,7 +143,7 @@ def test_acg_push_ops_hook_moves_string_ops_and_marked_ops():
     assert hook.moved == 1  # the marked op's output (StringToNumber moved with it)
     np.testing.assert_array_equal(got[0], expected[0])
     np.testing.assert_allclose(got[1], expected[1], rtol=1e-6)
-    assert tables_of_graph(graph)[0].tensor_lookups[0]["ids"].op.type == "IteratorGetNext"
+    assert tables_of_graph(graph)[0].lookups.tensor[0]["ids"].op.type == "IteratorGetNext"
 
 
 def test_slicer_after_graph_modification_is_an_error():

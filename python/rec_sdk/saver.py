@@ -26,6 +26,7 @@ import tensorflow as tf
 from rec_sdk.core.table import tables_of_graph
 from rec_sdk.ops import table_ops
 from rec_sdk.util.communication import hccl_ops
+from rec_sdk.util.graph_state import state_of
 from rec_sdk.util.log import logger
 
 SPARSE_PREFIX = "sparse-"
@@ -301,8 +302,8 @@ def install():
                     "import_meta_graph?): rebuild the model with create_table so that "
                     "Saver.restore can restore its tables")
             return result
-        if getattr(self, "_rec_sdk_chosen_vars", False) and \
-                _existing(os.path.abspath(sparse_dir(save_path))) is None:
+        chosen = state_of(sess.graph).savers_of_chosen_variables
+        if self in chosen and _existing(os.path.abspath(sparse_dir(save_path))) is None:
             # A Saver of chosen variables (e.g. warm-starting dense layers) restoring a
             # checkpoint without tables: the tables keep their contents.
             logger.warning("rec_sdk: checkpoint %r has no tables (%s); tables not restored",
@@ -315,8 +316,9 @@ def install():
 
     def init(self, var_list=None, *args, **kwargs):
         # A Saver of chosen variables may restore checkpoints written without tables.
-        self._rec_sdk_chosen_vars = var_list is not None
         original_init(self, var_list, *args, **kwargs)
+        if var_list is not None:
+            state_of(tf.compat.v1.get_default_graph()).savers_of_chosen_variables.add(self)
 
     init.__doc__ = original_init.__doc__
     saver_class.__init__ = init

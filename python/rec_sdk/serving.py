@@ -75,9 +75,9 @@ def export_saved_model(sess, export_dir, inputs, outputs, tables=None):
     output_names = [_op_name(t) for t in outputs.values()]
     frozen = tf.compat.v1.graph_util.convert_variables_to_constants(
         sess, graph.as_graph_def(), output_names + [
-            _op_name(l["ids"]) for t in tables for l in t.tensor_lookups])
+            _op_name(l["ids"]) for t in tables for l in t.lookups.tensor])
     needed = _reachable(frozen, output_names, input_names)
-    lookups = [(t, l) for t in tables for l in t.tensor_lookups
+    lookups = [(t, l) for t in tables for l in t.lookups.tensor
                if _op_name(l["embeddings"]) in needed]
     cut = {_op_name(l["embeddings"]) for _, l in lookups}
     graph_nodes = _reachable(frozen, output_names, input_names | cut)

@@ -305,7 +305,7 @@ def _gather(table, keys, addresses, is_train):
     pad = tf.reduce_any(tf.equal(tf.expand_dims(tf.cast(keys, tf.int64), 1),
                                  tf.constant(table.padding_keys, tf.int64)), 1)
     trained = tf.where(pad, tf.constant(-1, tf.int64), addresses, name="trained_addresses")
-    table.trained_address_names.add(trained.name)
+    table.lookups.trained_address_names.add(trained.name)
     rows = table_ops.gather(table.handle, trained, table.dim, name="gather")
     frozen = tf.stop_gradient(table_ops.gather(table.handle, addresses, table.dim,
                                                name="gather_padding"))
@@ -411,7 +411,7 @@ def sparse_lookup(hash_table, ids, send_count=None, is_train=True, name=None,
     if hash_table.graph is not tf.compat.v1.get_default_graph():
         raise ValueError("%s: table %r belongs to another graph"
                          % (where, hash_table.table_name))
-    if hash_table.lookup_count >= MAX_LOOKUPS_PER_TABLE:
+    if hash_table.lookups.count >= MAX_LOOKUPS_PER_TABLE:
         raise ValueError("table %r already has %d lookups, the most allowed"
                          % (hash_table.table_name, MAX_LOOKUPS_PER_TABLE))
     if is_spec:
@@ -423,9 +423,9 @@ def sparse_lookup(hash_table, ids, send_count=None, is_train=True, name=None,
         result = _tensor_lookup(hash_table, ids, send_count if static else None, is_train,
                                 lookup_name, access_and_evict_config, is_grad,
                                 serving_default_value, timestamps, modify_graph, batch)
-    hash_table.lookup_count += 1
-    hash_table.train_lookups += int(is_train)
-    hash_table.lookup_names.add(lookup_name)
+    hash_table.lookups.count += 1
+    hash_table.lookups.training += int(is_train)
+    hash_table.lookups.names.add(lookup_name)
     return result
 
 
@@ -460,7 +460,7 @@ def _tensor_lookup(table, ids, send_count, is_train, lookup_name, access_and_evi
     if access_and_evict_config is not None:
         table.configure_admission(where, access, evict)
     elif is_train and not table.admission and table.clock != "timestamp":
-        table._uncounted_train_lookups.append(lookup_name)  # pylint: disable=protected-access
+        table.lookups.uncounted_training.append(lookup_name)
     ids = table._keys(ids, param="ids of %s" % where)  # pylint: disable=protected-access
     with tf.name_scope(table_ops.op_scope_name(lookup_name)):
         # Each distinct key is looked up and trained once per lookup: the table sees only
@@ -489,7 +489,7 @@ def _tensor_lookup(table, ids, send_count, is_train, lookup_name, access_and_evi
                              is_grad, serving_default_value, register=True,
                              trained_addresses=trained)
         # What a serving export needs to replace this lookup with stock TensorFlow ops.
-        table.tensor_lookups.append({"ids": ids, "embeddings": embeddings,
+        table.lookups.tensor.append({"ids": ids, "embeddings": embeddings,
                                      "serving_default_value": serving_default_value,
                                      "addresses": addresses, "inverse": inverse,
                                      "name": lookup_name, "is_train": is_train})
@@ -592,17 +592,17 @@ def _feature_spec_lookup(table, spec, send_count, is_train, lookup_name, batch, 
         raise ValueError("%s: FeatureSpec %r was not among the tgt_key_specs of the "
                          "get_asc_insert_func that made this batch" % (where, spec.name))
     ids = helper.feature_of(batch, spec.index_key, "FeatureSpec %r" % spec.name)
-    table.spec_lookups.add((spec.name, is_train))
+    table.lookups.specs.add((spec.name, is_train))
     thresholds = _pipeline_thresholds(table, spec)
     if thresholds is not None:
         table.configure_admission(where, *thresholds)
     unique = entries[helper.unique_key(table.table_name)]
     key = (unique.name, is_train)
-    shared = table._batch_lookups.get(key)  # pylint: disable=protected-access
+    shared = table.lookups.shared_rows.get(key)
     with tf.name_scope(table_ops.op_scope_name(lookup_name)):
         if shared is None:
             shared = pipeline_rows(table, entries, is_train, send_count, lookup_name)
-            table._batch_lookups[key] = shared  # pylint: disable=protected-access
+            table.lookups.shared_rows[key] = shared
         elif send_count is not None:
             if shared["limit"] is None:
                 raise ValueError("%s: every lookup of table %r on one batch needs a send_count "

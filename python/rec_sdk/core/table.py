@@ -1,13 +1,15 @@
 """The table object: `SparseEmbedding` (what `create_table` returns and what a de.Variable's
 shards are) and where a graph's tables are found (`tables_of_graph`, `table_of`).
 
-A SparseEmbedding owns its handle op and the Python-side facts its lookups need (thresholds,
-lookup records). Its checkpoint ops are built by rec_sdk.saver.track, where checkpoints live.
+A SparseEmbedding owns its handle op and the thresholds its lookups configured; what the
+lookups did is recorded in the graph's GraphState (`table.lookups`). Its checkpoint ops are
+built by rec_sdk.saver.track, where checkpoints live.
 """
 import tensorflow as tf
 
 from rec_sdk.constants.constants import TABLE_COLLECTION
 from rec_sdk.ops import table_ops
+from rec_sdk.util.graph_state import state_of
 from rec_sdk.util.validation import INT32_MAX, check_int
 
 
@@ -37,8 +39,6 @@ class SparseEmbedding:
         self.is_save = is_save
         self.init_param = init_param
         self.graph = tf.compat.v1.get_default_graph()
-        self.lookup_count = 0
-        self.train_lookups = 0  # lookups with is_train=True
         self.steps_to_live = steps_to_live
         self.evict_when_full = evict_when_full
         # Admission and eviction, fixed by the first lookup that configures them; they reach
@@ -48,16 +48,6 @@ class SparseEmbedding:
         self.eviction_threshold = -1 if steps_to_live is None else steps_to_live
         self._admission_source = None
         self._configured = None  # (configured handle, what built it)
-        self._uncounted_train_lookups = []
-        # FeatureSpec lookups of one batch share one find_or_insert: key -> (emb, addresses).
-        self._batch_lookups = {}
-        self.spec_lookups = set()  # (FeatureSpec name, is_train) of its FeatureSpec lookups
-        # Per tensor lookup: {"ids", "embeddings", "serving_default_value", "addresses" (of
-        # its unique keys), "inverse" (ids shape: position of each id's key in addresses),
-        # "name", "is_train"}.
-        self.tensor_lookups = []
-        self.lookup_names = set()  # the name= of every lookup of the table
-        self.trained_address_names = set()  # lookups' addresses with padding keys as -1
         # The SDK's padding keys (set by create_table): looked up, never trained.
         self.padding_keys = ()
         self.padding_keys_mask = False
@@ -70,6 +60,12 @@ class SparseEmbedding:
             track_access=track_access)
         self.track_changes = track_changes
         self.checkpoint_ops = None  # built by rec_sdk.saver.track(table)
+
+    @property
+    def lookups(self):
+        """What this graph's lookups did with the table (a TableLookups record, kept in the
+        graph's GraphState)."""
+        return state_of(self.graph).lookups_of(self.table_name)
 
     @property
     def name(self):
@@ -151,12 +147,12 @@ class SparseEmbedding:
                                    self.eviction_threshold, self._admission_source, access,
                                    evict))
             return
-        if (access >= 0 or evict >= 0) and self._uncounted_train_lookups:
+        if (access >= 0 or evict >= 0) and self.lookups.uncounted_training:
             raise ValueError(
                 "%s: table %r gets admission or eviction here, but its training lookups %s "
                 "were built without it (they neither count keys nor pass timestamps); give "
                 "every training lookup of a table the same access_and_evict_config"
-                % (where, self.table_name, self._uncounted_train_lookups))
+                % (where, self.table_name, self.lookups.uncounted_training))
         if self._configured is not None and (access, evict) != (self.access_threshold,
                                                                 self.eviction_threshold):
             raise ValueError(
@@ -277,6 +273,6 @@ def table_of(value):
             handle = handle.op.inputs[0]
         for table in tables_of_graph(value.graph):
             if (table.handle is handle or table.handle.name == handle.name
-                    or value.name in table.trained_address_names):
+                    or value.name in table.lookups.trained_address_names):
                 return table
     return None

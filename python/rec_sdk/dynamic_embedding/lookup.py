@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from rec_sdk.dynamic_embedding.variable import Variable
 from rec_sdk.ops import table_ops
+from rec_sdk.util.graph_state import state_of, trainable_lookup
 
 _COMBINERS = ("sum", "mean", "sqrtn")
 
@@ -27,7 +28,7 @@ class LookupRecord:
 
 def record_of(var):
     """The LookupRecord of a trainable created by embedding_lookup, else None."""
-    return getattr(var, "_rec_sdk_lookup", None)
+    return trainable_lookup(var)
 
 
 def _params(params):
@@ -61,7 +62,9 @@ def _unique_rows(params, unique, name):
         trainable = tf.compat.v1.Variable(
             tf.zeros([0, params.dim]), trainable=True, use_resource=True, validate_shape=False,
             collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES], name="trainable")
-    trainable._rec_sdk_lookup = LookupRecord(params, unique, values)  # pylint: disable=protected-access
+    state = state_of(trainable.graph)
+    with state.lock:
+        state.trainable_lookups[trainable.op.name] = LookupRecord(params, unique, values)
     store = params.trainable_store
     key = name
     if key is None:

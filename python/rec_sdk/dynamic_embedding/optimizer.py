@@ -114,12 +114,13 @@ def _shard_pairs(params, grads_and_records):
     with tf.control_dependencies([r.read for _, r in grads_and_records]):
         for table, k, r in zip(params.tables, shard_keys, shard_rows):
             table_ops.mark_keys_unique(k)
-            table.train_lookups += 1  # this graph trains the table (see share_tables)
+            table.lookups.training += 1  # this graph trains the table (see share_tables)
             pairs.append((r, table.find_or_insert(k, is_train=True, lookup=params.name)))
     return pairs
 
 
-def _apply_gradients(optimizer, original, grads_and_vars, global_step=None, name=None):
+def _apply_gradients(optimizer, row_update, original, grads_and_vars, global_step=None,
+                     name=None):
     grads_and_vars = list(grads_and_vars)
     de_pairs, others = {}, []
     for grad, var in grads_and_vars:
@@ -135,8 +136,7 @@ def _apply_gradients(optimizer, original, grads_and_vars, global_step=None, name
             with tf.name_scope("dynamic_embedding"):
                 for params, pairs in de_pairs.items():
                     rows.extend(_shard_pairs(params, pairs))
-            updates.append(optimizer._rec_sdk_rows.apply_gradients(  # pylint: disable=protected-access
-                rows, name="dynamic_embedding_update"))
+            updates.append(row_update.apply_gradients(rows, name="dynamic_embedding_update"))
     if any(g is not None for g, _ in others) or not de_pairs:
         updates.append(original(others, name=name))
     if global_step is None:
@@ -199,14 +199,15 @@ def DynamicEmbeddingOptimizer(self, bp_v2=False, synchronous=False, **kwargs):  
                          "supported by rec_sdk")
     if not isinstance(self, tf.compat.v1.train.Optimizer):
         raise TypeError("DynamicEmbeddingOptimizer supports %s; got %r" % (SUPPORTED, self))
-    if getattr(self, "_rec_sdk_rows", None) is not None:
-        return self
-    self._rec_sdk_rows = _RowUpdate(self)  # pylint: disable=protected-access
+    if getattr(self.apply_gradients, "rec_sdk_row_update", None) is not None:
+        return self  # wrapped already
+    row_update = _RowUpdate(self)
     original = self.apply_gradients
 
     def apply_gradients(grads_and_vars, global_step=None, name=None):
-        return _apply_gradients(self, original, grads_and_vars, global_step, name)
+        return _apply_gradients(self, row_update, original, grads_and_vars, global_step, name)
 
     apply_gradients.__doc__ = original.__doc__
+    apply_gradients.rec_sdk_row_update = row_update
     self.apply_gradients = apply_gradients
     return self

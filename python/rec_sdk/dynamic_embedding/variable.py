@@ -214,7 +214,7 @@ class Variable:
         """Records that this graph changes the shards (a "trainer" when tables are shared
         across sessions, see rec_sdk.graph.modifier.share_tables)."""
         for table in self._tables:
-            table.train_lookups += 1
+            table.lookups.training += 1
 
     def _split(self, flat):
         """Partition of flat keys [n]: (shard of each key, [keys per shard], [their positions])."""

@@ -214,7 +214,7 @@ def _table_name(var_name, taken):
 def _lookup_parts(table, embeddings):
     """(inverse indices, row addresses) of the tensor sparse_lookup of `table` that returned
     `embeddings` (as the table records them)."""
-    for record in table.tensor_lookups:
+    for record in table.lookups.tensor:
         if record["embeddings"] is embeddings:
             return record["inverse"], record["addresses"]
     raise RuntimeError("table %r has no record of the lookup returning %s"

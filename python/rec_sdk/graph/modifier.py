@@ -372,7 +372,7 @@ def share_tables(graph=None):
     when its last session closes is kept (one per table name) for the next Estimator mode."""
     graph = graph or tf.compat.v1.get_default_graph()
     for table in embedding.tables_of_graph(graph):
-        table_ops.set_share_attr(table.handle, "trainer" if table.train_lookups else "reader")
+        table_ops.set_share_attr(table.handle, "trainer" if table.lookups.training else "reader")
 
 
 class GraphModifierHook(tf.compat.v1.train.SessionRunHook):

@@ -32,9 +32,9 @@ from rec_sdk.util.log import logger
 
 
 def _tensor_lookups(graph):
-    """[(table, record)] of the graph's tensor lookups (see SparseEmbedding.tensor_lookups)."""
+    """[(table, record)] of the graph's tensor lookups (see SparseEmbedding.lookups.tensor)."""
     return [(table, record) for table in tables_of_graph(graph)
-            for record in table.tensor_lookups]
+            for record in table.lookups.tensor]
 
 
 def _consumers(graph_def):

@@ -3,7 +3,8 @@ registries spread over modules or attributes stuck onto TensorFlow objects.
 
 It lives at the bottom layer (it imports only TensorFlow) so that every layer
 can read and write it; the records themselves (lookup anchors, modified iterators,
-converted variables, de.Variables) are plain objects of the modules that make them. A graph
+converted variables, de.Variables and their lookups) are plain objects of the modules that
+make them, except TableLookups (what a graph's lookups did with each table), defined here. A graph
 that is dropped takes its state along (a weak-keyed map).
 """
 import threading
@@ -15,11 +16,37 @@ _lock = threading.Lock()
 _states = weakref.WeakKeyDictionary()  # tf.Graph -> GraphState
 
 
+class TableLookups:
+    """What the lookups built so far in one graph did with one table (by table name)."""
+
+    def __init__(self):
+        self.count = 0  # sparse_lookup calls
+        self.training = 0  # training lookups and de updates: the graph trains the table
+        self.names = set()  # the name= of every lookup
+        self.specs = set()  # (FeatureSpec name, is_train) of FeatureSpec lookups
+        # Per tensor lookup: {"ids", "embeddings", "serving_default_value", "addresses" (of
+        # its unique keys), "inverse" (ids shape: position of each id's key in addresses),
+        # "name", "is_train"}.
+        self.tensor = []
+        # FeatureSpec lookups of one batch share one find_or_insert:
+        # (the batch's unique-keys tensor name, is_train) -> its rows (embedding.pipeline_rows).
+        self.shared_rows = {}
+        self.trained_address_names = set()  # lookups' addresses with padding keys as -1
+        # Training lookups built without admission counting or timestamps.
+        self.uncounted_training = []
+
+
 class GraphState:
     """Per-graph records. Lists and dicts are appended to under `lock`."""
 
     def __init__(self):
         self.lock = threading.Lock()
+        # {table name: TableLookups}.
+        self.table_lookups = {}
+        # {variable op name: dynamic_embedding LookupRecord} of the trainables de lookups made.
+        self.trainable_lookups = {}
+        # Savers built with a var_list (they may restore checkpoints written without tables).
+        self.savers_of_chosen_variables = weakref.WeakSet()
         # Tensor lookups made with modify_graph=True (rec_sdk.core.anchors.Anchor).
         self.anchors = []
         # [(FeatureSpecs, is_training)] of the get_asc_insert_func functions built here.
@@ -35,6 +62,14 @@ class GraphState:
         # second dedup for them.
         self.unique_keys = set()
         self.row_ranges = set()
+
+    def lookups_of(self, table_name):
+        """The TableLookups of table `table_name` (made on first use)."""
+        with self.lock:
+            found = self.table_lookups.get(table_name)
+            if found is None:
+                found = self.table_lookups[table_name] = TableLookups()
+            return found
 
 
 def state_of(graph):
@@ -54,3 +89,17 @@ def modified_iterators(graph=None, is_training=None):
     with state.lock:
         found = list(state.modified_iterators)
     return [m for m in found if is_training is None or m.is_training == is_training]
+
+
+def trainable_lookup(var):
+    """The record (a dynamic_embedding LookupRecord) of the lookup that made trainable `var`,
+    or None for any other variable or value."""
+    graph, op = getattr(var, "graph", None), getattr(var, "op", None)
+    if not isinstance(graph, tf.Graph) or op is None:
+        return None
+    with _lock:
+        state = _states.get(graph)
+    if state is None:
+        return None
+    with state.lock:
+        return state.trainable_lookups.get(op.name)

@@ -51,7 +51,7 @@ class HostPipelineOps:
         if emb_name not in tables:
             raise ValueError("set_threshold: emb_name=%r is not a table of this graph; the "
                              "tables are %s" % (emb_name, sorted(tables)))
-        names = tables[emb_name].lookup_names
+        names = tables[emb_name].lookups.names
         if ids_name and ids_name not in names:
             raise ValueError("set_threshold: ids_name=%r is not a lookup of table %r (its "
                              "lookups: %s); the threshold is the table's, for all its lookups"

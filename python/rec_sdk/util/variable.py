@@ -2,6 +2,7 @@
 import tensorflow as tf
 
 from rec_sdk.core.table import tables_of_graph
+from rec_sdk.util.graph_state import trainable_lookup
 
 
 def get_dense_and_sparse_variable():
@@ -11,5 +12,5 @@ def get_dense_and_sparse_variable():
     address, which the sparse optimizers' apply_gradients accepts.
     """
     dense = [v for v in tf.compat.v1.trainable_variables()
-             if getattr(v, "_rec_sdk_lookup", None) is None]  # not dynamic_embedding trainables
+             if trainable_lookup(v) is None]  # not dynamic_embedding trainables
     return dense, tables_of_graph()

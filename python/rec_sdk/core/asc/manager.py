@@ -29,7 +29,7 @@ def start_asc_pipeline(graph=None):
                 raise ValueError("FeatureSpec %r names table %r, which does not exist; the "
                                  "tables are %s" % (spec.name, spec.table_name, sorted(tables)))
             table = tables[spec.table_name]
-            if training and table.spec_lookups and (spec.name, True) not in table.spec_lookups:
+            if training and table.lookups.specs and (spec.name, True) not in table.lookups.specs:
                 logger.warning(
                     "FeatureSpec %r of a training pipeline has no training sparse_lookup; its "
                     "keys are still counted and inserted into table %r with the table's other "
