@@ -589,8 +589,8 @@ def test_kernels_reject_negative_counts_and_weights(fixed):
             sess.run(wrong_size)
         with pytest.raises(tf.errors.InvalidArgumentError, match="weights must be >= 0"):
             sess.run(stats)
-        with pytest.raises(tf.errors.InvalidArgumentError, match="2 sample timestamps do not "
-                                                                  "divide the 3 ids"):
+        with pytest.raises(tf.errors.InvalidArgumentError,
+                           match="sample_times has 2 timestamps for 3 samples"):
             sess.run(bad_samples)
         assert sess.run(table.size()) == 0  # nothing was inserted by the failed calls
 

@@ -17,6 +17,7 @@ several ranks into a different number of ranks), export_npz / import_npz for Num
 """
 import numbers
 import os
+import re
 import shutil
 import uuid
 
@@ -95,7 +96,7 @@ def save_tables(sess, directory, tables=None, delta=False):
     # Saver.save into a directory that does not exist yet creates it, as TensorFlow's own
     # checkpoint writer does.
     os.makedirs(parent, exist_ok=True)
-    _remove_leftovers(directory)
+    remove_leftovers(parent)
     nonce = "%d-%s" % (os.getpid(), uuid.uuid4().hex[:8])
     tmp = directory + _TMP_MARK + nonce
     os.mkdir(tmp)
@@ -135,20 +136,26 @@ def _pid_alive(pid):
     return True
 
 
-def _remove_leftovers(directory):
-    """Deletes what killed saves of `directory` left: temporary directories of dead
-    processes, and moved-aside copies once the directory itself exists."""
-    parent, name = os.path.split(directory)
+_LEFTOVER = re.compile(r"^(?P<name>.+)(?P<mark>%s(?P<pid>\d+)-[0-9a-f]{8}|%s[0-9]+-[0-9a-f]{8})$"
+                       % (re.escape(_TMP_MARK), re.escape(_OLD_MARK)))
+
+
+def remove_leftovers(parent):
+    """Deletes what killed saves left in checkpoint directory `parent`, whatever checkpoint
+    they were writing: temporary directories whose writer process is gone (never those of a
+    live writer), and copies moved aside once the directory they were copies of exists.
+    Called by every save and restore, so a crash loop cannot fill the disk."""
+    if not os.path.isdir(parent):
+        return
     for entry in os.listdir(parent):
-        if not entry.startswith(name + "."):
-            continue
-        rest = entry[len(name):]
+        match = _LEFTOVER.match(entry)
         path = os.path.join(parent, entry)
-        if rest.startswith(_TMP_MARK):
-            pid = rest[len(_TMP_MARK):].split("-")[0]
-            if pid.isdigit() and not _pid_alive(int(pid)):
+        if match is None or not os.path.isdir(path):
+            continue
+        if match.group("pid") is not None:
+            if not _pid_alive(int(match.group("pid"))):
                 shutil.rmtree(path, ignore_errors=True)
-        elif rest.startswith(_OLD_MARK) and os.path.isdir(directory):
+        elif os.path.isdir(os.path.join(parent, match.group("name"))):
             shutil.rmtree(path, ignore_errors=True)
 
 
@@ -191,6 +198,8 @@ def restore_tables(sess, directories, tables=None, rank_id=None, rank_size=None,
                 "saved by a graph with these tables? tables created with is_save=False are not "
                 "saved)" % directory)
         found.append(existing)
+    for directory in found:
+        remove_leftovers(os.path.dirname(directory))
     rows = {}
     for table in _tables(sess, tables):
         table_dirs = [os.path.join(d, table.table_name) for d in found]
@@ -282,7 +291,14 @@ def install():
             path = save_path if global_step is None else "%s-%d" % (save_path, global_step)
             save_tables(sess, sparse_dir(path), tables)
         before = [p for p, _ in getattr(self, "_last_checkpoints", [])]
-        result = original_save(self, sess, save_path, global_step, *args, **kwargs)
+        try:
+            result = original_save(self, sess, save_path, global_step, *args, **kwargs)
+        except BaseException:
+            if tables:
+                # TensorFlow's part failed (a full disk, say): the tables written for this
+                # checkpoint belong to no checkpoint. The previous one stays as it was.
+                shutil.rmtree(sparse_dir(path), ignore_errors=True)
+            raise
         after = {p for p, _ in getattr(self, "_last_checkpoints", [])}
         for path in before:
             # Checkpoints the Saver deleted (max_to_keep) lose their tables too.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -9,6 +10,7 @@
 
 #include <chrono>
 #include <random>
+#include <unordered_set>
 
 namespace rec_sdk {
 namespace {
@@ -82,17 +84,16 @@ EmbeddingTable::EmbeddingTable(const TableConfig& config)
 }
 
 EmbeddingTable::~EmbeddingTable() {
-  for (int64_t p = 0; p < kMaxPages; ++p) {
-    DirectoryPage* page = pages_[p].load();
-    if (page == nullptr) continue;
-    for (int64_t c = 0; c < kPageSize; ++c) {
-      Chunk* chunk = page->chunks[c].load();
-      if (chunk == nullptr) continue;
-      FreeBlock(chunk->rows, ChunkBytes());
-      delete chunk;
-    }
-    delete page;
+  // Newest chunk first: mmap hands out addresses downwards, so when the kernel merged
+  // neighbouring chunks into one mapping, each unmap trims its end instead of splitting it (a
+  // split needs a new mapping, which fails when the process is at vm.max_map_count).
+  for (int64_t c = num_chunks_ - 1; c >= 0; --c) {
+    DirectoryPage* page = pages_[c >> kPageBits].load();
+    Chunk* chunk = page->chunks[c & (kPageSize - 1)].load();
+    FreeBlock(chunk->rows, ChunkBytes());
+    delete chunk;
   }
+  for (int64_t p = 0; p < kMaxPages; ++p) delete pages_[p].load();
 }
 
 Status EmbeddingTable::Create(const TableConfig& config, std::unique_ptr<EmbeddingTable>* table) {
@@ -122,6 +123,7 @@ Status EmbeddingTable::Create(const TableConfig& config, std::unique_ptr<Embeddi
   }
   std::unique_ptr<EmbeddingTable> t(new EmbeddingTable(config));
   const int64_t reserve = config.dynamic_expansion ? config.initial_capacity : config.capacity;
+  REC_SDK_RETURN_IF_ERROR(t->CheckReservation(reserve));
   {
     std::lock_guard<std::mutex> lock(t->alloc_mu_);
     while (t->allocated_rows_.load() < reserve) {
@@ -134,6 +136,50 @@ Status EmbeddingTable::Create(const TableConfig& config, std::unique_ptr<Embeddi
   }
   *table = std::move(t);
   return Status::Ok();
+}
+
+Status EmbeddingTable::CheckReservation(int64_t rows) const {
+  const int64_t chunks = (rows + rows_per_chunk() - 1) / rows_per_chunk();
+  if (chunks <= kUncheckedChunks) return Status::Ok();
+  const double bytes = static_cast<double>(chunks) * static_cast<double>(ChunkBytes());
+  const int64_t mappings = kMappingsPerChunk * chunks;
+  const int64_t left = MappingsLeft();
+  std::string limit;
+  if (chunks > kMaxPages * kPageSize) {
+    limit = "a table holds at most " + std::to_string(kMaxPages * kPageSize) + " chunks";
+  } else if (bytes > kMaxReservationBytes) {
+    limit = "the address space a table may reserve is " +
+            std::to_string(static_cast<int64_t>(kMaxReservationBytes) >> 40) + " TiB";
+  } else if (left >= 0 && mappings > left / 2) {
+    // Leave half of what is left: the process needs mappings for threads, arrays and other
+    // tables too, and a process at vm.max_map_count fails or aborts wherever it maps memory.
+    limit = "it would take " + std::to_string(mappings) + " memory mappings and this process " +
+            "has " + std::to_string(left) + " left (vm.max_map_count)";
+  }
+  if (limit.empty()) return Status::Ok();
+  return Status::ResourceExhausted(
+      "table '" + config_.name + "': cannot reserve " + std::to_string(rows) + " rows of dim " +
+      std::to_string(config_.dim) + " (" + std::to_string(static_cast<int64_t>(bytes)) +
+      " bytes in " + std::to_string(chunks) + " chunks): " + limit +
+      "; use a smaller capacity (device_vocabulary_size + host_vocabulary_size) or dynamic "
+      "expansion");
+}
+
+int64_t EmbeddingTable::MappingsLeft() {
+  FILE* limit_file = std::fopen("/proc/sys/vm/max_map_count", "r");
+  if (limit_file == nullptr) return -1;
+  long long limit = -1;
+  const int read = std::fscanf(limit_file, "%lld", &limit);
+  std::fclose(limit_file);
+  FILE* maps = std::fopen("/proc/self/maps", "r");
+  if (read != 1 || maps == nullptr) {
+    if (maps != nullptr) std::fclose(maps);
+    return -1;
+  }
+  int64_t used = 0;
+  for (int c = std::fgetc(maps); c != EOF; c = std::fgetc(maps)) used += c == '\n';
+  std::fclose(maps);
+  return std::max<int64_t>(0, limit - used);
 }
 
 int64_t EmbeddingTable::Capacity() const {
@@ -382,12 +428,14 @@ Status EmbeddingTable::FindOrInsert(const int64_t* keys, int64_t n, bool insert,
     return Status::ResourceExhausted(FullMessage());
   }
   // Make room for this batch and a little more (so that a full table does not evict on every
-  // step), then place the keys again without counting them twice.
-  EvictLeastRecent(unplaced + std::max<int64_t>(1, config_.capacity / 100), keys, n,
-                   access.times == nullptr ? tick : 0);
-  unplaced = 0;
+  // step), then place the keys again without counting them twice, in one exclusive hold: a
+  // concurrent lookup of the table (two features sharing it) cannot take the rows evicted
+  // for this batch before it is placed.
   {
-    std::shared_lock<std::shared_mutex> structure(structure_mu_);
+    std::unique_lock<std::shared_mutex> structure(structure_mu_);
+    EvictLeastRecentLocked(unplaced + std::max<int64_t>(1, config_.capacity / 100), keys, n,
+                           access.times == nullptr ? tick : 0);
+    unplaced = 0;
     InsertPass(keys, n, addresses, access, tick, /*count=*/false, &unplaced, run);
   }
   if (unplaced > 0) {
@@ -485,21 +533,39 @@ Status EmbeddingTable::Upsert(const int64_t* keys, const float* values, int64_t 
                               const ParallelRunner& run) {
   ChangeScope change(this);
   std::shared_lock<std::shared_mutex> structure(structure_mu_);
+  // All or nothing: rows for every distinct key without one are reserved before anything is
+  // written, so a table too full for the batch fails unchanged. Keys found now keep their
+  // rows until the lock is released (rows are freed only under the exclusive lock); keys
+  // another thread inserts meanwhile need fewer reserved rows, never more.
+  std::atomic<int64_t> missing{0};
+  ForEachShard(
+      keys, n, 60,
+      [&](HashIndex::Shard& shard, const int64_t* positions, int64_t count,
+          const uint64_t* hashes) {
+        std::unordered_set<int64_t> counted;
+        for (int64_t j = 0; j < count; ++j) {
+          const int64_t i = positions[j];
+          if (shard.Find(keys[i], hashes[i]) < 0 && counted.insert(keys[i]).second) {
+            missing.fetch_add(1, std::memory_order_relaxed);
+          }
+        }
+      },
+      run);
+  std::vector<int64_t> reserved;
+  AllocateRows(missing.load(), &reserved);
+  if (static_cast<int64_t>(reserved.size()) < missing.load()) {
+    ReleaseRows(reserved.data(), reserved.size());
+    return Status::ResourceExhausted(FullMessage());
+  }
   const int dim = config_.dim;
-  std::atomic<bool> full{false};
+  std::atomic<int64_t> used{0};
   ForEachKeyByShard(
       keys, n, 200 + 2 * dim,
       [&](HashIndex::Shard& shard, int64_t i, uint64_t hash) {
         const int64_t entry = shard.Find(keys[i], hash);
         int64_t row = entry < 0 ? -1 : RowOfEntry(entry);
         if (row < 0) {
-          std::vector<int64_t> fresh;
-          AllocateRows(1, &fresh);
-          if (fresh.empty()) {
-            full.store(true, std::memory_order_relaxed);
-            return;
-          }
-          row = fresh[0];
+          row = reserved[used.fetch_add(1, std::memory_order_relaxed)];
           InitializeRowLocked(row, keys[i], ClockForNewRows());
           size_.fetch_add(1, std::memory_order_relaxed);
           PendingShard& pending = pending_[HashIndex::ShardOf(hash)];
@@ -513,14 +579,18 @@ Status EmbeddingTable::Upsert(const int64_t* keys, const float* values, int64_t 
         MarkChanged(row);
       },
       run);
-  if (full.load()) return Status::ResourceExhausted(FullMessage());
+  if (used.load() < static_cast<int64_t>(reserved.size())) {
+    ReleaseRows(reserved.data() + used.load(), reserved.size() - used.load());
+  }
   return Status::Ok();
 }
 
 Status EmbeddingTable::Remove(const int64_t* keys, int64_t n, int64_t* removed,
                               const ParallelRunner& run) {
   ChangeScope change(this);
-  std::shared_lock<std::shared_mutex> structure(structure_mu_);
+  // Exclusive: a batch operation validates its addresses and then uses the rows under one
+  // shared hold, so no row may be freed (and reused for another key) while one runs.
+  std::unique_lock<std::shared_mutex> structure(structure_mu_);
   std::atomic<int64_t> count{0};
   ForEachKeyByShard(
       keys, n, 100,
@@ -572,7 +642,30 @@ Status EmbeddingTable::UpdateRows(const int64_t* addresses, int64_t n, int64_t c
                                   const RowUpdate& update, const ParallelRunner& run) {
   ChangeScope change(this);
   std::shared_lock<std::shared_mutex> structure(structure_mu_);
+  return UpdateRowsLocked(addresses, n, cost_per_row, update, run);
+}
+
+Status EmbeddingTable::ApplyUpdate(const SlotLayout& layout, const int64_t* addresses, int64_t n,
+                                   int64_t cost_per_row, const RowUpdate& update,
+                                   const ParallelRunner& run) {
+  ChangeScope change(this);
+  {
+    std::shared_lock<std::shared_mutex> structure(structure_mu_);
+    if (SlotsReadyLocked(layout.optimizer, layout.initial_values)) {
+      return UpdateRowsLocked(addresses, n, cost_per_row, update, run);
+    }
+  }
+  // The first update of this optimizer: validate, attach the slots and update in one
+  // exclusive hold, so a failure leaves the table unbound and nothing can go stale between.
+  std::unique_lock<std::shared_mutex> structure(structure_mu_);
   std::vector<int64_t> rows(n);
+  REC_SDK_RETURN_IF_ERROR(DecodeAddresses(addresses, n, rows.data(), run));
+  REC_SDK_RETURN_IF_ERROR(EnsureSlotsLocked(layout.optimizer, layout.initial_values));
+  return UpdateRowsLocked(addresses, n, cost_per_row, update, run);
+}
+
+Status EmbeddingTable::DecodeAddresses(const int64_t* addresses, int64_t n, int64_t* rows,
+                                       const ParallelRunner& run) const {
   std::mutex error_mu;
   Status error;
   run(n, 20, [&](int64_t first, int64_t last) {
@@ -586,7 +679,14 @@ Status EmbeddingTable::UpdateRows(const int64_t* addresses, int64_t n, int64_t c
       }
     }
   });
-  REC_SDK_RETURN_IF_ERROR(error);
+  return error;
+}
+
+Status EmbeddingTable::UpdateRowsLocked(const int64_t* addresses, int64_t n,
+                                        int64_t cost_per_row, const RowUpdate& update,
+                                        const ParallelRunner& run) {
+  std::vector<int64_t> rows(n);
+  REC_SDK_RETURN_IF_ERROR(DecodeAddresses(addresses, n, rows.data(), run));
   const int num_slots = num_slots_;
   // Prefetch whole records (up to 4 cache lines; longer rows stream sequentially anyway).
   const size_t prefetch_bytes = std::min<size_t>(row_bytes_, 256);

@@ -22,9 +22,12 @@
 //   addresses validates them before touching any row.
 //
 // Concurrency
-//   Batch operations (find/insert, gather, lookup, upsert, remove, optimizer updates) run
-//   concurrently with each other; structural operations (attaching slots, clear, import,
-//   export, eviction) run alone.
+//   Batch operations (find/insert, gather, lookup, upsert, optimizer updates) run concurrently
+//   with each other under a shared lock; operations that free rows (remove, eviction,
+//   restrict, clear, import, restore) and attaching slots run alone. An operation that takes
+//   addresses validates them and uses the rows under one shared hold, so a row it validated
+//   cannot be freed and reused for another key before it is done: it reaches the key it was
+//   issued for, or fails as stale.
 //
 // Admission and eviction
 //   Training lookups may pass, per key, a count (occurrences x faae_coefficient) and a clock
@@ -165,11 +168,12 @@ class EmbeddingTable {
                 const ParallelRunner& run, int slot = -1, float slot_default = 0.0f);
 
   // Inserts or overwrites the embeddings of keys with values[n, dim]. New rows get initial
-  // slot values. With duplicate keys the last value wins.
+  // slot values. With duplicate keys the last value wins. All or nothing: a fixed-capacity
+  // table without rows for all the new keys fails with kResourceExhausted, unchanged.
   Status Upsert(const int64_t* keys, const float* values, int64_t n, const ParallelRunner& run);
 
   // Removes keys (absent keys are ignored); their rows go to the free list and any address
-  // to them becomes stale. *removed (may be null) receives the number of keys removed.
+  // to them becomes stale. Runs alone (exclusive lock), as every operation that frees rows. *removed (may be null) receives the number of keys removed.
   Status Remove(const int64_t* keys, int64_t n, int64_t* removed, const ParallelRunner& run);
 
   // Removes every key. Memory stays reserved; all addresses become stale.
@@ -194,6 +198,17 @@ class EmbeddingTable {
   using RowUpdate = std::function<void(int64_t i, float* value, float* const* slots)>;
   Status UpdateRows(const int64_t* addresses, int64_t n, int64_t cost_per_row,
                     const RowUpdate& update, const ParallelRunner& run);
+
+  // An optimizer's slots: its name and the initial value of each slot.
+  struct SlotLayout {
+    std::string optimizer;
+    std::vector<float> initial_values;
+  };
+  // UpdateRows for the optimizer of `layout`, attaching its slots first if needed (as
+  // EnsureSlots). All or nothing: when an address is invalid or the optimizer cannot train
+  // the table, nothing changes (no slots attached, no optimizer bound, no row written).
+  Status ApplyUpdate(const SlotLayout& layout, const int64_t* addresses, int64_t n,
+                     int64_t cost_per_row, const RowUpdate& update, const ParallelRunner& run);
 
   // Exports every stored row. allocate(n, &keys, &values, &slots) is called once with the
   // row count and must return buffers of n keys, n*dim values and num_slots()*n*dim slot
@@ -392,9 +407,31 @@ class EmbeddingTable {
 
   // Validates an address and returns its row id, or -1 for the "no row" address.
   Status DecodeAddress(int64_t address, int64_t* row) const;
+  // DecodeAddress of every address, in parallel; the first error (structure_mu_ held).
+  Status DecodeAddresses(const int64_t* addresses, int64_t n, int64_t* rows,
+                         const ParallelRunner& run) const;
+  // UpdateRows with structure_mu_ held (shared or exclusive).
+  Status UpdateRowsLocked(const int64_t* addresses, int64_t n, int64_t cost_per_row,
+                          const RowUpdate& update, const ParallelRunner& run);
+  // Whether the slots of `layout` are attached (structure_mu_ held), and attaching them
+  // (structure_mu_ held exclusively); see EnsureSlots.
+  bool SlotsReadyLocked(const std::string& optimizer,
+                        const std::vector<float>& initial_values) const;
+  Status EnsureSlotsLocked(const std::string& optimizer, const std::vector<float>& initial_values);
 
   // Adds one chunk (alloc_mu_ held). Returns false when the memory cannot be allocated.
   bool AddChunkLocked();
+  // Whether reserving `rows` up front stays within what the process can map: fails with
+  // kResourceExhausted naming the table, the bytes and the limit otherwise, before anything
+  // is mapped (a process left at vm.max_map_count fails wherever it maps memory next).
+  Status CheckReservation(int64_t rows) const;
+  // vm.max_map_count minus the mappings the process has, or -1 when unknown.
+  static int64_t MappingsLeft();
+  // A chunk is up to two mappings (its huge-page part and its tail); reservations of at most
+  // kUncheckedChunks chunks are not checked (reading /proc costs more than they risk).
+  static constexpr int64_t kMappingsPerChunk = 2;
+  static constexpr int64_t kUncheckedChunks = 256;
+  static constexpr double kMaxReservationBytes = double(int64_t{1} << 45);  // 32 TiB
   // Re-lays out every chunk for `num_slots` slots (exclusive structure_mu_ and alloc_mu_
   // held): copies the header, embedding and existing slots of every row handed out and sets
   // new slots to initial_values[s]. Leaves the table unchanged when memory runs out.
@@ -407,9 +444,9 @@ class EmbeddingTable {
   // Gives a row its key, initial embedding and initial slot values, clock `last_seen` and
   // count 0, and marks it alive (the caller counts it in size_).
   void InitializeRowLocked(int64_t row, int64_t key, int64_t last_seen);
-  // One pass of a training FindOrInsert (structure_mu_ shared). count=false leaves admission
-  // counts unchanged (a retry). *unplaced receives the number of keys admitted but left
-  // without a row because the table is full.
+  // One pass of a training FindOrInsert (structure_mu_ held: shared, or exclusive for the
+  // retry after eviction). count=false leaves admission counts unchanged (a retry). *unplaced
+  // receives the number of keys admitted but left without a row because the table is full.
   void InsertPass(const int64_t* keys, int64_t n, int64_t* addresses, const KeyAccess& access,
                   int64_t tick, bool count, int64_t* unplaced, const ParallelRunner& run);
   // One shard's part of an insert pass, in named steps: probe, touch, admit, place
@@ -417,11 +454,11 @@ class EmbeddingTable {
   class ShardInsert;
   // Removes the row of a live key (structure_mu_ exclusive) and counts it as evicted.
   void EvictRowLocked(int64_t row);
-  // Evicts up to `count` least recently seen rows (takes structure_mu_ exclusively), never
+  // Evicts up to `count` least recently seen rows (structure_mu_ held exclusively), never
   // the rows of keys[0, n) (the batch being placed) nor, when tick > 0, rows seen at a tick
   // >= tick - kProtectedTicks (rows concurrent lookups of the same step may be using).
   // Pending counts no newer than the newest evicted row go too.
-  void EvictLeastRecent(int64_t count, const int64_t* keys, int64_t n, int64_t tick);
+  void EvictLeastRecentLocked(int64_t count, const int64_t* keys, int64_t n, int64_t tick);
   // The clock a key is seen with in a training lookup.
   static int64_t ClockOf(const KeyAccess& access, int64_t i, int64_t tick) {
     if (access.times == nullptr) return tick;

@@ -33,14 +33,13 @@ Status ApplyLazyAdam(EmbeddingTable* table, const int64_t* addresses, const floa
   if (p.step < 1) {
     return Status::InvalidArgument("LazyAdam: step must be >= 1, got " + std::to_string(p.step));
   }
-  REC_SDK_RETURN_IF_ERROR(table->EnsureSlots("LazyAdam", {0.0f, 0.0f}));
   const double t = static_cast<double>(p.step);
   const float lr_t = static_cast<float>(p.learning_rate * std::sqrt(1.0 - std::pow(p.beta2, t)) /
                                         (1.0 - std::pow(p.beta1, t)));
   const int dim = table->dim();
   const float b1 = p.beta1, b2 = p.beta2, eps = p.epsilon;
-  return table->UpdateRows(
-      addresses, n, 12 * dim,
+  return table->ApplyUpdate(
+      {"LazyAdam", {0.0f, 0.0f}}, addresses, n, 12 * dim,
       [=](int64_t i, float* __restrict w, float* const* slots) {
         const float* __restrict g = grads + i * dim;
         float* __restrict m = slots[0];
@@ -58,11 +57,10 @@ Status ApplyGradientDescent(EmbeddingTable* table, const int64_t* addresses, con
                             int64_t n, const GradientDescentParams& p, const ParallelRunner& run) {
   REC_SDK_RETURN_IF_ERROR(CheckRange("GradientDescent", "learning_rate", p.learning_rate, 0, false, kInf, true));
   REC_SDK_RETURN_IF_ERROR(CheckRange("GradientDescent", "weight_decay", p.weight_decay, 0, false, 1, false));
-  REC_SDK_RETURN_IF_ERROR(table->EnsureSlots("GradientDescent", {}));
   const int dim = table->dim();
   const float lr = p.learning_rate, wd = p.weight_decay;
-  return table->UpdateRows(
-      addresses, n, 3 * dim,
+  return table->ApplyUpdate(
+      {"GradientDescent", {}}, addresses, n, 3 * dim,
       [=](int64_t i, float* __restrict w, float* const*) {
         const float* __restrict g = grads + i * dim;
         for (int d = 0; d < dim; ++d) w[d] -= lr * (g[d] + wd * w[d]);
@@ -75,11 +73,10 @@ Status ApplyAdagrad(EmbeddingTable* table, const int64_t* addresses, const float
   REC_SDK_RETURN_IF_ERROR(CheckRange("Adagrad", "learning_rate", p.learning_rate, 0, false, kInf, true));
   REC_SDK_RETURN_IF_ERROR(CheckRange("Adagrad", "initial_accumulator_value",
                                      p.initial_accumulator_value, 0, true, kInf, true));
-  REC_SDK_RETURN_IF_ERROR(table->EnsureSlots("Adagrad", {p.initial_accumulator_value}));
   const int dim = table->dim();
   const float lr = p.learning_rate;
-  return table->UpdateRows(
-      addresses, n, 8 * dim,
+  return table->ApplyUpdate(
+      {"Adagrad", {p.initial_accumulator_value}}, addresses, n, 8 * dim,
       [=](int64_t i, float* __restrict w, float* const* slots) {
         const float* __restrict g = grads + i * dim;
         float* __restrict a = slots[0];
@@ -95,13 +92,12 @@ Status ApplyMomentum(EmbeddingTable* table, const int64_t* addresses, const floa
                      int64_t n, const MomentumParams& p, const ParallelRunner& run) {
   REC_SDK_RETURN_IF_ERROR(CheckRange("Momentum", "learning_rate", p.learning_rate, 0, false, kInf, true));
   REC_SDK_RETURN_IF_ERROR(CheckRange("Momentum", "momentum", p.momentum, 0, false, kInf, true));
-  REC_SDK_RETURN_IF_ERROR(table->EnsureSlots("Momentum", {0.0f}));
   const int dim = table->dim();
   const float lr = p.learning_rate;
   const float mu = p.momentum;
   const bool nesterov = p.use_nesterov;
-  return table->UpdateRows(
-      addresses, n, 6 * dim,
+  return table->ApplyUpdate(
+      {"Momentum", {0.0f}}, addresses, n, 6 * dim,
       [=](int64_t i, float* __restrict w, float* const* slots) {
         const float* __restrict g = grads + i * dim;
         float* __restrict a = slots[0];
@@ -121,11 +117,10 @@ Status ApplyFtrl(EmbeddingTable* table, const int64_t* addresses, const float* g
   REC_SDK_RETURN_IF_ERROR(CheckRange("Ftrl", "l1", p.l1, 0, false, kInf, true));
   REC_SDK_RETURN_IF_ERROR(CheckRange("Ftrl", "l2", p.l2, 0, false, kInf, true));
   REC_SDK_RETURN_IF_ERROR(CheckRange("Ftrl", "l2_shrinkage", p.l2_shrinkage, 0, false, kInf, true));
-  REC_SDK_RETURN_IF_ERROR(table->EnsureSlots("Ftrl", {p.initial_accumulator_value, 0.0f}));
   const int dim = table->dim();
   const FtrlParams q = p;
-  return table->UpdateRows(
-      addresses, n, 40 * dim,
+  return table->ApplyUpdate(
+      {"Ftrl", {p.initial_accumulator_value, 0.0f}}, addresses, n, 40 * dim,
       [=](int64_t i, float* w, float* const* slots) {
         const float* g = grads + i * dim;
         float* accum = slots[0];

@@ -377,11 +377,10 @@ Status EmbeddingTable::Evict(int64_t* rows_evicted, int64_t* pending_evicted,
   return Status::Ok();
 }
 
-void EmbeddingTable::EvictLeastRecent(int64_t count, const int64_t* keys, int64_t n,
+void EmbeddingTable::EvictLeastRecentLocked(int64_t count, const int64_t* keys, int64_t n,
                                       int64_t tick) {
   std::vector<int64_t> batch(keys, keys + n);
   std::sort(batch.begin(), batch.end());
-  std::unique_lock<std::shared_mutex> structure(structure_mu_);
   std::lock_guard<std::mutex> lock(alloc_mu_);
   std::vector<std::pair<int64_t, int64_t>> candidates;  // (last_seen, row)
   candidates.reserve(size_.load());

@@ -1,5 +1,6 @@
 // The optimizer slots of a table's rows: attaching an optimizer's slots (re-laying out the
 // rows once) and the notices that leaves for the kernels to log.
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -12,20 +13,29 @@ namespace rec_sdk {
 Status EmbeddingTable::EnsureSlots(const std::string& optimizer,
                                    const std::vector<float>& initial_values) {
   ChangeScope change(this);
+  {
+    std::shared_lock<std::shared_mutex> structure(structure_mu_);
+    if (SlotsReadyLocked(optimizer, initial_values)) return Status::Ok();
+  }
+  std::unique_lock<std::shared_mutex> structure(structure_mu_);
+  return EnsureSlotsLocked(optimizer, initial_values);
+}
+
+bool EmbeddingTable::SlotsReadyLocked(const std::string& optimizer,
+                                      const std::vector<float>& initial_values) const {
+  return slot_values_known_ && !slots_from_checkpoint_ && slot_optimizer_ == optimizer &&
+         num_slots_ == static_cast<int>(initial_values.size()) &&
+         std::equal(initial_values.begin(), initial_values.end(), slot_initial_values_);
+}
+
+Status EmbeddingTable::EnsureSlotsLocked(const std::string& optimizer,
+                                         const std::vector<float>& initial_values) {
   const int wanted = static_cast<int>(initial_values.size());
   if (wanted > kMaxSlots) {
     return Status::InvalidArgument("optimizer '" + optimizer + "' asks for " +
                                    std::to_string(wanted) + " slots; at most " +
                                    std::to_string(kMaxSlots) + " are supported");
   }
-  {
-    std::shared_lock<std::shared_mutex> structure(structure_mu_);
-    if (slot_values_known_ && slot_optimizer_ == optimizer && num_slots_ == wanted &&
-        std::equal(initial_values.begin(), initial_values.end(), slot_initial_values_)) {
-      return Status::Ok();
-    }
-  }
-  std::unique_lock<std::shared_mutex> structure(structure_mu_);
   if (slot_values_known_ && slots_from_checkpoint_) {
     slots_from_checkpoint_ = false;
     if (slot_optimizer_ == optimizer && num_slots_ == wanted) {

@@ -12,6 +12,22 @@
 
 namespace rec_sdk {
 
+namespace {
+
+// A checkpoint path from a string tensor: a NUL byte would silently cut it short where the
+// operating system reads it, so it is an error.
+tensorflow::Status CheckPath(const char* name, const std::string& path) {
+  const size_t nul = path.find('\0');
+  if (nul != std::string::npos) {
+    return errors::InvalidArgument(name, " must not contain a NUL byte, got '",
+                                   path.substr(0, nul), "\\0...' (", path.size(), " bytes)");
+  }
+  if (path.empty()) return errors::InvalidArgument(name, " must not be empty");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 class TableSaveOp : public TableOpKernel {
  public:
   explicit TableSaveOp(OpKernelConstruction* ctx) : TableOpKernel(ctx, kReadsTable) {}
@@ -22,6 +38,7 @@ class TableSaveOp : public TableOpKernel {
     OP_REQUIRES_OK(ctx, GetScalarInput(ctx, 1, "directory", &dir));
     OP_REQUIRES_OK(ctx, GetScalarInput(ctx, 2, "delta", &delta));
     int64_t rows = 0, save_id = 0;
+    OP_REQUIRES_OK(ctx, CheckPath("directory", std::string(dir)));
     OP_REQUIRES_OK(ctx, ToTfStatus(SaveTableFiles(table->table(), std::string(dir), &rows, delta,
                                                   &save_id)));
     OP_REQUIRES_OK(ctx, SetScalarOutput(ctx, 0, rows));
@@ -49,6 +66,7 @@ class TableApplyDeltaOp : public TableOpKernel {
     tensorflow::tstring dir;
     OP_REQUIRES_OK(ctx, GetScalarInput(ctx, 1, "directory", &dir));
     int64_t rows = 0;
+    OP_REQUIRES_OK(ctx, CheckPath("directory", std::string(dir)));
     OP_REQUIRES_OK(ctx, ToTfStatus(ApplyDeltaFiles(table->table(), std::string(dir), &rows)));
     table->NoteCheckpoint();
     OP_REQUIRES_OK(ctx, SetScalarOutput(ctx, 0, rows));
@@ -86,6 +104,7 @@ class TableRestoreOp : public TableOpKernel {
     std::vector<std::string> directories;
     for (int64_t i = 0; i < dirs.NumElements(); ++i) {
       directories.emplace_back(dirs.flat<tensorflow::tstring>()(i));
+      OP_REQUIRES_OK(ctx, CheckPath("directories", directories.back()));
     }
     RestoreOptions options;
     OP_REQUIRES_OK(ctx, GetScalarInput(ctx, 2, "rank_id", &options.rank_id));

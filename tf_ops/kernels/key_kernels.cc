@@ -54,9 +54,18 @@ class KeyAccessStatsOp : public OpKernel {
     const Tensor& num_unique = ctx->input(1);
     const Tensor& weights = ctx->input(2);
     const Tensor& times = ctx->input(3);
-    OP_REQUIRES(ctx, inverse.dims() == 1,
-                errors::InvalidArgument("inverse must be a vector, got shape ",
-                                        inverse.shape().DebugString()));
+    OP_REQUIRES(ctx, inverse.dims() >= 1,
+                errors::InvalidArgument("inverse must have the ids' shape (rank >= 1), got "
+                                        "shape ", inverse.shape().DebugString()));
+    // A sample is a slice of the ids' leading dimension: one timestamp per sample, or one for
+    // every id. Any other count would give keys the clocks of other samples.
+    const int64_t samples = inverse.dim_size(0);
+    OP_REQUIRES(ctx, times.NumElements() <= 1 || times.NumElements() == samples,
+                errors::InvalidArgument("sample_times has ", times.NumElements(),
+                                        " timestamps for ", samples, " samples (the ids' "
+                                        "leading dimension, shape ",
+                                        inverse.shape().DebugString(),
+                                        "): give one per sample, or one for all"));
     OP_REQUIRES(ctx, num_unique.NumElements() == 1,
                 errors::InvalidArgument("num_unique must be a scalar"));
     const int64_t n = inverse.NumElements();

@@ -1,7 +1,12 @@
 // Kernels of the sparse optimizers: check shapes, read scalar hyperparameters, call the core.
+#include <limits>
+#include <vector>
+
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/platform/logging.h"
+#include "tf_ops/core/row_sum.h"
 #include "tf_ops/core/sparse_optimizers.h"
+#include "tf_ops/core/unique.h"
 #include "tf_ops/kernels/table_resource.h"
 #include "tf_ops/ops/op_prefix.h"
 
@@ -11,7 +16,9 @@ namespace rec_sdk {
 // grads [n, dim]; Update() then runs the optimizer itself.
 class ApplyOpBase : public TableOpKernel {
  public:
-  explicit ApplyOpBase(OpKernelConstruction* ctx) : TableOpKernel(ctx, kWritesTable) {}
+  explicit ApplyOpBase(OpKernelConstruction* ctx) : TableOpKernel(ctx, kWritesTable) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("unique_addresses", &unique_addresses_));
+  }
 
   void ComputeWithTable(OpKernelContext* ctx, TableResource* table) override {
     EmbeddingTable* t = table->table();
@@ -27,9 +34,32 @@ class ApplyOpBase : public TableOpKernel {
                 errors::InvalidArgument(type_string(), " on table '", t->name(),
                                         "': grads must have shape [", addresses.dim_size(0),
                                         ", ", t->dim(), "], got ", grads.shape().DebugString()));
-    OP_REQUIRES_OK(ctx, ToTfStatus(Update(
-                            ctx, t, reinterpret_cast<const int64_t*>(addresses.flat<int64_t>().data()),
-                            grads.flat<float>().data(), addresses.NumElements())));
+    const int64_t* address_data =
+        reinterpret_cast<const int64_t*>(addresses.flat<int64_t>().data());
+    const float* grad_data = grads.flat<float>().data();
+    int64_t n = addresses.NumElements();
+    std::vector<int64_t> unique;
+    std::vector<float> summed;
+    OP_REQUIRES(ctx, n <= std::numeric_limits<int32_t>::max(),
+                errors::InvalidArgument(type_string(), " on table '", t->name(), "': at most ",
+                                        std::numeric_limits<int32_t>::max(),
+                                        " addresses per update, got ", n));
+    if (!unique_addresses_ && n > 1) {
+      // One update per row: concurrent updates of one row in a batch would race and lose
+      // some of them.
+      std::vector<int32_t> inverse(n);
+      DeduplicateKeys(address_data, n, &unique, inverse.data(), MakeRunner(ctx));
+      if (static_cast<int64_t>(unique.size()) < n) {
+        summed.resize(unique.size() * t->dim());
+        OP_REQUIRES_OK(ctx, ToTfStatus(SumRowsByIndex(grad_data, inverse.data(), n, t->dim(),
+                                                      unique.size(), summed.data(),
+                                                      MakeRunner(ctx))));
+        address_data = unique.data();
+        grad_data = summed.data();
+        n = static_cast<int64_t>(unique.size());
+      }
+    }
+    OP_REQUIRES_OK(ctx, ToTfStatus(Update(ctx, t, address_data, grad_data, n)));
     // E.g. restored slots of another optimizer that this one re-initialised.
     const std::string notice = t->TakeNotice();
     if (!notice.empty()) LOG(WARNING) << "rec_sdk: " << notice;
@@ -38,6 +68,9 @@ class ApplyOpBase : public TableOpKernel {
  protected:
   virtual Status Update(OpKernelContext* ctx, EmbeddingTable* table, const int64_t* addresses,
                         const float* grads, int64_t n) = 0;
+
+  // The caller says the addresses are distinct: no dedup (see the op definitions).
+  bool unique_addresses_ = false;
 
   // Reads scalar input `index`; non-scalars are reported as a Status by the caller's checks.
   template <typename T>

@@ -1,4 +1,7 @@
-// Op definitions of the sparse optimizers: each updates the rows at unique addresses in place.
+// Op definitions of the sparse optimizers: each updates the rows at `addresses` in place.
+// Duplicate addresses have their gradients summed first (one update per row), unless the
+// caller says the addresses are distinct (unique_addresses, as rec_sdk's Python optimizers do
+// after their own dedup): duplicates then race and updates are lost.
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
 #include "tf_ops/ops/op_prefix.h"
@@ -14,10 +17,12 @@ REGISTER_OP(REC_SDK_OP_NAME(ApplyLazyAdam))
     .Input("beta2: float")
     .Input("epsilon: float")
     .Input("step: int64")
+    .Attr("unique_addresses: bool = false")
     .SetIsStateful()
     .SetShapeFn(tensorflow::shape_inference::NoOutputs)
     .Doc(R"doc(
-LazyAdam on the rows at unique `addresses` [n] with summed gradients `grads` [n, dim]; -1
+LazyAdam on the rows at `addresses` [n] with gradients `grads` [n, dim] (duplicates summed unless
+unique_addresses); -1
 addresses are skipped. `step` (>= 1) is the optimizer's update count for bias correction.
 )doc");
 
@@ -27,9 +32,10 @@ REGISTER_OP(REC_SDK_OP_NAME(ApplyGradientDescent))
     .Input("grads: float")
     .Input("learning_rate: float")
     .Input("weight_decay: float")
+    .Attr("unique_addresses: bool = false")
     .SetIsStateful()
     .SetShapeFn(tensorflow::shape_inference::NoOutputs)
-    .Doc("w -= learning_rate * (grad + weight_decay * w) on the rows at unique addresses.");
+    .Doc("w -= learning_rate * (grad + weight_decay * w) on the rows at `addresses` (duplicates summed unless unique_addresses).");
 
 REGISTER_OP(REC_SDK_OP_NAME(ApplyAdagrad))
     .Input("table: resource")
@@ -37,9 +43,10 @@ REGISTER_OP(REC_SDK_OP_NAME(ApplyAdagrad))
     .Input("grads: float")
     .Input("learning_rate: float")
     .Attr("initial_accumulator_value: float")
+    .Attr("unique_addresses: bool = false")
     .SetIsStateful()
     .SetShapeFn(tensorflow::shape_inference::NoOutputs)
-    .Doc("Adagrad on the rows at unique addresses; accumulators start at initial_accumulator_value.");
+    .Doc("Adagrad on the rows at `addresses` (duplicates summed unless unique_addresses); accumulators start at initial_accumulator_value.");
 
 REGISTER_OP(REC_SDK_OP_NAME(ApplyMomentum))
     .Input("table: resource")
@@ -48,9 +55,10 @@ REGISTER_OP(REC_SDK_OP_NAME(ApplyMomentum))
     .Input("learning_rate: float")
     .Input("momentum: float")
     .Attr("use_nesterov: bool = false")
+    .Attr("unique_addresses: bool = false")
     .SetIsStateful()
     .SetShapeFn(tensorflow::shape_inference::NoOutputs)
-    .Doc("Momentum (TensorFlow's MomentumOptimizer) on the rows at unique addresses.");
+    .Doc("Momentum (TensorFlow's MomentumOptimizer) on the rows at `addresses` (duplicates summed unless unique_addresses).");
 
 REGISTER_OP(REC_SDK_OP_NAME(ApplyFtrl))
     .Input("table: resource")
@@ -62,8 +70,9 @@ REGISTER_OP(REC_SDK_OP_NAME(ApplyFtrl))
     .Input("l2: float")
     .Input("l2_shrinkage: float")
     .Attr("initial_accumulator_value: float")
+    .Attr("unique_addresses: bool = false")
     .SetIsStateful()
     .SetShapeFn(tensorflow::shape_inference::NoOutputs)
-    .Doc("FTRL-proximal (TensorFlow's ApplyFtrlV2) on the rows at unique addresses.");
+    .Doc("FTRL-proximal (TensorFlow's ApplyFtrlV2) on the rows at `addresses` (duplicates summed unless unique_addresses).");
 
 }  // namespace rec_sdk

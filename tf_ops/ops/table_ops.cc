@@ -104,16 +104,18 @@ REGISTER_OP(REC_SDK_OP_NAME(KeyAccessStats))
     .Output("newest: int64")
     .SetShapeFn([](InferenceContext* c) {
       ShapeHandle inverse;
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 1, &inverse));
+      TF_RETURN_IF_ERROR(c->WithRankAtLeast(c->input(0), 1, &inverse));
       c->set_output(0, c->Vector(c->UnknownDim()));
       c->set_output(1, c->Vector(c->UnknownDim()));
       return absl::OkStatus();
     })
     .Doc(R"doc(
-Per unique key of a deduplicated lookup (inverse from UniqueKeys): counts[u] = sum of the
-weights of its ids (weights: one scalar for all ids, or one per id), and, when sample_times is
-not empty, newest[u] = the newest timestamp of the samples it appears in (sample_times has one
-value per sample; the ids' leading dimension is the sample). newest is empty otherwise.
+Per unique key of a deduplicated lookup (inverse from UniqueKeys, in the ids' shape): counts[u]
+= sum of the weights of its ids (weights: one scalar for all ids, or one per id in row-major
+order), and, when sample_times is not empty, newest[u] = the newest timestamp of the samples
+it appears in. A sample is a slice of the ids' leading dimension: sample_times has one value
+per sample, or one for all (InvalidArgument naming both counts otherwise). newest is empty
+without sample_times.
 )doc");
 
 REGISTER_OP(REC_SDK_OP_NAME(GatherRowsByIndex))

@@ -475,7 +475,8 @@ def _tensor_lookup(table, ids, send_count, is_train, lookup_name, access_and_evi
                 if not sample_times.dtype.is_integer:
                     raise TypeError("%s: timestamps must be integers (seconds), got %s"
                                     % (where, sample_times.dtype.name))
-            counts, newest = table_ops.key_access_stats(inverse, tf.size(unique_ids),
+            counts, newest = table_ops.key_access_stats(tf.reshape(inverse, tf.shape(ids)),
+                                                        tf.size(unique_ids),
                                                         coefficient, sample_times,
                                                         name="access_stats")
             counts = counts if table.admission else None

@@ -56,15 +56,15 @@ class _RowUpdate(SparseOptimizer):
         if self.kind == "adam":
             return optimizer_ops.apply_lazy_adam(
                 table.handle, addresses, grads, _f(o._lr), _f(o._beta1), _f(o._beta2),
-                _f(o._epsilon), self._next_step)
+                _f(o._epsilon), self._next_step, unique_addresses=True)
         if self.kind == "adagrad":
             return optimizer_ops.apply_adagrad(
                 table.handle, addresses, grads, _f(o._learning_rate),
-                float(hyper(o._initial_accumulator_value)))
+                float(hyper(o._initial_accumulator_value)), unique_addresses=True)
         if self.kind == "momentum":
             return optimizer_ops.apply_momentum(
                 table.handle, addresses, grads, _f(o._learning_rate), _f(o._momentum),
-                use_nesterov=bool(o._use_nesterov))
+                use_nesterov=bool(o._use_nesterov), unique_addresses=True)
         if self.kind == "ftrl":
             lr = _f(o._learning_rate)
             l2 = _f(o._l2_regularization_strength)
@@ -75,9 +75,10 @@ class _RowUpdate(SparseOptimizer):
                 table.handle, addresses, grads, lr, _f(o._learning_rate_power),
                 _f(o._l1_regularization_strength), l2,
                 _f(o._l2_shrinkage_regularization_strength),
-                float(hyper(o._initial_accumulator_value)))
+                float(hyper(o._initial_accumulator_value)), unique_addresses=True)
         return optimizer_ops.apply_gradient_descent(table.handle, addresses, grads,
-                                                    _f(o._learning_rate), 0.0)
+                                                    _f(o._learning_rate), 0.0,
+                                                    unique_addresses=True)
 
 
 def _f(value):

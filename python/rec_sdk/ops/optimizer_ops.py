@@ -1,32 +1,44 @@
-"""Thin wrappers over the sparse optimizer ops (tf_ops/ops/optimizer_ops.cc)."""
+"""Thin wrappers over the sparse optimizer ops (tf_ops/ops/optimizer_ops.cc).
+
+Each takes `unique_addresses`: False (the default) lets the kernel sum the gradients of
+duplicate addresses (one update per row); True, from callers that deduplicated already
+(rec_sdk.optimizers.base.SparseOptimizer.apply_gradients), skips that work.
+"""
 from rec_sdk.ops.loader import load_ops
 
 
 def apply_lazy_adam(table, addresses, grads, learning_rate, beta1, beta2, epsilon, step,
-                    name=None):
-    return load_ops().rec_sdk_apply_lazy_adam(table, addresses, grads, learning_rate, beta1,
-                                              beta2, epsilon, step, name=name)
+                    unique_addresses=False, name=None):
+    return load_ops().rec_sdk_apply_lazy_adam(
+        table, addresses, grads, learning_rate, beta1, beta2, epsilon, step,
+        unique_addresses=unique_addresses, name=name)
 
 
-def apply_gradient_descent(table, addresses, grads, learning_rate, weight_decay, name=None):
-    return load_ops().rec_sdk_apply_gradient_descent(table, addresses, grads, learning_rate,
-                                                     weight_decay, name=name)
+def apply_gradient_descent(table, addresses, grads, learning_rate, weight_decay,
+                           unique_addresses=False, name=None):
+    return load_ops().rec_sdk_apply_gradient_descent(
+        table, addresses, grads, learning_rate, weight_decay,
+        unique_addresses=unique_addresses, name=name)
 
 
-def apply_adagrad(table, addresses, grads, learning_rate, initial_accumulator_value, name=None):
+def apply_adagrad(table, addresses, grads, learning_rate, initial_accumulator_value,
+                  unique_addresses=False, name=None):
     return load_ops().rec_sdk_apply_adagrad(
         table, addresses, grads, learning_rate,
-        initial_accumulator_value=initial_accumulator_value, name=name)
+        initial_accumulator_value=initial_accumulator_value,
+        unique_addresses=unique_addresses, name=name)
 
 
 def apply_momentum(table, addresses, grads, learning_rate, momentum, use_nesterov=False,
-                   name=None):
-    return load_ops().rec_sdk_apply_momentum(table, addresses, grads, learning_rate, momentum,
-                                             use_nesterov=use_nesterov, name=name)
+                   unique_addresses=False, name=None):
+    return load_ops().rec_sdk_apply_momentum(
+        table, addresses, grads, learning_rate, momentum, use_nesterov=use_nesterov,
+        unique_addresses=unique_addresses, name=name)
 
 
 def apply_ftrl(table, addresses, grads, learning_rate, learning_rate_power, l1, l2, l2_shrinkage,
-               initial_accumulator_value, name=None):
+               initial_accumulator_value, unique_addresses=False, name=None):
     return load_ops().rec_sdk_apply_ftrl(
         table, addresses, grads, learning_rate, learning_rate_power, l1, l2, l2_shrinkage,
-        initial_accumulator_value=initial_accumulator_value, name=name)
+        initial_accumulator_value=initial_accumulator_value,
+        unique_addresses=unique_addresses, name=name)

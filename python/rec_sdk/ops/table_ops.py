@@ -217,13 +217,17 @@ def unique_keys(keys, name=None):
 def key_access_stats(inverse, num_unique, weights=1, sample_times=None, name=None):
     """-> (counts [num_unique], newest [num_unique] or [0]) for a deduplicated lookup:
     counts[u] sums the weights (one int, or one per id) of the ids of unique key u; newest[u]
-    is the newest of sample_times (one per sample: the ids' leading dimension; one value for
-    every id; or None) of the samples u appears in."""
+    is the newest of sample_times (one per sample: `inverse` has the ids' shape and its
+    leading dimension is the sample; one value for every id; or None) of the samples u
+    appears in. Another number of timestamps fails when the op runs."""
     sample_times = (tf.zeros([0], tf.int64) if sample_times is None
                     else tf.reshape(tf.cast(sample_times, tf.int64), [-1]))
+    inverse = tf.convert_to_tensor(inverse)
+    if inverse.shape.rank == 0:
+        inverse = tf.reshape(inverse, [1])
     return load_ops().rec_sdk_key_access_stats(
-        tf.reshape(inverse, [-1]), tf.cast(num_unique, tf.int32),
-        tf.cast(weights, tf.int64), sample_times, name=name)
+        inverse, tf.cast(num_unique, tf.int32), tf.cast(weights, tf.int64), sample_times,
+        name=name)
 
 
 def gather_rows(values, index, name=None):

@@ -18,7 +18,7 @@ class AdagradOptimizer(SparseOptimizer):
     def _apply(self, table, addresses, grads):
         return optimizer_ops.apply_adagrad(
             table.handle, addresses, grads, tf.cast(self.learning_rate, tf.float32),
-            self.initial_accumulator_value)
+            self.initial_accumulator_value, unique_addresses=True)
 
 
 def create_hash_optimizer(learning_rate=0.001, initial_accumulator_value=0.9, name="Adagrad"):

@@ -69,6 +69,8 @@ class SparseOptimizer(tf.compat.v1.train.Optimizer):
         return update_ops
 
     def _apply(self, table, addresses, grads):
+        """The update op of one table; apply_gradients made the addresses distinct, so the
+        kernels get unique_addresses=True."""
         raise NotImplementedError
 
     def _rows(self, grad, var):

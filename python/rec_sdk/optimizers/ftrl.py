@@ -27,7 +27,7 @@ class FtrlOptimizer(SparseOptimizer):
         return optimizer_ops.apply_ftrl(
             table.handle, addresses, grads, tf.cast(self.learning_rate, tf.float32),
             self.learning_rate_power, self.l1, self.l2, self.l2_shrinkage,
-            self.initial_accumulator_value)
+            self.initial_accumulator_value, unique_addresses=True)
 
 
 def create_hash_optimizer(learning_rate, learning_rate_power=-0.5, initial_accumulator_value=0.1,

@@ -15,7 +15,7 @@ class GradientDescentOptimizer(SparseOptimizer):
     def _apply(self, table, addresses, grads):
         return optimizer_ops.apply_gradient_descent(
             table.handle, addresses, grads, tf.cast(self.learning_rate, tf.float32),
-            float(self.weight_decay or 0.0))
+            float(self.weight_decay or 0.0), unique_addresses=True)
 
 
 def create_hash_optimizer(learning_rate, weight_decay=None, name="GradientDescent"):

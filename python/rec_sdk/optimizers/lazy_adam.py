@@ -33,7 +33,7 @@ class LazyAdamOptimizer(SparseOptimizer):
     def _apply(self, table, addresses, grads):
         return optimizer_ops.apply_lazy_adam(
             table.handle, addresses, grads, tf.cast(self.learning_rate, tf.float32),
-            self.beta1, self.beta2, self.epsilon, self._next_step)
+            self.beta1, self.beta2, self.epsilon, self._next_step, unique_addresses=True)
 
     def _finish(self, update_ops):
         with tf.control_dependencies(update_ops):

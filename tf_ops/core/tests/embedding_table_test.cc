@@ -332,6 +332,29 @@ TEST(EmbeddingTableTest, FixedCapacityFullIsResourceExhausted) {
   EXPECT_EQ(RowOf(kept, 1, 4), InitialRow(*t, Normal(), 9));
 }
 
+// Defect found by hostile use: an upsert into a full fixed-capacity table wrote part of its
+// batch before failing. It is all or nothing: no new key, no overwritten value.
+TEST(EmbeddingTableTest, UpsertIntoAFullTableChangesNothing) {
+  auto t = MakeTable(Fixed("upsert_full", 2, 6));
+  const std::vector<int64_t> stored = {1, 2, 3, 4};
+  std::vector<int64_t> addr = FindOrInsert(t.get(), stored, true);
+  const std::vector<float> before = Gather(t.get(), addr);
+  // Existing keys 1 and 3, and three new keys (one twice) for two free rows.
+  const std::vector<int64_t> keys = {1, 10, 3, 11, 12, 11};
+  const std::vector<float> values(keys.size() * 2, 7.0f);
+  const Status s = t->Upsert(keys.data(), values.data(), keys.size(), SerialRunner);
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(t->Size(), 4);
+  EXPECT_EQ(Gather(t.get(), addr), before);
+  EXPECT_EQ(FindOrInsert(t.get(), {10, 11, 12}, false), (std::vector<int64_t>{-1, -1, -1}));
+  // Two new keys (one of them twice) fit the two free rows.
+  const std::vector<int64_t> fits = {1, 10, 11, 10};
+  ASSERT_TRUE(t->Upsert(fits.data(), values.data(), fits.size(), SerialRunner).ok());
+  EXPECT_EQ(t->Size(), 6);
+  EXPECT_EQ(RowOf(Gather(t.get(), FindOrInsert(t.get(), {10}, false)), 0, 2),
+            (std::vector<float>{7.0f, 7.0f}));
+}
+
 TEST(EmbeddingTableTest, FixedCapacityPartialBatch) {
   auto t = MakeTable(Fixed("partial", 2, 5));
   FindOrInsert(t.get(), {1, 2, 3, 4}, true);

@@ -519,5 +519,30 @@ TEST_F(SparseOptimizerTest, OnlyMinusOneAddressesIsANoOp) {
   }
 }
 
+// Defect found by hostile use: a first update with one stale address among valid ones
+// failed after attaching its slots, binding the table to that optimizer. Every op is all or
+// nothing: the failed update leaves no slots, no bound optimizer and no row changed, so
+// another optimizer can still train the table.
+TEST_F(SparseOptimizerTest, AFailedFirstUpdateLeavesTheTableUnbound) {
+  const int64_t victim = 999;
+  int64_t stale = -1;
+  ASSERT_TRUE(table_->FindOrInsert(&victim, 1, true, &stale, SerialRunner).ok());
+  ASSERT_TRUE(table_->Remove(&victim, 1, nullptr, SerialRunner).ok());
+  std::vector<int64_t> addresses = addr_;
+  addresses.push_back(stale);
+  const std::vector<float> grads(addresses.size() * kDim, 0.5f);
+  const std::vector<Row> before = Snapshot();
+  const Status s = ApplyLazyAdam(table_.get(), addresses.data(), grads.data(), addresses.size(),
+                                 {0.1f, 0.9f, 0.999f, 1e-7f, 1}, SerialRunner);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(table_->num_slots(), 0);
+  EXPECT_EQ(table_->slot_optimizer(), "");
+  EXPECT_TRUE(Snapshot() == before);
+  // Not bound to LazyAdam: Adagrad may train it.
+  EXPECT_TRUE(ApplyAdagrad(table_.get(), addr_.data(), grads.data(), addr_.size(), {0.1f, 0.1f},
+                           SerialRunner).ok());
+  EXPECT_EQ(table_->slot_optimizer(), "Adagrad");
+}
+
 }  // namespace
 }  // namespace rec_sdk

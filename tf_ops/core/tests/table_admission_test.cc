@@ -4,12 +4,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tf_ops/core/embedding_table.h"
@@ -451,6 +453,38 @@ TEST(EmbeddingTableTest, TrackAccessCountsTrainingLookupsOnly) {
   auto m = ToMap(ExportAll(t.get()), 2);
   EXPECT_EQ(m.size(), 1u);
   EXPECT_EQ(m.count(2), 1u);
+}
+
+// Defect found by hostile use: two lookups of one full evict_when_full table run at once (two
+// features sharing it); each evicted rows for itself and the other took them, so steps failed
+// with "more new keys than the table's capacity can take even after eviction" although the
+// two batches together needed a tenth of the table.
+TEST(EvictionTest, ConcurrentLookupsOfAFullTableNeverTakeEachOthersRows) {
+  TableSetup c = Config(-1, -1);
+  c.table.dynamic_expansion = false;
+  c.table.capacity = 2000;
+  c.table.evict_when_full = true;
+  auto t = Make(c);
+  std::atomic<int> failures{0};
+  std::atomic<int64_t> next_key{0};
+  auto lookup_loop = [&](int seed) {
+    std::mt19937_64 rng(seed);
+    for (int step = 0; step < 300; ++step) {
+      // 100 keys, most of them new: every step evicts once the table is full.
+      std::vector<int64_t> keys(100);
+      for (auto& k : keys) k = next_key.fetch_add(1) * 2 + (rng() % 2);
+      std::vector<int64_t> addresses(keys.size());
+      const Status s = t->FindOrInsert(keys.data(), keys.size(), true, addresses.data(),
+                                       ThreadedRunner(2));
+      if (!s.ok() && failures.fetch_add(1) < 3) ADD_FAILURE() << s.message();
+    }
+  };
+  std::thread a(lookup_loop, 1), b(lookup_loop, 2);
+  a.join();
+  b.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_LE(t->Size(), 2000);
+  EXPECT_GT(t->Stats().evicted, 0);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -198,6 +199,93 @@ TEST(EmbeddingTableConcurrencyTest, RacingRemoveAndGatherOnlyReportStale) {
     ASSERT_EQ(RowOf(rows, i, dim), InitialRow(*t, Normal(), hot[i])) << "key " << hot[i];
   }
   EXPECT_EQ(ExportAll(t.get()).keys.size(), static_cast<size_t>(t->Size()));
+}
+
+// Defect found by hostile use: an update validated its addresses and then, still under the
+// shared lock, wrote the rows, while Remove (also shared) freed them and Upsert reused them for
+// other keys, so the update landed on those keys' rows. Thread A trains keys K1 (find, then an
+// update that adds 1, made slow so that the window between validation and write is wide) and
+// gathers them; thread B removes K1, upserts K2 with zeros, reads K2 back and removes it. K2
+// is never trained: any non-zero value is a foreign write. A gather of K1 must read K1's values
+// (initial + updates, so never all zeros after the first update) or fail as stale.
+TEST(EmbeddingTableConcurrencyTest, UpdatesAndGathersNeverTouchAnotherKeysRow) {
+  const int dim = 4;
+  const int64_t kKeys = 512;
+  InitializerSpec ones;
+  ones.kind = InitializerKind::kConstant;
+  ones.value = 1.0f;
+  TableConfig config = Dynamic("cross_key", dim);
+  config.initializer = ones;
+  auto t = MakeTable(config);
+  std::vector<int64_t> k1(kKeys), k2(kKeys);
+  std::iota(k1.begin(), k1.end(), 0);
+  std::iota(k2.begin(), k2.end(), 1000000);
+  const std::vector<float> zeros(kKeys * dim, 0.0f);
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> foreign_rows{0}, bad_gathers{0}, updates{0}, unexpected{0};
+  std::thread trainer([&] {
+    std::vector<int64_t> addr(kKeys);
+    std::vector<float> out(kKeys * dim);
+    while (!stop) {
+      if (!t->FindOrInsert(k1.data(), kKeys, true, addr.data(), SerialRunner).ok()) {
+        ++unexpected;
+        continue;
+      }
+      Status s = t->UpdateRows(
+          addr.data(), kKeys, 1,
+          [&](int64_t i, float* value, float* const*) {
+            if (i % 64 == 0) std::this_thread::yield();  // widen the window
+            for (int d = 0; d < dim; ++d) value[d] += 1.0f;
+          },
+          SerialRunner);
+      if (s.ok()) {
+        ++updates;
+      } else if (s.code() != StatusCode::kInvalidArgument) {
+        ++unexpected;
+      }
+      s = t->Gather(addr.data(), kKeys, out.data(), SerialRunner);
+      if (s.ok()) {
+        // K1 rows start at 1 and only grow: a zero is a row of K2 (upserted as zeros).
+        for (int64_t i = 0; i < kKeys * dim; ++i) {
+          if (out[i] < 1.0f) {
+            ++bad_gathers;
+            break;
+          }
+        }
+      } else if (s.code() != StatusCode::kInvalidArgument) {
+        ++unexpected;
+      }
+    }
+  });
+  std::thread churn([&] {
+    std::vector<float> out(kKeys * dim);
+    std::unique_ptr<bool[]> exists(new bool[kKeys]);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
+    while (std::chrono::steady_clock::now() < deadline) {
+      t->Remove(k1.data(), kKeys, nullptr, SerialRunner);
+      if (!t->Upsert(k2.data(), zeros.data(), kKeys, SerialRunner).ok()) ++unexpected;
+      std::this_thread::yield();
+      if (!t->Lookup(k2.data(), kKeys, false, out.data(), exists.get(), SerialRunner).ok()) {
+        ++unexpected;
+      }
+      for (int64_t i = 0; i < kKeys; ++i) {
+        for (int d = 0; d < dim; ++d) {
+          if (out[i * dim + d] != 0.0f) {
+            ++foreign_rows;
+            break;
+          }
+        }
+      }
+      t->Remove(k2.data(), kKeys, nullptr, SerialRunner);
+    }
+    stop = true;
+  });
+  churn.join();
+  trainer.join();
+  EXPECT_EQ(unexpected.load(), 0);
+  EXPECT_GT(updates.load(), 0);
+  EXPECT_EQ(foreign_rows.load(), 0) << "rows of never-trained keys changed by updates of others";
+  EXPECT_EQ(bad_gathers.load(), 0) << "gathers returned rows of other keys";
 }
 
 }  // namespace

@@ -236,14 +236,16 @@ def get_asc_insert_func(tgt_key_specs=None, args_index_list=None, table_names=No
                     weights = tf.concat([tf.fill([n], tf.constant(c, tf.int64))
                                          for n, c in zip(sizes, coefficients)], 0)
                 sample_times = None
+                shaped = inverse  # one sample per id, unless one feature takes the timestamps
                 if table in timestamps:
                     ts_spec = timestamps[table]
                     ts = feature_of(source, ts_spec.index_key, "FeatureSpec %r" % ts_spec.name)
                     if len(ids) == 1:
                         sample_times = ts  # one per sample: the op spreads it over the ids
+                        shaped = tf.reshape(inverse, tf.shape(ids[0]))
                     else:
                         sample_times = tf.concat([per_key_times(ts, v, where) for v in ids], 0)
-                counts, newest = table_ops.key_access_stats(inverse, tf.size(unique), weights,
+                counts, newest = table_ops.key_access_stats(shaped, tf.size(unique), weights,
                                                             sample_times)
                 entries[counts_key(table)] = counts
                 if sample_times is not None:
