@@ -469,7 +469,7 @@ Status RestoreTableFiles(EmbeddingTable* table, const std::vector<std::string>& 
       mine_rows.reserve(batch->size / EmbeddingTable::kRestoreLanes + 64);
       for (int64_t i = 0; i < batch->size; ++i) {
         const int64_t key = batch->keys[i];
-        if (EmbeddingTable::RestoreLaneOf(key) == lane && mine(key)) {
+        if (sink->LaneOf(key) == lane && mine(key)) {
           mine_rows.push_back(static_cast<int32_t>(i));
         }
       }
@@ -537,7 +537,7 @@ Status ApplyDeltaFiles(EmbeddingTable* table, const std::string& dir, int64_t* r
       for (int64_t i = 0; i < batch.size; ++i) {
         const int64_t key = batch.keys[i];
         for (int s = 0; s < num_slots; ++s) slot_ptrs[s] = batch.slots[s].data() + i * dim;
-        REC_SDK_RETURN_IF_ERROR(sink->AddRow(EmbeddingTable::RestoreLaneOf(key), key,
+        REC_SDK_RETURN_IF_ERROR(sink->AddRow(sink->LaneOf(key), key,
                                              batch.values.data() + i * dim, slot_ptrs,
                                              batch.counts[i], batch.last_seen[i]));
         ++restored;

@@ -76,11 +76,13 @@ EmbeddingTable::EmbeddingTable(const TableConfig& config)
       chunk_shift_(ChunkShiftFor(config.dim)),
       tag_(NextTableTag()),
       max_rows_(config.dynamic_expansion ? kMaxRows : config.capacity),
+      index_(HashIndex::RandomSeed()),
       pages_(new std::atomic<DirectoryPage*>[kMaxPages]),
       pending_(new PendingShard[HashIndex::kNumShards]),
       newest_clock_(kNoClock),
       row_bytes_(RowBytesFor(0)) {
   for (int64_t i = 0; i < kMaxPages; ++i) pages_[i].store(nullptr, std::memory_order_relaxed);
+  for (int s = 0; s < HashIndex::kNumShards; ++s) pending_[s].set_seed(index_.seed());
 }
 
 EmbeddingTable::~EmbeddingTable() {
@@ -361,7 +363,7 @@ void EmbeddingTable::ForEachShard(const int64_t* keys, int64_t n, int64_t cost_p
   std::vector<uint64_t> hashes;
   std::vector<int64_t> order;
   std::vector<int64_t> begin;
-  HashIndex::BucketByShard(keys, n, &hashes, &order, &begin, run);
+  HashIndex::BucketByShard(keys, n, index_.seed(), &hashes, &order, &begin, run);
   const int64_t per_shard_cost = std::max<int64_t>(1, cost_per_key * (n / HashIndex::kNumShards + 1));
   run(HashIndex::kNumShards, per_shard_cost, [&](int64_t first, int64_t last) {
     for (int64_t s = first; s < last; ++s) {
@@ -431,12 +433,21 @@ Status EmbeddingTable::FindOrInsert(const int64_t* keys, int64_t n, bool insert,
   // step), then place the keys again without counting them twice, in one exclusive hold: a
   // concurrent lookup of the table (two features sharing it) cannot take the rows evicted
   // for this batch before it is placed.
+  // The first placement under the lock finds what changed while this batch waited for it
+  // (rows others freed, or rows of this batch that a concurrent lookup evicted meanwhile), so
+  // the eviction frees exactly what is still missing.
   {
     std::unique_lock<std::shared_mutex> structure(structure_mu_);
-    EvictLeastRecentLocked(unplaced + std::max<int64_t>(1, config_.capacity / 100), keys, n,
-                           access.times == nullptr ? tick : 0);
     unplaced = 0;
     InsertPass(keys, n, addresses, access, tick, /*count=*/false, &unplaced, run);
+    if (unplaced > 0) {
+      // Rows of the table's last kProtectedTicks lookups are spared, counted from the newest
+      // tick: lookups that started after this one may be using theirs.
+      EvictLeastRecentLocked(unplaced + std::max<int64_t>(1, config_.capacity / 100), keys, n,
+                             access.times == nullptr ? tick_.load(std::memory_order_relaxed) : 0);
+      unplaced = 0;
+      InsertPass(keys, n, addresses, access, tick, /*count=*/false, &unplaced, run);
+    }
   }
   if (unplaced > 0) {
     return Status::ResourceExhausted(FullMessage() + " (a batch holds more new keys than the "

@@ -279,8 +279,8 @@ class EmbeddingTable {
   // may run in parallel: lane l takes the keys whose index shard s has s % kRestoreLanes == l
   // (RestoreLaneOf), so lanes never touch the same shard.
   static constexpr int kRestoreLanes = 2;
-  static int RestoreLaneOf(int64_t key) {
-    return HashIndex::ShardOf(HashIndex::Hash(key)) % kRestoreLanes;
+  int RestoreLaneOf(int64_t key) const {
+    return HashIndex::ShardOf(index_.Hash(key)) % kRestoreLanes;
   }
   class RestoreSink {
    public:
@@ -293,6 +293,8 @@ class EmbeddingTable {
     virtual void Prefetch(int64_t key) const = 0;
     // Announces that lane will add n rows (before those AddRow calls).
     virtual void ExpectRows(int lane, int64_t n) = 0;
+    // The lane that adds `key` (RestoreLaneOf of the table).
+    virtual int LaneOf(int64_t key) const = 0;
     virtual ~RestoreSink() = default;
   };
   // Replaces the table's contents under the exclusive lock: feed(sink) adds the rows. Slots
@@ -354,6 +356,7 @@ class EmbeddingTable {
       return Status::Ok();
     }
     void Prefetch(uint64_t hash) const { map_.Prefetch(hash); }
+    void set_seed(uint64_t seed) { map_.set_seed(seed); }
 
    private:
     HashIndex::Shard map_;

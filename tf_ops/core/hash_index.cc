@@ -1,6 +1,7 @@
 #include "tf_ops/core/hash_index.h"
 
 #include <algorithm>
+#include <random>
 
 namespace rec_sdk {
 namespace {
@@ -83,9 +84,18 @@ size_t HashIndex::memory_bytes() {
   return total;
 }
 
-void HashIndex::BucketByShard(const int64_t* keys, int64_t n, std::vector<uint64_t>* hashes,
-                              std::vector<int64_t>* order, std::vector<int64_t>* begin,
-                              const ParallelRunner& run) {
+uint64_t HashIndex::RandomSeed() {
+  std::random_device source;
+  return (static_cast<uint64_t>(source()) << 32) ^ static_cast<uint64_t>(source());
+}
+
+HashIndex::HashIndex(uint64_t seed) : seed_(seed) {
+  for (Shard& shard : shards_) shard.set_seed(seed);
+}
+
+void HashIndex::BucketByShard(const int64_t* keys, int64_t n, uint64_t seed,
+                              std::vector<uint64_t>* hashes, std::vector<int64_t>* order,
+                              std::vector<int64_t>* begin, const ParallelRunner& run) {
   hashes->resize(n);
   order->resize(n);
   // A fixed split into parts (not the runner's) keeps the output independent of threading:
@@ -97,7 +107,7 @@ void HashIndex::BucketByShard(const int64_t* keys, int64_t n, std::vector<uint64
     for (int64_t p = first; p < last; ++p) {
       int64_t* count = counts.data() + p * kNumShards;
       for (int64_t i = n * p / parts; i < n * (p + 1) / parts; ++i) {
-        const uint64_t h = Hash(keys[i]);
+        const uint64_t h = Hash(keys[i], seed);
         (*hashes)[i] = h;
         ++count[ShardOf(h)];
       }

@@ -23,18 +23,31 @@ class HashIndex {
   static constexpr int kShardBits = 6;
   static constexpr int kNumShards = 1 << kShardBits;
 
-  // A 64-bit mix of the key: the top kShardBits pick the shard, the low bits the slot.
-  static inline uint64_t Hash(int64_t key) {
-    uint64_t z = static_cast<uint64_t>(key) + 0x9e3779b97f4a7c15ULL;
+  // A 64-bit mix of the key under `seed` (SplitMix64's finalizer of key ^ seed): the top
+  // kShardBits pick the shard, the low bits the slot. Keys come from user data, and the mix is
+  // invertible, so without a secret seed keys can be crafted to share a probe run and make
+  // every probe walk it; each table (and each process's dedup) uses a random seed.
+  static inline uint64_t Hash(int64_t key, uint64_t seed) {
+    uint64_t z = (static_cast<uint64_t>(key) ^ seed) + 0x9e3779b97f4a7c15ULL;
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
     return z ^ (z >> 31);
   }
   static inline int ShardOf(uint64_t hash) { return static_cast<int>(hash >> (64 - kShardBits)); }
+  // A seed from the system's random source.
+  static uint64_t RandomSeed();
+
+  // seed 0 gives the unseeded mix (tests); tables pass RandomSeed().
+  explicit HashIndex(uint64_t seed = 0);
+  uint64_t seed() const { return seed_; }
+  uint64_t Hash(int64_t key) const { return Hash(key, seed_); }
 
   class Shard {
    public:
     Shard();
+    // The seed of the hashes the shard is given (used when it rehashes); set before use.
+    void set_seed(uint64_t seed) { seed_ = seed; }
+    uint64_t Hash(int64_t key) const { return HashIndex::Hash(key, seed_); }
     // All methods require the caller to hold mu().
     // Returns the value of key (>= 0), or -1 when absent.
     int64_t Find(int64_t key, uint64_t hash) const;
@@ -64,6 +77,7 @@ class HashIndex {
     std::vector<Entry> entries_;
     size_t mask_;
     size_t size_ = 0;
+    uint64_t seed_ = 0;
   };
 
   Shard& shard(int i) { return shards_[i]; }
@@ -71,13 +85,15 @@ class HashIndex {
   size_t memory_bytes();
 
   // Groups the positions [0, n) of `keys` by shard. On return, the positions of shard s are
-  // order[begin[s] .. begin[s + 1]) in their original order, and hashes[i] is Hash(keys[i]).
-  // Large batches are split into parts counted and scattered in parallel.
-  static void BucketByShard(const int64_t* keys, int64_t n, std::vector<uint64_t>* hashes,
-                            std::vector<int64_t>* order, std::vector<int64_t>* begin,
+  // order[begin[s] .. begin[s + 1]) in their original order, and hashes[i] is
+  // Hash(keys[i], seed). Large batches are split into parts counted and scattered in parallel.
+  static void BucketByShard(const int64_t* keys, int64_t n, uint64_t seed,
+                            std::vector<uint64_t>* hashes, std::vector<int64_t>* order,
+                            std::vector<int64_t>* begin,
                             const ParallelRunner& run = SerialRunner);
 
  private:
+  const uint64_t seed_;
   Shard shards_[kNumShards];
 };
 

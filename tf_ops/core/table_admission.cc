@@ -242,7 +242,7 @@ int64_t EmbeddingTable::PendingShard::RemoveSeenAtOrBefore(int64_t cutoff) {
   for (size_t i = 0; i < records_.size(); ++i) {
     Pending& p = records_[i];
     if (p.count < 0 || p.last_seen > cutoff) continue;
-    map_.Erase(p.key, HashIndex::Hash(p.key));
+    map_.Erase(p.key, map_.Hash(p.key));
     p.count = -1;
     free_.push_back(static_cast<int64_t>(i));
     ++removed;
@@ -256,7 +256,7 @@ int64_t EmbeddingTable::PendingShard::RemoveSeenAtOrBefore(int64_t cutoff) {
     }
     Clear();
     for (const Pending& p : live) {
-      Pending* q = Add(p.key, HashIndex::Hash(p.key), p.last_seen);
+      Pending* q = Add(p.key, map_.Hash(p.key), p.last_seen);
       q->count = p.count;
     }
   }
@@ -329,7 +329,7 @@ Status EmbeddingTable::SetAccessThreshold(int64_t threshold) {
 void EmbeddingTable::EvictRowLocked(int64_t row) {
   RowMeta& meta = MetaOf(row);
   if (config_.track_changes) removed_keys_.push_back(meta.key);
-  const uint64_t hash = HashIndex::Hash(meta.key);
+  const uint64_t hash = index_.Hash(meta.key);
   index_.shard(HashIndex::ShardOf(hash)).Erase(meta.key, hash);
   KillRowLocked(meta);
   size_.fetch_sub(1, std::memory_order_relaxed);

@@ -112,7 +112,7 @@ class EmbeddingTable::RowSink : public RestoreSink {
                 uint32_t count, int64_t last_seen) override {
     std::vector<int64_t>& rows_ = rows_of_[lane];
     size_t& next_ = next_of_[lane];
-    const uint64_t hash = HashIndex::Hash(key);
+    const uint64_t hash = t_->index_.Hash(key);
     HashIndex::Shard& shard = t_->index_.shard(HashIndex::ShardOf(hash));
     const int64_t existing = shard.Find(key, hash);
     if (existing >= 0 && !upsert_) {
@@ -166,7 +166,7 @@ class EmbeddingTable::RowSink : public RestoreSink {
     meta.count = count;
   }
   Status AddPending(int64_t key, int64_t count, int64_t last_seen) override {
-    const uint64_t hash = HashIndex::Hash(key);
+    const uint64_t hash = t_->index_.Hash(key);
     PendingShard& pending = t_->pending_[HashIndex::ShardOf(hash)];
     if (count < 0 || pending.Find(key, hash) != nullptr ||
         t_->index_.shard(HashIndex::ShardOf(hash)).Find(key, hash) >= 0) {
@@ -178,8 +178,9 @@ class EmbeddingTable::RowSink : public RestoreSink {
     return Status::Ok();
   }
   void ExpectRows(int lane, int64_t n) override { expected_[lane] += n; }
+  int LaneOf(int64_t key) const override { return t_->RestoreLaneOf(key); }
   void Prefetch(int64_t key) const override {
-    const uint64_t hash = HashIndex::Hash(key);
+    const uint64_t hash = t_->index_.Hash(key);
     t_->index_.shard(HashIndex::ShardOf(hash)).Prefetch(hash);
   }
   void ReleaseUnused() {
@@ -283,7 +284,7 @@ Status EmbeddingTable::ApplyDelta(const CheckpointInfo& info, bool cleared,
   }
   if (cleared) ClearLocked();
   for (const int64_t key : removed) {
-    const uint64_t hash = HashIndex::Hash(key);
+    const uint64_t hash = index_.Hash(key);
     const int64_t entry = index_.shard(HashIndex::ShardOf(hash)).Erase(key, hash);
     if (entry < 0) continue;
     const int64_t row = RowOfEntry(entry);
@@ -374,7 +375,7 @@ Status EmbeddingTable::Import(const int64_t* keys, const float* values, const fl
   size_t used = 0;
   const int dim = config_.dim;
   for (int64_t i = 0; i < n; ++i) {
-    const uint64_t hash = HashIndex::Hash(keys[i]);
+    const uint64_t hash = index_.Hash(keys[i]);
     HashIndex::Shard& shard = index_.shard(HashIndex::ShardOf(hash));
     const int64_t entry = shard.Find(keys[i], hash);  // set when keys[i] repeats
     int64_t row;

@@ -12,6 +12,13 @@ namespace {
 // than bucketing into shards first, for a 65,536-key batch on two threads.
 constexpr int64_t kSerialLimit = int64_t{1} << 20;
 
+// The seed of the dedup's hashes: random per process, so that keys from user data cannot be
+// crafted to collide (see HashIndex::Hash).
+uint64_t DedupSeed() {
+  static const uint64_t seed = HashIndex::RandomSeed();
+  return seed;
+}
+
 // One open-addressing map (slots hold position in `unique` + 1); unique keys come out in
 // first-occurrence order.
 void DeduplicateSerially(const int64_t* keys, int64_t n, std::vector<int64_t>* unique,
@@ -23,9 +30,10 @@ void DeduplicateSerially(const int64_t* keys, int64_t n, std::vector<int64_t>* u
   unique->resize(n);
   int64_t* out = unique->data();
   int32_t found = 0;
+  const uint64_t seed = DedupSeed();
   for (int64_t i = 0; i < n; ++i) {
     const int64_t key = keys[i];
-    size_t p = HashIndex::Hash(key) & mask;
+    size_t p = HashIndex::Hash(key, seed) & mask;
     while (slots[p] != 0 && out[slots[p] - 1] != key) p = (p + 1) & mask;
     if (slots[p] == 0) {
       out[found] = key;
@@ -48,7 +56,7 @@ void DeduplicateKeys(const int64_t* keys, int64_t n, std::vector<int64_t>* uniqu
   std::vector<uint64_t> hashes;
   std::vector<int64_t> order;
   std::vector<int64_t> begin;
-  HashIndex::BucketByShard(keys, n, &hashes, &order, &begin, run);
+  HashIndex::BucketByShard(keys, n, DedupSeed(), &hashes, &order, &begin, run);
 
   // Pass 1, per shard: the shard's distinct keys go to shard_unique[begin[s] ...] and each
   // position gets its index among them.

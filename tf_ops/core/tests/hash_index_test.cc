@@ -27,12 +27,12 @@ class ModelChecker {
   ModelChecker() : index_(new HashIndex) {}
 
   HashIndex::Shard& ShardFor(int64_t key) {
-    return index_->shard(HashIndex::ShardOf(HashIndex::Hash(key)));
+    return index_->shard(HashIndex::ShardOf(HashIndex::Hash(key, 0)));
   }
 
   // Inserts key -> row unless present; returns whether it was inserted.
   bool Insert(int64_t key, int64_t row) {
-    const uint64_t h = HashIndex::Hash(key);
+    const uint64_t h = HashIndex::Hash(key, 0);
     HashIndex::Shard& s = ShardFor(key);
     std::lock_guard<std::mutex> lock(s.mu());
     const int64_t found = s.Find(key, h);
@@ -45,7 +45,7 @@ class ModelChecker {
   }
 
   void Erase(int64_t key) {
-    const uint64_t h = HashIndex::Hash(key);
+    const uint64_t h = HashIndex::Hash(key, 0);
     HashIndex::Shard& s = ShardFor(key);
     std::lock_guard<std::mutex> lock(s.mu());
     const int64_t erased = s.Erase(key, h);
@@ -60,7 +60,7 @@ class ModelChecker {
   // the shard sizes add up to the model's size.
   void CheckAll(const std::vector<int64_t>& universe) {
     for (int64_t key : universe) {
-      const uint64_t h = HashIndex::Hash(key);
+      const uint64_t h = HashIndex::Hash(key, 0);
       HashIndex::Shard& s = ShardFor(key);
       std::lock_guard<std::mutex> lock(s.mu());
       auto it = model_.find(key);
@@ -86,7 +86,7 @@ std::vector<int64_t> KeysWithHomes(int shard, size_t slots, const std::vector<si
   for (size_t home : homes) {
     size_t found = 0;
     for (int64_t k = start; found < per_home; ++k) {
-      const uint64_t h = HashIndex::Hash(k);
+      const uint64_t h = HashIndex::Hash(k, 0);
       if (HashIndex::ShardOf(h) == shard && (h & (slots - 1)) == home) {
         keys.push_back(k);
         ++found;
@@ -100,14 +100,14 @@ std::vector<int64_t> KeysWithHomes(int shard, size_t slots, const std::vector<si
 
 TEST(HashIndexTest, HashIsDeterministicAndShardInRange) {
   for (int64_t key : {int64_t{0}, int64_t{1}, int64_t{-1}, kMin, kMax, int64_t{123456789}}) {
-    EXPECT_EQ(HashIndex::Hash(key), HashIndex::Hash(key));
-    const int s = HashIndex::ShardOf(HashIndex::Hash(key));
+    EXPECT_EQ(HashIndex::Hash(key, 0), HashIndex::Hash(key, 0));
+    const int s = HashIndex::ShardOf(HashIndex::Hash(key, 0));
     EXPECT_GE(s, 0);
     EXPECT_LT(s, HashIndex::kNumShards);
   }
   // Sequential keys spread over every shard.
   std::vector<int> count(HashIndex::kNumShards, 0);
-  for (int64_t k = 0; k < 64 * 200; ++k) ++count[HashIndex::ShardOf(HashIndex::Hash(k))];
+  for (int64_t k = 0; k < 64 * 200; ++k) ++count[HashIndex::ShardOf(HashIndex::Hash(k, 0))];
   for (int s = 0; s < HashIndex::kNumShards; ++s) EXPECT_GT(count[s], 100) << "shard " << s;
 }
 
@@ -252,9 +252,9 @@ TEST(HashIndexTest, ClearEmptiesShard) {
   std::lock_guard<std::mutex> lock(s.mu());
   s.Clear();
   EXPECT_EQ(s.size(), 0u);
-  EXPECT_EQ(s.Find(3, HashIndex::Hash(3)), -1);
-  s.Insert(3, HashIndex::Hash(3), 77);
-  EXPECT_EQ(s.Find(3, HashIndex::Hash(3)), 77);
+  EXPECT_EQ(s.Find(3, HashIndex::Hash(3, 0)), -1);
+  s.Insert(3, HashIndex::Hash(3, 0), 77);
+  EXPECT_EQ(s.Find(3, HashIndex::Hash(3, 0)), 77);
 }
 
 // --- BucketByShard --------------------------------------------------------------------------
@@ -266,17 +266,17 @@ void CheckBuckets(const std::vector<int64_t>& keys) {
   std::vector<int64_t> order;
   std::vector<int64_t> begin;
   const int64_t n = static_cast<int64_t>(keys.size());
-  HashIndex::BucketByShard(keys.data(), n, &hashes, &order, &begin);
+  HashIndex::BucketByShard(keys.data(), n, 0, &hashes, &order, &begin);
   ASSERT_EQ(hashes.size(), keys.size());
   ASSERT_EQ(order.size(), keys.size());
   ASSERT_EQ(begin.size(), static_cast<size_t>(HashIndex::kNumShards + 1));
-  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hashes[i], HashIndex::Hash(keys[i]));
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hashes[i], HashIndex::Hash(keys[i], 0));
   EXPECT_EQ(begin[0], 0);
   EXPECT_EQ(begin[HashIndex::kNumShards], n);
 
   // Reference: positions of each shard, in their original order.
   std::vector<std::vector<int64_t>> expected(HashIndex::kNumShards);
-  for (int64_t i = 0; i < n; ++i) expected[HashIndex::ShardOf(HashIndex::Hash(keys[i]))].push_back(i);
+  for (int64_t i = 0; i < n; ++i) expected[HashIndex::ShardOf(HashIndex::Hash(keys[i], 0))].push_back(i);
   std::vector<int> seen(keys.size(), 0);
   for (int s = 0; s < HashIndex::kNumShards; ++s) {
     ASSERT_LE(begin[s], begin[s + 1]);
@@ -320,13 +320,13 @@ TEST(HashIndexBucketTest, ThreadedBucketingEqualsSerial) {
   for (auto& k : keys) k = static_cast<int64_t>(rng() % 30000);
   std::vector<uint64_t> h1, h2;
   std::vector<int64_t> o1, o2, b1, b2;
-  HashIndex::BucketByShard(keys.data(), keys.size(), &h1, &o1, &b1);
+  HashIndex::BucketByShard(keys.data(), keys.size(), 0, &h1, &o1, &b1);
   auto threaded = [](int64_t total, int64_t, const std::function<void(int64_t, int64_t)>& work) {
     std::vector<std::thread> threads;
     for (int64_t p = 0; p < total; ++p) threads.emplace_back([&work, p] { work(p, p + 1); });
     for (auto& t : threads) t.join();
   };
-  HashIndex::BucketByShard(keys.data(), keys.size(), &h2, &o2, &b2, threaded);
+  HashIndex::BucketByShard(keys.data(), keys.size(), 0, &h2, &o2, &b2, threaded);
   EXPECT_EQ(h1, h2);
   EXPECT_EQ(o1, o2);
   EXPECT_EQ(b1, b2);

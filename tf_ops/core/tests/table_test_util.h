@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -159,6 +160,43 @@ inline bool Contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
 }
 
+
+// Keys whose unseeded hashes (HashIndex::Hash(key, 0)) all fall in shard 0 and share their
+// low 20 bits, as an attacker who knows the hash function would craft them: the mix is
+// inverted for hashes chosen to collide.
+inline std::vector<int64_t> CraftedCollidingKeys(int64_t n) {
+  auto inverse = [](uint64_t c) {  // of an odd constant, modulo 2^64 (Newton's iteration)
+    uint64_t x = c;
+    for (int i = 0; i < 6; ++i) x *= 2 - c * x;
+    return x;
+  };
+  auto unshift = [](uint64_t y, int s) {  // x with x ^ (x >> s) == y
+    uint64_t x = y;
+    for (int i = 0; i < 64 / s + 1; ++i) x = y ^ (x >> s);
+    return x;
+  };
+  std::vector<int64_t> keys(n);
+  for (int64_t i = 0; i < n; ++i) {
+    const uint64_t h = (static_cast<uint64_t>(i + 1) << 20) | 0x12345;  // top 6 bits 0
+    uint64_t z = unshift(h, 31);
+    z = unshift(z * inverse(0x94d049bb133111ebULL), 27);
+    z = unshift(z * inverse(0xbf58476d1ce4e5b9ULL), 30);
+    keys[i] = static_cast<int64_t>(z - 0x9e3779b97f4a7c15ULL);
+  }
+  return keys;
+}
+
+// The fastest of `runs` timings of f(), in seconds.
+inline double FastestSeconds(int runs, const std::function<void()>& f) {
+  double best = 1e30;
+  for (int r = 0; r < runs; ++r) {
+    const auto start = std::chrono::steady_clock::now();
+    f();
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                                        start).count());
+  }
+  return best;
+}
 
 }  // namespace table_test
 }  // namespace rec_sdk

@@ -1,6 +1,7 @@
 // DeduplicateKeys against a std::unordered_map model: every key appears once in `unique`,
 // unique[inverse[i]] == keys[i], and the result does not depend on how work is split.
 #include "tf_ops/core/unique.h"
+#include "tf_ops/core/tests/table_test_util.h"
 
 #include <gtest/gtest.h>
 
@@ -69,6 +70,27 @@ TEST(UniqueTest, OutputIsDeterministic) {
   DeduplicateKeys(keys.data(), keys.size(), &b, ib.data(), TwoThreads);
   EXPECT_EQ(a, b);
   EXPECT_EQ(ia, ib);
+}
+
+// Keys crafted to collide in the unseeded hash made the dedup quadratic; it hashes with a
+// random per-process seed, so they cost about what random keys do.
+TEST(DeduplicateKeysTest, KeysCraftedToCollideAreNotMuchSlower) {
+  const int64_t n = 40000;
+  const std::vector<int64_t> crafted = table_test::CraftedCollidingKeys(n);
+  std::mt19937_64 rng(3);
+  std::vector<int64_t> random(n);
+  for (auto& k : random) k = static_cast<int64_t>(rng());
+  auto dedup = [](const std::vector<int64_t>& keys) {
+    return [&keys] {
+      std::vector<int64_t> unique;
+      std::vector<int32_t> inverse(keys.size());
+      DeduplicateKeys(keys.data(), keys.size(), &unique, inverse.data(), SerialRunner);
+      ASSERT_EQ(unique.size(), keys.size());
+    };
+  };
+  const double crafted_s = table_test::FastestSeconds(3, dedup(crafted));
+  const double random_s = table_test::FastestSeconds(3, dedup(random));
+  EXPECT_LT(crafted_s, 5 * random_s + 0.02) << crafted_s << " s vs " << random_s << " s";
 }
 
 }  // namespace
