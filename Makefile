@@ -13,7 +13,7 @@ OPS_DIR := python/rec_sdk/ops
 DEMO_ARGS ?=
 APT_PACKAGES := bazel-bootstrap libgtest-dev g++ python3-venv
 
-.PHONY: demo test build configure setup system-deps cc-test py-test bench sanitize clean
+.PHONY: demo test build configure setup system-deps cc-test py-test bench stress sanitize clean
 
 demo: build
 	$(PY) -m rec_sdk.examples.demo $(DEMO_ARGS)
@@ -72,6 +72,11 @@ bench: build
 	$(PY) benchmarks/bench_pipeline.py
 	$(PY) benchmarks/bench_checkpoint.py
 	$(PY) benchmarks/bench_models.py --scaling --plot benchmarks/scaling.png
+
+# The stress suite (kills during saves, ...): minutes, not part of `make test`, which runs its
+# quick subset (tests/test_stress_quick.py).
+stress: build
+	$(PY) tests/stress/run.py
 
 # The core's googletest suite under AddressSanitizer and UndefinedBehaviorSanitizer, built
 # with g++ directly (the core has no TensorFlow dependency). Not part of `make test`.
