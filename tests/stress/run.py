@@ -18,6 +18,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPTS = [
     ("kill_during_save.py", ["--rows", "3000000", "--kills", "20"],
      ["--rows", "300000", "--kills", "4"], 3600),
+    ("corruption.py", ["--rows", "3000000"], ["--rows", "100000"], 1800),
 ]
 
 
