@@ -198,8 +198,8 @@ def restore_tables(sess, directories, tables=None, rank_id=None, rank_size=None,
                 "saved by a graph with these tables? tables created with is_save=False are not "
                 "saved)" % directory)
         found.append(existing)
-    for directory in found:
-        remove_leftovers(os.path.dirname(directory))
+    for parent in {os.path.dirname(d) for d in found}:
+        remove_leftovers(parent)
     rows = {}
     for table in _tables(sess, tables):
         table_dirs = [os.path.join(d, table.table_name) for d in found]

@@ -5,12 +5,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 
 #include <sys/mman.h>
 
 #include <chrono>
 #include <random>
-#include <unordered_set>
+
+#include "tf_ops/core/unique.h"
 
 namespace rec_sdk {
 namespace {
@@ -548,18 +550,19 @@ Status EmbeddingTable::Upsert(const int64_t* keys, const float* values, int64_t 
   // written, so a table too full for the batch fails unchanged. Keys found now keep their
   // rows until the lock is released (rows are freed only under the exclusive lock); keys
   // another thread inserts meanwhile need fewer reserved rows, never more.
+  if (n > std::numeric_limits<int32_t>::max()) {
+    return Status::InvalidArgument("table '" + config_.name + "': at most " +
+                                   std::to_string(std::numeric_limits<int32_t>::max()) +
+                                   " keys per upsert, got " + std::to_string(n));
+  }
+  std::vector<int64_t> unique;
+  std::vector<int32_t> inverse(n);
+  DeduplicateKeys(keys, n, &unique, inverse.data(), run);
   std::atomic<int64_t> missing{0};
-  ForEachShard(
-      keys, n, 60,
-      [&](HashIndex::Shard& shard, const int64_t* positions, int64_t count,
-          const uint64_t* hashes) {
-        std::unordered_set<int64_t> counted;
-        for (int64_t j = 0; j < count; ++j) {
-          const int64_t i = positions[j];
-          if (shard.Find(keys[i], hashes[i]) < 0 && counted.insert(keys[i]).second) {
-            missing.fetch_add(1, std::memory_order_relaxed);
-          }
-        }
+  ForEachKeyByShard(
+      unique.data(), static_cast<int64_t>(unique.size()), 60,
+      [&](HashIndex::Shard& shard, int64_t i, uint64_t hash) {
+        if (shard.Find(unique[i], hash) < 0) missing.fetch_add(1, std::memory_order_relaxed);
       },
       run);
   std::vector<int64_t> reserved;
@@ -672,7 +675,8 @@ Status EmbeddingTable::ApplyUpdate(const SlotLayout& layout, const int64_t* addr
   std::vector<int64_t> rows(n);
   REC_SDK_RETURN_IF_ERROR(DecodeAddresses(addresses, n, rows.data(), run));
   REC_SDK_RETURN_IF_ERROR(EnsureSlotsLocked(layout.optimizer, layout.initial_values));
-  return UpdateRowsLocked(addresses, n, cost_per_row, update, run);
+  WriteRowsLocked(rows.data(), n, cost_per_row, update, run);
+  return Status::Ok();
 }
 
 Status EmbeddingTable::DecodeAddresses(const int64_t* addresses, int64_t n, int64_t* rows,
@@ -698,6 +702,12 @@ Status EmbeddingTable::UpdateRowsLocked(const int64_t* addresses, int64_t n,
                                         const ParallelRunner& run) {
   std::vector<int64_t> rows(n);
   REC_SDK_RETURN_IF_ERROR(DecodeAddresses(addresses, n, rows.data(), run));
+  WriteRowsLocked(rows.data(), n, cost_per_row, update, run);
+  return Status::Ok();
+}
+
+void EmbeddingTable::WriteRowsLocked(const int64_t* rows, int64_t n, int64_t cost_per_row,
+                                     const RowUpdate& update, const ParallelRunner& run) {
   const int num_slots = num_slots_;
   // Prefetch whole records (up to 4 cache lines; longer rows stream sequentially anyway).
   const size_t prefetch_bytes = std::min<size_t>(row_bytes_, 256);
@@ -716,7 +726,6 @@ Status EmbeddingTable::UpdateRowsLocked(const int64_t* addresses, int64_t n,
       MarkChanged(row);
     }
   });
-  return Status::Ok();
 }
 
 }  // namespace rec_sdk

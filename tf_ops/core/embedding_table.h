@@ -413,9 +413,12 @@ class EmbeddingTable {
   // DecodeAddress of every address, in parallel; the first error (structure_mu_ held).
   Status DecodeAddresses(const int64_t* addresses, int64_t n, int64_t* rows,
                          const ParallelRunner& run) const;
-  // UpdateRows with structure_mu_ held (shared or exclusive).
+  // UpdateRows with structure_mu_ held (shared or exclusive), and its second half: the
+  // update of rows already decoded (-1 skipped).
   Status UpdateRowsLocked(const int64_t* addresses, int64_t n, int64_t cost_per_row,
                           const RowUpdate& update, const ParallelRunner& run);
+  void WriteRowsLocked(const int64_t* rows, int64_t n, int64_t cost_per_row,
+                       const RowUpdate& update, const ParallelRunner& run);
   // Whether the slots of `layout` are attached (structure_mu_ held), and attaching them
   // (structure_mu_ held exclusively); see EnsureSlots.
   bool SlotsReadyLocked(const std::string& optimizer,

@@ -26,6 +26,15 @@ tensorflow::Status CheckPath(const char* name, const std::string& path) {
   return absl::OkStatus();
 }
 
+// Reads scalar string input `index` as a checked checkpoint path.
+tensorflow::Status GetPathInput(OpKernelContext* ctx, int index, const char* name,
+                                std::string* path) {
+  tensorflow::tstring value;
+  TF_RETURN_IF_ERROR(GetScalarInput(ctx, index, name, &value));
+  *path = std::string(value);
+  return CheckPath(name, *path);
+}
+
 }  // namespace
 
 class TableSaveOp : public TableOpKernel {
@@ -33,14 +42,12 @@ class TableSaveOp : public TableOpKernel {
   explicit TableSaveOp(OpKernelConstruction* ctx) : TableOpKernel(ctx, kReadsTable) {}
 
   void ComputeWithTable(OpKernelContext* ctx, TableResource* table) override {
-    tensorflow::tstring dir;
+    std::string dir;
     bool delta = false;
-    OP_REQUIRES_OK(ctx, GetScalarInput(ctx, 1, "directory", &dir));
+    OP_REQUIRES_OK(ctx, GetPathInput(ctx, 1, "directory", &dir));
     OP_REQUIRES_OK(ctx, GetScalarInput(ctx, 2, "delta", &delta));
     int64_t rows = 0, save_id = 0;
-    OP_REQUIRES_OK(ctx, CheckPath("directory", std::string(dir)));
-    OP_REQUIRES_OK(ctx, ToTfStatus(SaveTableFiles(table->table(), std::string(dir), &rows, delta,
-                                                  &save_id)));
+    OP_REQUIRES_OK(ctx, ToTfStatus(SaveTableFiles(table->table(), dir, &rows, delta, &save_id)));
     OP_REQUIRES_OK(ctx, SetScalarOutput(ctx, 0, rows));
     OP_REQUIRES_OK(ctx, SetScalarOutput(ctx, 1, save_id));
   }
@@ -63,11 +70,10 @@ class TableApplyDeltaOp : public TableOpKernel {
   explicit TableApplyDeltaOp(OpKernelConstruction* ctx) : TableOpKernel(ctx, kWritesTable) {}
 
   void ComputeWithTable(OpKernelContext* ctx, TableResource* table) override {
-    tensorflow::tstring dir;
-    OP_REQUIRES_OK(ctx, GetScalarInput(ctx, 1, "directory", &dir));
+    std::string dir;
+    OP_REQUIRES_OK(ctx, GetPathInput(ctx, 1, "directory", &dir));
     int64_t rows = 0;
-    OP_REQUIRES_OK(ctx, CheckPath("directory", std::string(dir)));
-    OP_REQUIRES_OK(ctx, ToTfStatus(ApplyDeltaFiles(table->table(), std::string(dir), &rows)));
+    OP_REQUIRES_OK(ctx, ToTfStatus(ApplyDeltaFiles(table->table(), dir, &rows)));
     table->NoteCheckpoint();
     OP_REQUIRES_OK(ctx, SetScalarOutput(ctx, 0, rows));
   }

@@ -4,8 +4,8 @@ registries spread over modules or attributes stuck onto TensorFlow objects.
 It lives at the bottom layer (it imports only TensorFlow) so that every layer
 can read and write it; the records themselves (lookup anchors, modified iterators,
 converted variables, de.Variables and their lookups) are plain objects of the modules that
-make them, except TableLookups (what a graph's lookups did with each table), defined here. A graph
-that is dropped takes its state along (a weak-keyed map).
+make them, except TableLookups (what a graph's lookups did with each table), defined here.
+A graph that is dropped takes its state along (a weak-keyed map).
 """
 import threading
 import weakref
