@@ -274,8 +274,8 @@ def test_lookup_errors():
              FeatureSpec("c", table_name="other")]
     iterator, batch = _iterator({"a": np.arange(4), "ts": np.arange(4)}, specs[:2])
     table = _table("a")
-    with pytest.raises(ValueError, match="FeatureSpec 'c_[0-9]+' belongs to table 'other', not to "
-                                         "table 'a'"):
+    with pytest.raises(ValueError, match="FeatureSpec 'c_[0-9]+' has table_name='other', not "
+                                         "this table's 'a'"):
         sparse_lookup(table, specs[2], None, batch=batch)
     with pytest.raises(ValueError, match="'t_[0-9]+' is a timestamp spec"):
         sparse_lookup(table, specs[1], None, batch=batch)

@@ -75,9 +75,15 @@ def test_removed_key_reinserted_starts_from_initializer(initialized):
     np.testing.assert_array_equal(again, initial)
 
 
+def _unknown_shape(tensor):
+    return tf.compat.v1.placeholder_with_default(tensor, None)
+
+
 def test_upsert_wrong_shape_names_table(initialized):
     table = _table(name="shaped")
-    op = table.upsert(tf.constant([1, 2], tf.int64), tf.zeros([2, DIM + 1]))
+    with pytest.raises(ValueError, match="values of table 'shaped' must have shape"):
+        table.upsert(tf.constant([1, 2], tf.int64), tf.zeros([2, DIM + 1]))
+    op = table.upsert(tf.constant([1, 2], tf.int64), _unknown_shape(tf.zeros([2, DIM + 1])))
     with new_session() as sess:
         with pytest.raises(tf.errors.InvalidArgumentError, match="shaped"):
             sess.run(op)
@@ -193,11 +199,17 @@ def test_imported_slots_drive_further_training(initialized):
 
 def test_import_wrong_shape_names_table(initialized):
     table = _table(name="imported")
-    bad_values = table.import_rows(tf.constant([1, 2], tf.int64), tf.zeros([2, DIM + 1]))
-    bad_count = table.import_rows(tf.constant([1, 2], tf.int64), tf.zeros([3, DIM]))
-    bad_slots = table.import_rows(tf.constant([1, 2], tf.int64), tf.zeros([2, DIM]),
-                                  tf.zeros([1, 3, DIM]))
-    bad_keys = table.import_rows(tf.constant([[1, 2]], tf.int64), tf.zeros([1, 2, DIM]))
+    keys = tf.constant([1, 2], tf.int64)
+    with pytest.raises(ValueError, match="values of table 'imported'"):
+        table.import_rows(keys, tf.zeros([3, DIM]))
+    with pytest.raises(ValueError, match="slots of table 'imported'"):
+        table.import_rows(keys, tf.zeros([2, DIM]), tf.zeros([3, DIM + 1]))
+    # The kernel checks what the graph could not: shapes unknown when it was built.
+    bad_values = table.import_rows(keys, _unknown_shape(tf.zeros([2, DIM + 1])))
+    bad_count = table.import_rows(keys, _unknown_shape(tf.zeros([3, DIM])))
+    bad_slots = table.import_rows(keys, tf.zeros([2, DIM]), _unknown_shape(tf.zeros([1, 3, DIM])))
+    bad_keys = table.import_rows(tf.constant([[1, 2]], tf.int64),
+                                 _unknown_shape(tf.zeros([1, 2, DIM])))
     with new_session() as sess:
         for op in (bad_values, bad_count, bad_slots, bad_keys):
             with pytest.raises(tf.errors.InvalidArgumentError, match="imported"):

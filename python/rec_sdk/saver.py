@@ -24,15 +24,19 @@ import uuid
 import numpy as np
 import tensorflow as tf
 
-from rec_sdk.core.table import tables_of_graph
+from rec_sdk.core.table import SparseEmbedding, tables_of_graph
 from rec_sdk.ops import table_ops
 from rec_sdk.util.communication import hccl_ops
 from rec_sdk.util.graph_state import state_of
 from rec_sdk.util.log import logger
+from rec_sdk.util.validation import check_bool, check_int
 
 SPARSE_PREFIX = "sparse-"
 _TMP_MARK = ".tmp-"
 _OLD_MARK = ".old-"
+# The file every table directory of a checkpoint ends with (written last; the format is
+# tf_ops/core/checkpoint.h's): what tells a rec_sdk checkpoint from any other directory.
+TABLE_META_FILE = "meta.txt"
 
 
 def sparse_dir(checkpoint_path):
@@ -69,7 +73,12 @@ def track(table):
 
 def _tables(sess, tables):
     if tables is None:
-        tables = [t for t in tables_of_graph(sess.graph) if t.is_save]
+        return [t for t in tables_of_graph(sess.graph) if t.is_save]
+    if isinstance(tables, SparseEmbedding):
+        tables = [tables]
+    if not isinstance(tables, (list, tuple)) or not all(
+            isinstance(t, SparseEmbedding) for t in tables):
+        raise TypeError("tables must be a list of tables from create_table, got %r" % (tables,))
     return list(tables)
 
 
@@ -89,9 +98,12 @@ def save_tables(sess, directory, tables=None, delta=False):
     is written (tables of a process initialised with init(enable_incremental_checkpoint=True));
     restore with restore_tables(full_directory, deltas=[...]), in order. A save is committed
     (starts the next change set) only once it is durable, so a failed save loses no change.
+    An existing `directory` is replaced only if it is a rec_sdk checkpoint (every entry a
+    table directory) or empty; anything else is a ValueError, never deleted.
     Returns {table_name: rows written}."""
     tables = _tables(sess, tables)
-    directory = os.path.abspath(directory)
+    check_bool("delta", delta)
+    directory = _checked_directory(directory)
     parent = os.path.dirname(directory)
     # Saver.save into a directory that does not exist yet creates it, as TensorFlow's own
     # checkpoint writer does.
@@ -124,6 +136,30 @@ def save_tables(sess, directory, tables=None, delta=False):
         ops = table.checkpoint_ops
         sess.run(ops["commit"], {ops["commit_id"]: save_ids[table.table_name]})
     return rows
+
+
+def _checked_directory(directory):
+    """The absolute path of a save's `directory`, which must be a non-empty path and, if it
+    exists, a rec_sdk checkpoint or an empty directory (a save replaces it whole)."""
+    if not isinstance(directory, (str, os.PathLike)):
+        raise TypeError("save_tables: directory must be a path (str), got %r" % (directory,))
+    path = os.fspath(directory)
+    if not path or "\0" in path:
+        raise ValueError("save_tables: directory must be a non-empty path without NUL bytes, "
+                         "got %r" % (path,))
+    path = os.path.abspath(path)
+    if not os.path.lexists(path):
+        return path
+    if not os.path.isdir(path) or os.path.islink(path):
+        raise ValueError("save_tables: directory %r exists and is not a directory; a save "
+                         "writes a new directory or replaces an earlier checkpoint" % path)
+    for entry in os.listdir(path):
+        if not os.path.isfile(os.path.join(path, entry, TABLE_META_FILE)):
+            raise ValueError(
+                "save_tables: directory %r exists and is not a rec_sdk checkpoint (%r is not a "
+                "table directory); a save replaces only an earlier checkpoint or an empty "
+                "directory: choose another directory" % (path, entry))
+    return path
 
 
 def _pid_alive(pid):
@@ -183,8 +219,14 @@ def restore_tables(sess, directories, tables=None, rank_id=None, rank_size=None,
     corrupted file (the table is then left empty)."""
     if isinstance(directories, (str, bytes, os.PathLike)):
         directories = [directories]
-    rank_id = hccl_ops.get_rank_id() if rank_id is None else rank_id
-    rank_size = hccl_ops.get_rank_size() if rank_size is None else rank_size
+    if not isinstance(directories, (list, tuple)) or not directories or not all(
+            isinstance(d, (str, bytes, os.PathLike)) for d in directories):
+        raise TypeError("restore_tables: directories must be a checkpoint directory or a "
+                        "non-empty list of them, got %r" % (directories,))
+    rank_size = check_int("rank_size", hccl_ops.get_rank_size() if rank_size is None
+                          else rank_size, 1, 2**31 - 1)
+    rank_id = check_int("rank_id", hccl_ops.get_rank_id() if rank_id is None else rank_id, 0,
+                        rank_size - 1)
     if deltas and (rank_size != 1 or len(directories) != 1):
         raise ValueError("restore_tables: deltas apply to one full checkpoint restored whole "
                          "(rank_size=1, one directory), got rank_size=%d and %d directories"
@@ -231,6 +273,9 @@ def restore_tables(sess, directories, tables=None, rank_id=None, rank_size=None,
 def export_npz(sess, path, tables=None):
     """Writes every table's keys and embeddings (and optimizer slots) to a NumPy .npz file:
     arrays <table>/keys, <table>/values, <table>/slots. Returns {table_name: rows}."""
+    if not isinstance(path, (str, os.PathLike)) or not os.fspath(path):
+        raise TypeError("export_npz: path must be a file path (str), got %r" % (path,))
+    path = os.fspath(path)
     arrays, rows = {}, {}
     for table in _tables(sess, tables):
         keys, values, slots = sess.run(table.export())
@@ -239,11 +284,16 @@ def export_npz(sess, path, tables=None):
         arrays[table.table_name + "/slots"] = slots
         rows[table.table_name] = len(keys)
     tmp = path + _TMP_MARK + uuid.uuid4().hex[:8]
-    with open(tmp, "wb") as f:
-        np.savez(f, **arrays)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            np.savez(f, **arrays)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
     return rows
 
 

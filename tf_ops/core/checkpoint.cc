@@ -271,7 +271,12 @@ Status SaveTableFiles(EmbeddingTable* table, const std::string& dir, int64_t* ro
                                       "(init(enable_incremental_checkpoint=True))");
   }
   if (::mkdir(dir.c_str(), 0755) != 0) {
-    return Status::Internal(Errno("cannot create checkpoint directory", dir));
+    const int error = errno;
+    std::string message = Errno("cannot create checkpoint directory", dir);
+    if (error == EEXIST) {
+      return Status::InvalidArgument(message + " (the directory a save writes must not exist)");
+    }
+    return error == ENOENT ? Status::NotFound(message) : Status::Internal(message);
   }
   const int dim = table->dim();
   const size_t row_bytes = dim * sizeof(float);

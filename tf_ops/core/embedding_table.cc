@@ -121,7 +121,7 @@ Status EmbeddingTable::Create(const TableConfig& config, std::unique_ptr<Embeddi
   REC_SDK_RETURN_IF_ERROR(config.initializer.Validate());
   if (!config.initializer.values.empty() &&
       config.initializer.values.size() != static_cast<size_t>(config.dim)) {
-    return Status::InvalidArgument("table '" + config.name + "': the constant initializer has " +
+    return Status::InvalidArgument("table '" + config.name + "': the constant initializer's init_values has " +
                                    std::to_string(config.initializer.values.size()) +
                                    " values, the table's dim is " + std::to_string(config.dim));
   }

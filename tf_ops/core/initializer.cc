@@ -1,6 +1,8 @@
 #include "tf_ops/core/initializer.h"
 
 #include <cmath>
+#include <string>
+#include <utility>
 
 namespace rec_sdk {
 namespace {
@@ -75,15 +77,24 @@ Status InitializerSpec::KindFromName(const std::string& name, InitializerKind* k
 }
 
 Status InitializerSpec::Validate() const {
-  if (!std::isfinite(value) || !std::isfinite(minval) || !std::isfinite(maxval) ||
-      !std::isfinite(mean) || !std::isfinite(stddev) || !std::isfinite(scale)) {
-    return Status::InvalidArgument("initializer parameters must be finite");
+  const std::pair<const char*, float> parameters[] = {
+      {"init_value", value}, {"init_minval", minval}, {"init_maxval", maxval},
+      {"init_mean", mean},   {"init_stddev", stddev}, {"init_scale", scale}};
+  for (const auto& p : parameters) {
+    if (!std::isfinite(p.second)) {
+      return Status::InvalidArgument(std::string("initializer parameter ") + p.first +
+                                     " must be finite, got " + std::to_string(p.second));
+    }
   }
   for (float v : values) {
-    if (!std::isfinite(v)) return Status::InvalidArgument("initializer values must be finite");
+    if (!std::isfinite(v)) {
+      return Status::InvalidArgument("initializer init_values must be finite, got " +
+                                     std::to_string(v));
+    }
   }
   if (!values.empty() && kind != InitializerKind::kConstant) {
-    return Status::InvalidArgument("per-element initializer values are for constant initializers");
+    return Status::InvalidArgument("init_values (per-element initial values) are for the "
+                                   "constant initializer");
   }
   if (kind == InitializerKind::kRandomUniform && !(minval <= maxval)) {
     return Status::InvalidArgument("random_uniform initializer needs minval <= maxval, got minval=" +

@@ -11,6 +11,7 @@ import numbers
 import os
 import re
 
+import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2
 from tensorflow.python.framework import tensor_util
@@ -112,7 +113,8 @@ def create_table(key_dtype, dim, name, emb_initializer, device_vocabulary_size=1
                          % ssd_vocabulary_size)
     if isinstance(ssd_data_path, str):
         ssd_data_path = (ssd_data_path,)
-    if not all(isinstance(p, str) for p in ssd_data_path):
+    if not isinstance(ssd_data_path, (list, tuple)) or not all(
+            isinstance(p, str) for p in ssd_data_path):
         raise TypeError("ssd_data_path must be a sequence of directory paths, got %r"
                         % (ssd_data_path,))
     check_bool("is_save", is_save)
@@ -277,6 +279,20 @@ def _timestamps_of_lookup(timestamps, ids, where):
                      % (where, rec_sdk.TIMESTAMP_COLLECTION, len(registered)))
 
 
+def _check_timestamp_shape(shape, ids_shape, where):
+    """Timestamps are one per sample ([batch] or [batch, 1], batch = the ids' first
+    dimension) or one for all (a scalar); checked where the shapes are known."""
+    if shape.rank is None:
+        return
+    if shape.rank > 2 or (shape.rank == 2 and shape[1] not in (None, 1)):
+        raise ValueError("%s: timestamps must have shape [batch] or [batch, 1] (one per sample) "
+                         "or be a scalar, got %s" % (where, shape))
+    batch = ids_shape[0] if ids_shape.rank else None
+    if shape.rank >= 1 and None not in (shape[0], batch) and shape[0] not in (1, batch):
+        raise ValueError("%s: timestamps has %d values, the ids' batch has %d samples"
+                         % (where, shape[0], batch))
+
+
 def _send_count_check(table, lookup_name, num_unique, send_count):
     """Static shape: an assert that a step's distinct keys fit in send_count. Returns
     (assert op, the Const holding the limit) so that later lookups sharing the keys can
@@ -400,6 +416,7 @@ def sparse_lookup(hash_table, ids, send_count=None, is_train=True, name=None,
     if dim is not None and _as_dim(dim) != hash_table.dim:
         raise ValueError("%s: dim=%r does not match the dim %d of table %r"
                          % (where, dim, hash_table.dim, hash_table.table_name))
+    _check_serving_default(serving_default_value, hash_table.dim, where)
     static = not initialize.get_use_dynamic()
     if static and hash_table.padding_keys_mask:
         send_count = hash_table.padding_keys_len  # as the SDK does
@@ -427,6 +444,26 @@ def sparse_lookup(hash_table, ids, send_count=None, is_train=True, name=None,
     hash_table.lookups.training += int(is_train)
     hash_table.lookups.names.add(lookup_name)
     return result
+
+
+def _check_serving_default(value, dim, where):
+    """serving_default_value is None, a number or a [dim] vector (a value or a float tensor)."""
+    if value is None:
+        return
+    if isinstance(value, (tf.Tensor, tf.Variable)):
+        shape = value.shape
+        if not value.dtype.is_floating and not value.dtype.is_integer:
+            raise TypeError("%s: serving_default_value must be a number or a [%d] float vector, "
+                            "got a %s tensor" % (where, dim, value.dtype.name))
+    else:
+        try:
+            shape = tf.TensorShape(np.shape(np.asarray(value, np.float32)))
+        except (TypeError, ValueError):
+            raise TypeError("%s: serving_default_value must be a number or a [%d] float vector, "
+                            "got %r" % (where, dim, value)) from None
+    if shape.rank is not None and not (shape.rank == 0 or shape.is_compatible_with([dim])):
+        raise ValueError("%s: serving_default_value must be a number or a [%d] vector (the "
+                         "table's dim), got shape %s" % (where, dim, shape))
 
 
 def _check_spec_against_config(spec, config, where):
@@ -475,6 +512,7 @@ def _tensor_lookup(table, ids, send_count, is_train, lookup_name, access_and_evi
                 if not sample_times.dtype.is_integer:
                     raise TypeError("%s: timestamps must be integers (seconds), got %s"
                                     % (where, sample_times.dtype.name))
+                _check_timestamp_shape(sample_times.shape, ids.shape, where)
             counts, newest = table_ops.key_access_stats(tf.reshape(inverse, tf.shape(ids)),
                                                         tf.size(unique_ids),
                                                         coefficient, sample_times,
@@ -579,7 +617,7 @@ def _feature_spec_lookup(table, spec, send_count, is_train, lookup_name, batch, 
         raise ValueError("%s: FeatureSpec %r is a timestamp spec (is_timestamp=True); it is "
                          "not looked up" % (where, spec.name))
     if spec.table_name != table.table_name:
-        raise ValueError("%s: FeatureSpec %r belongs to table %r, not to table %r"
+        raise ValueError("%s: FeatureSpec %r has table_name=%r, not this table's %r"
                          % (where, spec.name, spec.table_name, table.table_name))
     if batch is None:
         raise ValueError("%s: FeatureSpec ids need batch=<the batch from iterator.get_next()> "

@@ -95,6 +95,18 @@ class SparseEmbedding:
         raise TypeError("%s of table '%s' must be %s, got %s"
                         % (param, self.table_name, self.key_dtype.name, keys.dtype.name))
 
+    def _values(self, values, keys, param="values"):
+        """values of keys: float, shaped keys.shape + [dim] (checked where shapes are known)."""
+        values = tf.convert_to_tensor(values)
+        if not values.dtype.is_floating:
+            raise TypeError("%s of table '%s' must be float32, got %s"
+                            % (param, self.table_name, values.dtype.name))
+        expected = keys.shape.concatenate([self.dim])
+        if not values.shape.is_compatible_with(expected):
+            raise ValueError("%s of table '%s' must have shape keys.shape + [dim] = %s, got %s"
+                             % (param, self.table_name, expected, values.shape))
+        return tf.cast(values, tf.float32)
+
     def lookup(self, keys, init_missing=False, name=None):
         """(values, exists) for keys of any shape, without inserting. Missing keys read zeros,
         or with init_missing=True the values the initializer would give them."""
@@ -102,8 +114,8 @@ class SparseEmbedding:
 
     def upsert(self, keys, values, name=None):
         """Op that inserts or overwrites the embeddings of keys with values (keys.shape+[dim])."""
-        return table_ops.upsert(self.handle, self._keys(keys),
-                                tf.convert_to_tensor(values, tf.float32), name=name)
+        keys = self._keys(keys)
+        return table_ops.upsert(self.handle, keys, self._values(values, keys), name=name)
 
     def remove(self, keys, name=None):
         """Removes keys; returns the number removed (int64 scalar)."""
@@ -237,11 +249,19 @@ class SparseEmbedding:
 
     def import_rows(self, keys, values, slots=None, name=None):
         """Op replacing the table's contents; slots [num_slots, n, dim] may be omitted."""
+        keys = self._keys(keys)
+        values = self._values(values, keys)
         if slots is None:
             slots = tf.zeros([0, 0, self.dim], tf.float32)
-        return table_ops.import_rows(self.handle, self._keys(keys),
-                                     tf.convert_to_tensor(values, tf.float32),
-                                     tf.convert_to_tensor(slots, tf.float32), name=name)
+        slots = tf.convert_to_tensor(slots)
+        if not slots.dtype.is_floating:
+            raise TypeError("slots of table '%s' must be float32, got %s"
+                            % (self.table_name, slots.dtype.name))
+        if not slots.shape.is_compatible_with([None, None, self.dim]):
+            raise ValueError("slots of table '%s' must have shape [num_slots, keys, %d], got %s"
+                             % (self.table_name, self.dim, slots.shape))
+        return table_ops.import_rows(self.handle, keys, values, tf.cast(slots, tf.float32),
+                                     name=name)
 
 
 def _table_to_tensor(table, dtype=None, name=None, as_ref=False):

@@ -12,6 +12,7 @@ import tensorflow as tf
 from rec_sdk.dynamic_embedding.variable import Variable
 from rec_sdk.ops import table_ops
 from rec_sdk.util.graph_state import state_of, trainable_lookup
+from rec_sdk.util.validation import check_float
 
 _COMBINERS = ("sum", "mean", "sqrtn")
 
@@ -77,6 +78,13 @@ def _unique_rows(params, unique, name):
     return table_ops.trainable_rows(trainable.handle, values), trainable
 
 
+def _max_norm(max_norm):
+    """max_norm is a number > 0 or a float tensor (checked where it is a number)."""
+    if isinstance(max_norm, (tf.Tensor, tf.Variable)):
+        return max_norm
+    return check_float("max_norm", max_norm, 0.0, float("inf"), low_open=True, high_open=True)
+
+
 def embedding_lookup(params, ids, partition_strategy=None, name=None, validate_indices=None,
                      max_norm=None, return_trainable=False):
     """Embeddings of ids (any shape) -> ids.shape + [dim].
@@ -94,7 +102,7 @@ def embedding_lookup(params, ids, partition_strategy=None, name=None, validate_i
         unique, inverse = table_ops.unique_keys(flat)
         rows, trainable = _unique_rows(params, unique, name)
         if max_norm is not None:
-            rows = tf.clip_by_norm(rows, max_norm, axes=[1])
+            rows = tf.clip_by_norm(rows, _max_norm(max_norm), axes=[1])
         emb = Variable._shaped(  # pylint: disable=protected-access
             table_ops.gather_rows(rows, inverse), ids, params.dim)
     return (emb, trainable) if return_trainable else emb
@@ -142,7 +150,7 @@ def _lookup_sparse(params, sp_ids, sp_weights, name, combiner, max_norm, store_n
         unique, inverse = table_ops.unique_keys(sp_ids.values)
         rows, trainable = _unique_rows(params, unique, store_name)
         if max_norm is not None:
-            rows = tf.clip_by_norm(rows, max_norm, axes=[1])
+            rows = tf.clip_by_norm(rows, _max_norm(max_norm), axes=[1])
         if sp_weights is None:
             op = {"sum": tf.sparse.segment_sum, "mean": tf.sparse.segment_mean,
                   "sqrtn": tf.sparse.segment_sqrt_n}[combiner]

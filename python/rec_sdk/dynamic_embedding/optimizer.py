@@ -199,7 +199,8 @@ def DynamicEmbeddingOptimizer(self, bp_v2=False, synchronous=False, **kwargs):  
         raise ValueError("DynamicEmbeddingOptimizer(synchronous=True) (Horovod) is not "
                          "supported by rec_sdk")
     if not isinstance(self, tf.compat.v1.train.Optimizer):
-        raise TypeError("DynamicEmbeddingOptimizer supports %s; got %r" % (SUPPORTED, self))
+        raise TypeError("DynamicEmbeddingOptimizer: the optimizer it wraps must be one of %s; "
+                        "got %r" % (SUPPORTED, self))
     if getattr(self.apply_gradients, "rec_sdk_row_update", None) is not None:
         return self  # wrapped already
     row_update = _RowUpdate(self)

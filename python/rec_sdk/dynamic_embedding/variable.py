@@ -21,6 +21,7 @@ from rec_sdk.core.initializer_spec import describe_initializer
 from rec_sdk.ops import table_ops
 from rec_sdk.util.graph_state import state_of
 from rec_sdk.util.log import logger
+from rec_sdk.util.validation import check_bool
 
 
 DEFAULT_INIT_SIZE = 8192  # rows reserved per shard when neither init_size nor the env var says
@@ -139,6 +140,9 @@ class Variable:
                             % (restrict_policy,))
         if not isinstance(name, str) or not name:
             raise ValueError("name must be a non-empty string, got %r" % (name,))
+        for flag, value in (("trainable", trainable), ("checkpoint", checkpoint),
+                            ("bp_v2", bp_v2)):
+            check_bool(flag, value)
         self.key_dtype = key_dtype
         self.value_dtype = value_dtype
         self.dim = int(dim)

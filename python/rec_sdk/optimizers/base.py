@@ -99,7 +99,11 @@ class SparseOptimizer(tf.compat.v1.train.Optimizer):
         """Updates the rows of every table in grads_and_vars; returns the training op."""
         by_table = {}
         order = []
-        for grad, var in grads_and_vars:
+        for pair in grads_and_vars:
+            if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+                raise TypeError("%s.apply_gradients: grads_and_vars must be (gradient, variable) "
+                                "pairs, got %r" % (self._name, pair))
+            grad, var = pair
             if grad is None:
                 continue
             table, addresses, rows, unique = self._rows(grad, var)
