@@ -155,6 +155,38 @@ def test_a_failed_tensorflow_save_leaves_no_orphan_tables(initialized, tmp_path)
         saver.restore(sess, first)
 
 
+def test_a_failed_tensorflow_save_does_not_break_the_delta_chain(tmp_path):
+    """A Saver.save whose TensorFlow part failed had committed its table save: the next
+    delta followed a checkpoint that was then deleted, and restoring full + deltas failed."""
+    from rec_sdk import saver as rec_saver
+    from rec_sdk.util import initialize
+    initialize.init(use_dynamic_expansion=True, enable_incremental_checkpoint=True)
+    table = make_table(initializer=tf.compat.v1.zeros_initializer())
+    tf.compat.v1.get_variable("v", [4])
+    keys = tf.compat.v1.placeholder(tf.int64, [None])
+    upsert = table.upsert(keys, tf.ones([tf.size(keys), 4]))
+    saver = tf.compat.v1.train.Saver()
+    with new_session() as sess:
+        sess.run(tf.compat.v1.global_variables_initializer())
+        sess.run(upsert, {keys: [1]})
+        rec_saver.save_tables(sess, str(tmp_path / "full"))
+        sess.run(upsert, {keys: [2]})
+        rec_saver.save_tables(sess, str(tmp_path / "d1"), delta=True)
+        os.mkdir(tmp_path / "model-2.index")  # TensorFlow's part of the next save fails
+        with pytest.raises(Exception):
+            saver.save(sess, str(tmp_path / "model"), global_step=2)
+        sess.run(upsert, {keys: [3]})
+        rec_saver.save_tables(sess, str(tmp_path / "d2"), delta=True)
+    tf.compat.v1.reset_default_graph()
+    initialize.terminate_config_initializer()
+    initialize.init(use_dynamic_expansion=True, enable_incremental_checkpoint=True)
+    table = make_table(initializer=tf.compat.v1.zeros_initializer())
+    with new_session() as sess:
+        rec_saver.restore_tables(sess, str(tmp_path / "full"),
+                                 deltas=[str(tmp_path / "d1"), str(tmp_path / "d2")])
+        assert sorted(sess.run(table.export())[0]) == [1, 2, 3]
+
+
 def test_raw_optimizer_ops_sum_the_gradients_of_duplicate_addresses(initialized):
     """1,000 SGD updates of one row in one call used to apply fewer than 1,000 (the rows
     raced); the kernel now sums duplicates first, so the row moves by exactly 1,000."""

@@ -15,6 +15,8 @@ Checkpoints that the Saver deletes (`max_to_keep`) lose their table directories 
 Also here: save_tables / restore_tables for explicit use (and restoring the directories of
 several ranks into a different number of ranks), export_npz / import_npz for NumPy files.
 """
+import contextlib
+import glob
 import numbers
 import os
 import re
@@ -102,6 +104,20 @@ def save_tables(sess, directory, tables=None, delta=False):
     table directory) or empty; anything else is a ValueError, never deleted.
     Returns {table_name: rows written}."""
     tables = _tables(sess, tables)
+    rows, save_ids = _write_tables(sess, directory, tables, delta)
+    _commit(sess, tables, save_ids)
+    return rows
+
+
+def _commit(sess, tables, save_ids):
+    """Marks the saves durable: later deltas follow them."""
+    for table in tables:
+        ops = table.checkpoint_ops
+        sess.run(ops["commit"], {ops["commit_id"]: save_ids[table.table_name]})
+
+
+def _write_tables(sess, directory, tables, delta=False):
+    """save_tables without the commit: -> ({table_name: rows}, {table_name: save id})."""
     check_bool("delta", delta)
     directory = _checked_directory(directory)
     parent = os.path.dirname(directory)
@@ -132,10 +148,7 @@ def save_tables(sess, directory, tables=None, delta=False):
         raise
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
-    for table in tables:
-        ops = table.checkpoint_ops
-        sess.run(ops["commit"], {ops["commit_id"]: save_ids[table.table_name]})
-    return rows
+    return rows, save_ids
 
 
 def _checked_directory(directory):
@@ -339,16 +352,24 @@ def install():
                 # Read the step once, so that the tables and the TF checkpoint agree on it.
                 global_step = tf.compat.v1.train.global_step(sess, global_step)
             path = save_path if global_step is None else "%s-%d" % (save_path, global_step)
-            save_tables(sess, sparse_dir(path), tables)
+            _, save_ids = _write_tables(sess, sparse_dir(path), tables)
         before = [p for p, _ in getattr(self, "_last_checkpoints", [])]
         try:
             result = original_save(self, sess, save_path, global_step, *args, **kwargs)
         except BaseException:
             if tables:
                 # TensorFlow's part failed (a full disk, say): the tables written for this
-                # checkpoint belong to no checkpoint. The previous one stays as it was.
+                # checkpoint belong to no checkpoint, and were not committed, so the next
+                # delta still follows the previous save. TensorFlow leaves its temporary
+                # files of the failed save behind: they go too.
                 shutil.rmtree(sparse_dir(path), ignore_errors=True)
+                for leftover in (glob.glob(glob.escape(path) + ".data-*.tempstate*") +
+                                 glob.glob(glob.escape(path) + ".index.tempstate*")):
+                    with contextlib.suppress(OSError):
+                        os.remove(leftover)
             raise
+        if tables:
+            _commit(sess, tables, save_ids)
         after = {p for p, _ in getattr(self, "_last_checkpoints", [])}
         for path in before:
             # Checkpoints the Saver deleted (max_to_keep) lose their tables too.

@@ -19,6 +19,9 @@ SCRIPTS = [
     ("kill_during_save.py", ["--rows", "3000000", "--kills", "20"],
      ["--rows", "300000", "--kills", "4"], 3600),
     ("corruption.py", ["--rows", "3000000"], ["--rows", "100000"], 1800),
+    ("full_disk.py", ["--rows", "1000000"], ["--rows", "100000"], 600),
+    ("memory.py", [], ["--keys", "1000000", "--b-steps", "100"], 600),
+    ("concurrency.py", ["--seconds", "60"], ["--seconds", "5"], 600),
 ]
 
 

@@ -271,12 +271,12 @@ Status SaveTableFiles(EmbeddingTable* table, const std::string& dir, int64_t* ro
                                       "(init(enable_incremental_checkpoint=True))");
   }
   if (::mkdir(dir.c_str(), 0755) != 0) {
-    const int error = errno;
-    std::string message = Errno("cannot create checkpoint directory", dir);
-    if (error == EEXIST) {
-      return Status::InvalidArgument(message + " (the directory a save writes must not exist)");
+    const char* what = "cannot create checkpoint directory";
+    if (errno == EEXIST) {
+      return Status::InvalidArgument(Errno(what, dir) +
+                                     " (the directory a save writes must not exist)");
     }
-    return error == ENOENT ? Status::NotFound(message) : Status::Internal(message);
+    return errno == ENOENT ? Status::NotFound(Errno(what, dir)) : IoError(what, dir);
   }
   const int dim = table->dim();
   const size_t row_bytes = dim * sizeof(float);

@@ -82,12 +82,21 @@ std::string Errno(const std::string& what, const std::string& path) {
   return what + " '" + path + "': " + std::strerror(errno);
 }
 
+Status IoError(const std::string& what, const std::string& path) {
+  const int error = errno;
+  std::string message = Errno(what, path);
+  if (error == ENOSPC || error == EDQUOT || error == EFBIG) {
+    return Status::ResourceExhausted(message);
+  }
+  return Status::Internal(message);
+}
+
 Status FsyncDir(const std::string& dir) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) return Status::Internal(Errno("cannot open directory", dir));
   const int rc = ::fsync(fd);
   ::close(fd);
-  if (rc != 0) return Status::Internal(Errno("cannot fsync directory", dir));
+  if (rc != 0) return IoError("cannot fsync directory", dir);
   return Status::Ok();
 }
 

@@ -24,6 +24,9 @@ namespace checkpoint_files {
 
 // "<what> '<path>': <strerror(errno)>".
 std::string Errno(const std::string& what, const std::string& path);
+// The Status of a failed I/O call (errno set): ResourceExhausted when the disk or the file
+// size limit is full (ENOSPC, EDQUOT, EFBIG), as TensorFlow reports it; Internal otherwise.
+Status IoError(const std::string& what, const std::string& path);
 // fsyncs a directory (so that the entries created in it are durable).
 Status FsyncDir(const std::string& dir);
 inline std::string Join(const std::string& dir, const std::string& name) {
@@ -38,7 +41,7 @@ class Writer {
   Status Open(const std::string& path) {
     path_ = path;
     fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd_ < 0) return Status::Internal(Errno("cannot create", path));
+    if (fd_ < 0) return IoError("cannot create", path);
     buffer_.reset(new char[kBuffer]);
     return Status::Ok();
   }
@@ -56,8 +59,8 @@ class Writer {
   }
   Status Close() {
     REC_SDK_RETURN_IF_ERROR(Flush());
-    if (::fsync(fd_) != 0) return Status::Internal(Errno("cannot fsync", path_));
-    if (::close(fd_) != 0) return Status::Internal(Errno("cannot close", path_));
+    if (::fsync(fd_) != 0) return IoError("cannot fsync", path_);
+    if (::close(fd_) != 0) return IoError("cannot close", path_);
     fd_ = -1;
     return Status::Ok();
   }
@@ -76,7 +79,7 @@ class Writer {
       const ssize_t w = ::write(fd_, buffer_.get() + done, used_ - done);
       if (w < 0) {
         if (errno == EINTR) continue;
-        return Status::Internal(Errno("cannot write", path_));
+        return IoError("cannot write", path_);
       }
       done += static_cast<size_t>(w);
     }

@@ -654,6 +654,7 @@ void EmbeddingTable::ClearLocked() {
 
 Status EmbeddingTable::UpdateRows(const int64_t* addresses, int64_t n, int64_t cost_per_row,
                                   const RowUpdate& update, const ParallelRunner& run) {
+  std::lock_guard<std::mutex> serialize(update_mu_);
   ChangeScope change(this);
   std::shared_lock<std::shared_mutex> structure(structure_mu_);
   return UpdateRowsLocked(addresses, n, cost_per_row, update, run);
@@ -662,6 +663,7 @@ Status EmbeddingTable::UpdateRows(const int64_t* addresses, int64_t n, int64_t c
 Status EmbeddingTable::ApplyUpdate(const SlotLayout& layout, const int64_t* addresses, int64_t n,
                                    int64_t cost_per_row, const RowUpdate& update,
                                    const ParallelRunner& run) {
+  std::lock_guard<std::mutex> serialize(update_mu_);
   ChangeScope change(this);
   {
     std::shared_lock<std::shared_mutex> structure(structure_mu_);

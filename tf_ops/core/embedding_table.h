@@ -101,8 +101,9 @@ class EmbeddingTable {
   static constexpr int kGenerationBits = 12;
   static constexpr int kTagBits = 11;
   static constexpr int64_t kMaxRows = int64_t{1} << kRowBits;
-  // A full evict_when_full table without clocks spares the rows of its last kProtectedTicks
-  // training lookups (concurrent lookups of one step may still use their addresses).
+  // A full evict_when_full table without clocks evicts the rows of its last kProtectedTicks
+  // training lookups (concurrent lookups of one step may still use their addresses) only
+  // when older rows are not enough for the batch.
   static constexpr int64_t kProtectedTicks = 8;
 
   static Status Create(const TableConfig& config, std::unique_ptr<EmbeddingTable>* table);
@@ -192,7 +193,8 @@ class EmbeddingTable {
   Status EnsureSlots(const std::string& optimizer, const std::vector<float>& initial_values);
   const std::string& slot_optimizer() const { return slot_optimizer_; }
 
-  // Calls update(i, value, slots) for every i in [0, n) with addresses[i] != -1, in parallel.
+  // Calls update(i, value, slots) for every i in [0, n) with addresses[i] != -1, in parallel;
+  // one update of the table at a time (update_mu_), so concurrent updates are never lost.
   // All addresses are validated before any row is touched; `slots` points at the row's
   // num_slots() slot vectors. Addresses must be unique.
   using RowUpdate = std::function<void(int64_t i, float* value, float* const* slots)>;
@@ -461,8 +463,9 @@ class EmbeddingTable {
   // Removes the row of a live key (structure_mu_ exclusive) and counts it as evicted.
   void EvictRowLocked(int64_t row);
   // Evicts up to `count` least recently seen rows (structure_mu_ held exclusively), never
-  // the rows of keys[0, n) (the batch being placed) nor, when tick > 0, rows seen at a tick
-  // >= tick - kProtectedTicks (rows concurrent lookups of the same step may be using).
+  // the rows of keys[0, n) (the batch being placed); when tick > 0, rows seen at a tick
+  // >= tick - kProtectedTicks (rows concurrent lookups of the same step may be using) only
+  // when the older rows are not enough.
   // Pending counts no newer than the newest evicted row go too.
   void EvictLeastRecentLocked(int64_t count, const int64_t* keys, int64_t n, int64_t tick);
   // The clock a key is seen with in a training lookup.
@@ -505,6 +508,11 @@ class EmbeddingTable {
 
   // Shared by batch operations, exclusive for structural ones.
   mutable std::shared_mutex structure_mu_;
+  // Serializes the row updates of optimizers (UpdateRows, ApplyUpdate; taken before
+  // structure_mu_): each update runs in parallel over its rows, and two updates of one table
+  // (training steps of several threads or sessions) never interleave their read-modify-write
+  // of a row, so no update is lost.
+  std::mutex update_mu_;
   HashIndex index_;
 
   std::mutex alloc_mu_;

@@ -382,24 +382,37 @@ void EmbeddingTable::EvictLeastRecentLocked(int64_t count, const int64_t* keys, 
   std::vector<int64_t> batch(keys, keys + n);
   std::sort(batch.begin(), batch.end());
   std::lock_guard<std::mutex> lock(alloc_mu_);
-  std::vector<std::pair<int64_t, int64_t>> candidates;  // (last_seen, row)
+  // (last_seen, row): rows of older lookups, and rows of the last kProtectedTicks lookups,
+  // which go only when the others are not enough (oldest first either way): a batch that
+  // fits in the table is always placed, and a concurrent lookup whose rows had to go fails
+  // its update with a stale-address error, never touching another key's row.
+  std::vector<std::pair<int64_t, int64_t>> candidates, protected_rows;
   candidates.reserve(size_.load());
   for (int64_t row = 0; row < next_row_; ++row) {
     const RowMeta& meta = MetaOf(row);
     if (!meta.alive) continue;
-    if (tick > 0 && meta.last_seen >= tick - kProtectedTicks) continue;
     if (std::binary_search(batch.begin(), batch.end(), meta.key)) continue;
-    candidates.emplace_back(meta.last_seen, row);
+    if (tick > 0 && meta.last_seen >= tick - kProtectedTicks) {
+      protected_rows.emplace_back(meta.last_seen, row);
+    } else {
+      candidates.emplace_back(meta.last_seen, row);
+    }
   }
-  count = std::min<int64_t>(count, static_cast<int64_t>(candidates.size()));
-  if (count <= 0) return;
-  std::nth_element(candidates.begin(), candidates.begin() + (count - 1), candidates.end());
   int64_t newest_evicted = INT64_MIN;
-  for (int64_t j = 0; j < count; ++j) {
-    EvictRowLocked(candidates[j].second);
-    free_rows_.push_back(candidates[j].second);
-    newest_evicted = std::max(newest_evicted, candidates[j].first);
-  }
+  auto evict_oldest = [&](std::vector<std::pair<int64_t, int64_t>>& from, int64_t want) {
+    want = std::min<int64_t>(want, static_cast<int64_t>(from.size()));
+    if (want <= 0) return int64_t{0};
+    std::nth_element(from.begin(), from.begin() + (want - 1), from.end());
+    for (int64_t j = 0; j < want; ++j) {
+      EvictRowLocked(from[j].second);
+      free_rows_.push_back(from[j].second);
+      newest_evicted = std::max(newest_evicted, from[j].first);
+    }
+    return want;
+  };
+  count -= evict_oldest(candidates, count);
+  evict_oldest(protected_rows, count);
+  if (newest_evicted == INT64_MIN) return;
   // Keys still counting towards admission that were last seen before the rows that had to
   // go would not be kept either: this bounds the pending counts of a full table.
   int64_t pending_out = 0;

@@ -272,7 +272,7 @@ TEST(CheckpointTest, SaveRefusesAnExistingDirectory) {
   auto t = Trained();
   const std::string dir = TempDir();
   Status s = SaveTableFiles(t.get(), dir, nullptr);
-  EXPECT_EQ(s.code(), StatusCode::kInternal);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
 }
 
 }  // namespace

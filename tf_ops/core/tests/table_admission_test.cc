@@ -47,6 +47,15 @@ std::unique_ptr<EmbeddingTable> Make(const TableSetup& c) {
   return t;
 }
 
+// A fixed table of `capacity` rows without thresholds that evicts when full.
+std::unique_ptr<EmbeddingTable> EvictingWhenFull(int64_t capacity) {
+  TableSetup c = Config(-1, -1);
+  c.table.dynamic_expansion = false;
+  c.table.capacity = capacity;
+  c.table.evict_when_full = true;
+  return Make(c);
+}
+
 // Training lookup of unique keys with counts and one clock for all.
 std::vector<int64_t> Train(EmbeddingTable* t, const std::vector<int64_t>& keys,
                            const std::vector<int64_t>& counts, int64_t clock) {
@@ -183,11 +192,7 @@ TEST(EvictionTest, WithoutThresholdOrClockNothingIsEvicted) {
 }
 
 TEST(EvictionTest, FullTableEvictsLeastRecentlySeenRows) {
-  TableSetup c = Config(-1, -1);
-  c.table.dynamic_expansion = false;
-  c.table.capacity = 100;
-  c.table.evict_when_full = true;
-  auto t = Make(c);
+  auto t = EvictingWhenFull(100);
   for (int64_t k = 0; k < 100; ++k) Train(t.get(), {k}, {1}, k);
   Train(t.get(), {0}, {1}, 200);  // key 0 is now the most recent
   const std::vector<int64_t> a = Train(t.get(), {1000, 1001}, {1, 1}, 201);
@@ -276,11 +281,7 @@ TEST(AdmissionTest, RandomBatchesMatchTheModel) {
 
 
 TEST(EvictionTest, FullTableNeverEvictsTheBatchItPlaces) {
-  TableSetup c = Config(-1, -1);
-  c.table.dynamic_expansion = false;
-  c.table.capacity = 10;
-  c.table.evict_when_full = true;
-  auto t = Make(c);
+  auto t = EvictingWhenFull(10);
   for (int64_t k = 0; k < 10; ++k) Train(t.get(), {k}, {1}, k);
   // Keys 0..7 are the oldest, but this batch uses them: only 8 and 9 may go.
   const std::vector<int64_t> a = Train(t.get(), {0, 1, 2, 3, 4, 5, 6, 7, 100}, std::vector<int64_t>(9, 1), 50);
@@ -290,11 +291,7 @@ TEST(EvictionTest, FullTableNeverEvictsTheBatchItPlaces) {
 }
 
 TEST(EvictionTest, FullTableOnItsOwnTickSparesRecentRows) {
-  TableSetup c = Config(-1, -1);
-  c.table.dynamic_expansion = false;
-  c.table.capacity = 20;
-  c.table.evict_when_full = true;
-  auto t = Make(c);
+  auto t = EvictingWhenFull(20);
   std::vector<int64_t> addresses(1);
   // 20 calls without clocks: ticks 1..20, one key each.
   for (int64_t k = 0; k < 20; ++k) {
@@ -460,11 +457,7 @@ TEST(EmbeddingTableTest, TrackAccessCountsTrainingLookupsOnly) {
 // with "more new keys than the table's capacity can take even after eviction" although the
 // two batches together needed a tenth of the table.
 TEST(EvictionTest, ConcurrentLookupsOfAFullTableNeverTakeEachOthersRows) {
-  TableSetup c = Config(-1, -1);
-  c.table.dynamic_expansion = false;
-  c.table.capacity = 2000;
-  c.table.evict_when_full = true;
-  auto t = Make(c);
+  auto t = EvictingWhenFull(2000);
   std::atomic<int> failures{0};
   std::atomic<int64_t> next_key{0};
   auto lookup_loop = [&](int seed) {
@@ -485,6 +478,32 @@ TEST(EvictionTest, ConcurrentLookupsOfAFullTableNeverTakeEachOthersRows) {
   EXPECT_EQ(failures.load(), 0);
   EXPECT_LE(t->Size(), 2000);
   EXPECT_GT(t->Stats().evicted, 0);
+}
+
+// Batches of new keys larger than capacity / (kProtectedTicks + 1) failed once the table was
+// full: the rows of the last lookups were never evicted, even when nothing else was left.
+TEST(EvictionTest, AFullTableTakesAnyBatchThatFits) {
+  auto t = EvictingWhenFull(1000);
+  int64_t next_key = 0;
+  for (int64_t batch : {300, 600, 990, 1000, 450}) {
+    for (int step = 0; step < 12; ++step) {
+      std::vector<int64_t> keys(batch);
+      for (auto& k : keys) k = next_key++;
+      std::vector<int64_t> addresses(keys.size());
+      const Status s = t->FindOrInsert(keys.data(), keys.size(), true, addresses.data(),
+                                       ThreadedRunner(2));
+      ASSERT_TRUE(s.ok()) << "batch of " << batch << ", step " << step << ": " << s.message();
+      EXPECT_LE(t->Size(), 1000);
+      for (int64_t a : addresses) ASSERT_GE(a, 0);
+    }
+  }
+  // A batch larger than the table still fails, naming the table.
+  std::vector<int64_t> keys(1001);
+  for (auto& k : keys) k = next_key++;
+  std::vector<int64_t> addresses(keys.size());
+  EXPECT_EQ(t->FindOrInsert(keys.data(), keys.size(), true, addresses.data(), SerialRunner)
+                .code(),
+            StatusCode::kResourceExhausted);
 }
 
 }  // namespace

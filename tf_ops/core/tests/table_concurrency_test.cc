@@ -288,5 +288,48 @@ TEST(EmbeddingTableConcurrencyTest, UpdatesAndGathersNeverTouchAnotherKeysRow) {
   EXPECT_EQ(bad_gathers.load(), 0) << "gathers returned rows of other keys";
 }
 
+TEST(EmbeddingTableConcurrencyTest, ConcurrentUpdatesOfOneRowAreNeverLost) {
+  // Training steps of several threads (or sessions) update the same rows at once; each
+  // update must land: the rows end at exactly the number of updates applied.
+  const int dim = 8;
+  const int64_t kKeys = 256;
+  const int kThreads = 4, kRounds = 300;
+  InitializerSpec zeros;
+  zeros.kind = InitializerKind::kConstant;
+  TableConfig config = Dynamic("no_lost_update", dim);
+  config.initializer = zeros;
+  auto t = MakeTable(config);
+  std::vector<int64_t> keys(kKeys);
+  std::iota(keys.begin(), keys.end(), 0);
+  std::vector<int64_t> addr(kKeys);
+  ASSERT_TRUE(t->FindOrInsert(keys.data(), kKeys, true, addr.data(), SerialRunner).ok());
+  std::atomic<int64_t> failed{0};
+  std::vector<std::thread> threads;
+  for (int w = 0; w < kThreads; ++w) {
+    threads.emplace_back([&] {
+      for (int r = 0; r < kRounds; ++r) {
+        Status s = t->UpdateRows(
+            addr.data(), kKeys, 1,
+            [&](int64_t, float* value, float* const*) {
+              for (int d = 0; d < dim; ++d) {
+                const float v = value[d];
+                if (d == 0) std::this_thread::yield();  // widen the read-modify-write window
+                value[d] = v + 1.0f;
+              }
+            },
+            ThreadedRunner(2));
+        if (!s.ok()) ++failed;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  ASSERT_EQ(failed.load(), 0);
+  std::vector<float> out(kKeys * dim);
+  ASSERT_TRUE(t->Gather(addr.data(), kKeys, out.data(), SerialRunner).ok());
+  int64_t lost = 0;
+  for (float v : out) lost += static_cast<int64_t>(kThreads * kRounds - v);
+  EXPECT_EQ(lost, 0) << "updates lost to concurrent updates of the same rows";
+}
+
 }  // namespace
 }  // namespace rec_sdk
