@@ -22,6 +22,7 @@ SCRIPTS = [
     ("full_disk.py", ["--rows", "1000000"], ["--rows", "100000"], 600),
     ("memory.py", [], ["--keys", "1000000", "--b-steps", "100"], 600),
     ("concurrency.py", ["--seconds", "60"], ["--seconds", "5"], 600),
+    ("fuzz.py", ["--calls", "1000000"], ["--calls", "40000"], 1800),
 ]
 
 

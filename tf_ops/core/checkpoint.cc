@@ -276,7 +276,7 @@ Status SaveTableFiles(EmbeddingTable* table, const std::string& dir, int64_t* ro
       return Status::InvalidArgument(Errno(what, dir) +
                                      " (the directory a save writes must not exist)");
     }
-    return errno == ENOENT ? Status::NotFound(Errno(what, dir)) : IoError(what, dir);
+    return IoError(what, dir);
   }
   const int dim = table->dim();
   const size_t row_bytes = dim * sizeof(float);

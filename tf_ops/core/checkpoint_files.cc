@@ -85,15 +85,30 @@ std::string Errno(const std::string& what, const std::string& path) {
 Status IoError(const std::string& what, const std::string& path) {
   const int error = errno;
   std::string message = Errno(what, path);
-  if (error == ENOSPC || error == EDQUOT || error == EFBIG) {
-    return Status::ResourceExhausted(message);
+  switch (error) {
+    case ENOSPC:
+    case EDQUOT:
+    case EFBIG:
+      return Status::ResourceExhausted(message);
+    case ENOTDIR:
+    case EISDIR:
+    case ENAMETOOLONG:
+    case ELOOP:
+      return Status::InvalidArgument(message);
+    case EACCES:
+    case EPERM:
+    case EROFS:
+      return Status::PermissionDenied(message);
+    case ENOENT:
+      return Status::NotFound(message);
+    default:
+      return Status::Internal(message);
   }
-  return Status::Internal(message);
 }
 
 Status FsyncDir(const std::string& dir) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return Status::Internal(Errno("cannot open directory", dir));
+  if (fd < 0) return IoError("cannot open directory", dir);
   const int rc = ::fsync(fd);
   ::close(fd);
   if (rc != 0) return IoError("cannot fsync directory", dir);
@@ -112,7 +127,7 @@ Status ReadMeta(const std::string& dir, Meta* meta) {
   ssize_t r;
   while ((r = ::read(fd, buf, sizeof(buf))) > 0) text.append(buf, static_cast<size_t>(r));
   ::close(fd);
-  if (r < 0) return Status::Internal(Errno("cannot read", meta->path));
+  if (r < 0) return IoError("cannot read", meta->path);
   const size_t crc_at = text.rfind("meta_crc32c ");
   if (crc_at == std::string::npos ||
       std::to_string(Crc32c(0, text.data(), crc_at)) + "\n" != text.substr(crc_at + 12)) {

@@ -24,8 +24,11 @@ namespace checkpoint_files {
 
 // "<what> '<path>': <strerror(errno)>".
 std::string Errno(const std::string& what, const std::string& path);
-// The Status of a failed I/O call (errno set): ResourceExhausted when the disk or the file
-// size limit is full (ENOSPC, EDQUOT, EFBIG), as TensorFlow reports it; Internal otherwise.
+// The Status of a failed I/O call (errno set), as TensorFlow reports file errors:
+// ResourceExhausted when the disk or the file size limit is full (ENOSPC, EDQUOT, EFBIG),
+// InvalidArgument for a path that cannot name a checkpoint file (a file where a directory
+// must be, a directory where a file must be, too long, a symlink loop), PermissionDenied
+// when access is refused, NotFound when it is missing, Internal otherwise.
 Status IoError(const std::string& what, const std::string& path);
 // fsyncs a directory (so that the entries created in it are durable).
 Status FsyncDir(const std::string& dir);
@@ -151,7 +154,7 @@ class Reader {
     do {
       r = ::read(fd_, buffer_.get(), kBuffer);
     } while (r < 0 && errno == EINTR);
-    if (r < 0) return Status::Internal(Errno("cannot read", path_));
+    if (r < 0) return IoError("cannot read", path_);
     if (r == 0) return Status::DataLoss("checkpoint file '" + path_ + "' is truncated");
     crc_ = Crc32c(crc_, buffer_.get(), static_cast<size_t>(r));
     filled_ = static_cast<size_t>(r);

@@ -15,7 +15,8 @@ enum class StatusCode {
   kFailedPrecondition,  // the table is not in a state that allows the call
   kNotFound,            // a checkpoint file or directory is missing
   kDataLoss,            // a checkpoint file is truncated or corrupted
-  kInternal,            // an I/O call failed
+  kPermissionDenied,    // the file system refused access to a checkpoint path
+  kInternal,            // an I/O call failed otherwise
 };
 
 class Status {
@@ -29,6 +30,7 @@ class Status {
   static Status FailedPrecondition(std::string m) { return {StatusCode::kFailedPrecondition, std::move(m)}; }
   static Status NotFound(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
   static Status DataLoss(std::string m) { return {StatusCode::kDataLoss, std::move(m)}; }
+  static Status PermissionDenied(std::string m) { return {StatusCode::kPermissionDenied, std::move(m)}; }
   static Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
 
   bool ok() const { return code_ == StatusCode::kOk; }

@@ -119,6 +119,13 @@ class EmbeddingTable::RowSink : public RestoreSink {
       return Status::DataLoss("table '" + t_->config_.name + "': key " + std::to_string(key) +
                               " appears twice in the checkpoint");
     }
+    // A key pending in one directory and stored in another (AddPending checks the other
+    // order): the table would hold it twice, and its next checkpoint would not restore.
+    if (!upsert_ && t_->pending_size_.load(std::memory_order_relaxed) > 0 &&
+        t_->pending_[HashIndex::ShardOf(hash)].Find(key, hash) != nullptr) {
+      return Status::DataLoss("table '" + t_->config_.name + "': key " + std::to_string(key) +
+                              " is both stored and pending admission in the checkpoint");
+    }
     if (existing >= 0) {  // a delta's new values for a stored key
       WriteRow(RowOfEntry(existing), value, slots, count, last_seen);
       return Status::Ok();
@@ -273,7 +280,8 @@ Status EmbeddingTable::ApplyDelta(const CheckpointInfo& info, bool cleared,
         "delta checkpoint for table '" + config_.name + "' has " +
         std::to_string(info.num_slots) + " slots of optimizer '" + info.optimizer +
         "' but the table has " + std::to_string(num_slots_) + " of '" + slot_optimizer_ +
-        "': apply deltas onto the full checkpoint they follow");
+        "': apply deltas onto the full checkpoint they follow, restored into a table of the "
+        "same optimizer (a restore into a table of another optimizer drops the slots)");
   }
   if (info.parent_id != checkpoint_id_) {
     return Status::FailedPrecondition(
@@ -281,6 +289,13 @@ Status EmbeddingTable::ApplyDelta(const CheckpointInfo& info, bool cleared,
         "' follows checkpoint " + std::to_string(info.parent_id) + " but the table holds " +
         std::to_string(checkpoint_id_) + ": restore the full checkpoint it follows and apply "
         "every delta in order");
+  }
+  if (version_.load(std::memory_order_relaxed) != committed_version_) {
+    return Status::FailedPrecondition(
+        "table '" + config_.name + "' changed after it got checkpoint " +
+        std::to_string(checkpoint_id_) + " (a training lookup, update, upsert, removal or "
+        "eviction): delta checkpoint " + std::to_string(info.save_id) + " applies only onto "
+        "that checkpoint unchanged; restore it again and apply the deltas before training");
   }
   if (cleared) ClearLocked();
   for (const int64_t key : removed) {

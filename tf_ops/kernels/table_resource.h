@@ -105,6 +105,8 @@ inline tensorflow::Status ToTfStatus(const Status& s) {
       return tensorflow::errors::NotFound(s.message());
     case StatusCode::kDataLoss:
       return tensorflow::errors::DataLoss(s.message());
+    case StatusCode::kPermissionDenied:
+      return tensorflow::errors::PermissionDenied(s.message());
     case StatusCode::kInternal:
       return tensorflow::errors::Internal(s.message());
   }

@@ -366,6 +366,11 @@ TEST(DeltaCheckpointTest, FullPlusDeltasEqualsAFullSave) {
   Status skipped = ApplyDeltaFiles(c2.get(), root + "/delta2", nullptr);
   EXPECT_EQ(skipped.code(), StatusCode::kFailedPrecondition) << skipped.message();
   EXPECT_NE(skipped.message().find("follows checkpoint"), std::string::npos);
+  // ... and onto it unchanged: a table trained after its restore would end up a mix.
+  Touch(c2.get(), {7000, 7001}, 1.0f, 260);
+  Status changed = ApplyDeltaFiles(c2.get(), root + "/delta1", nullptr);
+  EXPECT_EQ(changed.code(), StatusCode::kFailedPrecondition) << changed.message();
+  EXPECT_NE(changed.message().find("changed after"), std::string::npos) << changed.message();
   // An uncommitted save (e.g. its rename failed) keeps the changes for the next delta.
   save("/base2", false, nullptr);
   Touch(t.get(), {3}, 1.0f, 302);
@@ -484,6 +489,30 @@ TEST(CheckpointTest, FailedAndPartialRestoresHoldNoCheckpoint) {
   ASSERT_TRUE(RestoreTableFiles(u.get(), {good}, half, &rows, &note).ok());
   EXPECT_LT(rows, 50);
   EXPECT_FALSE(u->HoldsCheckpoint(good_id));
+}
+
+// Two directories, one holding key 100 pending and the other holding it stored, restored
+// together: the table held it both ways, and its next checkpoint no longer restored.
+TEST(CheckpointTest, AKeyStoredInOneDirectoryAndPendingInAnotherIsAnError) {
+  auto t = Trained();  // 100..104 pending (count 1 of 3)
+  const std::string root = TempDir();
+  ASSERT_TRUE(SaveTableFiles(t.get(), root + "/pending", nullptr).ok());
+  auto other = Make(Config());  // holds key 100 stored, and no other key
+  ASSERT_TRUE(other->EnsureSlots("LazyAdam", {0.0f, 0.0f}).ok());
+  std::vector<int64_t> key = {100}, counts = {3}, address(1);
+  KeyAccess access;
+  access.counts = counts.data();
+  ASSERT_TRUE(
+      other->FindOrInsert(key.data(), 1, true, address.data(), SerialRunner, access).ok());
+  ASSERT_GE(address[0], 0);
+  ASSERT_TRUE(SaveTableFiles(other.get(), root + "/stored", nullptr).ok());
+  for (const auto& dirs : {std::vector<std::string>{root + "/pending", root + "/stored"},
+                           std::vector<std::string>{root + "/stored", root + "/pending"}}) {
+    auto u = Make(Config());
+    const Status s = RestoreTableFiles(u.get(), dirs, RestoreOptions(), nullptr, nullptr);
+    EXPECT_EQ(s.code(), StatusCode::kDataLoss) << s.message();
+    EXPECT_NE(s.message().find("key 100"), std::string::npos) << s.message();
+  }
 }
 
 }  // namespace
