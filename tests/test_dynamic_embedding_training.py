@@ -23,9 +23,24 @@ TF_OPTIMIZERS = {
         0.3, l1_regularization_strength=0.01, l2_regularization_strength=0.02,
         l2_shrinkage_regularization_strength=0.05),
     "adam": lambda: tf.compat.v1.train.AdamOptimizer(0.1, beta1=0.8, beta2=0.9, epsilon=1e-3),
+    # Without a rec_sdk kernel: TensorFlow's own kernel on the step's rows and slots.
+    "adadelta": lambda: tf.compat.v1.train.AdadeltaOptimizer(1.0, rho=0.9, epsilon=1e-3),
+    "rmsprop": lambda: tf.compat.v1.train.RMSPropOptimizer(0.05, decay=0.8, momentum=0.5,
+                                                           centered=True),
+    "proximal_adagrad": lambda: tf.compat.v1.train.ProximalAdagradOptimizer(
+        0.2, initial_accumulator_value=0.3, l1_regularization_strength=0.01,
+        l2_regularization_strength=0.02),
+    "proximal_sgd": lambda: tf.compat.v1.train.ProximalGradientDescentOptimizer(
+        0.2, l1_regularization_strength=0.01, l2_regularization_strength=0.05),
+    "adagrad_da": lambda: tf.compat.v1.train.AdagradDAOptimizer(
+        0.3, tf.compat.v1.train.get_or_create_global_step(),
+        initial_gradient_squared_accumulator_value=0.2, l1_regularization_strength=0.01),
 }
 SLOTS = {"adagrad": ["accumulator"], "sgd": [], "momentum": ["momentum"],
-         "nesterov": ["momentum"], "ftrl": ["accum", "linear"], "adam": ["m", "v"]}
+         "nesterov": ["momentum"], "ftrl": ["accum", "linear"], "adam": ["m", "v"],
+         "adadelta": ["accum", "accum_update"], "rmsprop": ["rms", "mg", "momentum"],
+         "proximal_adagrad": ["accumulator"], "proximal_sgd": [],
+         "adagrad_da": ["gradient_accumulator", "gradient_squared_accumulator"]}
 
 
 def batches(seed=0):
@@ -84,7 +99,7 @@ def train_dense_reference(name, init_values):
     dense = tf.compat.v1.get_variable("dense", initializer=tf.constant([0.5, -0.5, 1.0]))
     loss = model_loss(tf.gather(table, a), tf.gather(table, b), w, dense)
     opt = TF_OPTIMIZERS[name]()
-    train = opt.minimize(loss)
+    train = opt.minimize(loss, global_step=tf.compat.v1.train.get_or_create_global_step())
     with new_session() as sess:
         sess.run(tf.compat.v1.global_variables_initializer())
         seen = set()
@@ -92,7 +107,7 @@ def train_dense_reference(name, init_values):
             sess.run(train, {a: ia, b: ib, w: wv})
             seen.update(ia.reshape(-1).tolist() + ib.tolist())
         values = sess.run(table)
-        slots = [sess.run(opt.get_slot(table, n)) for n in opt.get_slot_names()]
+        slots = [sess.run(opt.get_slot(table, n)) for n in SLOTS[name]]
         return values, slots, sess.run(dense), sorted(seen)
 
 
@@ -217,9 +232,13 @@ def test_bp_v2_gives_the_same_single_worker_result():
     np.testing.assert_array_equal(results[0], results[1])
 
 
+class _OwnOptimizer(tf.compat.v1.train.Optimizer):
+    """An optimizer rec_sdk knows nothing of (neither a kernel nor its slots)."""
+
+
 def test_unsupported_optimizer():
     with pytest.raises(TypeError, match="AdamOptimizer"):
-        de.DynamicEmbeddingOptimizer(tf.compat.v1.train.RMSPropOptimizer(0.1))
+        de.DynamicEmbeddingOptimizer(_OwnOptimizer(False, "own"))
     with pytest.raises(TypeError, match="tf.compat.v1.train"):
         de.DynamicEmbeddingOptimizer(object())
 
@@ -312,3 +331,26 @@ def test_int32_keys_and_empty_batches_train(key_dtype):
         got = as_dict(*sess.run(v.export()))
         np.testing.assert_allclose(got[3], [1 - 0.5 * 2 / np.sqrt(4.1)] * 2, rtol=1e-5)
         np.testing.assert_allclose(got[4], [1 - 0.5 / np.sqrt(1.1)] * 2, rtol=1e-5)
+
+
+def test_inference_mode_lookups_only_read():
+    assert de.get_model_mode() == de.ModelMode.TRAIN == "train"
+    v = de.Variable(dim=2, initializer=0.5, name="served")
+    de.enable_inference_mode()
+    try:
+        assert de.get_model_mode() == "inference"
+        emb, trainable = de.embedding_lookup(v, i64([1, 2, 1]), return_trainable=True)
+    finally:
+        de.enable_train_mode()
+    assert trainable is None and not tf.compat.v1.trainable_variables()
+    # Nothing the lookup built writes to a table: it may run from many threads at once.
+    writers = {"RecSdk>TableFindOrInsert", "RecSdk>TableUpsert", "RecSdk>TableRemove",
+               "RecSdk>TableWriteRows", "RecSdk>TableReadRows", "RecSdk>TrainableRows"}
+    built = {op.type for op in tf.compat.v1.get_default_graph().get_operations()}
+    assert not built & writers, built & writers
+    with new_session() as sess:
+        np.testing.assert_allclose(sess.run(emb), 0.5)
+        assert sess.run(v.size()) == 0
+    # Lookups built after enable_train_mode train again.
+    _, trainable = de.embedding_lookup(v, i64([3]), return_trainable=True, name="again")
+    assert trainable is not None

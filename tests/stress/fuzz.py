@@ -1,4 +1,4 @@
-"""Stress: seeded random calls of every RecSdk> op (all 30), bad shapes, dtypes, addresses, sizes
+"""Stress: seeded random calls of every RecSdk> op (all 32), bad shapes, dtypes, addresses, sizes
 and values mixed with valid ones: no crash, no hang, only clean errors, table invariants kept.
 
     python tests/stress/fuzz.py [--calls 1000000] [--seed 0] [--children K]
@@ -74,9 +74,10 @@ OPS = ("ApplyAdagrad", "ApplyFtrl", "ApplyGradientDescent", "ApplyLazyAdam", "Ap
        "EmbeddingTable", "GatherRowsByIndex", "KeyAccessStats", "SumRowsByIndex",
        "TableApplyDelta", "TableCapacity", "TableClear", "TableCommitSave",
        "TableConfigureAdmission", "TableEvict", "TableExport", "TableFindOrInsert",
-       "TableGather", "TableImport", "TableLookup", "TableRemove", "TableRestore",
+       "TableGather", "TableImport", "TableLookup", "TableReadRows", "TableRemove",
+       "TableRestore",
        "TableRestrict", "TableSave", "TableSetAccessThreshold", "TableSize", "TableStats",
-       "TableUpsert", "TrainableRows", "UniqueKeys")
+       "TableUpsert", "TableWriteRows", "TrainableRows", "UniqueKeys")
 # Relative frequency of the ops: table creation stays a minority, checkpoint ops (file I/O)
 # and clear (it empties the table the other ops work on) are rarer; the rest are equal.
 WEIGHTS = dict({op: 1.0 for op in OPS}, EmbeddingTable=0.5, TableSave=0.6, TableRestore=0.6,
@@ -604,6 +605,16 @@ class Fuzzer:
                 dim = dim_for(t, rnd)
                 add("TableGather", ops.rec_sdk_table_gather(h, ph(i64, 0), dim=dim),
                     [ph(i64, 0)], i, t, dim=dim, attrs=dict(dim=dim))
+                # rows with an optimizer's slots by address (the generic optimizer path)
+                layout = dict(slot_optimizer=str(rng.choice(OPTIMIZERS + ("Generic", ""))),
+                              slot_initial_values=[float(x) for x in rng.choice(
+                                  [0.0, 0.0, 1.0, 0.1, float("nan")],
+                                  int(rng.choice([0, 1, 2, 2, 3, 4, 5])))])
+                add("TableReadRows", list(ops.rec_sdk_table_read_rows(h, ph(i64, 0), **layout)),
+                    [ph(i64, 0)], i, t, attrs=layout)
+                add("TableWriteRows",
+                    ops.rec_sdk_table_write_rows(h, ph(i64, 0), ph(f32, 0), ph(f32, 1), **layout),
+                    [ph(i64, 0), ph(f32, 0), ph(f32, 1)], i, t, attrs=layout)
                 for _ in range(2):
                     kd, dim = kd_for(t, rnd), dim_for(t, rnd)
                     slot = int(rng.choice([-1, -1, -1, 0, 1, 2, 3, 4, 100]))
@@ -1008,6 +1019,25 @@ class Fuzzer:
             return [keys, values, slots], info
         if op == "TableGather":
             return [self._addresses(S, v.table, self._shape(self._n(t)))], info
+        if op in ("TableReadRows", "TableWriteRows"):
+            n = self._n(t)
+            addresses = self._addresses(S, v.table, (n,) if rng.random() < 0.9 else
+                                        self._shape(n))
+            # Slots start at (or are read as) the layout's initial values, NaN included.
+            info["dirty"] = any(x != x for x in v.attrs["slot_initial_values"])
+            if op == "TableReadRows":
+                return [addresses], info
+            dim = self.tables[v.table]["dim"] if v.table is not None and v.table >= 0 \
+                else t["dim"]
+            k = len(v.attrs["slot_initial_values"])
+            rows = addresses.shape[0] if addresses.ndim else 1
+            shape = (rows, dim) if rng.random() < 0.9 else self._rows_shape(addresses.shape, dim)
+            values = self._floats(shape, guarded)
+            slots = self._floats((k,) + shape if rng.random() < 0.9 else
+                                 (int(rng.integers(0, 3)),) + shape, guarded)
+            info["dirty"] = info["dirty"] or not (self._is_tame(values) and
+                                                  self._is_tame(slots))
+            return [addresses, values, slots], info
         if op.startswith("Apply"):
             name = {"ApplyLazyAdam": "LazyAdam", "ApplyGradientDescent": "GradientDescent",
                     "ApplyAdagrad": "Adagrad", "ApplyMomentum": "Momentum",

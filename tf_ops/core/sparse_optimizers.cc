@@ -1,5 +1,6 @@
 #include "tf_ops/core/sparse_optimizers.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -141,6 +142,36 @@ Status ApplyFtrl(EmbeddingTable* table, const int64_t* addresses, const float* g
                      : 0.0f;
           accum[d] = static_cast<float>(new_accum);
         }
+      },
+      run);
+}
+
+Status ReadRowsWithSlots(EmbeddingTable* table, const EmbeddingTable::SlotLayout& layout,
+                         const int64_t* addresses, int64_t n, float* values, float* slots,
+                         const ParallelRunner& run) {
+  const int dim = table->dim();
+  const size_t k = layout.initial_values.size();
+  std::fill_n(values, n * dim, 0.0f);
+  for (size_t s = 0; s < k; ++s) std::fill_n(slots + s * n * dim, n * dim, layout.initial_values[s]);
+  return table->ApplyUpdate(
+      layout, addresses, n, 2 * dim * (1 + k),
+      [=](int64_t i, float* w, float* const* row_slots) {
+        std::copy_n(w, dim, values + i * dim);
+        for (size_t s = 0; s < k; ++s) std::copy_n(row_slots[s], dim, slots + (s * n + i) * dim);
+      },
+      run);
+}
+
+Status WriteRowsWithSlots(EmbeddingTable* table, const EmbeddingTable::SlotLayout& layout,
+                          const int64_t* addresses, int64_t n, const float* values,
+                          const float* slots, const ParallelRunner& run) {
+  const int dim = table->dim();
+  const size_t k = layout.initial_values.size();
+  return table->ApplyUpdate(
+      layout, addresses, n, 2 * dim * (1 + k),
+      [=](int64_t i, float* w, float* const* row_slots) {
+        std::copy_n(values + i * dim, dim, w);
+        for (size_t s = 0; s < k; ++s) std::copy_n(slots + (s * n + i) * dim, dim, row_slots[s]);
       },
       run);
 }

@@ -10,6 +10,10 @@
 //   Adagrad    a += g^2;  w -= lr g / sqrt(a)                                 slots: a
 //   FTRL       TensorFlow's ApplyFtrlV2 (l1, l2, l2_shrinkage, lr_power)      slots: accum, linear
 //   Momentum   a = momentum a + g;  w -= lr a  (Nesterov: w -= lr (g + momentum a))  slots: a
+//
+// Optimizers without a kernel here (TensorFlow's own kernels run on gathered rows) use
+// ReadRowsWithSlots before and WriteRowsWithSlots after them: the rows and the slots of an
+// optimizer layout, by address, attaching the slots on first use as the Apply* do.
 #ifndef REC_SDK_CORE_SPARSE_OPTIMIZERS_H_
 #define REC_SDK_CORE_SPARSE_OPTIMIZERS_H_
 
@@ -65,6 +69,18 @@ Status ApplyFtrl(EmbeddingTable* table, const int64_t* addresses, const float* g
                  const FtrlParams& params, const ParallelRunner& run);
 Status ApplyMomentum(EmbeddingTable* table, const int64_t* addresses, const float* grads,
                      int64_t n, const MomentumParams& params, const ParallelRunner& run);
+
+// values [n, dim] and slots [layout slots][n][dim] of the rows at `addresses`; address -1
+// reads zeros and the slots' initial values. Attaches the layout's slots if needed (all or
+// nothing, as ApplyUpdate).
+Status ReadRowsWithSlots(EmbeddingTable* table, const EmbeddingTable::SlotLayout& layout,
+                         const int64_t* addresses, int64_t n, float* values, float* slots,
+                         const ParallelRunner& run);
+// Writes values [n, dim] and slots [layout slots][n][dim] into the rows at `addresses`
+// (unique; -1 skipped).
+Status WriteRowsWithSlots(EmbeddingTable* table, const EmbeddingTable::SlotLayout& layout,
+                          const int64_t* addresses, int64_t n, const float* values,
+                          const float* slots, const ParallelRunner& run);
 
 }  // namespace rec_sdk
 

@@ -1,4 +1,5 @@
 // Kernels of the sparse optimizers: check shapes, read scalar hyperparameters, call the core.
+#include <cmath>
 #include <limits>
 #include <vector>
 
@@ -178,11 +179,93 @@ class ApplyFtrlOp : public ApplyOpBase {
   float initial_accumulator_value_;
 };
 
+// TableReadRows / TableWriteRows: rows and an optimizer's slots by address, for optimizers
+// that run TensorFlow's own kernels on gathered rows.
+class RowsWithSlotsOpBase : public TableOpKernel {
+ public:
+  explicit RowsWithSlotsOpBase(OpKernelConstruction* ctx) : TableOpKernel(ctx, kWritesTable) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("slot_optimizer", &layout_.optimizer));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("slot_initial_values", &layout_.initial_values));
+    for (const float v : layout_.initial_values) {
+      OP_REQUIRES(ctx, std::isfinite(v),
+                  errors::InvalidArgument(type_string(), ": slot_initial_values must be "
+                                          "finite, got ", v));
+    }
+  }
+
+ protected:
+  // Checks addresses [n]; -> n, or -1 after reporting the error.
+  int64_t Addresses(OpKernelContext* ctx, EmbeddingTable* t) {
+    const Tensor& addresses = ctx->input(1);
+    if (addresses.dims() != 1) {
+      ctx->CtxFailure(errors::InvalidArgument(type_string(), " on table '", t->name(),
+                                              "': addresses must be a vector, got shape ",
+                                              addresses.shape().DebugString()));
+      return -1;
+    }
+    return addresses.dim_size(0);
+  }
+  const int64_t* AddressData(OpKernelContext* ctx) {
+    return reinterpret_cast<const int64_t*>(ctx->input(1).flat<int64_t>().data());
+  }
+
+  EmbeddingTable::SlotLayout layout_;
+};
+
+class TableReadRowsOp : public RowsWithSlotsOpBase {
+ public:
+  using RowsWithSlotsOpBase::RowsWithSlotsOpBase;
+
+  void ComputeWithTable(OpKernelContext* ctx, TableResource* table) override {
+    EmbeddingTable* t = table->table();
+    const int64_t n = Addresses(ctx, t);
+    if (n < 0) return;
+    const int64_t k = static_cast<int64_t>(layout_.initial_values.size());
+    Tensor* values;
+    Tensor* slots;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({n, t->dim()}), &values));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({k, n, t->dim()}), &slots));
+    OP_REQUIRES_OK(ctx, ToTfStatus(ReadRowsWithSlots(t, layout_, AddressData(ctx), n,
+                                                     values->flat<float>().data(),
+                                                     slots->flat<float>().data(),
+                                                     MakeRunner(ctx))));
+  }
+};
+
+class TableWriteRowsOp : public RowsWithSlotsOpBase {
+ public:
+  using RowsWithSlotsOpBase::RowsWithSlotsOpBase;
+
+  void ComputeWithTable(OpKernelContext* ctx, TableResource* table) override {
+    EmbeddingTable* t = table->table();
+    const int64_t n = Addresses(ctx, t);
+    if (n < 0) return;
+    const int64_t k = static_cast<int64_t>(layout_.initial_values.size());
+    const Tensor& values = ctx->input(2);
+    const Tensor& slots = ctx->input(3);
+    OP_REQUIRES(ctx, values.shape() == TensorShape({n, t->dim()}),
+                errors::InvalidArgument(type_string(), " on table '", t->name(),
+                                        "': values must have shape [", n, ", ", t->dim(),
+                                        "], got ", values.shape().DebugString()));
+    OP_REQUIRES(ctx, slots.shape() == TensorShape({k, n, t->dim()}),
+                errors::InvalidArgument(type_string(), " on table '", t->name(),
+                                        "': slots must have shape [", k, ", ", n, ", ",
+                                        t->dim(), "], got ", slots.shape().DebugString()));
+    OP_REQUIRES_OK(ctx, ToTfStatus(WriteRowsWithSlots(t, layout_, AddressData(ctx), n,
+                                                      values.flat<float>().data(),
+                                                      slots.flat<float>().data(),
+                                                      MakeRunner(ctx))));
+  }
+};
+
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(ApplyLazyAdam)).Device(DEVICE_CPU), ApplyLazyAdamOp);
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(ApplyGradientDescent)).Device(DEVICE_CPU),
                         ApplyGradientDescentOp);
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(ApplyAdagrad)).Device(DEVICE_CPU), ApplyAdagradOp);
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(ApplyFtrl)).Device(DEVICE_CPU), ApplyFtrlOp);
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(ApplyMomentum)).Device(DEVICE_CPU), ApplyMomentumOp);
+REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableReadRows)).Device(DEVICE_CPU), TableReadRowsOp);
+REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableWriteRows)).Device(DEVICE_CPU),
+                        TableWriteRowsOp);
 
 }  // namespace rec_sdk

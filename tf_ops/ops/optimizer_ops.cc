@@ -2,8 +2,11 @@
 // Duplicate addresses have their gradients summed first (one update per row), unless the
 // caller says the addresses are distinct (unique_addresses, as rec_sdk's Python optimizers do
 // after their own dedup): duplicates then race and updates are lost.
+#include <vector>
+
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/shape_inference.h"
 #include "tf_ops/ops/op_prefix.h"
 
 namespace rec_sdk {
@@ -74,5 +77,43 @@ REGISTER_OP(REC_SDK_OP_NAME(ApplyFtrl))
     .SetIsStateful()
     .SetShapeFn(tensorflow::shape_inference::NoOutputs)
     .Doc("FTRL-proximal (TensorFlow's ApplyFtrlV2) on the rows at `addresses` (duplicates summed unless unique_addresses).");
+
+REGISTER_OP(REC_SDK_OP_NAME(TableReadRows))
+    .Input("table: resource")
+    .Input("addresses: int64")
+    .Output("values: float")
+    .Output("slots: float")
+    .Attr("slot_optimizer: string")
+    .Attr("slot_initial_values: list(float) >= 0")
+    .SetIsStateful()
+    .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
+      std::vector<float> initial;
+      TF_RETURN_IF_ERROR(c->GetAttr("slot_initial_values", &initial));
+      auto n = c->Dim(c->input(1), 0);
+      c->set_output(0, c->Matrix(n, c->UnknownDim()));
+      c->set_output(1, c->MakeShape({c->MakeDim(static_cast<int64_t>(initial.size())), n,
+                                     c->UnknownDim()}));
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+The rows at `addresses` [n] (unique; -1 reads zeros) -> values [n, dim] and the slots of
+optimizer `slot_optimizer` (one per slot_initial_values, starting at those values) ->
+slots [len(slot_initial_values), n, dim], attaching the slots to the table on first use. With
+TableWriteRows, it lets an optimizer without a rec_sdk kernel run TensorFlow's own on the rows.
+)doc");
+
+REGISTER_OP(REC_SDK_OP_NAME(TableWriteRows))
+    .Input("table: resource")
+    .Input("addresses: int64")
+    .Input("values: float")
+    .Input("slots: float")
+    .Attr("slot_optimizer: string")
+    .Attr("slot_initial_values: list(float) >= 0")
+    .SetIsStateful()
+    .SetShapeFn(tensorflow::shape_inference::NoOutputs)
+    .Doc(R"doc(
+Writes values [n, dim] and the slots [len(slot_initial_values), n, dim] of optimizer
+`slot_optimizer` into the rows at `addresses` [n] (unique; -1 skipped). See TableReadRows.
+)doc");
 
 }  // namespace rec_sdk

@@ -27,6 +27,8 @@ Where rec_sdk differs from TFRA 0.7.2 (docs/DYNAMIC_EMBEDDING.md has the full li
 from rec_sdk.dynamic_embedding.lookup import (embedding_lookup, embedding_lookup_sparse,
                                                embedding_lookup_unique,
                                                safe_embedding_lookup_sparse)
+from rec_sdk.dynamic_embedding.mode import (ModelMode, enable_inference_mode, enable_train_mode,
+                                             get_model_mode)
 from rec_sdk.dynamic_embedding.optimizer import DynamicEmbeddingOptimizer
 from rec_sdk.dynamic_embedding.variable import (FrequencyRestrictPolicy, RestrictPolicy,
                                                  SlotVariable, TimestampRestrictPolicy,
@@ -36,5 +38,6 @@ __all__ = [
     "Variable", "get_variable", "default_partition_fn", "embedding_lookup",
     "embedding_lookup_unique", "embedding_lookup_sparse", "safe_embedding_lookup_sparse",
     "DynamicEmbeddingOptimizer", "RestrictPolicy", "TimestampRestrictPolicy",
-    "FrequencyRestrictPolicy", "SlotVariable",
+    "FrequencyRestrictPolicy", "SlotVariable", "ModelMode", "enable_train_mode",
+    "enable_inference_mode", "get_model_mode",
 ]

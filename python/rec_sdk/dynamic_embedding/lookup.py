@@ -9,6 +9,7 @@ first time), with the gradients of duplicate ids summed.
 """
 import tensorflow as tf
 
+from rec_sdk.dynamic_embedding import mode
 from rec_sdk.dynamic_embedding.variable import Variable
 from rec_sdk.ops import table_ops
 from rec_sdk.util.graph_state import state_of, trainable_lookup
@@ -56,7 +57,7 @@ def _unique_rows(params, unique, name):
     """Rows [n_unique, dim] of deduplicated keys, differentiable through a trainable when
     params.trainable; -> (rows, trainable or None)."""
     values, _ = params._read(unique, name="read")  # pylint: disable=protected-access
-    if not params.trainable:
+    if not params.trainable or not mode.training():
         return values, None
     # Outside control flow and control dependencies, like any variable.
     with tf.init_scope(), tf.compat.v1.variable_scope(None, default_name="TrainableWrapper"):

@@ -13,12 +13,21 @@ apply_gradients. The optimizer's slots live in the variable's rows:
   GradientDescentOptimizer       GradientDescent          -
   MomentumOptimizer              Momentum (Nesterov too)  momentum
   FtrlOptimizer                  FTRL (ApplyFtrlV2)       accum, linear
+  Adadelta, AdagradDA, ProximalAdagrad, ProximalGradientDescent, RMSProp optimizers:
+                                 the optimizer's own TensorFlow kernel on the step's rows
+                                 and slots, read from and written back to the table
+                                 (TableReadRows / TableWriteRows); slots as the optimizer
+                                 names them
+
+The generic path reads, updates and writes the rows in three ops, so unlike the fused
+kernels it is not atomic against another thread training the same table at once.
 """
 import tensorflow as tf
 from tensorflow.python.training import optimizer as tf_optimizer
+from tensorflow.python.training.optimizer import _var_key  # pylint: disable=protected-access
 
 from rec_sdk.dynamic_embedding.lookup import record_of
-from rec_sdk.dynamic_embedding.optimizer_kinds import SUPPORTED, hyper, kind
+from rec_sdk.dynamic_embedding.optimizer_kinds import SUPPORTED, hyper, kind, slot_info
 from rec_sdk.ops import optimizer_ops, table_ops
 from rec_sdk.optimizers.base import SparseOptimizer
 from rec_sdk.util.graph_state import state_of
@@ -31,10 +40,14 @@ class _RowUpdate(SparseOptimizer):
         self.kind, self.slot_names = kind(optimizer)
         self.optimizer = optimizer
         self._steps = {}  # graph -> Adam's step count variable (one optimizer, many graphs)
+        self._generic_locals = {}  # (graph, table name) -> the generic path's variables
         self._step = None
         self._next_step = None
 
     def _prepare(self):
+        if self.kind == "generic":
+            self.optimizer._prepare()  # pylint: disable=protected-access
+            return
         if self.kind != "adam":
             return
         graph = tf.compat.v1.get_default_graph()
@@ -51,8 +64,52 @@ class _RowUpdate(SparseOptimizer):
         with tf.control_dependencies(update_ops):
             return [self._step.assign(self._next_step).op]
 
+    def _locals(self, table, slot_names):
+        """The resource variables the generic path runs the optimizer's kernel on: one for
+        the rows of a step and one per slot, of the table's dim and any row count, registered
+        as the optimizer's slots of the first (per graph and table)."""
+        graph = tf.compat.v1.get_default_graph()
+        key = (graph, table.table_name)
+        if key not in self._generic_locals:
+            def local(name):
+                # Of unknown row count, so that no shape inference takes a step's rows
+                # (or the gradients feeding them) for the initial value's 0 rows.
+                return tf.compat.v1.Variable(
+                    tf.zeros([0, table.dim]), trainable=False, use_resource=True,
+                    shape=tf.TensorShape([None, table.dim]),
+                    collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES], name=name)
+            with tf.init_scope(), tf.compat.v1.variable_scope(
+                    None, default_name=table_ops.op_scope_name(table.table_name) + "_" +
+                    self._name + "_rows"):
+                rows = local("rows")
+                slots = [local(name) for name in slot_names]
+            for name, slot in zip(slot_names, slots):
+                self.optimizer._slots.setdefault(name, {})[_var_key(rows)] = slot  # pylint: disable=protected-access
+            self._generic_locals[key] = (rows, slots)
+        return self._generic_locals[key]
+
+    def _apply_generic(self, table, addresses, grads):
+        slots, kernel_name = slot_info(self.optimizer)
+        names = [name for name, _ in slots]
+        initial = [value for _, value in slots]
+        rows, slot_vars = self._locals(table, names)
+        values, slot_values = optimizer_ops.read_rows(table.handle, addresses, kernel_name,
+                                                      initial)
+        assigns = [rows.assign(values, read_value=False)] + [
+            var.assign(slot_values[i], read_value=False) for i, var in enumerate(slot_vars)]
+        with tf.control_dependencies(assigns):
+            update = self.optimizer._resource_apply_dense(grads, rows)  # pylint: disable=protected-access
+        with tf.control_dependencies([update]):
+            new_values = rows.read_value()
+            new_slots = (tf.stack([var.read_value() for var in slot_vars]) if slot_vars else
+                         tf.zeros([0, tf.shape(addresses)[0], table.dim]))
+            return optimizer_ops.write_rows(table.handle, addresses, new_values, new_slots,
+                                            kernel_name, initial)
+
     def _apply(self, table, addresses, grads):
         o = self.optimizer
+        if self.kind == "generic":
+            return self._apply_generic(table, addresses, grads)
         if self.kind == "adam":
             return optimizer_ops.apply_lazy_adam(
                 table.handle, addresses, grads, _f(o._lr), _f(o._beta1), _f(o._beta2),

@@ -42,3 +42,19 @@ def apply_ftrl(table, addresses, grads, learning_rate, learning_rate_power, l1, 
         table, addresses, grads, learning_rate, learning_rate_power, l1, l2, l2_shrinkage,
         initial_accumulator_value=initial_accumulator_value,
         unique_addresses=unique_addresses, name=name)
+
+
+def read_rows(table, addresses, slot_optimizer, slot_initial_values, name=None):
+    """(values [n, dim], slots [len(slot_initial_values), n, dim]) of the rows at unique
+    addresses, with the slots of `slot_optimizer` (attached on first use)."""
+    return load_ops().rec_sdk_table_read_rows(
+        table, addresses, slot_optimizer=slot_optimizer,
+        slot_initial_values=list(slot_initial_values), name=name)
+
+
+def write_rows(table, addresses, values, slots, slot_optimizer, slot_initial_values,
+               name=None):
+    """Writes values [n, dim] and slots [k, n, dim] into the rows at unique addresses."""
+    return load_ops().rec_sdk_table_write_rows(
+        table, addresses, values, slots, slot_optimizer=slot_optimizer,
+        slot_initial_values=list(slot_initial_values), name=name)
