@@ -455,3 +455,23 @@ def test_same_results_as_tfra():
         np.testing.assert_allclose(a["losses"], b["losses"], rtol=1e-5, atol=1e-6)
         assert a["export"][0] == b["export"][0]
         np.testing.assert_allclose(a["export"][1], b["export"][1], rtol=1e-4, atol=1e-5)
+
+
+def test_math_and_data_flow_are_tensorflows_ops_with_gradients():
+    data = tf.constant([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+    indices, segments = tf.constant([0, 2, 2]), tf.constant([0, 0, 3])
+    got = de.math.sparse_segment_sum(data, indices, segments, num_segments=5)
+    grad = tf.gradients(tf.reduce_sum(got * 2.0), data)[0]
+    sp = tf.SparseTensor([[0, 0], [2, 1]], tf.constant([1.0, 2.0]), [3, 2])
+    filled, empty = de.math.sparse_fill_empty_rows(sp, -1.0)
+    reshaped = de.math.sparse_reshape(sp, [2, 3])
+    parts = de.data_flow.dynamic_partition(tf.constant([10, 20, 30]), tf.constant([1, 0, 1]), 2)
+    stitched = de.data_flow.dynamic_stitch([tf.constant([1]), tf.constant([0, 2])], parts)
+    with new_session() as sess:
+        g, gr, f, e, r, st = sess.run([got, grad, filled, empty, reshaped, stitched])
+    np.testing.assert_array_equal(g, [[6, 8], [0, 0], [0, 0], [5, 6], [0, 0]])
+    np.testing.assert_array_equal(gr, [[2, 2], [0, 0], [4, 4]])
+    np.testing.assert_array_equal(f.values, [1.0, -1.0, 2.0])
+    np.testing.assert_array_equal(e, [False, True, False])
+    assert list(r.dense_shape) == [2, 3]
+    np.testing.assert_array_equal(st, [10, 20, 30])  # stitching the partitions back
