@@ -354,3 +354,53 @@ def test_inference_mode_lookups_only_read():
     # Lookups built after enable_train_mode train again.
     _, trainable = de.embedding_lookup(v, i64([3]), return_trainable=True, name="again")
     assert trainable is not None
+
+
+@pytest.mark.parametrize("policy", ["timestamp", "frequency"])
+def test_restrict_policy_status_and_apply_update(policy):
+    cls = {"timestamp": de.TimestampRestrictPolicy, "frequency": de.FrequencyRestrictPolicy}
+    v = de.Variable(dim=2, initializer=0.0, name="with_status", restrict_policy=cls[policy])
+    status = v.restrict_policy.status
+    ids = tf.compat.v1.placeholder(tf.int64, [None])
+    update = v.restrict_policy.apply_update(ids)
+    with new_session() as sess:
+        assert sess.run(status.size()) == 0
+        sess.run(update, {ids: [0, 1, 2, 2]})
+        sess.run(update, {ids: [1, 2, 3]})
+        assert sess.run(status.size()) == 4 == sess.run(v.size())
+        keys, stat = sess.run(status.export())
+    stat = dict(zip(keys.tolist(), stat.tolist()))
+    if policy == "timestamp":
+        assert stat[0] < stat[1] == stat[2] == stat[3]
+    else:  # one count per key and update, however often the key occurs in it
+        assert stat == {0: 1, 1: 2, 2: 2, 3: 1}
+
+
+def test_optimizer_slots_of_a_trainable():
+    v = de.Variable(dim=2, initializer=0.0, name="slotted")
+    dense = tf.compat.v1.get_variable("dense_w", [2])
+    emb, trainable = de.embedding_lookup(v, i64([4, 5]), return_trainable=True)
+    opt = de.DynamicEmbeddingOptimizer(
+        tf.compat.v1.train.AdagradOptimizer(0.1, initial_accumulator_value=0.25))
+    train = opt.minimize(tf.reduce_sum(emb * dense))
+    assert opt.get_slot_names() == ["accumulator"]
+    slot = opt.get_slot(trainable, "accumulator")
+    assert slot.params.name == "slotted/Adagrad/accumulator"
+    assert opt.get_slot(trainable, "m") is None
+    assert opt.get_slot(dense, "accumulator") is not None  # dense variables as before
+    with new_session() as sess:
+        sess.run(tf.compat.v1.global_variables_initializer())
+        sess.run(train)
+        assert sess.run(slot.params.size()) == 2
+        np.testing.assert_allclose(sess.run(slot.params.lookup(i64([9]))), [[0.25, 0.25]])
+
+
+def test_python_and_numpy_keys_and_values_convert_to_the_variables_dtypes():
+    v = de.Variable(dim=2, key_dtype=tf.int32, name="converted")
+    upsert = v.upsert([1, 2], np.ones([2, 2]))  # a list of ints, float64 values
+    found = v.lookup(np.array([2, 3], np.int64))
+    with new_session() as sess:
+        sess.run(upsert)
+        np.testing.assert_allclose(sess.run(found), [[1, 1], [0, 0]])
+    with pytest.raises(TypeError, match="key_dtype"):
+        v.lookup(tf.constant([1.5]))

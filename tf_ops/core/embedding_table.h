@@ -218,6 +218,10 @@ class EmbeddingTable {
   using ExportAllocator =
       std::function<Status(int64_t n, int64_t** keys, float** values, float** slots)>;
   Status Export(const ExportAllocator& allocate);
+  // Every stored key with its access statistics (restrict policies' status): last-seen clock
+  // and access count, in row order.
+  void ExportAccess(std::vector<int64_t>* keys, std::vector<int64_t>* last_seen,
+                    std::vector<int64_t>* counts);
 
   // Replaces the table's contents with n rows. slots (layout [slot][row][dim]) may be null
   // (slots start from their initial values); otherwise it holds num_slots arrays, which must

@@ -331,6 +331,26 @@ Status EmbeddingTable::ApplyDelta(const CheckpointInfo& info, bool cleared,
 }
 
 
+void EmbeddingTable::ExportAccess(std::vector<int64_t>* keys, std::vector<int64_t>* last_seen,
+                                 std::vector<int64_t>* counts) {
+  std::unique_lock<std::shared_mutex> structure(structure_mu_);
+  std::lock_guard<std::mutex> lock(alloc_mu_);
+  const int64_t n = size_.load();
+  keys->clear();
+  last_seen->clear();
+  counts->clear();
+  keys->reserve(n);
+  last_seen->reserve(n);
+  counts->reserve(n);
+  for (int64_t row = 0; row < next_row_; ++row) {
+    const RowMeta& meta = MetaOf(row);
+    if (!meta.alive) continue;
+    keys->push_back(meta.key);
+    last_seen->push_back(meta.last_seen);
+    counts->push_back(int64_t{meta.count});
+  }
+}
+
 Status EmbeddingTable::Export(const ExportAllocator& allocate) {
   std::unique_lock<std::shared_mutex> structure(structure_mu_);
   std::lock_guard<std::mutex> lock(alloc_mu_);

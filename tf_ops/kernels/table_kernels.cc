@@ -2,6 +2,7 @@
 // remove, size, clear, stats, export and import. They parse and check inputs, call the core
 // and translate its status. The admission, checkpoint and key-batch kernels are in
 // admission_kernels.cc, checkpoint_kernels.cc and key_kernels.cc.
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -354,6 +355,22 @@ class TableExportOp : public TableOpKernel {
   tensorflow::DataType key_dtype_;
 };
 
+class TableExportAccessOp : public TableOpKernel {
+ public:
+  explicit TableExportAccessOp(OpKernelConstruction* ctx) : TableOpKernel(ctx, kReadsTable) {}
+
+  void ComputeWithTable(OpKernelContext* ctx, TableResource* table) override {
+    std::vector<int64_t> columns[3];
+    table->table()->ExportAccess(&columns[0], &columns[1], &columns[2]);
+    for (int i = 0; i < 3; ++i) {
+      Tensor* out;
+      OP_REQUIRES_OK(ctx, ctx->allocate_output(
+                              i, TensorShape({static_cast<int64_t>(columns[i].size())}), &out));
+      std::copy(columns[i].begin(), columns[i].end(), out->flat<int64_t>().data());
+    }
+  }
+};
+
 class TableImportOp : public TableOpKernel {
  public:
   explicit TableImportOp(OpKernelConstruction* ctx) : TableOpKernel(ctx, kWritesTable) {}
@@ -404,6 +421,8 @@ REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableCapacity)).Device(DEVICE_CPU),
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableClear)).Device(DEVICE_CPU), TableClearOp);
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableStats)).Device(DEVICE_CPU), TableStatsOp);
 REC_SDK_REGISTER_KEYED(TableExport, TableExportOp);
+REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableExportAccess)).Device(DEVICE_CPU),
+                        TableExportAccessOp);
 REC_SDK_REGISTER_KEYED(TableImport, TableImportOp);
 
 }  // namespace rec_sdk

@@ -370,6 +370,22 @@ REGISTER_OP(REC_SDK_OP_NAME(TableClear))
     .SetShapeFn(tensorflow::shape_inference::NoOutputs)
     .Doc("Removes every key.");
 
+REGISTER_OP(REC_SDK_OP_NAME(TableExportAccess))
+    .Input("table: resource")
+    .Output("keys: int64")
+    .Output("last_seen: int64")
+    .Output("counts: int64")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      DimensionHandle n = c->UnknownDim();
+      for (int i = 0; i < 3; ++i) c->set_output(i, c->Vector(n));
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+Every stored key (as int64) with its last-seen clock and access count (counted when the table
+tracks accesses): the status restrict policies rank keys by.
+)doc");
+
 REGISTER_OP(REC_SDK_OP_NAME(TableExport))
     .Input("table: resource")
     .Output("keys: key_dtype")

@@ -244,6 +244,39 @@ def _install_processor():
 _install_processor()
 
 
+class TrainableSlot:
+    """What optimizer.get_slot(trainable, name) gives for a de lookup's trainable (TFRA: the
+    slot's own trainable): `params` is the slot's view on the variable's rows
+    (de.SlotVariable)."""
+
+    def __init__(self, view):
+        self.params = view
+        self.name = view.name
+
+
+def _add_slot_views(optimizer, slot_names):
+    """get_slot and get_slot_names of `optimizer` also answer for de trainables."""
+    original_get_slot = optimizer.get_slot
+    original_names = optimizer.get_slot_names
+
+    def get_slot(var, name):
+        record = record_of(var)
+        if record is None:
+            return original_get_slot(var, name)
+        for view in record.params.get_slot_variables(optimizer):
+            if view.slot_name == name:
+                return TrainableSlot(view)
+        return None
+
+    def get_slot_names():
+        return sorted(set(original_names()) | set(slot_names))
+
+    get_slot.__doc__ = original_get_slot.__doc__
+    get_slot_names.__doc__ = original_names.__doc__
+    optimizer.get_slot = get_slot
+    optimizer.get_slot_names = get_slot_names
+
+
 def DynamicEmbeddingOptimizer(self, bp_v2=False, synchronous=False, **kwargs):  # pylint: disable=invalid-name
     """Makes the tf.compat.v1.train optimizer `self` train de.Variables too; returns it.
 
@@ -262,6 +295,7 @@ def DynamicEmbeddingOptimizer(self, bp_v2=False, synchronous=False, **kwargs):  
         return self  # wrapped already
     row_update = _RowUpdate(self)
     original = self.apply_gradients
+    _add_slot_views(self, row_update.slot_names)
 
     def apply_gradients(grads_and_vars, global_step=None, name=None):
         return _apply_gradients(self, row_update, original, grads_and_vars, global_step, name)

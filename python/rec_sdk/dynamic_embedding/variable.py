@@ -196,15 +196,26 @@ class Variable:
         return "<de.Variable %r dim=%d shards=%d>" % (self.name, self.dim, self.shard_num)
 
     # --- helpers ---
+    @staticmethod
+    def _converted(x, dtype, integer):
+        """Python and NumPy values become tensors of `dtype` (lists, float64 arrays), as TFRA
+        converts them; a tensor keeps its dtype (a mismatch is the caller's error)."""
+        if isinstance(x, (tf.Tensor, tf.Variable, tf.SparseTensor)) or hasattr(x, "op"):
+            return tf.convert_to_tensor(x)
+        array = np.asarray(x)
+        if array.dtype.kind in ("i", "u") or (not integer and array.dtype.kind == "f"):
+            return tf.convert_to_tensor(array.astype(dtype.as_numpy_dtype))
+        return tf.convert_to_tensor(x)
+
     def _keys(self, keys, what="keys"):
-        keys = tf.convert_to_tensor(keys)
+        keys = self._converted(keys, self.key_dtype, integer=True)
         if keys.dtype != self.key_dtype:
             raise TypeError("%s of %r must be %s (the key_dtype), got %s"
                             % (what, self.name, self.key_dtype.name, keys.dtype.name))
         return keys
 
     def _values(self, values, what="values"):
-        values = tf.convert_to_tensor(values)
+        values = self._converted(values, self.value_dtype, integer=False)
         if values.dtype != self.value_dtype:
             raise TypeError("%s of %r must be %s (the value_dtype), got %s"
                             % (what, self.name, self.value_dtype.name, values.dtype.name))
@@ -419,10 +430,34 @@ class SlotVariable:
         return self.params.size(index, name)
 
 
+class PolicyStatus:
+    """A restrict policy's `status` (TFRA keeps it in a table of its own): a read-only view of
+    the statistic each row of the variable keeps, last-seen clock or access count."""
+
+    def __init__(self, policy):
+        self._policy = policy
+        self.name = "%s/%s/status" % (policy.var.name, type(policy).__name__)
+
+    def size(self, index=None, name=None):
+        """Keys with a status: every key of the variable."""
+        return self._policy.var.size(index, name)
+
+    def export(self, name=None):
+        """(keys, statistic [n] int64) of every key, shard after shard."""
+        var = self._policy.var
+        with tf.name_scope(name or "status_export"):
+            shards = []
+            for t in var.tables:
+                keys, last_seen, counts = table_ops.export_access(t.handle)
+                shards.append((tf.cast(keys, var.key_dtype),
+                               last_seen if self._policy.by == "last_seen" else counts))
+            return Variable._joined(shards)  # pylint: disable=protected-access
+
+
 class RestrictPolicy:
     """Base of the restrict policies: restrict(num_reserved) keeps the num_reserved best keys by
     the policy's statistic, which the variable's rows keep current on every training update
-    (no separate status table)."""
+    (no separate status table: `status` is a view of it)."""
 
     by = None
 
@@ -430,11 +465,20 @@ class RestrictPolicy:
         if not isinstance(var, Variable):
             raise TypeError("a restrict policy needs a de.Variable, got %r" % (var,))
         self.var = var
+        self.status = PolicyStatus(self)
 
     def apply_update(self, ids):
-        """Kept for TFRA scripts: the statistics are updated by every training step already."""
-        del ids
-        return tf.no_op()
+        """Records that `ids` were seen now (a training step of the variable's optimizer does
+        this already): keys without a row get one, with their initial values, since the
+        statistic lives in the row. Returns the op."""
+        var = self.var
+        var._writes()  # pylint: disable=protected-access
+        keys = var._keys(ids)  # pylint: disable=protected-access
+        with tf.name_scope("%s_status_update" % var.name.split("/")[-1]):
+            unique, _ = table_ops.unique_keys(tf.reshape(keys, [-1]))
+            _, shard_keys, _ = var._split(unique)  # pylint: disable=protected-access
+            return tf.group([t.find_or_insert(k, is_train=True, lookup=var.name)
+                             for t, k in zip(var.tables, shard_keys)])
 
     def apply_restriction(self, num_reserved, trigger=None, **kwargs):
         """When the variable holds more than `trigger` keys (default num_reserved), keeps

@@ -188,6 +188,11 @@ def export(table, key_dtype, dim, name=None):
     return load_ops().rec_sdk_table_export(table, key_dtype=key_dtype, dim=dim, name=name)
 
 
+def export_access(table, name=None):
+    """-> (keys [n] as int64, last-seen clocks [n], access counts [n]) of the stored keys."""
+    return load_ops().rec_sdk_table_export_access(table, name=name)
+
+
 def restrict(table, num_reserved, by, name=None):
     """Keeps the num_reserved rows seen last (by="last_seen") or most often (by="count");
     -> rows removed."""
