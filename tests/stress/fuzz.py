@@ -1,4 +1,4 @@
-"""Stress: seeded random calls of every RecSdk> op (all 32), bad shapes, dtypes, addresses, sizes
+"""Stress: seeded random calls of every RecSdk> op (all 33), bad shapes, dtypes, addresses, sizes
 and values mixed with valid ones: no crash, no hang, only clean errors, table invariants kept.
 
     python tests/stress/fuzz.py [--calls 1000000] [--seed 0] [--children K]
@@ -73,7 +73,8 @@ import time
 OPS = ("ApplyAdagrad", "ApplyFtrl", "ApplyGradientDescent", "ApplyLazyAdam", "ApplyMomentum",
        "EmbeddingTable", "GatherRowsByIndex", "KeyAccessStats", "SumRowsByIndex",
        "TableApplyDelta", "TableCapacity", "TableClear", "TableCommitSave",
-       "TableConfigureAdmission", "TableEvict", "TableExport", "TableFindOrInsert",
+       "TableConfigureAdmission", "TableEvict", "TableExport", "TableExportAccess",
+       "TableFindOrInsert",
        "TableGather", "TableImport", "TableLookup", "TableReadRows", "TableRemove",
        "TableRestore",
        "TableRestrict", "TableSave", "TableSetAccessThreshold", "TableSize", "TableStats",
@@ -602,6 +603,7 @@ class Fuzzer:
                     list(ops.rec_sdk_table_restore(h, ph(st, 0), ph(i64, 0), ph(i64, 1))),
                     [ph(st, 0), ph(i64, 0), ph(i64, 1)], i, t)
                 add("TableStats", ops.rec_sdk_table_stats(h), [], i, t)
+                add("TableExportAccess", list(ops.rec_sdk_table_export_access(h)), [], i, t)
                 dim = dim_for(t, rnd)
                 add("TableGather", ops.rec_sdk_table_gather(h, ph(i64, 0), dim=dim),
                     [ph(i64, 0)], i, t, dim=dim, attrs=dict(dim=dim))
