@@ -404,3 +404,18 @@ def test_python_and_numpy_keys_and_values_convert_to_the_variables_dtypes():
         np.testing.assert_allclose(sess.run(found), [[1, 1], [0, 0]])
     with pytest.raises(TypeError, match="key_dtype"):
         v.lookup(tf.constant([1.5]))
+
+
+def test_size_works_after_the_graph_is_finalized():
+    v = de.Variable(dim=2, name="sized")
+    upsert = v.upsert(i64([1, 2]), f32([[1.0, 1.0], [2.0, 2.0]]))
+    first = v.size()
+    with tf.control_dependencies([upsert]):
+        after_upsert = v.size()  # ordered after the upsert, so never handed out later
+    assert after_upsert is not first
+    tf.compat.v1.get_default_graph().finalize()
+    assert v.size() is first
+    with new_session() as sess:
+        assert sess.run(first) == 0
+        sess.run(upsert)
+        assert sess.run(v.size()) == 2

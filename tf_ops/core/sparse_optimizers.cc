@@ -31,12 +31,14 @@ Status ApplyLazyAdam(EmbeddingTable* table, const int64_t* addresses, const floa
   REC_SDK_RETURN_IF_ERROR(CheckRange("LazyAdam", "beta1", p.beta1, 0, true, 1, true));
   REC_SDK_RETURN_IF_ERROR(CheckRange("LazyAdam", "beta2", p.beta2, 0, false, 1, false));
   REC_SDK_RETURN_IF_ERROR(CheckRange("LazyAdam", "epsilon", p.epsilon, 0, true, 1, false));
-  if (p.step < 1) {
+  if (!p.bias_corrected && p.step < 1) {
     return Status::InvalidArgument("LazyAdam: step must be >= 1, got " + std::to_string(p.step));
   }
   const double t = static_cast<double>(p.step);
-  const float lr_t = static_cast<float>(p.learning_rate * std::sqrt(1.0 - std::pow(p.beta2, t)) /
-                                        (1.0 - std::pow(p.beta1, t)));
+  const float lr_t =
+      p.bias_corrected ? p.learning_rate
+                       : static_cast<float>(p.learning_rate * std::sqrt(1.0 - std::pow(p.beta2, t)) /
+                                            (1.0 - std::pow(p.beta1, t)));
   const int dim = table->dim();
   const float b1 = p.beta1, b2 = p.beta2, eps = p.epsilon;
   return table->ApplyUpdate(

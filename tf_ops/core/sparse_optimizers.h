@@ -30,6 +30,9 @@ struct LazyAdamParams {
   float beta2;
   float epsilon;
   int64_t step;  // 1 for the first update; drives bias correction
+  // learning_rate is already bias-corrected (TensorFlow's AdamOptimizer computes it from its
+  // float32 beta powers); step is not used.
+  bool bias_corrected = false;
 };
 
 struct GradientDescentParams {

@@ -88,12 +88,15 @@ class ApplyOpBase : public TableOpKernel {
 
 class ApplyLazyAdamOp : public ApplyOpBase {
  public:
-  using ApplyOpBase::ApplyOpBase;
+  explicit ApplyLazyAdamOp(OpKernelConstruction* ctx) : ApplyOpBase(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("bias_corrected", &bias_corrected_));
+  }
 
  protected:
   Status Update(OpKernelContext* ctx, EmbeddingTable* table, const int64_t* addresses,
                 const float* grads, int64_t n) override {
     LazyAdamParams p;
+    p.bias_corrected = bias_corrected_;
     REC_SDK_RETURN_IF_ERROR(Scalar(ctx, 3, "learning_rate", &p.learning_rate));
     REC_SDK_RETURN_IF_ERROR(Scalar(ctx, 4, "beta1", &p.beta1));
     REC_SDK_RETURN_IF_ERROR(Scalar(ctx, 5, "beta2", &p.beta2));
@@ -101,6 +104,9 @@ class ApplyLazyAdamOp : public ApplyOpBase {
     REC_SDK_RETURN_IF_ERROR(Scalar(ctx, 7, "step", &p.step));
     return ApplyLazyAdam(table, addresses, grads, n, p, MakeRunner(ctx));
   }
+
+ private:
+  bool bias_corrected_ = false;
 };
 
 class ApplyGradientDescentOp : public ApplyOpBase {

@@ -21,12 +21,15 @@ REGISTER_OP(REC_SDK_OP_NAME(ApplyLazyAdam))
     .Input("epsilon: float")
     .Input("step: int64")
     .Attr("unique_addresses: bool = false")
+    .Attr("bias_corrected: bool = false")
     .SetIsStateful()
     .SetShapeFn(tensorflow::shape_inference::NoOutputs)
     .Doc(R"doc(
 LazyAdam on the rows at `addresses` [n] with gradients `grads` [n, dim] (duplicates summed unless
 unique_addresses); -1
-addresses are skipped. `step` (>= 1) is the optimizer's update count for bias correction.
+addresses are skipped. `step` (>= 1) is the optimizer's update count for bias correction, or,
+with bias_corrected, learning_rate is the corrected rate (as TensorFlow's AdamOptimizer computes
+it from its float32 beta powers) and step is not used.
 )doc");
 
 REGISTER_OP(REC_SDK_OP_NAME(ApplyGradientDescent))

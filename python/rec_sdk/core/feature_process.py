@@ -95,9 +95,14 @@ class EvictHook(tf.compat.v1.train.SessionRunHook):
         due = now - self._last_time >= self._time_interval
         step = run_values.results if self._global_step is not None else None
         if self._step_interval is not None and isinstance(step, numbers.Integral):
-            # The step is read while the training op runs (before or after its increment):
-            # fire when it enters a new multiple of the interval.
-            bucket = int(step) // self._step_interval
+            # The step fetched with the run was read while the training op ran, before or
+            # after its increment: near a multiple of the interval, read it again, now that
+            # the step is done, and fire when it enters a new multiple.
+            step = int(step)
+            if self._last_bucket is not None and \
+                    (step + 1) // self._step_interval > self._last_bucket:
+                step = int(run_context.session.run(self._global_step))
+            bucket = step // self._step_interval
             if self._last_bucket is not None and bucket > self._last_bucket:
                 due = True
             self._last_bucket = bucket

@@ -53,17 +53,22 @@ def _ids(params, ids, what="ids"):
     return ids
 
 
-def _unique_rows(params, unique, name):
+def _unique_rows(params, unique, name, trainable_name):
     """Rows [n_unique, dim] of deduplicated keys, differentiable through a trainable when
-    params.trainable; -> (rows, trainable or None)."""
+    params.trainable; -> (rows, trainable or None). The trainable is named as TFRA names
+    its TrainableWrapper: <variable scope>/<trainable_name>/<trainable_name> (made unique),
+    trainable_name being the lookup's name path (e.g. "emb", or "sp_emb/embedding_lookup"
+    for a sparse lookup named sp_emb), so scripts that find it by name work."""
     values, _ = params._read(unique, name="read")  # pylint: disable=protected-access
     if not params.trainable or not mode.training():
         return values, None
+    scope = tf.compat.v1.get_variable_scope().name
+    path = (scope + "/" if scope else "") + trainable_name
     # Outside control flow and control dependencies, like any variable.
-    with tf.init_scope(), tf.compat.v1.variable_scope(None, default_name="TrainableWrapper"):
+    with tf.init_scope(), tf.compat.v1.name_scope(path + "/"):
         trainable = tf.compat.v1.Variable(
             tf.zeros([0, params.dim]), trainable=True, use_resource=True, validate_shape=False,
-            collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES], name="trainable")
+            collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES], name=trainable_name)
     state = state_of(trainable.graph)
     with state.lock:
         state.trainable_lookups[trainable.op.name] = LookupRecord(params, unique, values)
@@ -101,7 +106,7 @@ def embedding_lookup(params, ids, partition_strategy=None, name=None, validate_i
     with tf.name_scope(name or "embedding_lookup"):
         flat = tf.reshape(ids, [-1])
         unique, inverse = table_ops.unique_keys(flat)
-        rows, trainable = _unique_rows(params, unique, name)
+        rows, trainable = _unique_rows(params, unique, name, name or "embedding_lookup")
         if max_norm is not None:
             rows = tf.clip_by_norm(rows, _max_norm(max_norm), axes=[1])
         emb = Variable._shaped(  # pylint: disable=protected-access
@@ -149,7 +154,9 @@ def _lookup_sparse(params, sp_ids, sp_weights, name, combiner, max_norm, store_n
     with tf.name_scope(name or "embedding_lookup_sparse"):
         segments = tf.cast(sp_ids.indices[:, 0], tf.int32)
         unique, inverse = table_ops.unique_keys(sp_ids.values)
-        rows, trainable = _unique_rows(params, unique, store_name)
+        rows, trainable = _unique_rows(params, unique, store_name,
+                                       (store_name or "embedding_lookup_sparse") +
+                                       "/embedding_lookup")
         if max_norm is not None:
             rows = tf.clip_by_norm(rows, _max_norm(max_norm), axes=[1])
         if sp_weights is None:

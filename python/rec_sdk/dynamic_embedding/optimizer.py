@@ -7,8 +7,8 @@ then, starting from the values the forward pass read); every other pair goes to 
 apply_gradients. The optimizer's slots live in the variable's rows:
 
   tf.compat.v1.train optimizer   rec_sdk kernel           slots (get_slot_variables names)
-  AdamOptimizer                  LazyAdam                 m, v   (bias correction: one step
-                                                                  count per apply_gradients)
+  AdamOptimizer                  LazyAdam                 m, v   (bias correction from float32
+                                                                  beta powers, as TF's Adam)
   AdagradOptimizer               Adagrad                  accumulator
   GradientDescentOptimizer       GradientDescent          -
   MomentumOptimizer              Momentum (Nesterov too)  momentum
@@ -39,10 +39,11 @@ class _RowUpdate(SparseOptimizer):
         super().__init__(optimizer.get_name(), by_address=None)
         self.kind, self.slot_names = kind(optimizer)
         self.optimizer = optimizer
-        self._steps = {}  # graph -> Adam's step count variable (one optimizer, many graphs)
+        # graph -> Adam's float32 beta powers (one optimizer, many graphs)
+        self._beta_powers = {}
         self._generic_locals = {}  # (graph, table name) -> the generic path's variables
-        self._step = None
-        self._next_step = None
+        self._powers = None
+        self._adam_lr = None
 
     def _prepare(self):
         if self.kind == "generic":
@@ -50,19 +51,30 @@ class _RowUpdate(SparseOptimizer):
             return
         if self.kind != "adam":
             return
+        # As TensorFlow's AdamOptimizer: float32 beta1_power and beta2_power, multiplied by
+        # beta1 and beta2 after each step, give the bias-corrected rate, so that a de.Variable
+        # trains exactly as a dense variable with the same optimizer (a step count and double
+        # precision would differ from it by ~1e-6 after a few steps).
+        o = self.optimizer
         graph = tf.compat.v1.get_default_graph()
-        if graph not in self._steps:
+        if graph not in self._beta_powers:
             with tf.init_scope():
-                self._steps[graph] = tf.compat.v1.Variable(
-                    0, dtype=tf.int64, trainable=False, name=self._name + "_de_step")
-        self._step = self._steps[graph]
-        self._next_step = self._step.read_value() + 1
+                self._beta_powers[graph] = tuple(
+                    tf.compat.v1.Variable(tf.cast(hyper(beta), tf.float32), trainable=False,
+                                          name="%s_de_%s_power" % (self._name, which))
+                    for which, beta in (("beta1", o._beta1), ("beta2", o._beta2)))  # pylint: disable=protected-access
+        self._powers = self._beta_powers[graph]
+        beta1_power, beta2_power = (p.read_value() for p in self._powers)
+        self._adam_lr = (_f(o._lr) * tf.sqrt(1.0 - beta2_power) /  # pylint: disable=protected-access
+                         (1.0 - beta1_power))
 
     def _finish(self, update_ops):
         if self.kind != "adam":
             return update_ops
+        o = self.optimizer
         with tf.control_dependencies(update_ops):
-            return [self._step.assign(self._next_step).op]
+            return [power.assign(power * _f(beta)).op for power, beta in
+                    zip(self._powers, (o._beta1, o._beta2))]  # pylint: disable=protected-access
 
     def _locals(self, table, slot_names):
         """The resource variables the generic path runs the optimizer's kernel on: one for
@@ -112,8 +124,9 @@ class _RowUpdate(SparseOptimizer):
             return self._apply_generic(table, addresses, grads)
         if self.kind == "adam":
             return optimizer_ops.apply_lazy_adam(
-                table.handle, addresses, grads, _f(o._lr), _f(o._beta1), _f(o._beta2),
-                _f(o._epsilon), self._next_step, unique_addresses=True)
+                table.handle, addresses, grads, self._adam_lr, _f(o._beta1), _f(o._beta2),
+                _f(o._epsilon), tf.constant(1, tf.int64), unique_addresses=True,
+                bias_corrected=True)
         if self.kind == "adagrad":
             return optimizer_ops.apply_adagrad(
                 table.handle, addresses, grads, _f(o._learning_rate),

@@ -158,6 +158,7 @@ class Variable:
         self.bp_v2 = bool(bp_v2)
         self.initializer = initializer
         self._trainable_store = {}
+        self._size_ops = {}  # (graph, shard index or None) -> size op
         self.graph = tf.compat.v1.get_default_graph()
         rows = _init_rows(self.init_size, self.shard_num)
         self._tables = []
@@ -354,7 +355,21 @@ class Variable:
             return tf.group([table_ops.clear(t.handle) for t in self._tables])
 
     def size(self, index=None, name=None):
-        """Keys stored in shard `index`, or in all shards (int64 scalar)."""
+        """Keys stored in shard `index`, or in all shards (int64 scalar). Once the graph is
+        finalized (e.g. by MonitoredTrainingSession), the last size op built at its top level
+        (no control dependency, no control flow) is returned, as TFRA's scripts expect."""
+        graph = tf.compat.v1.get_default_graph()
+        key = (graph, index)
+        if graph.finalized and key in self._size_ops:
+            return self._size_ops[key]
+        size = self._build_size(index, name)
+        top_level = (not getattr(graph, "_control_dependencies_stack", True) and
+                     graph._get_control_flow_context() is None)  # pylint: disable=protected-access
+        if top_level and not tf.executing_eagerly():
+            self._size_ops[key] = size
+        return size
+
+    def _build_size(self, index, name):
         with tf.name_scope(name or "%s_size" % self.name.split("/")[-1]):
             if index is not None:
                 if isinstance(index, bool) or not isinstance(index, numbers.Integral) or \

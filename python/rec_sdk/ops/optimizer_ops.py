@@ -8,10 +8,12 @@ from rec_sdk.ops.loader import load_ops
 
 
 def apply_lazy_adam(table, addresses, grads, learning_rate, beta1, beta2, epsilon, step,
-                    unique_addresses=False, name=None):
+                    unique_addresses=False, bias_corrected=False, name=None):
+    """bias_corrected: learning_rate is the corrected rate (step unused), else the kernel
+    corrects it for `step` in double precision."""
     return load_ops().rec_sdk_apply_lazy_adam(
         table, addresses, grads, learning_rate, beta1, beta2, epsilon, step,
-        unique_addresses=unique_addresses, name=name)
+        unique_addresses=unique_addresses, bias_corrected=bias_corrected, name=name)
 
 
 def apply_gradient_descent(table, addresses, grads, learning_rate, weight_decay,
