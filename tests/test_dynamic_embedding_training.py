@@ -419,3 +419,26 @@ def test_size_works_after_the_graph_is_finalized():
         assert sess.run(first) == 0
         sess.run(upsert)
         assert sess.run(v.size()) == 2
+
+
+def test_adam_matches_tensorflows_adam_to_1e6():
+    """A wrapped AdamOptimizer corrects its rate from float32 beta powers, as TensorFlow's
+    Adam does: with every row in every batch, the rows follow a dense variable's to 1e-6."""
+    init = np.random.default_rng(3).normal(size=(3, 4)).astype(np.float32)
+    x = tf.constant(np.random.default_rng(4).normal(size=(4, 1)).astype(np.float32))
+    ids = i64([0, 1, 2])
+    dense = tf.compat.v1.get_variable("dense_table", initializer=tf.constant(init))
+    dense_loss = tf.reduce_sum(tf.square(tf.matmul(tf.gather(dense, ids), x)))
+    dense_train = tf.compat.v1.train.AdamOptimizer(0.1).minimize(dense_loss)
+    v = de.Variable(dim=4, name="adam_rows")
+    emb, trainable = de.embedding_lookup(v, ids, return_trainable=True)
+    de_loss = tf.reduce_sum(tf.square(tf.matmul(emb, x)))
+    de_train = de.DynamicEmbeddingOptimizer(tf.compat.v1.train.AdamOptimizer(0.1)).minimize(
+        de_loss, var_list=[trainable])
+    with new_session() as sess:
+        sess.run(tf.compat.v1.global_variables_initializer())
+        sess.run(v.upsert(ids, init))
+        for _ in range(10):
+            sess.run([dense_train, de_train])
+        np.testing.assert_allclose(sess.run(v.lookup(ids)), sess.run(dense), rtol=1e-6,
+                                   atol=1e-6)
