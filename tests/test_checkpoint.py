@@ -454,3 +454,34 @@ def test_warm_start_saver_and_meta_graph_and_delta_rank_errors(tmp_path):
     with new_session() as sess:
         with pytest.raises(ValueError, match="import_meta_graph"):
             tf.compat.v1.train.Saver().restore(sess, full)
+
+
+def test_a_saver_var_list_naming_tables_saves_and_restores_those_tables(tmp_path):
+    import rec_sdk.dynamic_embedding as de
+    from rec_sdk.util import initialize
+    initialize.init(use_dynamic_expansion=True)
+
+    def build():
+        v0 = tf.compat.v1.get_variable("v0", initializer=10.0)
+        kept = de.Variable(dim=1, name="kept", initializer=-1.0)
+        left_out = de.Variable(dim=1, name="left_out", initializer=-1.0)
+        return v0, kept, left_out
+
+    keys = [0, 1, 2]
+    v0, kept, left_out = build()
+    saver = tf.compat.v1.train.Saver(var_list=[v0, kept])
+    with new_session() as sess:
+        sess.run(tf.compat.v1.global_variables_initializer())
+        sess.run([kept.upsert(keys, [[0.0], [1.0], [2.0]]),
+                  left_out.upsert(keys, [[5.0], [5.0], [5.0]])])
+        path = saver.save(sess, str(tmp_path / "model"))
+    assert sorted(os.listdir(tmp_path / "sparse-model")) == ["kept_mht_1of1"]
+    tf.compat.v1.reset_default_graph()
+    v0, kept, left_out = build()
+    saver = tf.compat.v1.train.Saver(var_list=[v0, kept])
+    with new_session() as sess:
+        sess.run(left_out.upsert([7], [[7.0]]))
+        saver.restore(sess, path)
+        assert sess.run(v0) == 10.0
+        np.testing.assert_array_equal(sess.run(kept.lookup(keys)), [[0.0], [1.0], [2.0]])
+        assert sess.run(left_out.size()) == 1  # not in the var_list: untouched

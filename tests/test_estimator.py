@@ -47,9 +47,12 @@ def test_train_evaluate_predict_with_graph_modification_and_eviction(tmp_path, c
     evaluate and predict in new graphs that restore the trained tables; AUC > 0.70."""
     caplog.set_level(logging.INFO)
     stats = _StatsAtEnd()
+    # Evictions at steps 150 and 300: one at the last step (400) would run after the final
+    # checkpoint (MonitoredTrainingSession runs its CheckpointSaverHook first), so the
+    # tables in memory would no longer equal it and evaluation would read the files.
     result = estimator_demo.run(str(tmp_path), steps=400, access_threshold=1, eviction_days=60,
                                 log=lambda line: None, config=_config(400),
-                                extra_train_hooks=[stats])
+                                extra_train_hooks=[stats], evict_step_interval=150)
     assert result["eval"]["global_step"] == 400
     assert result["eval"]["auc"] > 0.70, result
     assert result["predictions"] == 20000

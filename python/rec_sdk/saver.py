@@ -335,6 +335,41 @@ def import_npz(sess, path, tables=None, slots=True):
 _installed = False
 
 
+def _tables_held(item):
+    """The rec_sdk tables `item` of a Saver's var_list stands for (a table, or a
+    de.Variable's shards), or None when it is not one of them."""
+    if isinstance(item, SparseEmbedding):
+        return [item]
+    held = getattr(item, "tables", None)  # a de.Variable: its shards
+    if isinstance(held, (list, tuple)) and held and all(
+            isinstance(t, SparseEmbedding) for t in held):
+        return list(held)
+    return None
+
+
+def _split_var_list(var_list):
+    """-> (var_list without tables, the tables it named, or None if it named none)."""
+    named = isinstance(var_list, dict)
+    items = list(var_list.items()) if named else [(None, v) for v in var_list]
+    rest, tables = [], []
+    for key, value in items:
+        held = _tables_held(value)
+        if held is None:
+            rest.append((key, value))
+        else:
+            tables.extend(t for t in held if t not in tables)
+    rest = dict(rest) if named else [v for _, v in rest]
+    return rest, (tables if tables else None)
+
+
+def _saver_tables(saver, sess):
+    """The tables a Saver saves and restores: those its var_list named, else every table of
+    the graph with is_save (a var_list without tables leaves them all in, so that no table is
+    ever left out of a checkpoint by accident)."""
+    chosen = getattr(saver, "_rec_sdk_tables", None)
+    return list(chosen) if chosen is not None else _tables(sess, None)
+
+
 def install():
     """Makes tf.compat.v1.train.Saver save and restore rec_sdk tables (idempotent; called by
     create_table)."""
@@ -346,7 +381,7 @@ def install():
     original_restore = saver_class.restore
 
     def save(self, sess, save_path, global_step=None, *args, **kwargs):
-        tables = _tables(sess, None)
+        tables = _saver_tables(self, sess)
         if tables:
             if global_step is not None and not isinstance(global_step, numbers.Integral):
                 # Read the step once, so that the tables and the TF checkpoint agree on it.
@@ -381,8 +416,8 @@ def install():
         result = original_restore(self, sess, save_path)
         if save_path is None:
             return result
-        tables = _tables(sess, None)
-        if not tables:
+        tables = _saver_tables(self, sess)
+        if not tables and getattr(self, "_rec_sdk_tables", None) is None:
             if any(op.type == "RecSdk>EmbeddingTable" for op in sess.graph.get_operations()):
                 raise ValueError(
                     "the graph has rec_sdk tables but no table objects (was it loaded with "
@@ -402,9 +437,17 @@ def install():
     original_init = saver_class.__init__
 
     def init(self, var_list=None, *args, **kwargs):
-        # A Saver of chosen variables may restore checkpoints written without tables.
-        original_init(self, var_list, *args, **kwargs)
+        # Tables (de.Variables, create_table tables) named in var_list are the ones this Saver
+        # saves and restores; the rest of var_list goes to TensorFlow's Saver.
+        self._rec_sdk_tables = None
         if var_list is not None:
+            var_list, self._rec_sdk_tables = _split_var_list(var_list)
+            if not var_list:
+                kwargs["allow_empty"] = True
+        original_init(self, var_list, *args, **kwargs)
+        if var_list is not None and self._rec_sdk_tables is None:
+            # A Saver of chosen dense variables may restore checkpoints written without
+            # tables (one that names tables must find them).
             state_of(tf.compat.v1.get_default_graph()).savers_of_chosen_variables.add(self)
 
     init.__doc__ = original_init.__doc__

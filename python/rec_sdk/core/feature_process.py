@@ -33,7 +33,9 @@ class EvictHook(tf.compat.v1.train.SessionRunHook):
 
     Eviction runs after a training step when `evict_time_interval` wall seconds have passed
     since the last eviction (or since the session started), or when the global step reaches
-    a multiple of `evict_step_interval` (once per multiple; not at the first step seen). Each evictable table (an eviction_threshold from its
+    a multiple of `evict_step_interval` (once per multiple; not at the first step seen). In
+    MonitoredTrainingSession (and tf.estimator) the default hooks run first, so an eviction at
+    the step of a checkpoint comes after it: that checkpoint holds the rows before it. Each evictable table (an eviction_threshold from its
     FeatureSpecs or access_and_evict_config, or steps_to_live) drops the keys whose age reached
     its threshold: their rows, optimizer slots and admission counts. Use it in training only
     (MonitoredTrainingSession hooks, or tf.estimator train hooks).

@@ -88,11 +88,13 @@ def train_hooks(eviction_days=None, evict_step_interval=200):
 
 
 def run(model_dir, steps=600, batch_size=256, access_threshold=None, eviction_days=None,
-        train_and_evaluate=False, seed=0, log=print, config=None, extra_train_hooks=()):
+        train_and_evaluate=False, seed=0, log=print, config=None, extra_train_hooks=(),
+        evict_step_interval=200):
     """Trains, evaluates and predicts with an Estimator (or runs train_and_evaluate for
     `steps`). Returns {"eval": metrics dict, "predict_auc": AUC of the predictions,
     "predictions": count}."""
     train, test, _ = feature_spec_demo.load_inputs(seed=seed)
+    hooks = train_hooks(eviction_days, evict_step_interval) + list(extra_train_hooks)
     init(train_steps=steps, eval_steps=-1)
     try:
         estimator = tf.estimator.Estimator(
@@ -106,13 +108,11 @@ def run(model_dir, steps=600, batch_size=256, access_threshold=None, eviction_da
         if train_and_evaluate:
             metrics, _ = tf.estimator.train_and_evaluate(
                 estimator,
-                tf.estimator.TrainSpec(train_input, max_steps=steps,
-                                       hooks=train_hooks(eviction_days) + list(extra_train_hooks)),
+                tf.estimator.TrainSpec(train_input, max_steps=steps, hooks=hooks),
                 tf.estimator.EvalSpec(eval_input, steps=None, hooks=[GraphModifierHook()],
                                       throttle_secs=0, start_delay_secs=0))
         else:
-            estimator.train(train_input, steps=steps,
-                            hooks=train_hooks(eviction_days) + list(extra_train_hooks))
+            estimator.train(train_input, steps=steps, hooks=hooks)
             metrics = estimator.evaluate(eval_input, hooks=[GraphModifierHook()])
         log("step %d: eval AUC %.4f  loss %.4f" % (metrics["global_step"], metrics["auc"],
                                                     metrics["loss"]))
