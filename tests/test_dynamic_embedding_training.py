@@ -442,3 +442,16 @@ def test_adam_matches_tensorflows_adam_to_1e6():
             sess.run([dense_train, de_train])
         np.testing.assert_allclose(sess.run(v.lookup(ids)), sess.run(dense), rtol=1e-6,
                                    atol=1e-6)
+
+
+def test_trainable_update_op_slot_tables_and_resource_handle():
+    v = de.Variable(dim=2, initializer=1.0, name="wrapped", devices=["/CPU:0"] * 2)
+    _, trainable = de.embedding_lookup(v, i64([1, 2, 3]), return_trainable=True)
+    opt = tf.compat.v1.train.AdamOptimizer(0.1)
+    assert [s.tables for s in v.get_slot_variables(opt)] == [v.tables, v.tables]
+    assert v.tables[0].resource_handle is v.tables[0].handle
+    with new_session() as sess:
+        assert sess.run(v.size()) == 0
+        sess.run(trainable.update_op())  # stores the rows the lookup read
+        assert sess.run(v.size()) == 3
+        np.testing.assert_allclose(sess.run(v.lookup(i64([1, 2, 3]))), 1.0)

@@ -72,6 +72,11 @@ class SparseEmbedding:
         """The name of the table's handle tensor (how a MetaGraph's collections record it)."""
         return self.handle.name
 
+    @property
+    def resource_handle(self):
+        """The table's resource handle (TFRA's name for it)."""
+        return self.handle
+
     def __repr__(self):
         return "<rec_sdk table %r dim=%d key_dtype=%s %s>" % (
             self.table_name, self.dim, self.key_dtype.name,

@@ -69,6 +69,9 @@ def _unique_rows(params, unique, name, trainable_name):
         trainable = tf.compat.v1.Variable(
             tf.zeros([0, params.dim]), trainable=True, use_resource=True, validate_shape=False,
             collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES], name=trainable_name)
+    # TFRA's TrainableWrapper.update_op(): writes the rows the lookup read into the variable
+    # (keys met for the first time get their initial values stored).
+    trainable.update_op = lambda: params.upsert(unique, values, name="update_op")
     state = state_of(trainable.graph)
     with state.lock:
         state.trainable_lookups[trainable.op.name] = LookupRecord(params, unique, values)

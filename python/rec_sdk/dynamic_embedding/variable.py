@@ -444,6 +444,12 @@ class SlotVariable:
     def size(self, index=None, name=None):
         return self.params.size(index, name)
 
+    @property
+    def tables(self):
+        """The tables holding the slot: the variable's own (a slot lives in its key's row),
+        so a Saver given them saves the slot with the embedding."""
+        return self.params.tables
+
 
 class PolicyStatus:
     """A restrict policy's `status` (TFRA keeps it in a table of its own): a read-only view of
