@@ -475,3 +475,15 @@ def test_math_and_data_flow_are_tensorflows_ops_with_gradients():
     np.testing.assert_array_equal(e, [False, True, False])
     assert list(r.dense_shape) == [2, 3]
     np.testing.assert_array_equal(st, [10, 20, 30])  # stitching the partitions back
+
+
+def test_kv_creators_map_onto_rec_sdks_table_and_other_back_ends_say_they_are_absent():
+    creator = de.CuckooHashTableCreator(saver=de.FileSystemSaver())
+    v = de.get_variable("cuckoo", dim=2, kv_creator=creator)
+    assert v.kv_creator is creator and isinstance(creator.config, de.CuckooHashTableConfig)
+    with pytest.raises(TypeError, match="kv_creator"):
+        de.Variable(dim=2, name="bad_creator", kv_creator="cuckoo")
+    for name in ("RedisTableConfig", "RedisTableCreator", "HkvHashTableConfig",
+                 "HkvHashTableCreator"):
+        with pytest.raises(NotImplementedError, match="not available in rec_sdk"):
+            getattr(de, name)()

@@ -25,6 +25,11 @@ Where rec_sdk differs from TFRA 0.7.2 (docs/DYNAMIC_EMBEDDING.md has the full li
   rec_sdk table files next to the TensorFlow checkpoint (not TFRA's tensor format).
 """
 from rec_sdk.dynamic_embedding import data_flow, math  # noqa: F401 (TFRA's submodules)
+from rec_sdk.dynamic_embedding.kv_creator import (CuckooHashTableConfig,
+                                                   CuckooHashTableCreator, FileSystemSaver,
+                                                   HkvHashTableConfig, HkvHashTableCreator,
+                                                   KVCreator, RedisTableConfig,
+                                                   RedisTableCreator)
 from rec_sdk.dynamic_embedding.lookup import (embedding_lookup, embedding_lookup_sparse,
                                                embedding_lookup_unique,
                                                safe_embedding_lookup_sparse)
@@ -40,5 +45,7 @@ __all__ = [
     "embedding_lookup_unique", "embedding_lookup_sparse", "safe_embedding_lookup_sparse",
     "DynamicEmbeddingOptimizer", "RestrictPolicy", "TimestampRestrictPolicy",
     "FrequencyRestrictPolicy", "SlotVariable", "ModelMode", "enable_train_mode",
-    "enable_inference_mode", "get_model_mode", "math", "data_flow",
+    "enable_inference_mode", "get_model_mode", "math", "data_flow", "KVCreator",
+    "CuckooHashTableConfig", "CuckooHashTableCreator", "FileSystemSaver", "RedisTableConfig",
+    "RedisTableCreator", "HkvHashTableConfig", "HkvHashTableCreator",
 ]

@@ -16,6 +16,7 @@ import tensorflow as tf
 import rec_sdk
 from rec_sdk import saver
 from rec_sdk.core.table import SparseEmbedding, tables_of_graph
+from rec_sdk.dynamic_embedding.kv_creator import KVCreator
 from rec_sdk.dynamic_embedding.optimizer_kinds import slot_info
 from rec_sdk.core.initializer_spec import describe_initializer
 from rec_sdk.ops import table_ops
@@ -143,6 +144,9 @@ class Variable:
         for flag, value in (("trainable", trainable), ("checkpoint", checkpoint),
                             ("bp_v2", bp_v2)):
             check_bool(flag, value)
+        if kv_creator is not None and not isinstance(kv_creator, KVCreator):
+            raise TypeError("kv_creator must be None or a de.KVCreator (e.g. "
+                            "de.CuckooHashTableCreator()), got %r" % (kv_creator,))
         self.key_dtype = key_dtype
         self.value_dtype = value_dtype
         self.dim = int(dim)

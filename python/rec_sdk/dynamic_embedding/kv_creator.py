@@ -1,0 +1,57 @@
+"""TFRA's key-value store creators. rec_sdk has one store, its own table (embedding, slots and
+statistics of a key in one row): the CPU creators TFRA scripts pass (`CuckooHashTableCreator`,
+its config and `FileSystemSaver`) are accepted and map onto it; the back ends rec_sdk does not
+have (Redis, HKV on GPU) are names whose construction says so."""
+
+
+class KVCreator:
+    """Base of the creators a de.Variable takes as `kv_creator`."""
+
+    def __init__(self, config=None):
+        self.config = config
+
+
+class CuckooHashTableConfig:
+    """TFRA's (empty) configuration of its CPU hash table."""
+
+
+class FileSystemSaver:
+    """TFRA's saver of tables to files: accepted; rec_sdk tables are saved by
+    tf.compat.v1.train.Saver or rec_sdk.saver.save_tables."""
+
+    def __init__(self, config=None, proc_size=None, proc_rank=None):
+        self.config = config
+        self.proc_size = proc_size
+        self.proc_rank = proc_rank
+
+
+class CuckooHashTableCreator(KVCreator):
+    """TFRA's CPU hash table: a de.Variable given it uses rec_sdk's table, as with no
+    creator."""
+
+    def __init__(self, config=None, saver=None):
+        super().__init__(config if config is not None else CuckooHashTableConfig())
+        self.saver = saver
+
+
+def _not_here(what, instead):
+    class Missing:
+        __doc__ = "%s: not part of rec_sdk (%s); the name exists so that imports work." % (
+            what, instead)
+
+        def __init__(self, *args, **kwargs):
+            del args, kwargs
+            raise NotImplementedError("%s is not available in rec_sdk: %s" % (what, instead))
+
+    Missing.__name__ = Missing.__qualname__ = what.split(".")[-1]
+    return Missing
+
+
+_CPU = ("rec_sdk's tables live in this process's memory; use de.Variable without kv_creator "
+        "(or with CuckooHashTableCreator)")
+RedisTableConfig = _not_here("de.RedisTableConfig", "the Redis back end is out of scope; " + _CPU)
+RedisTableCreator = _not_here("de.RedisTableCreator", "the Redis back end is out of scope; " + _CPU)
+HkvHashTableConfig = _not_here("de.HkvHashTableConfig",
+                               "HKV is a GPU back end, out of scope on CPU; " + _CPU)
+HkvHashTableCreator = _not_here("de.HkvHashTableCreator",
+                                "HKV is a GPU back end, out of scope on CPU; " + _CPU)
