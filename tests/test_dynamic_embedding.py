@@ -487,3 +487,33 @@ def test_kv_creators_map_onto_rec_sdks_table_and_other_back_ends_say_they_are_ab
                  "HkvHashTableCreator"):
         with pytest.raises(NotImplementedError, match="not available in rec_sdk"):
             getattr(de, name)()
+
+
+@pytest.mark.parametrize("how", ["object", "regex", "rename", "hook"])
+def test_warm_start_loads_chosen_variables_from_a_checkpoint(tmp_path, how):
+    prefix = str(tmp_path / "ckpt")
+    keys, values = list(range(10)), [[float(k)] * 2 for k in range(10)]
+    saved_name = "saved_emb" if how == "rename" else "emb"
+    with tf.Graph().as_default():
+        v = de.get_variable(saved_name, dim=2, devices=["/CPU:0"] * 2)
+        dense = tf.compat.v1.get_variable("dense", initializer=1.0)
+        with new_session() as sess:
+            sess.run([v.upsert(keys, values), dense.initializer])
+            assert tf.compat.v1.train.Saver(var_list=[v, dense]).save(sess, prefix) == prefix
+            assert tf.compat.v1.train.Saver(var_list=[v]).save(sess, prefix + "_tables") == \
+                prefix + "_tables"  # tables only: TensorFlow's part is empty
+    with tf.Graph().as_default():
+        v = de.get_variable("emb", dim=2, devices=["/CPU:0"] * 2)
+        other = de.get_variable("other", dim=2)
+        chosen = {"object": [v], "regex": ["em.*"], "rename": [v], "hook": [v]}[how]
+        renames = {"emb": "saved_emb"} if how == "rename" else None
+        looked = v.lookup(keys)
+        with new_session() as sess:
+            if how == "hook":
+                hook = de.WarmStartHook(prefix, chosen)
+                hook.begin()
+                hook.after_create_session(sess, None)
+            else:
+                sess.run(de.warm_start(str(tmp_path), chosen, renames))  # a directory works
+            np.testing.assert_array_equal(sess.run(looked), values)
+            assert sess.run(other.size()) == 0

@@ -405,6 +405,10 @@ def install():
             raise
         if tables:
             _commit(sess, tables, save_ids)
+            if result is None:
+                # A Saver of tables only: TensorFlow saved nothing and says None; the
+                # checkpoint is the tables' (restore it with this path).
+                result = path
         after = {p for p, _ in getattr(self, "_last_checkpoints", [])}
         for path in before:
             # Checkpoints the Saver deleted (max_to_keep) lose their tables too.

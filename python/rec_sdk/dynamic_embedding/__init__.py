@@ -36,6 +36,7 @@ from rec_sdk.dynamic_embedding.lookup import (embedding_lookup, embedding_lookup
 from rec_sdk.dynamic_embedding.mode import (ModelMode, enable_inference_mode, enable_train_mode,
                                              get_model_mode)
 from rec_sdk.dynamic_embedding.optimizer import DynamicEmbeddingOptimizer
+from rec_sdk.dynamic_embedding.warm_start import GraphKeys, WarmStartHook, warm_start
 from rec_sdk.dynamic_embedding.variable import (FrequencyRestrictPolicy, RestrictPolicy,
                                                  SlotVariable, TimestampRestrictPolicy,
                                                  Variable, default_partition_fn, get_variable)
@@ -47,5 +48,6 @@ __all__ = [
     "FrequencyRestrictPolicy", "SlotVariable", "ModelMode", "enable_train_mode",
     "enable_inference_mode", "get_model_mode", "math", "data_flow", "KVCreator",
     "CuckooHashTableConfig", "CuckooHashTableCreator", "FileSystemSaver", "RedisTableConfig",
-    "RedisTableCreator", "HkvHashTableConfig", "HkvHashTableCreator",
+    "RedisTableCreator", "HkvHashTableConfig", "HkvHashTableCreator", "GraphKeys",
+    "warm_start", "WarmStartHook",
 ]

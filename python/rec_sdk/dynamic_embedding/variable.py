@@ -36,15 +36,21 @@ def default_partition_fn(keys, shard_num):
     return tf.cast(tf.math.floormod(keys, tf.cast(shard_num, keys.dtype)), tf.int32)
 
 
+def table_base_name(name):
+    """The stem of the table names of the variable `name` (see _table_names)."""
+    base = re.sub(r"[^A-Za-z0-9_.]", "_", name) or "DynamicEmbedding_Variable"
+    if len(base) > 80:
+        base = base[:70] + "_%08x" % zlib.crc32(base.encode("utf-8"))
+    return base
+
+
 def _table_names(name, shard_num):
     """rec_sdk table names ([A-Za-z0-9_.], unique in the graph) of the shards of the variable
     `name`: <name>_mht_<i>of<n>, with "/" and other characters mapped to "_" and a counter
     added when a table of the graph has the name already. Derived from the variable's name
     (not from op-creation order), so a training, an evaluation and an export graph built by
     the same code name their tables alike, as checkpoints need."""
-    base = re.sub(r"[^A-Za-z0-9_.]", "_", name) or "DynamicEmbedding_Variable"
-    if len(base) > 80:
-        base = base[:70] + "_%08x" % zlib.crc32(base.encode("utf-8"))
+    base = table_base_name(name)
     taken = {t.table_name for t in tables_of_graph()}
     candidate, n = base, 0
     while any("%s_mht_%dof%d" % (candidate, i + 1, shard_num) in taken
