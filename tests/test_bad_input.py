@@ -18,7 +18,6 @@ from rec_sdk.core.asc.feature_spec import FeatureSpec
 from rec_sdk.core.asc.helper import get_asc_insert_func
 from rec_sdk.core.embedding import create_table, sparse_lookup
 from rec_sdk.core.feature_process import EvictHook, TableStatsHook
-from rec_sdk.core.table import tables_of_graph
 from rec_sdk.ops.loader import load_ops
 from rec_sdk.optimizers import (adagrad, adagrad_by_addr, ftrl, gradient_descent,
                                 gradient_descent_by_addr, lazy_adam, lazy_adam_by_addr)
@@ -176,15 +175,6 @@ def _feature_spec_lookup(spec_kwargs=None, lookup_kwargs=None):
     dataset = dataset.map(get_asc_insert_func(tgt_key_specs=[spec]))
     batch = tf.compat.v1.data.make_one_shot_iterator(dataset).get_next()
     return sparse_lookup(table, spec, batch=batch, **(lookup_kwargs or {}))
-
-
-def _saver_save(path):
-    table = _table()
-    sparse_lookup(table, tf.constant([1], tf.int64))
-    saver = tf.compat.v1.train.Saver([tf.compat.v1.train.get_or_create_global_step()])
-    with new_session() as sess:
-        sess.run(tf.compat.v1.global_variables_initializer())
-        saver.save(sess, path)
 
 
 def _saver_restore(path):

@@ -421,7 +421,7 @@ def install():
         if save_path is None:
             return result
         tables = _saver_tables(self, sess)
-        if not tables and getattr(self, "_rec_sdk_tables", None) is None:
+        if not tables:
             if any(op.type == "RecSdk>EmbeddingTable" for op in sess.graph.get_operations()):
                 raise ValueError(
                     "the graph has rec_sdk tables but no table objects (was it loaded with "

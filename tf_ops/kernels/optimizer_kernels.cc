@@ -186,7 +186,8 @@ class ApplyFtrlOp : public ApplyOpBase {
 };
 
 // TableReadRows / TableWriteRows: rows and an optimizer's slots by address, for optimizers
-// that run TensorFlow's own kernels on gathered rows.
+// that run TensorFlow's own kernels on gathered rows. The base checks the layout and the
+// addresses [n]; Run reads or writes the n rows and their k slots.
 class RowsWithSlotsOpBase : public TableOpKernel {
  public:
   explicit RowsWithSlotsOpBase(OpKernelConstruction* ctx) : TableOpKernel(ctx, kWritesTable) {
@@ -199,21 +200,20 @@ class RowsWithSlotsOpBase : public TableOpKernel {
     }
   }
 
- protected:
-  // Checks addresses [n]; -> n, or -1 after reporting the error.
-  int64_t Addresses(OpKernelContext* ctx, EmbeddingTable* t) {
+  void ComputeWithTable(OpKernelContext* ctx, TableResource* table) override {
+    EmbeddingTable* t = table->table();
     const Tensor& addresses = ctx->input(1);
-    if (addresses.dims() != 1) {
-      ctx->CtxFailure(errors::InvalidArgument(type_string(), " on table '", t->name(),
-                                              "': addresses must be a vector, got shape ",
-                                              addresses.shape().DebugString()));
-      return -1;
-    }
-    return addresses.dim_size(0);
+    OP_REQUIRES(ctx, addresses.dims() == 1,
+                errors::InvalidArgument(type_string(), " on table '", t->name(),
+                                        "': addresses must be a vector, got shape ",
+                                        addresses.shape().DebugString()));
+    Run(ctx, t, reinterpret_cast<const int64_t*>(addresses.flat<int64_t>().data()),
+        addresses.dim_size(0), static_cast<int64_t>(layout_.initial_values.size()));
   }
-  const int64_t* AddressData(OpKernelContext* ctx) {
-    return reinterpret_cast<const int64_t*>(ctx->input(1).flat<int64_t>().data());
-  }
+
+ protected:
+  virtual void Run(OpKernelContext* ctx, EmbeddingTable* t, const int64_t* addresses,
+                   int64_t n, int64_t k) = 0;
 
   EmbeddingTable::SlotLayout layout_;
 };
@@ -222,16 +222,14 @@ class TableReadRowsOp : public RowsWithSlotsOpBase {
  public:
   using RowsWithSlotsOpBase::RowsWithSlotsOpBase;
 
-  void ComputeWithTable(OpKernelContext* ctx, TableResource* table) override {
-    EmbeddingTable* t = table->table();
-    const int64_t n = Addresses(ctx, t);
-    if (n < 0) return;
-    const int64_t k = static_cast<int64_t>(layout_.initial_values.size());
+ protected:
+  void Run(OpKernelContext* ctx, EmbeddingTable* t, const int64_t* addresses, int64_t n,
+           int64_t k) override {
     Tensor* values;
     Tensor* slots;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({n, t->dim()}), &values));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({k, n, t->dim()}), &slots));
-    OP_REQUIRES_OK(ctx, ToTfStatus(ReadRowsWithSlots(t, layout_, AddressData(ctx), n,
+    OP_REQUIRES_OK(ctx, ToTfStatus(ReadRowsWithSlots(t, layout_, addresses, n,
                                                      values->flat<float>().data(),
                                                      slots->flat<float>().data(),
                                                      MakeRunner(ctx))));
@@ -242,11 +240,9 @@ class TableWriteRowsOp : public RowsWithSlotsOpBase {
  public:
   using RowsWithSlotsOpBase::RowsWithSlotsOpBase;
 
-  void ComputeWithTable(OpKernelContext* ctx, TableResource* table) override {
-    EmbeddingTable* t = table->table();
-    const int64_t n = Addresses(ctx, t);
-    if (n < 0) return;
-    const int64_t k = static_cast<int64_t>(layout_.initial_values.size());
+ protected:
+  void Run(OpKernelContext* ctx, EmbeddingTable* t, const int64_t* addresses, int64_t n,
+           int64_t k) override {
     const Tensor& values = ctx->input(2);
     const Tensor& slots = ctx->input(3);
     OP_REQUIRES(ctx, values.shape() == TensorShape({n, t->dim()}),
@@ -257,7 +253,7 @@ class TableWriteRowsOp : public RowsWithSlotsOpBase {
                 errors::InvalidArgument(type_string(), " on table '", t->name(),
                                         "': slots must have shape [", k, ", ", n, ", ",
                                         t->dim(), "], got ", slots.shape().DebugString()));
-    OP_REQUIRES_OK(ctx, ToTfStatus(WriteRowsWithSlots(t, layout_, AddressData(ctx), n,
+    OP_REQUIRES_OK(ctx, ToTfStatus(WriteRowsWithSlots(t, layout_, addresses, n,
                                                       values.flat<float>().data(),
                                                       slots.flat<float>().data(),
                                                       MakeRunner(ctx))));
