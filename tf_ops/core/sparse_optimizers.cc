@@ -74,10 +74,26 @@ Status ApplyGradientDescent(EmbeddingTable* table, const int64_t* addresses, con
 Status ApplyAdagrad(EmbeddingTable* table, const int64_t* addresses, const float* grads,
                     int64_t n, const AdagradParams& p, const ParallelRunner& run) {
   REC_SDK_RETURN_IF_ERROR(CheckRange("Adagrad", "learning_rate", p.learning_rate, 0, false, kInf, true));
+  REC_SDK_RETURN_IF_ERROR(CheckRange("Adagrad", "epsilon", p.epsilon, 0, false, 1, false));
+  // A zero accumulator is allowed where epsilon keeps the first step finite.
   REC_SDK_RETURN_IF_ERROR(CheckRange("Adagrad", "initial_accumulator_value",
-                                     p.initial_accumulator_value, 0, true, kInf, true));
+                                     p.initial_accumulator_value, 0, p.epsilon == 0.0f, kInf,
+                                     true));
   const int dim = table->dim();
-  const float lr = p.learning_rate;
+  const float lr = p.learning_rate, eps = p.epsilon;
+  if (p.epsilon_inside_sqrt) {
+    return table->ApplyUpdate(
+        {"Adagrad", {p.initial_accumulator_value}}, addresses, n, 8 * dim,
+        [=](int64_t i, float* __restrict w, float* const* slots) {
+          const float* __restrict g = grads + i * dim;
+          float* __restrict a = slots[0];
+          for (int d = 0; d < dim; ++d) {
+            a[d] += g[d] * g[d];
+            w[d] -= lr * g[d] / std::sqrt(a[d] + eps);
+          }
+        },
+        run);
+  }
   return table->ApplyUpdate(
       {"Adagrad", {p.initial_accumulator_value}}, addresses, n, 8 * dim,
       [=](int64_t i, float* __restrict w, float* const* slots) {
@@ -85,7 +101,7 @@ Status ApplyAdagrad(EmbeddingTable* table, const int64_t* addresses, const float
         float* __restrict a = slots[0];
         for (int d = 0; d < dim; ++d) {
           a[d] += g[d] * g[d];
-          w[d] -= lr * g[d] / std::sqrt(a[d]);
+          w[d] -= lr * g[d] / (std::sqrt(a[d]) + eps);
         }
       },
       run);
@@ -99,6 +115,19 @@ Status ApplyMomentum(EmbeddingTable* table, const int64_t* addresses, const floa
   const float lr = p.learning_rate;
   const float mu = p.momentum;
   const bool nesterov = p.use_nesterov;
+  if (p.velocity) {
+    return table->ApplyUpdate(
+        {"KerasMomentum", {0.0f}}, addresses, n, 6 * dim,
+        [=](int64_t i, float* __restrict w, float* const* slots) {
+          const float* __restrict g = grads + i * dim;
+          float* __restrict v = slots[0];
+          for (int d = 0; d < dim; ++d) {
+            v[d] = v[d] * mu - lr * g[d];
+            w[d] += nesterov ? v[d] * mu - lr * g[d] : v[d];
+          }
+        },
+        run);
+  }
   return table->ApplyUpdate(
       {"Momentum", {0.0f}}, addresses, n, 6 * dim,
       [=](int64_t i, float* __restrict w, float* const* slots) {

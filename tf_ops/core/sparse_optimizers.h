@@ -7,9 +7,10 @@
 //   LazyAdam   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
 //              w -= lr sqrt(1-b2^t)/(1-b1^t) * m / (sqrt(v) + eps)          slots: m, v
 //   SGD        w -= lr (g + weight_decay w)                                   slots: none
-//   Adagrad    a += g^2;  w -= lr g / sqrt(a)                                 slots: a
+//   Adagrad    a += g^2;  w -= lr g / sqrt(a)  (Keras: / (sqrt(a) + eps), / sqrt(a + eps))  slots: a
 //   FTRL       TensorFlow's ApplyFtrlV2 (l1, l2, l2_shrinkage, lr_power)      slots: accum, linear
 //   Momentum   a = momentum a + g;  w -= lr a  (Nesterov: w -= lr (g + momentum a))  slots: a
+//              Keras (velocity): v = momentum v - lr g;  w += v  (Nesterov: w += momentum v - lr g)
 //
 // Optimizers without a kernel here (TensorFlow's own kernels run on gathered rows) use
 // ReadRowsWithSlots before and WriteRowsWithSlots after them: the rows and the slots of an
@@ -43,12 +44,19 @@ struct GradientDescentParams {
 struct AdagradParams {
   float learning_rate;
   float initial_accumulator_value;
+  // Keras' Adagrad: w -= lr g / (sqrt(a) + epsilon) (tf.keras.optimizers.legacy), or
+  // lr g / sqrt(a + epsilon) with epsilon_inside_sqrt (tf.keras.optimizers).
+  float epsilon = 0.0f;
+  bool epsilon_inside_sqrt = false;
 };
 
 struct MomentumParams {
   float learning_rate;
   float momentum;
   bool use_nesterov;
+  // Keras' SGD with momentum: the slot is a velocity, v = momentum v - lr g;  w += v
+  // (Nesterov: w += momentum v - lr g). Its slots are "KerasMomentum"'s, not "Momentum"'s.
+  bool velocity = false;
 };
 struct FtrlParams {
   float learning_rate;

@@ -127,6 +127,8 @@ class ApplyAdagradOp : public ApplyOpBase {
  public:
   explicit ApplyAdagradOp(OpKernelConstruction* ctx) : ApplyOpBase(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("initial_accumulator_value", &initial_accumulator_value_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("epsilon", &epsilon_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("epsilon_inside_sqrt", &epsilon_inside_sqrt_));
   }
 
  protected:
@@ -134,18 +136,23 @@ class ApplyAdagradOp : public ApplyOpBase {
                 const float* grads, int64_t n) override {
     AdagradParams p;
     p.initial_accumulator_value = initial_accumulator_value_;
+    p.epsilon = epsilon_;
+    p.epsilon_inside_sqrt = epsilon_inside_sqrt_;
     REC_SDK_RETURN_IF_ERROR(Scalar(ctx, 3, "learning_rate", &p.learning_rate));
     return ApplyAdagrad(table, addresses, grads, n, p, MakeRunner(ctx));
   }
 
  private:
   float initial_accumulator_value_;
+  float epsilon_;
+  bool epsilon_inside_sqrt_;
 };
 
 class ApplyMomentumOp : public ApplyOpBase {
  public:
   explicit ApplyMomentumOp(OpKernelConstruction* ctx) : ApplyOpBase(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("use_nesterov", &use_nesterov_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("velocity", &velocity_));
   }
 
  protected:
@@ -153,6 +160,7 @@ class ApplyMomentumOp : public ApplyOpBase {
                 const float* grads, int64_t n) override {
     MomentumParams p;
     p.use_nesterov = use_nesterov_;
+    p.velocity = velocity_;
     REC_SDK_RETURN_IF_ERROR(Scalar(ctx, 3, "learning_rate", &p.learning_rate));
     REC_SDK_RETURN_IF_ERROR(Scalar(ctx, 4, "momentum", &p.momentum));
     return ApplyMomentum(table, addresses, grads, n, p, MakeRunner(ctx));
@@ -160,6 +168,7 @@ class ApplyMomentumOp : public ApplyOpBase {
 
  private:
   bool use_nesterov_;
+  bool velocity_;
 };
 
 class ApplyFtrlOp : public ApplyOpBase {

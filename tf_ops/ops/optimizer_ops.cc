@@ -49,10 +49,12 @@ REGISTER_OP(REC_SDK_OP_NAME(ApplyAdagrad))
     .Input("grads: float")
     .Input("learning_rate: float")
     .Attr("initial_accumulator_value: float")
+    .Attr("epsilon: float = 0")
+    .Attr("epsilon_inside_sqrt: bool = false")
     .Attr("unique_addresses: bool = false")
     .SetIsStateful()
     .SetShapeFn(tensorflow::shape_inference::NoOutputs)
-    .Doc("Adagrad on the rows at `addresses` (duplicates summed unless unique_addresses); accumulators start at initial_accumulator_value.");
+    .Doc("Adagrad on the rows at `addresses` (duplicates summed unless unique_addresses); accumulators start at initial_accumulator_value. With epsilon, Keras' forms: w -= lr g / (sqrt(a) + epsilon), or / sqrt(a + epsilon) with epsilon_inside_sqrt.");
 
 REGISTER_OP(REC_SDK_OP_NAME(ApplyMomentum))
     .Input("table: resource")
@@ -61,10 +63,11 @@ REGISTER_OP(REC_SDK_OP_NAME(ApplyMomentum))
     .Input("learning_rate: float")
     .Input("momentum: float")
     .Attr("use_nesterov: bool = false")
+    .Attr("velocity: bool = false")
     .Attr("unique_addresses: bool = false")
     .SetIsStateful()
     .SetShapeFn(tensorflow::shape_inference::NoOutputs)
-    .Doc("Momentum (TensorFlow's MomentumOptimizer) on the rows at `addresses` (duplicates summed unless unique_addresses).");
+    .Doc("Momentum (TensorFlow's MomentumOptimizer) on the rows at `addresses` (duplicates summed unless unique_addresses); with velocity, Keras' SGD momentum (the slot holds -lr-scaled velocity).");
 
 REGISTER_OP(REC_SDK_OP_NAME(ApplyFtrl))
     .Input("table: resource")

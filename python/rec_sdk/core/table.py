@@ -5,6 +5,8 @@ A SparseEmbedding owns its handle op and the thresholds its lookups configured; 
 lookups did is recorded in the graph's GraphState (`table.lookups`). Its checkpoint ops are
 built by rec_sdk.saver.track, where checkpoints live.
 """
+import threading
+
 import tensorflow as tf
 
 from rec_sdk.constants.constants import TABLE_COLLECTION
@@ -12,13 +14,29 @@ from rec_sdk.ops import table_ops
 from rec_sdk.util.graph_state import state_of
 from rec_sdk.util.validation import INT32_MAX, check_int
 
+_uid_lock = threading.Lock()
+_next_uid = [0]
 
-class SparseEmbedding:
+
+def uid():
+    """A number used once per process (eager tables' resource names)."""
+    with _uid_lock:
+        _next_uid[0] += 1
+        return _next_uid[0]
+
+
+class SparseEmbedding(tf.saved_model.experimental.TrackableResource):
     """A rec_sdk embedding table, as returned by `create_table`.
 
     Attributes: table_name, key_dtype, dim, value_dtype, is_save, capacity_rows (the fixed
     capacity, or None in dynamic-expansion mode), handle (the table's resource tensor).
     Converts to its handle tensor, so it can be passed to tf.gradients.
+
+    A TrackableResource: in TF2 (eager, tf.function) its handle is created once, eagerly,
+    captured by the functions that use it, and the table is destroyed with the object;
+    tf.train.Checkpoint and SavedModel reach it through the object graph. Tables created
+    eagerly get a resource name of their own (TensorFlow's eager resource manager is one
+    per process), so two objects never share a table by name.
     """
 
     def __init__(self, table_name, key_dtype, dim, initializer_spec, dynamic_expansion,
@@ -52,14 +70,38 @@ class SparseEmbedding:
         self.padding_keys = ()
         self.padding_keys_mask = False
         self.padding_keys_len = None
-        self.handle = table_ops.create_table(
-            table_name, key_dtype, dim, dynamic_expansion,
-            capacity=0 if dynamic_expansion else capacity_rows, initializer=initializer_spec,
-            initial_capacity=device_vocabulary_size if dynamic_expansion else 0,
-            evict_when_full=evict_when_full, track_changes=track_changes,
-            track_access=track_access)
         self.track_changes = track_changes
+        self.track_access = track_access
+        super().__init__()
+        self.eager = tf.executing_eagerly()
+        self._shared_name = table_name
+        if self.eager:
+            self._shared_name = "%s_eager_%d" % (table_name, uid())
+        self._resource_handle = self._create_resource()
         self.checkpoint_ops = None  # built by rec_sdk.saver.track(table)
+
+    def _create_resource(self):
+        """The table op (TrackableResource: SavedModel re-creates the table with it)."""
+        return table_ops.create_table(
+            self.table_name, self.key_dtype, self.dim, self.dynamic_expansion,
+            capacity=0 if self.dynamic_expansion else self.capacity_rows,
+            initializer=self.initializer_spec,
+            initial_capacity=self.device_vocabulary_size if self.dynamic_expansion else 0,
+            evict_when_full=self.evict_when_full, track_changes=self.track_changes,
+            track_access=self.track_access, shared_name=self._shared_name)
+
+    def _destroy_resource(self):
+        """Frees an eagerly created table when its object goes (graph-mode tables belong to
+        their sessions)."""
+        if self.eager and tf.executing_eagerly():
+            tf.raw_ops.DestroyResourceOp(resource=self._resource_handle,
+                                         ignore_lookup_error=True)
+
+    @property
+    def handle(self):
+        """The table's resource tensor (`resource_handle`, TFRA's and TrackableResource's
+        name for it)."""
+        return self.resource_handle
 
     @property
     def lookups(self):
@@ -71,11 +113,6 @@ class SparseEmbedding:
     def name(self):
         """The name of the table's handle tensor (how a MetaGraph's collections record it)."""
         return self.handle.name
-
-    @property
-    def resource_handle(self):
-        """The table's resource handle (TFRA's name for it)."""
-        return self.handle
 
     def __repr__(self):
         return "<rec_sdk table %r dim=%d key_dtype=%s %s>" % (
@@ -187,6 +224,11 @@ class SparseEmbedding:
         the thresholds configured so far: the table input of every op that reads them. Built
         once per table (by `user`, named in errors) at the graph's top level, so that a first
         use inside a control-flow branch or under control dependencies does not capture it."""
+        if self._configured is None and self.eager:
+            with tf.init_scope():  # once, eagerly; tf.functions capture the result
+                handle = table_ops.configure_admission(
+                    self.handle, self.access_threshold, self.eviction_threshold)
+            self._configured = (handle, user)
         if self._configured is None:
             graph = self.handle.graph
             with graph.as_default(), graph.control_dependencies(None), \

@@ -10,6 +10,7 @@ first time), with the gradients of duplicate ids summed.
 import tensorflow as tf
 
 from rec_sdk.dynamic_embedding import mode
+from rec_sdk.dynamic_embedding.shadow_ops import ShadowVariable, shadow_of
 from rec_sdk.dynamic_embedding.variable import Variable
 from rec_sdk.ops import table_ops
 from rec_sdk.util.graph_state import state_of, trainable_lookup
@@ -20,7 +21,9 @@ _COMBINERS = ("sum", "mean", "sqrtn")
 
 class LookupRecord:
     """What the optimizer needs of one training lookup: the variable, its unique keys and the
-    rows it read (updates wait for the read)."""
+    rows it read (updates wait for the read); `shadow` is None (graph mode)."""
+
+    shadow = None
 
     def __init__(self, params, unique_keys, read):
         self.params = params
@@ -28,9 +31,36 @@ class LookupRecord:
         self.read = read
 
 
+class ShadowRecord:
+    """The LookupRecord of a TF2 lookup's ShadowVariable: its keys are read from the shadow's
+    `ids` when the optimizer asks (in the function or graph that applies the update)."""
+
+    read = None
+
+    def __init__(self, shadow):
+        self.shadow = shadow
+        self.params = shadow.params
+        self._keys = None
+
+    @property
+    def unique_keys(self):
+        if self._keys is None:
+            self._keys = self.shadow.ids.read_value()
+        return self._keys
+
+
 def record_of(var):
-    """The LookupRecord of a trainable created by embedding_lookup, else None."""
+    """The LookupRecord of a trainable created by embedding_lookup (or a ShadowVariable),
+    else None."""
+    if isinstance(var, ShadowVariable):
+        return ShadowRecord(var)
     return trainable_lookup(var)
+
+
+def tf2():
+    """Whether lookups are built for TF2 (eager, or a tf.function of an eager program): they
+    then go through persistent ShadowVariables."""
+    return tf.compat.v1.executing_eagerly_outside_functions()
 
 
 def _params(params):
@@ -64,6 +94,9 @@ def _unique_rows(params, unique, name, trainable_name):
         return values, None
     scope = tf.compat.v1.get_variable_scope().name
     path = (scope + "/" if scope else "") + trainable_name
+    if tf2():
+        shadow = shadow_of(params, name or trainable_name, path)
+        return shadow.rows(unique, values), shadow
     # Outside control flow and control dependencies, like any variable.
     with tf.init_scope(), tf.compat.v1.name_scope(path + "/"):
         trainable = tf.compat.v1.Variable(

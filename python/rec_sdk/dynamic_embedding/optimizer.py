@@ -1,112 +1,281 @@
-"""DynamicEmbeddingOptimizer: stock tf.compat.v1.train optimizers on de.Variables.
+"""DynamicEmbeddingOptimizer: stock optimizers on de.Variables, in graph mode and TF2.
 
 `DynamicEmbeddingOptimizer(opt)` returns `opt` itself with apply_gradients extended: the
-(gradient, trainable) pairs of de lookups are applied by rec_sdk's sparse kernels with opt's
-hyperparameters, to the rows of the lookup's keys (keys met for the first time are inserted
-then, starting from the values the forward pass read); every other pair goes to opt's own
-apply_gradients. The optimizer's slots live in the variable's rows:
+(gradient, trainable) pairs of de lookups are applied to the rows of the lookup's keys (keys
+met for the first time are inserted then, starting from the values the forward pass read);
+every other pair goes to opt's own apply_gradients. The optimizer's slots live in the
+variable's rows. Three families of optimizers (see optimizer_kinds):
 
-  tf.compat.v1.train optimizer   rec_sdk kernel           slots (get_slot_variables names)
-  AdamOptimizer                  LazyAdam                 m, v   (bias correction from float32
-                                                                  beta powers, as TF's Adam)
-  AdagradOptimizer               Adagrad                  accumulator
-  GradientDescentOptimizer       GradientDescent          -
-  MomentumOptimizer              Momentum (Nesterov too)  momentum
-  FtrlOptimizer                  FTRL (ApplyFtrlV2)       accum, linear
-  Adadelta, AdagradDA, ProximalAdagrad, ProximalGradientDescent, RMSProp optimizers:
-                                 the optimizer's own TensorFlow kernel on the step's rows
-                                 and slots, read from and written back to the table
-                                 (TableReadRows / TableWriteRows); slots as the optimizer
-                                 names them
+  optimizer (v1 / Keras name)        rec_sdk kernel               slots (get_slot_variables)
+  AdamOptimizer / Adam               LazyAdam, bias-corrected     m, v   (v1: from float32
+                                     rate computed as TF's           beta powers, as TF's
+                                                                     Adam; Keras: from
+                                                                     its iteration count)
+  AdagradOptimizer / Adagrad         Adagrad (Keras: epsilon)     accumulator
+  GradientDescentOptimizer / SGD     GradientDescent              -
+  MomentumOptimizer / SGD(momentum)  Momentum (Keras: velocity)   momentum
+  FtrlOptimizer / Ftrl               FTRL (ApplyFtrlV2)           accum / accumulator, linear
+  any other (Adadelta, AdagradDA, ProximalAdagrad, ProximalGradientDescent, RMSProp,
+  Adamax, Nadam, AdamW, Lion, Adam(amsgrad), subclasses, Keras weight decay):
+                                     the optimizer's own update on the step's rows and slots,
+                                     read from and written back to the table (TableReadRows /
+                                     TableWriteRows); slots as the optimizer names them
 
 The generic path reads, updates and writes the rows in three ops, so unlike the fused
-kernels it is not atomic against another thread training the same table at once.
+kernels it is not atomic against another thread training the same table at once. A Keras
+optimizer's generic path runs a private copy of the optimizer (same class and config), built
+once per table on variables of any row count, at the wrapped optimizer's iteration.
 """
+import sys
+
+import numpy as np
 import tensorflow as tf
 from tensorflow.python.training import optimizer as tf_optimizer
 from tensorflow.python.training.optimizer import _var_key  # pylint: disable=protected-access
 
 from rec_sdk.dynamic_embedding.lookup import record_of
-from rec_sdk.dynamic_embedding.optimizer_kinds import SUPPORTED, hyper, kind, slot_info
+from rec_sdk.dynamic_embedding.optimizer_kinds import (family, hyper, initial_accumulator,
+                                                        kind, slot_info)
 from rec_sdk.ops import optimizer_ops, table_ops
-from rec_sdk.optimizers.base import SparseOptimizer
 from rec_sdk.util.graph_state import state_of
 
-class _RowUpdate(SparseOptimizer):
-    """Applies one stock optimizer's update to de rows with rec_sdk's kernels."""
+
+def _outer_graph():
+    """The graph whose lifetime optimizer state follows: the default graph in graph mode, the
+    eager program's (one for all tf.functions and their retracing) in TF2."""
+    with tf.init_scope():
+        return tf.compat.v1.get_default_graph()
+
+
+def _name_of(optimizer):
+    """An optimizer's name in any family."""
+    if isinstance(optimizer, tf.compat.v1.train.Optimizer):
+        return optimizer.get_name()
+    return getattr(optimizer, "_name", None) or optimizer.name
+
+
+def _constant_initial(initializer, dtype):
+    """The one value a slot initializer fills with (zeros, ones, a constant)."""
+    if isinstance(initializer, str):
+        initializer = tf.keras.initializers.get(initializer)
+    value = tf.get_static_value(initializer(shape=[1], dtype=dtype)) if callable(initializer) \
+        else tf.get_static_value(tf.convert_to_tensor(initializer))
+    if value is None:
+        raise NotImplementedError("a slot initializer of rows trained by the generic path must "
+                                  "be constant, got %r" % (initializer,))
+    return float(np.asarray(value).reshape(-1)[0])
+
+
+def _row_variable(dim, name, trainable=False):
+    """A resource variable of rows [any, dim] (the generic path's rows and slots): of unknown
+    row count, so that no shape inference takes a step's rows for the initial 0 rows."""
+    return tf.compat.v1.Variable(
+        tf.zeros([0, dim]), trainable=trainable, use_resource=True,
+        shape=tf.TensorShape([None, dim]),
+        collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES], name=name)
+
+
+class _KerasRows:
+    """The generic path of a Keras optimizer for one table: a private copy of the optimizer
+    (same class and config) built on a rows variable, whose slots are variables of any row
+    count; each step loads the step's rows and slots into them, runs the copy's own
+    apply_gradients (at the wrapped optimizer's iteration) and writes them back."""
+
+    def __init__(self, optimizer, fam, dim, name):
+        inner = type(optimizer).from_config(optimizer.get_config())
+        self.inner = inner
+        self.slots = []  # [(slot name, variable, initial value)]
+        with tf.init_scope():
+            self.rows = _row_variable(dim, name + "/rows", trainable=True)
+            if fam == "legacy":
+                base = next(c for c in type(inner).__mro__ if c.__name__ == "OptimizerV2")
+                var_key = sys.modules[base.__module__]._var_key  # pylint: disable=protected-access
+
+                def add_slot(var, slot_name, initializer="zeros", shape=None):
+                    slots = inner._slots.setdefault(var_key(var), {})  # pylint: disable=protected-access
+                    if slot_name in slots:
+                        return slots[slot_name]
+                    self._check_shape(optimizer, shape)
+                    slot = _row_variable(dim, "%s/%s" % (name, slot_name))
+                    self.slots.append((slot_name, slot, _constant_initial(initializer,
+                                                                          tf.float32)))
+                    slots[slot_name] = slot
+                    if slot_name not in inner._slot_names:  # pylint: disable=protected-access
+                        inner._slot_names.append(slot_name)  # pylint: disable=protected-access
+                    return slot
+
+                inner.add_slot = add_slot
+                inner._create_all_weights([self.rows])  # pylint: disable=protected-access
+            else:
+                def add_variable_from_reference(model_variable, variable_name, shape=None,
+                                                initial_value=None):
+                    del model_variable
+                    self._check_shape(optimizer, shape)
+                    slot = _row_variable(dim, "%s/%s" % (name, variable_name))
+                    initial = 0.0 if initial_value is None else _constant_initial(
+                        initial_value, tf.float32)
+                    self.slots.append((variable_name, slot, initial))
+                    inner._variables.append(slot)  # pylint: disable=protected-access
+                    return slot
+
+                inner.add_variable_from_reference = add_variable_from_reference
+                inner.build([self.rows])
+
+    @staticmethod
+    def _check_shape(optimizer, shape):
+        if shape is not None:
+            raise NotImplementedError(
+                "%s keeps slots of their own shape (factored), which rows of a "
+                "dynamic embedding cannot have; use another optimizer for de.Variables"
+                % type(optimizer).__name__)
+
+    def slot_info(self):
+        return [(name, initial) for name, _, initial in self.slots]
+
+    def apply(self, optimizer, table, addresses, grads, owner):
+        initial = [value for _, _, value in self.slots]
+        values, slot_values = optimizer_ops.read_rows(table.handle, addresses, owner, initial)
+        loads = [self.rows.assign(values, read_value=False),
+                 self.inner.iterations.assign(optimizer.iterations, read_value=False)] + [
+            var.assign(slot_values[i], read_value=False)
+            for i, (_, var, _) in enumerate(self.slots)]
+        with tf.control_dependencies(loads):
+            update = self.inner.apply_gradients([(grads, self.rows)])
+        with tf.control_dependencies([u for u in [update] if u is not None and
+                                      not isinstance(u, tf.Variable)]):
+            new_values = self.rows.read_value()
+            new_slots = (tf.stack([var.read_value() for _, var, _ in self.slots])
+                         if self.slots else tf.zeros([0, tf.shape(addresses)[0], table.dim]))
+            return optimizer_ops.write_rows(table.handle, addresses, new_values, new_slots,
+                                            owner, initial)
+
+
+class _RowUpdate:
+    """Applies one stock optimizer's update to de rows: rec_sdk's fused kernels where the
+    optimizer's update is one of them, else the optimizer's own update on gathered rows."""
 
     def __init__(self, optimizer):
-        super().__init__(optimizer.get_name(), by_address=None)
+        self.family = family(optimizer)
         self.kind, self.slot_names = kind(optimizer)
         self.optimizer = optimizer
-        # graph -> Adam's float32 beta powers (one optimizer, many graphs)
+        self._name = _name_of(optimizer)
+        # outer graph -> Adam's float32 beta powers (v1: one optimizer, many graphs)
         self._beta_powers = {}
-        self._generic_locals = {}  # (graph, table name) -> the generic path's variables
-        self._powers = None
-        self._adam_lr = None
+        self._generic_locals = {}  # (outer graph, table name) -> the generic path's state
+        self._keras_slots = None
 
-    def _prepare(self):
-        if self.kind == "generic":
-            self.optimizer._prepare()  # pylint: disable=protected-access
-            return
+    # --- the step's hyperparameters ---
+    def _v1_params(self):
+        o = self.optimizer
         if self.kind != "adam":
-            return
+            return {}
         # As TensorFlow's AdamOptimizer: float32 beta1_power and beta2_power, multiplied by
         # beta1 and beta2 after each step, give the bias-corrected rate, so that a de.Variable
         # trains exactly as a dense variable with the same optimizer (a step count and double
         # precision would differ from it by ~1e-6 after a few steps).
-        o = self.optimizer
-        graph = tf.compat.v1.get_default_graph()
+        graph = _outer_graph()
         if graph not in self._beta_powers:
             with tf.init_scope():
                 self._beta_powers[graph] = tuple(
                     tf.compat.v1.Variable(tf.cast(hyper(beta), tf.float32), trainable=False,
                                           name="%s_de_%s_power" % (self._name, which))
                     for which, beta in (("beta1", o._beta1), ("beta2", o._beta2)))  # pylint: disable=protected-access
-        self._powers = self._beta_powers[graph]
-        beta1_power, beta2_power = (p.read_value() for p in self._powers)
-        self._adam_lr = (_f(o._lr) * tf.sqrt(1.0 - beta2_power) /  # pylint: disable=protected-access
-                         (1.0 - beta1_power))
+        powers = self._beta_powers[graph]
+        beta1_power, beta2_power = (p.read_value() for p in powers)
+        return {"powers": powers, "lr": _f(o._lr) * tf.sqrt(1.0 - beta2_power) /  # pylint: disable=protected-access
+                (1.0 - beta1_power), "beta1": _f(o._beta1), "beta2": _f(o._beta2),  # pylint: disable=protected-access
+                "epsilon": _f(o._epsilon)}  # pylint: disable=protected-access
 
-    def _finish(self, update_ops):
-        if self.kind != "adam":
-            return update_ops
+    def _keras_params(self):
+        """Hyperparameters of a Keras optimizer (both families) at its current iteration."""
         o = self.optimizer
-        with tf.control_dependencies(update_ops):
-            return [power.assign(power * _f(beta)).op for power, beta in
-                    zip(self._powers, (o._beta1, o._beta2))]  # pylint: disable=protected-access
+        if self.family == "legacy":
+            lr = o._decayed_lr(tf.float32)  # pylint: disable=protected-access
+
+            def get(name):
+                return o._get_hyper(name, tf.float32)  # pylint: disable=protected-access
+            attrs = {"l2_shrinkage_regularization_strength":
+                     getattr(o, "_l2_shrinkage_regularization_strength", 0.0)}
+        else:
+            o._compute_current_learning_rate()  # pylint: disable=protected-access
+            lr = tf.cast(o.learning_rate, tf.float32)
+
+            def get(name):
+                return tf.cast(getattr(o, name), tf.float32)
+            attrs = {"l2_shrinkage_regularization_strength":
+                     getattr(o, "l2_shrinkage_regularization_strength", 0.0)}
+        p = {"lr": lr}
+        if self.kind == "adam":
+            step = tf.cast(o.iterations + 1, tf.float32)
+            beta1, beta2 = get("beta_1"), get("beta_2")
+            p.update(lr=lr * tf.sqrt(1.0 - tf.pow(beta2, step)) / (1.0 - tf.pow(beta1, step)),
+                     beta1=beta1, beta2=beta2, epsilon=_f(o.epsilon))
+        elif self.kind == "momentum":
+            p.update(momentum=get("momentum"), nesterov=bool(o.nesterov))
+        elif self.kind == "ftrl":
+            p.update(lr_power=get("learning_rate_power"),
+                     l1=get("l1_regularization_strength"),
+                     l2=get("l2_regularization_strength"), beta=get("beta"),
+                     l2_shrinkage=_f(attrs["l2_shrinkage_regularization_strength"]))
+        return p
+
+    # --- the update ---
+    def apply(self, triples):
+        """Update op(s) of [(table, unique addresses, gradient rows)]."""
+        if self.kind == "generic" and self.family == "v1":
+            self.optimizer._prepare()  # pylint: disable=protected-access
+        params = {}
+        if self.kind != "generic":
+            params = self._v1_params() if self.family == "v1" else self._keras_params()
+        updates = []
+        for table, addresses, rows in triples:
+            with tf.name_scope(table_ops.op_scope_name(table.table_name)):
+                updates.append(self._apply(table, addresses, rows, params))
+        if "powers" not in params:
+            return updates
+        o = self.optimizer
+        with tf.control_dependencies(updates):
+            return [power.assign(power * _f(beta)) for power, beta in
+                    zip(params["powers"], (o._beta1, o._beta2))]  # pylint: disable=protected-access
+
+    def generic_slots(self, optimizer):
+        """[(slot name, initial value)] of a generic Keras optimizer (built once to see)."""
+        if self._keras_slots is None:
+            self._keras_slots = _KerasRows(optimizer, self.family, 1,
+                                           "%s_de_probe" % self._name).slot_info()
+        return self._keras_slots
 
     def _locals(self, table, slot_names):
-        """The resource variables the generic path runs the optimizer's kernel on: one for
-        the rows of a step and one per slot, of the table's dim and any row count, registered
-        as the optimizer's slots of the first (per graph and table)."""
-        graph = tf.compat.v1.get_default_graph()
-        key = (graph, table.table_name)
+        """The resource variables the v1 generic path runs the optimizer's kernel on: one for
+        the rows of a step and one per slot, registered as the optimizer's slots of the first
+        (per graph and table)."""
+        key = (_outer_graph(), table.table_name)
         if key not in self._generic_locals:
-            def local(name):
-                # Of unknown row count, so that no shape inference takes a step's rows
-                # (or the gradients feeding them) for the initial value's 0 rows.
-                return tf.compat.v1.Variable(
-                    tf.zeros([0, table.dim]), trainable=False, use_resource=True,
-                    shape=tf.TensorShape([None, table.dim]),
-                    collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES], name=name)
             with tf.init_scope(), tf.compat.v1.variable_scope(
                     None, default_name=table_ops.op_scope_name(table.table_name) + "_" +
                     self._name + "_rows"):
-                rows = local("rows")
-                slots = [local(name) for name in slot_names]
+                rows = _row_variable(table.dim, "rows")
+                slots = [_row_variable(table.dim, name) for name in slot_names]
             for name, slot in zip(slot_names, slots):
                 self.optimizer._slots.setdefault(name, {})[_var_key(rows)] = slot  # pylint: disable=protected-access
             self._generic_locals[key] = (rows, slots)
         return self._generic_locals[key]
 
     def _apply_generic(self, table, addresses, grads):
-        slots, kernel_name = slot_info(self.optimizer)
+        if self.family != "v1":
+            key = (_outer_graph(), table.table_name)
+            if key not in self._generic_locals:
+                self._generic_locals[key] = _KerasRows(
+                    self.optimizer, self.family, table.dim,
+                    "%s_%s_rows" % (table_ops.op_scope_name(table.table_name), self._name))
+            state = self._generic_locals[key]
+            return state.apply(self.optimizer, table, addresses, grads,
+                               "Keras" + type(self.optimizer).__name__)
+        slots, kernel = slot_info(self.optimizer)
         names = [name for name, _ in slots]
         initial = [value for _, value in slots]
         rows, slot_vars = self._locals(table, names)
-        values, slot_values = optimizer_ops.read_rows(table.handle, addresses, kernel_name,
-                                                      initial)
+        values, slot_values = optimizer_ops.read_rows(table.handle, addresses, kernel, initial)
         assigns = [rows.assign(values, read_value=False)] + [
             var.assign(slot_values[i], read_value=False) for i, var in enumerate(slot_vars)]
         with tf.control_dependencies(assigns):
@@ -116,39 +285,52 @@ class _RowUpdate(SparseOptimizer):
             new_slots = (tf.stack([var.read_value() for var in slot_vars]) if slot_vars else
                          tf.zeros([0, tf.shape(addresses)[0], table.dim]))
             return optimizer_ops.write_rows(table.handle, addresses, new_values, new_slots,
-                                            kernel_name, initial)
+                                            kernel, initial)
 
-    def _apply(self, table, addresses, grads):
+    def _apply(self, table, addresses, grads, p):
         o = self.optimizer
         if self.kind == "generic":
             return self._apply_generic(table, addresses, grads)
+        v1 = self.family == "v1"
         if self.kind == "adam":
             return optimizer_ops.apply_lazy_adam(
-                table.handle, addresses, grads, self._adam_lr, _f(o._beta1), _f(o._beta2),
-                _f(o._epsilon), tf.constant(1, tf.int64), unique_addresses=True,
+                table.handle, addresses, grads, p["lr"], p["beta1"], p["beta2"],
+                p["epsilon"], tf.constant(1, tf.int64), unique_addresses=True,
                 bias_corrected=True)
         if self.kind == "adagrad":
             return optimizer_ops.apply_adagrad(
-                table.handle, addresses, grads, _f(o._learning_rate),
-                float(hyper(o._initial_accumulator_value)), unique_addresses=True)
+                table.handle, addresses, grads, _f(o._learning_rate) if v1 else p["lr"],  # pylint: disable=protected-access
+                initial_accumulator(o), unique_addresses=True,
+                epsilon=0.0 if v1 else float(o.epsilon),
+                epsilon_inside_sqrt=self.family == "keras")
         if self.kind == "momentum":
+            if v1:
+                return optimizer_ops.apply_momentum(
+                    table.handle, addresses, grads, _f(o._learning_rate), _f(o._momentum),  # pylint: disable=protected-access
+                    use_nesterov=bool(o._use_nesterov), unique_addresses=True)  # pylint: disable=protected-access
             return optimizer_ops.apply_momentum(
-                table.handle, addresses, grads, _f(o._learning_rate), _f(o._momentum),
-                use_nesterov=bool(o._use_nesterov), unique_addresses=True)
+                table.handle, addresses, grads, p["lr"], p["momentum"],
+                use_nesterov=p["nesterov"], unique_addresses=True, velocity=True)
         if self.kind == "ftrl":
-            lr = _f(o._learning_rate)
-            l2 = _f(o._l2_regularization_strength)
-            beta = float(hyper(getattr(o, "_beta", 0.0)) or 0.0)
-            if beta:
-                l2 = l2 + beta / (2.0 * lr)
+            if v1:
+                lr = _f(o._learning_rate)  # pylint: disable=protected-access
+                l2 = _f(o._l2_regularization_strength)  # pylint: disable=protected-access
+                beta = float(hyper(getattr(o, "_beta", 0.0)) or 0.0)
+                if beta:
+                    l2 = l2 + beta / (2.0 * lr)
+                return optimizer_ops.apply_ftrl(
+                    table.handle, addresses, grads, lr, _f(o._learning_rate_power),  # pylint: disable=protected-access
+                    _f(o._l1_regularization_strength), l2,  # pylint: disable=protected-access
+                    _f(o._l2_shrinkage_regularization_strength),  # pylint: disable=protected-access
+                    initial_accumulator(o), unique_addresses=True)
+            lr = p["lr"]
             return optimizer_ops.apply_ftrl(
-                table.handle, addresses, grads, lr, _f(o._learning_rate_power),
-                _f(o._l1_regularization_strength), l2,
-                _f(o._l2_shrinkage_regularization_strength),
-                float(hyper(o._initial_accumulator_value)), unique_addresses=True)
-        return optimizer_ops.apply_gradient_descent(table.handle, addresses, grads,
-                                                    _f(o._learning_rate), 0.0,
-                                                    unique_addresses=True)
+                table.handle, addresses, grads, lr, p["lr_power"], p["l1"],
+                p["l2"] + p["beta"] / (2.0 * lr), p["l2_shrinkage"], initial_accumulator(o),
+                unique_addresses=True)
+        return optimizer_ops.apply_gradient_descent(
+            table.handle, addresses, grads, _f(o._learning_rate) if v1 else p["lr"], 0.0,  # pylint: disable=protected-access
+            unique_addresses=True)
 
 
 def _f(value):
@@ -160,18 +342,19 @@ def _rows_of(grad, record):
     n = tf.size(record.unique_keys)
     dim = record.params.dim
     if isinstance(grad, tf.IndexedSlices):
-        if grad.indices.op.type == "Range" and grad.indices.op.name in state_of(
-                grad.indices.graph).row_ranges:
+        indices = grad.indices
+        if not tf.executing_eagerly() and indices.op.type == "Range" and \
+                indices.op.name in state_of(indices.graph).row_ranges:
             return tf.reshape(grad.values, [-1, dim])
         return table_ops.sum_rows(tf.reshape(grad.values, [-1, dim]),
-                                  tf.cast(grad.indices, tf.int32), n)
+                                  tf.cast(indices, tf.int32), n)
     return tf.reshape(tf.convert_to_tensor(grad), [-1, dim])
 
 
-def _shard_pairs(params, grads_and_records):
-    """[(gradient rows, addresses)] per shard of one variable, for all its lookups in the
-    step: keys met by several lookups are merged first (one update and one access count per
-    key); missing keys are inserted, after the lookups read them."""
+def _shard_triples(params, grads_and_records):
+    """[(table, addresses, gradient rows)] per shard of one variable, for all its lookups in
+    the step: keys met by several lookups are merged first (one update and one access count
+    per key); missing keys are inserted, after the lookups read them."""
     keys = [r.unique_keys for _, r in grads_and_records]
     rows = [_rows_of(g, r) for g, r in grads_and_records]
     if len(keys) == 1:
@@ -181,18 +364,19 @@ def _shard_pairs(params, grads_and_records):
         rows = table_ops.sum_rows(tf.concat(rows, 0), index, tf.size(keys))
     parts, shard_keys, _ = params._split(keys)  # pylint: disable=protected-access
     shard_rows = params._by_shard(parts, rows)  # pylint: disable=protected-access
-    pairs = []
-    with tf.control_dependencies([r.read for _, r in grads_and_records]):
+    triples = []
+    with tf.control_dependencies([r.read for _, r in grads_and_records if r.read is not None]):
         for table, k, r in zip(params.tables, shard_keys, shard_rows):
-            table_ops.mark_keys_unique(k)
-            table.lookups.training += 1  # this graph trains the table (see share_tables)
-            pairs.append((r, table.find_or_insert(k, is_train=True, lookup=params.name)))
-    return pairs
+            if not tf.executing_eagerly():
+                table_ops.mark_keys_unique(k)
+                table.lookups.training += 1  # this graph trains the table (see share_tables)
+            triples.append((table, table.find_or_insert(k, is_train=True, lookup=params.name),
+                            r))
+    return triples
 
 
-def _apply_gradients(optimizer, row_update, original, grads_and_vars, global_step=None,
-                     name=None):
-    grads_and_vars = list(grads_and_vars)
+def _split(grads_and_vars):
+    """({de.Variable: [(gradient, record)]}, [other (gradient, variable)])."""
     de_pairs, others = {}, []
     for grad, var in grads_and_vars:
         record = record_of(var)
@@ -200,20 +384,79 @@ def _apply_gradients(optimizer, row_update, original, grads_and_vars, global_ste
             others.append((grad, var))
         elif grad is not None and record.params.trainable:
             de_pairs.setdefault(record.params, []).append((grad, record))
+    return de_pairs, others
+
+
+def _de_update(row_update, de_pairs):
+    """The update ops of the de lookups' rows, then the re-reads of the TF2 shadows."""
+    triples = []
+    with tf.name_scope("dynamic_embedding"):
+        for params, pairs in de_pairs.items():
+            triples.extend(_shard_triples(params, pairs))
+        updates = [u for u in tf.nest.flatten(row_update.apply(triples)) if u is not None]
+        shadows = {id(r.shadow): r.shadow for pairs in de_pairs.values() for _, r in pairs
+                   if r.shadow is not None}
+        if shadows:
+            with tf.control_dependencies(updates):
+                refreshed = [shadow.refresh() for shadow in shadows.values()]
+            updates.extend(r for r in refreshed if r is not None)
+    return updates
+
+
+def _apply_gradients(optimizer, row_update, original, grads_and_vars, global_step=None,
+                     name=None):
+    """apply_gradients of a wrapped tf.compat.v1.train optimizer."""
+    de_pairs, others = _split(list(grads_and_vars))
     updates = []
     with tf.name_scope(name or optimizer.get_name()):
         if de_pairs:
-            rows = []
-            with tf.name_scope("dynamic_embedding"):
-                for params, pairs in de_pairs.items():
-                    rows.extend(_shard_pairs(params, pairs))
-            updates.append(row_update.apply_gradients(rows, name="dynamic_embedding_update"))
+            updates.extend(_de_update(row_update, de_pairs))
     if any(g is not None for g, _ in others) or not de_pairs:
         updates.append(original(others, name=name))
+    if tf.executing_eagerly():
+        if global_step is not None:
+            global_step.assign_add(1)
+        return None
     if global_step is None:
         return tf.group(updates, name=name)
     with tf.control_dependencies(updates):
         return tf.compat.v1.assign_add(global_step, 1, name=name).op
+
+
+def _keras_clipped(optimizer, fam, pairs):
+    """The de (gradient, variable) pairs clipped as the Keras optimizer clips gradients
+    (clipnorm, clipvalue, global_clipnorm over these pairs)."""
+    if not any(getattr(optimizer, a, None) for a in ("clipnorm", "clipvalue",
+                                                     "global_clipnorm")):
+        return pairs
+    if fam == "legacy":
+        return list(optimizer._transform_gradients(pairs))  # pylint: disable=protected-access
+    grads = optimizer._clip_gradients([g for g, _ in pairs])  # pylint: disable=protected-access
+    return list(zip(grads, [v for _, v in pairs]))
+
+
+def _keras_apply_gradients(optimizer, fam, row_update, original, grads_and_vars, name=None,
+                           **kwargs):
+    """apply_gradients of a wrapped Keras optimizer (both families): the de pairs by
+    row_update at the optimizer's current iteration, then the others by the optimizer itself,
+    which counts the step (or the step is counted here when there are no others)."""
+    grads_and_vars = list(grads_and_vars)
+    de_vars = [(g, v) for g, v in grads_and_vars if record_of(v) is not None]
+    if de_vars:
+        clipped = dict((id(v), g) for g, v in _keras_clipped(optimizer, fam, de_vars))
+        grads_and_vars = [(clipped.get(id(v), g) if record_of(v) is not None else g, v)
+                          for g, v in grads_and_vars]
+    de_pairs, others = _split(grads_and_vars)
+    if not de_pairs:
+        return original(others, name=name, **kwargs)
+    with tf.name_scope(name or _name_of(optimizer)):
+        updates = _de_update(row_update, de_pairs)
+    graph_updates = [] if tf.executing_eagerly() else updates
+    with tf.control_dependencies(graph_updates):  # the step is counted after the update read it
+        if any(g is not None for g, _ in others):
+            return original(others, name=name, **kwargs)
+        step = optimizer.iterations.assign_add(1)
+    return step if fam == "keras" or tf.executing_eagerly() else step.op
 
 
 class _UnwrappedTrainable:
@@ -291,7 +534,15 @@ def _add_slot_views(optimizer, slot_names):
 
 
 def DynamicEmbeddingOptimizer(self, bp_v2=False, synchronous=False, **kwargs):  # pylint: disable=invalid-name
-    """Makes the tf.compat.v1.train optimizer `self` train de.Variables too; returns it.
+    """Makes the optimizer `self` train de.Variables too; returns it (the same object).
+
+    `self` is a tf.compat.v1.train optimizer, a Keras OptimizerV2
+    (tf.keras.optimizers.legacy) or a Keras 2 optimizer (tf.keras.optimizers). Its
+    apply_gradients (and so minimize, and Keras' model.fit) then applies the gradients of de
+    lookups' trainables to the rows of their keys, with rec_sdk's fused kernel where the
+    optimizer's update is Adam, Adagrad, SGD, momentum or Ftrl, and with the optimizer's own
+    update on the gathered rows and slots otherwise; every other variable is left to the
+    optimizer as before.
 
     bp_v2 is accepted for TFRA scripts: rec_sdk's updates always add a delta to the current
     row in place, so concurrent workers never overwrite each other's updates. synchronous
@@ -301,17 +552,25 @@ def DynamicEmbeddingOptimizer(self, bp_v2=False, synchronous=False, **kwargs):  
     if synchronous:
         raise ValueError("DynamicEmbeddingOptimizer(synchronous=True) (Horovod) is not "
                          "supported by rec_sdk")
-    if not isinstance(self, tf.compat.v1.train.Optimizer):
-        raise TypeError("DynamicEmbeddingOptimizer: the optimizer it wraps must be one of %s; "
-                        "got %r" % (SUPPORTED, self))
+    fam = family(self)
     if getattr(self.apply_gradients, "rec_sdk_row_update", None) is not None:
         return self  # wrapped already
+    if fam == "keras" and getattr(self, "use_ema", False):
+        raise ValueError("DynamicEmbeddingOptimizer: use_ema=True (moving averages of every "
+                         "variable) is not supported for dynamic embeddings")
     row_update = _RowUpdate(self)
     original = self.apply_gradients
-    _add_slot_views(self, row_update.slot_names)
+    if fam != "keras":
+        _add_slot_views(self, row_update.slot_names or ())
 
-    def apply_gradients(grads_and_vars, global_step=None, name=None):
-        return _apply_gradients(self, row_update, original, grads_and_vars, global_step, name)
+    if fam == "v1":
+        def apply_gradients(grads_and_vars, global_step=None, name=None):
+            return _apply_gradients(self, row_update, original, grads_and_vars, global_step,
+                                    name)
+    else:
+        def apply_gradients(grads_and_vars, name=None, **kwargs):
+            return _keras_apply_gradients(self, fam, row_update, original, grads_and_vars,
+                                          name, **kwargs)
 
     apply_gradients.__doc__ = original.__doc__
     apply_gradients.rec_sdk_row_update = row_update

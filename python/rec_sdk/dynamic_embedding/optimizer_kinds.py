@@ -1,5 +1,18 @@
-"""Which stock optimizers a de.Variable's rows can be trained by: each family's rec_sdk
-kernel and slots (used by de.Variable.get_slot_variables and DynamicEmbeddingOptimizer)."""
+"""Which stock optimizers a de.Variable's rows can be trained by, in three families:
+
+  "v1"     tf.compat.v1.train optimizers;
+  "legacy" Keras OptimizerV2 (tf.keras.optimizers.legacy, and TensorFlow's own copy in
+           tensorflow.python.keras.optimizer_v2);
+  "keras"  the Keras 2 optimizers (tf.keras.optimizers).
+
+Each optimizer gets a kind: a rec_sdk fused kernel ("adam", "adagrad", "momentum", "ftrl",
+"sgd") where its update is one of them, else "generic" (the optimizer's own update runs on the
+step's rows and slots, gathered from and written back to the table). `kind` and `slot_info`
+are what de.Variable.get_slot_variables and DynamicEmbeddingOptimizer use.
+"""
+import numbers
+
+import numpy as np
 import tensorflow as tf
 
 _V1 = tf.compat.v1.train
@@ -11,8 +24,8 @@ _KINDS = (
     (_V1.FtrlOptimizer, "ftrl", ("accum", "linear")),
     (_V1.GradientDescentOptimizer, "sgd", ()),
 )
-# Optimizers without a rec_sdk kernel: TensorFlow's own kernel runs on the gathered rows and
-# slots ("generic"). (class, slot names, their initial values), as each class's _create_slots.
+# v1 optimizers without a rec_sdk kernel: TensorFlow's own kernel runs on the gathered rows
+# and slots. (class, slot names with their initial values), as each class's _create_slots.
 _GENERIC = (
     (_V1.AdadeltaOptimizer, lambda o: (("accum", 0.0), ("accum_update", 0.0))),
     (_V1.AdagradDAOptimizer, lambda o: (
@@ -27,48 +40,122 @@ _GENERIC = (
 # The name under which each kernel attaches its slots to a table (sparse_optimizers.cc).
 _KERNEL_NAMES = {"adam": "LazyAdam", "adagrad": "Adagrad", "momentum": "Momentum",
                  "ftrl": "Ftrl", "sgd": "GradientDescent"}
-SUPPORTED = "tf.compat.v1.train.%s" % ", ".join(
-    [c.__name__ for c, _, _ in _KINDS] + [c.__name__ for c, _ in _GENERIC])
+# Keras classes (both families) with a fused kernel, by class name, and their slot names.
+_KERAS_FUSED = {"Adam": ("adam", ("m", "v")), "Adagrad": ("adagrad", ("accumulator",)),
+                "Ftrl": ("ftrl", ("accumulator", "linear")), "SGD": ("sgd", ())}
+_KERAS_MODULES = ("keras.", "tensorflow.python.keras.", "tf_keras.")
+SUPPORTED = ("tf.compat.v1.train optimizers (%s), Keras optimizers (tf.keras.optimizers and "
+             "tf.keras.optimizers.legacy)" % ", ".join(
+                 [c.__name__ for c, _, _ in _KINDS] + [c.__name__ for c, _ in _GENERIC]))
+
+
+def family(optimizer):
+    """"v1", "legacy" or "keras"; TypeError for anything else."""
+    if isinstance(optimizer, tf.compat.v1.train.Optimizer):
+        return "v1"
+    for cls in type(optimizer).__mro__:
+        if cls.__name__ == "OptimizerV2" and cls.__module__.startswith(_KERAS_MODULES):
+            return "legacy"
+        if cls.__name__ == "_BaseOptimizer" and cls.__module__.startswith(_KERAS_MODULES):
+            return "keras"
+    raise TypeError("DynamicEmbeddingOptimizer: the optimizer it wraps must be one of %s; "
+                    "got %r" % (SUPPORTED, optimizer))
 
 
 def _generic_slots(optimizer):
-    """[(slot name, initial value)] of an optimizer of the generic path, else None."""
+    """[(slot name, initial value)] of a v1 optimizer of the generic path, else None."""
     for cls, slots in _GENERIC:
         if isinstance(optimizer, cls):
             return list(slots(optimizer))
     return None
 
 
+def _is_keras_class(optimizer):
+    return type(optimizer).__module__.startswith(_KERAS_MODULES)
+
+
+def _constant(value):
+    """A Python number of a hyperparameter that is a constant (number, constant tensor or
+    variable), else None (a schedule, a callable)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, numbers.Number):
+        return float(value)
+    if isinstance(value, tf.Variable):
+        return None  # may be changed while training
+    static = tf.get_static_value(value) if isinstance(value, tf.Tensor) else None
+    return None if static is None else float(np.asarray(static))
+
+
+def _keras_kind(optimizer, fam):
+    """(kind, slot names) of a Keras optimizer (both families)."""
+    name = type(optimizer).__name__
+    if not _is_keras_class(optimizer) or name not in _KERAS_FUSED:
+        return "generic", None  # subclasses run their own update
+    if fam == "keras" and (optimizer.weight_decay or getattr(optimizer, "use_ema", False)):
+        return "generic", None  # the optimizer's own apply_gradients does them
+    if name == "Adam" and optimizer.amsgrad:
+        return "generic", None
+    if name == "SGD":
+        if fam == "legacy":
+            if not optimizer._momentum:  # pylint: disable=protected-access
+                return "sgd", ()
+            return "momentum", ("momentum",)
+        momentum = _constant(optimizer.momentum)
+        if momentum == 0.0:
+            return "sgd", ()
+        return "momentum", ("momentum",)
+    return _KERAS_FUSED[name]
+
+
 def kind(optimizer):
-    """(kernel family, slot names) of a supported optimizer; TypeError otherwise."""
-    for cls, family, slots in _KINDS:
+    """(kernel family, slot names) of a supported optimizer (slot names None: a generic Keras
+    optimizer, whose slots are known once built); TypeError otherwise."""
+    fam = family(optimizer)
+    if fam != "v1":
+        return _keras_kind(optimizer, fam)
+    for cls, kernel, slots in _KINDS:
         if type(optimizer) is cls:  # pylint: disable=unidiomatic-typecheck
-            return family, slots
-    for cls, family, slots in _KINDS:
+            return kernel, slots
+    for cls, kernel, slots in _KINDS:
         if isinstance(optimizer, cls):
-            return family, slots
+            return kernel, slots
     generic = _generic_slots(optimizer)
     if generic is not None:
         return "generic", tuple(name for name, _ in generic)
-    raise TypeError("DynamicEmbeddingOptimizer supports %s; got %s (Keras optimizers: use "
-                    "their tf.compat.v1.train counterparts in graph mode)"
+    raise TypeError("DynamicEmbeddingOptimizer supports %s; got %s"
                     % (SUPPORTED, type(optimizer).__name__))
 
 
-def slot_info(optimizer):
+def kernel_name(optimizer, kernel):
+    """The name under which the fused kernel `kernel` of `optimizer` owns a table's slots."""
+    if kernel == "momentum" and family(optimizer) != "v1":
+        return "KerasMomentum"  # a velocity (sparse_optimizers.h), not v1's accumulation
+    return _KERNEL_NAMES[kernel]
+
+
+def initial_accumulator(optimizer):
+    """Adagrad's and Ftrl's initial accumulator value, in any family."""
+    for attr in ("_initial_accumulator_value", "initial_accumulator_value"):
+        if hasattr(optimizer, attr):
+            return float(hyper(getattr(optimizer, attr)))
+    return 0.1
+
+
+def slot_info(optimizer, generic_slots=None):
     """[(slot name, initial value)] of a supported optimizer, and the name its kernel gives
-    the slots of a table."""
-    if not isinstance(optimizer, tf.compat.v1.train.Optimizer):
-        raise TypeError("optimizer must be a tf.compat.v1.train optimizer, got %r"
-                        % (optimizer,))
-    family, names = kind(optimizer)
-    if family == "generic":
-        # The slots of a table are bound to one optimizer class (and its initial values).
-        return _generic_slots(optimizer), type(optimizer).__name__
+    the slots of a table. generic_slots(optimizer) gives a generic Keras optimizer's."""
+    fam = family(optimizer)
+    kernel, names = kind(optimizer)
+    if kernel == "generic":
+        if fam == "v1":
+            # The slots of a table are bound to one optimizer class (and its initial values).
+            return _generic_slots(optimizer), type(optimizer).__name__
+        return generic_slots(optimizer), "Keras" + type(optimizer).__name__
     initial = [0.0] * len(names)
-    if family in ("adagrad", "ftrl"):
-        initial[0] = float(hyper(optimizer._initial_accumulator_value))  # pylint: disable=protected-access
-    return list(zip(names, initial)), _KERNEL_NAMES[family]
+    if kernel in ("adagrad", "ftrl"):
+        initial[0] = initial_accumulator(optimizer)
+    return list(zip(names, initial)), kernel_name(optimizer, kernel)
 
 
 def hyper(value):

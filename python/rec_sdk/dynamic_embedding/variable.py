@@ -18,6 +18,7 @@ from rec_sdk import saver
 from rec_sdk.core.table import SparseEmbedding, tables_of_graph
 from rec_sdk.dynamic_embedding.kv_creator import KVCreator
 from rec_sdk.dynamic_embedding.optimizer_kinds import slot_info
+from rec_sdk.dynamic_embedding.shadow_ops import shadow_of, shaped
 from rec_sdk.core.initializer_spec import describe_initializer
 from rec_sdk.ops import table_ops
 from rec_sdk.util.graph_state import state_of
@@ -51,6 +52,8 @@ def _table_names(name, shard_num):
     (not from op-creation order), so a training, an evaluation and an export graph built by
     the same code name their tables alike, as checkpoints need."""
     base = table_base_name(name)
+    if tf.executing_eagerly():
+        return ["%s_mht_%dof%d" % (base, i + 1, shard_num) for i in range(shard_num)]
     taken = {t.table_name for t in tables_of_graph()}
     candidate, n = base, 0
     while any("%s_mht_%dof%d" % (candidate, i + 1, shard_num) in taken
@@ -172,7 +175,9 @@ class Variable:
         self.graph = tf.compat.v1.get_default_graph()
         rows = _init_rows(self.init_size, self.shard_num)
         self._tables = []
-        with tf.name_scope(name.split("/")[-1]):
+        # Tables outlive any tf.function: one created while tracing is created eagerly.
+        with tf.init_scope(), tf.name_scope(name.split("/")[-1]):
+            self.eager = tf.executing_eagerly()
             for i, (device, table_name) in enumerate(zip(devices, _table_names(
                     name, self.shard_num))):
                 spec = _describe(initializer, self.dim, table_name)
@@ -183,8 +188,9 @@ class Variable:
                         host_vocabulary_size=0, ssd_vocabulary_size=0,
                         ssd_data_path=(os.getcwd(),), is_save=self.checkpoint, init_param=1.0,
                         track_access=restrict_policy is not None)
-                    saver.track(table)
-                tf.compat.v1.add_to_collection(rec_sdk.TABLE_COLLECTION, table)
+                    if not self.eager:  # TF2 checkpoints: tf.train.Checkpoint
+                        saver.track(table)
+                        tf.compat.v1.add_to_collection(rec_sdk.TABLE_COLLECTION, table)
                 self._tables.append(table)
         self._restrict_policy = restrict_policy(self) if restrict_policy is not None else None
 
@@ -288,12 +294,7 @@ class Variable:
             return tuple(shards[0])
         return tuple(tf.concat(list(parts), 0) for parts in zip(*shards))
 
-    @staticmethod
-    def _shaped(flat_values, keys, dim):
-        shape = tf.concat([tf.shape(keys), [dim]], 0)
-        out = tf.reshape(flat_values, shape)
-        out.set_shape(keys.shape.concatenate([dim]))
-        return out
+    _shaped = staticmethod(shaped)
 
     # --- TFRA methods ---
     def lookup(self, keys, return_exists=False, name=None):
@@ -401,16 +402,33 @@ class Variable:
     def get_slot_variables(self, optimizer):
         """The optimizer's slots of this variable (views of the slot values kept in the
         variable's rows), one per slot name; [] for an optimizer without slots."""
-        slots, owner = slot_info(optimizer)
+        row_update = getattr(getattr(optimizer, "apply_gradients", None),
+                             "rec_sdk_row_update", None)
+        slots, owner = slot_info(optimizer, row_update.generic_slots if row_update else
+                                 _unwrapped)
         return [SlotVariable(self, optimizer.get_name(), name, i, initial, owner)
                 for i, (name, initial) in enumerate(slots)]
 
     def get_trainable_by_name(self, name):
-        """The trainable that embedding_lookup(..., name=name) created on this variable (the
-        one stock optimizers' var_list take), or None."""
+        """The trainable of embedding_lookup(..., name=name) on this variable (what stock
+        optimizers' var_list take). In TF2 (eager, tf.function) it is the lookup's
+        persistent ShadowVariable, made here if the lookup has not run yet (so a var_list can
+        name it before the first trace); in graph mode the lookup's trainable, or None."""
         if not isinstance(name, str):
             raise TypeError("name must be a string, got %r" % (name,))
-        return self._trainable_store.get(name)
+        found = self._trainable_store.get(name)
+        if found is None and self.trainable and \
+                tf.compat.v1.executing_eagerly_outside_functions():
+            scope = tf.compat.v1.get_variable_scope().name
+            found = shadow_of(self, name, (scope + "/" if scope else "") + name)
+        return found
+
+    get_eager_trainable_by_name = get_trainable_by_name
+
+
+def _unwrapped(optimizer):
+    raise TypeError("get_slot_variables: wrap %r with de.DynamicEmbeddingOptimizer first (its "
+                    "slots are known once it is)" % (optimizer,))
 
 
 class SlotVariable:

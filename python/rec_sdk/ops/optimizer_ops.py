@@ -24,18 +24,18 @@ def apply_gradient_descent(table, addresses, grads, learning_rate, weight_decay,
 
 
 def apply_adagrad(table, addresses, grads, learning_rate, initial_accumulator_value,
-                  unique_addresses=False, name=None):
+                  unique_addresses=False, epsilon=0.0, epsilon_inside_sqrt=False, name=None):
     return load_ops().rec_sdk_apply_adagrad(
         table, addresses, grads, learning_rate,
-        initial_accumulator_value=initial_accumulator_value,
-        unique_addresses=unique_addresses, name=name)
+        initial_accumulator_value=initial_accumulator_value, epsilon=epsilon,
+        epsilon_inside_sqrt=epsilon_inside_sqrt, unique_addresses=unique_addresses, name=name)
 
 
 def apply_momentum(table, addresses, grads, learning_rate, momentum, use_nesterov=False,
-                   unique_addresses=False, name=None):
+                   unique_addresses=False, velocity=False, name=None):
     return load_ops().rec_sdk_apply_momentum(
         table, addresses, grads, learning_rate, momentum, use_nesterov=use_nesterov,
-        unique_addresses=unique_addresses, name=name)
+        velocity=velocity, unique_addresses=unique_addresses, name=name)
 
 
 def apply_ftrl(table, addresses, grads, learning_rate, learning_rate_power, l1, l2, l2_shrinkage,

@@ -21,7 +21,7 @@ TRAINABLE_ROWS_OP = "RecSdk>TrainableRows"
 
 def create_table(table_name, key_dtype, dim, dynamic_expansion, capacity, initializer,
                  initial_capacity=0, evict_when_full=False, track_changes=False,
-                 track_access=False):
+                 track_access=False, shared_name=None):
     """Builds the op that creates (on first run) the table and returns its resource handle.
 
     `initializer` is a dict from rec_sdk.core.initializer_spec.describe_initializer. Admission
@@ -46,7 +46,7 @@ def create_table(table_name, key_dtype, dim, dynamic_expansion, capacity, initia
         evict_when_full=evict_when_full,
         track_changes=track_changes,
         track_access=track_access,
-        shared_name=table_name,
+        shared_name=shared_name or table_name,
         name=op_scope_name(table_name + "_handle"))
 
 
@@ -312,10 +312,11 @@ def _trainable_rows_grad(op, grad):
     rows = op.inputs[1]
     grad = tf.convert_to_tensor(grad)
     positions = tf.range(tf.shape(rows)[0])
-    # Lets the optimizer skip re-summing slices whose indices are exactly these positions.
-    state = state_of(op.graph)
-    with state.lock:
-        state.row_ranges.add(positions.op.name)
+    if not tf.executing_eagerly():
+        # Lets the optimizer skip re-summing slices whose indices are exactly these positions.
+        state = state_of(positions.graph)
+        with state.lock:
+            state.row_ranges.add(positions.op.name)
     return [tf.IndexedSlices(grad, positions, tf.shape(rows)), None]
 
 

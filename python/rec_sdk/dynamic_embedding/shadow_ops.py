@@ -1,0 +1,139 @@
+"""de.shadow_ops: the trainable of TF2 lookups (TFRA's ShadowVariable).
+
+In TF2 (eager, tf.function, Keras) a de lookup cannot hand the tape a fresh variable per call
+as graph mode does: variables outlive the call. Each named lookup of a de.Variable keeps one
+persistent ShadowVariable instead, a resource variable of shape [None, dim] that holds the rows
+of the last lookup (their keys in `ids`, deduplicated). The lookup's rows pass through a
+TrainableRows op whose gradient goes to the shadow, so tapes and stock optimizers find it;
+DynamicEmbeddingOptimizer maps the shadow back to `ids` and updates the rows in the table
+(fused kernel or generic path), then re-reads them into the shadow, so that the shadow always
+holds the current values of its ids.
+"""
+import tensorflow as tf
+from tensorflow.python.ops import resource_variable_ops
+
+from rec_sdk.dynamic_embedding import mode
+from rec_sdk.ops import table_ops
+
+
+class ShadowVariable(resource_variable_ops.ResourceVariable):
+    """The rows of a de.Variable that one named lookup read last, as a trainable variable.
+
+    params: the de.Variable. name: the shadow's name (TFRA's: one shadow per name).
+    max_norm: clip lookups through this shadow to this L2 norm. trainable: False makes
+    lookups through it only read. distribute_strategy is accepted for TFRA scripts.
+    `ids` (a variable) holds the keys of the rows the shadow holds.
+    """
+
+    def __init__(self, params, name="ShadowVariable", max_norm=None, trainable=True,
+                 distribute_strategy=None, **kwargs):
+        del distribute_strategy, kwargs
+        if type(params).__name__ != "Variable" or not hasattr(params, "trainable_store"):
+            raise TypeError("params of a ShadowVariable must be a de.Variable, got %r"
+                            % (params,))
+        if not isinstance(name, str) or not name:
+            raise ValueError("name must be a non-empty string, got %r" % (name,))
+        self.params = params
+        self.max_norm = max_norm
+        with tf.init_scope():
+            super().__init__(
+                initial_value=tf.zeros([0, params.dim], params.value_dtype),
+                shape=tf.TensorShape([None, params.dim]), dtype=params.value_dtype,
+                trainable=bool(trainable) and params.trainable, name=name)
+            self.ids = tf.Variable(tf.zeros([0], params.key_dtype), trainable=False,
+                                   shape=tf.TensorShape([None]), name=name + "-ids")
+
+    def __repr__(self):
+        return "<de.shadow_ops.ShadowVariable %r of %r dim=%d>" % (
+            self.name, self.params.name, self.params.dim)
+
+    @property
+    def exists(self):
+        """Whether each of `ids` is stored in the table (bool [n])."""
+        return self.params.lookup(self.ids.read_value(), return_exists=True)[1]
+
+    def rows(self, unique, values):
+        """Makes the shadow hold `values`, the rows of the distinct keys `unique`, and returns
+        them with their gradient going to the shadow (not trainable: values as they are)."""
+        if not self.trainable:
+            return values
+        self.ids.assign(unique, read_value=False)
+        self.assign(values, read_value=False)
+        resource_variable_ops.variable_accessed(self)  # the tape watches the shadow
+        return table_ops.trainable_rows(self.handle, values)
+
+    def refresh(self):
+        """Re-reads the rows of `ids` into the shadow (after the optimizer updated them in the
+        table); returns the op (None in eager)."""
+        values, _ = self.params._read(self.ids.read_value())  # pylint: disable=protected-access
+        return self.assign(values, read_value=False)
+
+
+def shadow_of(params, name, trainable_name=None):
+    """The ShadowVariable of lookup `name` of params, made on first use (TF2)."""
+    store = params.trainable_store
+    shadow = store.get(name)
+    if not isinstance(shadow, ShadowVariable):
+        shadow = ShadowVariable(params, name=trainable_name or name)
+        store[name] = shadow
+    return shadow
+
+
+def unique_lookup(params, ids, shadow, max_norm=None):
+    """Embeddings of ids through `shadow` (None: read only) -> ids.shape + [dim]."""
+    flat = tf.reshape(ids, [-1])
+    unique, inverse = table_ops.unique_keys(flat)
+    values, _ = params._read(unique, name="read")  # pylint: disable=protected-access
+    if shadow is not None and mode.training():
+        values = shadow.rows(unique, values)
+    if max_norm is not None:
+        values = tf.clip_by_norm(values, max_norm, axes=[1])
+    return shaped(table_ops.gather_rows(values, inverse), ids, params.dim)
+
+
+def shaped(flat_values, keys, dim):
+    """Rows [n, dim] of flat keys, shaped keys.shape + [dim]."""
+    shape = tf.concat([tf.shape(keys), [dim]], 0)
+    out = tf.reshape(flat_values, shape)
+    out.set_shape(keys.shape.concatenate([dim]))
+    return out
+
+
+def embedding_lookup(shadow, ids, partition_strategy=None, name=None, validate_indices=None):
+    """Embeddings of ids (any shape) through the ShadowVariable `shadow` -> ids.shape + [dim]:
+    the shadow then holds the rows of the distinct ids, and training updates them."""
+    del partition_strategy, validate_indices
+    if not isinstance(shadow, ShadowVariable):
+        raise TypeError("shadow must be a de.shadow_ops.ShadowVariable, got %r" % (shadow,))
+    params = shadow.params
+    ids = tf.convert_to_tensor(ids)
+    if ids.dtype != params.key_dtype:
+        raise TypeError("ids must be %s (the key_dtype of %r), got %s"
+                        % (params.key_dtype.name, params.name, ids.dtype.name))
+    with tf.name_scope(name or "shadow_embedding_lookup"):
+        return unique_lookup(params, ids, shadow, shadow.max_norm)
+
+
+def embedding_lookup_unique(shadow, ids, partition_strategy=None, name=None,
+                            validate_indices=None):
+    """The same as embedding_lookup, which deduplicates ids already."""
+    return embedding_lookup(shadow, ids, partition_strategy, name, validate_indices)
+
+
+def embedding_lookup_unique_base(ids, embedding_lookup_fn, *args, **kwargs):
+    """Runs embedding_lookup_fn(unique ids, ...) once per distinct id and returns the
+    embeddings of ids (any shape)."""
+    ids = tf.convert_to_tensor(ids)
+    unique, inverse = table_ops.unique_keys(tf.reshape(ids, [-1]))
+    rows = embedding_lookup_fn(unique, *args, **kwargs)
+    out = table_ops.gather_rows(rows, inverse)
+    return tf.reshape(out, tf.concat([tf.shape(ids), tf.shape(rows)[1:]], 0))
+
+
+class HvdVariable:  # pylint: disable=too-few-public-methods
+    """TFRA's Horovod variable: out of scope in rec_sdk."""
+
+    def __init__(self, *args, **kwargs):
+        del args, kwargs
+        raise NotImplementedError("de.shadow_ops.HvdVariable needs Horovod, which rec_sdk does "
+                                  "not support; see docs/DYNAMIC_EMBEDDING.md")
