@@ -12,6 +12,9 @@ from rec_sdk.util import initialize  # noqa: E402
 # rec_sdk is a tf.compat.v1 graph-mode library, as the SDK it mirrors.
 tf.compat.v1.disable_eager_execution()
 
+# tests/tf2 needs eager execution: tests/test_tf2.py runs it in a process of its own.
+collect_ignore = ["tf2"]
+
 
 @pytest.fixture(autouse=True)
 def _clean_rec_sdk():

@@ -24,7 +24,7 @@ Where rec_sdk differs from TFRA 0.7.2 (docs/DYNAMIC_EMBEDDING.md has the full li
 * Checkpoints: tf.compat.v1.train.Saver (and Estimator) save the shards with their slots as
   rec_sdk table files next to the TensorFlow checkpoint (not TFRA's tensor format).
 """
-from rec_sdk.dynamic_embedding import data_flow, math  # noqa: F401 (TFRA's submodules)
+from rec_sdk.dynamic_embedding import data_flow, keras, math, shadow_ops  # noqa: F401 (TFRA's submodules)
 from rec_sdk.dynamic_embedding.kv_creator import (CuckooHashTableConfig,
                                                    CuckooHashTableCreator, FileSystemSaver,
                                                    HkvHashTableConfig, HkvHashTableCreator,
@@ -49,5 +49,5 @@ __all__ = [
     "enable_inference_mode", "get_model_mode", "math", "data_flow", "KVCreator",
     "CuckooHashTableConfig", "CuckooHashTableCreator", "FileSystemSaver", "RedisTableConfig",
     "RedisTableCreator", "HkvHashTableConfig", "HkvHashTableCreator", "GraphKeys",
-    "warm_start", "WarmStartHook",
+    "warm_start", "WarmStartHook", "keras", "shadow_ops",
 ]

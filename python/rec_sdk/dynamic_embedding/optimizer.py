@@ -41,10 +41,11 @@ from rec_sdk.util.graph_state import state_of
 
 
 def _outer_graph():
-    """The graph whose lifetime optimizer state follows: the default graph in graph mode, the
-    eager program's (one for all tf.functions and their retracing) in TF2."""
-    with tf.init_scope():
-        return tf.compat.v1.get_default_graph()
+    """What optimizer state lives as long as: the default graph in graph mode; in TF2 the
+    eager program (None), one for all tf.functions and their retracing."""
+    if tf.compat.v1.executing_eagerly_outside_functions():
+        return None
+    return tf.compat.v1.get_default_graph()
 
 
 def _name_of(optimizer):
@@ -119,7 +120,13 @@ class _KerasRows:
                     return slot
 
                 inner.add_variable_from_reference = add_variable_from_reference
-                inner.build([self.rows])
+                try:
+                    inner.build([self.rows])
+                except (ValueError, TypeError) as e:  # slots shaped from the variable's shape
+                    raise NotImplementedError(
+                        "%s cannot build its slots for rows of a dynamic embedding (%s); use "
+                        "another optimizer for de.Variables" % (type(optimizer).__name__, e)
+                    ) from None
 
     @staticmethod
     def _check_shape(optimizer, shape):

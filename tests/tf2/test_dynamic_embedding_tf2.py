@@ -1,0 +1,339 @@
+"""rec_sdk.dynamic_embedding in TF2: eager, tf.function and Keras, against NumPy references
+and against dense tf.Variables trained by the same optimizer."""
+import threading
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import rec_sdk.dynamic_embedding as de
+from rec_sdk.ops import optimizer_ops
+
+K = tf.keras.optimizers
+IDS = np.array([[1, 2], [3, 1], [2, 2]], np.int64)  # duplicates within and across rows
+KEYS = np.array([0, 1, 2, 3], np.int64)
+
+
+@pytest.fixture(autouse=True)
+def _eager():
+    if not tf.executing_eagerly():
+        pytest.skip("TF2 tests need eager execution")
+    de.enable_train_mode()
+    yield
+    de.enable_train_mode()
+
+
+def _initial(dim=3, seed=0):
+    return np.random.RandomState(seed).uniform(-1, 1, (len(KEYS), dim)).astype(np.float32)
+
+
+def _variable(name, dim=3, **kwargs):
+    var = de.Variable(name=name, dim=dim, **kwargs)
+    var.upsert(KEYS, _initial(dim))
+    return var
+
+
+def _loss_of(emb):
+    return tf.reduce_sum(tf.square(tf.reduce_sum(emb, axis=1) - 0.5))
+
+
+def test_variable_methods_eagerly_and_in_tf_function_match_a_dict():
+    var = de.Variable(name="methods", dim=2, initializer=-1.0, devices=["/CPU:0"] * 2)
+    ref = {}
+    rng = np.random.RandomState(1)
+
+    @tf.function
+    def upsert(k, v):
+        var.upsert(k, v)
+
+    for step in range(4):
+        keys = rng.randint(0, 20, 8).astype(np.int64)
+        values = rng.rand(8, 2).astype(np.float32)
+        (upsert if step % 2 else var.upsert)(tf.constant(keys), tf.constant(values))
+        for k, v in zip(keys, values):
+            ref[k] = v
+        gone = keys[:2]
+        var.remove(gone)
+        for k in gone:
+            ref.pop(k, None)
+    assert int(var.size()) == len(ref)
+    assert int(var.size(0)) + int(var.size(1)) == len(ref)
+    probe = np.arange(20, dtype=np.int64)
+    values, exists = var.lookup(probe, return_exists=True)
+    for k, v, e in zip(probe, values.numpy(), exists.numpy()):
+        assert e == (k in ref)
+        np.testing.assert_array_equal(v, ref[k] if k in ref else [-1.0, -1.0])
+    keys, values = var.export()
+    assert sorted(keys.numpy().tolist()) == sorted(ref)
+    lookup = tf.function(lambda k: var.lookup(k))
+    np.testing.assert_array_equal(lookup(tf.constant(probe)), var.lookup(probe))
+    var.clear()
+    assert int(var.size()) == 0
+
+
+def test_eager_tables_of_one_name_are_distinct_and_freed():
+    a = de.Variable(name="same", dim=1)
+    b = de.Variable(name="same", dim=1)
+    a.upsert(np.array([1], np.int64), np.ones([1, 1], np.float32))
+    assert int(a.size()) == 1 and int(b.size()) == 0
+    handle = a.tables[0].handle
+    del a
+    with pytest.raises(tf.errors.NotFoundError):  # the table went with its object
+        optimizer_ops.read_rows(handle, tf.constant([0], tf.int64), "x", [])
+
+
+def _train_de(make_optimizer, name, steps=4, function=True, two_lookups=False):
+    var = _variable(name)
+    opt = de.DynamicEmbeddingOptimizer(make_optimizer())
+
+    def loss():
+        emb = de.embedding_lookup(var, IDS, name="emb")
+        if two_lookups:
+            emb = emb + de.embedding_lookup(var, IDS[:, ::-1], name="emb2")
+        return _loss_of(emb)
+
+    fn = tf.function(loss) if function else loss
+    var_list = [var.get_trainable_by_name("emb")]  # before the first trace
+    if two_lookups:
+        var_list.append(var.get_trainable_by_name("emb2"))
+    for _ in range(steps):
+        opt.minimize(fn, var_list=var_list)
+    return var.lookup(KEYS).numpy(), opt
+
+
+def _train_dense(make_optimizer, steps=4, two_lookups=False):
+    table = tf.Variable(_initial())
+    opt = make_optimizer()
+
+    def loss():
+        emb = tf.nn.embedding_lookup(table, IDS)
+        if two_lookups:
+            emb = emb + tf.nn.embedding_lookup(table, IDS[:, ::-1])
+        return _loss_of(emb)
+
+    for _ in range(steps):
+        opt.minimize(loss, var_list=[table])
+    return table.numpy()
+
+
+OPTIMIZERS = {
+    # fused kernels
+    "keras.Adam": lambda: K.Adam(0.1),
+    "legacy.Adam": lambda: K.legacy.Adam(0.1),
+    "v1.Adam": lambda: tf.compat.v1.train.AdamOptimizer(0.1),
+    "keras.Adagrad": lambda: K.Adagrad(0.1),
+    "legacy.Adagrad": lambda: K.legacy.Adagrad(0.1),
+    "keras.SGD": lambda: K.SGD(0.1),
+    "keras.SGD.nesterov": lambda: K.SGD(0.1, momentum=0.9, nesterov=True),
+    "legacy.SGD.momentum": lambda: K.legacy.SGD(0.1, momentum=0.9),
+    "v1.Momentum": lambda: tf.compat.v1.train.MomentumOptimizer(0.1, 0.9),
+    "keras.Ftrl": lambda: K.Ftrl(0.1, l1_regularization_strength=0.01),
+    "legacy.Ftrl": lambda: K.legacy.Ftrl(0.1, l2_shrinkage_regularization_strength=0.01),
+    # generic path
+    "keras.Adamax": lambda: K.Adamax(0.1),
+    "legacy.RMSprop": lambda: K.legacy.RMSprop(0.1, momentum=0.5, centered=True),
+    "keras.Nadam": lambda: K.Nadam(0.1),
+    "legacy.Adam.amsgrad": lambda: K.legacy.Adam(0.1, amsgrad=True),
+    "v1.RMSProp": lambda: tf.compat.v1.train.RMSPropOptimizer(0.1),
+}
+# The Keras 2 optimizers' Adam updates m and v as m += (g - m)(1 - beta1): other rounding.
+TOLERANCE = {"keras.Adam": 2e-5, "keras.Nadam": 2e-5}
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_training_matches_a_dense_variable(name):
+    """The rows of the batch train as a dense table's with the same optimizer (rows 1-3: the
+    dense Keras 2 Ftrl also rewrites row 0, which is not in the batch)."""
+    rows, opt = _train_de(OPTIMIZERS[name], "train_" + name.replace(".", "_"))
+    dense = _train_dense(OPTIMIZERS[name])
+    np.testing.assert_allclose(rows[1:], dense[1:], atol=TOLERANCE.get(name, 1e-6), rtol=0)
+    np.testing.assert_array_equal(rows[0], _initial()[0])  # lazy: row 0 untouched
+    if not isinstance(opt, tf.compat.v1.train.Optimizer):
+        assert int(opt.iterations) == 4
+
+
+@pytest.mark.parametrize("function", [True, False])
+def test_two_lookups_of_one_table_in_one_step(function):
+    make = OPTIMIZERS["legacy.Adagrad"]
+    rows, _ = _train_de(make, "two_lookups_%s" % function, function=function, two_lookups=True)
+    np.testing.assert_allclose(rows[1:], _train_dense(make, two_lookups=True)[1:], atol=1e-6)
+
+
+def test_tf_function_retraces_and_inserts_new_keys_with_their_initial_values():
+    var = de.Variable(name="retrace", dim=2, initializer=0.5)
+    opt = de.DynamicEmbeddingOptimizer(K.SGD(1.0))
+
+    @tf.function
+    def step(ids):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(de.embedding_lookup(var, ids, name="e"))
+        shadow = var.get_trainable_by_name("e")
+        opt.apply_gradients(zip(tape.gradient(loss, [shadow]), [shadow]))
+
+    step(tf.constant([1, 2, 1], tf.int64))
+    step(tf.constant([[3, 4], [1, 5]], tf.int64))  # another shape: a second trace
+    keys, values = var.export()
+    got = dict(zip(keys.numpy().tolist(), values.numpy()[:, 0].tolist()))
+    # 0.5 - lr * (number of times a key was looked up)
+    assert got == {1: 0.5 - 3.0, 2: -0.5, 3: -0.5, 4: -0.5, 5: -0.5}
+    shadow = var.get_trainable_by_name("e")
+    np.testing.assert_array_equal(np.sort(shadow.ids.numpy()), [1, 3, 4, 5])
+    # the shadow holds the current rows of its ids
+    np.testing.assert_array_equal(shadow.numpy(), var.lookup(shadow.ids).numpy())
+
+
+def test_gradient_tape_with_dense_variables_and_v1_optimizer():
+    var = _variable("mixed")
+    dense = tf.Variable([[1.0], [2.0], [3.0]])
+    opt = de.DynamicEmbeddingOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1))
+    with tf.GradientTape() as tape:
+        emb, shadow = de.embedding_lookup(var, IDS[:, 0], name="m", return_trainable=True)
+        loss = tf.reduce_sum(tf.matmul(emb, dense))
+    grads = tape.gradient(loss, [shadow, dense])
+    opt.apply_gradients(zip(grads, [shadow, dense]))
+    x = _initial()
+    np.testing.assert_allclose(dense.numpy()[:, 0], [1, 2, 3] - 0.1 * x[IDS[:, 0]].sum(0),
+                               rtol=1e-6)
+    expected = x.copy()
+    for k in IDS[:, 0]:
+        expected[k] -= 0.1 * np.array([1.0, 2.0, 3.0])
+    np.testing.assert_allclose(var.lookup(KEYS).numpy(), expected, atol=1e-6)
+
+
+def test_inference_mode_reads_only_and_is_thread_safe():
+    var = _variable("inference")
+    layer_ids = np.arange(100, 200, dtype=np.int64)
+    de.enable_inference_mode()
+    assert de.get_model_mode() == de.ModelMode.INFERENCE
+    lookup = tf.function(lambda ids: de.embedding_lookup(var, ids, name="infer"))
+    results, errors = [], []
+
+    def worker():
+        try:
+            for _ in range(20):
+                results.append(lookup(tf.constant(layer_ids)).numpy())
+        except Exception as e:  # pylint: disable=broad-except
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(results) == 80
+    assert int(var.size()) == len(KEYS)  # nothing inserted
+    assert "infer" not in var.trainable_store
+
+
+def test_keras_layers_fit_evaluate_predict():
+    layer = de.keras.layers.Embedding(4, name="fit_emb", init_capacity=64)
+    inputs = tf.keras.layers.Input(shape=(None,), dtype=tf.int64)
+    x = tf.keras.layers.GlobalAveragePooling1D()(layer(inputs))
+    model = tf.keras.Model(inputs, tf.keras.layers.Dense(1, activation="sigmoid")(x))
+    model.compile(optimizer=de.DynamicEmbeddingOptimizer(K.Adam(0.05)),
+                  loss="binary_crossentropy")
+    assert layer.shadow in model.trainable_weights
+    rng = np.random.RandomState(0)
+    features = rng.randint(0, 50, (256, 4)).astype(np.int64)
+    labels = (features[:, 0] % 2).astype(np.float32)
+    history = model.fit(features, labels, batch_size=32, epochs=8, verbose=0)
+    assert history.history["loss"][-1] < history.history["loss"][0] - 0.05
+    assert int(layer.params.size()) == len(np.unique(features))
+    before = int(layer.params.size())
+    model.evaluate(features + 1000, labels, verbose=0)
+    model.predict(features + 2000, verbose=0)
+    assert int(layer.params.size()) == before  # evaluation and prediction only read
+
+
+def test_squashed_and_field_wise_embedding():
+    squashed = de.keras.layers.SquashedEmbedding(2, initializer=tf.keras.initializers.Zeros(),
+                                                 key_dtype=tf.int32, name="sq")
+    squashed.params.upsert(tf.constant([3, 0, 1]), tf.ones([3, 2]))
+    np.testing.assert_array_equal(squashed(tf.constant([3, 0, 1, 2])), [3.0, 3.0])
+    np.testing.assert_array_equal(squashed(tf.constant([[3, 0], [1, 2]])), [[2, 2], [1, 1]])
+    fields = de.keras.layers.FieldWiseEmbedding(2, 3, lambda x: tf.math.floormod(x, 3),
+                                                initializer=1.0, name="fw")
+    ids = np.array([[0, 1, 3, 4], [2, 5, 8, 6]], np.int64)
+    out = fields(ids).numpy()
+    counts = np.stack([np.bincount(row % 3, minlength=3) for row in ids])
+    np.testing.assert_array_equal(out, np.repeat(counts[:, :, None], 2, axis=2))
+
+
+def test_documented_example_runs_as_written():
+    init = tf.keras.initializers.RandomNormal()
+    params = de.get_variable("doc_example_foo", dim=4, initializer=init)
+    optimizer = tf.keras.optimizers.Adam(1E-3)
+    optimizer = de.DynamicEmbeddingOptimizer(optimizer)
+    ids = tf.constant([[1, 2], [3, 4]], tf.int64)
+
+    @tf.function
+    def loss_fn(ids):
+        emb = de.embedding_lookup(params, ids, name="user_embedding")
+        emb = tf.math.reduce_sum(emb, axis=1)
+        loss = tf.reduce_mean(emb)
+        return loss
+
+    before = params.lookup(tf.constant([1, 2, 3, 4], tf.int64)).numpy()
+    for _ in range(10):
+        optimizer.minimize(lambda: loss_fn(ids),
+                           var_list=[params.get_eager_trainable_by_name("user_embedding")])
+    after = params.lookup(tf.constant([1, 2, 3, 4], tf.int64)).numpy()
+    # d loss / d row = 1 / 2 for every element: Adam moves each by lr per step
+    np.testing.assert_allclose(before - after, np.full((4, 4), 10 * 1E-3), rtol=1e-3)
+
+
+def _kernel_rows(dim=2):
+    var = de.Variable(name="kernel_rows", dim=dim)
+    keys = tf.constant([5, 6, 7], tf.int64)
+    var.upsert(keys, tf.constant(_initial(dim)[:3]))
+    table = var.tables[0]
+    return var, keys, table, table.find_or_insert(keys, is_train=True)
+
+
+@pytest.mark.parametrize("inside_sqrt", [False, True])
+def test_adagrad_epsilon_forms_against_numpy(inside_sqrt):
+    var, keys, table, addresses = _kernel_rows()
+    w, a = _initial(2)[:3].astype(np.float64), np.full((3, 2), 0.0)
+    rng = np.random.RandomState(3)
+    for _ in range(3):
+        g = rng.randn(3, 2).astype(np.float32)
+        optimizer_ops.apply_adagrad(table.handle, addresses, g, 0.1, 0.0, epsilon=0.01,
+                                    epsilon_inside_sqrt=inside_sqrt)
+        a += g.astype(np.float64) ** 2
+        w -= 0.1 * g / (np.sqrt(a + 0.01) if inside_sqrt else np.sqrt(a) + 0.01)
+    np.testing.assert_allclose(var.lookup(keys).numpy(), w, rtol=1e-5)
+
+
+@pytest.mark.parametrize("nesterov", [False, True])
+def test_keras_momentum_velocity_against_numpy(nesterov):
+    var, keys, table, addresses = _kernel_rows()
+    w, v = _initial(2)[:3].astype(np.float64), np.zeros((3, 2))
+    rng = np.random.RandomState(4)
+    for lr in (0.1, 0.05, 0.2):  # a changing rate: velocity differs from accumulation
+        g = rng.randn(3, 2).astype(np.float32)
+        optimizer_ops.apply_momentum(table.handle, addresses, g, lr, 0.9,
+                                     use_nesterov=nesterov, velocity=True)
+        v = 0.9 * v - lr * g
+        w += 0.9 * v - lr * g if nesterov else v
+    np.testing.assert_allclose(var.lookup(keys).numpy(), w, rtol=1e-5)
+
+
+def test_velocity_and_accumulation_momentum_do_not_share_a_table():
+    _, _, table, addresses = _kernel_rows()
+    g = np.ones((3, 2), np.float32)
+    optimizer_ops.apply_momentum(table.handle, addresses, g, 0.1, 0.9, velocity=True)
+    with pytest.raises(tf.errors.FailedPreconditionError, match="KerasMomentum"):
+        optimizer_ops.apply_momentum(table.handle, addresses, g, 0.1, 0.9)
+
+
+def test_keras_optimizer_with_factored_slots_is_a_clear_error():
+    var = _variable("factored")
+    opt = de.DynamicEmbeddingOptimizer(K.Adafactor(0.1))
+    with pytest.raises(NotImplementedError, match="Adafactor"):
+        opt.minimize(lambda: _loss_of(de.embedding_lookup(var, IDS, name="f")),
+                     var_list=[var.get_trainable_by_name("f")])
+
+
+def test_use_ema_is_a_clear_error():
+    with pytest.raises(ValueError, match="use_ema"):
+        de.DynamicEmbeddingOptimizer(K.Adam(0.1, use_ema=True))
