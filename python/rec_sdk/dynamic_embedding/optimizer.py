@@ -140,21 +140,28 @@ class _KerasRows:
         return [(name, initial) for name, _, initial in self.slots]
 
     def apply(self, optimizer, table, addresses, grads, owner):
-        initial = [value for _, _, value in self.slots]
-        values, slot_values = optimizer_ops.read_rows(table.handle, addresses, owner, initial)
-        loads = [self.rows.assign(values, read_value=False),
-                 self.inner.iterations.assign(optimizer.iterations, read_value=False)] + [
-            var.assign(slot_values[i], read_value=False)
-            for i, (_, var, _) in enumerate(self.slots)]
-        with tf.control_dependencies(loads):
-            update = self.inner.apply_gradients([(grads, self.rows)])
-        with tf.control_dependencies([u for u in [update] if u is not None and
-                                      not isinstance(u, tf.Variable)]):
-            new_values = self.rows.read_value()
-            new_slots = (tf.stack([var.read_value() for _, var, _ in self.slots])
-                         if self.slots else tf.zeros([0, tf.shape(addresses)[0], table.dim]))
-            return optimizer_ops.write_rows(table.handle, addresses, new_values, new_slots,
-                                            owner, initial)
+        return _through_variables(
+            table, addresses, owner, [value for _, _, value in self.slots], self.rows,
+            [var for _, var, _ in self.slots],
+            lambda: self.inner.apply_gradients([(grads, self.rows)]),
+            [self.inner.iterations.assign(optimizer.iterations, read_value=False)])
+
+
+def _through_variables(table, addresses, owner, initial, rows, slots, update, loads=()):
+    """The generic path's step: the rows at addresses and their slots (of `owner`, starting at
+    `initial`) loaded into the variables `rows` and `slots`, the optimizer's `update()` run on
+    them, and the results written back. Returns the write op."""
+    values, slot_values = optimizer_ops.read_rows(table.handle, addresses, owner, initial)
+    loads = list(loads) + [rows.assign(values, read_value=False)] + [
+        var.assign(slot_values[i], read_value=False) for i, var in enumerate(slots)]
+    with tf.control_dependencies(loads):
+        op = update()
+    with tf.control_dependencies([op] if isinstance(op, (tf.Operation, tf.Tensor)) else []):
+        new_values = rows.read_value()
+        new_slots = (tf.stack([var.read_value() for var in slots]) if slots else
+                     tf.zeros([0, tf.shape(addresses)[0], table.dim]))
+        return optimizer_ops.write_rows(table.handle, addresses, new_values, new_slots, owner,
+                                        initial)
 
 
 class _RowUpdate:
@@ -173,9 +180,21 @@ class _RowUpdate:
 
     # --- the step's hyperparameters ---
     def _v1_params(self):
+        """Hyperparameters of a tf.compat.v1.train optimizer, as the kernels take them."""
         o = self.optimizer
+        if self.kind == "adagrad":
+            return {"lr": _f(o._learning_rate), "epsilon": 0.0}  # pylint: disable=protected-access
+        if self.kind == "momentum":
+            return {"lr": _f(o._learning_rate), "momentum": _f(o._momentum),  # pylint: disable=protected-access
+                    "nesterov": bool(o._use_nesterov)}  # pylint: disable=protected-access
+        if self.kind == "ftrl":
+            return {"lr": _f(o._learning_rate), "lr_power": _f(o._learning_rate_power),  # pylint: disable=protected-access
+                    "l1": _f(o._l1_regularization_strength),  # pylint: disable=protected-access
+                    "l2": _f(o._l2_regularization_strength),  # pylint: disable=protected-access
+                    "beta": _f(hyper(getattr(o, "_beta", None)) or 0.0),
+                    "l2_shrinkage": _f(o._l2_shrinkage_regularization_strength)}  # pylint: disable=protected-access
         if self.kind != "adam":
-            return {}
+            return {"lr": _f(o._learning_rate)}  # pylint: disable=protected-access
         # As TensorFlow's AdamOptimizer: float32 beta1_power and beta2_power, multiplied by
         # beta1 and beta2 after each step, give the bias-corrected rate, so that a de.Variable
         # trains exactly as a dense variable with the same optimizer (a step count and double
@@ -201,29 +220,29 @@ class _RowUpdate:
 
             def get(name):
                 return o._get_hyper(name, tf.float32)  # pylint: disable=protected-access
-            attrs = {"l2_shrinkage_regularization_strength":
-                     getattr(o, "_l2_shrinkage_regularization_strength", 0.0)}
+            shrinkage = getattr(o, "_l2_shrinkage_regularization_strength", 0.0)
         else:
             o._compute_current_learning_rate()  # pylint: disable=protected-access
             lr = tf.cast(o.learning_rate, tf.float32)
 
             def get(name):
                 return tf.cast(getattr(o, name), tf.float32)
-            attrs = {"l2_shrinkage_regularization_strength":
-                     getattr(o, "l2_shrinkage_regularization_strength", 0.0)}
+            shrinkage = getattr(o, "l2_shrinkage_regularization_strength", 0.0)
         p = {"lr": lr}
         if self.kind == "adam":
             step = tf.cast(o.iterations + 1, tf.float32)
             beta1, beta2 = get("beta_1"), get("beta_2")
             p.update(lr=lr * tf.sqrt(1.0 - tf.pow(beta2, step)) / (1.0 - tf.pow(beta1, step)),
                      beta1=beta1, beta2=beta2, epsilon=_f(o.epsilon))
+        elif self.kind == "adagrad":
+            p.update(epsilon=float(o.epsilon))
         elif self.kind == "momentum":
             p.update(momentum=get("momentum"), nesterov=bool(o.nesterov))
         elif self.kind == "ftrl":
             p.update(lr_power=get("learning_rate_power"),
                      l1=get("l1_regularization_strength"),
                      l2=get("l2_regularization_strength"), beta=get("beta"),
-                     l2_shrinkage=_f(attrs["l2_shrinkage_regularization_strength"]))
+                     l2_shrinkage=_f(shrinkage))
         return p
 
     # --- the update ---
@@ -279,26 +298,15 @@ class _RowUpdate:
             return state.apply(self.optimizer, table, addresses, grads,
                                "Keras" + type(self.optimizer).__name__)
         slots, kernel = slot_info(self.optimizer)
-        names = [name for name, _ in slots]
-        initial = [value for _, value in slots]
-        rows, slot_vars = self._locals(table, names)
-        values, slot_values = optimizer_ops.read_rows(table.handle, addresses, kernel, initial)
-        assigns = [rows.assign(values, read_value=False)] + [
-            var.assign(slot_values[i], read_value=False) for i, var in enumerate(slot_vars)]
-        with tf.control_dependencies(assigns):
-            update = self.optimizer._resource_apply_dense(grads, rows)  # pylint: disable=protected-access
-        with tf.control_dependencies([update]):
-            new_values = rows.read_value()
-            new_slots = (tf.stack([var.read_value() for var in slot_vars]) if slot_vars else
-                         tf.zeros([0, tf.shape(addresses)[0], table.dim]))
-            return optimizer_ops.write_rows(table.handle, addresses, new_values, new_slots,
-                                            kernel, initial)
+        rows, slot_vars = self._locals(table, [name for name, _ in slots])
+        return _through_variables(
+            table, addresses, kernel, [value for _, value in slots], rows, slot_vars,
+            lambda: self.optimizer._resource_apply_dense(grads, rows))  # pylint: disable=protected-access
 
     def _apply(self, table, addresses, grads, p):
-        o = self.optimizer
         if self.kind == "generic":
             return self._apply_generic(table, addresses, grads)
-        v1 = self.family == "v1"
+        keras = self.family != "v1"
         if self.kind == "adam":
             return optimizer_ops.apply_lazy_adam(
                 table.handle, addresses, grads, p["lr"], p["beta1"], p["beta2"],
@@ -306,38 +314,20 @@ class _RowUpdate:
                 bias_corrected=True)
         if self.kind == "adagrad":
             return optimizer_ops.apply_adagrad(
-                table.handle, addresses, grads, _f(o._learning_rate) if v1 else p["lr"],  # pylint: disable=protected-access
-                initial_accumulator(o), unique_addresses=True,
-                epsilon=0.0 if v1 else float(o.epsilon),
+                table.handle, addresses, grads, p["lr"], initial_accumulator(self.optimizer),
+                unique_addresses=True, epsilon=p["epsilon"],
                 epsilon_inside_sqrt=self.family == "keras")
         if self.kind == "momentum":
-            if v1:
-                return optimizer_ops.apply_momentum(
-                    table.handle, addresses, grads, _f(o._learning_rate), _f(o._momentum),  # pylint: disable=protected-access
-                    use_nesterov=bool(o._use_nesterov), unique_addresses=True)  # pylint: disable=protected-access
             return optimizer_ops.apply_momentum(
                 table.handle, addresses, grads, p["lr"], p["momentum"],
-                use_nesterov=p["nesterov"], unique_addresses=True, velocity=True)
+                use_nesterov=p["nesterov"], unique_addresses=True, velocity=keras)
         if self.kind == "ftrl":
-            if v1:
-                lr = _f(o._learning_rate)  # pylint: disable=protected-access
-                l2 = _f(o._l2_regularization_strength)  # pylint: disable=protected-access
-                beta = float(hyper(getattr(o, "_beta", 0.0)) or 0.0)
-                if beta:
-                    l2 = l2 + beta / (2.0 * lr)
-                return optimizer_ops.apply_ftrl(
-                    table.handle, addresses, grads, lr, _f(o._learning_rate_power),  # pylint: disable=protected-access
-                    _f(o._l1_regularization_strength), l2,  # pylint: disable=protected-access
-                    _f(o._l2_shrinkage_regularization_strength),  # pylint: disable=protected-access
-                    initial_accumulator(o), unique_addresses=True)
-            lr = p["lr"]
             return optimizer_ops.apply_ftrl(
-                table.handle, addresses, grads, lr, p["lr_power"], p["l1"],
-                p["l2"] + p["beta"] / (2.0 * lr), p["l2_shrinkage"], initial_accumulator(o),
-                unique_addresses=True)
-        return optimizer_ops.apply_gradient_descent(
-            table.handle, addresses, grads, _f(o._learning_rate) if v1 else p["lr"], 0.0,  # pylint: disable=protected-access
-            unique_addresses=True)
+                table.handle, addresses, grads, p["lr"], p["lr_power"], p["l1"],
+                p["l2"] + p["beta"] / (2.0 * p["lr"]), p["l2_shrinkage"],
+                initial_accumulator(self.optimizer), unique_addresses=True)
+        return optimizer_ops.apply_gradient_descent(table.handle, addresses, grads, p["lr"],
+                                                    0.0, unique_addresses=True)
 
 
 def _f(value):
@@ -450,9 +440,8 @@ def _keras_apply_gradients(optimizer, fam, row_update, original, grads_and_vars,
     grads_and_vars = list(grads_and_vars)
     de_vars = [(g, v) for g, v in grads_and_vars if record_of(v) is not None]
     if de_vars:
-        clipped = dict((id(v), g) for g, v in _keras_clipped(optimizer, fam, de_vars))
-        grads_and_vars = [(clipped.get(id(v), g) if record_of(v) is not None else g, v)
-                          for g, v in grads_and_vars]
+        clipped = {id(v): g for g, v in _keras_clipped(optimizer, fam, de_vars)}
+        grads_and_vars = [(clipped.get(id(v), g), v) for g, v in grads_and_vars]
     de_pairs, others = _split(grads_and_vars)
     if not de_pairs:
         return original(others, name=name, **kwargs)
