@@ -292,6 +292,34 @@ def test_one_optimizer_in_two_graphs():
                                            rtol=1e-5)
 
 
+def test_gradient_tape_in_graph_mode_reaches_the_trainable():
+    """A Keras optimizer's minimize(callable, callable) in graph mode records the loss on a
+    GradientTape: the lookup's trainable must be watched, or training silently does nothing."""
+    ids = i64([1, 2, 2])
+    dense = tf.Variable(np.full([3, 2], 0.5, np.float32))
+    v = de.Variable(dim=2, initializer=0.5)
+    trainables = []
+
+    def de_loss():
+        emb, trainable = de.embedding_lookup(v, ids, name="tape", return_trainable=True)
+        trainables[:] = [trainable]
+        return tf.reduce_sum(emb * emb)
+
+    with tf.GradientTape() as tape:
+        loss = de_loss()
+    assert tape.gradient(loss, trainables)[0] is not None
+    train = de.DynamicEmbeddingOptimizer(tf.keras.optimizers.legacy.SGD(0.1)).minimize(
+        de_loss, lambda: trainables)
+    dense_train = tf.keras.optimizers.legacy.SGD(0.1).minimize(
+        lambda: tf.reduce_sum(tf.square(tf.nn.embedding_lookup(dense, ids))), [dense])
+    with new_session() as sess:
+        sess.run(tf.compat.v1.global_variables_initializer())
+        for _ in range(3):
+            sess.run([train, dense_train])
+        np.testing.assert_allclose(sess.run(v.lookup(i64([1, 2]))), sess.run(dense)[1:],
+                                   atol=1e-6)
+
+
 def test_two_lookups_of_a_key_in_one_step_count_once():
     v = de.Variable(dim=2, initializer=0.1, restrict_policy=de.FrequencyRestrictPolicy)
     a = tf.compat.v1.placeholder(tf.int64, [None])

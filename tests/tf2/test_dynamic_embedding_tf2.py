@@ -152,6 +152,42 @@ def test_training_matches_a_dense_variable(name):
         assert int(opt.iterations) == 4
 
 
+@pytest.mark.parametrize("name", ["legacy.Nadam", "keras.RMSprop"])
+def test_generic_path_over_two_tables_follows_learning_rate_changes(name):
+    """Two de tables trained by one generic-path optimizer as two dense tables are, with the
+    learning rate changed (as a Keras callback does) after two steps: the private copies take
+    the new rate, and Nadam's momentum cache advances once per step, not once per table."""
+    make = {"legacy.Nadam": lambda: K.legacy.Nadam(0.1),
+            "keras.RMSprop": lambda: K.RMSprop(0.1, momentum=0.5)}[name]
+    tag = name.replace(".", "_")
+    tables = [_variable("lr_a_" + tag), _variable("lr_b_" + tag)]
+    dense = [tf.Variable(_initial()), tf.Variable(_initial())]
+    de_opt = de.DynamicEmbeddingOptimizer(make())
+    dense_opt = make()
+
+    def de_loss():
+        return sum(_loss_of(de.embedding_lookup(t, IDS, name="emb")) * (i + 1)
+                   for i, t in enumerate(tables))
+
+    def dense_loss():
+        return sum(_loss_of(tf.nn.embedding_lookup(t, IDS)) * (i + 1)
+                   for i, t in enumerate(dense))
+
+    var_list = [t.get_trainable_by_name("emb") for t in tables]
+    @tf.function
+    def step():
+        de_opt.minimize(de_loss, var_list=var_list)
+
+    for i in range(5):
+        if i == 2:
+            de_opt.learning_rate = 0.02
+            dense_opt.learning_rate = 0.02
+        step()
+        dense_opt.minimize(dense_loss, var_list=dense)
+    for t, d in zip(tables, dense):
+        np.testing.assert_allclose(t.lookup(KEYS).numpy()[1:], d.numpy()[1:], atol=1e-6)
+
+
 @pytest.mark.parametrize("function", [True, False])
 def test_two_lookups_of_one_table_in_one_step(function):
     make = OPTIMIZERS["legacy.Adagrad"]

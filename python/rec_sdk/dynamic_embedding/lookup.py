@@ -8,6 +8,7 @@ the trainable back to its keys and updates their rows in place (inserting keys m
 first time), with the gradients of duplicate ids summed.
 """
 import tensorflow as tf
+from tensorflow.python.ops import resource_variable_ops
 
 from rec_sdk.dynamic_embedding import mode
 from rec_sdk.dynamic_embedding.shadow_ops import ShadowVariable, shadow_of
@@ -117,6 +118,7 @@ def _unique_rows(params, unique, name, trainable_name):
             n += 1
             key = "_anonymous_trainable_store_key_%d" % n
     store[key] = trainable
+    resource_variable_ops.variable_accessed(trainable)  # a GradientTape watches it
     return table_ops.trainable_rows(trainable.handle, values), trainable
 
 

@@ -24,7 +24,8 @@ variable's rows. Three families of optimizers (see optimizer_kinds):
 The generic path reads, updates and writes the rows in three ops, so unlike the fused
 kernels it is not atomic against another thread training the same table at once. A Keras
 optimizer's generic path runs a private copy of the optimizer (same class and config), built
-once per table on variables of any row count, at the wrapped optimizer's iteration.
+once per table on variables of any row count, at the wrapped optimizer's iteration and
+current hyperparameters; optimizer-wide state (Nadam's momentum cache) advances once per step.
 """
 import sys
 
@@ -83,8 +84,10 @@ class _KerasRows:
     apply_gradients (at the wrapped optimizer's iteration) and writes them back."""
 
     def __init__(self, optimizer, fam, dim, name):
-        inner = type(optimizer).from_config(optimizer.get_config())
+        with tf.init_scope():  # Keras 2's get_config reads its variables' values
+            inner = type(optimizer).from_config(optimizer.get_config())
         self.inner = inner
+        self.legacy = fam == "legacy"
         self.slots = []  # [(slot name, variable, initial value)]
         with tf.init_scope():
             self.rows = _row_variable(dim, name + "/rows", trainable=True)
@@ -139,12 +142,41 @@ class _KerasRows:
     def slot_info(self):
         return [(name, initial) for name, _, initial in self.slots]
 
-    def apply(self, optimizer, table, addresses, grads, owner):
+    def state(self):
+        """The copy's own variables that are neither slots nor rows nor hyperparameters nor
+        the iteration count (e.g. Nadam's momentum cache): state of the optimizer as a whole,
+        which every table's copy shares (see _RowUpdate._keras_generic)."""
+        inner = self.inner
+        skip = {id(v) for _, v, _ in self.slots} | {id(self.rows), id(inner.iterations)}
+        if self.legacy:
+            skip |= {id(v) for v in inner._hyper.values()}  # pylint: disable=protected-access
+            return [w for w in inner._weights if id(w) not in skip]  # pylint: disable=protected-access
+        return [v for v in inner.variables if id(v) not in skip and
+                v is not getattr(inner, "_learning_rate", None)]
+
+    def sync(self, optimizer):
+        """Ops giving the copy the wrapped optimizer's iteration and current hyperparameters
+        (a callback may have changed the learning rate since the copy was made)."""
+        inner = self.inner
+        ops = [inner.iterations.assign(optimizer.iterations, read_value=False)]
+        if self.legacy:
+            for name, var in inner._hyper.items():  # pylint: disable=protected-access
+                value = optimizer._get_hyper(name)  # pylint: disable=protected-access
+                if isinstance(var, tf.Variable) and not isinstance(
+                        value, tf.keras.optimizers.schedules.LearningRateSchedule):
+                    ops.append(var.assign(tf.cast(value, var.dtype), read_value=False))
+        else:
+            lr = getattr(inner, "_learning_rate", None)
+            if isinstance(lr, tf.Variable):
+                ops.append(lr.assign(tf.cast(optimizer.learning_rate, lr.dtype),
+                                     read_value=False))
+        return ops
+
+    def apply(self, table, addresses, grads, owner, loads):
         return _through_variables(
             table, addresses, owner, [value for _, _, value in self.slots], self.rows,
             [var for _, var, _ in self.slots],
-            lambda: self.inner.apply_gradients([(grads, self.rows)]),
-            [self.inner.iterations.assign(optimizer.iterations, read_value=False)])
+            lambda: self.inner.apply_gradients([(grads, self.rows)]), loads)
 
 
 def _through_variables(table, addresses, owner, initial, rows, slots, update, loads=()):
@@ -176,6 +208,7 @@ class _RowUpdate:
         # outer graph -> Adam's float32 beta powers (v1: one optimizer, many graphs)
         self._beta_powers = {}
         self._generic_locals = {}  # (outer graph, table name) -> the generic path's state
+        self._shared_state = {}  # outer graph -> the Keras copy holding optimizer-wide state
         self._keras_slots = None
 
     # --- the step's hyperparameters ---
@@ -253,6 +286,8 @@ class _RowUpdate:
         params = {}
         if self.kind != "generic":
             params = self._v1_params() if self.family == "v1" else self._keras_params()
+        if self.kind == "generic" and self.family != "v1":
+            return self._keras_generic(triples)
         updates = []
         for table, addresses, rows in triples:
             with tf.name_scope(table_ops.op_scope_name(table.table_name)):
@@ -287,16 +322,39 @@ class _RowUpdate:
             self._generic_locals[key] = (rows, slots)
         return self._generic_locals[key]
 
-    def _apply_generic(self, table, addresses, grads):
-        if self.family != "v1":
-            key = (_outer_graph(), table.table_name)
+    def _keras_generic(self, triples):
+        """The generic path of a Keras optimizer: per table a private copy (see _KerasRows)
+        at the wrapped optimizer's iteration and hyperparameters; the copies' optimizer-wide
+        state (Nadam's momentum cache) is one, kept in the first copy made in this program,
+        loaded into every copy of the step before any update and taken back from the first
+        one after the step, so that it advances once per step as with dense variables."""
+        graph = _outer_graph()
+        copies = []
+        for table, _, _ in triples:
+            key = (graph, table.table_name)
             if key not in self._generic_locals:
                 self._generic_locals[key] = _KerasRows(
                     self.optimizer, self.family, table.dim,
                     "%s_%s_rows" % (table_ops.op_scope_name(table.table_name), self._name))
-            state = self._generic_locals[key]
-            return state.apply(self.optimizer, table, addresses, grads,
-                               "Keras" + type(self.optimizer).__name__)
+            copies.append(self._generic_locals[key])
+        shared = self._shared_state.setdefault(graph, copies[0])
+        start = [v.read_value() for v in shared.state()]
+        updates = []
+        for (table, addresses, grads), copy in zip(triples, copies):
+            with tf.control_dependencies(start), \
+                    tf.name_scope(table_ops.op_scope_name(table.table_name)):
+                loads = copy.sync(self.optimizer) + [
+                    v.assign(value, read_value=False) for v, value in zip(copy.state(), start)
+                    if copy is not shared]
+                updates.append(copy.apply(table, addresses, grads,
+                                          "Keras" + type(self.optimizer).__name__, loads))
+        if copies[0] is shared:
+            return updates
+        with tf.control_dependencies(updates):
+            return [v.assign(new.read_value(), read_value=False)
+                    for v, new in zip(shared.state(), copies[0].state())]
+
+    def _apply_generic(self, table, addresses, grads):
         slots, kernel = slot_info(self.optimizer)
         rows, slot_vars = self._locals(table, [name for name, _ in slots])
         return _through_variables(
