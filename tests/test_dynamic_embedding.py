@@ -109,8 +109,10 @@ def test_initializers():
 def test_bad_arguments_raise_clear_errors():
     with pytest.raises(TypeError, match="key-value dtype"):
         de.Variable(key_dtype=tf.string)
-    with pytest.raises(TypeError, match="key-value dtype"):
-        de.Variable(value_dtype=tf.float64)
+    with pytest.raises(TypeError, match="value_dtype string is not supported"):
+        de.Variable(value_dtype=tf.string)
+    with pytest.raises(ValueError, match=r"dim must be an integer in \[1, \d+\] \(for float64"):
+        de.Variable(value_dtype=tf.float64, dim=10 ** 6)
     with pytest.raises(ValueError, match="dim must be"):
         de.Variable(dim=0)
     with pytest.raises(TypeError, match="restrict_policy"):
@@ -121,6 +123,8 @@ def test_bad_arguments_raise_clear_errors():
     with pytest.raises(TypeError, match="int64"):
         v.lookup(tf.constant([1], tf.int32))
     with pytest.raises(TypeError, match="float32"):
+        v.upsert(i64([1]), tf.constant([[1.0] * DIM], tf.float64))
+    with pytest.raises(ValueError, match="float32"):  # a ValueError too, as TFRA raises
         v.upsert(i64([1]), tf.constant([[1.0] * DIM], tf.float64))
     with pytest.raises(ValueError, match=r"keys.shape \+ \[3\]"):
         v.upsert(i64([1]), f32([[1.0, 2.0]]))
@@ -141,6 +145,86 @@ def test_int32_keys():
     with new_session() as sess:
         sess.run(up)
         np.testing.assert_allclose(sess.run(out), [[3, 4], [1, 1]])
+
+
+VALUE_DTYPES = [tf.float64, tf.float16, tf.bfloat16, tf.int64, tf.int32, tf.int16, tf.int8,
+                tf.uint8, tf.bool]
+
+
+def _values_of(dtype, n, dim, seed):
+    rng = np.random.default_rng(seed)
+    if dtype == tf.bool:
+        return rng.integers(0, 2, (n, dim)).astype(bool)
+    if dtype.is_floating:
+        values = rng.normal(size=(n, dim)) * 100
+        if dtype == tf.float64:  # values float32 could not hold
+            values += 1e-12
+        return values.astype(dtype.as_numpy_dtype)
+    info = np.iinfo(dtype.as_numpy_dtype)
+    return rng.integers(info.min, info.max, (n, dim), dtype=np.int64, endpoint=True).astype(
+        dtype.as_numpy_dtype)
+
+
+@pytest.mark.parametrize("dtype", VALUE_DTYPES, ids=lambda d: d.name)
+@pytest.mark.parametrize("dim", [1, 3, 5])
+def test_value_dtypes_store_bit_exact_values_with_their_defaults(dtype, dim):
+    """Other value dtypes than float32, against a dict: upsert, lookup (missing keys: the
+    initializer's value), export, remove, accum, over two shards; values come back bit for
+    bit (float64 values float32 cannot hold, the extremes of every integer type)."""
+    default = np.ones([dim], dtype.as_numpy_dtype)
+    v = de.Variable(value_dtype=dtype, dim=dim, initializer=default[:1],
+                    devices=["/CPU:0"] * 2, name="dtype_%s_%d" % (dtype.name, dim))
+    keys = tf.compat.v1.placeholder(tf.int64, [None])
+    values = tf.compat.v1.placeholder(dtype, [None, dim])
+    upsert, remove = v.upsert(keys, values), v.remove(keys)
+    looked, exists = v.lookup(keys, return_exists=True)
+    export = v.export()
+    ref = {}
+    with new_session() as sess:
+        for step in range(4):
+            k = np.unique(np.random.default_rng(step).integers(-10, 10, 6))
+            vals = _values_of(dtype, len(k), dim, step)
+            sess.run(upsert, {keys: k, values: vals})
+            ref.update(zip(k.tolist(), vals))
+            sess.run(remove, {keys: k[:1]})
+            ref.pop(int(k[0]))
+            probe = np.arange(-12, 12)
+            got, ex = sess.run([looked, exists], {keys: probe})
+            assert got.dtype == dtype.as_numpy_dtype
+            want = np.array([ref.get(int(p), default) for p in probe])
+            np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+            np.testing.assert_array_equal(ex, [int(p) in ref for p in probe])
+        exported_keys, exported = sess.run(export)
+        assert sorted(exported_keys.tolist()) == sorted(ref)
+        for key, row in zip(exported_keys, exported):
+            np.testing.assert_array_equal(row, ref[int(key)])
+        if dtype != tf.bool:
+            present = sorted(ref)[0]
+            sess.run(v.accum(i64([present, 100]), np.zeros([2, dim], dtype.as_numpy_dtype),
+                             np.ones([2, dim], dtype.as_numpy_dtype),
+                             tf.constant([True, False])))
+            after = sess.run(v.lookup(i64([present, 100])))
+            np.testing.assert_array_equal(after[0], ref[present] + np.ones([dim], after.dtype))
+            np.testing.assert_array_equal(after[1], np.ones([dim]))
+
+
+def test_float64_variable_checkpoint_and_read_only_training_lookup(tmp_path):
+    """A float64 variable is saved and restored by the Saver bit for bit; its lookups in a
+    training graph read (rec_sdk trains float32 variables only) and give no trainable."""
+    v = de.Variable(value_dtype=tf.float64, dim=2, initializer=0.25, name="f64_saved")
+    values = np.array([[1 + 1e-12, -2.5], [3e300, 1e-300]])
+    up = v.upsert(i64([1, 2]), tf.constant(values))
+    emb, trainable = de.embedding_lookup(v, i64([2, 7]), return_trainable=True)
+    assert trainable is None and emb.dtype == tf.float64
+    tf.compat.v1.train.get_or_create_global_step()
+    saver = tf.compat.v1.train.Saver()
+    with new_session() as sess:
+        sess.run(tf.compat.v1.global_variables_initializer())
+        sess.run(up)
+        path = saver.save(sess, str(tmp_path / "model"))
+        sess.run(v.clear())
+        saver.restore(sess, path)
+        np.testing.assert_array_equal(sess.run(emb), [values[1], [0.25, 0.25]])
 
 
 def test_accum_semantics():

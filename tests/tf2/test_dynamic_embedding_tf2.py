@@ -373,3 +373,38 @@ def test_keras_optimizer_with_factored_slots_is_a_clear_error():
 def test_use_ema_is_a_clear_error():
     with pytest.raises(ValueError, match="use_ema"):
         de.DynamicEmbeddingOptimizer(K.Adam(0.1, use_ema=True))
+
+
+def test_shadow_prefetch_size_unique_and_ragged_lookups():
+    """ShadowVariable.read_value(do_prefetch), _reset_ids and size; embedding_lookup_unique
+    of ragged ids; sparse lookups of ragged ids and through a shadow, against a dict."""
+    var = _variable("shadow_api", dim=2, initializer=0.5)
+    rows = dict(zip(KEYS.tolist(), _initial(2)))
+
+    def ref(keys):
+        return np.array([rows.get(int(k), [0.5, 0.5]) for k in keys], np.float32)
+
+    shadow = de.shadow_ops.ShadowVariable(var, name="shadow_api_s")
+    assert int(shadow.size()) == len(KEYS)
+    assert shadow.read_value().shape[0] == 0
+    shadow._reset_ids(tf.constant([3, 9], tf.int64))  # pylint: disable=protected-access
+    assert shadow.read_value(do_prefetch=False).shape[0] == 0
+    np.testing.assert_array_equal(shadow.read_value(do_prefetch=True), ref([3, 9]))
+    np.testing.assert_array_equal(shadow.read_value(False), ref([3, 9]))
+
+    ragged = tf.ragged.constant([[2, 3], [9, 2, 1]], dtype=tf.int64)
+    out = de.shadow_ops.embedding_lookup_unique(shadow, ragged, 2, True)
+    assert isinstance(out, tf.RaggedTensor)
+    np.testing.assert_array_equal(out.flat_values, ref([2, 3, 9, 2, 1]))
+    np.testing.assert_array_equal(out.row_lengths(), [2, 3])
+    base = de.shadow_ops.embedding_lookup_unique_base(
+        ragged, 2, lambda ids: tf.gather(tf.constant(_initial(2)), ids % 4), True)
+    np.testing.assert_array_equal(base.flat_values, _initial(2)[[2, 3, 1, 2, 1]])
+
+    sparse = de.embedding_lookup_sparse(var, ragged, None, combiner="sum")
+    np.testing.assert_allclose(sparse, [ref([2, 3]).sum(0), ref([9, 2, 1]).sum(0)],
+                               rtol=1e-6)
+    safe = de.safe_embedding_lookup_sparse(shadow, ragged, combiner="mean")
+    np.testing.assert_allclose(safe, [ref([2, 3]).mean(0), ref([9, 2, 1]).mean(0)],
+                               rtol=1e-6)
+    np.testing.assert_array_equal(shadow.ids.numpy(), [2, 3, 9, 1])  # trained through it

@@ -15,6 +15,7 @@ from rec_sdk.dynamic_embedding.shadow_ops import ShadowVariable, shadow_of
 from rec_sdk.dynamic_embedding.variable import Variable
 from rec_sdk.ops import table_ops
 from rec_sdk.util.graph_state import state_of, trainable_lookup
+from rec_sdk.util.log import logger
 from rec_sdk.util.validation import check_float
 
 _COMBINERS = ("sum", "mean", "sqrtn")
@@ -65,15 +66,28 @@ def tf2():
 
 
 def _params(params):
+    """-> (the de.Variable, the ShadowVariable to look up through or None) of params: a
+    de.Variable or a ShadowVariable, or a list of one."""
     if isinstance(params, (list, tuple)):
         if len(params) != 1:
             raise ValueError("params must be one de.Variable (or a list of one), got %d"
                              % len(params))
         params = params[0]
+    if isinstance(params, ShadowVariable):
+        return params.params, params
     if not isinstance(params, Variable):
-        raise TypeError("params should be a rec_sdk.dynamic_embedding.Variable, got %r"
-                        % (params,))
-    return params
+        raise TypeError("params should be a rec_sdk.dynamic_embedding.Variable or a "
+                        "de.shadow_ops.ShadowVariable, got %r" % (params,))
+    return params, None
+
+
+def _sparse(ids, what):
+    """A SparseTensor of ids: a RaggedTensor [batch, (k)] becomes one (as TFRA takes)."""
+    if isinstance(ids, tf.RaggedTensor):
+        return ids.to_sparse()
+    if ids is not None and not isinstance(ids, tf.SparseTensor):
+        raise TypeError("%s must be a SparseTensor or a RaggedTensor, got %r" % (what, ids))
+    return ids
 
 
 def _ids(params, ids, what="ids"):
@@ -84,19 +98,28 @@ def _ids(params, ids, what="ids"):
     return ids
 
 
-def _unique_rows(params, unique, name, trainable_name):
+def _unique_rows(params, unique, name, trainable_name, shadow=None):
     """Rows [n_unique, dim] of deduplicated keys, differentiable through a trainable when
     params.trainable; -> (rows, trainable or None). The trainable is named as TFRA names
     its TrainableWrapper: <variable scope>/<trainable_name>/<trainable_name> (made unique),
     trainable_name being the lookup's name path (e.g. "emb", or "sp_emb/embedding_lookup"
-    for a sparse lookup named sp_emb), so scripts that find it by name work."""
+    for a sparse lookup named sp_emb), so scripts that find it by name work. A lookup given
+    a ShadowVariable goes through it."""
     values, _ = params._read(unique, name="read")  # pylint: disable=protected-access
     if not params.trainable or not mode.training():
         return values, None
+    if params.value_dtype != tf.float32:
+        if not getattr(params, "_warned_read_only", False):
+            params._warned_read_only = True  # pylint: disable=protected-access
+            logger.warning("de.Variable %r holds %s values: rec_sdk trains float32 variables "
+                           "only, so its lookups read without a trainable",
+                           params.name, params.value_dtype.name)
+        return values, None
     scope = tf.compat.v1.get_variable_scope().name
     path = (scope + "/" if scope else "") + trainable_name
-    if tf2():
-        shadow = shadow_of(params, name or trainable_name, path)
+    if shadow is not None or tf2():
+        if shadow is None:
+            shadow = shadow_of(params, name or trainable_name, path)
         return shadow.rows(unique, values), shadow
     # Outside control flow and control dependencies, like any variable.
     with tf.init_scope(), tf.compat.v1.name_scope(path + "/"):
@@ -139,12 +162,19 @@ def embedding_lookup(params, ids, partition_strategy=None, name=None, validate_i
     partition_strategy and validate_indices are accepted for TFRA's signature.
     """
     del partition_strategy, validate_indices
-    params = _params(params)
+    params, shadow = _params(params)
+    if isinstance(ids, tf.RaggedTensor):
+        emb, trainable = embedding_lookup(params if shadow is None else shadow,
+                                          ids.flat_values, name=name, max_norm=max_norm,
+                                          return_trainable=True)
+        emb = ids.with_flat_values(emb)
+        return (emb, trainable) if return_trainable else emb
     ids = _ids(params, ids)
     with tf.name_scope(name or "embedding_lookup"):
         flat = tf.reshape(ids, [-1])
         unique, inverse = table_ops.unique_keys(flat)
-        rows, trainable = _unique_rows(params, unique, name, name or "embedding_lookup")
+        rows, trainable = _unique_rows(params, unique, name, name or "embedding_lookup",
+                                       shadow)
         if max_norm is not None:
             rows = tf.clip_by_norm(rows, _max_norm(max_norm), axes=[1])
         emb = Variable._shaped(  # pylint: disable=protected-access
@@ -176,25 +206,26 @@ def embedding_lookup_sparse(params, sp_ids, sp_weights, partition_strategy=None,
     """
     del partition_strategy
     _check_combiner(combiner)
-    params = _params(params)
-    if not isinstance(sp_ids, tf.SparseTensor):
-        raise TypeError("sp_ids must be a SparseTensor, got %r" % (sp_ids,))
-    if sp_weights is not None and not isinstance(sp_weights, tf.SparseTensor):
-        raise TypeError("sp_weights must be None or a SparseTensor, got %r" % (sp_weights,))
+    params, shadow = _params(params)
+    sp_ids, sp_weights = _sparse(sp_ids, "sp_ids"), _sparse(sp_weights, "sp_weights")
+    if sp_ids is None:
+        raise TypeError("sp_ids must be a SparseTensor or a RaggedTensor, got None")
     _ids(params, sp_ids.values, "sp_ids")
-    out, trainable = _lookup_sparse(params, sp_ids, sp_weights, name, combiner, max_norm, name)
+    out, trainable = _lookup_sparse(params, sp_ids, sp_weights, name, combiner, max_norm, name,
+                                    shadow)
     return (out, trainable) if return_trainable else out
 
 
-def _lookup_sparse(params, sp_ids, sp_weights, name, combiner, max_norm, store_name):
+def _lookup_sparse(params, sp_ids, sp_weights, name, combiner, max_norm, store_name,
+                   shadow=None):
     """-> (combined rows, trainable) of embedding_lookup_sparse; the trainable is stored
-    under store_name."""
+    under store_name (or is `shadow`)."""
     with tf.name_scope(name or "embedding_lookup_sparse"):
         segments = tf.cast(sp_ids.indices[:, 0], tf.int32)
         unique, inverse = table_ops.unique_keys(sp_ids.values)
         rows, trainable = _unique_rows(params, unique, store_name,
                                        (store_name or "embedding_lookup_sparse") +
-                                       "/embedding_lookup")
+                                       "/embedding_lookup", shadow)
         if max_norm is not None:
             rows = tf.clip_by_norm(rows, _max_norm(max_norm), axes=[1])
         if sp_weights is None:
@@ -224,14 +255,13 @@ def safe_embedding_lookup_sparse(embedding_weights, sparse_ids, sparse_weights=N
     only weights <= 0) give zeros, or the embedding of default_id when it is given."""
     del partition_strategy
     _check_combiner(combiner)
-    params = _params(embedding_weights)
-    if not isinstance(sparse_ids, tf.SparseTensor):
-        raise TypeError("sparse_ids must be a SparseTensor, got %r" % (sparse_ids,))
+    params, shadow = _params(embedding_weights)
+    sparse_ids = _sparse(sparse_ids, "sparse_ids")
+    sparse_weights = _sparse(sparse_weights, "sparse_weights")
+    if sparse_ids is None:
+        raise TypeError("sparse_ids must be a SparseTensor or a RaggedTensor, got None")
     _ids(params, sparse_ids.values, "sparse_ids")
     if sparse_weights is not None:
-        if not isinstance(sparse_weights, tf.SparseTensor):
-            raise TypeError("sparse_weights must be None or a SparseTensor, got %r"
-                            % (sparse_weights,))
         if sparse_weights.dtype != params.value_dtype:
             raise TypeError("sparse_weights.dtype (%s) should be params.value_dtype (%s)"
                             % (sparse_weights.dtype.name, params.value_dtype.name))
@@ -255,7 +285,7 @@ def safe_embedding_lookup_sparse(embedding_weights, sparse_ids, sparse_weights=N
             sparse_weights, _ = tf.sparse.fill_empty_rows(sparse_weights, 1.0)
         out, trainable = _lookup_sparse(
             params, sparse_ids, sparse_weights, "embedding_lookup_sparse", combiner, max_norm,
-            "%s/embedding_lookup_sparse" % (name or "safe_embedding_lookup_sparse"))
+            "%s/embedding_lookup_sparse" % (name or "safe_embedding_lookup_sparse"), shadow)
         # Rows after the last one with ids do not exist in `out`: fill_empty_rows gave every
         # row an id, so out has num_rows rows.
         if default_id is None:

@@ -36,7 +36,7 @@ from tensorflow.python.training.optimizer import _var_key  # pylint: disable=pro
 
 from rec_sdk.dynamic_embedding.lookup import record_of
 from rec_sdk.dynamic_embedding.optimizer_kinds import (family, hyper, initial_accumulator,
-                                                        kind, slot_info)
+                                                        kind, name_of, slot_info)
 from rec_sdk.ops import optimizer_ops, table_ops
 from rec_sdk.util.graph_state import state_of
 
@@ -47,13 +47,6 @@ def _outer_graph():
     if tf.compat.v1.executing_eagerly_outside_functions():
         return None
     return tf.compat.v1.get_default_graph()
-
-
-def _name_of(optimizer):
-    """An optimizer's name in any family."""
-    if isinstance(optimizer, tf.compat.v1.train.Optimizer):
-        return optimizer.get_name()
-    return getattr(optimizer, "_name", None) or optimizer.name
 
 
 def _constant_initial(initializer, dtype):
@@ -204,7 +197,7 @@ class _RowUpdate:
         self.family = family(optimizer)
         self.kind, self.slot_names = kind(optimizer)
         self.optimizer = optimizer
-        self._name = _name_of(optimizer)
+        self._name = name_of(optimizer)
         # outer graph -> Adam's float32 beta powers (v1: one optimizer, many graphs)
         self._beta_powers = {}
         self._generic_locals = {}  # (outer graph, table name) -> the generic path's state
@@ -503,7 +496,7 @@ def _keras_apply_gradients(optimizer, fam, row_update, original, grads_and_vars,
     de_pairs, others = _split(grads_and_vars)
     if not de_pairs:
         return original(others, name=name, **kwargs)
-    with tf.name_scope(name or _name_of(optimizer)):
+    with tf.name_scope(name or name_of(optimizer)):
         updates = _de_update(row_update, de_pairs)
     graph_updates = [] if tf.executing_eagerly() else updates
     with tf.control_dependencies(graph_updates):  # the step is counted after the update read it

@@ -161,3 +161,10 @@ def slot_info(optimizer, generic_slots=None):
 def hyper(value):
     """A hyperparameter's value (TF optimizers may hold callables)."""
     return value() if callable(value) else value
+
+
+def name_of(optimizer):
+    """An optimizer's name in any family."""
+    if isinstance(optimizer, tf.compat.v1.train.Optimizer):
+        return optimizer.get_name()
+    return getattr(optimizer, "_name", None) or optimizer.name

@@ -68,6 +68,23 @@ class ShadowVariable(resource_variable_ops.ResourceVariable):
         values, _ = self.params._read(self.ids.read_value())  # pylint: disable=protected-access
         return self.assign(values, read_value=False)
 
+    def read_value(self, do_prefetch=False):
+        """The rows the shadow holds; with do_prefetch, first re-reads the rows of its `ids`
+        from the table into it (TFRA's prefetch)."""
+        if not do_prefetch:
+            return super().read_value()
+        refreshed = self.refresh()
+        with tf.control_dependencies([refreshed] if refreshed is not None else []):
+            return super().read_value()
+
+    def _reset_ids(self, ids):
+        """Makes the shadow's keys `ids` (its rows are read on the next prefetch)."""
+        return self.ids.assign(ids)
+
+    def size(self, index=None, name=None):
+        """Keys stored in the shadow's de.Variable (see de.Variable.size)."""
+        return self.params.size(index, name)
+
 
 def shadow_of(params, name, trainable_name=None):
     """The ShadowVariable of lookup `name` of params, made on first use (TF2)."""
@@ -114,20 +131,39 @@ def embedding_lookup(shadow, ids, partition_strategy=None, name=None, validate_i
         return unique_lookup(params, ids, shadow, shadow.max_norm)
 
 
-def embedding_lookup_unique(shadow, ids, partition_strategy=None, name=None,
-                            validate_indices=None):
-    """The same as embedding_lookup, which deduplicates ids already."""
-    return embedding_lookup(shadow, ids, partition_strategy, name, validate_indices)
+def embedding_lookup_unique(shadow, ids, embedding_size=None, with_unique=True, name=None):
+    """embedding_lookup through `shadow` of ids of any shape or a RaggedTensor of ids (then
+    a RaggedTensor of embeddings); embedding_size (the dim) and with_unique are TFRA's
+    arguments: the lookup deduplicates ids anyway."""
+    del with_unique
+    if not isinstance(shadow, ShadowVariable):
+        raise TypeError("shadow must be a de.shadow_ops.ShadowVariable, got %r" % (shadow,))
+    dim = shadow.params.dim
+    if embedding_size is not None and embedding_size != dim:
+        raise ValueError("embedding_size (%r) must be the dim of %r (%d)"
+                         % (embedding_size, shadow.params.name, dim))
+    return embedding_lookup_unique_base(ids, dim, lambda k: embedding_lookup(shadow, k),
+                                        False, name)
 
 
-def embedding_lookup_unique_base(ids, embedding_lookup_fn, *args, **kwargs):
-    """Runs embedding_lookup_fn(unique ids, ...) once per distinct id and returns the
-    embeddings of ids (any shape)."""
-    ids = tf.convert_to_tensor(ids)
-    unique, inverse = table_ops.unique_keys(tf.reshape(ids, [-1]))
-    rows = embedding_lookup_fn(unique, *args, **kwargs)
-    out = table_ops.gather_rows(rows, inverse)
-    return tf.reshape(out, tf.concat([tf.shape(ids), tf.shape(rows)[1:]], 0))
+def embedding_lookup_unique_base(ids, embedding_size, lookup_function, with_unique=True,
+                                 name=None):
+    """lookup_function(flat ids) -> rows [n, embedding_size], applied to ids of any shape
+    (-> ids.shape + [embedding_size]) or to a RaggedTensor of ids (-> a RaggedTensor of
+    rows with ids' row lengths); with_unique calls it once per distinct id."""
+    ragged = ids if isinstance(ids, tf.RaggedTensor) else None
+    ids = ragged.flat_values if ragged is not None else tf.convert_to_tensor(ids)
+    with tf.name_scope(name or "embedding_lookup_unique"):
+        flat = tf.reshape(ids, [-1])
+        if with_unique:
+            unique, inverse = table_ops.unique_keys(flat)
+            rows = tf.gather(lookup_function(unique), inverse)
+        else:
+            rows = lookup_function(flat)
+        out = tf.reshape(rows, tf.concat([tf.shape(ids), [embedding_size]], 0))
+    if ragged is not None:
+        return ragged.with_flat_values(out)
+    return out
 
 
 class HvdVariable:  # pylint: disable=too-few-public-methods

@@ -16,8 +16,9 @@ import tensorflow as tf
 import rec_sdk
 from rec_sdk import saver
 from rec_sdk.core.table import SparseEmbedding, tables_of_graph
+from rec_sdk.dynamic_embedding import value_codec
 from rec_sdk.dynamic_embedding.kv_creator import KVCreator
-from rec_sdk.dynamic_embedding.optimizer_kinds import slot_info
+from rec_sdk.dynamic_embedding.optimizer_kinds import name_of, slot_info
 from rec_sdk.dynamic_embedding.shadow_ops import shadow_of, shaped
 from rec_sdk.core.initializer_spec import describe_initializer
 from rec_sdk.ops import table_ops
@@ -104,6 +105,35 @@ def _describe(initializer, dim, table_name):
     return describe_initializer(initializer, table_name, param_name="initializer")
 
 
+class DtypeError(TypeError, ValueError):
+    """Keys or values of the wrong dtype (a ValueError too, as TFRA raises)."""
+
+
+def _defaults_of(initializer, dtype, dim):
+    """n -> initial values [n, dim] of missing keys of a variable of another dtype than
+    float32 (None: zeros, the bytes such a table initializes rows with)."""
+    if initializer is None:
+        return None
+    if callable(initializer) and not isinstance(initializer, (tf.Tensor, np.ndarray)):
+        if not hasattr(initializer, "get_config"):
+            raise ValueError("initializer: %r cannot be run per key by rec_sdk; use a value, "
+                             "an array of dim values or a tf initializer" % (initializer,))
+        return lambda n: tf.cast(initializer(shape=tf.stack([n, dim]), dtype=dtype), dtype)
+    value = tf.get_static_value(initializer) if isinstance(initializer, tf.Tensor) else \
+        np.asarray(initializer)
+    if value is None:
+        raise ValueError("initializer: a tensor initializer must be a constant, got %r"
+                         % (initializer,))
+    value = np.asarray(value).astype(dtype.as_numpy_dtype).reshape(-1)
+    if value.size not in (1, dim):
+        raise ValueError("initializer: an array must hold 1 or dim=%d values, got shape %s"
+                         % (dim, np.shape(initializer)))
+    if not value.any():
+        return None
+    row = tf.constant(value if value.size == dim else np.repeat(value, dim), dtype)
+    return lambda n: tf.tile(row[None, :], tf.stack([n, 1]))
+
+
 class Variable:
     """A dynamic embedding variable (TFRA's `dynamic_embedding.Variable`) on rec_sdk tables.
 
@@ -120,14 +150,15 @@ class Variable:
             key_dtype, value_dtype = tf.as_dtype(key_dtype), tf.as_dtype(value_dtype)
         except TypeError as e:
             raise TypeError("key_dtype / value_dtype: %s" % e) from None
-        if key_dtype not in _KEY_DTYPES or value_dtype != tf.float32:
+        if key_dtype not in _KEY_DTYPES:
             raise TypeError("key-value dtype (%s-%s) is not supported: key_dtype must be "
-                            "tf.int64 or tf.int32 and value_dtype tf.float32"
-                            % (key_dtype.name, value_dtype.name))
+                            "tf.int64 or tf.int32" % (key_dtype.name, value_dtype.name))
+        value_dtype = value_codec.check(value_dtype)
+        max_dim = table_ops.max_dim() * 4 // (1 if value_dtype == tf.bool else value_dtype.size)
         if isinstance(dim, bool) or not isinstance(dim, numbers.Integral) or \
-                not 1 <= dim <= table_ops.max_dim():
-            raise ValueError("dim must be an integer in [1, %d], got %r"
-                             % (table_ops.max_dim(), dim))
+                not 1 <= dim <= max_dim:
+            raise ValueError("dim must be an integer in [1, %d] (for %s values), got %r"
+                             % (max_dim, value_dtype.name, dim))
         if devices is None:
             devices = ["/CPU:0"]
         elif isinstance(devices, str):
@@ -170,6 +201,9 @@ class Variable:
         self.kv_creator = kv_creator  # accepted for TFRA scripts; the store is rec_sdk's table
         self.bp_v2 = bool(bp_v2)
         self.initializer = initializer
+        self._stored_dim = value_codec.stored_dim(value_dtype, self.dim)
+        self._defaults = None if value_dtype == tf.float32 else _defaults_of(
+            initializer, value_dtype, self.dim)
         self._trainable_store = {}
         self._size_ops = {}  # (graph, shard index or None) -> size op
         self.graph = tf.compat.v1.get_default_graph()
@@ -180,10 +214,11 @@ class Variable:
             self.eager = tf.executing_eagerly()
             for i, (device, table_name) in enumerate(zip(devices, _table_names(
                     name, self.shard_num))):
-                spec = _describe(initializer, self.dim, table_name)
+                spec = _describe(initializer, self.dim, table_name) \
+                    if value_dtype == tf.float32 else _describe(0.0, self._stored_dim, table_name)
                 with tf.device(device):
                     table = SparseEmbedding(
-                        table_name, key_dtype, self.dim, spec, dynamic_expansion=True,
+                        table_name, key_dtype, self._stored_dim, spec, dynamic_expansion=True,
                         capacity_rows=None, device_vocabulary_size=rows,
                         host_vocabulary_size=0, ssd_vocabulary_size=0,
                         ssd_data_path=(os.getcwd(),), is_save=self.checkpoint, init_param=1.0,
@@ -227,14 +262,14 @@ class Variable:
     def _keys(self, keys, what="keys"):
         keys = self._converted(keys, self.key_dtype, integer=True)
         if keys.dtype != self.key_dtype:
-            raise TypeError("%s of %r must be %s (the key_dtype), got %s"
+            raise DtypeError("%s of %r must be %s (the key_dtype), got %s"
                             % (what, self.name, self.key_dtype.name, keys.dtype.name))
         return keys
 
     def _values(self, values, what="values"):
         values = self._converted(values, self.value_dtype, integer=False)
         if values.dtype != self.value_dtype:
-            raise TypeError("%s of %r must be %s (the value_dtype), got %s"
+            raise DtypeError("%s of %r must be %s (the value_dtype), got %s"
                             % (what, self.name, self.value_dtype.name, values.dtype.name))
         if values.shape.rank is not None and values.shape.rank >= 1 and \
                 values.shape[-1] is not None and values.shape[-1] != self.dim:
@@ -263,17 +298,25 @@ class Variable:
 
     def _read(self, flat, name="lookup", **lookup_args):
         """Values [n, dim] (missing keys: initial values) and exists [n] of flat keys;
-        lookup_args go to table_ops.lookup (e.g. a slot)."""
+        lookup_args go to table_ops.lookup (e.g. a slot, which is float32)."""
         _, keys, positions = self._split(flat)
         values, exists = [], []
         for table, k in zip(self._tables, keys):
-            v, e = table_ops.lookup(table.handle, k, self.dim, init_missing=True, name=name,
-                                    **lookup_args)
+            v, e = table_ops.lookup(table.handle, k, self._stored_dim, init_missing=True,
+                                    name=name, **lookup_args)
             values.append(v)
             exists.append(e)
         if positions is None:
-            return values[0], exists[0]
-        return tf.dynamic_stitch(positions, values), tf.dynamic_stitch(positions, exists)
+            values, exists = values[0], exists[0]
+        else:
+            values = tf.dynamic_stitch(positions, values)
+            exists = tf.dynamic_stitch(positions, exists)
+        if "slot" in lookup_args:
+            return values, exists
+        values = value_codec.decode(values, self.value_dtype, self.dim)
+        if self._defaults is not None:
+            values = tf.where(exists[:, None], values, self._defaults(tf.size(flat)))
+        return values, exists
 
     def _lookup(self, keys, return_exists, **lookup_args):
         """lookup() of checked keys, reading each distinct key once (batches repeat popular
@@ -310,7 +353,8 @@ class Variable:
         self._writes()
         with tf.name_scope(name or "%s_upsert" % self.name.split("/")[-1]):
             flat = tf.reshape(keys, [-1])
-            rows = tf.reshape(values, [-1, self.dim])
+            rows = value_codec.encode(tf.reshape(values, [-1, self.dim]), self.value_dtype,
+                                      self.dim)
             parts, shard_keys, _ = self._split(flat)
             return tf.group([table_ops.upsert(t.handle, k, v) for t, k, v in zip(
                 self._tables, shard_keys, self._by_shard(parts, rows))])
@@ -344,10 +388,12 @@ class Variable:
             for table, k, delta, new, flag in zip(
                     self._tables, shard_keys, self._by_shard(parts, rows),
                     self._by_shard(parts, new_rows), self._by_shard(parts, flags)):
-                current, present = table_ops.lookup(table.handle, k, self.dim)
+                current, present = table_ops.lookup(table.handle, k, self._stored_dim)
+                current = value_codec.decode(current, self.value_dtype, self.dim)
                 add = tf.logical_and(flag, present)
                 insert = tf.logical_and(tf.logical_not(flag), tf.logical_not(present))
-                target = tf.where(add[:, None], current + delta, new)
+                target = value_codec.encode(tf.where(add[:, None], current + delta, new),
+                                            self.value_dtype, self.dim)
                 keep = tf.logical_or(add, insert)
                 ops.append(table_ops.upsert(table.handle, tf.boolean_mask(k, keep),
                                             tf.boolean_mask(target, keep)))
@@ -356,8 +402,11 @@ class Variable:
     def export(self, name=None):
         """(keys [n], values [n, dim]) of every stored key, shard after shard."""
         with tf.name_scope(name or "%s_export" % self.name.split("/")[-1]):
-            return self._joined([table_ops.export(t.handle, self.key_dtype, self.dim)[:2]
-                                 for t in self._tables])
+            shards = []
+            for t in self._tables:
+                keys, rows, _ = table_ops.export(t.handle, self.key_dtype, self._stored_dim)
+                shards.append((keys, value_codec.decode(rows, self.value_dtype, self.dim)))
+            return self._joined(shards)
 
     def clear(self, name=None):
         """Removes every key of every shard."""
@@ -406,7 +455,7 @@ class Variable:
                              "rec_sdk_row_update", None)
         slots, owner = slot_info(optimizer, row_update.generic_slots if row_update else
                                  _unwrapped)
-        return [SlotVariable(self, optimizer.get_name(), name, i, initial, owner)
+        return [SlotVariable(self, name_of(optimizer), name, i, initial, owner)
                 for i, (name, initial) in enumerate(slots)]
 
     def get_trainable_by_name(self, name):

@@ -237,7 +237,11 @@ def key_access_stats(inverse, num_unique, weights=1, sample_times=None, name=Non
 
 def gather_rows(values, index, name=None):
     """rows[i] = values[index[i]] (values [u, dim], index int32 [n]) in parallel C++; its
-    gradient is sum_rows, a dense [u, dim] tensor."""
+    gradient is sum_rows, a dense [u, dim] tensor. Rows of other dtypes than float32 (de
+    variables of other value dtypes): tf.gather."""
+    values = tf.convert_to_tensor(values)
+    if values.dtype != tf.float32:
+        return tf.gather(values, index, name=name)
     return load_ops().rec_sdk_gather_rows_by_index(values, index, name=name)
 
 
