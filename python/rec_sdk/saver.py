@@ -422,7 +422,8 @@ def install():
             return result
         tables = _saver_tables(self, sess)
         if not tables:
-            if any(op.type == "RecSdk>EmbeddingTable" for op in sess.graph.get_operations()):
+            table_op = table_ops.OP_NAMESPACE + ">EmbeddingTable"
+            if any(op.type == table_op for op in sess.graph.get_operations()):
                 raise ValueError(
                     "the graph has rec_sdk tables but no table objects (was it loaded with "
                     "import_meta_graph?): rebuild the model with create_table so that "

@@ -16,6 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 from rec_sdk.core.table import tables_of_graph
+from rec_sdk.ops import table_ops
 
 
 def _op_name(tensor):
@@ -81,7 +82,8 @@ def export_saved_model(sess, export_dir, inputs, outputs, tables=None):
                if _op_name(l["embeddings"]) in needed]
     cut = {_op_name(l["embeddings"]) for _, l in lookups}
     graph_nodes = _reachable(frozen, output_names, input_names | cut)
-    missing = [n.name for n in frozen.node if n.name in graph_nodes and n.op.startswith("RecSdk>")]
+    missing = [n.name for n in frozen.node
+               if n.name in graph_nodes and n.op.startswith(table_ops.OP_NAMESPACE + ">")]
     if missing:
         raise ValueError("export_saved_model: outputs depend on rec_sdk ops other than id-tensor "
                          "lookups (%s); build the serving graph with "

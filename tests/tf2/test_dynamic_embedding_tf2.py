@@ -408,3 +408,85 @@ def test_shadow_prefetch_size_unique_and_ragged_lookups():
     np.testing.assert_allclose(safe, [ref([2, 3]).mean(0), ref([9, 2, 1]).mean(0)],
                                rtol=1e-6)
     np.testing.assert_array_equal(shadow.ids.numpy(), [2, 3, 9, 1])  # trained through it
+
+
+class _Ranker(tf.Module):
+    """A module with a sharded de.Variable, its shadow and a wrapped Keras Adam."""
+
+    def __init__(self, name):
+        super().__init__()
+        self.params = de.Variable(name=name, dim=2, initializer=0.0, devices=["/CPU:0"] * 2)
+        self.shadow = de.shadow_ops.ShadowVariable(self.params, name=name + "-shadow")
+        self.opt = de.DynamicEmbeddingOptimizer(K.legacy.Adam(0.1))
+
+    def train(self, ids):
+        self.opt.minimize(lambda: tf.reduce_sum(tf.square(
+            de.shadow_ops.embedding_lookup(self.shadow, ids) - 1.0)), [self.shadow])
+
+
+def _rows_and_slots(module, keys):
+    slots = module.params.get_slot_variables(module.opt)
+    return [module.params.lookup(keys).numpy()] + [s.lookup(keys).numpy() for s in slots]
+
+
+def test_tf_train_checkpoint_saves_and_restores_tables_with_slots(tmp_path):
+    """de.train.DECheckpoint (tf.train.Checkpoint) of a module: the tables' keys, rows and
+    Adam slots, restored into a new module whose table held other keys (replaced), and
+    training continues from them exactly as it would have; the shadow is saved empty."""
+    keys = tf.constant([1, 2, 3, 4, 5], tf.int64)
+    first = _Ranker("ckpt_a")
+    for _ in range(3):
+        first.train(keys)
+    saved = _rows_and_slots(first, keys)
+    path = de.train.DECheckpoint(m=first, opt=first.opt).save(str(tmp_path / "ckpt"))
+    assert first.shadow.read_value().shape[0] == 0  # emptied when saved
+    first.train(keys)
+    expected = _rows_and_slots(first, keys)
+
+    second = _Ranker("ckpt_b")
+    second.params.upsert(tf.constant([99], tf.int64), tf.constant([[9.0, 9.0]]))
+    second.train(tf.constant([7], tf.int64))  # its table has slots and other keys
+    tf.train.Checkpoint(m=second, opt=second.opt).restore(path).assert_consumed()
+    for got, want in zip(_rows_and_slots(second, keys), saved):
+        np.testing.assert_array_equal(got, want)
+    assert int(second.params.size()) == 5  # 99 and 7 went with the restore
+    second.train(keys)
+    for got, want in zip(_rows_and_slots(second, keys), expected):
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def _keras_model(name):
+    inputs = tf.keras.layers.Input(shape=(None,), dtype=tf.int64)
+    emb = de.keras.layers.Embedding(3, name=name, initializer=0.5)
+    out = tf.keras.layers.Dense(1)(tf.reduce_sum(emb(inputs), axis=1))
+    model = tf.keras.Model(inputs, out)
+    model.compile(optimizer=de.DynamicEmbeddingOptimizer(K.legacy.Adam(0.05)), loss="mse")
+    return model, emb
+
+
+@pytest.mark.parametrize("whitelist", [None, ["RecSdk"], ["TFRA"]])
+def test_keras_saved_model_save_load_weights_and_serving(tmp_path, whitelist):
+    """model.save (SavedModel) of a Keras model with a de Embedding, with rec_sdk's op
+    namespace whitelisted (or TFRA's, which scripts name); load_weights into a new model
+    restores the table; tf.saved_model.load serves the same predictions in this process."""
+    model, emb = _keras_model("sm_emb")
+    ids = np.array([[1, 2], [3, 1], [4, 5]], np.int64)
+    model.fit(ids, np.ones([3, 1], np.float32), epochs=3, verbose=0)
+    expected = model.predict(ids, verbose=0)
+    path = str(tmp_path / "model")
+    model.save(path, options=tf.saved_model.SaveOptions(namespace_whitelist=whitelist))
+
+    new_model, new_emb = _keras_model("sm_emb")
+    new_model.load_weights(path).expect_partial()
+    np.testing.assert_array_equal(new_emb.params.export()[0], emb.params.export()[0])
+    np.testing.assert_allclose(new_model.predict(ids, verbose=0), expected, rtol=1e-6)
+    served = tf.saved_model.load(path)
+    np.testing.assert_allclose(served(tf.constant(ids), training=False), expected, rtol=1e-6)
+
+
+def test_saved_model_whitelist_without_rec_sdk_namespace_is_refused(tmp_path):
+    model, _ = _keras_model("refused_emb")
+    model.predict(np.array([[1]], np.int64), verbose=0)
+    with pytest.raises(ValueError, match="RecSdk"):
+        model.save(str(tmp_path / "m"),
+                   options=tf.saved_model.SaveOptions(namespace_whitelist=["Other"]))

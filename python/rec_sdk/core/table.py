@@ -34,7 +34,8 @@ class SparseEmbedding(tf.saved_model.experimental.TrackableResource):
 
     A TrackableResource: in TF2 (eager, tf.function) its handle is created once, eagerly,
     captured by the functions that use it, and the table is destroyed with the object;
-    tf.train.Checkpoint and SavedModel reach it through the object graph. Tables created
+    tf.train.Checkpoint and SavedModel reach it through the object graph and save its keys,
+    rows and slots as tensors (_serialize_to_tensors). Tables created
     eagerly get a resource name of their own (TensorFlow's eager resource manager is one
     per process), so two objects never share a table by name.
     """
@@ -96,6 +97,18 @@ class SparseEmbedding(tf.saved_model.experimental.TrackableResource):
         if self.eager and tf.executing_eagerly():
             tf.raw_ops.DestroyResourceOp(resource=self._resource_handle,
                                          ignore_lookup_error=True)
+
+    # --- tf.train.Checkpoint / SavedModel (the graph-mode Saver uses rec_sdk.saver) ---
+    def _serialize_to_tensors(self):
+        """The table's contents as tensors: every key with its row and optimizer slots."""
+        keys, values, slots = table_ops.export(self.resource_handle, self.key_dtype, self.dim)
+        return {"keys": keys, "values": values, "slots": slots}
+
+    def _restore_from_tensors(self, restored_tensors):
+        """Replaces the table's contents with a checkpoint's (one exclusive C++ section: no
+        lookup sees a half-restored table)."""
+        return table_ops.import_rows(self.resource_handle, restored_tensors["keys"],
+                                     restored_tensors["values"], restored_tensors["slots"])
 
     @property
     def handle(self):

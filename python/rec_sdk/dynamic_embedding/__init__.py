@@ -5,7 +5,7 @@ rec_sdk tables. Port a TFRA script by changing
 to
     import rec_sdk.dynamic_embedding as de
 
-Graph mode (tf.compat.v1.Session, tf.estimator). Each shard of a de.Variable is one rec_sdk
+Graph mode (tf.compat.v1.Session, tf.estimator) and TF2 (eager, tf.function, Keras). Each shard of a de.Variable is one rec_sdk
 table holding the embedding, the optimizer's slots and the access statistics of a key in one
 row, so a training step probes the hash index once per key for all of them (TFRA: one hash
 table per slot, a lookup and an upsert each per step).
@@ -22,9 +22,10 @@ Where rec_sdk differs from TFRA 0.7.2 (docs/DYNAMIC_EMBEDDING.md has the full li
 * Restrict policies rank keys by statistics kept in the rows (last training step / number of
   training updates); keys inserted by upsert count as seen when inserted.
 * Checkpoints: tf.compat.v1.train.Saver (and Estimator) save the shards with their slots as
-  rec_sdk table files next to the TensorFlow checkpoint (not TFRA's tensor format).
+  rec_sdk table files next to the TensorFlow checkpoint (not TFRA's tensor format);
+  tf.train.Checkpoint (de.train.DECheckpoint) and SavedModel save them as tensors.
 """
-from rec_sdk.dynamic_embedding import data_flow, keras, math, shadow_ops  # noqa: F401 (TFRA's submodules)
+from rec_sdk.dynamic_embedding import data_flow, keras, math, shadow_ops, train  # noqa: F401 (TFRA's submodules)
 from rec_sdk.dynamic_embedding.kv_creator import (CuckooHashTableConfig,
                                                    CuckooHashTableCreator, FileSystemSaver,
                                                    HkvHashTableConfig, HkvHashTableCreator,

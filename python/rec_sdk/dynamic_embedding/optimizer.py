@@ -548,8 +548,8 @@ _install_processor()
 
 
 class TrainableSlot:
-    """What optimizer.get_slot(trainable, name) gives for a de lookup's trainable (TFRA: the
-    slot's own trainable): `params` is the slot's view on the variable's rows
+    """What optimizer.get_slot(trainable, name) gives for a graph-mode de lookup's trainable
+    (TFRA: the slot's own trainable): `params` is the slot's view on the variable's rows
     (de.SlotVariable)."""
 
     def __init__(self, view):
@@ -566,6 +566,10 @@ def _add_slot_views(optimizer, slot_names):
         record = record_of(var)
         if record is None:
             return original_get_slot(var, name)
+        if record.shadow is not None:
+            # A TF2 shadow's slots live in the table's rows and are saved with them: none
+            # for checkpoints and SavedModels to list (or re-create on load).
+            return None
         for view in record.params.get_slot_variables(optimizer):
             if view.slot_name == name:
                 return TrainableSlot(view)

@@ -42,6 +42,7 @@ class ShadowVariable(resource_variable_ops.ResourceVariable):
                 trainable=bool(trainable) and params.trainable, name=name)
             self.ids = tf.Variable(tf.zeros([0], params.key_dtype), trainable=False,
                                    shape=tf.TensorShape([None]), name=name + "-ids")
+        self._track_trackable(self.ids, name="ids")  # SavedModel functions capture it
 
     def __repr__(self):
         return "<de.shadow_ops.ShadowVariable %r of %r dim=%d>" % (
@@ -76,6 +77,13 @@ class ShadowVariable(resource_variable_ops.ResourceVariable):
         refreshed = self.refresh()
         with tf.control_dependencies([refreshed] if refreshed is not None else []):
             return super().read_value()
+
+    def _serialize_to_tensors(self):
+        """Checkpoints hold no shadow rows (they live in the table, saved with it): the
+        shadow is emptied first, as TFRA does, and refilled by the next lookup."""
+        self.ids.assign(tf.zeros([0], self.params.key_dtype))
+        self.assign(tf.zeros([0, self.params.dim], self.dtype))
+        return super()._serialize_to_tensors()
 
     def _reset_ids(self, ids):
         """Makes the shadow's keys `ids` (its rows are read on the next prefetch)."""

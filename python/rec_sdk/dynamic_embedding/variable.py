@@ -105,6 +105,12 @@ def _describe(initializer, dim, table_name):
     return describe_initializer(initializer, table_name, param_name="initializer")
 
 
+def _by_key(keys, *columns):
+    """keys [n] and columns [n, ...] in ascending key order (deterministic exports)."""
+    order = tf.argsort(keys)
+    return (tf.gather(keys, order),) + tuple(tf.gather(c, order) for c in columns)
+
+
 class DtypeError(TypeError, ValueError):
     """Keys or values of the wrong dtype (a ValueError too, as TFRA raises)."""
 
@@ -134,11 +140,12 @@ def _defaults_of(initializer, dtype, dim):
     return lambda n: tf.tile(row[None, :], tf.stack([n, 1]))
 
 
-class Variable:
+class Variable(tf.__internal__.tracking.Trackable):
     """A dynamic embedding variable (TFRA's `dynamic_embedding.Variable`) on rec_sdk tables.
 
     See the module docstring of rec_sdk.dynamic_embedding for the arguments and where this
-    differs from TFRA.
+    differs from TFRA. A trackable whose children are its shards ("table_<i>"), so that
+    tf.train.Checkpoint and SavedModel save the tables of a model that holds the variable.
     """
 
     def __init__(self, key_dtype=tf.int64, value_dtype=tf.float32, dim=1, devices=None,
@@ -227,6 +234,7 @@ class Variable:
                         saver.track(table)
                         tf.compat.v1.add_to_collection(rec_sdk.TABLE_COLLECTION, table)
                 self._tables.append(table)
+                self._track_trackable(table, name="table_%d" % i)
         self._restrict_policy = restrict_policy(self) if restrict_policy is not None else None
 
     # --- properties (TFRA names) ---
@@ -400,11 +408,13 @@ class Variable:
             return tf.group(ops)
 
     def export(self, name=None):
-        """(keys [n], values [n, dim]) of every stored key, shard after shard."""
+        """(keys [n], values [n, dim]) of every stored key, shard after shard, each shard's
+        in ascending key order (the same order for the slots' and the status' exports)."""
         with tf.name_scope(name or "%s_export" % self.name.split("/")[-1]):
             shards = []
             for t in self._tables:
-                keys, rows, _ = table_ops.export(t.handle, self.key_dtype, self._stored_dim)
+                keys, rows = _by_key(*table_ops.export(t.handle, self.key_dtype,
+                                                       self._stored_dim)[:2])
                 shards.append((keys, value_codec.decode(rows, self.value_dtype, self.dim)))
             return self._joined(shards)
 
@@ -511,6 +521,8 @@ class SlotVariable:
             shards = []
             for t in p.tables:
                 k, values, s = table_ops.export(t.handle, p.key_dtype, p.dim)
+                k, values, s = _by_key(k, values, tf.transpose(s, [1, 0, 2]))
+                s = tf.transpose(s, [1, 0, 2])
                 # Before the optimizer first ran the table has no slots: initial values.
                 shards.append((k, tf.cond(tf.shape(s)[0] > self.slot_index,
                                           lambda s=s: s[self.slot_index],
@@ -546,7 +558,7 @@ class PolicyStatus:
         with tf.name_scope(name or "status_export"):
             shards = []
             for t in var.tables:
-                keys, last_seen, counts = table_ops.export_access(t.handle)
+                keys, last_seen, counts = _by_key(*table_ops.export_access(t.handle))
                 shards.append((tf.cast(keys, var.key_dtype),
                                last_seen if self._policy.by == "last_seen" else counts))
             return Variable._joined(shards)  # pylint: disable=protected-access
@@ -605,11 +617,21 @@ class TimestampRestrictPolicy(RestrictPolicy):
 
     by = "last_seen"
 
+    @property
+    def tstp_var(self):
+        """TFRA's name of `status` (its last-seen clocks)."""
+        return self.status
+
 
 class FrequencyRestrictPolicy(RestrictPolicy):
     """restrict() keeps the keys trained most often (one count per key per training update)."""
 
     by = "count"
+
+    @property
+    def freq_var(self):
+        """TFRA's name of `status` (its access counts)."""
+        return self.status
 
 
 def get_variable(name, key_dtype=tf.int64, value_dtype=tf.float32, dim=1, devices=None,

@@ -12,11 +12,12 @@ from tensorflow.python.framework import op_def_registry
 from rec_sdk.ops.loader import load_ops
 from rec_sdk.util.graph_state import state_of
 
-GATHER_OP = "RecSdk>TableGather"
-FIND_OR_INSERT_OP = "RecSdk>TableFindOrInsert"
-CONFIGURE_ADMISSION_OP = "RecSdk>TableConfigureAdmission"
-UNIQUE_OP = "RecSdk>UniqueKeys"
-TRAINABLE_ROWS_OP = "RecSdk>TrainableRows"
+OP_NAMESPACE = "RecSdk"  # rec_sdk's op names are RecSdk><Name> (a SavedModel op namespace)
+GATHER_OP = OP_NAMESPACE + ">TableGather"
+FIND_OR_INSERT_OP = OP_NAMESPACE + ">TableFindOrInsert"
+CONFIGURE_ADMISSION_OP = OP_NAMESPACE + ">TableConfigureAdmission"
+UNIQUE_OP = OP_NAMESPACE + ">UniqueKeys"
+TRAINABLE_ROWS_OP = OP_NAMESPACE + ">TrainableRows"
 
 
 def create_table(table_name, key_dtype, dim, dynamic_expansion, capacity, initializer,
