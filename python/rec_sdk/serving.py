@@ -11,11 +11,16 @@ into constants. TensorFlow Serving, `tf.saved_model.load` or
 Lookups must take id tensors (`sparse_lookup(table, ids_tensor, is_train=False)`); FeatureSpec
 lookups read keys preprocessed by the input pipeline, so build the serving graph with tensor
 ids (as a serving_input_fn does).
+
+export_keras_model(model, export_dir) does the same for a TF2 Keras model with
+de.keras.layers embeddings: each layer's table becomes a StaticHashTable and a variable of its
+rows, and the model is traced with its layers reading through them.
 """
 import numpy as np
 import tensorflow as tf
 
 from rec_sdk.core.table import tables_of_graph
+from rec_sdk.dynamic_embedding.keras import layers as de_layers
 from rec_sdk.ops import table_ops
 
 
@@ -175,3 +180,65 @@ def export_saved_model(sess, export_dir, inputs, outputs, tables=None):
                 main_op=tf.compat.v1.tables_initializer(), strip_default_attrs=True)
             builder.save()
     return exported_rows
+
+
+def _static_lookup(layer):
+    """-> (ids -> embeddings through stock ops, the StaticHashTable, the rows variable, rows)
+    of a de Keras layer: keys without a row read the initializer's value when it is a
+    constant, else zeros (a random initializer cannot be replayed without the plugin)."""
+    params = layer.params
+    keys, values = params.export()
+    n = int(tf.size(keys))
+    default = np.zeros([params.dim], params.value_dtype.as_numpy_dtype)
+    init = params.initializer
+    if isinstance(init, (int, float, list, tuple, np.ndarray)) and not isinstance(init, bool):
+        default[:] = np.asarray(init, default.dtype).reshape(-1)
+    table = tf.lookup.StaticHashTable(
+        tf.lookup.KeyValueTensorInitializer(keys, tf.range(n, dtype=tf.int64)), -1)
+    rows = tf.Variable(tf.concat([values, tf.constant(default[None, :])], 0), trainable=False,
+                       name=layer.name + "_rows")
+
+    def lookup(ids):
+        index = table.lookup(ids)
+        return tf.gather(rows, tf.where(index < 0, tf.constant(n, tf.int64), index))
+    return lookup, table, rows, n
+
+
+def export_keras_model(model, export_dir, input_signature=None):
+    """Writes a SavedModel of a TF2 Keras model (signature "serving_default") with only stock
+    ops: its de.keras.layers embeddings read a StaticHashTable from key to row and a variable
+    of their rows (see _static_lookup), every other layer is the model's own.
+
+    input_signature: the model's inputs as tf.TensorSpecs (default: model.inputs, which
+    functional and Sequential models built on Input have). Returns the rows exported.
+    """
+    if not tf.executing_eagerly():
+        raise ValueError("export_keras_model runs eagerly (TF2); for tf.compat.v1 graphs use "
+                         "export_saved_model")
+    if input_signature is None:
+        if not getattr(model, "inputs", None):
+            raise ValueError("export_keras_model: give input_signature (the model has no "
+                             "Input layers to take it from)")
+        input_signature = [tf.TensorSpec(t.shape, t.dtype, t.name.split(":")[0])
+                           for t in model.inputs]
+    emb_layers = [m for m in model.submodules if isinstance(m, de_layers.Embedding)]
+    own = {id(v) for layer in emb_layers for v in (layer.shadow, layer.shadow.ids)}
+    module = tf.Module()
+    module.dense = [v for v in model.variables if id(v) not in own]
+    lookups, module.tables, module.rows, total = {}, [], [], 0
+    for layer in emb_layers:
+        lookups[layer], table, rows, n = _static_lookup(layer)
+        module.tables.append(table)
+        module.rows.append(rows)
+        total += n
+
+    @tf.function(input_signature=input_signature)
+    def serve(*inputs):
+        return model(list(inputs) if len(inputs) > 1 else inputs[0], training=False)
+
+    with de_layers.serving_lookups(lookups):
+        concrete = serve.get_concrete_function()
+    # An empty namespace whitelist: saving fails if any rec_sdk op were left in the graph.
+    tf.saved_model.save(module, export_dir, signatures={"serving_default": concrete},
+                        options=tf.saved_model.SaveOptions(namespace_whitelist=[]))
+    return total

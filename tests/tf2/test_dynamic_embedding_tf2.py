@@ -1,5 +1,7 @@
 """rec_sdk.dynamic_embedding in TF2: eager, tf.function and Keras, against NumPy references
 and against dense tf.Variables trained by the same optimizer."""
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -7,6 +9,7 @@ import pytest
 import tensorflow as tf
 
 import rec_sdk.dynamic_embedding as de
+from rec_sdk import serving
 from rec_sdk.ops import optimizer_ops
 
 K = tf.keras.optimizers
@@ -490,3 +493,36 @@ def test_saved_model_whitelist_without_rec_sdk_namespace_is_refused(tmp_path):
     with pytest.raises(ValueError, match="RecSdk"):
         model.save(str(tmp_path / "m"),
                    options=tf.saved_model.SaveOptions(namespace_whitelist=["Other"]))
+
+
+_PLAIN_LOADER = """
+import sys
+import numpy as np
+import tensorflow as tf
+served = tf.saved_model.load(sys.argv[1])
+with open(sys.argv[1] + "/saved_model.pb", "rb") as f:
+    assert b"RecSdk>" not in f.read()  # no rec_sdk op in any graph or function
+out = served.signatures["serving_default"](tf.constant(np.load(sys.argv[2])))
+np.save(sys.argv[3], list(out.values())[0].numpy())
+assert "rec_sdk" not in sys.modules
+"""
+
+
+def test_keras_model_exports_for_serving_without_the_plugin(tmp_path):
+    """rec_sdk.serving.export_keras_model: a SavedModel of stock ops, loaded by a process
+    that never imports rec_sdk, predicts what the model predicts (keys never trained read the
+    constant initializer's value)."""
+    model, emb = _keras_model("plain_emb")
+    ids = np.array([[1, 2], [3, 1], [4, 5]], np.int64)
+    model.fit(ids, np.ones([3, 1], np.float32), epochs=3, verbose=0)
+    probe = np.array([[1, 2], [3, 77], [88, 99]], np.int64)  # 77, 88, 99: never trained
+    expected = model.predict(probe, verbose=0)
+    rows = serving.export_keras_model(model, str(tmp_path / "serving"))
+    assert rows == int(emb.params.size()) == 5
+    np.save(str(tmp_path / "probe.npy"), probe)
+    script = tmp_path / "load.py"
+    script.write_text(_PLAIN_LOADER)
+    subprocess.run([sys.executable, str(script), str(tmp_path / "serving"),
+                    str(tmp_path / "probe.npy"), str(tmp_path / "out.npy")], check=True,
+                   env={"PATH": "/usr/bin:/bin", "TF_CPP_MIN_LOG_LEVEL": "2"})
+    np.testing.assert_allclose(np.load(str(tmp_path / "out.npy")), expected, rtol=1e-6)

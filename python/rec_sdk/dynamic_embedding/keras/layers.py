@@ -7,11 +7,29 @@ trainable weight and `model.fit` with a DynamicEmbeddingOptimizer trains the tab
 A call looks up each distinct id once; with training=False (evaluate, predict) or in
 de.enable_inference_mode() it only reads.
 """
+import contextlib
+
 import tensorflow as tf
 
 from rec_sdk.dynamic_embedding import mode
 from rec_sdk.dynamic_embedding.shadow_ops import ShadowVariable, unique_lookup
 from rec_sdk.dynamic_embedding.variable import Variable, default_partition_fn
+
+_SERVING = {}  # id(layer) -> ids -> embeddings of that layer (see serving_lookups)
+
+
+@contextlib.contextmanager
+def serving_lookups(lookups):
+    """Within: each layer of `lookups` ({layer: function of ids -> their embeddings}) looks
+    ids up through its function instead of its de.Variable (rec_sdk.serving traces a Keras
+    model this way into a SavedModel of stock ops)."""
+    _SERVING.update({id(layer): fn for layer, fn in lookups.items()})
+    try:
+        yield
+    finally:
+        for layer in lookups:
+            _SERVING.pop(id(layer), None)
+
 
 _REDUCERS = {"sum": tf.math.reduce_sum, "mean": tf.math.reduce_mean,
              "min": tf.math.reduce_min, "max": tf.math.reduce_max,
@@ -75,6 +93,11 @@ class Embedding(tf.keras.layers.Layer):
                 raise TypeError("ids of layer %r must be %s, got %s"
                                 % (self.name, self.key_dtype.name, ids.dtype.name))
             ids = tf.cast(ids, self.key_dtype)
+        serving = _SERVING.get(id(self))
+        if serving is not None:
+            emb = serving(ids)
+            return emb if self.max_norm is None else tf.clip_by_norm(emb, self.max_norm,
+                                                                     axes=[-1])
         writes = training is not False and mode.training() and self.trainable
         return unique_lookup(self.params, ids, self.shadow if writes else None,
                              self.max_norm)
