@@ -320,6 +320,31 @@ def test_gradient_tape_in_graph_mode_reaches_the_trainable():
                                    atol=1e-6)
 
 
+@pytest.mark.parametrize("make", [lambda: tf.keras.optimizers.legacy.RMSprop(0.1),
+                                  lambda: tf.keras.optimizers.legacy.Nadam(0.1)],
+                         ids=["RMSprop", "Nadam"])
+def test_keras_generic_path_on_a_second_table_in_graph_mode(make):
+    """One wrapped Keras optimizer on the generic path trains a table, then another table made
+    later in the same graph (its private copy is not the first one): both as dense."""
+    ids = i64([1, 2, 2, 3])
+    opt = de.DynamicEmbeddingOptimizer(make())
+    dense_opt = make()
+    with new_session() as sess:
+        for name in ("first", "second"):
+            v = de.Variable(dim=2, initializer=0.5, name="generic_" + name)
+            dense = tf.Variable(np.full([4, 2], 0.5, np.float32))
+            train = opt.minimize(lambda v=v: tf.reduce_sum(tf.square(
+                de.embedding_lookup(v, ids, name="g_" + name) - 1.0)), var_list=lambda v=v: [
+                    t for t in v.trainable_store.values()])
+            dense_train = dense_opt.minimize(lambda d=dense: tf.reduce_sum(tf.square(
+                tf.nn.embedding_lookup(d, ids) - 1.0)), [dense])
+            sess.run(tf.compat.v1.global_variables_initializer())
+            for _ in range(3):
+                sess.run([train, dense_train])
+            np.testing.assert_allclose(sess.run(v.lookup(i64([1, 2, 3]))),
+                                       sess.run(dense)[1:], atol=1e-6)
+
+
 def test_two_lookups_of_a_key_in_one_step_count_once():
     v = de.Variable(dim=2, initializer=0.1, restrict_policy=de.FrequencyRestrictPolicy)
     a = tf.compat.v1.placeholder(tf.int64, [None])

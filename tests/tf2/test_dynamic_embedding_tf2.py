@@ -441,6 +441,7 @@ def test_tf_train_checkpoint_saves_and_restores_tables_with_slots(tmp_path):
     for _ in range(3):
         first.train(keys)
     saved = _rows_and_slots(first, keys)
+    assert first.opt.get_slot(first.shadow, "m").params.name.endswith("/m")  # TFRA scripts
     path = de.train.DECheckpoint(m=first, opt=first.opt).save(str(tmp_path / "ckpt"))
     assert first.shadow.read_value().shape[0] == 0  # emptied when saved
     first.train(keys)

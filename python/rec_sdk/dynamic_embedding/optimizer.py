@@ -28,9 +28,11 @@ once per table on variables of any row count, at the wrapped optimizer's iterati
 current hyperparameters; optimizer-wide state (Nadam's momentum cache) advances once per step.
 """
 import sys
+import threading
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.checkpoint import util as checkpoint_util
 from tensorflow.python.training import optimizer as tf_optimizer
 from tensorflow.python.training.optimizer import _var_key  # pylint: disable=protected-access
 
@@ -344,8 +346,8 @@ class _RowUpdate:
         if copies[0] is shared:
             return updates
         with tf.control_dependencies(updates):
-            return [v.assign(new.read_value(), read_value=False)
-                    for v, new in zip(shared.state(), copies[0].state())]
+            return updates + [v.assign(new.read_value(), read_value=False)
+                              for v, new in zip(shared.state(), copies[0].state())]
 
     def _apply_generic(self, table, addresses, grads):
         slots, kernel = slot_info(self.optimizer)
@@ -528,6 +530,30 @@ class _UnwrappedTrainable:
             % (type(optimizer).__name__, self._v.name, params.name))
 
 
+_checkpoint_listing = threading.local()  # depth > 0: TensorFlow is listing slot variables
+
+
+def _install_slot_listing_guard():
+    """Marks the thread while TensorFlow's checkpoint code lists optimizers' slot variables
+    (wrapping tensorflow.python.checkpoint.util.serialize_slot_variables)."""
+    original = checkpoint_util.serialize_slot_variables
+    if getattr(original, "_rec_sdk", False):
+        return
+
+    def serialize_slot_variables(*args, **kwargs):
+        _checkpoint_listing.depth = getattr(_checkpoint_listing, "depth", 0) + 1
+        try:
+            return original(*args, **kwargs)
+        finally:
+            _checkpoint_listing.depth -= 1
+
+    serialize_slot_variables._rec_sdk = True  # pylint: disable=protected-access
+    checkpoint_util.serialize_slot_variables = serialize_slot_variables
+
+
+_install_slot_listing_guard()
+
+
 def _install_processor():
     """Routes de trainables to _UnwrappedTrainable in tf.compat.v1 optimizers (wrapping
     TensorFlow's processor lookup, as TFRA does for its trainables)."""
@@ -566,7 +592,7 @@ def _add_slot_views(optimizer, slot_names):
         record = record_of(var)
         if record is None:
             return original_get_slot(var, name)
-        if record.shadow is not None:
+        if record.shadow is not None and getattr(_checkpoint_listing, "depth", 0):
             # A TF2 shadow's slots live in the table's rows and are saved with them: none
             # for checkpoints and SavedModels to list (or re-create on load).
             return None
