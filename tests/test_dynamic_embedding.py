@@ -447,6 +447,29 @@ def test_restrict_per_shard_and_without_policy():
         v.restrict(-1)
 
 
+def test_a_policy_made_after_the_variable_turns_statistics_on():
+    """de.FrequencyRestrictPolicy(var) / TimestampRestrictPolicy(var) for a variable created
+    without one (TFRA's pattern): its tables start counting then; apply_update records
+    seen-now, and restrict by count keeps the keys updated most often since."""
+    v = de.Variable(dim=2, devices=["/CPU:0"] * 2, name="late_policy")
+    ids = tf.compat.v1.placeholder(tf.int64, [None])
+    by_time = de.TimestampRestrictPolicy(v)
+    by_count = de.FrequencyRestrictPolicy(v)
+    update = by_time.apply_update(ids)
+    with new_session() as sess:
+        sess.run(update, {ids: [0, 1, 2, 3]})
+        for _ in range(2):
+            sess.run(update, {ids: [1, 2, 3]})
+        sess.run(update, {ids: [2, 3]})
+        keys, clocks = sess.run(by_time.status.export())
+        clock = dict(zip(keys.tolist(), clocks.tolist()))
+        assert clock[0] < clock[1] < clock[2] == clock[3]
+        keys, counts = sess.run(by_count.status.export())
+        assert dict(zip(keys.tolist(), counts.tolist())) == {0: 1, 1: 3, 2: 4, 3: 4}
+        sess.run(by_count.apply_restriction(2))
+        assert keys_of(sess, v) == [2, 3]
+
+
 # --- Checkpoints and tf.estimator -----------------------------------------------------------
 
 def test_saver_saves_and_restores_variables_with_slots(tmp_path):

@@ -85,6 +85,7 @@ EmbeddingTable::EmbeddingTable(const TableConfig& config)
       row_bytes_(RowBytesFor(0)) {
   for (int64_t i = 0; i < kMaxPages; ++i) pages_[i].store(nullptr, std::memory_order_relaxed);
   for (int s = 0; s < HashIndex::kNumShards; ++s) pending_[s].set_seed(index_.seed());
+  track_access_.store(config.track_access, std::memory_order_relaxed);
 }
 
 EmbeddingTable::~EmbeddingTable() {

@@ -146,6 +146,11 @@ class EmbeddingTable {
   // their rows. The configuration (admission()) keeps the configured value.
   Status SetAccessThreshold(int64_t threshold);
   int64_t access_threshold() const { return access_threshold_.load(std::memory_order_relaxed); }
+  // Starts keeping access counts and last-seen clocks current on training passes
+  // (config.track_access from the start; a restrict policy given a table later turns it on).
+  // Rows keep what they had until then.
+  void TrackAccess() { track_access_.store(true, std::memory_order_relaxed); }
+  bool track_access() const { return track_access_.load(std::memory_order_relaxed); }
   int64_t eviction_threshold() const {
     return eviction_threshold_.load(std::memory_order_relaxed);
   }
@@ -535,6 +540,7 @@ class EmbeddingTable {
   // set (admission_mu_).
   std::atomic<int64_t> access_threshold_{-1};
   std::atomic<int64_t> eviction_threshold_{-1};
+  std::atomic<bool> track_access_{false};  // config_.track_access, or TrackAccess() since
   mutable std::mutex admission_mu_;
   AdmissionConfig admission_;
   bool admission_configured_ = false;

@@ -191,7 +191,7 @@ void EmbeddingTable::InsertPass(const int64_t* keys, int64_t n, int64_t* address
   // Rows of keys seen again get their last-seen clock only when eviction reads it; a row's
   // count is the one it was admitted with.
   const bool touch_rows =
-      eviction_threshold() >= 0 || config_.evict_when_full || config_.track_access;
+      eviction_threshold() >= 0 || config_.evict_when_full || track_access();
   const ShardInsert::Pass pass{keys,
                                addresses,
                                access,
@@ -200,7 +200,7 @@ void EmbeddingTable::InsertPass(const int64_t* keys, int64_t n, int64_t* address
                                access_threshold_.load(std::memory_order_relaxed),
                                TagBits(),
                                touch_rows,
-                               config_.track_access && count,
+                               track_access() && count,
                                touch_rows || access.times != nullptr};
   std::atomic<int64_t> total_unplaced{0};
   ForEachShard(
@@ -427,7 +427,7 @@ Status EmbeddingTable::Restrict(int64_t keep, RestrictBy by, int64_t* removed) {
     return Status::InvalidArgument("table '" + config_.name +
                                    "': num_reserved must be >= 0, got " + std::to_string(keep));
   }
-  if (by == RestrictBy::kCount && !config_.track_access) {
+  if (by == RestrictBy::kCount && !track_access()) {
     return Status::InvalidArgument("table '" + config_.name +
                                    "' does not count accesses (track_access): it cannot be "
                                    "restricted by count");

@@ -37,6 +37,15 @@ class TableSetAccessThresholdOp : public TableOpKernel {
   }
 };
 
+class TableTrackAccessOp : public TableOpKernel {
+ public:
+  explicit TableTrackAccessOp(OpKernelConstruction* ctx) : TableOpKernel(ctx, kWritesTable) {}
+
+  void ComputeWithTable(OpKernelContext* ctx, TableResource* table) override {
+    table->table()->TrackAccess();
+  }
+};
+
 class TableEvictOp : public TableOpKernel {
  public:
   explicit TableEvictOp(OpKernelConstruction* ctx) : TableOpKernel(ctx, kWritesTable) {}
@@ -72,6 +81,8 @@ REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableConfigureAdmission)).Device(DE
                         TableConfigureAdmissionOp);
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableSetAccessThreshold)).Device(DEVICE_CPU),
                         TableSetAccessThresholdOp);
+REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableTrackAccess)).Device(DEVICE_CPU),
+                        TableTrackAccessOp);
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableEvict)).Device(DEVICE_CPU), TableEvictOp);
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableRestrict)).Device(DEVICE_CPU), TableRestrictOp);
 

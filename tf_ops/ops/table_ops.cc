@@ -196,6 +196,15 @@ REGISTER_OP(REC_SDK_OP_NAME(TableSetAccessThreshold))
 Sets the admission threshold of the table for later lookups (-1 turns admission off).
 )doc");
 
+REGISTER_OP(REC_SDK_OP_NAME(TableTrackAccess))
+    .Input("table: resource")
+    .SetIsStateful()
+    .SetShapeFn(tensorflow::shape_inference::NoOutputs)
+    .Doc(R"doc(
+Makes the table keep access counts and last-seen clocks current from now on, as a table
+created with track_access does (a restrict policy given to a variable after it was created).
+)doc");
+
 REGISTER_OP(REC_SDK_OP_NAME(TableEvict))
     .Input("table: resource")
     .Output("rows_evicted: int64")

@@ -415,7 +415,8 @@ def _shard_triples(params, grads_and_records):
     parts, shard_keys, _ = params._split(keys)  # pylint: disable=protected-access
     shard_rows = params._by_shard(parts, rows)  # pylint: disable=protected-access
     triples = []
-    with tf.control_dependencies([r.read for _, r in grads_and_records if r.read is not None]):
+    with tf.control_dependencies([r.read for _, r in grads_and_records if r.read is not None] +
+                                 params.access_tracking):
         for table, k, r in zip(params.tables, shard_keys, shard_rows):
             if not tf.executing_eagerly():
                 table_ops.mark_keys_unique(k)

@@ -212,6 +212,7 @@ class Variable(tf.__internal__.tracking.Trackable):
         self._defaults = None if value_dtype == tf.float32 else _defaults_of(
             initializer, value_dtype, self.dim)
         self._trainable_store = {}
+        self._access_ops = []  # see access_tracking
         self._size_ops = {}  # (graph, shard index or None) -> size op
         self.graph = tf.compat.v1.get_default_graph()
         rows = _init_rows(self.init_size, self.shard_num)
@@ -449,6 +450,24 @@ class Variable(tf.__internal__.tracking.Trackable):
                 return table_ops.size(self._tables[index].handle)
             return tf.add_n([table_ops.size(t.handle) for t in self._tables])
 
+    @property
+    def access_tracking(self):
+        """Graph-mode ops turning access statistics on in tables created without them (a
+        restrict policy given to the variable later): updates that count run after them."""
+        return [op for op in self._access_ops if op.graph is tf.compat.v1.get_default_graph()]
+
+    def _track_access(self):
+        """Makes the tables keep access statistics (a restrict policy needs them): at once in
+        eager mode; in graph mode with ops that the counting updates depend on."""
+        for table in self._tables:
+            if table.track_access:
+                continue
+            table.track_access = True
+            with tf.init_scope():
+                op = table_ops.track_access(table.handle)
+            if op is not None:
+                self._access_ops.append(op)
+
     def restrict(self, num_reserved, **kwargs):
         """Keeps about num_reserved keys by the restrict policy (see RestrictPolicy); None
         (with a warning) when the variable has no policy."""
@@ -576,6 +595,7 @@ class RestrictPolicy:
             raise TypeError("a restrict policy needs a de.Variable, got %r" % (var,))
         self.var = var
         self.status = PolicyStatus(self)
+        var._track_access()  # pylint: disable=protected-access
 
     def apply_update(self, ids):
         """Records that `ids` were seen now (a training step of the variable's optimizer does
@@ -584,7 +604,8 @@ class RestrictPolicy:
         var = self.var
         var._writes()  # pylint: disable=protected-access
         keys = var._keys(ids)  # pylint: disable=protected-access
-        with tf.name_scope("%s_status_update" % var.name.split("/")[-1]):
+        with tf.name_scope("%s_status_update" % var.name.split("/")[-1]), \
+                tf.control_dependencies(var.access_tracking):
             unique, _ = table_ops.unique_keys(tf.reshape(keys, [-1]))
             _, shard_keys, _ = var._split(unique)  # pylint: disable=protected-access
             return tf.group([t.find_or_insert(k, is_train=True, lookup=var.name)
@@ -605,7 +626,8 @@ class RestrictPolicy:
         var = self.var
         var._writes()  # pylint: disable=protected-access
         per_shard = int(num_reserved / var.shard_num)
-        with tf.name_scope("%s_restrict" % var.name.split("/")[-1]):
+        with tf.name_scope("%s_restrict" % var.name.split("/")[-1]), \
+                tf.control_dependencies(var.access_tracking):
             def restrict():
                 return tf.group([table_ops.restrict(t.handle, per_shard, self.by)
                                  for t in var.tables])

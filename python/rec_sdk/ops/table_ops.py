@@ -96,6 +96,11 @@ def set_access_threshold(table, threshold, name=None):
         table, tf.cast(threshold, tf.int64), name=name)
 
 
+def track_access(table, name=None):
+    """Op making the table keep access counts and last-seen clocks from now on."""
+    return load_ops().rec_sdk_table_track_access(table, name=name)
+
+
 def evict(table, name=None):
     """-> (rows evicted, pending counts evicted), int64 scalars."""
     return load_ops().rec_sdk_table_evict(table, name=name)
@@ -327,7 +332,8 @@ def _trainable_rows_grad(op, grad):
 
 tf.no_gradient(FIND_OR_INSERT_OP)
 tf.no_gradient(UNIQUE_OP)
-for _op in (CONFIGURE_ADMISSION_OP, "RecSdk>TableSetAccessThreshold", "RecSdk>TableEvict", "RecSdk>TableStats",
+for _op in (CONFIGURE_ADMISSION_OP, "RecSdk>TableSetAccessThreshold", "RecSdk>TableEvict",
+            "RecSdk>TableTrackAccess", "RecSdk>TableStats",
             "RecSdk>KeyAccessStats", "RecSdk>TableSave", "RecSdk>TableRestore",
             "RecSdk>TableApplyDelta", "RecSdk>TableCommitSave", "RecSdk>TableRestrict",
             "RecSdk>TableLookup", "RecSdk>TableExport"):

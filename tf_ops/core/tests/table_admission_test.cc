@@ -452,6 +452,28 @@ TEST(EmbeddingTableTest, TrackAccessCountsTrainingLookupsOnly) {
   EXPECT_EQ(m.count(2), 1u);
 }
 
+TEST(EmbeddingTableTest, TrackAccessTurnedOnLaterCountsFromThen) {
+  auto t = MakeTable(Dynamic("later", 2));
+  FindOrInsert(t.get(), {1, 2}, true);
+  EXPECT_FALSE(t->track_access());
+  EXPECT_EQ(t->Restrict(1, RestrictBy::kCount, nullptr).code(), StatusCode::kInvalidArgument);
+  t->TrackAccess();
+  EXPECT_TRUE(t->track_access());
+  FindOrInsert(t.get(), {2, 3}, true);
+  FindOrInsert(t.get(), {2}, true);
+  int64_t removed = 0;
+  // Counts since tracking began: key 2 twice, key 3 once, key 1 never.
+  ASSERT_TRUE(t->Restrict(2, RestrictBy::kCount, &removed).ok());
+  EXPECT_EQ(removed, 1);
+  auto m = ToMap(ExportAll(t.get()), 2);
+  EXPECT_EQ(m.count(1), 0u);
+  EXPECT_EQ(m.count(2), 1u);
+  EXPECT_EQ(m.count(3), 1u);
+  // Last-seen clocks are kept current for rows seen again: key 3 is now older than key 2.
+  ASSERT_TRUE(t->Restrict(1, RestrictBy::kLastSeen, &removed).ok());
+  EXPECT_EQ(ToMap(ExportAll(t.get()), 2).count(2), 1u);
+}
+
 // Defect found by hostile use: two lookups of one full evict_when_full table run at once (two
 // features sharing it); each evicted rows for itself and the other took them, so steps failed
 // with "more new keys than the table's capacity can take even after eviction" although the
