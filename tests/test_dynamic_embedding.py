@@ -470,6 +470,44 @@ def test_a_policy_made_after_the_variable_turns_statistics_on():
         assert keys_of(sess, v) == [2, 3]
 
 
+def test_save_to_and_load_from_file_system(tmp_path, monkeypatch):
+    """Key and value files: per shard (TFRA's names), per table, the whole directory into
+    another shard count (routed by the partitioner), appended, and the TFRA_SAVED_KV
+    environment variable replacing the directory; float64 values bit for bit."""
+    keys = np.arange(-6, 14, dtype=np.int64)
+    values = np.stack([keys * 1.5 + 1e-12, -keys + 1e-13], axis=1)
+    v = de.Variable(dim=2, value_dtype=tf.float64, devices=["/CPU:0"] * 2, name="files")
+    three = de.Variable(dim=2, value_dtype=tf.float64, devices=["/CPU:0"] * 3, name="three")
+    same = de.Variable(dim=2, value_dtype=tf.float64, devices=["/CPU:0"] * 2, name="files")
+    url = "file://" + str(tmp_path / "kv")
+    save = v.save_to_file_system(url)
+    with new_session() as sess:
+        sess.run(v.upsert(keys, values))
+        sess.run(same.upsert(i64([100]), tf.constant([[7.0, 7.0]], tf.float64)))
+        sess.run(save)
+        assert sorted(os.listdir(tmp_path / "kv")) == [
+            "files_mht_%dof2_rank0_size1-%s" % (i, kind) for i in (1, 2)
+            for kind in ("keys", "values")]
+        sess.run(three.load_from_file_system(url, load_entire_dir=True))
+        assert sess.run([three.size(i) for i in range(3)]) == [7, 7, 6]  # keys mod 3
+        np.testing.assert_array_equal(sess.run(three.lookup(keys)), values)
+        sess.run(same.load_from_file_system(url, file_name_list=[  # upserts: key 100 stays
+            "files_mht_1of2_rank0_size1", "files_mht_2of2_rank0_size1"]))
+        want = as_dict(keys, values)
+        want[100] = [7.0, 7.0]
+        assert as_dict(*sess.run(same.export())) == want
+        table = v.tables[0]
+        assert sess.run(table.save_to_file_system(str(tmp_path / "t"), file_name="a")) == 10
+        assert sess.run(table.save_to_file_system(str(tmp_path / "t"), file_name="a",
+                                                  append_to_file=True)) == 20
+        monkeypatch.setenv("TFRA_SAVED_KV", str(tmp_path / "t"))
+        fresh = de.Variable(dim=2, value_dtype=tf.float64, name="fresh")
+        sess.run(fresh.tables[0].load_from_file_system("/nonexistent", file_name="a"))
+        assert sorted(sess.run(fresh.export())[0].tolist()) == list(range(-6, 14, 2))
+        with pytest.raises(tf.errors.OpError, match="no saved table 'missing'"):
+            sess.run(fresh.tables[0].load_from_file_system("/x", file_name="missing"))
+
+
 # --- Checkpoints and tf.estimator -----------------------------------------------------------
 
 def test_saver_saves_and_restores_variables_with_slots(tmp_path):

@@ -10,6 +10,7 @@ import threading
 import tensorflow as tf
 
 from rec_sdk.constants.constants import TABLE_COLLECTION
+from rec_sdk.core import table_files
 from rec_sdk.ops import table_ops
 from rec_sdk.util.graph_state import state_of
 from rec_sdk.util.validation import INT32_MAX, check_int
@@ -97,6 +98,30 @@ class SparseEmbedding(tf.saved_model.experimental.TrackableResource):
         if self.eager and tf.executing_eagerly():
             tf.raw_ops.DestroyResourceOp(resource=self._resource_handle,
                                          ignore_lookup_error=True)
+
+    # --- key and value files (TFRA's save_to_file_system; see rec_sdk.core.table_files) ---
+    def save_to_file_system(self, dirpath, file_name=None,
+                            dirpath_env=table_files.DIRPATH_ENV, append_to_file=False,
+                            buffer_size=None, name=None):
+        """Op writing the table's keys and rows to `<dirpath>/<file_name>-keys` / `-values`
+        (file_name: the table_name; the environment variable dirpath_env, when set, replaces
+        dirpath); returns the number of keys written. buffer_size is accepted for TFRA."""
+        del buffer_size
+        path = table_files.directory(dirpath, dirpath_env)
+        keys, rows, _ = table_ops.export(self.resource_handle, self.key_dtype, self.dim)
+        return table_files.save_op((keys, rows), path, file_name or self.table_name,
+                                   append_to_file, name)
+
+    def load_from_file_system(self, dirpath, file_name=None,
+                              dirpath_env=table_files.DIRPATH_ENV, load_entire_dir=False,
+                              buffer_size=None, name=None):
+        """Op upserting the keys and rows saved by save_to_file_system under file_name (or,
+        with load_entire_dir, of every table saved in dirpath)."""
+        del buffer_size
+        path = table_files.directory(dirpath, dirpath_env)
+        keys, rows = table_files.load_tensors(path, file_name or self.table_name,
+                                              self.key_dtype, self.dim, load_entire_dir, name)
+        return table_ops.upsert(self.resource_handle, keys, rows)
 
     # --- tf.train.Checkpoint / SavedModel (the graph-mode Saver uses rec_sdk.saver) ---
     def _serialize_to_tensors(self):

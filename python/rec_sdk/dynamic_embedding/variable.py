@@ -15,6 +15,7 @@ import tensorflow as tf
 
 import rec_sdk
 from rec_sdk import saver
+from rec_sdk.core import table_files
 from rec_sdk.core.table import SparseEmbedding, tables_of_graph
 from rec_sdk.dynamic_embedding import value_codec
 from rec_sdk.dynamic_embedding.kv_creator import KVCreator
@@ -449,6 +450,74 @@ class Variable(tf.__internal__.tracking.Trackable):
                                      % (self.shard_num, index))
                 return table_ops.size(self._tables[index].handle)
             return tf.add_n([table_ops.size(t.handle) for t in self._tables])
+
+    # --- key and value files (see rec_sdk.core.table_files) ---
+    def _file_names(self, file_name_list, proc_size, proc_rank):
+        """Each shard's file name: <table>_mht_<i>of<n>_rank<r>_size<s> (TFRA's), or the
+        given list."""
+        if file_name_list is not None:
+            if len(file_name_list) != self.shard_num:
+                raise ValueError("file_name_list must name %d files (one per shard), got %r"
+                                 % (self.shard_num, file_name_list))
+            return list(file_name_list)
+        return [re.sub(r"_mht_(\d+)of(\d+)", "_mht_%dof%d_rank%d_size%d"
+                       % (i + 1, self.shard_num, proc_rank, proc_size), t.table_name)
+                for i, t in enumerate(self._tables)]
+
+    def save_to_file_system(self, dirpath, proc_size=1, proc_rank=0, file_name_list=None,
+                            dirpath_env=table_files.DIRPATH_ENV, append_to_file=False,
+                            buffer_size=4194304, name=None):
+        """Op writing each shard's keys and rows to key and value files in dirpath (see
+        SparseEmbedding.save_to_file_system; no slots). proc_size / proc_rank name the files
+        of one process of several."""
+        del buffer_size
+        with tf.name_scope(name or "%s_save_to_file_system" % self.name.split("/")[-1]):
+            return tf.group([t.save_to_file_system(dirpath, f, dirpath_env, append_to_file)
+                             for t, f in zip(self._tables,
+                                             self._file_names(file_name_list, proc_size,
+                                                              proc_rank))])
+
+    def load_from_file_system(self, dirpath, proc_size=1, proc_rank=0, file_name_list=None,
+                              dirpath_env=table_files.DIRPATH_ENV, load_entire_dir=False,
+                              buffer_size=4194304, name=None):
+        """Op upserting what save_to_file_system wrote: each shard its own files, or with
+        load_entire_dir every file of dirpath, routed to the shards by the partitioner (so
+        files of another shard count load too)."""
+        del buffer_size
+        if load_entire_dir:
+            return self.load_from_file_system_with_restore_function(dirpath, proc_size,
+                                                                    proc_rank, name=name,
+                                                                    dirpath_env=dirpath_env)
+        with tf.name_scope(name or "%s_load_from_file_system" % self.name.split("/")[-1]):
+            self._writes()
+            return tf.group([t.load_from_file_system(dirpath, f, dirpath_env)
+                             for t, f in zip(self._tables,
+                                             self._file_names(file_name_list, proc_size,
+                                                              proc_rank))])
+
+    def load_from_file_system_with_restore_function(self, dirpath, proc_size=1, proc_rank=0,
+                                                    buffer_size=4194304, name=None,
+                                                    dirpath_env=table_files.DIRPATH_ENV):
+        """Op upserting every table file in dirpath into this variable's shards by its
+        partitioner (a variable saved with another number of shards loads too)."""
+        del proc_size, proc_rank, buffer_size
+        self._writes()
+        with tf.name_scope(name or "%s_load_from_file_system" % self.name.split("/")[-1]):
+            keys, rows = table_files.load_tensors(table_files.directory(dirpath, dirpath_env),
+                                                  None, self.key_dtype, self._stored_dim,
+                                                  entire_dir=True)
+            parts, shard_keys, _ = self._split(keys)
+            return tf.group([table_ops.upsert(t.handle, k, r) for t, k, r in zip(
+                self._tables, shard_keys, self._by_shard(parts, rows))])
+
+    def export_keys_and_scores(self, split_size=None, name=None):
+        """(keys [n], scores [n] int64) of every stored key, shard after shard: the score is
+        the key's last-seen clock (the statistic TFRA's HKV tables score keys by)."""
+        del split_size
+        with tf.name_scope(name or "%s_export_keys_and_scores" % self.name.split("/")[-1]):
+            return self._joined([
+                (tf.cast(k, self.key_dtype), seen) for k, seen, _ in
+                (_by_key(*table_ops.export_access(t.handle)) for t in self._tables)])
 
     @property
     def access_tracking(self):
