@@ -586,7 +586,7 @@ CASES = [
     # ---- dynamic_embedding ---------------------------------------------------------------
     ("de key_dtype float", lambda: _de_var(key_dtype=tf.float32), TypeError, "key_dtype"),
     ("de key_dtype bogus", lambda: _de_var(key_dtype="bogus"), TypeError, "key_dtype"),
-    ("de value_dtype int", lambda: _de_var(value_dtype=tf.int32), TypeError, "value_dtype"),
+    ("de value_dtype string", lambda: _de_var(value_dtype=tf.string), TypeError, "value_dtype"),
     ("de dim 0", lambda: _de_var(dim=0), ValueError, "dim"),
     ("de dim float", lambda: _de_var(dim=2.0), ValueError, "dim"),
     ("de dim too large", lambda: _de_var(dim=10**6), ValueError, "dim"),
