@@ -527,3 +527,57 @@ def test_keras_model_exports_for_serving_without_the_plugin(tmp_path):
                     str(tmp_path / "probe.npy"), str(tmp_path / "out.npy")], check=True,
                    env={"PATH": "/usr/bin:/bin", "TF_CPP_MIN_LOG_LEVEL": "2"})
     np.testing.assert_allclose(np.load(str(tmp_path / "out.npy")), expected, rtol=1e-6)
+
+
+@pytest.mark.parametrize("function", [True, False])
+def test_one_lookup_name_used_three_times_in_a_step(function):
+    """Three lookups with one name (one ShadowVariable) in one step, eagerly or in a
+    tf.function: each lookup's gradient reaches its own rows, as three lookups of a dense
+    table do."""
+    var = _variable("thrice_%s" % function)
+    opt = de.DynamicEmbeddingOptimizer(K.legacy.Adagrad(0.1))
+    dense = tf.Variable(_initial())
+    dense_opt = K.legacy.Adagrad(0.1)
+    parts = [IDS[:1], IDS[1:], IDS[::-1]]
+
+    def loss():
+        return sum(_loss_of(de.embedding_lookup(var, p, name="same")) * (i + 1)
+                   for i, p in enumerate(parts))
+
+    def dense_loss():
+        return sum(_loss_of(tf.nn.embedding_lookup(dense, p)) * (i + 1)
+                   for i, p in enumerate(parts))
+
+    fn = tf.function(loss) if function else loss
+    var_list = [var.get_trainable_by_name("same")]
+    for _ in range(3):
+        opt.minimize(fn, var_list=var_list)
+        dense_opt.minimize(dense_loss, [dense])
+    np.testing.assert_allclose(var.lookup(KEYS).numpy()[1:], dense.numpy()[1:], atol=1e-6)
+
+
+def test_keras_de_layer_shared_by_two_inputs():
+    """One de Embedding layer called on two inputs of a model (a shared embedding), trained
+    by fit as the same model with a dense Embedding layer (SGD: lazy and dense agree)."""
+    def model_of(embedding):
+        a = tf.keras.layers.Input(shape=(2,), dtype=tf.int64)
+        b = tf.keras.layers.Input(shape=(3,), dtype=tf.int64)
+        x = tf.concat([tf.reduce_sum(embedding(a), 1), tf.reduce_mean(embedding(b), 1)], 1)
+        out = tf.keras.layers.Dense(1, kernel_initializer=tf.keras.initializers.Constant(0.3))(x)
+        model = tf.keras.Model([a, b], out)
+        return model
+
+    de_layer = de.keras.layers.Embedding(2, initializer=0.2, name="shared_emb")
+    dense_layer = tf.keras.layers.Embedding(
+        10, 2, embeddings_initializer=tf.keras.initializers.Constant(0.2))
+    de_model, dense_model = model_of(de_layer), model_of(dense_layer)
+    de_model.compile(optimizer=de.DynamicEmbeddingOptimizer(K.legacy.SGD(0.1)), loss="mse")
+    dense_model.compile(optimizer=K.legacy.SGD(0.1), loss="mse")
+    a = np.array([[1, 2], [3, 1]], np.int64)
+    b = np.array([[2, 4, 4], [5, 1, 6]], np.int64)
+    y = np.array([[1.0], [-1.0]], np.float32)
+    for model in (de_model, dense_model):
+        model.fit([a, b], y, batch_size=2, epochs=4, verbose=0, shuffle=False)
+    keys = np.arange(1, 7, dtype=np.int64)
+    np.testing.assert_allclose(de_layer.params.lookup(keys).numpy(),
+                               dense_layer.embeddings.numpy()[1:7], atol=1e-6)

@@ -407,7 +407,7 @@ def _shard_triples(params, grads_and_records):
     per key); missing keys are inserted, after the lookups read them."""
     keys = [r.unique_keys for _, r in grads_and_records]
     rows = [_rows_of(g, r) for g, r in grads_and_records]
-    if len(keys) == 1:
+    if len(keys) == 1 and not getattr(grads_and_records[0][1].shadow, "may_repeat", False):
         keys, rows = keys[0], rows[0]
     else:
         keys, index = table_ops.unique_keys(tf.concat(keys, 0))
@@ -451,6 +451,8 @@ def _de_update(row_update, de_pairs):
             with tf.control_dependencies(updates):
                 refreshed = [shadow.refresh() for shadow in shadows.values()]
             updates.extend(r for r in refreshed if r is not None)
+            for shadow in shadows.values():
+                shadow.step_applied()
     return updates
 
 

@@ -10,6 +10,7 @@ DynamicEmbeddingOptimizer maps the shadow back to `ids` and updates the rows in 
 holds the current values of its ids.
 """
 import tensorflow as tf
+from tensorflow.python.eager import record as tape_record
 from tensorflow.python.ops import resource_variable_ops
 
 from rec_sdk.dynamic_embedding import mode
@@ -35,6 +36,11 @@ class ShadowVariable(resource_variable_ops.ResourceVariable):
             raise ValueError("name must be a non-empty string, got %r" % (name,))
         self.params = params
         self.max_norm = max_norm
+        # Several lookups through the shadow in one step (a Keras layer called on two inputs,
+        # one lookup name used twice): their rows are appended, so `ids` may repeat a key.
+        self.may_repeat = False
+        self._segment = None  # (step key, ids, rows) of this step's lookups so far
+        self._steps = 0  # steps applied by the optimizer (eager steps end there)
         with tf.init_scope():
             super().__init__(
                 initial_value=tf.zeros([0, params.dim], params.value_dtype),
@@ -53,15 +59,47 @@ class ShadowVariable(resource_variable_ops.ResourceVariable):
         """Whether each of `ids` is stored in the table (bool [n])."""
         return self.params.lookup(self.ids.read_value(), return_exists=True)[1]
 
+    def _step_key(self):
+        """What makes lookups one step's: the graph being built (a tf.function's trace), or
+        in eager mode a recording tape until the optimizer applies the step (None: no tape,
+        nothing to append to)."""
+        if not tf.executing_eagerly():
+            return id(tf.compat.v1.get_default_graph())
+        if tape_record.could_possibly_record():
+            return ("eager", self._steps)
+        return None
+
     def rows(self, unique, values):
         """Makes the shadow hold `values`, the rows of the distinct keys `unique`, and returns
-        them with their gradient going to the shadow (not trainable: values as they are)."""
+        them with their gradient going to the shadow (not trainable: values as they are).
+        A further lookup in the same step appends its keys and rows, and its gradient goes
+        to its own rows of the shadow."""
         if not self.trainable:
             return values
-        self.ids.assign(unique, read_value=False)
-        self.assign(values, read_value=False)
+        key = self._step_key()
+        previous = self._segment if self._segment is not None and key is not None and \
+            self._segment[0] == key else None
         resource_variable_ops.variable_accessed(self)  # the tape watches the shadow
-        return table_ops.trainable_rows(self.handle, values)
+        if previous is None:
+            self.ids.assign(unique, read_value=False)
+            self.assign(values, read_value=False)
+            self._segment = (key, unique, values)
+            return table_ops.trainable_rows(self.handle, values)
+        _, ids, rows = previous
+        all_ids, all_rows = tf.concat([ids, unique], 0), tf.concat([rows, values], 0)
+        self.ids.assign(all_ids, read_value=False)
+        self.assign(all_rows, read_value=False)
+        self._segment = (key, all_ids, all_rows)
+        self.may_repeat = True
+        # Zeros in place of the earlier lookups' rows: this lookup's gradient lands on its own
+        # rows of the shadow (offset past the earlier ones).
+        padded = tf.concat([tf.zeros_like(rows), values], 0)
+        return table_ops.trainable_rows(self.handle, padded)[tf.shape(rows)[0]:]
+
+    def step_applied(self):
+        """The optimizer applied this step's gradients: the next lookup starts a new step."""
+        self._steps += 1
+        self._segment = None
 
     def refresh(self):
         """Re-reads the rows of `ids` into the shadow (after the optimizer updated them in the
@@ -83,6 +121,7 @@ class ShadowVariable(resource_variable_ops.ResourceVariable):
         shadow is emptied first, as TFRA does, and refilled by the next lookup."""
         self.ids.assign(tf.zeros([0], self.params.key_dtype))
         self.assign(tf.zeros([0, self.params.dim], self.dtype))
+        self._segment = None
         return super()._serialize_to_tensors()
 
     def _reset_ids(self, ids):
