@@ -308,6 +308,7 @@ def test_gradient_tape_in_graph_mode_reaches_the_trainable():
     with tf.GradientTape() as tape:
         loss = de_loss()
     assert tape.gradient(loss, trainables)[0] is not None
+    assert isinstance(trainables[0], de.TrainableWrapper)
     train = de.DynamicEmbeddingOptimizer(tf.keras.optimizers.legacy.SGD(0.1)).minimize(
         de_loss, lambda: trainables)
     dense_train = tf.keras.optimizers.legacy.SGD(0.1).minimize(

@@ -581,3 +581,20 @@ def test_keras_de_layer_shared_by_two_inputs():
     keys = np.arange(1, 7, dtype=np.int64)
     np.testing.assert_allclose(de_layer.params.lookup(keys).numpy(),
                                dense_layer.embeddings.numpy()[1:7], atol=1e-6)
+
+
+def test_model_checkpoint_callback_and_trainable_wrapper_class(tmp_path):
+    """de.keras.callbacks.ModelCheckpoint saves the tables with the weights during fit; the
+    trainables are de.TrainableWrappers; the Horovod callbacks say Horovod is out of scope."""
+    model, emb = _keras_model("cb_emb")
+    ids = np.array([[1, 2], [3, 1], [4, 5]], np.int64)
+    path = str(tmp_path / "weights")
+    model.fit(ids, np.ones([3, 1], np.float32), epochs=2, verbose=0, callbacks=[
+        de.keras.callbacks.ModelCheckpoint(path, save_weights_only=True)])
+    expected = model.predict(ids, verbose=0)
+    new_model, _ = _keras_model("cb_emb")
+    new_model.load_weights(path)
+    np.testing.assert_allclose(new_model.predict(ids, verbose=0), expected, rtol=1e-6)
+    assert isinstance(emb.shadow, de.TrainableWrapper)
+    with pytest.raises(NotImplementedError, match="Horovod"):
+        de.keras.callbacks.DEHvdModelCheckpoint(path)

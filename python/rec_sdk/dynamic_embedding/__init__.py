@@ -37,6 +37,7 @@ from rec_sdk.dynamic_embedding.lookup import (embedding_lookup, embedding_lookup
 from rec_sdk.dynamic_embedding.mode import (ModelMode, enable_inference_mode, enable_train_mode,
                                              get_model_mode)
 from rec_sdk.dynamic_embedding.optimizer import DynamicEmbeddingOptimizer
+from rec_sdk.dynamic_embedding.shadow_ops import TrainableWrapper
 from rec_sdk.dynamic_embedding.warm_start import GraphKeys, WarmStartHook, warm_start
 from rec_sdk.dynamic_embedding.variable import (FrequencyRestrictPolicy, RestrictPolicy,
                                                  SlotVariable, TimestampRestrictPolicy,
@@ -50,5 +51,5 @@ __all__ = [
     "enable_inference_mode", "get_model_mode", "math", "data_flow", "KVCreator",
     "CuckooHashTableConfig", "CuckooHashTableCreator", "FileSystemSaver", "RedisTableConfig",
     "RedisTableCreator", "HkvHashTableConfig", "HkvHashTableCreator", "GraphKeys",
-    "warm_start", "WarmStartHook", "keras", "shadow_ops",
+    "warm_start", "WarmStartHook", "keras", "shadow_ops", "train", "TrainableWrapper",
 ]

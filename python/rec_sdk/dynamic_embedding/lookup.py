@@ -11,7 +11,7 @@ import tensorflow as tf
 from tensorflow.python.ops import resource_variable_ops
 
 from rec_sdk.dynamic_embedding import mode
-from rec_sdk.dynamic_embedding.shadow_ops import ShadowVariable, shadow_of
+from rec_sdk.dynamic_embedding.shadow_ops import ShadowVariable, TrainableWrapper, shadow_of
 from rec_sdk.dynamic_embedding.variable import Variable
 from rec_sdk.ops import table_ops
 from rec_sdk.util.graph_state import state_of, trainable_lookup
@@ -123,8 +123,8 @@ def _unique_rows(params, unique, name, trainable_name, shadow=None):
         return shadow.rows(unique, values), shadow
     # Outside control flow and control dependencies, like any variable.
     with tf.init_scope(), tf.compat.v1.name_scope(path + "/"):
-        trainable = tf.compat.v1.Variable(
-            tf.zeros([0, params.dim]), trainable=True, use_resource=True, validate_shape=False,
+        trainable = TrainableWrapper(
+            tf.zeros([0, params.dim]), trainable=True, validate_shape=False,
             collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES], name=trainable_name)
     # TFRA's TrainableWrapper.update_op(): writes the rows the lookup read into the variable
     # (keys met for the first time get their initial values stored).

@@ -17,7 +17,13 @@ from rec_sdk.dynamic_embedding import mode
 from rec_sdk.ops import table_ops
 
 
-class ShadowVariable(resource_variable_ops.ResourceVariable):
+class TrainableWrapper(resource_variable_ops.ResourceVariable):
+    """The trainable of a de lookup (TFRA's name): a graph-mode lookup's trainable, and the
+    base of the TF2 ShadowVariable. Its gradient rows belong to the lookup's keys;
+    DynamicEmbeddingOptimizer applies them to the de.Variable's rows."""
+
+
+class ShadowVariable(TrainableWrapper):
     """The rows of a de.Variable that one named lookup read last, as a trainable variable.
 
     params: the de.Variable. name: the shadow's name (TFRA's: one shadow per name).

@@ -26,13 +26,13 @@ class DECheckpoint(tf.train.Checkpoint):
 Checkpoint = DECheckpoint
 
 
-class DEHvdModelCheckpoint:  # pylint: disable=too-few-public-methods
-    """TFRA's Horovod model checkpoint callback: out of scope in rec_sdk."""
+class DEHvdSaver:  # pylint: disable=too-few-public-methods
+    """TFRA's Horovod saver: out of scope in rec_sdk."""
 
     def __init__(self, *args, **kwargs):
         del args, kwargs
-        raise NotImplementedError("de.train.DEHvdModelCheckpoint needs Horovod, which rec_sdk "
-                                  "does not support; use tf.keras.callbacks.ModelCheckpoint")
+        raise NotImplementedError("de.train.DEHvdSaver needs Horovod, which rec_sdk does not "
+                                  "support; use tf.compat.v1.train.Saver or DECheckpoint")
 
 
 def _install_namespace_alias():

@@ -1,4 +1,5 @@
-"""de.keras: Keras layers on de.Variables and model saving (TFRA's dynamic_embedding.keras)."""
-from rec_sdk.dynamic_embedding.keras import layers, models  # noqa: F401
+"""de.keras: Keras layers on de.Variables, model saving and callbacks (TFRA's
+dynamic_embedding.keras)."""
+from rec_sdk.dynamic_embedding.keras import callbacks, layers, models  # noqa: F401
 
-__all__ = ["layers", "models"]
+__all__ = ["callbacks", "layers", "models"]
