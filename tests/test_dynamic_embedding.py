@@ -539,6 +539,37 @@ def test_saver_saves_and_restores_variables_with_slots(tmp_path):
     assert not any("skipped" in name for name in os.listdir(tmp_path / "sparse-model"))
 
 
+@pytest.mark.parametrize("shards", [(2, 3), (3, 1)])
+def test_saver_restores_into_another_number_of_shards(tmp_path, shards):
+    """A Saver checkpoint of a variable with m shards restores into the same variable with
+    n shards: every key (negative ones too) with its row and Adam slots, each in the shard
+    the partitioner names."""
+    keys = np.arange(-7, 13, dtype=np.int64)
+    saved = {}
+    for step, count in enumerate(shards):
+        with tf.Graph().as_default():
+            v = de.Variable(dim=2, devices=["/CPU:0"] * count, name="resharded",
+                            initializer=-1.0)
+            ids = tf.constant(keys)
+            opt = de.DynamicEmbeddingOptimizer(tf.compat.v1.train.AdamOptimizer(0.1))
+            train = opt.minimize(tf.reduce_sum(de.embedding_lookup(v, ids) ** 2))
+            fetch = [v.lookup(ids)] + [s.lookup(ids) for s in v.get_slot_variables(opt)]
+            sizes = [v.size(i) for i in range(count)]
+            saver = tf.compat.v1.train.Saver()
+            with new_session() as sess:
+                if step == 0:
+                    sess.run(tf.compat.v1.global_variables_initializer())
+                    sess.run(train)
+                    saved["rows"] = sess.run(fetch)
+                    saver.save(sess, str(tmp_path / "model"))
+                    continue
+                saver.restore(sess, str(tmp_path / "model"))
+                for got, want in zip(sess.run(fetch), saved["rows"]):
+                    np.testing.assert_array_equal(got, want)
+                assert sess.run(sizes) == [int(np.sum(np.mod(keys, count) == i))
+                                           for i in range(count)]
+
+
 def test_estimator_trains_evaluates_and_predicts(tmp_path):
     rng = np.random.default_rng(3)
     users = rng.integers(0, 50, size=512).astype(np.int64)

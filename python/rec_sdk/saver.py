@@ -63,7 +63,11 @@ def track(table):
                                        name="restore")
         saved_rows, save_id = table_ops.save(table.handle, save_dir, delta, name="save")
         commit_id = tf.compat.v1.placeholder(tf.int64, [], name="commit_id")
+        remove_keys = tf.compat.v1.placeholder(table.key_dtype, [None], name="remove_keys")
         table.checkpoint_ops = {
+            "keys": table_ops.export_access(table.handle, name="keys")[0],
+            "remove_keys": remove_keys,
+            "remove": table_ops.remove(table.handle, remove_keys, name="remove"),
             "save_dir": save_dir, "delta": delta, "save": saved_rows, "save_id": save_id,
             "commit_id": commit_id,
             "commit": table_ops.commit_save(table.handle, commit_id, name="commit"),
@@ -258,11 +262,17 @@ def restore_tables(sess, directories, tables=None, rank_id=None, rank_size=None,
     rows = {}
     for table in _tables(sess, tables):
         table_dirs = [os.path.join(d, table.table_name) for d in found]
+        other_shards = None
         for path in table_dirs:
             if not os.path.isdir(path):
-                raise tf.errors.NotFoundError(
-                    None, None, "table %r is not in the rec_sdk checkpoint %r"
-                    % (table.table_name, os.path.dirname(path)))
+                other_shards = _other_shard_dirs(found, table, rank_size, deltas)
+                if other_shards is None:
+                    raise tf.errors.NotFoundError(
+                        None, None, "table %r is not in the rec_sdk checkpoint %r"
+                        % (table.table_name, os.path.dirname(path)))
+        if other_shards is not None:
+            rows[table.table_name] = _restore_resharded(sess, table, other_shards)
+            continue
         ops = table.checkpoint_ops
         count, note = sess.run([ops["restore"], ops["restore_note"]], {
             ops["restore_dirs"]: table_dirs, ops["rank_id"]: rank_id,
@@ -281,6 +291,45 @@ def restore_tables(sess, directories, tables=None, rank_id=None, rank_size=None,
             rows[table.table_name] += int(sess.run(ops["apply_delta"],
                                                    {ops["save_dir"]: path}))
     return rows
+
+
+_SHARD_NAME = re.compile(r"^(.*)_mht_(\d+)of(\d+)$")
+
+
+def _other_shard_dirs(found, table, rank_size, deltas):
+    """The directories of the shards of the same de.Variable saved with another number of
+    shards (<name>_mht_<j>of<m>, all m of them in every checkpoint directory), or None."""
+    if getattr(table, "shard_keys_filter", None) is None or rank_size != 1 or deltas:
+        return None
+    match = _SHARD_NAME.match(table.table_name)
+    if match is None:
+        return None
+    base = match.group(1)
+    for directory in found:
+        counts = {int(m.group(3)) for m in map(_SHARD_NAME.match, os.listdir(directory))
+                  if m is not None and m.group(1) == base}
+        for count in sorted(counts):
+            dirs = [os.path.join(d, "%s_mht_%dof%d" % (base, j + 1, count))
+                    for d in found for j in range(count)]
+            if all(os.path.isdir(d) for d in dirs):
+                return dirs
+    return None
+
+
+def _restore_resharded(sess, table, dirs):
+    """Restores a shard from every shard of a checkpoint with another shard count (keys,
+    rows, slots), then removes the keys that the variable's partitioner sends to its other
+    shards. Returns the rows kept."""
+    ops = table.checkpoint_ops
+    sess.run(ops["restore"], {ops["restore_dirs"]: dirs, ops["rank_id"]: 0,
+                              ops["rank_size"]: 1})
+    keys = sess.run(ops["keys"]).astype(table.key_dtype.as_numpy_dtype)
+    keep = table.shard_keys_filter(keys)
+    sess.run(ops["remove"], {ops["remove_keys"]: keys[~keep]})
+    logger.info("rec_sdk: table %r restored from %d shards of another shard count (%d of %d "
+                "keys are this shard's)", table.table_name, len(dirs), int(keep.sum()),
+                len(keys))
+    return int(keep.sum())
 
 
 def export_npz(sess, path, tables=None):

@@ -106,6 +106,28 @@ def _describe(initializer, dim, table_name):
     return describe_initializer(initializer, table_name, param_name="initializer")
 
 
+class _ShardKeys:  # pylint: disable=too-few-public-methods
+    """keys (NumPy) -> whether the partitioner sends each to shard `index`: what a shard keeps
+    when a Saver checkpoint of another shard count is restored into it (rec_sdk.saver). The
+    partitioner runs in a graph and session of its own (the model's graph may be final)."""
+
+    def __init__(self, partitioner, key_dtype, shard_num, index):
+        self._args = (partitioner, key_dtype, shard_num)
+        self._index = index
+        self._run = None
+
+    def __call__(self, keys):
+        if self._run is None:
+            partitioner, key_dtype, shard_num = self._args
+            graph = tf.Graph()
+            with graph.as_default():
+                placeholder = tf.compat.v1.placeholder(key_dtype, [None])
+                parts = tf.cast(partitioner(placeholder, shard_num), tf.int32)
+            session = tf.compat.v1.Session(graph=graph)
+            self._run = lambda k: session.run(parts, {placeholder: k})
+        return np.asarray(self._run(keys)) == self._index
+
+
 def _by_key(keys, *columns):
     """keys [n] and columns [n, ...] in ascending key order (deterministic exports)."""
     order = tf.argsort(keys)
@@ -237,6 +259,7 @@ class Variable(tf.__internal__.tracking.Trackable):
                         tf.compat.v1.add_to_collection(rec_sdk.TABLE_COLLECTION, table)
                 self._tables.append(table)
                 self._track_trackable(table, name="table_%d" % i)
+                table.shard_keys_filter = _ShardKeys(partitioner, key_dtype, self.shard_num, i)
         self._restrict_policy = restrict_policy(self) if restrict_policy is not None else None
 
     # --- properties (TFRA names) ---
