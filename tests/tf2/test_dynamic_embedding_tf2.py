@@ -598,3 +598,41 @@ def test_model_checkpoint_callback_and_trainable_wrapper_class(tmp_path):
     assert isinstance(emb.shadow, de.TrainableWrapper)
     with pytest.raises(NotImplementedError, match="Horovod"):
         de.keras.callbacks.DEHvdModelCheckpoint(path)
+
+
+@pytest.mark.parametrize("shards", [5, 2, 1])
+def test_checkpoint_restores_into_another_number_of_shards(tmp_path, shards):
+    """A tf.train.Checkpoint of a 3-shard variable, one shard never trained (no slots),
+    read into 5, 2 and 1 shards: every key with its row and Adam slots, each in the shard
+    the partitioner names."""
+    keys = tf.constant(np.arange(-5, 10), tf.int64)
+
+    def module(count):
+        m = tf.Module()
+        m.params = de.Variable(name="reshard", dim=2, initializer=0.0,
+                               devices=["/CPU:0"] * count)
+        m.opt = de.DynamicEmbeddingOptimizer(K.legacy.Adam(0.1))
+        m.shadow = de.shadow_ops.ShadowVariable(m.params, name="reshard-shadow")
+        return m
+
+    def train(m, ids):
+        m.opt.minimize(lambda: tf.reduce_sum(tf.square(
+            de.shadow_ops.embedding_lookup(m.shadow, ids) - 1.0)), [m.shadow])
+
+    first = module(3)
+    first.params.upsert(keys, tf.constant(_initial(2, seed=3).repeat(4, 0)[:15]))
+    train(first, tf.constant([0, 3, 6, 1, 4, -5], tf.int64))  # keys mod 3 in {0, 1}
+    assert int(first.params.size()) == 15
+    path = de.train.DECheckpoint(m=first, opt=first.opt).save(str(tmp_path / "c"))
+    want = [first.params.lookup(keys).numpy()] + [
+        s.lookup(keys).numpy() for s in first.params.get_slot_variables(first.opt)]
+
+    second = module(shards)
+    tf.train.Checkpoint(m=second, opt=second.opt).read(path).assert_existing_objects_matched()
+    train(second, tf.constant([], tf.int64))  # attaches the optimizer's slots
+    got = [second.params.lookup(keys).numpy()] + [
+        s.lookup(keys).numpy() for s in second.params.get_slot_variables(second.opt)]
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+    assert [int(second.params.size(i)) for i in range(shards)] == [
+        int(np.sum(np.mod(np.arange(-5, 10), shards) == i)) for i in range(shards)]

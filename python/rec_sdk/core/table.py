@@ -81,6 +81,9 @@ class SparseEmbedding(tf.saved_model.experimental.TrackableResource):
             self._shared_name = "%s_eager_%d" % (table_name, uid())
         self._resource_handle = self._create_resource()
         self.checkpoint_ops = None  # built by rec_sdk.saver.track(table)
+        # True for a de.Variable's shards: the variable serializes them together (so that a
+        # checkpoint restores into another number of shards).
+        self.saved_by_owner = False
 
     def _create_resource(self):
         """The table op (TrackableResource: SavedModel re-creates the table with it)."""
@@ -125,13 +128,18 @@ class SparseEmbedding(tf.saved_model.experimental.TrackableResource):
 
     # --- tf.train.Checkpoint / SavedModel (the graph-mode Saver uses rec_sdk.saver) ---
     def _serialize_to_tensors(self):
-        """The table's contents as tensors: every key with its row and optimizer slots."""
+        """The table's contents as tensors: every key with its row and optimizer slots (none
+        when a de.Variable saves its shards together, see `saved_by_owner`)."""
+        if self.saved_by_owner:
+            return {}
         keys, values, slots = table_ops.export(self.resource_handle, self.key_dtype, self.dim)
         return {"keys": keys, "values": values, "slots": slots}
 
     def _restore_from_tensors(self, restored_tensors):
         """Replaces the table's contents with a checkpoint's (one exclusive C++ section: no
         lookup sees a half-restored table)."""
+        if self.saved_by_owner or "keys" not in restored_tensors:
+            return tf.no_op()
         return table_ops.import_rows(self.resource_handle, restored_tensors["keys"],
                                      restored_tensors["values"], restored_tensors["slots"])
 

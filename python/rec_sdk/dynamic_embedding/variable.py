@@ -5,6 +5,7 @@ One rec_sdk table per entry of `devices` (a shard); keys are routed by
 keeps its embedding, the optimizer's slots and the restrict policy's access statistics in one
 row per key (one hash probe for all of them), unlike TFRA's one hash table per slot.
 """
+import copy
 import numbers
 import os
 import re
@@ -167,8 +168,9 @@ class Variable(tf.__internal__.tracking.Trackable):
     """A dynamic embedding variable (TFRA's `dynamic_embedding.Variable`) on rec_sdk tables.
 
     See the module docstring of rec_sdk.dynamic_embedding for the arguments and where this
-    differs from TFRA. A trackable whose children are its shards ("table_<i>"), so that
-    tf.train.Checkpoint and SavedModel save the tables of a model that holds the variable.
+    differs from TFRA. A trackable that saves its shards' keys, rows and slots as one set of
+    tensors (see _serialize_to_tensors), so that tf.train.Checkpoint and SavedModel save the
+    tables of a model that holds the variable, restorable into any number of shards.
     """
 
     def __init__(self, key_dtype=tf.int64, value_dtype=tf.float32, dim=1, devices=None,
@@ -258,7 +260,7 @@ class Variable(tf.__internal__.tracking.Trackable):
                         saver.track(table)
                         tf.compat.v1.add_to_collection(rec_sdk.TABLE_COLLECTION, table)
                 self._tables.append(table)
-                self._track_trackable(table, name="table_%d" % i)
+                table.saved_by_owner = True
                 table.shard_keys_filter = _ShardKeys(partitioner, key_dtype, self.shard_num, i)
         self._restrict_policy = restrict_policy(self) if restrict_policy is not None else None
 
@@ -473,6 +475,74 @@ class Variable(tf.__internal__.tracking.Trackable):
                                      % (self.shard_num, index))
                 return table_ops.size(self._tables[index].handle)
             return tf.add_n([table_ops.size(t.handle) for t in self._tables])
+
+    # --- tf.train.Checkpoint / SavedModel: the shards together ---
+    def _serialize_to_tensors(self):
+        """Every shard's keys and rows ("keys", "values"), which rows have optimizer slots
+        ("has_slots": a shard the optimizer never trained has none) and those slots
+        ("slots" [num_slots, rows with slots, dim]): one set of tensors whatever the number
+        of shards, so that a checkpoint restores into any number of shards."""
+        exports = [table_ops.export(t.handle, self.key_dtype, self._stored_dim)
+                   for t in self._tables]
+        num_slots = tf.reduce_max(tf.stack([tf.shape(s)[0] for _, _, s in exports]))
+        has_slots, slots = [], []
+        for keys, _, shard_slots in exports:
+            full = tf.equal(tf.shape(shard_slots)[0], num_slots)
+            has_slots.append(tf.fill(tf.shape(keys), full))
+            slots.append(tf.cond(full, lambda s=shard_slots: s, lambda: tf.zeros(
+                tf.stack([num_slots, 0, self._stored_dim]))))
+        return {"keys": tf.concat([k for k, _, _ in exports], 0),
+                "values": tf.concat([v for _, v, _ in exports], 0),
+                "has_slots": tf.concat(has_slots, 0), "slots": tf.concat(slots, 1)}
+
+    def _trackable_children(self, save_type="checkpoint", **kwargs):
+        """The tables, for SavedModels (their functions capture them); checkpoints hold the
+        variable's own tensors only, so that they restore into any number of shards."""
+        del kwargs
+        if save_type == "savedmodel":
+            return {"table_%d" % i: t for i, t in enumerate(self._tables)}
+        return {}
+
+    def _deserialization_dependencies(self, children):
+        """The tables come first (a SavedModel maps them before the variable)."""
+        del children
+        return {"table_%d" % i: t for i, t in enumerate(self._tables)}
+
+    def _export_to_saved_model_graph(self, object_map, tensor_map, options, **kwargs):
+        """For a SavedModel: a copy of the variable on the exported graph's copies of its
+        tables, whose save and restore functions are traced there."""
+        del tensor_map, options, kwargs
+        exported = copy.copy(self)
+        exported._tables = [object_map.get(t, t) for t in self._tables]  # pylint: disable=protected-access
+        object_map[self] = exported
+        return []
+
+    def _restore_from_tensors(self, restored_tensors):
+        """Replaces the shards' contents with a checkpoint's, each key routed to its shard by
+        the partitioner (any saved number of shards): rows with slots are imported with
+        them, the others upserted after (their slots start from the optimizer's initial
+        values when it next trains them)."""
+        # Ranks are unknown where a SavedModel traces this function.
+        keys = tf.reshape(restored_tensors["keys"], [-1])
+        rows = tf.reshape(restored_tensors["values"], [-1, self._stored_dim])
+        has_slots = tf.reshape(restored_tensors["has_slots"], [-1])
+        all_slots = restored_tensors["slots"]
+        all_slots = tf.reshape(all_slots, tf.stack([tf.shape(all_slots)[0], -1,
+                                                    self._stored_dim]))
+        slot_index = tf.cumsum(tf.cast(has_slots, tf.int32)) - 1  # row -> its slots' column
+        parts, shard_keys, _ = self._split(keys)
+        ops = []
+        for table, k, r, h, i in zip(self._tables, shard_keys, self._by_shard(parts, rows),
+                                     self._by_shard(parts, has_slots),
+                                     self._by_shard(parts, slot_index)):
+            slots = tf.gather(all_slots, tf.boolean_mask(i, h), axis=1)
+            imported = table_ops.import_rows(table.handle, tf.boolean_mask(k, h),
+                                             tf.boolean_mask(r, h), slots)
+            with tf.control_dependencies([imported]):
+                rest = tf.logical_not(h)
+                ops.append(table_ops.upsert(table.handle, tf.boolean_mask(k, rest),
+                                            tf.boolean_mask(r, rest)))
+        return tf.group(ops)
 
     # --- key and value files (see rec_sdk.core.table_files) ---
     def _file_names(self, file_name_list, proc_size, proc_rank):
