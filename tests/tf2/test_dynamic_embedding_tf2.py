@@ -593,7 +593,7 @@ def test_model_checkpoint_callback_and_trainable_wrapper_class(tmp_path):
         de.keras.callbacks.ModelCheckpoint(path, save_weights_only=True)])
     expected = model.predict(ids, verbose=0)
     new_model, _ = _keras_model("cb_emb")
-    new_model.load_weights(path)
+    new_model.load_weights(path).expect_partial()  # the optimizer's state is not needed
     np.testing.assert_allclose(new_model.predict(ids, verbose=0), expected, rtol=1e-6)
     assert isinstance(emb.shadow, de.TrainableWrapper)
     with pytest.raises(NotImplementedError, match="Horovod"):
