@@ -636,3 +636,30 @@ def test_checkpoint_restores_into_another_number_of_shards(tmp_path, shards):
         np.testing.assert_array_equal(g, w)
     assert [int(second.params.size(i)) for i in range(shards)] == [
         int(np.sum(np.mod(np.arange(-5, 10), shards) == i)) for i in range(shards)]
+
+
+def test_checkpoint_keeps_restrict_policy_statistics(tmp_path):
+    """Access counts and last-seen clocks survive a tf.train.Checkpoint (into another
+    number of shards too), and training after the restore is newer than anything restored."""
+    def variable(count):
+        m = tf.Module()
+        m.params = de.Variable(name="stats", dim=1, devices=["/CPU:0"] * count,
+                               restrict_policy=de.FrequencyRestrictPolicy)
+        return m
+
+    first = variable(2)
+    policy = first.params.restrict_policy
+    for ids in ([1, 2, 3], [2, 3], [3], [4]):
+        policy.apply_update(tf.constant(ids, tf.int64))
+    saved = dict(zip(*[t.numpy().tolist() for t in policy.status.export()]))
+    assert saved == {1: 1, 2: 2, 3: 3, 4: 1}
+    path = tf.train.Checkpoint(m=first).save(str(tmp_path / "c"))
+    second = variable(3)
+    tf.train.Checkpoint(m=second).read(path)
+    status = second.params.restrict_policy.status.export()
+    assert dict(zip(*[t.numpy().tolist() for t in status])) == saved
+    by_time = de.TimestampRestrictPolicy(second.params)
+    clocks = dict(zip(*[t.numpy().tolist() for t in by_time.status.export()]))
+    by_time.apply_update(tf.constant([1], tf.int64))
+    after = dict(zip(*[t.numpy().tolist() for t in by_time.status.export()]))
+    assert after[1] > max(clocks.values())

@@ -225,6 +225,12 @@ class EmbeddingTable {
   Status Export(const ExportAllocator& allocate);
   // Every stored key with its access statistics (restrict policies' status): last-seen clock
   // and access count, in row order.
+  // Sets the last-seen clock and access count of the stored keys among keys[0, n) (absent
+  // keys are skipped; counts saturate at 2^32 - 1) and raises the table's clock to the newest
+  // of them, so later training is newer: the statistics an export of ExportAccess saved.
+  // InvalidArgument (nothing changed) for a negative clock or count.
+  Status ImportAccess(const int64_t* keys, const int64_t* last_seen, const int64_t* counts,
+                      int64_t n);
   void ExportAccess(std::vector<int64_t>* keys, std::vector<int64_t>* last_seen,
                     std::vector<int64_t>* counts);
 

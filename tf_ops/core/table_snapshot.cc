@@ -1,9 +1,11 @@
 // The table's checkpoints: save ids and commits, consistent snapshots of the rows (and of
 // their changes, for delta checkpoints), restoring or applying checkpoint files, and the
 // whole-table export and import.
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <random>
 #include <vector>
@@ -330,6 +332,41 @@ Status EmbeddingTable::ApplyDelta(const CheckpointInfo& info, bool cleared,
   return Status::Ok();
 }
 
+
+Status EmbeddingTable::ImportAccess(const int64_t* keys, const int64_t* last_seen,
+                                    const int64_t* counts, int64_t n) {
+  int64_t newest = -1;
+  for (int64_t i = 0; i < n; ++i) {
+    if (last_seen[i] < 0 || counts[i] < 0) {
+      return Status::InvalidArgument(
+          "access statistics of table '" + config_.name + "': key " + std::to_string(keys[i]) +
+          " has last_seen " + std::to_string(last_seen[i]) + " and count " +
+          std::to_string(counts[i]) + "; both must be >= 0");
+    }
+    newest = std::max(newest, last_seen[i]);
+  }
+  ChangeScope change(this);
+  std::unique_lock<std::shared_mutex> structure(structure_mu_);
+  std::lock_guard<std::mutex> lock(alloc_mu_);
+  for (int64_t i = 0; i < n; ++i) {
+    const uint64_t hash = index_.Hash(keys[i]);
+    const int64_t entry = index_.shard(HashIndex::ShardOf(hash)).Find(keys[i], hash);
+    if (entry < 0) continue;
+    const int64_t row = RowOfEntry(entry);
+    RowMeta& meta = MetaOf(row);
+    meta.last_seen = last_seen[i];
+    meta.count = static_cast<uint32_t>(
+        std::min<int64_t>(counts[i], std::numeric_limits<uint32_t>::max()));
+    MarkChanged(row);
+  }
+  if (newest >= 0) {
+    int64_t tick = tick_.load(std::memory_order_relaxed);
+    while (newest > tick && !tick_.compare_exchange_weak(tick, newest)) {
+    }
+    RaiseNewestClock(newest);
+  }
+  return Status::Ok();
+}
 
 void EmbeddingTable::ExportAccess(std::vector<int64_t>* keys, std::vector<int64_t>* last_seen,
                                  std::vector<int64_t>* counts) {

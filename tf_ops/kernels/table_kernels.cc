@@ -371,6 +371,28 @@ class TableExportAccessOp : public TableOpKernel {
   }
 };
 
+class TableImportAccessOp : public TableOpKernel {
+ public:
+  explicit TableImportAccessOp(OpKernelConstruction* ctx) : TableOpKernel(ctx, kWritesTable) {}
+
+  void ComputeWithTable(OpKernelContext* ctx, TableResource* table) override {
+    const Tensor& keys = ctx->input(1);
+    const Tensor& last_seen = ctx->input(2);
+    const Tensor& counts = ctx->input(3);
+    OP_REQUIRES(ctx,
+                keys.dims() == 1 && last_seen.shape() == keys.shape() &&
+                    counts.shape() == keys.shape(),
+                errors::InvalidArgument("access statistics of table '", table->table()->name(),
+                                        "': keys, last_seen and counts must be vectors of one "
+                                        "length, got shapes ", keys.shape().DebugString(), ", ",
+                                        last_seen.shape().DebugString(), " and ",
+                                        counts.shape().DebugString()));
+    OP_REQUIRES_OK(ctx, ToTfStatus(table->table()->ImportAccess(
+                            keys.flat<int64_t>().data(), last_seen.flat<int64_t>().data(),
+                            counts.flat<int64_t>().data(), keys.NumElements())));
+  }
+};
+
 class TableImportOp : public TableOpKernel {
  public:
   explicit TableImportOp(OpKernelConstruction* ctx) : TableOpKernel(ctx, kWritesTable) {}
@@ -423,6 +445,8 @@ REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableStats)).Device(DEVICE_CPU), Ta
 REC_SDK_REGISTER_KEYED(TableExport, TableExportOp);
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableExportAccess)).Device(DEVICE_CPU),
                         TableExportAccessOp);
+REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableImportAccess)).Device(DEVICE_CPU),
+                        TableImportAccessOp);
 REC_SDK_REGISTER_KEYED(TableImport, TableImportOp);
 
 }  // namespace rec_sdk

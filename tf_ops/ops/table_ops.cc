@@ -395,6 +395,19 @@ Every stored key (as int64) with its last-seen clock and access count (counted w
 tracks accesses): the status restrict policies rank keys by.
 )doc");
 
+REGISTER_OP(REC_SDK_OP_NAME(TableImportAccess))
+    .Input("table: resource")
+    .Input("keys: int64")
+    .Input("last_seen: int64")
+    .Input("counts: int64")
+    .SetIsStateful()
+    .SetShapeFn(tensorflow::shape_inference::NoOutputs)
+    .Doc(R"doc(
+Gives the stored keys among keys [n] the last-seen clocks and access counts of an earlier
+TableExportAccess (absent keys are skipped) and raises the table's clock to the newest of
+them. InvalidArgument for a negative clock or count, or vectors of different lengths.
+)doc");
+
 REGISTER_OP(REC_SDK_OP_NAME(TableExport))
     .Input("table: resource")
     .Output("keys: key_dtype")

@@ -480,8 +480,9 @@ class Variable(tf.__internal__.tracking.Trackable):
     def _serialize_to_tensors(self):
         """Every shard's keys and rows ("keys", "values"), which rows have optimizer slots
         ("has_slots": a shard the optimizer never trained has none) and those slots
-        ("slots" [num_slots, rows with slots, dim]): one set of tensors whatever the number
-        of shards, so that a checkpoint restores into any number of shards."""
+        ("slots" [num_slots, rows with slots, dim]), and every key's access statistics
+        ("access_keys", "last_seen", "counts"): one set of tensors whatever the number of
+        shards, so that a checkpoint restores into any number of shards."""
         exports = [table_ops.export(t.handle, self.key_dtype, self._stored_dim)
                    for t in self._tables]
         num_slots = tf.reduce_max(tf.stack([tf.shape(s)[0] for _, _, s in exports]))
@@ -491,9 +492,14 @@ class Variable(tf.__internal__.tracking.Trackable):
             has_slots.append(tf.fill(tf.shape(keys), full))
             slots.append(tf.cond(full, lambda s=shard_slots: s, lambda: tf.zeros(
                 tf.stack([num_slots, 0, self._stored_dim]))))
+        access = [table_ops.export_access(t.handle) for t in self._tables]
         return {"keys": tf.concat([k for k, _, _ in exports], 0),
                 "values": tf.concat([v for _, v, _ in exports], 0),
-                "has_slots": tf.concat(has_slots, 0), "slots": tf.concat(slots, 1)}
+                "has_slots": tf.concat(has_slots, 0), "slots": tf.concat(slots, 1),
+                # Restrict policies' statistics, by key (int64).
+                "access_keys": tf.concat([k for k, _, _ in access], 0),
+                "last_seen": tf.concat([s for _, s, _ in access], 0),
+                "counts": tf.concat([c for _, _, c in access], 0)}
 
     def _trackable_children(self, save_type="checkpoint", **kwargs):
         """The tables, for SavedModels (their functions capture them); checkpoints hold the
@@ -542,7 +548,16 @@ class Variable(tf.__internal__.tracking.Trackable):
                 rest = tf.logical_not(h)
                 ops.append(table_ops.upsert(table.handle, tf.boolean_mask(k, rest),
                                             tf.boolean_mask(r, rest)))
-        return tf.group(ops)
+        access_keys = tf.reshape(restored_tensors["access_keys"], [-1])
+        access_parts, access_keys_of, _ = self._split(tf.cast(access_keys, self.key_dtype))
+        with tf.control_dependencies(ops):  # the statistics of the rows just restored
+            return tf.group([table_ops.import_access(t.handle, tf.cast(k, tf.int64), s, c)
+                             for t, k, s, c in zip(
+                                 self._tables, access_keys_of,
+                                 self._by_shard(access_parts,
+                                                tf.reshape(restored_tensors["last_seen"], [-1])),
+                                 self._by_shard(access_parts,
+                                                tf.reshape(restored_tensors["counts"], [-1])))])
 
     # --- key and value files (see rec_sdk.core.table_files) ---
     def _file_names(self, file_name_list, proc_size, proc_rank):

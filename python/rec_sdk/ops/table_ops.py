@@ -194,6 +194,12 @@ def export(table, key_dtype, dim, name=None):
     return load_ops().rec_sdk_table_export(table, key_dtype=key_dtype, dim=dim, name=name)
 
 
+def import_access(table, keys, last_seen, counts, name=None):
+    """Op giving the stored keys among `keys` (int64) these last-seen clocks and access
+    counts (an export_access of an earlier table) and moving the table's clock past them."""
+    return load_ops().rec_sdk_table_import_access(table, keys, last_seen, counts, name=name)
+
+
 def export_access(table, name=None):
     """-> (keys [n] as int64, last-seen clocks [n], access counts [n]) of the stored keys."""
     return load_ops().rec_sdk_table_export_access(table, name=name)
@@ -336,6 +342,6 @@ for _op in (CONFIGURE_ADMISSION_OP, "RecSdk>TableSetAccessThreshold", "RecSdk>Ta
             "RecSdk>TableTrackAccess", "RecSdk>TableStats",
             "RecSdk>KeyAccessStats", "RecSdk>TableSave", "RecSdk>TableRestore",
             "RecSdk>TableApplyDelta", "RecSdk>TableCommitSave", "RecSdk>TableRestrict",
-            "RecSdk>TableLookup", "RecSdk>TableExport"):
+            "RecSdk>TableLookup", "RecSdk>TableExport", "RecSdk>TableImportAccess"):
     tf.no_gradient(_op)
 tf.no_gradient("RecSdk>SumRowsByIndex")

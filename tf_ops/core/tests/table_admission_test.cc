@@ -474,6 +474,33 @@ TEST(EmbeddingTableTest, TrackAccessTurnedOnLaterCountsFromThen) {
   EXPECT_EQ(ToMap(ExportAll(t.get()), 2).count(2), 1u);
 }
 
+TEST(EmbeddingTableTest, ImportAccessRestoresStatisticsAndMovesTheClockOn) {
+  TableConfig config = Dynamic("stats", 2);
+  config.track_access = true;
+  auto t = MakeTable(config);
+  FindOrInsert(t.get(), {1, 2, 3}, true);
+  const std::vector<int64_t> keys = {1, 2, 9};  // 9 is absent: skipped
+  const std::vector<int64_t> seen = {40, 7, 50};
+  const std::vector<int64_t> counts = {5, int64_t{1} << 40, 3};
+  const std::vector<int64_t> bad = {1, -1, 0};
+  EXPECT_EQ(t->ImportAccess(keys.data(), bad.data(), counts.data(), 3).code(),
+            StatusCode::kInvalidArgument);
+  ASSERT_TRUE(t->ImportAccess(keys.data(), seen.data(), counts.data(), 3).ok());
+  std::vector<int64_t> k, s, c;
+  t->ExportAccess(&k, &s, &c);
+  std::map<int64_t, std::pair<int64_t, int64_t>> got;
+  for (size_t i = 0; i < k.size(); ++i) got[k[i]] = {s[i], c[i]};
+  EXPECT_EQ(got.size(), 3u);
+  EXPECT_EQ(got[1], std::make_pair(int64_t{40}, int64_t{5}));
+  EXPECT_EQ(got[2], std::make_pair(int64_t{7}, int64_t{4294967295}));
+  // The clock moved past the restored statistics: key 3, trained now, is the newest.
+  FindOrInsert(t.get(), {3}, true);
+  int64_t removed = 0;
+  ASSERT_TRUE(t->Restrict(1, RestrictBy::kLastSeen, &removed).ok());
+  EXPECT_EQ(removed, 2);
+  EXPECT_EQ(ToMap(ExportAll(t.get()), 2).count(3), 1u);
+}
+
 // Defect found by hostile use: two lookups of one full evict_when_full table run at once (two
 // features sharing it); each evicted rows for itself and the other took them, so steps failed
 // with "more new keys than the table's capacity can take even after eviction" although the
