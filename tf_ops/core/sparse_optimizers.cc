@@ -81,7 +81,8 @@ Status ApplyAdagrad(EmbeddingTable* table, const int64_t* addresses, const float
                                      true));
   const int dim = table->dim();
   const float lr = p.learning_rate, eps = p.epsilon;
-  if (p.epsilon_inside_sqrt) {
+  // One loop per denominator form, so that the inner loop does not branch.
+  auto apply = [&](auto denominator) {
     return table->ApplyUpdate(
         {"Adagrad", {p.initial_accumulator_value}}, addresses, n, 8 * dim,
         [=](int64_t i, float* __restrict w, float* const* slots) {
@@ -89,22 +90,13 @@ Status ApplyAdagrad(EmbeddingTable* table, const int64_t* addresses, const float
           float* __restrict a = slots[0];
           for (int d = 0; d < dim; ++d) {
             a[d] += g[d] * g[d];
-            w[d] -= lr * g[d] / std::sqrt(a[d] + eps);
+            w[d] -= lr * g[d] / denominator(a[d]);
           }
         },
         run);
-  }
-  return table->ApplyUpdate(
-      {"Adagrad", {p.initial_accumulator_value}}, addresses, n, 8 * dim,
-      [=](int64_t i, float* __restrict w, float* const* slots) {
-        const float* __restrict g = grads + i * dim;
-        float* __restrict a = slots[0];
-        for (int d = 0; d < dim; ++d) {
-          a[d] += g[d] * g[d];
-          w[d] -= lr * g[d] / (std::sqrt(a[d]) + eps);
-        }
-      },
-      run);
+  };
+  if (p.epsilon_inside_sqrt) return apply([eps](float a) { return std::sqrt(a + eps); });
+  return apply([eps](float a) { return std::sqrt(a) + eps; });
 }
 
 Status ApplyMomentum(EmbeddingTable* table, const int64_t* addresses, const float* grads,

@@ -39,9 +39,10 @@ from rec_sdk.dynamic_embedding.mode import (ModelMode, enable_inference_mode, en
 from rec_sdk.dynamic_embedding.optimizer import DynamicEmbeddingOptimizer
 from rec_sdk.dynamic_embedding.shadow_ops import TrainableWrapper
 from rec_sdk.dynamic_embedding.warm_start import GraphKeys, WarmStartHook, warm_start
-from rec_sdk.dynamic_embedding.variable import (FrequencyRestrictPolicy, RestrictPolicy,
-                                                 SlotVariable, TimestampRestrictPolicy,
-                                                 Variable, default_partition_fn, get_variable)
+from rec_sdk.dynamic_embedding.slots_and_policies import (FrequencyRestrictPolicy,
+                                                           RestrictPolicy, SlotVariable,
+                                                           TimestampRestrictPolicy)
+from rec_sdk.dynamic_embedding.variable import Variable, default_partition_fn, get_variable
 
 __all__ = [
     "Variable", "get_variable", "default_partition_fn", "embedding_lookup",

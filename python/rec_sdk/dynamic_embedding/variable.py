@@ -22,6 +22,8 @@ from rec_sdk.dynamic_embedding import value_codec
 from rec_sdk.dynamic_embedding.kv_creator import KVCreator
 from rec_sdk.dynamic_embedding.optimizer_kinds import name_of, slot_info
 from rec_sdk.dynamic_embedding.shadow_ops import shadow_of, shaped
+from rec_sdk.dynamic_embedding.slots_and_policies import (RestrictPolicy, SlotVariable, by_key,
+                                                            joined)
 from rec_sdk.core.initializer_spec import describe_initializer
 from rec_sdk.ops import table_ops
 from rec_sdk.util.graph_state import state_of
@@ -127,12 +129,6 @@ class _ShardKeys:  # pylint: disable=too-few-public-methods
             session = tf.compat.v1.Session(graph=graph)
             self._run = lambda k: session.run(parts, {placeholder: k})
         return np.asarray(self._run(keys)) == self._index
-
-
-def _by_key(keys, *columns):
-    """keys [n] and columns [n, ...] in ascending key order (deterministic exports)."""
-    order = tf.argsort(keys)
-    return (tf.gather(keys, order),) + tuple(tf.gather(c, order) for c in columns)
 
 
 class DtypeError(TypeError, ValueError):
@@ -365,13 +361,6 @@ class Variable(tf.__internal__.tracking.Trackable):
         exists.set_shape(keys.shape)
         return values, exists
 
-    @staticmethod
-    def _joined(shards):
-        """Per-shard tuples of tensors -> one tuple, each tensor concatenated over shards."""
-        if len(shards) == 1:
-            return tuple(shards[0])
-        return tuple(tf.concat(list(parts), 0) for parts in zip(*shards))
-
     _shaped = staticmethod(shaped)
 
     # --- TFRA methods ---
@@ -440,10 +429,10 @@ class Variable(tf.__internal__.tracking.Trackable):
         with tf.name_scope(name or "%s_export" % self.name.split("/")[-1]):
             shards = []
             for t in self._tables:
-                keys, rows = _by_key(*table_ops.export(t.handle, self.key_dtype,
+                keys, rows = by_key(*table_ops.export(t.handle, self.key_dtype,
                                                        self._stored_dim)[:2])
                 shards.append((keys, value_codec.decode(rows, self.value_dtype, self.dim)))
-            return self._joined(shards)
+            return joined(shards)
 
     def clear(self, name=None):
         """Removes every key of every shard."""
@@ -623,9 +612,9 @@ class Variable(tf.__internal__.tracking.Trackable):
         the key's last-seen clock (the statistic TFRA's HKV tables score keys by)."""
         del split_size
         with tf.name_scope(name or "%s_export_keys_and_scores" % self.name.split("/")[-1]):
-            return self._joined([
+            return joined([
                 (tf.cast(k, self.key_dtype), seen) for k, seen, _ in
-                (_by_key(*table_ops.export_access(t.handle)) for t in self._tables)])
+                (by_key(*table_ops.export_access(t.handle)) for t in self._tables)])
 
     @property
     def access_tracking(self):
@@ -684,153 +673,6 @@ class Variable(tf.__internal__.tracking.Trackable):
 def _unwrapped(optimizer):
     raise TypeError("get_slot_variables: wrap %r with de.DynamicEmbeddingOptimizer first (its "
                     "slots are known once it is)" % (optimizer,))
-
-
-class SlotVariable:
-    """An optimizer slot of a de.Variable (e.g. Adam's m): read-only views of the slot values
-    that live in the variable's rows. Named <variable>/<optimizer>/<slot> as in TFRA."""
-
-    def __init__(self, params, optimizer_name, slot_name, index, initial=0.0, owner=""):
-        self.params = params
-        self.slot_name = slot_name
-        self.slot_index = index
-        self.initial_value = float(initial)
-        self._owner = owner  # the kernel that must own the table's slots
-        self.name = "%s/%s/%s" % (params.name, optimizer_name, slot_name)
-        self.dim = params.dim
-        self.key_dtype = params.key_dtype
-        self.value_dtype = params.value_dtype
-
-    def lookup(self, keys, return_exists=False, name=None):
-        """Slot values of keys (keys.shape + [dim]); absent keys, and every key before the
-        optimizer first ran, read the slot's initial value."""
-        p = self.params
-        keys = p._keys(keys)  # pylint: disable=protected-access
-        with tf.name_scope(name or "%s_lookup" % self.slot_name):
-            return p._lookup(keys, return_exists, slot=self.slot_index,  # pylint: disable=protected-access
-                             slot_default=self.initial_value, slot_optimizer=self._owner)
-
-    def export(self, name=None):
-        """(keys, slot values) of every stored key, in the order of params.export()."""
-        p = self.params
-        with tf.name_scope(name or "%s_export" % self.slot_name):
-            shards = []
-            for t in p.tables:
-                k, values, s = table_ops.export(t.handle, p.key_dtype, p.dim)
-                k, values, s = _by_key(k, values, tf.transpose(s, [1, 0, 2]))
-                s = tf.transpose(s, [1, 0, 2])
-                # Before the optimizer first ran the table has no slots: initial values.
-                shards.append((k, tf.cond(tf.shape(s)[0] > self.slot_index,
-                                          lambda s=s: s[self.slot_index],
-                                          lambda v=values: tf.fill(tf.shape(v),
-                                                                   self.initial_value))))
-            return Variable._joined(shards)  # pylint: disable=protected-access
-
-    def size(self, index=None, name=None):
-        return self.params.size(index, name)
-
-    @property
-    def tables(self):
-        """The tables holding the slot: the variable's own (a slot lives in its key's row),
-        so a Saver given them saves the slot with the embedding."""
-        return self.params.tables
-
-
-class PolicyStatus:
-    """A restrict policy's `status` (TFRA keeps it in a table of its own): a read-only view of
-    the statistic each row of the variable keeps, last-seen clock or access count."""
-
-    def __init__(self, policy):
-        self._policy = policy
-        self.name = "%s/%s/status" % (policy.var.name, type(policy).__name__)
-
-    def size(self, index=None, name=None):
-        """Keys with a status: every key of the variable."""
-        return self._policy.var.size(index, name)
-
-    def export(self, name=None):
-        """(keys, statistic [n] int64) of every key, shard after shard."""
-        var = self._policy.var
-        with tf.name_scope(name or "status_export"):
-            shards = []
-            for t in var.tables:
-                keys, last_seen, counts = _by_key(*table_ops.export_access(t.handle))
-                shards.append((tf.cast(keys, var.key_dtype),
-                               last_seen if self._policy.by == "last_seen" else counts))
-            return Variable._joined(shards)  # pylint: disable=protected-access
-
-
-class RestrictPolicy:
-    """Base of the restrict policies: restrict(num_reserved) keeps the num_reserved best keys by
-    the policy's statistic, which the variable's rows keep current on every training update
-    (no separate status table: `status` is a view of it)."""
-
-    by = None
-
-    def __init__(self, var):
-        if not isinstance(var, Variable):
-            raise TypeError("a restrict policy needs a de.Variable, got %r" % (var,))
-        self.var = var
-        self.status = PolicyStatus(self)
-        var._track_access()  # pylint: disable=protected-access
-
-    def apply_update(self, ids):
-        """Records that `ids` were seen now (a training step of the variable's optimizer does
-        this already): keys without a row get one, with their initial values, since the
-        statistic lives in the row. Returns the op."""
-        var = self.var
-        var._writes()  # pylint: disable=protected-access
-        keys = var._keys(ids)  # pylint: disable=protected-access
-        with tf.name_scope("%s_status_update" % var.name.split("/")[-1]), \
-                tf.control_dependencies(var.access_tracking):
-            unique, _ = table_ops.unique_keys(tf.reshape(keys, [-1]))
-            _, shard_keys, _ = var._split(unique)  # pylint: disable=protected-access
-            return tf.group([t.find_or_insert(k, is_train=True, lookup=var.name)
-                             for t, k in zip(var.tables, shard_keys)])
-
-    def apply_restriction(self, num_reserved, trigger=None, **kwargs):
-        """When the variable holds more than `trigger` keys (default num_reserved), keeps
-        int(num_reserved / shard_num) keys per shard and removes the others with their slots.
-        Returns the op."""
-        del kwargs
-        for arg, value in (("num_reserved", num_reserved), ("trigger", trigger)):
-            if value is not None and (isinstance(value, bool) or
-                                      not isinstance(value, numbers.Integral)):
-                raise TypeError("%s must be an int, got %r" % (arg, value))
-        if num_reserved < 0:
-            raise ValueError("num_reserved must be >= 0, got %d" % num_reserved)
-        trigger = num_reserved if trigger is None else trigger
-        var = self.var
-        var._writes()  # pylint: disable=protected-access
-        per_shard = int(num_reserved / var.shard_num)
-        with tf.name_scope("%s_restrict" % var.name.split("/")[-1]), \
-                tf.control_dependencies(var.access_tracking):
-            def restrict():
-                return tf.group([table_ops.restrict(t.handle, per_shard, self.by)
-                                 for t in var.tables])
-            return tf.cond(var.size() > trigger, restrict, tf.no_op)
-
-
-class TimestampRestrictPolicy(RestrictPolicy):
-    """restrict() keeps the keys trained most recently."""
-
-    by = "last_seen"
-
-    @property
-    def tstp_var(self):
-        """TFRA's name of `status` (its last-seen clocks)."""
-        return self.status
-
-
-class FrequencyRestrictPolicy(RestrictPolicy):
-    """restrict() keeps the keys trained most often (one count per key per training update)."""
-
-    by = "count"
-
-    @property
-    def freq_var(self):
-        """TFRA's name of `status` (its access counts)."""
-        return self.status
 
 
 def get_variable(name, key_dtype=tf.int64, value_dtype=tf.float32, dim=1, devices=None,
