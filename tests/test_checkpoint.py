@@ -14,6 +14,8 @@ import tensorflow as tf
 
 from rec_sdk import saver as rec_saver
 from rec_sdk.core.embedding import create_table, sparse_lookup
+from rec_sdk.constants.constants import TABLE_COLLECTION
+from rec_sdk.ops import table_ops
 from rec_sdk.optimizers import adagrad, lazy_adam
 from rec_sdk.util.initialize import init, terminate_config_initializer
 
@@ -428,6 +430,8 @@ def test_delta_needs_incremental_checkpoints(tmp_path):
 
 
 def test_warm_start_saver_and_meta_graph_and_delta_rank_errors(tmp_path):
+    """Warm-starting chosen variables keeps the tables; a graph loaded by import_meta_graph
+    (no table objects) restores its tables from the checkpoint, trains on and saves again."""
     init()
     w = tf.compat.v1.get_variable("w", [2], initializer=tf.compat.v1.ones_initializer())
     dense_saver = tf.compat.v1.train.Saver([w])
@@ -448,12 +452,30 @@ def test_warm_start_saver_and_meta_graph_and_delta_rank_errors(tmp_path):
         np.testing.assert_array_equal(sess.run(w), [1.0, 1.0])
         with pytest.raises(ValueError, match="deltas apply to one full checkpoint"):
             rec_saver.restore_tables(sess, str(tmp_path / "x"), rank_size=2, deltas=["d"])
+        sess.run(table.upsert(tf.constant([5, 6], tf.int64), tf.fill([2, DIM], 2.0)))
+        size_name = table.size().name
         full = tf.compat.v1.train.Saver().save(sess, str(tmp_path / "full"))
     tf.compat.v1.reset_default_graph()
-    tf.compat.v1.train.import_meta_graph(full + ".meta")
+    saver = tf.compat.v1.train.import_meta_graph(full + ".meta")
+    graph = tf.compat.v1.get_default_graph()
     with new_session() as sess:
-        with pytest.raises(ValueError, match="import_meta_graph"):
-            tf.compat.v1.train.Saver().restore(sess, full)
+        assert sess.run(size_name) == 0
+        saver.restore(sess, full)
+        np.testing.assert_array_equal(sess.run(tf.compat.v1.global_variables()[0]), [1.0, 1.0])
+        imported = tf.compat.v1.get_collection(TABLE_COLLECTION)
+        assert [(t.table_name, t.dim, t.key_dtype, t.is_save) for t in imported] == [
+            ("t", DIM, tf.int64, True)]
+        export = table_ops.export(imported[0].handle, tf.int64, DIM)
+        graph.finalize()  # the imported tables' objects add no op
+        saved = sorted_export(*sess.run(export))
+        assert saved[0].tolist() == [3, 5, 6]
+        np.testing.assert_array_equal(saved[1], [[1.0] * DIM, [2.0] * DIM, [2.0] * DIM])
+        again = saver.save(sess, str(tmp_path / "again"))
+    with new_session(graph) as sess:
+        assert sess.run(size_name) == 0
+        saver.restore(sess, again)
+        for got, want in zip(sorted_export(*sess.run(export)), saved):
+            np.testing.assert_array_equal(got, want)
 
 
 def test_a_saver_var_list_naming_tables_saves_and_restores_those_tables(tmp_path):

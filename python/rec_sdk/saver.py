@@ -25,8 +25,11 @@ import uuid
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.core.framework.attr_value_pb2 import NameAttrList
+from tensorflow.python.framework import ops as tf_ops
 
-from rec_sdk.core.table import SparseEmbedding, tables_of_graph
+from rec_sdk.constants.constants import TABLE_COLLECTION
+from rec_sdk.core.table import SparseEmbedding, table_from_op, tables_of_graph
 from rec_sdk.ops import table_ops
 from rec_sdk.util.communication import hccl_ops
 from rec_sdk.util.graph_state import state_of
@@ -47,11 +50,51 @@ def sparse_dir(checkpoint_path):
     return os.path.join(head, SPARSE_PREFIX + tail)
 
 
+# track()'s checkpoint ops: {key: name in its scope} (":<i>" for a tensor, else an op).
+_CHECKPOINT_OPS = {
+    "keys": "keys:0", "remove_keys": "remove_keys:0", "remove": "remove",
+    "save_dir": "save_dir:0", "delta": "delta:0", "save": "save:0", "save_id": "save:1",
+    "commit_id": "commit_id:0", "commit": "commit", "apply_delta": "apply_delta:0",
+    "restore_dirs": "restore_dirs:0", "rank_id": "rank_id:0", "rank_size": "rank_size:0",
+    "restore": "restore:0", "restore_note": "restore:1"}
+
+
+def _checkpoint_ops(graph, scope):
+    """The checkpoint ops track() built in name scope `scope` ("<...>/"), found by name (so
+    a graph loaded by import_meta_graph has them too)."""
+    return {key: graph.as_graph_element(scope + name) for key, name in _CHECKPOINT_OPS.items()}
+
+
+def _table_to_proto(table, export_scope=None):
+    """A MetaGraph records a table of TABLE_COLLECTION as its table op's name."""
+    name = table.handle.op.name
+    if export_scope and not name.startswith(export_scope):
+        return None
+    return NameAttrList(name=tf_ops.strip_name_scope(name, export_scope))
+
+
+def _table_from_proto(proto, import_scope=None):
+    """The table object of an imported MetaGraph's table op (import_meta_graph), with the
+    checkpoint ops track() built for it (none: a table with is_save=False)."""
+    op = tf.compat.v1.get_default_graph().get_operation_by_name(
+        tf_ops.prepend_name_scope(proto.name, import_scope))
+    table = table_from_op(op)
+    for consumer in op.outputs[0].consumers():
+        if consumer.type == table_ops.RESTORE_OP and consumer.name.endswith("/restore"):
+            table.checkpoint_ops = _checkpoint_ops(op.graph, consumer.name[:-len("restore")])
+            table.is_save = True
+    return table
+
+
+tf_ops.register_proto_function(TABLE_COLLECTION, proto_type=NameAttrList,
+                               to_proto=_table_to_proto, from_proto=_table_from_proto)
+
+
 def track(table):
     """Makes checkpoints include `table` (a SparseEmbedding being created): builds its save
     and restore ops now, so that checkpoints work once the graph is finalized
     (MonitoredTrainingSession, tf.estimator), and installs the Saver integration."""
-    with tf.name_scope(table_ops.op_scope_name(table.table_name + "_checkpoint")):
+    with tf.name_scope(table_ops.op_scope_name(table.table_name + "_checkpoint")) as scope:
         save_dir = tf.compat.v1.placeholder(tf.string, [], name="save_dir")
         delta = tf.compat.v1.placeholder_with_default(False, [], name="delta")
         restore_dirs = tf.compat.v1.placeholder(tf.string, [None], name="restore_dirs")
@@ -59,21 +102,15 @@ def track(table):
             tf.constant(hccl_ops.get_rank_id(), tf.int64), [], name="rank_id")
         rank_size = tf.compat.v1.placeholder_with_default(
             tf.constant(hccl_ops.get_rank_size(), tf.int64), [], name="rank_size")
-        rows, note = table_ops.restore(table.handle, restore_dirs, rank_id, rank_size,
-                                       name="restore")
-        saved_rows, save_id = table_ops.save(table.handle, save_dir, delta, name="save")
+        table_ops.restore(table.handle, restore_dirs, rank_id, rank_size, name="restore")
+        table_ops.save(table.handle, save_dir, delta, name="save")
         commit_id = tf.compat.v1.placeholder(tf.int64, [], name="commit_id")
         remove_keys = tf.compat.v1.placeholder(table.key_dtype, [None], name="remove_keys")
-        table.checkpoint_ops = {
-            "keys": table_ops.export_access(table.handle, name="keys")[0],
-            "remove_keys": remove_keys,
-            "remove": table_ops.remove(table.handle, remove_keys, name="remove"),
-            "save_dir": save_dir, "delta": delta, "save": saved_rows, "save_id": save_id,
-            "commit_id": commit_id,
-            "commit": table_ops.commit_save(table.handle, commit_id, name="commit"),
-            "apply_delta": table_ops.apply_delta(table.handle, save_dir, name="apply_delta"),
-            "restore_dirs": restore_dirs, "rank_id": rank_id, "rank_size": rank_size,
-            "restore": rows, "restore_note": note}
+        table_ops.export_access(table.handle, name="keys")
+        table_ops.remove(table.handle, remove_keys, name="remove")
+        table_ops.commit_save(table.handle, commit_id, name="commit")
+        table_ops.apply_delta(table.handle, save_dir, name="apply_delta")
+    table.checkpoint_ops = _checkpoint_ops(tf.compat.v1.get_default_graph(), scope)
     install()
 
 
@@ -471,12 +508,6 @@ def install():
             return result
         tables = _saver_tables(self, sess)
         if not tables:
-            table_op = table_ops.OP_NAMESPACE + ">EmbeddingTable"
-            if any(op.type == table_op for op in sess.graph.get_operations()):
-                raise ValueError(
-                    "the graph has rec_sdk tables but no table objects (was it loaded with "
-                    "import_meta_graph?): rebuild the model with create_table so that "
-                    "Saver.restore can restore its tables")
             return result
         chosen = state_of(sess.graph).savers_of_chosen_variables
         if self in chosen and _existing(os.path.abspath(sparse_dir(save_path))) is None:

@@ -413,6 +413,63 @@ def test_shadow_prefetch_size_unique_and_ragged_lookups():
     np.testing.assert_array_equal(shadow.ids.numpy(), [2, 3, 9, 1])  # trained through it
 
 
+def test_ragged_safe_lookup_fills_empty_rows_against_numpy():
+    """fill_empty_ragged_rows (TFRA's ragged_embedding_ops._fill_empty_rows) against lists,
+    with empty first, last and all rows; safe_embedding_lookup_sparse of ragged ids and
+    weights (weights <= 0 dropped for mean, default_id) equals the SparseTensor path and a
+    NumPy reference, and its gradients train the same rows."""
+    fill = de.ragged_embedding_ops._fill_empty_rows  # pylint: disable=protected-access
+    for rows in ([[], [1, 2], [], [3], []], [[], []], [[4, 5, 6]]):
+        filled, empty = fill(tf.ragged.constant(rows, dtype=tf.int64, ragged_rank=1), 7)
+        assert filled.to_list() == [r if r else [7] for r in rows]
+        np.testing.assert_array_equal(empty, [not r for r in rows])
+    with pytest.raises(TypeError, match="RaggedTensor"):
+        fill(tf.constant([[1]], tf.int64), 0)
+
+    var = _variable("ragged_safe", dim=2, initializer=0.5)
+    rows = dict(zip(KEYS.tolist(), _initial(2)))
+    ids = [[2, 3], [], [9, 2, 1], [3], []]
+    weights = [[1.0, 2.0], [], [0.5, -1.0, 3.0], [0.0], []]
+
+    def ref(combiner, default_id):
+        out = []
+        for r, w in zip(ids, weights):
+            kept = [(k, x) for k, x in zip(r, w) if combiner == "sum" or x > 0]
+            if not kept:
+                out.append(rows.get(default_id, [0.5, 0.5]) if default_id is not None
+                           else [0.0, 0.0])
+                continue
+            emb = np.array([rows.get(k, [0.5, 0.5]) for k, _ in kept], np.float64)
+            x = np.array([x for _, x in kept])[:, None]
+            total = (emb * x).sum(0)
+            out.append(total if combiner == "sum" else total / x.sum())
+        return np.array(out)
+
+    r_ids = tf.ragged.constant(ids, dtype=tf.int64, ragged_rank=1)
+    r_w = tf.ragged.constant(weights, dtype=tf.float32, ragged_rank=1)
+    for combiner, default_id in (("sum", None), ("mean", None), ("mean", 3)):
+        got = de.safe_embedding_lookup_sparse(var, r_ids, r_w, combiner=combiner,
+                                              default_id=default_id)
+        via_sparse = de.safe_embedding_lookup_sparse(var, r_ids.to_sparse(), r_w.to_sparse(),
+                                                     combiner=combiner, default_id=default_id)
+        np.testing.assert_allclose(got, ref(combiner, default_id), rtol=1e-6)
+        np.testing.assert_allclose(got, via_sparse, rtol=1e-6)
+
+    grads = []
+    for sparse in (False, True):
+        shadow = de.shadow_ops.ShadowVariable(var, name="ragged_safe_s%d" % sparse)
+        with tf.GradientTape() as tape:
+            out = de.safe_embedding_lookup_sparse(
+                shadow, r_ids.to_sparse() if sparse else r_ids,
+                r_w.to_sparse() if sparse else r_w, combiner="mean")
+            loss = tf.reduce_sum(out * tf.constant([[1.0, 2.0]]))
+        grad = tape.gradient(loss, shadow)
+        order = np.argsort(shadow.ids.numpy())
+        grads.append((shadow.ids.numpy()[order], tf.convert_to_tensor(grad).numpy()[order]))
+    np.testing.assert_array_equal(grads[0][0], grads[1][0])
+    np.testing.assert_allclose(grads[0][1], grads[1][1], rtol=1e-6)
+
+
 class _Ranker(tf.Module):
     """A module with a sharded de.Variable, its shadow and a wrapped Keras Adam."""
 

@@ -44,7 +44,7 @@ class SparseEmbedding(tf.saved_model.experimental.TrackableResource):
     def __init__(self, table_name, key_dtype, dim, initializer_spec, dynamic_expansion,
                  capacity_rows, device_vocabulary_size, host_vocabulary_size,
                  ssd_vocabulary_size, ssd_data_path, is_save, init_param, steps_to_live=None,
-                 evict_when_full=False, track_changes=False, track_access=False):
+                 evict_when_full=False, track_changes=False, track_access=False, handle=None):
         self.table_name = table_name
         self.key_dtype = key_dtype
         self.dim = dim
@@ -79,7 +79,8 @@ class SparseEmbedding(tf.saved_model.experimental.TrackableResource):
         self._shared_name = table_name
         if self.eager:
             self._shared_name = "%s_eager_%d" % (table_name, uid())
-        self._resource_handle = self._create_resource()
+        # `handle`: the table op of a graph loaded from a MetaGraph (see table_from_op).
+        self._resource_handle = self._create_resource() if handle is None else handle
         self.checkpoint_ops = None  # built by rec_sdk.saver.track(table)
         # True for a de.Variable's shards: the variable serializes them together (so that a
         # checkpoint restores into another number of shards).
@@ -157,8 +158,9 @@ class SparseEmbedding(tf.saved_model.experimental.TrackableResource):
 
     @property
     def name(self):
-        """The name of the table's handle tensor (how a MetaGraph's collections record it)."""
-        return self.handle.name
+        """The table's name (table_name; a de.Variable's tables are <name>_mht_<i>of<n>, as
+        TFRA names them). The handle tensor is `handle`."""
+        return self.table_name
 
     def __repr__(self):
         return "<rec_sdk table %r dim=%d key_dtype=%s %s>" % (
@@ -372,6 +374,27 @@ def tables_of_graph(graph=None):
     graph = graph or tf.compat.v1.get_default_graph()
     return [t for t in graph.get_collection(TABLE_COLLECTION)
             if isinstance(t, SparseEmbedding)]
+
+
+def table_from_op(op):
+    """The table object of the table op `op` of a graph loaded from a MetaGraph (which keeps
+    ops, not Python objects), read from the op's attributes; it adds no op."""
+    attr = op.get_attr
+    kind = attr("initializer")
+    initializer = {"kind": kind.decode() if isinstance(kind, bytes) else kind,
+                   "value": attr("init_value"), "values": list(attr("init_values")),
+                   "minval": attr("init_minval"), "maxval": attr("init_maxval"),
+                   "mean": attr("init_mean"), "stddev": attr("init_stddev"),
+                   "seed": attr("init_seed"), "scale": attr("init_scale")}
+    dynamic = attr("dynamic_expansion")
+    with op.graph.as_default():
+        return SparseEmbedding(
+            attr("table_name").decode(), tf.as_dtype(attr("key_dtype")), attr("dim"),
+            initializer, dynamic, None if dynamic else attr("capacity"),
+            attr("initial_capacity") if dynamic else None, None, None, None, is_save=False,
+            init_param=None, evict_when_full=attr("evict_when_full"),
+            track_changes=attr("track_changes"), track_access=attr("track_access"),
+            handle=op.outputs[0])
 
 
 def table_of(value):

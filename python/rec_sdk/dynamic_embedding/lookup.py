@@ -246,28 +246,75 @@ def _lookup_sparse(params, sp_ids, sp_weights, name, combiner, max_norm, store_n
     return out, trainable
 
 
+def fill_empty_ragged_rows(ids, default_id):
+    """tf.sparse.fill_empty_rows for a RaggedTensor [rows, (k)]: -> (ids with [default_id]
+    in each row that has no value, a bool [rows] tensor True for those rows)."""
+    if not isinstance(ids, tf.RaggedTensor) or ids.ragged_rank != 1:
+        raise TypeError("ids must be a RaggedTensor [rows, (k)] (ragged_rank 1), got %r"
+                        % (ids,))
+    lengths = ids.row_lengths()
+    empty = tf.equal(lengths, 0)
+    filled_lengths = tf.where(empty, tf.ones_like(lengths), lengths)
+    rows = tf.repeat(tf.range(tf.size(lengths, out_type=lengths.dtype)), filled_lengths)
+    offset = (tf.range(tf.reduce_sum(filled_lengths)) -
+              tf.gather(tf.cumsum(filled_lengths, exclusive=True), rows))
+    # An empty row's one value is the default, appended after the ids' own values.
+    source = tf.where(tf.gather(empty, rows), tf.size(ids.flat_values, out_type=rows.dtype),
+                      tf.gather(ids.row_starts(), rows) + offset)
+    values = tf.gather(tf.concat([ids.flat_values,
+                                  tf.cast([default_id], ids.flat_values.dtype)], 0), source)
+    return tf.RaggedTensor.from_row_lengths(values, filled_lengths, validate=False), empty
+
+
+def _filled_ragged(ids, weights, combiner, default_id):
+    """Ragged ids [rows, (k)] (and weights) of a safe lookup as SparseTensors with every row
+    present (for mean and sqrtn, ids of weights <= 0 dropped first) -> (ids, weights, the
+    rows that had no id)."""
+    if weights is not None and combiner != "sum":
+        keep = weights > 0
+        ids, weights = tf.ragged.boolean_mask(ids, keep), tf.ragged.boolean_mask(weights, keep)
+    ids, empty = fill_empty_ragged_rows(ids, 0 if default_id is None else default_id)
+    if weights is not None:
+        weights = fill_empty_ragged_rows(weights, 1.0)[0].to_sparse()
+    return ids.to_sparse(), weights, empty
+
+
 def safe_embedding_lookup_sparse(embedding_weights, sparse_ids, sparse_weights=None,
                                  combiner="mean", default_id=None,
                                  name="safe_embedding_lookup_sparse", partition_strategy=None,
                                  max_norm=None, return_trainable=False):
     """embedding_lookup_sparse for sparse_ids of any rank >= 2 ([d0, ..., dn-1, k]) ->
     [d0, ..., dn-1, dim], every row present: rows without ids (or, for mean and sqrtn, with
-    only weights <= 0) give zeros, or the embedding of default_id when it is given."""
+    only weights <= 0) give zeros, or the embedding of default_id when it is given.
+    sparse_ids (and sparse_weights) are SparseTensors or RaggedTensors; ragged ids [rows,
+    (k)] are filled in ragged form (fill_empty_ragged_rows)."""
     del partition_strategy
     _check_combiner(combiner)
     params, shadow = _params(embedding_weights)
-    sparse_ids = _sparse(sparse_ids, "sparse_ids")
-    sparse_weights = _sparse(sparse_weights, "sparse_weights")
-    if sparse_ids is None:
-        raise TypeError("sparse_ids must be a SparseTensor or a RaggedTensor, got None")
-    _ids(params, sparse_ids.values, "sparse_ids")
-    if sparse_weights is not None:
-        if sparse_weights.dtype != params.value_dtype:
-            raise TypeError("sparse_weights.dtype (%s) should be params.value_dtype (%s)"
-                            % (sparse_weights.dtype.name, params.value_dtype.name))
-    rank = sparse_ids.shape.rank if sparse_ids.shape.rank is not None else (
-        sparse_ids.dense_shape.shape[0])
+    if sparse_weights is not None and sparse_weights.dtype != params.value_dtype:
+        raise TypeError("sparse_weights.dtype (%s) should be params.value_dtype (%s)"
+                        % (sparse_weights.dtype.name, params.value_dtype.name))
+    ragged = (isinstance(sparse_ids, tf.RaggedTensor) and sparse_ids.ragged_rank == 1 and
+              (sparse_weights is None or isinstance(sparse_weights, tf.RaggedTensor)))
+    if not ragged:
+        sparse_ids = _sparse(sparse_ids, "sparse_ids")
+        sparse_weights = _sparse(sparse_weights, "sparse_weights")
+        if sparse_ids is None:
+            raise TypeError("sparse_ids must be a SparseTensor or a RaggedTensor, got None")
+    _ids(params, sparse_ids.flat_values if ragged else sparse_ids.values, "sparse_ids")
+    store_name = "%s/embedding_lookup_sparse" % (name or "safe_embedding_lookup_sparse")
     with tf.name_scope(name or "safe_embedding_lookup_sparse"):
+        if ragged:
+            sparse_ids, sparse_weights, empty = _filled_ragged(sparse_ids, sparse_weights,
+                                                               combiner, default_id)
+            out, trainable = _lookup_sparse(params, sparse_ids, sparse_weights,
+                                            "embedding_lookup_sparse", combiner, max_norm,
+                                            store_name, shadow)
+            if default_id is None:
+                out = tf.where(empty[:, None], tf.zeros_like(out), out)
+            return (out, trainable) if return_trainable else out
+        rank = sparse_ids.shape.rank if sparse_ids.shape.rank is not None else (
+            sparse_ids.dense_shape.shape[0])
         original_shape = tf.cast(sparse_ids.dense_shape, tf.int64)
         rows_shape = original_shape[:-1]
         num_rows = tf.reduce_prod(rows_shape)
@@ -283,9 +330,9 @@ def safe_embedding_lookup_sparse(embedding_weights, sparse_ids, sparse_weights=N
             sparse_ids, tf.cast(0 if default_id is None else default_id, sparse_ids.dtype))
         if sparse_weights is not None:
             sparse_weights, _ = tf.sparse.fill_empty_rows(sparse_weights, 1.0)
-        out, trainable = _lookup_sparse(
-            params, sparse_ids, sparse_weights, "embedding_lookup_sparse", combiner, max_norm,
-            "%s/embedding_lookup_sparse" % (name or "safe_embedding_lookup_sparse"), shadow)
+        out, trainable = _lookup_sparse(params, sparse_ids, sparse_weights,
+                                        "embedding_lookup_sparse", combiner, max_norm,
+                                        store_name, shadow)
         # Rows after the last one with ids do not exist in `out`: fill_empty_rows gave every
         # row an id, so out has num_rows rows.
         if default_id is None:
