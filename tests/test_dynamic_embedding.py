@@ -126,8 +126,23 @@ def test_bad_arguments_raise_clear_errors():
         v.upsert(i64([1]), tf.constant([[1.0] * DIM], tf.float64))
     with pytest.raises(ValueError, match="float32"):  # a ValueError too, as TFRA raises
         v.upsert(i64([1]), tf.constant([[1.0] * DIM], tf.float64))
-    with pytest.raises(ValueError, match=r"keys.shape \+ \[3\]"):
+    with pytest.raises(ValueError, match=r"keys.shape \+ \[dim\] = \[1, 3\], got \[1, 2\]"):
         v.upsert(i64([1]), f32([[1.0, 2.0]]))
+    for values in ([1.0] * 6, [[1.0] * 3] * 1, [[1.0] * 3] * 3, [[[1.0] * 3]] * 2):
+        # keys [2]: a ValueError when built, and the InvalidArgumentError a run gives
+        with pytest.raises(tf.errors.InvalidArgumentError, match="Expected shape"):
+            v.accum(i64([1, 2]), f32(values), f32(values), [True, False])
+    keys = tf.compat.v1.placeholder(tf.int64, [None])
+    values = tf.compat.v1.placeholder(tf.float32, None)
+    upsert = v.upsert(keys, values)
+    with new_session() as sess:
+        for bad in ([1.0] * 6, [[1.0] * 3] * 1, [[[1.0] * 3]] * 2, [[1.0] * 2] * 2):
+            with pytest.raises(tf.errors.InvalidArgumentError,
+                               match=r"Expected shape keys.shape \+ \[dim\] = \[None, 3\]"):
+                sess.run(upsert, {keys: [1, 2], values: bad})
+        assert sess.run(v.size()) == 0  # nothing written
+        sess.run(upsert, {keys: [1, 2], values: [[1.0] * 3] * 2})
+        assert sess.run(v.size()) == 2
     with pytest.raises(TypeError, match="int64"):
         v.remove(tf.constant([1], tf.int32))
     with pytest.raises(TypeError, match="key_dtype"):

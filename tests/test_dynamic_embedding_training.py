@@ -511,3 +511,38 @@ def test_trainable_update_op_slot_tables_and_resource_handle():
         sess.run(trainable.update_op())  # stores the rows the lookup read
         assert sess.run(v.size()) == 3
         np.testing.assert_allclose(sess.run(v.lookup(i64([1, 2, 3]))), 1.0)
+
+
+def test_graph_trainable_reads_as_its_lookups_rows_and_trains_through_them():
+    """A graph-mode lookup's trainable read as a tensor (an L2 term of it, or a loss of it
+    alone as TFRA's tests write) is the rows of the lookup's distinct keys, and its gradient
+    trains those rows: SGD against NumPy."""
+    var = de.get_variable("reads_as_rows", dim=2, initializer=0.5)
+    ids = i64([3, 7, 3])
+    emb, trainable = de.embedding_lookup(var, ids, name="rr", return_trainable=True)
+    read = trainable.read_value()
+    loss = tf.reduce_sum(emb) + 0.5 * tf.nn.l2_loss(trainable)
+    train = de.DynamicEmbeddingOptimizer(
+        tf.compat.v1.train.GradientDescentOptimizer(0.1)).minimize(loss, var_list=[trainable])
+    alone = de.get_variable("reads_as_rows_alone", dim=2, initializer=1.0)
+    _, tw = de.embedding_lookup(alone, i64([5]), name="ra", return_trainable=True)
+    train_alone = de.DynamicEmbeddingOptimizer(
+        tf.compat.v1.train.GradientDescentOptimizer(0.25)).minimize(lambda: tw * tw,
+                                                                  var_list=[tw])
+    rows = {3: np.full(2, 0.5), 7: np.full(2, 0.5)}
+    counts = {3: 2, 7: 1}
+    with new_session() as sess:
+        sess.run(tf.compat.v1.global_variables_initializer())
+        for _ in range(3):
+            np.testing.assert_allclose(sess.run(read), [rows[3], rows[7]], rtol=1e-6)
+            sess.run(train)
+            for k in rows:  # d/drow: count (sum of emb) + 0.5 * row (l2_loss = sum(x^2) / 2)
+                rows[k] = rows[k] - 0.1 * (counts[k] + 0.5 * rows[k])
+        np.testing.assert_allclose(sess.run(var.lookup(i64([3, 7]))), [rows[3], rows[7]],
+                                   rtol=1e-6)
+        row = 1.0
+        for _ in range(2):
+            sess.run(train_alone)
+            row -= 0.25 * 2 * row
+        np.testing.assert_allclose(sess.run(alone.lookup(i64([5]))), [[row, row]], rtol=1e-6)
+        assert sess.run(alone.size()) == 1

@@ -129,6 +129,7 @@ def _unique_rows(params, unique, name, trainable_name, shadow=None):
     # TFRA's TrainableWrapper.update_op(): writes the rows the lookup read into the variable
     # (keys met for the first time get their initial values stored).
     trainable.update_op = lambda: params.upsert(unique, values, name="update_op")
+    trainable.lookup_rows = values
     state = state_of(trainable.graph)
     with state.lock:
         state.trainable_lookups[trainable.op.name] = LookupRecord(params, unique, values)

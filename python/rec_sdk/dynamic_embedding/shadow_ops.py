@@ -20,7 +20,19 @@ from rec_sdk.ops import table_ops
 class TrainableWrapper(resource_variable_ops.ResourceVariable):
     """The trainable of a de lookup (TFRA's name): a graph-mode lookup's trainable, and the
     base of the TF2 ShadowVariable. Its gradient rows belong to the lookup's keys;
-    DynamicEmbeddingOptimizer applies them to the de.Variable's rows."""
+    DynamicEmbeddingOptimizer applies them to the de.Variable's rows.
+
+    A graph-mode lookup's trainable reads (`trainable * 2`, `read_value()`, a loss of it) as
+    the rows its lookup read, with their gradient going to it, as TFRA's does."""
+
+    lookup_rows = None  # a graph-mode lookup's rows (set by the lookup)
+
+    def _read_variable_op(self, no_copy=False):
+        rows = self.lookup_rows
+        if rows is None or rows.graph is not tf.compat.v1.get_default_graph():
+            return super()._read_variable_op(no_copy=no_copy)
+        resource_variable_ops.variable_accessed(self)
+        return table_ops.trainable_rows(self.handle, rows)
 
 
 class ShadowVariable(TrainableWrapper):

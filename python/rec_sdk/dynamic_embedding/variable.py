@@ -135,6 +135,15 @@ class DtypeError(TypeError, ValueError):
     """Keys or values of the wrong dtype (a ValueError too, as TFRA raises)."""
 
 
+class ShapeError(ValueError, tf.errors.InvalidArgumentError):
+    """Values of the wrong shape found when the op is built: a ValueError, and the
+    InvalidArgumentError that the same values give at run time when their shape is known
+    only then."""
+
+    def __init__(self, message):
+        tf.errors.InvalidArgumentError.__init__(self, None, None, message)
+
+
 def _defaults_of(initializer, dtype, dim):
     """n -> initial values [n, dim] of missing keys of a variable of another dtype than
     float32 (None: zeros, the bytes such a table initializes rows with)."""
@@ -297,16 +306,31 @@ class Variable(tf.__internal__.tracking.Trackable):
                             % (what, self.name, self.key_dtype.name, keys.dtype.name))
         return keys
 
-    def _values(self, values, what="values"):
+    def _values(self, values, keys, what="values"):
+        """values of `keys`, checked: the value_dtype, shaped keys.shape + [dim] (when the op
+        is built, ShapeError; or, for shapes known only then, when it runs)."""
         values = self._converted(values, self.value_dtype, integer=False)
         if values.dtype != self.value_dtype:
             raise DtypeError("%s of %r must be %s (the value_dtype), got %s"
                             % (what, self.name, self.value_dtype.name, values.dtype.name))
-        if values.shape.rank is not None and values.shape.rank >= 1 and \
-                values.shape[-1] is not None and values.shape[-1] != self.dim:
-            raise ValueError("%s of %r must have shape keys.shape + [%d], got %s"
-                             % (what, self.name, self.dim, values.shape))
-        return values
+        expected = keys.shape.concatenate([self.dim])
+        message = "%s of %r: Expected shape keys.shape + [dim] = %s" % (
+            what, self.name, expected.as_list() if expected.rank is not None
+            else "[..., %d]" % self.dim)
+        if not values.shape.is_compatible_with(expected):
+            raise ShapeError("%s, got %s" % (
+                message, values.shape.as_list() if values.shape.rank is not None else "?"))
+        if values.shape.is_fully_defined() and expected.is_fully_defined():
+            return values
+        got = tf.shape(values, out_type=tf.int64)
+        want = tf.concat([tf.shape(keys, out_type=tf.int64), [self.dim]], 0)
+        rank = tf.maximum(tf.size(got), tf.size(want))  # ranks may differ: pad unequally
+        check = tf.debugging.Assert(tf.reduce_all(tf.equal(
+            tf.pad(got, [[0, rank - tf.size(got)]], constant_values=-1),
+            tf.pad(want, [[0, rank - tf.size(want)]], constant_values=-2))),
+            [message + ", got", got])
+        with tf.control_dependencies([check]):
+            return tf.identity(values)
 
     def _writes(self):
         """Records that this graph changes the shards (a "trainer" when tables are shared
@@ -373,7 +397,8 @@ class Variable(tf.__internal__.tracking.Trackable):
 
     def upsert(self, keys, values, name=None):
         """Inserts or overwrites keys (any shape) with values (keys.shape + [dim])."""
-        keys, values = self._keys(keys), self._values(values)
+        keys = self._keys(keys)
+        values = self._values(values, keys)
         self._writes()
         with tf.name_scope(name or "%s_upsert" % self.name.split("/")[-1]):
             flat = tf.reshape(keys, [-1])
@@ -396,8 +421,8 @@ class Variable(tf.__internal__.tracking.Trackable):
         """Per key: if exists and the key is stored, adds new_values - old_values to it; if not
         exists and the key is absent, inserts new_values; otherwise leaves it alone."""
         keys = self._keys(keys)
-        old_values = self._values(old_values, "old_values")
-        new_values = self._values(new_values, "new_values")
+        old_values = self._values(old_values, keys, "old_values")
+        new_values = self._values(new_values, keys, "new_values")
         exists = tf.convert_to_tensor(exists)
         if exists.dtype != tf.bool:
             raise TypeError("exists must be a bool tensor, got %s" % exists.dtype.name)
