@@ -108,7 +108,7 @@ def test_initializers():
 
 def test_bad_arguments_raise_clear_errors():
     with pytest.raises(TypeError, match="key-value dtype"):
-        de.Variable(key_dtype=tf.string)
+        de.Variable(key_dtype=tf.float32)
     with pytest.raises(TypeError, match="value_dtype string is not supported"):
         de.Variable(value_dtype=tf.string)
     with pytest.raises(ValueError, match=r"dim must be an integer in \[1, \d+\] \(for float64"):
@@ -151,6 +151,66 @@ def test_bad_arguments_raise_clear_errors():
         de.embedding_lookup(tf.Variable([[1.0]]), i64([0]))
     with pytest.raises(ValueError, match="index"):
         v.size(1)
+
+
+def test_string_keys_against_int64_keys_and_a_dict(tmp_path):
+    """A de.Variable with string keys behaves as one with int64 keys (same rows for key i and
+    str(i)) through upsert / lookup / accum / remove / export / clear, training with Adam from
+    embedding_lookup and sparse lookups (default_id), slots and the Saver (var_list naming
+    the variable included); exports give the strings back."""
+    def strs(keys):
+        return tf.constant([str(k) for k in keys])
+
+    s_var = de.get_variable("str_keys", tf.string, dim=2, initializer=-1.0,
+                            devices=["/CPU:0"] * 2)
+    i_var = de.get_variable("int_keys", tf.int64, dim=2, initializer=-1.0)
+    ops = {}
+    for name, var, conv in (("s", s_var, strs), ("i", i_var, i64)):
+        ids = [[1, 2, 1], [7, 2, 9]]
+        sp = tf.SparseTensor([[0, 0], [0, 1], [2, 0]], conv([2, 9, 4]), [3, 2])
+        emb = de.embedding_lookup(var, tf.reshape(conv(np.ravel(ids)), [2, 3]), name="e" + name)
+        safe = de.safe_embedding_lookup_sparse(var, sp, None, combiner="sum",
+                                               default_id=conv([5])[0])
+        loss = tf.reduce_sum(tf.square(emb - 0.5)) + tf.reduce_sum(safe)
+        opt = de.DynamicEmbeddingOptimizer(tf.compat.v1.train.AdamOptimizer(0.1))
+        ops[name] = dict(
+            upsert=var.upsert(conv([1, 2, 3]), f32([[1, 1], [2, 2], [3, 3]])),
+            accum=var.accum(conv([1, 8]), f32([[1, 1], [0, 0]]), f32([[4, 4], [6, 6]]),
+                            [True, False]),
+            remove=var.remove(conv([3, 99])), train=opt.minimize(loss),
+            lookup=var.lookup(conv([1, 2, 3, 8]), return_exists=True),
+            export=var.export(), slots=[s.export() for s in var.get_slot_variables(opt)],
+            clear=var.clear(), size=var.size())
+    saver = tf.compat.v1.train.Saver()
+    chosen = tf.compat.v1.train.Saver([s_var])
+    with new_session() as sess:
+        sess.run(tf.compat.v1.global_variables_initializer())
+        for step in ("upsert", "accum", "remove", "train", "train"):
+            sess.run([ops["s"][step], ops["i"][step]])
+        for got, want in zip(sess.run(ops["s"]["lookup"]), sess.run(ops["i"]["lookup"])):
+            np.testing.assert_array_equal(got, want)
+        s_export, i_export = sess.run([ops["s"]["export"], ops["i"]["export"]])
+        got = dict(zip((k.decode() for k in s_export[0]), s_export[1].tolist()))
+        want = dict(zip((str(k) for k in i_export[0]), i_export[1].tolist()))
+        assert got == want and set(got) == {"1", "2", "4", "5", "7", "8", "9"}
+        s_slots, i_slots = sess.run([ops["s"]["slots"], ops["i"]["slots"]])
+        for (sk, sv), (ik, iv) in zip(s_slots, i_slots):
+            assert dict(zip((k.decode() for k in sk), sv.tolist())) == dict(
+                zip((str(k) for k in ik), iv.tolist()))
+        path = saver.save(sess, str(tmp_path / "all"))
+        chosen_path = chosen.save(sess, str(tmp_path / "chosen"))
+        sess.run(ops["s"]["clear"])
+        assert sess.run(ops["s"]["size"]) == 0
+        assert sess.run(ops["s"]["export"])[0].size == 0
+        for restoring, from_path in ((saver, path), (chosen, chosen_path)):
+            sess.run(ops["s"]["clear"])
+            restoring.restore(sess, from_path)
+            keys, rows = sess.run(ops["s"]["export"])
+            assert dict(zip((k.decode() for k in keys), rows.tolist())) == got
+    with pytest.raises(TypeError, match="string keys"):
+        s_var.save_to_file_system(str(tmp_path / "files"))
+    with pytest.raises(TypeError, match="value_dtype string is not supported"):
+        de.Variable(key_dtype=tf.string, value_dtype=tf.string)
 
 
 def test_int32_keys():

@@ -444,6 +444,9 @@ def _split_var_list(var_list):
             rest.append((key, value))
         else:
             tables.extend(t for t in held if t not in tables)
+            strings = getattr(value, "_key_strings", None)  # a de.Variable's string keys
+            if strings is not None:
+                rest.append((None if key is None else key + "/key_strings", strings.table))
     rest = dict(rest) if named else [v for _, v in rest]
     return rest, (tables if tables else None)
 

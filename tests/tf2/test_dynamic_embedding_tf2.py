@@ -720,3 +720,53 @@ def test_checkpoint_keeps_restrict_policy_statistics(tmp_path):
     by_time.apply_update(tf.constant([1], tf.int64))
     after = dict(zip(*[t.numpy().tolist() for t in by_time.status.export()]))
     assert after[1] > max(clocks.values())
+
+
+def test_string_keys_in_tf2_train_checkpoint_and_saved_model(tmp_path):
+    """String keys in TF2: a tf.function step trains them as an int64 variable trains the
+    same keys; tf.train.Checkpoint restores rows, slots and strings into another number of
+    shards; a Keras layer with string ids fits, saves and loads as a SavedModel that
+    predicts as the model does."""
+    words = ["apple", "pear", "", "apple", "fig"]
+    ints = [0, 1, 2, 0, 3]
+    made = {}
+    for kind, ids in (("s", tf.constant(words)), ("i", tf.constant(ints, tf.int64))):
+        var = de.Variable(key_dtype=ids.dtype, dim=2, initializer=0.25, name="skeys_" + kind,
+                          devices=["/CPU:0"] * 3)
+        opt = de.DynamicEmbeddingOptimizer(K.Adam(0.1))
+
+        @tf.function
+        def step(var=var, opt=opt, ids=ids):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_sum(tf.square(de.embedding_lookup(var, ids, name="e") - 1.0))
+            shadow = var.get_trainable_by_name("e")
+            opt.apply_gradients(zip(tape.gradient(loss, [shadow]), [shadow]))
+
+        for _ in range(3):
+            step()
+        made[kind] = (var, opt)
+    s_keys, s_rows = made["s"][0].export()
+    i_keys, i_rows = made["i"][0].export()
+    by_word = dict(zip((k.decode() for k in s_keys.numpy()), s_rows.numpy().tolist()))
+    assert by_word == {w: i_rows.numpy()[list(i_keys.numpy()).index(i)].tolist()
+                       for w, i in zip(words, ints)}
+
+    path = tf.train.Checkpoint(v=made["s"][0]).save(str(tmp_path / "ckpt"))
+    again = de.Variable(key_dtype=tf.string, dim=2, initializer=0.0, name="skeys_s",
+                        devices=["/CPU:0"] * 2)
+    again.upsert(["stale"], [[9.0, 9.0]])
+    tf.train.Checkpoint(v=again).restore(path).expect_partial()
+    keys, rows = again.export()
+    assert dict(zip((k.decode() for k in keys.numpy()), rows.numpy().tolist())) == by_word
+
+    inputs = tf.keras.Input((2,), dtype=tf.string)
+    layer = de.keras.layers.Embedding(3, key_dtype=tf.string, initializer=0.1, name="semb")
+    model = tf.keras.Model(inputs, tf.keras.layers.Dense(1)(
+        tf.reshape(layer(inputs), [-1, 6])))
+    model.compile(optimizer=de.DynamicEmbeddingOptimizer(K.Adam(0.05)), loss="mse")
+    x = tf.constant([["a", "b"], ["c", "a"]])
+    model.fit(x, tf.constant([[1.0], [0.0]]), epochs=2, verbose=0)
+    assert sorted(k.decode() for k in layer.params.export()[0].numpy()) == ["a", "b", "c"]
+    model.save(str(tmp_path / "model"))
+    loaded = tf.saved_model.load(str(tmp_path / "model"))
+    np.testing.assert_allclose(loaded(x), model(x), rtol=1e-6)

@@ -19,6 +19,8 @@ Where rec_sdk differs from TFRA 0.7.2 (docs/DYNAMIC_EMBEDDING.md has the full li
   (TFRA's plain embedding_lookup keeps the last occurrence's update only).
 * Updates are always in-place deltas on the current row (TFRA's bp_v2=True behaviour).
 * Keys of any shape work with several shards (TFRA needs rank-1 keys there).
+* String keys are stored under 63-bit fingerprints (a dictionary gives exports their
+  strings back; see rec_sdk.dynamic_embedding.key_codec).
 * Restrict policies rank keys by statistics kept in the rows (last training step / number of
   training updates); keys inserted by upsert count as seen when inserted.
 * Checkpoints: tf.compat.v1.train.Saver (and Estimator) save the shards with their slots as

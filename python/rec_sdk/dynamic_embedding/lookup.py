@@ -91,11 +91,20 @@ def _sparse(ids, what):
 
 
 def _ids(params, ids, what="ids"):
+    """ids checked against params.key_dtype, as the tables index them (string ids: their
+    fingerprints, remembered when a training lookup may insert them)."""
     ids = tf.convert_to_tensor(ids)
     if ids.dtype != params.key_dtype:
         raise TypeError("params.key_dtype (%s) should be the same as %s.dtype (%s)"
                         % (params.key_dtype.name, what, ids.dtype.name))
-    return ids
+    return params._table_keys(ids, record=params.trainable and mode.training())  # pylint: disable=protected-access
+
+
+def _sparse_ids(params, ids, what):
+    """A SparseTensor or RaggedTensor of ids with _ids' values."""
+    if isinstance(ids, tf.RaggedTensor):
+        return ids.with_flat_values(_ids(params, ids.flat_values, what))
+    return tf.SparseTensor(ids.indices, _ids(params, ids.values, what), ids.dense_shape)
 
 
 def _unique_rows(params, unique, name, trainable_name, shadow=None):
@@ -211,7 +220,7 @@ def embedding_lookup_sparse(params, sp_ids, sp_weights, partition_strategy=None,
     sp_ids, sp_weights = _sparse(sp_ids, "sp_ids"), _sparse(sp_weights, "sp_weights")
     if sp_ids is None:
         raise TypeError("sp_ids must be a SparseTensor or a RaggedTensor, got None")
-    _ids(params, sp_ids.values, "sp_ids")
+    sp_ids = _sparse_ids(params, sp_ids, "sp_ids")
     out, trainable = _lookup_sparse(params, sp_ids, sp_weights, name, combiner, max_norm, name,
                                     shadow)
     return (out, trainable) if return_trainable else out
@@ -302,7 +311,11 @@ def safe_embedding_lookup_sparse(embedding_weights, sparse_ids, sparse_weights=N
         sparse_weights = _sparse(sparse_weights, "sparse_weights")
         if sparse_ids is None:
             raise TypeError("sparse_ids must be a SparseTensor or a RaggedTensor, got None")
-    _ids(params, sparse_ids.flat_values if ragged else sparse_ids.values, "sparse_ids")
+    sparse_ids = _sparse_ids(params, sparse_ids, "sparse_ids")
+    if default_id is not None:  # a key like the ids (string keys: their fingerprint)
+        default_id = _ids(params, tf.convert_to_tensor(default_id, tf.string)
+                          if params.key_dtype == tf.string
+                          else tf.cast(default_id, params.key_dtype), "default_id")
     store_name = "%s/embedding_lookup_sparse" % (name or "safe_embedding_lookup_sparse")
     with tf.name_scope(name or "safe_embedding_lookup_sparse"):
         if ragged:

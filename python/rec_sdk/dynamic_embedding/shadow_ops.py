@@ -64,7 +64,8 @@ class ShadowVariable(TrainableWrapper):
                 initial_value=tf.zeros([0, params.dim], params.value_dtype),
                 shape=tf.TensorShape([None, params.dim]), dtype=params.value_dtype,
                 trainable=bool(trainable) and params.trainable, name=name)
-            self.ids = tf.Variable(tf.zeros([0], params.key_dtype), trainable=False,
+            # The keys as the tables index them (string keys: their fingerprints).
+            self.ids = tf.Variable(tf.zeros([0], params._table_key_dtype), trainable=False,  # pylint: disable=protected-access
                                    shape=tf.TensorShape([None]), name=name + "-ids")
         self._track_trackable(self.ids, name="ids")  # SavedModel functions capture it
 
@@ -137,14 +138,14 @@ class ShadowVariable(TrainableWrapper):
     def _serialize_to_tensors(self):
         """Checkpoints hold no shadow rows (they live in the table, saved with it): the
         shadow is emptied first, as TFRA does, and refilled by the next lookup."""
-        self.ids.assign(tf.zeros([0], self.params.key_dtype))
+        self.ids.assign(tf.zeros([0], self.params._table_key_dtype))  # pylint: disable=protected-access
         self.assign(tf.zeros([0, self.params.dim], self.dtype))
         self._segment = None
         return super()._serialize_to_tensors()
 
     def _reset_ids(self, ids):
         """Makes the shadow's keys `ids` (its rows are read on the next prefetch)."""
-        return self.ids.assign(ids)
+        return self.ids.assign(self.params._keys(ids))  # pylint: disable=protected-access
 
     def size(self, index=None, name=None):
         """Keys stored in the shadow's de.Variable (see de.Variable.size)."""
@@ -192,6 +193,7 @@ def embedding_lookup(shadow, ids, partition_strategy=None, name=None, validate_i
     if ids.dtype != params.key_dtype:
         raise TypeError("ids must be %s (the key_dtype of %r), got %s"
                         % (params.key_dtype.name, params.name, ids.dtype.name))
+    ids = params._table_keys(ids, record=shadow.trainable and mode.training())  # pylint: disable=protected-access
     with tf.name_scope(name or "shadow_embedding_lookup"):
         return unique_lookup(params, ids, shadow, shadow.max_norm)
 

@@ -52,8 +52,9 @@ class SlotVariable:
         with tf.name_scope(name or "%s_export" % self.slot_name):
             shards = []
             for t in p.tables:
-                k, values, s = table_ops.export(t.handle, p.key_dtype, p.dim)
+                k, values, s = table_ops.export(t.handle, p._table_key_dtype, p.dim)  # pylint: disable=protected-access
                 k, values, s = by_key(k, values, tf.transpose(s, [1, 0, 2]))
+                k = p._public_keys(k)  # pylint: disable=protected-access
                 s = tf.transpose(s, [1, 0, 2])
                 # Before the optimizer first ran the table has no slots: initial values.
                 shards.append((k, tf.cond(tf.shape(s)[0] > self.slot_index,
@@ -91,7 +92,7 @@ class PolicyStatus:
             shards = []
             for t in var.tables:
                 keys, last_seen, counts = by_key(*table_ops.export_access(t.handle))
-                shards.append((tf.cast(keys, var.key_dtype),
+                shards.append((var._public_keys(keys),  # pylint: disable=protected-access
                                last_seen if self._policy.by == "last_seen" else counts))
             return joined(shards)
 

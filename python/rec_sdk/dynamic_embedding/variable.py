@@ -18,7 +18,7 @@ import rec_sdk
 from rec_sdk import saver
 from rec_sdk.core import table_files
 from rec_sdk.core.table import SparseEmbedding, tables_of_graph
-from rec_sdk.dynamic_embedding import value_codec
+from rec_sdk.dynamic_embedding import key_codec, value_codec
 from rec_sdk.dynamic_embedding.kv_creator import KVCreator
 from rec_sdk.dynamic_embedding.optimizer_kinds import name_of, slot_info
 from rec_sdk.dynamic_embedding.shadow_ops import shadow_of, shaped
@@ -32,7 +32,7 @@ from rec_sdk.util.validation import check_bool
 
 
 DEFAULT_INIT_SIZE = 8192  # rows reserved per shard when neither init_size nor the env var says
-_KEY_DTYPES = (tf.int64, tf.int32)
+_KEY_DTYPES = (tf.int64, tf.int32, tf.string)
 
 
 def default_partition_fn(keys, shard_num):
@@ -189,7 +189,8 @@ class Variable(tf.__internal__.tracking.Trackable):
             raise TypeError("key_dtype / value_dtype: %s" % e) from None
         if key_dtype not in _KEY_DTYPES:
             raise TypeError("key-value dtype (%s-%s) is not supported: key_dtype must be "
-                            "tf.int64 or tf.int32" % (key_dtype.name, value_dtype.name))
+                            "tf.int64, tf.int32 or tf.string" % (key_dtype.name,
+                                                                 value_dtype.name))
         value_dtype = value_codec.check(value_dtype)
         max_dim = table_ops.max_dim() * 4 // (1 if value_dtype == tf.bool else value_dtype.size)
         if isinstance(dim, bool) or not isinstance(dim, numbers.Integral) or \
@@ -225,6 +226,7 @@ class Variable(tf.__internal__.tracking.Trackable):
             raise TypeError("kv_creator must be None or a de.KVCreator (e.g. "
                             "de.CuckooHashTableCreator()), got %r" % (kv_creator,))
         self.key_dtype = key_dtype
+        self._table_key_dtype = key_codec.table_dtype(key_dtype)  # what the tables index
         self.value_dtype = value_dtype
         self.dim = int(dim)
         self.devices = devices
@@ -256,7 +258,8 @@ class Variable(tf.__internal__.tracking.Trackable):
                     if value_dtype == tf.float32 else _describe(0.0, self._stored_dim, table_name)
                 with tf.device(device):
                     table = SparseEmbedding(
-                        table_name, key_dtype, self._stored_dim, spec, dynamic_expansion=True,
+                        table_name, self._table_key_dtype, self._stored_dim, spec,
+                        dynamic_expansion=True,
                         capacity_rows=None, device_vocabulary_size=rows,
                         host_vocabulary_size=0, ssd_vocabulary_size=0,
                         ssd_data_path=(os.getcwd(),), is_save=self.checkpoint, init_param=1.0,
@@ -266,7 +269,12 @@ class Variable(tf.__internal__.tracking.Trackable):
                         tf.compat.v1.add_to_collection(rec_sdk.TABLE_COLLECTION, table)
                 self._tables.append(table)
                 table.saved_by_owner = True
-                table.shard_keys_filter = _ShardKeys(partitioner, key_dtype, self.shard_num, i)
+                table.shard_keys_filter = _ShardKeys(partitioner, self._table_key_dtype,
+                                                     self.shard_num, i)
+            # String keys: the fingerprint -> string dictionary (see key_codec).
+            self._key_strings = key_codec.KeyStrings(
+                _table_names(name, 1)[0].replace("_mht_1of1", "_key_strings"),
+                self.checkpoint) if key_dtype == tf.string else None
         self._restrict_policy = restrict_policy(self) if restrict_policy is not None else None
 
     # --- properties (TFRA names) ---
@@ -299,12 +307,36 @@ class Variable(tf.__internal__.tracking.Trackable):
             return tf.convert_to_tensor(array.astype(dtype.as_numpy_dtype))
         return tf.convert_to_tensor(x)
 
-    def _keys(self, keys, what="keys"):
+    def _keys(self, keys, what="keys", record=False):
+        """keys, checked, as the tables index them (string keys: their fingerprints; with
+        record, remembering their strings when the fingerprints are used)."""
         keys = self._converted(keys, self.key_dtype, integer=True)
         if keys.dtype != self.key_dtype:
             raise DtypeError("%s of %r must be %s (the key_dtype), got %s"
                             % (what, self.name, self.key_dtype.name, keys.dtype.name))
-        return keys
+        return self._table_keys(keys, record)
+
+    def _table_keys(self, keys, record=False):
+        """Checked keys as the tables index them (see _keys)."""
+        if self._key_strings is None:
+            return keys
+        hashed = key_codec.fingerprints(keys)
+        if not record:
+            return hashed
+        with tf.control_dependencies([self._key_strings.record(keys, hashed)]):
+            return tf.identity(hashed)
+
+    def _public_keys(self, keys):
+        """Keys of the tables as the variable's keys (string keys: their strings)."""
+        if self._key_strings is None:
+            return tf.cast(keys, self.key_dtype)
+        return self._key_strings.strings(keys)
+
+    def _no_string_keys(self, what):
+        if self._key_strings is not None:
+            raise TypeError("%s: de.Variable %r has string keys, which these files cannot hold "
+                            "(they store the keys' int64 fingerprints); use a Saver, "
+                            "tf.train.Checkpoint or export()" % (what, self.name))
 
     def _values(self, values, keys, what="values"):
         """values of `keys`, checked: the value_dtype, shaped keys.shape + [dim] (when the op
@@ -397,7 +429,7 @@ class Variable(tf.__internal__.tracking.Trackable):
 
     def upsert(self, keys, values, name=None):
         """Inserts or overwrites keys (any shape) with values (keys.shape + [dim])."""
-        keys = self._keys(keys)
+        keys = self._keys(keys, record=True)
         values = self._values(values, keys)
         self._writes()
         with tf.name_scope(name or "%s_upsert" % self.name.split("/")[-1]):
@@ -415,12 +447,13 @@ class Variable(tf.__internal__.tracking.Trackable):
         with tf.name_scope(name or "%s_remove" % self.name.split("/")[-1]):
             _, shard_keys, _ = self._split(tf.reshape(keys, [-1]))
             return tf.group([table_ops.remove(t.handle, k)
-                             for t, k in zip(self._tables, shard_keys)])
+                             for t, k in zip(self._tables, shard_keys)] +
+                            ([self._key_strings.remove(keys)] if self._key_strings else []))
 
     def accum(self, keys, old_values, new_values, exists, name=None):
         """Per key: if exists and the key is stored, adds new_values - old_values to it; if not
         exists and the key is absent, inserts new_values; otherwise leaves it alone."""
-        keys = self._keys(keys)
+        keys = self._keys(keys, record=True)
         old_values = self._values(old_values, keys, "old_values")
         new_values = self._values(new_values, keys, "new_values")
         exists = tf.convert_to_tensor(exists)
@@ -454,16 +487,18 @@ class Variable(tf.__internal__.tracking.Trackable):
         with tf.name_scope(name or "%s_export" % self.name.split("/")[-1]):
             shards = []
             for t in self._tables:
-                keys, rows = by_key(*table_ops.export(t.handle, self.key_dtype,
+                keys, rows = by_key(*table_ops.export(t.handle, self._table_key_dtype,
                                                        self._stored_dim)[:2])
-                shards.append((keys, value_codec.decode(rows, self.value_dtype, self.dim)))
+                shards.append((self._public_keys(keys),
+                               value_codec.decode(rows, self.value_dtype, self.dim)))
             return joined(shards)
 
     def clear(self, name=None):
         """Removes every key of every shard."""
         self._writes()
         with tf.name_scope(name or "%s_clear" % self.name.split("/")[-1]):
-            return tf.group([table_ops.clear(t.handle) for t in self._tables])
+            return tf.group([table_ops.clear(t.handle) for t in self._tables] +
+                            ([self._key_strings.clear()] if self._key_strings else []))
 
     def size(self, index=None, name=None):
         """Keys stored in shard `index`, or in all shards (int64 scalar). Once the graph is
@@ -497,7 +532,7 @@ class Variable(tf.__internal__.tracking.Trackable):
         ("slots" [num_slots, rows with slots, dim]), and every key's access statistics
         ("access_keys", "last_seen", "counts"): one set of tensors whatever the number of
         shards, so that a checkpoint restores into any number of shards."""
-        exports = [table_ops.export(t.handle, self.key_dtype, self._stored_dim)
+        exports = [table_ops.export(t.handle, self._table_key_dtype, self._stored_dim)
                    for t in self._tables]
         num_slots = tf.reduce_max(tf.stack([tf.shape(s)[0] for _, _, s in exports]))
         has_slots, slots = [], []
@@ -507,7 +542,10 @@ class Variable(tf.__internal__.tracking.Trackable):
             slots.append(tf.cond(full, lambda s=shard_slots: s, lambda: tf.zeros(
                 tf.stack([num_slots, 0, self._stored_dim]))))
         access = [table_ops.export_access(t.handle) for t in self._tables]
-        return {"keys": tf.concat([k for k, _, _ in exports], 0),
+        keys = tf.concat([k for k, _, _ in exports], 0)
+        strings = {} if self._key_strings is None else {
+            "key_strings": self._key_strings.strings(keys)}  # the string of each key
+        return {"keys": keys, **strings,
                 "values": tf.concat([v for _, v, _ in exports], 0),
                 "has_slots": tf.concat(has_slots, 0), "slots": tf.concat(slots, 1),
                 # Restrict policies' statistics, by key (int64).
@@ -520,13 +558,20 @@ class Variable(tf.__internal__.tracking.Trackable):
         variable's own tensors only, so that they restore into any number of shards."""
         del kwargs
         if save_type == "savedmodel":
-            return {"table_%d" % i: t for i, t in enumerate(self._tables)}
+            return self._resources()
         return {}
+
+    def _resources(self):
+        """{name: resource} of the tables (and the string-key dictionary)."""
+        found = {"table_%d" % i: t for i, t in enumerate(self._tables)}
+        if self._key_strings is not None:
+            found["key_strings"] = self._key_strings.table
+        return found
 
     def _deserialization_dependencies(self, children):
         """The tables come first (a SavedModel maps them before the variable)."""
         del children
-        return {"table_%d" % i: t for i, t in enumerate(self._tables)}
+        return self._resources()
 
     def _export_to_saved_model_graph(self, object_map, tensor_map, options, **kwargs):
         """For a SavedModel: a copy of the variable on the exported graph's copies of its
@@ -534,6 +579,10 @@ class Variable(tf.__internal__.tracking.Trackable):
         del tensor_map, options, kwargs
         exported = copy.copy(self)
         exported._tables = [object_map.get(t, t) for t in self._tables]  # pylint: disable=protected-access
+        if self._key_strings is not None:
+            exported._key_strings = copy.copy(self._key_strings)  # pylint: disable=protected-access
+            exported._key_strings.table = object_map.get(self._key_strings.table,  # pylint: disable=protected-access
+                                                         self._key_strings.table)
         object_map[self] = exported
         return []
 
@@ -563,7 +612,10 @@ class Variable(tf.__internal__.tracking.Trackable):
                 ops.append(table_ops.upsert(table.handle, tf.boolean_mask(k, rest),
                                             tf.boolean_mask(r, rest)))
         access_keys = tf.reshape(restored_tensors["access_keys"], [-1])
-        access_parts, access_keys_of, _ = self._split(tf.cast(access_keys, self.key_dtype))
+        access_parts, access_keys_of, _ = self._split(tf.cast(access_keys,
+                                                              self._table_key_dtype))
+        if self._key_strings is not None:
+            ops.append(self._key_strings.record(restored_tensors["key_strings"], keys))
         with tf.control_dependencies(ops):  # the statistics of the rows just restored
             return tf.group([table_ops.import_access(t.handle, tf.cast(k, tf.int64), s, c)
                              for t, k, s, c in zip(
@@ -593,6 +645,7 @@ class Variable(tf.__internal__.tracking.Trackable):
         SparseEmbedding.save_to_file_system; no slots). proc_size / proc_rank name the files
         of one process of several."""
         del buffer_size
+        self._no_string_keys("save_to_file_system")
         with tf.name_scope(name or "%s_save_to_file_system" % self.name.split("/")[-1]):
             return tf.group([t.save_to_file_system(dirpath, f, dirpath_env, append_to_file)
                              for t, f in zip(self._tables,
@@ -610,6 +663,7 @@ class Variable(tf.__internal__.tracking.Trackable):
             return self.load_from_file_system_with_restore_function(dirpath, proc_size,
                                                                     proc_rank, name=name,
                                                                     dirpath_env=dirpath_env)
+        self._no_string_keys("load_from_file_system")
         with tf.name_scope(name or "%s_load_from_file_system" % self.name.split("/")[-1]):
             self._writes()
             return tf.group([t.load_from_file_system(dirpath, f, dirpath_env)
@@ -623,10 +677,12 @@ class Variable(tf.__internal__.tracking.Trackable):
         """Op upserting every table file in dirpath into this variable's shards by its
         partitioner (a variable saved with another number of shards loads too)."""
         del proc_size, proc_rank, buffer_size
+        self._no_string_keys("load_from_file_system_with_restore_function")
         self._writes()
         with tf.name_scope(name or "%s_load_from_file_system" % self.name.split("/")[-1]):
             keys, rows = table_files.load_tensors(table_files.directory(dirpath, dirpath_env),
-                                                  None, self.key_dtype, self._stored_dim,
+                                                  None, self._table_key_dtype,
+                                                  self._stored_dim,
                                                   entire_dir=True)
             parts, shard_keys, _ = self._split(keys)
             return tf.group([table_ops.upsert(t.handle, k, r) for t, k, r in zip(
@@ -638,7 +694,7 @@ class Variable(tf.__internal__.tracking.Trackable):
         del split_size
         with tf.name_scope(name or "%s_export_keys_and_scores" % self.name.split("/")[-1]):
             return joined([
-                (tf.cast(k, self.key_dtype), seen) for k, seen, _ in
+                (self._public_keys(k), seen) for k, seen, _ in
                 (by_key(*table_ops.export_access(t.handle)) for t in self._tables)])
 
     @property
