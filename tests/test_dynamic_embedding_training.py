@@ -546,3 +546,25 @@ def test_graph_trainable_reads_as_its_lookups_rows_and_trains_through_them():
             row -= 0.25 * 2 * row
         np.testing.assert_allclose(sess.run(alone.lookup(i64([5]))), [[row, row]], rtol=1e-6)
         assert sess.run(alone.size()) == 1
+
+
+def test_graph_trainables_are_placed_with_the_ids():
+    """A graph-mode lookup's trainable sits on its ids' device (the rows go where the ids
+    come from), whatever device scope the lookup is built in; ids without a device leave it
+    to the scope."""
+    with tf.Graph().as_default():
+        with tf.device("/job:ps/task:0"):
+            var = de.get_variable("placed", dim=2)
+        with tf.device("/job:worker/task:1"):
+            ids = i64([1, 2, 3])
+            sp_ids = tf.SparseTensor([[0, 0], [1, 0]], i64([4, 5]), [2, 1])
+        with tf.device("/job:ps/task:0"):
+            _, dense_tw = de.embedding_lookup(var, ids, name="d", return_trainable=True)
+            _, sparse_tw = de.embedding_lookup_sparse(var, sp_ids, None, name="s",
+                                                      return_trainable=True)
+            _, safe_tw = de.safe_embedding_lookup_sparse(var, sp_ids, None, name="f",
+                                                         return_trainable=True)
+            _, scoped_tw = de.embedding_lookup(var, i64([7]), name="x", return_trainable=True)
+        for trainable in (dense_tw, sparse_tw, safe_tw):
+            assert trainable.device == "/job:worker/task:1"
+        assert scoped_tw.device == "/job:ps/task:0"

@@ -100,6 +100,13 @@ def _ids(params, ids, what="ids"):
     return params._table_keys(ids, record=params.trainable and mode.training())  # pylint: disable=protected-access
 
 
+def _device_of(ids):
+    """The device of ids (a SparseTensor's or RaggedTensor's values)."""
+    if isinstance(ids, tf.RaggedTensor):
+        return ids.flat_values.device
+    return ids.values.device
+
+
 def _sparse_ids(params, ids, what):
     """A SparseTensor or RaggedTensor of ids with _ids' values."""
     if isinstance(ids, tf.RaggedTensor):
@@ -107,13 +114,14 @@ def _sparse_ids(params, ids, what):
     return tf.SparseTensor(ids.indices, _ids(params, ids.values, what), ids.dense_shape)
 
 
-def _unique_rows(params, unique, name, trainable_name, shadow=None):
+def _unique_rows(params, unique, name, trainable_name, shadow=None, ids_device=""):
     """Rows [n_unique, dim] of deduplicated keys, differentiable through a trainable when
     params.trainable; -> (rows, trainable or None). The trainable is named as TFRA names
     its TrainableWrapper: <variable scope>/<trainable_name>/<trainable_name> (made unique),
     trainable_name being the lookup's name path (e.g. "emb", or "sp_emb/embedding_lookup"
     for a sparse lookup named sp_emb), so scripts that find it by name work. A lookup given
-    a ShadowVariable goes through it."""
+    a ShadowVariable goes through it. A graph-mode trainable is placed with the ids
+    (ids_device, as TFRA does): the rows flow to where the ids come from."""
     values, _ = params._read(unique, name="read")  # pylint: disable=protected-access
     if not params.trainable or not mode.training():
         return values, None
@@ -131,7 +139,7 @@ def _unique_rows(params, unique, name, trainable_name, shadow=None):
             shadow = shadow_of(params, name or trainable_name, path)
         return shadow.rows(unique, values), shadow
     # Outside control flow and control dependencies, like any variable.
-    with tf.init_scope(), tf.compat.v1.name_scope(path + "/"):
+    with tf.init_scope(), tf.compat.v1.name_scope(path + "/"), tf.device(ids_device):
         trainable = TrainableWrapper(
             tf.zeros([0, params.dim]), trainable=True, validate_shape=False,
             collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES], name=trainable_name)
@@ -179,12 +187,14 @@ def embedding_lookup(params, ids, partition_strategy=None, name=None, validate_i
                                           return_trainable=True)
         emb = ids.with_flat_values(emb)
         return (emb, trainable) if return_trainable else emb
+    ids = tf.convert_to_tensor(ids)
+    device = ids.device
     ids = _ids(params, ids)
     with tf.name_scope(name or "embedding_lookup"):
         flat = tf.reshape(ids, [-1])
         unique, inverse = table_ops.unique_keys(flat)
         rows, trainable = _unique_rows(params, unique, name, name or "embedding_lookup",
-                                       shadow)
+                                       shadow, device)
         if max_norm is not None:
             rows = tf.clip_by_norm(rows, _max_norm(max_norm), axes=[1])
         emb = Variable._shaped(  # pylint: disable=protected-access
@@ -220,22 +230,23 @@ def embedding_lookup_sparse(params, sp_ids, sp_weights, partition_strategy=None,
     sp_ids, sp_weights = _sparse(sp_ids, "sp_ids"), _sparse(sp_weights, "sp_weights")
     if sp_ids is None:
         raise TypeError("sp_ids must be a SparseTensor or a RaggedTensor, got None")
+    device = _device_of(sp_ids)
     sp_ids = _sparse_ids(params, sp_ids, "sp_ids")
     out, trainable = _lookup_sparse(params, sp_ids, sp_weights, name, combiner, max_norm, name,
-                                    shadow)
+                                    shadow, device)
     return (out, trainable) if return_trainable else out
 
 
 def _lookup_sparse(params, sp_ids, sp_weights, name, combiner, max_norm, store_name,
-                   shadow=None):
+                   shadow=None, ids_device=""):
     """-> (combined rows, trainable) of embedding_lookup_sparse; the trainable is stored
-    under store_name (or is `shadow`)."""
+    under store_name (or is `shadow`), placed on ids_device (see _unique_rows)."""
     with tf.name_scope(name or "embedding_lookup_sparse"):
         segments = tf.cast(sp_ids.indices[:, 0], tf.int32)
         unique, inverse = table_ops.unique_keys(sp_ids.values)
         rows, trainable = _unique_rows(params, unique, store_name,
                                        (store_name or "embedding_lookup_sparse") +
-                                       "/embedding_lookup", shadow)
+                                       "/embedding_lookup", shadow, ids_device)
         if max_norm is not None:
             rows = tf.clip_by_norm(rows, _max_norm(max_norm), axes=[1])
         if sp_weights is None:
@@ -311,6 +322,7 @@ def safe_embedding_lookup_sparse(embedding_weights, sparse_ids, sparse_weights=N
         sparse_weights = _sparse(sparse_weights, "sparse_weights")
         if sparse_ids is None:
             raise TypeError("sparse_ids must be a SparseTensor or a RaggedTensor, got None")
+    device = _device_of(sparse_ids)
     sparse_ids = _sparse_ids(params, sparse_ids, "sparse_ids")
     if default_id is not None:  # a key like the ids (string keys: their fingerprint)
         default_id = _ids(params, tf.convert_to_tensor(default_id, tf.string)
@@ -323,7 +335,7 @@ def safe_embedding_lookup_sparse(embedding_weights, sparse_ids, sparse_weights=N
                                                                combiner, default_id)
             out, trainable = _lookup_sparse(params, sparse_ids, sparse_weights,
                                             "embedding_lookup_sparse", combiner, max_norm,
-                                            store_name, shadow)
+                                            store_name, shadow, device)
             if default_id is None:
                 out = tf.where(empty[:, None], tf.zeros_like(out), out)
             return (out, trainable) if return_trainable else out
@@ -346,7 +358,7 @@ def safe_embedding_lookup_sparse(embedding_weights, sparse_ids, sparse_weights=N
             sparse_weights, _ = tf.sparse.fill_empty_rows(sparse_weights, 1.0)
         out, trainable = _lookup_sparse(params, sparse_ids, sparse_weights,
                                         "embedding_lookup_sparse", combiner, max_norm,
-                                        store_name, shadow)
+                                        store_name, shadow, device)
         # Rows after the last one with ids do not exist in `out`: fill_empty_rows gave every
         # row an id, so out has num_rows rows.
         if default_id is None:
