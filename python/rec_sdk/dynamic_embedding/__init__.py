@@ -46,6 +46,11 @@ from rec_sdk.dynamic_embedding.slots_and_policies import (FrequencyRestrictPolic
                                                            RestrictPolicy, SlotVariable,
                                                            TimestampRestrictPolicy)
 from rec_sdk.dynamic_embedding.variable import Variable, default_partition_fn, get_variable
+from rec_sdk.ops.loader import load_ops_if_built
+
+# As importing TFRA does: a ps task that imports this module and starts a bare
+# tf.distribute.Server serves the tables placed on it.
+load_ops_if_built()
 
 __all__ = [
     "Variable", "get_variable", "default_partition_fn", "embedding_lookup",

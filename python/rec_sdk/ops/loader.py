@@ -2,9 +2,12 @@
 
 The library is loaded once, on first use, so importing rec_sdk works before the library is
 built. A library built for another TensorFlow version does not load (its absl and TF
-symbols differ), so the error names both versions and the rebuild command.
+symbols differ), so the error names both versions and the rebuild command. A process of a
+cluster that runs rec_sdk's ops without the library (a bare tf.distribute.Server) fails the
+session's run with an error that says to load rec_sdk there (explain_missing_library).
 """
 import os
+import re
 import threading
 
 import tensorflow as tf
@@ -13,6 +16,7 @@ LIBRARY_FILE = "_rec_sdk_ops.so"
 VERSION_FILE = "_rec_sdk_ops.tf_version"
 LIBRARY_ENV = "REC_SDK_OPS_LIBRARY"
 REBUILD_COMMAND = "make build"
+OP_NAMESPACE = "RecSdk"  # rec_sdk's op names are RecSdk><Name> (a SavedModel op namespace)
 
 _lock = threading.Lock()
 _library = None
@@ -57,6 +61,16 @@ def _load():
             % (path, built or "unknown", tf.__version__, e, REBUILD_COMMAND)) from e
 
 
+def load_ops_if_built():
+    """Loads the op library now if it can be loaded (a process that imports
+    rec_sdk.dynamic_embedding then serves rec_sdk's ops from a bare tf.distribute.Server, as
+    with TFRA); returns None, and leaves the error to load_ops, if it cannot."""
+    try:
+        return load_ops()
+    except OpLibraryError:
+        return None
+
+
 def load_ops():
     """Returns the loaded op library module, loading it on the first call."""
     global _library
@@ -65,3 +79,49 @@ def load_ops():
             if _library is None:
                 _library = _load()
     return _library
+
+
+_UNREGISTERED = re.compile(r"Op type not registered '(%s>[^']*)'" % OP_NAMESPACE)
+_REMOTE = re.compile(r"from remote target (\S+)")
+
+
+def explain_missing_library(error):
+    """For a session error that a process without rec_sdk's library gave (TensorFlow's "Op
+    type not registered 'RecSdk>...'"), the same error type saying which task lacks it and
+    how to start it; None for any other error."""
+    message = getattr(error, "message", str(error))
+    found = _UNREGISTERED.search(message)
+    if found is None:
+        return None
+    where = _REMOTE.search(message)
+    return type(error)(
+        getattr(error, "node_def", None), getattr(error, "op", None),
+        "rec_sdk's op library is not loaded in %s, which runs rec_sdk's op %s: start every ps "
+        "and worker task of the cluster with `python -m rec_sdk.distribute.server` or "
+        "rec_sdk.distribute.start_server() (they load it), not a bare tf.distribute.Server. "
+        "TensorFlow said: %s" % ("task " + where.group(1).rstrip(":") if where
+                                 else "a process of the cluster", found.group(1), message))
+
+
+def _install_session_run_explanation():
+    """tf.compat.v1.Session.run re-raises a missing-library error as explain_missing_library
+    words it (other errors and results pass through untouched)."""
+    run = tf.compat.v1.Session.run
+    if getattr(run, "rec_sdk_explains", False):
+        return
+
+    def explained_run(self, *args, **kwargs):
+        try:
+            return run(self, *args, **kwargs)
+        except tf.errors.NotFoundError as e:
+            clear = explain_missing_library(e)
+            if clear is None:
+                raise
+            raise clear from e
+
+    explained_run.__doc__ = run.__doc__
+    explained_run.rec_sdk_explains = True
+    tf.compat.v1.Session.run = explained_run
+
+
+_install_session_run_explanation()

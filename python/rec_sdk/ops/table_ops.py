@@ -9,10 +9,9 @@ import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2
 from tensorflow.python.framework import op_def_registry
 
-from rec_sdk.ops.loader import load_ops
+from rec_sdk.ops.loader import OP_NAMESPACE, load_ops
 from rec_sdk.util.graph_state import state_of
 
-OP_NAMESPACE = "RecSdk"  # rec_sdk's op names are RecSdk><Name> (a SavedModel op namespace)
 GATHER_OP = OP_NAMESPACE + ">TableGather"
 FIND_OR_INSERT_OP = OP_NAMESPACE + ">TableFindOrInsert"
 CONFIGURE_ADMISSION_OP = OP_NAMESPACE + ">TableConfigureAdmission"

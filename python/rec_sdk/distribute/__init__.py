@@ -1,0 +1,124 @@
+"""Training across processes on TensorFlow's own distributed runtime (gRPC, graph mode).
+
+Every process of the cluster, ps or worker, starts its server here (or with
+`python -m rec_sdk.distribute.server`): that loads rec_sdk's op library into the process
+first, so its server can run the table ops placed on it. Then the TFRA recipe works as is:
+
+    server = rec_sdk.distribute.start_server()            # cluster and task from TF_CONFIG
+    var = de.get_variable("emb", dim=16, devices=rec_sdk.distribute.ps_devices(server))
+    ...
+    with tf.compat.v1.train.MonitoredTrainingSession(
+            master=server.target, is_chief=..., config=worker_config(server)) as sess: ...
+
+Shard i of a de.Variable lives on its device (`devices[i]`, keys routed by the partitioner,
+by default key % shard_num); lookups and updates run there, the model on the worker.
+
+TF_CONFIG is TensorFlow's: {"cluster": {"ps": ["host:port", ...], "worker": [...],
+"chief": [...]}, "task": {"type": "ps", "index": 0}}.
+"""
+import json
+import os
+
+import tensorflow as tf
+
+from rec_sdk.ops.loader import load_ops
+
+__all__ = ["ClusterTask", "task_from_tf_config", "start_server", "ps_devices",
+           "worker_config"]
+
+_JOBS = ("chief", "worker", "ps", "evaluator")
+
+
+class ClusterTask:
+    """A cluster (tf.train.ClusterSpec) and this process's task in it (job name, index)."""
+
+    def __init__(self, cluster, job_name, task_index):
+        if not isinstance(cluster, tf.train.ClusterSpec):
+            try:
+                cluster = tf.train.ClusterSpec(cluster)
+            except (TypeError, ValueError) as e:
+                raise ValueError("cluster must be a tf.train.ClusterSpec or a dict "
+                                 "{job: [\"host:port\", ...]}, got %r (%s)" % (cluster, e)) from None
+        if job_name not in cluster.jobs:
+            raise ValueError("job_name %r is not a job of the cluster (jobs: %s)"
+                             % (job_name, ", ".join(sorted(cluster.jobs))))
+        tasks = cluster.num_tasks(job_name)
+        if isinstance(task_index, bool) or not isinstance(task_index, int) or \
+                not 0 <= task_index < tasks:
+            raise ValueError("task_index must be an integer in [0, %d) (job %r has %d tasks), "
+                             "got %r" % (tasks, job_name, tasks, task_index))
+        self.cluster = cluster
+        self.job_name = job_name
+        self.task_index = task_index
+
+    def __repr__(self):
+        return "<ClusterTask /job:%s/task:%d of %s>" % (
+            self.job_name, self.task_index, self.cluster.as_dict())
+
+
+def task_from_tf_config(tf_config=None):
+    """The ClusterTask that TF_CONFIG (a JSON string or dict; default: the environment
+    variable) describes."""
+    if tf_config is None:
+        tf_config = os.environ.get("TF_CONFIG")
+        if not tf_config:
+            raise ValueError("TF_CONFIG is not set: give the cluster and task explicitly or set "
+                             "TF_CONFIG='{\"cluster\": {\"ps\": [\"host:port\"], \"worker\": "
+                             "[...]}, \"task\": {\"type\": \"ps\", \"index\": 0}}'")
+    if isinstance(tf_config, str):
+        try:
+            tf_config = json.loads(tf_config)
+        except ValueError as e:
+            raise ValueError("TF_CONFIG is not JSON (%s): %r" % (e, tf_config)) from None
+    if not isinstance(tf_config, dict) or not isinstance(tf_config.get("cluster"), dict) \
+            or not isinstance(tf_config.get("task"), dict):
+        raise ValueError("TF_CONFIG must have a \"cluster\" dict and a \"task\" dict "
+                         "({\"type\": job, \"index\": i}), got %r" % (tf_config,))
+    task = tf_config["task"]
+    return ClusterTask(tf_config["cluster"], task.get("type"), task.get("index", 0))
+
+
+def start_server(cluster=None, job_name=None, task_index=None, config=None):
+    """Loads rec_sdk's op library into this process, then starts its tf.distribute.Server for
+    `job_name` / `task_index` of `cluster` (default: all three from TF_CONFIG) and returns
+    it. config: the server's default session tf.compat.v1.ConfigProto (default:
+    worker_config of the task)."""
+    if cluster is None and job_name is None and task_index is None:
+        task = task_from_tf_config()
+    else:
+        task = ClusterTask(cluster, job_name, 0 if task_index is None else task_index)
+    load_ops()  # before the server starts: its graphs may hold rec_sdk ops
+    server = tf.distribute.Server(task.cluster, job_name=task.job_name,
+                                  task_index=task.task_index,
+                                  config=config or worker_config(task), start=True)
+    server.rec_sdk_task = task
+    return server
+
+
+def _task_of(where):
+    task = getattr(where, "rec_sdk_task", where)
+    if not isinstance(task, ClusterTask):
+        raise TypeError("expected a server from start_server or a ClusterTask, got %r"
+                        % (where,))
+    return task
+
+
+def ps_devices(where, job_name="ps"):
+    """One device per task of the ps job (the `devices` of a de.Variable sharded over them):
+    "/job:ps/replica:0/task:<i>/device:CPU:0". where: a server from start_server, a
+    ClusterTask or a tf.train.ClusterSpec."""
+    cluster = where if isinstance(where, tf.train.ClusterSpec) else _task_of(where).cluster
+    if job_name not in cluster.jobs:
+        raise ValueError("the cluster has no %r job (jobs: %s)"
+                         % (job_name, ", ".join(sorted(cluster.jobs))))
+    return ["/job:%s/replica:0/task:%d/device:CPU:0" % (job_name, i)
+            for i in cluster.task_indices(job_name)]
+
+
+def worker_config(where):
+    """The session config of a task: it sees the ps tasks and itself only (device_filters),
+    so a worker neither waits for nor depends on the other workers."""
+    task = _task_of(where)
+    filters = ["/job:%s" % job for job in ("ps",) if job in task.cluster.jobs]
+    filters.append("/job:%s/task:%d" % (task.job_name, task.task_index))
+    return tf.compat.v1.ConfigProto(device_filters=filters)

@@ -1,0 +1,201 @@
+"""rec_sdk.distribute: a de.Variable sharded over ps tasks of TensorFlow's gRPC runtime
+(processes on 127.0.0.1, free ports, always stopped) trains exactly as the same shards in
+one process; a task without rec_sdk's library gives a clear error; TF_CONFIG parsing."""
+import contextlib
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import rec_sdk.distribute as dist
+from rec_sdk.distribute import server as server_main
+from rec_sdk.ops.loader import explain_missing_library
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKER = os.path.join(HERE, "distribute", "de_worker.py")
+BARE_SERVER = ("import json, os, tensorflow as tf; c = json.loads(os.environ['TF_CONFIG']); "
+               "s = tf.distribute.Server(c['cluster'], job_name='ps', "
+               "task_index=c['task']['index']); print('rec_sdk server', flush=True); s.join()")
+# TFRA's recipe for a ps task, with the import renamed.
+TFRA_RECIPE_SERVER = "import rec_sdk.dynamic_embedding as de; " + BARE_SERVER
+
+
+def _free_ports(n):
+    sockets = [socket.socket() for _ in range(n)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def _env(cluster, job, index):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
+               TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": job, "index": index}}))
+    return env
+
+
+def _wait_serving(process, timeout=60):
+    """Waits for a server process's "rec_sdk server" line."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        ready, _, _ = select.select([process.stdout], [], [], 1.0)
+        if ready:
+            line = process.stdout.readline()
+            if "rec_sdk server" in line:
+                return
+            if not line and process.poll() is not None:
+                break
+    raise AssertionError("a ps task did not start (exit code %r)" % process.poll())
+
+
+@contextlib.contextmanager
+def ps_cluster(num_ps=2, bare=(), recipe=()):
+    """Starts num_ps ps tasks (python -m rec_sdk.distribute.server; the indices in `bare` run
+    a bare tf.distribute.Server, those in `recipe` TFRA's ps recipe: import the module, then
+    a bare server) and one worker slot; yields the cluster dict. The processes are killed on
+    exit, also when the test fails."""
+    ports = _free_ports(num_ps + 1)
+    cluster = {"ps": ["127.0.0.1:%d" % p for p in ports[:num_ps]],
+               "worker": ["127.0.0.1:%d" % ports[-1]]}
+    processes = []
+    try:
+        for i in range(num_ps):
+            command = ([sys.executable, "-c", BARE_SERVER] if i in bare else
+                       [sys.executable, "-c", TFRA_RECIPE_SERVER] if i in recipe else
+                       [sys.executable, "-m", "rec_sdk.distribute.server"])
+            processes.append(subprocess.Popen(command, env=_env(cluster, "ps", i),
+                                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                              text=True))
+        for process in processes:
+            _wait_serving(process)
+        yield cluster
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGKILL)
+            process.wait()
+            process.stdout.close()
+
+
+def _run_worker(cluster, out, *args):
+    command = [sys.executable, WORKER, str(out)] + [str(a) for a in args]
+    return subprocess.run(command, env=_env(cluster, "worker", 0), stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=300)
+
+
+def test_de_variable_on_two_ps_tasks_trains_as_two_local_shards(tmp_path):
+    """2 ps x 1 worker, 50 fixed batches of a de.Variable with Adam and a restrict policy's
+    statistics: rows, slots, counts and clocks are bit-identical to the same two shards in
+    one process, and shard i holds exactly the keys with key % 2 == i. ps task 1 is started
+    as TFRA's recipe does (import the module, bare tf.distribute.Server)."""
+    with ps_cluster(recipe=(1,)) as cluster:
+        remote = _run_worker(cluster, tmp_path / "remote.npz")
+    assert remote.returncode == 0, remote.stdout[-3000:]
+    local = _run_worker(cluster, tmp_path / "local.npz", "--local", 2)
+    assert local.returncode == 0, local.stdout[-3000:]
+    got, want = np.load(tmp_path / "remote.npz"), np.load(tmp_path / "local.npz")
+    assert sorted(got.files) == sorted(want.files)
+    assert got["devices"].tolist() == dist.ps_devices(tf.train.ClusterSpec(cluster))
+    for name in set(want.files) - {"devices"}:
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+    for i in range(2):
+        assert got["keys%d" % i].size > 100
+        assert np.all(np.mod(got["keys%d" % i], 2) == i)
+        assert got["slots%d" % i].shape[0] == 2  # Adam's m and v in the rows
+
+
+def _merged(exports):
+    """One variable's rows, slots and statistics from an export of any number of shards,
+    ordered by key."""
+    shards = sorted({int(n[4:]) for n in exports.files if n.startswith("keys")})
+    keys = np.concatenate([exports["keys%d" % i] for i in shards])
+    order = np.argsort(keys)
+    return {"keys": keys[order],
+            "rows": np.concatenate([exports["rows%d" % i] for i in shards])[order],
+            "slots": np.concatenate([exports["slots%d" % i] for i in shards], 1)[:, order],
+            "counts": np.concatenate([exports["counts%d" % i] for i in shards])[order]}
+
+
+def test_saver_checkpoint_of_two_ps_restores_into_three_ps_and_into_one_process(tmp_path):
+    """Each ps task saves its own shard (Saver, atomically, beside the TF checkpoint); the
+    checkpoint restores into 3 ps tasks and into 1 local shard: the same keys, rows, Adam
+    slots and access counts, each key on its shard of the new layout."""
+    with ps_cluster(2) as cluster:
+        saved = _run_worker(cluster, tmp_path / "saved.npz", "--save", tmp_path / "ckpt")
+    assert saved.returncode == 0, saved.stdout[-3000:]
+    with ps_cluster(3) as cluster:
+        three = _run_worker(cluster, tmp_path / "three.npz", "--restore", tmp_path / "ckpt")
+    assert three.returncode == 0, three.stdout[-3000:]
+    one = _run_worker(cluster, tmp_path / "one.npz", "--local", 1, "--restore",
+                      tmp_path / "ckpt")
+    assert one.returncode == 0, one.stdout[-3000:]
+    want = _merged(np.load(tmp_path / "saved.npz"))
+    got3 = np.load(tmp_path / "three.npz")
+    assert got3["devices"].tolist() == dist.ps_devices(tf.train.ClusterSpec(cluster))
+    for i in range(3):
+        assert np.all(np.mod(got3["keys%d" % i], 3) == i)
+    for got in (_merged(got3), _merged(np.load(tmp_path / "one.npz"))):
+        for name, array in want.items():
+            np.testing.assert_array_equal(got[name], array, err_msg=name)
+
+
+def test_a_ps_task_without_the_library_is_a_clear_error(tmp_path):
+    with ps_cluster(bare=(0,)) as cluster:
+        result = _run_worker(cluster, tmp_path / "x.npz")
+    assert result.returncode != 0
+    assert "rec_sdk's op library is not loaded in task /job:ps/replica:0/task:0" in \
+        result.stdout, result.stdout[-3000:]
+    assert "python -m rec_sdk.distribute.server" in result.stdout
+
+
+def test_explain_missing_library_words_only_that_error():
+    error = tf.errors.NotFoundError(
+        None, None, "Op type not registered 'RecSdk>EmbeddingTable' in binary running on vm. "
+        "Additional GRPC error information from remote target /job:ps/replica:0/task:1:")
+    clear = explain_missing_library(error)
+    assert isinstance(clear, tf.errors.NotFoundError)
+    assert "not loaded in task /job:ps/replica:0/task:1" in clear.message
+    assert "RecSdk>EmbeddingTable" in clear.message
+    assert explain_missing_library(tf.errors.NotFoundError(
+        None, None, "Op type not registered 'Foo'")) is None
+
+
+def test_cluster_task_tf_config_and_devices(monkeypatch):
+    cluster = {"ps": ["127.0.0.1:1", "127.0.0.1:2"], "worker": ["127.0.0.1:3"]}
+    task = dist.task_from_tf_config(json.dumps(
+        {"cluster": cluster, "task": {"type": "worker", "index": 0}}))
+    assert (task.job_name, task.task_index) == ("worker", 0)
+    assert dist.ps_devices(task) == ["/job:ps/replica:0/task:0/device:CPU:0",
+                                     "/job:ps/replica:0/task:1/device:CPU:0"]
+    assert list(dist.worker_config(task).device_filters) == ["/job:ps", "/job:worker/task:0"]
+    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": cluster,
+                                                "task": {"type": "ps", "index": 1}}))
+    assert server_main.parse([]).task_index == 1
+    assert server_main.parse(["--cluster", json.dumps(cluster), "--job", "ps", "--task",
+                              "0"]).job_name == "ps"
+    monkeypatch.delenv("TF_CONFIG")
+    with pytest.raises(ValueError, match="TF_CONFIG is not set"):
+        dist.task_from_tf_config()
+    with pytest.raises(ValueError, match="not JSON"):
+        dist.task_from_tf_config("{")
+    with pytest.raises(ValueError, match="\"task\" dict"):
+        dist.task_from_tf_config({"cluster": cluster})
+    with pytest.raises(ValueError, match="job_name 'chief' is not a job"):
+        dist.ClusterTask(cluster, "chief", 0)
+    with pytest.raises(ValueError, match=r"task_index must be an integer in \[0, 2\)"):
+        dist.ClusterTask(cluster, "ps", 2)
+    with pytest.raises(ValueError, match="no 'ps' job"):
+        dist.ps_devices(tf.train.ClusterSpec({"worker": ["127.0.0.1:3"]}))
+    with pytest.raises(SystemExit):
+        server_main.parse(["--job", "ps"])
