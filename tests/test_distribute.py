@@ -21,6 +21,7 @@ from rec_sdk.ops.loader import explain_missing_library
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "distribute", "de_worker.py")
+ASYNC_WORKER = os.path.join(HERE, "distribute", "async_worker.py")
 BARE_SERVER = ("import json, os, tensorflow as tf; c = json.loads(os.environ['TF_CONFIG']); "
                "s = tf.distribute.Server(c['cluster'], job_name='ps', "
                "task_index=c['task']['index']); print('rec_sdk server', flush=True); s.join()")
@@ -60,14 +61,14 @@ def _wait_serving(process, timeout=60):
 
 
 @contextlib.contextmanager
-def ps_cluster(num_ps=2, bare=(), recipe=()):
+def ps_cluster(num_ps=2, bare=(), recipe=(), num_workers=1):
     """Starts num_ps ps tasks (python -m rec_sdk.distribute.server; the indices in `bare` run
     a bare tf.distribute.Server, those in `recipe` TFRA's ps recipe: import the module, then
-    a bare server) and one worker slot; yields the cluster dict. The processes are killed on
+    a bare server) and num_workers worker slots; yields the cluster dict. The processes are killed on
     exit, also when the test fails."""
-    ports = _free_ports(num_ps + 1)
+    ports = _free_ports(num_ps + num_workers)
     cluster = {"ps": ["127.0.0.1:%d" % p for p in ports[:num_ps]],
-               "worker": ["127.0.0.1:%d" % ports[-1]]}
+               "worker": ["127.0.0.1:%d" % p for p in ports[num_ps:]]}
     processes = []
     try:
         for i in range(num_ps):
@@ -148,6 +149,40 @@ def test_saver_checkpoint_of_two_ps_restores_into_three_ps_and_into_one_process(
     for got in (_merged(got3), _merged(np.load(tmp_path / "one.npz"))):
         for name, array in want.items():
             np.testing.assert_array_equal(got[name], array, err_msg=name)
+
+
+def test_two_asynchronous_workers_with_a_restricting_and_saving_chief(tmp_path):
+    """TFRA's recipe, 2 ps x 2 workers training at once (MonitoredTrainingSession, dense
+    variables by replica_device_setter, Adagrad), the chief restricting the variable and
+    saving checkpoints meanwhile: every step of both workers runs, and the ps tasks hold
+    exactly the union of the keys both trained; the chief's checkpoint has the tables."""
+    with ps_cluster(2, num_workers=2) as cluster:
+        workers = [subprocess.Popen(
+            [sys.executable, ASYNC_WORKER, str(tmp_path / ("w%d.npy" % i)),
+             str(tmp_path / "ckpt")], env=_env(cluster, "worker", i), stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True) for i in range(2)]
+        try:
+            outputs = [w.communicate(timeout=300)[0] for w in workers]
+        finally:
+            for w in workers:
+                if w.poll() is None:
+                    w.kill()
+                    w.wait()
+        for w, output in zip(workers, outputs):
+            assert w.returncode == 0, output[-3000:]
+        exported = subprocess.run(
+            [sys.executable, ASYNC_WORKER, str(tmp_path / "held.npy"), str(tmp_path / "ckpt"),
+             "--export"], env=_env(cluster, "worker", 1), stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True, timeout=300)
+        assert exported.returncode == 0, exported.stdout[-3000:]
+    union = np.union1d(np.load(tmp_path / "w0.npy"), np.load(tmp_path / "w1.npy"))
+    held = np.sort(np.load(tmp_path / "held.npy"))
+    np.testing.assert_array_equal(held, union)
+    assert union.size > 500  # both workers' keys (disjoint ranges)
+    latest = tf.train.latest_checkpoint(str(tmp_path / "ckpt"))
+    assert latest is not None
+    tables = os.listdir(os.path.join(str(tmp_path / "ckpt"), "sparse-" + os.path.basename(latest)))
+    assert sorted(t for t in tables if "_mht_" in t) == ["emb_mht_1of2", "emb_mht_2of2"]
 
 
 def test_a_ps_task_without_the_library_is_a_clear_error(tmp_path):
