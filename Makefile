@@ -69,6 +69,7 @@ bench: build
 	-$(PY) -m pip install -q --disable-pip-version-check matplotlib==3.8.4 "numpy<2"
 	$(PY) benchmarks/bench_table.py
 	$(PY) benchmarks/bench_dynamic_embedding.py
+	$(PY) benchmarks/bench_distributed.py
 	$(PY) benchmarks/bench_pipeline.py
 	$(PY) benchmarks/bench_checkpoint.py
 	$(PY) benchmarks/bench_models.py --scaling --plot benchmarks/scaling.png
