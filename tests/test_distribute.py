@@ -22,6 +22,7 @@ from rec_sdk.ops.loader import explain_missing_library
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "distribute", "de_worker.py")
 ASYNC_WORKER = os.path.join(HERE, "distribute", "async_worker.py")
+RECOVER_WORKER = os.path.join(HERE, "distribute", "recover_worker.py")
 BARE_SERVER = ("import json, os, tensorflow as tf; c = json.loads(os.environ['TF_CONFIG']); "
                "s = tf.distribute.Server(c['cluster'], job_name='ps', "
                "task_index=c['task']['index']); print('rec_sdk server', flush=True); s.join()")
@@ -58,6 +59,14 @@ def _wait_serving(process, timeout=60):
             if not line and process.poll() is not None:
                 break
     raise AssertionError("a ps task did not start (exit code %r)" % process.poll())
+
+
+def _start_ps(cluster, index):
+    process = subprocess.Popen([sys.executable, "-m", "rec_sdk.distribute.server"],
+                               env=_env(cluster, "ps", index), stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, text=True)
+    _wait_serving(process)
+    return process
 
 
 @contextlib.contextmanager
@@ -183,6 +192,44 @@ def test_two_asynchronous_workers_with_a_restricting_and_saving_chief(tmp_path):
     assert latest is not None
     tables = os.listdir(os.path.join(str(tmp_path / "ckpt"), "sparse-" + os.path.basename(latest)))
     assert sorted(t for t in tables if "_mht_" in t) == ["emb_mht_1of2", "emb_mht_2of2"]
+
+
+def test_a_killed_ps_task_restarted_resumes_from_the_last_checkpoint(tmp_path):
+    """SIGKILL of the ps task at step 25, a new ps on its port: the chief's
+    MonitoredTrainingSession makes a new session, the Saver restores the tables from the
+    step-20 checkpoint, and training goes on from global step 20 to the end; the table
+    holds every key trained (those of the checkpoint and those trained after)."""
+    ports = _free_ports(2)
+    cluster = {"ps": ["127.0.0.1:%d" % ports[0]], "worker": ["127.0.0.1:%d" % ports[1]]}
+    processes = [_start_ps(cluster, 0)]
+    worker = None
+    try:
+        worker = subprocess.Popen([sys.executable, RECOVER_WORKER, str(tmp_path / "out.npz"),
+                                   str(tmp_path / "ckpt")], env=_env(cluster, "worker", 0),
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        deadline = time.time() + 120
+        while not (tmp_path / "killme").exists():
+            assert worker.poll() is None and time.time() < deadline, worker.stdout.read()[-3000:]
+            time.sleep(0.05)
+        processes[0].send_signal(signal.SIGKILL)
+        processes[0].wait()
+        processes.append(_start_ps(cluster, 0))
+        (tmp_path / "restarted").touch()
+        output = worker.communicate(timeout=300)[0]
+        assert worker.returncode == 0, output[-3000:]
+    finally:
+        for process in processes + ([worker] if worker else []):
+            if process.poll() is None:
+                process.kill()
+            process.wait()
+    result = np.load(tmp_path / "out.npz")
+    steps = dict(result["log"].tolist())
+    # The global step each run read (before its own increment): 24 at the 25th run, then
+    # 20 at the 26th, the step-20 checkpoint's.
+    assert steps[25] == 24 and steps[26] == 20
+    assert int(result["final"]) == 35
+    np.testing.assert_array_equal(result["held"], np.concatenate(
+        [np.arange(16) + 100 * k for k in range(4)]))
 
 
 def test_a_ps_task_without_the_library_is_a_clear_error(tmp_path):
