@@ -23,6 +23,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "distribute", "de_worker.py")
 ASYNC_WORKER = os.path.join(HERE, "distribute", "async_worker.py")
 RECOVER_WORKER = os.path.join(HERE, "distribute", "recover_worker.py")
+ALLREDUCE_WORKER = os.path.join(HERE, "distribute", "allreduce_worker.py")
 BARE_SERVER = ("import json, os, tensorflow as tf; c = json.loads(os.environ['TF_CONFIG']); "
                "s = tf.distribute.Server(c['cluster'], job_name='ps', "
                "task_index=c['task']['index']); print('rec_sdk server', flush=True); s.join()")
@@ -230,6 +231,42 @@ def test_a_killed_ps_task_restarted_resumes_from_the_last_checkpoint(tmp_path):
     assert int(result["final"]) == 35
     np.testing.assert_array_equal(result["held"], np.concatenate(
         [np.arange(16) + 100 * k for k in range(4)]))
+
+
+def test_dense_data_parallel_training_with_all_reduce_matches_one_process(tmp_path):
+    """A chief and a worker fit a linear model on their own batches, averaging gradients with
+    all_reduce (CollectiveReduceV2 on CPU, graph mode, gRPC): both end with the weights one
+    process gets from the two batches together (NumPy), and sum / max reduce exactly."""
+    ports = _free_ports(2)
+    cluster = {"chief": ["127.0.0.1:%d" % ports[0]], "worker": ["127.0.0.1:%d" % ports[1]]}
+    jobs = [("chief", 0), ("worker", 0)]
+    workers = [subprocess.Popen([sys.executable, ALLREDUCE_WORKER, str(tmp_path / ("%s.npz" % job))],
+                                env=_env(cluster, job, index), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True) for job, index in jobs]
+    try:
+        outputs = [w.communicate(timeout=300)[0] for w in workers]
+    finally:
+        for w in workers:
+            if w.poll() is None:
+                w.kill()
+                w.wait()
+    for w, output in zip(workers, outputs):
+        assert w.returncode == 0, output[-3000:]
+    sys.path.insert(0, os.path.dirname(ALLREDUCE_WORKER))
+    try:
+        import allreduce_worker  # pylint: disable=import-outside-toplevel
+    finally:
+        sys.path.pop(0)
+    w = np.ones([3, 1])
+    for (x0, y0), (x1, y1) in zip(allreduce_worker.batches(0), allreduce_worker.batches(1)):
+        x, y = np.concatenate([x0, x1]).astype(np.float64), np.concatenate([y0, y1])
+        w -= 0.1 * 2 * x.T @ (x @ w - y) / len(x)
+    for job, _ in jobs:
+        got = np.load(tmp_path / ("%s.npz" % job))
+        np.testing.assert_allclose(got["w"], w, rtol=1e-5)
+        assert got["total"].tolist() == [3, 30] and float(got["largest"]) == 1.0
+    with pytest.raises(ValueError, match="reduction must be one of"):
+        dist.all_reduce(tf.constant(1.0), "avg")
 
 
 def test_a_ps_task_without_the_library_is_a_clear_error(tmp_path):

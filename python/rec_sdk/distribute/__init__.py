@@ -12,6 +12,8 @@ first, so its server can run the table ops placed on it. Then the TFRA recipe wo
 
 Shard i of a de.Variable lives on its device (`devices[i]`, keys routed by the partitioner,
 by default key % shard_num); lookups and updates run there, the model on the worker.
+Workers that train dense variables data-parallel and synchronously reduce their gradients
+with `all_reduce` (TensorFlow's CollectiveReduceV2 over the same runtime).
 
 TF_CONFIG is TensorFlow's: {"cluster": {"ps": ["host:port", ...], "worker": [...],
 "chief": [...]}, "task": {"type": "ps", "index": 0}}.
@@ -22,9 +24,14 @@ import os
 import tensorflow as tf
 
 from rec_sdk.ops.loader import load_ops
+from rec_sdk.util.graph_state import state_of
 
-__all__ = ["ClusterTask", "task_from_tf_config", "start_server", "ps_devices",
-           "worker_config"]
+__all__ = ["ClusterTask", "task_from_tf_config", "start_server", "current_task", "ps_devices",
+           "worker_devices", "worker_config", "all_reduce"]
+
+_current = [None]  # the ClusterTask whose server this process started
+_REDUCTIONS = {"sum": ("Add", "Id"), "mean": ("Add", "Div"), "max": ("Max", "Id"),
+               "min": ("Min", "Id"), "prod": ("Mul", "Id")}
 
 _JOBS = ("chief", "worker", "ps", "evaluator")
 
@@ -78,11 +85,11 @@ def task_from_tf_config(tf_config=None):
     return ClusterTask(tf_config["cluster"], task.get("type"), task.get("index", 0))
 
 
-def start_server(cluster=None, job_name=None, task_index=None, config=None):
+def start_server(cluster=None, job_name=None, task_index=None, config=None, collective=False):
     """Loads rec_sdk's op library into this process, then starts its tf.distribute.Server for
     `job_name` / `task_index` of `cluster` (default: all three from TF_CONFIG) and returns
     it. config: the server's default session tf.compat.v1.ConfigProto (default:
-    worker_config of the task)."""
+    worker_config of the task, with `collective` for workers that all_reduce)."""
     if cluster is None and job_name is None and task_index is None:
         task = task_from_tf_config()
     else:
@@ -90,9 +97,16 @@ def start_server(cluster=None, job_name=None, task_index=None, config=None):
     load_ops()  # before the server starts: its graphs may hold rec_sdk ops
     server = tf.distribute.Server(task.cluster, job_name=task.job_name,
                                   task_index=task.task_index,
-                                  config=config or worker_config(task), start=True)
+                                  config=config or worker_config(task, collective),
+                                  start=True)
     server.rec_sdk_task = task
+    _current[0] = task
     return server
+
+
+def current_task():
+    """The ClusterTask of the server start_server started in this process, or None."""
+    return _current[0]
 
 
 def _task_of(where):
@@ -115,10 +129,58 @@ def ps_devices(where, job_name="ps"):
             for i in cluster.task_indices(job_name)]
 
 
-def worker_config(where):
-    """The session config of a task: it sees the ps tasks and itself only (device_filters),
-    so a worker neither waits for nor depends on the other workers."""
+def worker_devices(where):
+    """The devices of the training tasks, in rank order: the chief's (if the cluster has one),
+    then each worker's ("/job:worker/replica:0/task:<i>/device:CPU:0")."""
+    cluster = where if isinstance(where, tf.train.ClusterSpec) else _task_of(where).cluster
+    return ["/job:%s/replica:0/task:%d/device:CPU:0" % (job, i)
+            for job in ("chief", "worker") if job in cluster.jobs
+            for i in cluster.task_indices(job)]
+
+
+def worker_config(where, collective=False):
+    """The session config of a task. It sees the ps tasks and itself only (device_filters), so
+    a worker neither waits for nor depends on the other workers; with collective (workers
+    that all_reduce), it sees every training task too, and the first leads the collective
+    group."""
     task = _task_of(where)
     filters = ["/job:%s" % job for job in ("ps",) if job in task.cluster.jobs]
-    filters.append("/job:%s/task:%d" % (task.job_name, task.task_index))
-    return tf.compat.v1.ConfigProto(device_filters=filters)
+    own = "/job:%s/task:%d" % (task.job_name, task.task_index)
+    training = [d.replace("/replica:0", "").rsplit("/device:", 1)[0]
+                for d in worker_devices(task)]
+    filters += training if collective and own in training else [own]
+    config = tf.compat.v1.ConfigProto(device_filters=filters)
+    if collective and training:
+        config.experimental.collective_group_leader = worker_devices(task)[0].rsplit(
+            "/device:", 1)[0]
+    return config
+
+
+def all_reduce(tensor, reduction="sum", task=None, name=None):
+    """`tensor` reduced over the training tasks (all_reduce runs in every task's graph, built
+    in the same order: the n-th all_reduce of each graph meets the n-th of the others):
+    TensorFlow's CollectiveReduceV2 on CPU over the cluster's gRPC runtime. reduction:
+    "sum", "mean", "max", "min" or "prod". task: default current_task(); with one training
+    task (or none) the tensor itself. The task's server and sessions need
+    worker_config(task, collective=True)."""
+    if reduction not in _REDUCTIONS:
+        raise ValueError("reduction must be one of %s, got %r" % (", ".join(_REDUCTIONS),
+                                                                 reduction))
+    task = task or current_task()
+    devices = worker_devices(task) if task is not None else []
+    if len(devices) <= 1:
+        return tf.identity(tensor, name=name)
+    own = "/job:%s/replica:0/task:%d/device:CPU:0" % (task.job_name, task.task_index)
+    if own not in devices:
+        raise ValueError("all_reduce runs in the training tasks (%s), not in %s"
+                         % (", ".join(devices), own))
+    state = state_of(tf.compat.v1.get_default_graph())
+    with state.lock:
+        state.collectives += 1
+        instance = state.collectives
+    merge, final = _REDUCTIONS[reduction]
+    with tf.device(own), tf.name_scope(name or "all_reduce"):
+        return tf.raw_ops.CollectiveReduceV2(
+            input=tf.convert_to_tensor(tensor), group_size=tf.constant(len(devices)),
+            group_key=tf.constant(1), instance_key=tf.constant(instance), ordering_token=[],
+            merge_op=merge, final_op=final)

@@ -62,6 +62,8 @@ class GraphState:
         # second dedup for them.
         self.unique_keys = set()
         self.row_ranges = set()
+        # Collective ops built so far (rec_sdk.distribute.all_reduce numbers their instances).
+        self.collectives = 0
 
     def lookups_of(self, table_name):
         """The TableLookups of table `table_name` (made on first use)."""
