@@ -99,6 +99,23 @@ def ps_cluster(num_ps=2, bare=(), recipe=(), num_workers=1):
             process.stdout.close()
 
 
+def _run_together(runs, timeout=300):
+    """Runs the scripts [(argv after python, env)] at once; each must succeed. They are
+    killed when one fails or the time is up."""
+    workers = [subprocess.Popen([sys.executable] + [str(a) for a in argv], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+               for argv, env in runs]
+    try:
+        outputs = [w.communicate(timeout=timeout)[0] for w in workers]
+    finally:
+        for w in workers:
+            if w.poll() is None:
+                w.kill()
+                w.wait()
+    for w, output in zip(workers, outputs):
+        assert w.returncode == 0, output[-3000:]
+
+
 def _run_worker(cluster, out, *args):
     command = [sys.executable, WORKER, str(out)] + [str(a) for a in args]
     return subprocess.run(command, env=_env(cluster, "worker", 0), stdout=subprocess.PIPE,
@@ -167,19 +184,8 @@ def test_two_asynchronous_workers_with_a_restricting_and_saving_chief(tmp_path):
     saving checkpoints meanwhile: every step of both workers runs, and the ps tasks hold
     exactly the union of the keys both trained; the chief's checkpoint has the tables."""
     with ps_cluster(2, num_workers=2) as cluster:
-        workers = [subprocess.Popen(
-            [sys.executable, ASYNC_WORKER, str(tmp_path / ("w%d.npy" % i)),
-             str(tmp_path / "ckpt")], env=_env(cluster, "worker", i), stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True) for i in range(2)]
-        try:
-            outputs = [w.communicate(timeout=300)[0] for w in workers]
-        finally:
-            for w in workers:
-                if w.poll() is None:
-                    w.kill()
-                    w.wait()
-        for w, output in zip(workers, outputs):
-            assert w.returncode == 0, output[-3000:]
+        _run_together([([ASYNC_WORKER, tmp_path / ("w%d.npy" % i), tmp_path / "ckpt"],
+                        _env(cluster, "worker", i)) for i in range(2)])
         exported = subprocess.run(
             [sys.executable, ASYNC_WORKER, str(tmp_path / "held.npy"), str(tmp_path / "ckpt"),
              "--export"], env=_env(cluster, "worker", 1), stdout=subprocess.PIPE,
@@ -240,18 +246,8 @@ def test_dense_data_parallel_training_with_all_reduce_matches_one_process(tmp_pa
     ports = _free_ports(2)
     cluster = {"chief": ["127.0.0.1:%d" % ports[0]], "worker": ["127.0.0.1:%d" % ports[1]]}
     jobs = [("chief", 0), ("worker", 0)]
-    workers = [subprocess.Popen([sys.executable, ALLREDUCE_WORKER, str(tmp_path / ("%s.npz" % job))],
-                                env=_env(cluster, job, index), stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True) for job, index in jobs]
-    try:
-        outputs = [w.communicate(timeout=300)[0] for w in workers]
-    finally:
-        for w in workers:
-            if w.poll() is None:
-                w.kill()
-                w.wait()
-    for w, output in zip(workers, outputs):
-        assert w.returncode == 0, output[-3000:]
+    _run_together([([ALLREDUCE_WORKER, tmp_path / ("%s.npz" % job)], _env(cluster, job, index))
+                   for job, index in jobs])
     sys.path.insert(0, os.path.dirname(ALLREDUCE_WORKER))
     try:
         import allreduce_worker  # pylint: disable=import-outside-toplevel
