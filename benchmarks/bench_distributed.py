@@ -19,7 +19,6 @@ import json
 import os
 import platform
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -31,6 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_table import BATCH, DIM, zipf_batches  # noqa: E402
 
 import rec_sdk.distribute  # noqa: E402
+from rec_sdk.distribute.launch import free_ports  # noqa: E402
 import rec_sdk.dynamic_embedding as de  # noqa: E402
 
 tf.compat.v1.disable_eager_execution()
@@ -43,16 +43,6 @@ def _loopback_tx_bytes():
             if name.strip() == "lo":
                 return int(data.split()[8])
     return 0
-
-
-def _free_ports(n):
-    sockets = [socket.socket() for _ in range(n)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
 
 
 def _start_ps(cluster, num_ps):
@@ -103,7 +93,7 @@ def main():
     args = parser.parse_args()
     batches = zipf_batches(args.steps + args.warmup)
     counts = [int(n) for n in args.ps.split(",")]
-    ports = _free_ports(max(counts) + 1)
+    ports = free_ports(max(counts) + 1)
     print("machine: %s, %d cores, TensorFlow %s" % (platform.processor() or platform.machine(),
                                                     os.cpu_count(), tf.__version__))
     print("batch %d keys, dim %d, %d timed steps after %d" % (BATCH, DIM, args.steps,

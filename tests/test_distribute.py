@@ -6,7 +6,6 @@ import json
 import os
 import select
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ import tensorflow as tf
 
 import rec_sdk.distribute as dist
 from rec_sdk.distribute import server as server_main
+from rec_sdk.distribute.launch import free_ports
 from rec_sdk.ops.loader import explain_missing_library
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -29,17 +29,6 @@ BARE_SERVER = ("import json, os, tensorflow as tf; c = json.loads(os.environ['TF
                "task_index=c['task']['index']); print('rec_sdk server', flush=True); s.join()")
 # TFRA's recipe for a ps task, with the import renamed.
 TFRA_RECIPE_SERVER = "import rec_sdk.dynamic_embedding as de; " + BARE_SERVER
-
-
-def _free_ports(n):
-    sockets = [socket.socket() for _ in range(n)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 def _env(cluster, job, index):
@@ -76,7 +65,7 @@ def ps_cluster(num_ps=2, bare=(), recipe=(), num_workers=1):
     a bare tf.distribute.Server, those in `recipe` TFRA's ps recipe: import the module, then
     a bare server) and num_workers worker slots; yields the cluster dict. The processes are killed on
     exit, also when the test fails."""
-    ports = _free_ports(num_ps + num_workers)
+    ports = free_ports(num_ps + num_workers)
     cluster = {"ps": ["127.0.0.1:%d" % p for p in ports[:num_ps]],
                "worker": ["127.0.0.1:%d" % p for p in ports[num_ps:]]}
     processes = []
@@ -206,7 +195,7 @@ def test_a_killed_ps_task_restarted_resumes_from_the_last_checkpoint(tmp_path):
     MonitoredTrainingSession makes a new session, the Saver restores the tables from the
     step-20 checkpoint, and training goes on from global step 20 to the end; the table
     holds every key trained (those of the checkpoint and those trained after)."""
-    ports = _free_ports(2)
+    ports = free_ports(2)
     cluster = {"ps": ["127.0.0.1:%d" % ports[0]], "worker": ["127.0.0.1:%d" % ports[1]]}
     processes = [_start_ps(cluster, 0)]
     worker = None
@@ -243,7 +232,7 @@ def test_dense_data_parallel_training_with_all_reduce_matches_one_process(tmp_pa
     """A chief and a worker fit a linear model on their own batches, averaging gradients with
     all_reduce (CollectiveReduceV2 on CPU, graph mode, gRPC): both end with the weights one
     process gets from the two batches together (NumPy), and sum / max reduce exactly."""
-    ports = _free_ports(2)
+    ports = free_ports(2)
     cluster = {"chief": ["127.0.0.1:%d" % ports[0]], "worker": ["127.0.0.1:%d" % ports[1]]}
     jobs = [("chief", 0), ("worker", 0)]
     _run_together([([ALLREDUCE_WORKER, tmp_path / ("%s.npz" % job)], _env(cluster, job, index))
@@ -263,6 +252,33 @@ def test_dense_data_parallel_training_with_all_reduce_matches_one_process(tmp_pa
         assert got["total"].tolist() == [3, 30] and float(got["largest"]) == 1.0
     with pytest.raises(ValueError, match="reduction must be one of"):
         dist.all_reduce(tf.constant(1.0), "avg")
+
+
+def test_launch_runs_the_distributed_example_and_stops_everything():
+    """python -m rec_sdk.distribute.launch: 2 ps + 2 workers of the example on one machine;
+    both run every step and the model learns the synthetic labels; a failing worker's exit
+    code is the launch's, and its partner is stopped."""
+    result = subprocess.run(
+        [sys.executable, "-m", "rec_sdk.distribute.launch", "--ps", "2", "--workers", "2", "--",
+         sys.executable, "-m", "rec_sdk.examples.distributed_de", "--steps", "250"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert result.returncode == 0, result.stdout[-3000:]
+    accuracies = []
+    for i in range(2):
+        final = [line for line in result.stdout.splitlines()
+                 if line.startswith("[worker %d] worker %d step 250:" % (i, i))]
+        assert final, result.stdout[-3000:]
+        accuracies.append(float(final[0].split("accuracy ")[1].split()[0]))
+    # Asynchronous: the worker that finishes last has trained on both workers' steps.
+    assert max(accuracies) > 0.9, result.stdout[-3000:]
+    failed = subprocess.run(
+        [sys.executable, "-m", "rec_sdk.distribute.launch", "--ps", "1", "--workers", "2", "--",
+         sys.executable, "-c", "import json, os, sys, time; "
+         "i = json.loads(os.environ['TF_CONFIG'])['task']['index']; "
+         "time.sleep(60 if i else 0); sys.exit(3)"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
+    assert failed.returncode == 3, failed.stdout
 
 
 def test_a_ps_task_without_the_library_is_a_clear_error(tmp_path):
