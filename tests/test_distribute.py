@@ -190,6 +190,44 @@ def test_two_asynchronous_workers_with_a_restricting_and_saving_chief(tmp_path):
     assert sorted(t for t in tables if "_mht_" in t) == ["emb_mht_1of2", "emb_mht_2of2"]
 
 
+def test_a_killed_asynchronous_worker_leaves_the_others_training(tmp_path):
+    """2 ps x 2 asynchronous workers; worker 1 is killed with SIGKILL while it trains: the
+    chief runs all its steps, and the tables stay whole: an export after it holds every key
+    the chief trained and those worker 1 trained before it died."""
+    with ps_cluster(2, num_workers=2) as cluster:
+        chief = subprocess.Popen(
+            [sys.executable, ASYNC_WORKER, str(tmp_path / "w0.npy"), str(tmp_path / "ckpt"),
+             "--steps", "300"], env=_env(cluster, "worker", 0), stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True)
+        victim = subprocess.Popen(
+            [sys.executable, ASYNC_WORKER, str(tmp_path / "w1.npy"), str(tmp_path / "ckpt"),
+             "--steps", "1000000"], env=_env(cluster, "worker", 1),
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.time() + 120
+            while not (tmp_path / "worker.ready").exists():
+                assert time.time() < deadline and victim.poll() is None
+                time.sleep(0.05)
+            time.sleep(0.3)  # it trains
+            victim.send_signal(signal.SIGKILL)
+            victim.wait()
+            output = chief.communicate(timeout=300)[0]
+            assert chief.returncode == 0, output[-3000:]
+        finally:
+            for process in (chief, victim):
+                if process.poll() is None:
+                    process.kill()
+                process.wait()
+        exported = subprocess.run(
+            [sys.executable, ASYNC_WORKER, str(tmp_path / "held.npy"), str(tmp_path / "ckpt"),
+             "--export"], env=_env(cluster, "worker", 1), stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True, timeout=300)
+        assert exported.returncode == 0, exported.stdout[-3000:]
+    held = np.load(tmp_path / "held.npy")
+    assert np.isin(np.load(tmp_path / "w0.npy"), held).all()
+    assert held.size > np.unique(np.load(tmp_path / "w0.npy")).size  # worker 1's keys too
+
+
 def test_a_killed_ps_task_restarted_resumes_from_the_last_checkpoint(tmp_path):
     """SIGKILL of the ps task at step 25, a new ps on its port: the chief's
     MonitoredTrainingSession makes a new session, the Saver restores the tables from the

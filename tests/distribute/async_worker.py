@@ -6,7 +6,7 @@ variable's keys as the ps tasks hold them) to an .npy. Files beside OUT make the
 training together: worker 1 opens its session once the chief's is up (so it does not sit out
 TensorFlow's 30 s readiness poll), and the chief trains once worker 1's is up.
 
-    python async_worker.py OUT.npy CKPT_DIR [--export]
+    python async_worker.py OUT.npy CKPT_DIR [--export] [--steps N]
 """
 import os
 import sys
@@ -22,7 +22,7 @@ tf.compat.v1.disable_eager_execution()
 BATCH, STEPS, DIM = 32, 100, 4
 
 
-def main(out, ckpt_dir, export):
+def main(out, ckpt_dir, export, steps=STEPS):
     server = rec_sdk.distribute.start_server()
     task = server.rec_sdk_task
     chief = task.task_index == 0
@@ -58,7 +58,7 @@ def main(out, ckpt_dir, export):
         open(os.path.join(here, "%s.ready" % ("chief" if chief else "worker")), "w").close()
         if chief:
             _wait_for(os.path.join(here, "worker.ready"))
-        for i in range(STEPS):
+        for i in range(steps):
             batch = rng.integers(task.task_index * 1000, task.task_index * 1000 + 500, BATCH)
             sess.run(train, {ids: batch})
             trained.append(batch)
@@ -76,4 +76,6 @@ def _wait_for(path, timeout=120):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], "--export" in sys.argv[3:])
+    extra = sys.argv[3:]
+    main(sys.argv[1], sys.argv[2], "--export" in extra,
+         int(extra[extra.index("--steps") + 1]) if "--steps" in extra else STEPS)
