@@ -319,6 +319,22 @@ def test_launch_runs_the_distributed_example_and_stops_everything():
     assert failed.returncode == 3, failed.stdout
 
 
+def test_the_training_example_trains_dlrm_on_ps_tasks():
+    """python -m rec_sdk.examples.train --api dynamic_embedding in a launched cluster (2 ps,
+    1 worker): DLRM's variables sharded over the ps tasks train and evaluate."""
+    result = subprocess.run(
+        [sys.executable, "-m", "rec_sdk.distribute.launch", "--ps", "2", "--workers", "1", "--",
+         sys.executable, "-m", "rec_sdk.examples.train", "--api", "dynamic_embedding",
+         "--model", "dlrm", "--data", "synthetic", "--rows", "5000", "--steps", "20",
+         "--eval-every", "20", "--batch-size", "128", "--eval-batch-size", "512"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert result.returncode == 0, result.stdout[-3000:]
+    final = [line for line in result.stdout.splitlines() if "[worker 0] final: eval AUC" in line]
+    assert final, result.stdout[-3000:]
+    assert 0.0 < float(final[0].split("AUC ")[1].split()[0]) <= 1.0
+
+
 def test_a_ps_task_without_the_library_is_a_clear_error(tmp_path):
     with ps_cluster(bare=(0,)) as cluster:
         result = _run_worker(cluster, tmp_path / "x.npz")

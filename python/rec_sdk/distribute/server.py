@@ -9,9 +9,12 @@ process is stopped (SIGTERM).
 """
 import argparse
 import json
+import os
 import sys
 
-from rec_sdk.distribute import ClusterTask, start_server, task_from_tf_config
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")  # TensorFlow's per-RunGraph info lines
+
+from rec_sdk.distribute import ClusterTask, start_server, task_from_tf_config  # noqa: E402
 
 
 def parse(argv):

@@ -5,6 +5,8 @@ or tf.estimator mode, on MovieLens-100k, the synthetic Criteo-schema data, or yo
     python -m rec_sdk.examples.train --model dcn_v2 --data movielens --mode estimator
     python -m rec_sdk.examples.train --model wide_deep --data criteo:day_0.tsv --logdir runs/w
     python -m rec_sdk.examples.train --data avazu:train.csv --access-threshold 2
+    python -m rec_sdk.distribute.launch --ps 2 --workers 1 -- \
+        python -m rec_sdk.examples.train --api dynamic_embedding --model dlrm --data synthetic
 
 --data: movielens | synthetic (generated in memory, --rows rows, Criteo's cardinalities times
 --scale) | criteo:PATH[,PATH...] (Criteo TSV) | avazu:PATH (Avazu CSV with header) |
@@ -13,6 +15,11 @@ fine); their first --eval-batches batches are held out for evaluation unless --e
 names other files. A progress bar shows samples/s; every --eval-every steps the model is
 evaluated (AUC, log loss). With --logdir, TensorBoard gets loss, step time, samples/s, AUC,
 log loss and every table's size, admitted, evicted and rejected counts.
+
+With TF_CONFIG set (a cluster, e.g. from rec_sdk.distribute.launch), --api
+dynamic_embedding places each variable's shards on the ps tasks (one shard per task) and the
+dense layers by replica_device_setter; each worker trains on its own slice of the data
+(asynchronously) and worker 0 evaluates and reports.
 """
 import argparse
 import collections
@@ -26,6 +33,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from rec_sdk import distribute  # noqa: E402
 from rec_sdk import dynamic_embedding as rec_sdk_de  # noqa: E402
 from rec_sdk.core.embedding import create_table, sparse_lookup  # noqa: E402
 from rec_sdk.core.feature_process import TableStatsHook  # noqa: E402
@@ -231,7 +239,7 @@ class DynamicEmbeddings(Embeddings):
     source (plus a dim-1 "wide" one for Wide&Deep), trained by
     DynamicEmbeddingOptimizer(AdamOptimizer)."""
 
-    def __init__(self, source, dim, learning_rate, wide, de=None, seed=0):
+    def __init__(self, source, dim, learning_rate, wide, de=None, seed=0, devices=None):
         de = rec_sdk_de if de is None else de
         self.de = de
         self.source = source
@@ -241,7 +249,7 @@ class DynamicEmbeddings(Embeddings):
         names = list(source.tables) + (["wide"] if wide else [])
         self.variables = {name: de.get_variable(
             "de_" + name, key_dtype=tf.int64, value_dtype=tf.float32,
-            dim=1 if name == "wide" else dim,
+            dim=1 if name == "wide" else dim, devices=devices,
             initializer=0.0 if name == "wide" else initializer) for name in names}
         self.trainables = []
 
@@ -275,11 +283,12 @@ class DynamicEmbeddings(Embeddings):
         return int(sum(sess.run([v.size() for v in self.variables.values()])))
 
 
-def make_embeddings(args, source):
-    """The embeddings the command line asks for (--api)."""
+def make_embeddings(args, source, devices=None):
+    """The embeddings the command line asks for (--api); devices: the shards' (a cluster's
+    ps tasks)."""
     if args.api == "dynamic_embedding":
         return DynamicEmbeddings(source, args.dim, args.learning_rate,
-                                 args.model == "wide_deep", seed=args.seed)
+                                 args.model == "wide_deep", seed=args.seed, devices=devices)
     return RecSdkEmbeddings(source, args.dim, args.learning_rate, args.model == "wide_deep",
                             args.access_threshold, args.seed)
 
@@ -315,22 +324,45 @@ def _train_op(args, embeddings, loss):
                                tf.compat.v1.train.get_or_create_global_step())
 
 
+def _cluster():
+    """(server, its ClusterTask) when TF_CONFIG names a cluster, else (None, None)."""
+    if not os.environ.get("TF_CONFIG"):
+        return None, None
+    server = distribute.start_server()
+    return server, distribute.current_task()
+
+
 def run_session(args, source, log):
-    """Session mode: one graph with a training and an evaluation iterator."""
+    """Session mode: one graph with a training and an evaluation iterator (in a cluster: this
+    worker's slice of the training data, the shards on the ps tasks)."""
     tf.compat.v1.set_random_seed(args.seed)
-    train_it = tf.compat.v1.data.make_one_shot_iterator(
-        source.train_dataset(args.batch_size, args.seed).prefetch(4))
-    eval_it = tf.compat.v1.data.make_initializable_iterator(
-        source.eval_dataset(args.eval_batch_size).prefetch(2))
-    embeddings = make_embeddings(args, source)
-    _, _, loss = build(args.model, source, embeddings, train_it.get_next(), True, args.dim)
-    eval_probs, eval_labels, _ = build(args.model, source, embeddings, eval_it.get_next(),
-                                       False, args.dim)
-    train_op = _train_op(args, embeddings, loss)
+    server, task = _cluster()
+    placement, devices, target, config = None, None, "", None
+    train_data = source.train_dataset(args.batch_size, args.seed)
+    if task is not None:
+        if args.api != "dynamic_embedding" or "ps" not in task.cluster.jobs:
+            raise ValueError("in a cluster (TF_CONFIG) this example trains --api "
+                             "dynamic_embedding with a ps job; the SDK API across processes "
+                             "is not built yet")
+        devices = distribute.ps_devices(server)
+        placement = tf.compat.v1.train.replica_device_setter(
+            worker_device="/job:worker/task:%d" % task.task_index, cluster=task.cluster)
+        target, config = server.target, distribute.worker_config(server)
+        workers = task.cluster.num_tasks("worker")
+        train_data = train_data.shard(workers, task.task_index)
+    with tf.compat.v1.device(placement):
+        train_it = tf.compat.v1.data.make_one_shot_iterator(train_data.prefetch(4))
+        eval_it = tf.compat.v1.data.make_initializable_iterator(
+            source.eval_dataset(args.eval_batch_size).prefetch(2))
+        embeddings = make_embeddings(args, source, devices)
+        _, _, loss = build(args.model, source, embeddings, train_it.get_next(), True, args.dim)
+        eval_probs, eval_labels, _ = build(args.model, source, embeddings, eval_it.get_next(),
+                                           False, args.dim)
+        train_op = _train_op(args, embeddings, loss)
     stats = {name: t.stats() for name, t in embeddings.tables.items()}
     writer = tf.compat.v1.summary.FileWriter(args.logdir) if args.logdir else None
     history, losses = [], []
-    with tf.compat.v1.Session() as sess:
+    with tf.compat.v1.Session(target, config=config) as sess:
         sess.run(tf.compat.v1.global_variables_initializer())
         progress = Progress(args.steps, "%s on %s" % (args.model, source.name))
         start = time.perf_counter()
