@@ -11,6 +11,8 @@ loopback interface per step (/proc/net/dev "lo" transmit bytes over the timed st
 directions, gRPC framing included) and per unique key.
 
 The in-process and ps runs alternate in --repeat rounds per layout; medians count.
+A second table: the DLRM model of rec_sdk.examples.train (--api dynamic_embedding, 26
+variables on the synthetic Criteo-schema data, batch 1,024, Adam) the same way.
 
     .venv/bin/python benchmarks/bench_distributed.py [--steps 30] [--ps 1,2,4] [--repeat 3]
 """
@@ -30,6 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_table import BATCH, DIM, zipf_batches  # noqa: E402
 
 import rec_sdk.distribute  # noqa: E402
+from rec_sdk.examples import train as examples_train  # noqa: E402
 from rec_sdk.distribute.launch import free_ports  # noqa: E402
 import rec_sdk.dynamic_embedding as de  # noqa: E402
 
@@ -84,6 +87,34 @@ def run(batches, warmup, devices, target="", config=None, worker_device="/CPU:0"
     return float(np.median(times)), sent / len(times), unique
 
 
+DLRM_BATCH = 1024
+
+
+def run_dlrm(source, steps, warmup, devices, target="", config=None, worker_device="/CPU:0"):
+    """run() for the DLRM model (train step of the example trainer's graph)."""
+    graph = tf.Graph()
+    with graph.as_default(), tf.device(worker_device):
+        tf.compat.v1.set_random_seed(0)
+        batch = tf.compat.v1.data.make_one_shot_iterator(
+            source.train_dataset(DLRM_BATCH, 0).repeat().prefetch(4)).get_next()
+        embeddings = examples_train.DynamicEmbeddings(source, 16, 0.001, False, devices=devices)
+        _, _, loss = examples_train.build("dlrm", source, embeddings, batch, True, 16)
+        dense = [v for v in tf.compat.v1.trainable_variables()
+                 if v not in embeddings.gradient_targets()]
+        train = embeddings.train_op(loss, dense, tf.compat.v1.train.AdamOptimizer(0.001))
+        init = tf.compat.v1.global_variables_initializer()
+    times, sent = [], 0
+    with tf.compat.v1.Session(target, graph=graph, config=config) as sess:
+        sess.run(init)
+        for i in range(steps + warmup):
+            before, start = _loopback_tx_bytes(), time.perf_counter()
+            sess.run(train)
+            if i >= warmup:
+                times.append(time.perf_counter() - start)
+                sent += _loopback_tx_bytes() - before
+    return float(np.median(times)), sent / len(times), float("nan")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=30)
@@ -104,6 +135,8 @@ def main():
     # The worker's server serves for the whole run: its cluster names every ps port; a
     # layout of n ps tasks uses (and starts) the first n.
     server = rec_sdk.distribute.start_server(cluster, "worker", 0)
+    source = examples_train.make_source("synthetic", rows=200_000, scale=0.05)
+    dlrm_rows = []
     for n in counts:
         processes = _start_ps(cluster, n)
         config = tf.compat.v1.ConfigProto(device_filters=[
@@ -114,6 +147,15 @@ def main():
                 local.append(run(batches, args.warmup, ["/CPU:0"] * n))
                 remote.append(run(batches, args.warmup, rec_sdk.distribute.ps_devices(server)[:n],
                                   server.target, config, "/job:worker/task:0"))
+            if n == 2:
+                local_dlrm, remote_dlrm = [], []
+                for _ in range(args.repeat):
+                    local_dlrm.append(run_dlrm(source, args.steps, args.warmup, ["/CPU:0"] * n))
+                    remote_dlrm.append(run_dlrm(
+                        source, args.steps, args.warmup, rec_sdk.distribute.ps_devices(server)[:n],
+                        server.target, config, "/job:worker/task:0"))
+                dlrm_rows.append((n, np.median(local_dlrm, axis=0), np.median(remote_dlrm,
+                                                                               axis=0)))
         finally:
             for p in processes:
                 p.send_signal(signal.SIGKILL)
@@ -126,6 +168,14 @@ def main():
         print("| %d | %.2f | %.2f | %.2fx | %.2f MB | %.0f |" % (
             n, local[0] * 1e3, remote[0] * 1e3, local[0] / remote[0], remote[1] / 1e6,
             remote[1] / remote[2]))
+    if dlrm_rows:
+        print("\nDLRM (26 variables, batch %d):\n" % DLRM_BATCH)
+        print("| shards | in-process ms | ps tasks (1 worker) ms | ps / in-process steps/s | "
+              "loopback bytes/step |")
+        print("|---|---|---|---|---|")
+        for n, local, remote in dlrm_rows:
+            print("| %d | %.2f | %.2f | %.2fx | %.2f MB |" % (
+                n, local[0] * 1e3, remote[0] * 1e3, local[0] / remote[0], remote[1] / 1e6))
 
 
 if __name__ == "__main__":
