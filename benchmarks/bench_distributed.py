@@ -33,7 +33,7 @@ from bench_table import BATCH, DIM, zipf_batches  # noqa: E402
 
 import rec_sdk.distribute  # noqa: E402
 from rec_sdk.examples import train as examples_train  # noqa: E402
-from rec_sdk.distribute.launch import free_ports  # noqa: E402
+from rec_sdk.distribute.launch import local_cluster  # noqa: E402
 import rec_sdk.dynamic_embedding as de  # noqa: E402
 
 tf.compat.v1.disable_eager_execution()
@@ -74,17 +74,23 @@ def run(batches, warmup, devices, target="", config=None, worker_device="/CPU:0"
         train = de.DynamicEmbeddingOptimizer(
             tf.compat.v1.train.AdamOptimizer(0.001)).minimize(loss)
         init = tf.compat.v1.global_variables_initializer()
+    unique = float(np.mean([np.unique(b).size for b in batches[warmup:]]))
+    return _timed(graph, init, target, config, warmup,
+                  [(train, {keys: batch}) for batch in batches]) + (unique,)
+
+
+def _timed(graph, init, target, config, warmup, runs):
+    """(median seconds, loopback bytes per step) of the (fetch, feed) runs after warmup."""
     times, sent = [], 0
     with tf.compat.v1.Session(target, graph=graph, config=config) as sess:
         sess.run(init)
-        for i, batch in enumerate(batches):
+        for i, (fetch, feed) in enumerate(runs):
             before, start = _loopback_tx_bytes(), time.perf_counter()
-            sess.run(train, {keys: batch})
+            sess.run(fetch, feed)
             if i >= warmup:
                 times.append(time.perf_counter() - start)
                 sent += _loopback_tx_bytes() - before
-    unique = float(np.mean([np.unique(b).size for b in batches[warmup:]]))
-    return float(np.median(times)), sent / len(times), unique
+    return float(np.median(times)), sent / len(times)
 
 
 DLRM_BATCH = 1024
@@ -103,16 +109,8 @@ def run_dlrm(source, steps, warmup, devices, target="", config=None, worker_devi
                  if v not in embeddings.gradient_targets()]
         train = embeddings.train_op(loss, dense, tf.compat.v1.train.AdamOptimizer(0.001))
         init = tf.compat.v1.global_variables_initializer()
-    times, sent = [], 0
-    with tf.compat.v1.Session(target, graph=graph, config=config) as sess:
-        sess.run(init)
-        for i in range(steps + warmup):
-            before, start = _loopback_tx_bytes(), time.perf_counter()
-            sess.run(train)
-            if i >= warmup:
-                times.append(time.perf_counter() - start)
-                sent += _loopback_tx_bytes() - before
-    return float(np.median(times)), sent / len(times), float("nan")
+    return _timed(graph, init, target, config, warmup,
+                  [(train, None)] * (steps + warmup)) + (float("nan"),)
 
 
 def main():
@@ -124,14 +122,12 @@ def main():
     args = parser.parse_args()
     batches = zipf_batches(args.steps + args.warmup)
     counts = [int(n) for n in args.ps.split(",")]
-    ports = free_ports(max(counts) + 1)
     print("machine: %s, %d cores, TensorFlow %s" % (platform.processor() or platform.machine(),
                                                     os.cpu_count(), tf.__version__))
     print("batch %d keys, dim %d, %d timed steps after %d" % (BATCH, DIM, args.steps,
                                                               args.warmup))
     rows = []
-    cluster = {"ps": ["127.0.0.1:%d" % p for p in ports[:max(counts)]],
-               "worker": ["127.0.0.1:%d" % ports[-1]]}
+    cluster = local_cluster(max(counts), 1)
     # The worker's server serves for the whole run: its cluster names every ps port; a
     # layout of n ps tasks uses (and starts) the first n.
     server = rec_sdk.distribute.start_server(cluster, "worker", 0)

@@ -16,7 +16,7 @@ import tensorflow as tf
 
 import rec_sdk.distribute as dist
 from rec_sdk.distribute import server as server_main
-from rec_sdk.distribute.launch import free_ports
+from rec_sdk.distribute.launch import free_ports, local_cluster
 from rec_sdk.ops.loader import explain_missing_library
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -65,9 +65,7 @@ def ps_cluster(num_ps=2, bare=(), recipe=(), num_workers=1):
     a bare tf.distribute.Server, those in `recipe` TFRA's ps recipe: import the module, then
     a bare server) and num_workers worker slots; yields the cluster dict. The processes are killed on
     exit, also when the test fails."""
-    ports = free_ports(num_ps + num_workers)
-    cluster = {"ps": ["127.0.0.1:%d" % p for p in ports[:num_ps]],
-               "worker": ["127.0.0.1:%d" % p for p in ports[num_ps:]]}
+    cluster = local_cluster(num_ps, num_workers)
     processes = []
     try:
         for i in range(num_ps):

@@ -33,8 +33,6 @@ _current = [None]  # the ClusterTask whose server this process started
 _REDUCTIONS = {"sum": ("Add", "Id"), "mean": ("Add", "Div"), "max": ("Max", "Id"),
                "min": ("Min", "Id"), "prod": ("Mul", "Id")}
 
-_JOBS = ("chief", "worker", "ps", "evaluator")
-
 
 class ClusterTask:
     """A cluster (tf.train.ClusterSpec) and this process's task in it (job name, index)."""
@@ -117,25 +115,35 @@ def _task_of(where):
     return task
 
 
+def _cluster_of(where):
+    return where if isinstance(where, tf.train.ClusterSpec) else _task_of(where).cluster
+
+
+def _device(job, index):
+    return "/job:%s/replica:0/task:%d/device:CPU:0" % (job, index)
+
+
+def _training_tasks(cluster):
+    """[(job, index)] of the training tasks in rank order: the chief (if any), the workers."""
+    return [(job, i) for job in ("chief", "worker") if job in cluster.jobs
+            for i in cluster.task_indices(job)]
+
+
 def ps_devices(where, job_name="ps"):
     """One device per task of the ps job (the `devices` of a de.Variable sharded over them):
     "/job:ps/replica:0/task:<i>/device:CPU:0". where: a server from start_server, a
     ClusterTask or a tf.train.ClusterSpec."""
-    cluster = where if isinstance(where, tf.train.ClusterSpec) else _task_of(where).cluster
+    cluster = _cluster_of(where)
     if job_name not in cluster.jobs:
         raise ValueError("the cluster has no %r job (jobs: %s)"
                          % (job_name, ", ".join(sorted(cluster.jobs))))
-    return ["/job:%s/replica:0/task:%d/device:CPU:0" % (job_name, i)
-            for i in cluster.task_indices(job_name)]
+    return [_device(job_name, i) for i in cluster.task_indices(job_name)]
 
 
 def worker_devices(where):
     """The devices of the training tasks, in rank order: the chief's (if the cluster has one),
     then each worker's ("/job:worker/replica:0/task:<i>/device:CPU:0")."""
-    cluster = where if isinstance(where, tf.train.ClusterSpec) else _task_of(where).cluster
-    return ["/job:%s/replica:0/task:%d/device:CPU:0" % (job, i)
-            for job in ("chief", "worker") if job in cluster.jobs
-            for i in cluster.task_indices(job)]
+    return [_device(job, i) for job, i in _training_tasks(_cluster_of(where))]
 
 
 def worker_config(where, collective=False):
@@ -144,15 +152,15 @@ def worker_config(where, collective=False):
     that all_reduce), it sees every training task too, and the first leads the collective
     group."""
     task = _task_of(where)
-    filters = ["/job:%s" % job for job in ("ps",) if job in task.cluster.jobs]
-    own = "/job:%s/task:%d" % (task.job_name, task.task_index)
-    training = [d.replace("/replica:0", "").rsplit("/device:", 1)[0]
-                for d in worker_devices(task)]
-    filters += training if collective and own in training else [own]
+    filters = ["/job:ps"] if "ps" in task.cluster.jobs else []
+    training = _training_tasks(task.cluster)
+    if collective and (task.job_name, task.task_index) in training:
+        filters += ["/job:%s/task:%d" % t for t in training]
+    else:
+        filters.append("/job:%s/task:%d" % (task.job_name, task.task_index))
     config = tf.compat.v1.ConfigProto(device_filters=filters)
     if collective and training:
-        config.experimental.collective_group_leader = worker_devices(task)[0].rsplit(
-            "/device:", 1)[0]
+        config.experimental.collective_group_leader = "/job:%s/replica:0/task:%d" % training[0]
     return config
 
 
@@ -170,7 +178,7 @@ def all_reduce(tensor, reduction="sum", task=None, name=None):
     devices = worker_devices(task) if task is not None else []
     if len(devices) <= 1:
         return tf.identity(tensor, name=name)
-    own = "/job:%s/replica:0/task:%d/device:CPU:0" % (task.job_name, task.task_index)
+    own = _device(task.job_name, task.task_index)
     if own not in devices:
         raise ValueError("all_reduce runs in the training tasks (%s), not in %s"
                          % (", ".join(devices), own))

@@ -17,7 +17,6 @@ FIND_OR_INSERT_OP = OP_NAMESPACE + ">TableFindOrInsert"
 CONFIGURE_ADMISSION_OP = OP_NAMESPACE + ">TableConfigureAdmission"
 UNIQUE_OP = OP_NAMESPACE + ">UniqueKeys"
 TRAINABLE_ROWS_OP = OP_NAMESPACE + ">TrainableRows"
-TABLE_OP = OP_NAMESPACE + ">EmbeddingTable"
 RESTORE_OP = OP_NAMESPACE + ">TableRestore"
 
 
