@@ -24,6 +24,7 @@ WORKER = os.path.join(HERE, "distribute", "de_worker.py")
 ASYNC_WORKER = os.path.join(HERE, "distribute", "async_worker.py")
 RECOVER_WORKER = os.path.join(HERE, "distribute", "recover_worker.py")
 ALLREDUCE_WORKER = os.path.join(HERE, "distribute", "allreduce_worker.py")
+RANK_WORKER = os.path.join(HERE, "distribute", "rank_worker.py")
 BARE_SERVER = ("import json, os, tensorflow as tf; c = json.loads(os.environ['TF_CONFIG']); "
                "s = tf.distribute.Server(c['cluster'], job_name='ps', "
                "task_index=c['task']['index']); print('rec_sdk server', flush=True); s.join()")
@@ -288,6 +289,142 @@ def test_dense_data_parallel_training_with_all_reduce_matches_one_process(tmp_pa
         assert got["total"].tolist() == [3, 30] and float(got["largest"]) == 1.0
     with pytest.raises(ValueError, match="reduction must be one of"):
         dist.all_reduce(tf.constant(1.0), "avg")
+
+
+def _rank_cluster(ranks, chief=False):
+    """{"worker": [...]} (or a chief and ranks - 1 workers) on free ports, with each task's
+    (job, index) in rank order."""
+    ports = free_ports(ranks)
+    if chief:
+        cluster = {"chief": ["127.0.0.1:%d" % ports[0]],
+                   "worker": ["127.0.0.1:%d" % p for p in ports[1:]]}
+        return cluster, [("chief", 0)] + [("worker", i) for i in range(ranks - 1)]
+    return ({"worker": ["127.0.0.1:%d" % p for p in ports]},
+            [("worker", i) for i in range(ranks)])
+
+
+def _run_ranks(ranks, out, *args, chief=False):
+    """Runs rank_worker.py as `ranks` ranks of a cluster (all must succeed); -> the loaded
+    outputs in rank order."""
+    cluster, tasks = _rank_cluster(ranks, chief)
+    _run_together([([RANK_WORKER, str(out) + "-{rank}.npz"] + list(args),
+                    _env(cluster, job, index)) for job, index in tasks])
+    return [dict(np.load(str(out) + "-%d.npz" % rank)) for rank in range(ranks)]
+
+
+def _run_local(out, *args):
+    """rank_worker.py in one process (no TF_CONFIG) -> its output."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    env.pop("TF_CONFIG", None)
+    result = subprocess.run([sys.executable, RANK_WORKER, str(out)] + [str(a) for a in args],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:]
+    return dict(np.load(out))
+
+
+def _union(shards):
+    """The shards' exports as one table, sorted by key (rows, slots, admission counts)."""
+    keys = np.concatenate([s["keys"] for s in shards])
+    order = np.argsort(keys, kind="stable")
+    access = np.concatenate([s["access_keys"] for s in shards])
+    aorder = np.argsort(access, kind="stable")
+    return {"keys": keys[order],
+            "values": np.concatenate([s["values"] for s in shards])[order],
+            "slots": np.concatenate([s["slots"] for s in shards], 1)[:, order],
+            "access_keys": access[aorder],
+            "counts": np.concatenate([s["counts"] for s in shards])[aorder]}
+
+
+@pytest.fixture(scope="module")
+def sdk_two_ranks(tmp_path_factory):
+    """The SDK-API model trained 12 steps by a chief and a worker (rank 0 saving a checkpoint
+    at the end), and by one process on the global batches."""
+    tmp = tmp_path_factory.mktemp("sdk_ranks")
+    ranks = _run_ranks(2, tmp / "rank", "--checkpoint", tmp / "ckpt", "--save", chief=True)
+    local = _run_local(tmp / "local.npz", "--local", 2)
+    return ranks, local, tmp / "ckpt"
+
+
+def test_sdk_api_two_ranks_train_as_one_process_with_the_global_batch(sdk_two_ranks):
+    """create_table + two sparse_lookups with admission (access_threshold=2), steps_to_live
+    eviction by EvictHook, lazy Adam with all2all_gradients_op="sum_gradients_and_div_by_
+    ranksize", dense gradients through hccl_ops.allreduce, MonitoredTrainingSession: 2 ranks
+    on their own batches end with the table (rows, slots, admission counts), the dense
+    weights, the losses and eval lookups of one process that trains on both batches. Each rank
+    holds exactly the keys with abs(key % 2) == rank; counts are sums over the ranks (a key
+    seen once on each rank in a step is admitted in that step)."""
+    ranks, local, _ = sdk_two_ranks
+    for rank, shard in enumerate(ranks):
+        assert (int(shard["rank"]), int(shard["ranks"])) == (rank, 2)
+        assert len(shard["keys"]) and np.all(np.abs(np.fmod(shard["keys"], 2)) == rank)
+    assert int(local["ranks"]) == 1
+    np.testing.assert_allclose((ranks[0]["losses"] + ranks[1]["losses"]) / 2, local["losses"],
+                               rtol=1e-5, atol=1e-6)
+    for shard in ranks:
+        np.testing.assert_allclose(shard["w"], local["w"], rtol=1e-5, atol=1e-6)
+    union = _union(ranks)
+    np.testing.assert_array_equal(union["keys"], local["keys"])
+    np.testing.assert_allclose(union["values"], local["values"], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(union["slots"], local["slots"], rtol=1e-5, atol=1e-7)
+    np.testing.assert_array_equal(union["access_keys"], local["access_keys"])
+    np.testing.assert_array_equal(union["counts"], local["counts"])
+    assert (union["counts"] >= 2).any() and len(local["keys"]) < 45  # admission and eviction
+    evaluated = np.empty_like(local["eval"])
+    evaluated[0::2], evaluated[1::2] = ranks[0]["eval"], ranks[1]["eval"]
+    np.testing.assert_allclose(evaluated, local["eval"], rtol=1e-5, atol=1e-6)
+    assert (local["eval"] == -1.0).all(-1).any()  # unknown keys read serving_default_value
+
+
+def test_sdk_api_checkpoint_of_two_ranks_restores_into_three_ranks_and_one_process(
+        sdk_two_ranks, tmp_path):
+    """Rank 0's Saver (MonitoredTrainingSession's) writes each rank's shard (emb@<r>of2); 3
+    ranks restore it (each shard keeping abs(key % 3) == rank) and so does one process: the
+    tables and the dense weights are identical."""
+    ranks, _, checkpoint = sdk_two_ranks
+    shards = sorted(os.listdir(checkpoint / "sparse-model.ckpt-12"))
+    assert shards == ["emb@0of2", "emb@1of2"]
+    saved = _union(ranks)
+    three = _run_ranks(3, tmp_path / "three", "--checkpoint", checkpoint, "--steps", 0)
+    for rank, shard in enumerate(three):
+        assert np.all(np.abs(np.fmod(shard["keys"], 3)) == rank)
+        np.testing.assert_array_equal(shard["w"], ranks[0]["w"])
+    one = _run_local(tmp_path / "one.npz", "--local", 1, "--checkpoint", checkpoint,
+                     "--steps", 0)
+    for restored in (_union(three), _union([one])):
+        for key, value in saved.items():
+            np.testing.assert_array_equal(restored[key], value)
+    np.testing.assert_array_equal(one["w"], ranks[0]["w"])
+
+
+def test_sdk_api_a_killed_rank_fails_the_others_clearly_and_a_restart_resumes(tmp_path):
+    """Rank 1 of 2 is killed (SIGKILL) before step 5: rank 0 stops at once with RankLostError
+    naming the lost task (MonitoredTrainingSession would otherwise wait for it forever), and
+    the checkpoint it saved every 2 steps restarts both ranks, which train on from its step."""
+    cluster, tasks = _rank_cluster(2)
+    checkpoint = tmp_path / "ckpt"
+    processes = [subprocess.Popen(
+        [sys.executable, RANK_WORKER, str(tmp_path / "x-{rank}.npz"), "--steps", "1000",
+         "--die-at", "5", "--checkpoint", str(checkpoint), "--save", "--save-every", "2"],
+        env=_env(cluster, job, index), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True) for job, index in tasks]
+    try:
+        output = processes[0].communicate(timeout=120)[0]
+        processes[1].wait(timeout=60)
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
+    assert processes[1].returncode == -signal.SIGKILL
+    assert processes[0].returncode == 1, output[-3000:]
+    assert "RankLostError: a training task of this synchronous cluster stopped or failed " \
+        "(task /job:worker/replica:0/task:1)" in output, output[-3000:]
+    saved = tf.train.latest_checkpoint(str(checkpoint))
+    assert saved is not None and int(saved.rsplit("-", 1)[1]) in (2, 4)
+    resumed = _run_ranks(2, tmp_path / "resumed", "--checkpoint", checkpoint, "--steps", 3)
+    assert [int(r["step"]) for r in resumed] == [int(saved.rsplit("-", 1)[1]) + 3] * 2
+    assert all(len(r["keys"]) for r in resumed)
 
 
 def test_launch_runs_the_distributed_example_and_stops_everything():

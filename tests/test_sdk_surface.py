@@ -4,6 +4,7 @@ pipeline ops (set_threshold against a NumPy admission reference), eos_map, tf_ve
 the lookup collections, FeatureSpec naming, thresholds from FeatureSpecs and configs,
 timestamps, Saver directories, padding keys, optimizer learning-rate attributes, and the
 errors for what rec_sdk does not have."""
+import json
 import logging
 import time
 
@@ -113,12 +114,51 @@ def test_hccl_ops_rank_of_one_process():
     assert hccl_ops.get_local_rank_size() == 1 and hccl_ops.get_device_id() == 0
 
 
-def test_init_refuses_several_ranks(monkeypatch):
-    with pytest.raises(ValueError, match="rank_size=2: rec_sdk trains in one process"):
+def test_init_takes_the_ranks_from_the_cluster(monkeypatch):
+    """Without a cluster a process is rank 0 of 1 (other rank options and mpirun are errors);
+    with TF_CONFIG its rank is its place among the chief and the workers, and its tables are
+    shards placed on its own task (rank 0 also has a handle of every other rank's shard)."""
+    with pytest.raises(ValueError, match="rank_size=2, but this process is one of 1 "):
         init(rank_size=2)
     monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "4")
-    with pytest.raises(ValueError, match="OMPI_COMM_WORLD_SIZE=4 ranks"):
+    with pytest.raises(ValueError, match="OMPI_COMM_WORLD_SIZE=4 MPI ranks"):
         init()
+    monkeypatch.delenv("OMPI_COMM_WORLD_SIZE")
+    cluster = {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2", "127.0.0.1:3"]}
+    for index, rank in ((1, 2), (0, 1)):
+        monkeypatch.setenv("TF_CONFIG", json.dumps(
+            {"cluster": cluster, "task": {"type": "worker", "index": index}}))
+        with pytest.raises(ValueError, match="rank_id=0, but this process is rank %d of 3"
+                           % rank):
+            init(rank_id=0)
+        init(rank_size=3)
+        assert (hccl_ops.get_rank_id(), hccl_ops.get_rank_size()) == (rank, 3)
+        assert (initialize.get_rank_id(), ConfigInitializer.get_instance().rank_size) == (rank, 3)
+        with tf.Graph().as_default():
+            table = create_table(tf.int64, 4, "t", tf.compat.v1.zeros_initializer(),
+                                 device_vocabulary_size=300)
+            assert table.ranks.rank == rank and list(table.ranks.shards) == [rank]
+            assert table.handle.device == "/job:worker/replica:0/task:%d/device:CPU:0" % index
+            assert table.capacity_rows == 100  # the vocabulary is divided over the ranks
+            reduced = npu_hccl_ops.allreduce(tf.constant([1.0]), "sum")
+            assert reduced.op.type == "CollectiveReduceV2"
+        initialize.terminate_config_initializer()
+        assert hccl_ops.get_rank_size() == 1
+    monkeypatch.setenv("TF_CONFIG", json.dumps(
+        {"cluster": {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"]},
+         "task": {"type": "chief", "index": 0}}))
+    init()
+    with tf.Graph().as_default():
+        table = create_table(tf.int64, 4, "t", tf.compat.v1.zeros_initializer(),
+                             device_vocabulary_size=10)
+        assert sorted(table.ranks.shards) == [0, 1]
+        assert table.ranks.shards[1].handle.device == "/job:worker/replica:0/task:0/device:CPU:0"
+    initialize.terminate_config_initializer()
+    monkeypatch.setenv("TF_CONFIG", json.dumps(
+        {"cluster": dict(cluster, ps=["127.0.0.1:4"]), "task": {"type": "chief", "index": 0}}))
+    init()
+    with tf.Graph().as_default(), pytest.raises(ValueError, match="the cluster has ps tasks"):
+        create_table(tf.int64, 4, "t", tf.compat.v1.zeros_initializer())
 
 
 # ---- ConfigInitializer and initialize -----------------------------------------------------

@@ -30,8 +30,8 @@ from tensorflow.python.framework import ops as tf_ops
 
 from rec_sdk.constants.constants import TABLE_COLLECTION
 from rec_sdk.core.table import SparseEmbedding, table_from_op, tables_of_graph
+from rec_sdk.distribute import ranks
 from rec_sdk.ops import table_ops
-from rec_sdk.util.communication import hccl_ops
 from rec_sdk.util.graph_state import state_of
 from rec_sdk.util.log import logger
 from rec_sdk.util.validation import check_bool, check_int
@@ -98,10 +98,10 @@ def track(table):
         save_dir = tf.compat.v1.placeholder(tf.string, [], name="save_dir")
         delta = tf.compat.v1.placeholder_with_default(False, [], name="delta")
         restore_dirs = tf.compat.v1.placeholder(tf.string, [None], name="restore_dirs")
-        rank_id = tf.compat.v1.placeholder_with_default(
-            tf.constant(hccl_ops.get_rank_id(), tf.int64), [], name="rank_id")
-        rank_size = tf.compat.v1.placeholder_with_default(
-            tf.constant(hccl_ops.get_rank_size(), tf.int64), [], name="rank_size")
+        rank_id = tf.compat.v1.placeholder_with_default(tf.constant(0, tf.int64), [],
+                                                        name="rank_id")
+        rank_size = tf.compat.v1.placeholder_with_default(tf.constant(1, tf.int64), [],
+                                                          name="rank_size")
         table_ops.restore(table.handle, restore_dirs, rank_id, rank_size, name="restore")
         table_ops.save(table.handle, save_dir, delta, name="save")
         commit_id = tf.compat.v1.placeholder(tf.int64, [], name="commit_id")
@@ -114,9 +114,22 @@ def track(table):
     install()
 
 
+def _units(table):
+    """[(directory name, table object whose checkpoint ops run, rank, rank count)]: how a table
+    is saved and restored. A table in one process: itself, as <table_name>. A table sharded
+    over ranks (rec_sdk.distribute.ranks): rank 0 saves and restores every rank's shard, as
+    <table_name>@<rank>of<ranks>, each by an op on the shard's own task; other ranks nothing."""
+    if table.ranks is None:
+        return [(table.table_name, table, 0, 1)]
+    if table.ranks.rank != 0:
+        return []
+    return [(table.ranks.checkpoint_dir_name(table.table_name, rank), shard, rank,
+             table.ranks.size) for rank, shard in sorted(table.ranks.shards.items())]
+
+
 def _tables(sess, tables):
     if tables is None:
-        return [t for t in tables_of_graph(sess.graph) if t.is_save]
+        return [t for t in tables_of_graph(sess.graph) if t.is_save and _units(t)]
     if isinstance(tables, SparseEmbedding):
         tables = [tables]
     if not isinstance(tables, (list, tuple)) or not all(
@@ -153,8 +166,9 @@ def save_tables(sess, directory, tables=None, delta=False):
 def _commit(sess, tables, save_ids):
     """Marks the saves durable: later deltas follow them."""
     for table in tables:
-        ops = table.checkpoint_ops
-        sess.run(ops["commit"], {ops["commit_id"]: save_ids[table.table_name]})
+        for unit, shard, _, _ in _units(table):
+            ops = shard.checkpoint_ops
+            sess.run(ops["commit"], {ops["commit_id"]: save_ids[unit]})
 
 
 def _write_tables(sess, directory, tables, delta=False):
@@ -172,11 +186,13 @@ def _write_tables(sess, directory, tables, delta=False):
     try:
         rows, save_ids = {}, {}
         for table in tables:
-            ops = table.checkpoint_ops
-            count, save_id = sess.run([ops["save"], ops["save_id"]], {
-                ops["save_dir"]: os.path.join(tmp, table.table_name), ops["delta"]: delta})
-            rows[table.table_name] = int(count)
-            save_ids[table.table_name] = int(save_id)
+            rows[table.table_name] = 0
+            for unit, shard, _, _ in _units(table):
+                ops = shard.checkpoint_ops
+                count, save_id = sess.run([ops["save"], ops["save_id"]], {
+                    ops["save_dir"]: os.path.join(tmp, unit), ops["delta"]: delta})
+                rows[table.table_name] += int(count)
+                save_ids[unit] = int(save_id)
         _fsync_dir(tmp)
         old = None
         if os.path.exists(directory):
@@ -265,10 +281,11 @@ def _existing(directory):
 def restore_tables(sess, directories, tables=None, rank_id=None, rank_size=None, deltas=()):
     """Restores `tables` (default: every table of sess.graph with is_save=True) from one
     checkpoint table directory, or from a list of them (the directories written by several
-    ranks), keeping the keys with abs(key % rank_size) == rank_id (default: this process's
-    rank, rec_sdk.util.communication.hccl_ops), then applies the delta
-    directories `deltas` (from save_tables(delta=True), single rank) in order.
-    Returns {table_name: rows}.
+    processes), then applies the delta directories `deltas` (from save_tables(delta=True),
+    one process) in order. A checkpoint of any number of ranks restores into any other: a
+    table sharded over ranks keeps in each shard the keys with abs(key % ranks) == rank;
+    a table in one process keeps every key (or, with rank_id and rank_size given, those
+    with abs(key % rank_size) == rank_id). Returns {table_name: rows}.
     Raises tf.errors.NotFoundError naming a missing directory, DataLossError naming a
     corrupted file (the table is then left empty)."""
     if isinstance(directories, (str, bytes, os.PathLike)):
@@ -277,11 +294,11 @@ def restore_tables(sess, directories, tables=None, rank_id=None, rank_size=None,
             isinstance(d, (str, bytes, os.PathLike)) for d in directories):
         raise TypeError("restore_tables: directories must be a checkpoint directory or a "
                         "non-empty list of them, got %r" % (directories,))
-    rank_size = check_int("rank_size", hccl_ops.get_rank_size() if rank_size is None
-                          else rank_size, 1, 2**31 - 1)
-    rank_id = check_int("rank_id", hccl_ops.get_rank_id() if rank_id is None else rank_id, 0,
-                        rank_size - 1)
-    if deltas and (rank_size != 1 or len(directories) != 1):
+    if rank_size is not None or rank_id is not None:
+        rank_size = check_int("rank_size", 1 if rank_size is None else rank_size, 1,
+                              2**31 - 1)
+        rank_id = check_int("rank_id", 0 if rank_id is None else rank_id, 0, rank_size - 1)
+    if deltas and (rank_size not in (None, 1) or len(directories) != 1):
         raise ValueError("restore_tables: deltas apply to one full checkpoint restored whole "
                          "(rank_size=1, one directory), got rank_size=%d and %d directories"
                          % (rank_size, len(directories)))
@@ -298,36 +315,69 @@ def restore_tables(sess, directories, tables=None, rank_id=None, rank_size=None,
         remove_leftovers(parent)
     rows = {}
     for table in _tables(sess, tables):
-        table_dirs = [os.path.join(d, table.table_name) for d in found]
-        other_shards = None
-        for path in table_dirs:
-            if not os.path.isdir(path):
-                other_shards = _other_shard_dirs(found, table, rank_size, deltas)
+        rows[table.table_name] = 0
+        for _, shard, shard_rank, shard_count in _units(table):
+            if table.ranks is None and rank_size is not None:
+                shard_rank, shard_count = rank_id, rank_size
+            table_dirs = _saved_dirs(found, table.table_name)
+            if table_dirs is None:
+                other_shards = _other_shard_dirs(found, table, shard_count, deltas)
                 if other_shards is None:
                     raise tf.errors.NotFoundError(
-                        None, None, "table %r is not in the rec_sdk checkpoint %r"
-                        % (table.table_name, os.path.dirname(path)))
-        if other_shards is not None:
-            rows[table.table_name] = _restore_resharded(sess, table, other_shards)
-            continue
-        ops = table.checkpoint_ops
-        count, note = sess.run([ops["restore"], ops["restore_note"]], {
-            ops["restore_dirs"]: table_dirs, ops["rank_id"]: rank_id,
-            ops["rank_size"]: rank_size})
-        note = note.decode() if isinstance(note, bytes) else note
-        if note:
-            logger.info("rec_sdk: table %r: %s", table.table_name, note)
-            if "dropped" in note:
-                logger.warning("rec_sdk: table %r: %s", table.table_name, note)
-        rows[table.table_name] = int(count)
+                        None, None, "table %r is not in the rec_sdk checkpoint %s"
+                        % (table.table_name, ", ".join(map(repr, found))))
+                rows[table.table_name] += _restore_resharded(sess, table, other_shards)
+                continue
+            rows[table.table_name] += _restore_shard(sess, shard, table_dirs, shard_rank,
+                                                     shard_count)
         for delta in deltas:
             path = os.path.join(os.path.abspath(delta), table.table_name)
             if not os.path.isdir(path):
                 raise tf.errors.NotFoundError(None, None, "table %r is not in the delta "
                                               "checkpoint %r" % (table.table_name, delta))
-            rows[table.table_name] += int(sess.run(ops["apply_delta"],
-                                                   {ops["save_dir"]: path}))
+            rows[table.table_name] += int(sess.run(table.checkpoint_ops["apply_delta"],
+                                                   {table.checkpoint_ops["save_dir"]: path}))
     return rows
+
+
+def _restore_shard(sess, shard, table_dirs, rank, ranks):
+    """Runs a table's (or shard's) restore op on `table_dirs` keeping the keys of `rank` of
+    `ranks`; logs the op's note. Returns the rows restored."""
+    ops = shard.checkpoint_ops
+    count, note = sess.run([ops["restore"], ops["restore_note"]], {
+        ops["restore_dirs"]: table_dirs, ops["rank_id"]: rank, ops["rank_size"]: ranks})
+    note = note.decode() if isinstance(note, bytes) else note
+    if note:
+        logger.info("rec_sdk: table %r: %s", shard.table_name, note)
+        if "dropped" in note:
+            logger.warning("rec_sdk: table %r: %s", shard.table_name, note)
+    return int(count)
+
+
+_RANK_SHARD_NAME = re.compile(r"^(.*)@(\d+)of(\d+)$")
+
+
+def _saved_dirs(found, table_name):
+    """The directories holding table `table_name` in the checkpoint directories `found`: its
+    own (saved in one process), or those of every rank's shard (<name>@<rank>of<ranks>, all
+    of them); None if some checkpoint directory has neither."""
+    dirs = []
+    for directory in found:
+        own = os.path.join(directory, table_name)
+        if os.path.isdir(own):
+            dirs.append(own)
+            continue
+        counts = {int(m.group(3)) for m in map(_RANK_SHARD_NAME.match, os.listdir(directory))
+                  if m is not None and m.group(1) == table_name}
+        for count in sorted(counts):
+            shards = [os.path.join(directory, ranks.CHECKPOINT_SHARD_FORMAT
+                                   % (table_name, rank, count)) for rank in range(count)]
+            if all(os.path.isdir(d) for d in shards):
+                dirs.extend(shards)
+                break
+        else:
+            return None
+    return dirs
 
 
 _SHARD_NAME = re.compile(r"^(.*)_mht_(\d+)of(\d+)$")
@@ -456,7 +506,7 @@ def _saver_tables(saver, sess):
     the graph with is_save (a var_list without tables leaves them all in, so that no table is
     ever left out of a checkpoint by accident)."""
     chosen = getattr(saver, "_rec_sdk_tables", None)
-    return list(chosen) if chosen is not None else _tables(sess, None)
+    return [t for t in chosen if _units(t)] if chosen is not None else _tables(sess, None)
 
 
 def install():

@@ -18,7 +18,7 @@ from tensorflow.python.framework import tensor_util
 
 from rec_sdk_graph_rewrite.iterator_sources import GET_NEXT_OPS
 import rec_sdk
-from rec_sdk import saver
+from rec_sdk import distribute, saver
 from rec_sdk.constants.constants import (ASCEND_SPARSE_LOOKUP_ENTRANCE, LOOKUP_COLLECTIONS,
                                          MAX_VOCABULARY_SIZE, MULTI_LOOKUP_TIMES,
                                          All2allGradientsOp, ApplyGradientsStrategy,
@@ -29,6 +29,8 @@ from rec_sdk.core.initializer_spec import describe_initializer
 from rec_sdk.core.table import (SparseEmbedding, table_of,  # noqa: F401 (re-exported)
                                 tables_of_graph)
 from rec_sdk.core import anchors
+from rec_sdk.distribute import ranks
+from rec_sdk.distribute.ranks import RankShards
 from rec_sdk.ops import table_ops
 from rec_sdk.util import initialize
 from rec_sdk.util.validation import INT32_MAX, check_bool, check_float, check_int
@@ -142,17 +144,59 @@ def create_table(key_dtype, dim, name, emb_initializer, device_vocabulary_size=1
         if capacity_rows < 1:
             raise ValueError("table %r needs device_vocabulary_size + host_vocabulary_size >= 1 "
                              "without dynamic expansion, got 0" % name)
-    table = SparseEmbedding(name, key_dtype, dim, spec, dynamic_expansion, capacity_rows,
-                            device_rows, host_vocabulary_size, ssd_vocabulary_size,
-                            tuple(ssd_data_path), is_save, init_param,
-                            steps_to_live=steps_to_live, evict_when_full=evict_when_full,
-                            track_changes=config.is_incremental_checkpoint)
+
+    def shard():
+        return SparseEmbedding(name, key_dtype, dim, spec, dynamic_expansion, capacity_rows,
+                               device_rows, host_vocabulary_size, ssd_vocabulary_size,
+                               tuple(ssd_data_path), is_save, init_param,
+                               steps_to_live=steps_to_live, evict_when_full=evict_when_full,
+                               track_changes=config.is_incremental_checkpoint)
+
+    shards = _rank_shards(name, rank_size, options["divide_gradients"])
+    if shards is None:
+        table = shard()
+    else:
+        with tf.device(shards.device):
+            table = shard()
+        table.ranks = shards
     table.padding_keys = options["padding_keys"]
     table.padding_keys_mask = options["padding_keys_mask"]
     table.padding_keys_len = options["padding_keys_len"]
     tf.compat.v1.add_to_collection(rec_sdk.TABLE_COLLECTION, table)
-    saver.track(table)
+    if table.ranks is None:
+        saver.track(table)
+        return table
+    shards.shards[shards.rank] = table
+    if shards.rank == 0:
+        # Rank 0 saves and restores every rank's shard (each by an op on the shard's own task,
+        # which reads or writes its files): a handle of each other shard, by name.
+        for rank, device in enumerate(shards.devices):
+            if rank != 0:
+                with tf.device(device):
+                    shards.shards[rank] = shard()
+    for rank, other in sorted(shards.shards.items()):
+        with tf.device(shards.devices[rank]):
+            saver.track(other)
     return table
+
+
+def _rank_shards(name, rank_size, divide_gradients):
+    """Where a new table's shards go: None in one process, else a RankShards over the
+    training tasks of this process's cluster."""
+    if rank_size == 1:
+        return None
+    task = distribute.training_task()
+    if task is None:
+        raise ValueError("create_table(name=%r): init() found %d ranks but this process is not "
+                         "a training task of a cluster (TF_CONFIG)" % (name, rank_size))
+    if "ps" in task.cluster.jobs:
+        raise ValueError(
+            "create_table(name=%r): the cluster has ps tasks; tables of the SDK API are "
+            "sharded over the ranks (the chief and worker tasks) and trained synchronously. "
+            "Use a cluster without ps tasks, or de.Variable(devices=rec_sdk.distribute."
+            "ps_devices(server)) to shard over ps tasks" % name)
+    rank, size = distribute.rank_of(task)
+    return RankShards(task, rank, size, distribute.worker_devices(task), divide_gradients)
 
 
 def _table_options(name, options):
@@ -161,13 +205,16 @@ def _table_options(name, options):
     where = "create_table(name=%r)" % (name,)
     if "is_dp" in options:
         check_bool("is_dp", options.pop("is_dp"))
+    chosen = {}
     for key, enum_class in (("all2all_gradients_op", All2allGradientsOp), ("mode", MxRecMode),
                             ("apply_gradients_strategy", ApplyGradientsStrategy)):
         if key in options:
             try:
-                enum_class.mapping(options.pop(key))
+                chosen[key] = enum_class.mapping(options.pop(key))
             except KeyError as error:
                 raise ValueError("%s: %s: %s" % (where, key, error.args[0])) from None
+    divide = (chosen.get("all2all_gradients_op") ==
+              All2allGradientsOp.SUM_GRADIENTS_AND_DIV_BY_RANKSIZE)
     if "shard_num" in options:
         check_int("shard_num", options.pop("shard_num"), 1, INT32_MAX)
     for key in ("enable_merge", "fusion_optimizer_var"):
@@ -189,7 +236,8 @@ def _table_options(name, options):
     if keys is None:
         if mask:
             raise ValueError("%s: padding_keys_mask=True needs padding_keys" % where)
-        return {"padding_keys": (), "padding_keys_mask": False, "padding_keys_len": None}
+        return {"padding_keys": (), "padding_keys_mask": False, "padding_keys_len": None,
+                "divide_gradients": divide}
     if isinstance(keys, numbers.Integral) and not isinstance(keys, bool):
         keys = [keys]
     if not isinstance(keys, (list, tuple)) or not keys or not all(
@@ -204,7 +252,7 @@ def _table_options(name, options):
         raise ValueError("%s: padding_keys=%r needs padding_keys_len (the keys per step in "
                          "static-shape mode)" % (where, keys))
     return {"padding_keys": tuple(sorted({int(k) for k in keys})), "padding_keys_mask": True,
-            "padding_keys_len": length}
+            "padding_keys_len": length, "divide_gradients": divide}
 
 
 def _parse_access_and_evict_config(config, where):
@@ -604,10 +652,25 @@ def _rows(table, keys, is_train, counts, times, send_count, lookup_name):
         check, limit = _send_count_check(table, lookup_name, tf.size(keys), send_count)
         checks.append(check)
     with tf.control_dependencies(checks):
-        addresses = table.find_or_insert(keys, is_train, counts=counts, times=times,
-                                         name="find_or_insert", lookup=lookup_name)
+        if table.ranks is None:
+            rows = _shard_rows(table, keys, is_train, counts, times, lookup_name)
+        else:
+            # A table sharded over ranks: the owners of the keys look them up.
+            rows = ranks.exchange_rows(
+                table, keys, counts, times, table.clock == "timestamp",
+                lambda owned, owned_counts, owned_times: _shard_rows(
+                    table, owned, is_train, owned_counts, owned_times, lookup_name))
+    rows["limit"] = limit
+    return rows
+
+
+def _shard_rows(table, keys, is_train, counts, times, lookup_name):
+    """find_or_insert then gather in this process's table (or shard): {"emb", "addresses",
+    "trained"}."""
+    addresses = table.find_or_insert(keys, is_train, counts=counts, times=times,
+                                     name="find_or_insert", lookup=lookup_name)
     local_emb, trained = _gather(table, keys, addresses, is_train)
-    return {"emb": local_emb, "addresses": addresses, "trained": trained, "limit": limit}
+    return {"emb": local_emb, "addresses": addresses, "trained": trained}
 
 
 def _feature_spec_lookup(table, spec, send_count, is_train, lookup_name, batch, is_grad,

@@ -85,6 +85,9 @@ class SparseEmbedding(tf.saved_model.experimental.TrackableResource):
         # True for a de.Variable's shards: the variable serializes them together (so that a
         # checkpoint restores into another number of shards).
         self.saved_by_owner = False
+        # In a cluster of several ranks: where this table's shards are (the SDK API's
+        # tables; see rec_sdk.distribute.ranks); None in one process.
+        self.ranks = None
 
     def _create_resource(self):
         """The table op (TrackableResource: SavedModel re-creates the table with it)."""

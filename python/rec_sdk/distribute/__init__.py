@@ -19,17 +19,24 @@ TF_CONFIG is TensorFlow's: {"cluster": {"ps": ["host:port", ...], "worker": [...
 "chief": [...]}, "task": {"type": "ps", "index": 0}}.
 """
 import json
+import math
 import os
+import threading
+import weakref
 
 import tensorflow as tf
 
 from rec_sdk.ops.loader import load_ops
-from rec_sdk.util.graph_state import state_of
 
-__all__ = ["ClusterTask", "task_from_tf_config", "start_server", "current_task", "ps_devices",
-           "worker_devices", "worker_config", "all_reduce"]
+__all__ = ["ClusterTask", "task_from_tf_config", "start_server", "current_task", "training_task",
+           "rank_of", "ps_devices", "worker_devices", "worker_config", "all_reduce", "all_gather",
+           "all_gather_varying"]
 
 _current = [None]  # the ClusterTask whose server this process started
+# Collective instance keys used so far, per graph: the n-th collective built in a graph gets
+# the same key in every task, since every task builds the same graph.
+_instances = weakref.WeakKeyDictionary()
+_instances_lock = threading.Lock()
 _REDUCTIONS = {"sum": ("Add", "Id"), "mean": ("Add", "Div"), "max": ("Max", "Id"),
                "min": ("Min", "Id"), "prod": ("Mul", "Id")}
 
@@ -164,9 +171,49 @@ def worker_config(where, collective=False):
     return config
 
 
+def training_task():
+    """This process's ClusterTask when it is one of several training tasks (chief, workers) of
+    a cluster: the task start_server started, else TF_CONFIG's (a script whose server
+    tf.estimator starts). None otherwise: one process, or a ps task."""
+    task = current_task()
+    if task is None and os.environ.get("TF_CONFIG"):
+        config = json.loads(os.environ["TF_CONFIG"])
+        if config.get("cluster") and config.get("task", {}).get("type") in ("chief", "worker"):
+            task = task_from_tf_config(config)
+    if task is None or len(_training_tasks(task.cluster)) <= 1:
+        return None
+    if (task.job_name, task.task_index) not in _training_tasks(task.cluster):
+        return None
+    return task
+
+
+def rank_of(task):
+    """(rank, rank count) of a training task: its place among worker_devices(task)."""
+    training = _training_tasks(task.cluster)
+    return training.index((task.job_name, task.task_index)), len(training)
+
+
+def _collective_call(task, name, keys=1):
+    """(own device, group size, the first of `keys` new instance keys of the graph) of a
+    collective of `task` (default current_task()), or None with one training task or none."""
+    task = task or current_task()
+    devices = worker_devices(task) if task is not None else []
+    if len(devices) <= 1:
+        return None
+    own = _device(task.job_name, task.task_index)
+    if own not in devices:
+        raise ValueError("%s runs in the training tasks (%s), not in %s"
+                         % (name, ", ".join(devices), own))
+    graph = tf.compat.v1.get_default_graph()
+    with _instances_lock:
+        instance = _instances.get(graph, 0) + 1
+        _instances[graph] = instance - 1 + keys
+    return own, len(devices), instance
+
+
 def all_reduce(tensor, reduction="sum", task=None, name=None):
     """`tensor` reduced over the training tasks (all_reduce runs in every task's graph, built
-    in the same order: the n-th all_reduce of each graph meets the n-th of the others):
+    in the same order: the n-th collective of each graph meets the n-th of the others):
     TensorFlow's CollectiveReduceV2 on CPU over the cluster's gRPC runtime. reduction:
     "sum", "mean", "max", "min" or "prod". task: default current_task(); with one training
     task (or none) the tensor itself. The task's server and sessions need
@@ -174,21 +221,61 @@ def all_reduce(tensor, reduction="sum", task=None, name=None):
     if reduction not in _REDUCTIONS:
         raise ValueError("reduction must be one of %s, got %r" % (", ".join(_REDUCTIONS),
                                                                  reduction))
-    task = task or current_task()
-    devices = worker_devices(task) if task is not None else []
-    if len(devices) <= 1:
+    call = _collective_call(task, "all_reduce")
+    if call is None:
         return tf.identity(tensor, name=name)
-    own = _device(task.job_name, task.task_index)
-    if own not in devices:
-        raise ValueError("all_reduce runs in the training tasks (%s), not in %s"
-                         % (", ".join(devices), own))
-    state = state_of(tf.compat.v1.get_default_graph())
-    with state.lock:
-        state.collectives += 1
-        instance = state.collectives
+    own, size, instance = call
     merge, final = _REDUCTIONS[reduction]
     with tf.device(own), tf.name_scope(name or "all_reduce"):
         return tf.raw_ops.CollectiveReduceV2(
-            input=tf.convert_to_tensor(tensor), group_size=tf.constant(len(devices)),
+            input=tf.convert_to_tensor(tensor), group_size=tf.constant(size),
             group_key=tf.constant(1), instance_key=tf.constant(instance), ordering_token=[],
             merge_op=merge, final_op=final)
+
+
+def all_gather(tensor, task=None, name=None):
+    """Every training task's `tensor` (the same shape in each) concatenated along the first
+    dimension in rank order (worker_devices): TensorFlow's CollectiveGatherV2, built and run
+    as all_reduce is. With one training task (or none) the tensor itself."""
+    call = _collective_call(task, "all_gather")
+    if call is None:
+        return tf.identity(tensor, name=name)
+    own, size, instance = call
+    with tf.device(own), tf.name_scope(name or "all_gather"):
+        return tf.raw_ops.CollectiveGatherV2(
+            input=tf.convert_to_tensor(tensor), group_size=tf.constant(size),
+            group_key=tf.constant(1), instance_key=tf.constant(instance), ordering_token=[])
+
+
+_SIZE_CLASSES = 32  # powers of two: the rows all_gather_varying pads to
+
+
+def all_gather_varying(tensor, width, task=None, name=None):
+    """all_gather of tensors whose first dimension changes from step to step: each task's
+    `tensor` ([n, ...], n <= `width`, width the same scalar tensor in every task, e.g. the
+    all_gather'ed maximum) is padded with zeros to `padded` rows, the power of two >= width.
+    -> (the gathered [N * padded, ...], padded). TensorFlow's collectives fix the shape of
+    a collective instance at its first run, so each power of two has its own instance key
+    (chosen at run time): padding costs at most twice the bytes, and any size works."""
+    call = _collective_call(task, "all_gather", keys=_SIZE_CLASSES)
+    width = tf.maximum(tf.cast(width, tf.int64), 1)
+    if call is None:
+        return tf.identity(tensor, name=name), tf.cast(width, tf.int32)
+    own, size, first = call
+    with tf.device(own), tf.name_scope(name or "all_gather_varying"):
+        tensor = tf.convert_to_tensor(tensor)
+        power = tf.cast(tf.math.ceil(tf.math.log(tf.cast(width, tf.float64)) / math.log(2.0)),
+                        tf.int64)
+        power += tf.cast(tf.bitwise.left_shift(tf.constant(1, tf.int64), power) < width,
+                         tf.int64)  # a log rounded down
+        padded = tf.bitwise.left_shift(tf.constant(1, tf.int64), power)
+        check = tf.debugging.assert_less(power, tf.constant(_SIZE_CLASSES, tf.int64),
+                                         message="all_gather_varying: width over 2**31")
+        rows = tf.cast(padded, tf.int32)
+        pad = [[0, rows - tf.shape(tensor)[0]]] + [[0, 0]] * (tensor.shape.rank - 1)
+        with tf.control_dependencies([check]):
+            gathered = tf.raw_ops.CollectiveGatherV2(
+                input=tf.pad(tensor, pad), group_size=tf.constant(size),
+                group_key=tf.constant(1),
+                instance_key=tf.cast(power, tf.int32) + first, ordering_token=[])
+        return gathered, rows

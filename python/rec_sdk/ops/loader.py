@@ -103,9 +103,44 @@ def explain_missing_library(error):
                                  else "a process of the cluster", found.group(1), message))
 
 
+class RankLostError(tf.errors.FailedPreconditionError):
+    """A collective (rec_sdk.distribute's all_reduce / all_gather, the SDK API's ranks) failed
+    because a training task of the cluster is gone: synchronous training cannot go on."""
+
+
+_COLLECTIVE_FAILURE = re.compile(r"Collective ops is aborted|Ring(Gather|Reducer)|collective",
+                                 re.IGNORECASE)
+_REASON = re.compile(r"aborted by|connect|socket|unavailable", re.IGNORECASE)
+
+
+def explain_lost_rank(error, graph):
+    """For an UnavailableError or AbortedError of a collective of `graph` (a task of the
+    cluster stopped), a RankLostError saying so and what to do; None for any other error.
+    MonitoredTrainingSession retries those two error types forever (it recreates its session
+    and waits for the task), while TensorFlow's collectives in this process cannot be reset:
+    the error it raises instead ends the training clearly."""
+    message = getattr(error, "message", str(error))
+    if not isinstance(error, (tf.errors.UnavailableError, tf.errors.AbortedError)) or \
+            not _COLLECTIVE_FAILURE.search(message) or not any(
+                op.type.startswith("Collective") for op in graph.get_operations()):
+        return None
+    where = _REMOTE.search(message)
+    lines = [line for line in message.splitlines() if line.strip()]
+    reason = next((line for line in lines if _REASON.search(line)), lines[0] if lines else "")
+    return RankLostError(
+        getattr(error, "node_def", None), getattr(error, "op", None),
+        "a training task of this synchronous cluster stopped or failed (%s): the ranks train "
+        "in lockstep and cannot go on without it, and TensorFlow's collectives cannot be "
+        "reset in a running process. Stop every training task and start them all again: "
+        "they restore the last checkpoint (rank 0 restores every rank's table shard). "
+        "TensorFlow said: %s" % ("task " + where.group(1).rstrip(":") if where
+                                 else "a peer task", reason.strip()))
+
+
 def _install_session_run_explanation():
     """tf.compat.v1.Session.run re-raises a missing-library error as explain_missing_library
-    words it (other errors and results pass through untouched)."""
+    words it, and a collective's failure when a task is gone as explain_lost_rank does
+    (other errors and results pass through untouched)."""
     run = tf.compat.v1.Session.run
     if getattr(run, "rec_sdk_explains", False):
         return
@@ -115,6 +150,11 @@ def _install_session_run_explanation():
             return run(self, *args, **kwargs)
         except tf.errors.NotFoundError as e:
             clear = explain_missing_library(e)
+            if clear is None:
+                raise
+            raise clear from e
+        except (tf.errors.UnavailableError, tf.errors.AbortedError) as e:
+            clear = explain_lost_rank(e, self.graph)
             if clear is None:
                 raise
             raise clear from e

@@ -11,7 +11,9 @@ applied by one op per table, updating only those rows.
 """
 import tensorflow as tf
 
+from rec_sdk.constants.constants import LOOKUP_COLLECTIONS
 from rec_sdk.core.table import SparseEmbedding, table_of, tables_of_graph
+from rec_sdk.distribute import ranks
 from rec_sdk.ops import table_ops
 from rec_sdk.util import initialize
 from rec_sdk.util.validation import check_float
@@ -92,8 +94,14 @@ class SparseOptimizer(tf.compat.v1.train.Optimizer):
             # Gradient of a tf.gather over the looked-up rows: sum it onto those rows.
             rows = table_ops.sum_rows(tf.reshape(grad.values, [-1, table.dim]),
                                       tf.cast(grad.indices, tf.int32), tf.size(addresses))
-            return table, addresses, rows, unique
-        return table, addresses, tf.reshape(tf.convert_to_tensor(grad), [-1, table.dim]), unique
+        else:
+            rows = tf.reshape(tf.convert_to_tensor(grad), [-1, table.dim])
+        if ranks.exchange_of(var) is not None:
+            # A lookup of a table sharded over ranks: the gradients go to the keys' owners,
+            # which sum them over the ranks; this rank updates the keys it owns.
+            addresses, rows = ranks.owner_gradients(var, rows)
+            return table, addresses, rows, True
+        return table, addresses, rows, unique
 
     def apply_gradients(self, grads_and_vars, global_step=None, name=None):
         """Updates the rows of every table in grads_and_vars; returns the training op."""
@@ -128,6 +136,10 @@ class SparseOptimizer(tf.compat.v1.train.Optimizer):
                                                                tf.concat(rows, 0))
                     updates.append(self._apply(table, addresses, rows))
             finished = self._finish(updates)
+            sharded = [by_table[t][0].ranks for t in order if by_table[t][0].ranks is not None]
+            if sharded:
+                # Every rank's shard is updated before the step ends on any rank.
+                finished = ranks.barrier(finished, sharded[0].task)
             if global_step is not None:
                 with tf.control_dependencies(tf.nest.flatten(finished)):
                     return tf.compat.v1.assign_add(global_step, 1).op
@@ -136,8 +148,20 @@ class SparseOptimizer(tf.compat.v1.train.Optimizer):
     def compute_gradients(self, loss, var_list=None):
         """[(gradient, table)] for var_list (default: every table of the graph)."""
         tables = list(var_list) if var_list is not None else tables_of_graph()
-        grads = tf.gradients(loss, [t.handle for t in tables])
-        return list(zip(grads, tables))
+        pairs = []
+        local = [t for t in tables if t.ranks is None]
+        pairs.extend(zip(tf.gradients(loss, [t.handle for t in local]), local))
+        for table in tables:
+            if table.ranks is not None:
+                # Rows of a table sharded over ranks come from their owners: the gradients
+                # are those of this rank's lookups, paired with their exchanges.
+                lookups = [(emb, trained) for emb, trained in zip(
+                    tf.compat.v1.get_collection(LOOKUP_COLLECTIONS[0]),
+                    tf.compat.v1.get_collection(LOOKUP_COLLECTIONS[1]))
+                    if table_of(trained) is table]
+                grads = tf.gradients(loss, [emb for emb, _ in lookups])
+                pairs.extend((grad, trained) for grad, (_, trained) in zip(grads, lookups))
+        return pairs
 
     def minimize(self, loss, global_step=None, var_list=None, name=None):
         """compute_gradients then apply_gradients, for the tables in var_list (default all)."""

@@ -62,8 +62,9 @@ class GraphState:
         # second dedup for them.
         self.unique_keys = set()
         self.row_ranges = set()
-        # Collective ops built so far (rec_sdk.distribute.all_reduce numbers their instances).
-        self.collectives = 0
+        # {token tensor name: its forward exchange} of lookups of tables sharded over ranks
+        # (rec_sdk.distribute.ranks)
+        self.rank_exchanges = {}
 
     def lookups_of(self, table_name):
         """The TableLookups of table `table_name` (made on first use)."""

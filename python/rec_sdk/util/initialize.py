@@ -14,6 +14,7 @@ import tensorflow as tf
 
 from rec_sdk.constants.constants import (EVAL_CHANNEL_ID, GET_CONFIG_INSTANCE_ERR_MSG,
                                          TRAIN_CHANNEL_ID, EnvOption, apply_gradients_strategy)
+from rec_sdk import distribute
 from rec_sdk.util import graph_state
 from rec_sdk.util.communication import hccl_ops
 from rec_sdk.util.log import logger
@@ -152,26 +153,36 @@ class ConfigInitializer:
         return hccl_ops.get_rank_size()
 
 
-def _check_single_process(options):
+def _ranks(options):
+    """(rank, rank count) of this process: its place among the training tasks of its cluster
+    (rec_sdk.distribute.training_task), else 0 of 1. rank_id / rank_size options, when
+    given, must say the same."""
     world = os.environ.get(EnvOption.OMPI_COMM_WORLD_SIZE.value)
     if world is not None and world.strip() not in ("", "1"):
-        raise ValueError("this process was started as one of %s=%s ranks; rec_sdk trains in "
-                         "one process (rank 0 of 1) for now: start one process"
+        raise ValueError("this process was started as one of %s=%s MPI ranks; rec_sdk's ranks "
+                         "are the training tasks of a TensorFlow cluster: start each with "
+                         "TF_CONFIG (see rec_sdk.distribute.launch) instead of mpirun"
                          % (EnvOption.OMPI_COMM_WORLD_SIZE.value, world))
+    task = distribute.training_task()
+    rank, size = distribute.rank_of(task) if task is not None else (0, 1)
     rank_id = options.pop("rank_id", None)
     rank_size = options.pop("rank_size", None)
-    if rank_size is not None and check_int("rank_size", rank_size, 1, INT32_MAX) != 1:
-        raise ValueError("rank_size=%d: rec_sdk trains in one process (rank 0 of 1) for now"
-                         % rank_size)
-    if rank_id is not None and check_int("rank_id", rank_id, 0, INT32_MAX) != 0:
-        raise ValueError("rank_id=%d: rec_sdk trains in one process (rank 0 of 1) for now"
-                         % rank_id)
+    if rank_size is not None and check_int("rank_size", rank_size, 1, INT32_MAX) != size:
+        raise ValueError("rank_size=%d, but this process is one of %d training processes (%s); "
+                         "the ranks are the chief and worker tasks of TF_CONFIG's cluster"
+                         % (rank_size, size, "a cluster" if task else "no TF_CONFIG cluster"))
+    if rank_id is not None and check_int("rank_id", rank_id, 0, INT32_MAX) != rank:
+        raise ValueError("rank_id=%d, but this process is rank %d of %d (its place among the "
+                         "chief and worker tasks of TF_CONFIG's cluster)" % (rank_id, rank, size))
+    return rank, size
 
 
 def _check_options(kwargs):
     options = dict(kwargs)
-    _check_single_process(options)
+    options["ranks"] = _ranks(options)
     for key, value in options.items():
+        if key == "ranks":
+            continue
         if key in _PERFORMANCE_OPTIONS or key in _BOOL_OPTIONS:
             check_bool(key, value)
         elif key in _UNSUPPORTED_OPTIONS:
@@ -204,7 +215,9 @@ def init(max_steps=-1, train_steps=-1, eval_steps=-1, save_steps=-1, use_dynamic
         changes for rec_sdk.saver.save_tables(..., delta=True).
       bind_cpu, use_hot, use_lccl, use_shm_swap, use_mpi: the SDK's performance switches,
         checked (bool) and without effect on CPU.
-      rank_id, rank_size: 0 and 1 (one process).
+      rank_id, rank_size: optional; this process's rank is its place among the training
+        tasks (chief, then workers) of its cluster (TF_CONFIG, or rec_sdk.distribute's
+        start_server), 0 of 1 without one; given values must agree.
       Other options of the SDK that rec_sdk does not have are errors (timed checkpoints) or
       are logged and ignored (unknown ones, as the SDK does).
     The environment variable APPLY_GRADIENTS_STRATEGY is checked here.
@@ -223,7 +236,7 @@ def init(max_steps=-1, train_steps=-1, eval_steps=-1, save_steps=-1, use_dynamic
         if ConfigInitializer._single_instance is not None:
             raise RuntimeError("rec_sdk is already initialised: init() may be called once; "
                                "call terminate_config_initializer() before calling it again")
-        hccl_ops.set_rank_info(0, 1)
+        hccl_ops.set_rank_info(*options.pop("ranks"))
         ConfigInitializer._single_instance = ConfigInitializer(
             use_dynamic=use_dynamic, use_dynamic_expansion=use_dynamic_expansion,
             options=options, **steps)
@@ -236,6 +249,7 @@ def terminate_config_initializer():
     """Releases rec_sdk's configuration; init() may then be called again."""
     with _lock:
         ConfigInitializer._single_instance = None
+        hccl_ops.set_rank_info(0, 1)
 
 
 def is_initialized():

@@ -2,8 +2,9 @@
 `npu_ops`, which the SDK takes from the NPU bridge, with their CPU meaning.
 
 * `hccl_ops.allreduce(tensor, reduction)`: the reduction of `tensor` over the training
-  processes; one process holds the only copy, so it is the tensor itself ("sum", "max",
-  "min" and "prod" alike).
+  processes ("sum", "max", "min" or "prod"): over the ranks of a cluster,
+  rec_sdk.distribute.all_reduce (TensorFlow's CollectiveReduceV2); in one process, the
+  tensor itself.
 * `npu_ops.dropout(x, keep_prob, ...)`: dropout keeping each element with probability
   keep_prob and scaling kept ones by 1 / keep_prob (tf.nn.dropout with rate 1 - keep_prob).
 """
@@ -11,6 +12,7 @@ import types
 
 import tensorflow as tf
 
+from rec_sdk import distribute
 from rec_sdk.util.communication import hccl_ops as _ranks
 
 _REDUCTIONS = ("sum", "max", "min", "prod")
@@ -21,10 +23,9 @@ def _allreduce(tensor, reduction, fusion=1, fusion_id=-1, group="hccl_world_grou
     if reduction not in _REDUCTIONS:
         raise ValueError("allreduce: reduction must be one of %s, got %r"
                          % (list(_REDUCTIONS), reduction))
-    if _ranks.get_rank_size() != 1:
-        raise ValueError("allreduce over %d processes is not available: rec_sdk trains in "
-                         "one process" % _ranks.get_rank_size())
-    return tf.identity(tensor)
+    if _ranks.get_rank_size() == 1:
+        return tf.identity(tensor)
+    return distribute.all_reduce(tensor, reduction, task=distribute.training_task())
 
 
 def _dropout(x, keep_prob, noise_shape=None, seed=None, name=None):

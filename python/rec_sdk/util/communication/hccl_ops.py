@@ -1,11 +1,11 @@
 """This process's place among the training processes (mirrors
 mx_rec.util.communication.hccl_ops): `get_rank_id()`, `get_rank_size()`.
 
-This module is the one place that knows the rank: `create_table` (per-rank table sizes),
-the tables' checkpoint ops (which keys a rank restores) and scripts read it here.
-rec_sdk trains in one process today: rank 0 of 1, with or without init(). A process started
-with several ranks (mpirun's OMPI_COMM_WORLD_SIZE > 1, or init(rank_size=N)) is refused by
-init() with an error saying so.
+This module is the one place that knows the rank: `create_table` (per-rank shards and
+sizes) and scripts read it here. A single process is rank 0 of 1, with or without init().
+In a cluster (rec_sdk.distribute: TF_CONFIG or start_server), init() sets the rank to this
+process's place among the training tasks (chief first, then the workers) and the size to
+their number.
 """
 import threading
 
@@ -18,8 +18,8 @@ _local_rank_size = 1
 def set_rank_info(rank_id, rank_size, local_rank_size=None):
     """Records this process's rank (called by init and by a cluster start)."""
     global _rank_id, _rank_size, _local_rank_size
-    if rank_size != 1:
-        raise ValueError("rank_size=%r: rec_sdk trains in one process for now" % (rank_size,))
+    if rank_size < 1:
+        raise ValueError("rank_size must be >= 1, got %r" % (rank_size,))
     if not 0 <= rank_id < rank_size:
         raise ValueError("rank_id must be in [0, rank_size=%d), got %d" % (rank_size, rank_id))
     with _lock:

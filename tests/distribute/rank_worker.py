@@ -1,0 +1,126 @@
+"""A rank of tests/test_distribute.py's SDK-API tests: a CTR model whose table is created with
+create_table under init() and trained by lazy Adam (feature admission on, two lookups of the
+table per step, keys unseen for 3 steps evicted by an EvictHook every 4 steps), its dense
+layer by gradient descent on gradients summed with hccl_ops.allreduce, in
+MonitoredTrainingSession.
+
+    python rank_worker.py OUT.npz [--local N] [--steps S] [--checkpoint DIR] [--save]
+                          [--save-every K] [--die-at STEP]
+
+"{rank}" in OUT is replaced by the rank.
+
+With TF_CONFIG this process is one rank of the cluster's training tasks; it trains on its own
+batches. With --local N one process trains on the batches of all N ranks at once (their
+concatenation: the global batch). --steps 0 restores DIR and exports only. --save: rank 0
+saves DIR at the end (MonitoredTrainingSession's checkpoint); every rank restores DIR when it
+holds a checkpoint. Writes the losses, the dense weights, an eval lookup and this process's
+shard (keys, rows, slots, admission counts) to OUT.npz.
+"""
+import argparse
+import os
+import signal
+
+import numpy as np
+import tensorflow as tf
+
+import rec_sdk
+from rec_sdk.util.initialize import init
+import rec_sdk.distribute as dist
+from rec_sdk.core.embedding import create_table, sparse_lookup
+from rec_sdk.core.feature_process import EvictHook
+from rec_sdk.ops import table_ops
+from rec_sdk.optimizers.lazy_adam_by_addr import create_hash_optimizer_by_address
+from rec_sdk.util.communication import hccl_ops
+from rec_sdk.util.tf_version_adapter import hccl_ops as hccl_adapter
+
+tf.compat.v1.disable_eager_execution()
+BATCH, VOCAB, DIM = 8, 40, 4
+EVAL_IDS = np.arange(-6, VOCAB + 6, dtype=np.int64).reshape(-1, 4)
+
+
+def batch(rank, step):
+    rng = np.random.default_rng(1000 * step + rank)
+    ids_a = rng.integers(-5, VOCAB // 2, size=(BATCH, 3)).astype(np.int64)
+    ids_b = rng.integers(VOCAB // 2, VOCAB, size=(BATCH, 2)).astype(np.int64)
+    labels = (rng.random((BATCH, 1)) < 0.4).astype(np.float32)
+    return ids_a, ids_b, labels
+
+
+def global_batch(ranks, step):
+    parts = [batch(r, step) for r in range(ranks)]
+    return tuple(np.concatenate(p, 0) for p in zip(*parts))
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out")
+    parser.add_argument("--local", type=int, default=0)
+    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--checkpoint", default=None)
+    parser.add_argument("--save", action="store_true")
+    parser.add_argument("--save-every", type=int, default=0)
+    parser.add_argument("--die-at", type=int, default=-1,
+                        help="rank 1 kills itself (SIGKILL) before this step")
+    args = parser.parse_args()
+    server = None
+    if not args.local:
+        server = dist.start_server(collective=True)
+    init(use_dynamic_expansion=True)
+    rank, ranks = hccl_ops.get_rank_id(), hccl_ops.get_rank_size()
+    tf.compat.v1.set_random_seed(7)  # dense variables start equal on every rank
+    rows = (args.local or 1) * BATCH
+    ids_a = tf.compat.v1.placeholder(tf.int64, [rows, 3])
+    ids_b = tf.compat.v1.placeholder(tf.int64, [rows, 2])
+    labels = tf.compat.v1.placeholder(tf.float32, [rows, 1])
+    step = tf.compat.v1.train.get_or_create_global_step()
+    table = create_table(tf.int64, DIM, "emb", tf.compat.v1.truncated_normal_initializer(
+        seed=3), device_vocabulary_size=1000, steps_to_live=3,
+        all2all_gradients_op="sum_gradients_and_div_by_ranksize")
+    admit = {"access_threshold": 2}
+    emb_a = sparse_lookup(table, ids_a, name="lookup_a", access_and_evict_config=admit)
+    emb_b = sparse_lookup(table, ids_b, name="lookup_b", access_and_evict_config=admit)
+    features = tf.concat([tf.reduce_sum(emb_a, 1), tf.reduce_sum(emb_b, 1)], 1)
+    w = tf.compat.v1.get_variable("w", [2 * DIM, 1])
+    loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(
+        labels=labels, logits=tf.matmul(features, w)))
+    sparse_opt = create_hash_optimizer_by_address(learning_rate=0.05)
+    local_embs = tf.compat.v1.get_collection(rec_sdk.ASCEND_SPARSE_LOOKUP_LOCAL_EMB)
+    addresses = tf.compat.v1.get_collection(rec_sdk.ASCEND_SPARSE_LOOKUP_ID_OFFSET)
+    sparse_train = sparse_opt.apply_gradients(zip(tf.gradients(loss, local_embs), addresses))
+    dense_grad = hccl_adapter.allreduce(tf.gradients(loss, w)[0], "sum") / ranks
+    with tf.control_dependencies([sparse_train]):
+        train = tf.group(w.assign_sub(0.1 * dense_grad), step.assign_add(1))
+    eval_emb = sparse_lookup(table, tf.constant(EVAL_IDS[rank::ranks]), is_train=False,
+                             name="eval", serving_default_value=-1.0)
+    export = table.export()
+    access = table_ops.export_access(table.handle)
+
+    config = dist.worker_config(server, collective=True) if server else None
+    losses = []
+    with tf.compat.v1.train.MonitoredTrainingSession(
+            master=server.target if server else "", is_chief=True,
+            checkpoint_dir=args.checkpoint,
+            save_checkpoint_steps=(args.save_every or args.steps) if (args.save and rank == 0)
+            else None,
+            save_checkpoint_secs=None, save_summaries_steps=None, save_summaries_secs=None,
+            log_step_count_steps=None, config=config,
+            hooks=[EvictHook(evict_enable=True, evict_step_interval=4)]) as sess:
+        for s in range(args.steps):
+            if s == args.die_at and rank == 1:
+                os.kill(os.getpid(), signal.SIGKILL)
+            a, b, y = batch(rank, s) if not args.local else global_batch(args.local, s)
+            _, value = sess.run([train, loss], {ids_a: a, ids_b: b, labels: y})
+            losses.append(value)
+        # The eval lookup's exchange waits for every rank (rank 0 restores every shard
+        # before its first step); the export comes after it.
+        evaluated = sess.run(eval_emb)
+        (keys, values, slots), (akeys, _, counts), weights, last = sess.run(
+            [export, access, w, step])
+    order, aorder = np.argsort(keys), np.argsort(akeys)
+    np.savez(args.out.replace("{rank}", str(rank)), losses=np.array(losses), w=weights, eval=evaluated, keys=keys[order],
+             values=values[order], slots=slots[:, order], access_keys=akeys[aorder],
+             counts=counts[aorder], rank=rank, ranks=ranks, step=last)
+
+
+if __name__ == "__main__":
+    main()
