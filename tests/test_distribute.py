@@ -376,6 +376,28 @@ def test_sdk_api_two_ranks_train_as_one_process_with_the_global_batch(sdk_two_ra
     assert (local["eval"] == -1.0).all(-1).any()  # unknown keys read serving_default_value
 
 
+@pytest.mark.parametrize("mode", ["spec", "modify"])
+def test_sdk_api_two_ranks_in_feature_spec_and_graph_modification_modes(mode, sdk_two_ranks,
+                                                                        tmp_path):
+    """The same model with FeatureSpec lookups on a dataset mapped with get_asc_insert_func
+    (one exchange per table and batch), or with modify_graph=True lookups moved into the input
+    pipeline by modify_graph_and_start_emb_cache (the optimizer built before follows the
+    pipeline's exchange): 2 ranks train as one process on the global batch, which in turn
+    trains as the fed lookups do."""
+    ranks = _run_ranks(2, tmp_path / mode, "--input", mode)
+    local = _run_local(tmp_path / "local.npz", "--local", 2, "--input", mode)
+    np.testing.assert_allclose((ranks[0]["losses"] + ranks[1]["losses"]) / 2, local["losses"],
+                               rtol=1e-5, atol=1e-6)
+    union = _union(ranks)
+    for key in ("keys", "access_keys", "counts"):
+        np.testing.assert_array_equal(union[key], local[key])
+    np.testing.assert_allclose(union["values"], local["values"], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(union["slots"], local["slots"], rtol=1e-5, atol=1e-7)
+    fed = sdk_two_ranks[1]
+    np.testing.assert_allclose(local["losses"], fed["losses"], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(local["values"], fed["values"], rtol=1e-5, atol=1e-6)
+
+
 def test_sdk_api_checkpoint_of_two_ranks_restores_into_three_ranks_and_one_process(
         sdk_two_ranks, tmp_path):
     """Rank 0's Saver (MonitoredTrainingSession's) writes each rank's shard (emb@<r>of2); 3

@@ -6,8 +6,11 @@ MonitoredTrainingSession.
 
     python rank_worker.py OUT.npz [--local N] [--steps S] [--checkpoint DIR] [--save]
                           [--save-every K] [--die-at STEP]
+                          [--input feed|spec|modify]
 
-"{rank}" in OUT is replaced by the rank.
+"{rank}" in OUT is replaced by the rank. --input: fed placeholders (default), FeatureSpec
+lookups on a dataset mapped with get_asc_insert_func, or tensor lookups with
+modify_graph=True and modify_graph_and_start_emb_cache().
 
 With TF_CONFIG this process is one rank of the cluster's training tasks; it trains on its own
 batches. With --local N one process trains on the batches of all N ranks at once (their
@@ -26,8 +29,11 @@ import tensorflow as tf
 import rec_sdk
 from rec_sdk.util.initialize import init
 import rec_sdk.distribute as dist
+from rec_sdk.core.asc.feature_spec import FeatureSpec
+from rec_sdk.core.asc.helper import get_asc_insert_func
 from rec_sdk.core.embedding import create_table, sparse_lookup
 from rec_sdk.core.feature_process import EvictHook
+from rec_sdk.graph.modifier import modify_graph_and_start_emb_cache
 from rec_sdk.ops import table_ops
 from rec_sdk.optimizers.lazy_adam_by_addr import create_hash_optimizer_by_address
 from rec_sdk.util.communication import hccl_ops
@@ -51,6 +57,31 @@ def global_batch(ranks, step):
     return tuple(np.concatenate(p, 0) for p in zip(*parts))
 
 
+SPECS = [FeatureSpec("ids_a", table_name="emb", access_threshold=2),
+         FeatureSpec("ids_b", table_name="emb", access_threshold=2)]
+
+
+def inputs(args, rank):
+    """(ids_a, ids_b, labels, feed(step) -> feed_dict, the iterator's batch or None): fed
+    placeholders, or a one-shot iterator over the steps' batches (mapped with
+    get_asc_insert_func in FeatureSpec mode)."""
+    rows = (args.local or 1) * BATCH
+    steps = [batch(rank, s) if not args.local else global_batch(args.local, s)
+             for s in range(max(args.steps, 1))]
+    if args.input == "feed":
+        ids_a = tf.compat.v1.placeholder(tf.int64, [rows, 3])
+        ids_b = tf.compat.v1.placeholder(tf.int64, [rows, 2])
+        labels = tf.compat.v1.placeholder(tf.float32, [rows, 1])
+        return ids_a, ids_b, labels, lambda s: dict(zip((ids_a, ids_b, labels), steps[s])), None
+    dataset = tf.data.Dataset.from_tensor_slices(
+        {key: np.stack([step[i] for step in steps]) for i, key in
+         enumerate(("ids_a", "ids_b", "labels"))})
+    if args.input == "spec":
+        dataset = dataset.map(get_asc_insert_func(tgt_key_specs=SPECS, is_training=True))
+    got = tf.compat.v1.data.make_one_shot_iterator(dataset).get_next()
+    return got["ids_a"], got["ids_b"], got["labels"], lambda s: None, got
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("out")
@@ -59,6 +90,7 @@ def main():
     parser.add_argument("--checkpoint", default=None)
     parser.add_argument("--save", action="store_true")
     parser.add_argument("--save-every", type=int, default=0)
+    parser.add_argument("--input", choices=("feed", "spec", "modify"), default="feed")
     parser.add_argument("--die-at", type=int, default=-1,
                         help="rank 1 kills itself (SIGKILL) before this step")
     args = parser.parse_args()
@@ -67,20 +99,25 @@ def main():
         server = dist.start_server(collective=True)
     init(use_dynamic_expansion=True)
     rank, ranks = hccl_ops.get_rank_id(), hccl_ops.get_rank_size()
-    tf.compat.v1.set_random_seed(7)  # dense variables start equal on every rank
-    rows = (args.local or 1) * BATCH
-    ids_a = tf.compat.v1.placeholder(tf.int64, [rows, 3])
-    ids_b = tf.compat.v1.placeholder(tf.int64, [rows, 2])
-    labels = tf.compat.v1.placeholder(tf.float32, [rows, 1])
+    ids_a, ids_b, labels, feed, batch_ = inputs(args, rank)
     step = tf.compat.v1.train.get_or_create_global_step()
     table = create_table(tf.int64, DIM, "emb", tf.compat.v1.truncated_normal_initializer(
         seed=3), device_vocabulary_size=1000, steps_to_live=3,
         all2all_gradients_op="sum_gradients_and_div_by_ranksize")
     admit = {"access_threshold": 2}
-    emb_a = sparse_lookup(table, ids_a, name="lookup_a", access_and_evict_config=admit)
-    emb_b = sparse_lookup(table, ids_b, name="lookup_b", access_and_evict_config=admit)
+    if args.input == "spec":
+        emb_a, emb_b = (sparse_lookup(table, spec, batch=batch_, name="lookup_" + spec.name[-1])
+                        for spec in SPECS)
+    else:
+        modify = args.input == "modify"
+        emb_a = sparse_lookup(table, ids_a, name="lookup_a", access_and_evict_config=admit,
+                              modify_graph=modify, batch=batch_)
+        emb_b = sparse_lookup(table, ids_b, name="lookup_b", access_and_evict_config=admit,
+                              modify_graph=modify, batch=batch_)
     features = tf.concat([tf.reduce_sum(emb_a, 1), tf.reduce_sum(emb_b, 1)], 1)
-    w = tf.compat.v1.get_variable("w", [2 * DIM, 1])
+    # Dense variables must start equal on every rank (a seeded initializer, or a checkpoint).
+    w = tf.compat.v1.get_variable("w", [2 * DIM, 1],
+                                initializer=tf.compat.v1.glorot_uniform_initializer(seed=5))
     loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(
         labels=labels, logits=tf.matmul(features, w)))
     sparse_opt = create_hash_optimizer_by_address(learning_rate=0.05)
@@ -93,6 +130,8 @@ def main():
     eval_emb = sparse_lookup(table, tf.constant(EVAL_IDS[rank::ranks]), is_train=False,
                              name="eval", serving_default_value=-1.0)
     export = table.export()
+    if args.input == "modify":
+        modify_graph_and_start_emb_cache()
     access = table_ops.export_access(table.handle)
 
     config = dist.worker_config(server, collective=True) if server else None
@@ -108,8 +147,7 @@ def main():
         for s in range(args.steps):
             if s == args.die_at and rank == 1:
                 os.kill(os.getpid(), signal.SIGKILL)
-            a, b, y = batch(rank, s) if not args.local else global_batch(args.local, s)
-            _, value = sess.run([train, loss], {ids_a: a, ids_b: b, labels: y})
+            _, value = sess.run([train, loss], feed(s))
             losses.append(value)
         # The eval lookup's exchange waits for every rank (rank 0 restores every shard
         # before its first step); the export comes after it.

@@ -149,6 +149,21 @@ def exchange_rows(table, keys, counts, times, times_per_key, owner_rows):
     return {"emb": emb, "addresses": addresses, "trained": trained}
 
 
+_RECORD_TENSORS = ("count", "lengths", "width", "valid", "index", "union_size", "mine",
+                   "trained")
+
+
+def record_reroutes(old_token, new_token):
+    """{old tensor name: new tensor name} taking what the backward pass of the lookup whose
+    token is `old_token` reads over to the exchange of `new_token` (graph modification
+    replaces a lookup by the input pipeline's: the optimizers built on the old one follow);
+    empty for lookups of tables in one process."""
+    old, new = exchange_of(old_token), exchange_of(new_token)
+    if old is None or new is None:
+        return {}
+    return {getattr(old, field).name: getattr(new, field).name for field in _RECORD_TENSORS}
+
+
 def exchange_of(addresses):
     """The forward exchange whose token `addresses` is, or None."""
     if not isinstance(addresses, tf.Tensor):

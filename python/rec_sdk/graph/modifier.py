@@ -36,6 +36,7 @@ from rec_sdk.core import embedding
 from rec_sdk.core.asc import helper
 from rec_sdk.core.asc.feature_spec import FeatureSpec
 from rec_sdk.core.asc.manager import start_asc_pipeline
+from rec_sdk.distribute import ranks
 from rec_sdk.ops import table_ops
 from rec_sdk.util import graph_state, initialize
 from rec_sdk.util.dump import next_dump_path
@@ -266,6 +267,7 @@ def _rebuild(graph, graph_def, group, dump_graph):
                 shared[table.table_name] = rows
             mapping[anchor.addresses.name] = rows["addresses"].name
             mapping[anchor.trained_addresses.name] = rows["trained"].name
+            mapping.update(ranks.record_reroutes(anchor.trained_addresses, rows["trained"]))
             mapping[anchor.local_emb.name] = rows["emb"].name
             _replace_in_collections(graph, anchor, rows)
             mapping[anchor.inverse.name] = entries[helper.inverse_key(specs[j].name)].name
