@@ -342,7 +342,8 @@ def sdk_two_ranks(tmp_path_factory):
     at the end), and by one process on the global batches."""
     tmp = tmp_path_factory.mktemp("sdk_ranks")
     ranks = _run_ranks(2, tmp / "rank", "--checkpoint", tmp / "ckpt", "--save", chief=True)
-    local = _run_local(tmp / "local.npz", "--local", 2)
+    local = _run_local(tmp / "local.npz", "--local", 2, "--checkpoint", tmp / "local_ckpt",
+                       "--save")
     return ranks, local, tmp / "ckpt"
 
 
@@ -376,16 +377,18 @@ def test_sdk_api_two_ranks_train_as_one_process_with_the_global_batch(sdk_two_ra
     assert (local["eval"] == -1.0).all(-1).any()  # unknown keys read serving_default_value
 
 
-@pytest.mark.parametrize("mode", ["spec", "modify"])
+@pytest.mark.parametrize("mode", ["spec", "modify", "table_gradients"])
 def test_sdk_api_two_ranks_in_feature_spec_and_graph_modification_modes(mode, sdk_two_ranks,
                                                                         tmp_path):
     """The same model with FeatureSpec lookups on a dataset mapped with get_asc_insert_func
-    (one exchange per table and batch), or with modify_graph=True lookups moved into the input
+    (one exchange per table and batch), with modify_graph=True lookups moved into the input
     pipeline by modify_graph_and_start_emb_cache (the optimizer built before follows the
-    pipeline's exchange): 2 ranks train as one process on the global batch, which in turn
-    trains as the fed lookups do."""
-    ranks = _run_ranks(2, tmp_path / mode, "--input", mode)
-    local = _run_local(tmp_path / "local.npz", "--local", 2, "--input", mode)
+    pipeline's exchange), or trained by minimize(loss, var_list=[table]) (the table's
+    gradient from tf.gradients, both lookups in one IndexedSlices): 2 ranks train as one
+    process on the global batch, which in turn trains as the fed lookups do."""
+    args = ["--table-gradients"] if mode == "table_gradients" else ["--input", mode]
+    ranks = _run_ranks(2, tmp_path / mode, *args)
+    local = _run_local(tmp_path / "local.npz", "--local", 2, *args)
     np.testing.assert_allclose((ranks[0]["losses"] + ranks[1]["losses"]) / 2, local["losses"],
                                rtol=1e-5, atol=1e-6)
     union = _union(ranks)
@@ -402,7 +405,8 @@ def test_sdk_api_checkpoint_of_two_ranks_restores_into_three_ranks_and_one_proce
         sdk_two_ranks, tmp_path):
     """Rank 0's Saver (MonitoredTrainingSession's) writes each rank's shard (emb@<r>of2); 3
     ranks restore it (each shard keeping abs(key % 3) == rank) and so does one process: the
-    tables and the dense weights are identical."""
+    tables and the dense weights are identical. 2 ranks restore the checkpoint of one process
+    (its table, "emb") too."""
     ranks, _, checkpoint = sdk_two_ranks
     shards = sorted(os.listdir(checkpoint / "sparse-model.ckpt-12"))
     assert shards == ["emb@0of2", "emb@1of2"]
@@ -417,6 +421,16 @@ def test_sdk_api_checkpoint_of_two_ranks_restores_into_three_ranks_and_one_proce
         for key, value in saved.items():
             np.testing.assert_array_equal(restored[key], value)
     np.testing.assert_array_equal(one["w"], ranks[0]["w"])
+    local_checkpoint = checkpoint.parent / "local_ckpt"
+    assert os.listdir(local_checkpoint / "sparse-model.ckpt-12") == ["emb"]
+    from_one = _run_ranks(2, tmp_path / "from_one", "--checkpoint", local_checkpoint,
+                          "--steps", 0)
+    local = _union([_run_local(tmp_path / "again.npz", "--local", 1, "--checkpoint",
+                               local_checkpoint, "--steps", 0)])
+    for rank, shard in enumerate(from_one):
+        assert np.all(np.abs(np.fmod(shard["keys"], 2)) == rank)
+    for key, value in _union(from_one).items():
+        np.testing.assert_array_equal(value, local[key])
 
 
 def test_sdk_api_a_killed_rank_fails_the_others_clearly_and_a_restart_resumes(tmp_path):
@@ -490,6 +504,23 @@ def test_the_training_example_trains_dlrm_on_ps_tasks():
     final = [line for line in result.stdout.splitlines() if "[worker 0] final: eval AUC" in line]
     assert final, result.stdout[-3000:]
     assert 0.0 < float(final[0].split("AUC ")[1].split()[0]) <= 1.0
+
+
+def test_the_training_example_trains_dlrm_over_two_ranks():
+    """rec_sdk.examples.train with the SDK API in a cluster without ps tasks: 2 ranks train
+    one model synchronously (each on its slice of the data) and so report the same AUC."""
+    result = subprocess.run(
+        [sys.executable, "-m", "rec_sdk.distribute.launch", "--ps", "0", "--workers", "2",
+         "--", sys.executable, "-m", "rec_sdk.examples.train", "--model", "dlrm", "--data",
+         "synthetic", "--rows", "8000", "--steps", "60", "--eval-every", "60"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    assert result.returncode == 0, result.stdout[-3000:]
+    finals = [line.split("final: ", 1)[1] for line in result.stdout.splitlines()
+              if "final: " in line]
+    assert len(finals) == 2, result.stdout[-3000:]
+    aucs = [float(final.split()[2]) for final in finals]
+    assert aucs[0] == aucs[1] and aucs[0] > 0.55, finals
 
 
 def test_a_ps_task_without_the_library_is_a_clear_error(tmp_path):

@@ -6,11 +6,13 @@ MonitoredTrainingSession.
 
     python rank_worker.py OUT.npz [--local N] [--steps S] [--checkpoint DIR] [--save]
                           [--save-every K] [--die-at STEP]
-                          [--input feed|spec|modify]
+                          [--input feed|spec|modify] [--table-gradients]
 
 "{rank}" in OUT is replaced by the rank. --input: fed placeholders (default), FeatureSpec
 lookups on a dataset mapped with get_asc_insert_func, or tensor lookups with
-modify_graph=True and modify_graph_and_start_emb_cache().
+modify_graph=True and modify_graph_and_start_emb_cache(). --table-gradients: the sparse
+optimizer's minimize(loss, var_list=[table]) (tf.gradients of the table) instead of the
+gradients of the lookup collections.
 
 With TF_CONFIG this process is one rank of the cluster's training tasks; it trains on its own
 batches. With --local N one process trains on the batches of all N ranks at once (their
@@ -91,6 +93,7 @@ def main():
     parser.add_argument("--save", action="store_true")
     parser.add_argument("--save-every", type=int, default=0)
     parser.add_argument("--input", choices=("feed", "spec", "modify"), default="feed")
+    parser.add_argument("--table-gradients", action="store_true")
     parser.add_argument("--die-at", type=int, default=-1,
                         help="rank 1 kills itself (SIGKILL) before this step")
     args = parser.parse_args()
@@ -121,9 +124,13 @@ def main():
     loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(
         labels=labels, logits=tf.matmul(features, w)))
     sparse_opt = create_hash_optimizer_by_address(learning_rate=0.05)
-    local_embs = tf.compat.v1.get_collection(rec_sdk.ASCEND_SPARSE_LOOKUP_LOCAL_EMB)
-    addresses = tf.compat.v1.get_collection(rec_sdk.ASCEND_SPARSE_LOOKUP_ID_OFFSET)
-    sparse_train = sparse_opt.apply_gradients(zip(tf.gradients(loss, local_embs), addresses))
+    if args.table_gradients:  # tf.gradients(loss, table): one IndexedSlices for both lookups
+        sparse_train = sparse_opt.minimize(loss, var_list=[table])
+    else:
+        local_embs = tf.compat.v1.get_collection(rec_sdk.ASCEND_SPARSE_LOOKUP_LOCAL_EMB)
+        addresses = tf.compat.v1.get_collection(rec_sdk.ASCEND_SPARSE_LOOKUP_ID_OFFSET)
+        sparse_train = sparse_opt.apply_gradients(zip(tf.gradients(loss, local_embs),
+                                                      addresses))
     dense_grad = hccl_adapter.allreduce(tf.gradients(loss, w)[0], "sum") / ranks
     with tf.control_dependencies([sparse_train]):
         train = tf.group(w.assign_sub(0.1 * dense_grad), step.assign_add(1))

@@ -62,6 +62,23 @@ class RankShards:
         return "<rank %d of %d>" % (self.rank, self.size)
 
 
+_ROWS_GRADIENT = "RecSdkRankRows"
+
+
+@tf.RegisterGradient(_ROWS_GRADIENT)
+def _rows_gradient(op, grad_rows, *unused):
+    """The table's gradient from the rows of one lookup: IndexedSlices of their gradients,
+    keyed by the lookup's token (optimizers send them to the owners: owner_gradients)."""
+    del unused
+    if grad_rows is None:
+        return [None, None, None]
+    if isinstance(grad_rows, tf.IndexedSlices):
+        grad_rows = tf.convert_to_tensor(grad_rows)
+    token = op.outputs[2]
+    return [None, tf.IndexedSlices(grad_rows, token, tf.shape(grad_rows, out_type=tf.int64)),
+            None]
+
+
 def owner_of(keys, size):
     """The rank owning each key: abs(key % size), with C's remainder (the checkpoints' rule)."""
     return tf.abs(tf.truncatemod(tf.cast(keys, tf.int64), tf.constant(size, tf.int64)))
@@ -135,11 +152,15 @@ def exchange_rows(table, keys, counts, times, times_per_key, owner_rows):
         offset = tf.reduce_sum(lengths[:rank])
         my_index = index[offset:offset + count]
         received = tf.gather(rows, tf.gather(slot, my_index))
-        emb = tf.identity(received[:, :table.dim], name="rows")
         present = received[:, table.dim] > 0.5
         addresses = tf.where(present, tf.range(tf.cast(count, tf.int64)),
                              tf.constant(-1, tf.int64), name="addresses")
-        trained = tf.identity(addresses, name="trained")
+        # The rows, the table and the token in one op whose gradient gives the table an
+        # IndexedSlices keyed by the token: tf.gradients(loss, table) works as in one process.
+        with tf.compat.v1.get_default_graph().gradient_override_map(
+                {"IdentityN": _ROWS_GRADIENT}):
+            emb, _, trained = tf.identity_n([received[:, :table.dim], table.handle, addresses],
+                                            name="rows")
     record = _Exchange(table, count, lengths, width, valid, index, union_size, mine,
                        local["trained"])
     state = state_of(trained.graph)
@@ -187,6 +208,28 @@ def owner_gradients(addresses, grads):
         if ranks.divide_gradients:
             owned = owned / float(ranks.size)
         return record.trained, owned
+
+
+def split_table_gradient(grad):
+    """The IndexedSlices gradient of a table sharded over ranks (one lookup's, or several
+    concatenated by tf.gradients) -> [(token, gradient rows)] per lookup; None when `grad`
+    is not keyed by lookup tokens."""
+    indices = grad.indices
+    while indices.op.type == "Identity":
+        indices = indices.op.inputs[0]
+    if exchange_of(indices) is not None:
+        return [(indices, grad.values)]
+    if indices.op.type != "ConcatV2":
+        return None
+    tokens = list(indices.op.inputs[:-1])
+    for i, token in enumerate(tokens):
+        while token.op.type == "Identity":
+            token = token.op.inputs[0]
+        if exchange_of(token) is None:
+            return None
+        tokens[i] = token
+    sizes = [tf.shape(token)[0] for token in tokens]
+    return list(zip(tokens, tf.split(grad.values, sizes, axis=0)))
 
 
 def barrier(updates, task):

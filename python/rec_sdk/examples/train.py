@@ -19,7 +19,12 @@ log loss and every table's size, admitted, evicted and rejected counts.
 With TF_CONFIG set (a cluster, e.g. from rec_sdk.distribute.launch), --api
 dynamic_embedding places each variable's shards on the ps tasks (one shard per task) and the
 dense layers by replica_device_setter; each worker trains on its own slice of the data
-(asynchronously) and worker 0 evaluates and reports.
+(asynchronously) and worker 0 evaluates and reports. In a cluster without ps tasks, the SDK
+API (--api sdk) trains over the ranks: each table sharded by key over them, each rank on its
+own slice of the data, synchronously (dense gradients averaged by all_reduce), every rank
+evaluating the whole evaluation set:
+    python -m rec_sdk.distribute.launch --workers 2 -- \
+        python -m rec_sdk.examples.train --model dlrm --data synthetic
 """
 import argparse
 import collections
@@ -184,16 +189,20 @@ class Embeddings:
         """The embeddings' own update from the gradients of gradient_targets()."""
         raise NotImplementedError
 
-    def train_op(self, loss, dense_variables, dense_optimizer, global_step=None):
+    def train_op(self, loss, dense_variables, dense_optimizer, global_step=None,
+                 reduce_dense=None):
         """One backward pass for the dense layers and the embeddings: the dense layers
-        are updated by dense_optimizer, the embeddings by their own update. (Two
-        minimize() calls would build, and run, the model's backward pass twice.)"""
+        are updated by dense_optimizer (on their gradients passed through reduce_dense, when
+        given), the embeddings by their own update. (Two minimize() calls would build, and
+        run, the model's backward pass twice.)"""
         dense_variables = list(dense_variables)
         targets = self.gradient_targets()
         grads = tf.gradients(loss, dense_variables + targets)
         n = len(dense_variables)
+        dense_grads = grads[:n] if reduce_dense is None else [
+            None if g is None else reduce_dense(g) for g in grads[:n]]
         return tf.group(
-            dense_optimizer.apply_gradients(zip(grads[:n], dense_variables),
+            dense_optimizer.apply_gradients(zip(dense_grads, dense_variables),
                                             global_step=global_step),
             self.apply_gradients(grads[n:], targets))
 
@@ -209,14 +218,17 @@ class RecSdkEmbeddings(Embeddings):
         self.learning_rate = learning_rate
         self.config = ({"access_threshold": access_threshold}
                        if access_threshold is not None else None)
+        # Over several ranks each key's gradient is averaged over them, as the dense ones are.
+        mean = {"all2all_gradients_op": "sum_gradients_and_div_by_ranksize"}
         self.tables = {name: create_table(tf.int64, dim, name, initializer,
-                                          device_vocabulary_size=_capacity(source, name))
+                                          device_vocabulary_size=_capacity(source, name),
+                                          **mean)
                        for name in source.tables}
         if wide:
             rows = sum(_capacity(source, name) for name in source.tables)
             self.tables["wide"] = create_table(tf.int64, 1, "wide",
                                                tf.compat.v1.zeros_initializer(),
-                                               device_vocabulary_size=rows)
+                                               device_vocabulary_size=rows, **mean)
 
     def lookup(self, field, ids, is_train, name):
         return sparse_lookup(self.tables[field.table], ids, is_train=is_train, name=name,
@@ -317,18 +329,20 @@ def _scalars(writer, step, values):
         step)
 
 
-def _train_op(args, embeddings, loss):
+def _train_op(args, embeddings, loss, reduce_dense=None):
     """TF Adam on the model's dense layers and the embeddings' own sparse update."""
     dense, _ = get_dense_and_sparse_variable()
     return embeddings.train_op(loss, dense, tf.compat.v1.train.AdamOptimizer(args.learning_rate),
-                               tf.compat.v1.train.get_or_create_global_step())
+                               tf.compat.v1.train.get_or_create_global_step(), reduce_dense)
 
 
 def _cluster():
-    """(server, its ClusterTask) when TF_CONFIG names a cluster, else (None, None)."""
+    """(server, its ClusterTask) when TF_CONFIG names a cluster, else (None, None). A cluster
+    without ps tasks trains synchronously over its ranks (collectives)."""
     if not os.environ.get("TF_CONFIG"):
         return None, None
-    server = distribute.start_server()
+    ranks = "ps" not in distribute.task_from_tf_config().cluster.jobs
+    server = distribute.start_server(collective=ranks)
     return server, distribute.current_task()
 
 
@@ -337,13 +351,25 @@ def run_session(args, source, log):
     worker's slice of the training data, the shards on the ps tasks)."""
     tf.compat.v1.set_random_seed(args.seed)
     server, task = _cluster()
-    placement, devices, target, config = None, None, "", None
+    placement, devices, target, config, reduce_dense = None, None, "", None, None
     train_data = source.train_dataset(args.batch_size, args.seed)
-    if task is not None:
-        if args.api != "dynamic_embedding" or "ps" not in task.cluster.jobs:
-            raise ValueError("in a cluster (TF_CONFIG) this example trains --api "
-                             "dynamic_embedding with a ps job; the SDK API across processes "
-                             "is not built yet")
+    if task is not None and "ps" not in task.cluster.jobs:
+        # The SDK API over the ranks: tables sharded by key, synchronous steps.
+        if args.api == "dynamic_embedding":
+            raise ValueError("in a cluster without ps tasks this example trains --api sdk "
+                             "over the ranks; --api dynamic_embedding needs ps tasks")
+        rank, ranks = distribute.rank_of(task)
+        placement = distribute.worker_devices(task)[rank]
+        target, config = server.target, distribute.worker_config(server, collective=True)
+        train_data = train_data.shard(ranks, rank)
+
+        def reduce_dense(grad):
+            return distribute.all_reduce(grad, "mean", name="dense_all_reduce")
+    elif task is not None:
+        if args.api != "dynamic_embedding":
+            raise ValueError("in a cluster with ps tasks this example trains --api "
+                             "dynamic_embedding (shards on the ps tasks); the SDK API "
+                             "trains over the ranks of a cluster without ps tasks")
         devices = distribute.ps_devices(server)
         placement = tf.compat.v1.train.replica_device_setter(
             worker_device="/job:worker/task:%d" % task.task_index, cluster=task.cluster)
@@ -358,7 +384,7 @@ def run_session(args, source, log):
         _, _, loss = build(args.model, source, embeddings, train_it.get_next(), True, args.dim)
         eval_probs, eval_labels, _ = build(args.model, source, embeddings, eval_it.get_next(),
                                            False, args.dim)
-        train_op = _train_op(args, embeddings, loss)
+        train_op = _train_op(args, embeddings, loss, reduce_dense)
     stats = {name: t.stats() for name, t in embeddings.tables.items()}
     writer = tf.compat.v1.summary.FileWriter(args.logdir) if args.logdir else None
     history, losses = [], []

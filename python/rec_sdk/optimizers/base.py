@@ -11,7 +11,6 @@ applied by one op per table, updating only those rows.
 """
 import tensorflow as tf
 
-from rec_sdk.constants.constants import LOOKUP_COLLECTIONS
 from rec_sdk.core.table import SparseEmbedding, table_of, tables_of_graph
 from rec_sdk.distribute import ranks
 from rec_sdk.ops import table_ops
@@ -76,7 +75,8 @@ class SparseOptimizer(tf.compat.v1.train.Optimizer):
         raise NotImplementedError
 
     def _rows(self, grad, var):
-        """(table, addresses [n], gradient rows [n, dim], whether the addresses are unique)."""
+        """[(table, addresses [n], gradient rows [n, dim], whether the addresses are unique)]:
+        one entry, or one per lookup for the gradient of a table sharded over ranks."""
         table = table_of(var)
         if table is None:
             raise TypeError("%s.apply_gradients: %r is neither a rec_sdk table nor addresses from "
@@ -86,8 +86,13 @@ class SparseOptimizer(tf.compat.v1.train.Optimizer):
                 raise TypeError("%s.apply_gradients: the gradient of table %r must be the "
                                 "IndexedSlices from tf.gradients(loss, table), got %r"
                                 % (self._name, table.table_name, grad))
-            return (table, tf.reshape(grad.indices, [-1]), tf.reshape(grad.values, [-1, table.dim]),
-                    table_ops.addresses_are_unique(grad.indices))
+            lookups = ranks.split_table_gradient(grad) if table.ranks is not None else None
+            if lookups is not None:
+                return [(table,) + ranks.owner_gradients(token, rows) + (True,)
+                        for token, rows in lookups]
+            return [(table, tf.reshape(grad.indices, [-1]),
+                     tf.reshape(grad.values, [-1, table.dim]),
+                     table_ops.addresses_are_unique(grad.indices))]
         unique = table_ops.addresses_are_unique(var)
         addresses = tf.reshape(var, [-1])
         if isinstance(grad, tf.IndexedSlices):
@@ -100,8 +105,8 @@ class SparseOptimizer(tf.compat.v1.train.Optimizer):
             # A lookup of a table sharded over ranks: the gradients go to the keys' owners,
             # which sum them over the ranks; this rank updates the keys it owns.
             addresses, rows = ranks.owner_gradients(var, rows)
-            return table, addresses, rows, True
-        return table, addresses, rows, unique
+            return [(table, addresses, rows, True)]
+        return [(table, addresses, rows, unique)]
 
     def apply_gradients(self, grads_and_vars, global_step=None, name=None):
         """Updates the rows of every table in grads_and_vars; returns the training op."""
@@ -114,13 +119,13 @@ class SparseOptimizer(tf.compat.v1.train.Optimizer):
             grad, var = pair
             if grad is None:
                 continue
-            table, addresses, rows, unique = self._rows(grad, var)
-            if table.table_name not in by_table:
-                by_table[table.table_name] = (table, [], [], [])
-                order.append(table.table_name)
-            by_table[table.table_name][1].append(addresses)
-            by_table[table.table_name][2].append(rows)
-            by_table[table.table_name][3].append(unique)
+            for table, addresses, rows, unique in self._rows(grad, var):
+                if table.table_name not in by_table:
+                    by_table[table.table_name] = (table, [], [], [])
+                    order.append(table.table_name)
+                by_table[table.table_name][1].append(addresses)
+                by_table[table.table_name][2].append(rows)
+                by_table[table.table_name][3].append(unique)
         if not order:
             raise ValueError("%s.apply_gradients: no gradients to apply" % self._name)
         with tf.name_scope(table_ops.op_scope_name(name or self._name)):
@@ -148,20 +153,8 @@ class SparseOptimizer(tf.compat.v1.train.Optimizer):
     def compute_gradients(self, loss, var_list=None):
         """[(gradient, table)] for var_list (default: every table of the graph)."""
         tables = list(var_list) if var_list is not None else tables_of_graph()
-        pairs = []
-        local = [t for t in tables if t.ranks is None]
-        pairs.extend(zip(tf.gradients(loss, [t.handle for t in local]), local))
-        for table in tables:
-            if table.ranks is not None:
-                # Rows of a table sharded over ranks come from their owners: the gradients
-                # are those of this rank's lookups, paired with their exchanges.
-                lookups = [(emb, trained) for emb, trained in zip(
-                    tf.compat.v1.get_collection(LOOKUP_COLLECTIONS[0]),
-                    tf.compat.v1.get_collection(LOOKUP_COLLECTIONS[1]))
-                    if table_of(trained) is table]
-                grads = tf.gradients(loss, [emb for emb, _ in lookups])
-                pairs.extend((grad, trained) for grad, (_, trained) in zip(grads, lookups))
-        return pairs
+        grads = tf.gradients(loss, [t.handle for t in tables])
+        return list(zip(grads, tables))
 
     def minimize(self, loss, global_step=None, var_list=None, name=None):
         """compute_gradients then apply_gradients, for the tables in var_list (default all)."""

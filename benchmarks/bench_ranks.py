@@ -1,0 +1,176 @@
+"""The SDK API over N ranks (rec_sdk.distribute.ranks) on loopback against one process that
+trains the same global batch, in one run.
+
+Table workload: bench_table.py's batches (65,536 int64 keys Zipf(1.1) from a 10M-key space,
+about 20k unique per batch, dim 16) as the global batch of each step; rank r of N looks up the
+r-th 1/N of it. A step is sparse_lookup + sum of squares + lazy Adam by address
+(create_table under init(use_dynamic_expansion=True)), in one process (the whole batch), or
+in N processes started here as a cluster of N training tasks on 127.0.0.1 free ports
+(collectives: the keys, rows and gradients exchanged every step). Reported: median ms per
+step, steps/s relative to one process, bytes over the loopback interface per step (all ranks,
+both directions, gRPC framing included; /proc/net/dev "lo") and per unique key of the global
+batch. Then the DLRM model of rec_sdk.examples.train (--api sdk, synthetic Criteo-schema
+data, 26 tables) at a global batch of 2,048: samples/s of training over N ranks against one
+process.
+
+    .venv/bin/python benchmarks/bench_ranks.py [--ranks 2,4] [--steps 30] [--dlrm-steps 150]
+"""
+import argparse
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+
+import numpy as np
+import tensorflow as tf
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_table import BATCH, DIM, zipf_batches  # noqa: E402
+
+import rec_sdk  # noqa: E402
+import rec_sdk.distribute as dist  # noqa: E402
+from rec_sdk.core.embedding import create_table, sparse_lookup  # noqa: E402
+from rec_sdk.distribute.launch import local_cluster  # noqa: E402
+from rec_sdk.optimizers.lazy_adam_by_addr import create_hash_optimizer_by_address  # noqa: E402
+from rec_sdk.util.communication import hccl_ops  # noqa: E402
+from rec_sdk.util.initialize import init  # noqa: E402
+
+tf.compat.v1.disable_eager_execution()
+DLRM_BATCH = 2048
+
+
+def _loopback_tx_bytes():
+    with open("/proc/net/dev") as f:
+        for line in f:
+            name, _, data = line.partition(":")
+            if name.strip() == "lo":
+                return int(data.split()[8])
+    return 0
+
+
+def table_steps(steps, warmup):
+    """One rank (TF_CONFIG) or one process: -> {"ms": median ms per step, "bytes": loopback
+    bytes per timed step}."""
+    server = dist.start_server(collective=True) if os.environ.get("TF_CONFIG") else None
+    init(use_dynamic_expansion=True)
+    rank, ranks = hccl_ops.get_rank_id(), hccl_ops.get_rank_size()
+    batches = [b[rank * BATCH // ranks:(rank + 1) * BATCH // ranks]
+               for b in zipf_batches(steps + warmup)]
+    device = dist.worker_devices(dist.current_task())[rank] if server else "/CPU:0"
+    with tf.device(device):
+        keys = tf.compat.v1.placeholder(tf.int64, [BATCH // ranks])
+        table = create_table(tf.int64, DIM, "bench", tf.compat.v1.random_uniform_initializer(
+            -0.05, 0.05, seed=1), device_vocabulary_size=1 << 20)
+        loss = tf.reduce_sum(tf.square(sparse_lookup(table, keys)))
+        opt = create_hash_optimizer_by_address(learning_rate=0.001)
+        train = opt.apply_gradients(zip(
+            tf.gradients(loss, tf.compat.v1.get_collection(rec_sdk.ASCEND_SPARSE_LOOKUP_LOCAL_EMB)),
+            tf.compat.v1.get_collection(rec_sdk.ASCEND_SPARSE_LOOKUP_ID_OFFSET)))
+    times, sent = [], 0
+    config = dist.worker_config(server, collective=True) if server else None
+    with tf.compat.v1.Session(server.target if server else "", config=config) as sess:
+        for i, batch in enumerate(batches):
+            before, start = _loopback_tx_bytes(), time.perf_counter()
+            sess.run(train, {keys: batch})
+            if i >= warmup:
+                times.append(time.perf_counter() - start)
+                sent += _loopback_tx_bytes() - before
+    return {"ms": float(np.median(times)) * 1e3, "bytes": sent / len(times)}
+
+
+def _run(command, env=None):
+    result = subprocess.run(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, timeout=1800)
+    if result.returncode != 0:
+        raise RuntimeError("%s failed:\n%s" % (" ".join(command), result.stdout[-3000:]))
+    return result.stdout
+
+
+def _table_over_ranks(ranks, steps, warmup):
+    """table_steps in `ranks` processes of a local cluster -> rank 0's result."""
+    cluster = local_cluster(0, ranks)
+    command = [sys.executable, os.path.abspath(__file__), "--rank-worker", "--steps",
+               str(steps), "--warmup", str(warmup)]
+    processes = []
+    try:
+        for i in range(ranks):
+            env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TF_CONFIG=json.dumps(
+                {"cluster": cluster, "task": {"type": "worker", "index": i}}))
+            processes.append(subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
+                                              stderr=subprocess.STDOUT, text=True))
+        outputs = [p.communicate(timeout=1800)[0] for p in processes]
+    finally:
+        for p in processes:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for p, out in zip(processes, outputs):
+        if p.returncode != 0:
+            raise RuntimeError("a rank failed:\n%s" % out[-3000:])
+    return json.loads([line for line in outputs[0].splitlines() if line.startswith("{")][-1])
+
+
+def _dlrm_samples_per_s(ranks, steps):
+    """The example trainer's DLRM at a global batch of DLRM_BATCH: samples/s of training
+    (in a cluster: every rank's samples)."""
+    train = [sys.executable, "-m", "rec_sdk.examples.train", "--model", "dlrm", "--data",
+             "synthetic", "--rows", "200000", "--steps", str(steps), "--eval-every",
+             str(steps), "--eval-batches", "2", "--batch-size", str(DLRM_BATCH // ranks)]
+    if ranks == 1:
+        out = _run(train, dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    else:
+        out = _run([sys.executable, "-m", "rec_sdk.distribute.launch", "--ps", "0",
+                    "--workers", str(ranks), "--"] + train,
+                   dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    rates = [float(m.group(1)) for m in re.finditer(r"final: .* (\d+) samples/s", out)]
+    if len(rates) != ranks:
+        raise RuntimeError("no result in:\n%s" % out[-3000:])
+    return min(rates) * ranks  # the ranks go in lockstep: the slowest sets the pace
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--ranks", default="2,4")
+    parser.add_argument("--dlrm-steps", type=int, default=150)
+    parser.add_argument("--rank-worker", action="store_true")
+    args = parser.parse_args()
+    if args.rank_worker:
+        print(json.dumps(table_steps(args.steps, args.warmup)), flush=True)
+        return
+    counts = [int(n) for n in args.ranks.split(",")]
+    print("machine: %s, %d cores, TensorFlow %s" % (platform.processor() or platform.machine(),
+                                                    os.cpu_count(), tf.__version__))
+    unique = float(np.mean([np.unique(b).size for b in zipf_batches(args.steps + args.warmup)
+                            [args.warmup:]]))
+    print("global batch %d keys (%.0f unique), dim %d, %d timed steps after %d"
+          % (BATCH, unique, DIM, args.steps, args.warmup))
+    one = json.loads(_run([sys.executable, os.path.abspath(__file__), "--rank-worker",
+                           "--steps", str(args.steps), "--warmup", str(args.warmup)],
+                          dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")).splitlines()[-1])
+    print("\n| processes | ms per step | steps/s vs 1 process | loopback bytes/step | "
+          "bytes per unique key |")
+    print("|---|---|---|---|---|")
+    print("| 1 | %.2f | 1.00x | - | - |" % one["ms"])
+    for n in counts:
+        got = _table_over_ranks(n, args.steps, args.warmup)
+        print("| %d | %.2f | %.2fx | %.2f MB | %.0f |" % (
+            n, got["ms"], one["ms"] / got["ms"], got["bytes"] / 1e6, got["bytes"] / unique),
+            flush=True)
+    if args.dlrm_steps:
+        print("\nDLRM (26 tables, global batch %d):\n" % DLRM_BATCH)
+        print("| processes | samples/s | vs 1 process |")
+        print("|---|---|---|")
+        base = _dlrm_samples_per_s(1, args.dlrm_steps)
+        print("| 1 | %.0f | 1.00x |" % base, flush=True)
+        for n in counts:
+            rate = _dlrm_samples_per_s(n, args.dlrm_steps)
+            print("| %d | %.0f | %.2fx |" % (n, rate, rate / base), flush=True)
+
+
+if __name__ == "__main__":
+    main()
