@@ -70,6 +70,7 @@ bench: build
 	$(PY) benchmarks/bench_table.py
 	$(PY) benchmarks/bench_dynamic_embedding.py
 	$(PY) benchmarks/bench_distributed.py
+	$(PY) benchmarks/bench_ranks.py
 	$(PY) benchmarks/bench_pipeline.py
 	$(PY) benchmarks/bench_checkpoint.py
 	$(PY) benchmarks/bench_models.py --scaling --plot benchmarks/scaling.png

@@ -39,7 +39,7 @@ import rec_sdk.dynamic_embedding as de  # noqa: E402
 tf.compat.v1.disable_eager_execution()
 
 
-def _loopback_tx_bytes():
+def loopback_tx_bytes():
     with open("/proc/net/dev") as f:
         for line in f:
             name, _, data = line.partition(":")
@@ -85,11 +85,11 @@ def _timed(graph, init, target, config, warmup, runs):
     with tf.compat.v1.Session(target, graph=graph, config=config) as sess:
         sess.run(init)
         for i, (fetch, feed) in enumerate(runs):
-            before, start = _loopback_tx_bytes(), time.perf_counter()
+            before, start = loopback_tx_bytes(), time.perf_counter()
             sess.run(fetch, feed)
             if i >= warmup:
                 times.append(time.perf_counter() - start)
-                sent += _loopback_tx_bytes() - before
+                sent += loopback_tx_bytes() - before
     return float(np.median(times)), sent / len(times)
 
 

@@ -28,6 +28,7 @@ import numpy as np
 import tensorflow as tf
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_distributed import loopback_tx_bytes  # noqa: E402
 from bench_table import BATCH, DIM, zipf_batches  # noqa: E402
 
 import rec_sdk  # noqa: E402
@@ -40,15 +41,6 @@ from rec_sdk.util.initialize import init  # noqa: E402
 
 tf.compat.v1.disable_eager_execution()
 DLRM_BATCH = 2048
-
-
-def _loopback_tx_bytes():
-    with open("/proc/net/dev") as f:
-        for line in f:
-            name, _, data = line.partition(":")
-            if name.strip() == "lo":
-                return int(data.split()[8])
-    return 0
 
 
 def table_steps(steps, warmup):
@@ -72,12 +64,13 @@ def table_steps(steps, warmup):
     times, sent = [], 0
     config = dist.worker_config(server, collective=True) if server else None
     with tf.compat.v1.Session(server.target if server else "", config=config) as sess:
+        sess.run(tf.compat.v1.global_variables_initializer())
         for i, batch in enumerate(batches):
-            before, start = _loopback_tx_bytes(), time.perf_counter()
+            before, start = loopback_tx_bytes(), time.perf_counter()
             sess.run(train, {keys: batch})
             if i >= warmup:
                 times.append(time.perf_counter() - start)
-                sent += _loopback_tx_bytes() - before
+                sent += loopback_tx_bytes() - before
     return {"ms": float(np.median(times)) * 1e3, "bytes": sent / len(times)}
 
 
@@ -137,6 +130,7 @@ def main():
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--ranks", default="2,4")
     parser.add_argument("--dlrm-steps", type=int, default=150)
+    parser.add_argument("--no-table", action="store_true", help="the DLRM table only")
     parser.add_argument("--rank-worker", action="store_true")
     args = parser.parse_args()
     if args.rank_worker:
@@ -149,14 +143,19 @@ def main():
                             [args.warmup:]]))
     print("global batch %d keys (%.0f unique), dim %d, %d timed steps after %d"
           % (BATCH, unique, DIM, args.steps, args.warmup))
-    one = json.loads(_run([sys.executable, os.path.abspath(__file__), "--rank-worker",
+    if args.no_table:
+        counts_table = []
+    else:
+        counts_table = counts
+    one = None if args.no_table else json.loads(_run([sys.executable, os.path.abspath(__file__), "--rank-worker",
                            "--steps", str(args.steps), "--warmup", str(args.warmup)],
                           dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")).splitlines()[-1])
-    print("\n| processes | ms per step | steps/s vs 1 process | loopback bytes/step | "
-          "bytes per unique key |")
-    print("|---|---|---|---|---|")
-    print("| 1 | %.2f | 1.00x | - | - |" % one["ms"])
-    for n in counts:
+    if one is not None:
+        print("\n| processes | ms per step | steps/s vs 1 process | loopback bytes/step | "
+              "bytes per unique key |")
+        print("|---|---|---|---|---|")
+        print("| 1 | %.2f | 1.00x | - | - |" % one["ms"])
+    for n in counts_table:
         got = _table_over_ranks(n, args.steps, args.warmup)
         print("| %d | %.2f | %.2fx | %.2f MB | %.0f |" % (
             n, got["ms"], one["ms"] / got["ms"], got["bytes"] / 1e6, got["bytes"] / unique),

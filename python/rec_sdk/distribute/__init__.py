@@ -29,8 +29,8 @@ import tensorflow as tf
 from rec_sdk.ops.loader import load_ops
 
 __all__ = ["ClusterTask", "task_from_tf_config", "start_server", "current_task", "training_task",
-           "rank_of", "ps_devices", "worker_devices", "worker_config", "all_reduce", "all_gather",
-           "all_gather_varying"]
+           "rank_of", "ps_devices", "worker_devices", "worker_config", "all_reduce", "all_reduce_many",
+           "all_gather", "all_gather_varying"]
 
 _current = [None]  # the ClusterTask whose server this process started
 # Collective instance keys used so far, per graph: the n-th collective built in a graph gets
@@ -231,6 +231,22 @@ def all_reduce(tensor, reduction="sum", task=None, name=None):
             input=tf.convert_to_tensor(tensor), group_size=tf.constant(size),
             group_key=tf.constant(1), instance_key=tf.constant(instance), ordering_token=[],
             merge_op=merge, final_op=final)
+
+
+def all_reduce_many(tensors, reduction="sum", task=None, name=None):
+    """all_reduce of several tensors (any shapes, one float dtype) as one collective: they
+    are flattened into one vector, reduced, and cut back. Each collective costs a round of
+    messages between the tasks, so a model's dense gradients go faster this way than one by
+    one. -> the reduced tensors, in order."""
+    tensors = [tf.convert_to_tensor(t) for t in tensors]
+    if not tensors:
+        return []
+    with tf.name_scope(name or "all_reduce_many"):
+        flat = tf.concat([tf.reshape(t, [-1]) for t in tensors], 0)
+        reduced = all_reduce(flat, reduction, task=task)
+        sizes = [tf.size(t) for t in tensors]
+        return [tf.reshape(part, tf.shape(t))
+                for part, t in zip(tf.split(reduced, sizes), tensors)]
 
 
 def all_gather(tensor, task=None, name=None):

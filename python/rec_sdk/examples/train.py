@@ -192,15 +192,14 @@ class Embeddings:
     def train_op(self, loss, dense_variables, dense_optimizer, global_step=None,
                  reduce_dense=None):
         """One backward pass for the dense layers and the embeddings: the dense layers
-        are updated by dense_optimizer (on their gradients passed through reduce_dense, when
-        given), the embeddings by their own update. (Two minimize() calls would build, and
+        are updated by dense_optimizer (on their gradients as the list reduce_dense makes of
+        them, when given), the embeddings by their own update. (Two minimize() calls would build, and
         run, the model's backward pass twice.)"""
         dense_variables = list(dense_variables)
         targets = self.gradient_targets()
         grads = tf.gradients(loss, dense_variables + targets)
         n = len(dense_variables)
-        dense_grads = grads[:n] if reduce_dense is None else [
-            None if g is None else reduce_dense(g) for g in grads[:n]]
+        dense_grads = grads[:n] if reduce_dense is None else reduce_dense(grads[:n])
         return tf.group(
             dense_optimizer.apply_gradients(zip(dense_grads, dense_variables),
                                             global_step=global_step),
@@ -363,8 +362,11 @@ def run_session(args, source, log):
         target, config = server.target, distribute.worker_config(server, collective=True)
         train_data = train_data.shard(ranks, rank)
 
-        def reduce_dense(grad):
-            return distribute.all_reduce(grad, "mean", name="dense_all_reduce")
+        def reduce_dense(grads):
+            present = [g for g in grads if g is not None]
+            reduced = iter(distribute.all_reduce_many(
+                [tf.convert_to_tensor(g) for g in present], "mean", name="dense_all_reduce"))
+            return [None if g is None else next(reduced) for g in grads]
     elif task is not None:
         if args.api != "dynamic_embedding":
             raise ValueError("in a cluster with ps tasks this example trains --api "
