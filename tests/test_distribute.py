@@ -25,6 +25,7 @@ ASYNC_WORKER = os.path.join(HERE, "distribute", "async_worker.py")
 RECOVER_WORKER = os.path.join(HERE, "distribute", "recover_worker.py")
 ALLREDUCE_WORKER = os.path.join(HERE, "distribute", "allreduce_worker.py")
 RANK_WORKER = os.path.join(HERE, "distribute", "rank_worker.py")
+ESTIMATOR_RANK_WORKER = os.path.join(HERE, "distribute", "estimator_rank_worker.py")
 BARE_SERVER = ("import json, os, tensorflow as tf; c = json.loads(os.environ['TF_CONFIG']); "
                "s = tf.distribute.Server(c['cluster'], job_name='ps', "
                "task_index=c['task']['index']); print('rec_sdk server', flush=True); s.join()")
@@ -403,34 +404,61 @@ def test_sdk_api_two_ranks_in_feature_spec_and_graph_modification_modes(mode, sd
 
 def test_sdk_api_checkpoint_of_two_ranks_restores_into_three_ranks_and_one_process(
         sdk_two_ranks, tmp_path):
-    """Rank 0's Saver (MonitoredTrainingSession's) writes each rank's shard (emb@<r>of2); 3
-    ranks restore it (each shard keeping abs(key % 3) == rank) and so does one process: the
-    tables and the dense weights are identical. 2 ranks restore the checkpoint of one process
-    (its table, "emb") too."""
+    """Rank 0's Saver (MonitoredTrainingSession's) writes each rank's shard (emb@<r>of2) at
+    the last step, before that step's eviction (rank 0 evicts every shard, after its save);
+    3 ranks restore it (each shard keeping abs(key % 3) == rank) and so does one process:
+    identical tables and dense weights, those of one process's checkpoint of the global batch
+    at that step. 2 ranks restore that one-process checkpoint (its table, "emb") too."""
     ranks, _, checkpoint = sdk_two_ranks
     shards = sorted(os.listdir(checkpoint / "sparse-model.ckpt-12"))
     assert shards == ["emb@0of2", "emb@1of2"]
-    saved = _union(ranks)
     three = _run_ranks(3, tmp_path / "three", "--checkpoint", checkpoint, "--steps", 0)
     for rank, shard in enumerate(three):
         assert np.all(np.abs(np.fmod(shard["keys"], 3)) == rank)
         np.testing.assert_array_equal(shard["w"], ranks[0]["w"])
     one = _run_local(tmp_path / "one.npz", "--local", 1, "--checkpoint", checkpoint,
                      "--steps", 0)
-    for restored in (_union(three), _union([one])):
-        for key, value in saved.items():
-            np.testing.assert_array_equal(restored[key], value)
     np.testing.assert_array_equal(one["w"], ranks[0]["w"])
+    restored = _union([one])
+    for key, value in _union(three).items():
+        np.testing.assert_array_equal(value, restored[key])
     local_checkpoint = checkpoint.parent / "local_ckpt"
     assert os.listdir(local_checkpoint / "sparse-model.ckpt-12") == ["emb"]
-    from_one = _run_ranks(2, tmp_path / "from_one", "--checkpoint", local_checkpoint,
-                          "--steps", 0)
     local = _union([_run_local(tmp_path / "again.npz", "--local", 1, "--checkpoint",
                                local_checkpoint, "--steps", 0)])
+    for key in ("keys", "access_keys", "counts"):
+        np.testing.assert_array_equal(restored[key], local[key])
+    np.testing.assert_allclose(restored["values"], local["values"], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(restored["slots"], local["slots"], rtol=1e-5, atol=1e-7)
+    assert len(local["keys"]) > len(ranks[0]["keys"]) + len(ranks[1]["keys"])  # evicted after
+    from_one = _run_ranks(2, tmp_path / "from_one", "--checkpoint", local_checkpoint,
+                          "--steps", 0)
     for rank, shard in enumerate(from_one):
         assert np.all(np.abs(np.fmod(shard["keys"], 2)) == rank)
     for key, value in _union(from_one).items():
         np.testing.assert_array_equal(value, local[key])
+
+
+def test_sdk_api_estimator_over_two_ranks_trains_as_one_process(tmp_path):
+    """tf.estimator with TF_CONFIG (a chief and a worker, Estimator.train, EvictHook on both):
+    the worker needs no chief to initialise its variables (every rank's local initialisation
+    receives rank 0's values), the chief's checkpoint holds both shards, and it restores into
+    the table and dense weights one process's Estimator gets on the global batch."""
+    cluster, tasks = _rank_cluster(2, chief=True)
+    _run_together([([ESTIMATOR_RANK_WORKER, tmp_path / "ranks"], _env(cluster, job, index))
+                   for job, index in tasks])
+    assert sorted(os.listdir(tmp_path / "ranks" / "sparse-model.ckpt-12")) == [
+        "emb@0of2", "emb@1of2"]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    env.pop("TF_CONFIG", None)
+    _run_together([([ESTIMATOR_RANK_WORKER, tmp_path / "one", "--local", 2], env)])
+    restored = [_run_local(tmp_path / ("%s.npz" % d), "--local", 1, "--steps", 0,
+                           "--checkpoint", tmp_path / d) for d in ("ranks", "one")]
+    for key in ("keys", "access_keys", "counts"):
+        np.testing.assert_array_equal(restored[0][key], restored[1][key])
+    for key in ("values", "slots", "w"):
+        np.testing.assert_allclose(restored[0][key], restored[1][key], rtol=1e-5, atol=1e-6)
+    assert len(restored[0]["keys"]) < 46  # some keys were evicted, some never admitted
 
 
 def test_sdk_api_a_killed_rank_fails_the_others_clearly_and_a_restart_resumes(tmp_path):

@@ -116,15 +116,9 @@ def track(table):
 
 def _units(table):
     """[(directory name, table object whose checkpoint ops run, rank, rank count)]: how a table
-    is saved and restored. A table in one process: itself, as <table_name>. A table sharded
-    over ranks (rec_sdk.distribute.ranks): rank 0 saves and restores every rank's shard, as
-    <table_name>@<rank>of<ranks>, each by an op on the shard's own task; other ranks nothing."""
-    if table.ranks is None:
-        return [(table.table_name, table, 0, 1)]
-    if table.ranks.rank != 0:
-        return []
-    return [(table.ranks.checkpoint_dir_name(table.table_name, rank), shard, rank,
-             table.ranks.size) for rank, shard in sorted(table.ranks.shards.items())]
+    is saved and restored: rec_sdk.distribute.ranks.managed_shards (itself, as <table_name>;
+    a table sharded over ranks: every shard by rank 0, as <table_name>@<rank>of<ranks>)."""
+    return ranks.managed_shards(table)
 
 
 def _tables(sess, tables):

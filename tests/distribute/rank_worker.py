@@ -118,9 +118,11 @@ def main():
         emb_b = sparse_lookup(table, ids_b, name="lookup_b", access_and_evict_config=admit,
                               modify_graph=modify, batch=batch_)
     features = tf.concat([tf.reduce_sum(emb_a, 1), tf.reduce_sum(emb_b, 1)], 1)
-    # Dense variables must start equal on every rank (a seeded initializer, or a checkpoint).
+    # Each rank initialises w differently: MonitoredTrainingSession's local initialisation
+    # sets every rank's variables to rank 0's (rec_sdk broadcasts them).
     w = tf.compat.v1.get_variable("w", [2 * DIM, 1],
-                                initializer=tf.compat.v1.glorot_uniform_initializer(seed=5))
+                                initializer=tf.compat.v1.glorot_uniform_initializer(
+                                    seed=5 + rank))
     loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(
         labels=labels, logits=tf.matmul(features, w)))
     sparse_opt = create_hash_optimizer_by_address(learning_rate=0.05)
@@ -144,7 +146,7 @@ def main():
     config = dist.worker_config(server, collective=True) if server else None
     losses = []
     with tf.compat.v1.train.MonitoredTrainingSession(
-            master=server.target if server else "", is_chief=True,
+            master=server.target if server else "", is_chief=rank == 0,
             checkpoint_dir=args.checkpoint,
             save_checkpoint_steps=(args.save_every or args.steps) if (args.save and rank == 0)
             else None,

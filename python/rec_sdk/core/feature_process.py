@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from rec_sdk.constants.constants import DEFAULT_EVICT_TIME_INTERVAL
 from rec_sdk.core.table import tables_of_graph
+from rec_sdk.distribute import ranks
 from rec_sdk.ops import table_ops
 from rec_sdk.util.validation import INT32_MAX, check_bool, check_int
 from rec_sdk.util.log import logger
@@ -22,10 +23,14 @@ def evictable_tables(graph=None):
 
 def evict_tables(tables=None, name=None):
     """Op evicting every table in `tables` (default: every evictable table of the default
-    graph); returns {table_name: (rows evicted, pending evicted)}."""
+    graph); returns {table_name: (rows evicted, pending evicted)}. A table sharded over
+    ranks is evicted by rank 0, every shard (<table_name>@<rank>of<ranks>), after rank 0's
+    checkpoint of the step; the other ranks evict nothing."""
     tables = evictable_tables() if tables is None else list(tables)
     with tf.name_scope(name or "rec_sdk_evict"):
-        return {t.table_name: t.evict() for t in tables}
+        # A table sharded over ranks is evicted by rank 0, every shard (ranks.managed_shards).
+        return {label: shard.evict() for t in tables
+                for label, shard, _, _ in ranks.managed_shards(t)}
 
 
 class EvictHook(tf.compat.v1.train.SessionRunHook):

@@ -24,13 +24,14 @@ import os
 import threading
 import weakref
 
+import numpy as np
 import tensorflow as tf
 
 from rec_sdk.ops.loader import load_ops
 
 __all__ = ["ClusterTask", "task_from_tf_config", "start_server", "current_task", "training_task",
            "rank_of", "ps_devices", "worker_devices", "worker_config", "all_reduce", "all_reduce_many",
-           "all_gather", "all_gather_varying"]
+           "all_gather", "all_gather_blocks"]
 
 _current = [None]  # the ClusterTask whose server this process started
 # Collective instance keys used so far, per graph: the n-th collective built in a graph gets
@@ -211,6 +212,13 @@ def _collective_call(task, name, keys=1):
     return own, len(devices), instance
 
 
+def next_instance_key(task=None):
+    """A new collective instance key of the default graph (for collectives built elsewhere,
+    e.g. rec_sdk.distribute.ranks' broadcasts), or None outside a cluster."""
+    call = _collective_call(task, "a collective")
+    return None if call is None else call[2]
+
+
 def all_reduce(tensor, reduction="sum", task=None, name=None):
     """`tensor` reduced over the training tasks (all_reduce runs in every task's graph, built
     in the same order: the n-th collective of each graph meets the n-th of the others):
@@ -263,35 +271,53 @@ def all_gather(tensor, task=None, name=None):
             group_key=tf.constant(1), instance_key=tf.constant(instance), ordering_token=[])
 
 
-_SIZE_CLASSES = 32  # powers of two: the rows all_gather_varying pads to
+_SIZE_CLASSES = 32  # powers of two: what all_gather_blocks pads to
 
 
-def all_gather_varying(tensor, width, task=None, name=None):
-    """all_gather of tensors whose first dimension changes from step to step: each task's
-    `tensor` ([n, ...], n <= `width`, width the same scalar tensor in every task, e.g. the
-    all_gather'ed maximum) is padded with zeros to `padded` rows, the power of two >= width.
-    -> (the gathered [N * padded, ...], padded). TensorFlow's collectives fix the shape of
+def _power_of_two(count):
+    """(k, 2**k) as int64 scalars for the least power of two >= max(count, 1)."""
+    count = tf.maximum(tf.cast(count, tf.int64), 1)
+    power = tf.cast(tf.math.ceil(tf.math.log(tf.cast(count, tf.float64)) / math.log(2.0)),
+                    tf.int64)
+    power += tf.cast(tf.bitwise.left_shift(tf.constant(1, tf.int64), power) < count,
+                     tf.int64)  # a log rounded down
+    return power, tf.bitwise.left_shift(tf.constant(1, tf.int64), power)
+
+
+def all_gather_blocks(blocks, task=None, name=None):
+    """all_gather of tensors whose first dimension changes from step to step, several at once
+    in one collective. blocks: [(tensor [n, ...], width)], one dtype, the inner dimensions
+    known; `width` >= n is the same scalar tensor in every task (e.g. the all_gather'ed
+    maximum of n). Each tensor is padded with zeros to `width` rows; the blocks are
+    flattened into one vector, padded to a power of two, and gathered. -> [(the gathered
+    [N * width, ...], width as int32)] per block. TensorFlow's collectives fix the shape of
     a collective instance at its first run, so each power of two has its own instance key
-    (chosen at run time): padding costs at most twice the bytes, and any size works."""
+    (chosen at run time): the padding costs at most twice the bytes, and any size works."""
     call = _collective_call(task, "all_gather", keys=_SIZE_CLASSES)
-    width = tf.maximum(tf.cast(width, tf.int64), 1)
-    if call is None:
-        return tf.identity(tensor, name=name), tf.cast(width, tf.int32)
-    own, size, first = call
-    with tf.device(own), tf.name_scope(name or "all_gather_varying"):
-        tensor = tf.convert_to_tensor(tensor)
-        power = tf.cast(tf.math.ceil(tf.math.log(tf.cast(width, tf.float64)) / math.log(2.0)),
-                        tf.int64)
-        power += tf.cast(tf.bitwise.left_shift(tf.constant(1, tf.int64), power) < width,
-                         tf.int64)  # a log rounded down
-        padded = tf.bitwise.left_shift(tf.constant(1, tf.int64), power)
-        check = tf.debugging.assert_less(power, tf.constant(_SIZE_CLASSES, tf.int64),
-                                         message="all_gather_varying: width over 2**31")
-        rows = tf.cast(padded, tf.int32)
-        pad = [[0, rows - tf.shape(tensor)[0]]] + [[0, 0]] * (tensor.shape.rank - 1)
-        with tf.control_dependencies([check]):
-            gathered = tf.raw_ops.CollectiveGatherV2(
-                input=tf.pad(tensor, pad), group_size=tf.constant(size),
-                group_key=tf.constant(1),
-                instance_key=tf.cast(power, tf.int32) + first, ordering_token=[])
-        return gathered, rows
+    with tf.name_scope(name or "all_gather_blocks"):
+        tensors = [tf.convert_to_tensor(t) for t, _ in blocks]
+        rows = [tf.cast(width, tf.int32) for _, width in blocks]
+        padded = [tf.pad(t, [[0, r - tf.shape(t)[0]]] + [[0, 0]] * (t.shape.rank - 1))
+                  for t, r in zip(tensors, rows)]
+        if call is None:
+            return list(zip(padded, rows))
+        own, size, first = call
+        with tf.device(own):
+            flat = tf.concat([tf.reshape(t, [-1]) for t in padded], 0)
+            power, total = _power_of_two(tf.size(flat, out_type=tf.int64))
+            check = tf.debugging.assert_less(power, tf.constant(_SIZE_CLASSES, tf.int64),
+                                             message="all_gather_blocks: over 2**31 values")
+            with tf.control_dependencies([check]):
+                gathered = tf.raw_ops.CollectiveGatherV2(
+                    input=tf.pad(flat, [[0, tf.cast(total, tf.int32) - tf.size(flat)]]),
+                    group_size=tf.constant(size), group_key=tf.constant(1),
+                    instance_key=tf.cast(power, tf.int32) + first, ordering_token=[])
+            per_task = tf.reshape(gathered, [size, -1])
+            out, offset = [], tf.constant(0, tf.int32)
+            for t, r in zip(tensors, rows):
+                inner = t.shape[1:].as_list()
+                length = r * int(np.prod(inner, dtype=np.int64))
+                out.append((tf.reshape(per_task[:, offset:offset + length],
+                                       [size * r] + inner), r))
+                offset += length
+            return out

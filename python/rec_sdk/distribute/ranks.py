@@ -8,7 +8,7 @@ its shard in its own process. A lookup on rank r:
 1. deduplicates its keys locally (the lookup core, rec_sdk.core.embedding, did that);
 2. exchanges the distinct keys, with their admission counts and clocks, with every rank
    (TensorFlow's CollectiveGatherV2 over the cluster's gRPC runtime; see
-   rec_sdk.distribute.all_gather_varying for the padding);
+   rec_sdk.distribute.all_gather_blocks for the padding);
 3. every rank now holds the same union of keys: the owner of each key sums its counts over
    the ranks (admission sees the count of the whole global batch), takes the newest clock,
    and runs find-or-insert and gather on its own shard, once per key;
@@ -31,8 +31,12 @@ the n-th collective of each graph meets the n-th of the others) and run the same
 """
 import tensorflow as tf
 
-from rec_sdk.distribute import all_gather, all_gather_varying, all_reduce
+import rec_sdk_graph_rewrite as graph_rewrite
+from rec_sdk.constants.constants import TABLE_COLLECTION
+from rec_sdk.distribute import (all_gather, all_gather_blocks, all_reduce, next_instance_key,
+                                rank_of, worker_devices)
 from rec_sdk.util.graph_state import state_of
+from rec_sdk.util.log import logger
 
 CHECKPOINT_SHARD_FORMAT = "%s@%dof%d"  # a rank's shard of table %s in checkpoints
 
@@ -79,24 +83,59 @@ def _rows_gradient(op, grad_rows, *unused):
             None]
 
 
+def managed_shards(table):
+    """[(label, table object, rank, ranks)]: what a process saves, restores and evicts of
+    `table`. One process: the table itself, labelled with its name. A table sharded over
+    ranks: rank 0 manages every rank's shard, labelled <table>@<rank>of<ranks> (each by ops
+    on the shard's own task, so that a checkpoint or an eviction at the end of a step is of
+    that step on every shard); the other ranks nothing. The shards take the table's
+    admission and eviction thresholds (set by its lookups)."""
+    if table.ranks is None:
+        return [(table.table_name, table, 0, 1)]
+    if table.ranks.rank != 0:
+        return []
+    out = []
+    for rank, shard in sorted(table.ranks.shards.items()):
+        shard.access_threshold = table.access_threshold
+        shard.eviction_threshold = table.eviction_threshold
+        out.append((table.ranks.checkpoint_dir_name(table.table_name, rank), shard, rank,
+                    table.ranks.size))
+    return out
+
+
 def owner_of(keys, size):
     """The rank owning each key: abs(key % size), with C's remainder (the checkpoints' rule)."""
     return tf.abs(tf.truncatemod(tf.cast(keys, tf.int64), tf.constant(size, tf.int64)))
 
 
-class _Exchange:
-    """What the backward pass of one lookup needs from its forward exchange."""
+class _Stage:
+    """One collective of an exchange: its input (one rank's part), the width it was padded to
+    (None: a fixed shape), and its outputs (the gathered tensor, the padded width)."""
 
-    def __init__(self, table, count, lengths, width, valid, index, union_size, mine, trained):
+    def __init__(self, part, width, gathered, padded):
+        self.part = part
+        self.width = width
+        self.gathered = gathered
+        self.padded = padded
+
+
+class _Exchange:
+    """What the backward pass of one lookup needs from its forward exchange, and its three
+    collectives (fuse_lookups merges those of several lookups)."""
+
+    def __init__(self, table, count, lengths, width, valid, index, union_size, mine, trained,
+                 stages):
         self.table = table
         self.count = count  # this rank's distinct keys
         self.lengths = lengths  # [N]: every rank's distinct keys
-        self.width = width  # what the key gather was padded to (>= max(lengths))
+        self.width = width  # max(lengths): the rows each rank's keys were padded to
         self.valid = valid  # [N * width]: which gathered entries are keys, not padding
         self.index = index  # [sum(lengths)]: each gathered key's position in the union
         self.union_size = union_size
         self.mine = mine  # positions in the union of the keys this rank owns
         self.trained = trained  # their row addresses in this rank's shard (-1: untrained)
+        self.stages = stages  # {"lengths", "keys", "rows"}: _Stage
+        self.fused = False
 
 
 def exchange_rows(table, keys, counts, times, times_per_key, owner_rows):
@@ -113,14 +152,19 @@ def exchange_rows(table, keys, counts, times, times_per_key, owner_rows):
     with tf.device(ranks.device), tf.name_scope("ranks"):
         keys64 = tf.cast(tf.reshape(keys, [-1]), tf.int64)
         count = tf.size(keys64, out_type=tf.int32)
-        lengths = all_gather(tf.reshape(count, [1]), task=task, name="gather_lengths")
-        width = tf.reduce_max(lengths)
+        stages = {}
+        part = tf.reshape(count, [1])
+        lengths = all_gather(part, task=task, name="gather_lengths")
+        stages["lengths"] = _Stage(part, None, lengths, None)
         columns = [keys64]
         if counts is not None:
             columns.append(tf.cast(tf.reshape(counts, [-1]), tf.int64))
         if times is not None and times_per_key:
             columns.append(tf.cast(tf.reshape(times, [-1]), tf.int64))
-        gathered, width = all_gather_varying(tf.stack(columns, 1), width, task, "gather_keys")
+        part, width = tf.stack(columns, 1), tf.reduce_max(lengths)
+        [(gathered, width_in_rows)] = all_gather_blocks([(part, width)], task, "gather_keys")
+        stages["keys"] = _Stage(part, width, gathered, width_in_rows)
+        width = width_in_rows
         valid = tf.reshape(tf.sequence_mask(lengths, width), [-1])
         gathered = tf.boolean_mask(gathered, valid)
         union, index = tf.unique(gathered[:, 0], out_idx=tf.int32)
@@ -144,8 +188,9 @@ def exchange_rows(table, keys, counts, times, times_per_key, owner_rows):
         found = tf.cast(tf.greater_equal(local["addresses"], 0), tf.float32)[:, tf.newaxis]
         payload = tf.concat([local["emb"], found], 1)
         per_owner = tf.math.bincount(owners, minlength=size, maxlength=size, dtype=tf.int32)
-        rows, rows_width = all_gather_varying(payload, tf.reduce_max(per_owner), task,
-                                              "gather_rows")
+        most = tf.reduce_max(per_owner)
+        [(rows, rows_width)] = all_gather_blocks([(payload, most)], task, "gather_rows")
+        stages["rows"] = _Stage(payload, most, rows, rows_width)
         one_hot = tf.one_hot(owners, size, dtype=tf.int32)
         within = tf.reduce_sum(tf.cumsum(one_hot, 0, exclusive=True) * one_hot, 1)
         slot = owners * rows_width + within  # where each union key's row arrived
@@ -162,7 +207,7 @@ def exchange_rows(table, keys, counts, times, times_per_key, owner_rows):
             emb, _, trained = tf.identity_n([received[:, :table.dim], table.handle, addresses],
                                             name="rows")
     record = _Exchange(table, count, lengths, width, valid, index, union_size, mine,
-                       local["trained"])
+                       local["trained"], stages)
     state = state_of(trained.graph)
     with state.lock:
         state.rank_exchanges[trained.name] = record
@@ -192,22 +237,69 @@ def exchange_of(addresses):
     return state_of(addresses.graph).rank_exchanges.get(addresses.name)
 
 
-def owner_gradients(addresses, grads):
-    """The gradients [n, dim] of the rows a lookup's exchange returned (addresses: its token)
-    -> (row addresses in this rank's shard, the gradients summed over every rank's lookups
-    of the same keys) for the keys this rank owns."""
-    record = exchange_of(addresses)
-    table = record.table
-    ranks = table.ranks
+def owner_gradients(pairs):
+    """[(token, gradients [n, dim] of the rows its lookup returned)] -> [(row addresses in
+    this rank's shard, the gradients summed over every rank's lookups of the same keys)] for
+    the keys this rank owns, per pair: the gradients of all the lookups go to the owners in
+    one collective."""
+    records = [exchange_of(token) for token, _ in pairs]
+    ranks = records[0].table.ranks
     with tf.device(ranks.device), tf.name_scope("rank_gradients"):
-        grads = tf.reshape(tf.cast(grads, tf.float32), [-1, table.dim])
-        gathered, _ = all_gather_varying(grads, record.width, ranks.task, "gather_gradients")
-        gathered = tf.boolean_mask(gathered, record.valid)
-        summed = tf.math.unsorted_segment_sum(gathered, record.index, record.union_size)
-        owned = tf.gather(summed, record.mine)
-        if ranks.divide_gradients:
-            owned = owned / float(ranks.size)
-        return record.trained, owned
+        blocks = [(tf.reshape(tf.cast(grads, tf.float32), [-1, record.table.dim]),
+                   record.width) for (_, grads), record in zip(pairs, records)]
+        gathered = all_gather_blocks(blocks, ranks.task, "gather_gradients")
+        out = []
+        for record, (grads, _) in zip(records, gathered):
+            grads = tf.boolean_mask(grads, record.valid)
+            summed = tf.math.unsorted_segment_sum(grads, record.index, record.union_size)
+            owned = tf.gather(summed, record.mine)
+            if record.table.ranks.divide_gradients:
+                owned = owned / float(record.table.ranks.size)
+            out.append((record.trained, owned))
+        return out
+
+
+def fuse_lookups(tokens):
+    """Merges the forward exchanges of the lookups whose tokens these are (training lookups
+    of one step, not yet run) stage by stage: one collective for all their key counts, one
+    for their keys, one for their rows, instead of three per lookup. Each collective costs a
+    round of messages and its CPU whatever its size, so a model with many tables steps
+    faster. The lookups' ops are rewired to the merged collectives' slices (the old ones stay
+    in the graph, unused). Returns the number of lookups merged."""
+    records = []
+    for token in tokens:
+        record = exchange_of(token)
+        if record is not None and not record.fused and record not in records:
+            records.append(record)
+    if len(records) < 2:
+        return 0
+    ranks = records[0].table.ranks
+    graph = records[0].count.graph
+    mapping = {}
+    with graph.as_default(), tf.device(ranks.device), tf.name_scope("fused_lookups"):
+        counts = all_gather(tf.concat([r.stages["lengths"].part for r in records], 0),
+                            task=ranks.task, name="gather_lengths")
+        counts = tf.reshape(counts, [ranks.size, len(records)])
+        for i, record in enumerate(records):
+            mapping[record.stages["lengths"].gathered.name] = counts[:, i].name
+        for stage in ("keys", "rows"):
+            # The widths are computed from the old collectives' outputs, which the mapping
+            # takes over to the merged ones: they are the merged ones' widths too.
+            merged = all_gather_blocks([(r.stages[stage].part, r.stages[stage].width)
+                                        for r in records], ranks.task, "gather_" + stage)
+            for record, (gathered, padded) in zip(records, merged):
+                mapping[record.stages[stage].gathered.name] = gathered.name
+                mapping[record.stages[stage].padded.name] = padded.name
+    final, _ = graph_rewrite.run_passes(graph.as_graph_def(),
+                                        [graph_rewrite.RerouteInputs(mapping, {})])
+    graph_rewrite.update_live_graph(graph, final, "fuse_lookups")
+    logger.info("rec_sdk: the exchanges of %d lookups over %d ranks merged into one "
+                "collective per stage", len(records), ranks.size)
+    for record in records:
+        record.fused = True
+        record.lengths = graph.get_tensor_by_name(mapping[record.lengths.name])
+        record.width = graph.get_tensor_by_name(mapping[record.width.name])
+    return len(records)
 
 
 def split_table_gradient(grad):
@@ -230,6 +322,80 @@ def split_table_gradient(grad):
         tokens[i] = token
     sizes = [tf.shape(token)[0] for token in tokens]
     return list(zip(tokens, tf.split(grad.values, sizes, axis=0)))
+
+
+def broadcast_variables(variables, task):
+    """An op setting `variables` (fully defined shapes; the same list, in the same order, in
+    every rank's graph) to rank 0's values: one CollectiveBcastSendV2 on rank 0 and one
+    CollectiveBcastRecvV2 elsewhere per dtype, of the flattened values."""
+    rank, size = rank_of(task)
+    by_dtype = {}
+    for variable in variables:
+        if not variable.shape.is_fully_defined():
+            raise ValueError("variable %s has shape %s; broadcasting rank 0's values needs "
+                             "fully defined shapes" % (variable.name, variable.shape))
+        by_dtype.setdefault(variable.dtype.base_dtype, []).append(variable)
+    assigns = []
+    with tf.device(worker_devices(task)[rank]), tf.name_scope("broadcast_variables"):
+        for dtype, group in by_dtype.items():
+            instance = next_instance_key(task)
+            sizes = [v.shape.num_elements() for v in group]
+            if rank == 0:
+                flat = tf.concat([tf.reshape(tf.convert_to_tensor(v), [-1]) for v in group], 0)
+                values = tf.raw_ops.CollectiveBcastSendV2(
+                    input=flat, group_size=tf.constant(size), group_key=tf.constant(1),
+                    instance_key=tf.constant(instance))
+            else:
+                values = tf.raw_ops.CollectiveBcastRecvV2(
+                    group_size=tf.constant(size), group_key=tf.constant(1),
+                    instance_key=tf.constant(instance), shape=tf.constant([sum(sizes)]),
+                    T=dtype)
+            for variable, part in zip(group, tf.split(values, sizes)):
+                assigns.append(tf.compat.v1.assign(variable, tf.reshape(part, variable.shape)))
+    return tf.group(assigns)
+
+
+def _sharded_tables(graph):
+    return [t for t in graph.get_collection(TABLE_COLLECTION)
+            if getattr(t, "ranks", None) is not None]
+
+
+def _install_variable_broadcast():
+    """Makes tf.compat.v1.train.Scaffold.finalize, in a graph with tables sharded over ranks,
+    add broadcast_variables of every global variable to the local_init_op (and make it ready
+    to run at once), unless the scaffold or the graph's collections set those ops.
+    MonitoredTrainingSession and tf.estimator then need no chief for the other ranks'
+    variables: the chief (rank 0) initialises or restores its variables, then sends them;
+    every other rank, chief or not, receives them in its local initialisation, so all ranks
+    start from the same values (those of a restored checkpoint too)."""
+    scaffold = tf.compat.v1.train.Scaffold
+    finalize = scaffold.finalize
+    if getattr(finalize, "rec_sdk_broadcasts", False):
+        return
+
+    def broadcasting_finalize(self):
+        graph = tf.compat.v1.get_default_graph()
+        tables = _sharded_tables(graph)
+        keys = tf.compat.v1.GraphKeys
+        if (tables and not graph.finalized and self._local_init_op is None  # pylint: disable=protected-access
+                and self._ready_for_local_init_op is None  # pylint: disable=protected-access
+                and not graph.get_collection(keys.LOCAL_INIT_OP)
+                and not graph.get_collection(keys.READY_FOR_LOCAL_INIT_OP)):
+            task = tables[0].ranks.task
+            self._local_init_op = tf.group(  # pylint: disable=protected-access
+                scaffold.default_local_init_op(),
+                broadcast_variables(tf.compat.v1.global_variables(), task),
+                name="rec_sdk_local_init_and_broadcast")
+            self._ready_for_local_init_op = tf.constant(  # pylint: disable=protected-access
+                [], tf.string, name="rec_sdk_ready_for_broadcast")
+        return finalize(self)
+
+    broadcasting_finalize.__doc__ = finalize.__doc__
+    broadcasting_finalize.rec_sdk_broadcasts = True
+    scaffold.finalize = broadcasting_finalize
+
+
+_install_variable_broadcast()
 
 
 def barrier(updates, task):

@@ -76,7 +76,8 @@ class SparseOptimizer(tf.compat.v1.train.Optimizer):
 
     def _rows(self, grad, var):
         """[(table, addresses [n], gradient rows [n, dim], whether the addresses are unique)]:
-        one entry, or one per lookup for the gradient of a table sharded over ranks."""
+        one entry; for a table sharded over ranks, (table, lookup token, its rows' gradients,
+        None) per lookup (apply_gradients sends those to the owners, all at once)."""
         table = table_of(var)
         if table is None:
             raise TypeError("%s.apply_gradients: %r is neither a rec_sdk table nor addresses from "
@@ -88,8 +89,7 @@ class SparseOptimizer(tf.compat.v1.train.Optimizer):
                                 % (self._name, table.table_name, grad))
             lookups = ranks.split_table_gradient(grad) if table.ranks is not None else None
             if lookups is not None:
-                return [(table,) + ranks.owner_gradients(token, rows) + (True,)
-                        for token, rows in lookups]
+                return [(table, token, rows, None) for token, rows in lookups]
             return [(table, tf.reshape(grad.indices, [-1]),
                      tf.reshape(grad.values, [-1, table.dim]),
                      table_ops.addresses_are_unique(grad.indices))]
@@ -102,16 +102,14 @@ class SparseOptimizer(tf.compat.v1.train.Optimizer):
         else:
             rows = tf.reshape(tf.convert_to_tensor(grad), [-1, table.dim])
         if ranks.exchange_of(var) is not None:
-            # A lookup of a table sharded over ranks: the gradients go to the keys' owners,
-            # which sum them over the ranks; this rank updates the keys it owns.
-            addresses, rows = ranks.owner_gradients(var, rows)
-            return [(table, addresses, rows, True)]
+            return [(table, var, rows, None)]
         return [(table, addresses, rows, unique)]
 
     def apply_gradients(self, grads_and_vars, global_step=None, name=None):
         """Updates the rows of every table in grads_and_vars; returns the training op."""
         by_table = {}
         order = []
+        entries, sharded = [], []
         for pair in grads_and_vars:
             if not isinstance(pair, (tuple, list)) or len(pair) != 2:
                 raise TypeError("%s.apply_gradients: grads_and_vars must be (gradient, variable) "
@@ -119,13 +117,23 @@ class SparseOptimizer(tf.compat.v1.train.Optimizer):
             grad, var = pair
             if grad is None:
                 continue
-            for table, addresses, rows, unique in self._rows(grad, var):
-                if table.table_name not in by_table:
-                    by_table[table.table_name] = (table, [], [], [])
-                    order.append(table.table_name)
-                by_table[table.table_name][1].append(addresses)
-                by_table[table.table_name][2].append(rows)
-                by_table[table.table_name][3].append(unique)
+            for entry in self._rows(grad, var):
+                (sharded if entry[3] is None else entries).append(entry)
+        if sharded:
+            # Lookups of tables sharded over ranks: their exchanges are merged (one
+            # collective per stage for all of them), and their gradients go to the keys'
+            # owners, which sum them over the ranks; this rank updates the keys it owns.
+            ranks.fuse_lookups([token for _, token, _, _ in sharded])
+            owned = ranks.owner_gradients([(token, rows) for _, token, rows, _ in sharded])
+            entries.extend((table, addresses, rows, True)
+                           for (table, _, _, _), (addresses, rows) in zip(sharded, owned))
+        for table, addresses, rows, unique in entries:
+            if table.table_name not in by_table:
+                by_table[table.table_name] = (table, [], [], [])
+                order.append(table.table_name)
+            by_table[table.table_name][1].append(addresses)
+            by_table[table.table_name][2].append(rows)
+            by_table[table.table_name][3].append(unique)
         if not order:
             raise ValueError("%s.apply_gradients: no gradients to apply" % self._name)
         with tf.name_scope(table_ops.op_scope_name(name or self._name)):
