@@ -17,7 +17,7 @@ import tensorflow as tf
 import rec_sdk.distribute as dist
 from rec_sdk.distribute import server as server_main
 from rec_sdk.distribute.launch import free_ports, local_cluster
-from rec_sdk.ops.loader import explain_missing_library
+from rec_sdk.ops.loader import explain_missing_library, explain_restarted_task
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "distribute", "de_worker.py")
@@ -558,6 +558,20 @@ def test_a_ps_task_without_the_library_is_a_clear_error(tmp_path):
     assert "rec_sdk's op library is not loaded in task /job:ps/replica:0/task:0" in \
         result.stdout, result.stdout[-3000:]
     assert "python -m rec_sdk.distribute.server" in result.stdout
+
+
+def test_a_cancelled_step_of_a_restarted_task_is_an_aborted_one():
+    """MonitoredTrainingSession recovers from AbortedError only; a step cancelled because a
+    ps task restarted reports CANCELLED first (seen in CI): it is re-raised as AbortedError."""
+    message = ("Graph execution error:\n\nCANCELLED: From /job:worker/replica:0/task:0:\n"
+               "RecvFromRemoteAsync is cancelled.\nABORTED: From /job:ps/replica:0/task:0:\n"
+               "Session handle is not found: 337e. Possibly this worker "
+               "(\"/job:ps/replica:0/task:0\") just restarted.")
+    clear = explain_restarted_task(tf.errors.CancelledError(None, None, message))
+    assert isinstance(clear, tf.errors.AbortedError) and clear.message == message
+    assert explain_restarted_task(tf.errors.CancelledError(
+        None, None, "Run call was cancelled")) is None
+    assert explain_restarted_task(tf.errors.AbortedError(None, None, message)) is None
 
 
 def test_explain_missing_library_words_only_that_error():

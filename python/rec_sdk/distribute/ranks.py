@@ -22,6 +22,11 @@ once, in place on its shard. An update ends with a barrier (a one-number all-red
 step finishes on every rank only when every shard has been updated: a checkpoint taken
 between steps is of one step on every shard.
 
+The lookups an optimizer trains share their collectives (fuse_lookups: one per stage for all
+of them, and one for all their gradients). Rank 0 saves, restores and evicts every shard
+(managed_shards); in MonitoredTrainingSession and tf.estimator every rank's variables are set
+to rank 0's in the session's local initialisation (broadcast_variables).
+
 Exchanging with all-gathers sends each rank every other rank's keys and the owners' rows of
 all of them: N times the bytes of an all-to-all. That is cheap for the few ranks one host
 or a small cluster runs; see benchmarks/RESULTS.md for the model of larger clusters.
@@ -45,7 +50,7 @@ class RankShards:
     """Where a table of the SDK API lives in a cluster of `size` ranks: this process is rank
     `rank`; `devices[r]` holds rank r's shard. `shards[r]` is that shard's table object
     (this process's own is the table itself; rank 0 also has a handle of every other shard,
-    for checkpoints). `divide_gradients`: divide the summed gradients by the rank count."""
+    for checkpoints and eviction). `divide_gradients`: divide the summed gradients by the rank count."""
 
     def __init__(self, task, rank, size, devices, divide_gradients):
         self.task = task

@@ -137,10 +137,28 @@ def explain_lost_rank(error, graph):
                                  else "a peer task", reason.strip()))
 
 
+_RESTARTED = re.compile(r"ABORTED: .*Session handle is not found|just restarted")
+
+
+def explain_restarted_task(error):
+    """For a CancelledError whose run also saw a task of the cluster restart (TensorFlow
+    reports the step's first error, often "RecvFromRemoteAsync is cancelled", with an
+    ABORTED "Session handle is not found ... just restarted" beside it), the AbortedError it
+    stands for; None for any other error. MonitoredTrainingSession recovers from
+    AbortedError (a new session, restored from the last checkpoint) and not from
+    CancelledError, so a restarted ps task would otherwise end the training."""
+    message = getattr(error, "message", str(error))
+    if not isinstance(error, tf.errors.CancelledError) or not _RESTARTED.search(message):
+        return None
+    return tf.errors.AbortedError(getattr(error, "node_def", None), getattr(error, "op", None),
+                                  message)
+
+
 def _install_session_run_explanation():
     """tf.compat.v1.Session.run re-raises a missing-library error as explain_missing_library
-    words it, and a collective's failure when a task is gone as explain_lost_rank does
-    (other errors and results pass through untouched)."""
+    words it, a collective's failure when a task is gone as explain_lost_rank does, and a
+    cancelled step of a restarted task as explain_restarted_task does (other errors and
+    results pass through untouched)."""
     run = tf.compat.v1.Session.run
     if getattr(run, "rec_sdk_explains", False):
         return
@@ -155,6 +173,11 @@ def _install_session_run_explanation():
             raise clear from e
         except (tf.errors.UnavailableError, tf.errors.AbortedError) as e:
             clear = explain_lost_rank(e, self.graph)
+            if clear is None:
+                raise
+            raise clear from e
+        except tf.errors.CancelledError as e:
+            clear = explain_restarted_task(e)
             if clear is None:
                 raise
             raise clear from e
