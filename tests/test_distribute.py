@@ -17,7 +17,12 @@ import tensorflow as tf
 import rec_sdk.distribute as dist
 from rec_sdk.distribute import server as server_main
 from rec_sdk.distribute.launch import free_ports, local_cluster
-from rec_sdk.ops.loader import explain_missing_library, explain_restarted_task
+from rec_sdk import saver
+from rec_sdk.core.embedding import create_table, sparse_lookup
+from rec_sdk.ops.loader import (RankLostError, explain_lost_rank, explain_missing_library,
+                                explain_restarted_task)
+from rec_sdk.optimizers.lazy_adam_by_addr import create_hash_optimizer_by_address
+from rec_sdk.util.initialize import init, terminate_config_initializer
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "distribute", "de_worker.py")
@@ -232,7 +237,8 @@ def test_a_killed_ps_task_restarted_resumes_from_the_last_checkpoint(tmp_path):
     """SIGKILL of the ps task at step 25, a new ps on its port: the chief's
     MonitoredTrainingSession makes a new session, the Saver restores the tables from the
     step-20 checkpoint, and training goes on from global step 20 to the end; the table
-    holds every key trained (those of the checkpoint and those trained after)."""
+    holds every key trained (those of the checkpoint and those trained after). The worker
+    logs which ps task stopped and what to do."""
     ports = free_ports(2)
     cluster = {"ps": ["127.0.0.1:%d" % ports[0]], "worker": ["127.0.0.1:%d" % ports[1]]}
     processes = [_start_ps(cluster, 0)]
@@ -251,6 +257,7 @@ def test_a_killed_ps_task_restarted_resumes_from_the_last_checkpoint(tmp_path):
         (tmp_path / "restarted").touch()
         output = worker.communicate(timeout=300)[0]
         assert worker.returncode == 0, output[-3000:]
+        assert "ps task /job:ps/replica:0/task:0 stopped or restarted" in output, output[-3000:]
     finally:
         for process in processes + ([worker] if worker else []):
             if process.poll() is None:
@@ -572,6 +579,52 @@ def test_a_cancelled_step_of_a_restarted_task_is_an_aborted_one():
     assert explain_restarted_task(tf.errors.CancelledError(
         None, None, "Run call was cancelled")) is None
     assert explain_restarted_task(tf.errors.AbortedError(None, None, message)) is None
+
+
+def test_sharded_tables_guard_rails(monkeypatch, tmp_path):
+    """In a cluster (TF_CONFIG only, nothing runs): a rank that manages no shard saves
+    nothing and never touches the directory; NumPy export and deltas refuse sharded tables;
+    an IndexedSlices not keyed by the lookups is refused, not applied as row addresses; each
+    graph gets its own collective instance keys; a cancelled collective of a restarted task is
+    a RankLostError."""
+    cluster = {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}
+    (tmp_path / "ckpt").mkdir()
+    for index in (1, 0):
+        monkeypatch.setenv("TF_CONFIG", json.dumps(
+            {"cluster": cluster, "task": {"type": "worker", "index": index}}))
+        init(use_dynamic_expansion=True)
+        try:
+            with tf.Graph().as_default() as graph:
+                table = create_table(tf.int64, 4, "t", tf.compat.v1.zeros_initializer())
+                emb = sparse_lookup(table, tf.constant([1, 2, 3], tf.int64))
+                with tf.compat.v1.Session(graph=graph) as sess:
+                    if index == 1:
+                        assert saver.save_tables(sess, tmp_path / "ckpt") == {}
+                        assert os.listdir(tmp_path / "ckpt") == []
+                        continue
+                    with pytest.raises(ValueError, match="sharded over 2 ranks; export_npz"):
+                        saver.export_npz(sess, tmp_path / "x.npz")
+                    with pytest.raises(ValueError, match=r"save_tables\(delta=True\)"):
+                        saver.save_tables(sess, tmp_path / "d", delta=True)
+                opt = create_hash_optimizer_by_address(learning_rate=0.1)
+                foreign = tf.IndexedSlices(tf.ones([2, 4]), tf.constant([0, 1], tf.int64))
+                with pytest.raises(TypeError, match="not keyed by its lookups"):
+                    opt.apply_gradients([(foreign, table)])
+                assert opt.apply_gradients([(tf.gradients(tf.reduce_sum(emb), table)[0],
+                                             table)]) is not None
+                keys = {int(tf.get_static_value(op.inputs[3])) // (1 << 20)
+                        for op in graph.get_operations() if op.type == "CollectiveGatherV2"
+                        and op.inputs[3].op.type == "Const"}
+            with tf.Graph().as_default() as other:
+                dist.all_reduce(tf.constant([1.0]))
+                [op] = [o for o in other.get_operations() if o.type == "CollectiveReduceV2"]
+                assert int(tf.get_static_value(op.inputs[3])) // (1 << 20) not in keys
+            restarted = tf.errors.CancelledError(None, None, (
+                "RecvFromRemoteAsync is cancelled.\nABORTED: From /job:worker/replica:0/task:1:"
+                "\nSession handle is not found. Possibly this worker just restarted."))
+            assert isinstance(explain_lost_rank(restarted, graph), RankLostError)
+        finally:
+            terminate_config_initializer()
 
 
 def test_explain_missing_library_words_only_that_error():

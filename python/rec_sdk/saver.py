@@ -122,6 +122,9 @@ def _units(table):
 
 
 def _tables(sess, tables):
+    """The tables to save or restore: `tables` (default: every table of sess.graph with
+    is_save), less those this process does not manage (shards of other ranks' tables: rank
+    0 saves them)."""
     if tables is None:
         return [t for t in tables_of_graph(sess.graph) if t.is_save and _units(t)]
     if isinstance(tables, SparseEmbedding):
@@ -129,7 +132,16 @@ def _tables(sess, tables):
     if not isinstance(tables, (list, tuple)) or not all(
             isinstance(t, SparseEmbedding) for t in tables):
         raise TypeError("tables must be a list of tables from create_table, got %r" % (tables,))
-    return list(tables)
+    return [t for t in tables if _units(t)]
+
+
+def _refuse_sharded(tables, what):
+    for table in tables:
+        if table.ranks is not None:
+            raise ValueError(
+                "%s: table %r is sharded over %d ranks; %s works on tables of one process. "
+                "Use Saver.save / restore (or save_tables / restore_tables), which handle "
+                "every rank's shard" % (what, table.table_name, table.ranks.size, what))
 
 
 def _fsync_dir(path):
@@ -152,6 +164,10 @@ def save_tables(sess, directory, tables=None, delta=False):
     table directory) or empty; anything else is a ValueError, never deleted.
     Returns {table_name: rows written}."""
     tables = _tables(sess, tables)
+    if not tables:
+        return {}  # e.g. rank 1 of a cluster: rank 0 saves its shards; the directory is not ours
+    if delta:
+        _refuse_sharded(tables, "save_tables(delta=True)")
     rows, save_ids = _write_tables(sess, directory, tables, delta)
     _commit(sess, tables, save_ids)
     return rows
@@ -294,8 +310,13 @@ def restore_tables(sess, directories, tables=None, rank_id=None, rank_size=None,
         rank_id = check_int("rank_id", 0 if rank_id is None else rank_id, 0, rank_size - 1)
     if deltas and (rank_size not in (None, 1) or len(directories) != 1):
         raise ValueError("restore_tables: deltas apply to one full checkpoint restored whole "
-                         "(rank_size=1, one directory), got rank_size=%d and %d directories"
+                         "(rank_size=1, one directory), got rank_size=%r and %d directories"
                          % (rank_size, len(directories)))
+    tables = _tables(sess, tables)
+    if not tables:
+        return {}
+    if deltas:
+        _refuse_sharded(tables, "restore_tables(deltas=...)")
     found = []
     for directory in directories:
         existing = _existing(os.path.abspath(directory))
@@ -308,7 +329,7 @@ def restore_tables(sess, directories, tables=None, rank_id=None, rank_size=None,
     for parent in {os.path.dirname(d) for d in found}:
         remove_leftovers(parent)
     rows = {}
-    for table in _tables(sess, tables):
+    for table in tables:
         rows[table.table_name] = 0
         for _, shard, shard_rank, shard_count in _units(table):
             if table.ranks is None and rank_size is not None:
@@ -420,7 +441,9 @@ def export_npz(sess, path, tables=None):
         raise TypeError("export_npz: path must be a file path (str), got %r" % (path,))
     path = os.fspath(path)
     arrays, rows = {}, {}
-    for table in _tables(sess, tables):
+    tables = _tables(sess, tables)
+    _refuse_sharded(tables, "export_npz")
+    for table in tables:
         keys, values, slots = sess.run(table.export())
         arrays[table.table_name + "/keys"] = keys
         arrays[table.table_name + "/values"] = values
@@ -444,8 +467,10 @@ def import_npz(sess, path, tables=None, slots=True):
     """Loads tables from a file written by export_npz (replacing their contents); with
     slots=False only keys and embeddings. Returns {table_name: rows}."""
     rows = {}
+    tables = _tables(sess, tables)
+    _refuse_sharded(tables, "import_npz")
     with np.load(path) as data:
-        for table in _tables(sess, tables):
+        for table in tables:
             name = table.table_name
             if name + "/keys" not in data:
                 raise KeyError("table %r is not in %r; it holds %s" % (

@@ -38,6 +38,8 @@ _current = [None]  # the ClusterTask whose server this process started
 # the same key in every task, since every task builds the same graph.
 _instances = weakref.WeakKeyDictionary()
 _instances_lock = threading.Lock()
+_graphs = [0]  # graphs of this process that built collectives
+_KEYS_PER_GRAPH = 1 << 20
 _REDUCTIONS = {"sum": ("Add", "Id"), "mean": ("Add", "Div"), "max": ("Max", "Id"),
                "min": ("Min", "Id"), "prod": ("Mul", "Id")}
 
@@ -196,8 +198,9 @@ def rank_of(task):
 
 def _collective_call(task, name, keys=1):
     """(own device, group size, the first of `keys` new instance keys of the graph) of a
-    collective of `task` (default current_task()), or None with one training task or none."""
-    task = task or current_task()
+    collective of `task` (default: current_task(), else training_task()), or None with one
+    training task or none."""
+    task = task or current_task() or training_task()
     devices = worker_devices(task) if task is not None else []
     if len(devices) <= 1:
         return None
@@ -207,8 +210,21 @@ def _collective_call(task, name, keys=1):
                          % (name, ", ".join(devices), own))
     graph = tf.compat.v1.get_default_graph()
     with _instances_lock:
-        instance = _instances.get(graph, 0) + 1
-        _instances[graph] = instance - 1 + keys
+        if graph not in _instances:
+            # Each graph of the process gets its own range of instance keys (TensorFlow
+            # keeps a collective instance's shape for the process's life; a second graph,
+            # e.g. an Estimator's evaluation, must not reuse the first's keys). Every task
+            # builds its graphs in the same order, so the ranges match.
+            if (_graphs[0] + 2) * _KEYS_PER_GRAPH > 2**31:
+                raise ValueError("%s: more than %d graphs of this process built collectives "
+                                 "(their instance keys are int32)" % (name, _graphs[0]))
+            _graphs[0] += 1
+            _instances[graph] = _graphs[0] * _KEYS_PER_GRAPH
+        instance = _instances[graph] + 1
+        _instances[graph] += keys
+        if _instances[graph] >= (_graphs[0] + 1) * _KEYS_PER_GRAPH:
+            raise ValueError("%s: more than %d collective instance keys in one graph"
+                             % (name, _KEYS_PER_GRAPH))
     return own, len(devices), instance
 
 
@@ -223,8 +239,8 @@ def all_reduce(tensor, reduction="sum", task=None, name=None):
     """`tensor` reduced over the training tasks (all_reduce runs in every task's graph, built
     in the same order: the n-th collective of each graph meets the n-th of the others):
     TensorFlow's CollectiveReduceV2 on CPU over the cluster's gRPC runtime. reduction:
-    "sum", "mean", "max", "min" or "prod". task: default current_task(); with one training
-    task (or none) the tensor itself. The task's server and sessions need
+    "sum", "mean", "max", "min" or "prod". task: default current_task(), else TF_CONFIG's
+    training task; with one training task (or none) the tensor itself. The task's server and sessions need
     worker_config(task, collective=True)."""
     if reduction not in _REDUCTIONS:
         raise ValueError("reduction must be one of %s, got %r" % (", ".join(_REDUCTIONS),
@@ -242,8 +258,9 @@ def all_reduce(tensor, reduction="sum", task=None, name=None):
 
 
 def all_reduce_many(tensors, reduction="sum", task=None, name=None):
-    """all_reduce of several tensors (any shapes, one float dtype) as one collective: they
-    are flattened into one vector, reduced, and cut back. Each collective costs a round of
+    """all_reduce of several tensors (one float dtype; their shapes the same in every task and
+    at every step, as all_reduce needs) as one collective: they are flattened into one
+    vector, reduced, and cut back. Each collective costs a round of
     messages between the tasks, so a model's dense gradients go faster this way than one by
     one. -> the reduced tensors, in order."""
     tensors = [tf.convert_to_tensor(t) for t in tensors]
@@ -305,8 +322,8 @@ def all_gather_blocks(blocks, task=None, name=None):
         with tf.device(own):
             flat = tf.concat([tf.reshape(t, [-1]) for t in padded], 0)
             power, total = _power_of_two(tf.size(flat, out_type=tf.int64))
-            check = tf.debugging.assert_less(power, tf.constant(_SIZE_CLASSES, tf.int64),
-                                             message="all_gather_blocks: over 2**31 values")
+            check = tf.debugging.assert_less(power, tf.constant(_SIZE_CLASSES - 1, tf.int64),
+                                             message="all_gather_blocks: over 2**30 values")
             with tf.control_dependencies([check]):
                 gathered = tf.raw_ops.CollectiveGatherV2(
                     input=tf.pad(flat, [[0, tf.cast(total, tf.int32) - tf.size(flat)]]),

@@ -270,7 +270,9 @@ def fuse_lookups(tokens):
     for their keys, one for their rows, instead of three per lookup. Each collective costs a
     round of messages and its CPU whatever its size, so a model with many tables steps
     faster. The lookups' ops are rewired to the merged collectives' slices (the old ones stay
-    in the graph, unused). Returns the number of lookups merged."""
+    in the graph, unused). A step then runs all of them together: fetching one of these
+    lookups runs the others' exchanges (and their inputs) too. Returns the number of lookups
+    merged."""
     records = []
     for token in tokens:
         record = exchange_of(token)
@@ -281,7 +283,10 @@ def fuse_lookups(tokens):
     ranks = records[0].table.ranks
     graph = records[0].count.graph
     mapping = {}
-    with graph.as_default(), tf.device(ranks.device), tf.name_scope("fused_lookups"):
+    # Outside any control dependencies of the caller (e.g. minimize() under UPDATE_OPS): the
+    # lookups' forward pass must not wait for ops that depend on it.
+    with graph.as_default(), graph.control_dependencies(None), tf.device(ranks.device), \
+            tf.name_scope("fused_lookups"):
         counts = all_gather(tf.concat([r.stages["lengths"].part for r in records], 0),
                             task=ranks.task, name="gather_lengths")
         counts = tf.reshape(counts, [ranks.size, len(records)])
@@ -382,10 +387,16 @@ def _install_variable_broadcast():
         graph = tf.compat.v1.get_default_graph()
         tables = _sharded_tables(graph)
         keys = tf.compat.v1.GraphKeys
-        if (tables and not graph.finalized and self._local_init_op is None  # pylint: disable=protected-access
-                and self._ready_for_local_init_op is None  # pylint: disable=protected-access
-                and not graph.get_collection(keys.LOCAL_INIT_OP)
-                and not graph.get_collection(keys.READY_FOR_LOCAL_INIT_OP)):
+        custom = (self._local_init_op is not None  # pylint: disable=protected-access
+                  or self._ready_for_local_init_op is not None  # pylint: disable=protected-access
+                  or graph.get_collection(keys.LOCAL_INIT_OP)
+                  or graph.get_collection(keys.READY_FOR_LOCAL_INIT_OP))
+        if tables and not graph.finalized and custom:
+            logger.warning("rec_sdk: the scaffold sets its own local_init_op or "
+                           "ready_for_local_init_op: rank 0's variables are not broadcast; "
+                           "add rec_sdk.distribute.ranks.broadcast_variables to it, or start "
+                           "every rank's variables equal")
+        elif tables and not graph.finalized:
             task = tables[0].ranks.task
             self._local_init_op = tf.group(  # pylint: disable=protected-access
                 scaffold.default_local_init_op(),

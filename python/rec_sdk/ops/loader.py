@@ -6,6 +6,7 @@ symbols differ), so the error names both versions and the rebuild command. A pro
 cluster that runs rec_sdk's ops without the library (a bare tf.distribute.Server) fails the
 session's run with an error that says to load rec_sdk there (explain_missing_library).
 """
+import logging
 import os
 import re
 import threading
@@ -108,19 +109,21 @@ class RankLostError(tf.errors.FailedPreconditionError):
     because a training task of the cluster is gone: synchronous training cannot go on."""
 
 
-_COLLECTIVE_FAILURE = re.compile(r"Collective ops is aborted|Ring(Gather|Reducer)|collective",
-                                 re.IGNORECASE)
+_COLLECTIVE_FAILURE = re.compile(r"Collective ops is aborted|Ring(Gather|Reducer)|collective|"
+                                 r"just restarted", re.IGNORECASE)
 _REASON = re.compile(r"aborted by|connect|socket|unavailable", re.IGNORECASE)
 
 
 def explain_lost_rank(error, graph):
-    """For an UnavailableError or AbortedError of a collective of `graph` (a task of the
-    cluster stopped), a RankLostError saying so and what to do; None for any other error.
+    """For an UnavailableError, AbortedError or CancelledError of a collective of `graph` (a
+    task of the cluster stopped), a RankLostError saying so and what to do; None for any
+    other error.
     MonitoredTrainingSession retries those two error types forever (it recreates its session
     and waits for the task), while TensorFlow's collectives in this process cannot be reset:
     the error it raises instead ends the training clearly."""
     message = getattr(error, "message", str(error))
-    if not isinstance(error, (tf.errors.UnavailableError, tf.errors.AbortedError)) or \
+    if not isinstance(error, (tf.errors.UnavailableError, tf.errors.AbortedError,
+                              tf.errors.CancelledError)) or \
             not _COLLECTIVE_FAILURE.search(message) or not any(
                 op.type.startswith("Collective") for op in graph.get_operations()):
         return None
@@ -154,6 +157,27 @@ def explain_restarted_task(error):
                                   message)
 
 
+_PS_TARGET = re.compile(r"(/job:ps/replica:\d+/task:\d+)")
+
+
+def warn_unreachable_ps(error):
+    """Logs, for an UnavailableError or AbortedError from a ps task, what happens next:
+    MonitoredTrainingSession recreates its session, which waits for the task and then
+    restores the last checkpoint. Returns the task's name, or None (nothing logged)."""
+    message = getattr(error, "message", str(error))
+    found = _PS_TARGET.search(message)
+    if found is None:
+        return None
+    # rec_sdk's logger (rec_sdk.util.log.LOGGER_NAME; importing that module here would make
+    # an import cycle).
+    logging.getLogger("rec_sdk").warning(
+        "rec_sdk: ps task %s stopped or restarted (%s). Restart it with the same TF_CONFIG "
+        "(python -m rec_sdk.distribute.server): MonitoredTrainingSession waits for it, then "
+        "restores the last checkpoint and trains on; a plain Session fails here.",
+        found.group(1), type(error).__name__)
+    return found.group(1)
+
+
 def _install_session_run_explanation():
     """tf.compat.v1.Session.run re-raises a missing-library error as explain_missing_library
     words it, a collective's failure when a task is gone as explain_lost_rank does, and a
@@ -174,12 +198,17 @@ def _install_session_run_explanation():
         except (tf.errors.UnavailableError, tf.errors.AbortedError) as e:
             clear = explain_lost_rank(e, self.graph)
             if clear is None:
+                warn_unreachable_ps(e)
                 raise
             raise clear from e
         except tf.errors.CancelledError as e:
-            clear = explain_restarted_task(e)
+            # In a graph with collectives a restarted task is a lost rank (the collectives
+            # cannot be reset); elsewhere it is an aborted step MonitoredTrainingSession redoes.
+            clear = explain_lost_rank(e, self.graph) or explain_restarted_task(e)
             if clear is None:
                 raise
+            if not isinstance(clear, RankLostError):
+                warn_unreachable_ps(clear)
             raise clear from e
 
     explained_run.__doc__ = run.__doc__

@@ -87,8 +87,14 @@ class SparseOptimizer(tf.compat.v1.train.Optimizer):
                 raise TypeError("%s.apply_gradients: the gradient of table %r must be the "
                                 "IndexedSlices from tf.gradients(loss, table), got %r"
                                 % (self._name, table.table_name, grad))
-            lookups = ranks.split_table_gradient(grad) if table.ranks is not None else None
-            if lookups is not None:
+            if table.ranks is not None:
+                lookups = ranks.split_table_gradient(grad)
+                if lookups is None:
+                    raise TypeError(
+                        "%s.apply_gradients: the gradient of table %r (sharded over %d ranks) "
+                        "must come from tf.gradients(loss, table) over its lookups' rows; this "
+                        "IndexedSlices is not keyed by its lookups" % (
+                            self._name, table.table_name, table.ranks.size))
                 return [(table, token, rows, None) for token, rows in lookups]
             return [(table, tf.reshape(grad.indices, [-1]),
                      tf.reshape(grad.values, [-1, table.dim]),
