@@ -28,7 +28,9 @@ class ColdStoreTest : public ::testing::Test {
     ASSERT_NE(::mkdtemp(pattern), nullptr);
     dir_ = pattern;
   }
-  void TearDown() override { std::system(("rm -rf '" + dir_ + "'").c_str()); }
+  void TearDown() override {
+    EXPECT_EQ(std::system(("rm -rf '" + dir_ + "'").c_str()), 0);
+  }
 
   std::vector<std::string> Files() const {
     std::vector<std::string> names;
