@@ -143,19 +143,17 @@ def main():
                             [args.warmup:]]))
     print("global batch %d keys (%.0f unique), dim %d, %d timed steps after %d"
           % (BATCH, unique, DIM, args.steps, args.warmup))
-    if args.no_table:
-        counts_table = []
-    else:
-        counts_table = counts
-    one = None if args.no_table else json.loads(_run([sys.executable, os.path.abspath(__file__), "--rank-worker",
-                           "--steps", str(args.steps), "--warmup", str(args.warmup)],
-                          dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")).splitlines()[-1])
+    one = None
+    if not args.no_table:
+        one = json.loads(_run([sys.executable, os.path.abspath(__file__), "--rank-worker",
+                               "--steps", str(args.steps), "--warmup", str(args.warmup)],
+                              dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")).splitlines()[-1])
     if one is not None:
         print("\n| processes | ms per step | steps/s vs 1 process | loopback bytes/step | "
               "bytes per unique key |")
         print("|---|---|---|---|---|")
         print("| 1 | %.2f | 1.00x | - | - |" % one["ms"])
-    for n in counts_table:
+    for n in (counts if one is not None else []):
         got = _table_over_ranks(n, args.steps, args.warmup)
         print("| %d | %.2f | %.2fx | %.2f MB | %.0f |" % (
             n, got["ms"], one["ms"] / got["ms"], got["bytes"] / 1e6, got["bytes"] / unique),

@@ -114,25 +114,19 @@ def track(table):
     install()
 
 
-def _units(table):
-    """[(directory name, table object whose checkpoint ops run, rank, rank count)]: how a table
-    is saved and restored: rec_sdk.distribute.ranks.managed_shards (itself, as <table_name>;
-    a table sharded over ranks: every shard by rank 0, as <table_name>@<rank>of<ranks>)."""
-    return ranks.managed_shards(table)
-
-
 def _tables(sess, tables):
     """The tables to save or restore: `tables` (default: every table of sess.graph with
     is_save), less those this process does not manage (shards of other ranks' tables: rank
     0 saves them)."""
     if tables is None:
-        return [t for t in tables_of_graph(sess.graph) if t.is_save and _units(t)]
+        return [t for t in tables_of_graph(sess.graph)
+                if t.is_save and ranks.managed_shards(t)]
     if isinstance(tables, SparseEmbedding):
         tables = [tables]
     if not isinstance(tables, (list, tuple)) or not all(
             isinstance(t, SparseEmbedding) for t in tables):
         raise TypeError("tables must be a list of tables from create_table, got %r" % (tables,))
-    return [t for t in tables if _units(t)]
+    return [t for t in tables if ranks.managed_shards(t)]
 
 
 def _refuse_sharded(tables, what):
@@ -176,7 +170,7 @@ def save_tables(sess, directory, tables=None, delta=False):
 def _commit(sess, tables, save_ids):
     """Marks the saves durable: later deltas follow them."""
     for table in tables:
-        for unit, shard, _, _ in _units(table):
+        for unit, shard, _, _ in ranks.managed_shards(table):
             ops = shard.checkpoint_ops
             sess.run(ops["commit"], {ops["commit_id"]: save_ids[unit]})
 
@@ -197,7 +191,7 @@ def _write_tables(sess, directory, tables, delta=False):
         rows, save_ids = {}, {}
         for table in tables:
             rows[table.table_name] = 0
-            for unit, shard, _, _ in _units(table):
+            for unit, shard, _, _ in ranks.managed_shards(table):
                 ops = shard.checkpoint_ops
                 count, save_id = sess.run([ops["save"], ops["save_id"]], {
                     ops["save_dir"]: os.path.join(tmp, unit), ops["delta"]: delta})
@@ -331,7 +325,7 @@ def restore_tables(sess, directories, tables=None, rank_id=None, rank_size=None,
     rows = {}
     for table in tables:
         rows[table.table_name] = 0
-        for _, shard, shard_rank, shard_count in _units(table):
+        for _, shard, shard_rank, shard_count in ranks.managed_shards(table):
             if table.ranks is None and rank_size is not None:
                 shard_rank, shard_count = rank_id, rank_size
             table_dirs = _saved_dirs(found, table.table_name)
@@ -525,7 +519,9 @@ def _saver_tables(saver, sess):
     the graph with is_save (a var_list without tables leaves them all in, so that no table is
     ever left out of a checkpoint by accident)."""
     chosen = getattr(saver, "_rec_sdk_tables", None)
-    return [t for t in chosen if _units(t)] if chosen is not None else _tables(sess, None)
+    if chosen is None:
+        return _tables(sess, None)
+    return [t for t in chosen if ranks.managed_shards(t)]
 
 
 def install():

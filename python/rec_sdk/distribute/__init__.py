@@ -30,8 +30,8 @@ import tensorflow as tf
 from rec_sdk.ops.loader import load_ops
 
 __all__ = ["ClusterTask", "task_from_tf_config", "start_server", "current_task", "training_task",
-           "rank_of", "ps_devices", "worker_devices", "worker_config", "all_reduce", "all_reduce_many",
-           "all_gather", "all_gather_blocks"]
+           "rank_of", "ps_devices", "worker_devices", "worker_config", "all_reduce",
+           "all_reduce_many", "all_gather", "all_gather_blocks"]
 
 _current = [None]  # the ClusterTask whose server this process started
 # Collective instance keys used so far, per graph: the n-th collective built in a graph gets
@@ -240,8 +240,8 @@ def all_reduce(tensor, reduction="sum", task=None, name=None):
     in the same order: the n-th collective of each graph meets the n-th of the others):
     TensorFlow's CollectiveReduceV2 on CPU over the cluster's gRPC runtime. reduction:
     "sum", "mean", "max", "min" or "prod". task: default current_task(), else TF_CONFIG's
-    training task; with one training task (or none) the tensor itself. The task's server and sessions need
-    worker_config(task, collective=True)."""
+    training task; with one training task (or none) the tensor itself. The task's server and
+    sessions need worker_config(task, collective=True)."""
     if reduction not in _REDUCTIONS:
         raise ValueError("reduction must be one of %s, got %r" % (", ".join(_REDUCTIONS),
                                                                  reduction))

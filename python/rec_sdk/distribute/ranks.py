@@ -37,7 +37,7 @@ the n-th collective of each graph meets the n-th of the others) and run the same
 import tensorflow as tf
 
 import rec_sdk_graph_rewrite as graph_rewrite
-from rec_sdk.constants.constants import TABLE_COLLECTION
+from rec_sdk.core.table import tables_of_graph
 from rec_sdk.distribute import (all_gather, all_gather_blocks, all_reduce, next_instance_key,
                                 rank_of, worker_devices)
 from rec_sdk.util.graph_state import state_of
@@ -50,7 +50,8 @@ class RankShards:
     """Where a table of the SDK API lives in a cluster of `size` ranks: this process is rank
     `rank`; `devices[r]` holds rank r's shard. `shards[r]` is that shard's table object
     (this process's own is the table itself; rank 0 also has a handle of every other shard,
-    for checkpoints and eviction). `divide_gradients`: divide the summed gradients by the rank count."""
+    for checkpoints and eviction). `divide_gradients`: divide the summed gradients by the
+    rank count."""
 
     def __init__(self, task, rank, size, devices, divide_gradients):
         self.task = task
@@ -365,11 +366,6 @@ def broadcast_variables(variables, task):
     return tf.group(assigns)
 
 
-def _sharded_tables(graph):
-    return [t for t in graph.get_collection(TABLE_COLLECTION)
-            if getattr(t, "ranks", None) is not None]
-
-
 def _install_variable_broadcast():
     """Makes tf.compat.v1.train.Scaffold.finalize, in a graph with tables sharded over ranks,
     add broadcast_variables of every global variable to the local_init_op (and make it ready
@@ -385,7 +381,7 @@ def _install_variable_broadcast():
 
     def broadcasting_finalize(self):
         graph = tf.compat.v1.get_default_graph()
-        tables = _sharded_tables(graph)
+        tables = [t for t in tables_of_graph(graph) if t.ranks is not None]
         keys = tf.compat.v1.GraphKeys
         custom = (self._local_init_op is not None  # pylint: disable=protected-access
                   or self._ready_for_local_init_op is not None  # pylint: disable=protected-access

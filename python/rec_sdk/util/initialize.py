@@ -177,12 +177,8 @@ def _ranks(options):
     return rank, size
 
 
-def _check_options(kwargs):
-    options = dict(kwargs)
-    options["ranks"] = _ranks(options)
+def _check_options(options):
     for key, value in options.items():
-        if key == "ranks":
-            continue
         if key in _PERFORMANCE_OPTIONS or key in _BOOL_OPTIONS:
             check_bool(key, value)
         elif key in _UNSUPPORTED_OPTIONS:
@@ -231,12 +227,14 @@ def init(max_steps=-1, train_steps=-1, eval_steps=-1, save_steps=-1, use_dynamic
         raise ValueError("max_steps, train_steps and eval_steps may not all be 0")
     check_bool("use_dynamic", use_dynamic)
     check_bool("use_dynamic_expansion", use_dynamic_expansion)
-    options = _check_options(kwargs)
+    options = dict(kwargs)
+    ranks = _ranks(options)  # takes rank_id and rank_size out of the options
+    options = _check_options(options)
     with _lock:
         if ConfigInitializer._single_instance is not None:
             raise RuntimeError("rec_sdk is already initialised: init() may be called once; "
                                "call terminate_config_initializer() before calling it again")
-        hccl_ops.set_rank_info(*options.pop("ranks"))
+        hccl_ops.set_rank_info(*ranks)
         ConfigInitializer._single_instance = ConfigInitializer(
             use_dynamic=use_dynamic, use_dynamic_expansion=use_dynamic_expansion,
             options=options, **steps)
