@@ -1,23 +1,30 @@
 // ColdStore: the record files of a table's SSD tier (the cold rows of a table larger than
-// memory; tables do not use it yet).
+// memory).
 //
-// A record is a fixed number of bytes (a row: embedding plus optimizer slots and metadata, as
-// the table lays it out) stored with its key. Records are appended to segment files in one
-// directory, `records_per_segment` slots each; a record is addressed by its Location
-// (segment, slot), which the table's index keeps for a cold key. Removing a record marks its
-// slot stale; Compact() rewrites the live records of every segment that is more than half
-// stale into the segment being appended to, reports each move, and deletes the old file.
+// A record is a fixed number of bytes (a row as the table lays it out: header, embedding and
+// optimizer slots) stored with its key. Records are appended to segment files,
+// `records_per_segment` slots each, the segments spread round-robin over the directories
+// given; a record is addressed by its Location (segment, slot), which the table's index keeps
+// for a cold key as one number (Number / AtNumber). Besides the files, the store keeps per
+// slot in memory whether it is live, one mark bit and a 64-bit tag (the table's last-seen
+// clock), so that eviction by age and change tracking need no disk reads. Removing a record
+// marks its slot stale; Compact() rewrites the live records of every segment that is more than
+// half stale into the segment being appended to, reports each move, and deletes the old file.
 //
 // Segment files are scratch space, not checkpoints: a store deletes its files when it is
-// destroyed, and Open() deletes the files that stores of processes no longer running left in
-// the directory (a crash). Every write is checked: a full disk (or any failed write) is
-// ResourceExhausted / Internal naming the file, and the store stays as it was before the
-// call (nothing is half-appended: a slot counts only once its write succeeded).
+// destroyed or cleared, and Open() deletes the files that stores of processes no longer
+// running left in the directories (a crash). Every write is checked: a full disk (or any
+// failed write) is ResourceExhausted / Internal naming the file, and the store stays as it
+// was before the call (nothing is half-appended: a slot counts only once its write
+// succeeded, and a batch that fails is taken back whole).
 //
-// Not thread-safe: the table calls it under its own lock.
+// Concurrency: Read, ReadKey, ForEachLive and the accessors may run in many threads at once;
+// Append, Remove, Compact, Clear and the mark setters need the store to themselves (the table
+// calls them under its exclusive lock).
 #ifndef REC_SDK_CORE_COLD_STORE_H_
 #define REC_SDK_CORE_COLD_STORE_H_
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -38,7 +45,8 @@ class ColdStore {
   };
 
   struct Options {
-    std::string directory;           // an existing writable directory
+    // Existing writable directories; segment i goes to directories[i % size].
+    std::vector<std::string> directories;
     std::string prefix = "rec_sdk";  // file names: <prefix>-<pid>-<store>-<segment>.seg
     size_t record_bytes = 0;         // payload bytes per record, >= 1
     uint32_t records_per_segment = 1 << 16;
@@ -49,59 +57,108 @@ class ColdStore {
     uint64_t stale = 0;          // removed records still in segment files
     uint64_t segments = 0;       // segment files
     uint64_t bytes_written = 0;  // by Append and Compact
-    uint64_t bytes_read = 0;     // by Read and Compact
+    uint64_t bytes_read = 0;     // by Read, ForEachLive and Compact
     uint64_t compactions = 0;    // segments rewritten
   };
 
   // Called by Compact for each live record it moves.
   using MoveFn = std::function<void(uint64_t key, Location from, Location to)>;
+  // Called by ForEachLive for each live record; an error stops the scan.
+  using RecordFn = std::function<Status(uint64_t key, Location where, const void* record)>;
 
   static Status Open(const Options& options, std::unique_ptr<ColdStore>* out);
   ~ColdStore();
   ColdStore(const ColdStore&) = delete;
   ColdStore& operator=(const ColdStore&) = delete;
 
-  // Appends `record` (record_bytes bytes) for `key`; *where is its location.
-  Status Append(uint64_t key, const void* record, Location* where);
+  // Appends `record` (record_bytes bytes) for `key` with `tag`; *where is its location.
+  Status Append(uint64_t key, const void* record, Location* where, int64_t tag = 0);
+  // Appends n records (records[i]: record_bytes bytes each) in as few writes as the segments
+  // allow. All or nothing: on an error no record of the batch is live.
+  Status AppendBatch(size_t n, const uint64_t* keys, const void* const* records,
+                     const int64_t* tags, Location* where);
   // Reads the record at `where` into `record` (and its key into *key, if not null).
-  Status Read(Location where, void* record, uint64_t* key = nullptr);
+  Status Read(Location where, void* record, uint64_t* key = nullptr) const;
+  Status ReadKey(Location where, uint64_t* key) const;
   // Marks the record at `where` stale.
   Status Remove(Location where);
   // Rewrites every segment (other than the one being appended to) whose stale slots are
   // more than half of its slots; moved() learns each live record's new location.
   Status Compact(const MoveFn& moved);
+  // Whether Compact() would rewrite a segment.
+  bool NeedsCompaction() const { return half_stale_ > 0; }
+  // Deletes every record and file; the store stays usable (and never reuses a location).
+  void Clear();
+  // Calls fn for every live record, segment by segment in slot order, reading each segment
+  // in large blocks.
+  Status ForEachLive(const RecordFn& fn) const;
+  // Calls fn(where, tag) for every live record, from memory (no disk reads).
+  void ForEachLiveTag(const std::function<void(Location, int64_t)>& fn) const;
 
-  Stats stats() const { return stats_; }
+  // The tag and mark bit of a live record.
+  int64_t tag(Location where) const { return segments_[where.segment].tags[where.slot]; }
+  bool marked(Location where) const {
+    return (segments_[where.segment].flags[where.slot] & kMarked) != 0;
+  }
+  void set_mark(Location where, bool on);
+  void ClearMarks();
+
+  // One number per location (segment * records_per_segment + slot), and back.
+  uint64_t Number(Location where) const {
+    return uint64_t{where.segment} * records_per_segment_ + where.slot;
+  }
+  Location AtNumber(uint64_t number) const {
+    return Location{static_cast<uint32_t>(number / records_per_segment_),
+                    static_cast<uint32_t>(number % records_per_segment_)};
+  }
+  // Whether `where` holds a live record.
+  bool IsLive(Location where) const;
+
+  Stats stats() const;
+  uint64_t live() const { return live_; }
   size_t record_bytes() const { return record_bytes_; }
-  // Bytes in segment files per live record (1.0 = no stale space); 0 when empty.
+  // Bytes in segment files per live record's payload (1.0: no stale or key space); 0 when
+  // empty.
   double space_amplification() const;
+  uint64_t file_bytes() const { return (live_ + stale_) * slot_bytes(); }
+  // Memory of the per-slot bookkeeping.
+  uint64_t memory_bytes() const;
   std::string segment_path(uint32_t segment) const;
+  const Options& options() const { return options_; }
 
  private:
+  static constexpr uint8_t kLive = 1;
+  static constexpr uint8_t kMarked = 2;
   struct Segment {
     int fd = -1;
     uint32_t used = 0;            // slots written
     uint32_t stale = 0;           // of them, removed
-    std::vector<uint8_t> live;    // per slot
+    std::vector<uint8_t> flags;   // per slot: kLive, kMarked
+    std::vector<int64_t> tags;    // per slot
   };
 
   ColdStore(const Options& options, uint64_t store_id);
   size_t slot_bytes() const { return record_bytes_ + sizeof(uint64_t); }
   Status CheckLocation(Location where, const char* what) const;
   Status NewSegment(uint32_t* index);
-  Status AppendTo(uint32_t segment, uint64_t key, const void* record, Location* where);
+  // Makes sure the current segment has a free slot.
+  Status EnsureCurrent();
   void DeleteSegment(uint32_t segment);
+  bool HalfStale(const Segment& s, uint32_t index) const;
+  // Marks a live slot stale, keeping the counters (no segment deletion).
+  void MarkStale(Location where);
 
-  std::string directory_;
-  std::string prefix_;
+  Options options_;
   size_t record_bytes_;
   uint32_t records_per_segment_;
   uint64_t store_id_;
   std::vector<Segment> segments_;  // by segment index; fd -1: deleted
   uint32_t current_ = 0;           // the segment appended to
   bool has_current_ = false;
-  Stats stats_;
-  std::vector<uint8_t> buffer_;
+  uint64_t live_ = 0, stale_ = 0, segment_count_ = 0;
+  uint64_t half_stale_ = 0;        // segments (not current) more than half stale
+  uint64_t bytes_written_ = 0, compactions_ = 0;
+  mutable std::atomic<uint64_t> bytes_read_{0};
 };
 
 // Deletes the segment files of `prefix` in `directory` whose process (the pid in the name) is

@@ -126,7 +126,19 @@ Status EmbeddingTable::Create(const TableConfig& config, std::unique_ptr<Embeddi
                                    std::to_string(config.initializer.values.size()) +
                                    " values, the table's dim is " + std::to_string(config.dim));
   }
+  if (config.tiered()) {
+    if (config.dynamic_expansion) {
+      return Status::InvalidArgument("table '" + config.name + "': an SSD tier needs a fixed "
+                                     "number of rows in memory (capacity); it cannot be used "
+                                     "with dynamic expansion");
+    }
+    if (config.ssd_rows < 0) {
+      return Status::InvalidArgument("table '" + config.name + "': ssd_rows must be >= 0 (0: "
+                                     "no bound), got " + std::to_string(config.ssd_rows));
+    }
+  }
   std::unique_ptr<EmbeddingTable> t(new EmbeddingTable(config));
+  if (config.tiered()) REC_SDK_RETURN_IF_ERROR(t->OpenColdStore(t->row_bytes_, &t->cold_));
   const int64_t reserve = config.dynamic_expansion ? config.initial_capacity : config.capacity;
   REC_SDK_RETURN_IF_ERROR(t->CheckReservation(reserve));
   {
@@ -188,7 +200,12 @@ int64_t EmbeddingTable::MappingsLeft() {
 }
 
 int64_t EmbeddingTable::Capacity() const {
-  return config_.dynamic_expansion ? allocated_rows_.load() : config_.capacity;
+  if (config_.dynamic_expansion) return allocated_rows_.load();
+  if (config_.tiered()) {
+    // Without an SSD bound, the most rows any table holds.
+    return config_.ssd_rows > 0 ? config_.capacity + config_.ssd_rows : kMaxRows;
+  }
+  return config_.capacity;
 }
 
 int64_t EmbeddingTable::MemoryBytes() {
@@ -198,7 +215,13 @@ int64_t EmbeddingTable::MemoryBytes() {
     std::lock_guard<std::mutex> lock(alloc_mu_);
     row_memory = num_chunks_ * static_cast<int64_t>(ChunkBytes());
   }
-  return row_memory + static_cast<int64_t>(index_.memory_bytes());
+  int64_t tier_memory = 0;
+  if (cold_ != nullptr) {
+    std::shared_lock<std::shared_mutex> structure(structure_mu_);
+    tier_memory = static_cast<int64_t>(cold_->memory_bytes()) +
+                  num_chunks_ * rows_per_chunk() * static_cast<int64_t>(sizeof(int64_t));
+  }
+  return row_memory + tier_memory + static_cast<int64_t>(index_.memory_bytes());
 }
 
 int64_t EmbeddingTable::EncodeAddress(int64_t row, uint32_t generation) const {
@@ -217,6 +240,11 @@ Status EmbeddingTable::DecodeAddress(int64_t address, int64_t* row) const {
   if (address < -1 || tag != tag_) {
     return Status::InvalidArgument("address " + std::to_string(address) +
                                    " does not belong to table '" + config_.name + "'");
+  }
+  if (generation == kColdGeneration) {
+    return Status::InvalidArgument("address " + std::to_string(address) + " of table '" +
+                                   config_.name + "' names a row on SSD (an evaluation "
+                                   "lookup's address): it can be gathered, not updated");
   }
   if (r >= allocated_rows_.load(std::memory_order_acquire)) {
     return Status::InvalidArgument("address " + std::to_string(address) + " of table '" +
@@ -249,6 +277,7 @@ bool EmbeddingTable::AddChunkLocked() {
   chunk->rows = static_cast<char*>(AllocateBlock(rows * row_bytes_));
   if (chunk->rows == nullptr) return false;
   if (config_.track_changes) chunk->changed.reset(new uint8_t[rows]());
+  if (config_.tiered()) chunk->ticks.reset(new int64_t[rows]());
   page->chunks[num_chunks_ & (kPageSize - 1)].store(chunk.release(), std::memory_order_release);
   ++num_chunks_;
   allocated_rows_.store(num_chunks_ << chunk_shift_, std::memory_order_release);
@@ -266,6 +295,13 @@ Status EmbeddingTable::RelayoutLocked(int num_slots, const float* initial_values
       for (int64_t d = 0; d < c; ++d) FreeBlock(blocks[d], rows * new_bytes);
       return Status::ResourceExhausted("table '" + config_.name +
                                        "': out of memory while adding optimizer slots");
+    }
+  }
+  if (cold_ != nullptr) {
+    Status status = RelayoutColdLocked(num_slots, initial_values, /*reset_slots=*/false);
+    if (!status.ok()) {
+      for (int64_t c = 0; c < num_chunks_; ++c) FreeBlock(blocks[c], rows * new_bytes);
+      return status;
     }
   }
   const int dim = config_.dim;
@@ -291,6 +327,12 @@ Status EmbeddingTable::RelayoutLocked(int num_slots, const float* initial_values
 }
 
 std::string EmbeddingTable::FullMessage() const {
+  if (config_.tiered()) {
+    return "table '" + config_.name + "' is full: it holds " + std::to_string(config_.capacity) +
+           " rows in memory and its SSD capacity of " + std::to_string(config_.ssd_rows) +
+           " rows. Raise ssd_vocabulary_size, or configure eviction (evict_when_full or an "
+           "eviction threshold).";
+  }
   if (config_.dynamic_expansion) {
     return "table '" + config_.name + "' cannot grow past " + std::to_string(Capacity()) +
            " rows: out of memory (or at the limit of " +
@@ -339,7 +381,8 @@ void EmbeddingTable::InitializeRowLocked(int64_t row, int64_t key, int64_t last_
 void EmbeddingTable::KillRowLocked(RowMeta& meta) {
   // Readers validating an address read alive and generation without the shard lock.
   __atomic_store_n(&meta.alive, 0, __ATOMIC_RELAXED);
-  const uint16_t next = static_cast<uint16_t>((meta.generation + 1) & ((1u << kGenerationBits) - 1));
+  // kColdGeneration marks the addresses of cold rows: rows never have it.
+  const uint16_t next = static_cast<uint16_t>((meta.generation + 1) % kColdGeneration);
   __atomic_store_n(&meta.generation, next, __ATOMIC_RELEASE);
 }
 
@@ -416,12 +459,17 @@ Status EmbeddingTable::FindOrInsert(const int64_t* keys, int64_t n, bool insert,
             const uint64_t* hashes) {
           ProbeInOrder(shard, positions, count, hashes, [&](int64_t i) {
             const int64_t entry = shard.Find(keys[i], hashes[i]);
-            addresses[i] = entry >= 0 ? (tag_bits | entry) : -1;
+            if (entry < 0) {
+              addresses[i] = -1;
+            } else {
+              addresses[i] = IsCold(entry) ? ColdAddress(entry) : (tag_bits | entry);
+            }
           });
         },
         run);
     return Status::Ok();
   }
+  if (tiered()) return TieredFindOrInsert(keys, n, addresses, run, access);
   const int64_t tick = tick_.fetch_add(1, std::memory_order_relaxed) + 1;
   int64_t unplaced = 0;
   {
@@ -468,6 +516,17 @@ TableStats EmbeddingTable::Stats() const {
   stats.evicted = evicted_.load();
   stats.pending = pending_size_.load();
   stats.newest_clock = ClockForNewRows();
+  if (cold_ != nullptr) {
+    std::shared_lock<std::shared_mutex> structure(structure_mu_);
+    const ColdStore::Stats cold = cold_->stats();
+    stats.cold = static_cast<int64_t>(cold.live);
+    stats.ssd_bytes_read = static_cast<int64_t>(cold.bytes_read);
+    stats.ssd_bytes_written = static_cast<int64_t>(cold.bytes_written);
+    stats.ssd_file_bytes = static_cast<int64_t>(cold_->file_bytes());
+  }
+  stats.hot = stats.size - stats.cold;
+  stats.promotions = promotions_.load();
+  stats.demotions = demotions_.load();
   return stats;
 }
 
@@ -480,6 +539,16 @@ Status EmbeddingTable::Gather(const int64_t* addresses, int64_t n, float* out,
   run(n, 20 + 2 * dim, [&](int64_t first, int64_t last) {
     for (int64_t i = first; i < last; ++i) {
       if (i + kPrefetchDistance < last) PrefetchRow(addresses[i + kPrefetchDistance]);
+      if (cold_ != nullptr && IsColdAddress(addresses[i])) {
+        // An evaluation lookup's cold row: read from its record, not promoted.
+        Status s = GatherCold(addresses[i], out + i * dim);
+        if (!s.ok()) {
+          std::lock_guard<std::mutex> lock(error_mu);
+          if (error.ok()) error = s;
+          return;
+        }
+        continue;
+      }
       int64_t row;
       Status s = DecodeAddress(addresses[i], &row);
       if (!s.ok()) {
@@ -518,20 +587,35 @@ Status EmbeddingTable::Lookup(const int64_t* keys, int64_t n, bool init_missing,
                                    std::to_string(slot));
   }
   const int dim = config_.dim;
+  std::mutex error_mu;
+  Status error;
   ForEachKeyByShard(
       keys, n, 60 + 2 * dim,
       [&](HashIndex::Shard& shard, int64_t i, uint64_t hash) {
         const int64_t entry = shard.Find(keys[i], hash);
-        const int64_t row = entry < 0 ? -1 : RowOfEntry(entry);
+        int64_t row = entry < 0 ? -1 : RowOfEntry(entry);
         float* dst = out + i * dim;
+        float* value = row >= 0 ? ValueOf(row) : nullptr;
+        if (entry >= 0 && IsCold(entry)) {
+          // A cold row is read from its record, not promoted.
+          thread_local std::vector<char> record;
+          record.resize(row_bytes_);
+          Status s = ReadColdRecord(entry, keys[i], record.data());
+          if (!s.ok()) {
+            std::lock_guard<std::mutex> lock(error_mu);
+            if (error.ok()) error = s;
+            return;
+          }
+          value = reinterpret_cast<float*>(record.data() + sizeof(RowMeta));
+        }
         if (slot >= 0) {
           if (row >= 0) {
-            std::memcpy(dst, SlotOf(ValueOf(row), slot), dim * sizeof(float));
+            std::memcpy(dst, SlotOf(value, slot), dim * sizeof(float));
           } else {
             std::fill_n(dst, dim, init_missing ? slot_initial_values_[slot] : 0.0f);
           }
         } else if (row >= 0) {
-          std::memcpy(dst, ValueOf(row), dim * sizeof(float));
+          std::memcpy(dst, value, dim * sizeof(float));
         } else if (init_missing) {
           InitializeRow(config_.initializer, keys[i], dim, dst);
         } else {
@@ -540,22 +624,48 @@ Status EmbeddingTable::Lookup(const int64_t* keys, int64_t n, bool init_missing,
         if (exists != nullptr) exists[i] = row >= 0;
       },
       run);
+  return error;
+}
+
+Status EmbeddingTable::GatherCold(int64_t address, float* out) const {
+  const ColdStore::Location where = cold_->AtNumber(static_cast<uint64_t>(address & (kMaxRows - 1)));
+  if (!cold_->IsLive(where)) {
+    return Status::InvalidArgument("address " + std::to_string(address) + " of table '" +
+                                   config_.name + "' is stale: its row left the SSD tier after "
+                                   "the address was looked up");
+  }
+  thread_local std::vector<char> record;
+  record.resize(row_bytes_);
+  REC_SDK_RETURN_IF_ERROR(cold_->Read(where, record.data()));
+  std::memcpy(out, record.data() + sizeof(RowMeta), config_.dim * sizeof(float));
   return Status::Ok();
 }
 
 Status EmbeddingTable::Upsert(const int64_t* keys, const float* values, int64_t n,
                               const ParallelRunner& run) {
   ChangeScope change(this);
-  std::shared_lock<std::shared_mutex> structure(structure_mu_);
-  // All or nothing: rows for every distinct key without one are reserved before anything is
-  // written, so a table too full for the batch fails unchanged. Keys found now keep their
-  // rows until the lock is released (rows are freed only under the exclusive lock); keys
-  // another thread inserts meanwhile need fewer reserved rows, never more.
   if (n > std::numeric_limits<int32_t>::max()) {
     return Status::InvalidArgument("table '" + config_.name + "': at most " +
                                    std::to_string(std::numeric_limits<int32_t>::max()) +
                                    " keys per upsert, got " + std::to_string(n));
   }
+  if (tiered()) {
+    // The keys' cold rows come into memory first (updates happen in memory only).
+    std::unique_lock<std::shared_mutex> structure(structure_mu_);
+    const int64_t recency = tier_tick_.fetch_add(1, std::memory_order_relaxed) + 1;
+    REC_SDK_RETURN_IF_ERROR(PromoteLocked(keys, n, recency, run));
+    return UpsertLocked(keys, values, n, run, recency);
+  }
+  std::shared_lock<std::shared_mutex> structure(structure_mu_);
+  return UpsertLocked(keys, values, n, run, 0);
+}
+
+Status EmbeddingTable::UpsertLocked(const int64_t* keys, const float* values, int64_t n,
+                                    const ParallelRunner& run, int64_t recency) {
+  // All or nothing: rows for every distinct key without one are reserved before anything is
+  // written, so a table too full for the batch fails unchanged. Keys found now keep their
+  // rows until the lock is released (rows are freed only under the exclusive lock); keys
+  // another thread inserts meanwhile need fewer reserved rows, never more.
   std::vector<int64_t> unique;
   std::vector<int32_t> inverse(n);
   DeduplicateKeys(keys, n, &unique, inverse.data(), run);
@@ -566,6 +676,12 @@ Status EmbeddingTable::Upsert(const int64_t* keys, const float* values, int64_t 
         if (shard.Find(unique[i], hash) < 0) missing.fetch_add(1, std::memory_order_relaxed);
       },
       run);
+  if (tiered()) {
+    const int64_t free_rows = FreeRowCount();
+    if (free_rows < missing.load()) {
+      REC_SDK_RETURN_IF_ERROR(DemoteLocked(missing.load() - free_rows, recency));
+    }
+  }
   std::vector<int64_t> reserved;
   AllocateRows(missing.load(), &reserved);
   if (static_cast<int64_t>(reserved.size()) < missing.load()) {
@@ -582,6 +698,7 @@ Status EmbeddingTable::Upsert(const int64_t* keys, const float* values, int64_t 
         if (row < 0) {
           row = reserved[used.fetch_add(1, std::memory_order_relaxed)];
           InitializeRowLocked(row, keys[i], ClockForNewRows());
+          if (recency > 0) TickOf(row) = recency;
           size_.fetch_add(1, std::memory_order_relaxed);
           PendingShard& pending = pending_[HashIndex::ShardOf(hash)];
           if (pending.size() > 0 && pending.Find(keys[i], hash) != nullptr) {
@@ -607,16 +724,24 @@ Status EmbeddingTable::Remove(const int64_t* keys, int64_t n, int64_t* removed,
   // shared hold, so no row may be freed (and reused for another key) while one runs.
   std::unique_lock<std::shared_mutex> structure(structure_mu_);
   std::atomic<int64_t> count{0};
+  std::mutex cold_mu;
+  std::vector<std::pair<int64_t, int64_t>> cold;  // (key, entry) of cold keys removed
   ForEachKeyByShard(
       keys, n, 100,
       [&](HashIndex::Shard& shard, int64_t i, uint64_t hash) {
         const int64_t entry = shard.Erase(keys[i], hash);
-        if (entry >= 0) {
-          FreeRow(RowOfEntry(entry));
-          count.fetch_add(1, std::memory_order_relaxed);
+        if (entry < 0) return;
+        count.fetch_add(1, std::memory_order_relaxed);
+        if (IsCold(entry)) {
+          std::lock_guard<std::mutex> lock(cold_mu);
+          cold.emplace_back(keys[i], entry);
+          return;
         }
+        FreeRow(RowOfEntry(entry));
       },
       run);
+  // The store is not thread-safe: its records go after the parallel part.
+  for (const auto& [key, entry] : cold) DropColdRecordLocked(key, entry, /*evicted=*/false);
   if (removed != nullptr) *removed = count.load();
   return Status::Ok();
 }
@@ -638,6 +763,7 @@ void EmbeddingTable::ClearLocked() {
     pending_[s].Clear();
   }
   pending_size_.store(0);
+  if (cold_ != nullptr) cold_->Clear();
   std::lock_guard<std::mutex> lock(alloc_mu_);
   for (int64_t row = 0; row < next_row_; ++row) {
     RowMeta& meta = MetaOf(row);

@@ -51,6 +51,7 @@
 #include <string>
 #include <vector>
 
+#include "tf_ops/core/cold_store.h"
 #include "tf_ops/core/hash_index.h"
 #include "tf_ops/core/initializer.h"
 #include "tf_ops/core/parallel.h"
@@ -75,21 +76,34 @@ struct KeyAccess {
 
 // Counters of one table since it was created (or last cleared, for size and pending).
 struct TableStats {
-  int64_t size = 0;       // keys with a row
+  int64_t size = 0;       // keys with a row (in memory or on SSD)
   int64_t capacity = 0;   // as Capacity()
   int64_t admitted = 0;   // keys that got a row in a training lookup
   int64_t rejected = 0;   // training lookups of a key left without a row by admission
   int64_t evicted = 0;    // rows dropped by eviction (age or full table)
   int64_t pending = 0;    // keys counting towards admission, without a row yet
   int64_t newest_clock = 0;  // the newest clock value seen (0 before any)
+  // The SSD tier (zero for tables without one): rows in memory and on SSD, rows moved each
+  // way since the table was created, bytes the tier read and wrote, and bytes its files take.
+  int64_t hot = 0;
+  int64_t cold = 0;
+  int64_t promotions = 0;
+  int64_t demotions = 0;
+  int64_t ssd_bytes_read = 0;
+  int64_t ssd_bytes_written = 0;
+  int64_t ssd_file_bytes = 0;
 
   // The counters in the order the TableStats op returns them, and their names (the op's
   // stat_names attribute, which Python reads): the one place that fixes the order.
-  static constexpr int kCount = 7;
+  static constexpr int kCount = 14;
   static constexpr std::array<const char*, kCount> kNames = {
-      "size", "capacity", "admitted", "rejected", "evicted", "pending", "newest_clock"};
+      "size",      "capacity",   "admitted",       "rejected",          "evicted",
+      "pending",   "newest_clock", "hot",          "cold",              "promotions",
+      "demotions", "ssd_bytes_read", "ssd_bytes_written", "ssd_file_bytes"};
   std::array<int64_t, kCount> Values() const {
-    return {size, capacity, admitted, rejected, evicted, pending, newest_clock};
+    return {size,      capacity,       admitted,          rejected,      evicted,
+            pending,   newest_clock,   hot,               cold,          promotions,
+            demotions, ssd_bytes_read, ssd_bytes_written, ssd_file_bytes};
   }
 };
 
@@ -115,11 +129,14 @@ class EmbeddingTable {
   bool dynamic_expansion() const { return config_.dynamic_expansion; }
   int64_t rows_per_chunk() const { return int64_t{1} << chunk_shift_; }
   int num_slots() const { return num_slots_; }
+  // Whether the table has an SSD tier.
+  bool tiered() const { return cold_ != nullptr; }
 
   // Number of keys stored.
   int64_t Size() const { return size_.load(std::memory_order_relaxed); }
   // Rows the table can hold now without allocating: the fixed capacity, or the rows of the
-  // chunks allocated so far in dynamic-expansion mode.
+  // chunks allocated so far in dynamic-expansion mode; a tiered table: its memory rows plus
+  // its SSD rows (kMaxRows without an SSD bound).
   int64_t Capacity() const;
   // Bytes of memory reserved for rows, slots, metadata and the index.
   int64_t MemoryBytes();
@@ -231,7 +248,7 @@ class EmbeddingTable {
   // InvalidArgument (nothing changed) for a negative clock or count.
   Status ImportAccess(const int64_t* keys, const int64_t* last_seen, const int64_t* counts,
                       int64_t n);
-  void ExportAccess(std::vector<int64_t>* keys, std::vector<int64_t>* last_seen,
+  Status ExportAccess(std::vector<int64_t>* keys, std::vector<int64_t>* last_seen,
                     std::vector<int64_t>* counts);
 
   // Replaces the table's contents with n rows. slots (layout [slot][row][dim]) may be null
@@ -383,6 +400,7 @@ class EmbeddingTable {
   struct Chunk {
     char* rows = nullptr;  // rows_per_chunk() records of row_bytes_ bytes
     std::unique_ptr<uint8_t[]> changed;  // per row, with track_changes: changed since the save
+    std::unique_ptr<int64_t[]> ticks;    // per row, tiered tables: the last tier tick it was used
   };
   static constexpr int kPageBits = 12;  // chunks per directory page
   static constexpr int64_t kPageSize = int64_t{1} << kPageBits;
@@ -608,6 +626,82 @@ class EmbeddingTable {
   }
   std::string slot_optimizer_;
   float slot_initial_values_[kMaxSlots] = {0, 0, 0, 0};
+
+  // --- The SSD tier (table_tier.cc) ---
+  static constexpr int64_t kColdEntry = int64_t{1} << 62;
+  static constexpr uint32_t kColdGeneration = (1u << kGenerationBits) - 1;
+  static bool IsCold(int64_t entry) { return (entry & kColdEntry) != 0; }
+  int64_t ColdEntry(ColdStore::Location where) const {
+    return kColdEntry | static_cast<int64_t>(cold_->Number(where));
+  }
+  ColdStore::Location LocationOf(int64_t entry) const {
+    return cold_->AtNumber(static_cast<uint64_t>(entry & ~kColdEntry));
+  }
+  // The address an evaluation lookup returns for a cold entry, and whether an address is one.
+  int64_t ColdAddress(int64_t entry) const {
+    return TagBits() | (static_cast<int64_t>(kColdGeneration) << kRowBits) |
+           (entry & ~kColdEntry);
+  }
+  bool IsColdAddress(int64_t address) const {
+    return address >= 0 &&
+           static_cast<uint32_t>(address >> (kRowBits + kGenerationBits)) == tag_ &&
+           ((address >> kRowBits) & ((int64_t{1} << kGenerationBits) - 1)) == kColdGeneration;
+  }
+  // Upsert with structure_mu_ held (exclusive for tiered tables, whose new rows get tick
+  // `recency`).
+  Status UpsertLocked(const int64_t* keys, const float* values, int64_t n,
+                      const ParallelRunner& run, int64_t recency);
+  // Copies the embedding of a cold row an evaluation lookup returned (shared lock).
+  Status GatherCold(int64_t address, float* out) const;
+  int64_t& TickOf(int64_t row) const { return ChunkOf(row)->ticks[OffsetOf(row)]; }
+  // Opens a store for records of `record_bytes` bytes in config_.ssd_paths.
+  Status OpenColdStore(size_t record_bytes, std::unique_ptr<ColdStore>* out) const;
+  // The training FindOrInsert of a tiered table (exclusive lock throughout).
+  Status TieredFindOrInsert(const int64_t* keys, int64_t n, int64_t* addresses,
+                            const ParallelRunner& run, const KeyAccess& access);
+  // Moves the cold keys among keys[0, n) into memory rows (structure_mu_ exclusive), demoting
+  // other rows when free rows are not enough, and sets the tick of every hot row of the batch
+  // to `tick` (so demotion spares them).
+  Status PromoteLocked(const int64_t* keys, int64_t n, int64_t tick, const ParallelRunner& run);
+  // Demotes up to `count` least recently used memory rows whose tick is not `tick` (rows of
+  // the lookups since tick - kProtectedTicks only when the older ones are not enough). All or
+  // nothing: when the records cannot be written, no row moves.
+  Status DemoteLocked(int64_t count, int64_t tick);
+  // Makes room in the store for `count` more records: evicts the least recently seen records
+  // with evict_when_full, otherwise fails with kResourceExhausted when ssd_rows would be
+  // exceeded.
+  Status ColdRoomLocked(int64_t count);
+  // Compacts the store when a segment is more than half stale, updating the moved keys.
+  Status CompactLocked();
+  // Reads the record of a cold entry into record (row_bytes_ bytes) and checks its key; rows
+  // saved before their optimizer's slot values were known get them.
+  Status ReadColdRecord(int64_t entry, int64_t key, char* record) const;
+  // Removes a cold key (index entry and record; structure_mu_ exclusive); counts it as
+  // evicted when `evicted`.
+  void RemoveColdLocked(int64_t key, int64_t entry, bool evicted);
+  // RemoveColdLocked of a key whose index entry is already erased.
+  void DropColdRecordLocked(int64_t key, int64_t entry, bool evicted);
+  // Writes a row record straight to the store (restore or import past the memory rows) and
+  // indexes the key there.
+  Status AppendColdLocked(int64_t key, const char* record);
+  // Rewrites every cold record for `num_slots` slots: slots it had keep their values unless
+  // reset_slots, new or reset ones get initial_values. The new store replaces the old one
+  // only once every record is written.
+  Status RelayoutColdLocked(int num_slots, const float* initial_values, bool reset_slots);
+  // Rows that can still be handed out (alloc_mu_ not held).
+  int64_t FreeRowCount();
+  // Calls fn(key, record, marked) for every cold record (a row record: header, embedding,
+  // slots; marked: changed since the last save).
+  Status ForEachColdRecord(
+      const std::function<Status(int64_t key, const char* record, bool marked)>& fn) const;
+  // Lays out a row record (row_bytes_ bytes) for the store; null slots (or null entries) get
+  // the slots' initial values.
+  void FillRecord(char* record, int64_t key, int64_t last_seen, uint32_t count,
+                  const float* value, const float* const* slots, bool slots_unset) const;
+  std::unique_ptr<ColdStore> cold_;  // null: all in memory
+  std::atomic<int64_t> tier_tick_{0};
+  std::atomic<int64_t> promotions_{0};
+  std::atomic<int64_t> demotions_{0};
 };
 
 template <typename F>

@@ -27,6 +27,17 @@ void HashIndex::Shard::Insert(int64_t key, uint64_t hash, int64_t value) {
   ++size_;
 }
 
+bool HashIndex::Shard::Set(int64_t key, uint64_t hash, int64_t value) {
+  for (size_t i = hash & mask_;; i = (i + 1) & mask_) {
+    Entry& e = entries_[i];
+    if (e.value < 0) return false;
+    if (e.key == key) {
+      e.value = value;
+      return true;
+    }
+  }
+}
+
 int64_t HashIndex::Shard::Erase(int64_t key, uint64_t hash) {
   size_t i = hash & mask_;
   for (;; i = (i + 1) & mask_) {

@@ -53,6 +53,8 @@ class HashIndex {
     int64_t Find(int64_t key, uint64_t hash) const;
     // Adds key -> value (value >= 0); key must be absent.
     void Insert(int64_t key, uint64_t hash, int64_t value);
+    // Replaces the value of a present key (value >= 0); returns false when key is absent.
+    bool Set(int64_t key, uint64_t hash, int64_t value);
     // Removes key; returns its value, or -1 when absent.
     int64_t Erase(int64_t key, uint64_t hash);
     // Starts loading the slot where a probe for `hash` begins (no lock needed: a hint only).

@@ -109,7 +109,9 @@ class EmbeddingTable::ShardInsert {
           DropPending(i);
         }
         admit_.push_back(i);
-        admit_count_.push_back(add);
+        // The key's whole increment, also in a retry: nothing was recorded for a key that
+        // found no row in the first pass.
+        admit_count_.push_back(pass_.access.counts ? pass_.access.counts[i] : 1);
         continue;
       }
       Pending* p = pending_.Find(pass_.keys[i], hashes_[i]);
@@ -347,6 +349,20 @@ Status EmbeddingTable::Evict(int64_t* rows_evicted, int64_t* pending_evicted,
     int64_t cutoff;
     if (__builtin_sub_overflow(newest, threshold, &cutoff)) cutoff = INT64_MIN;
     std::unique_lock<std::shared_mutex> structure(structure_mu_);
+    if (cold_ != nullptr) {
+      // Cold rows by the last-seen clocks the store keeps in memory (no disk reads but the
+      // victims' keys).
+      std::vector<ColdStore::Location> old;
+      cold_->ForEachLiveTag([&](ColdStore::Location where, int64_t last_seen) {
+        if (last_seen <= cutoff) old.push_back(where);
+      });
+      for (const ColdStore::Location& where : old) {
+        uint64_t key = 0;
+        REC_SDK_RETURN_IF_ERROR(cold_->ReadKey(where, &key));
+        RemoveColdLocked(static_cast<int64_t>(key), ColdEntry(where), /*evicted=*/true);
+        ++rows_out;
+      }
+    }
     std::lock_guard<std::mutex> lock(alloc_mu_);
     // Find the victims chunk by chunk in parallel, then unlink them.
     const int64_t chunks = (next_row_ + rows_per_chunk() - 1) >> chunk_shift_;
@@ -438,7 +454,8 @@ Status EmbeddingTable::Restrict(int64_t keep, RestrictBy by, int64_t* removed) {
   std::unique_lock<std::shared_mutex> structure(structure_mu_);
   std::lock_guard<std::mutex> lock(alloc_mu_);
   struct Candidate {
-    int64_t primary, secondary, key, row;
+    int64_t primary, secondary, key, row;  // row -1: a cold key
+    int64_t entry;                          // its index entry (cold keys)
   };
   std::vector<Candidate> rows;
   rows.reserve(size_.load());
@@ -446,10 +463,23 @@ Status EmbeddingTable::Restrict(int64_t keep, RestrictBy by, int64_t* removed) {
     const RowMeta& meta = MetaOf(row);
     if (!meta.alive) continue;
     if (by == RestrictBy::kCount) {
-      rows.push_back({int64_t{meta.count}, meta.last_seen, meta.key, row});
+      rows.push_back({int64_t{meta.count}, meta.last_seen, meta.key, row, 0});
     } else {
-      rows.push_back({meta.last_seen, 0, meta.key, row});
+      rows.push_back({meta.last_seen, 0, meta.key, row, 0});
     }
+  }
+  if (cold_ != nullptr) {
+    REC_SDK_RETURN_IF_ERROR(cold_->ForEachLive(
+        [&](uint64_t key, ColdStore::Location where, const void* record) {
+          const RowMeta& meta = *static_cast<const RowMeta*>(record);
+          const int64_t k = static_cast<int64_t>(key);
+          if (by == RestrictBy::kCount) {
+            rows.push_back({int64_t{meta.count}, meta.last_seen, k, -1, ColdEntry(where)});
+          } else {
+            rows.push_back({meta.last_seen, 0, k, -1, ColdEntry(where)});
+          }
+          return Status::Ok();
+        }));
   }
   const int64_t drop = static_cast<int64_t>(rows.size()) - keep;
   if (removed != nullptr) *removed = std::max<int64_t>(drop, 0);
@@ -461,6 +491,10 @@ Status EmbeddingTable::Restrict(int64_t keep, RestrictBy by, int64_t* removed) {
   };
   std::nth_element(rows.begin(), rows.begin() + (drop - 1), rows.end(), worse);
   for (int64_t j = 0; j < drop; ++j) {
+    if (rows[j].row < 0) {
+      RemoveColdLocked(rows[j].key, rows[j].entry, /*evicted=*/true);
+      continue;
+    }
     EvictRowLocked(rows[j].row);
     free_rows_.push_back(rows[j].row);
   }

@@ -22,6 +22,12 @@ std::string Show(const std::vector<float>& values) {
   return out.str();
 }
 
+std::string Show(const std::vector<std::string>& values) {
+  std::string out = "[";
+  for (size_t i = 0; i < values.size(); ++i) out += (i ? ", '" : "'") + values[i] + "'";
+  return out + "]";
+}
+
 std::string Show(InitializerKind kind) {
   switch (kind) {
     case InitializerKind::kConstant: return "constant";
@@ -64,6 +70,8 @@ std::vector<std::string> ConfigDifferences(const TableConfig& a, const TableConf
   Compare("evict_when_full", a.evict_when_full, b.evict_when_full, &out);
   Compare("track_changes", a.track_changes, b.track_changes, &out);
   Compare("track_access", a.track_access, b.track_access, &out);
+  Compare("ssd_paths", a.ssd_paths, b.ssd_paths, &out);
+  Compare("ssd_rows", a.ssd_rows, b.ssd_rows, &out);
   return out;
 }
 

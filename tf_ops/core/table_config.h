@@ -29,6 +29,12 @@ struct TableConfig {
   // occurrences, saturating), for Restrict(); otherwise a row keeps the count it was admitted
   // with and its clock moves only when eviction reads it.
   bool track_access = false;
+  // A table larger than memory (DRAM + SSD tier): with ssd_paths set (a fixed-capacity
+  // table), `capacity` rows stay in memory and the least recently used rows move to record
+  // files in these directories (spread over them), at most ssd_rows of them (0: no bound).
+  std::vector<std::string> ssd_paths;
+  int64_t ssd_rows = 0;
+  bool tiered() const { return !ssd_paths.empty(); }
 };
 
 // The fields in which `wanted` differs from `existing`, each as "field: existing vs wanted"

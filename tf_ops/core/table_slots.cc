@@ -46,6 +46,10 @@ Status EmbeddingTable::EnsureSlotsLocked(const std::string& optimizer,
     // The checkpoint was trained by another optimizer: its slots cannot serve this one.
     std::lock_guard<std::mutex> lock(alloc_mu_);
     REC_SDK_RETURN_IF_ERROR(RelayoutLocked(wanted, initial_values.data()));
+    if (cold_ != nullptr) {
+      REC_SDK_RETURN_IF_ERROR(
+          RelayoutColdLocked(wanted, initial_values.data(), /*reset_slots=*/true));
+    }
     for (int64_t row = 0; row < next_row_; ++row) {
       float* value = ValueOf(row);
       for (int s = 0; s < wanted; ++s) {

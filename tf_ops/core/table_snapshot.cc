@@ -84,6 +84,7 @@ void EmbeddingTable::ResetChangesLocked() {
   removed_keys_.clear();
   removed_keys_.shrink_to_fit();
   cleared_since_save_ = false;
+  if (cold_ != nullptr) cold_->ClearMarks();
 }
 
 Status EmbeddingTable::SnapshotView::ForEachRow(const RowFn& fn, bool changed_only) const {
@@ -94,7 +95,12 @@ Status EmbeddingTable::SnapshotView::ForEachRow(const RowFn& fn, bool changed_on
     if (changed_only && !table_->ChunkOf(row)->changed[table_->OffsetOf(row)]) continue;
     REC_SDK_RETURN_IF_ERROR(fn(meta.key, table_->ValueOf(row), meta.count, meta.last_seen));
   }
-  return Status::Ok();
+  return table_->ForEachColdRecord([&](int64_t key, const char* record, bool marked) {
+    if (changed_only && !marked) return Status::Ok();
+    const RowMeta& meta = *reinterpret_cast<const RowMeta*>(record);
+    return fn(key, reinterpret_cast<const float*>(record + sizeof(RowMeta)), meta.count,
+              meta.last_seen);
+  });
 }
 
 Status EmbeddingTable::SnapshotView::ForEachPending(const PendingFn& fn) const {
@@ -128,9 +134,18 @@ class EmbeddingTable::RowSink : public RestoreSink {
       return Status::DataLoss("table '" + t_->config_.name + "': key " + std::to_string(key) +
                               " is both stored and pending admission in the checkpoint");
     }
-    if (existing >= 0) {  // a delta's new values for a stored key
+    if (existing >= 0 && IsCold(existing)) {
+      // A delta's new values for a key on SSD: its record goes, the key is added anew.
+      std::lock_guard<std::mutex> lock(cold_mu_);
+      t_->cold_->Remove(t_->LocationOf(existing));
+      shard.Erase(key, hash);
+      t_->size_.fetch_sub(1, std::memory_order_relaxed);
+    } else if (existing >= 0) {  // a delta's new values for a stored key
       WriteRow(RowOfEntry(existing), value, slots, count, last_seen);
       return Status::Ok();
+    }
+    if (next_ == rows_.size() && memory_full_[lane]) {
+      return AddCold(lane, key, value, slots, count, last_seen);
     }
     if (next_ == rows_.size()) {
       // A fixed-capacity table hands out exactly the rows announced by ExpectRows (a delta:
@@ -142,6 +157,11 @@ class EmbeddingTable::RowSink : public RestoreSink {
       t_->AllocateRows(block, &rows_);
       expected_[lane] -= static_cast<int64_t>(rows_.size());
       next_ = 0;
+      if (rows_.empty() && t_->tiered()) {
+        // The memory rows are taken: the rest of the checkpoint goes to the SSD tier.
+        memory_full_[lane] = true;
+        return AddCold(lane, key, value, slots, count, last_seen);
+      }
       if (rows_.empty()) {
         return Status::ResourceExhausted(
             "restore into table '" + t_->config_.name + "': the checkpoint has more rows "
@@ -186,6 +206,62 @@ class EmbeddingTable::RowSink : public RestoreSink {
     t_->pending_size_.fetch_add(1, std::memory_order_relaxed);
     return Status::Ok();
   }
+  // Rows past the memory rows of a tiered table: batched per lane, appended to the store
+  // under cold_mu_ (lanes run in parallel; each indexes only its own shards).
+  Status AddCold(int lane, int64_t key, const float* value, const float* const* slots,
+                 uint32_t count, int64_t last_seen) {
+    ColdBatch& batch = cold_of_[lane];
+    const size_t bytes = t_->row_bytes_;
+    batch.records.resize((batch.keys.size() + 1) * bytes);
+    const float* const* kept = keep_slots_ ? slots : nullptr;
+    t_->FillRecord(batch.records.data() + batch.keys.size() * bytes, key, last_seen, count,
+                   value, kept, false);
+    batch.keys.push_back(static_cast<uint64_t>(key));
+    batch.tags.push_back(last_seen);
+    if (batch.keys.size() >= kColdBatch) return FlushCold(lane);
+    return Status::Ok();
+  }
+  Status FlushCold(int lane) {
+    ColdBatch& batch = cold_of_[lane];
+    const size_t n = batch.keys.size();
+    if (n == 0) return Status::Ok();
+    std::vector<ColdStore::Location> where(n);
+    {
+      std::lock_guard<std::mutex> lock(cold_mu_);
+      const int64_t ssd_rows = t_->config_.ssd_rows;
+      if (ssd_rows > 0 &&
+          static_cast<int64_t>(t_->cold_->live() + n) > ssd_rows) {
+        return Status::ResourceExhausted(
+            "restore into table '" + t_->config_.name + "': the checkpoint has more rows than "
+            "the table holds: " + std::to_string(t_->config_.capacity) + " in memory and " +
+            std::to_string(ssd_rows) + " on SSD");
+      }
+      std::vector<const void*> records(n);
+      for (size_t j = 0; j < n; ++j) records[j] = batch.records.data() + j * t_->row_bytes_;
+      REC_SDK_RETURN_IF_ERROR(t_->cold_->AppendBatch(n, batch.keys.data(), records.data(),
+                                                     batch.tags.data(), where.data()));
+    }
+    for (size_t j = 0; j < n; ++j) {
+      const int64_t key = static_cast<int64_t>(batch.keys[j]);
+      const uint64_t hash = t_->index_.Hash(key);
+      HashIndex::Shard& shard = t_->index_.shard(HashIndex::ShardOf(hash));
+      if (shard.Find(key, hash) >= 0) {
+        return Status::DataLoss("table '" + t_->config_.name + "': key " + std::to_string(key) +
+                                " appears twice in the checkpoint");
+      }
+      shard.Insert(key, hash, t_->ColdEntry(where[j]));
+      t_->size_.fetch_add(1, std::memory_order_relaxed);
+    }
+    batch.keys.clear();
+    batch.tags.clear();
+    batch.records.clear();
+    return Status::Ok();
+  }
+  // Writes the rows still batched (after the feed succeeded).
+  Status Finish() {
+    for (int l = 0; l < kRestoreLanes; ++l) REC_SDK_RETURN_IF_ERROR(FlushCold(l));
+    return Status::Ok();
+  }
   void ExpectRows(int lane, int64_t n) override { expected_[lane] += n; }
   int LaneOf(int64_t key) const override { return t_->RestoreLaneOf(key); }
   void Prefetch(int64_t key) const override {
@@ -210,6 +286,15 @@ class EmbeddingTable::RowSink : public RestoreSink {
   std::vector<int64_t> rows_of_[kRestoreLanes];
   size_t next_of_[kRestoreLanes] = {};
   int64_t expected_[kRestoreLanes] = {};  // rows announced and not yet allocated, per lane
+  bool memory_full_[kRestoreLanes] = {};  // tiered: the lane's rows go to the SSD tier
+  static constexpr size_t kColdBatch = 1024;
+  struct ColdBatch {
+    std::vector<uint64_t> keys;
+    std::vector<int64_t> tags;
+    std::vector<char> records;
+  };
+  ColdBatch cold_of_[kRestoreLanes];
+  std::mutex cold_mu_;
 };
 
 Status EmbeddingTable::Restore(const CheckpointInfo& info,
@@ -261,6 +346,7 @@ Status EmbeddingTable::Restore(const CheckpointInfo& info,
 
   RowSink sink(this, keep_slots, /*upsert=*/false);
   Status status = feed(&sink);
+  if (status.ok()) status = sink.Finish();
   sink.ReleaseUnused();
   if (!status.ok()) {
     ClearLocked();
@@ -304,6 +390,10 @@ Status EmbeddingTable::ApplyDelta(const CheckpointInfo& info, bool cleared,
     const uint64_t hash = index_.Hash(key);
     const int64_t entry = index_.shard(HashIndex::ShardOf(hash)).Erase(key, hash);
     if (entry < 0) continue;
+    if (IsCold(entry)) {
+      DropColdRecordLocked(key, entry, /*evicted=*/false);
+      continue;
+    }
     const int64_t row = RowOfEntry(entry);
     KillRowLocked(MetaOf(row));
     size_.fetch_sub(1, std::memory_order_relaxed);
@@ -320,6 +410,7 @@ Status EmbeddingTable::ApplyDelta(const CheckpointInfo& info, bool cleared,
   newest_clock_.store(info.has_clock ? info.newest_clock : kNoClock);
   RowSink sink(this, /*keep_slots=*/true, /*upsert=*/true);
   Status status = feed(&sink);
+  if (status.ok()) status = sink.Finish();
   sink.ReleaseUnused();
   if (!status.ok()) {
     ClearLocked();
@@ -350,8 +441,26 @@ Status EmbeddingTable::ImportAccess(const int64_t* keys, const int64_t* last_see
   std::lock_guard<std::mutex> lock(alloc_mu_);
   for (int64_t i = 0; i < n; ++i) {
     const uint64_t hash = index_.Hash(keys[i]);
-    const int64_t entry = index_.shard(HashIndex::ShardOf(hash)).Find(keys[i], hash);
+    HashIndex::Shard& shard = index_.shard(HashIndex::ShardOf(hash));
+    const int64_t entry = shard.Find(keys[i], hash);
     if (entry < 0) continue;
+    const uint32_t count = static_cast<uint32_t>(
+        std::min<int64_t>(counts[i], std::numeric_limits<uint32_t>::max()));
+    if (IsCold(entry)) {
+      // A cold row's record is rewritten with the statistics (its tag is its clock).
+      std::vector<char> record(row_bytes_);
+      REC_SDK_RETURN_IF_ERROR(ReadColdRecord(entry, keys[i], record.data()));
+      RowMeta& meta = *reinterpret_cast<RowMeta*>(record.data());
+      meta.last_seen = last_seen[i];
+      meta.count = count;
+      ColdStore::Location where;
+      REC_SDK_RETURN_IF_ERROR(cold_->Append(static_cast<uint64_t>(keys[i]), record.data(),
+                                            &where, last_seen[i]));
+      cold_->Remove(LocationOf(entry));
+      if (config_.track_changes) cold_->set_mark(where, true);
+      shard.Set(keys[i], hash, ColdEntry(where));
+      continue;
+    }
     const int64_t row = RowOfEntry(entry);
     RowMeta& meta = MetaOf(row);
     meta.last_seen = last_seen[i];
@@ -368,7 +477,7 @@ Status EmbeddingTable::ImportAccess(const int64_t* keys, const int64_t* last_see
   return Status::Ok();
 }
 
-void EmbeddingTable::ExportAccess(std::vector<int64_t>* keys, std::vector<int64_t>* last_seen,
+Status EmbeddingTable::ExportAccess(std::vector<int64_t>* keys, std::vector<int64_t>* last_seen,
                                  std::vector<int64_t>* counts) {
   std::unique_lock<std::shared_mutex> structure(structure_mu_);
   std::lock_guard<std::mutex> lock(alloc_mu_);
@@ -386,6 +495,15 @@ void EmbeddingTable::ExportAccess(std::vector<int64_t>* keys, std::vector<int64_
     last_seen->push_back(meta.last_seen);
     counts->push_back(int64_t{meta.count});
   }
+  // Cold rows (after the rows in memory).
+  const Status status = ForEachColdRecord([&](int64_t key, const char* record, bool) {
+    const RowMeta& meta = *reinterpret_cast<const RowMeta*>(record);
+    keys->push_back(key);
+    last_seen->push_back(meta.last_seen);
+    counts->push_back(int64_t{meta.count});
+    return Status::Ok();
+  });
+  return status;
 }
 
 Status EmbeddingTable::Export(const ExportAllocator& allocate) {
@@ -409,7 +527,17 @@ Status EmbeddingTable::Export(const ExportAllocator& allocate) {
     }
     ++out;
   }
-  return Status::Ok();
+  return ForEachColdRecord([&](int64_t key, const char* record, bool) {
+    if (out >= n) return Status::Ok();
+    const float* value = reinterpret_cast<const float*>(record + sizeof(RowMeta));
+    keys[out] = key;
+    std::memcpy(values + out * dim, value, dim * sizeof(float));
+    for (int s = 0; s < num_slots_; ++s) {
+      std::memcpy(slots + (s * n + out) * dim, value + (s + 1) * dim, dim * sizeof(float));
+    }
+    ++out;
+    return Status::Ok();
+  });
 }
 
 Status EmbeddingTable::Import(const int64_t* keys, const float* values, const float* slots,
@@ -421,10 +549,13 @@ Status EmbeddingTable::Import(const int64_t* keys, const float* values, const fl
                                    std::to_string(kMaxSlots) + " allowed");
   }
   if (slots == nullptr) num_slots = 0;
-  if (n > max_rows_) {
+  const int64_t limit = !tiered() ? max_rows_
+                       : config_.ssd_rows > 0 ? max_rows_ + config_.ssd_rows
+                                              : std::numeric_limits<int64_t>::max();
+  if (n > limit) {
     return Status::ResourceExhausted("import of " + std::to_string(n) + " rows into table '" +
                                      config_.name + "' exceeds its capacity of " +
-                                     std::to_string(max_rows_) + " rows");
+                                     std::to_string(limit) + " rows");
   }
   // One exclusive section: no other operation sees a half-imported table.
   std::unique_lock<std::shared_mutex> structure(structure_mu_);
@@ -449,11 +580,32 @@ Status EmbeddingTable::Import(const int64_t* keys, const float* values, const fl
   for (int64_t i = 0; i < n; ++i) {
     const uint64_t hash = index_.Hash(keys[i]);
     HashIndex::Shard& shard = index_.shard(HashIndex::ShardOf(hash));
-    const int64_t entry = shard.Find(keys[i], hash);  // set when keys[i] repeats
+    int64_t entry = shard.Find(keys[i], hash);  // set when keys[i] repeats
+    if (entry >= 0 && IsCold(entry)) {
+      // A repeated key whose first row went to the SSD tier: the last row wins.
+      RemoveColdLocked(keys[i], entry, /*evicted=*/false);
+      entry = -1;
+    }
     int64_t row;
     if (entry >= 0) {
       row = RowOfEntry(entry);
     } else {
+      if (used == rows.size() && tiered()) {
+        // Past the memory rows: the row goes to the SSD tier.
+        std::vector<const float*> slot_values(num_slots_, nullptr);
+        for (int s = 0; s < num_slots; ++s) slot_values[s] = slots + (s * n + i) * dim;
+        std::vector<char> record(row_bytes_);
+        const bool slots_unset =
+            num_slots_ > 0 && !slot_values_known_ && !(num_slots > 0 && num_slots == num_slots_);
+        FillRecord(record.data(), keys[i], ClockForNewRows(), 0, values + i * dim,
+                   slot_values.data(), slots_unset);
+        Status status = AppendColdLocked(keys[i], record.data());
+        if (!status.ok()) {
+          size_.fetch_add(static_cast<int64_t>(used), std::memory_order_relaxed);
+          return status;
+        }
+        continue;
+      }
       if (used == rows.size()) {
         ReleaseRows(rows.data() + used, rows.size() - used);
         size_.fetch_add(static_cast<int64_t>(used), std::memory_order_relaxed);

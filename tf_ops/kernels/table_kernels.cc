@@ -361,7 +361,8 @@ class TableExportAccessOp : public TableOpKernel {
 
   void ComputeWithTable(OpKernelContext* ctx, TableResource* table) override {
     std::vector<int64_t> columns[3];
-    table->table()->ExportAccess(&columns[0], &columns[1], &columns[2]);
+    OP_REQUIRES_OK(ctx, ToTfStatus(table->table()->ExportAccess(&columns[0], &columns[1],
+                                                                 &columns[2])));
     for (int i = 0; i < 3; ++i) {
       Tensor* out;
       OP_REQUIRES_OK(ctx, ctx->allocate_output(

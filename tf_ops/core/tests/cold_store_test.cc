@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <random>
@@ -45,7 +46,7 @@ class ColdStoreTest : public ::testing::Test {
 
   std::unique_ptr<ColdStore> Make(size_t record_bytes, uint32_t per_segment) {
     ColdStore::Options options;
-    options.directory = dir_;
+    options.directories = {dir_};
     options.record_bytes = record_bytes;
     options.records_per_segment = per_segment;
     std::unique_ptr<ColdStore> store;
@@ -163,13 +164,13 @@ TEST_F(ColdStoreTest, FilesGoWithTheStoreAndDeadProcessesFilesAreCleaned) {
 
 TEST_F(ColdStoreTest, BadArgumentsAndLocationsAreErrors) {
   ColdStore::Options options;
-  options.directory = dir_;
+  options.directories = {dir_};
   std::unique_ptr<ColdStore> store;
   EXPECT_EQ(ColdStore::Open(options, &store).code(), StatusCode::kInvalidArgument);
   options.record_bytes = 4;
-  options.directory = dir_ + "/missing";
+  options.directories = {dir_ + "/missing"};
   EXPECT_EQ(ColdStore::Open(options, &store).code(), StatusCode::kNotFound);
-  options.directory = dir_;
+  options.directories = {dir_};
   options.prefix = "a/b";
   EXPECT_EQ(ColdStore::Open(options, &store).code(), StatusCode::kInvalidArgument);
   store = Make(4, 2);
@@ -215,6 +216,113 @@ TEST_F(ColdStoreTest, AFullDiskIsAnErrorThatLosesNothing) {
   const uint32_t value = 99;
   ASSERT_TRUE(store->Append(99, &value, &where).ok());
   EXPECT_EQ(where.slot, 8u);
+}
+
+TEST_F(ColdStoreTest, BatchesTagsMarksScansAndDirectories) {
+  char second[] = "/tmp/cold_store_test2_XXXXXX";
+  ASSERT_NE(::mkdtemp(second), nullptr);
+  ColdStore::Options options;
+  options.directories = {dir_, second};
+  options.record_bytes = 8;
+  options.records_per_segment = 4;
+  std::unique_ptr<ColdStore> store;
+  ASSERT_TRUE(ColdStore::Open(options, &store).ok());
+  std::vector<uint64_t> keys(10), values(10);
+  std::vector<int64_t> tags(10);
+  std::vector<const void*> records(10);
+  for (uint64_t k = 0; k < 10; ++k) {
+    keys[k] = k + 100;
+    values[k] = k * 3;
+    tags[k] = -static_cast<int64_t>(k);
+    records[k] = &values[k];
+  }
+  std::vector<ColdStore::Location> at(10);
+  ASSERT_TRUE(store->AppendBatch(10, keys.data(), records.data(), tags.data(), at.data()).ok());
+  EXPECT_EQ(store->stats().segments, 3u);
+  // Segments alternate between the directories.
+  EXPECT_EQ(store->segment_path(0).rfind(dir_, 0), 0u);
+  EXPECT_EQ(store->segment_path(1).rfind(second, 0), 0u);
+  for (uint64_t k = 0; k < 10; ++k) {
+    EXPECT_EQ(store->tag(at[k]), tags[k]);
+    EXPECT_EQ(store->AtNumber(store->Number(at[k])), at[k]);
+  }
+  store->set_mark(at[5], true);
+  // Segment 1 (keys 104..107) loses three records: compaction moves key 105 with its tag and
+  // mark.
+  for (int k : {4, 6, 7}) ASSERT_TRUE(store->Remove(at[k]).ok());
+  EXPECT_TRUE(store->NeedsCompaction());
+  ColdStore::Location moved_to;
+  ASSERT_TRUE(store->Compact([&](uint64_t key, ColdStore::Location from,
+                                 ColdStore::Location to) {
+                EXPECT_EQ(key, 105u);
+                EXPECT_EQ(from, at[5]);
+                moved_to = to;
+              }).ok());
+  EXPECT_FALSE(store->NeedsCompaction());
+  EXPECT_EQ(store->tag(moved_to), -5);
+  EXPECT_TRUE(store->marked(moved_to));
+  at[5] = moved_to;
+  // A scan sees every live record once, with its bytes.
+  std::map<uint64_t, uint64_t> seen;
+  ASSERT_TRUE(store->ForEachLive([&](uint64_t key, ColdStore::Location where,
+                                     const void* record) {
+                uint64_t value;
+                std::memcpy(&value, record, sizeof(value));
+                EXPECT_TRUE(seen.emplace(key, value).second);
+                EXPECT_EQ(where, at[key - 100]);
+                return Status::Ok();
+              }).ok());
+  EXPECT_EQ(seen, (std::map<uint64_t, uint64_t>{{100, 0}, {101, 3}, {102, 6}, {103, 9},
+                                                {105, 15}, {108, 24}, {109, 27}}));
+  store->ClearMarks();
+  EXPECT_FALSE(store->marked(at[5]));
+  // Clear deletes every file; later locations are new ones.
+  store->Clear();
+  EXPECT_TRUE(Files().empty());
+  EXPECT_EQ(store->stats().live, 0u);
+  ColdStore::Location after;
+  const uint64_t value = 1;
+  ASSERT_TRUE(store->Append(1, &value, &after).ok());
+  EXPECT_GT(after.segment, at[9].segment);
+  EXPECT_EQ(std::system(("rm -rf '" + std::string(second) + "'").c_str()), 0);
+}
+
+TEST_F(ColdStoreTest, AFailedBatchIsTakenBackWhole) {
+  auto store = Make(4, 4);
+  const uint32_t first = 7;
+  ColdStore::Location kept;
+  ASSERT_TRUE(store->Append(1, &first, &kept).ok());
+  // No file can be opened: the batch fills the current segment (3 records), then cannot
+  // start the next one, and takes the 3 records back.
+  std::vector<uint64_t> keys(10);
+  std::vector<uint32_t> values(10);
+  std::vector<const void*> records(10);
+  for (uint32_t k = 0; k < 10; ++k) {
+    keys[k] = k + 10;
+    values[k] = k;
+    records[k] = &values[k];
+  }
+  std::vector<ColdStore::Location> at(10);
+  struct rlimit old_limit;
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &old_limit), 0);
+  const int lowest_free = ::dup(0);
+  ASSERT_GE(lowest_free, 0);
+  ::close(lowest_free);
+  struct rlimit limit = old_limit;
+  limit.rlim_cur = static_cast<rlim_t>(lowest_free);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &limit), 0);
+  Status status = store->AppendBatch(10, keys.data(), records.data(), nullptr, at.data());
+  ::setrlimit(RLIMIT_NOFILE, &old_limit);
+  EXPECT_FALSE(status.ok());
+  EXPECT_NE(status.message().find(".seg"), std::string::npos) << status.message();
+  EXPECT_EQ(store->stats().live, 1u);
+  EXPECT_EQ(store->stats().stale, 3u);
+  uint32_t value = 0;
+  ASSERT_TRUE(store->Read(kept, &value).ok());
+  EXPECT_EQ(value, 7u);
+  // The store goes on.
+  ASSERT_TRUE(store->AppendBatch(10, keys.data(), records.data(), nullptr, at.data()).ok());
+  EXPECT_EQ(store->stats().live, 11u);
 }
 
 }  // namespace

@@ -1,0 +1,365 @@
+// The SSD tier of a table larger than memory: promotion of a batch's cold keys, demotion of
+// the least recently used rows, room and compaction of the record store, and the cold-record
+// helpers the table's other operations use (see "The SSD tier" in embedding_table.h).
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "tf_ops/core/embedding_table.h"
+
+namespace rec_sdk {
+
+namespace {
+// A lookup that needs rows demotes at least 1/kDemoteShare of the memory rows, so that a
+// table at its memory budget scans for victims once every few lookups, not on each.
+constexpr int64_t kDemoteShare = 64;
+}  // namespace
+
+Status EmbeddingTable::OpenColdStore(size_t record_bytes, std::unique_ptr<ColdStore>* out) const {
+  ColdStore::Options options;
+  options.directories = config_.ssd_paths;
+  options.record_bytes = record_bytes;
+  // Segments of about 1/8 of the memory rows (64 to 65536 records): compaction then moves a
+  // bounded share of the records at a time.
+  uint32_t per_segment = 64;
+  while (per_segment < 65536 && per_segment < config_.capacity / 8) per_segment *= 2;
+  options.records_per_segment = per_segment;
+  Status status = ColdStore::Open(options, out);
+  if (!status.ok()) {
+    return Status(status.code(), "table '" + config_.name + "': SSD tier: " + status.message());
+  }
+  return Status::Ok();
+}
+
+int64_t EmbeddingTable::FreeRowCount() {
+  std::lock_guard<std::mutex> lock(alloc_mu_);
+  return static_cast<int64_t>(free_rows_.size()) + (max_rows_ - next_row_);
+}
+
+Status EmbeddingTable::ReadColdRecord(int64_t entry, int64_t key, char* record) const {
+  uint64_t stored = 0;
+  REC_SDK_RETURN_IF_ERROR(cold_->Read(LocationOf(entry), record, &stored));
+  if (static_cast<int64_t>(stored) != key) {
+    return Status::DataLoss("table '" + config_.name + "': the SSD record of key " +
+                            std::to_string(key) + " holds key " +
+                            std::to_string(static_cast<int64_t>(stored)));
+  }
+  RowMeta* meta = reinterpret_cast<RowMeta*>(record);
+  if (meta->slots_unset && slot_values_known_) {
+    float* value = reinterpret_cast<float*>(record + sizeof(RowMeta));
+    for (int s = 0; s < num_slots_; ++s) {
+      std::fill_n(SlotOf(value, s), config_.dim, slot_initial_values_[s]);
+    }
+    meta->slots_unset = 0;
+  }
+  return Status::Ok();
+}
+
+Status EmbeddingTable::ForEachColdRecord(
+    const std::function<Status(int64_t key, const char* record, bool marked)>& fn) const {
+  if (cold_ == nullptr) return Status::Ok();
+  std::vector<char> copy(row_bytes_);
+  return cold_->ForEachLive([&](uint64_t key, ColdStore::Location where, const void* record) {
+    const RowMeta* meta = static_cast<const RowMeta*>(record);
+    const bool marked = cold_->marked(where);
+    if (!(meta->slots_unset && slot_values_known_)) {
+      return fn(static_cast<int64_t>(key), static_cast<const char*>(record), marked);
+    }
+    std::memcpy(copy.data(), record, row_bytes_);
+    reinterpret_cast<RowMeta*>(copy.data())->slots_unset = 0;
+    float* value = reinterpret_cast<float*>(copy.data() + sizeof(RowMeta));
+    for (int s = 0; s < num_slots_; ++s) {
+      std::fill_n(SlotOf(value, s), config_.dim, slot_initial_values_[s]);
+    }
+    return fn(static_cast<int64_t>(key), copy.data(), marked);
+  });
+}
+
+void EmbeddingTable::FillRecord(char* record, int64_t key, int64_t last_seen, uint32_t count,
+                                const float* value, const float* const* slots,
+                                bool slots_unset) const {
+  std::memset(record, 0, row_bytes_);
+  RowMeta* meta = reinterpret_cast<RowMeta*>(record);
+  meta->key = key;
+  meta->last_seen = last_seen;
+  meta->count = count;
+  meta->slots_unset = slots_unset;
+  float* dst = reinterpret_cast<float*>(record + sizeof(RowMeta));
+  std::memcpy(dst, value, config_.dim * sizeof(float));
+  for (int s = 0; s < num_slots_; ++s) {
+    if (slots != nullptr && slots[s] != nullptr) {
+      std::memcpy(SlotOf(dst, s), slots[s], config_.dim * sizeof(float));
+    } else {
+      std::fill_n(SlotOf(dst, s), config_.dim, slot_initial_values_[s]);
+    }
+  }
+}
+
+Status EmbeddingTable::TieredFindOrInsert(const int64_t* keys, int64_t n, int64_t* addresses,
+                                          const ParallelRunner& run, const KeyAccess& access) {
+  const int64_t tick = tick_.fetch_add(1, std::memory_order_relaxed) + 1;
+  std::unique_lock<std::shared_mutex> structure(structure_mu_);
+  const int64_t recency = tier_tick_.fetch_add(1, std::memory_order_relaxed) + 1;
+  REC_SDK_RETURN_IF_ERROR(PromoteLocked(keys, n, recency, run));
+  // Every key of the batch is now in memory or absent: the lookup runs as in memory.
+  auto touch = [&]() {
+    run(n, 10, [&](int64_t first, int64_t last) {
+      for (int64_t i = first; i < last; ++i) {
+        if (addresses[i] >= 0) TickOf(addresses[i] & (kMaxRows - 1)) = recency;
+      }
+    });
+  };
+  int64_t unplaced = 0;
+  InsertPass(keys, n, addresses, access, tick, /*count=*/true, &unplaced, run);
+  touch();
+  if (unplaced > 0) {
+    // New keys found no free row: demote, then place them without counting them twice.
+    REC_SDK_RETURN_IF_ERROR(
+        DemoteLocked(unplaced + std::max<int64_t>(1, config_.capacity / kDemoteShare), recency));
+    unplaced = 0;
+    InsertPass(keys, n, addresses, access, tick, /*count=*/false, &unplaced, run);
+    touch();
+  }
+  if (unplaced > 0) {
+    return Status::ResourceExhausted(
+        FullMessage() + " (a batch holds more keys than the table keeps in memory, " +
+        std::to_string(config_.capacity) + " rows: raise device_vocabulary_size + "
+        "host_vocabulary_size)");
+  }
+  return CompactLocked();
+}
+
+Status EmbeddingTable::PromoteLocked(const int64_t* keys, int64_t n, int64_t tick,
+                                     const ParallelRunner& run) {
+  // The batch's cold entries, per index shard (shards run in parallel).
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> cold_of(HashIndex::kNumShards);
+  ForEachShard(
+      keys, n, 60,
+      [&](HashIndex::Shard& shard, const int64_t* positions, int64_t count,
+          const uint64_t* hashes) {
+        auto& cold = cold_of[HashIndex::ShardOf(hashes[positions[0]])];
+        ProbeInOrder(shard, positions, count, hashes, [&](int64_t i) {
+          const int64_t entry = shard.Find(keys[i], hashes[i]);
+          if (entry < 0) return;
+          if (IsCold(entry)) {
+            cold.emplace_back(entry, keys[i]);
+          } else {
+            TickOf(RowOfEntry(entry)) = tick;
+          }
+        });
+      },
+      run);
+  std::vector<std::pair<int64_t, int64_t>> cold;  // (entry, key), in file order
+  for (auto& part : cold_of) cold.insert(cold.end(), part.begin(), part.end());
+  if (cold.empty()) return Status::Ok();
+  std::sort(cold.begin(), cold.end());
+  cold.erase(std::unique(cold.begin(), cold.end()), cold.end());  // keys repeated in the batch
+  const int64_t m = static_cast<int64_t>(cold.size());
+  const int64_t free_rows = FreeRowCount();
+  if (free_rows < m) {
+    REC_SDK_RETURN_IF_ERROR(
+        DemoteLocked(m - free_rows + std::max<int64_t>(1, config_.capacity / kDemoteShare), tick));
+  }
+  std::vector<int64_t> rows;
+  AllocateRows(m, &rows);
+  if (static_cast<int64_t>(rows.size()) < m) {
+    ReleaseRows(rows.data(), rows.size());
+    return Status::ResourceExhausted(
+        FullMessage() + " (a batch holds " + std::to_string(m) + " keys on SSD and the table "
+        "keeps " + std::to_string(config_.capacity) + " rows in memory)");
+  }
+  // Read the records into their rows in parallel (the rows are free: nothing else reads
+  // them), keeping each row's generation.
+  std::vector<uint16_t> generations(m);
+  std::mutex error_mu;
+  Status error;
+  run(m, 2000, [&](int64_t first, int64_t last) {
+    for (int64_t j = first; j < last; ++j) {
+      generations[j] = MetaOf(rows[j]).generation;
+      Status s = ReadColdRecord(cold[j].first, cold[j].second, RecordOf(rows[j]));
+      if (!s.ok()) {
+        std::lock_guard<std::mutex> lock(error_mu);
+        if (error.ok()) error = s;
+      }
+    }
+  });
+  if (!error.ok()) {
+    for (int64_t j = 0; j < m; ++j) MetaOf(rows[j]).generation = generations[j];
+    ReleaseRows(rows.data(), rows.size());
+    return error;
+  }
+  for (int64_t j = 0; j < m; ++j) {
+    const int64_t row = rows[j], entry = cold[j].first, key = cold[j].second;
+    const ColdStore::Location where = LocationOf(entry);
+    RowMeta& meta = MetaOf(row);
+    meta.generation = generations[j];
+    __atomic_store_n(&meta.alive, 1, __ATOMIC_RELEASE);
+    if (config_.track_changes) ChunkOf(row)->changed[OffsetOf(row)] = cold_->marked(where);
+    TickOf(row) = tick;
+    const uint64_t hash = index_.Hash(key);
+    index_.shard(HashIndex::ShardOf(hash)).Set(key, hash, IndexEntry(row, meta.generation));
+    cold_->Remove(where);
+  }
+  promotions_.fetch_add(m, std::memory_order_relaxed);
+  return Status::Ok();
+}
+
+Status EmbeddingTable::DemoteLocked(int64_t count, int64_t tick) {
+  std::vector<std::pair<int64_t, int64_t>> candidates, protected_rows;  // (tick, row)
+  {
+    std::lock_guard<std::mutex> lock(alloc_mu_);
+    for (int64_t row = 0; row < next_row_; ++row) {
+      const int64_t used = TickOf(row);
+      if (used == tick || !MetaOf(row).alive) continue;
+      if (used >= tick - kProtectedTicks) {
+        protected_rows.emplace_back(used, row);
+      } else {
+        candidates.emplace_back(used, row);
+      }
+    }
+  }
+  auto oldest = [](std::vector<std::pair<int64_t, int64_t>>& from, int64_t want) {
+    want = std::min<int64_t>(want, static_cast<int64_t>(from.size()));
+    if (want > 0) std::nth_element(from.begin(), from.begin() + (want - 1), from.end());
+    from.resize(std::max<int64_t>(want, 0));
+  };
+  oldest(candidates, count);
+  oldest(protected_rows, count - static_cast<int64_t>(candidates.size()));
+  candidates.insert(candidates.end(), protected_rows.begin(), protected_rows.end());
+  const size_t m = candidates.size();
+  if (m == 0) return Status::Ok();
+  std::sort(candidates.begin(), candidates.end(),
+            [](const auto& a, const auto& b) { return a.second < b.second; });
+  REC_SDK_RETURN_IF_ERROR(ColdRoomLocked(static_cast<int64_t>(m)));
+  std::vector<uint64_t> keys(m);
+  std::vector<const void*> records(m);
+  std::vector<int64_t> tags(m);
+  for (size_t j = 0; j < m; ++j) {
+    const int64_t row = candidates[j].second;
+    keys[j] = static_cast<uint64_t>(MetaOf(row).key);
+    records[j] = RecordOf(row);
+    tags[j] = MetaOf(row).last_seen;
+  }
+  std::vector<ColdStore::Location> where(m);
+  Status status = cold_->AppendBatch(m, keys.data(), records.data(), tags.data(), where.data());
+  if (!status.ok()) {
+    return Status(status.code(), "table '" + config_.name + "': cannot move " +
+                                     std::to_string(m) + " rows to SSD (the step fails, no "
+                                     "row is lost): " + status.message());
+  }
+  std::lock_guard<std::mutex> lock(alloc_mu_);
+  for (size_t j = 0; j < m; ++j) {
+    const int64_t row = candidates[j].second;
+    RowMeta& meta = MetaOf(row);
+    if (config_.track_changes && ChunkOf(row)->changed[OffsetOf(row)]) {
+      cold_->set_mark(where[j], true);
+    }
+    const uint64_t hash = index_.Hash(meta.key);
+    index_.shard(HashIndex::ShardOf(hash)).Set(meta.key, hash, ColdEntry(where[j]));
+    KillRowLocked(meta);
+    free_rows_.push_back(row);
+  }
+  demotions_.fetch_add(static_cast<int64_t>(m), std::memory_order_relaxed);
+  return Status::Ok();
+}
+
+Status EmbeddingTable::ColdRoomLocked(int64_t count) {
+  const int64_t live = static_cast<int64_t>(cold_->live());
+  if (config_.ssd_rows == 0 || live + count <= config_.ssd_rows) return Status::Ok();
+  if (!config_.evict_when_full) {
+    return Status::ResourceExhausted(FullMessage());
+  }
+  // Evict the least recently seen records (their tags are last-seen clocks), about 1% of
+  // the SSD rows more than needed.
+  const int64_t want = std::min<int64_t>(
+      live, live + count - config_.ssd_rows + std::max<int64_t>(1, config_.ssd_rows / 100));
+  std::vector<std::pair<int64_t, uint64_t>> oldest;  // (last seen, record number)
+  oldest.reserve(static_cast<size_t>(live));
+  cold_->ForEachLiveTag([&](ColdStore::Location where, int64_t tag) {
+    oldest.emplace_back(tag, cold_->Number(where));
+  });
+  if (want > 0) std::nth_element(oldest.begin(), oldest.begin() + (want - 1), oldest.end());
+  for (int64_t j = 0; j < want; ++j) {
+    uint64_t key = 0;
+    REC_SDK_RETURN_IF_ERROR(cold_->ReadKey(cold_->AtNumber(oldest[j].second), &key));
+    RemoveColdLocked(static_cast<int64_t>(key),
+                     kColdEntry | static_cast<int64_t>(oldest[j].second), /*evicted=*/true);
+  }
+  if (live - want + count > config_.ssd_rows) return Status::ResourceExhausted(FullMessage());
+  return Status::Ok();
+}
+
+void EmbeddingTable::RemoveColdLocked(int64_t key, int64_t entry, bool evicted) {
+  const uint64_t hash = index_.Hash(key);
+  index_.shard(HashIndex::ShardOf(hash)).Erase(key, hash);
+  DropColdRecordLocked(key, entry, evicted);
+}
+
+void EmbeddingTable::DropColdRecordLocked(int64_t key, int64_t entry, bool evicted) {
+  cold_->Remove(LocationOf(entry));
+  size_.fetch_sub(1, std::memory_order_relaxed);
+  if (evicted) evicted_.fetch_add(1, std::memory_order_relaxed);
+  // removed_keys_ is guarded by alloc_mu_ or the exclusive structure_mu_ held here.
+  if (config_.track_changes) removed_keys_.push_back(key);
+}
+
+Status EmbeddingTable::AppendColdLocked(int64_t key, const char* record) {
+  REC_SDK_RETURN_IF_ERROR(ColdRoomLocked(1));
+  ColdStore::Location where;
+  const RowMeta* meta = reinterpret_cast<const RowMeta*>(record);
+  REC_SDK_RETURN_IF_ERROR(
+      cold_->Append(static_cast<uint64_t>(key), record, &where, meta->last_seen));
+  if (config_.track_changes) cold_->set_mark(where, true);
+  const uint64_t hash = index_.Hash(key);
+  index_.shard(HashIndex::ShardOf(hash)).Insert(key, hash, ColdEntry(where));
+  size_.fetch_add(1, std::memory_order_relaxed);
+  return Status::Ok();
+}
+
+Status EmbeddingTable::CompactLocked() {
+  if (!cold_->NeedsCompaction()) return Status::Ok();
+  return cold_->Compact([&](uint64_t key, ColdStore::Location, ColdStore::Location to) {
+    const int64_t k = static_cast<int64_t>(key);
+    const uint64_t hash = index_.Hash(k);
+    index_.shard(HashIndex::ShardOf(hash)).Set(k, hash, ColdEntry(to));
+  });
+}
+
+Status EmbeddingTable::RelayoutColdLocked(int num_slots, const float* initial_values,
+                                          bool reset_slots) {
+  const size_t new_bytes = RowBytesFor(num_slots);
+  std::unique_ptr<ColdStore> fresh;
+  REC_SDK_RETURN_IF_ERROR(OpenColdStore(new_bytes, &fresh));
+  const int dim = config_.dim;
+  const int kept = reset_slots ? 0 : std::min(num_slots_, num_slots);
+  const size_t kept_bytes = sizeof(RowMeta) + sizeof(float) * dim * (1 + kept);
+  std::vector<char> record(new_bytes);
+  std::vector<std::pair<int64_t, ColdStore::Location>> moved;
+  moved.reserve(cold_->live());
+  Status status = cold_->ForEachLive([&](uint64_t key, ColdStore::Location from,
+                                         const void* old) -> Status {
+    std::memcpy(record.data(), old, kept_bytes);
+    float* value = reinterpret_cast<float*>(record.data() + sizeof(RowMeta));
+    for (int s = kept; s < num_slots; ++s) {
+      std::fill_n(value + (s + 1) * dim, dim, initial_values[s]);
+    }
+    ColdStore::Location to;
+    REC_SDK_RETURN_IF_ERROR(fresh->Append(key, record.data(), &to, cold_->tag(from)));
+    if (cold_->marked(from)) fresh->set_mark(to, true);
+    moved.emplace_back(static_cast<int64_t>(key), to);
+    return Status::Ok();
+  });
+  if (!status.ok()) return status;  // the old store and index stay as they were
+  for (const auto& [key, to] : moved) {
+    const uint64_t hash = index_.Hash(key);
+    index_.shard(HashIndex::ShardOf(hash)).Set(key, hash, kColdEntry | fresh->Number(to));
+  }
+  cold_ = std::move(fresh);
+  return Status::Ok();
+}
+
+}  // namespace rec_sdk
