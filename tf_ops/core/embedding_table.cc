@@ -679,7 +679,7 @@ Status EmbeddingTable::UpsertLocked(const int64_t* keys, const float* values, in
   if (tiered()) {
     const int64_t free_rows = FreeRowCount();
     if (free_rows < missing.load()) {
-      REC_SDK_RETURN_IF_ERROR(DemoteLocked(missing.load() - free_rows, recency));
+      REC_SDK_RETURN_IF_ERROR(DemoteLocked(missing.load() - free_rows, 0, recency));
     }
   }
   std::vector<int64_t> reserved;

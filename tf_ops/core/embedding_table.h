@@ -663,10 +663,12 @@ class EmbeddingTable {
   // other rows when free rows are not enough, and sets the tick of every hot row of the batch
   // to `tick` (so demotion spares them).
   Status PromoteLocked(const int64_t* keys, int64_t n, int64_t tick, const ParallelRunner& run);
-  // Demotes up to `count` least recently used memory rows whose tick is not `tick` (rows of
-  // the lookups since tick - kProtectedTicks only when the older ones are not enough). All or
-  // nothing: when the records cannot be written, no row moves.
-  Status DemoteLocked(int64_t count, int64_t tick);
+  // Demotes `needed` least recently used memory rows whose tick is not `tick` (rows of the
+  // lookups since tick - kProtectedTicks only when the older ones are not enough), and up to
+  // `extra` more while the SSD tier has room for them (so that a table at its memory budget
+  // does not demote on every lookup). Fewer only when fewer rows may go. All or nothing: when
+  // the records cannot be written, no row moves.
+  Status DemoteLocked(int64_t needed, int64_t extra, int64_t tick);
   // Makes room in the store for `count` more records: evicts the least recently seen records
   // with evict_when_full, otherwise fails with kResourceExhausted when ssd_rows would be
   // exceeded.

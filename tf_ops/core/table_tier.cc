@@ -119,7 +119,7 @@ Status EmbeddingTable::TieredFindOrInsert(const int64_t* keys, int64_t n, int64_
   if (unplaced > 0) {
     // New keys found no free row: demote, then place them without counting them twice.
     REC_SDK_RETURN_IF_ERROR(
-        DemoteLocked(unplaced + std::max<int64_t>(1, config_.capacity / kDemoteShare), recency));
+        DemoteLocked(unplaced, std::max<int64_t>(1, config_.capacity / kDemoteShare), recency));
     unplaced = 0;
     InsertPass(keys, n, addresses, access, tick, /*count=*/false, &unplaced, run);
     touch();
@@ -162,7 +162,7 @@ Status EmbeddingTable::PromoteLocked(const int64_t* keys, int64_t n, int64_t tic
   const int64_t free_rows = FreeRowCount();
   if (free_rows < m) {
     REC_SDK_RETURN_IF_ERROR(
-        DemoteLocked(m - free_rows + std::max<int64_t>(1, config_.capacity / kDemoteShare), tick));
+        DemoteLocked(m - free_rows, std::max<int64_t>(1, config_.capacity / kDemoteShare), tick));
   }
   std::vector<int64_t> rows;
   AllocateRows(m, &rows);
@@ -208,7 +208,13 @@ Status EmbeddingTable::PromoteLocked(const int64_t* keys, int64_t n, int64_t tic
   return Status::Ok();
 }
 
-Status EmbeddingTable::DemoteLocked(int64_t count, int64_t tick) {
+Status EmbeddingTable::DemoteLocked(int64_t needed, int64_t extra, int64_t tick) {
+  // The extra rows only while the SSD tier has room for them without evicting.
+  int64_t count = needed + extra;
+  if (config_.ssd_rows > 0) {
+    const int64_t room = config_.ssd_rows - static_cast<int64_t>(cold_->live());
+    count = std::max(needed, std::min(count, room));
+  }
   std::vector<std::pair<int64_t, int64_t>> candidates, protected_rows;  // (tick, row)
   {
     std::lock_guard<std::mutex> lock(alloc_mu_);

@@ -41,6 +41,8 @@ class EmbeddingTableOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("evict_when_full", &config_.evict_when_full));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("track_changes", &config_.track_changes));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("track_access", &config_.track_access));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("ssd_paths", &config_.ssd_paths));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("ssd_rows", &config_.ssd_rows));
     std::string share;
     OP_REQUIRES_OK(ctx, ctx->GetAttr("share", &share));
     OP_REQUIRES(ctx, ParseShareMode(share, &share_),

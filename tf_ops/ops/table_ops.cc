@@ -62,6 +62,8 @@ REGISTER_OP(REC_SDK_OP_NAME(EmbeddingTable))
     .Attr("evict_when_full: bool = false")
     .Attr("track_changes: bool = false")
     .Attr("track_access: bool = false")
+    .Attr("ssd_paths: list(string) = []")
+    .Attr("ssd_rows: int >= 0 = 0")
     .Attr("share: {'', 'reader', 'trainer'} = ''")
     .Attr("container: string = ''")
     .Attr("shared_name: string = ''")
@@ -73,7 +75,9 @@ New rows are initialised from the described initializer: constant (init_value),
 random_uniform (init_minval, init_maxval), random_normal or truncated_normal (init_mean,
 init_stddev), each scaled by init_scale and deterministic for a given init_seed and key.
 evict_when_full lets a fixed-capacity table evict its least recently seen rows instead of
-failing when full. A second handle of an existing table must ask for the same configuration
+failing when full. With ssd_paths (a fixed-capacity table), `capacity` rows stay in memory and
+the least recently used rows move to record files in those directories, at most ssd_rows of
+them (0: no bound). A second handle of an existing table must ask for the same configuration
 (InvalidArgument naming each differing field otherwise). Admission and eviction thresholds
 are set by TableConfigureAdmission.
 )doc");

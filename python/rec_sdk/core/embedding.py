@@ -28,7 +28,7 @@ from rec_sdk.core.asc.feature_spec import FeatureSpec, check_thresholds
 from rec_sdk.core.initializer_spec import describe_initializer
 from rec_sdk.core.table import (SparseEmbedding, table_of,  # noqa: F401 (re-exported)
                                 tables_of_graph)
-from rec_sdk.core import anchors
+from rec_sdk.core import anchors, tier
 from rec_sdk.distribute import ranks
 from rec_sdk.distribute.ranks import RankShards
 from rec_sdk.ops import table_ops
@@ -71,11 +71,20 @@ def create_table(key_dtype, dim, name, emb_initializer, device_vocabulary_size=1
       emb_initializer: initializer of new rows (truncated/random normal, random uniform,
         constant, zeros, ones, or a number); run in C++, deterministic for a given seed.
       device_vocabulary_size, host_vocabulary_size, ssd_vocabulary_size: rows per level,
-        each in [0, 1e9] (an SSD size needs host_vocabulary_size > 0). On CPU every level is
-        main memory: without dynamic expansion the table holds at most their sum (divided
-        over ranks) and a full table is an error; with dynamic expansion
-        device_vocabulary_size rows are reserved up front and the table grows without bound.
-      ssd_data_path: directories for the SSD level (kept for the SDK's API).
+        each in [0, 1e9] (an SSD size needs host_vocabulary_size > 0), divided over ranks.
+        On CPU the device and host levels are main memory. Without an SSD level: without
+        dynamic expansion the table holds at most device + host rows and a full table is an
+        error; with dynamic expansion device_vocabulary_size rows are reserved up front and
+        the table grows without bound. With ssd_vocabulary_size > 0 the table is larger than
+        memory: device + host rows stay in memory, and the least recently used rows (with
+        their optimizer slots) move to record files under ssd_data_path, up to
+        ssd_vocabulary_size rows (with dynamic expansion: without bound), and back into
+        memory when a training lookup needs them. It trains exactly as an all-in-memory
+        table would.
+      ssd_data_path: the SSD level's directories (a path or a list of paths; the record
+        files are spread over them): each must exist and be writable when ssd_vocabulary_size
+        > 0. The files are scratch space, deleted with the table; checkpoints hold every
+        row of both levels.
       is_save: whether checkpoints include this table.
       init_param: in [-10, 10]; multiplies every initial value.
       value_dtype: tf.float32 (the only supported value type).
@@ -119,6 +128,8 @@ def create_table(key_dtype, dim, name, emb_initializer, device_vocabulary_size=1
             isinstance(p, str) for p in ssd_data_path):
         raise TypeError("ssd_data_path must be a sequence of directory paths, got %r"
                         % (ssd_data_path,))
+    if ssd_vocabulary_size > 0:
+        ssd_data_path = tier.check_paths("ssd_data_path", ssd_data_path)
     check_bool("is_save", is_save)
     init_param = check_float("init_param", init_param, -10.0, 10.0)
     if tf.as_dtype(value_dtype) != tf.float32:
@@ -144,13 +155,20 @@ def create_table(key_dtype, dim, name, emb_initializer, device_vocabulary_size=1
         if capacity_rows < 1:
             raise ValueError("table %r needs device_vocabulary_size + host_vocabulary_size >= 1 "
                              "without dynamic expansion, got 0" % name)
+    table_tier = None
+    if ssd_vocabulary_size > 0:
+        # device + host rows in memory, the rest on SSD (unbounded with dynamic expansion).
+        table_tier = tier.TierConfig(
+            device_rows + math.ceil(host_vocabulary_size / rank_size),
+            0 if dynamic_expansion else math.ceil(ssd_vocabulary_size / rank_size),
+            ssd_data_path)
 
     def shard():
         return SparseEmbedding(name, key_dtype, dim, spec, dynamic_expansion, capacity_rows,
                                device_rows, host_vocabulary_size, ssd_vocabulary_size,
                                tuple(ssd_data_path), is_save, init_param,
                                steps_to_live=steps_to_live, evict_when_full=evict_when_full,
-                               track_changes=config.is_incremental_checkpoint)
+                               track_changes=config.is_incremental_checkpoint, tier=table_tier)
 
     shards = _rank_shards(name, rank_size, options["divide_gradients"])
     if shards is None:

@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from rec_sdk.constants.constants import DEFAULT_EVICT_TIME_INTERVAL
 from rec_sdk.core.table import tables_of_graph
+from rec_sdk.core.tier import TIER_STATS
 from rec_sdk.distribute import ranks
 from rec_sdk.ops import table_ops
 from rec_sdk.util.validation import INT32_MAX, check_bool, check_int
@@ -132,7 +133,8 @@ class EvictHook(tf.compat.v1.train.SessionRunHook):
 
 def table_summaries(tables=None, family="rec_sdk", collections=None):
     """tf.compat.v1.summary scalar ops for each table's counters (size, capacity, admitted,
-    rejected, evicted, pending), named <family>/<table>/<counter>. By default they join the
+    rejected, evicted, pending; with an SSD tier also hot, cold, promotions, demotions and the
+    tier's bytes read, written and on disk), named <family>/<table>/<counter>. By default they join the
     SUMMARIES collection, so tf.estimator and MonitoredTrainingSession save them with other
     summaries; `collections` picks others ([] for none)."""
     tables = tables_of_graph() if tables is None else list(tables)
@@ -142,6 +144,8 @@ def table_summaries(tables=None, family="rec_sdk", collections=None):
         for key in table_ops.stat_names():
             if key == "newest_clock":  # a clock, not a counter
                 continue
+            if key in TIER_STATS and getattr(table, "tier", None) is None:
+                continue  # the SSD tier's counters, of a table without one
             ops.append(tf.compat.v1.summary.scalar("%s/%s/%s" % (family, table.table_name, key),
                                                    stats[key], collections=collections))
     return ops

@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from rec_sdk.constants.constants import TABLE_COLLECTION
 from rec_sdk.core import table_files
+from rec_sdk.core.tier import TierConfig
 from rec_sdk.ops import table_ops
 from rec_sdk.util.graph_state import state_of
 from rec_sdk.util.validation import INT32_MAX, check_int
@@ -44,7 +45,8 @@ class SparseEmbedding(tf.saved_model.experimental.TrackableResource):
     def __init__(self, table_name, key_dtype, dim, initializer_spec, dynamic_expansion,
                  capacity_rows, device_vocabulary_size, host_vocabulary_size,
                  ssd_vocabulary_size, ssd_data_path, is_save, init_param, steps_to_live=None,
-                 evict_when_full=False, track_changes=False, track_access=False, handle=None):
+                 evict_when_full=False, track_changes=False, track_access=False, handle=None,
+                 tier=None):
         self.table_name = table_name
         self.key_dtype = key_dtype
         self.dim = dim
@@ -74,6 +76,8 @@ class SparseEmbedding(tf.saved_model.experimental.TrackableResource):
         self.padding_keys_len = None
         self.track_changes = track_changes
         self.track_access = track_access
+        # A rec_sdk.core.tier.TierConfig for a table larger than memory (DRAM + SSD), or None.
+        self.tier = tier
         super().__init__()
         self.eager = tf.executing_eagerly()
         self._shared_name = table_name
@@ -91,6 +95,13 @@ class SparseEmbedding(tf.saved_model.experimental.TrackableResource):
 
     def _create_resource(self):
         """The table op (TrackableResource: SavedModel re-creates the table with it)."""
+        tier = self.tier
+        if tier is not None:  # a fixed number of rows in memory, the others on SSD
+            return table_ops.create_table(
+                self.table_name, self.key_dtype, self.dim, False, capacity=tier.memory_rows,
+                initializer=self.initializer_spec, evict_when_full=self.evict_when_full,
+                track_changes=self.track_changes, track_access=self.track_access,
+                shared_name=self._shared_name, ssd_paths=tier.paths, ssd_rows=tier.ssd_rows)
         return table_ops.create_table(
             self.table_name, self.key_dtype, self.dim, self.dynamic_expansion,
             capacity=0 if self.dynamic_expansion else self.capacity_rows,
@@ -166,9 +177,15 @@ class SparseEmbedding(tf.saved_model.experimental.TrackableResource):
         return self.table_name
 
     def __repr__(self):
+        if self.tier is not None:
+            size = "memory_rows=%d ssd_rows=%s" % (self.tier.memory_rows,
+                                                    self.tier.ssd_rows or "unbounded")
+        elif self.dynamic_expansion:
+            size = "dynamic expansion"
+        else:
+            size = "capacity=%d" % self.capacity_rows
         return "<rec_sdk table %r dim=%d key_dtype=%s %s>" % (
-            self.table_name, self.dim, self.key_dtype.name,
-            "dynamic expansion" if self.dynamic_expansion else "capacity=%d" % self.capacity_rows)
+            self.table_name, self.dim, self.key_dtype.name, size)
 
     def size(self, name=None):
         """Scalar int64 tensor: the number of keys stored."""
@@ -337,7 +354,10 @@ class SparseEmbedding(tf.saved_model.experimental.TrackableResource):
     def stats(self, name=None):
         """Dict of int64 scalar tensors: size, capacity, admitted, rejected (training lookups
         of keys not admitted), evicted, pending (keys counting towards admission),
-        newest_clock (the newest timestamp or step seen)."""
+        newest_clock (the newest timestamp or step seen), and for a table with an SSD tier
+        (zero otherwise): hot and cold (keys in memory and on SSD), promotions and demotions
+        (rows moved into and out of memory), ssd_bytes_read, ssd_bytes_written and
+        ssd_file_bytes (the bytes its record files take)."""
         values = table_ops.stats(self.handle, name=name)
         return {key: values[i] for i, key in enumerate(table_ops.stat_names())}
 
@@ -390,6 +410,8 @@ def table_from_op(op):
                    "mean": attr("init_mean"), "stddev": attr("init_stddev"),
                    "seed": attr("init_seed"), "scale": attr("init_scale")}
     dynamic = attr("dynamic_expansion")
+    paths = tuple(p.decode() for p in attr("ssd_paths"))
+    tier = TierConfig(attr("capacity"), attr("ssd_rows"), paths) if paths else None
     with op.graph.as_default():
         return SparseEmbedding(
             attr("table_name").decode(), tf.as_dtype(attr("key_dtype")), attr("dim"),
@@ -397,7 +419,7 @@ def table_from_op(op):
             attr("initial_capacity") if dynamic else None, None, None, None, is_save=False,
             init_param=None, evict_when_full=attr("evict_when_full"),
             track_changes=attr("track_changes"), track_access=attr("track_access"),
-            handle=op.outputs[0])
+            handle=op.outputs[0], tier=tier)
 
 
 def table_of(value):

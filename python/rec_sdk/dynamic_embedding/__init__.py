@@ -33,7 +33,7 @@ from rec_sdk.dynamic_embedding.kv_creator import (CuckooHashTableConfig,
                                                    CuckooHashTableCreator, FileSystemSaver,
                                                    HkvHashTableConfig, HkvHashTableCreator,
                                                    KVCreator, RedisTableConfig,
-                                                   RedisTableCreator)
+                                                   RedisTableCreator, TieredTableCreator)
 from rec_sdk.dynamic_embedding.lookup import (embedding_lookup, embedding_lookup_sparse,
                                                embedding_lookup_unique,
                                                safe_embedding_lookup_sparse)
@@ -59,7 +59,8 @@ __all__ = [
     "FrequencyRestrictPolicy", "SlotVariable", "ModelMode", "enable_train_mode",
     "enable_inference_mode", "get_model_mode", "math", "data_flow", "KVCreator",
     "CuckooHashTableConfig", "CuckooHashTableCreator", "FileSystemSaver", "RedisTableConfig",
-    "RedisTableCreator", "HkvHashTableConfig", "HkvHashTableCreator", "GraphKeys",
+    "RedisTableCreator", "HkvHashTableConfig", "HkvHashTableCreator", "TieredTableCreator",
+    "GraphKeys",
     "warm_start", "WarmStartHook", "keras", "shadow_ops", "train", "TrainableWrapper",
     "ragged_embedding_ops",
 ]

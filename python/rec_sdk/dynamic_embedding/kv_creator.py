@@ -1,7 +1,10 @@
 """TFRA's key-value store creators. rec_sdk has one store, its own table (embedding, slots and
 statistics of a key in one row): the CPU creators TFRA scripts pass (`CuckooHashTableCreator`,
 its config and `FileSystemSaver`) are accepted and map onto it; the back ends rec_sdk does not
-have (Redis, HKV on GPU) are names whose construction says so."""
+have (Redis, HKV on GPU) are names whose construction says so. `TieredTableCreator` (rec_sdk's
+own) gives a variable tables larger than memory, with an SSD tier."""
+from rec_sdk.core import tier
+from rec_sdk.util.validation import check_int
 
 
 class KVCreator:
@@ -32,6 +35,30 @@ class CuckooHashTableCreator(KVCreator):
     def __init__(self, config=None, saver=None):
         super().__init__(config if config is not None else CuckooHashTableConfig())
         self.saver = saver
+
+
+class TieredTableCreator(KVCreator):
+    """rec_sdk's table with an SSD tier, for variables larger than memory (no TFRA
+    counterpart; DeepRec's DRAM + SSDHASH storage is the same idea).
+
+    Args:
+      memory_rows: rows kept in memory for the whole variable (an int >= 1), divided over its
+        shards.
+      ssd_path: the directory (or list of directories) of the record files of the rows
+        beyond memory; each must exist and be writable. The files are scratch space, deleted
+        with the tables; checkpoints hold every row.
+      ssd_rows: the most rows on SSD for the whole variable (0: no bound).
+
+    The variable trains exactly as with all its rows in memory: a training lookup brings the
+    rows it needs into memory (moving the least recently used ones out), an evaluation
+    lookup reads rows on SSD where they are.
+    """
+
+    def __init__(self, memory_rows, ssd_path, ssd_rows=0):
+        super().__init__(None)
+        self.tier = tier.TierConfig(check_int("memory_rows", memory_rows, 1, 2**40),
+                                    check_int("ssd_rows", ssd_rows, 0, 2**40),
+                                    tier.check_paths("ssd_path", ssd_path))
 
 
 def _not_here(what, instead):

@@ -16,10 +16,10 @@ import tensorflow as tf
 
 import rec_sdk
 from rec_sdk import saver
-from rec_sdk.core import table_files
+from rec_sdk.core import table_files, tier
 from rec_sdk.core.table import SparseEmbedding, tables_of_graph
 from rec_sdk.dynamic_embedding import key_codec, value_codec
-from rec_sdk.dynamic_embedding.kv_creator import KVCreator
+from rec_sdk.dynamic_embedding.kv_creator import KVCreator, TieredTableCreator
 from rec_sdk.dynamic_embedding.optimizer_kinds import name_of, slot_info
 from rec_sdk.dynamic_embedding.shadow_ops import shadow_of, shaped
 from rec_sdk.dynamic_embedding.slots_and_policies import (RestrictPolicy, SlotVariable, by_key,
@@ -237,7 +237,9 @@ class Variable(tf.__internal__.tracking.Trackable):
         self.trainable = bool(trainable)
         self.checkpoint = bool(checkpoint)
         self.init_size = int(init_size)
-        self.kv_creator = kv_creator  # accepted for TFRA scripts; the store is rec_sdk's table
+        # Accepted for TFRA scripts (the store is rec_sdk's table); a TieredTableCreator gives
+        # every shard an SSD tier.
+        self.kv_creator = kv_creator
         self.bp_v2 = bool(bp_v2)
         self.initializer = initializer
         self._stored_dim = value_codec.stored_dim(value_dtype, self.dim)
@@ -248,6 +250,8 @@ class Variable(tf.__internal__.tracking.Trackable):
         self._size_ops = {}  # (graph, shard index or None) -> size op
         self.graph = tf.compat.v1.get_default_graph()
         rows = _init_rows(self.init_size, self.shard_num)
+        shard_tier = tier.split(kv_creator.tier, self.shard_num) \
+            if isinstance(kv_creator, TieredTableCreator) else None
         self._tables = []
         # Tables outlive any tf.function: one created while tracing is created eagerly.
         with tf.init_scope(), tf.name_scope(name.split("/")[-1]):
@@ -263,7 +267,7 @@ class Variable(tf.__internal__.tracking.Trackable):
                         capacity_rows=None, device_vocabulary_size=rows,
                         host_vocabulary_size=0, ssd_vocabulary_size=0,
                         ssd_data_path=(os.getcwd(),), is_save=self.checkpoint, init_param=1.0,
-                        track_access=restrict_policy is not None)
+                        track_access=restrict_policy is not None, tier=shard_tier)
                     if not self.eager:  # TF2 checkpoints: tf.train.Checkpoint
                         saver.track(table)
                         tf.compat.v1.add_to_collection(rec_sdk.TABLE_COLLECTION, table)

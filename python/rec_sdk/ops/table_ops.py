@@ -22,11 +22,13 @@ RESTORE_OP = OP_NAMESPACE + ">TableRestore"
 
 def create_table(table_name, key_dtype, dim, dynamic_expansion, capacity, initializer,
                  initial_capacity=0, evict_when_full=False, track_changes=False,
-                 track_access=False, shared_name=None):
+                 track_access=False, shared_name=None, ssd_paths=(), ssd_rows=0):
     """Builds the op that creates (on first run) the table and returns its resource handle.
 
     `initializer` is a dict from rec_sdk.core.initializer_spec.describe_initializer. Admission
-    and eviction thresholds are set by configure_admission.
+    and eviction thresholds are set by configure_admission. With ssd_paths (a fixed-capacity
+    table), `capacity` rows stay in memory and the others go to files there (ssd_rows at
+    most, 0: no bound).
     """
     return load_ops().rec_sdk_embedding_table(
         table_name=table_name,
@@ -47,6 +49,8 @@ def create_table(table_name, key_dtype, dim, dynamic_expansion, capacity, initia
         evict_when_full=evict_when_full,
         track_changes=track_changes,
         track_access=track_access,
+        ssd_paths=list(ssd_paths),
+        ssd_rows=ssd_rows,
         shared_name=shared_name or table_name,
         name=op_scope_name(table_name + "_handle"))
 
