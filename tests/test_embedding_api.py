@@ -447,16 +447,29 @@ def test_fixed_capacity_table_full():
         assert not sess.run(evaluate, {ids: [100]}).any()
 
 
-def test_fixed_capacity_counts_host_and_ssd():
+def test_fixed_capacity_counts_host_and_ssd(tmp_path):
+    """device + host rows in memory, ssd rows on SSD: 12 keys in all, batches of at most 7."""
     init(use_dynamic_expansion=False)
     table = create_table(tf.int64, DIM, "t", _const(), device_vocabulary_size=3,
-                         host_vocabulary_size=4, ssd_vocabulary_size=5)
+                         host_vocabulary_size=4, ssd_vocabulary_size=5,
+                         ssd_data_path=str(tmp_path))
+    other = create_table(tf.int64, DIM, "u", _const(), device_vocabulary_size=3,
+                         host_vocabulary_size=4, ssd_vocabulary_size=5,
+                         ssd_data_path=str(tmp_path))
     ids = tf.compat.v1.placeholder(tf.int64, [None])
     emb = sparse_lookup(table, ids)
+    other_emb = sparse_lookup(other, ids)
     with new_session() as sess:
+        with pytest.raises(tf.errors.ResourceExhaustedError,
+                           match=r"'u': a batch holds more keys than the table keeps in memory "
+                                 r"\(7 rows"):
+            sess.run(other_emb, {ids: np.arange(8)})
         assert sess.run(table.capacity()) == 12
-        sess.run(emb, {ids: np.arange(12)})
-        with pytest.raises(tf.errors.ResourceExhaustedError, match="'t'.*12"):
+        sess.run(emb, {ids: np.arange(6)})
+        sess.run(emb, {ids: np.arange(6, 12)})
+        stats = sess.run(table.stats())
+        assert (stats["size"], stats["hot"], stats["cold"]) == (12, 7, 5)
+        with pytest.raises(tf.errors.ResourceExhaustedError, match="'t'.*SSD capacity of 5"):
             sess.run(emb, {ids: [99]})
 
 

@@ -126,9 +126,10 @@ Status EmbeddingTable::TieredFindOrInsert(const int64_t* keys, int64_t n, int64_
   }
   if (unplaced > 0) {
     return Status::ResourceExhausted(
-        FullMessage() + " (a batch holds more keys than the table keeps in memory, " +
-        std::to_string(config_.capacity) + " rows: raise device_vocabulary_size + "
-        "host_vocabulary_size)");
+        "table '" + config_.name + "': a batch holds more keys than the table keeps in "
+        "memory (" + std::to_string(config_.capacity) + " rows, " + std::to_string(unplaced) +
+        " keys left without one); raise device_vocabulary_size + host_vocabulary_size or use "
+        "smaller batches");
   }
   return CompactLocked();
 }
@@ -169,8 +170,9 @@ Status EmbeddingTable::PromoteLocked(const int64_t* keys, int64_t n, int64_t tic
   if (static_cast<int64_t>(rows.size()) < m) {
     ReleaseRows(rows.data(), rows.size());
     return Status::ResourceExhausted(
-        FullMessage() + " (a batch holds " + std::to_string(m) + " keys on SSD and the table "
-        "keeps " + std::to_string(config_.capacity) + " rows in memory)");
+        "table '" + config_.name + "': a batch holds " + std::to_string(m) + " keys on SSD "
+        "and the table keeps " + std::to_string(config_.capacity) + " rows in memory; raise "
+        "device_vocabulary_size + host_vocabulary_size or use smaller batches");
   }
   // Read the records into their rows in parallel (the rows are free: nothing else reads
   // them), keeping each row's generation.
