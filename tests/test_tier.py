@@ -272,3 +272,56 @@ def test_summaries_show_tier_counters_of_tiered_tables_only(tmp_path):
     assert not any("t_memory/promotions" in n for n in names)
     assert any("t_memory/size" in n for n in names)
     assert "memory_rows=50" in repr(tiered)
+
+
+def test_prefetching_the_next_batch_serves_promotions_from_memory(tmp_path):
+    """table.prefetch(next ids) in the step of the current batch: the next lookup's rows on
+    SSD come from what was read ahead, and training is unchanged."""
+    initialize.init(use_dynamic_expansion=False)
+    tiered, memory = _tables(tmp_path, 100)
+    ids = tf.compat.v1.placeholder(tf.int64, [None])
+    upcoming = tf.compat.v1.placeholder(tf.int64, [None])
+    a = sparse_lookup(tiered, ids, name="a")
+    b = sparse_lookup(memory, ids, name="b")
+    loss = tf.reduce_sum(tf.square(a - 0.3)) + tf.reduce_sum(tf.square(b - 0.3))
+    train = lazy_adam.create_hash_optimizer(learning_rate=0.05).minimize(loss)
+    with tf.control_dependencies([train]):
+        step = tf.identity(tiered.prefetch(upcoming))  # after this step's lookup
+    with new_session() as sess:
+        sess.run(tf.compat.v1.global_variables_initializer())
+        read = 0
+        for k in range(120):
+            got_a, got_b, n = sess.run([a, b, step], {ids: np.unique(_batch(k)),
+                                                     upcoming: np.unique(_batch(k + 1))})
+            np.testing.assert_array_equal(got_a, got_b)
+            read += n
+        _assert_same(_state(sess, tiered), _state(sess, memory))
+        stats = sess.run(tiered.stats())
+        assert sess.run(memory.prefetch(upcoming), {upcoming: [1, 2]}) == 0
+    assert read > 0 and stats["prefetch_hits"] > 0
+    assert stats["prefetch_hits"] <= stats["promotions"]
+
+
+def test_the_feature_spec_pipeline_reads_ahead_for_tiered_tables(tmp_path):
+    from rec_sdk.core.asc.feature_spec import FeatureSpec
+    from rec_sdk.core.asc.helper import get_asc_insert_func
+    initialize.init(use_dynamic_expansion=False)
+    tiered, memory = _tables(tmp_path, 100)
+    data = {"a": np.stack([_batch(k, 32) for k in range(200)]).reshape(-1, 4),
+            "b": np.stack([_batch(k, 32) for k in range(200)]).reshape(-1, 4)}
+    specs = [FeatureSpec("a", table_name="t"), FeatureSpec("b", table_name="t_memory")]
+    dataset = tf.data.Dataset.from_tensor_slices(data).batch(8)
+    dataset = dataset.map(get_asc_insert_func(tgt_key_specs=specs, is_training=True))
+    batch = tf.compat.v1.data.make_one_shot_iterator(dataset.prefetch(4)).get_next()
+    x = sparse_lookup(tiered, specs[0], None, batch=batch, name="x")
+    y = sparse_lookup(memory, specs[1], None, batch=batch, name="y")
+    loss = tf.reduce_sum(tf.square(x - 0.3)) + tf.reduce_sum(tf.square(y - 0.3))
+    train = adagrad.create_hash_optimizer(learning_rate=0.1).minimize(loss)
+    with new_session() as sess:
+        sess.run(tf.compat.v1.global_variables_initializer())
+        for _ in range(100):
+            got_x, got_y, _ = sess.run([x, y, train])
+            np.testing.assert_array_equal(got_x, got_y)
+        _assert_same(_state(sess, tiered), _state(sess, memory))
+        stats = sess.run(tiered.stats())
+    assert stats["promotions"] > 0 and stats["prefetch_hits"] > 0

@@ -18,9 +18,15 @@
 // was before the call (nothing is half-appended: a slot counts only once its write
 // succeeded, and a batch that fails is taken back whole).
 //
-// Concurrency: Read, ReadKey, ForEachLive and the accessors may run in many threads at once;
-// Append, Remove, Compact, Clear and the mark setters need the store to themselves (the table
-// calls them under its exclusive lock).
+// With direct_io the files are opened with O_DIRECT (the page cache neither hides reads nor
+// holds the tier's data): records are packed into 4 KiB blocks (a record never straddles
+// two; a record larger than a block takes whole blocks), each batch of appends starts a new
+// block, and every read or write is a whole number of aligned blocks.
+//
+// Concurrency: Read, ReadMany, ReadKey, ForEachLive, Pin and the accessors may run in many
+// threads at once; Append, Remove, Compact, Clear and the mark setters need the store to
+// themselves (the table calls them under its exclusive lock). A Pinned record stays
+// readable (ReadPinned, without the table's lock) even if its segment is deleted meanwhile.
 #ifndef REC_SDK_CORE_COLD_STORE_H_
 #define REC_SDK_CORE_COLD_STORE_H_
 
@@ -50,6 +56,17 @@ class ColdStore {
     std::string prefix = "rec_sdk";  // file names: <prefix>-<pid>-<store>-<segment>.seg
     size_t record_bytes = 0;         // payload bytes per record, >= 1
     uint32_t records_per_segment = 1 << 16;
+    bool direct_io = false;          // O_DIRECT files (see above)
+  };
+
+  // A record's file and place, readable without the store (see ReadPinned).
+  struct SegmentFile;
+  struct Pinned {
+    std::shared_ptr<SegmentFile> file;
+    uint32_t segment = 0;
+    uint64_t span_offset = 0;  // the aligned bytes that hold the record
+    size_t span_bytes = 0;
+    size_t in_span = 0;        // where the record (its key first) starts in them
   };
 
   struct Stats {
@@ -79,6 +96,15 @@ class ColdStore {
                      const int64_t* tags, Location* where);
   // Reads the record at `where` into `record` (and its key into *key, if not null).
   Status Read(Location where, void* record, uint64_t* key = nullptr) const;
+  // Reads n records at once (many reads in flight: a disk serves them in parallel); keys
+  // may be null. Returns the first error.
+  Status ReadMany(size_t n, const Location* where, void* const* records, uint64_t* keys) const;
+  // The file and place of a live record, and reading it later without the store.
+  Status Pin(Location where, Pinned* pinned) const;
+  Status ReadPinned(const Pinned& pinned, void* record, uint64_t* key) const;
+  // ReadMany of pinned records (no store state is used: callable without the table's lock).
+  Status ReadManyPinned(size_t n, const Pinned* pinned, void* const* records,
+                        uint64_t* keys) const;
   Status ReadKey(Location where, uint64_t* key) const;
   // Marks the record at `where` stale.
   Status Remove(Location where);
@@ -120,7 +146,7 @@ class ColdStore {
   // Bytes in segment files per live record's payload (1.0: no stale or key space); 0 when
   // empty.
   double space_amplification() const;
-  uint64_t file_bytes() const { return (live_ + stale_) * slot_bytes(); }
+  uint64_t file_bytes() const;
   // Memory of the per-slot bookkeeping.
   uint64_t memory_bytes() const;
   std::string segment_path(uint32_t segment) const;
@@ -130,7 +156,7 @@ class ColdStore {
   static constexpr uint8_t kLive = 1;
   static constexpr uint8_t kMarked = 2;
   struct Segment {
-    int fd = -1;
+    std::shared_ptr<SegmentFile> file;  // null: deleted
     uint32_t used = 0;            // slots written
     uint32_t stale = 0;           // of them, removed
     std::vector<uint8_t> flags;   // per slot: kLive, kMarked
@@ -138,7 +164,14 @@ class ColdStore {
   };
 
   ColdStore(const Options& options, uint64_t store_id);
+  // A slot: the key, then the record.
   size_t slot_bytes() const { return record_bytes_ + sizeof(uint64_t); }
+  // Where slot `slot` starts in its segment file, and the aligned span of slots [first,
+  // last) (whole blocks with direct I/O).
+  uint64_t SlotOffset(uint32_t slot) const;
+  void SpanOf(uint32_t first, uint32_t last, uint64_t* begin, size_t* bytes) const;
+  // Calls fn for the live records of one segment (read whole).
+  Status ForEachLiveOf(uint32_t segment, const RecordFn& fn) const;
   Status CheckLocation(Location where, const char* what) const;
   Status NewSegment(uint32_t* index);
   // Makes sure the current segment has a free slot.
@@ -149,6 +182,9 @@ class ColdStore {
   void MarkStale(Location where);
 
   Options options_;
+  size_t align_;        // 1, or the block size with direct I/O
+  size_t per_block_;    // direct I/O: records per block when a slot fits in one, else 0
+  size_t stride_;       // bytes per slot when slots are not packed into blocks
   size_t record_bytes_;
   uint32_t records_per_segment_;
   uint64_t store_id_;

@@ -138,7 +138,11 @@ Status EmbeddingTable::Create(const TableConfig& config, std::unique_ptr<Embeddi
     }
   }
   std::unique_ptr<EmbeddingTable> t(new EmbeddingTable(config));
-  if (config.tiered()) REC_SDK_RETURN_IF_ERROR(t->OpenColdStore(t->row_bytes_, &t->cold_));
+  if (config.tiered()) {
+    std::unique_ptr<ColdStore> store;
+    REC_SDK_RETURN_IF_ERROR(t->OpenColdStore(t->row_bytes_, &store));
+    t->cold_ = std::move(store);
+  }
   const int64_t reserve = config.dynamic_expansion ? config.initial_capacity : config.capacity;
   REC_SDK_RETURN_IF_ERROR(t->CheckReservation(reserve));
   {
@@ -527,6 +531,7 @@ TableStats EmbeddingTable::Stats() const {
   stats.hot = stats.size - stats.cold;
   stats.promotions = promotions_.load();
   stats.demotions = demotions_.load();
+  stats.prefetch_hits = prefetch_hits_.load();
   return stats;
 }
 
@@ -763,7 +768,10 @@ void EmbeddingTable::ClearLocked() {
     pending_[s].Clear();
   }
   pending_size_.store(0);
-  if (cold_ != nullptr) cold_->Clear();
+  if (cold_ != nullptr) {
+    cold_->Clear();
+    DropStaged();
+  }
   std::lock_guard<std::mutex> lock(alloc_mu_);
   for (int64_t row = 0; row < next_row_; ++row) {
     RowMeta& meta = MetaOf(row);

@@ -43,12 +43,14 @@
 
 #include <array>
 #include <atomic>
+#include <deque>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "tf_ops/core/cold_store.h"
@@ -92,18 +94,20 @@ struct TableStats {
   int64_t ssd_bytes_read = 0;
   int64_t ssd_bytes_written = 0;
   int64_t ssd_file_bytes = 0;
+  int64_t prefetch_hits = 0;  // promotions served by records read ahead (PrefetchCold)
 
   // The counters in the order the TableStats op returns them, and their names (the op's
   // stat_names attribute, which Python reads): the one place that fixes the order.
-  static constexpr int kCount = 14;
+  static constexpr int kCount = 15;
   static constexpr std::array<const char*, kCount> kNames = {
       "size",      "capacity",   "admitted",       "rejected",          "evicted",
       "pending",   "newest_clock", "hot",          "cold",              "promotions",
-      "demotions", "ssd_bytes_read", "ssd_bytes_written", "ssd_file_bytes"};
+      "demotions", "ssd_bytes_read", "ssd_bytes_written", "ssd_file_bytes",
+      "prefetch_hits"};
   std::array<int64_t, kCount> Values() const {
     return {size,      capacity,       admitted,          rejected,      evicted,
             pending,   newest_clock,   hot,               cold,          promotions,
-            demotions, ssd_bytes_read, ssd_bytes_written, ssd_file_bytes};
+            demotions, ssd_bytes_read, ssd_bytes_written, ssd_file_bytes, prefetch_hits};
   }
 };
 
@@ -131,6 +135,12 @@ class EmbeddingTable {
   int num_slots() const { return num_slots_; }
   // Whether the table has an SSD tier.
   bool tiered() const { return cold_ != nullptr; }
+  // Reads the SSD records of keys[0, n) ahead of the training lookup that will bring them
+  // into memory (the next batch's keys, while the current batch trains), so that it copies
+  // them from memory instead of waiting for the disk. Holds the table's lock only to find the
+  // records; keeps at most about capacity/16 records (the oldest go first). *read (may be
+  // null): records read. Does nothing for a table without an SSD tier.
+  Status PrefetchCold(const int64_t* keys, int64_t n, int64_t* read, const ParallelRunner& run);
 
   // Number of keys stored.
   int64_t Size() const { return size_.load(std::memory_order_relaxed); }
@@ -678,14 +688,13 @@ class EmbeddingTable {
   // Reads the record of a cold entry into record (row_bytes_ bytes) and checks its key; rows
   // saved before their optimizer's slot values were known get them.
   Status ReadColdRecord(int64_t entry, int64_t key, char* record) const;
+  // Gives a record saved before its optimizer's slot values were known those values.
+  void FillUnsetSlots(char* record) const;
   // Removes a cold key (index entry and record; structure_mu_ exclusive); counts it as
   // evicted when `evicted`.
   void RemoveColdLocked(int64_t key, int64_t entry, bool evicted);
   // RemoveColdLocked of a key whose index entry is already erased.
   void DropColdRecordLocked(int64_t key, int64_t entry, bool evicted);
-  // Writes a row record straight to the store (restore or import past the memory rows) and
-  // indexes the key there.
-  Status AppendColdLocked(int64_t key, const char* record);
   // Rewrites every cold record for `num_slots` slots: slots it had keep their values unless
   // reset_slots, new or reset ones get initial_values. The new store replaces the old one
   // only once every record is written.
@@ -700,7 +709,24 @@ class EmbeddingTable {
   // the slots' initial values.
   void FillRecord(char* record, int64_t key, int64_t last_seen, uint32_t count,
                   const float* value, const float* const* slots, bool slots_unset) const;
-  std::unique_ptr<ColdStore> cold_;  // null: all in memory
+  // Records read ahead by PrefetchCold: key -> (record number, record bytes), valid while
+  // the key's index entry still names that record of the same store (staging_generation_).
+  struct Staged {
+    uint64_t number;
+    uint64_t generation;
+    std::vector<char> record;
+  };
+  // Takes the staged record of (key, entry) into `record` (row_bytes_); false when none.
+  bool TakeStaged(int64_t key, int64_t entry, char* record);
+  // Forgets every staged record (the store was cleared or replaced).
+  void DropStaged();
+  std::mutex staging_mu_;
+  std::unordered_map<int64_t, Staged> staged_;  // guarded by staging_mu_
+  std::deque<int64_t> staged_order_;           // oldest first; guarded by staging_mu_
+  std::atomic<uint64_t> staging_generation_{1};
+  std::atomic<int64_t> prefetch_hits_{0};
+  // Null: all in memory. Shared: PrefetchCold reads through it after releasing the lock.
+  std::shared_ptr<ColdStore> cold_;
   std::atomic<int64_t> tier_tick_{0};
   std::atomic<int64_t> promotions_{0};
   std::atomic<int64_t> demotions_{0};

@@ -72,6 +72,7 @@ std::vector<std::string> ConfigDifferences(const TableConfig& a, const TableConf
   Compare("track_access", a.track_access, b.track_access, &out);
   Compare("ssd_paths", a.ssd_paths, b.ssd_paths, &out);
   Compare("ssd_rows", a.ssd_rows, b.ssd_rows, &out);
+  Compare("ssd_direct_io", a.ssd_direct_io, b.ssd_direct_io, &out);
   return out;
 }
 

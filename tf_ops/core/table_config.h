@@ -34,6 +34,8 @@ struct TableConfig {
   // files in these directories (spread over them), at most ssd_rows of them (0: no bound).
   std::vector<std::string> ssd_paths;
   int64_t ssd_rows = 0;
+  // The record files are read and written with O_DIRECT (no page cache).
+  bool ssd_direct_io = false;
   bool tiered() const { return !ssd_paths.empty(); }
 };
 

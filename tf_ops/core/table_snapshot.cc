@@ -8,6 +8,7 @@
 #include <limits>
 #include <mutex>
 #include <random>
+#include <unordered_map>
 #include <vector>
 
 #include "tf_ops/core/embedding_table.h"
@@ -575,35 +576,34 @@ Status EmbeddingTable::Import(const int64_t* keys, const float* values, const fl
   ClearLocked();
   std::vector<int64_t> rows;
   AllocateRows(n, &rows);
+  // Tiered: rows past the memory rows, written to the store at the end.
+  std::unordered_map<int64_t, size_t> cold_at;
+  std::vector<uint64_t> cold_keys;
+  std::vector<char> cold_records;
   size_t used = 0;
   const int dim = config_.dim;
   for (int64_t i = 0; i < n; ++i) {
     const uint64_t hash = index_.Hash(keys[i]);
     HashIndex::Shard& shard = index_.shard(HashIndex::ShardOf(hash));
-    int64_t entry = shard.Find(keys[i], hash);  // set when keys[i] repeats
-    if (entry >= 0 && IsCold(entry)) {
-      // A repeated key whose first row went to the SSD tier: the last row wins.
-      RemoveColdLocked(keys[i], entry, /*evicted=*/false);
-      entry = -1;
-    }
+    const int64_t entry = shard.Find(keys[i], hash);  // set when keys[i] repeats
     int64_t row;
     if (entry >= 0) {
       row = RowOfEntry(entry);
     } else {
       if (used == rows.size() && tiered()) {
-        // Past the memory rows: the row goes to the SSD tier.
+        // Past the memory rows: the row goes to the SSD tier, in one batch at the end (a
+        // repeated key overwrites its record: the last row wins).
+        auto [at, added] = cold_at.emplace(keys[i], cold_keys.size());
+        if (added) {
+          cold_keys.push_back(static_cast<uint64_t>(keys[i]));
+          cold_records.resize(cold_keys.size() * row_bytes_);
+        }
         std::vector<const float*> slot_values(num_slots_, nullptr);
         for (int s = 0; s < num_slots; ++s) slot_values[s] = slots + (s * n + i) * dim;
-        std::vector<char> record(row_bytes_);
         const bool slots_unset =
             num_slots_ > 0 && !slot_values_known_ && !(num_slots > 0 && num_slots == num_slots_);
-        FillRecord(record.data(), keys[i], ClockForNewRows(), 0, values + i * dim,
-                   slot_values.data(), slots_unset);
-        Status status = AppendColdLocked(keys[i], record.data());
-        if (!status.ok()) {
-          size_.fetch_add(static_cast<int64_t>(used), std::memory_order_relaxed);
-          return status;
-        }
+        FillRecord(cold_records.data() + at->second * row_bytes_, keys[i], ClockForNewRows(),
+                   0, values + i * dim, slot_values.data(), slots_unset);
         continue;
       }
       if (used == rows.size()) {
@@ -624,6 +624,21 @@ Status EmbeddingTable::Import(const int64_t* keys, const float* values, const fl
   }
   size_.fetch_add(static_cast<int64_t>(used), std::memory_order_relaxed);
   if (used < rows.size()) ReleaseRows(rows.data() + used, rows.size() - used);
+  if (cold_keys.empty()) return Status::Ok();
+  const size_t m = cold_keys.size();
+  REC_SDK_RETURN_IF_ERROR(ColdRoomLocked(static_cast<int64_t>(m)));
+  std::vector<const void*> records(m);
+  std::vector<int64_t> tags(m, ClockForNewRows());
+  for (size_t j = 0; j < m; ++j) records[j] = cold_records.data() + j * row_bytes_;
+  std::vector<ColdStore::Location> where(m);
+  REC_SDK_RETURN_IF_ERROR(
+      cold_->AppendBatch(m, cold_keys.data(), records.data(), tags.data(), where.data()));
+  for (size_t j = 0; j < m; ++j) {
+    const int64_t key = static_cast<int64_t>(cold_keys[j]);
+    const uint64_t hash = index_.Hash(key);
+    index_.shard(HashIndex::ShardOf(hash)).Insert(key, hash, ColdEntry(where[j]));
+  }
+  size_.fetch_add(static_cast<int64_t>(m), std::memory_order_relaxed);
   return Status::Ok();
 }
 

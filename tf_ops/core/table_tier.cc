@@ -28,6 +28,7 @@ Status EmbeddingTable::OpenColdStore(size_t record_bytes, std::unique_ptr<ColdSt
   uint32_t per_segment = 64;
   while (per_segment < 65536 && per_segment < config_.capacity / 8) per_segment *= 2;
   options.records_per_segment = per_segment;
+  options.direct_io = config_.ssd_direct_io;
   Status status = ColdStore::Open(options, out);
   if (!status.ok()) {
     return Status(status.code(), "table '" + config_.name + "': SSD tier: " + status.message());
@@ -48,15 +49,18 @@ Status EmbeddingTable::ReadColdRecord(int64_t entry, int64_t key, char* record) 
                             std::to_string(key) + " holds key " +
                             std::to_string(static_cast<int64_t>(stored)));
   }
-  RowMeta* meta = reinterpret_cast<RowMeta*>(record);
-  if (meta->slots_unset && slot_values_known_) {
-    float* value = reinterpret_cast<float*>(record + sizeof(RowMeta));
-    for (int s = 0; s < num_slots_; ++s) {
-      std::fill_n(SlotOf(value, s), config_.dim, slot_initial_values_[s]);
-    }
-    meta->slots_unset = 0;
-  }
+  FillUnsetSlots(record);
   return Status::Ok();
+}
+
+void EmbeddingTable::FillUnsetSlots(char* record) const {
+  RowMeta* meta = reinterpret_cast<RowMeta*>(record);
+  if (!(meta->slots_unset && slot_values_known_)) return;
+  float* value = reinterpret_cast<float*>(record + sizeof(RowMeta));
+  for (int s = 0; s < num_slots_; ++s) {
+    std::fill_n(SlotOf(value, s), config_.dim, slot_initial_values_[s]);
+  }
+  meta->slots_unset = 0;
 }
 
 Status EmbeddingTable::ForEachColdRecord(
@@ -174,21 +178,34 @@ Status EmbeddingTable::PromoteLocked(const int64_t* keys, int64_t n, int64_t tic
         "and the table keeps " + std::to_string(config_.capacity) + " rows in memory; raise "
         "device_vocabulary_size + host_vocabulary_size or use smaller batches");
   }
-  // Read the records into their rows in parallel (the rows are free: nothing else reads
-  // them), keeping each row's generation.
+  // Fill the rows (free: nothing else reads them) from the records read ahead, and read the
+  // others from the store, many at once; each row keeps its generation.
   std::vector<uint16_t> generations(m);
-  std::mutex error_mu;
-  Status error;
-  run(m, 2000, [&](int64_t first, int64_t last) {
-    for (int64_t j = first; j < last; ++j) {
-      generations[j] = MetaOf(rows[j]).generation;
-      Status s = ReadColdRecord(cold[j].first, cold[j].second, RecordOf(rows[j]));
-      if (!s.ok()) {
-        std::lock_guard<std::mutex> lock(error_mu);
-        if (error.ok()) error = s;
-      }
+  std::vector<ColdStore::Location> to_read;
+  std::vector<void*> into;
+  std::vector<int64_t> read_at;
+  int64_t hits = 0;
+  for (int64_t j = 0; j < m; ++j) {
+    generations[j] = MetaOf(rows[j]).generation;
+    if (TakeStaged(cold[j].second, cold[j].first, RecordOf(rows[j]))) {
+      ++hits;
+      continue;
     }
-  });
+    to_read.push_back(LocationOf(cold[j].first));
+    into.push_back(RecordOf(rows[j]));
+    read_at.push_back(j);
+  }
+  std::vector<uint64_t> stored(to_read.size());
+  Status error = cold_->ReadMany(to_read.size(), to_read.data(), into.data(), stored.data());
+  for (size_t r = 0; r < read_at.size() && error.ok(); ++r) {
+    const int64_t j = read_at[r];
+    if (static_cast<int64_t>(stored[r]) != cold[j].second) {
+      error = Status::DataLoss("table '" + config_.name + "': the SSD record of key " +
+                               std::to_string(cold[j].second) + " holds key " +
+                               std::to_string(static_cast<int64_t>(stored[r])));
+    }
+  }
+  for (int64_t j = 0; j < m && error.ok(); ++j) FillUnsetSlots(RecordOf(rows[j]));
   if (!error.ok()) {
     for (int64_t j = 0; j < m; ++j) MetaOf(rows[j]).generation = generations[j];
     ReleaseRows(rows.data(), rows.size());
@@ -207,6 +224,107 @@ Status EmbeddingTable::PromoteLocked(const int64_t* keys, int64_t n, int64_t tic
     cold_->Remove(where);
   }
   promotions_.fetch_add(m, std::memory_order_relaxed);
+  prefetch_hits_.fetch_add(hits, std::memory_order_relaxed);
+  return Status::Ok();
+}
+
+bool EmbeddingTable::TakeStaged(int64_t key, int64_t entry, char* record) {
+  std::lock_guard<std::mutex> lock(staging_mu_);
+  auto found = staged_.find(key);
+  if (found == staged_.end()) return false;
+  const bool valid =
+      found->second.number == static_cast<uint64_t>(entry & ~kColdEntry) &&
+      found->second.generation == staging_generation_.load(std::memory_order_relaxed);
+  if (valid) std::memcpy(record, found->second.record.data(), row_bytes_);
+  staged_.erase(found);  // used, or stale (the key moved since it was read)
+  return valid;
+}
+
+void EmbeddingTable::DropStaged() {
+  staging_generation_.fetch_add(1, std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lock(staging_mu_);
+  staged_.clear();
+  staged_order_.clear();
+}
+
+Status EmbeddingTable::PrefetchCold(const int64_t* keys, int64_t n, int64_t* read,
+                                    const ParallelRunner& run) {
+  if (read != nullptr) *read = 0;
+  if (cold_ == nullptr) return Status::Ok();
+  // Under the shared lock: which keys are cold, and their records pinned (a pinned record
+  // stays readable if a compaction deletes its segment meanwhile).
+  std::vector<std::pair<int64_t, int64_t>> cold;  // (key, entry)
+  std::vector<ColdStore::Pinned> pinned;
+  uint64_t generation;
+  size_t record_bytes;
+  std::shared_ptr<ColdStore> store;
+  {
+    std::shared_lock<std::shared_mutex> structure(structure_mu_);
+    std::mutex cold_mu;
+    ForEachShard(
+        keys, n, 60,
+        [&](HashIndex::Shard& shard, const int64_t* positions, int64_t count,
+            const uint64_t* hashes) {
+          std::vector<std::pair<int64_t, int64_t>> mine;
+          ProbeInOrder(shard, positions, count, hashes, [&](int64_t i) {
+            const int64_t entry = shard.Find(keys[i], hashes[i]);
+            if (entry >= 0 && IsCold(entry)) mine.emplace_back(keys[i], entry);
+          });
+          std::lock_guard<std::mutex> lock(cold_mu);
+          cold.insert(cold.end(), mine.begin(), mine.end());
+        },
+        run);
+    std::sort(cold.begin(), cold.end());
+    cold.erase(std::unique(cold.begin(), cold.end()), cold.end());
+    {
+      std::lock_guard<std::mutex> lock(staging_mu_);
+      cold.erase(std::remove_if(cold.begin(), cold.end(),
+                                [&](const std::pair<int64_t, int64_t>& c) {
+                                  auto found = staged_.find(c.first);
+                                  return found != staged_.end() &&
+                                         found->second.number ==
+                                             static_cast<uint64_t>(c.second & ~kColdEntry);
+                                }),
+                 cold.end());
+    }
+    pinned.resize(cold.size());
+    for (size_t j = 0; j < cold.size(); ++j) {
+      REC_SDK_RETURN_IF_ERROR(cold_->Pin(LocationOf(cold[j].second), &pinned[j]));
+    }
+    generation = staging_generation_.load(std::memory_order_relaxed);
+    record_bytes = row_bytes_;
+    store = cold_;
+  }
+  const size_t m = cold.size();
+  if (m == 0) return Status::Ok();
+  std::vector<std::vector<char>> records(m, std::vector<char>(record_bytes));
+  std::vector<void*> into(m);
+  for (size_t j = 0; j < m; ++j) into[j] = records[j].data();
+  std::vector<uint64_t> stored(m);
+  REC_SDK_RETURN_IF_ERROR(store->ReadManyPinned(m, pinned.data(), into.data(), stored.data()));
+  const size_t limit = static_cast<size_t>(std::max<int64_t>(1024, config_.capacity / 16));
+  std::lock_guard<std::mutex> lock(staging_mu_);
+  for (size_t j = 0; j < m; ++j) {
+    if (static_cast<int64_t>(stored[j]) != cold[j].first) continue;  // not ours any more
+    Staged& staged = staged_[cold[j].first];
+    staged.number = static_cast<uint64_t>(cold[j].second & ~kColdEntry);
+    staged.generation = generation;
+    staged.record = std::move(records[j]);
+    staged_order_.push_back(cold[j].first);
+  }
+  // The oldest records read ahead go first (a key's order entry may outlive its record).
+  while (staged_.size() > limit && !staged_order_.empty()) {
+    staged_.erase(staged_order_.front());
+    staged_order_.pop_front();
+  }
+  if (staged_order_.size() > 4 * limit) {
+    std::deque<int64_t> kept;
+    for (int64_t key : staged_order_) {
+      if (staged_.count(key)) kept.push_back(key);
+    }
+    staged_order_.swap(kept);
+  }
+  if (read != nullptr) *read = static_cast<int64_t>(m);
   return Status::Ok();
 }
 
@@ -315,19 +433,6 @@ void EmbeddingTable::DropColdRecordLocked(int64_t key, int64_t entry, bool evict
   if (config_.track_changes) removed_keys_.push_back(key);
 }
 
-Status EmbeddingTable::AppendColdLocked(int64_t key, const char* record) {
-  REC_SDK_RETURN_IF_ERROR(ColdRoomLocked(1));
-  ColdStore::Location where;
-  const RowMeta* meta = reinterpret_cast<const RowMeta*>(record);
-  REC_SDK_RETURN_IF_ERROR(
-      cold_->Append(static_cast<uint64_t>(key), record, &where, meta->last_seen));
-  if (config_.track_changes) cold_->set_mark(where, true);
-  const uint64_t hash = index_.Hash(key);
-  index_.shard(HashIndex::ShardOf(hash)).Insert(key, hash, ColdEntry(where));
-  size_.fetch_add(1, std::memory_order_relaxed);
-  return Status::Ok();
-}
-
 Status EmbeddingTable::CompactLocked() {
   if (!cold_->NeedsCompaction()) return Status::Ok();
   return cold_->Compact([&](uint64_t key, ColdStore::Location, ColdStore::Location to) {
@@ -367,6 +472,7 @@ Status EmbeddingTable::RelayoutColdLocked(int num_slots, const float* initial_va
     index_.shard(HashIndex::ShardOf(hash)).Set(key, hash, kColdEntry | fresh->Number(to));
   }
   cold_ = std::move(fresh);
+  DropStaged();
   return Status::Ok();
 }
 

@@ -43,6 +43,7 @@ class EmbeddingTableOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("track_access", &config_.track_access));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("ssd_paths", &config_.ssd_paths));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("ssd_rows", &config_.ssd_rows));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("ssd_direct_io", &config_.ssd_direct_io));
     std::string share;
     OP_REQUIRES_OK(ctx, ctx->GetAttr("share", &share));
     OP_REQUIRES(ctx, ParseShareMode(share, &share_),
@@ -284,6 +285,55 @@ class TableRemoveOp : public TableOpKernel {
   }
 };
 
+class TablePrefetchColdOp : public TableOpKernel {
+ public:
+  explicit TablePrefetchColdOp(OpKernelConstruction* ctx) : TableOpKernel(ctx, kReadsTable) {}
+
+  void ComputeWithTable(OpKernelContext* ctx, TableResource* table) override {
+    const Tensor& keys = ctx->input(1);
+    std::vector<int64_t> scratch;
+    const int64_t* key_data;
+    OP_REQUIRES_OK(ctx, KeysAsInt64(keys, table, &scratch, &key_data));
+    Tensor* read;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &read));
+    int64_t count = 0;
+    OP_REQUIRES_OK(ctx, ToTfStatus(table->table()->PrefetchCold(key_data, keys.NumElements(),
+                                                                &count, MakeRunner(ctx))));
+    read->scalar<int64_t>()() = count;
+  }
+};
+
+// The prefetch of the FeatureSpec pipeline, inside tf.data: the table is found by name (a
+// dataset function cannot capture the table op), and one not created yet reads nothing.
+class TablePrefetchColdByNameOp : public OpKernel {
+ public:
+  explicit TablePrefetchColdByNameOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("container", &container_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("shared_name", &shared_name_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    auto* rm = ctx->resource_manager();
+    const std::string container = container_.empty() ? rm->default_container() : container_;
+    TableResource* table = nullptr;
+    int64_t count = 0;
+    if (rm->Lookup<TableResource>(container, shared_name_, &table).ok()) {
+      ScopedUnref unref(table);
+      const Tensor& keys = ctx->input(0);
+      std::vector<int64_t> scratch;
+      const int64_t* key_data;
+      OP_REQUIRES_OK(ctx, KeysAsInt64(keys, table, &scratch, &key_data));
+      OP_REQUIRES_OK(ctx, ToTfStatus(table->table()->PrefetchCold(
+                              key_data, keys.NumElements(), &count, MakeRunner(ctx))));
+    }
+    OP_REQUIRES_OK(ctx, SetScalarOutput<int64_t>(ctx, 0, count));
+  }
+
+ private:
+  std::string container_;
+  std::string shared_name_;
+};
+
 class TableSizeOp : public TableOpKernel {
  public:
   explicit TableSizeOp(OpKernelConstruction* ctx) : TableOpKernel(ctx, kReadsTable) {
@@ -441,6 +491,8 @@ REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableGather)).Device(DEVICE_CPU), T
 REC_SDK_REGISTER_KEYED(TableLookup, TableLookupOp);
 REC_SDK_REGISTER_KEYED(TableUpsert, TableUpsertOp);
 REC_SDK_REGISTER_KEYED(TableRemove, TableRemoveOp);
+REC_SDK_REGISTER_KEYED(TablePrefetchCold, TablePrefetchColdOp);
+REC_SDK_REGISTER_KEYED(TablePrefetchColdByName, TablePrefetchColdByNameOp);
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableSize)).Device(DEVICE_CPU), TableSizeOp);
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableCapacity)).Device(DEVICE_CPU), TableSizeOp);
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableClear)).Device(DEVICE_CPU), TableClearOp);

@@ -64,6 +64,7 @@ REGISTER_OP(REC_SDK_OP_NAME(EmbeddingTable))
     .Attr("track_access: bool = false")
     .Attr("ssd_paths: list(string) = []")
     .Attr("ssd_rows: int >= 0 = 0")
+    .Attr("ssd_direct_io: bool = false")
     .Attr("share: {'', 'reader', 'trainer'} = ''")
     .Attr("container: string = ''")
     .Attr("shared_name: string = ''")
@@ -77,8 +78,9 @@ init_stddev), each scaled by init_scale and deterministic for a given init_seed 
 evict_when_full lets a fixed-capacity table evict its least recently seen rows instead of
 failing when full. With ssd_paths (a fixed-capacity table), `capacity` rows stay in memory and
 the least recently used rows move to record files in those directories, at most ssd_rows of
-them (0: no bound). A second handle of an existing table must ask for the same configuration
-(InvalidArgument naming each differing field otherwise). Admission and eviction thresholds
+them (0: no bound), read and written with O_DIRECT when ssd_direct_io. A second handle of an
+existing table must ask for the same configuration (InvalidArgument naming each differing
+field otherwise). Admission and eviction thresholds
 are set by TableConfigureAdmission.
 )doc");
 
@@ -361,6 +363,32 @@ REGISTER_OP(REC_SDK_OP_NAME(TableRemove))
     .SetIsStateful()
     .SetShapeFn(tensorflow::shape_inference::ScalarShape)
     .Doc("Removes keys (absent keys are ignored) and returns how many were removed.");
+
+REGISTER_OP(REC_SDK_OP_NAME(TablePrefetchCold))
+    .Input("table: resource")
+    .Input("keys: key_dtype")
+    .Output("read: int64")
+    .Attr("key_dtype: {int32, int64}")
+    .SetIsStateful()
+    .SetShapeFn(tensorflow::shape_inference::ScalarShape)
+    .Doc(R"doc(
+Reads the SSD records of `keys` ahead of the training lookup that will bring them into memory
+(run it on the next batch's keys while the current batch trains); returns how many records
+it read. Does nothing for a table without an SSD tier.
+)doc");
+
+REGISTER_OP(REC_SDK_OP_NAME(TablePrefetchColdByName))
+    .Input("keys: key_dtype")
+    .Output("read: int64")
+    .Attr("key_dtype: {int32, int64}")
+    .Attr("container: string = ''")
+    .Attr("shared_name: string")
+    .SetIsStateful()
+    .SetShapeFn(tensorflow::shape_inference::ScalarShape)
+    .Doc(R"doc(
+TablePrefetchCold of the table `shared_name` (none when it does not exist yet), for tf.data
+functions, which cannot capture the table op.
+)doc");
 
 REGISTER_OP(REC_SDK_OP_NAME(TableSize))
     .Input("table: resource")

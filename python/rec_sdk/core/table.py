@@ -171,6 +171,11 @@ class SparseEmbedding(tf.saved_model.experimental.TrackableResource):
         return state_of(self.graph).lookups_of(self.table_name)
 
     @property
+    def shared_name(self):
+        """The name of the table in the session's resource manager."""
+        return self._shared_name
+
+    @property
     def name(self):
         """The table's name (table_name; a de.Variable's tables are <name>_mht_<i>of<n>, as
         TFRA names them). The handle tensor is `handle`."""
@@ -190,6 +195,17 @@ class SparseEmbedding(tf.saved_model.experimental.TrackableResource):
     def size(self, name=None):
         """Scalar int64 tensor: the number of keys stored."""
         return table_ops.size(self.handle, name=name)
+
+    def prefetch(self, ids, name=None):
+        """Op reading the rows of `ids` that are on SSD into memory ahead of the training
+        lookup that needs them (for a table with an SSD tier; otherwise it does nothing):
+        run it on the next batch's ids in the same step as the current batch's training, and
+        that lookup copies them instead of waiting for the disk. Returns the number of rows
+        read. The FeatureSpec pipeline (get_asc_insert_func) does this by itself."""
+        ids = tf.reshape(tf.convert_to_tensor(ids), [-1])
+        if ids.dtype != self.key_dtype:
+            ids = tf.cast(ids, self.key_dtype)
+        return table_ops.prefetch_cold(self.handle, ids, name=name)
 
     def capacity(self, name=None):
         """Scalar int64 tensor: rows the table holds without growing (its fixed capacity, or the

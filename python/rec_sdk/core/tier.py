@@ -12,7 +12,7 @@ TierConfig = collections.namedtuple("TierConfig", ["memory_rows", "ssd_rows", "p
 # The counters of table.stats() that only a tiered table moves: TensorBoard summaries of
 # other tables leave them out.
 TIER_STATS = ("hot", "cold", "promotions", "demotions", "ssd_bytes_read", "ssd_bytes_written",
-              "ssd_file_bytes")
+              "ssd_file_bytes", "prefetch_hits")
 
 
 def check_paths(parameter, paths):

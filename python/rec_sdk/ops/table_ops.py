@@ -181,6 +181,19 @@ def remove(table, keys, name=None):
     return load_ops().rec_sdk_table_remove(table, keys, name=name)
 
 
+def prefetch_cold(table, keys, name=None):
+    """Op reading the SSD records of `keys` ahead of their training lookup (a tiered table;
+    otherwise it does nothing); returns how many records it read."""
+    return load_ops().rec_sdk_table_prefetch_cold(table, keys, name=name)
+
+
+def prefetch_cold_by_name(shared_name, keys, name=None):
+    """prefetch_cold of the table `shared_name` found at run time (inside tf.data, which
+    cannot capture the table op); reads nothing while the table does not exist."""
+    return load_ops().rec_sdk_table_prefetch_cold_by_name(keys, shared_name=shared_name,
+                                                          name=name)
+
+
 def size(table, name=None):
     return load_ops().rec_sdk_table_size(table, name=name)
 

@@ -17,6 +17,7 @@ import os
 import tensorflow as tf
 
 from rec_sdk.core.asc.feature_spec import FeatureSpec
+from rec_sdk.core.table import tables_of_graph
 from rec_sdk.ops import table_ops
 from rec_sdk.ops.loader import load_ops
 from rec_sdk.util.dump import next_dump_path
@@ -200,7 +201,8 @@ def get_asc_insert_func(tgt_key_specs=None, args_index_list=None, table_names=No
         flat_positions = False
     by_table, timestamps = _check_specs(tgt_key_specs)
     specs = list(tgt_key_specs)
-    state = state_of(tf.compat.v1.get_default_graph())
+    graph = tf.compat.v1.get_default_graph()
+    state = state_of(graph)
     with state.lock:
         state.insert_specs.append((specs, is_training))
     load_ops()  # fail here, not inside tf.data, when the op library is missing
@@ -209,6 +211,10 @@ def get_asc_insert_func(tgt_key_specs=None, args_index_list=None, table_names=No
         batch = args[0] if len(args) == 1 else tuple(args)
         source = tuple(tf.nest.flatten(batch)) if flat_positions else batch
         entries = {}
+        # Tables with an SSD tier read the batch's rows on SSD here, ahead of its training
+        # step (tables created by now: before the dataset is built, or by graph modification).
+        tiered = {t.table_name: t for t in tables_of_graph(graph)
+                  if t.tier is not None} if is_training else {}
         with tf.name_scope("rec_sdk_insert"):
             for table, table_specs in by_table.items():
                 where = "get_asc_insert_func, table %r" % table
@@ -222,6 +228,12 @@ def get_asc_insert_func(tgt_key_specs=None, args_index_list=None, table_names=No
                 flat = [tf.reshape(tf.cast(v, tf.int64), [-1]) for v in ids]
                 all_ids = flat[0] if len(flat) == 1 else tf.concat(flat, 0)
                 unique, inverse = table_ops.unique_keys(all_ids)
+                if table in tiered:
+                    owner = tiered[table]
+                    read = table_ops.prefetch_cold_by_name(
+                        owner.shared_name, tf.cast(unique, owner.key_dtype))
+                    with tf.control_dependencies([read]):
+                        unique = tf.identity(unique)
                 entries[unique_key(table)] = unique
                 sizes = [tf.size(v) for v in flat]
                 parts = [inverse] if len(flat) == 1 else tf.split(inverse, tf.stack(sizes))
