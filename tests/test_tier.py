@@ -36,12 +36,12 @@ def _batch(step, size=64, keys=4000):
     return (rng.zipf(1.15, size) % keys).astype(np.int64)
 
 
-def _tables(ssd_dir, memory_rows, name="t", **kwargs):
+def _tables(ssd_dir, memory_rows, name="t", ssd_direct_io=False, **kwargs):
     """A tiered table and an all-in-memory twin (same initializer)."""
     init = tf.compat.v1.random_normal_initializer(seed=11)
     tiered = create_table(tf.int64, DIM, name, init, device_vocabulary_size=memory_rows - 1,
                           host_vocabulary_size=1, ssd_vocabulary_size=100000,
-                          ssd_data_path=str(ssd_dir), **kwargs)
+                          ssd_data_path=str(ssd_dir), ssd_direct_io=ssd_direct_io, **kwargs)
     memory = create_table(tf.int64, DIM, name + "_memory", init,
                           device_vocabulary_size=100000, **kwargs)
     return tiered, memory
@@ -274,11 +274,12 @@ def test_summaries_show_tier_counters_of_tiered_tables_only(tmp_path):
     assert "memory_rows=50" in repr(tiered)
 
 
-def test_prefetching_the_next_batch_serves_promotions_from_memory(tmp_path):
+@pytest.mark.parametrize("direct_io", [False, True])
+def test_prefetching_the_next_batch_serves_promotions_from_memory(tmp_path, direct_io):
     """table.prefetch(next ids) in the step of the current batch: the next lookup's rows on
-    SSD come from what was read ahead, and training is unchanged."""
+    SSD come from what was read ahead, and training is unchanged (also with O_DIRECT files)."""
     initialize.init(use_dynamic_expansion=False)
-    tiered, memory = _tables(tmp_path, 100)
+    tiered, memory = _tables(tmp_path, 100, ssd_direct_io=direct_io)
     ids = tf.compat.v1.placeholder(tf.int64, [None])
     upcoming = tf.compat.v1.placeholder(tf.int64, [None])
     a = sparse_lookup(tiered, ids, name="a")

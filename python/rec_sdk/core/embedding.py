@@ -61,7 +61,7 @@ def _as_dim(dim):
 def create_table(key_dtype, dim, name, emb_initializer, device_vocabulary_size=1,
                  host_vocabulary_size=0, ssd_vocabulary_size=0, ssd_data_path=(os.getcwd(),),
                  is_save=True, init_param=1.0, value_dtype=tf.float32, steps_to_live=None,
-                 evict_when_full=False, **kwargs):
+                 evict_when_full=False, ssd_direct_io=False, **kwargs):
     """Creates a sparse embedding table.
 
     Args:
@@ -93,7 +93,10 @@ def create_table(key_dtype, dim, name, emb_initializer, device_vocabulary_size=1
         without a timestamp feature. Lookups then read the graph's global step.
       evict_when_full: beyond the SDK: a fixed-capacity table that is full evicts its least
         recently seen rows (about 1% of its capacity more than a batch needs) instead of
-        failing.
+        failing; with an SSD level, a full SSD level evicts its least recently seen rows.
+      ssd_direct_io: beyond the SDK: the SSD level's files are read and written with
+        O_DIRECT, past the page cache (which otherwise keeps recently used parts of them in
+        memory the operating system can spare).
       padding_keys, padding_keys_mask, padding_keys_len: the SDK's padding keys: with
         padding_keys_mask=True, the keys in padding_keys (an int or a list of ints) are looked
         up as any key but their rows are never trained; padding_keys_len (an int >= 1) is then
@@ -141,6 +144,7 @@ def create_table(key_dtype, dim, name, emb_initializer, device_vocabulary_size=1
     if steps_to_live is not None:
         steps_to_live = check_int("steps_to_live", steps_to_live, 1, 2**62)
     check_bool("evict_when_full", evict_when_full)
+    check_bool("ssd_direct_io", ssd_direct_io)
 
     rank_size = config.rank_size
     device_rows = math.ceil(device_vocabulary_size / rank_size)
@@ -161,7 +165,7 @@ def create_table(key_dtype, dim, name, emb_initializer, device_vocabulary_size=1
         table_tier = tier.TierConfig(
             device_rows + math.ceil(host_vocabulary_size / rank_size),
             0 if dynamic_expansion else math.ceil(ssd_vocabulary_size / rank_size),
-            ssd_data_path)
+            ssd_data_path, ssd_direct_io)
 
     def shard():
         return SparseEmbedding(name, key_dtype, dim, spec, dynamic_expansion, capacity_rows,

@@ -101,7 +101,8 @@ class SparseEmbedding(tf.saved_model.experimental.TrackableResource):
                 self.table_name, self.key_dtype, self.dim, False, capacity=tier.memory_rows,
                 initializer=self.initializer_spec, evict_when_full=self.evict_when_full,
                 track_changes=self.track_changes, track_access=self.track_access,
-                shared_name=self._shared_name, ssd_paths=tier.paths, ssd_rows=tier.ssd_rows)
+                shared_name=self._shared_name, ssd_paths=tier.paths, ssd_rows=tier.ssd_rows,
+                ssd_direct_io=tier.direct_io)
         return table_ops.create_table(
             self.table_name, self.key_dtype, self.dim, self.dynamic_expansion,
             capacity=0 if self.dynamic_expansion else self.capacity_rows,
@@ -427,7 +428,8 @@ def table_from_op(op):
                    "seed": attr("init_seed"), "scale": attr("init_scale")}
     dynamic = attr("dynamic_expansion")
     paths = tuple(p.decode() for p in attr("ssd_paths"))
-    tier = TierConfig(attr("capacity"), attr("ssd_rows"), paths) if paths else None
+    tier = TierConfig(attr("capacity"), attr("ssd_rows"), paths,
+                      attr("ssd_direct_io")) if paths else None
     with op.graph.as_default():
         return SparseEmbedding(
             attr("table_name").decode(), tf.as_dtype(attr("key_dtype")), attr("dim"),

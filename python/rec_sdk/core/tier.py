@@ -1,13 +1,14 @@
 """The SSD tier of a table larger than memory: its sizes and directories, checked when the
 table is built. A tiered table keeps `memory_rows` rows in memory; the least recently used
 others are records in files under `paths` (at most `ssd_rows` of them, 0: no bound), read back
-when a training lookup needs them (see "The SSD tier" in tf_ops/core/embedding_table.h)."""
+when a training lookup needs them (see "The SSD tier" in tf_ops/core/embedding_table.h).
+With direct_io the files bypass the page cache (O_DIRECT)."""
 import collections
 import os
 
-from rec_sdk.util.validation import check_int
-
-TierConfig = collections.namedtuple("TierConfig", ["memory_rows", "ssd_rows", "paths"])
+TierConfig = collections.namedtuple("TierConfig",
+                                    ["memory_rows", "ssd_rows", "paths", "direct_io"],
+                                    defaults=(False,))
 
 # The counters of table.stats() that only a tiered table moves: TensorBoard summaries of
 # other tables leave them out.
@@ -38,15 +39,10 @@ def check_paths(parameter, paths):
     return tuple(checked)
 
 
-def tier_config(memory_rows, ssd_rows, paths, parameter="ssd_data_path"):
-    """A checked TierConfig: memory_rows >= 1, ssd_rows >= 0 (0: no bound)."""
-    return TierConfig(check_int("memory rows", memory_rows, 1, 2**40),
-                      check_int("ssd rows", ssd_rows, 0, 2**40), check_paths(parameter, paths))
-
-
 def split(tier, parts):
     """The TierConfig of each of `parts` shards of a table: the rows divided, rounded up."""
     if tier is None:
         return None
     return TierConfig(-(-tier.memory_rows // parts),
-                      -(-tier.ssd_rows // parts) if tier.ssd_rows else 0, tier.paths)
+                      -(-tier.ssd_rows // parts) if tier.ssd_rows else 0, tier.paths,
+                      tier.direct_io)

@@ -4,7 +4,7 @@ its config and `FileSystemSaver`) are accepted and map onto it; the back ends re
 have (Redis, HKV on GPU) are names whose construction says so. `TieredTableCreator` (rec_sdk's
 own) gives a variable tables larger than memory, with an SSD tier."""
 from rec_sdk.core import tier
-from rec_sdk.util.validation import check_int
+from rec_sdk.util.validation import check_bool, check_int
 
 
 class KVCreator:
@@ -48,17 +48,19 @@ class TieredTableCreator(KVCreator):
         beyond memory; each must exist and be writable. The files are scratch space, deleted
         with the tables; checkpoints hold every row.
       ssd_rows: the most rows on SSD for the whole variable (0: no bound).
+      direct_io: read and write the files with O_DIRECT, past the page cache.
 
     The variable trains exactly as with all its rows in memory: a training lookup brings the
     rows it needs into memory (moving the least recently used ones out), an evaluation
     lookup reads rows on SSD where they are.
     """
 
-    def __init__(self, memory_rows, ssd_path, ssd_rows=0):
+    def __init__(self, memory_rows, ssd_path, ssd_rows=0, direct_io=False):
         super().__init__(None)
         self.tier = tier.TierConfig(check_int("memory_rows", memory_rows, 1, 2**40),
                                     check_int("ssd_rows", ssd_rows, 0, 2**40),
-                                    tier.check_paths("ssd_path", ssd_path))
+                                    tier.check_paths("ssd_path", ssd_path),
+                                    check_bool("direct_io", direct_io))
 
 
 def _not_here(what, instead):

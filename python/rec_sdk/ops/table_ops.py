@@ -22,13 +22,14 @@ RESTORE_OP = OP_NAMESPACE + ">TableRestore"
 
 def create_table(table_name, key_dtype, dim, dynamic_expansion, capacity, initializer,
                  initial_capacity=0, evict_when_full=False, track_changes=False,
-                 track_access=False, shared_name=None, ssd_paths=(), ssd_rows=0):
+                 track_access=False, shared_name=None, ssd_paths=(), ssd_rows=0,
+                 ssd_direct_io=False):
     """Builds the op that creates (on first run) the table and returns its resource handle.
 
     `initializer` is a dict from rec_sdk.core.initializer_spec.describe_initializer. Admission
     and eviction thresholds are set by configure_admission. With ssd_paths (a fixed-capacity
     table), `capacity` rows stay in memory and the others go to files there (ssd_rows at
-    most, 0: no bound).
+    most, 0: no bound; with ssd_direct_io they bypass the page cache).
     """
     return load_ops().rec_sdk_embedding_table(
         table_name=table_name,
@@ -51,6 +52,7 @@ def create_table(table_name, key_dtype, dim, dynamic_expansion, capacity, initia
         track_access=track_access,
         ssd_paths=list(ssd_paths),
         ssd_rows=ssd_rows,
+        ssd_direct_io=ssd_direct_io,
         shared_name=shared_name or table_name,
         name=op_scope_name(table_name + "_handle"))
 
