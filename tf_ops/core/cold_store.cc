@@ -100,7 +100,7 @@ class AlignedBuffer {
 class IoPool {
  public:
   static IoPool& Get() {
-    static IoPool* pool = new IoPool(16);  // never destroyed: its threads outlive main
+    static IoPool* pool = new IoPool(64);  // never destroyed: its threads outlive main
     return *pool;
   }
   void Run(size_t n, const std::function<void(size_t)>& fn) {

@@ -281,7 +281,10 @@ bool EmbeddingTable::AddChunkLocked() {
   chunk->rows = static_cast<char*>(AllocateBlock(rows * row_bytes_));
   if (chunk->rows == nullptr) return false;
   if (config_.track_changes) chunk->changed.reset(new uint8_t[rows]());
-  if (config_.tiered()) chunk->ticks.reset(new int64_t[rows]());
+  if (config_.tiered()) {
+    chunk->ticks.reset(new int64_t[rows]());
+    chunk->priority.reset(new int64_t[rows]());
+  }
   page->chunks[num_chunks_ & (kPageSize - 1)].store(chunk.release(), std::memory_order_release);
   ++num_chunks_;
   allocated_rows_.store(num_chunks_ << chunk_shift_, std::memory_order_release);
@@ -655,11 +658,19 @@ Status EmbeddingTable::Upsert(const int64_t* keys, const float* values, int64_t 
                                    " keys per upsert, got " + std::to_string(n));
   }
   if (tiered()) {
-    // The keys' cold rows come into memory first (updates happen in memory only).
+    // The keys' cold rows come into memory first (updates happen in memory only), in slices
+    // of at most half the memory rows (an upsert may hold more keys than memory), in order:
+    // a key repeated in a later slice still ends with its last value.
     std::unique_lock<std::shared_mutex> structure(structure_mu_);
-    const int64_t recency = tier_tick_.fetch_add(1, std::memory_order_relaxed) + 1;
-    REC_SDK_RETURN_IF_ERROR(PromoteLocked(keys, n, recency, run));
-    return UpsertLocked(keys, values, n, run, recency);
+    const int64_t slice = std::max<int64_t>(1, config_.capacity / 2);
+    for (int64_t first = 0; first < n; first += slice) {
+      const int64_t count = std::min(slice, n - first);
+      const int64_t recency = tier_tick_.fetch_add(1, std::memory_order_relaxed) + 1;
+      REC_SDK_RETURN_IF_ERROR(PromoteLocked(keys + first, count, recency, run));
+      REC_SDK_RETURN_IF_ERROR(
+          UpsertLocked(keys + first, values + first * config_.dim, count, run, recency));
+    }
+    return Status::Ok();
   }
   std::shared_lock<std::shared_mutex> structure(structure_mu_);
   return UpsertLocked(keys, values, n, run, 0);
@@ -703,7 +714,10 @@ Status EmbeddingTable::UpsertLocked(const int64_t* keys, const float* values, in
         if (row < 0) {
           row = reserved[used.fetch_add(1, std::memory_order_relaxed)];
           InitializeRowLocked(row, keys[i], ClockForNewRows());
-          if (recency > 0) TickOf(row) = recency;
+          if (recency > 0) {
+            TickOf(row) = recency;
+            PriorityOf(row) = recency - kProbationTicks;
+          }
           size_.fetch_add(1, std::memory_order_relaxed);
           PendingShard& pending = pending_[HashIndex::ShardOf(hash)];
           if (pending.size() > 0 && pending.Find(keys[i], hash) != nullptr) {

@@ -202,7 +202,8 @@ class EmbeddingTable {
 
   // Inserts or overwrites the embeddings of keys with values[n, dim]. New rows get initial
   // slot values. With duplicate keys the last value wins. All or nothing: a fixed-capacity
-  // table without rows for all the new keys fails with kResourceExhausted, unchanged.
+  // table without rows for all the new keys fails with kResourceExhausted, unchanged (a
+  // tiered table: each slice of half its memory rows is all or nothing).
   Status Upsert(const int64_t* keys, const float* values, int64_t n, const ParallelRunner& run);
 
   // Removes keys (absent keys are ignored); their rows go to the free list and any address
@@ -410,7 +411,10 @@ class EmbeddingTable {
   struct Chunk {
     char* rows = nullptr;  // rows_per_chunk() records of row_bytes_ bytes
     std::unique_ptr<uint8_t[]> changed;  // per row, with track_changes: changed since the save
-    std::unique_ptr<int64_t[]> ticks;    // per row, tiered tables: the last tier tick it was used
+    // Per row, tiered tables: the last tier tick that used it (spares it from demotion), and
+    // its place in the demotion order (see kProbationTicks).
+    std::unique_ptr<int64_t[]> ticks;
+    std::unique_ptr<int64_t[]> priority;
   };
   static constexpr int kPageBits = 12;  // chunks per directory page
   static constexpr int64_t kPageSize = int64_t{1} << kPageBits;
@@ -664,6 +668,12 @@ class EmbeddingTable {
   // Copies the embedding of a cold row an evaluation lookup returned (shared lock).
   Status GatherCold(int64_t address, float* out) const;
   int64_t& TickOf(int64_t row) const { return ChunkOf(row)->ticks[OffsetOf(row)]; }
+  int64_t& PriorityOf(int64_t row) const { return ChunkOf(row)->priority[OffsetOf(row)]; }
+  // Demotion takes the rows of lowest priority. A row used again gets the lookup's tick; a
+  // row that just came into memory (promoted or new) gets the tick minus kProbationTicks, so
+  // it goes before rows used in the last kProbationTicks lookups unless it is used again:
+  // keys seen once do not push out keys seen often (Zipf-like data is mostly such keys).
+  static constexpr int64_t kProbationTicks = 16;
   // Opens a store for records of `record_bytes` bytes in config_.ssd_paths.
   Status OpenColdStore(size_t record_bytes, std::unique_ptr<ColdStore>* out) const;
   // The training FindOrInsert of a tiered table (exclusive lock throughout).

@@ -113,7 +113,11 @@ Status EmbeddingTable::TieredFindOrInsert(const int64_t* keys, int64_t n, int64_
   auto touch = [&]() {
     run(n, 10, [&](int64_t first, int64_t last) {
       for (int64_t i = first; i < last; ++i) {
-        if (addresses[i] >= 0) TickOf(addresses[i] & (kMaxRows - 1)) = recency;
+        if (addresses[i] < 0) continue;
+        const int64_t row = addresses[i] & (kMaxRows - 1);
+        // Rows the promotion did not see are new: they start on probation.
+        if (TickOf(row) != recency) PriorityOf(row) = recency - kProbationTicks;
+        TickOf(row) = recency;
       }
     });
   };
@@ -154,6 +158,7 @@ Status EmbeddingTable::PromoteLocked(const int64_t* keys, int64_t n, int64_t tic
             cold.emplace_back(entry, keys[i]);
           } else {
             TickOf(RowOfEntry(entry)) = tick;
+            PriorityOf(RowOfEntry(entry)) = tick;
           }
         });
       },
@@ -219,6 +224,7 @@ Status EmbeddingTable::PromoteLocked(const int64_t* keys, int64_t n, int64_t tic
     __atomic_store_n(&meta.alive, 1, __ATOMIC_RELEASE);
     if (config_.track_changes) ChunkOf(row)->changed[OffsetOf(row)] = cold_->marked(where);
     TickOf(row) = tick;
+    PriorityOf(row) = tick - kProbationTicks;
     const uint64_t hash = index_.Hash(key);
     index_.shard(HashIndex::ShardOf(hash)).Set(key, hash, IndexEntry(row, meta.generation));
     cold_->Remove(where);
@@ -335,16 +341,16 @@ Status EmbeddingTable::DemoteLocked(int64_t needed, int64_t extra, int64_t tick)
     const int64_t room = config_.ssd_rows - static_cast<int64_t>(cold_->live());
     count = std::max(needed, std::min(count, room));
   }
-  std::vector<std::pair<int64_t, int64_t>> candidates, protected_rows;  // (tick, row)
+  std::vector<std::pair<int64_t, int64_t>> candidates, protected_rows;  // (priority, row)
   {
     std::lock_guard<std::mutex> lock(alloc_mu_);
     for (int64_t row = 0; row < next_row_; ++row) {
       const int64_t used = TickOf(row);
       if (used == tick || !MetaOf(row).alive) continue;
       if (used >= tick - kProtectedTicks) {
-        protected_rows.emplace_back(used, row);
+        protected_rows.emplace_back(PriorityOf(row), row);
       } else {
-        candidates.emplace_back(used, row);
+        candidates.emplace_back(PriorityOf(row), row);
       }
     }
   }
