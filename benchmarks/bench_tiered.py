@@ -226,8 +226,11 @@ def main():
                 fill(sess, table, args.keys)
                 row["fill_s_tiered"] = round(time.perf_counter() - start, 1)
                 for use_prefetch in (True, False):
+                    # Each run its own batches: replayed ones would find their rows in memory.
+                    own = batches if use_prefetch else zipf_ids(
+                        s, args.keys, args.warmup + args.steps + 1, seed=int(s * 100) + 1)
                     rate, steps, delta, stats = run(sess, table, ids, next_ids, train, prefetch,
-                                                    batches, args.warmup, use_prefetch)
+                                                    own, args.warmup, use_prefetch)
                     name = "prefetch" if use_prefetch else "no_prefetch"
                     row["steps_per_s_" + name] = round(rate, 2)
                     row["promotions_per_step_" + name] = round(delta["promotions"] / steps)

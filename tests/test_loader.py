@@ -125,7 +125,8 @@ def test_every_library_op_has_prefix():
     assert tf_op is not None and tf_op.input_arg[0].name == "var"
     assert ours.input_arg[0].name == "table"
     expected = {"EmbeddingTable", "TableFindOrInsert", "TableGather", "TableLookup",
-                "TableUpsert", "TableRemove", "TableSize", "TableCapacity", "TableClear",
+                "TableUpsert", "TableRemove", "TablePrefetchCold", "TablePrefetchColdByName",
+                "TableSize", "TableCapacity", "TableClear",
                 "TableExport", "TableImport", "ApplyLazyAdam", "ApplyGradientDescent",
                 "ApplyAdagrad", "ApplyFtrl"}
     assert {PREFIX + name for name in expected} <= set(names)

@@ -326,3 +326,50 @@ def test_the_feature_spec_pipeline_reads_ahead_for_tiered_tables(tmp_path):
         _assert_same(_state(sess, tiered), _state(sess, memory))
         stats = sess.run(tiered.stats())
     assert stats["promotions"] > 0 and stats["prefetch_hits"] > 0
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """A 256 KiB tmpfs (a disk that fills up); skipped where this process may not mount."""
+    mount_point = tmp_path / "small"
+    mount_point.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount_point)],
+                          capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here: %s" % done.stderr.strip())
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", str(mount_point)], check=False)
+
+
+def test_a_full_disk_fails_the_step_cleanly_and_keeps_every_row(small_tmpfs):
+    initialize.init(use_dynamic_expansion=False)
+    table = create_table(tf.int64, 16, "t", tf.compat.v1.random_normal_initializer(seed=1),
+                         device_vocabulary_size=99, host_vocabulary_size=1,
+                         ssd_vocabulary_size=10**6, ssd_data_path=str(small_tmpfs))
+    ids = tf.compat.v1.placeholder(tf.int64, [None])
+    emb = sparse_lookup(table, ids, name="lookup")
+    train = gradient_descent.create_hash_optimizer(learning_rate=0.1).minimize(
+        tf.reduce_sum(tf.square(emb - 1.0)))
+    with new_session() as sess:
+        first = 0
+        with pytest.raises(tf.errors.ResourceExhaustedError,
+                           match=r"cannot move \d+ rows to SSD \(the step fails, no row is "
+                                 r"lost\).*No space left on device"):
+            for first in range(0, 10**6, 50):
+                before = _state(sess, table)
+                sess.run(train, {ids: np.arange(first, first + 50)})
+        # Every row held before the failed step is there, unchanged (the failed step's new
+        # keys may be in memory: it placed them before it needed the disk).
+        after = _state(sess, table)
+        kept = dict(zip(after[0].tolist(), after[1]))
+        for key, row in zip(before[0].tolist(), before[1]):
+            np.testing.assert_array_equal(kept[key], row)
+        # The table stays usable: its rows read back (above), the keys in memory still train,
+        # and with room on the disk again, so do the keys on it.
+        assert sess.run(table.size()) >= before[0].size > 0
+        sess.run(train, {ids: np.arange(first - 50, first)})
+        subprocess.run(["mount", "-o", "remount,size=16m", str(small_tmpfs)], check=True)
+        sess.run(train, {ids: np.arange(0, 40)})
+        assert sess.run(table.stats())["promotions"] > 0

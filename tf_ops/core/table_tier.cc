@@ -139,7 +139,10 @@ Status EmbeddingTable::TieredFindOrInsert(const int64_t* keys, int64_t n, int64_
         " keys left without one); raise device_vocabulary_size + host_vocabulary_size or use "
         "smaller batches");
   }
-  return CompactLocked();
+  // Compaction only gives disk space back: when it cannot write (a full disk), every record
+  // stays where it was and the lookup has succeeded; it is tried again after the next one.
+  CompactLocked();
+  return Status::Ok();
 }
 
 Status EmbeddingTable::PromoteLocked(const int64_t* keys, int64_t n, int64_t tick,
