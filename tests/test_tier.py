@@ -373,3 +373,44 @@ def test_a_full_disk_fails_the_step_cleanly_and_keeps_every_row(small_tmpfs):
         subprocess.run(["mount", "-o", "remount,size=16m", str(small_tmpfs)], check=True)
         sess.run(train, {ids: np.arange(0, 40)})
         assert sess.run(table.stats())["promotions"] > 0
+
+
+def test_serving_export_and_resharded_restore_hold_rows_of_both_tiers(tmp_path):
+    """The serving SavedModel of a tiered table serves its rows on SSD too; a de.Variable of 2
+    tiered shards restores into 3 shards all in memory."""
+    from rec_sdk.serving import export_saved_model
+    initialize.init(use_dynamic_expansion=False)
+    table = create_table(tf.int64, 4, "served", tf.compat.v1.zeros_initializer(),
+                         device_vocabulary_size=9, host_vocabulary_size=1,
+                         ssd_vocabulary_size=1000, ssd_data_path=str(tmp_path))
+    keys = np.arange(100, dtype=np.int64)
+    values = np.arange(400, dtype=np.float32).reshape(100, 4)
+    ids = tf.compat.v1.placeholder(tf.int64, [None], name="ids")
+    emb = sparse_lookup(table, ids, is_train=False, name="serve")
+    with new_session() as sess:
+        sess.run(table.upsert(tf.constant(keys), tf.constant(values)))
+        assert sess.run(table.stats())["cold"] == 90
+        np.testing.assert_array_equal(sess.run(emb, {ids: keys}), values)
+        export_saved_model(sess, str(tmp_path / "s"), {"ids": ids}, {"embedding": emb})
+    with tf.compat.v1.Session(graph=tf.Graph()) as sess:
+        meta = tf.compat.v1.saved_model.loader.load(sess, ["serve"], str(tmp_path / "s"))
+        sig = meta.signature_def["serving_default"]
+        served = sess.run(sig.outputs["embedding"].name, {sig.inputs["ids"].name: keys})
+    np.testing.assert_array_equal(served, values)
+
+    initialize.terminate_config_initializer()
+    tf.compat.v1.reset_default_graph()
+    creator = de.TieredTableCreator(memory_rows=20, ssd_path=str(tmp_path))
+    v = de.get_variable("v", dim=4, devices=["/CPU:0"] * 2, kv_creator=creator)
+    with new_session() as sess:
+        sess.run(v.upsert(tf.constant(keys), tf.constant(values)))
+        assert sum(sess.run(t.stats())["cold"] for t in v.tables) == 80
+        path = tf.compat.v1.train.Saver().save(sess, str(tmp_path / "de"))
+    tf.compat.v1.reset_default_graph()
+    v = de.get_variable("v", dim=4, devices=["/CPU:0"] * 3)
+    with new_session() as sess:
+        tf.compat.v1.train.Saver().restore(sess, path)
+        got_keys, got_values = sess.run(v.export())
+    order = np.argsort(got_keys)
+    np.testing.assert_array_equal(got_keys[order], keys)
+    np.testing.assert_array_equal(got_values[order], values)
