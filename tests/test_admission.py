@@ -363,7 +363,7 @@ def test_stats_count_admitted_rejected_evicted(fixed):
     assert stats == {"size": 1, "capacity": 10000, "admitted": 2, "rejected": 2,
                      "evicted": 1, "pending": 0, "newest_clock": 20, "hot": 1, "cold": 0,
                      "promotions": 0, "demotions": 0, "ssd_bytes_read": 0,
-                     "ssd_bytes_written": 0, "ssd_file_bytes": 0}
+                     "ssd_bytes_written": 0, "ssd_file_bytes": 0, "prefetch_hits": 0}
 
 
 def test_stats_hook_and_summaries_write_scalars(fixed, tmp_path):

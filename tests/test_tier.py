@@ -402,12 +402,15 @@ def test_serving_export_and_resharded_restore_hold_rows_of_both_tiers(tmp_path):
     tf.compat.v1.reset_default_graph()
     creator = de.TieredTableCreator(memory_rows=20, ssd_path=str(tmp_path))
     v = de.get_variable("v", dim=4, devices=["/CPU:0"] * 2, kv_creator=creator)
+    tf.compat.v1.train.get_or_create_global_step()  # a Saver needs one variable
     with new_session() as sess:
+        sess.run(tf.compat.v1.global_variables_initializer())
         sess.run(v.upsert(tf.constant(keys), tf.constant(values)))
         assert sum(sess.run(t.stats())["cold"] for t in v.tables) == 80
         path = tf.compat.v1.train.Saver().save(sess, str(tmp_path / "de"))
     tf.compat.v1.reset_default_graph()
     v = de.get_variable("v", dim=4, devices=["/CPU:0"] * 3)
+    tf.compat.v1.train.get_or_create_global_step()
     with new_session() as sess:
         tf.compat.v1.train.Saver().restore(sess, path)
         got_keys, got_values = sess.run(v.export())
