@@ -1,5 +1,5 @@
 // ColdStore: the record files of a table's SSD tier (the cold rows of a table larger than
-// memory).
+// memory); the table reaches it through the ColdTier interface (OpenFileColdTier).
 //
 // A record is a fixed number of bytes (a row as the table lays it out: header, embedding and
 // optimizer slots) stored with its key. Records are appended to segment files,
@@ -38,6 +38,7 @@
 #include <string>
 #include <vector>
 
+#include "tf_ops/core/cold_tier.h"
 #include "tf_ops/core/status.h"
 
 namespace rec_sdk {
@@ -196,6 +197,9 @@ class ColdStore {
   uint64_t bytes_written_ = 0, compactions_ = 0;
   mutable std::atomic<uint64_t> bytes_read_{0};
 };
+
+// The ColdTier of record files: a ColdStore whose record ids are its locations' numbers.
+Status OpenFileColdTier(const ColdStore::Options& options, std::unique_ptr<ColdTier>* out);
 
 // Deletes the segment files of `prefix` in `directory` whose process (the pid in the name) is
 // no longer running. Returns how many were deleted.

@@ -139,8 +139,8 @@ Status EmbeddingTable::Create(const TableConfig& config, std::unique_ptr<Embeddi
   }
   std::unique_ptr<EmbeddingTable> t(new EmbeddingTable(config));
   if (config.tiered()) {
-    std::unique_ptr<ColdStore> store;
-    REC_SDK_RETURN_IF_ERROR(t->OpenColdStore(t->row_bytes_, &store));
+    std::unique_ptr<ColdTier> store;
+    REC_SDK_RETURN_IF_ERROR(t->OpenColdTier(t->row_bytes_, &store));
     t->cold_ = std::move(store);
   }
   const int64_t reserve = config.dynamic_expansion ? config.initial_capacity : config.capacity;
@@ -222,7 +222,7 @@ int64_t EmbeddingTable::MemoryBytes() {
   int64_t tier_memory = 0;
   if (cold_ != nullptr) {
     std::shared_lock<std::shared_mutex> structure(structure_mu_);
-    tier_memory = static_cast<int64_t>(cold_->memory_bytes()) +
+    tier_memory = static_cast<int64_t>(cold_->stats().memory_bytes) +
                   num_chunks_ * rows_per_chunk() * static_cast<int64_t>(sizeof(int64_t));
   }
   return row_memory + tier_memory + static_cast<int64_t>(index_.memory_bytes());
@@ -525,11 +525,11 @@ TableStats EmbeddingTable::Stats() const {
   stats.newest_clock = ClockForNewRows();
   if (cold_ != nullptr) {
     std::shared_lock<std::shared_mutex> structure(structure_mu_);
-    const ColdStore::Stats cold = cold_->stats();
+    const ColdTier::Stats cold = cold_->stats();
     stats.cold = static_cast<int64_t>(cold.live);
     stats.ssd_bytes_read = static_cast<int64_t>(cold.bytes_read);
     stats.ssd_bytes_written = static_cast<int64_t>(cold.bytes_written);
-    stats.ssd_file_bytes = static_cast<int64_t>(cold_->file_bytes());
+    stats.ssd_file_bytes = static_cast<int64_t>(cold.file_bytes);
   }
   stats.hot = stats.size - stats.cold;
   stats.promotions = promotions_.load();
@@ -636,15 +636,15 @@ Status EmbeddingTable::Lookup(const int64_t* keys, int64_t n, bool init_missing,
 }
 
 Status EmbeddingTable::GatherCold(int64_t address, float* out) const {
-  const ColdStore::Location where = cold_->AtNumber(static_cast<uint64_t>(address & (kMaxRows - 1)));
-  if (!cold_->IsLive(where)) {
+  const uint64_t id = static_cast<uint64_t>(address & (kMaxRows - 1));
+  if (!cold_->IsLive(id)) {
     return Status::InvalidArgument("address " + std::to_string(address) + " of table '" +
                                    config_.name + "' is stale: its row left the SSD tier after "
                                    "the address was looked up");
   }
   thread_local std::vector<char> record;
   record.resize(row_bytes_);
-  REC_SDK_RETURN_IF_ERROR(cold_->Read(where, record.data()));
+  REC_SDK_RETURN_IF_ERROR(cold_->Read(id, record.data(), nullptr));
   std::memcpy(out, record.data() + sizeof(RowMeta), config_.dim * sizeof(float));
   return Status::Ok();
 }

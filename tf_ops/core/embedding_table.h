@@ -36,8 +36,25 @@
 //   reaches the threshold; until then it maps to -1. Rows and pending entries remember the
 //   newest clock they were seen with; Evict() drops those whose age (the newest clock the
 //   table has seen minus theirs) is at least the eviction threshold. A fixed-capacity table
-//   with evict_when_full drops its least recently seen rows instead of failing when full. Concurrent updates of the same row race like TensorFlow's
-//   use_locking=False optimizers: values stay valid floats, never out-of-bounds memory.
+//   with evict_when_full drops its least recently seen rows instead of failing when full.
+//   Concurrent updates of the same row race like TensorFlow's use_locking=False optimizers:
+//   values stay valid floats, never out-of-bounds memory.
+//
+// The SSD tier (config.tiered(); table_tier.cc)
+//   A tiered table keeps at most `capacity` rows in memory; the others are records in a
+//   ColdTier (cold_tier.h; record files, ColdStore, are its back end): the row's record bytes
+//   as they are in memory (header, embedding and slots). A key lives in exactly one tier: its
+//   index entry holds either a row (hot) or, with kColdEntry set, the record's id (cold).
+//   Training lookups run under the exclusive lock: the batch's cold keys are promoted first
+//   (records read many at once, or taken from what PrefetchCold read ahead, into free rows:
+//   addresses and the graph unchanged), then the lookup runs as in memory; when rows run
+//   out, the rows of lowest priority are demoted (written as one batch, freed, generation
+//   bumped): never a row of the lookup, rows of the last kProtectedTicks lookups only when
+//   the others are not enough, rows that just came in (probation) before rows used again.
+//   The tier changes no value, count or clock: a tiered table trains exactly as an
+//   all-in-memory one. Evaluation lookups read cold rows without promoting them (their
+//   addresses carry the record id with generation kColdGeneration, which only Gather
+//   accepts). Updates happen only in memory, so optimizers never see a cold row.
 #ifndef REC_SDK_CORE_EMBEDDING_TABLE_H_
 #define REC_SDK_CORE_EMBEDDING_TABLE_H_
 
@@ -53,7 +70,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "tf_ops/core/cold_store.h"
+#include "tf_ops/core/cold_tier.h"
 #include "tf_ops/core/hash_index.h"
 #include "tf_ops/core/initializer.h"
 #include "tf_ops/core/parallel.h"
@@ -645,12 +662,8 @@ class EmbeddingTable {
   static constexpr int64_t kColdEntry = int64_t{1} << 62;
   static constexpr uint32_t kColdGeneration = (1u << kGenerationBits) - 1;
   static bool IsCold(int64_t entry) { return (entry & kColdEntry) != 0; }
-  int64_t ColdEntry(ColdStore::Location where) const {
-    return kColdEntry | static_cast<int64_t>(cold_->Number(where));
-  }
-  ColdStore::Location LocationOf(int64_t entry) const {
-    return cold_->AtNumber(static_cast<uint64_t>(entry & ~kColdEntry));
-  }
+  static int64_t ColdEntry(uint64_t id) { return kColdEntry | static_cast<int64_t>(id); }
+  static uint64_t IdOf(int64_t entry) { return static_cast<uint64_t>(entry & ~kColdEntry); }
   // The address an evaluation lookup returns for a cold entry, and whether an address is one.
   int64_t ColdAddress(int64_t entry) const {
     return TagBits() | (static_cast<int64_t>(kColdGeneration) << kRowBits) |
@@ -675,7 +688,7 @@ class EmbeddingTable {
   // keys seen once do not push out keys seen often (Zipf-like data is mostly such keys).
   static constexpr int64_t kProbationTicks = 16;
   // Opens a store for records of `record_bytes` bytes in config_.ssd_paths.
-  Status OpenColdStore(size_t record_bytes, std::unique_ptr<ColdStore>* out) const;
+  Status OpenColdTier(size_t record_bytes, std::unique_ptr<ColdTier>* out) const;
   // The training FindOrInsert of a tiered table (exclusive lock throughout).
   Status TieredFindOrInsert(const int64_t* keys, int64_t n, int64_t* addresses,
                             const ParallelRunner& run, const KeyAccess& access);
@@ -736,7 +749,7 @@ class EmbeddingTable {
   std::atomic<uint64_t> staging_generation_{1};
   std::atomic<int64_t> prefetch_hits_{0};
   // Null: all in memory. Shared: PrefetchCold reads through it after releasing the lock.
-  std::shared_ptr<ColdStore> cold_;
+  std::shared_ptr<ColdTier> cold_;
   std::atomic<int64_t> tier_tick_{0};
   std::atomic<int64_t> promotions_{0};
   std::atomic<int64_t> demotions_{0};

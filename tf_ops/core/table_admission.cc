@@ -352,14 +352,14 @@ Status EmbeddingTable::Evict(int64_t* rows_evicted, int64_t* pending_evicted,
     if (cold_ != nullptr) {
       // Cold rows by the last-seen clocks the store keeps in memory (no disk reads but the
       // victims' keys).
-      std::vector<ColdStore::Location> old;
-      cold_->ForEachLiveTag([&](ColdStore::Location where, int64_t last_seen) {
-        if (last_seen <= cutoff) old.push_back(where);
+      std::vector<uint64_t> old;
+      cold_->ForEachLiveTag([&](uint64_t id, int64_t last_seen) {
+        if (last_seen <= cutoff) old.push_back(id);
       });
-      for (const ColdStore::Location& where : old) {
+      for (const uint64_t id : old) {
         uint64_t key = 0;
-        REC_SDK_RETURN_IF_ERROR(cold_->ReadKey(where, &key));
-        RemoveColdLocked(static_cast<int64_t>(key), ColdEntry(where), /*evicted=*/true);
+        REC_SDK_RETURN_IF_ERROR(cold_->ReadKey(id, &key));
+        RemoveColdLocked(static_cast<int64_t>(key), ColdEntry(id), /*evicted=*/true);
         ++rows_out;
       }
     }
@@ -470,13 +470,13 @@ Status EmbeddingTable::Restrict(int64_t keep, RestrictBy by, int64_t* removed) {
   }
   if (cold_ != nullptr) {
     REC_SDK_RETURN_IF_ERROR(cold_->ForEachLive(
-        [&](uint64_t key, ColdStore::Location where, const void* record) {
+        [&](uint64_t key, uint64_t id, const void* record) {
           const RowMeta& meta = *static_cast<const RowMeta*>(record);
           const int64_t k = static_cast<int64_t>(key);
           if (by == RestrictBy::kCount) {
-            rows.push_back({int64_t{meta.count}, meta.last_seen, k, -1, ColdEntry(where)});
+            rows.push_back({int64_t{meta.count}, meta.last_seen, k, -1, ColdEntry(id)});
           } else {
-            rows.push_back({meta.last_seen, 0, k, -1, ColdEntry(where)});
+            rows.push_back({meta.last_seen, 0, k, -1, ColdEntry(id)});
           }
           return Status::Ok();
         }));

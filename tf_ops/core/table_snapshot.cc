@@ -138,7 +138,7 @@ class EmbeddingTable::RowSink : public RestoreSink {
     if (existing >= 0 && IsCold(existing)) {
       // A delta's new values for a key on SSD: its record goes, the key is added anew.
       std::lock_guard<std::mutex> lock(cold_mu_);
-      t_->cold_->Remove(t_->LocationOf(existing));
+      t_->cold_->Remove(IdOf(existing));
       shard.Erase(key, hash);
       t_->size_.fetch_sub(1, std::memory_order_relaxed);
     } else if (existing >= 0) {  // a delta's new values for a stored key
@@ -226,7 +226,7 @@ class EmbeddingTable::RowSink : public RestoreSink {
     ColdBatch& batch = cold_of_[lane];
     const size_t n = batch.keys.size();
     if (n == 0) return Status::Ok();
-    std::vector<ColdStore::Location> where(n);
+    std::vector<uint64_t> where(n);
     {
       std::lock_guard<std::mutex> lock(cold_mu_);
       const int64_t ssd_rows = t_->config_.ssd_rows;
@@ -454,10 +454,10 @@ Status EmbeddingTable::ImportAccess(const int64_t* keys, const int64_t* last_see
       RowMeta& meta = *reinterpret_cast<RowMeta*>(record.data());
       meta.last_seen = last_seen[i];
       meta.count = count;
-      ColdStore::Location where;
+      uint64_t where;
       REC_SDK_RETURN_IF_ERROR(cold_->Append(static_cast<uint64_t>(keys[i]), record.data(),
-                                            &where, last_seen[i]));
-      cold_->Remove(LocationOf(entry));
+                                            last_seen[i], &where));
+      cold_->Remove(IdOf(entry));
       if (config_.track_changes) cold_->set_mark(where, true);
       shard.Set(keys[i], hash, ColdEntry(where));
       continue;
@@ -630,7 +630,7 @@ Status EmbeddingTable::Import(const int64_t* keys, const float* values, const fl
   std::vector<const void*> records(m);
   std::vector<int64_t> tags(m, ClockForNewRows());
   for (size_t j = 0; j < m; ++j) records[j] = cold_records.data() + j * row_bytes_;
-  std::vector<ColdStore::Location> where(m);
+  std::vector<uint64_t> where(m);
   REC_SDK_RETURN_IF_ERROR(
       cold_->AppendBatch(m, cold_keys.data(), records.data(), tags.data(), where.data()));
   for (size_t j = 0; j < m; ++j) {

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "tf_ops/core/cold_store.h"
 #include "tf_ops/core/embedding_table.h"
 
 namespace rec_sdk {
@@ -19,7 +20,7 @@ namespace {
 constexpr int64_t kDemoteShare = 64;
 }  // namespace
 
-Status EmbeddingTable::OpenColdStore(size_t record_bytes, std::unique_ptr<ColdStore>* out) const {
+Status EmbeddingTable::OpenColdTier(size_t record_bytes, std::unique_ptr<ColdTier>* out) const {
   ColdStore::Options options;
   options.directories = config_.ssd_paths;
   options.record_bytes = record_bytes;
@@ -29,7 +30,7 @@ Status EmbeddingTable::OpenColdStore(size_t record_bytes, std::unique_ptr<ColdSt
   while (per_segment < 65536 && per_segment < config_.capacity / 8) per_segment *= 2;
   options.records_per_segment = per_segment;
   options.direct_io = config_.ssd_direct_io;
-  Status status = ColdStore::Open(options, out);
+  Status status = OpenFileColdTier(options, out);
   if (!status.ok()) {
     return Status(status.code(), "table '" + config_.name + "': SSD tier: " + status.message());
   }
@@ -43,7 +44,7 @@ int64_t EmbeddingTable::FreeRowCount() {
 
 Status EmbeddingTable::ReadColdRecord(int64_t entry, int64_t key, char* record) const {
   uint64_t stored = 0;
-  REC_SDK_RETURN_IF_ERROR(cold_->Read(LocationOf(entry), record, &stored));
+  REC_SDK_RETURN_IF_ERROR(cold_->Read(IdOf(entry), record, &stored));
   if (static_cast<int64_t>(stored) != key) {
     return Status::DataLoss("table '" + config_.name + "': the SSD record of key " +
                             std::to_string(key) + " holds key " +
@@ -67,7 +68,7 @@ Status EmbeddingTable::ForEachColdRecord(
     const std::function<Status(int64_t key, const char* record, bool marked)>& fn) const {
   if (cold_ == nullptr) return Status::Ok();
   std::vector<char> copy(row_bytes_);
-  return cold_->ForEachLive([&](uint64_t key, ColdStore::Location where, const void* record) {
+  return cold_->ForEachLive([&](uint64_t key, uint64_t where, const void* record) {
     const RowMeta* meta = static_cast<const RowMeta*>(record);
     const bool marked = cold_->marked(where);
     if (!(meta->slots_unset && slot_values_known_)) {
@@ -189,7 +190,7 @@ Status EmbeddingTable::PromoteLocked(const int64_t* keys, int64_t n, int64_t tic
   // Fill the rows (free: nothing else reads them) from the records read ahead, and read the
   // others from the store, many at once; each row keeps its generation.
   std::vector<uint16_t> generations(m);
-  std::vector<ColdStore::Location> to_read;
+  std::vector<uint64_t> to_read;
   std::vector<void*> into;
   std::vector<int64_t> read_at;
   int64_t hits = 0;
@@ -199,7 +200,7 @@ Status EmbeddingTable::PromoteLocked(const int64_t* keys, int64_t n, int64_t tic
       ++hits;
       continue;
     }
-    to_read.push_back(LocationOf(cold[j].first));
+    to_read.push_back(IdOf(cold[j].first));
     into.push_back(RecordOf(rows[j]));
     read_at.push_back(j);
   }
@@ -221,7 +222,7 @@ Status EmbeddingTable::PromoteLocked(const int64_t* keys, int64_t n, int64_t tic
   }
   for (int64_t j = 0; j < m; ++j) {
     const int64_t row = rows[j], entry = cold[j].first, key = cold[j].second;
-    const ColdStore::Location where = LocationOf(entry);
+    const uint64_t where = IdOf(entry);
     RowMeta& meta = MetaOf(row);
     meta.generation = generations[j];
     __atomic_store_n(&meta.alive, 1, __ATOMIC_RELEASE);
@@ -263,10 +264,10 @@ Status EmbeddingTable::PrefetchCold(const int64_t* keys, int64_t n, int64_t* rea
   // Under the shared lock: which keys are cold, and their records pinned (a pinned record
   // stays readable if a compaction deletes its segment meanwhile).
   std::vector<std::pair<int64_t, int64_t>> cold;  // (key, entry)
-  std::vector<ColdStore::Pinned> pinned;
+  std::unique_ptr<ColdTier::Pinned> pinned;
   uint64_t generation;
   size_t record_bytes;
-  std::shared_ptr<ColdStore> store;
+  std::shared_ptr<ColdTier> store;
   {
     std::shared_lock<std::shared_mutex> structure(structure_mu_);
     std::mutex cold_mu;
@@ -296,10 +297,9 @@ Status EmbeddingTable::PrefetchCold(const int64_t* keys, int64_t n, int64_t* rea
                                 }),
                  cold.end());
     }
-    pinned.resize(cold.size());
-    for (size_t j = 0; j < cold.size(); ++j) {
-      REC_SDK_RETURN_IF_ERROR(cold_->Pin(LocationOf(cold[j].second), &pinned[j]));
-    }
+    std::vector<uint64_t> ids(cold.size());
+    for (size_t j = 0; j < cold.size(); ++j) ids[j] = IdOf(cold[j].second);
+    REC_SDK_RETURN_IF_ERROR(cold_->PinMany(ids.size(), ids.data(), &pinned));
     generation = staging_generation_.load(std::memory_order_relaxed);
     record_bytes = row_bytes_;
     store = cold_;
@@ -310,7 +310,7 @@ Status EmbeddingTable::PrefetchCold(const int64_t* keys, int64_t n, int64_t* rea
   std::vector<void*> into(m);
   for (size_t j = 0; j < m; ++j) into[j] = records[j].data();
   std::vector<uint64_t> stored(m);
-  REC_SDK_RETURN_IF_ERROR(store->ReadManyPinned(m, pinned.data(), into.data(), stored.data()));
+  REC_SDK_RETURN_IF_ERROR(store->ReadPinned(*pinned, into.data(), stored.data()));
   const size_t limit = static_cast<size_t>(std::max<int64_t>(1024, config_.capacity / 16));
   std::lock_guard<std::mutex> lock(staging_mu_);
   for (size_t j = 0; j < m; ++j) {
@@ -379,7 +379,7 @@ Status EmbeddingTable::DemoteLocked(int64_t needed, int64_t extra, int64_t tick)
     records[j] = RecordOf(row);
     tags[j] = MetaOf(row).last_seen;
   }
-  std::vector<ColdStore::Location> where(m);
+  std::vector<uint64_t> where(m);
   Status status = cold_->AppendBatch(m, keys.data(), records.data(), tags.data(), where.data());
   if (!status.ok()) {
     return Status(status.code(), "table '" + config_.name + "': cannot move " +
@@ -414,13 +414,11 @@ Status EmbeddingTable::ColdRoomLocked(int64_t count) {
       live, live + count - config_.ssd_rows + std::max<int64_t>(1, config_.ssd_rows / 100));
   std::vector<std::pair<int64_t, uint64_t>> oldest;  // (last seen, record number)
   oldest.reserve(static_cast<size_t>(live));
-  cold_->ForEachLiveTag([&](ColdStore::Location where, int64_t tag) {
-    oldest.emplace_back(tag, cold_->Number(where));
-  });
+  cold_->ForEachLiveTag([&](uint64_t id, int64_t tag) { oldest.emplace_back(tag, id); });
   if (want > 0) std::nth_element(oldest.begin(), oldest.begin() + (want - 1), oldest.end());
   for (int64_t j = 0; j < want; ++j) {
     uint64_t key = 0;
-    REC_SDK_RETURN_IF_ERROR(cold_->ReadKey(cold_->AtNumber(oldest[j].second), &key));
+    REC_SDK_RETURN_IF_ERROR(cold_->ReadKey(oldest[j].second, &key));
     RemoveColdLocked(static_cast<int64_t>(key),
                      kColdEntry | static_cast<int64_t>(oldest[j].second), /*evicted=*/true);
   }
@@ -435,7 +433,7 @@ void EmbeddingTable::RemoveColdLocked(int64_t key, int64_t entry, bool evicted) 
 }
 
 void EmbeddingTable::DropColdRecordLocked(int64_t key, int64_t entry, bool evicted) {
-  cold_->Remove(LocationOf(entry));
+  cold_->Remove(IdOf(entry));
   size_.fetch_sub(1, std::memory_order_relaxed);
   if (evicted) evicted_.fetch_add(1, std::memory_order_relaxed);
   // removed_keys_ is guarded by alloc_mu_ or the exclusive structure_mu_ held here.
@@ -444,7 +442,7 @@ void EmbeddingTable::DropColdRecordLocked(int64_t key, int64_t entry, bool evict
 
 Status EmbeddingTable::CompactLocked() {
   if (!cold_->NeedsCompaction()) return Status::Ok();
-  return cold_->Compact([&](uint64_t key, ColdStore::Location, ColdStore::Location to) {
+  return cold_->Compact([&](uint64_t key, uint64_t, uint64_t to) {
     const int64_t k = static_cast<int64_t>(key);
     const uint64_t hash = index_.Hash(k);
     index_.shard(HashIndex::ShardOf(hash)).Set(k, hash, ColdEntry(to));
@@ -454,23 +452,23 @@ Status EmbeddingTable::CompactLocked() {
 Status EmbeddingTable::RelayoutColdLocked(int num_slots, const float* initial_values,
                                           bool reset_slots) {
   const size_t new_bytes = RowBytesFor(num_slots);
-  std::unique_ptr<ColdStore> fresh;
-  REC_SDK_RETURN_IF_ERROR(OpenColdStore(new_bytes, &fresh));
+  std::unique_ptr<ColdTier> fresh;
+  REC_SDK_RETURN_IF_ERROR(OpenColdTier(new_bytes, &fresh));
   const int dim = config_.dim;
   const int kept = reset_slots ? 0 : std::min(num_slots_, num_slots);
   const size_t kept_bytes = sizeof(RowMeta) + sizeof(float) * dim * (1 + kept);
   std::vector<char> record(new_bytes);
-  std::vector<std::pair<int64_t, ColdStore::Location>> moved;
+  std::vector<std::pair<int64_t, uint64_t>> moved;
   moved.reserve(cold_->live());
-  Status status = cold_->ForEachLive([&](uint64_t key, ColdStore::Location from,
+  Status status = cold_->ForEachLive([&](uint64_t key, uint64_t from,
                                          const void* old) -> Status {
     std::memcpy(record.data(), old, kept_bytes);
     float* value = reinterpret_cast<float*>(record.data() + sizeof(RowMeta));
     for (int s = kept; s < num_slots; ++s) {
       std::fill_n(value + (s + 1) * dim, dim, initial_values[s]);
     }
-    ColdStore::Location to;
-    REC_SDK_RETURN_IF_ERROR(fresh->Append(key, record.data(), &to, cold_->tag(from)));
+    uint64_t to;
+    REC_SDK_RETURN_IF_ERROR(fresh->Append(key, record.data(), cold_->tag(from), &to));
     if (cold_->marked(from)) fresh->set_mark(to, true);
     moved.emplace_back(static_cast<int64_t>(key), to);
     return Status::Ok();
@@ -478,7 +476,7 @@ Status EmbeddingTable::RelayoutColdLocked(int num_slots, const float* initial_va
   if (!status.ok()) return status;  // the old store and index stay as they were
   for (const auto& [key, to] : moved) {
     const uint64_t hash = index_.Hash(key);
-    index_.shard(HashIndex::ShardOf(hash)).Set(key, hash, kColdEntry | fresh->Number(to));
+    index_.shard(HashIndex::ShardOf(hash)).Set(key, hash, ColdEntry(to));
   }
   cold_ = std::move(fresh);
   DropStaged();
