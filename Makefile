@@ -13,12 +13,12 @@ OPS_DIR := python/rec_sdk/ops
 DEMO_ARGS ?=
 APT_PACKAGES := bazel-bootstrap libgtest-dev g++ python3-venv
 
-.PHONY: demo test build configure setup system-deps cc-test py-test bench stress sanitize clean
+.PHONY: demo test build configure setup system-deps cc-test py-test wheel wheel-test bench stress sanitize clean
 
 demo: build
 	$(PY) -m rec_sdk.examples.demo $(DEMO_ARGS)
 
-test: cc-test py-test
+test: cc-test py-test wheel-test
 
 cc-test: build
 	$(BAZEL) test //tf_ops/...
@@ -26,6 +26,17 @@ cc-test: build
 # pytest exits non-zero when a test fails and also when it collects no tests (code 5).
 py-test: build
 	$(PY) -m pytest tests
+
+# A wheel of the op library and the Python packages, pinned to the TensorFlow it was built
+# against: dist/rec_sdk-<version>-<python>-<python>-<platform>.whl.
+wheel: build
+	rm -rf dist
+	$(PY) -m pip wheel -q --disable-pip-version-check --no-deps --no-build-isolation -w dist .
+
+# The wheel installed into a scratch venv (TensorFlow from PyPI) and used from outside the
+# source tree: the README example trains, and a wheel for another TensorFlow says so.
+wheel-test: wheel
+	$(PY) tests/wheel_check.py dist
 
 build: setup
 	$(BAZEL) build //tf_ops:_rec_sdk_ops.so //tf_ops:tf_version
@@ -96,5 +107,5 @@ sanitize: system-deps
 
 clean:
 	-$(BAZEL) clean
-	rm -rf build
+	rm -rf build dist
 	rm -f $(OPS_DIR)/_rec_sdk_ops.so $(OPS_DIR)/_rec_sdk_ops.tf_version .bazelrc

@@ -73,8 +73,14 @@ def test_version_mismatch_error(fresh_loader, tmp_path):
     assert "2.99.7" in message
     assert tf.__version__ in message
     assert str(copy) in message
-    assert "`make build`" in message
+    # A library outside a checkout is an installed wheel's: match TensorFlow to it. In the
+    # checkout, rebuild.
+    assert "`pip install tensorflow-cpu==2.99.7`" in message
+    assert "`make build`" in loader._remedy(INSTALLED, "2.99.7")
     assert loader._library is None
+    # `import rec_sdk` checks the same (a wheel next to the wrong TensorFlow).
+    with pytest.raises(loader.OpLibraryError, match="built for TensorFlow 2.99.7"):
+        loader.check_built_version()
 
 
 def test_unloadable_library_error(fresh_loader, tmp_path):
@@ -87,7 +93,7 @@ def test_unloadable_library_error(fresh_loader, tmp_path):
     message = str(info.value)
     assert str(bogus) in message
     assert tf.__version__ in message
-    assert "`make build`" in message
+    assert "Reinstall the rec_sdk wheel" in message
 
 
 def test_library_loaded_once():

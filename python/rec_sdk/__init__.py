@@ -8,7 +8,13 @@ from rec_sdk.constants.constants import (  # noqa: F401  (re-exported names)
     ASCEND_SPARSE_LOOKUP_ID_OFFSET, ASCEND_SPARSE_LOOKUP_LOCAL_EMB,
     ASCEND_SPARSE_LOOKUP_UNIQUE_KEYS, ASCEND_TIMESTAMP, TABLE_COLLECTION)
 
+from rec_sdk.ops import loader as _loader
+
 __version__ = "0.1.0"
+
+# An op library built for another TensorFlow (a wheel installed next to the wrong version)
+# fails here, with what to do, not at the first op.
+_loader.check_built_version()
 
 
 def version():

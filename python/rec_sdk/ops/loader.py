@@ -41,25 +41,52 @@ def _built_tf_version(path):
         return None
 
 
+def _in_checkout(path):
+    """Whether the library sits in a rec_sdk source checkout (python/rec_sdk/ops beside
+    tf_ops/), rather than in an installed wheel."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(path)))))
+    return os.path.isdir(os.path.join(root, "tf_ops"))
+
+
+def _remedy(path, built):
+    """What to do about a library built for TensorFlow `built`: rebuild it in a checkout, or
+    match TensorFlow to the installed wheel."""
+    if _in_checkout(path) or built is None:
+        return "Rebuild it with `%s` in the rec_sdk checkout." % REBUILD_COMMAND
+    if built == tf.__version__:
+        return "Reinstall the rec_sdk wheel (`pip install --force-reinstall` it)."
+    return ("This rec_sdk wheel needs TensorFlow %s: `pip install tensorflow-cpu==%s`, or "
+            "install a rec_sdk wheel built for TensorFlow %s (`make wheel` in a checkout "
+            "with that TensorFlow)." % (built, built, tf.__version__))
+
+
+def check_built_version():
+    """Raises OpLibraryError when the op library was built for another TensorFlow than the
+    installed one (called by `import rec_sdk`; a missing library is reported on first use)."""
+    path = library_path()
+    built = _built_tf_version(path)
+    if os.path.exists(path) and built is not None and built != tf.__version__:
+        raise OpLibraryError(
+            "rec_sdk's op library %s was built for TensorFlow %s but TensorFlow %s is "
+            "installed. %s" % (path, built, tf.__version__, _remedy(path, built)))
+
+
 def _load():
     path = library_path()
     if not os.path.exists(path):
         raise OpLibraryError(
             "rec_sdk's op library is missing (%s). Build it for the installed TensorFlow %s "
             "with `%s` in the rec_sdk checkout." % (path, tf.__version__, REBUILD_COMMAND))
+    check_built_version()
     built = _built_tf_version(path)
-    if built is not None and built != tf.__version__:
-        raise OpLibraryError(
-            "rec_sdk's op library %s was built for TensorFlow %s but TensorFlow %s is "
-            "installed. Rebuild it with `%s` in the rec_sdk checkout."
-            % (path, built, tf.__version__, REBUILD_COMMAND))
     try:
         return tf.load_op_library(path)
     except (tf.errors.NotFoundError, OSError) as e:
         raise OpLibraryError(
             "cannot load rec_sdk's op library %s (built for TensorFlow %s) into TensorFlow %s: "
-            "%s. Rebuild it with `%s` in the rec_sdk checkout."
-            % (path, built or "unknown", tf.__version__, e, REBUILD_COMMAND)) from e
+            "%s. %s" % (path, built or "unknown", tf.__version__, e,
+                        _remedy(path, built))) from e
 
 
 def load_ops_if_built():

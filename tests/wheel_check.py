@@ -1,0 +1,113 @@
+"""The wheel from `make wheel`, checked as a user gets it (`make wheel-test`, part of
+`make test`): installed with pip into a scratch venv (TensorFlow and the other requirements
+from PyPI), used from a directory outside the source tree. Checks that its metadata pins the
+TensorFlow the op library was built for, that the README example trains from it, and that a
+wheel for another TensorFlow fails at `import rec_sdk` with what to do.
+
+Usage: python tests/wheel_check.py DIST_DIR
+"""
+import glob
+import os
+import subprocess
+import sys
+import tempfile
+import zipfile
+
+EXAMPLE = r'''
+import numpy as np
+import tensorflow as tf
+import rec_sdk
+from rec_sdk.util.initialize import init, terminate_config_initializer
+from rec_sdk.core.embedding import create_table, sparse_lookup
+from rec_sdk.optimizers.lazy_adam import create_hash_optimizer
+from rec_sdk.util.variable import get_dense_and_sparse_variable
+
+assert "site-packages" in rec_sdk.__file__, rec_sdk.__file__
+tf.compat.v1.disable_eager_execution()
+init(use_dynamic_expansion=False)
+user_table = create_table(key_dtype=tf.int64, dim=tf.TensorShape([16]), name="user_table",
+                          emb_initializer=tf.compat.v1.truncated_normal_initializer(seed=1),
+                          device_vocabulary_size=1000)
+rng = np.random.default_rng(0)
+ids = rng.integers(0, 500, size=(256, 3))
+labels = (ids[:, 0] % 2).astype(np.float32)
+batch = tf.compat.v1.data.make_one_shot_iterator(
+    tf.data.Dataset.from_tensor_slices({"user_ids": ids, "label": labels}).repeat().batch(32)
+).get_next()
+user_emb = sparse_lookup(user_table, batch["user_ids"], is_train=True)
+logits = tf.squeeze(tf.compat.v1.layers.dense(tf.reshape(user_emb, [-1, 48]), 1), 1)
+loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=batch["label"],
+                                                              logits=logits))
+dense_vars, sparse_vars = get_dense_and_sparse_variable()
+train_op = tf.group(
+    tf.compat.v1.train.AdamOptimizer(1e-2).minimize(loss, var_list=dense_vars),
+    create_hash_optimizer(1e-2).apply_gradients(zip(tf.gradients(loss, sparse_vars),
+                                                    sparse_vars)))
+with tf.compat.v1.Session() as sess:
+    sess.run(tf.compat.v1.global_variables_initializer())
+    first = sess.run(loss)
+    for _ in range(200):
+        sess.run(train_op)
+    last = np.mean([sess.run(loss) for _ in range(8)])
+    size = sess.run(user_table.size())
+terminate_config_initializer()
+assert last < first, (first, last)
+print("trained from the wheel: loss %.3f -> %.3f, %d keys" % (first, last, size))
+'''
+
+
+def run(command, cwd, **kwargs):
+    done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, **kwargs)
+    if done.returncode != 0 and kwargs.get("check", True):
+        sys.exit("failed: %s\n%s\n%s" % (" ".join(command), done.stdout[-3000:],
+                                         done.stderr[-3000:]))
+    return done
+
+
+def main(dist):
+    wheels = glob.glob(os.path.join(dist, "rec_sdk-*.whl"))
+    if len(wheels) != 1:
+        sys.exit("expected one rec_sdk wheel in %s, found %s" % (dist, wheels))
+    wheel = os.path.abspath(wheels[0])
+    name = os.path.basename(wheel)
+    if name.endswith("-any.whl") or "linux" not in name:
+        sys.exit("the wheel is not tagged for this platform: %s" % name)
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        built_for = archive.read("rec_sdk/ops/_rec_sdk_ops.tf_version").decode().strip()
+        metadata = archive.read([n for n in names if n.endswith(".dist-info/METADATA")][0])
+    for needed in ("rec_sdk/ops/_rec_sdk_ops.so", "rec_sdk_graph_rewrite/__init__.py",
+                   "rec_sdk/dynamic_embedding/__init__.py"):
+        if needed not in names:
+            sys.exit("%s is missing from the wheel" % needed)
+    pin = "Requires-Dist: tensorflow-cpu==%s" % built_for
+    if pin not in metadata.decode():
+        sys.exit("the wheel's metadata does not pin the TensorFlow it was built for (%s)" % pin)
+    with tempfile.TemporaryDirectory(prefix="rec_sdk_wheel_") as scratch:
+        venv = os.path.join(scratch, "venv")
+        python = os.path.join(venv, "bin", "python")
+        run(["python3", "-m", "venv", venv], scratch)
+        run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", wheel],
+            scratch)
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH="")
+        out = run([python, "-c", EXAMPLE], scratch, env=env)
+        print(out.stdout.strip())
+        # The same wheel next to another TensorFlow: its version file says so.
+        site = run([python, "-c", "import os, rec_sdk.ops as o; print(os.path.dirname("
+                    "o.__file__))"], scratch, env=env).stdout.strip()
+        version_file = os.path.join(site, "_rec_sdk_ops.tf_version")
+        with open(version_file, "w") as f:
+            f.write("2.99.0\n")
+        wrong = run([python, "-c", "import rec_sdk"], scratch, env=env, check=False)
+        expected = ("This rec_sdk wheel needs TensorFlow 2.99.0: "
+                    "`pip install tensorflow-cpu==2.99.0`")
+        if wrong.returncode == 0 or expected not in wrong.stderr:
+            sys.exit("a wheel for another TensorFlow imported, or not with the loader's "
+                     "message:\n" + wrong.stderr[-2000:])
+        print("a wheel for TensorFlow 2.99.0 next to TensorFlow %s: %s"
+              % (built_for, wrong.stderr.strip().splitlines()[-1]))
+    print("wheel check passed: %s" % name)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
