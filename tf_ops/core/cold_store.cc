@@ -563,33 +563,14 @@ void ColdStore::ForEachLiveTag(const std::function<void(Location, int64_t)>& fn)
 
 Status ColdStore::ForEachLive(const RecordFn& fn) const {
   constexpr size_t kReadBytes = size_t{4} << 20;
-  const uint32_t per_read = static_cast<uint32_t>(
-      per_block_ > 0 ? kReadBytes / kBlock * per_block_ : std::max<size_t>(1, kReadBytes / stride_));
-  AlignedBuffer buffer;
+  const uint32_t per_read = static_cast<uint32_t>(per_block_ > 0
+                                                     ? kReadBytes / kBlock * per_block_
+                                                     : std::max<size_t>(1, kReadBytes / stride_));
   for (uint32_t segment = 0; segment < segments_.size(); ++segment) {
     const Segment& s = segments_[segment];
     if (s.file == nullptr || s.stale == s.used) continue;
     for (uint32_t first = 0; first < s.used; first += per_read) {
-      const uint32_t last = std::min(s.used, first + per_read);
-      uint32_t live_at = first;
-      while (live_at < last && !(s.flags[live_at] & kLive)) ++live_at;
-      if (live_at == last) continue;
-      uint64_t begin;
-      size_t bytes;
-      SpanOf(live_at, last, &begin, &bytes);
-      uint8_t* data = buffer.Get(bytes);
-      if (data == nullptr) return Status::ResourceExhausted("cold store: out of memory");
-      if (!ReadAll(s.file->fd, data, bytes, static_cast<off_t>(begin))) {
-        return checkpoint_files::IoError("cold store: cannot read", segment_path(segment));
-      }
-      bytes_read_.fetch_add(bytes, std::memory_order_relaxed);
-      for (uint32_t slot = live_at; slot < last; ++slot) {
-        if (!(s.flags[slot] & kLive)) continue;
-        const uint8_t* at = data + (SlotOffset(slot) - begin);
-        uint64_t key;
-        std::memcpy(&key, at, sizeof(key));
-        REC_SDK_RETURN_IF_ERROR(fn(key, Location{segment, slot}, at + sizeof(uint64_t)));
-      }
+      REC_SDK_RETURN_IF_ERROR(ScanSlots(segment, first, std::min(s.used, first + per_read), fn));
     }
   }
   return Status::Ok();
@@ -607,7 +588,8 @@ Status ColdStore::Compact(const MoveFn& moved) {
     std::vector<int64_t> tags;
     std::vector<uint8_t> marks;
     const size_t bytes = record_bytes_;
-    Status status = ForEachLiveOf(segment, [&](uint64_t key, Location where, const void* r) {
+    Status status = ScanSlots(segment, 0, segments_[segment].used,
+                              [&](uint64_t key, Location where, const void* r) {
       keys.push_back(key);
       const uint8_t* record = static_cast<const uint8_t*>(r);
       records.insert(records.end(), record, record + bytes);
@@ -632,12 +614,15 @@ Status ColdStore::Compact(const MoveFn& moved) {
   return Status::Ok();
 }
 
-Status ColdStore::ForEachLiveOf(uint32_t segment, const RecordFn& fn) const {
+Status ColdStore::ScanSlots(uint32_t segment, uint32_t first, uint32_t last,
+                            const RecordFn& fn) const {
   const Segment& s = segments_[segment];
-  if (s.file == nullptr || s.used == 0) return Status::Ok();
+  if (s.file == nullptr) return Status::Ok();
+  while (first < last && !(s.flags[first] & kLive)) ++first;  // nothing to read before
+  if (first == last) return Status::Ok();
   uint64_t begin;
   size_t bytes;
-  SpanOf(0, s.used, &begin, &bytes);
+  SpanOf(first, last, &begin, &bytes);
   AlignedBuffer buffer;
   uint8_t* data = buffer.Get(bytes);
   if (data == nullptr) return Status::ResourceExhausted("cold store: out of memory");
@@ -645,7 +630,7 @@ Status ColdStore::ForEachLiveOf(uint32_t segment, const RecordFn& fn) const {
     return checkpoint_files::IoError("cold store: cannot read", segment_path(segment));
   }
   bytes_read_.fetch_add(bytes, std::memory_order_relaxed);
-  for (uint32_t slot = 0; slot < s.used; ++slot) {
+  for (uint32_t slot = first; slot < last; ++slot) {
     if (!(s.flags[slot] & kLive)) continue;
     const uint8_t* at = data + (SlotOffset(slot) - begin);
     uint64_t key;

@@ -171,8 +171,9 @@ class ColdStore {
   // last) (whole blocks with direct I/O).
   uint64_t SlotOffset(uint32_t slot) const;
   void SpanOf(uint32_t first, uint32_t last, uint64_t* begin, size_t* bytes) const;
-  // Calls fn for the live records of one segment (read whole).
-  Status ForEachLiveOf(uint32_t segment, const RecordFn& fn) const;
+  // Calls fn for the live records among slots [first, last) of a segment, read in one
+  // aligned span from the first live one.
+  Status ScanSlots(uint32_t segment, uint32_t first, uint32_t last, const RecordFn& fn) const;
   Status CheckLocation(Location where, const char* what) const;
   Status NewSegment(uint32_t* index);
   // Makes sure the current segment has a free slot.

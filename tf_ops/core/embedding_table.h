@@ -711,6 +711,8 @@ class EmbeddingTable {
   // Reads the record of a cold entry into record (row_bytes_ bytes) and checks its key; rows
   // saved before their optimizer's slot values were known get them.
   Status ReadColdRecord(int64_t entry, int64_t key, char* record) const;
+  // DataLoss unless a record read for `key` holds that key.
+  Status CheckColdKey(int64_t key, uint64_t stored) const;
   // Gives a record saved before its optimizer's slot values were known those values.
   void FillUnsetSlots(char* record) const;
   // Removes a cold key (index entry and record; structure_mu_ exclusive); counts it as

@@ -45,13 +45,16 @@ int64_t EmbeddingTable::FreeRowCount() {
 Status EmbeddingTable::ReadColdRecord(int64_t entry, int64_t key, char* record) const {
   uint64_t stored = 0;
   REC_SDK_RETURN_IF_ERROR(cold_->Read(IdOf(entry), record, &stored));
-  if (static_cast<int64_t>(stored) != key) {
-    return Status::DataLoss("table '" + config_.name + "': the SSD record of key " +
-                            std::to_string(key) + " holds key " +
-                            std::to_string(static_cast<int64_t>(stored)));
-  }
+  REC_SDK_RETURN_IF_ERROR(CheckColdKey(key, stored));
   FillUnsetSlots(record);
   return Status::Ok();
+}
+
+Status EmbeddingTable::CheckColdKey(int64_t key, uint64_t stored) const {
+  if (static_cast<int64_t>(stored) == key) return Status::Ok();
+  return Status::DataLoss("table '" + config_.name + "': the SSD record of key " +
+                          std::to_string(key) + " holds key " +
+                          std::to_string(static_cast<int64_t>(stored)));
 }
 
 void EmbeddingTable::FillUnsetSlots(char* record) const {
@@ -62,6 +65,20 @@ void EmbeddingTable::FillUnsetSlots(char* record) const {
     std::fill_n(SlotOf(value, s), config_.dim, slot_initial_values_[s]);
   }
   meta->slots_unset = 0;
+}
+
+Status EmbeddingTable::GatherCold(int64_t address, float* out) const {
+  const uint64_t id = static_cast<uint64_t>(address & (kMaxRows - 1));
+  if (!cold_->IsLive(id)) {
+    return Status::InvalidArgument("address " + std::to_string(address) + " of table '" +
+                                   config_.name + "' is stale: its row left the SSD tier after "
+                                   "the address was looked up");
+  }
+  thread_local std::vector<char> record;
+  record.resize(row_bytes_);
+  REC_SDK_RETURN_IF_ERROR(cold_->Read(id, record.data(), nullptr));
+  std::memcpy(out, record.data() + sizeof(RowMeta), config_.dim * sizeof(float));
+  return Status::Ok();
 }
 
 Status EmbeddingTable::ForEachColdRecord(
@@ -75,11 +92,7 @@ Status EmbeddingTable::ForEachColdRecord(
       return fn(static_cast<int64_t>(key), static_cast<const char*>(record), marked);
     }
     std::memcpy(copy.data(), record, row_bytes_);
-    reinterpret_cast<RowMeta*>(copy.data())->slots_unset = 0;
-    float* value = reinterpret_cast<float*>(copy.data() + sizeof(RowMeta));
-    for (int s = 0; s < num_slots_; ++s) {
-      std::fill_n(SlotOf(value, s), config_.dim, slot_initial_values_[s]);
-    }
+    FillUnsetSlots(copy.data());
     return fn(static_cast<int64_t>(key), copy.data(), marked);
   });
 }
@@ -207,12 +220,7 @@ Status EmbeddingTable::PromoteLocked(const int64_t* keys, int64_t n, int64_t tic
   std::vector<uint64_t> stored(to_read.size());
   Status error = cold_->ReadMany(to_read.size(), to_read.data(), into.data(), stored.data());
   for (size_t r = 0; r < read_at.size() && error.ok(); ++r) {
-    const int64_t j = read_at[r];
-    if (static_cast<int64_t>(stored[r]) != cold[j].second) {
-      error = Status::DataLoss("table '" + config_.name + "': the SSD record of key " +
-                               std::to_string(cold[j].second) + " holds key " +
-                               std::to_string(static_cast<int64_t>(stored[r])));
-    }
+    error = CheckColdKey(cold[read_at[r]].second, stored[r]);
   }
   for (int64_t j = 0; j < m && error.ok(); ++j) FillUnsetSlots(RecordOf(rows[j]));
   if (!error.ok()) {
@@ -243,7 +251,7 @@ bool EmbeddingTable::TakeStaged(int64_t key, int64_t entry, char* record) {
   auto found = staged_.find(key);
   if (found == staged_.end()) return false;
   const bool valid =
-      found->second.number == static_cast<uint64_t>(entry & ~kColdEntry) &&
+      found->second.number == IdOf(entry) &&
       found->second.generation == staging_generation_.load(std::memory_order_relaxed);
   if (valid) std::memcpy(record, found->second.record.data(), row_bytes_);
   staged_.erase(found);  // used, or stale (the key moved since it was read)
@@ -292,8 +300,7 @@ Status EmbeddingTable::PrefetchCold(const int64_t* keys, int64_t n, int64_t* rea
                                 [&](const std::pair<int64_t, int64_t>& c) {
                                   auto found = staged_.find(c.first);
                                   return found != staged_.end() &&
-                                         found->second.number ==
-                                             static_cast<uint64_t>(c.second & ~kColdEntry);
+                                         found->second.number == IdOf(c.second);
                                 }),
                  cold.end());
     }
@@ -316,7 +323,7 @@ Status EmbeddingTable::PrefetchCold(const int64_t* keys, int64_t n, int64_t* rea
   for (size_t j = 0; j < m; ++j) {
     if (static_cast<int64_t>(stored[j]) != cold[j].first) continue;  // not ours any more
     Staged& staged = staged_[cold[j].first];
-    staged.number = static_cast<uint64_t>(cold[j].second & ~kColdEntry);
+    staged.number = IdOf(cold[j].second);
     staged.generation = generation;
     staged.record = std::move(records[j]);
     staged_order_.push_back(cold[j].first);
