@@ -5,7 +5,20 @@
 
 SHELL := /bin/bash
 PYTHON ?= python3
+# The TensorFlow to build and test against: `make test` uses 2.15 (the pinned runtime, the last
+# TensorFlow with Estimator) in .venv; `make test TF=2.21` uses the newest TensorFlow in
+# .venv-tf2.21. Each has its requirements file; the op library is rebuilt when TF changes.
+TF ?= 2.15
+ifeq ($(TF),2.15)
 VENV := .venv
+REQUIREMENTS := requirements.txt
+else
+VENV := .venv-tf$(TF)
+REQUIREMENTS := requirements-tf$(TF).txt
+endif
+ifeq ($(wildcard $(REQUIREMENTS)),)
+$(error TF=$(TF) is not a supported TensorFlow: use TF=2.15 (default) or one of $(patsubst requirements-tf%.txt,TF=%,$(wildcard requirements-tf*.txt)))
+endif
 PY := $(VENV)/bin/python
 BAZEL ?= bazel
 VENV_STAMP := $(VENV)/.rec_sdk-installed
@@ -43,12 +56,10 @@ build: setup
 	install -m 0644 bazel-bin/tf_ops/_rec_sdk_ops.so $(OPS_DIR)/_rec_sdk_ops.so
 	install -m 0644 bazel-bin/tf_ops/_rec_sdk_ops.tf_version $(OPS_DIR)/_rec_sdk_ops.tf_version
 
-setup: system-deps $(VENV_STAMP) .bazelrc
+setup: system-deps $(VENV_STAMP) configure
 
+# Writes .bazelrc for the venv's TensorFlow (rewritten only when it changes, e.g. with TF=).
 configure: $(VENV_STAMP)
-	$(PY) configure.py
-
-.bazelrc: configure.py $(VENV_STAMP)
 	$(PY) configure.py
 
 # Bazel, googletest, a C++ compiler and venv support from Debian, installed only when missing.
@@ -67,9 +78,9 @@ system-deps:
 	  apt-get update -qq && apt-get install -y -qq $(APT_PACKAGES) >/dev/null; \
 	fi
 
-$(VENV_STAMP): requirements.txt pyproject.toml
+$(VENV_STAMP): $(REQUIREMENTS) pyproject.toml
 	[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt
+	$(PY) -m pip install -q --disable-pip-version-check -r $(REQUIREMENTS)
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
 	touch $@
 

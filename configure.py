@@ -6,6 +6,8 @@ op library is compiled and linked against.
 import os
 import sys
 
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow's import: no banner
+
 
 def main():
     import tensorflow as tf
@@ -33,11 +35,21 @@ def main():
         "build --host_cxxopt=-std=c++17",
     ]
     lines += ["build --copt=%s" % f for f in compile_flags if not f.startswith("--std")]
+    # TensorFlow >= 2.16 deprecates tensorflow::errors::* for absl's; 2.15 lacks some of
+    # absl's, and the kernels build against both.
+    lines += ["build --copt=-Wno-deprecated-declarations"]
     lines += ["test --test_output=errors"]
+    text = "\n".join(lines) + "\n"
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), ".bazelrc")
+    try:
+        with open(path) as f:
+            if f.read() == text:
+                return  # unchanged: Bazel keeps its analysis cache
+    except OSError:
+        pass
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
-        f.write("\n".join(lines) + "\n")
+        f.write(text)
     os.replace(tmp, path)
     print("configure.py: wrote %s for TensorFlow %s" % (path, tf.__version__))
 

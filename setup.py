@@ -25,9 +25,15 @@ def dependencies():
             version = f.read().strip() or "2.15.1"
     except OSError:
         version = "2.15.1"
-    needs = ["tensorflow-cpu==" + version, "numpy<2", "absl-py"]
+    needs = ["tensorflow-cpu==" + version, "absl-py"]
     if version.startswith("2.15."):
-        needs.append("tensorflow-estimator==2.15.0")  # the last TF that ships Estimator
+        # The last TF that ships Estimator and Keras 2 as tf.keras; it needs numpy 1.
+        needs += ["tensorflow-estimator==2.15.0", "numpy<2"]
+    else:
+        # tf.keras is Keras 3 from TF 2.16 on: rec_sdk's Keras layers use tf_keras (Keras 2),
+        # released in step with TensorFlow.
+        major_minor = ".".join(version.split(".")[:2])
+        needs += ["tf-keras==%s.*" % major_minor, "numpy"]
     return needs
 
 

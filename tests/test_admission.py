@@ -533,6 +533,7 @@ def test_evict_hook_step_interval_needs_global_step(fixed):
         hook.begin()
 
 
+@pytest.mark.estimator
 def test_evict_hook_in_estimator_training(tmp_path):
     """EvictHook as a training hook of tf.estimator.Estimator: the tables of the Estimator's
     graph are found in begin() and evicted every 5 global steps."""

@@ -348,6 +348,7 @@ def test_killed_save_leaves_previous_checkpoint_restorable(tmp_path):
         assert all(d.startswith("sparse-model-") for d in leftovers)
 
 
+@pytest.mark.estimator
 def test_estimator_evaluate_sees_trained_tables(tmp_path):
     """Estimator.train writes checkpoints with the tables; evaluate and predict (new graphs,
     new sessions) restore them."""

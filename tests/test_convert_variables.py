@@ -496,6 +496,7 @@ def test_fixed_capacity_tables_gather_v2_and_gradient_descent():
         hook.begin()
 
 
+@pytest.mark.estimator
 def test_estimator_train_then_evaluate_restores_the_tables(tmp_path):
     ids = np.random.RandomState(4).randint(0, 10 * ROWS, size=(32, 2)).astype(np.int64)
     labels = (ids.sum(1) % 2).astype(np.float32)

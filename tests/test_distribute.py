@@ -446,6 +446,7 @@ def test_sdk_api_checkpoint_of_two_ranks_restores_into_three_ranks_and_one_proce
         np.testing.assert_array_equal(value, local[key])
 
 
+@pytest.mark.estimator
 def test_sdk_api_estimator_over_two_ranks_trains_as_one_process(tmp_path):
     """tf.estimator with TF_CONFIG (a chief and a worker, Estimator.train, EvictHook on both):
     the worker needs no chief to initialise its variables (every rank's local initialisation

@@ -645,6 +645,7 @@ def test_saver_restores_into_another_number_of_shards(tmp_path, shards):
                                            for i in range(count)]
 
 
+@pytest.mark.estimator
 def test_estimator_trains_evaluates_and_predicts(tmp_path):
     rng = np.random.default_rng(3)
     users = rng.integers(0, 50, size=512).astype(np.int64)

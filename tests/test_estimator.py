@@ -18,6 +18,8 @@ from rec_sdk.util.initialize import init
 
 from helpers import session_config
 
+pytestmark = pytest.mark.estimator
+
 NO_FILES = "no files were read"
 
 

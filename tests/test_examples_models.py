@@ -126,6 +126,7 @@ def test_dlrm_on_synthetic_files_streamed_with_tensorboard_summaries(tmp_path):
             "tables/C3/size", "tables/C3/admitted", "tables/C3/evicted"} <= tags
 
 
+@pytest.mark.estimator
 def test_estimator_mode(tmp_path):
     results = train.main(["--model", "wide_deep", "--data", "movielens", "--mode", "estimator",
                           "--steps", "200", "--eval-every", "100", "--batch-size", "256",
@@ -134,7 +135,7 @@ def test_estimator_mode(tmp_path):
     assert results["test_auc"] > 0.7, results
 
 
-@pytest.mark.parametrize("mode", ["session", "estimator"])
+@pytest.mark.parametrize("mode", ["session", pytest.param("estimator", marks=pytest.mark.estimator)])
 def test_dynamic_embedding_api(mode, tmp_path):
     """The same models on rec_sdk.dynamic_embedding variables (TFRA's API)."""
     results = train.main(["--model", "dlrm", "--data", "movielens", "--api",

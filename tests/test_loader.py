@@ -53,7 +53,7 @@ def test_missing_library_error(fresh_loader, tmp_path):
     message = str(info.value)
     assert missing in message
     assert tf.__version__ in message
-    assert "`make build`" in message
+    assert "`%s`" % loader.REBUILD_COMMAND in message
     assert isinstance(info.value, RuntimeError)
     assert loader._library is None
     # The error reaches the public API too.
@@ -76,7 +76,7 @@ def test_version_mismatch_error(fresh_loader, tmp_path):
     # A library outside a checkout is an installed wheel's: match TensorFlow to it. In the
     # checkout, rebuild.
     assert "`pip install tensorflow-cpu==2.99.7`" in message
-    assert "`make build`" in loader._remedy(INSTALLED, "2.99.7")
+    assert "`%s`" % loader.REBUILD_COMMAND in loader._remedy(INSTALLED, "2.99.7")
     assert loader._library is None
     # `import rec_sdk` checks the same (a wheel next to the wrong TensorFlow).
     with pytest.raises(loader.OpLibraryError, match="built for TensorFlow 2.99.7"):

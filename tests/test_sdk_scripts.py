@@ -164,6 +164,7 @@ ESTIMATOR_MODES = {
 }
 
 
+@pytest.mark.estimator
 @pytest.mark.parametrize("mode", sorted(ESTIMATOR_MODES))
 def test_estimator_train_evaluate_predict(mode, tmp_path, monkeypatch):
     env = ESTIMATOR_MODES[mode]
@@ -179,6 +180,7 @@ def test_estimator_train_evaluate_predict(mode, tmp_path, monkeypatch):
     np.testing.assert_allclose(both["eval"]["loss"], evaluated["eval"]["loss"], rtol=1e-5)
 
 
+@pytest.mark.estimator
 @pytest.mark.parametrize("modify", [0, 1])
 def test_estimator_admission_and_eviction_with_evict_hook(modify, tmp_path, monkeypatch):
     results = run_estimator(tmp_path, monkeypatch, "train", USE_TIMESTAMP=1,
@@ -193,6 +195,7 @@ def test_estimator_admission_and_eviction_with_evict_hook(modify, tmp_path, monk
     assert np.isfinite(evaluated["eval"]["loss"])
 
 
+@pytest.mark.estimator
 def test_estimator_with_the_slicer_hooks(tmp_path, monkeypatch):
     runs = {}
     for name, env in (("sliced_and_modified", {"USE_MODIFY_GRAPH": 1}),

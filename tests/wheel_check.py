@@ -35,7 +35,9 @@ batch = tf.compat.v1.data.make_one_shot_iterator(
     tf.data.Dataset.from_tensor_slices({"user_ids": ids, "label": labels}).repeat().batch(32)
 ).get_next()
 user_emb = sparse_lookup(user_table, batch["user_ids"], is_train=True)
-logits = tf.squeeze(tf.compat.v1.layers.dense(tf.reshape(user_emb, [-1, 48]), 1), 1)
+weights = tf.compat.v1.get_variable("w", [48, 1],
+                                  initializer=tf.compat.v1.glorot_uniform_initializer(seed=2))
+logits = tf.squeeze(tf.matmul(tf.reshape(user_emb, [-1, 48]), weights), 1)
 loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=batch["label"],
                                                               logits=logits))
 dense_vars, sparse_vars = get_dense_and_sparse_variable()

@@ -41,6 +41,7 @@ from rec_sdk.dynamic_embedding.optimizer_kinds import (family, hyper, initial_ac
                                                         kind, name_of, slot_info)
 from rec_sdk.ops import optimizer_ops, table_ops
 from rec_sdk.util.graph_state import state_of
+from rec_sdk.util.tf_compat import keras
 
 
 def _outer_graph():
@@ -54,7 +55,7 @@ def _outer_graph():
 def _constant_initial(initializer, dtype):
     """The one value a slot initializer fills with (zeros, ones, a constant)."""
     if isinstance(initializer, str):
-        initializer = tf.keras.initializers.get(initializer)
+        initializer = keras.initializers.get(initializer)
     value = tf.get_static_value(initializer(shape=[1], dtype=dtype)) if callable(initializer) \
         else tf.get_static_value(tf.convert_to_tensor(initializer))
     if value is None:
@@ -158,7 +159,7 @@ class _KerasRows:
             for name, var in inner._hyper.items():  # pylint: disable=protected-access
                 value = optimizer._get_hyper(name)  # pylint: disable=protected-access
                 if isinstance(var, tf.Variable) and not isinstance(
-                        value, tf.keras.optimizers.schedules.LearningRateSchedule):
+                        value, keras.optimizers.schedules.LearningRateSchedule):
                     ops.append(var.assign(tf.cast(value, var.dtype), read_value=False))
         else:
             lr = getattr(inner, "_learning_rate", None)

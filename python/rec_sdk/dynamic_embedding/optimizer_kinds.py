@@ -58,6 +58,13 @@ def family(optimizer):
             return "legacy"
         if cls.__name__ == "_BaseOptimizer" and cls.__module__.startswith(_KERAS_MODULES):
             return "keras"
+        if cls.__name__ == "BaseOptimizer" and cls.__module__.startswith("keras."):
+            raise TypeError(
+                "DynamicEmbeddingOptimizer: %r is a Keras 3 optimizer (tf.keras on TensorFlow "
+                "%s), which cannot train rows of rec_sdk tables: use Keras 2's, "
+                "tf_keras.optimizers (or set TF_USE_LEGACY_KERAS=1 before importing "
+                "TensorFlow so that tf.keras is tf_keras), or a tf.compat.v1.train optimizer"
+                % (optimizer, tf.__version__))
     raise TypeError("DynamicEmbeddingOptimizer: the optimizer it wraps must be one of %s; "
                     "got %r" % (SUPPORTED, optimizer))
 

@@ -28,6 +28,7 @@ from rec_sdk.examples.metrics import auc, log_loss  # noqa: E402
 from rec_sdk.graph.modifier import GraphModifierHook  # noqa: E402
 from rec_sdk.optimizers import lazy_adam  # noqa: E402
 from rec_sdk.util.initialize import init, terminate_config_initializer  # noqa: E402
+from rec_sdk.util.tf_compat import estimator  # noqa: E402
 from rec_sdk.util.variable import get_dense_and_sparse_variable  # noqa: E402
 
 DAY = 86400
@@ -45,12 +46,13 @@ def make_input_fn(arrays, batch_size, is_training, seed=0, epochs=None):
 
 
 def make_model_fn(learning_rate=0.002, access_threshold=None, eviction_days=None, seed=0):
+    tfe = estimator()  # tf.estimator, or a clear error on TensorFlow >= 2.16
     specs = feature_spec_demo.make_feature_specs(
         access_threshold, None if eviction_days is None else eviction_days * DAY)
 
     def model_fn(features, labels, mode):
         del labels  # the label is in the features dict
-        is_train = mode == tf.estimator.ModeKeys.TRAIN
+        is_train = mode == tfe.ModeKeys.TRAIN
         tables = {name: create_table(
             key_dtype=tf.int64, dim=feature_spec_demo.DIM, name=name,
             emb_initializer=tf.compat.v1.truncated_normal_initializer(stddev=0.05,
@@ -61,13 +63,13 @@ def make_model_fn(learning_rate=0.002, access_threshold=None, eviction_days=None
         batch_size = 256
         probabilities, label, loss = feature_spec_demo.build_model(
             tables, specs, features, batch_size, is_train=is_train, modify_graph=True)
-        if mode == tf.estimator.ModeKeys.PREDICT:
-            return tf.estimator.EstimatorSpec(mode, predictions={"probability": probabilities})
-        if mode == tf.estimator.ModeKeys.EVAL:
+        if mode == tfe.ModeKeys.PREDICT:
+            return tfe.EstimatorSpec(mode, predictions={"probability": probabilities})
+        if mode == tfe.ModeKeys.EVAL:
             metrics = {"auc": tf.compat.v1.metrics.auc(
                 label, probabilities, num_thresholds=2000,
                 summation_method="careful_interpolation")}
-            return tf.estimator.EstimatorSpec(mode, loss=loss, eval_metric_ops=metrics)
+            return tfe.EstimatorSpec(mode, loss=loss, eval_metric_ops=metrics)
         dense, sparse = get_dense_and_sparse_variable()
         global_step = tf.compat.v1.train.get_or_create_global_step()
         train_op = tf.group(
@@ -75,7 +77,7 @@ def make_model_fn(learning_rate=0.002, access_threshold=None, eviction_days=None
                 loss, global_step=global_step, var_list=dense),
             lazy_adam.create_hash_optimizer(learning_rate=learning_rate).apply_gradients(
                 zip(tf.gradients(loss, sparse), sparse)))
-        return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+        return tfe.EstimatorSpec(mode, loss=loss, train_op=train_op)
 
     return model_fn
 
@@ -93,30 +95,31 @@ def run(model_dir, steps=600, batch_size=256, access_threshold=None, eviction_da
     """Trains, evaluates and predicts with an Estimator (or runs train_and_evaluate for
     `steps`). Returns {"eval": metrics dict, "predict_auc": AUC of the predictions,
     "predictions": count}."""
+    tfe = estimator()
     train, test, _ = feature_spec_demo.load_inputs(seed=seed)
     hooks = train_hooks(eviction_days, evict_step_interval) + list(extra_train_hooks)
     init(train_steps=steps, eval_steps=-1)
     try:
-        estimator = tf.estimator.Estimator(
+        model = tfe.Estimator(
             make_model_fn(access_threshold=access_threshold, eviction_days=eviction_days,
                           seed=seed),
-            model_dir=model_dir, config=config or tf.estimator.RunConfig(
+            model_dir=model_dir, config=config or tfe.RunConfig(
                 tf_random_seed=seed, save_checkpoints_steps=max(steps // 2, 1),
                 log_step_count_steps=None, save_summary_steps=max(steps // 4, 1)))
         train_input = make_input_fn(train, batch_size, True, seed)
         eval_input = make_input_fn(test, 1000, False)
         if train_and_evaluate:
-            metrics, _ = tf.estimator.train_and_evaluate(
-                estimator,
-                tf.estimator.TrainSpec(train_input, max_steps=steps, hooks=hooks),
-                tf.estimator.EvalSpec(eval_input, steps=None, hooks=[GraphModifierHook()],
+            metrics, _ = tfe.train_and_evaluate(
+                model,
+                tfe.TrainSpec(train_input, max_steps=steps, hooks=hooks),
+                tfe.EvalSpec(eval_input, steps=None, hooks=[GraphModifierHook()],
                                       throttle_secs=0, start_delay_secs=0))
         else:
-            estimator.train(train_input, steps=steps, hooks=hooks)
-            metrics = estimator.evaluate(eval_input, hooks=[GraphModifierHook()])
+            model.train(train_input, steps=steps, hooks=hooks)
+            metrics = model.evaluate(eval_input, hooks=[GraphModifierHook()])
         log("step %d: eval AUC %.4f  loss %.4f" % (metrics["global_step"], metrics["auc"],
                                                     metrics["loss"]))
-        probabilities = np.array([p["probability"] for p in estimator.predict(
+        probabilities = np.array([p["probability"] for p in model.predict(
             eval_input, hooks=[GraphModifierHook()], yield_single_examples=True)])
         predict_auc = auc(test["label"], probabilities)
         log("predict: %d predictions, AUC %.4f, log loss %.4f"
@@ -137,7 +140,7 @@ def main(argv=None):
                         help="with --access-threshold: EvictHook evicts keys not seen for "
                         "this many days of data time")
     parser.add_argument("--train-and-evaluate", action="store_true",
-                        help="use tf.estimator.train_and_evaluate")
+                        help="use tfe.train_and_evaluate")
     args = parser.parse_args(argv)
     if args.eviction_days is not None and args.access_threshold is None:
         parser.error("--eviction-days needs --access-threshold")

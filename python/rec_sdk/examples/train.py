@@ -49,6 +49,7 @@ from rec_sdk.examples.progress import Progress  # noqa: E402
 from rec_sdk.graph.modifier import GraphModifierHook  # noqa: E402
 from rec_sdk.optimizers import lazy_adam  # noqa: E402
 from rec_sdk.util.initialize import init, terminate_config_initializer  # noqa: E402
+from rec_sdk.util import tf_compat  # noqa: E402
 from rec_sdk.util.variable import get_dense_and_sparse_variable  # noqa: E402
 
 # A sparse field: ids = batch[key] (or its column `column`); multi: [batch, k] ids padded
@@ -436,23 +437,25 @@ class _ProgressHook(tf.compat.v1.train.SessionRunHook):
 def run_estimator(args, source, log):
     """tf.estimator mode: train --eval-every steps at a time, evaluating in between; tables
     are shared between the training and evaluation sessions (GraphModifierHook)."""
+    tfe = tf_compat.estimator()  # a clear error on TensorFlow >= 2.16, which has no Estimator
+
     def model_fn(features, labels, mode):
         del labels
-        is_train = mode == tf.estimator.ModeKeys.TRAIN
+        is_train = mode == tfe.ModeKeys.TRAIN
         embeddings = make_embeddings(args, source)
         probs, labels_, loss = build(args.model, source, embeddings, features, is_train,
                                      args.dim)
-        if mode == tf.estimator.ModeKeys.PREDICT:
-            return tf.estimator.EstimatorSpec(mode, predictions={"probability": probs})
-        if mode == tf.estimator.ModeKeys.EVAL:
-            return tf.estimator.EstimatorSpec(mode, loss=loss, eval_metric_ops={
+        if mode == tfe.ModeKeys.PREDICT:
+            return tfe.EstimatorSpec(mode, predictions={"probability": probs})
+        if mode == tfe.ModeKeys.EVAL:
+            return tfe.EstimatorSpec(mode, loss=loss, eval_metric_ops={
                 "auc": tf.compat.v1.metrics.auc(labels_, probs, num_thresholds=2000,
                                                 summation_method="careful_interpolation")})
-        return tf.estimator.EstimatorSpec(mode, loss=loss,
+        return tfe.EstimatorSpec(mode, loss=loss,
                                           train_op=_train_op(args, embeddings, loss))
 
     model_dir = args.logdir or _temp_dir()
-    estimator = tf.estimator.Estimator(model_fn, model_dir=model_dir, config=tf.estimator.RunConfig(
+    estimator = tfe.Estimator(model_fn, model_dir=model_dir, config=tfe.RunConfig(
         tf_random_seed=args.seed, save_checkpoints_steps=args.eval_every,
         save_summary_steps=50, log_step_count_steps=None))
     progress = Progress(args.steps, "%s on %s (estimator)" % (args.model, source.name))

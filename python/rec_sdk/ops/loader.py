@@ -16,7 +16,15 @@ import tensorflow as tf
 LIBRARY_FILE = "_rec_sdk_ops.so"
 VERSION_FILE = "_rec_sdk_ops.tf_version"
 LIBRARY_ENV = "REC_SDK_OPS_LIBRARY"
-REBUILD_COMMAND = "make build"
+
+def _rebuild_command():
+    """The Makefile's build command for the installed TensorFlow: 2.15 is the default, other
+    versions are the TF= of their requirements-tf<version>.txt."""
+    major_minor = ".".join(tf.__version__.split(".")[:2])
+    return "make build" if major_minor == "2.15" else "make build TF=%s" % major_minor
+
+
+REBUILD_COMMAND = _rebuild_command()
 OP_NAMESPACE = "RecSdk"  # rec_sdk's op names are RecSdk><Name> (a SavedModel op namespace)
 
 _lock = threading.Lock()

@@ -1,9 +1,9 @@
 """de.keras.callbacks: TFRA's Keras callbacks. ModelCheckpoint is Keras' own: a model with
 de layers saves its tables with its weights (see de.keras.models). The Horovod callbacks
 exist and say that Horovod is out of scope."""
-import tensorflow as tf
+from rec_sdk.util.tf_compat import keras
 
-ModelCheckpoint = tf.keras.callbacks.ModelCheckpoint
+ModelCheckpoint = keras.callbacks.ModelCheckpoint
 
 
 class _Horovod:  # pylint: disable=too-few-public-methods

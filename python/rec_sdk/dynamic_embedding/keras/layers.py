@@ -14,6 +14,7 @@ import tensorflow as tf
 from rec_sdk.dynamic_embedding import mode
 from rec_sdk.dynamic_embedding.shadow_ops import ShadowVariable, unique_lookup
 from rec_sdk.dynamic_embedding.variable import Variable, default_partition_fn
+from rec_sdk.util.tf_compat import keras
 
 _SERVING = {}  # id(layer) -> ids -> embeddings of that layer (see serving_lookups)
 
@@ -45,7 +46,7 @@ def _reducer(combiner):
     return _REDUCERS[combiner]
 
 
-class Embedding(tf.keras.layers.Layer):
+class Embedding(keras.layers.Layer):
     """tf.keras.layers.Embedding without a vocabulary size: ids of any shape ->
     ids.shape + [embedding_size].
 
@@ -79,7 +80,7 @@ class Embedding(tf.keras.layers.Layer):
             key_dtype=self.key_dtype, value_dtype=self.value_dtype, dim=self.embedding_size,
             devices=devices, partitioner=partitioner, name=name + "-parameter",
             initializer=initializer if initializer is not None else
-            tf.keras.initializers.RandomNormal(), trainable=trainable,
+            keras.initializers.RandomNormal(), trainable=trainable,
             init_size=init_capacity, kv_creator=kv_creator, restrict_policy=restrict_policy,
             bp_v2=bp_v2)
         self.shadow = ShadowVariable(self.params, name=name + "-shadow", max_norm=max_norm,

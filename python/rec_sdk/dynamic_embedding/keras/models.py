@@ -6,13 +6,13 @@ model.load_weights(path) into a model built by the same code, or tf.saved_model.
 a process that imports rec_sdk. For serving without the rec_sdk plugin, use
 rec_sdk.serving.export_keras_model.
 """
-import tensorflow as tf
+from rec_sdk.util.tf_compat import keras
 
 
 def de_save_model(model, filepath, overwrite=True, include_optimizer=True, signatures=None,
                   options=None, save_traces=True):
     """tf.keras.models.save_model in the SavedModel format, TFRA's arguments."""
-    return tf.keras.models.save_model(
+    return keras.models.save_model(
         model, filepath, overwrite=overwrite, include_optimizer=include_optimizer,
         save_format="tf", signatures=signatures, options=options, save_traces=save_traces)
 
