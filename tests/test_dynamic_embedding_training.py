@@ -17,6 +17,9 @@ STEPS = 6
 TF_OPTIMIZERS = {
     "adagrad": lambda: tf.compat.v1.train.AdagradOptimizer(0.2, initial_accumulator_value=0.5),
     "sgd": lambda: tf.compat.v1.train.GradientDescentOptimizer(0.3),
+    # rec_sdk's own (one accumulator per row), the same class on the dense reference.
+    "rowwise_adagrad": lambda: de.RowwiseAdagradOptimizer(0.2, initial_accumulator_value=0.1,
+                                                          epsilon=1e-3),
     "momentum": lambda: tf.compat.v1.train.MomentumOptimizer(0.1, 0.9),
     "nesterov": lambda: tf.compat.v1.train.MomentumOptimizer(0.1, 0.9, use_nesterov=True),
     "ftrl": lambda: tf.compat.v1.train.FtrlOptimizer(
@@ -36,7 +39,7 @@ TF_OPTIMIZERS = {
         0.3, tf.compat.v1.train.get_or_create_global_step(),
         initial_gradient_squared_accumulator_value=0.2, l1_regularization_strength=0.01),
 }
-SLOTS = {"adagrad": ["accumulator"], "sgd": [], "momentum": ["momentum"],
+SLOTS = {"adagrad": ["accumulator"], "rowwise_adagrad": ["accumulator"], "sgd": [], "momentum": ["momentum"],
          "nesterov": ["momentum"], "ftrl": ["accum", "linear"], "adam": ["m", "v"],
          "adadelta": ["accum", "accum_update"], "rmsprop": ["rms", "mg", "momentum"],
          "proximal_adagrad": ["accumulator"], "proximal_sgd": [],

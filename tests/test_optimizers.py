@@ -7,8 +7,9 @@ import tensorflow as tf
 
 import rec_sdk
 from rec_sdk.core.embedding import create_table, sparse_lookup
-from rec_sdk.optimizers import (adagrad, adagrad_by_addr, ftrl, gradient_descent,
-                                gradient_descent_by_addr, lazy_adam, lazy_adam_by_addr)
+from rec_sdk.optimizers import (adagrad, adagrad_by_addr, adagrad_rowwise, adagrad_rowwise_by_addr,
+                                ftrl, gradient_descent, gradient_descent_by_addr, lazy_adam,
+                                lazy_adam_by_addr)
 from rec_sdk.optimizers.ftrl import FtrlOptimizer
 from rec_sdk.util.initialize import init
 from rec_sdk.util.variable import get_dense_and_sparse_variable
@@ -72,6 +73,23 @@ class AdagradRef:
         return w.astype(np.float32), [a.astype(np.float32)]
 
 
+class RowwiseAdagradRef:
+    """TorchRec/FBGEMM's EXACT_ROWWISE_ADAGRAD: one accumulator per row (a slot of 1 float)."""
+    num_slots = 1
+    slot_width = 1
+
+    def __init__(self, learning_rate, initial_accumulator_value, epsilon):
+        self.lr, self.init, self.eps = learning_rate, initial_accumulator_value, epsilon
+
+    def initial_slots(self):
+        return [np.full(1, self.init, np.float32)]
+
+    def update(self, w, slots, g, step):
+        a = slots[0].astype(np.float64) + np.mean(g * g)
+        w = w - self.lr * g / (np.sqrt(a) + self.eps)
+        return w.astype(np.float32), [a.astype(np.float32)]
+
+
 class FtrlRef:
     """TensorFlow's ApplyFtrlV2, as documented in tf.raw_ops.ApplyFtrlV2."""
     num_slots = 2
@@ -101,6 +119,7 @@ class FtrlRef:
 LAZY_ADAM = dict(learning_rate=0.05, beta1=0.8, beta2=0.95, epsilon=1e-6)
 SGD = dict(learning_rate=0.1, weight_decay=0.01)
 ADAGRAD = dict(learning_rate=0.3, initial_accumulator_value=0.2)
+ROWWISE = dict(learning_rate=0.3, initial_accumulator_value=0.0, epsilon=1e-3)
 FTRL = dict(learning_rate=0.5, learning_rate_power=-0.5, initial_accumulator_value=0.1,
             l1=0.5, l2=0.1, l2_shrinkage=0.02)
 FTRL_POWER = dict(FTRL, learning_rate_power=-0.7, l1=0.0, l2=0.0, l2_shrinkage=0.0)
@@ -123,6 +142,10 @@ OPTIMIZERS = {
     "adagrad": (lambda: adagrad.create_hash_optimizer(**ADAGRAD),
                 lambda: adagrad_by_addr.create_hash_optimizer_by_address(**ADAGRAD),
                 lambda: AdagradRef(**ADAGRAD)),
+    "adagrad_rowwise": (lambda: adagrad_rowwise.create_hash_optimizer(**ROWWISE),
+                        lambda: adagrad_rowwise_by_addr.create_hash_optimizer_by_address(
+                            **ROWWISE),
+                        lambda: RowwiseAdagradRef(**ROWWISE)),
     "ftrl": (lambda: ftrl.create_hash_optimizer(
                  FTRL["learning_rate"], FTRL["learning_rate_power"],
                  FTRL["initial_accumulator_value"], l1_regularization_strength=FTRL["l1"],
@@ -293,7 +316,7 @@ def _check_against_reference(sess, scenario, ref, steps=len(STEPS), step_numbers
 
         keys, values, slots = sorted_export(*sess.run(scenario.export))
         assert keys.tolist() == sorted(state)
-        assert slots.shape == (ref.num_slots, len(keys), DIM)
+        assert slots.shape == (ref.num_slots, len(keys), getattr(ref, "slot_width", DIM))
         expected_values = np.stack([state[k][0] for k in keys])
         np.testing.assert_allclose(values, expected_values, rtol=RTOL, atol=ATOL,
                                    err_msg="values after step %d" % (step_index + 1))
@@ -626,6 +649,11 @@ def test_optimizer_before_init_raises(factory):
      "learning_rate"),
     (True, lambda: adagrad_by_addr.create_hash_optimizer_by_address(
         initial_accumulator_value=0), "initial_accumulator_value"),
+    (False, lambda: adagrad_rowwise.create_hash_optimizer(epsilon=0.0), "initial_accumulator"),
+    (False, lambda: adagrad_rowwise.create_hash_optimizer(epsilon=-1e-8), "epsilon"),
+    (False, lambda: adagrad_rowwise.create_hash_optimizer(learning_rate=11), "learning_rate"),
+    (True, lambda: adagrad_rowwise_by_addr.create_hash_optimizer_by_address(
+        initial_accumulator_value=-0.1), "initial_accumulator_value"),
     (False, lambda: ftrl.create_hash_optimizer(0.1, l1_regularization_strength=-1), "l1"),
     (False, lambda: ftrl.create_hash_optimizer(0.1, l1=-1), "l1"),
     (False, lambda: ftrl.create_hash_optimizer(0.1, l2=-0.5), "l2"),

@@ -657,24 +657,26 @@ def test_model_checkpoint_callback_and_trainable_wrapper_class(tmp_path):
         de.keras.callbacks.DEHvdModelCheckpoint(path)
 
 
-@pytest.mark.parametrize("shards", [5, 2, 1])
-def test_checkpoint_restores_into_another_number_of_shards(tmp_path, shards):
+@pytest.mark.parametrize("shards,optimizer", [(5, "adam"), (2, "adam"), (1, "adam"),
+                                              (2, "rowwise_adagrad")])
+def test_checkpoint_restores_into_another_number_of_shards(tmp_path, shards, optimizer):
     """A tf.train.Checkpoint of a 3-shard variable, one shard never trained (no slots),
-    read into 5, 2 and 1 shards: every key with its row and Adam slots, each in the shard
-    the partitioner names."""
+    read into 5, 2 and 1 shards: every key with its row and Adam slots (or row-wise Adagrad's
+    one float per row), each in the shard the partitioner names."""
     keys = tf.constant(np.arange(-5, 10), tf.int64)
 
     def module(count):
         m = tf.Module()
         m.params = de.Variable(name="reshard", dim=2, initializer=0.0,
                                devices=["/CPU:0"] * count)
-        m.opt = de.DynamicEmbeddingOptimizer(K.legacy.Adam(0.1))
+        m.opt = de.DynamicEmbeddingOptimizer(
+            K.legacy.Adam(0.1) if optimizer == "adam" else de.RowwiseAdagradOptimizer(0.1))
         m.shadow = de.shadow_ops.ShadowVariable(m.params, name="reshard-shadow")
         return m
 
     def train(m, ids):
         m.opt.minimize(lambda: tf.reduce_sum(tf.square(
-            de.shadow_ops.embedding_lookup(m.shadow, ids) - 1.0)), [m.shadow])
+            de.shadow_ops.embedding_lookup(m.shadow, ids) - 1.0)), var_list=[m.shadow])
 
     first = module(3)
     first.params.upsert(keys, tf.constant(_initial(2, seed=3).repeat(4, 0)[:15]))

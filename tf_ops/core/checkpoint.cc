@@ -83,11 +83,22 @@ Status OpenSource(const std::string& dir, int dim, Source* src) {
     REC_SDK_RETURN_IF_ERROR(m.Get("slot_initial." + std::to_string(s), &v));
     info.slot_initial.push_back(std::strtof(v.c_str(), nullptr));
   }
+  // Slots of one float per row (row-wise optimizers) say so; older checkpoints have dim.
+  int64_t slot_width = dim;
+  if (m.values.count("slot_width") > 0) {
+    REC_SDK_RETURN_IF_ERROR(m.GetInt("slot_width", &slot_width));
+    if (slot_width != dim && slot_width != 1) {
+      return Status::DataLoss("checkpoint metadata '" + m.path + "' has slot_width " +
+                              std::to_string(slot_width));
+    }
+  }
+  info.slot_width = static_cast<int>(slot_width);
   const uint64_t n = static_cast<uint64_t>(rows);
   const uint64_t row_floats = static_cast<uint64_t>(dim) * sizeof(float);
+  const uint64_t slot_floats = static_cast<uint64_t>(slot_width) * sizeof(float);
   std::vector<std::pair<std::string, uint64_t>> expected = {{"keys.bin", n * 8},
                                                             {"values.bin", n * row_floats}};
-  for (int s = 0; s < info.num_slots; ++s) expected.emplace_back(SlotFile(s), n * row_floats);
+  for (int s = 0; s < info.num_slots; ++s) expected.emplace_back(SlotFile(s), n * slot_floats);
   expected.emplace_back("counts.bin", n * 4);
   expected.emplace_back("last_seen.bin", n * 8);
   expected.emplace_back("pending.bin", static_cast<uint64_t>(pending) * 24);
@@ -129,18 +140,19 @@ struct Batch {
 class BatchQueue {
  public:
   // Rows per batch: up to 32,768, and about 16 MB of row data at most.
-  static int64_t RowsFor(int dim, int num_slots, int64_t rows) {
-    const int64_t row_bytes = int64_t{dim} * (1 + num_slots) * 4 + 20;
+  static int64_t RowsFor(int dim, int num_slots, int width, int64_t rows) {
+    const int64_t row_bytes = (int64_t{dim} + int64_t{num_slots} * width) * 4 + 20;
     return std::max<int64_t>(1, std::min<int64_t>({32768, (int64_t{16} << 20) / row_bytes,
                                                    std::max<int64_t>(1, rows)}));
   }
-  BatchQueue(int dim, int num_slots, int64_t rows) : kRows(RowsFor(dim, num_slots, rows)) {
+  BatchQueue(int dim, int num_slots, int width, int64_t rows)
+      : kRows(RowsFor(dim, num_slots, width, rows)) {
     for (Batch& b : batches_) {
       b.keys.resize(kRows);
       b.last_seen.resize(kRows);
       b.counts.resize(kRows);
       b.values.resize(kRows * dim);
-      b.slots.assign(num_slots, std::vector<float>(kRows * dim));
+      b.slots.assign(num_slots, std::vector<float>(kRows * width));
     }
     for (Batch& b : batches_) free_.push_back(&b);
   }
@@ -217,8 +229,9 @@ Status ReadSource(const Source& src, int64_t dim, int num_slots, BatchQueue* que
     const int64_t n = b->size;
     REC_SDK_RETURN_IF_ERROR(readers[0]->Read(b->keys.data(), n * 8));
     REC_SDK_RETURN_IF_ERROR(readers[1]->Read(b->values.data(), n * dim * sizeof(float)));
+    const int64_t width = src.info.slot_width;
     for (int s = 0; s < num_slots; ++s) {
-      REC_SDK_RETURN_IF_ERROR(readers[2 + s]->Read(b->slots[s].data(), n * dim * sizeof(float)));
+      REC_SDK_RETURN_IF_ERROR(readers[2 + s]->Read(b->slots[s].data(), n * width * sizeof(float)));
     }
     REC_SDK_RETURN_IF_ERROR(readers[2 + num_slots]->Read(b->counts.data(), n * 4));
     REC_SDK_RETURN_IF_ERROR(readers[3 + num_slots]->Read(b->last_seen.data(), n * 8));
@@ -243,7 +256,7 @@ Status ReadSource(const Source& src, int64_t dim, int num_slots, BatchQueue* que
 Status StreamSource(const Source& src, int64_t dim, int num_slots,
                     const std::function<Status(const Batch&)>& insert,
                     std::vector<std::array<int64_t, 3>>* pending) {
-  BatchQueue queue(dim, num_slots, src.info.rows);
+  BatchQueue queue(dim, num_slots, src.info.slot_width, src.info.rows);
   Status read_status;
   std::thread reader([&] { read_status = ReadSource(src, dim, num_slots, &queue); });
   Status insert_status;
@@ -337,7 +350,8 @@ Status SaveTableFiles(EmbeddingTable* table, const std::string& dir, int64_t* ro
       REC_SDK_RETURN_IF_ERROR(view.ForEachRow(
           [&](int64_t, const float* record, uint32_t, int64_t) -> Status {
             for (int s = 0; s < num_slots; ++s) {
-              REC_SDK_RETURN_IF_ERROR(writers[2 + s]->Write(record + (s + 1) * dim, row_bytes));
+              REC_SDK_RETURN_IF_ERROR(writers[2 + s]->Write(record + dim + s * info.slot_width,
+                                                           info.slot_width * sizeof(float)));
             }
             return Status::Ok();
           }, delta));
@@ -362,6 +376,7 @@ Status SaveTableFiles(EmbeddingTable* table, const std::string& dir, int64_t* ro
        << "rows " << rows << "\n"
        << "pending " << pending << "\n"
        << "num_slots " << num_slots << "\n";
+  if (num_slots > 0 && info.slot_width != dim) meta << "slot_width " << info.slot_width << "\n";
   if (!info.optimizer.empty()) meta << "optimizer " << info.optimizer << "\n";
   for (int s = 0; s < num_slots; ++s) {
     meta << "slot_initial." << s << " " << info.slot_initial[s] << "\n";
@@ -490,7 +505,9 @@ Status RestoreTableFiles(EmbeddingTable* table, const std::vector<std::string>& 
               "table '" + table->name() + "'");
           break;
         }
-        for (int s = 0; s < num_slots; ++s) slot_ptrs[s] = batch->slots[s].data() + i * dim;
+        for (int s = 0; s < num_slots; ++s) {
+          slot_ptrs[s] = batch->slots[s].data() + i * info.slot_width;
+        }
         lane_status[lane] = sink->AddRow(lane, key, batch->values.data() + i * dim, slot_ptrs,
                                          batch->counts[i], batch->last_seen[i]);
         if (lane_status[lane].ok()) ++lane_rows[lane];
@@ -541,7 +558,9 @@ Status ApplyDeltaFiles(EmbeddingTable* table, const std::string& dir, int64_t* r
       const float* slot_ptrs[EmbeddingTable::kMaxSlots];
       for (int64_t i = 0; i < batch.size; ++i) {
         const int64_t key = batch.keys[i];
-        for (int s = 0; s < num_slots; ++s) slot_ptrs[s] = batch.slots[s].data() + i * dim;
+        for (int s = 0; s < num_slots; ++s) {
+          slot_ptrs[s] = batch.slots[s].data() + i * src.info.slot_width;
+        }
         REC_SDK_RETURN_IF_ERROR(sink->AddRow(sink->LaneOf(key), key,
                                              batch.values.data() + i * dim, slot_ptrs,
                                              batch.counts[i], batch.last_seen[i]));

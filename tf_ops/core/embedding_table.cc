@@ -49,7 +49,8 @@ EmbeddingTable::EmbeddingTable(const TableConfig& config)
       pages_(new std::atomic<DirectoryPage*>[kMaxPages]),
       pending_(new PendingShard[HashIndex::kNumShards]),
       newest_clock_(kNoClock),
-      row_bytes_(RowBytesFor(0)) {
+      row_bytes_(RowBytesFor(0, config.dim)),
+      slot_width_(config.dim) {
   for (int64_t i = 0; i < kMaxPages; ++i) pages_[i].store(nullptr, std::memory_order_relaxed);
   for (int s = 0; s < HashIndex::kNumShards; ++s) pending_[s].set_seed(index_.seed());
   track_access_.store(config.track_access, std::memory_order_relaxed);
@@ -199,7 +200,7 @@ void EmbeddingTable::InitializeRowLocked(int64_t row, int64_t key, int64_t last_
   float* value = ValueOf(row);
   InitializeRow(config_.initializer, key, config_.dim, value);
   for (int s = 0; s < num_slots_; ++s) {
-    std::fill_n(SlotOf(value, s), config_.dim, slot_initial_values_[s]);
+    std::fill_n(SlotOf(value, s), slot_width_, slot_initial_values_[s]);
   }
   MarkChanged(row);
   RowMeta& meta = MetaOf(row);
@@ -442,7 +443,9 @@ Status EmbeddingTable::Lookup(const int64_t* keys, int64_t n, bool init_missing,
           value = reinterpret_cast<float*>(record.data() + sizeof(RowMeta));
         }
         if (slot >= 0) {
-          if (row >= 0) {
+          if (row >= 0 && slot_width_ == 1) {
+            std::fill_n(dst, dim, *SlotOf(value, slot));  // one value per row, repeated
+          } else if (row >= 0) {
             std::memcpy(dst, SlotOf(value, slot), dim * sizeof(float));
           } else {
             std::fill_n(dst, dim, init_missing ? slot_initial_values_[slot] : 0.0f);
@@ -627,7 +630,7 @@ Status EmbeddingTable::ApplyUpdate(const SlotLayout& layout, const int64_t* addr
   ChangeScope change(this);
   {
     std::shared_lock<std::shared_mutex> structure(structure_mu_);
-    if (SlotsReadyLocked(layout.optimizer, layout.initial_values)) {
+    if (SlotsReadyLocked(layout.optimizer, layout.initial_values, layout.width)) {
       return UpdateRowsLocked(addresses, n, cost_per_row, update, run);
     }
   }
@@ -636,7 +639,8 @@ Status EmbeddingTable::ApplyUpdate(const SlotLayout& layout, const int64_t* addr
   std::unique_lock<std::shared_mutex> structure(structure_mu_);
   std::vector<int64_t> rows(n);
   REC_SDK_RETURN_IF_ERROR(DecodeAddresses(addresses, n, rows.data(), run));
-  REC_SDK_RETURN_IF_ERROR(EnsureSlotsLocked(layout.optimizer, layout.initial_values));
+  REC_SDK_RETURN_IF_ERROR(EnsureSlotsLocked(layout.optimizer, layout.initial_values,
+                                            layout.width));
   WriteRowsLocked(rows.data(), n, cost_per_row, update, run);
   return Status::Ok();
 }

@@ -150,6 +150,9 @@ class EmbeddingTable {
   bool dynamic_expansion() const { return config_.dynamic_expansion; }
   int64_t rows_per_chunk() const { return int64_t{1} << chunk_shift_; }
   int num_slots() const { return num_slots_; }
+  // Floats per optimizer slot of a row: dim (one per element, the default) or 1 (one per
+  // row, e.g. row-wise Adagrad's accumulator), as the optimizer that attached them asked.
+  int slot_width() const { return slot_width_; }
   // Whether the table has an SSD tier.
   bool tiered() const { return cold_ != nullptr; }
   // Reads the SSD records of keys[0, n) ahead of the training lookup that will bring them
@@ -212,8 +215,8 @@ class EmbeddingTable {
   // Copies the rows of `keys` to out[n, dim] without inserting. Absent keys give zeros, or
   // the values a new row would get when init_missing is true. exists may be null. With
   // slot >= 0 the rows' optimizer slot `slot` is read instead of the embedding (absent keys:
-  // the slot's initial value); before any optimizer attached slots, every key reads
-  // slot_default.
+  // the slot's initial value; a slot of one float per row fills the row's dim floats); before
+  // any optimizer attached slots, every key reads slot_default.
   Status Lookup(const int64_t* keys, int64_t n, bool init_missing, float* out, bool* exists,
                 const ParallelRunner& run, int slot = -1, float slot_default = 0.0f);
 
@@ -240,13 +243,15 @@ class EmbeddingTable {
   // initial_values[i]. Idempotent for the same optimizer; a different optimizer is an error
   // (one sparse optimizer per table). A table restored with slots by Import accepts the first
   // optimizer whose slot count matches.
-  Status EnsureSlots(const std::string& optimizer, const std::vector<float>& initial_values);
+  // width: floats per slot, 0 for dim (see slot_width()).
+  Status EnsureSlots(const std::string& optimizer, const std::vector<float>& initial_values,
+                     int width = 0);
   const std::string& slot_optimizer() const { return slot_optimizer_; }
 
   // Calls update(i, value, slots) for every i in [0, n) with addresses[i] != -1, in parallel;
   // one update of the table at a time (update_mu_), so concurrent updates are never lost.
   // All addresses are validated before any row is touched; `slots` points at the row's
-  // num_slots() slot vectors. Addresses must be unique.
+  // num_slots() slot vectors (slot_width() floats each). Addresses must be unique.
   using RowUpdate = std::function<void(int64_t i, float* value, float* const* slots)>;
   Status UpdateRows(const int64_t* addresses, int64_t n, int64_t cost_per_row,
                     const RowUpdate& update, const ParallelRunner& run);
@@ -255,6 +260,7 @@ class EmbeddingTable {
   struct SlotLayout {
     std::string optimizer;
     std::vector<float> initial_values;
+    int width = 0;  // floats per slot: 0 for dim (per element), 1 for one per row
   };
   // UpdateRows for the optimizer of `layout`, attaching its slots first if needed (as
   // EnsureSlots). All or nothing: when an address is invalid or the optimizer cannot train
@@ -263,8 +269,8 @@ class EmbeddingTable {
                      int64_t cost_per_row, const RowUpdate& update, const ParallelRunner& run);
 
   // Exports every stored row. allocate(n, &keys, &values, &slots) is called once with the
-  // row count and must return buffers of n keys, n*dim values and num_slots()*n*dim slot
-  // values (layout [slot][row][dim]); the table is locked until Export returns.
+  // row count and must return buffers of n keys, n*dim values and num_slots()*n*slot_width()
+  // slot values (layout [slot][row][slot_width]); the table is locked until Export returns.
   using ExportAllocator =
       std::function<Status(int64_t n, int64_t** keys, float** values, float** slots)>;
   Status Export(const ExportAllocator& allocate);
@@ -279,11 +285,11 @@ class EmbeddingTable {
   Status ExportAccess(std::vector<int64_t>* keys, std::vector<int64_t>* last_seen,
                     std::vector<int64_t>* counts);
 
-  // Replaces the table's contents with n rows. slots (layout [slot][row][dim]) may be null
-  // (slots start from their initial values); otherwise it holds num_slots arrays, which must
-  // match the slots already declared, if any.
+  // Replaces the table's contents with n rows. slots (layout [slot][row][slot_width], 0 for
+  // dim) may be null (slots start from their initial values); otherwise it holds num_slots
+  // arrays, which must match the slots already declared, if any.
   Status Import(const int64_t* keys, const float* values, const float* slots, int num_slots,
-                int64_t n);
+                int64_t n, int slot_width = 0);
 
   // --- Checkpoints (see checkpoint.h) ---
   // What a checkpoint records besides the rows.
@@ -291,6 +297,7 @@ class EmbeddingTable {
     int64_t rows = 0;
     int64_t pending = 0;
     int num_slots = 0;
+    int slot_width = 0;               // floats per slot (dim unless the optimizer is row-wise)
     std::string optimizer;            // empty when no optimizer attached slots
     std::vector<float> slot_initial;  // num_slots values
     int64_t newest_clock = 0;
@@ -449,9 +456,10 @@ class EmbeddingTable {
     return pages_[c >> kPageBits].load(std::memory_order_acquire)->chunks[c & (kPageSize - 1)].load(
         std::memory_order_acquire);
   }
-  // Bytes of one row record with num_slots slots.
-  size_t RowBytesFor(int num_slots) const {
-    const size_t bytes = sizeof(RowMeta) + sizeof(float) * config_.dim * (1 + num_slots);
+  // Bytes of one row record with num_slots slots of `width` floats.
+  size_t RowBytesFor(int num_slots, int width) const {
+    const size_t bytes =
+        sizeof(RowMeta) + sizeof(float) * (config_.dim + size_t(num_slots) * width);
     return (bytes + 7) / 8 * 8;
   }
   size_t ChunkBytes() const { return (size_t{1} << chunk_shift_) * row_bytes_; }
@@ -461,8 +469,8 @@ class EmbeddingTable {
   float* ValueOf(int64_t row) const {
     return reinterpret_cast<float*>(RecordOf(row) + sizeof(RowMeta));
   }
-  // Slot s of a row starts (s + 1) * dim floats after its embedding.
-  float* SlotOf(float* value, int s) const { return value + (s + 1) * config_.dim; }
+  // Slot s of a row starts dim + s * slot_width floats after its embedding.
+  float* SlotOf(float* value, int s) const { return value + config_.dim + s * slot_width_; }
 
   // The index maps a key to its row id and generation (bits 0..51 of its address); the tag
   // is added when the address leaves the table.
@@ -487,9 +495,10 @@ class EmbeddingTable {
                        const RowUpdate& update, const ParallelRunner& run);
   // Whether the slots of `layout` are attached (structure_mu_ held), and attaching them
   // (structure_mu_ held exclusively); see EnsureSlots.
-  bool SlotsReadyLocked(const std::string& optimizer,
-                        const std::vector<float>& initial_values) const;
-  Status EnsureSlotsLocked(const std::string& optimizer, const std::vector<float>& initial_values);
+  bool SlotsReadyLocked(const std::string& optimizer, const std::vector<float>& initial_values,
+                        int width) const;
+  Status EnsureSlotsLocked(const std::string& optimizer, const std::vector<float>& initial_values,
+                           int width);
 
   // Adds one chunk (alloc_mu_ held). Returns false when the memory cannot be allocated.
   bool AddChunkLocked();
@@ -504,10 +513,11 @@ class EmbeddingTable {
   static constexpr int64_t kMappingsPerChunk = 2;
   static constexpr int64_t kUncheckedChunks = 256;
   static constexpr double kMaxReservationBytes = double(int64_t{1} << 45);  // 32 TiB
-  // Re-lays out every chunk for `num_slots` slots (exclusive structure_mu_ and alloc_mu_
-  // held): copies the header, embedding and existing slots of every row handed out and sets
-  // new slots to initial_values[s]. Leaves the table unchanged when memory runs out.
-  Status RelayoutLocked(int num_slots, const float* initial_values);
+  // Re-lays out every chunk for `num_slots` slots of `width` floats (exclusive structure_mu_
+  // and alloc_mu_ held): copies the header, embedding and existing slots (of the same width)
+  // of every row handed out and sets new slots to initial_values[s]. Leaves the table
+  // unchanged when memory runs out.
+  Status RelayoutLocked(int num_slots, int width, const float* initial_values);
   // Takes `count` rows into *rows, reused ones first; fewer only when a fixed-capacity table
   // is full. Rows are not initialised.
   void AllocateRows(int64_t count, std::vector<int64_t>* rows);
@@ -611,6 +621,7 @@ class EmbeddingTable {
   // Changed only under an exclusive structure_mu_.
   size_t row_bytes_;
   int num_slots_ = 0;
+  int slot_width_;  // dim until an optimizer with one float per row attaches its slots
   bool slot_values_known_ = false;  // false after an Import of slots, until EnsureSlots
   // The slots came from a checkpoint and no optimizer applied since: a different optimizer
   // may still take the table over (its slots start from their initial values).
@@ -723,7 +734,8 @@ class EmbeddingTable {
   // Rewrites every cold record for `num_slots` slots: slots it had keep their values unless
   // reset_slots, new or reset ones get initial_values. The new store replaces the old one
   // only once every record is written.
-  Status RelayoutColdLocked(int num_slots, const float* initial_values, bool reset_slots);
+  Status RelayoutColdLocked(int num_slots, int width, const float* initial_values,
+                            bool reset_slots);
   // Rows that can still be handed out (alloc_mu_ not held).
   int64_t FreeRowCount();
   // Calls fn(key, record, marked) for every cold record (a row record: header, embedding,

@@ -99,6 +99,32 @@ Status ApplyAdagrad(EmbeddingTable* table, const int64_t* addresses, const float
   return apply([eps](float a) { return std::sqrt(a) + eps; });
 }
 
+Status ApplyRowwiseAdagrad(EmbeddingTable* table, const int64_t* addresses, const float* grads,
+                           int64_t n, const RowwiseAdagradParams& p, const ParallelRunner& run) {
+  REC_SDK_RETURN_IF_ERROR(
+      CheckRange("RowwiseAdagrad", "learning_rate", p.learning_rate, 0, false, kInf, true));
+  REC_SDK_RETURN_IF_ERROR(
+      CheckRange("RowwiseAdagrad", "epsilon", p.epsilon, 0, false, 1, false));
+  REC_SDK_RETURN_IF_ERROR(CheckRange("RowwiseAdagrad", "initial_accumulator_value",
+                                     p.initial_accumulator_value, 0, p.epsilon == 0.0f, kInf,
+                                     true));
+  const int dim = table->dim();
+  const float lr = p.learning_rate, eps = p.epsilon, inv_dim = 1.0f / static_cast<float>(dim);
+  // One float of state per row: the slot is 1 float wide.
+  return table->ApplyUpdate(
+      {"RowwiseAdagrad", {p.initial_accumulator_value}, /*width=*/1}, addresses, n, 4 * dim,
+      [=](int64_t i, float* __restrict w, float* const* slots) {
+        const float* __restrict g = grads + i * dim;
+        float squares = 0.0f;
+        for (int d = 0; d < dim; ++d) squares += g[d] * g[d];
+        const float a = slots[0][0] + squares * inv_dim;
+        slots[0][0] = a;
+        const float step = lr / (std::sqrt(a) + eps);
+        for (int d = 0; d < dim; ++d) w[d] -= step * g[d];
+      },
+      run);
+}
+
 Status ApplyMomentum(EmbeddingTable* table, const int64_t* addresses, const float* grads,
                      int64_t n, const MomentumParams& p, const ParallelRunner& run) {
   REC_SDK_RETURN_IF_ERROR(CheckRange("Momentum", "learning_rate", p.learning_rate, 0, false, kInf, true));

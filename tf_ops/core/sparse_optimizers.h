@@ -8,6 +8,8 @@
 //              w -= lr sqrt(1-b2^t)/(1-b1^t) * m / (sqrt(v) + eps)          slots: m, v
 //   SGD        w -= lr (g + weight_decay w)                                   slots: none
 //   Adagrad    a += g^2;  w -= lr g / sqrt(a)  (Keras: / (sqrt(a) + eps), / sqrt(a + eps))  slots: a
+//   RowwiseAdagrad  a += mean over the row's elements of g^2;  w -= lr g / (sqrt(a) + eps)
+//              (TorchRec/FBGEMM's EXACT_ROWWISE_ADAGRAD)              slots: a, 1 float per row
 //   FTRL       TensorFlow's ApplyFtrlV2 (l1, l2, l2_shrinkage, lr_power)      slots: accum, linear
 //   Momentum   a = momentum a + g;  w -= lr a  (Nesterov: w -= lr (g + momentum a))  slots: a
 //              Keras (velocity): v = momentum v - lr g;  w += v  (Nesterov: w += momentum v - lr g)
@@ -50,6 +52,12 @@ struct AdagradParams {
   bool epsilon_inside_sqrt = false;
 };
 
+struct RowwiseAdagradParams {
+  float learning_rate;
+  float initial_accumulator_value;
+  float epsilon;
+};
+
 struct MomentumParams {
   float learning_rate;
   float momentum;
@@ -76,6 +84,9 @@ Status ApplyGradientDescent(EmbeddingTable* table, const int64_t* addresses, con
                             const ParallelRunner& run);
 Status ApplyAdagrad(EmbeddingTable* table, const int64_t* addresses, const float* grads,
                     int64_t n, const AdagradParams& params, const ParallelRunner& run);
+Status ApplyRowwiseAdagrad(EmbeddingTable* table, const int64_t* addresses, const float* grads,
+                           int64_t n, const RowwiseAdagradParams& params,
+                           const ParallelRunner& run);
 Status ApplyFtrl(EmbeddingTable* table, const int64_t* addresses, const float* grads, int64_t n,
                  const FtrlParams& params, const ParallelRunner& run);
 Status ApplyMomentum(EmbeddingTable* table, const int64_t* addresses, const float* grads,

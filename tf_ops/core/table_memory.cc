@@ -128,9 +128,9 @@ bool EmbeddingTable::AddChunkLocked() {
   return true;
 }
 
-Status EmbeddingTable::RelayoutLocked(int num_slots, const float* initial_values) {
+Status EmbeddingTable::RelayoutLocked(int num_slots, int width, const float* initial_values) {
   const size_t old_bytes = row_bytes_;
-  const size_t new_bytes = RowBytesFor(num_slots);
+  const size_t new_bytes = RowBytesFor(num_slots, width);
   const int64_t rows = rows_per_chunk();
   std::vector<char*> blocks(num_chunks_, nullptr);
   for (int64_t c = 0; c < num_chunks_; ++c) {
@@ -142,15 +142,16 @@ Status EmbeddingTable::RelayoutLocked(int num_slots, const float* initial_values
     }
   }
   if (cold_ != nullptr) {
-    Status status = RelayoutColdLocked(num_slots, initial_values, /*reset_slots=*/false);
+    Status status = RelayoutColdLocked(num_slots, width, initial_values, /*reset_slots=*/false);
     if (!status.ok()) {
       for (int64_t c = 0; c < num_chunks_; ++c) FreeBlock(blocks[c], rows * new_bytes);
       return status;
     }
   }
   const int dim = config_.dim;
-  const size_t kept =
-      sizeof(RowMeta) + sizeof(float) * dim * (1 + std::min(num_slots_, num_slots));
+  // Slots of another width cannot be kept: every slot starts from its initial value.
+  const int kept_slots = width == slot_width_ ? std::min(num_slots_, num_slots) : 0;
+  const size_t kept = sizeof(RowMeta) + sizeof(float) * (dim + size_t(kept_slots) * width);
   for (int64_t c = 0; c < num_chunks_; ++c) {
     Chunk* chunk = ChunkOf(c << chunk_shift_);
     const int64_t used = std::min<int64_t>(rows, rows_touched_ - (c << chunk_shift_));
@@ -158,8 +159,8 @@ Status EmbeddingTable::RelayoutLocked(int num_slots, const float* initial_values
       char* dst = blocks[c] + r * new_bytes;
       std::memcpy(dst, chunk->rows + r * old_bytes, kept);
       float* value = reinterpret_cast<float*>(dst + sizeof(RowMeta));
-      for (int s = num_slots_; s < num_slots; ++s) {
-        std::fill_n(value + (s + 1) * dim, dim, initial_values[s]);
+      for (int s = kept_slots; s < num_slots; ++s) {
+        std::fill_n(value + dim + s * width, width, initial_values[s]);
       }
     }
     FreeBlock(chunk->rows, rows * old_bytes);
@@ -167,6 +168,7 @@ Status EmbeddingTable::RelayoutLocked(int num_slots, const float* initial_values
   }
   row_bytes_ = new_bytes;
   num_slots_ = num_slots;
+  slot_width_ = width;
   return Status::Ok();
 }
 

@@ -11,49 +11,59 @@
 namespace rec_sdk {
 
 Status EmbeddingTable::EnsureSlots(const std::string& optimizer,
-                                   const std::vector<float>& initial_values) {
+                                   const std::vector<float>& initial_values, int width) {
   ChangeScope change(this);
   {
     std::shared_lock<std::shared_mutex> structure(structure_mu_);
-    if (SlotsReadyLocked(optimizer, initial_values)) return Status::Ok();
+    if (SlotsReadyLocked(optimizer, initial_values, width)) return Status::Ok();
   }
   std::unique_lock<std::shared_mutex> structure(structure_mu_);
-  return EnsureSlotsLocked(optimizer, initial_values);
+  return EnsureSlotsLocked(optimizer, initial_values, width);
 }
 
 bool EmbeddingTable::SlotsReadyLocked(const std::string& optimizer,
-                                      const std::vector<float>& initial_values) const {
+                                      const std::vector<float>& initial_values,
+                                      int width) const {
   return slot_values_known_ && !slots_from_checkpoint_ && slot_optimizer_ == optimizer &&
          num_slots_ == static_cast<int>(initial_values.size()) &&
+         (num_slots_ == 0 || slot_width_ == (width == 0 ? config_.dim : width)) &&
          std::equal(initial_values.begin(), initial_values.end(), slot_initial_values_);
 }
 
 Status EmbeddingTable::EnsureSlotsLocked(const std::string& optimizer,
-                                         const std::vector<float>& initial_values) {
+                                         const std::vector<float>& initial_values,
+                                         int width) {
   const int wanted = static_cast<int>(initial_values.size());
   if (wanted > kMaxSlots) {
     return Status::InvalidArgument("optimizer '" + optimizer + "' asks for " +
                                    std::to_string(wanted) + " slots; at most " +
                                    std::to_string(kMaxSlots) + " are supported");
   }
+  if (width == 0) width = config_.dim;
+  if (width != config_.dim && width != 1) {
+    return Status::InvalidArgument("optimizer '" + optimizer + "' asks for slots of " +
+                                   std::to_string(width) + " floats; a slot holds dim (" +
+                                   std::to_string(config_.dim) + ") floats or 1 per row");
+  }
+  const bool same_width = wanted == 0 || num_slots_ == 0 || slot_width_ == width;
   if (slot_values_known_ && slots_from_checkpoint_) {
     slots_from_checkpoint_ = false;
-    if (slot_optimizer_ == optimizer && num_slots_ == wanted) {
+    if (slot_optimizer_ == optimizer && num_slots_ == wanted && same_width) {
       // Restored slots of this optimizer: new rows start from this instance's values.
       for (int s = 0; s < wanted; ++s) slot_initial_values_[s] = initial_values[s];
       return Status::Ok();
     }
     // The checkpoint was trained by another optimizer: its slots cannot serve this one.
     std::lock_guard<std::mutex> lock(alloc_mu_);
-    REC_SDK_RETURN_IF_ERROR(RelayoutLocked(wanted, initial_values.data()));
+    REC_SDK_RETURN_IF_ERROR(RelayoutLocked(wanted, width, initial_values.data()));
     if (cold_ != nullptr) {
       REC_SDK_RETURN_IF_ERROR(
-          RelayoutColdLocked(wanted, initial_values.data(), /*reset_slots=*/true));
+          RelayoutColdLocked(wanted, width, initial_values.data(), /*reset_slots=*/true));
     }
     for (int64_t row = 0; row < next_row_; ++row) {
       float* value = ValueOf(row);
       for (int s = 0; s < wanted; ++s) {
-        std::fill_n(SlotOf(value, s), config_.dim, initial_values[s]);
+        std::fill_n(SlotOf(value, s), slot_width_, initial_values[s]);
       }
     }
     {
@@ -67,7 +77,7 @@ Status EmbeddingTable::EnsureSlotsLocked(const std::string& optimizer,
     return Status::Ok();
   }
   if (slot_values_known_) {
-    if (slot_optimizer_ == optimizer && num_slots_ == wanted) {
+    if (slot_optimizer_ == optimizer && num_slots_ == wanted && same_width) {
       for (int s = 0; s < wanted; ++s) {
         if (slot_initial_values_[s] != initial_values[s]) {
           return Status::FailedPrecondition(
@@ -84,14 +94,17 @@ Status EmbeddingTable::EnsureSlotsLocked(const std::string& optimizer,
         "' (one sparse optimizer per table)");
   }
   std::lock_guard<std::mutex> lock(alloc_mu_);
-  if (num_slots_ > 0 && num_slots_ != wanted) {
+  if (num_slots_ > 0 && (num_slots_ != wanted || slot_width_ != width)) {
     return Status::FailedPrecondition(
         "table '" + config_.name + "' was imported with " + std::to_string(num_slots_) +
-        " optimizer slots but optimizer '" + optimizer + "' uses " + std::to_string(wanted));
+        " optimizer slots of " + std::to_string(slot_width_) + " floats but optimizer '" +
+        optimizer + "' uses " + std::to_string(wanted) + " of " + std::to_string(width));
   }
   const int first_new = num_slots_;
   // Give every row handed out so far its slots; later rows get them in InitializeRowLocked.
-  if (wanted > num_slots_) REC_SDK_RETURN_IF_ERROR(RelayoutLocked(wanted, initial_values.data()));
+  if (wanted > num_slots_) {
+    REC_SDK_RETURN_IF_ERROR(RelayoutLocked(wanted, width, initial_values.data()));
+  }
   for (int s = 0; s < wanted; ++s) slot_initial_values_[s] = initial_values[s];
   // Rows added after an Import of slots but before this call got no slot values of their own.
   for (int64_t row = 0; first_new > 0 && row < next_row_; ++row) {
@@ -100,7 +113,7 @@ Status EmbeddingTable::EnsureSlotsLocked(const std::string& optimizer,
     meta.slots_unset = 0;
     float* value = ValueOf(row);
     for (int s = 0; s < first_new; ++s) {
-      std::fill_n(SlotOf(value, s), config_.dim, initial_values[s]);
+      std::fill_n(SlotOf(value, s), slot_width_, initial_values[s]);
     }
   }
   slot_optimizer_ = optimizer;

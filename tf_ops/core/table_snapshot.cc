@@ -57,6 +57,7 @@ Status EmbeddingTable::Snapshot(const std::function<Status(const SnapshotView&)>
   info.rows = size_.load();
   info.pending = pending_size_.load();
   info.num_slots = num_slots_;
+  info.slot_width = slot_width_;
   info.optimizer = slot_optimizer_;
   info.slot_initial.assign(slot_initial_values_, slot_initial_values_ + num_slots_);
   const int64_t newest = newest_clock_.load();
@@ -184,11 +185,12 @@ class EmbeddingTable::RowSink : public RestoreSink {
     const int dim = t_->config_.dim;
     float* dst = t_->ValueOf(row);
     std::memcpy(dst, value, dim * sizeof(float));
+    const int width = t_->slot_width_;
     for (int s = 0; s < t_->num_slots_; ++s) {
       if (keep_slots_ && slots != nullptr && slots[s] != nullptr) {
-        std::memcpy(t_->SlotOf(dst, s), slots[s], dim * sizeof(float));
+        std::memcpy(t_->SlotOf(dst, s), slots[s], width * sizeof(float));
       } else {
-        std::fill_n(t_->SlotOf(dst, s), dim, t_->slot_initial_values_[s]);
+        std::fill_n(t_->SlotOf(dst, s), width, t_->slot_initial_values_[s]);
       }
     }
     RowMeta& meta = t_->MetaOf(row);
@@ -307,12 +309,14 @@ Status EmbeddingTable::Restore(const CheckpointInfo& info,
                                    std::to_string(info.num_slots) + " slots (at most " +
                                    std::to_string(kMaxSlots) + ")");
   }
+  const int width = info.slot_width == 0 ? config_.dim : info.slot_width;
   std::unique_lock<std::shared_mutex> structure(structure_mu_);
   std::string what;
   bool keep_slots;
   if (slot_values_known_ && !slots_from_checkpoint_) {
     // An optimizer already trains this table: keep its slots only if they are the same.
-    keep_slots = info.num_slots == num_slots_ && info.optimizer == slot_optimizer_;
+    keep_slots = info.num_slots == num_slots_ && info.optimizer == slot_optimizer_ &&
+                 (num_slots_ == 0 || width == slot_width_);
     if (keep_slots) {
       what = info.num_slots > 0 ? "slots of '" + info.optimizer + "' restored" : "";
     } else {
@@ -323,9 +327,9 @@ Status EmbeddingTable::Restore(const CheckpointInfo& info,
     }
   } else {
     keep_slots = true;
-    if (info.num_slots != num_slots_) {
+    if (info.num_slots != num_slots_ || (info.num_slots > 0 && width != slot_width_)) {
       std::lock_guard<std::mutex> lock(alloc_mu_);
-      REC_SDK_RETURN_IF_ERROR(RelayoutLocked(info.num_slots, info.slot_initial.data()));
+      REC_SDK_RETURN_IF_ERROR(RelayoutLocked(info.num_slots, width, info.slot_initial.data()));
     }
     for (int s = 0; s < info.num_slots; ++s) slot_initial_values_[s] = info.slot_initial[s];
     slot_optimizer_ = info.optimizer;
@@ -516,6 +520,7 @@ Status EmbeddingTable::Export(const ExportAllocator& allocate) {
   float* slots = nullptr;
   REC_SDK_RETURN_IF_ERROR(allocate(n, &keys, &values, &slots));
   const int dim = config_.dim;
+  const int width = slot_width_;
   int64_t out = 0;
   for (int64_t row = 0; row < next_row_ && out < n; ++row) {
     const RowMeta& meta = MetaOf(row);
@@ -524,7 +529,7 @@ Status EmbeddingTable::Export(const ExportAllocator& allocate) {
     keys[out] = meta.key;
     std::memcpy(values + out * dim, value, dim * sizeof(float));
     for (int s = 0; s < num_slots_; ++s) {
-      std::memcpy(slots + (s * n + out) * dim, SlotOf(value, s), dim * sizeof(float));
+      std::memcpy(slots + (s * n + out) * width, SlotOf(value, s), width * sizeof(float));
     }
     ++out;
   }
@@ -534,7 +539,8 @@ Status EmbeddingTable::Export(const ExportAllocator& allocate) {
     keys[out] = key;
     std::memcpy(values + out * dim, value, dim * sizeof(float));
     for (int s = 0; s < num_slots_; ++s) {
-      std::memcpy(slots + (s * n + out) * dim, value + (s + 1) * dim, dim * sizeof(float));
+      std::memcpy(slots + (s * n + out) * width, value + dim + s * width,
+                  width * sizeof(float));
     }
     ++out;
     return Status::Ok();
@@ -542,8 +548,14 @@ Status EmbeddingTable::Export(const ExportAllocator& allocate) {
 }
 
 Status EmbeddingTable::Import(const int64_t* keys, const float* values, const float* slots,
-                              int num_slots, int64_t n) {
+                              int num_slots, int64_t n, int slot_width) {
   ChangeScope change(this);
+  const int width = slot_width == 0 ? config_.dim : slot_width;
+  if (width != config_.dim && width != 1) {
+    return Status::InvalidArgument("import into table '" + config_.name + "': slots of " +
+                                   std::to_string(width) + " floats given; a slot holds dim (" +
+                                   std::to_string(config_.dim) + ") floats or 1 per row");
+  }
   if (slots != nullptr && (num_slots < 0 || num_slots > kMaxSlots)) {
     return Status::InvalidArgument("import into table '" + config_.name + "': " +
                                    std::to_string(num_slots) + " slot arrays given, at most " +
@@ -560,18 +572,20 @@ Status EmbeddingTable::Import(const int64_t* keys, const float* values, const fl
   }
   // One exclusive section: no other operation sees a half-imported table.
   std::unique_lock<std::shared_mutex> structure(structure_mu_);
-  if (num_slots > 0 && slot_values_known_ && num_slots != num_slots_) {
+  if (num_slots > 0 && slot_values_known_ &&
+      (num_slots != num_slots_ || width != slot_width_)) {
     return Status::InvalidArgument(
         "import into table '" + config_.name + "': " + std::to_string(num_slots) +
-        " slot arrays given but its optimizer '" + slot_optimizer_ + "' has " +
-        std::to_string(num_slots_));
+        " slot arrays of " + std::to_string(width) + " floats given but its optimizer '" +
+        slot_optimizer_ + "' has " + std::to_string(num_slots_) + " of " +
+        std::to_string(slot_width_));
   }
-  if (num_slots > num_slots_) {
+  if (num_slots > num_slots_ || (num_slots > 0 && width != slot_width_)) {
     std::lock_guard<std::mutex> lock(alloc_mu_);
     // Placeholder initial values: the imported rows get their slots below, and rows added
     // before the optimizer's EnsureSlots are marked slots_unset.
     const float zeros[kMaxSlots] = {0, 0, 0, 0};
-    REC_SDK_RETURN_IF_ERROR(RelayoutLocked(num_slots, zeros));
+    REC_SDK_RETURN_IF_ERROR(RelayoutLocked(num_slots, width, zeros));
   }
   ClearLocked();
   std::vector<int64_t> rows;
@@ -599,7 +613,7 @@ Status EmbeddingTable::Import(const int64_t* keys, const float* values, const fl
           cold_records.resize(cold_keys.size() * row_bytes_);
         }
         std::vector<const float*> slot_values(num_slots_, nullptr);
-        for (int s = 0; s < num_slots; ++s) slot_values[s] = slots + (s * n + i) * dim;
+        for (int s = 0; s < num_slots; ++s) slot_values[s] = slots + (s * n + i) * width;
         const bool slots_unset =
             num_slots_ > 0 && !slot_values_known_ && !(num_slots > 0 && num_slots == num_slots_);
         FillRecord(cold_records.data() + at->second * row_bytes_, keys[i], ClockForNewRows(),
@@ -618,7 +632,7 @@ Status EmbeddingTable::Import(const int64_t* keys, const float* values, const fl
     float* value = ValueOf(row);
     std::memcpy(value, values + i * dim, dim * sizeof(float));
     for (int s = 0; s < num_slots; ++s) {
-      std::memcpy(SlotOf(value, s), slots + (s * n + i) * dim, dim * sizeof(float));
+      std::memcpy(SlotOf(value, s), slots + (s * n + i) * width, width * sizeof(float));
     }
     if (num_slots > 0 && num_slots == num_slots_) MetaOf(row).slots_unset = 0;
   }

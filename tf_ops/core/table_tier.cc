@@ -62,7 +62,7 @@ void EmbeddingTable::FillUnsetSlots(char* record) const {
   if (!(meta->slots_unset && slot_values_known_)) return;
   float* value = reinterpret_cast<float*>(record + sizeof(RowMeta));
   for (int s = 0; s < num_slots_; ++s) {
-    std::fill_n(SlotOf(value, s), config_.dim, slot_initial_values_[s]);
+    std::fill_n(SlotOf(value, s), slot_width_, slot_initial_values_[s]);
   }
   meta->slots_unset = 0;
 }
@@ -110,9 +110,9 @@ void EmbeddingTable::FillRecord(char* record, int64_t key, int64_t last_seen, ui
   std::memcpy(dst, value, config_.dim * sizeof(float));
   for (int s = 0; s < num_slots_; ++s) {
     if (slots != nullptr && slots[s] != nullptr) {
-      std::memcpy(SlotOf(dst, s), slots[s], config_.dim * sizeof(float));
+      std::memcpy(SlotOf(dst, s), slots[s], slot_width_ * sizeof(float));
     } else {
-      std::fill_n(SlotOf(dst, s), config_.dim, slot_initial_values_[s]);
+      std::fill_n(SlotOf(dst, s), slot_width_, slot_initial_values_[s]);
     }
   }
 }
@@ -456,14 +456,14 @@ Status EmbeddingTable::CompactLocked() {
   });
 }
 
-Status EmbeddingTable::RelayoutColdLocked(int num_slots, const float* initial_values,
+Status EmbeddingTable::RelayoutColdLocked(int num_slots, int width, const float* initial_values,
                                           bool reset_slots) {
-  const size_t new_bytes = RowBytesFor(num_slots);
+  const size_t new_bytes = RowBytesFor(num_slots, width);
   std::unique_ptr<ColdTier> fresh;
   REC_SDK_RETURN_IF_ERROR(OpenColdTier(new_bytes, &fresh));
   const int dim = config_.dim;
-  const int kept = reset_slots ? 0 : std::min(num_slots_, num_slots);
-  const size_t kept_bytes = sizeof(RowMeta) + sizeof(float) * dim * (1 + kept);
+  const int kept = reset_slots || width != slot_width_ ? 0 : std::min(num_slots_, num_slots);
+  const size_t kept_bytes = sizeof(RowMeta) + sizeof(float) * (dim + size_t(kept) * width);
   std::vector<char> record(new_bytes);
   std::vector<std::pair<int64_t, uint64_t>> moved;
   moved.reserve(cold_->live());
@@ -472,7 +472,7 @@ Status EmbeddingTable::RelayoutColdLocked(int num_slots, const float* initial_va
     std::memcpy(record.data(), old, kept_bytes);
     float* value = reinterpret_cast<float*>(record.data() + sizeof(RowMeta));
     for (int s = kept; s < num_slots; ++s) {
-      std::fill_n(value + (s + 1) * dim, dim, initial_values[s]);
+      std::fill_n(value + dim + s * width, width, initial_values[s]);
     }
     uint64_t to;
     REC_SDK_RETURN_IF_ERROR(fresh->Append(key, record.data(), cold_->tag(from), &to));

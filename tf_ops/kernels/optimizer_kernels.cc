@@ -148,6 +148,28 @@ class ApplyAdagradOp : public ApplyOpBase {
   bool epsilon_inside_sqrt_;
 };
 
+class ApplyRowwiseAdagradOp : public ApplyOpBase {
+ public:
+  explicit ApplyRowwiseAdagradOp(OpKernelConstruction* ctx) : ApplyOpBase(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("initial_accumulator_value", &initial_accumulator_value_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("epsilon", &epsilon_));
+  }
+
+ protected:
+  Status Update(OpKernelContext* ctx, EmbeddingTable* table, const int64_t* addresses,
+                const float* grads, int64_t n) override {
+    RowwiseAdagradParams p;
+    p.initial_accumulator_value = initial_accumulator_value_;
+    p.epsilon = epsilon_;
+    REC_SDK_RETURN_IF_ERROR(Scalar(ctx, 3, "learning_rate", &p.learning_rate));
+    return ApplyRowwiseAdagrad(table, addresses, grads, n, p, MakeRunner(ctx));
+  }
+
+ private:
+  float initial_accumulator_value_;
+  float epsilon_;
+};
+
 class ApplyMomentumOp : public ApplyOpBase {
  public:
   explicit ApplyMomentumOp(OpKernelConstruction* ctx) : ApplyOpBase(ctx) {
@@ -273,6 +295,8 @@ REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(ApplyLazyAdam)).Device(DEVICE_CPU),
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(ApplyGradientDescent)).Device(DEVICE_CPU),
                         ApplyGradientDescentOp);
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(ApplyAdagrad)).Device(DEVICE_CPU), ApplyAdagradOp);
+REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(ApplyRowwiseAdagrad)).Device(DEVICE_CPU),
+                        ApplyRowwiseAdagradOp);
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(ApplyFtrl)).Device(DEVICE_CPU), ApplyFtrlOp);
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(ApplyMomentum)).Device(DEVICE_CPU), ApplyMomentumOp);
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableReadRows)).Device(DEVICE_CPU), TableReadRowsOp);

@@ -384,7 +384,11 @@ class TableExportOp : public TableOpKernel {
           Tensor* slots_out;
           auto s = ctx->allocate_output(0, TensorShape({n}), &keys_out);
           if (s.ok()) s = ctx->allocate_output(1, TensorShape({n, dim}), &values_out);
-          if (s.ok()) s = ctx->allocate_output(2, TensorShape({t->num_slots(), n, dim}), &slots_out);
+          // [num_slots, n, slot_width]: a row-wise optimizer's slots are 1 float per row.
+          if (s.ok()) {
+            s = ctx->allocate_output(2, TensorShape({t->num_slots(), n, t->slot_width()}),
+                                     &slots_out);
+          }
           if (!s.ok()) return Status::ResourceExhausted(std::string(s.message()));
           if (int32_keys) {
             wide_keys.resize(n);
@@ -464,17 +468,19 @@ class TableImportOp : public TableOpKernel {
     const bool has_slots = slots.NumElements() > 0;
     OP_REQUIRES(ctx,
                 !has_slots || (slots.dims() == 3 && slots.dim_size(1) == n &&
-                               slots.dim_size(2) == t->dim()),
+                               (slots.dim_size(2) == t->dim() || slots.dim_size(2) == 1)),
                 errors::InvalidArgument("import slots of table '", t->name(),
                                         "' must have shape [num_slots, ", n, ", ", t->dim(),
-                                        "], got ", slots.shape().DebugString()));
+                                        "] (or [num_slots, ", n, ", 1] for a row-wise "
+                                        "optimizer's), got ", slots.shape().DebugString()));
     std::vector<int64_t> scratch;
     const int64_t* key_data;
     OP_REQUIRES_OK(ctx, KeysAsInt64(keys, table, &scratch, &key_data));
     OP_REQUIRES_OK(ctx, ToTfStatus(t->Import(
                             key_data, values.flat<float>().data(),
                             has_slots ? slots.flat<float>().data() : nullptr,
-                            has_slots ? static_cast<int>(slots.dim_size(0)) : 0, n)));
+                            has_slots ? static_cast<int>(slots.dim_size(0)) : 0, n,
+                            has_slots ? static_cast<int>(slots.dim_size(2)) : 0)));
   }
 };
 

@@ -56,6 +56,18 @@ REGISTER_OP(REC_SDK_OP_NAME(ApplyAdagrad))
     .SetShapeFn(tensorflow::shape_inference::NoOutputs)
     .Doc("Adagrad on the rows at `addresses` (duplicates summed unless unique_addresses); accumulators start at initial_accumulator_value. With epsilon, Keras' forms: w -= lr g / (sqrt(a) + epsilon), or / sqrt(a + epsilon) with epsilon_inside_sqrt.");
 
+REGISTER_OP(REC_SDK_OP_NAME(ApplyRowwiseAdagrad))
+    .Input("table: resource")
+    .Input("addresses: int64")
+    .Input("grads: float")
+    .Input("learning_rate: float")
+    .Attr("initial_accumulator_value: float")
+    .Attr("epsilon: float")
+    .Attr("unique_addresses: bool = false")
+    .SetIsStateful()
+    .SetShapeFn(tensorflow::shape_inference::NoOutputs)
+    .Doc("Row-wise Adagrad on the rows at `addresses` (duplicates summed unless unique_addresses): one accumulator per row, a += mean(g^2) over the row, w -= lr g / (sqrt(a) + epsilon); accumulators start at initial_accumulator_value.");
+
 REGISTER_OP(REC_SDK_OP_NAME(ApplyMomentum))
     .Input("table: resource")
     .Input("addresses: int64")

@@ -454,12 +454,13 @@ REGISTER_OP(REC_SDK_OP_NAME(TableExport))
       DimensionHandle n = c->UnknownDim();
       c->set_output(0, c->Vector(n));
       c->set_output(1, c->Matrix(n, dim));
-      c->set_output(2, c->MakeShape({c->UnknownDim(), n, c->MakeDim(dim)}));
+      // Slots are dim floats per row, or 1 for a row-wise optimizer's.
+      c->set_output(2, c->MakeShape({c->UnknownDim(), n, c->UnknownDim()}));
       return absl::OkStatus();
     })
     .Doc(R"doc(
 Returns every stored row: keys [n], values [n, dim] and the optimizer slots
-[num_slots, n, dim], in row order.
+[num_slots, n, dim] ([num_slots, n, 1] for a row-wise optimizer's), in row order.
 )doc");
 
 REGISTER_OP(REC_SDK_OP_NAME(TableImport))

@@ -379,11 +379,13 @@ class SparseEmbedding(tf.saved_model.experimental.TrackableResource):
         return {key: values[i] for i, key in enumerate(table_ops.stat_names())}
 
     def export(self, name=None):
-        """(keys [n], values [n, dim], slots [num_slots, n, dim]) of every stored row."""
+        """(keys [n], values [n, dim], slots [num_slots, n, dim]) of every stored row (slots
+        [num_slots, n, 1] for a row-wise optimizer's)."""
         return table_ops.export(self.handle, self.key_dtype, self.dim, name=name)
 
     def import_rows(self, keys, values, slots=None, name=None):
-        """Op replacing the table's contents; slots [num_slots, n, dim] may be omitted."""
+        """Op replacing the table's contents; slots [num_slots, n, dim] (or [num_slots, n, 1],
+        a row-wise optimizer's) may be omitted."""
         keys = self._keys(keys)
         values = self._values(values, keys)
         if slots is None:
@@ -392,8 +394,10 @@ class SparseEmbedding(tf.saved_model.experimental.TrackableResource):
         if not slots.dtype.is_floating:
             raise TypeError("slots of table '%s' must be float32, got %s"
                             % (self.table_name, slots.dtype.name))
-        if not slots.shape.is_compatible_with([None, None, self.dim]):
-            raise ValueError("slots of table '%s' must have shape [num_slots, keys, %d], got %s"
+        if not (slots.shape.is_compatible_with([None, None, self.dim]) or
+                slots.shape.is_compatible_with([None, None, 1])):
+            raise ValueError("slots of table '%s' must have shape [num_slots, keys, %d] (or "
+                             "[num_slots, keys, 1] for a row-wise optimizer's), got %s"
                              % (self.table_name, self.dim, slots.shape))
         return table_ops.import_rows(self.handle, keys, values, tf.cast(slots, tf.float32),
                                      name=name)

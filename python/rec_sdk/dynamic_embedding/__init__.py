@@ -40,6 +40,7 @@ from rec_sdk.dynamic_embedding.lookup import (embedding_lookup, embedding_lookup
 from rec_sdk.dynamic_embedding.mode import (ModelMode, enable_inference_mode, enable_train_mode,
                                              get_model_mode)
 from rec_sdk.dynamic_embedding.optimizer import DynamicEmbeddingOptimizer
+from rec_sdk.dynamic_embedding.rowwise_adagrad import RowwiseAdagradOptimizer
 from rec_sdk.dynamic_embedding.shadow_ops import TrainableWrapper
 from rec_sdk.dynamic_embedding.warm_start import GraphKeys, WarmStartHook, warm_start
 from rec_sdk.dynamic_embedding.slots_and_policies import (FrequencyRestrictPolicy,
@@ -55,7 +56,7 @@ load_ops_if_built()
 __all__ = [
     "Variable", "get_variable", "default_partition_fn", "embedding_lookup",
     "embedding_lookup_unique", "embedding_lookup_sparse", "safe_embedding_lookup_sparse",
-    "DynamicEmbeddingOptimizer", "RestrictPolicy", "TimestampRestrictPolicy",
+    "DynamicEmbeddingOptimizer", "RowwiseAdagradOptimizer", "RestrictPolicy", "TimestampRestrictPolicy",
     "FrequencyRestrictPolicy", "SlotVariable", "ModelMode", "enable_train_mode",
     "enable_inference_mode", "get_model_mode", "math", "data_flow", "KVCreator",
     "CuckooHashTableConfig", "CuckooHashTableCreator", "FileSystemSaver", "RedisTableConfig",

@@ -12,6 +12,8 @@ variable's rows. Three families of optimizers (see optimizer_kinds):
                                                                      Adam; Keras: from
                                                                      its iteration count)
   AdagradOptimizer / Adagrad         Adagrad (Keras: epsilon)     accumulator
+  de.RowwiseAdagradOptimizer         RowwiseAdagrad (1 float/row) accumulator (reads as
+                                                                     the row's value, dim times)
   GradientDescentOptimizer / SGD     GradientDescent              -
   MomentumOptimizer / SGD(momentum)  Momentum (Keras: velocity)   momentum
   FtrlOptimizer / Ftrl               FTRL (ApplyFtrlV2)           accum / accumulator, linear
@@ -213,6 +215,8 @@ class _RowUpdate:
         o = self.optimizer
         if self.kind == "adagrad":
             return {"lr": _f(o._learning_rate), "epsilon": 0.0}  # pylint: disable=protected-access
+        if self.kind == "rowwise_adagrad":
+            return {"lr": _f(o._learning_rate), "epsilon": o._epsilon}  # pylint: disable=protected-access
         if self.kind == "momentum":
             return {"lr": _f(o._learning_rate), "momentum": _f(o._momentum),  # pylint: disable=protected-access
                     "nesterov": bool(o._use_nesterov)}  # pylint: disable=protected-access
@@ -371,6 +375,10 @@ class _RowUpdate:
                 table.handle, addresses, grads, p["lr"], initial_accumulator(self.optimizer),
                 unique_addresses=True, epsilon=p["epsilon"],
                 epsilon_inside_sqrt=self.family == "keras")
+        if self.kind == "rowwise_adagrad":
+            return optimizer_ops.apply_rowwise_adagrad(
+                table.handle, addresses, grads, p["lr"], initial_accumulator(self.optimizer),
+                p["epsilon"], unique_addresses=True)
         if self.kind == "momentum":
             return optimizer_ops.apply_momentum(
                 table.handle, addresses, grads, p["lr"], p["momentum"],

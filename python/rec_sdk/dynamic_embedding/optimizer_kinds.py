@@ -15,11 +15,14 @@ import numbers
 import numpy as np
 import tensorflow as tf
 
+from rec_sdk.dynamic_embedding.rowwise_adagrad import RowwiseAdagradOptimizer
+
 _V1 = tf.compat.v1.train
 # (class, kernel kind, slot names), most specific first.
 _KINDS = (
     (_V1.AdamOptimizer, "adam", ("m", "v")),
     (_V1.AdagradOptimizer, "adagrad", ("accumulator",)),
+    (RowwiseAdagradOptimizer, "rowwise_adagrad", ("accumulator",)),
     (_V1.MomentumOptimizer, "momentum", ("momentum",)),
     (_V1.FtrlOptimizer, "ftrl", ("accum", "linear")),
     (_V1.GradientDescentOptimizer, "sgd", ()),
@@ -38,7 +41,8 @@ _GENERIC = (
      + (("momentum", 0.0),)),
 )
 # The name under which each kernel attaches its slots to a table (sparse_optimizers.cc).
-_KERNEL_NAMES = {"adam": "LazyAdam", "adagrad": "Adagrad", "momentum": "Momentum",
+_KERNEL_NAMES = {"adam": "LazyAdam", "adagrad": "Adagrad", "rowwise_adagrad": "RowwiseAdagrad",
+                 "momentum": "Momentum",
                  "ftrl": "Ftrl", "sgd": "GradientDescent"}
 # Keras classes (both families) with a fused kernel, by class name, and their slot names.
 _KERAS_FUSED = {"Adam": ("adam", ("m", "v")), "Adagrad": ("adagrad", ("accumulator",)),
@@ -160,7 +164,7 @@ def slot_info(optimizer, generic_slots=None):
             return _generic_slots(optimizer), type(optimizer).__name__
         return generic_slots(optimizer), "Keras" + type(optimizer).__name__
     initial = [0.0] * len(names)
-    if kernel in ("adagrad", "ftrl"):
+    if kernel in ("adagrad", "rowwise_adagrad", "ftrl"):
         initial[0] = initial_accumulator(optimizer)
     return list(zip(names, initial)), kernel_name(optimizer, kernel)
 

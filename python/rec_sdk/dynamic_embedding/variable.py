@@ -533,18 +533,22 @@ class Variable(tf.__internal__.tracking.Trackable):
     def _serialize_to_tensors(self):
         """Every shard's keys and rows ("keys", "values"), which rows have optimizer slots
         ("has_slots": a shard the optimizer never trained has none) and those slots
-        ("slots" [num_slots, rows with slots, dim]), and every key's access statistics
+        ("slots" [num_slots, rows with slots, dim], or 1 float per row of a row-wise
+        optimizer's instead of dim), and every key's access statistics
         ("access_keys", "last_seen", "counts"): one set of tensors whatever the number of
         shards, so that a checkpoint restores into any number of shards."""
         exports = [table_ops.export(t.handle, self._table_key_dtype, self._stored_dim)
                    for t in self._tables]
         num_slots = tf.reduce_max(tf.stack([tf.shape(s)[0] for _, _, s in exports]))
+        full_shards = [tf.equal(tf.shape(s)[0], num_slots) for _, _, s in exports]
+        # Floats per slot of the trained shards (dim, or 1 for a row-wise optimizer).
+        width = tf.reduce_max(tf.stack([tf.where(full, tf.shape(s)[2], 0) for full, (_, _, s)
+                                        in zip(full_shards, exports)]))
         has_slots, slots = [], []
-        for keys, _, shard_slots in exports:
-            full = tf.equal(tf.shape(shard_slots)[0], num_slots)
+        for full, (keys, _, shard_slots) in zip(full_shards, exports):
             has_slots.append(tf.fill(tf.shape(keys), full))
             slots.append(tf.cond(full, lambda s=shard_slots: s, lambda: tf.zeros(
-                tf.stack([num_slots, 0, self._stored_dim]))))
+                tf.stack([num_slots, 0, width]))))
         access = [table_ops.export_access(t.handle) for t in self._tables]
         keys = tf.concat([k for k, _, _ in exports], 0)
         strings = {} if self._key_strings is None else {
@@ -601,7 +605,7 @@ class Variable(tf.__internal__.tracking.Trackable):
         has_slots = tf.reshape(restored_tensors["has_slots"], [-1])
         all_slots = restored_tensors["slots"]
         all_slots = tf.reshape(all_slots, tf.stack([tf.shape(all_slots)[0], -1,
-                                                    self._stored_dim]))
+                                                    tf.shape(all_slots)[-1]]))
         slot_index = tf.cumsum(tf.cast(has_slots, tf.int32)) - 1  # row -> its slots' column
         parts, shard_keys, _ = self._split(keys)
         ops = []

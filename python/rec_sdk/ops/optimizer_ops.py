@@ -31,6 +31,15 @@ def apply_adagrad(table, addresses, grads, learning_rate, initial_accumulator_va
         epsilon_inside_sqrt=epsilon_inside_sqrt, unique_addresses=unique_addresses, name=name)
 
 
+def apply_rowwise_adagrad(table, addresses, grads, learning_rate, initial_accumulator_value,
+                          epsilon, unique_addresses=False, name=None):
+    """Row-wise Adagrad: one accumulator per row (a 1-float slot)."""
+    return load_ops().rec_sdk_apply_rowwise_adagrad(
+        table, addresses, grads, learning_rate,
+        initial_accumulator_value=initial_accumulator_value, epsilon=epsilon,
+        unique_addresses=unique_addresses, name=name)
+
+
 def apply_momentum(table, addresses, grads, learning_rate, momentum, use_nesterov=False,
                    unique_addresses=False, velocity=False, name=None):
     return load_ops().rec_sdk_apply_momentum(

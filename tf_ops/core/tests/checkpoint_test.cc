@@ -2,6 +2,9 @@
 // clocks, pending keys, counters), detection of corrupted, truncated and incomplete files,
 // capacity, re-sharding across ranks, and restoring under another optimizer.
 #include "tf_ops/core/checkpoint.h"
+#include "tf_ops/core/checkpoint_files.h"
+#include "tf_ops/core/sparse_optimizers.h"
+#include "tf_ops/core/tests/table_test_util.h"
 
 #include <gtest/gtest.h>
 
@@ -178,6 +181,47 @@ TEST(CheckpointTest, AnotherOptimizerReinitialisesSlotsWithANotice) {
   ASSERT_TRUE(RestoreTableFiles(w.get(), {dir}, RestoreOptions(), nullptr, &note).ok());
   EXPECT_NE(note.find("were dropped"), std::string::npos) << note;
   EXPECT_EQ(Read(w.get(), 3, 4).at(3).slot0, std::vector<float>(3, 0.1f));
+}
+
+// A row-wise optimizer's slots (1 float per row) survive a save and restore, and a table of an
+// element-wise optimizer drops them with a notice.
+TEST(CheckpointTest, RowWiseSlotsRoundTrip) {
+  using table_test::Exported;
+  using table_test::ExportAll;
+  using table_test::ToMap;
+  auto t = Make(Config());
+  std::vector<int64_t> keys, counts(40, 3);
+  for (int64_t k = 0; k < 40; ++k) keys.push_back(k);
+  std::vector<int64_t> addresses(keys.size());
+  KeyAccess access;
+  access.counts = counts.data();
+  ASSERT_TRUE(t->FindOrInsert(keys.data(), keys.size(), true, addresses.data(), SerialRunner,
+                              access).ok());
+  std::vector<float> grads(keys.size() * 3);
+  for (size_t i = 0; i < grads.size(); ++i) grads[i] = 0.01f * static_cast<float>(i % 17);
+  ASSERT_TRUE(ApplyRowwiseAdagrad(t.get(), addresses.data(), grads.data(), keys.size(),
+                                  {0.1f, 0.0f, 1e-8f}, SerialRunner).ok());
+  const std::string dir = TempDir() + "/rowwise";
+  ASSERT_TRUE(SaveTableFiles(t.get(), dir, nullptr).ok());
+  std::ifstream slot_file(dir + "/" + checkpoint_files::SlotFile(0), std::ios::binary | std::ios::ate);
+  ASSERT_TRUE(slot_file.good());
+  EXPECT_EQ(static_cast<int64_t>(slot_file.tellg()), 40 * 4);  // one float per row
+  auto u = Make(Config());
+  ASSERT_TRUE(RestoreTableFiles(u.get(), {dir}, RestoreOptions(), nullptr, nullptr).ok());
+  EXPECT_EQ(u->slot_width(), 1);
+  const Exported before = ExportAll(t.get()), after = ExportAll(u.get());
+  EXPECT_EQ(ToMap(after, 3), ToMap(before, 3));
+  ASSERT_TRUE(ApplyRowwiseAdagrad(u.get(), addresses.data(), grads.data(), 0,
+                                  {0.1f, 0.0f, 1e-8f}, SerialRunner).ok());
+  EXPECT_EQ(u->TakeNotice(), "");
+  // Element-wise Adagrad takes the restored table over with fresh dim-wide slots.
+  auto w = Make(Config());
+  ASSERT_TRUE(RestoreTableFiles(w.get(), {dir}, RestoreOptions(), nullptr, nullptr).ok());
+  ASSERT_TRUE(w->EnsureSlots("Adagrad", {0.5f}).ok());
+  EXPECT_NE(w->TakeNotice().find("'RowwiseAdagrad' were dropped"), std::string::npos);
+  EXPECT_EQ(w->slot_width(), 3);
+  EXPECT_EQ(Read(w.get(), 5, 6).at(5).slot0, std::vector<float>(3, 0.5f));
+  EXPECT_EQ(Read(w.get(), 5, 6).at(5).value, ToMap(before, 3).at(5)[0]);
 }
 
 void FlipByte(const std::string& path, long offset) {

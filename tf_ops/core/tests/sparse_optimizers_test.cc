@@ -69,6 +69,17 @@ void RefAdagrad(Row& r, const float* g, const AdagradParams& p) {
   }
 }
 
+// TorchRec/FBGEMM's EXACT_ROWWISE_ADAGRAD: one accumulator per row, the mean of g^2.
+void RefRowwiseAdagrad(Row& r, const float* g, const RowwiseAdagradParams& p) {
+  double squares = 0;
+  for (int d = 0; d < kDim; ++d) squares += double(g[d]) * g[d];
+  const double a = r.slots[0][0] + squares / kDim;
+  for (int d = 0; d < kDim; ++d) {
+    r.w[d] = static_cast<float>(r.w[d] - p.learning_rate * g[d] / (std::sqrt(a) + p.epsilon));
+  }
+  r.slots[0][0] = static_cast<float>(a);
+}
+
 // TensorFlow's ResourceSparseApplyMomentum.
 void RefMomentum(Row& r, const float* g, const MomentumParams& p) {
   for (int d = 0; d < kDim; ++d) {
@@ -128,7 +139,7 @@ class SparseOptimizerTest : public ::testing::Test {
     for (size_t i = 0; i < keys_.size(); ++i) {
       model[i].w.resize(kDim);
       InitializeRow(init_, keys_[i], kDim, model[i].w.data());
-      for (float s : slot_init) model[i].slots.push_back(std::vector<float>(kDim, s));
+      for (float s : slot_init) model[i].slots.push_back(std::vector<float>(slot_width_, s));
     }
     return model;
   }
@@ -138,10 +149,11 @@ class SparseOptimizerTest : public ::testing::Test {
     std::vector<int64_t> keys;
     std::vector<float> values, slots;
     const int ns = table_->num_slots();
+    const int width = table_->slot_width();
     Status s = table_->Export([&](int64_t n, int64_t** k, float** v, float** sl) {
       keys.resize(n);
       values.resize(n * kDim);
-      slots.resize(ns * n * kDim);
+      slots.resize(ns * n * width);
       *k = keys.data();
       *v = values.data();
       *sl = slots.data();
@@ -154,7 +166,8 @@ class SparseOptimizerTest : public ::testing::Test {
       Row r;
       r.w.assign(values.begin() + i * kDim, values.begin() + (i + 1) * kDim);
       for (int k = 0; k < ns; ++k) {
-        r.slots.emplace_back(slots.begin() + (k * n + i) * kDim, slots.begin() + (k * n + i + 1) * kDim);
+        r.slots.emplace_back(slots.begin() + (k * n + i) * width,
+                             slots.begin() + (k * n + i + 1) * width);
       }
       by_key[keys[i]] = r;
     }
@@ -217,7 +230,10 @@ class SparseOptimizerTest : public ::testing::Test {
         }
         for (int d = 0; d < kDim; ++d) {
           EXPECT_PRED2(Near, after[r].w[d], model[r].w[d]) << "w[" << d << "]";
-          for (size_t k = 0; k < slot_init.size(); ++k) {
+        }
+        for (size_t k = 0; k < slot_init.size(); ++k) {
+          ASSERT_EQ(after[r].slots[k].size(), model[r].slots[k].size()) << "slot " << k;
+          for (size_t d = 0; d < model[r].slots[k].size(); ++d) {
             EXPECT_PRED2(Near, after[r].slots[k][d], model[r].slots[k][d])
                 << "slot " << k << "[" << d << "]";
           }
@@ -230,6 +246,7 @@ class SparseOptimizerTest : public ::testing::Test {
   }
 
   InitializerSpec init_;
+  int slot_width_ = kDim;  // floats per slot in the reference model
   std::unique_ptr<EmbeddingTable> table_;
   std::vector<int64_t> keys_;
   std::vector<int64_t> addr_;
@@ -299,6 +316,42 @@ TEST_F(SparseOptimizerTest, AdagradMatchesReference) {
                             SerialRunner);
       },
       [&](Row& r, const float* g, int) { RefAdagrad(r, g, p); }, 4);
+}
+
+TEST_F(SparseOptimizerTest, RowwiseAdagradMatchesReferenceWithOneFloatPerRow) {
+  for (float initial : {0.0f, 0.1f}) {
+    SCOPED_TRACE("initial accumulator " + std::to_string(initial));
+    SetUp();
+    const int64_t bytes_before = table_->MemoryBytes();
+    RowwiseAdagradParams p{0.1f, initial, 1e-8f};
+    slot_width_ = 1;
+    RunAndCompare(
+        10, {initial},
+        [&](const Batch& b, int) {
+          return ApplyRowwiseAdagrad(table_.get(), b.addr.data(), b.grads.data(),
+                                     b.addr.size(), p, SerialRunner);
+        },
+        [&](Row& r, const float* g, int) { RefRowwiseAdagrad(r, g, p); }, 6);
+    EXPECT_EQ(table_->slot_optimizer(), "RowwiseAdagrad");
+    EXPECT_EQ(table_->num_slots(), 1);
+    EXPECT_EQ(table_->slot_width(), 1);
+    // A row grew by one float (plus alignment), not by dim floats.
+    EXPECT_LE(table_->MemoryBytes(), bytes_before + table_->rows_per_chunk() * 8);
+  }
+  slot_width_ = kDim;
+}
+
+TEST_F(SparseOptimizerTest, RowwiseAdagradHyperparametersAndOtherOptimizers) {
+  const int64_t a = addr_[0];
+  const float g[kDim] = {1, 1, 1, 1};
+  EXPECT_FALSE(ApplyRowwiseAdagrad(table_.get(), &a, g, 1, {-0.1f, 0.1f, 1e-8f}, SerialRunner).ok());
+  EXPECT_FALSE(ApplyRowwiseAdagrad(table_.get(), &a, g, 1, {0.1f, 0.0f, 0.0f}, SerialRunner).ok());
+  EXPECT_FALSE(ApplyRowwiseAdagrad(table_.get(), &a, g, 1, {0.1f, -1.0f, 1e-8f}, SerialRunner).ok());
+  ASSERT_TRUE(ApplyRowwiseAdagrad(table_.get(), &a, g, 1, {0.1f, 0.0f, 1e-8f}, SerialRunner).ok());
+  // One sparse optimizer per table: element-wise Adagrad cannot take over.
+  Status s = ApplyAdagrad(table_.get(), &a, g, 1, {0.1f, 0.1f}, SerialRunner);
+  EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.message();
+  EXPECT_EQ(table_->slot_width(), 1);
 }
 
 TEST_F(SparseOptimizerTest, MomentumMatchesReference) {

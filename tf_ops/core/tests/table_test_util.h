@@ -112,30 +112,33 @@ inline std::vector<float> RowOf(const std::vector<float>& rows, int64_t i, int d
 struct Exported {
   std::vector<int64_t> keys;
   std::vector<float> values, slots;
+  int slot_width = 0;  // floats per slot (the table's slot_width())
 };
 inline Exported ExportAll(EmbeddingTable* t) {
   Exported e;
   Status s = t->Export([&](int64_t n, int64_t** keys, float** values, float** slots) {
     e.keys.resize(n);
     e.values.resize(n * t->dim());
-    e.slots.resize(t->num_slots() * n * t->dim());
+    e.slots.resize(t->num_slots() * n * t->slot_width());
     *keys = e.keys.data();
     *values = e.values.data();
     *slots = e.slots.data();
     return Status::Ok();
   });
   EXPECT_TRUE(s.ok()) << s.message();
+  e.slot_width = t->slot_width();
   return e;
 }
 using RowContents = std::vector<std::vector<float>>;  // [0] value, [1 + s] slot s
 inline std::map<int64_t, RowContents> ToMap(const Exported& e, int dim) {
   std::map<int64_t, RowContents> m;
   const int64_t n = e.keys.size();
-  const int num_slots = n == 0 ? 0 : static_cast<int>(e.slots.size() / (n * dim));
+  const int width = e.slot_width == 0 ? dim : e.slot_width;
+  const int num_slots = n == 0 ? 0 : static_cast<int>(e.slots.size() / (n * width));
   for (int64_t i = 0; i < n; ++i) {
     RowContents r;
     r.push_back(RowOf(e.values, i, dim));
-    for (int s = 0; s < num_slots; ++s) r.push_back(RowOf(e.slots, s * n + i, dim));
+    for (int s = 0; s < num_slots; ++s) r.push_back(RowOf(e.slots, s * n + i, width));
     EXPECT_TRUE(m.emplace(e.keys[i], r).second) << "key " << e.keys[i] << " exported twice";
   }
   return m;

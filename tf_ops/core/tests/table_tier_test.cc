@@ -91,7 +91,7 @@ class Zipf {
   std::mt19937_64 rng_;
 };
 
-enum class Optimizer { kSgd, kAdagrad, kLazyAdam, kFtrl, kMomentum };
+enum class Optimizer { kSgd, kAdagrad, kLazyAdam, kFtrl, kMomentum, kRowwiseAdagrad };
 
 Status Apply(Optimizer o, EmbeddingTable* t, const std::vector<int64_t>& addresses,
              const std::vector<float>& grads, int64_t step, const ParallelRunner& run) {
@@ -109,6 +109,8 @@ Status Apply(Optimizer o, EmbeddingTable* t, const std::vector<int64_t>& address
                        {0.1f, -0.5f, 0.1f, 0.01f, 0.01f, 0.0f}, run);
     case Optimizer::kMomentum:
       return ApplyMomentum(t, addresses.data(), grads.data(), n, {0.1f, 0.9f, false}, run);
+    case Optimizer::kRowwiseAdagrad:
+      return ApplyRowwiseAdagrad(t, addresses.data(), grads.data(), n, {0.1f, 0.0f, 1e-8f}, run);
   }
   return Status::Ok();
 }
@@ -228,7 +230,7 @@ INSTANTIATE_TEST_SUITE_P(
     Optimizers, TierEquivalenceTest,
     ::testing::Combine(::testing::Values(Optimizer::kSgd, Optimizer::kAdagrad,
                                          Optimizer::kLazyAdam, Optimizer::kFtrl,
-                                         Optimizer::kMomentum),
+                                         Optimizer::kMomentum, Optimizer::kRowwiseAdagrad),
                        ::testing::Values(1, 10, 50), ::testing::Bool()));
 
 TEST(TierTest, CheckpointsRestoreBothWaysAndTrainingGoesOnIdentically) {
