@@ -85,10 +85,13 @@ $(VENV_STAMP): $(REQUIREMENTS) pyproject.toml
 	touch $@
 
 # Benchmarks (not part of `make test`); installs the TFRA peer and matplotlib (for the
-# scaling plot) into the venv when possible.
+# scaling plot) into the venv, and the TorchRec/FBGEMM peer into its own venv (.venv-peers,
+# benchmarks/setup_peers.sh), when possible.
 bench: build
 	-$(PY) -m pip install -q --disable-pip-version-check --no-deps tensorflow-recommenders-addons==0.7.2
 	-$(PY) -m pip install -q --disable-pip-version-check matplotlib==3.8.4 "numpy<2"
+	-bash benchmarks/setup_peers.sh
+	$(PY) benchmarks/bench_peers.py
 	$(PY) benchmarks/bench_table.py
 	$(PY) benchmarks/bench_dynamic_embedding.py
 	$(PY) benchmarks/bench_distributed.py

@@ -2,9 +2,10 @@
 // a deduplicated lookup back over the id positions, in parallel.
 //
 // SumRowsByIndex: out[index[i]] += values[i]: gradients of every id position summed onto the
-// unique row they came from. Each thread owns a range of output rows and scans all indices, so
-// no two threads write the same row and no atomics are needed (TensorFlow's
-// UnsortedSegmentSum runs on one thread).
+// unique row they came from, in parallel without atomics (TensorFlow's UnsortedSegmentSum runs
+// on one thread): when the output is small (up to 1M floats, a deduplicated batch's rows), two
+// threads each sum half of the positions into their own copy, added up after; otherwise each
+// thread owns a range of output rows and scans all indices.
 #ifndef REC_SDK_CORE_ROW_SUM_H_
 #define REC_SDK_CORE_ROW_SUM_H_
 

@@ -23,7 +23,9 @@ void ThreeThreads(int64_t total, int64_t, const std::function<void(int64_t, int6
 TEST(RowSumTest, MatchesReferenceForManyShapes) {
   std::mt19937 rng(11);
   for (int dim : {1, 3, 16, 100}) {
-    for (int64_t rows : {1, 7, 5000}) {
+    // 5000 rows: per-thread copies of the output (both paths of SumRowsByIndex are taken: its
+    // copies at up to 1M floats, its row ranges at 20000 rows of dim 100).
+    for (int64_t rows : {1, 7, 5000, 20000}) {
       const int64_t n = 3 * rows + 5;
       std::vector<float> values(n * dim);
       std::vector<int32_t> index(n);
