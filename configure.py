@@ -35,9 +35,6 @@ def main():
         "build --host_cxxopt=-std=c++17",
     ]
     lines += ["build --copt=%s" % f for f in compile_flags if not f.startswith("--std")]
-    # TensorFlow >= 2.16 deprecates tensorflow::errors::* for absl's; 2.15 lacks some of
-    # absl's, and the kernels build against both.
-    lines += ["build --copt=-Wno-deprecated-declarations"]
     lines += ["test --test_output=errors"]
     text = "\n".join(lines) + "\n"
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), ".bazelrc")

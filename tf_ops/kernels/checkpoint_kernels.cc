@@ -16,7 +16,7 @@ namespace {
 
 // A checkpoint path from a string tensor: a NUL byte would silently cut it short where the
 // operating system reads it, so it is an error.
-tensorflow::Status CheckPath(const char* name, const std::string& path) {
+absl::Status CheckPath(const char* name, const std::string& path) {
   const size_t nul = path.find('\0');
   if (nul != std::string::npos) {
     return errors::InvalidArgument(name, " must not contain a NUL byte, got '",
@@ -27,7 +27,7 @@ tensorflow::Status CheckPath(const char* name, const std::string& path) {
 }
 
 // Reads scalar string input `index` as a checked checkpoint path.
-tensorflow::Status GetPathInput(OpKernelContext* ctx, int index, const char* name,
+absl::Status GetPathInput(OpKernelContext* ctx, int index, const char* name,
                                 std::string* path) {
   tensorflow::tstring value;
   TF_RETURN_IF_ERROR(GetScalarInput(ctx, index, name, &value));

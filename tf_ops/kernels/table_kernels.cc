@@ -66,7 +66,7 @@ class EmbeddingTableOp : public OpKernel {
     TableResource* resource = nullptr;
     OP_REQUIRES_OK(ctx, rm->LookupOrCreate<TableResource>(
                             container, shared_name_, &resource,
-                            [this](TableResource** created) -> tensorflow::Status {
+                            [this](TableResource** created) -> absl::Status {
                               std::unique_ptr<EmbeddingTable> table;
                               TF_RETURN_IF_ERROR(ToTfStatus(EmbeddingTable::Create(config_, &table)));
                               *created = new TableResource(
@@ -168,7 +168,7 @@ class TableStatsOp : public TableOpKernel {
 };
 
 // Checks that `values` has shape keys.shape + [dim].
-static tensorflow::Status CheckRowsShape(const char* what, const Tensor& values,
+static absl::Status CheckRowsShape(const char* what, const Tensor& values,
                                          const TensorShape& keys_shape, EmbeddingTable* table) {
   TensorShape expected = keys_shape;
   expected.AddDim(table->dim());

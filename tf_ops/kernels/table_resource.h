@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/resource_mgr.h"
 #include "tensorflow/core/util/work_sharder.h"
@@ -23,7 +25,24 @@ using tensorflow::OpKernelConstruction;
 using tensorflow::OpKernelContext;
 using tensorflow::Tensor;
 using tensorflow::TensorShape;
-namespace errors = tensorflow::errors;
+
+// The kernels' error statuses, built with absl (TensorFlow >= 2.16 deprecates
+// tensorflow::errors::*; absl's constructors exist in the headers of 2.15 and 2.21 alike).
+namespace errors {
+#define REC_SDK_ERROR(Name)                                            \
+  template <typename... Args>                                          \
+  absl::Status Name(const Args&... args) {                       \
+    return absl::Name##Error(absl::StrCat(args...));                   \
+  }
+REC_SDK_ERROR(DataLoss)
+REC_SDK_ERROR(FailedPrecondition)
+REC_SDK_ERROR(Internal)
+REC_SDK_ERROR(InvalidArgument)
+REC_SDK_ERROR(NotFound)
+REC_SDK_ERROR(PermissionDenied)
+REC_SDK_ERROR(ResourceExhausted)
+#undef REC_SDK_ERROR
+}  // namespace errors
 
 // The TensorFlow resource of one table in one session: the table it uses (shared with other
 // sessions as TableRegistry allows, see tf_ops/core/table_registry.h), its key dtype and its
@@ -91,26 +110,26 @@ class TableResource : public tensorflow::ResourceBase {
   const ShareMode share_;
 };
 
-inline tensorflow::Status ToTfStatus(const Status& s) {
+inline absl::Status ToTfStatus(const Status& s) {
   switch (s.code()) {
     case StatusCode::kOk:
       return absl::OkStatus();
     case StatusCode::kInvalidArgument:
-      return tensorflow::errors::InvalidArgument(s.message());
+      return errors::InvalidArgument(s.message());
     case StatusCode::kResourceExhausted:
-      return tensorflow::errors::ResourceExhausted(s.message());
+      return errors::ResourceExhausted(s.message());
     case StatusCode::kFailedPrecondition:
-      return tensorflow::errors::FailedPrecondition(s.message());
+      return errors::FailedPrecondition(s.message());
     case StatusCode::kNotFound:
-      return tensorflow::errors::NotFound(s.message());
+      return errors::NotFound(s.message());
     case StatusCode::kDataLoss:
-      return tensorflow::errors::DataLoss(s.message());
+      return errors::DataLoss(s.message());
     case StatusCode::kPermissionDenied:
-      return tensorflow::errors::PermissionDenied(s.message());
+      return errors::PermissionDenied(s.message());
     case StatusCode::kInternal:
-      return tensorflow::errors::Internal(s.message());
+      return errors::Internal(s.message());
   }
-  return tensorflow::errors::Internal(s.message());
+  return errors::Internal(s.message());
 }
 
 // Spreads core batch work over the kernel's intra-op thread pool.
@@ -125,19 +144,19 @@ inline ParallelRunner MakeRunner(tensorflow::OpKernelContext* ctx) {
 
 // Resolves input 0 (the table handle). The returned reference must be Unref'ed
 // (use tensorflow::core::ScopedUnref).
-inline tensorflow::Status GetTable(tensorflow::OpKernelContext* ctx, TableResource** table) {
+inline absl::Status GetTable(tensorflow::OpKernelContext* ctx, TableResource** table) {
   return tensorflow::LookupResource(ctx, tensorflow::HandleFromInput(ctx, 0), table);
 }
 
 // Resolves input 0 for a kernel that changes the table. A reader (an evaluation or prediction
 // graph sharing a table, see ShareMode) may not change a table other sessions use.
-inline tensorflow::Status GetWritableTable(tensorflow::OpKernelContext* ctx,
+inline absl::Status GetWritableTable(tensorflow::OpKernelContext* ctx,
                                            TableResource** table) {
   TF_RETURN_IF_ERROR(GetTable(ctx, table));
   if ((*table)->share() == ShareMode::kReader && (*table)->UsedByOthers()) {
     const std::string name = (*table)->table()->name();
     (*table)->Unref();
-    return tensorflow::errors::FailedPrecondition(
+    return errors::FailedPrecondition(
         "table '", name, "' of this graph reads the in-memory table of another session (it "
         "restored the checkpoint that table holds; the graph has no training lookups of it, "
         "see share_tables): it cannot be changed here");
@@ -173,7 +192,7 @@ class TableOpKernel : public tensorflow::OpKernel {
 
 // Writes a scalar output.
 template <typename T>
-tensorflow::Status SetScalarOutput(tensorflow::OpKernelContext* ctx, int index, const T& value) {
+absl::Status SetScalarOutput(tensorflow::OpKernelContext* ctx, int index, const T& value) {
   tensorflow::Tensor* out;
   TF_RETURN_IF_ERROR(ctx->allocate_output(index, tensorflow::TensorShape({}), &out));
   out->scalar<T>()() = value;
@@ -182,11 +201,11 @@ tensorflow::Status SetScalarOutput(tensorflow::OpKernelContext* ctx, int index, 
 
 // Reads scalar input `index` (named `name` in the error when it is not a scalar).
 template <typename T>
-tensorflow::Status GetScalarInput(tensorflow::OpKernelContext* ctx, int index, const char* name,
+absl::Status GetScalarInput(tensorflow::OpKernelContext* ctx, int index, const char* name,
                                   T* value) {
   const tensorflow::Tensor& t = ctx->input(index);
   if (t.NumElements() != 1) {
-    return tensorflow::errors::InvalidArgument(name, " must be a scalar, got shape ",
+    return errors::InvalidArgument(name, " must be a scalar, got shape ",
                                                t.shape().DebugString());
   }
   *value = t.flat<T>()(0);
@@ -194,10 +213,10 @@ tensorflow::Status GetScalarInput(tensorflow::OpKernelContext* ctx, int index, c
 }
 
 // Copies keys of the table's key dtype into int64 (the core's key type).
-inline tensorflow::Status KeysAsInt64(const tensorflow::Tensor& keys, TableResource* table,
+inline absl::Status KeysAsInt64(const tensorflow::Tensor& keys, TableResource* table,
                                       std::vector<int64_t>* scratch, const int64_t** out) {
   if (keys.dtype() != table->key_dtype()) {
-    return tensorflow::errors::InvalidArgument(
+    return errors::InvalidArgument(
         "keys of table '", table->table()->name(), "' must be ",
         tensorflow::DataTypeString(table->key_dtype()), ", got ",
         tensorflow::DataTypeString(keys.dtype()));

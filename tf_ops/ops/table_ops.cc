@@ -16,7 +16,7 @@ using tensorflow::shape_inference::ShapeHandle;
 namespace {
 
 // values = keys.shape + [dim]
-tensorflow::Status RowsOfInputShape(InferenceContext* c) {
+absl::Status RowsOfInputShape(InferenceContext* c) {
   int64_t dim;
   TF_RETURN_IF_ERROR(c->GetAttr("dim", &dim));
   ShapeHandle out;
