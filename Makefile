@@ -56,11 +56,20 @@ build: setup
 	install -m 0644 bazel-bin/tf_ops/_rec_sdk_ops.so $(OPS_DIR)/_rec_sdk_ops.so
 	install -m 0644 bazel-bin/tf_ops/_rec_sdk_ops.tf_version $(OPS_DIR)/_rec_sdk_ops.tf_version
 
-setup: system-deps $(VENV_STAMP) configure
+setup: system-deps $(VENV_STAMP) .bazelrc
 
-# Writes .bazelrc for the venv's TensorFlow (rewritten only when it changes, e.g. with TF=).
 configure: $(VENV_STAMP)
 	$(PY) configure.py
+
+# .bazelrc is written for the venv's TensorFlow: again when configure.py or the venv changed,
+# or when it was written for another TF='s venv (configure.py leaves an unchanged file as it is).
+BAZELRC_FOR_OTHER_VENV := $(if $(shell grep -sF "$(abspath $(VENV))/" .bazelrc),,FORCE)
+.bazelrc: configure.py $(VENV_STAMP) $(BAZELRC_FOR_OTHER_VENV)
+	$(PY) configure.py
+	touch $@
+
+.PHONY: FORCE
+FORCE:
 
 # Bazel, googletest, a C++ compiler and venv support from Debian, installed only when missing.
 system-deps:

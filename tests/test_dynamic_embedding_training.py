@@ -165,6 +165,36 @@ def test_training_matches_reference(name, sharded):
         np.testing.assert_allclose(slots[0][unseen], 0.5)
 
 
+@pytest.mark.parametrize("use_resource", [True, False])
+def test_rowwise_adagrad_on_dense_variables_against_numpy(use_resource):
+    """de.RowwiseAdagradOptimizer on ordinary variables (resource and ref), sparse gradients
+    with a duplicate index and a dense one: one accumulator per row, duplicates summed."""
+    init = np.arange(12, dtype=np.float32).reshape(4, 3) / 10.0
+    table = tf.compat.v1.get_variable("rw_table", initializer=init, use_resource=use_resource)
+    vector = tf.compat.v1.get_variable("rw_vector", initializer=np.float32([1.0, -2.0]),
+                                       use_resource=use_resource)
+    ids = tf.constant([0, 2, 0])
+    weights = np.float32([[1.0, 2.0, 3.0], [0.5, -1.0, 0.0], [2.0, 0.0, -1.0]])
+    loss = tf.reduce_sum(tf.gather(table, ids) * weights) + tf.reduce_sum(vector * vector)
+    train = de.RowwiseAdagradOptimizer(0.1, initial_accumulator_value=0.2,
+                                       epsilon=1e-3).minimize(loss)
+    want_table, acc = init.astype(np.float64), np.full(4, 0.2)
+    want_vector, vector_acc = np.float64([1.0, -2.0]), 0.2
+    with new_session() as sess:
+        sess.run(tf.compat.v1.global_variables_initializer())
+        for _ in range(3):
+            sess.run(train)
+            grads = {0: weights[0] + weights[2], 2: weights[1]}
+            for row, g in grads.items():
+                acc[row] += np.mean(g * g)
+                want_table[row] -= 0.1 * g / (np.sqrt(acc[row]) + 1e-3)
+            g = 2 * want_vector
+            vector_acc += np.mean(g * g)
+            want_vector = want_vector - 0.1 * g / (np.sqrt(vector_acc) + 1e-3)
+        np.testing.assert_allclose(sess.run(table), want_table, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(sess.run(vector), want_vector, rtol=1e-5, atol=1e-6)
+
+
 def test_training_inserts_only_when_the_optimizer_runs_and_eval_does_not():
     v = de.Variable(dim=2, initializer=0.25)
     ids = i64([[1, 2], [2, 3]])

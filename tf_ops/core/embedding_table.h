@@ -499,6 +499,9 @@ class EmbeddingTable {
                         int width) const;
   Status EnsureSlotsLocked(const std::string& optimizer, const std::vector<float>& initial_values,
                            int width);
+  // The floats per slot `requested` asks for (0: dim) into *width; InvalidArgument naming
+  // `what` unless that is dim or 1, the two widths a slot can have.
+  Status ResolveSlotWidth(int requested, const std::string& what, int* width) const;
 
   // Adds one chunk (alloc_mu_ held). Returns false when the memory cannot be allocated.
   bool AddChunkLocked();

@@ -24,10 +24,21 @@ Status EmbeddingTable::EnsureSlots(const std::string& optimizer,
 bool EmbeddingTable::SlotsReadyLocked(const std::string& optimizer,
                                       const std::vector<float>& initial_values,
                                       int width) const {
+  int resolved;
   return slot_values_known_ && !slots_from_checkpoint_ && slot_optimizer_ == optimizer &&
          num_slots_ == static_cast<int>(initial_values.size()) &&
-         (num_slots_ == 0 || slot_width_ == (width == 0 ? config_.dim : width)) &&
+         ResolveSlotWidth(width, optimizer, &resolved).ok() &&
+         (num_slots_ == 0 || slot_width_ == resolved) &&
          std::equal(initial_values.begin(), initial_values.end(), slot_initial_values_);
+}
+
+Status EmbeddingTable::ResolveSlotWidth(int requested, const std::string& what,
+                                        int* width) const {
+  *width = requested == 0 ? config_.dim : requested;
+  if (*width == config_.dim || *width == 1) return Status::Ok();
+  return Status::InvalidArgument(what + " on table '" + config_.name + "': slots of " +
+                                 std::to_string(*width) + " floats; a slot holds dim (" +
+                                 std::to_string(config_.dim) + ") floats or 1 per row");
 }
 
 Status EmbeddingTable::EnsureSlotsLocked(const std::string& optimizer,
@@ -39,12 +50,7 @@ Status EmbeddingTable::EnsureSlotsLocked(const std::string& optimizer,
                                    std::to_string(wanted) + " slots; at most " +
                                    std::to_string(kMaxSlots) + " are supported");
   }
-  if (width == 0) width = config_.dim;
-  if (width != config_.dim && width != 1) {
-    return Status::InvalidArgument("optimizer '" + optimizer + "' asks for slots of " +
-                                   std::to_string(width) + " floats; a slot holds dim (" +
-                                   std::to_string(config_.dim) + ") floats or 1 per row");
-  }
+  REC_SDK_RETURN_IF_ERROR(ResolveSlotWidth(width, "optimizer '" + optimizer + "'", &width));
   const bool same_width = wanted == 0 || num_slots_ == 0 || slot_width_ == width;
   if (slot_values_known_ && slots_from_checkpoint_) {
     slots_from_checkpoint_ = false;

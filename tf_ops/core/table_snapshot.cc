@@ -309,7 +309,8 @@ Status EmbeddingTable::Restore(const CheckpointInfo& info,
                                    std::to_string(info.num_slots) + " slots (at most " +
                                    std::to_string(kMaxSlots) + ")");
   }
-  const int width = info.slot_width == 0 ? config_.dim : info.slot_width;
+  int width;
+  REC_SDK_RETURN_IF_ERROR(ResolveSlotWidth(info.slot_width, "restore", &width));
   std::unique_lock<std::shared_mutex> structure(structure_mu_);
   std::string what;
   bool keep_slots;
@@ -550,12 +551,8 @@ Status EmbeddingTable::Export(const ExportAllocator& allocate) {
 Status EmbeddingTable::Import(const int64_t* keys, const float* values, const float* slots,
                               int num_slots, int64_t n, int slot_width) {
   ChangeScope change(this);
-  const int width = slot_width == 0 ? config_.dim : slot_width;
-  if (width != config_.dim && width != 1) {
-    return Status::InvalidArgument("import into table '" + config_.name + "': slots of " +
-                                   std::to_string(width) + " floats given; a slot holds dim (" +
-                                   std::to_string(config_.dim) + ") floats or 1 per row");
-  }
+  int width;
+  REC_SDK_RETURN_IF_ERROR(ResolveSlotWidth(slot_width, "import", &width));
   if (slots != nullptr && (num_slots < 0 || num_slots > kMaxSlots)) {
     return Status::InvalidArgument("import into table '" + config_.name + "': " +
                                    std::to_string(num_slots) + " slot arrays given, at most " +

@@ -60,6 +60,9 @@ class RowwiseAdagradOptimizer(tf.compat.v1.train.Optimizer):
             return tf.compat.v1.assign_sub(var, delta, use_locking=self._use_locking)
 
     def _apply_sparse(self, grad, var):
-        raise NotImplementedError("RowwiseAdagradOptimizer trains resource variables "
-                                  "(tf.Variable under TF2 behaviour, de.Variable); use "
-                                  "use_resource=True for this variable")
+        # Indices are unique here (_apply_sparse_duplicate_indices sums duplicates).
+        acc = self.get_slot(var, "accumulator")
+        new, delta = self._step(grad.values, tf.gather(acc, grad.indices))
+        with tf.control_dependencies([tf.compat.v1.scatter_update(acc, grad.indices, new)]):
+            return tf.compat.v1.scatter_sub(var, grad.indices, delta,
+                                            use_locking=self._use_locking)
