@@ -132,7 +132,7 @@ def bench_rec_sdk(keys, directory):
         for k, v in fill_batches(keys):
             sess.run(upsert, {keys_ph: k, values_ph: v})
         sess.run(train, {keys_ph: np.arange(8, dtype=np.int64) * 7919 + 13})
-        out["rows"] = int(sess.run(table.size()))
+        out["rows"] = int(sess.run(table.size_tensor()))
         with PeakRss() as rss:
             start = time.perf_counter()
             saver.save_tables(sess, target)
@@ -146,7 +146,7 @@ def bench_rec_sdk(keys, directory):
         start = time.perf_counter()
         saver.restore_tables(sess, target)
         out["restore_s"] = time.perf_counter() - start
-        assert int(sess.run(table.size())) == out["rows"]
+        assert int(sess.run(table.size_tensor())) == out["rows"]
     shutil.rmtree(target)
     terminate_config_initializer()
     return out

@@ -129,7 +129,7 @@ def worker(args):
     train_op = emb.train_op(loss, dense, tf.compat.v1.train.AdamOptimizer(args.learning_rate))
     keys_op = None
     if args.library == "rec_sdk":
-        keys_op = tf.add_n([t.size() for t in emb.tables.values()])
+        keys_op = tf.add_n([t.size_tensor() for t in emb.tables.values()])
     with tf.compat.v1.Session() as sess:
         sess.run(tf.compat.v1.global_variables_initializer())
         for _ in range(args.warmup):
@@ -190,7 +190,7 @@ def memory_worker(args):
         addrs = tf.compat.v1.get_collection(rec_sdk.ASCEND_SPARSE_LOOKUP_ID_OFFSET)
         step = create_hash_optimizer_by_address(1e-3).apply_gradients(
             zip(tf.gradients(tf.reduce_sum(tf.square(emb)), embs), addrs))
-        size = table.size()
+        size = table.size_tensor()
     elif args.library == "tfra":
         import tensorflow_recommenders_addons.dynamic_embedding as de
         var = de.get_variable("memory", key_dtype=tf.int64, value_dtype=tf.float32, dim=16,
@@ -247,7 +247,7 @@ def scaling_worker(args):
                                                dtype=np.int64) + (1 << 40)})
         sess.run(step, {keys: batches[0]})  # slots attached
         grown = rss_bytes() - before
-        size = int(sess.run(table.size()))
+        size = int(sess.run(table.size_tensor()))
         times = []
         for b in batches[1:]:
             t0 = time.perf_counter()

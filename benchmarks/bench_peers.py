@@ -214,7 +214,7 @@ def bench_rec_sdk(op, batches, steps, capacity):
         with session() as sess:
             sess.run(tf.compat.v1.global_variables_initializer())
             ms = timed_ms(sess, fetch, keys, batches, steps)
-            params["table_keys"] = int(sess.run(table.size()))
+            params["table_keys"] = int(sess.run(table.size_tensor()))
         return ms, params
     finally:
         terminate_config_initializer()

@@ -93,7 +93,7 @@ def bench_rec_sdk(batches, warmup):
         with session() as sess:
             sess.run(tf.compat.v1.global_variables_initializer())
             results[mode] = time_steps(sess, fetch, keys, batches, warmup)
-            results[mode + "_size"] = sess.run(table.size())
+            results[mode + "_size"] = sess.run(table.size_tensor())
             if mode == "train":
                 results["eval_lookup"] = time_steps(sess, eval_fetch, keys, batches, warmup)
         terminate_config_initializer()

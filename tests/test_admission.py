@@ -595,7 +595,7 @@ def test_kernels_reject_negative_counts_and_weights(fixed):
         with pytest.raises(tf.errors.InvalidArgumentError,
                            match="sample_times has 2 timestamps for 3 samples"):
             sess.run(bad_samples)
-        assert sess.run(table.size()) == 0  # nothing was inserted by the failed calls
+        assert sess.run(table.size_tensor()) == 0  # nothing was inserted by the failed calls
 
 
 def test_eviction_after_a_lookup_without_timestamps_is_an_error(fixed):

@@ -125,7 +125,7 @@ def test_is_save_false_tables_are_skipped(tmp_path):
         assert sorted(os.listdir(str(tmp_path / "sparse-m"))) == ["kept"]
     with new_session() as sess:
         saver.restore(sess, path)
-        assert sess.run(kept.size()) == 2 and sess.run(skipped.size()) == 0
+        assert sess.run(kept.size_tensor()) == 2 and sess.run(skipped.size_tensor()) == 0
 
 
 def test_max_to_keep_deletes_table_directories(tmp_path):
@@ -182,7 +182,7 @@ def test_corrupted_checkpoint_fails_naming_the_file(tmp_path):
     with new_session() as sess:
         with pytest.raises(tf.errors.DataLossError, match="values.bin.*corrupted"):
             saver.restore(sess, path)
-        assert sess.run(table.size()) == 0
+        assert sess.run(table.size_tensor()) == 0
     (tmp_path / "sparse-m" / "t" / "meta.txt").unlink()
     with new_session() as sess:
         with pytest.raises(tf.errors.NotFoundError, match="meta.txt"):
@@ -366,7 +366,7 @@ def test_estimator_evaluate_sees_trained_tables(tmp_path):
             return tf.estimator.EstimatorSpec(mode, predictions={"logits": logits})
         loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=labels,
                                                                       logits=logits))
-        metrics = {"size": tf.compat.v1.metrics.mean(tf.cast(table.size(), tf.float32))}
+        metrics = {"size": tf.compat.v1.metrics.mean(tf.cast(table.size_tensor(), tf.float32))}
         if mode == tf.estimator.ModeKeys.EVAL:
             return tf.estimator.EstimatorSpec(mode, loss=loss, eval_metric_ops=metrics)
         step = tf.compat.v1.train.get_global_step()
@@ -404,7 +404,7 @@ def test_delta_checkpoints_equal_a_full_save(tmp_path):
         _run(sess, feeds, loss, train, batches[5:10])
         sess.run(evict)
         rows = rec_saver.save_tables(sess, str(tmp_path / "delta1"), delta=True)
-        assert 0 < rows["t"] <= sess.run(table.size())
+        assert 0 < rows["t"] <= sess.run(table.size_tensor())
         _run(sess, feeds, loss, train, batches[10:])
         rec_saver.save_tables(sess, str(tmp_path / "delta2"), delta=True)
         rec_saver.save_tables(sess, str(tmp_path / "full_end"))
@@ -425,7 +425,7 @@ def test_delta_needs_incremental_checkpoints(tmp_path):
     table = create_table(tf.int64, DIM, "t", tf.compat.v1.constant_initializer(0.0),
                          device_vocabulary_size=10)
     with new_session() as sess:
-        sess.run(table.size())
+        sess.run(table.size_tensor())
         with pytest.raises(tf.errors.FailedPreconditionError, match="does not track changes"):
             rec_saver.save_tables(sess, str(tmp_path / "d"), delta=True)
 
@@ -449,12 +449,12 @@ def test_warm_start_saver_and_meta_graph_and_delta_rank_errors(tmp_path):
         sess.run(insert)
         # Warm-starting chosen variables from a checkpoint without tables keeps the tables.
         tf.compat.v1.train.Saver([w]).restore(sess, path)
-        assert sess.run(table.size()) == 1
+        assert sess.run(table.size_tensor()) == 1
         np.testing.assert_array_equal(sess.run(w), [1.0, 1.0])
         with pytest.raises(ValueError, match="deltas apply to one full checkpoint"):
             rec_saver.restore_tables(sess, str(tmp_path / "x"), rank_size=2, deltas=["d"])
         sess.run(table.upsert(tf.constant([5, 6], tf.int64), tf.fill([2, DIM], 2.0)))
-        size_name = table.size().name
+        size_name = table.size_tensor().name
         full = tf.compat.v1.train.Saver().save(sess, str(tmp_path / "full"))
     tf.compat.v1.reset_default_graph()
     saver = tf.compat.v1.train.import_meta_graph(full + ".meta")

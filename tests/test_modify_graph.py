@@ -187,7 +187,7 @@ def test_train_and_eval_iterators_in_one_graph_and_get_target_batch():
             labels, logits, _ = sess.run([new_eval["label"], eval_logits, eval_loss])
             np.testing.assert_array_equal(labels, data["label"][:32])
             assert logits.shape == (32,)
-            sizes.append(sess.run(tables["item"].size()))
+            sizes.append(sess.run(tables["item"].size_tensor()))
         # Evaluation inserts nothing: the item table holds exactly the trained batches' keys.
         expected = [len(np.unique(data["items"][:16 * (i + 1)])) for i in range(3)]
         assert sizes == expected

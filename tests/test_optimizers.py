@@ -285,7 +285,7 @@ class Scenario:
     def initial_values(self, sess):
         values, exists = sess.run(self.initial)
         assert not exists.any()
-        assert sess.run(self.table.size()) == 0
+        assert sess.run(self.table.size_tensor()) == 0
         return {k: values[i] for i, k in enumerate(ALL_KEYS)}
 
 
@@ -497,7 +497,7 @@ def test_not_found_keys_in_eval_are_never_updated(expansion):
                          graph.get_tensor_by_name("eval_lookup/find_or_insert:0"),
                          {ids: [7, 1, 8, 9, 1]}) == -1).sum() == 3
         sess.run(train, {ids: [7, 1, 8, 9, 1]})
-        assert sess.run(table.size()) == 2
+        assert sess.run(table.size_tensor()) == 2
         values, exists = sess.run(table.lookup(tf.constant([1, 2, 7, 8, 9], tf.int64)))
     assert exists.tolist() == [True, True, False, False, False]
     np.testing.assert_allclose(values[0], 0.5 - 2 * np.array([1.0, 2.0, 3.0]), rtol=RTOL)

@@ -241,7 +241,7 @@ def test_set_threshold_changes_admission_at_run_time():
             out = sess.run(emb, {ids: batch})
             expected = [[0.5] * DIM if k in admitted else [0.0] * DIM for k in batch]
             np.testing.assert_allclose(out, expected)
-        assert sess.run(table.size()) == len(admitted) == 4
+        assert sess.run(table.size_tensor()) == len(admitted) == 4
         with pytest.raises(tf.errors.InvalidArgumentError, match="threshold must be >= 0"):
             sess.run(set_op, {new_threshold: [-1]})
         huge = tf.compat.v1.placeholder(tf.int64, [])
@@ -352,7 +352,7 @@ def test_same_name_feature_specs_are_distinct_lookups():
     b = sparse_lookup(table, specs[1], batch=batch, name="second")
     with new_session() as sess:
         out_a, out_b = sess.run([a, b])
-        assert sess.run(table.size()) == 3
+        assert sess.run(table.size_tensor()) == 3
     assert out_a.shape == out_b.shape == (2, 2, DIM)
 
 
@@ -437,7 +437,7 @@ def test_saver_creates_a_missing_directory(tmp_path):
     assert (tmp_path / "new" / "deeper" / "sparse-model-3" / "t").is_dir()
     with new_session() as sess:
         saver.restore(sess, path)
-        assert sess.run(table.size()) == 2
+        assert sess.run(table.size_tensor()) == 2
 
 
 # ---- padding keys ------------------------------------------------------------------------

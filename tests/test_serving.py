@@ -85,7 +85,7 @@ def test_saved_model_without_plugin_matches_eval(tmp_path):
                                   inputs={"user_ids": user_ids, "item_ids": item_ids,
                                           "dense": dense},
                                   outputs={"probability": eval_probs})
-        assert rows == sess.run(users.size()) + sess.run(items.size())
+        assert rows == sess.run(users.size_tensor()) + sess.run(items.size_tensor())
     np.savez(str(tmp_path / "inputs.npz"), **feeds)
     script = tmp_path / "load.py"
     script.write_text(_LOADER)

@@ -37,7 +37,7 @@ def test_upsert_lookup_remove_clear(expansion):
     rows = np.arange(12, dtype=np.float32).reshape(3, DIM)
     with new_session() as sess:
         sess.run(upsert, {keys: [10, 20, 30], values: rows})
-        assert sess.run(table.size()) == 3
+        assert sess.run(table.size_tensor()) == 3
         v, e = sess.run(looked_up, {keys: [30, 10, 20, 40]})
         np.testing.assert_array_equal(v[:3], rows[[2, 0, 1]])
         np.testing.assert_array_equal(v[3], np.zeros(DIM))
@@ -46,17 +46,17 @@ def test_upsert_lookup_remove_clear(expansion):
         np.testing.assert_array_equal(v[0], np.full(DIM, 0.5))
         np.testing.assert_array_equal(v[1], rows[0])
         assert e.tolist() == [False, True]
-        assert sess.run(table.size()) == 3  # init_missing does not insert
+        assert sess.run(table.size_tensor()) == 3  # init_missing does not insert
         # Overwrite: the last value wins.
         sess.run(upsert, {keys: [20], values: -rows[:1]})
         np.testing.assert_array_equal(sess.run(looked_up, {keys: [20]})[0][0], -rows[0])
         assert sess.run(removed, {keys: [10, 10, 99]}) == 1
-        assert sess.run(table.size()) == 2
+        assert sess.run(table.size_tensor()) == 2
         v, e = sess.run(looked_up, {keys: [10, 20]})
         assert e.tolist() == [False, True]
         np.testing.assert_array_equal(v[0], np.zeros(DIM))
         sess.run(table.clear())
-        assert sess.run(table.size()) == 0
+        assert sess.run(table.size_tensor()) == 0
         assert not sess.run(looked_up, {keys: [20, 30]})[1].any()
         # The table is usable after clear.
         sess.run(upsert, {keys: [5], values: rows[:1]})
@@ -112,7 +112,7 @@ def test_export_import_roundtrip_without_slots(initialized):
         looked_up = fresh.lookup(tf.constant(keys))
         with new_session() as sess:
             sess.run(load)
-            assert sess.run(fresh.size()) == 6
+            assert sess.run(fresh.size_tensor()) == 6
             got, exists = sess.run(looked_up)
     assert exists.all()
     np.testing.assert_array_equal(got, values)
@@ -126,7 +126,7 @@ def test_import_replaces_contents(initialized):
     with new_session() as sess:
         sess.run(emb)
         sess.run(load)
-        assert sess.run(table.size()) == 1
+        assert sess.run(table.size_tensor()) == 1
         values, exists = sess.run(table.lookup(tf.constant([1, 7], tf.int64)))
     assert exists.tolist() == [False, True]
     np.testing.assert_array_equal(values[1], np.full(DIM, 3.0))
@@ -214,7 +214,7 @@ def test_import_wrong_shape_names_table(initialized):
         for op in (bad_values, bad_count, bad_slots, bad_keys):
             with pytest.raises(tf.errors.InvalidArgumentError, match="imported"):
                 sess.run(op)
-        assert sess.run(table.size()) == 0
+        assert sess.run(table.size_tensor()) == 0
 
 
 def test_import_too_many_rows_into_fixed_table(initialized):
@@ -230,9 +230,9 @@ def test_tables_are_per_session(initialized):
     emb = sparse_lookup(table, tf.constant([1, 2], tf.int64))
     with new_session() as first:
         first.run(emb)
-        assert first.run(table.size()) == 2
+        assert first.run(table.size_tensor()) == 2
         with new_session() as second:
-            assert second.run(table.size()) == 0
+            assert second.run(table.size_tensor()) == 0
 
 
 @pytest.mark.parametrize("make_initializer,low,high", [
@@ -285,7 +285,7 @@ def test_upsert_duplicate_keys_last_value_wins(initialized):
     op = table.upsert(tf.constant([7, 8, 7, 7], tf.int64), rows)
     with new_session() as sess:
         sess.run(op)
-        assert sess.run(table.size()) == 2
+        assert sess.run(table.size_tensor()) == 2
         values, _ = sess.run(table.lookup(tf.constant([7, 8], tf.int64)))
     np.testing.assert_array_equal(values, rows[[3, 1]])
 
@@ -299,12 +299,12 @@ def test_fixed_capacity_reuses_removed_rows(initialized):
         sess.run(emb, {ids: [1, 2, 3, 4]})
         assert sess.run(remove, {ids: [2, 3]}) == 2
         sess.run(emb, {ids: [5, 6]})  # the two free rows
-        assert sess.run(table.size()) == 4
+        assert sess.run(table.size_tensor()) == 4
         with pytest.raises(tf.errors.ResourceExhaustedError, match="reuse"):
             sess.run(emb, {ids: [7]})
         sess.run(table.clear())
         sess.run(emb, {ids: [10, 11, 12, 13]})
-        assert sess.run(table.size()) == 4
+        assert sess.run(table.size_tensor()) == 4
 
 
 @pytest.mark.parametrize("expansion", [False, True])
@@ -333,7 +333,7 @@ def test_random_operations_match_a_dict(expansion):
                 assert removed == sum(1 for k in batch.tolist() if k in reference)
                 for k in batch.tolist():
                     reference.pop(k, None)
-            assert sess.run(table.size()) == len(reference)
+            assert sess.run(table.size_tensor()) == len(reference)
         got, exists = sess.run(looked_up, {keys: universe})
         exported_keys, exported_values, _ = sess.run(table.export())
     for i, k in enumerate(universe.tolist()):
@@ -398,7 +398,7 @@ def test_table_methods_accept_any_key_shape(initialized):
         np.testing.assert_array_equal(v[1, 1], v[0, 0])
         np.testing.assert_array_equal(v[1, 0], np.zeros(DIM))
         assert sess.run(table.remove(keys)) == 2
-        assert sess.run(table.size()) == 0
+        assert sess.run(table.size_tensor()) == 0
 
 
 def test_lookups_per_table_limited(initialized):
@@ -485,7 +485,7 @@ def test_concurrent_session_runs_share_a_table_safely():
             t.join()
         assert not errors, errors
         keys, values, slots = sess.run(table.export())
-        assert len(np.unique(keys)) == len(keys) == sess.run(table.size())
+        assert len(np.unique(keys)) == len(keys) == sess.run(table.size_tensor())
         assert slots.shape == (2, len(keys), 8)
         # Eval lookups of stored keys read exactly the stored rows.
         probe = keys[:100]

@@ -220,7 +220,7 @@ def test_dynamic_embedding_variables_take_the_tier_through_kv_creator(tmp_path):
             _assert_same(_state(sess, mine), _state(sess, theirs))
             stats = sess.run(mine.stats())
             assert stats["hot"] <= 60 and stats["cold"] > 0
-        assert sess.run(tiered.size()) == sess.run(plain.size())
+        assert sess.run(tiered.size_tensor()) == sess.run(plain.size_tensor())
 
 
 def test_bad_sizes_and_paths_are_clear_errors(tmp_path):
@@ -259,7 +259,7 @@ def test_an_ssd_tier_full_of_rows_is_an_error_that_keeps_the_table(tmp_path):
             sess.run(emb, {ids: np.arange(first, first + 10)})
         with pytest.raises(tf.errors.ResourceExhaustedError, match="SSD capacity of 30 rows"):
             sess.run(emb, {ids: np.arange(50, 60)})
-        assert sess.run(table.size()) == 50
+        assert sess.run(table.size_tensor()) == 50
         keys, _, _ = sess.run(table.export())
         assert sorted(keys) == list(range(50))
 
@@ -368,7 +368,7 @@ def test_a_full_disk_fails_the_step_cleanly_and_keeps_every_row(small_tmpfs):
             np.testing.assert_array_equal(kept[key], row)
         # The table stays usable: its rows read back (above), the keys in memory still train,
         # and with room on the disk again, so do the keys on it.
-        assert sess.run(table.size()) >= before[0].size > 0
+        assert sess.run(table.size_tensor()) >= before[0].size > 0
         sess.run(train, {ids: np.arange(first - 50, first)})
         subprocess.run(["mount", "-o", "remount,size=16m", str(small_tmpfs)], check=True)
         sess.run(train, {ids: np.arange(0, 40)})

@@ -100,8 +100,8 @@ def _run_script(use_dynamic_expansion):
         for _ in range(STEPS):
             step_loss, _ = sess.run([loss, train_op])
             losses.append(step_loss)
-        sizes = sess.run([user_table.size(), item_table.size()])
-        capacities = sess.run([user_table.capacity(), item_table.capacity()])
+        sizes = sess.run([user_table.size_tensor(), item_table.size_tensor()])
+        capacities = sess.run([user_table.capacity_tensor(), item_table.capacity_tensor()])
         step = sess.run(global_step)
     terminate_config_initializer()
     return np.array(losses), sizes, capacities, step

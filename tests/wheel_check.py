@@ -51,7 +51,7 @@ with tf.compat.v1.Session() as sess:
     for _ in range(200):
         sess.run(train_op)
     last = np.mean([sess.run(loss) for _ in range(8)])
-    size = sess.run(user_table.size())
+    size = sess.run(user_table.size_tensor())
 terminate_config_initializer()
 assert last < first, (first, last)
 print("trained from the wheel: loss %.3f -> %.3f, %d keys" % (first, last, size))

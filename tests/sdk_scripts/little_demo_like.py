@@ -236,7 +236,7 @@ class RunMode:
             except tf.errors.OutOfRangeError:
                 break
             losses.append(loss)
-            sizes.append(self.session.run([t.size() for t in self.table_list]))
+            sizes.append([t.size() for t in self.table_list])  # Python ints, as the SDK's
             logger.info("training at step %d, table sizes %s", i, sizes[-1])
             if i % TRAIN_INTERVAL == 0:
                 self._infer()

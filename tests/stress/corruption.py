@@ -42,7 +42,7 @@ def cases(rows):
     grads = tf.gradients(loss, tf.compat.v1.get_collection("ASCEND_SPARSE_LOOKUP_LOCAL_EMB"))
     train = lazy_adam_by_addr.create_hash_optimizer_by_address(0.01).apply_gradients(
         zip(grads, tf.compat.v1.get_collection("ASCEND_SPARSE_LOOKUP_ID_OFFSET")))
-    size = tables[0].size()
+    size = tables[0].size_tensor()
     refill = tables[0].upsert(tf.constant([1, 2, 3], tf.int64), tf.ones([3, DIM]))
     looked, found = tables[0].lookup(tf.constant([1, 2, 3], tf.int64))
     intact_rows = tf.reduce_all(found) & tf.reduce_all(tf.equal(looked, 1.0))

@@ -511,3 +511,15 @@ REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableImportAccess)).Device(DEVICE_C
 REC_SDK_REGISTER_KEYED(TableImport, TableImportOp);
 
 }  // namespace rec_sdk
+
+// A C entry point of the op library (Python reaches it with ctypes, see
+// rec_sdk/ops/loader.py): the size and capacity of the table named `name` that a session of
+// this process created last and still holds. Returns 1 and sets both, or 0 when no session
+// holds such a table. The SDK's table.size() / capacity() return Python ints this way, with no
+// op added to the user's graph and no session needed.
+extern "C" __attribute__((visibility("default"))) int rec_sdk_table_size(const char* name,
+                                                                          int64_t* size,
+                                                                          int64_t* capacity) {
+  if (name == nullptr || size == nullptr || capacity == nullptr) return 0;
+  return rec_sdk::TableResource::LiveSizeOf(name, size, capacity) ? 1 : 0;
+}

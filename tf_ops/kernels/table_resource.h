@@ -3,6 +3,7 @@
 #ifndef REC_SDK_KERNELS_TABLE_RESOURCE_H_
 #define REC_SDK_KERNELS_TABLE_RESOURCE_H_
 
+#include <algorithm>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -53,9 +54,32 @@ class TableResource : public tensorflow::ResourceBase {
                 ShareMode share)
       : table_(std::move(table)), key_dtype_(key_dtype), share_(share) {
     if (share_ != ShareMode::kPrivate) TableRegistry::Process().Attach(table_);
+    std::lock_guard<std::mutex> lock(LiveMutex());
+    Live().push_back(this);
   }
   ~TableResource() override {
+    {
+      std::lock_guard<std::mutex> lock(LiveMutex());
+      std::vector<TableResource*>& live = Live();
+      live.erase(std::remove(live.begin(), live.end(), this), live.end());
+    }
     if (share_ != ShareMode::kPrivate) TableRegistry::Process().Detach(table_);
+  }
+
+  // The table named `name` (the create_table name) that a session of this process created
+  // last and still holds, with its size and capacity; false if there is none. What the SDK's
+  // table.size() / capacity() read without a session (rec_sdk_table_size below).
+  static bool LiveSizeOf(const std::string& name, int64_t* size, int64_t* capacity) {
+    std::lock_guard<std::mutex> lock(LiveMutex());
+    const std::vector<TableResource*>& live = Live();
+    for (auto it = live.rbegin(); it != live.rend(); ++it) {
+      const std::shared_ptr<EmbeddingTable> t = (*it)->shared_table();
+      if (t->name() != name) continue;
+      *size = t->Size();
+      *capacity = t->Capacity();
+      return true;
+    }
+    return false;
   }
 
   EmbeddingTable* table() {
@@ -103,6 +127,16 @@ class TableResource : public tensorflow::ResourceBase {
   }
 
  private:
+  // Every TableResource alive in the process, in creation order (guarded by LiveMutex()).
+  static std::vector<TableResource*>& Live() {
+    static auto* live = new std::vector<TableResource*>();
+    return *live;
+  }
+  static std::mutex& LiveMutex() {
+    static auto* mu = new std::mutex();
+    return *mu;
+  }
+
   mutable std::mutex mu_;
   std::shared_ptr<EmbeddingTable> table_;
   std::vector<std::shared_ptr<EmbeddingTable>> replaced_;

@@ -140,7 +140,6 @@ def create_table(key_dtype, dim, name, emb_initializer, device_vocabulary_size=1
     if emb_initializer is None:
         raise ValueError("emb_initializer is required, e.g. "
                          "tf.compat.v1.truncated_normal_initializer()")
-    spec = describe_initializer(emb_initializer, name, scale=init_param)
     if steps_to_live is not None:
         steps_to_live = check_int("steps_to_live", steps_to_live, 1, 2**62)
     check_bool("evict_when_full", evict_when_full)
@@ -149,6 +148,11 @@ def create_table(key_dtype, dim, name, emb_initializer, device_vocabulary_size=1
     rank_size = config.rank_size
     device_rows = math.ceil(device_vocabulary_size / rank_size)
     dynamic_expansion = config.use_dynamic_expansion
+    # The shape the SDK gives a table's variable in HBM mode, [device rows of this rank, dim]:
+    # what shape-dependent initializers (variance scaling) take their fans from.
+    shape = None if dynamic_expansion else (device_rows or math.ceil(
+        (host_vocabulary_size + ssd_vocabulary_size) / rank_size), dim)
+    spec = describe_initializer(emb_initializer, name, scale=init_param, shape=shape)
     capacity_rows = None
     if evict_when_full and dynamic_expansion:
         raise ValueError("evict_when_full=True is for fixed-capacity tables; table %r grows "
@@ -568,7 +572,11 @@ def _tensor_lookup(table, ids, send_count, is_train, lookup_name, access_and_evi
         table.configure_admission(where, access, evict)
     elif is_train and not table.admission and table.clock != "timestamp":
         table.lookups.uncounted_training.append(lookup_name)
-    ids = table._keys(ids, param="ids of %s" % where)  # pylint: disable=protected-access
+    # Ids of another dtype (tf.strings.to_number's float32) are cast with a check; graph
+    # modification and the slicer hooks move the ids as given into the input pipeline,
+    # which casts them where it inserts them (as the SDK does).
+    given_ids = tf.convert_to_tensor(ids)
+    ids = table._keys(given_ids, param="ids of %s" % where)  # pylint: disable=protected-access
     with tf.name_scope(table_ops.op_scope_name(lookup_name)):
         # Each distinct key is looked up and trained once per lookup: the table sees only
         # the unique keys and `inverse` spreads their rows back over the ids.
@@ -598,14 +606,14 @@ def _tensor_lookup(table, ids, send_count, is_train, lookup_name, access_and_evi
                              is_grad, serving_default_value, register=True,
                              trained_addresses=trained)
         # What a serving export needs to replace this lookup with stock TensorFlow ops.
-        table.lookups.tensor.append({"ids": ids, "embeddings": embeddings,
+        table.lookups.tensor.append({"ids": given_ids, "embeddings": embeddings,
                                      "serving_default_value": serving_default_value,
                                      "addresses": addresses, "inverse": inverse,
                                      "name": lookup_name, "is_train": is_train})
-        tf.compat.v1.add_to_collection(ASCEND_SPARSE_LOOKUP_ENTRANCE, ids)
+        tf.compat.v1.add_to_collection(ASCEND_SPARSE_LOOKUP_ENTRANCE, given_ids)
         if modify_graph:
             anchors.record(table.graph, anchors.Anchor(
-                lookup_name, table, ids, is_train, send_count, coefficient, sample_times,
+                lookup_name, table, given_ids, is_train, send_count, coefficient, sample_times,
                 addresses, local_emb, inverse, batch, trained))
         return embeddings
 

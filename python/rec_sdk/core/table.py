@@ -12,7 +12,7 @@ import tensorflow as tf
 from rec_sdk.constants.constants import TABLE_COLLECTION
 from rec_sdk.core import table_files
 from rec_sdk.core.tier import TierConfig
-from rec_sdk.ops import table_ops
+from rec_sdk.ops import loader, table_ops
 from rec_sdk.util.graph_state import state_of
 from rec_sdk.util.validation import INT32_MAX, check_int
 
@@ -25,6 +25,45 @@ def uid():
     with _uid_lock:
         _next_uid[0] += 1
         return _next_uid[0]
+
+
+def as_keys(ids, key_dtype, what):
+    """`ids` as keys of `key_dtype` (tf.int64 or tf.int32), as the SDK's pipeline casts ids
+    of other dtypes where it inserts them (e.g. tf.strings.to_number's float32). A cast that
+    would lose information fails when it runs, with an InvalidArgumentError naming `what` and
+    the first such value: a float that is not a whole number (or NaN), a value outside the
+    key range. Ids that are not numbers are a TypeError naming `what`."""
+    ids = tf.convert_to_tensor(ids)
+    if ids.dtype == key_dtype:
+        return ids
+    if not (ids.dtype.is_integer or ids.dtype.is_floating):
+        raise TypeError("%s must be integer (or whole-number float) ids for keys of type %s, "
+                        "got %s" % (what, key_dtype.name, ids.dtype.name))
+    if ids.dtype.is_integer and (ids.dtype.size < key_dtype.size or (
+            ids.dtype.size == key_dtype.size and not ids.dtype.is_unsigned)):
+        return tf.cast(ids, key_dtype)  # every value is a key: no check needed
+    low, high = key_dtype.min, key_dtype.max
+    if ids.dtype.is_floating:
+        # -2^63 (or -2^31) and 2^63 are exact in every float type: the whole numbers in
+        # [low, high + 1) are the keys.
+        whole = tf.math.equal(ids, tf.math.floor(ids))
+        valid = whole & (ids >= tf.cast(float(low), ids.dtype)) & (
+            ids < tf.cast(float(high) + 1.0, ids.dtype))
+        rule = "whole numbers in [%d, %d]" % (low, high)
+    else:
+        valid = ids <= tf.cast(high, ids.dtype) if ids.dtype.is_unsigned else \
+            (ids >= tf.cast(low, ids.dtype)) & (ids <= tf.cast(high, ids.dtype))
+        rule = "in [%d, %d]" % (low, high)
+    valid = tf.reshape(valid, [-1])
+    first_bad = tf.boolean_mask(tf.reshape(ids, [-1]), tf.logical_not(valid))[:1]
+    # (TensorFlow escapes quotes in an assertion's strings: the message has none.)
+    check = tf.debugging.Assert(
+        tf.reduce_all(valid),
+        ["%s (%s) are cast to %s keys, which needs values %s; got"
+         % (what.replace("'", ""), ids.dtype.name, key_dtype.name, rule), first_bad],
+        summarize=1, name="check_ids_cast")
+    with tf.control_dependencies([check]):
+        return tf.cast(ids, key_dtype)
 
 
 class SparseEmbedding(tf.saved_model.experimental.TrackableResource):
@@ -193,8 +232,19 @@ class SparseEmbedding(tf.saved_model.experimental.TrackableResource):
         return "<rec_sdk table %r dim=%d key_dtype=%s %s>" % (
             self.table_name, self.dim, self.key_dtype.name, size)
 
-    def size(self, name=None):
-        """Scalar int64 tensor: the number of keys stored."""
+    def size(self):
+        """The number of keys stored, a Python int, as the SDK's table.size() gives it: read
+        from the table that a session of this process holds (the one created last when
+        several sessions hold a table of this name; 0 before any session has created it).
+        It adds no op to the graph, so a script may log it every step. In a graph, use
+        size_tensor()."""
+        if self.eager and tf.executing_eagerly():
+            return int(table_ops.size(self.handle))
+        live = loader.live_table_size(self.table_name)
+        return 0 if live is None else live[0]
+
+    def size_tensor(self, name=None):
+        """Scalar int64 tensor: the number of keys stored (an op of the graph)."""
         return table_ops.size(self.handle, name=name)
 
     def prefetch(self, ids, name=None):
@@ -208,19 +258,25 @@ class SparseEmbedding(tf.saved_model.experimental.TrackableResource):
             ids = tf.cast(ids, self.key_dtype)
         return table_ops.prefetch_cold(self.handle, ids, name=name)
 
-    def capacity(self, name=None):
-        """Scalar int64 tensor: rows the table holds without growing (its fixed capacity, or the
-        rows allocated so far in dynamic-expansion mode)."""
+    def capacity(self):
+        """Rows the table holds without growing, a Python int as the SDK's table.capacity()
+        gives it: its fixed capacity, or in dynamic-expansion mode the rows allocated so far
+        (read as size() reads the size). In a graph, use capacity_tensor()."""
+        if self.eager and tf.executing_eagerly():
+            return int(table_ops.capacity(self.handle))
+        live = loader.live_table_size(self.table_name)
+        if live is not None:
+            return live[1]
+        if self.tier is not None:
+            return self.tier.memory_rows + self.tier.ssd_rows if self.tier.ssd_rows else 0
+        return 0 if self.dynamic_expansion else self.capacity_rows
+
+    def capacity_tensor(self, name=None):
+        """Scalar int64 tensor: rows the table holds without growing (an op of the graph)."""
         return table_ops.capacity(self.handle, name=name)
 
     def _keys(self, keys, param="keys"):
-        keys = tf.convert_to_tensor(keys)
-        if keys.dtype == self.key_dtype:
-            return keys
-        if keys.dtype == tf.int32 and self.key_dtype == tf.int64:
-            return tf.cast(keys, tf.int64)
-        raise TypeError("%s of table '%s' must be %s, got %s"
-                        % (param, self.table_name, self.key_dtype.name, keys.dtype.name))
+        return as_keys(keys, self.key_dtype, "%s of table '%s'" % (param, self.table_name))
 
     def _values(self, values, keys, param="values"):
         """values of keys: float, shaped keys.shape + [dim] (checked where shapes are known)."""

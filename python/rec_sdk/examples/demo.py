@@ -191,7 +191,7 @@ def main(argv=None):
                 losses.append(batch_loss)
                 progress.update(1, samples=args.batch_size, loss=float(np.mean(losses[-50:])))
             test_auc, test_loss = evaluate(sess, eval_iterator.initializer, eval_probs, eval_labels)
-            sizes = sess.run({name: t.size() for name, t in tables.items()})
+            sizes = {name: t.size() for name, t in tables.items()}  # the SDK's: ints
             print("epoch %d: train loss %.4f  test AUC %.4f  test log loss %.4f  table sizes %s"
                   % (epoch + 1, float(np.mean(losses)), test_auc, test_loss, sizes),
                   file=sys.stderr)

@@ -6,6 +6,7 @@ symbols differ), so the error names both versions and the rebuild command. A pro
 cluster that runs rec_sdk's ops without the library (a bare tf.distribute.Server) fails the
 session's run with an error that says to load rec_sdk there (explain_missing_library).
 """
+import ctypes
 import logging
 import os
 import re
@@ -115,6 +116,31 @@ def load_ops():
             if _library is None:
                 _library = _load()
     return _library
+
+
+_c_library = None
+
+
+def live_table_size(name):
+    """(size, capacity) of the table named `name` that a session of this process created last
+    and still holds, or None when none does: read in C (the library's rec_sdk_table_size,
+    through ctypes) without a session or an op."""
+    global _c_library
+    load_ops()
+    if _c_library is None:
+        with _lock:
+            if _c_library is None:
+                lib = ctypes.CDLL(library_path())  # the library loaded above (same handle)
+                lib.rec_sdk_table_size.restype = ctypes.c_int
+                lib.rec_sdk_table_size.argtypes = [
+                    ctypes.c_char_p, ctypes.POINTER(ctypes.c_int64),
+                    ctypes.POINTER(ctypes.c_int64)]
+                _c_library = lib
+    size, capacity = ctypes.c_int64(0), ctypes.c_int64(0)
+    if not _c_library.rec_sdk_table_size(name.encode("utf-8"), ctypes.byref(size),
+                                         ctypes.byref(capacity)):
+        return None
+    return size.value, capacity.value
 
 
 _UNREGISTERED = re.compile(r"Op type not registered '(%s>[^']*)'" % OP_NAMESPACE)

@@ -17,7 +17,7 @@ import os
 import tensorflow as tf
 
 from rec_sdk.core.asc.feature_spec import FeatureSpec
-from rec_sdk.core.table import tables_of_graph
+from rec_sdk.core.table import as_keys, tables_of_graph
 from rec_sdk.ops import table_ops
 from rec_sdk.ops.loader import load_ops
 from rec_sdk.util.dump import next_dump_path
@@ -221,11 +221,11 @@ def get_asc_insert_func(tgt_key_specs=None, args_index_list=None, table_names=No
                 ids = []
                 for spec in table_specs:
                     value = feature_of(source, spec.index_key, "FeatureSpec %r" % spec.name)
-                    if not value.dtype.is_integer:
-                        raise TypeError("FeatureSpec %r: ids must be integers, got %s"
-                                        % (spec.name, value.dtype.name))
-                    ids.append(value)
-                flat = [tf.reshape(tf.cast(v, tf.int64), [-1]) for v in ids]
+                    # Ids of other dtypes are cast here, where the pipeline inserts them, as
+                    # in the SDK (tf.strings.to_number gives float32), with a check.
+                    ids.append(as_keys(value, tf.int64, "ids of FeatureSpec %r (table %r)"
+                                       % (spec.name, table)))
+                flat = [tf.reshape(v, [-1]) for v in ids]
                 all_ids = flat[0] if len(flat) == 1 else tf.concat(flat, 0)
                 unique, inverse = table_ops.unique_keys(all_ids)
                 if table in tiered:
