@@ -9,12 +9,16 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from rec_sdk.constants.constants import (ASCEND_SPARSE_LOOKUP_ID_OFFSET,
+                                         ASCEND_SPARSE_LOOKUP_LOCAL_EMB)
 from rec_sdk.core.asc.feature_spec import FeatureSpec
 from rec_sdk.core.asc.helper import get_asc_insert_func
 from rec_sdk.core.embedding import create_table, sparse_lookup
 from rec_sdk.graph.modifier import modify_graph_and_start_emb_cache
 from rec_sdk.optimizers import gradient_descent
+from rec_sdk.optimizers.base import CustomizedOptimizer
 from rec_sdk.util.initialize import get_initializer, init, terminate_config_initializer
+from rec_sdk.util.variable import get_dense_and_sparse_variable
 
 from helpers import new_session, sorted_export
 
@@ -237,3 +241,210 @@ def test_variance_scaling_takes_the_rank_slice_shape_and_is_refused_without_a_sh
                                          "shape .* table 'grows' has none"):
         create_table(tf.int64, DIM, "grows", tf.compat.v1.glorot_uniform_initializer(),
                      device_vocabulary_size=10)
+
+
+# ---------------------------------------------------------------------------
+# CustomizedOptimizer: a user's own sparse optimizer (the SDK's DLRM example writes gradient
+# descent with weight decay this way)
+# ---------------------------------------------------------------------------
+
+
+class DecayedGradientDescent(tf.compat.v1.train.GradientDescentOptimizer, CustomizedOptimizer):
+    """Written as the SDK's examples write a sparse optimizer: the ref-variable sparse path,
+    with tf.gather and scatter_nd_add on the variable."""
+
+    def __init__(self, learning_rate, weight_decay, name="DecayedGD"):
+        self.weight_decay = weight_decay
+        super()._get_name(name=name)
+        super().__init__(learning_rate=learning_rate, name=self.unique_name)
+
+    def initialize_slots(self, var, table_instance):
+        return []
+
+    def insert_slot(self, slot, named_slots_key, slot_name):
+        return {}
+
+    def get_slot_init_values(self):
+        return []
+
+    def _apply_sparse_duplicate_indices(self, grad, var):
+        lr = tf.cast(self._learning_rate_tensor, var.dtype.base_dtype)
+        value = (grad.values + self.weight_decay * tf.gather(var, grad.indices)) * lr
+        return tf.compat.v1.scatter_nd_add(var, tf.expand_dims(grad.indices, 1), -value)
+
+    def _apply_dense(self, grad, var):
+        raise NotImplementedError("You are using a wrong type of variable.")
+
+
+class SlottedAdagrad(tf.compat.v1.train.AdagradOptimizer, CustomizedOptimizer):
+    """A customized optimizer with a slot, updated by TensorFlow's own resource kernel."""
+
+    def __init__(self, learning_rate, initial):
+        self.initial = initial
+        super()._get_name(name="SlottedAdagrad")
+        super().__init__(learning_rate, initial_accumulator_value=initial, name=self.unique_name)
+
+    def initialize_slots(self, var, table_instance):
+        return [{"slot": None, "named_slot_key": (var.op.graph, var.op.name),
+                 "slot_name": "accumulator", "optimizer": self}]
+
+    def insert_slot(self, slot, named_slots_key, slot_name):
+        self._slot_dict(slot_name)[named_slots_key] = slot
+
+    def get_slot_init_values(self):
+        return [self.initial]
+
+
+def _two_lookup_model(expansion, steps_ids):
+    """One table, two lookups per step (duplicates inside and across them); the loss is
+    sum(emb_a * wa) + sum(emb_b * wb), so each id's gradient is its weight row."""
+    init(use_dynamic=True, use_dynamic_expansion=expansion)
+    table = create_table(tf.int64, DIM, "custom", tf.compat.v1.constant_initializer(0.5),
+                         device_vocabulary_size=64)
+    ids_a = tf.compat.v1.placeholder(tf.int64, [None])
+    ids_b = tf.compat.v1.placeholder(tf.int64, [None])
+    emb_a = sparse_lookup(table, ids_a, None, is_train=True, name="a")
+    emb_b = sparse_lookup(table, ids_b, None, is_train=True, name="b")
+    wa = np.arange(1, DIM + 1, dtype=np.float32) / 10
+    wb = -np.arange(DIM, dtype=np.float32) / 20
+    loss = tf.reduce_sum(emb_a * wa) + tf.reduce_sum(emb_b * wb)
+    return table, ids_a, ids_b, wa, wb, loss
+
+
+STEPS = [([1, 2, 2, 5], [2, 7]), ([5, 5, 9], [1, 9, 9]), ([3], [3, 3, 2])]
+
+
+def _reference(update, slots_initial=None):
+    """NumPy: rows start at 0.5; per step each unique key's gradient is the sum of its
+    occurrences' weight rows; `update(row, grad, slot)` -> (row, slot)."""
+    wa = np.arange(1, DIM + 1, dtype=np.float32) / 10
+    wb = -np.arange(DIM, dtype=np.float32) / 20
+    rows, slots = {}, {}
+    for ids_a, ids_b in STEPS:
+        grads = {}
+        for ids, w in ((ids_a, wa), (ids_b, wb)):
+            for key in ids:
+                grads[key] = grads.get(key, np.zeros(DIM, np.float32)) + w
+        for key, grad in grads.items():
+            row = rows.get(key, np.full(DIM, 0.5, np.float32))
+            slot = slots.get(key, np.full(DIM, slots_initial or 0.0, np.float32))
+            rows[key], slots[key] = update(row, grad, slot)
+    return rows, slots
+
+
+def _check_rows(table, sess, expected):
+    keys, values, _ = sess.run(table.export())
+    got = dict(zip(keys.tolist(), values))
+    assert sorted(got) == sorted(expected)
+    for key, row in expected.items():
+        np.testing.assert_allclose(got[key], row, rtol=1e-5, err_msg="key %d" % key)
+
+
+@pytest.mark.parametrize("flow", ["by_table", "by_address"])
+def test_customized_optimizer_trains_tables_like_numpy(flow):
+    lr, decay = 0.1, 0.01
+    expansion = flow == "by_address"
+    table, ids_a, ids_b, _, _, loss = _two_lookup_model(expansion, STEPS)
+    opt = DecayedGradientDescent(lr, decay)
+    assert opt.get_name() == opt.unique_name and opt.unique_name.startswith("DecayedGD_")
+    if flow == "by_table":
+        dense, sparse = get_dense_and_sparse_variable()
+        assert sparse == [table] and not dense
+        grads = tf.gradients(loss, sparse)
+        train = opt.apply_gradients(zip(grads, sparse))
+    else:
+        local = tf.compat.v1.get_collection(ASCEND_SPARSE_LOOKUP_LOCAL_EMB)
+        addresses = tf.compat.v1.get_collection(ASCEND_SPARSE_LOOKUP_ID_OFFSET)
+        train = opt.apply_gradients(zip(tf.gradients(loss, local), addresses))
+    expected, _ = _reference(lambda w, g, s: (w - lr * (g + decay * w), s))
+    with new_session() as sess:
+        sess.run(tf.compat.v1.global_variables_initializer())
+        for a, b in STEPS:
+            sess.run(train, {ids_a: a, ids_b: b})
+        _check_rows(table, sess, expected)
+
+
+@pytest.mark.parametrize("flow", ["by_table", "by_address"])
+def test_customized_optimizer_slots_live_in_the_table(flow):
+    lr, initial = 0.2, 0.1
+    table, ids_a, ids_b, _, _, loss = _two_lookup_model(flow == "by_address", STEPS)
+    opt = SlottedAdagrad(lr, initial)
+    if flow == "by_table":
+        train = opt.apply_gradients(zip(tf.gradients(loss, [table]), [table]),
+                                    global_step=tf.compat.v1.train.get_or_create_global_step())
+    else:
+        train = opt.apply_gradients(zip(
+            tf.gradients(loss, tf.compat.v1.get_collection(ASCEND_SPARSE_LOOKUP_LOCAL_EMB)),
+            tf.compat.v1.get_collection(ASCEND_SPARSE_LOOKUP_ID_OFFSET)))
+
+    def adagrad(w, g, acc):
+        acc = acc + g * g
+        return w - lr * g / np.sqrt(acc), acc
+
+    expected, accumulators = _reference(adagrad, initial)
+    with new_session() as sess:
+        sess.run(tf.compat.v1.global_variables_initializer())
+        for a, b in STEPS:
+            sess.run(train, {ids_a: a, ids_b: b})
+        _check_rows(table, sess, expected)
+        keys, _, slots = sess.run(table.export())
+        assert slots.shape == (1, len(keys), DIM)
+        for key, acc in zip(keys.tolist(), slots[0]):
+            np.testing.assert_allclose(acc, accumulators[key], rtol=1e-5)
+
+
+def test_customized_optimizer_slot_counts_must_agree():
+    table, ids_a, _, _, _, loss = _two_lookup_model(False, STEPS)
+    del ids_a
+    opt = SlottedAdagrad(0.1, 0.1)
+    opt.get_slot_init_values = lambda: [0.1, 0.2]
+    with pytest.raises(ValueError, match="gives 2 initial values but initialize_slots\\(\\) "
+                                         "names 1 slots \\(accumulator\\)"):
+        opt.apply_gradients(zip(tf.gradients(loss, [table]), [table]))
+
+
+def test_the_sdk_optimizers_are_customized_optimizers_with_unique_names():
+    init(use_dynamic=True)
+    first = gradient_descent.create_hash_optimizer(0.1, name="shared")
+    second = gradient_descent.create_hash_optimizer(0.1, name="shared")
+    assert isinstance(first, CustomizedOptimizer)
+    assert isinstance(first, tf.compat.v1.train.Optimizer)
+    assert (first.base_name, second.base_name) == ("shared", "shared")
+    number = int(first.unique_name.rsplit("_", 1)[1])
+    assert second.unique_name == "shared_%d" % (number + 1)
+    assert first.get_slot_init_values() == [] and first.initialize_slots(None, None) == []
+
+
+# ---------------------------------------------------------------------------
+# Tables in a stock optimizer's compute_gradients (the DLRM example's mixed var_list)
+# ---------------------------------------------------------------------------
+
+
+def test_stock_compute_gradients_takes_tables_in_a_mixed_var_list():
+    table, ids_a, ids_b, _, _, loss = _two_lookup_model(False, STEPS)
+    weight = tf.compat.v1.get_variable("dense_w", initializer=tf.constant(2.0))
+    loss = loss * weight
+    dense, sparse = get_dense_and_sparse_variable()
+    assert dense == [weight] and sparse == [table]
+    dense_opt = tf.compat.v1.train.AdamOptimizer(0.01)
+    grads = dense_opt.compute_gradients(loss, var_list=dense + sparse)
+    assert [v for _, v in grads] == [weight, table]
+    reference = tf.gradients(loss, dense + sparse)
+    table_grad = grads[-1][0]
+    assert isinstance(table_grad, tf.IndexedSlices)
+    # The DLRM example's use: dense pairs to the dense optimizer, the table's to the sparse.
+    train = tf.group(dense_opt.apply_gradients(grads[:-1]),
+                     gradient_descent.create_hash_optimizer(0.1).apply_gradients(
+                         [(table_grad, table)]))
+    with new_session() as sess:
+        sess.run(tf.compat.v1.global_variables_initializer())
+        feed = {ids_a: STEPS[0][0], ids_b: STEPS[0][1]}
+        got, want = sess.run([[g for g, _ in grads], reference], feed)
+        assert got[0] == want[0]
+        np.testing.assert_array_equal(got[1].indices, want[1].indices)
+        np.testing.assert_array_equal(got[1].values, want[1].values)
+        sess.run(train, feed)
+    with pytest.raises(TypeError, match="GradientDescentOptimizer.apply_gradients got rec_sdk "
+                                        "table "
+                                        "'custom'.*CustomizedOptimizer"):
+        tf.compat.v1.train.GradientDescentOptimizer(0.1).apply_gradients(grads)

@@ -13,6 +13,7 @@ from rec_sdk.constants.constants import TABLE_COLLECTION
 from rec_sdk.core import table_files
 from rec_sdk.core.tier import TierConfig
 from rec_sdk.ops import loader, table_ops
+from rec_sdk.util import tf_processors
 from rec_sdk.util.graph_state import state_of
 from rec_sdk.util.validation import INT32_MAX, check_int
 
@@ -214,6 +215,21 @@ class SparseEmbedding(tf.saved_model.experimental.TrackableResource):
     def shared_name(self):
         """The name of the table in the session's resource manager."""
         return self._shared_name
+
+    @property
+    def op(self):
+        """The table op (what TensorFlow's optimizers read of a variable in a var_list)."""
+        return self.handle.op
+
+    @property
+    def device(self):
+        """The device of the table op."""
+        return self.handle.device
+
+    @property
+    def dtype(self):
+        """The rows' dtype, float32 (as the SDK's table variable's)."""
+        return self.value_dtype
 
     @property
     def name(self):
@@ -457,6 +473,32 @@ class SparseEmbedding(tf.saved_model.experimental.TrackableResource):
                              % (self.table_name, self.dim, slots.shape))
         return table_ops.import_rows(self.handle, keys, values, tf.cast(slots, tf.float32),
                                      name=name)
+
+
+class _TableProcessor:
+    """tf.compat.v1 optimizers' processor of a table in a var_list: compute_gradients gives
+    its gradient, the IndexedSlices that tf.gradients(loss, table) gives (rows by address),
+    as the SDK's table variables do. Only rec_sdk's sparse optimizers and CustomizedOptimizer
+    subclasses apply it (their apply_gradients takes tables before TensorFlow's would)."""
+
+    def __init__(self, table):
+        self._v = table
+
+    def target(self):
+        return self._v.handle
+
+    def update_op(self, optimizer, grad):
+        del grad
+        raise TypeError(
+            "%s.apply_gradients got rec_sdk table %r: TensorFlow's optimizers cannot update "
+            "its rows. Train tables with a rec_sdk sparse optimizer (rec_sdk.optimizers.*."
+            "create_hash_optimizer) or a subclass of rec_sdk.optimizers.base."
+            "CustomizedOptimizer, and give this optimizer only the dense variables"
+            % (type(optimizer).__name__, self._v.table_name))
+
+
+tf_processors.register(lambda v: _TableProcessor(v) if isinstance(v, SparseEmbedding)
+                       else None)
 
 
 def _table_to_tensor(table, dtype=None, name=None, as_ref=False):

@@ -35,13 +35,14 @@ import threading
 import numpy as np
 import tensorflow as tf
 from tensorflow.python.checkpoint import util as checkpoint_util
-from tensorflow.python.training import optimizer as tf_optimizer
 from tensorflow.python.training.optimizer import _var_key  # pylint: disable=protected-access
 
 from rec_sdk.dynamic_embedding.lookup import record_of
 from rec_sdk.dynamic_embedding.optimizer_kinds import (family, hyper, initial_accumulator,
                                                         kind, name_of, slot_info)
 from rec_sdk.ops import optimizer_ops, table_ops
+from rec_sdk.optimizers.row_update import row_variable, through_variables
+from rec_sdk.util import tf_processors
 from rec_sdk.util.graph_state import state_of
 from rec_sdk.util.tf_compat import keras
 
@@ -66,15 +67,6 @@ def _constant_initial(initializer, dtype):
     return float(np.asarray(value).reshape(-1)[0])
 
 
-def _row_variable(dim, name, trainable=False):
-    """A resource variable of rows [any, dim] (the generic path's rows and slots): of unknown
-    row count, so that no shape inference takes a step's rows for the initial 0 rows."""
-    return tf.compat.v1.Variable(
-        tf.zeros([0, dim]), trainable=trainable, use_resource=True,
-        shape=tf.TensorShape([None, dim]),
-        collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES], name=name)
-
-
 class _KerasRows:
     """The generic path of a Keras optimizer for one table: a private copy of the optimizer
     (same class and config) built on a rows variable, whose slots are variables of any row
@@ -88,7 +80,7 @@ class _KerasRows:
         self.legacy = fam == "legacy"
         self.slots = []  # [(slot name, variable, initial value)]
         with tf.init_scope():
-            self.rows = _row_variable(dim, name + "/rows", trainable=True)
+            self.rows = row_variable(dim, name + "/rows", trainable=True)
             if fam == "legacy":
                 base = next(c for c in type(inner).__mro__ if c.__name__ == "OptimizerV2")
                 var_key = sys.modules[base.__module__]._var_key  # pylint: disable=protected-access
@@ -98,7 +90,7 @@ class _KerasRows:
                     if slot_name in slots:
                         return slots[slot_name]
                     self._check_shape(optimizer, shape)
-                    slot = _row_variable(dim, "%s/%s" % (name, slot_name))
+                    slot = row_variable(dim, "%s/%s" % (name, slot_name))
                     self.slots.append((slot_name, slot, _constant_initial(initializer,
                                                                           tf.float32)))
                     slots[slot_name] = slot
@@ -113,7 +105,7 @@ class _KerasRows:
                                                 initial_value=None):
                     del model_variable
                     self._check_shape(optimizer, shape)
-                    slot = _row_variable(dim, "%s/%s" % (name, variable_name))
+                    slot = row_variable(dim, "%s/%s" % (name, variable_name))
                     initial = 0.0 if initial_value is None else _constant_initial(
                         initial_value, tf.float32)
                     self.slots.append((variable_name, slot, initial))
@@ -171,27 +163,10 @@ class _KerasRows:
         return ops
 
     def apply(self, table, addresses, grads, owner, loads):
-        return _through_variables(
+        return through_variables(
             table, addresses, owner, [value for _, _, value in self.slots], self.rows,
             [var for _, var, _ in self.slots],
             lambda: self.inner.apply_gradients([(grads, self.rows)]), loads)
-
-
-def _through_variables(table, addresses, owner, initial, rows, slots, update, loads=()):
-    """The generic path's step: the rows at addresses and their slots (of `owner`, starting at
-    `initial`) loaded into the variables `rows` and `slots`, the optimizer's `update()` run on
-    them, and the results written back. Returns the write op."""
-    values, slot_values = optimizer_ops.read_rows(table.handle, addresses, owner, initial)
-    loads = list(loads) + [rows.assign(values, read_value=False)] + [
-        var.assign(slot_values[i], read_value=False) for i, var in enumerate(slots)]
-    with tf.control_dependencies(loads):
-        op = update()
-    with tf.control_dependencies([op] if isinstance(op, (tf.Operation, tf.Tensor)) else []):
-        new_values = rows.read_value()
-        new_slots = (tf.stack([var.read_value() for var in slots]) if slots else
-                     tf.zeros([0, tf.shape(addresses)[0], table.dim]))
-        return optimizer_ops.write_rows(table.handle, addresses, new_values, new_slots, owner,
-                                        initial)
 
 
 class _RowUpdate:
@@ -315,8 +290,8 @@ class _RowUpdate:
             with tf.init_scope(), tf.compat.v1.variable_scope(
                     None, default_name=table_ops.op_scope_name(table.table_name) + "_" +
                     self._name + "_rows"):
-                rows = _row_variable(table.dim, "rows")
-                slots = [_row_variable(table.dim, name) for name in slot_names]
+                rows = row_variable(table.dim, "rows")
+                slots = [row_variable(table.dim, name) for name in slot_names]
             for name, slot in zip(slot_names, slots):
                 self.optimizer._slots.setdefault(name, {})[_var_key(rows)] = slot  # pylint: disable=protected-access
             self._generic_locals[key] = (rows, slots)
@@ -357,7 +332,7 @@ class _RowUpdate:
     def _apply_generic(self, table, addresses, grads):
         slots, kernel = slot_info(self.optimizer)
         rows, slot_vars = self._locals(table, [name for name, _ in slots])
-        return _through_variables(
+        return through_variables(
             table, addresses, kernel, [value for _, value in slots], rows, slot_vars,
             lambda: self.optimizer._resource_apply_dense(grads, rows))  # pylint: disable=protected-access
 
@@ -566,23 +541,12 @@ def _install_slot_listing_guard():
 _install_slot_listing_guard()
 
 
-def _install_processor():
-    """Routes de trainables to _UnwrappedTrainable in tf.compat.v1 optimizers (wrapping
-    TensorFlow's processor lookup, as TFRA does for its trainables)."""
-    original = tf_optimizer._get_processor  # pylint: disable=protected-access
-    if getattr(original, "_rec_sdk", False):
-        return
-
-    def get_processor(v):
-        if record_of(v) is not None:
-            return _UnwrappedTrainable(v)
-        return original(v)
-
-    get_processor._rec_sdk = True  # pylint: disable=protected-access
-    tf_optimizer._get_processor = get_processor  # pylint: disable=protected-access
+def _trainable_processor(v):
+    """tf.compat.v1 optimizers' processor of a de trainable (as TFRA routes its trainables)."""
+    return _UnwrappedTrainable(v) if record_of(v) is not None else None
 
 
-_install_processor()
+tf_processors.register(_trainable_processor)
 
 
 class TrainableSlot:

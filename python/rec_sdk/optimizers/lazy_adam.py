@@ -35,7 +35,8 @@ class LazyAdamOptimizer(SparseOptimizer):
             table.handle, addresses, grads, tf.cast(self.learning_rate, tf.float32),
             self.beta1, self.beta2, self.epsilon, self._next_step, unique_addresses=True)
 
-    def _finish(self, update_ops):
+    def _finish(self, update_ops, name_scope=None):
+        del name_scope
         with tf.control_dependencies(update_ops):
             return [self._step.assign(self._next_step).op]
 
