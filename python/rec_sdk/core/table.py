@@ -222,6 +222,19 @@ class SparseEmbedding(tf.saved_model.experimental.TrackableResource):
         return self.handle.op
 
     @property
+    def saveable(self):
+        """TFRA's tables have a `saveable` whose specs name their keys and values tensors in
+        the TF checkpoint (its warm-start demo restores them with io_ops.restore_v2). A
+        rec_sdk table's checkpoint is its own files beside the TF checkpoint (keys, rows,
+        slots, counts), so there are no such tensors: this says what to use instead."""
+        raise AttributeError(
+            "rec_sdk table %r has no TFRA `saveable`: its checkpoint is rec_sdk's table files "
+            "beside the TF checkpoint, not keys/values tensors in it. To restore de.Variables "
+            "from another model's checkpoint (warm start), use de.WarmStartHook(ckpt_path, "
+            "[variables or name patterns]) (e.g. in an Estimator's training_chief_hooks) or "
+            "the op de.warm_start(ckpt_path, vars_to_warm_start)" % self.table_name)
+
+    @property
     def device(self):
         """The device of the table op."""
         return self.handle.device

@@ -27,8 +27,8 @@ Where rec_sdk differs from TFRA 0.7.2 (docs/DYNAMIC_EMBEDDING.md has the full li
   rec_sdk table files next to the TensorFlow checkpoint (not TFRA's tensor format);
   tf.train.Checkpoint (de.train.DECheckpoint) and SavedModel save them as tensors.
 """
-from rec_sdk.dynamic_embedding import (data_flow, keras, math, ragged_embedding_ops,  # noqa: F401 (TFRA's submodules)
-                                       shadow_ops, train)
+from rec_sdk.dynamic_embedding import (  # noqa: F401 (TFRA's submodules)
+    data_flow, data_flow_grad, keras, math, ragged_embedding_ops, shadow_ops, train)
 from rec_sdk.dynamic_embedding.kv_creator import (CuckooHashTableConfig,
                                                    CuckooHashTableCreator, FileSystemSaver,
                                                    HkvHashTableConfig, HkvHashTableCreator,

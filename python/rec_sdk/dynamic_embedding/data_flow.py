@@ -8,6 +8,8 @@ def dynamic_partition(data, partitions, num_partitions, name=None):
     return tf.dynamic_partition(data, partitions, num_partitions, name=name)
 
 
-def dynamic_stitch(indices, data, name=None):
-    """tf.dynamic_stitch."""
+def dynamic_stitch(indices, data, use_fast=True, name=None):
+    """tf.dynamic_stitch. use_fast (TFRA's choice between two GPU kernels of the same
+    result) is accepted and changes nothing on CPU."""
+    del use_fast
     return tf.dynamic_stitch(indices, data, name=name)
