@@ -27,6 +27,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework.attr_value_pb2 import NameAttrList
 from tensorflow.python.framework import ops as tf_ops
+from tensorflow.python.saved_model import builder_impl
 
 from rec_sdk.constants.constants import TABLE_COLLECTION
 from rec_sdk.core.table import SparseEmbedding, table_from_op, tables_of_graph
@@ -78,6 +79,7 @@ def _table_from_proto(proto, import_scope=None):
     checkpoint ops track() built for it (none: a table with is_save=False)."""
     op = tf.compat.v1.get_default_graph().get_operation_by_name(
         tf_ops.prepend_name_scope(proto.name, import_scope))
+    install()  # a process that only loads a graph with tables restores them too
     table = table_from_op(op)
     for consumer in op.outputs[0].consumers():
         if consumer.type == table_ops.RESTORE_OP and consumer.name.endswith("/restore"):
@@ -482,6 +484,45 @@ def import_npz(sess, path, tables=None, slots=True):
 # --- tf.compat.v1.train.Saver integration ---------------------------------------------------
 
 _installed = False
+# The name of the restore op of a Saver whose restore also restores the graph's tables, from
+# the table directory beside the checkpoint it is given (see restore_tables_in_graph).
+_IN_GRAPH_RESTORE = "rec_sdk_restore_with_tables"
+
+
+def restore_tables_in_graph(saver, graph=None):
+    """Makes `saver`'s restore op (saver_def.restore_op_name, what SavedModel loaders run:
+    tf.compat.v1.saved_model.loader.load and tf.saved_model.load both feed it the variables
+    path and run it) also restore the graph's tables from sparse_dir(<that path>), so that a
+    SavedModel written with this saver reloads with every row in any process. Tables sharded
+    over ranks are left to Saver.restore. Returns `saver`."""
+    graph = graph or tf.compat.v1.get_default_graph()
+    saver_def = saver.saver_def
+    if saver_def is None or saver_def.restore_op_name.split("/")[-1] == _IN_GRAPH_RESTORE:
+        return saver
+    tables = [t for t in tables_of_graph(graph)
+              if t.is_save and t.checkpoint_ops is not None and t.ranks is None]
+    if not tables:
+        return saver
+    filename = graph.as_graph_element(saver_def.filename_tensor_name)
+    restore = graph.as_graph_element(saver_def.restore_op_name)
+    with graph.as_default(), tf.compat.v1.name_scope(None), \
+            tf.compat.v1.name_scope("rec_sdk_tables_restore"):
+        directory = tf.strings.regex_replace(filename, "([^/]*)$", SPARSE_PREFIX + "\\1")
+        restores = []
+        for i, table in enumerate(tables):
+            path = tf.strings.join([directory, table.table_name], separator="/")
+            restores.append(table_ops.restore(
+                table.handle, tf.reshape(path, [1]), tf.constant(0, tf.int64),
+                tf.constant(1, tf.int64), name="table_%d" % i)[0])
+        combined = tf.group(restore, *restores, name=_IN_GRAPH_RESTORE)
+    saver_def.restore_op_name = combined.name
+    return saver
+
+
+def _restores_tables_in_graph(saver):
+    saver_def = saver.saver_def
+    return saver_def is not None and \
+        saver_def.restore_op_name.split("/")[-1] == _IN_GRAPH_RESTORE
 
 
 def _tables_held(item):
@@ -572,7 +613,7 @@ def install():
 
     def restore(self, sess, save_path):
         result = original_restore(self, sess, save_path)
-        if save_path is None:
+        if save_path is None or _restores_tables_in_graph(self):
             return result
         tables = _saver_tables(self, sess)
         if not tables:
@@ -603,6 +644,15 @@ def install():
             # tables (one that names tables must find them).
             state_of(tf.compat.v1.get_default_graph()).savers_of_chosen_variables.add(self)
 
+    # SavedModels (tf.compat.v1.saved_model.Builder, and so Estimator.export_saved_model)
+    # save with a Saver whose restore op restores the tables too.
+    original_maybe_create_saver = builder_impl._SavedModelBuilder._maybe_create_saver  # pylint: disable=protected-access
+
+    def maybe_create_saver(self, saver=None):
+        return restore_tables_in_graph(original_maybe_create_saver(self, saver))
+
+    maybe_create_saver.__doc__ = original_maybe_create_saver.__doc__
+    builder_impl._SavedModelBuilder._maybe_create_saver = maybe_create_saver  # pylint: disable=protected-access
     init.__doc__ = original_init.__doc__
     saver_class.__init__ = init
     save.__doc__ = original_save.__doc__
