@@ -79,6 +79,25 @@ def test_lookup_subgraph_slicer_moves_string_parsing(modify, one_shot):
                    for consumer in op.outputs[0].consumers())
 
 
+def _float_string_ids(batch):
+    """tf.strings.to_number's default: float32 ids (the SDK casts them where it inserts)."""
+    ids = tf.strings.to_number(tf.strings.as_string(batch["ids"] + 1))
+    assert ids.dtype == tf.float32
+    return ids
+
+
+@pytest.mark.parametrize("modify", [False, True])
+def test_slicer_moves_float_ids_and_they_train_as_their_int64_values(modify):
+    expected, _ = _train(_string_ids, modify=modify)
+    hook = LookupSubgraphSlicerHook(op_types=["StringToNumber"])
+    got, graph = _train(_float_string_ids, hooks=[hook], modify=modify)
+    assert hook.moved == 1
+    np.testing.assert_array_equal(got[0], expected[0])
+    np.testing.assert_allclose(got[1], expected[1], rtol=1e-6)
+    assert not any(consumer for op in graph.get_operations() if op.type == "StringToNumber"
+                   for consumer in op.outputs[0].consumers())
+
+
 def _orphan_ids(batch):
     del batch
     return tf.constant([[1, 2, 2], [3, 4, 5], [1, 1, 9], [6, 7, 8]], tf.int64) + 1 - 1
