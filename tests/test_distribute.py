@@ -668,3 +668,44 @@ def test_cluster_task_tf_config_and_devices(monkeypatch):
         dist.ps_devices(tf.train.ClusterSpec({"worker": ["127.0.0.1:3"]}))
     with pytest.raises(SystemExit):
         server_main.parse(["--job", "ps"])
+
+
+PSS_CHIEF = os.path.join(HERE, "distribute", "pss_chief.py")
+
+
+def test_keras_fit_under_parameter_server_strategy_keeps_tables_on_the_ps_tasks(tmp_path):
+    """TFRA's movielens-1m-keras-ps shape: tf.distribute.experimental.ParameterServerStrategy
+    (chief + 2 worker servers + 2 ps), de.keras.layers.SquashedEmbedding(devices=ps),
+    model.fit. The workers used to abort on TensorFlow's `Check failed: size >= 0` (a
+    variable of unknown shape placed on a ps task); now the model trains: the loss falls,
+    and the ps tables hold every key of the data."""
+    ports = ["127.0.0.1:%d" % port for port in free_ports(5)]
+    cluster = {"chief": [ports[0]], "worker": ports[1:3], "ps": ports[3:5]}
+    servers = []
+    try:
+        for job, count in (("ps", 2), ("worker", 2)):
+            for index in range(count):
+                servers.append(subprocess.Popen(
+                    [sys.executable, "-m", "rec_sdk.distribute.server"],
+                    env=_env(cluster, job, index), stdout=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL, text=True))
+        for process in servers:
+            _wait_serving(process)
+        out = tmp_path / "pss.json"
+        chief = subprocess.run([sys.executable, PSS_CHIEF, str(out)],
+                               env=_env(cluster, "chief", 0), stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, timeout=300)
+        assert chief.returncode == 0, chief.stdout[-3000:]
+        for process in servers:
+            assert process.poll() is None, "a worker or ps task died"
+    finally:
+        for process in servers:
+            if process.poll() is None:
+                process.send_signal(signal.SIGKILL)
+            process.wait()
+            process.stdout.close()
+    result = json.loads(out.read_text())
+    assert result["stored"] == result["distinct"] == 70
+    assert all("/job:ps/" in device for device in result["table_devices"])
+    losses = result["losses"]
+    assert losses[-1] < 0.9 * losses[0], losses

@@ -34,8 +34,12 @@ class LookupRecord:
 
 
 class ShadowRecord:
-    """The LookupRecord of a TF2 lookup's ShadowVariable: its keys are read from the shadow's
-    `ids` when the optimizer asks (in the function or graph that applies the update)."""
+    """The LookupRecord of a TF2 lookup's ShadowVariable: its keys are those of the step's
+    lookups when the optimizer applies the step where they ran (the same tf.function, or
+    the same eager tape), else read from the shadow's `ids`. Taking them from the step
+    itself matters where several steps run at once on one shadow: under
+    ParameterServerStrategy every worker's train function uses the coordinator's shadow,
+    and another worker may have replaced its `ids` before this one applies."""
 
     read = None
 
@@ -47,8 +51,27 @@ class ShadowRecord:
     @property
     def unique_keys(self):
         if self._keys is None:
-            self._keys = self.shadow.ids.read_value()
+            self._keys = self.shadow.step_keys()
+            if self._keys is None:
+                _check_shared_shadow(self.shadow)
+                self._keys = self.shadow.ids.read_value()
         return self._keys
+
+
+def _check_shared_shadow(shadow):
+    """Under ParameterServerStrategy the workers run their steps at once on the
+    coordinator's shadow, so an update must take its keys from its own step: refused when
+    the lookup ran in another tf.function than the update (a model whose call is itself a
+    tf.function), rather than racing with the other workers' steps."""
+    strategy = tf.distribute.get_strategy() if tf.distribute.has_strategy() else None
+    if strategy is None or "ParameterServerStrategy" not in type(strategy).__name__:
+        return
+    raise ValueError(
+        "de lookup %r under %s: the optimizer applies the step in another tf.function than "
+        "the one the lookup ran in (is the model's call() or the layer a tf.function?). "
+        "The workers' steps share the layer's shadow variable, so the update must see the "
+        "lookup's keys in its own function: drop @tf.function from call() (Keras compiles "
+        "train_step into one function already)" % (shadow.name, type(strategy).__name__))
 
 
 def record_of(var):

@@ -64,9 +64,14 @@ class ShadowVariable(TrainableWrapper):
                 initial_value=tf.zeros([0, params.dim], params.value_dtype),
                 shape=tf.TensorShape([None, params.dim]), dtype=params.value_dtype,
                 trainable=bool(trainable) and params.trainable, name=name)
-            # The keys as the tables index them (string keys: their fingerprints).
-            self.ids = tf.Variable(tf.zeros([0], params._table_key_dtype), trainable=False,  # pylint: disable=protected-access
-                                   shape=tf.TensorShape([None]), name=name + "-ids")
+            # The keys as the tables index them (string keys: their fingerprints). Made as
+            # the shadow itself is, not through a distribution strategy's variable creator:
+            # under ParameterServerStrategy that would place a variable of unknown shape on
+            # a ps task, and TensorFlow aborts the workers that assign it ("Check failed:
+            # size >= 0"). Like the shadow, it lives with the coordinator.
+            self.ids = resource_variable_ops.ResourceVariable(
+                tf.zeros([0], params._table_key_dtype), trainable=False,  # pylint: disable=protected-access
+                shape=tf.TensorShape([None]), name=name + "-ids")
         self._track_trackable(self.ids, name="ids")  # SavedModel functions capture it
 
     def __repr__(self):
@@ -114,6 +119,15 @@ class ShadowVariable(TrainableWrapper):
         # rows of the shadow (offset past the earlier ones).
         padded = tf.concat([tf.zeros_like(rows), values], 0)
         return table_ops.trainable_rows(self.handle, padded)[tf.shape(rows)[0]:]
+
+    def step_keys(self):
+        """The keys of this step's lookups through the shadow (all of them, in the order of
+        the gradient's rows) as the step computed them, or None outside the step that made
+        them."""
+        key = self._step_key()
+        if self._segment is None or key is None or self._segment[0] != key:
+            return None
+        return self._segment[1]
 
     def step_applied(self):
         """The optimizer applied this step's gradients: the next lookup starts a new step."""
