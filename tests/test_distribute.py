@@ -73,18 +73,26 @@ def ps_cluster(num_ps=2, bare=(), recipe=(), num_workers=1):
     a bare server) and num_workers worker slots; yields the cluster dict. The processes are killed on
     exit, also when the test fails."""
     cluster = local_cluster(num_ps, num_workers)
+    commands = [("ps", i, [sys.executable, "-c", BARE_SERVER] if i in bare else
+                 [sys.executable, "-c", TFRA_RECIPE_SERVER] if i in recipe else
+                 [sys.executable, "-m", "rec_sdk.distribute.server"]) for i in range(num_ps)]
+    with _servers(cluster, commands):
+        yield cluster
+
+
+@contextlib.contextmanager
+def _servers(cluster, commands):
+    """Starts the server processes [(job, index, command)] of `cluster`, waits until each
+    serves, and yields them; they are killed on exit, also when the test fails."""
     processes = []
     try:
-        for i in range(num_ps):
-            command = ([sys.executable, "-c", BARE_SERVER] if i in bare else
-                       [sys.executable, "-c", TFRA_RECIPE_SERVER] if i in recipe else
-                       [sys.executable, "-m", "rec_sdk.distribute.server"])
-            processes.append(subprocess.Popen(command, env=_env(cluster, "ps", i),
+        for job, index, command in commands:
+            processes.append(subprocess.Popen(command, env=_env(cluster, job, index),
                                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                               text=True))
         for process in processes:
             _wait_serving(process)
-        yield cluster
+        yield processes
     finally:
         for process in processes:
             if process.poll() is None:
@@ -681,29 +689,16 @@ def test_keras_fit_under_parameter_server_strategy_keeps_tables_on_the_ps_tasks(
     and the ps tables hold every key of the data."""
     ports = ["127.0.0.1:%d" % port for port in free_ports(5)]
     cluster = {"chief": [ports[0]], "worker": ports[1:3], "ps": ports[3:5]}
-    servers = []
-    try:
-        for job, count in (("ps", 2), ("worker", 2)):
-            for index in range(count):
-                servers.append(subprocess.Popen(
-                    [sys.executable, "-m", "rec_sdk.distribute.server"],
-                    env=_env(cluster, job, index), stdout=subprocess.PIPE,
-                    stderr=subprocess.DEVNULL, text=True))
-        for process in servers:
-            _wait_serving(process)
-        out = tmp_path / "pss.json"
+    server = [sys.executable, "-m", "rec_sdk.distribute.server"]
+    out = tmp_path / "pss.json"
+    with _servers(cluster, [(job, i, server) for job in ("ps", "worker") for i in range(2)]) \
+            as servers:
         chief = subprocess.run([sys.executable, PSS_CHIEF, str(out)],
                                env=_env(cluster, "chief", 0), stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True, timeout=300)
         assert chief.returncode == 0, chief.stdout[-3000:]
         for process in servers:
             assert process.poll() is None, "a worker or ps task died"
-    finally:
-        for process in servers:
-            if process.poll() is None:
-                process.send_signal(signal.SIGKILL)
-            process.wait()
-            process.stdout.close()
     result = json.loads(out.read_text())
     assert result["stored"] == result["distinct"] == 70
     assert all("/job:ps/" in device for device in result["table_devices"])
