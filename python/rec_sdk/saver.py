@@ -613,9 +613,12 @@ def install():
 
     def restore(self, sess, save_path):
         result = original_restore(self, sess, save_path)
-        if save_path is None or _restores_tables_in_graph(self):
+        if save_path is None:
             return result
         tables = _saver_tables(self, sess)
+        if _restores_tables_in_graph(self):
+            # Its restore op restored the single-process tables (restore_tables_in_graph).
+            tables = [t for t in tables if t.ranks is not None]
         if not tables:
             return result
         chosen = state_of(sess.graph).savers_of_chosen_variables
