@@ -220,7 +220,7 @@ def test_dynamic_embedding_variables_take_the_tier_through_kv_creator(tmp_path):
             _assert_same(_state(sess, mine), _state(sess, theirs))
             stats = sess.run(mine.stats())
             assert stats["hot"] <= 60 and stats["cold"] > 0
-        assert sess.run(tiered.size_tensor()) == sess.run(plain.size_tensor())
+        assert sess.run(tiered.size()) == sess.run(plain.size())
 
 
 def test_bad_sizes_and_paths_are_clear_errors(tmp_path):
