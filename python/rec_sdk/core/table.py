@@ -294,11 +294,7 @@ class SparseEmbedding(tf.saved_model.experimental.TrackableResource):
         if self.eager and tf.executing_eagerly():
             return int(table_ops.capacity(self.handle))
         live = loader.live_table_size(self.table_name)
-        if live is not None:
-            return live[1]
-        if self.tier is not None:
-            return self.tier.memory_rows + self.tier.ssd_rows if self.tier.ssd_rows else 0
-        return 0 if self.dynamic_expansion else self.capacity_rows
+        return (self.capacity_rows or 0) if live is None else live[1]
 
     def capacity_tensor(self, name=None):
         """Scalar int64 tensor: rows the table holds without growing (an op of the graph)."""

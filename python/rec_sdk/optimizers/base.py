@@ -298,8 +298,8 @@ def _with_tables(original):
 
 class SparseOptimizer(tf.compat.v1.train.Optimizer, CustomizedOptimizer):
     """Base class of rec_sdk's own sparse optimizers; subclasses set `slot_names` (and
-    `slot_initial_values` when not zeros) and implement `_apply(table, addresses, grads)`,
-    one fused kernel per table.
+    `initial_accumulator_value`, the first slot's start, when it is not 0) and implement
+    `_apply(table, addresses, grads)`, one fused kernel per table.
 
     A tf.compat.v1.train.Optimizer and a CustomizedOptimizer, as the SDK's optimizers are
     (scripts check it), with the learning rate also under the names TensorFlow's optimizers
@@ -354,8 +354,13 @@ class SparseOptimizer(tf.compat.v1.train.Optimizer, CustomizedOptimizer):
         self._slot_dict(slot_name)[named_slots_key] = slot
 
     def get_slot_init_values(self):
-        """The initial values of the optimizer's slots, one per slot name."""
-        return [0.0] * len(self.slot_names)
+        """The initial values of the optimizer's slots, one per slot name: the accumulator
+        (Adagrad, row-wise Adagrad, FTRL: the first slot) starts at initial_accumulator_value,
+        as the kernels start it, every other slot at 0."""
+        values = [0.0] * len(self.slot_names)
+        if values and hasattr(self, "initial_accumulator_value"):
+            values[0] = float(self.initial_accumulator_value)
+        return values
 
     def _prepare(self):
         """Creates per-step state (variables) on the first apply_gradients."""
