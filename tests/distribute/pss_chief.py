@@ -14,6 +14,7 @@ import rec_sdk.dynamic_embedding as de
 from rec_sdk.util.tf_compat import keras
 
 OUT = sys.argv[1]
+NESTED = sys.argv[2:] == ["nested"]  # the model's call is itself a tf.function (as TFRA's demo)
 cluster = json.loads(os.environ["TF_CONFIG"])["cluster"]
 resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
     tf.train.ClusterSpec(cluster), task_type="chief", task_id=0, rpc_layer="grpc")
@@ -45,6 +46,9 @@ with strategy.scope():
         def call(self, features):
             ids = tf.stack([features["user"], features["item"]], axis=1)
             return tf.reshape(self.dense(self.emb(ids)), [-1])
+
+        if NESTED:
+            call = tf.function(call)
 
     model = Model()
     optimizer = de.DynamicEmbeddingOptimizer(keras.optimizers.Adam(0.05))

@@ -11,7 +11,8 @@ import tensorflow as tf
 from tensorflow.python.ops import resource_variable_ops
 
 from rec_sdk.dynamic_embedding import mode
-from rec_sdk.dynamic_embedding.shadow_ops import ShadowVariable, TrainableWrapper, shadow_of
+from rec_sdk.dynamic_embedding.shadow_ops import (ShadowVariable, TrainableWrapper, shadow_of,
+                                                  shared_by_workers)
 from rec_sdk.dynamic_embedding.variable import Variable
 from rec_sdk.ops import table_ops
 from rec_sdk.util.graph_state import state_of, trainable_lookup
@@ -36,10 +37,9 @@ class LookupRecord:
 class ShadowRecord:
     """The LookupRecord of a TF2 lookup's ShadowVariable: its keys are those of the step's
     lookups when the optimizer applies the step where they ran (the same tf.function, or
-    the same eager tape), else read from the shadow's `ids`. Taking them from the step
-    itself matters where several steps run at once on one shadow: under
-    ParameterServerStrategy every worker's train function uses the coordinator's shadow,
-    and another worker may have replaced its `ids` before this one applies."""
+    the same eager tape), else read from the shadow's `ids`. (Under ParameterServerStrategy,
+    where every worker's step uses the coordinator's shadow at once, the keys come with
+    the gradient instead: see optimizer._keyed.)"""
 
     read = None
 
@@ -60,18 +60,16 @@ class ShadowRecord:
 
 def _check_shared_shadow(shadow):
     """Under ParameterServerStrategy the workers run their steps at once on the
-    coordinator's shadow, so an update must take its keys from its own step: refused when
-    the lookup ran in another tf.function than the update (a model whose call is itself a
-    tf.function), rather than racing with the other workers' steps."""
-    strategy = tf.distribute.get_strategy() if tf.distribute.has_strategy() else None
-    if strategy is None or "ParameterServerStrategy" not in type(strategy).__name__:
+    coordinator's shadow, so an update must know its keys from its own step (lookups built
+    under the strategy put them in the gradient): refused when they are not known, rather
+    than racing with the other workers' steps."""
+    if not shared_by_workers():
         return
     raise ValueError(
-        "de lookup %r under %s: the optimizer applies the step in another tf.function than "
-        "the one the lookup ran in (is the model's call() or the layer a tf.function?). "
-        "The workers' steps share the layer's shadow variable, so the update must see the "
-        "lookup's keys in its own function: drop @tf.function from call() (Keras compiles "
-        "train_step into one function already)" % (shadow.name, type(strategy).__name__))
+        "de lookup %r was built outside %s but is applied under it: the workers' steps "
+        "share the layer's shadow variable, so the lookup must run under the strategy "
+        "(in its scope or a function it runs) for its keys to travel with the gradient"
+        % (shadow.name, type(tf.distribute.get_strategy()).__name__))
 
 
 def record_of(var):

@@ -37,7 +37,7 @@ import tensorflow as tf
 from tensorflow.python.checkpoint import util as checkpoint_util
 from tensorflow.python.training.optimizer import _var_key  # pylint: disable=protected-access
 
-from rec_sdk.dynamic_embedding.lookup import record_of
+from rec_sdk.dynamic_embedding.lookup import LookupRecord, record_of
 from rec_sdk.dynamic_embedding.optimizer_kinds import (family, hyper, initial_accumulator,
                                                         kind, name_of, slot_info)
 from rec_sdk.ops import optimizer_ops, table_ops
@@ -418,8 +418,27 @@ def _split(grads_and_vars):
         if record is None:
             others.append((grad, var))
         elif grad is not None and record.params.trainable:
+            grad, record = _keyed(grad, record)
             de_pairs.setdefault(record.params, []).append((grad, record))
     return de_pairs, others
+
+
+def _keyed(grad, record):
+    """(gradient, record) of a shadow's gradient that carries its rows' keys (lookups under
+    ParameterServerStrategy, see ShadowVariable.rows): the record's keys are the distinct
+    keys of the gradient, and the gradient's indices point into them."""
+    shadow = record.shadow
+    if shadow is None or not shadow.keys_in_gradient:
+        return grad, record
+    if not isinstance(grad, tf.IndexedSlices):
+        raise ValueError(
+            "the gradient of de lookup %r reached the optimizer as a dense %r: under "
+            "ParameterServerStrategy the gradient carries the keys of its rows, so it must "
+            "stay tf.IndexedSlices (do not convert or densify it before apply_gradients)"
+            % (shadow.name, grad))
+    keys, index = table_ops.unique_keys(grad.indices)
+    return (tf.IndexedSlices(grad.values, index),
+            LookupRecord(record.params, keys, None))
 
 
 def _de_update(row_update, de_pairs):

@@ -59,6 +59,8 @@ class ShadowVariable(TrainableWrapper):
         self.may_repeat = False
         self._segment = None  # (step key, ids, rows) of this step's lookups so far
         self._steps = 0  # steps applied by the optimizer (eager steps end there)
+        # Lookups under ParameterServerStrategy: gradients over keys, not over `ids`.
+        self.keys_in_gradient = False
         with tf.init_scope():
             super().__init__(
                 initial_value=tf.zeros([0, params.dim], params.value_dtype),
@@ -100,10 +102,15 @@ class ShadowVariable(TrainableWrapper):
         to its own rows of the shadow."""
         if not self.trainable:
             return values
+        resource_variable_ops.variable_accessed(self)  # the tape watches the shadow
+        if shared_by_workers():
+            # Every worker's step runs on this one shadow at once: it holds no rows, and the
+            # gradient carries the keys of its rows (the optimizer takes them from there).
+            self.keys_in_gradient = True
+            return table_ops.trainable_rows(self.handle, values, keys=unique)
         key = self._step_key()
         previous = self._segment if self._segment is not None and key is not None and \
             self._segment[0] == key else None
-        resource_variable_ops.variable_accessed(self)  # the tape watches the shadow
         if previous is None:
             self.ids.assign(unique, read_value=False)
             self.assign(values, read_value=False)
@@ -164,6 +171,15 @@ class ShadowVariable(TrainableWrapper):
     def size(self, index=None, name=None):
         """Keys stored in the shadow's de.Variable (see de.Variable.size)."""
         return self.params.size(index, name)
+
+
+def shared_by_workers():
+    """Whether lookups being built run as the steps of several workers on the same
+    shadows at once: under tf.distribute ParameterServerStrategy, every worker runs the
+    coordinator's functions, whose shadow variables live with the coordinator."""
+    if not tf.distribute.has_strategy():
+        return False
+    return "ParameterServerStrategy" in type(tf.distribute.get_strategy()).__name__
 
 
 def shadow_of(params, name, trainable_name=None):

@@ -231,10 +231,16 @@ def restrict(table, num_reserved, by, name=None):
                                              name=name)
 
 
-def trainable_rows(trainable, rows, name=None):
+def trainable_rows(trainable, rows, keys=None, name=None):
     """rows, whose gradient goes to the resource `trainable` as IndexedSlices (see
-    _trainable_rows_grad)."""
-    return load_ops().rec_sdk_trainable_rows(trainable, rows, name=name)
+    _trainable_rows_grad) over the rows' positions, or with `keys` (graph mode) over those
+    keys: the gradient then says which keys its rows belong to."""
+    out = load_ops().rec_sdk_trainable_rows(trainable, rows, name=name)
+    if keys is not None and not tf.executing_eagerly():
+        state = state_of(out.graph)
+        with state.lock:
+            state.gradient_keys[out.name] = keys
+    return out
 
 
 def import_rows(table, keys, values, slots, name=None):
@@ -346,6 +352,15 @@ def _trainable_rows_grad(op, grad):
     row i of the gradient belongs to row i of the lookup."""
     rows = op.inputs[1]
     grad = tf.convert_to_tensor(grad)
+    if not tf.executing_eagerly():
+        out = op.outputs[0]  # (tapes hand a stand-in op without a graph or name)
+        state = state_of(out.graph)
+        with state.lock:
+            keys = state.gradient_keys.get(out.name)
+        if keys is not None:
+            # The rows' keys themselves (see trainable_rows): the optimizer reads them from
+            # the gradient, not from the trainable, which other workers' steps share.
+            return [tf.IndexedSlices(grad, keys, tf.shape(rows, out_type=keys.dtype)), None]
     positions = tf.range(tf.shape(rows)[0])
     if not tf.executing_eagerly():
         # Lets the optimizer skip re-summing slices whose indices are exactly these positions.

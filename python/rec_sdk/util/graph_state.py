@@ -62,6 +62,9 @@ class GraphState:
         # second dedup for them.
         self.unique_keys = set()
         self.row_ranges = set()
+        # {TrainableRows output name: the keys of its rows} of lookups whose gradient carries its
+        # keys (shadows shared by ParameterServerStrategy workers, de.shadow_ops)
+        self.gradient_keys = {}
         # {token tensor name: its forward exchange} of lookups of tables sharded over ranks
         # (rec_sdk.distribute.ranks)
         self.rank_exchanges = {}
