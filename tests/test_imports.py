@@ -1,8 +1,11 @@
-"""The package's import structure: no import cycle and no function-local imports (which would
-hide one), checked statically over every module; and every module imports in a fresh
-interpreter whatever is imported first (all modules in sorted and in reverse order)."""
+"""The package's import structure: modules import only their own layer and the layers below
+(the list in docs/ARCHITECTURE.md, "Layers"), no import cycle and no function-local imports
+(which would hide one), checked statically over every module; and every module imports in a
+fresh interpreter whatever is imported first (all modules in sorted and in reverse order)."""
 import ast
+import fnmatch
 import os
+import re
 import subprocess
 import sys
 
@@ -63,6 +66,66 @@ def _imports(module, path):
             edges.add(target)
             edges.update(p for p in _parents(target) if p in MODULES)
     return edges - own, local
+
+
+def _direct_imports(module, path):
+    """The modules `module` names in its module-level imports (from X import Y: X.Y when it
+    is a module, else X), without the packages Python runs on the way."""
+    tree = ast.parse(open(path).read(), path)
+    targets = set()
+    for node in tree.body:
+        for n in ast.walk(node):
+            if isinstance(n, ast.Import):
+                targets.update(a.name for a in n.names)
+            elif isinstance(n, ast.ImportFrom) and n.module and n.level == 0:
+                names = ["%s.%s" % (n.module, a.name) for a in n.names]
+                targets.update(name for name in names if name in MODULES)
+                if any(name not in MODULES for name in names):
+                    targets.add(n.module)
+    return {t for t in targets if t in MODULES and t != module}
+
+
+def _layers():
+    """[(layer name, [module patterns])], bottom first, from docs/ARCHITECTURE.md."""
+    text = open(os.path.join(ROOT, "docs", "ARCHITECTURE.md")).read()
+    block = text.split("<!-- layers: read by tests/test_imports.py -->", 1)[1]
+    block = block.split("<!-- end layers -->", 1)[0]
+    layers = []
+    for line in block.strip().splitlines()[2:]:
+        name, modules = [c.strip() for c in line.strip().strip("|").split("|")]
+        layers.append((name, re.findall(r"`([^`]+)`", modules)))
+    return layers
+
+
+def _layer_of(module, layers):
+    found = [i for i, (_, patterns) in enumerate(layers)
+             if any(fnmatch.fnmatchcase(module, p) for p in patterns)]
+    assert len(found) == 1, "%s matches %s of ARCHITECTURE's layers (needs exactly one)" % (
+        module, [layers[i][0] for i in found] or "none")
+    return found[0]
+
+
+def test_modules_import_only_their_layer_and_below():
+    layers = _layers()
+    assert len(layers) >= 5, layers
+    upward = []
+    for module, path in sorted(MODULES.items()):
+        mine = _layer_of(module, layers)
+        for target in sorted(_direct_imports(module, path)):
+            theirs = _layer_of(target, layers)
+            if theirs > mine:
+                upward.append("%s (%s) imports %s (%s)" % (module, layers[mine][0], target,
+                                                           layers[theirs][0]))
+    assert not upward, "imports of a higher layer:\n" + "\n".join(upward)
+
+
+def test_the_layer_check_catches_an_upward_import(tmp_path):
+    """The check itself: a bottom-layer module importing the SDK API is found."""
+    fake = tmp_path / "log.py"
+    fake.write_text("from rec_sdk.core import embedding\n")
+    layers = _layers()
+    assert _direct_imports("rec_sdk.util.log", str(fake)) == {"rec_sdk.core.embedding"}
+    assert _layer_of("rec_sdk.core.embedding", layers) > _layer_of("rec_sdk.util.log", layers)
 
 
 def test_no_function_local_imports():

@@ -21,6 +21,10 @@ def version():
     """The version of rec_sdk (the SDK's mx_rec.version())."""
     return __version__
 
+# Checkpoints: TensorFlow's Saver saves and restores the tables of every process that uses
+# rec_sdk (rec_sdk.saver installs its hooks when imported).
+from rec_sdk import saver as _saver  # noqa: E402,F401  pylint: disable=wrong-import-position
+
 # The per-sample timestamp collection (int seconds) read by lookups with eviction: the SDK's
 # ASCEND_TIMESTAMP.
 TIMESTAMP_COLLECTION = ASCEND_TIMESTAMP

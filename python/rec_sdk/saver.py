@@ -22,17 +22,16 @@ import os
 import re
 import shutil
 import uuid
+import weakref
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.core.framework.attr_value_pb2 import NameAttrList
-from tensorflow.python.framework import ops as tf_ops
-from tensorflow.python.saved_model import builder_impl
 
-from rec_sdk.constants.constants import TABLE_COLLECTION
-from rec_sdk.core.table import SparseEmbedding, table_from_op, tables_of_graph
-from rec_sdk.distribute import ranks
+from rec_sdk.core import shard_names
+from rec_sdk.core.table import SparseEmbedding, tables_of_graph
+from rec_sdk.core import ranks
 from rec_sdk.ops import table_ops
+from rec_sdk import tf_patches
 from rec_sdk.util.graph_state import state_of
 from rec_sdk.util.log import logger
 from rec_sdk.util.validation import check_bool, check_int
@@ -49,71 +48,6 @@ def sparse_dir(checkpoint_path):
     """The table directory of a TensorFlow checkpoint prefix: <dir>/sparse-<name>."""
     head, tail = os.path.split(checkpoint_path)
     return os.path.join(head, SPARSE_PREFIX + tail)
-
-
-# track()'s checkpoint ops: {key: name in its scope} (":<i>" for a tensor, else an op).
-_CHECKPOINT_OPS = {
-    "keys": "keys:0", "remove_keys": "remove_keys:0", "remove": "remove",
-    "save_dir": "save_dir:0", "delta": "delta:0", "save": "save:0", "save_id": "save:1",
-    "commit_id": "commit_id:0", "commit": "commit", "apply_delta": "apply_delta:0",
-    "restore_dirs": "restore_dirs:0", "rank_id": "rank_id:0", "rank_size": "rank_size:0",
-    "restore": "restore:0", "restore_note": "restore:1"}
-
-
-def _checkpoint_ops(graph, scope):
-    """The checkpoint ops track() built in name scope `scope` ("<...>/"), found by name (so
-    a graph loaded by import_meta_graph has them too)."""
-    return {key: graph.as_graph_element(scope + name) for key, name in _CHECKPOINT_OPS.items()}
-
-
-def _table_to_proto(table, export_scope=None):
-    """A MetaGraph records a table of TABLE_COLLECTION as its table op's name."""
-    name = table.handle.op.name
-    if export_scope and not name.startswith(export_scope):
-        return None
-    return NameAttrList(name=tf_ops.strip_name_scope(name, export_scope))
-
-
-def _table_from_proto(proto, import_scope=None):
-    """The table object of an imported MetaGraph's table op (import_meta_graph), with the
-    checkpoint ops track() built for it (none: a table with is_save=False)."""
-    op = tf.compat.v1.get_default_graph().get_operation_by_name(
-        tf_ops.prepend_name_scope(proto.name, import_scope))
-    install()  # a process that only loads a graph with tables restores them too
-    table = table_from_op(op)
-    for consumer in op.outputs[0].consumers():
-        if consumer.type == table_ops.RESTORE_OP and consumer.name.endswith("/restore"):
-            table.checkpoint_ops = _checkpoint_ops(op.graph, consumer.name[:-len("restore")])
-            table.is_save = True
-    return table
-
-
-tf_ops.register_proto_function(TABLE_COLLECTION, proto_type=NameAttrList,
-                               to_proto=_table_to_proto, from_proto=_table_from_proto)
-
-
-def track(table):
-    """Makes checkpoints include `table` (a SparseEmbedding being created): builds its save
-    and restore ops now, so that checkpoints work once the graph is finalized
-    (MonitoredTrainingSession, tf.estimator), and installs the Saver integration."""
-    with tf.name_scope(table_ops.op_scope_name(table.table_name + "_checkpoint")) as scope:
-        save_dir = tf.compat.v1.placeholder(tf.string, [], name="save_dir")
-        delta = tf.compat.v1.placeholder_with_default(False, [], name="delta")
-        restore_dirs = tf.compat.v1.placeholder(tf.string, [None], name="restore_dirs")
-        rank_id = tf.compat.v1.placeholder_with_default(tf.constant(0, tf.int64), [],
-                                                        name="rank_id")
-        rank_size = tf.compat.v1.placeholder_with_default(tf.constant(1, tf.int64), [],
-                                                          name="rank_size")
-        table_ops.restore(table.handle, restore_dirs, rank_id, rank_size, name="restore")
-        table_ops.save(table.handle, save_dir, delta, name="save")
-        commit_id = tf.compat.v1.placeholder(tf.int64, [], name="commit_id")
-        remove_keys = tf.compat.v1.placeholder(table.key_dtype, [None], name="remove_keys")
-        table_ops.export_access(table.handle, name="keys")
-        table_ops.remove(table.handle, remove_keys, name="remove")
-        table_ops.commit_save(table.handle, commit_id, name="commit")
-        table_ops.apply_delta(table.handle, save_dir, name="apply_delta")
-    table.checkpoint_ops = _checkpoint_ops(tf.compat.v1.get_default_graph(), scope)
-    install()
 
 
 def _tables(sess, tables):
@@ -365,9 +299,6 @@ def _restore_shard(sess, shard, table_dirs, rank, ranks):
     return int(count)
 
 
-_RANK_SHARD_NAME = re.compile(r"^(.*)@(\d+)of(\d+)$")
-
-
 def _saved_dirs(found, table_name):
     """The directories holding table `table_name` in the checkpoint directories `found`: its
     own (saved in one process), or those of every rank's shard (<name>@<rank>of<ranks>, all
@@ -378,11 +309,12 @@ def _saved_dirs(found, table_name):
         if os.path.isdir(own):
             dirs.append(own)
             continue
-        counts = {int(m.group(3)) for m in map(_RANK_SHARD_NAME.match, os.listdir(directory))
-                  if m is not None and m.group(1) == table_name}
+        counts = {parsed[2] for parsed in map(shard_names.parse_rank_shard,
+                                              os.listdir(directory))
+                  if parsed is not None and parsed[0] == table_name}
         for count in sorted(counts):
-            shards = [os.path.join(directory, ranks.CHECKPOINT_SHARD_FORMAT
-                                   % (table_name, rank, count)) for rank in range(count)]
+            shards = [os.path.join(directory, shard_names.rank_shard(table_name, rank, count))
+                      for rank in range(count)]
             if all(os.path.isdir(d) for d in shards):
                 dirs.extend(shards)
                 break
@@ -391,24 +323,21 @@ def _saved_dirs(found, table_name):
     return dirs
 
 
-_SHARD_NAME = re.compile(r"^(.*)_mht_(\d+)of(\d+)$")
-
-
 def _other_shard_dirs(found, table, rank_size, deltas):
     """The directories of the shards of the same de.Variable saved with another number of
     shards (<name>_mht_<j>of<m>, all m of them in every checkpoint directory), or None."""
-    if getattr(table, "shard_keys_filter", None) is None or rank_size != 1 or deltas:
+    if table.shard_keys_filter is None or rank_size != 1 or deltas:
         return None
-    match = _SHARD_NAME.match(table.table_name)
-    if match is None:
+    parsed = shard_names.parse_variable_shard(table.table_name)
+    if parsed is None:
         return None
-    base = match.group(1)
+    base = parsed[0]
     for directory in found:
-        counts = {int(m.group(3)) for m in map(_SHARD_NAME.match, os.listdir(directory))
-                  if m is not None and m.group(1) == base}
+        counts = {p[2] for p in map(shard_names.parse_variable_shard, os.listdir(directory))
+                  if p is not None and p[0] == base}
         for count in sorted(counts):
-            dirs = [os.path.join(d, "%s_mht_%dof%d" % (base, j + 1, count))
-                    for d in found for j in range(count)]
+            dirs = [os.path.join(d, name) for d in found
+                    for name in shard_names.variable_shards(base, count)]
             if all(os.path.isdir(d) for d in dirs):
                 return dirs
     return None
@@ -483,7 +412,6 @@ def import_npz(sess, path, tables=None, slots=True):
 
 # --- tf.compat.v1.train.Saver integration ---------------------------------------------------
 
-_installed = False
 # The name of the restore op of a Saver whose restore also restores the graph's tables, from
 # the table directory beside the checkpoint it is given (see restore_tables_in_graph).
 _IN_GRAPH_RESTORE = "rec_sdk_restore_with_tables"
@@ -559,107 +487,103 @@ def _saver_tables(saver, sess):
     """The tables a Saver saves and restores: those its var_list named, else every table of
     the graph with is_save (a var_list without tables leaves them all in, so that no table is
     ever left out of a checkpoint by accident)."""
-    chosen = getattr(saver, "_rec_sdk_tables", None)
+    chosen = _chosen_tables.get(saver)
     if chosen is None:
         return _tables(sess, None)
     return [t for t in chosen if ranks.managed_shards(t)]
 
 
-def install():
-    """Makes tf.compat.v1.train.Saver save and restore rec_sdk tables (idempotent; called by
-    create_table)."""
-    global _installed
-    if _installed:
-        return
-    saver_class = tf.compat.v1.train.Saver
-    original_save = saver_class.save
-    original_restore = saver_class.restore
+# {Saver: the tables its var_list named} (Savers without: every table of the graph).
+_chosen_tables = weakref.WeakKeyDictionary()
 
-    def save(self, sess, save_path, global_step=None, *args, **kwargs):
-        tables = _saver_tables(self, sess)
+
+def _saver_init(original, self, var_list=None, *args, **kwargs):
+    """Saver.__init__: tables (de.Variables, create_table tables) named in var_list are the
+    ones this Saver saves and restores; the rest of var_list goes to TensorFlow's Saver."""
+    tables = None
+    if var_list is not None:
+        var_list, tables = _split_var_list(var_list)
+        if not var_list:
+            kwargs["allow_empty"] = True
+    original(self, var_list, *args, **kwargs)
+    if tables is not None:
+        _chosen_tables[self] = tables
+    elif var_list is not None:
+        # A Saver of chosen dense variables may restore checkpoints written without
+        # tables (one that names tables must find them).
+        state_of(tf.compat.v1.get_default_graph()).savers_of_chosen_variables.add(self)
+
+
+def _saver_save(original, self, sess, save_path, global_step=None, *args, **kwargs):
+    """Saver.save: the tables first (atomically, beside the TF checkpoint), then TensorFlow's
+    part; tables of checkpoints the Saver deletes go too."""
+    tables = _saver_tables(self, sess)
+    if tables:
+        if global_step is not None and not isinstance(global_step, numbers.Integral):
+            # Read the step once, so that the tables and the TF checkpoint agree on it.
+            global_step = tf.compat.v1.train.global_step(sess, global_step)
+        path = save_path if global_step is None else "%s-%d" % (save_path, global_step)
+        _, save_ids = _write_tables(sess, sparse_dir(path), tables)
+    before = [p for p, _ in getattr(self, "_last_checkpoints", [])]
+    try:
+        result = original(self, sess, save_path, global_step, *args, **kwargs)
+    except BaseException:
         if tables:
-            if global_step is not None and not isinstance(global_step, numbers.Integral):
-                # Read the step once, so that the tables and the TF checkpoint agree on it.
-                global_step = tf.compat.v1.train.global_step(sess, global_step)
-            path = save_path if global_step is None else "%s-%d" % (save_path, global_step)
-            _, save_ids = _write_tables(sess, sparse_dir(path), tables)
-        before = [p for p, _ in getattr(self, "_last_checkpoints", [])]
-        try:
-            result = original_save(self, sess, save_path, global_step, *args, **kwargs)
-        except BaseException:
-            if tables:
-                # TensorFlow's part failed (a full disk, say): the tables written for this
-                # checkpoint belong to no checkpoint, and were not committed, so the next
-                # delta still follows the previous save. TensorFlow leaves its temporary
-                # files of the failed save behind: they go too.
-                shutil.rmtree(sparse_dir(path), ignore_errors=True)
-                for leftover in (glob.glob(glob.escape(path) + ".data-*.tempstate*") +
-                                 glob.glob(glob.escape(path) + ".index.tempstate*")):
-                    with contextlib.suppress(OSError):
-                        os.remove(leftover)
-            raise
-        if tables:
-            _commit(sess, tables, save_ids)
-            if result is None:
-                # A Saver of tables only: TensorFlow saved nothing and says None; the
-                # checkpoint is the tables' (restore it with this path).
-                result = path
-        after = {p for p, _ in getattr(self, "_last_checkpoints", [])}
-        for path in before:
-            # Checkpoints the Saver deleted (max_to_keep) lose their tables too.
-            if path not in after and not os.path.exists(path + ".index"):
-                shutil.rmtree(sparse_dir(path), ignore_errors=True)
+            # TensorFlow's part failed (a full disk, say): the tables written for this
+            # checkpoint belong to no checkpoint, and were not committed, so the next
+            # delta still follows the previous save. TensorFlow leaves its temporary
+            # files of the failed save behind: they go too.
+            shutil.rmtree(sparse_dir(path), ignore_errors=True)
+            for leftover in (glob.glob(glob.escape(path) + ".data-*.tempstate*") +
+                             glob.glob(glob.escape(path) + ".index.tempstate*")):
+                with contextlib.suppress(OSError):
+                    os.remove(leftover)
+        raise
+    if tables:
+        _commit(sess, tables, save_ids)
+        if result is None:
+            # A Saver of tables only: TensorFlow saved nothing and says None; the
+            # checkpoint is the tables' (restore it with this path).
+            result = path
+    after = {p for p, _ in getattr(self, "_last_checkpoints", [])}
+    for path in before:
+        # Checkpoints the Saver deleted (max_to_keep) lose their tables too.
+        if path not in after and not os.path.exists(path + ".index"):
+            shutil.rmtree(sparse_dir(path), ignore_errors=True)
+    return result
+
+
+def _saver_restore(original, self, sess, save_path):
+    """Saver.restore: TensorFlow's part, then the tables from the directory beside it."""
+    result = original(self, sess, save_path)
+    if save_path is None:
         return result
-
-    def restore(self, sess, save_path):
-        result = original_restore(self, sess, save_path)
-        if save_path is None:
-            return result
-        tables = _saver_tables(self, sess)
-        if _restores_tables_in_graph(self):
-            # Its restore op restored the single-process tables (restore_tables_in_graph).
-            tables = [t for t in tables if t.ranks is not None]
-        if not tables:
-            return result
-        chosen = state_of(sess.graph).savers_of_chosen_variables
-        if self in chosen and _existing(os.path.abspath(sparse_dir(save_path))) is None:
-            # A Saver of chosen variables (e.g. warm-starting dense layers) restoring a
-            # checkpoint without tables: the tables keep their contents.
-            logger.warning("rec_sdk: checkpoint %r has no tables (%s); tables not restored",
-                            save_path, sparse_dir(save_path))
-            return result
-        restore_tables(sess, sparse_dir(save_path), tables)
+    tables = _saver_tables(self, sess)
+    if _restores_tables_in_graph(self):
+        # Its restore op restored the single-process tables (restore_tables_in_graph).
+        tables = [t for t in tables if t.ranks is not None]
+    if not tables:
         return result
+    chosen = state_of(sess.graph).savers_of_chosen_variables
+    if self in chosen and _existing(os.path.abspath(sparse_dir(save_path))) is None:
+        # A Saver of chosen variables (e.g. warm-starting dense layers) restoring a
+        # checkpoint without tables: the tables keep their contents.
+        logger.warning("rec_sdk: checkpoint %r has no tables (%s); tables not restored",
+                       save_path, sparse_dir(save_path))
+        return result
+    restore_tables(sess, sparse_dir(save_path), tables)
+    return result
 
-    original_init = saver_class.__init__
 
-    def init(self, var_list=None, *args, **kwargs):
-        # Tables (de.Variables, create_table tables) named in var_list are the ones this Saver
-        # saves and restores; the rest of var_list goes to TensorFlow's Saver.
-        self._rec_sdk_tables = None
-        if var_list is not None:
-            var_list, self._rec_sdk_tables = _split_var_list(var_list)
-            if not var_list:
-                kwargs["allow_empty"] = True
-        original_init(self, var_list, *args, **kwargs)
-        if var_list is not None and self._rec_sdk_tables is None:
-            # A Saver of chosen dense variables may restore checkpoints written without
-            # tables (one that names tables must find them).
-            state_of(tf.compat.v1.get_default_graph()).savers_of_chosen_variables.add(self)
+def _builder_saver(original, self, saver=None):
+    """SavedModels (tf.compat.v1.saved_model.Builder, and so Estimator.export_saved_model)
+    save with a Saver whose restore op restores the tables too."""
+    return restore_tables_in_graph(original(self, saver))
 
-    # SavedModels (tf.compat.v1.saved_model.Builder, and so Estimator.export_saved_model)
-    # save with a Saver whose restore op restores the tables too.
-    original_maybe_create_saver = builder_impl._SavedModelBuilder._maybe_create_saver  # pylint: disable=protected-access
 
-    def maybe_create_saver(self, saver=None):
-        return restore_tables_in_graph(original_maybe_create_saver(self, saver))
-
-    maybe_create_saver.__doc__ = original_maybe_create_saver.__doc__
-    builder_impl._SavedModelBuilder._maybe_create_saver = maybe_create_saver  # pylint: disable=protected-access
-    init.__doc__ = original_init.__doc__
-    saver_class.__init__ = init
-    save.__doc__ = original_save.__doc__
-    restore.__doc__ = original_restore.__doc__
-    saver_class.save = save
-    saver_class.restore = restore
-    _installed = True
+# Tables are saved and restored by TensorFlow's Saver (and so by MonitoredTrainingSession and
+# tf.estimator) in every process that imports rec_sdk (its package imports this module).
+tf_patches.install("Saver.__init__", _saver_init)
+tf_patches.install("Saver.save", _saver_save)
+tf_patches.install("Saver.restore", _saver_restore)
+tf_patches.install("SavedModelBuilder._maybe_create_saver", _builder_saver)

@@ -17,20 +17,22 @@ from tensorflow.core.framework import attr_value_pb2
 from tensorflow.python.framework import tensor_util
 
 from rec_sdk_graph_rewrite.iterator_sources import GET_NEXT_OPS
-import rec_sdk
-from rec_sdk import distribute, saver
-from rec_sdk.constants.constants import (ASCEND_SPARSE_LOOKUP_ENTRANCE, LOOKUP_COLLECTIONS,
+from rec_sdk.constants.constants import (ASCEND_SPARSE_LOOKUP_ENTRANCE, ASCEND_TIMESTAMP,
+                                         LOOKUP_COLLECTIONS,
                                          MAX_VOCABULARY_SIZE, MULTI_LOOKUP_TIMES,
                                          All2allGradientsOp, ApplyGradientsStrategy,
                                          MxRecMode)
 from rec_sdk.core.asc import helper
 from rec_sdk.core.asc.feature_spec import FeatureSpec, check_thresholds
 from rec_sdk.core.initializer_spec import describe_initializer
+from rec_sdk.core import anchors, tier
+from rec_sdk.core import table as table_module
 from rec_sdk.core.table import (SparseEmbedding, table_of,  # noqa: F401 (re-exported)
                                 tables_of_graph)
-from rec_sdk.core import anchors, tier
-from rec_sdk.distribute import ranks
-from rec_sdk.distribute.ranks import RankShards
+from rec_sdk.core.table_spec import TableSpec
+from rec_sdk.core import ranks
+from rec_sdk.core.ranks import RankShards
+from rec_sdk.util import cluster
 from rec_sdk.ops import table_ops
 from rec_sdk.util import initialize
 from rec_sdk.util.validation import INT32_MAX, check_bool, check_float, check_int
@@ -41,21 +43,19 @@ _NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.]{1,100}$")
 
 def _as_key_dtype(key_dtype):
     try:
-        dtype = tf.as_dtype(key_dtype)
+        return tf.as_dtype(key_dtype)
     except TypeError:
-        dtype = None
-    if dtype not in (tf.int32, tf.int64):
-        raise ValueError("key_dtype must be tf.int32 or tf.int64, got %r" % (key_dtype,))
-    return dtype
+        raise ValueError("key_dtype must be tf.int32 or tf.int64, got %r" % (key_dtype,)) from None
 
 
 def _as_dim(dim):
+    """dim as an int (the table's spec checks its range)."""
     if isinstance(dim, tf.TensorShape):
         if dim.rank != 1 or dim[0] is None:
             raise ValueError("dim must be an int or a rank-1 TensorShape with a known size in "
                              "[1, %d], got %s" % (table_ops.max_dim(), dim))
         dim = dim[0]
-    return check_int("dim", dim, 1, table_ops.max_dim())
+    return check_int("dim", dim, -2**31, 2**31)
 
 
 def create_table(key_dtype, dim, name, emb_initializer, device_vocabulary_size=1,
@@ -125,14 +125,8 @@ def create_table(key_dtype, dim, name, emb_initializer, device_vocabulary_size=1
     if ssd_vocabulary_size > 0 and host_vocabulary_size == 0:
         raise ValueError("ssd_vocabulary_size=%d needs host_vocabulary_size > 0"
                          % ssd_vocabulary_size)
-    if isinstance(ssd_data_path, str):
-        ssd_data_path = (ssd_data_path,)
-    if not isinstance(ssd_data_path, (list, tuple)) or not all(
-            isinstance(p, str) for p in ssd_data_path):
-        raise TypeError("ssd_data_path must be a sequence of directory paths, got %r"
-                        % (ssd_data_path,))
-    if ssd_vocabulary_size > 0:
-        ssd_data_path = tier.check_paths("ssd_data_path", ssd_data_path)
+    ssd_data_path = tier.check_paths("ssd_data_path", ssd_data_path,
+                                     must_exist=ssd_vocabulary_size > 0)
     check_bool("is_save", is_save)
     init_param = check_float("init_param", init_param, -10.0, 10.0)
     if tf.as_dtype(value_dtype) != tf.float32:
@@ -143,66 +137,47 @@ def create_table(key_dtype, dim, name, emb_initializer, device_vocabulary_size=1
     if steps_to_live is not None:
         steps_to_live = check_int("steps_to_live", steps_to_live, 1, 2**62)
     check_bool("evict_when_full", evict_when_full)
-    check_bool("ssd_direct_io", ssd_direct_io)
 
+    # The sizes are per level over all ranks; each rank holds its share of each.
     rank_size = config.rank_size
-    device_rows = math.ceil(device_vocabulary_size / rank_size)
+    device_rows, host_rows, ssd_rows = (math.ceil(size / rank_size) for size in (
+        device_vocabulary_size, host_vocabulary_size, ssd_vocabulary_size))
     dynamic_expansion = config.use_dynamic_expansion
+    table_tier = None
+    if ssd_rows > 0:
+        # device + host rows in memory, the rest on SSD (unbounded with dynamic expansion).
+        table_tier = tier.make(device_rows + host_rows, None if dynamic_expansion else ssd_rows,
+                               ssd_data_path, ssd_direct_io,
+                               names=("device_vocabulary_size + host_vocabulary_size",
+                                      "ssd_vocabulary_size"))
+    else:
+        check_bool("ssd_direct_io", ssd_direct_io)
     # The shape the SDK gives a table's variable in HBM mode, [device rows of this rank, dim]:
     # what shape-dependent initializers (variance scaling) take their fans from.
-    shape = None if dynamic_expansion else (device_rows or math.ceil(
-        (host_vocabulary_size + ssd_vocabulary_size) / rank_size), dim)
-    spec = describe_initializer(emb_initializer, name, scale=init_param, shape=shape)
-    capacity_rows = None
-    if evict_when_full and dynamic_expansion:
-        raise ValueError("evict_when_full=True is for fixed-capacity tables; table %r grows "
-                         "without bound (init(use_dynamic_expansion=True))" % name)
-    if not dynamic_expansion:
-        capacity_rows = device_rows + math.ceil(
-            (host_vocabulary_size + ssd_vocabulary_size) / rank_size)
-        if capacity_rows < 1:
-            raise ValueError("table %r needs device_vocabulary_size + host_vocabulary_size >= 1 "
-                             "without dynamic expansion, got 0" % name)
-    table_tier = None
-    if ssd_vocabulary_size > 0:
-        # device + host rows in memory, the rest on SSD (unbounded with dynamic expansion).
-        table_tier = tier.TierConfig(
-            device_rows + math.ceil(host_vocabulary_size / rank_size),
-            0 if dynamic_expansion else math.ceil(ssd_vocabulary_size / rank_size),
-            ssd_data_path, ssd_direct_io)
-
-    def shard():
-        return SparseEmbedding(name, key_dtype, dim, spec, dynamic_expansion, capacity_rows,
-                               device_rows, host_vocabulary_size, ssd_vocabulary_size,
-                               tuple(ssd_data_path), is_save, init_param,
-                               steps_to_live=steps_to_live, evict_when_full=evict_when_full,
-                               track_changes=config.is_incremental_checkpoint, tier=table_tier)
-
+    shape = None if dynamic_expansion else (device_rows or host_rows + ssd_rows, dim)
+    spec = TableSpec(
+        name, key_dtype, dim, describe_initializer(emb_initializer, name, scale=init_param,
+                                                   shape=shape),
+        dynamic_expansion=dynamic_expansion,
+        capacity_rows=None if dynamic_expansion else device_rows + host_rows + ssd_rows,
+        initial_rows=device_rows, tier=table_tier, is_save=is_save,
+        steps_to_live=steps_to_live, evict_when_full=evict_when_full,
+        track_changes=config.is_incremental_checkpoint, **options["padding"])
     shards = _rank_shards(name, rank_size, options["divide_gradients"])
     if shards is None:
-        table = shard()
-    else:
-        with tf.device(shards.device):
-            table = shard()
-        table.ranks = shards
-    table.padding_keys = options["padding_keys"]
-    table.padding_keys_mask = options["padding_keys_mask"]
-    table.padding_keys_len = options["padding_keys_len"]
-    tf.compat.v1.add_to_collection(rec_sdk.TABLE_COLLECTION, table)
-    if table.ranks is None:
-        saver.track(table)
-        return table
+        return table_module.create(spec)
+    with tf.device(shards.device):
+        table = table_module.create(spec.replace(ranks=shards))
     shards.shards[shards.rank] = table
     if shards.rank == 0:
-        # Rank 0 saves and restores every rank's shard (each by an op on the shard's own task,
-        # which reads or writes its files): a handle of each other shard, by name.
+        # Rank 0 saves, restores and evicts every rank's shard (each by an op on the shard's
+        # own task, which reads or writes its files): a handle of each other shard, by name,
+        # with the table's admission and eviction thresholds.
         for rank, device in enumerate(shards.devices):
             if rank != 0:
                 with tf.device(device):
-                    shards.shards[rank] = shard()
-    for rank, other in sorted(shards.shards.items()):
-        with tf.device(shards.devices[rank]):
-            saver.track(other)
+                    shards.shards[rank] = table_module.create(spec, register=False)
+                shards.shards[rank].follow_admission(table)
     return table
 
 
@@ -211,7 +186,7 @@ def _rank_shards(name, rank_size, divide_gradients):
     training tasks of this process's cluster."""
     if rank_size == 1:
         return None
-    task = distribute.training_task()
+    task = cluster.training_task()
     if task is None:
         raise ValueError("create_table(name=%r): init() found %d ranks but this process is not "
                          "a training task of a cluster (TF_CONFIG)" % (name, rank_size))
@@ -221,8 +196,8 @@ def _rank_shards(name, rank_size, divide_gradients):
             "sharded over the ranks (the chief and worker tasks) and trained synchronously. "
             "Use a cluster without ps tasks, or de.Variable(devices=rec_sdk.distribute."
             "ps_devices(server)) to shard over ps tasks" % name)
-    rank, size = distribute.rank_of(task)
-    return RankShards(task, rank, size, distribute.worker_devices(task), divide_gradients)
+    rank, size = cluster.rank_of(task)
+    return RankShards(task, rank, size, cluster.worker_devices(task), divide_gradients)
 
 
 def _table_options(name, options):
@@ -262,8 +237,7 @@ def _table_options(name, options):
     if keys is None:
         if mask:
             raise ValueError("%s: padding_keys_mask=True needs padding_keys" % where)
-        return {"padding_keys": (), "padding_keys_mask": False, "padding_keys_len": None,
-                "divide_gradients": divide}
+        return {"padding": {}, "divide_gradients": divide}
     if isinstance(keys, numbers.Integral) and not isinstance(keys, bool):
         keys = [keys]
     if not isinstance(keys, (list, tuple)) or not keys or not all(
@@ -277,8 +251,9 @@ def _table_options(name, options):
     if length is None:
         raise ValueError("%s: padding_keys=%r needs padding_keys_len (the keys per step in "
                          "static-shape mode)" % (where, keys))
-    return {"padding_keys": tuple(sorted({int(k) for k in keys})), "padding_keys_mask": True,
-            "padding_keys_len": length, "divide_gradients": divide}
+    return {"padding": {"padding_keys": tuple(sorted({int(k) for k in keys})),
+                        "padding_keys_mask": True, "padding_keys_len": length},
+            "divide_gradients": divide}
 
 
 def _parse_access_and_evict_config(config, where):
@@ -335,7 +310,7 @@ def _timestamps_of_lookup(timestamps, ids, where):
     if timestamps is not None:
         return tf.convert_to_tensor(timestamps)
     registered = []
-    for tensor in tf.compat.v1.get_collection(rec_sdk.TIMESTAMP_COLLECTION):
+    for tensor in tf.compat.v1.get_collection(ASCEND_TIMESTAMP):
         if not any(tensor is seen for seen in registered):
             registered.append(tensor)
     sources = _iterators_of(ids)
@@ -347,10 +322,10 @@ def _timestamps_of_lookup(timestamps, ids, where):
         raise ValueError("%s: eviction by eviction_threshold needs per-sample timestamps: pass "
                          "timestamps=<tensor> or add the tensor to the %r collection (from the "
                          "iterator the ids come from: %s)"
-                         % (where, rec_sdk.TIMESTAMP_COLLECTION, sorted(sources) or "none"))
+                         % (where, ASCEND_TIMESTAMP, sorted(sources) or "none"))
     raise ValueError("%s: the %r collection holds %d tensors from the iterator of the ids; "
                      "pass timestamps= to say which one this lookup uses"
-                     % (where, rec_sdk.TIMESTAMP_COLLECTION, len(registered)))
+                     % (where, ASCEND_TIMESTAMP, len(registered)))
 
 
 def _check_timestamp_shape(shape, ids_shape, where):
@@ -576,7 +551,7 @@ def _tensor_lookup(table, ids, send_count, is_train, lookup_name, access_and_evi
     # modification and the slicer hooks move the ids as given into the input pipeline,
     # which casts them where it inserts them (as the SDK does).
     given_ids = tf.convert_to_tensor(ids)
-    ids = table._keys(given_ids, param="ids of %s" % where)  # pylint: disable=protected-access
+    ids = table.checked_keys(given_ids, param="ids of %s" % where)
     with tf.name_scope(table_ops.op_scope_name(lookup_name)):
         # Each distinct key is looked up and trained once per lookup: the table sees only
         # the unique keys and `inverse` spreads their rows back over the ids.

@@ -1,17 +1,20 @@
 """The table object: `SparseEmbedding` (what `create_table` returns and what a de.Variable's
 shards are) and where a graph's tables are found (`tables_of_graph`, `table_of`).
 
-A SparseEmbedding owns its handle op and the thresholds its lookups configured; what the
-lookups did is recorded in the graph's GraphState (`table.lookups`). Its checkpoint ops are
-built by rec_sdk.saver.track, where checkpoints live.
+A SparseEmbedding is made from a TableSpec (rec_sdk.core.table_spec), which it never changes,
+by `create`; it owns its handle op, its checkpoint ops (rec_sdk.core.checkpoint_ops) and the
+thresholds its lookups configured; what the lookups did is recorded in the graph's GraphState
+(`table.lookups`).
 """
 import threading
 
 import tensorflow as tf
+from tensorflow.core.framework.attr_value_pb2 import NameAttrList
+from tensorflow.python.framework import ops as framework_ops
 
 from rec_sdk.constants.constants import TABLE_COLLECTION
-from rec_sdk.core import table_files
-from rec_sdk.core.tier import TierConfig
+from rec_sdk.core import checkpoint_ops, table_files
+from rec_sdk.core.table_spec import TableSpec
 from rec_sdk.ops import loader, table_ops
 from rec_sdk.util import tf_processors
 from rec_sdk.util.graph_state import state_of
@@ -67,6 +70,10 @@ def as_keys(ids, key_dtype, what):
         return tf.cast(ids, key_dtype)
 
 
+def _from_spec(field, doc):
+    return property(lambda self: getattr(self.spec, field), doc=doc)
+
+
 class SparseEmbedding(tf.saved_model.experimental.TrackableResource):
     """A rec_sdk embedding table, as returned by `create_table`.
 
@@ -82,74 +89,77 @@ class SparseEmbedding(tf.saved_model.experimental.TrackableResource):
     per process), so two objects never share a table by name.
     """
 
-    def __init__(self, table_name, key_dtype, dim, initializer_spec, dynamic_expansion,
-                 capacity_rows, device_vocabulary_size, host_vocabulary_size,
-                 ssd_vocabulary_size, ssd_data_path, is_save, init_param, steps_to_live=None,
-                 evict_when_full=False, track_changes=False, track_access=False, handle=None,
-                 tier=None):
-        self.table_name = table_name
-        self.key_dtype = key_dtype
-        self.dim = dim
-        self.value_dtype = tf.float32
-        self.initializer_spec = initializer_spec
-        self.dynamic_expansion = dynamic_expansion
-        self.capacity_rows = capacity_rows
-        self.device_vocabulary_size = device_vocabulary_size
-        self.host_vocabulary_size = host_vocabulary_size
-        self.ssd_vocabulary_size = ssd_vocabulary_size
-        self.ssd_data_path = ssd_data_path
-        self.is_save = is_save
-        self.init_param = init_param
+    def __init__(self, spec, handle=None):
+        self.spec = spec
         self.graph = tf.compat.v1.get_default_graph()
-        self.steps_to_live = steps_to_live
-        self.evict_when_full = evict_when_full
         # Admission and eviction, fixed by the first lookup that configures them; they reach
         # the C++ table through one TableConfigureAdmission op (configured_handle), built
-        # with the first op that reads them.
-        self.access_threshold = -1
-        self.eviction_threshold = -1 if steps_to_live is None else steps_to_live
+        # with the first op that reads them. A rank's shard held by rank 0 follows the
+        # thresholds of the table it is a shard of (see follow_admission).
+        self._thresholds = (-1, -1 if spec.steps_to_live is None else spec.steps_to_live)
         self._admission_source = None
+        self._admission_owner = None
         self._configured = None  # (configured handle, what built it)
-        # The SDK's padding keys (set by create_table): looked up, never trained.
-        self.padding_keys = ()
-        self.padding_keys_mask = False
-        self.padding_keys_len = None
-        self.track_changes = track_changes
-        self.track_access = track_access
-        # A rec_sdk.core.tier.TierConfig for a table larger than memory (DRAM + SSD), or None.
-        self.tier = tier
+        self._tracking_access = spec.track_access  # turned on later by start_tracking_access
         super().__init__()
         self.eager = tf.executing_eagerly()
-        self._shared_name = table_name
+        self._shared_name = spec.name
         if self.eager:
-            self._shared_name = "%s_eager_%d" % (table_name, uid())
+            self._shared_name = "%s_eager_%d" % (spec.name, uid())
         # `handle`: the table op of a graph loaded from a MetaGraph (see table_from_op).
         self._resource_handle = self._create_resource() if handle is None else handle
-        self.checkpoint_ops = None  # built by rec_sdk.saver.track(table)
-        # True for a de.Variable's shards: the variable serializes them together (so that a
-        # checkpoint restores into another number of shards).
-        self.saved_by_owner = False
-        # In a cluster of several ranks: where this table's shards are (the SDK API's
-        # tables; see rec_sdk.distribute.ranks); None in one process.
-        self.ranks = None
+        if handle is not None:
+            self.checkpoint_ops = checkpoint_ops.find(handle.op)
+        elif not self.eager:
+            self.checkpoint_ops = checkpoint_ops.build(self._resource_handle, spec.name,
+                                                       spec.key_dtype)
+        else:
+            self.checkpoint_ops = None  # TF2: tf.train.Checkpoint saves the object
+
+    table_name = _from_spec("name", "The table's name.")
+    key_dtype = _from_spec("key_dtype", "tf.int64 or tf.int32.")
+    dim = _from_spec("dim", "Floats per row of embedding.")
+    initializer_spec = _from_spec("initializer", "The C++ row initialiser (a dict).")
+    dynamic_expansion = _from_spec("dynamic_expansion", "The table grows without bound.")
+    capacity_rows = _from_spec("capacity_rows",
+                               "The fixed capacity (None in dynamic-expansion mode).")
+    device_vocabulary_size = _from_spec("initial_rows", "Rows reserved up front.")
+    tier = _from_spec("tier", "The SSD tier (rec_sdk.core.tier.TierConfig), or None.")
+    is_save = _from_spec("is_save", "Checkpoints include the table.")
+    saved_by_owner = _from_spec(
+        "saved_by_owner", "A de.Variable's shard: the variable serializes its shards together "
+        "(so that a checkpoint restores into another number of shards).")
+    steps_to_live = _from_spec("steps_to_live", "Evict keys not trained for this many steps.")
+    evict_when_full = _from_spec("evict_when_full", "A full table evicts instead of failing.")
+    track_changes = _from_spec("track_changes", "Changed keys are kept for delta checkpoints.")
+    padding_keys = _from_spec("padding_keys", "The SDK's padding keys (never trained).")
+    padding_keys_mask = _from_spec("padding_keys_mask", "Whether padding keys are masked.")
+    padding_keys_len = _from_spec("padding_keys_len", "Keys per step with padding keys.")
+    shard_keys_filter = _from_spec("shard_keys_filter",
+                                   "keys -> which of them a de.Variable's shard keeps.")
+    ranks = _from_spec("ranks", "Where the shards of a table sharded over ranks are "
+                       "(rec_sdk.core.ranks.RankShards), or None in one process.")
+    value_dtype = tf.float32
+
+    @property
+    def track_access(self):
+        """Whether the table keeps last-seen steps and update counts per key."""
+        return self._tracking_access
+
+    def start_tracking_access(self):
+        """Makes the table keep access statistics from now on (a restrict policy given to a
+        de.Variable later): at once in eager mode (returns None), else returns the op (built
+        at the graph's top level) that the counting updates must run after. None when the
+        table keeps them already."""
+        if self._tracking_access:
+            return None
+        self._tracking_access = True
+        with tf.init_scope():
+            return table_ops.track_access(self.handle)
 
     def _create_resource(self):
         """The table op (TrackableResource: SavedModel re-creates the table with it)."""
-        tier = self.tier
-        if tier is not None:  # a fixed number of rows in memory, the others on SSD
-            return table_ops.create_table(
-                self.table_name, self.key_dtype, self.dim, False, capacity=tier.memory_rows,
-                initializer=self.initializer_spec, evict_when_full=self.evict_when_full,
-                track_changes=self.track_changes, track_access=self.track_access,
-                shared_name=self._shared_name, ssd_paths=tier.paths, ssd_rows=tier.ssd_rows,
-                ssd_direct_io=tier.direct_io)
-        return table_ops.create_table(
-            self.table_name, self.key_dtype, self.dim, self.dynamic_expansion,
-            capacity=0 if self.dynamic_expansion else self.capacity_rows,
-            initializer=self.initializer_spec,
-            initial_capacity=self.device_vocabulary_size if self.dynamic_expansion else 0,
-            evict_when_full=self.evict_when_full, track_changes=self.track_changes,
-            track_access=self.track_access, shared_name=self._shared_name)
+        return table_ops.create_table(shared_name=self._shared_name, **self.spec.op_attrs())
 
     def _destroy_resource(self):
         """Frees an eagerly created table when its object goes (graph-mode tables belong to
@@ -252,8 +262,8 @@ class SparseEmbedding(tf.saved_model.experimental.TrackableResource):
 
     def __repr__(self):
         if self.tier is not None:
-            size = "memory_rows=%d ssd_rows=%s" % (self.tier.memory_rows,
-                                                    self.tier.ssd_rows or "unbounded")
+            ssd = "unbounded" if self.tier.ssd_rows is None else self.tier.ssd_rows
+            size = "memory_rows=%d ssd_rows=%s" % (self.tier.memory_rows, ssd)
         elif self.dynamic_expansion:
             size = "dynamic expansion"
         else:
@@ -300,7 +310,8 @@ class SparseEmbedding(tf.saved_model.experimental.TrackableResource):
         """Scalar int64 tensor: rows the table holds without growing (an op of the graph)."""
         return table_ops.capacity(self.handle, name=name)
 
-    def _keys(self, keys, param="keys"):
+    def checked_keys(self, keys, param="keys"):
+        """keys as this table's key dtype (as_keys), errors naming `param` and the table."""
         return as_keys(keys, self.key_dtype, "%s of table '%s'" % (param, self.table_name))
 
     def _values(self, values, keys, param="values"):
@@ -318,24 +329,48 @@ class SparseEmbedding(tf.saved_model.experimental.TrackableResource):
     def lookup(self, keys, init_missing=False, name=None):
         """(values, exists) for keys of any shape, without inserting. Missing keys read zeros,
         or with init_missing=True the values the initializer would give them."""
-        return table_ops.lookup(self.handle, self._keys(keys), self.dim, init_missing, name=name)
+        return table_ops.lookup(self.handle, self.checked_keys(keys), self.dim, init_missing,
+                                name=name)
 
     def upsert(self, keys, values, name=None):
         """Op that inserts or overwrites the embeddings of keys with values (keys.shape+[dim])."""
-        keys = self._keys(keys)
+        keys = self.checked_keys(keys)
         return table_ops.upsert(self.handle, keys, self._values(values, keys), name=name)
 
     def remove(self, keys, name=None):
         """Removes keys; returns the number removed (int64 scalar)."""
-        return table_ops.remove(self.handle, self._keys(keys), name=name)
+        return table_ops.remove(self.handle, self.checked_keys(keys), name=name)
 
     def clear(self, name=None):
         return table_ops.clear(self.handle, name=name)
 
+    def _admission(self):
+        """(access threshold, eviction threshold, what configured them or None): the table's
+        own, or those of the table it follows (follow_admission)."""
+        if self._admission_owner is not None:
+            return self._admission_owner._admission()
+        return self._thresholds + (self._admission_source,)
+
+    @property
+    def access_threshold(self):
+        """The admission threshold its lookups configured (-1: off)."""
+        return self._admission()[0]
+
+    @property
+    def eviction_threshold(self):
+        """The eviction threshold its lookups configured, or steps_to_live (-1: off)."""
+        return self._admission()[1]
+
+    def follow_admission(self, table):
+        """Makes this table (a shard of `table` on another rank, held by rank 0 for
+        checkpoints and eviction) take `table`'s admission and eviction thresholds, as its
+        lookups configure them."""
+        self._admission_owner = table
+
     @property
     def admission(self):
         """True when lookups count keys for feature admission."""
-        return self._admission_source is not None and self.access_threshold >= 0
+        return self._admission()[2] is not None and self.access_threshold >= 0
 
     @property
     def clock(self):
@@ -381,8 +416,7 @@ class SparseEmbedding(tf.saved_model.experimental.TrackableResource):
                 "that configure a table before its other ops"
                 % (where, self.table_name, self.access_threshold, self.eviction_threshold,
                    self._configured[1], access, evict))
-        self.access_threshold = access
-        self.eviction_threshold = evict
+        self._thresholds = (access, evict)
         self._admission_source = where
 
     def configured_handle(self, user):
@@ -434,7 +468,7 @@ class SparseEmbedding(tf.saved_model.experimental.TrackableResource):
                 threshold = tf.identity(threshold)
         else:
             threshold = check_int("threshold", threshold, -1, INT32_MAX)
-        if self._admission_source is None or self.access_threshold < 0:
+        if not self.admission:
             raise ValueError("set_access_threshold: table %r has no feature admission; give "
                              "its lookups an access_threshold (FeatureSpec or "
                              "access_and_evict_config) first" % self.table_name)
@@ -467,7 +501,7 @@ class SparseEmbedding(tf.saved_model.experimental.TrackableResource):
     def import_rows(self, keys, values, slots=None, name=None):
         """Op replacing the table's contents; slots [num_slots, n, dim] (or [num_slots, n, 1],
         a row-wise optimizer's) may be omitted."""
-        keys = self._keys(keys)
+        keys = self.checked_keys(keys)
         values = self._values(values, keys)
         if slots is None:
             slots = tf.zeros([0, 0, self.dim], tf.float32)
@@ -527,28 +561,42 @@ def tables_of_graph(graph=None):
             if isinstance(t, SparseEmbedding)]
 
 
+def create(spec, register=True):
+    """The table of `spec`, created (on the current device) with its checkpoint ops (graph
+    mode); with `register`, added to the graph's TABLE_COLLECTION (what checkpoints, evictions
+    and graph modification find; a rank's shard held by rank 0 for checkpoints is not)."""
+    table = SparseEmbedding(spec)
+    if register and not table.eager:
+        tf.compat.v1.add_to_collection(TABLE_COLLECTION, table)
+    return table
+
+
 def table_from_op(op):
     """The table object of the table op `op` of a graph loaded from a MetaGraph (which keeps
-    ops, not Python objects), read from the op's attributes; it adds no op."""
-    attr = op.get_attr
-    kind = attr("initializer")
-    initializer = {"kind": kind.decode() if isinstance(kind, bytes) else kind,
-                   "value": attr("init_value"), "values": list(attr("init_values")),
-                   "minval": attr("init_minval"), "maxval": attr("init_maxval"),
-                   "mean": attr("init_mean"), "stddev": attr("init_stddev"),
-                   "seed": attr("init_seed"), "scale": attr("init_scale")}
-    dynamic = attr("dynamic_expansion")
-    paths = tuple(p.decode() for p in attr("ssd_paths"))
-    tier = TierConfig(attr("capacity"), attr("ssd_rows"), paths,
-                      attr("ssd_direct_io")) if paths else None
+    ops, not Python objects), read from the op's attributes; it adds no op. Checkpoints
+    include it when the graph has its checkpoint ops."""
     with op.graph.as_default():
-        return SparseEmbedding(
-            attr("table_name").decode(), tf.as_dtype(attr("key_dtype")), attr("dim"),
-            initializer, dynamic, None if dynamic else attr("capacity"),
-            attr("initial_capacity") if dynamic else None, None, None, None, is_save=False,
-            init_param=None, evict_when_full=attr("evict_when_full"),
-            track_changes=attr("track_changes"), track_access=attr("track_access"),
-            handle=op.outputs[0], tier=tier)
+        found = checkpoint_ops.find(op)
+        return SparseEmbedding(TableSpec.from_op(op, is_save=found is not None),
+                               handle=op.outputs[0])
+
+
+def _table_to_proto(table, export_scope=None):
+    """A MetaGraph records a table of TABLE_COLLECTION as its table op's name."""
+    name = table.handle.op.name
+    if export_scope and not name.startswith(export_scope):
+        return None
+    return NameAttrList(name=framework_ops.strip_name_scope(name, export_scope))
+
+
+def _table_from_proto(proto, import_scope=None):
+    """The table object of an imported MetaGraph's table op (import_meta_graph)."""
+    return table_from_op(tf.compat.v1.get_default_graph().get_operation_by_name(
+        framework_ops.prepend_name_scope(proto.name, import_scope)))
+
+
+framework_ops.register_proto_function(TABLE_COLLECTION, proto_type=NameAttrList,
+                                      to_proto=_table_to_proto, from_proto=_table_from_proto)
 
 
 def table_of(value):

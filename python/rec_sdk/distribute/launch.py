@@ -9,7 +9,7 @@ Worker i runs the command with TF_CONFIG {"cluster": ..., "task": {"type": "work
 Every output line is prefixed with its task ("[worker 1] ..."). The launch ends when every
 worker has exited (or one failed: the others are stopped), stops the ps tasks and exits with
 the first failing worker's code, else 0. On several machines, start the same processes by
-hand with TF_CONFIG naming the real hosts (see the README).
+hand with TF_CONFIG naming the real hosts (see docs/DISTRIBUTED.md).
 """
 import argparse
 import json

@@ -4,7 +4,7 @@ its config and `FileSystemSaver`) are accepted and map onto it; the back ends re
 have (Redis, HKV on GPU) are names whose construction says so. `TieredTableCreator` (rec_sdk's
 own) gives a variable tables larger than memory, with an SSD tier."""
 from rec_sdk.core import tier
-from rec_sdk.util.validation import check_bool, check_int
+from rec_sdk.util.validation import check_int
 
 
 class KVCreator:
@@ -57,10 +57,9 @@ class TieredTableCreator(KVCreator):
 
     def __init__(self, memory_rows, ssd_path, ssd_rows=0, direct_io=False):
         super().__init__(None)
-        self.tier = tier.TierConfig(check_int("memory_rows", memory_rows, 1, 2**40),
-                                    check_int("ssd_rows", ssd_rows, 0, 2**40),
-                                    tier.check_paths("ssd_path", ssd_path),
-                                    check_bool("direct_io", direct_io))
+        ssd_rows = check_int("ssd_rows", ssd_rows, 0, tier.MAX_ROWS)
+        self.tier = tier.make(memory_rows, ssd_rows or None,
+                              tier.check_paths("ssd_path", ssd_path), direct_io)
 
 
 def _not_here(what, instead):

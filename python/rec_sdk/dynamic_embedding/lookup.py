@@ -12,7 +12,7 @@ from tensorflow.python.ops import resource_variable_ops
 
 from rec_sdk.dynamic_embedding import mode
 from rec_sdk.dynamic_embedding.shadow_ops import (ShadowVariable, TrainableWrapper, shadow_of,
-                                                  shared_by_workers)
+                                                  shaped, shared_by_workers)
 from rec_sdk.dynamic_embedding.variable import Variable
 from rec_sdk.ops import table_ops
 from rec_sdk.util.graph_state import state_of, trainable_lookup
@@ -20,6 +20,7 @@ from rec_sdk.util.log import logger
 from rec_sdk.util.validation import check_float
 
 _COMBINERS = ("sum", "mean", "sqrtn")
+_WARNED_READ_ONLY = set()  # names of de.Variables whose lookups were said to only read
 
 
 class LookupRecord:
@@ -118,7 +119,7 @@ def _ids(params, ids, what="ids"):
     if ids.dtype != params.key_dtype:
         raise TypeError("params.key_dtype (%s) should be the same as %s.dtype (%s)"
                         % (params.key_dtype.name, what, ids.dtype.name))
-    return params._table_keys(ids, record=params.trainable and mode.training())  # pylint: disable=protected-access
+    return params.table_keys(ids, record=params.trainable and mode.training())
 
 
 def _device_of(ids):
@@ -143,12 +144,12 @@ def _unique_rows(params, unique, name, trainable_name, shadow=None, ids_device="
     for a sparse lookup named sp_emb), so scripts that find it by name work. A lookup given
     a ShadowVariable goes through it. A graph-mode trainable is placed with the ids
     (ids_device, as TFRA does): the rows flow to where the ids come from."""
-    values, _ = params._read(unique, name="read")  # pylint: disable=protected-access
+    values, _ = params.read_rows(unique, name="read")
     if not params.trainable or not mode.training():
         return values, None
     if params.value_dtype != tf.float32:
-        if not getattr(params, "_warned_read_only", False):
-            params._warned_read_only = True  # pylint: disable=protected-access
+        if params.name not in _WARNED_READ_ONLY:
+            _WARNED_READ_ONLY.add(params.name)
             logger.warning("de.Variable %r holds %s values: rec_sdk trains float32 variables "
                            "only, so its lookups read without a trainable",
                            params.name, params.value_dtype.name)
@@ -218,8 +219,7 @@ def embedding_lookup(params, ids, partition_strategy=None, name=None, validate_i
                                        shadow, device)
         if max_norm is not None:
             rows = tf.clip_by_norm(rows, _max_norm(max_norm), axes=[1])
-        emb = Variable._shaped(  # pylint: disable=protected-access
-            table_ops.gather_rows(rows, inverse), ids, params.dim)
+        emb = shaped(table_ops.gather_rows(rows, inverse), ids, params.dim)
     return (emb, trainable) if return_trainable else emb
 
 

@@ -34,14 +34,15 @@ import threading
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.python.checkpoint import util as checkpoint_util
 from tensorflow.python.training.optimizer import _var_key  # pylint: disable=protected-access
 
 from rec_sdk.dynamic_embedding.lookup import LookupRecord, record_of
 from rec_sdk.dynamic_embedding.optimizer_kinds import (family, hyper, initial_accumulator,
-                                                        kind, name_of, slot_info)
+                                                        kind, name_of, private_state,
+                                                        slot_info)
 from rec_sdk.ops import optimizer_ops, table_ops
 from rec_sdk.optimizers.row_update import row_variable, through_variables
+from rec_sdk import tf_patches
 from rec_sdk.util import tf_processors
 from rec_sdk.util.graph_state import state_of
 from rec_sdk.util.tf_compat import keras
@@ -83,10 +84,10 @@ class _KerasRows:
             self.rows = row_variable(dim, name + "/rows", trainable=True)
             if fam == "legacy":
                 base = next(c for c in type(inner).__mro__ if c.__name__ == "OptimizerV2")
-                var_key = sys.modules[base.__module__]._var_key  # pylint: disable=protected-access
+                var_key = private_state(sys.modules[base.__module__], "_var_key")
 
                 def add_slot(var, slot_name, initializer="zeros", shape=None):
-                    slots = inner._slots.setdefault(var_key(var), {})  # pylint: disable=protected-access
+                    slots = private_state(inner, "_slots").setdefault(var_key(var), {})
                     if slot_name in slots:
                         return slots[slot_name]
                     self._check_shape(optimizer, shape)
@@ -94,8 +95,9 @@ class _KerasRows:
                     self.slots.append((slot_name, slot, _constant_initial(initializer,
                                                                           tf.float32)))
                     slots[slot_name] = slot
-                    if slot_name not in inner._slot_names:  # pylint: disable=protected-access
-                        inner._slot_names.append(slot_name)  # pylint: disable=protected-access
+                    slot_names = private_state(inner, "_slot_names")
+                    if slot_name not in slot_names:
+                        slot_names.append(slot_name)
                     return slot
 
                 inner.add_slot = add_slot
@@ -109,7 +111,7 @@ class _KerasRows:
                     initial = 0.0 if initial_value is None else _constant_initial(
                         initial_value, tf.float32)
                     self.slots.append((variable_name, slot, initial))
-                    inner._variables.append(slot)  # pylint: disable=protected-access
+                    private_state(inner, "_variables").append(slot)
                     return slot
 
                 inner.add_variable_from_reference = add_variable_from_reference
@@ -139,8 +141,8 @@ class _KerasRows:
         inner = self.inner
         skip = {id(v) for _, v, _ in self.slots} | {id(self.rows), id(inner.iterations)}
         if self.legacy:
-            skip |= {id(v) for v in inner._hyper.values()}  # pylint: disable=protected-access
-            return [w for w in inner._weights if id(w) not in skip]  # pylint: disable=protected-access
+            skip |= {id(v) for v in private_state(inner, "_hyper").values()}
+            return [w for w in private_state(inner, "_weights") if id(w) not in skip]
         return [v for v in inner.variables if id(v) not in skip and
                 v is not getattr(inner, "_learning_rate", None)]
 
@@ -150,7 +152,7 @@ class _KerasRows:
         inner = self.inner
         ops = [inner.iterations.assign(optimizer.iterations, read_value=False)]
         if self.legacy:
-            for name, var in inner._hyper.items():  # pylint: disable=protected-access
+            for name, var in private_state(inner, "_hyper").items():
                 value = optimizer._get_hyper(name)  # pylint: disable=protected-access
                 if isinstance(var, tf.Variable) and not isinstance(
                         value, keras.optimizers.schedules.LearningRateSchedule):
@@ -188,37 +190,32 @@ class _RowUpdate:
     def _v1_params(self):
         """Hyperparameters of a tf.compat.v1.train optimizer, as the kernels take them."""
         o = self.optimizer
-        if self.kind == "adagrad":
-            return {"lr": _f(o._learning_rate), "epsilon": 0.0}  # pylint: disable=protected-access
-        if self.kind == "rowwise_adagrad":
-            return {"lr": _f(o._learning_rate), "epsilon": o._epsilon}  # pylint: disable=protected-access
-        if self.kind == "momentum":
-            return {"lr": _f(o._learning_rate), "momentum": _f(o._momentum),  # pylint: disable=protected-access
-                    "nesterov": bool(o._use_nesterov)}  # pylint: disable=protected-access
-        if self.kind == "ftrl":
-            return {"lr": _f(o._learning_rate), "lr_power": _f(o._learning_rate_power),  # pylint: disable=protected-access
-                    "l1": _f(o._l1_regularization_strength),  # pylint: disable=protected-access
-                    "l2": _f(o._l2_regularization_strength),  # pylint: disable=protected-access
-                    "beta": _f(hyper(getattr(o, "_beta", None)) or 0.0),
-                    "l2_shrinkage": _f(o._l2_shrinkage_regularization_strength)}  # pylint: disable=protected-access
         if self.kind != "adam":
-            return {"lr": _f(o._learning_rate)}  # pylint: disable=protected-access
+            params = {key: _ATTR_TYPES.get(key, _f)(private_state(o, attribute))
+                      for key, attribute in _V1_PARAMS.get(self.kind, _V1_PARAMS["sgd"])}
+            if self.kind == "adagrad":
+                params["epsilon"] = 0.0
+            if self.kind == "ftrl":
+                params["beta"] = _f(hyper(getattr(o, "_beta", None)) or 0.0)
+            return params
         # As TensorFlow's AdamOptimizer: float32 beta1_power and beta2_power, multiplied by
         # beta1 and beta2 after each step, give the bias-corrected rate, so that a de.Variable
         # trains exactly as a dense variable with the same optimizer (a step count and double
         # precision would differ from it by ~1e-6 after a few steps).
+        adam = {key: private_state(o, attribute) for key, attribute in _V1_PARAMS["adam"]}
         graph = _outer_graph()
         if graph not in self._beta_powers:
             with tf.init_scope():
                 self._beta_powers[graph] = tuple(
-                    tf.compat.v1.Variable(tf.cast(hyper(beta), tf.float32), trainable=False,
+                    tf.compat.v1.Variable(tf.cast(hyper(adam[which]), tf.float32),
+                                          trainable=False,
                                           name="%s_de_%s_power" % (self._name, which))
-                    for which, beta in (("beta1", o._beta1), ("beta2", o._beta2)))  # pylint: disable=protected-access
+                    for which in ("beta1", "beta2"))
         powers = self._beta_powers[graph]
         beta1_power, beta2_power = (p.read_value() for p in powers)
-        return {"powers": powers, "lr": _f(o._lr) * tf.sqrt(1.0 - beta2_power) /  # pylint: disable=protected-access
-                (1.0 - beta1_power), "beta1": _f(o._beta1), "beta2": _f(o._beta2),  # pylint: disable=protected-access
-                "epsilon": _f(o._epsilon)}  # pylint: disable=protected-access
+        return {"powers": powers, "lr": _f(adam["lr"]) * tf.sqrt(1.0 - beta2_power) /
+                (1.0 - beta1_power), "beta1": _f(adam["beta1"]), "beta2": _f(adam["beta2"]),
+                "epsilon": _f(adam["epsilon"])}
 
     def _keras_params(self):
         """Hyperparameters of a Keras optimizer (both families) at its current iteration."""
@@ -269,10 +266,9 @@ class _RowUpdate:
                 updates.append(self._apply(table, addresses, rows, params))
         if "powers" not in params:
             return updates
-        o = self.optimizer
         with tf.control_dependencies(updates):
-            return [power.assign(power * _f(beta)) for power, beta in
-                    zip(params["powers"], (o._beta1, o._beta2))]  # pylint: disable=protected-access
+            return [power.assign(power * params[beta]) for power, beta in
+                    zip(params["powers"], ("beta1", "beta2"))]
 
     def generic_slots(self, optimizer):
         """[(slot name, initial value)] of a generic Keras optimizer (built once to see)."""
@@ -293,7 +289,8 @@ class _RowUpdate:
                 rows = row_variable(table.dim, "rows")
                 slots = [row_variable(table.dim, name) for name in slot_names]
             for name, slot in zip(slot_names, slots):
-                self.optimizer._slots.setdefault(name, {})[_var_key(rows)] = slot  # pylint: disable=protected-access
+                slot_dict = private_state(self.optimizer, "_slots").setdefault(name, {})
+                slot_dict[_var_key(rows)] = slot
             self._generic_locals[key] = (rows, slots)
         return self._generic_locals[key]
 
@@ -367,6 +364,24 @@ class _RowUpdate:
                                                     0.0, unique_addresses=True)
 
 
+# The hyperparameters each fused kernel takes from a tf.compat.v1.train optimizer, and the
+# private attributes they are kept in: {kind: ((parameter, attribute), ...)} (see
+# optimizer_kinds.private_state; "sgd" also stands for the kinds that take only a rate).
+_V1_PARAMS = {
+    "sgd": (("lr", "_learning_rate"),),
+    "adagrad": (("lr", "_learning_rate"),),
+    "rowwise_adagrad": (("lr", "_learning_rate"), ("epsilon", "_epsilon")),
+    "momentum": (("lr", "_learning_rate"), ("momentum", "_momentum"),
+                 ("nesterov", "_use_nesterov")),
+    "ftrl": (("lr", "_learning_rate"), ("lr_power", "_learning_rate_power"),
+             ("l1", "_l1_regularization_strength"), ("l2", "_l2_regularization_strength"),
+             ("l2_shrinkage", "_l2_shrinkage_regularization_strength")),
+    "adam": (("lr", "_lr"), ("beta1", "_beta1"), ("beta2", "_beta2"), ("epsilon", "_epsilon")),
+}
+# Parameters the kernels take as attributes (the others: float32 tensors, see _f).
+_ATTR_TYPES = {"epsilon": float, "nesterov": bool}
+
+
 def _f(value):
     return tf.cast(hyper(value), tf.float32)
 
@@ -396,8 +411,8 @@ def _shard_triples(params, grads_and_records):
     else:
         keys, index = table_ops.unique_keys(tf.concat(keys, 0))
         rows = table_ops.sum_rows(tf.concat(rows, 0), index, tf.size(keys))
-    parts, shard_keys, _ = params._split(keys)  # pylint: disable=protected-access
-    shard_rows = params._by_shard(parts, rows)  # pylint: disable=protected-access
+    parts, shard_keys, _ = params.split_keys(keys)
+    shard_rows = params.by_shard(parts, rows)
     triples = []
     with tf.control_dependencies([r.read for _, r in grads_and_records if r.read is not None] +
                                  params.access_tracking):
@@ -539,25 +554,17 @@ class _UnwrappedTrainable:
 _checkpoint_listing = threading.local()  # depth > 0: TensorFlow is listing slot variables
 
 
-def _install_slot_listing_guard():
+def _listing_slots(original, *args, **kwargs):
     """Marks the thread while TensorFlow's checkpoint code lists optimizers' slot variables
-    (wrapping tensorflow.python.checkpoint.util.serialize_slot_variables)."""
-    original = checkpoint_util.serialize_slot_variables
-    if getattr(original, "_rec_sdk", False):
-        return
-
-    def serialize_slot_variables(*args, **kwargs):
-        _checkpoint_listing.depth = getattr(_checkpoint_listing, "depth", 0) + 1
-        try:
-            return original(*args, **kwargs)
-        finally:
-            _checkpoint_listing.depth -= 1
-
-    serialize_slot_variables._rec_sdk = True  # pylint: disable=protected-access
-    checkpoint_util.serialize_slot_variables = serialize_slot_variables
+    (tensorflow.python.checkpoint.util.serialize_slot_variables)."""
+    _checkpoint_listing.depth = getattr(_checkpoint_listing, "depth", 0) + 1
+    try:
+        return original(*args, **kwargs)
+    finally:
+        _checkpoint_listing.depth -= 1
 
 
-_install_slot_listing_guard()
+tf_patches.install("checkpoint.util.serialize_slot_variables", _listing_slots)
 
 
 def _trainable_processor(v):

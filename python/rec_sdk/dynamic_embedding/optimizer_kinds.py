@@ -18,6 +18,20 @@ import tensorflow as tf
 from rec_sdk.dynamic_embedding.rowwise_adagrad import RowwiseAdagradOptimizer
 
 _V1 = tf.compat.v1.train
+
+
+def private_state(owner, attribute):
+    """State of a stock optimizer that TensorFlow keeps only in private attributes, read here,
+    by name, so that one place knows they are private (checked on TensorFlow 2.15 and 2.21):
+    the tf.compat.v1.train optimizers' hyperparameters (_learning_rate, _lr, _beta1, _beta2,
+    _epsilon, _momentum, _use_nesterov, _learning_rate_power, _l1/_l2_regularization_strength,
+    _l2_shrinkage_regularization_strength, _initial_accumulator_value,
+    _initial_gradient_squared_accumulator_value, _centered) and their slot dict _slots;
+    legacy Keras optimizers' (OptimizerV2) _momentum, _slots, _slot_names, _hyper, _weights
+    and their module's _var_key; Keras 2 optimizers' _variables. The de optimizer's generic
+    path reads and extends them to run an optimizer's own update on a table's rows."""
+    return getattr(owner, attribute)
+
 # (class, kernel kind, slot names), most specific first.
 _KINDS = (
     (_V1.AdamOptimizer, "adam", ("m", "v")),
@@ -33,12 +47,12 @@ _GENERIC = (
     (_V1.AdadeltaOptimizer, lambda o: (("accum", 0.0), ("accum_update", 0.0))),
     (_V1.AdagradDAOptimizer, lambda o: (
         ("gradient_accumulator", 0.0),
-        ("gradient_squared_accumulator", float(o._initial_gradient_squared_accumulator_value)))),  # pylint: disable=protected-access
+        ("gradient_squared_accumulator", float(private_state(o, "_initial_gradient_squared_accumulator_value"))))),
     (_V1.ProximalAdagradOptimizer, lambda o: (
-        ("accumulator", float(hyper(o._initial_accumulator_value))),)),  # pylint: disable=protected-access
+        ("accumulator", float(hyper(private_state(o, "_initial_accumulator_value")))),)),
     (_V1.ProximalGradientDescentOptimizer, lambda o: ()),
-    (_V1.RMSPropOptimizer, lambda o: (("rms", 1.0),) + ((("mg", 0.0),) if o._centered else ())  # pylint: disable=protected-access
-     + (("momentum", 0.0),)),
+    (_V1.RMSPropOptimizer, lambda o: (("rms", 1.0),) + (
+        (("mg", 0.0),) if private_state(o, "_centered") else ()) + (("momentum", 0.0),)),
 )
 # The name under which each kernel attaches its slots to a table (sparse_optimizers.cc).
 _KERNEL_NAMES = {"adam": "LazyAdam", "adagrad": "Adagrad", "rowwise_adagrad": "RowwiseAdagrad",
@@ -109,7 +123,7 @@ def _keras_kind(optimizer, fam):
         return "generic", None
     if name == "SGD":
         if fam == "legacy":
-            if not optimizer._momentum:  # pylint: disable=protected-access
+            if not private_state(optimizer, "_momentum"):
                 return "sgd", ()
             return "momentum", ("momentum",)
         momentum = _constant(optimizer.momentum)

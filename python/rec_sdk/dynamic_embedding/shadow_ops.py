@@ -72,7 +72,7 @@ class ShadowVariable(TrainableWrapper):
             # a ps task, and TensorFlow aborts the workers that assign it ("Check failed:
             # size >= 0"). Like the shadow, it lives with the coordinator.
             self.ids = resource_variable_ops.ResourceVariable(
-                tf.zeros([0], params._table_key_dtype), trainable=False,  # pylint: disable=protected-access
+                tf.zeros([0], params.table_key_dtype), trainable=False,
                 shape=tf.TensorShape([None]), name=name + "-ids")
         self._track_trackable(self.ids, name="ids")  # SavedModel functions capture it
 
@@ -144,7 +144,7 @@ class ShadowVariable(TrainableWrapper):
     def refresh(self):
         """Re-reads the rows of `ids` into the shadow (after the optimizer updated them in the
         table); returns the op (None in eager)."""
-        values, _ = self.params._read(self.ids.read_value())  # pylint: disable=protected-access
+        values, _ = self.params.read_rows(self.ids.read_value())
         return self.assign(values, read_value=False)
 
     def read_value(self, do_prefetch=False):
@@ -159,14 +159,14 @@ class ShadowVariable(TrainableWrapper):
     def _serialize_to_tensors(self):
         """Checkpoints hold no shadow rows (they live in the table, saved with it): the
         shadow is emptied first, as TFRA does, and refilled by the next lookup."""
-        self.ids.assign(tf.zeros([0], self.params._table_key_dtype))  # pylint: disable=protected-access
+        self.ids.assign(tf.zeros([0], self.params.table_key_dtype))
         self.assign(tf.zeros([0, self.params.dim], self.dtype))
         self._segment = None
         return super()._serialize_to_tensors()
 
     def _reset_ids(self, ids):
         """Makes the shadow's keys `ids` (its rows are read on the next prefetch)."""
-        return self.ids.assign(self.params._keys(ids))  # pylint: disable=protected-access
+        return self.ids.assign(self.params.checked_keys(ids))
 
     def size(self, index=None, name=None):
         """Keys stored in the shadow's de.Variable (see de.Variable.size)."""
@@ -196,7 +196,7 @@ def unique_lookup(params, ids, shadow, max_norm=None):
     """Embeddings of ids through `shadow` (None: read only) -> ids.shape + [dim]."""
     flat = tf.reshape(ids, [-1])
     unique, inverse = table_ops.unique_keys(flat)
-    values, _ = params._read(unique, name="read")  # pylint: disable=protected-access
+    values, _ = params.read_rows(unique, name="read")
     if shadow is not None and mode.training():
         values = shadow.rows(unique, values)
     if max_norm is not None:
@@ -223,7 +223,7 @@ def embedding_lookup(shadow, ids, partition_strategy=None, name=None, validate_i
     if ids.dtype != params.key_dtype:
         raise TypeError("ids must be %s (the key_dtype of %r), got %s"
                         % (params.key_dtype.name, params.name, ids.dtype.name))
-    ids = params._table_keys(ids, record=shadow.trainable and mode.training())  # pylint: disable=protected-access
+    ids = params.table_keys(ids, record=shadow.trainable and mode.training())
     with tf.name_scope(name or "shadow_embedding_lookup"):
         return unique_lookup(params, ids, shadow, shadow.max_norm)
 

@@ -41,9 +41,9 @@ class SlotVariable:
         """Slot values of keys (keys.shape + [dim]); absent keys, and every key before the
         optimizer first ran, read the slot's initial value."""
         p = self.params
-        keys = p._keys(keys)  # pylint: disable=protected-access
+        keys = p.checked_keys(keys)
         with tf.name_scope(name or "%s_lookup" % self.slot_name):
-            return p._lookup(keys, return_exists, slot=self.slot_index,  # pylint: disable=protected-access
+            return p.lookup_rows(keys, return_exists, slot=self.slot_index,
                              slot_default=self.initial_value, slot_optimizer=self._owner)
 
     def export(self, name=None):
@@ -52,9 +52,9 @@ class SlotVariable:
         with tf.name_scope(name or "%s_export" % self.slot_name):
             shards = []
             for t in p.tables:
-                k, values, s = table_ops.export(t.handle, p._table_key_dtype, p.dim)  # pylint: disable=protected-access
+                k, values, s = table_ops.export(t.handle, p.table_key_dtype, p.dim)
                 k, values, s = by_key(k, values, tf.transpose(s, [1, 0, 2]))
-                k = p._public_keys(k)  # pylint: disable=protected-access
+                k = p.public_keys(k)
                 s = tf.transpose(s, [1, 0, 2])
                 # Before the optimizer first ran the table has no slots: initial values.
                 shards.append((k, tf.cond(tf.shape(s)[0] > self.slot_index,
@@ -92,7 +92,7 @@ class PolicyStatus:
             shards = []
             for t in var.tables:
                 keys, last_seen, counts = by_key(*table_ops.export_access(t.handle))
-                shards.append((var._public_keys(keys),  # pylint: disable=protected-access
+                shards.append((var.public_keys(keys),
                                last_seen if self._policy.by == "last_seen" else counts))
             return joined(shards)
 
@@ -109,19 +109,19 @@ class RestrictPolicy:
             raise TypeError("a restrict policy needs a de.Variable, got %r" % (var,))
         self.var = var
         self.status = PolicyStatus(self)
-        var._track_access()  # pylint: disable=protected-access
+        var.start_tracking_access()
 
     def apply_update(self, ids):
         """Records that `ids` were seen now (a training step of the variable's optimizer does
         this already): keys without a row get one, with their initial values, since the
         statistic lives in the row. Returns the op."""
         var = self.var
-        var._writes()  # pylint: disable=protected-access
-        keys = var._keys(ids)  # pylint: disable=protected-access
+        var.note_writes()
+        keys = var.checked_keys(ids)
         with tf.name_scope("%s_status_update" % var.name.split("/")[-1]), \
                 tf.control_dependencies(var.access_tracking):
             unique, _ = table_ops.unique_keys(tf.reshape(keys, [-1]))
-            _, shard_keys, _ = var._split(unique)  # pylint: disable=protected-access
+            _, shard_keys, _ = var.split_keys(unique)
             return tf.group([t.find_or_insert(k, is_train=True, lookup=var.name)
                              for t, k in zip(var.tables, shard_keys)])
 
@@ -138,7 +138,7 @@ class RestrictPolicy:
             raise ValueError("num_reserved must be >= 0, got %d" % num_reserved)
         trigger = num_reserved if trigger is None else trigger
         var = self.var
-        var._writes()  # pylint: disable=protected-access
+        var.note_writes()
         per_shard = int(num_reserved / var.shard_num)
         with tf.name_scope("%s_restrict" % var.name.split("/")[-1]), \
                 tf.control_dependencies(var.access_tracking):

@@ -11,9 +11,9 @@ script's whitelist of "TFRA" (its ops' namespace) is taken to mean rec_sdk's ops
 such scripts port unchanged.
 """
 import tensorflow as tf
-from tensorflow.python.saved_model import save as saved_model_save
 
 from rec_sdk.ops.table_ops import OP_NAMESPACE
+from rec_sdk import tf_patches
 
 TFRA_NAMESPACE = "TFRA"
 
@@ -35,20 +35,12 @@ class DEHvdSaver:  # pylint: disable=too-few-public-methods
                                   "support; use tf.compat.v1.train.Saver or DECheckpoint")
 
 
-def _install_namespace_alias():
+def _verify_ops(original, graph_def, namespace_whitelist):
     """SavedModel's op-namespace check accepts rec_sdk's ops where a whitelist names TFRA's
-    namespace (wrapping TensorFlow's check, which reads the whitelist as given)."""
-    original = saved_model_save._verify_ops  # pylint: disable=protected-access
-    if getattr(original, "_rec_sdk", False):
-        return
-
-    def verify_ops(graph_def, namespace_whitelist):
-        if namespace_whitelist is not None and TFRA_NAMESPACE in namespace_whitelist:
-            namespace_whitelist = list(namespace_whitelist) + [OP_NAMESPACE]
-        return original(graph_def, namespace_whitelist)
-
-    verify_ops._rec_sdk = True  # pylint: disable=protected-access
-    saved_model_save._verify_ops = verify_ops  # pylint: disable=protected-access
+    namespace (TensorFlow's check reads the whitelist as given)."""
+    if namespace_whitelist is not None and TFRA_NAMESPACE in namespace_whitelist:
+        namespace_whitelist = list(namespace_whitelist) + [OP_NAMESPACE]
+    return original(graph_def, namespace_whitelist)
 
 
-_install_namespace_alias()
+tf_patches.install("saved_model.save._verify_ops", _verify_ops)

@@ -8,16 +8,14 @@ row per key (one hash probe for all of them), unlike TFRA's one hash table per s
 import copy
 import numbers
 import os
-import re
-import zlib
 
 import numpy as np
 import tensorflow as tf
 
-import rec_sdk
-from rec_sdk import saver
-from rec_sdk.core import table_files, tier
-from rec_sdk.core.table import SparseEmbedding, tables_of_graph
+from rec_sdk.core import shard_names, table_files, tier
+from rec_sdk.core import table as table_module
+from rec_sdk.core.table import tables_of_graph
+from rec_sdk.core.table_spec import TableSpec
 from rec_sdk.dynamic_embedding import key_codec, value_codec
 from rec_sdk.dynamic_embedding.kv_creator import KVCreator, TieredTableCreator
 from rec_sdk.dynamic_embedding.optimizer_kinds import name_of, slot_info
@@ -42,30 +40,21 @@ def default_partition_fn(keys, shard_num):
     return tf.cast(tf.math.floormod(keys, tf.cast(shard_num, keys.dtype)), tf.int32)
 
 
-def table_base_name(name):
-    """The stem of the table names of the variable `name` (see _table_names)."""
-    base = re.sub(r"[^A-Za-z0-9_.]", "_", name) or "DynamicEmbedding_Variable"
-    if len(base) > 80:
-        base = base[:70] + "_%08x" % zlib.crc32(base.encode("utf-8"))
-    return base
-
-
 def _table_names(name, shard_num):
     """rec_sdk table names ([A-Za-z0-9_.], unique in the graph) of the shards of the variable
-    `name`: <name>_mht_<i>of<n>, with "/" and other characters mapped to "_" and a counter
-    added when a table of the graph has the name already. Derived from the variable's name
-    (not from op-creation order), so a training, an evaluation and an export graph built by
-    the same code name their tables alike, as checkpoints need."""
-    base = table_base_name(name)
+    `name` (see rec_sdk.core.shard_names), with a counter added to the base name when a table
+    of the graph has one of the names already. Derived from the variable's name (not from
+    op-creation order), so a training, an evaluation and an export graph built by the same
+    code name their tables alike, as checkpoints need."""
+    base = shard_names.table_base_name(name)
     if tf.executing_eagerly():
-        return ["%s_mht_%dof%d" % (base, i + 1, shard_num) for i in range(shard_num)]
+        return shard_names.variable_shards(base, shard_num)
     taken = {t.table_name for t in tables_of_graph()}
     candidate, n = base, 0
-    while any("%s_mht_%dof%d" % (candidate, i + 1, shard_num) in taken
-              for i in range(shard_num)):
+    while taken.intersection(shard_names.variable_shards(candidate, shard_num)):
         n += 1
         candidate = "%s_%d" % (base, n)
-    return ["%s_mht_%dof%d" % (candidate, i + 1, shard_num) for i in range(shard_num)]
+    return shard_names.variable_shards(candidate, shard_num)
 
 
 def _init_rows(init_size, shard_num):
@@ -226,7 +215,7 @@ class Variable(tf.__internal__.tracking.Trackable):
             raise TypeError("kv_creator must be None or a de.KVCreator (e.g. "
                             "de.CuckooHashTableCreator()), got %r" % (kv_creator,))
         self.key_dtype = key_dtype
-        self._table_key_dtype = key_codec.table_dtype(key_dtype)  # what the tables index
+        self.table_key_dtype = key_codec.table_dtype(key_dtype)  # what the tables index
         self.value_dtype = value_dtype
         self.dim = int(dim)
         self.devices = devices
@@ -258,26 +247,22 @@ class Variable(tf.__internal__.tracking.Trackable):
             self.eager = tf.executing_eagerly()
             for i, (device, table_name) in enumerate(zip(devices, _table_names(
                     name, self.shard_num))):
-                spec = _describe(initializer, self.dim, table_name) \
-                    if value_dtype == tf.float32 else _describe(0.0, self._stored_dim, table_name)
+                spec = TableSpec(
+                    table_name, self.table_key_dtype, self._stored_dim,
+                    _describe(initializer, self.dim, table_name) if value_dtype == tf.float32
+                    else _describe(0.0, self._stored_dim, table_name),
+                    dynamic_expansion=shard_tier is None or shard_tier.ssd_rows is None,
+                    capacity_rows=None if shard_tier is None or shard_tier.ssd_rows is None
+                    else shard_tier.memory_rows + shard_tier.ssd_rows,
+                    initial_rows=rows, tier=shard_tier, is_save=self.checkpoint,
+                    saved_by_owner=True, track_access=restrict_policy is not None,
+                    shard_keys_filter=_ShardKeys(partitioner, self.table_key_dtype,
+                                                 self.shard_num, i))
                 with tf.device(device):
-                    table = SparseEmbedding(
-                        table_name, self._table_key_dtype, self._stored_dim, spec,
-                        dynamic_expansion=True,
-                        capacity_rows=None, device_vocabulary_size=rows,
-                        host_vocabulary_size=0, ssd_vocabulary_size=0,
-                        ssd_data_path=(os.getcwd(),), is_save=self.checkpoint, init_param=1.0,
-                        track_access=restrict_policy is not None, tier=shard_tier)
-                    if not self.eager:  # TF2 checkpoints: tf.train.Checkpoint
-                        saver.track(table)
-                        tf.compat.v1.add_to_collection(rec_sdk.TABLE_COLLECTION, table)
-                self._tables.append(table)
-                table.saved_by_owner = True
-                table.shard_keys_filter = _ShardKeys(partitioner, self._table_key_dtype,
-                                                     self.shard_num, i)
+                    self._tables.append(table_module.create(spec))
             # String keys: the fingerprint -> string dictionary (see key_codec).
             self._key_strings = key_codec.KeyStrings(
-                _table_names(name, 1)[0].replace("_mht_1of1", "_key_strings"),
+                shard_names.key_strings_name(_table_names(name, 1)[0][:-len("_mht_1of1")]),
                 self.checkpoint) if key_dtype == tf.string else None
         self._restrict_policy = restrict_policy(self) if restrict_policy is not None else None
 
@@ -299,7 +284,10 @@ class Variable(tf.__internal__.tracking.Trackable):
     def __repr__(self):
         return "<de.Variable %r dim=%d shards=%d>" % (self.name, self.dim, self.shard_num)
 
-    # --- helpers ---
+    # --- the protocol of rec_sdk.dynamic_embedding's own modules (lookups, the optimizer,
+    # shadows, slots and policies call these; they are not TFRA's API): checked_keys,
+    # table_keys, public_keys, note_writes, split_keys, by_shard, read_rows, lookup_rows,
+    # start_tracking_access, table_key_dtype ---
     @staticmethod
     def _converted(x, dtype, integer):
         """Python and NumPy values become tensors of `dtype` (lists, float64 arrays), as TFRA
@@ -311,16 +299,16 @@ class Variable(tf.__internal__.tracking.Trackable):
             return tf.convert_to_tensor(array.astype(dtype.as_numpy_dtype))
         return tf.convert_to_tensor(x)
 
-    def _keys(self, keys, what="keys", record=False):
+    def checked_keys(self, keys, what="keys", record=False):
         """keys, checked, as the tables index them (string keys: their fingerprints; with
         record, remembering their strings when the fingerprints are used)."""
         keys = self._converted(keys, self.key_dtype, integer=True)
         if keys.dtype != self.key_dtype:
             raise DtypeError("%s of %r must be %s (the key_dtype), got %s"
                             % (what, self.name, self.key_dtype.name, keys.dtype.name))
-        return self._table_keys(keys, record)
+        return self.table_keys(keys, record)
 
-    def _table_keys(self, keys, record=False):
+    def table_keys(self, keys, record=False):
         """Checked keys as the tables index them (see _keys)."""
         if self._key_strings is None:
             return keys
@@ -330,7 +318,7 @@ class Variable(tf.__internal__.tracking.Trackable):
         with tf.control_dependencies([self._key_strings.record(keys, hashed)]):
             return tf.identity(hashed)
 
-    def _public_keys(self, keys):
+    def public_keys(self, keys):
         """Keys of the tables as the variable's keys (string keys: their strings)."""
         if self._key_strings is None:
             return tf.cast(keys, self.key_dtype)
@@ -368,13 +356,13 @@ class Variable(tf.__internal__.tracking.Trackable):
         with tf.control_dependencies([check]):
             return tf.identity(values)
 
-    def _writes(self):
+    def note_writes(self):
         """Records that this graph changes the shards (a "trainer" when tables are shared
         across sessions, see rec_sdk.graph.modifier.share_tables)."""
         for table in self._tables:
             table.lookups.training += 1
 
-    def _split(self, flat):
+    def split_keys(self, flat):
         """Partition of flat keys [n]: (shard of each key, [keys per shard], [their positions])."""
         if self.shard_num == 1:
             return None, [flat], None
@@ -383,14 +371,14 @@ class Variable(tf.__internal__.tracking.Trackable):
         positions = tf.dynamic_partition(tf.range(tf.size(flat)), parts, self.shard_num)
         return parts, keys, positions
 
-    def _by_shard(self, parts, x):
+    def by_shard(self, parts, x):
         """x [n, ...] split like the keys whose shards are `parts` (None: one shard)."""
         return [x] if parts is None else tf.dynamic_partition(x, parts, self.shard_num)
 
-    def _read(self, flat, name="lookup", **lookup_args):
+    def read_rows(self, flat, name="lookup", **lookup_args):
         """Values [n, dim] (missing keys: initial values) and exists [n] of flat keys;
         lookup_args go to table_ops.lookup (e.g. a slot, which is float32)."""
-        _, keys, positions = self._split(flat)
+        _, keys, positions = self.split_keys(flat)
         values, exists = [], []
         for table, k in zip(self._tables, keys):
             v, e = table_ops.lookup(table.handle, k, self._stored_dim, init_missing=True,
@@ -409,47 +397,46 @@ class Variable(tf.__internal__.tracking.Trackable):
             values = tf.where(exists[:, None], values, self._defaults(tf.size(flat)))
         return values, exists
 
-    def _lookup(self, keys, return_exists, **lookup_args):
+    def lookup_rows(self, keys, return_exists, **lookup_args):
         """lookup() of checked keys, reading each distinct key once (batches repeat popular
         keys)."""
         unique, inverse = table_ops.unique_keys(tf.reshape(keys, [-1]))
-        values, exists = self._read(unique, **lookup_args)
-        values = self._shaped(table_ops.gather_rows(values, inverse), keys, self.dim)
+        values, exists = self.read_rows(unique, **lookup_args)
+        values = shaped(table_ops.gather_rows(values, inverse), keys, self.dim)
         if not return_exists:
             return values
         exists = tf.reshape(tf.gather(exists, inverse), tf.shape(keys))
         exists.set_shape(keys.shape)
         return values, exists
 
-    _shaped = staticmethod(shaped)
 
     # --- TFRA methods ---
     def lookup(self, keys, return_exists=False, name=None):
         """Values of keys (any shape) -> keys.shape + [dim]; missing keys get the initializer's
         values and are not inserted. With return_exists, also a bool tensor of keys.shape."""
-        keys = self._keys(keys)
+        keys = self.checked_keys(keys)
         with tf.name_scope(name or "%s_lookup" % self.name.split("/")[-1]):
-            return self._lookup(keys, return_exists)
+            return self.lookup_rows(keys, return_exists)
 
     def upsert(self, keys, values, name=None):
         """Inserts or overwrites keys (any shape) with values (keys.shape + [dim])."""
-        keys = self._keys(keys, record=True)
+        keys = self.checked_keys(keys, record=True)
         values = self._values(values, keys)
-        self._writes()
+        self.note_writes()
         with tf.name_scope(name or "%s_upsert" % self.name.split("/")[-1]):
             flat = tf.reshape(keys, [-1])
             rows = value_codec.encode(tf.reshape(values, [-1, self.dim]), self.value_dtype,
                                       self.dim)
-            parts, shard_keys, _ = self._split(flat)
+            parts, shard_keys, _ = self.split_keys(flat)
             return tf.group([table_ops.upsert(t.handle, k, v) for t, k, v in zip(
-                self._tables, shard_keys, self._by_shard(parts, rows))])
+                self._tables, shard_keys, self.by_shard(parts, rows))])
 
     def remove(self, keys, name=None):
         """Removes keys (absent keys are ignored), with their slots and statistics."""
-        keys = self._keys(keys)
-        self._writes()
+        keys = self.checked_keys(keys)
+        self.note_writes()
         with tf.name_scope(name or "%s_remove" % self.name.split("/")[-1]):
-            _, shard_keys, _ = self._split(tf.reshape(keys, [-1]))
+            _, shard_keys, _ = self.split_keys(tf.reshape(keys, [-1]))
             return tf.group([table_ops.remove(t.handle, k)
                              for t, k in zip(self._tables, shard_keys)] +
                             ([self._key_strings.remove(keys)] if self._key_strings else []))
@@ -457,23 +444,23 @@ class Variable(tf.__internal__.tracking.Trackable):
     def accum(self, keys, old_values, new_values, exists, name=None):
         """Per key: if exists and the key is stored, adds new_values - old_values to it; if not
         exists and the key is absent, inserts new_values; otherwise leaves it alone."""
-        keys = self._keys(keys, record=True)
+        keys = self.checked_keys(keys, record=True)
         old_values = self._values(old_values, keys, "old_values")
         new_values = self._values(new_values, keys, "new_values")
         exists = tf.convert_to_tensor(exists)
         if exists.dtype != tf.bool:
             raise TypeError("exists must be a bool tensor, got %s" % exists.dtype.name)
-        self._writes()
+        self.note_writes()
         with tf.name_scope(name or "%s_accum" % self.name.split("/")[-1]):
             flat = tf.reshape(keys, [-1])
             rows = tf.reshape(new_values - old_values, [-1, self.dim])
             new_rows = tf.reshape(new_values, [-1, self.dim])
             flags = tf.reshape(exists, [-1])
-            parts, shard_keys, _ = self._split(flat)
+            parts, shard_keys, _ = self.split_keys(flat)
             ops = []
             for table, k, delta, new, flag in zip(
-                    self._tables, shard_keys, self._by_shard(parts, rows),
-                    self._by_shard(parts, new_rows), self._by_shard(parts, flags)):
+                    self._tables, shard_keys, self.by_shard(parts, rows),
+                    self.by_shard(parts, new_rows), self.by_shard(parts, flags)):
                 current, present = table_ops.lookup(table.handle, k, self._stored_dim)
                 current = value_codec.decode(current, self.value_dtype, self.dim)
                 add = tf.logical_and(flag, present)
@@ -491,15 +478,15 @@ class Variable(tf.__internal__.tracking.Trackable):
         with tf.name_scope(name or "%s_export" % self.name.split("/")[-1]):
             shards = []
             for t in self._tables:
-                keys, rows = by_key(*table_ops.export(t.handle, self._table_key_dtype,
+                keys, rows = by_key(*table_ops.export(t.handle, self.table_key_dtype,
                                                        self._stored_dim)[:2])
-                shards.append((self._public_keys(keys),
+                shards.append((self.public_keys(keys),
                                value_codec.decode(rows, self.value_dtype, self.dim)))
             return joined(shards)
 
     def clear(self, name=None):
         """Removes every key of every shard."""
-        self._writes()
+        self.note_writes()
         with tf.name_scope(name or "%s_clear" % self.name.split("/")[-1]):
             return tf.group([table_ops.clear(t.handle) for t in self._tables] +
                             ([self._key_strings.clear()] if self._key_strings else []))
@@ -537,7 +524,7 @@ class Variable(tf.__internal__.tracking.Trackable):
         optimizer's instead of dim), and every key's access statistics
         ("access_keys", "last_seen", "counts"): one set of tensors whatever the number of
         shards, so that a checkpoint restores into any number of shards."""
-        exports = [table_ops.export(t.handle, self._table_key_dtype, self._stored_dim)
+        exports = [table_ops.export(t.handle, self.table_key_dtype, self._stored_dim)
                    for t in self._tables]
         num_slots = tf.reduce_max(tf.stack([tf.shape(s)[0] for _, _, s in exports]))
         full_shards = [tf.equal(tf.shape(s)[0], num_slots) for _, _, s in exports]
@@ -586,10 +573,10 @@ class Variable(tf.__internal__.tracking.Trackable):
         tables, whose save and restore functions are traced there."""
         del tensor_map, options, kwargs
         exported = copy.copy(self)
-        exported._tables = [object_map.get(t, t) for t in self._tables]  # pylint: disable=protected-access
+        exported._tables = [object_map.get(t, t) for t in self._tables]
         if self._key_strings is not None:
-            exported._key_strings = copy.copy(self._key_strings)  # pylint: disable=protected-access
-            exported._key_strings.table = object_map.get(self._key_strings.table,  # pylint: disable=protected-access
+            exported._key_strings = copy.copy(self._key_strings)
+            exported._key_strings.table = object_map.get(self._key_strings.table,
                                                          self._key_strings.table)
         object_map[self] = exported
         return []
@@ -607,11 +594,11 @@ class Variable(tf.__internal__.tracking.Trackable):
         all_slots = tf.reshape(all_slots, tf.stack([tf.shape(all_slots)[0], -1,
                                                     tf.shape(all_slots)[-1]]))
         slot_index = tf.cumsum(tf.cast(has_slots, tf.int32)) - 1  # row -> its slots' column
-        parts, shard_keys, _ = self._split(keys)
+        parts, shard_keys, _ = self.split_keys(keys)
         ops = []
-        for table, k, r, h, i in zip(self._tables, shard_keys, self._by_shard(parts, rows),
-                                     self._by_shard(parts, has_slots),
-                                     self._by_shard(parts, slot_index)):
+        for table, k, r, h, i in zip(self._tables, shard_keys, self.by_shard(parts, rows),
+                                     self.by_shard(parts, has_slots),
+                                     self.by_shard(parts, slot_index)):
             slots = tf.gather(all_slots, tf.boolean_mask(i, h), axis=1)
             imported = table_ops.import_rows(table.handle, tf.boolean_mask(k, h),
                                              tf.boolean_mask(r, h), slots)
@@ -620,17 +607,17 @@ class Variable(tf.__internal__.tracking.Trackable):
                 ops.append(table_ops.upsert(table.handle, tf.boolean_mask(k, rest),
                                             tf.boolean_mask(r, rest)))
         access_keys = tf.reshape(restored_tensors["access_keys"], [-1])
-        access_parts, access_keys_of, _ = self._split(tf.cast(access_keys,
-                                                              self._table_key_dtype))
+        access_parts, access_keys_of, _ = self.split_keys(tf.cast(access_keys,
+                                                              self.table_key_dtype))
         if self._key_strings is not None:
             ops.append(self._key_strings.record(restored_tensors["key_strings"], keys))
         with tf.control_dependencies(ops):  # the statistics of the rows just restored
             return tf.group([table_ops.import_access(t.handle, tf.cast(k, tf.int64), s, c)
                              for t, k, s, c in zip(
                                  self._tables, access_keys_of,
-                                 self._by_shard(access_parts,
+                                 self.by_shard(access_parts,
                                                 tf.reshape(restored_tensors["last_seen"], [-1])),
-                                 self._by_shard(access_parts,
+                                 self.by_shard(access_parts,
                                                 tf.reshape(restored_tensors["counts"], [-1])))])
 
     # --- key and value files (see rec_sdk.core.table_files) ---
@@ -642,9 +629,8 @@ class Variable(tf.__internal__.tracking.Trackable):
                 raise ValueError("file_name_list must name %d files (one per shard), got %r"
                                  % (self.shard_num, file_name_list))
             return list(file_name_list)
-        return [re.sub(r"_mht_(\d+)of(\d+)", "_mht_%dof%d_rank%d_size%d"
-                       % (i + 1, self.shard_num, proc_rank, proc_size), t.table_name)
-                for i, t in enumerate(self._tables)]
+        return [shard_names.shard_file_name(t.table_name, proc_rank, proc_size)
+                for t in self._tables]
 
     def save_to_file_system(self, dirpath, proc_size=1, proc_rank=0, file_name_list=None,
                             dirpath_env=table_files.DIRPATH_ENV, append_to_file=False,
@@ -673,7 +659,7 @@ class Variable(tf.__internal__.tracking.Trackable):
                                                                     dirpath_env=dirpath_env)
         self._no_string_keys("load_from_file_system")
         with tf.name_scope(name or "%s_load_from_file_system" % self.name.split("/")[-1]):
-            self._writes()
+            self.note_writes()
             return tf.group([t.load_from_file_system(dirpath, f, dirpath_env)
                              for t, f in zip(self._tables,
                                              self._file_names(file_name_list, proc_size,
@@ -686,15 +672,15 @@ class Variable(tf.__internal__.tracking.Trackable):
         partitioner (a variable saved with another number of shards loads too)."""
         del proc_size, proc_rank, buffer_size
         self._no_string_keys("load_from_file_system_with_restore_function")
-        self._writes()
+        self.note_writes()
         with tf.name_scope(name or "%s_load_from_file_system" % self.name.split("/")[-1]):
             keys, rows = table_files.load_tensors(table_files.directory(dirpath, dirpath_env),
-                                                  None, self._table_key_dtype,
+                                                  None, self.table_key_dtype,
                                                   self._stored_dim,
                                                   entire_dir=True)
-            parts, shard_keys, _ = self._split(keys)
+            parts, shard_keys, _ = self.split_keys(keys)
             return tf.group([table_ops.upsert(t.handle, k, r) for t, k, r in zip(
-                self._tables, shard_keys, self._by_shard(parts, rows))])
+                self._tables, shard_keys, self.by_shard(parts, rows))])
 
     def export_keys_and_scores(self, split_size=None, name=None):
         """(keys [n], scores [n] int64) of every stored key, shard after shard: the score is
@@ -702,7 +688,7 @@ class Variable(tf.__internal__.tracking.Trackable):
         del split_size
         with tf.name_scope(name or "%s_export_keys_and_scores" % self.name.split("/")[-1]):
             return joined([
-                (self._public_keys(k), seen) for k, seen, _ in
+                (self.public_keys(k), seen) for k, seen, _ in
                 (by_key(*table_ops.export_access(t.handle)) for t in self._tables)])
 
     @property
@@ -711,15 +697,11 @@ class Variable(tf.__internal__.tracking.Trackable):
         restrict policy given to the variable later): updates that count run after them."""
         return [op for op in self._access_ops if op.graph is tf.compat.v1.get_default_graph()]
 
-    def _track_access(self):
+    def start_tracking_access(self):
         """Makes the tables keep access statistics (a restrict policy needs them): at once in
         eager mode; in graph mode with ops that the counting updates depend on."""
         for table in self._tables:
-            if table.track_access:
-                continue
-            table.track_access = True
-            with tf.init_scope():
-                op = table_ops.track_access(table.handle)
+            op = table.start_tracking_access()
             if op is not None:
                 self._access_ops.append(op)
 

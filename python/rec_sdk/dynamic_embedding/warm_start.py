@@ -8,7 +8,8 @@ import re
 import tensorflow as tf
 
 from rec_sdk import saver as rec_saver
-from rec_sdk.dynamic_embedding.variable import Variable, table_base_name
+from rec_sdk.core import shard_names
+from rec_sdk.dynamic_embedding.variable import Variable
 from rec_sdk.ops import table_ops
 from rec_sdk.util.graph_state import state_of
 
@@ -63,9 +64,9 @@ def warm_start(ckpt_to_initialize_from, vars_to_warm_start=".*",
     ops = []
     with tf.name_scope("warm_start"):
         for var in _chosen(graph, vars_to_warm_start):
-            prev = table_base_name(renames.get(var.name, var.name))
-            for i, table in enumerate(var.tables):
-                saved = os.path.join(directory, "%s_mht_%dof%d" % (prev, i + 1, var.shard_num))
+            prev = shard_names.table_base_name(renames.get(var.name, var.name))
+            for table, saved in zip(var.tables, shard_names.variable_shards(prev, var.shard_num)):
+                saved = os.path.join(directory, saved)
                 rows, _ = table_ops.restore(table.handle, tf.constant([saved]),
                                             tf.constant(0, tf.int64), tf.constant(1, tf.int64))
                 ops.append(rows.op)

@@ -36,7 +36,7 @@ from rec_sdk.core import embedding
 from rec_sdk.core.asc import helper
 from rec_sdk.core.asc.feature_spec import FeatureSpec
 from rec_sdk.core.asc.manager import start_asc_pipeline
-from rec_sdk.distribute import ranks
+from rec_sdk.core import ranks
 from rec_sdk.ops import table_ops
 from rec_sdk.util import graph_state, initialize
 from rec_sdk.util.dump import next_dump_path

@@ -14,6 +14,8 @@ import threading
 
 import tensorflow as tf
 
+from rec_sdk import tf_patches
+
 LIBRARY_FILE = "_rec_sdk_ops.so"
 VERSION_FILE = "_rec_sdk_ops.tf_version"
 LIBRARY_ENV = "REC_SDK_OPS_LIBRARY"
@@ -239,42 +241,33 @@ def warn_unreachable_ps(error):
     return found.group(1)
 
 
-def _install_session_run_explanation():
+def _explained_run(run, self, *args, **kwargs):
     """tf.compat.v1.Session.run re-raises a missing-library error as explain_missing_library
     words it, a collective's failure when a task is gone as explain_lost_rank does, and a
     cancelled step of a restarted task as explain_restarted_task does (other errors and
     results pass through untouched)."""
-    run = tf.compat.v1.Session.run
-    if getattr(run, "rec_sdk_explains", False):
-        return
-
-    def explained_run(self, *args, **kwargs):
-        try:
-            return run(self, *args, **kwargs)
-        except tf.errors.NotFoundError as e:
-            clear = explain_missing_library(e)
-            if clear is None:
-                raise
-            raise clear from e
-        except (tf.errors.UnavailableError, tf.errors.AbortedError) as e:
-            clear = explain_lost_rank(e, self.graph)
-            if clear is None:
-                warn_unreachable_ps(e)
-                raise
-            raise clear from e
-        except tf.errors.CancelledError as e:
-            # In a graph with collectives a restarted task is a lost rank (the collectives
-            # cannot be reset); elsewhere it is an aborted step MonitoredTrainingSession redoes.
-            clear = explain_lost_rank(e, self.graph) or explain_restarted_task(e)
-            if clear is None:
-                raise
-            if not isinstance(clear, RankLostError):
-                warn_unreachable_ps(clear)
-            raise clear from e
-
-    explained_run.__doc__ = run.__doc__
-    explained_run.rec_sdk_explains = True
-    tf.compat.v1.Session.run = explained_run
+    try:
+        return run(self, *args, **kwargs)
+    except tf.errors.NotFoundError as e:
+        clear = explain_missing_library(e)
+        if clear is None:
+            raise
+        raise clear from e
+    except (tf.errors.UnavailableError, tf.errors.AbortedError) as e:
+        clear = explain_lost_rank(e, self.graph)
+        if clear is None:
+            warn_unreachable_ps(e)
+            raise
+        raise clear from e
+    except tf.errors.CancelledError as e:
+        # In a graph with collectives a restarted task is a lost rank (the collectives
+        # cannot be reset); elsewhere it is an aborted step MonitoredTrainingSession redoes.
+        clear = explain_lost_rank(e, self.graph) or explain_restarted_task(e)
+        if clear is None:
+            raise
+        if not isinstance(clear, RankLostError):
+            warn_unreachable_ps(clear)
+        raise clear from e
 
 
-_install_session_run_explanation()
+tf_patches.install("Session.run", _explained_run)

@@ -25,7 +25,7 @@ import tensorflow as tf
 from tensorflow.python.training.optimizer import _var_key  # pylint: disable=protected-access
 
 from rec_sdk.core.table import SparseEmbedding, table_of, tables_of_graph
-from rec_sdk.distribute import ranks
+from rec_sdk.core import ranks
 from rec_sdk.ops import table_ops
 from rec_sdk.optimizers.row_update import row_variable, through_variables
 from rec_sdk.util import initialize
@@ -274,16 +274,16 @@ def _with_tables(original):
             def update():
                 indices = tf.range(tf.shape(addresses)[0])
                 if _resource_path(type(self)):
-                    return self._resource_apply_sparse_duplicate_indices(grads, rows, indices)  # pylint: disable=protected-access
+                    return self._resource_apply_sparse_duplicate_indices(grads, rows, indices)
                 grad = tf.IndexedSlices(grads, indices, tf.shape(grads, out_type=tf.int32))
-                return self._apply_sparse_duplicate_indices(grad, rows)  # pylint: disable=protected-access
+                return self._apply_sparse_duplicate_indices(grad, rows)
 
             return through_variables(table, addresses, state.owner, state.initial, rows,
                                      state.slots, update)
 
         train = apply_table_gradients(
-            self.get_name(), tables, self._prepare, apply,  # pylint: disable=protected-access
-            self._finish, name=name)  # pylint: disable=protected-access
+            self.get_name(), tables, self._prepare, apply,
+            self._finish, name=name)
         if others:
             train = tf.group(train, original(self, others, name=name))
         if global_step is None:

@@ -66,7 +66,7 @@ class GraphState:
         # keys (shadows shared by ParameterServerStrategy workers, de.shadow_ops)
         self.gradient_keys = {}
         # {token tensor name: its forward exchange} of lookups of tables sharded over ranks
-        # (rec_sdk.distribute.ranks)
+        # (rec_sdk.core.ranks)
         self.rank_exchanges = {}
 
     def lookups_of(self, table_name):

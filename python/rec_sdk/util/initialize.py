@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from rec_sdk.constants.constants import (EVAL_CHANNEL_ID, GET_CONFIG_INSTANCE_ERR_MSG,
                                          TRAIN_CHANNEL_ID, EnvOption, apply_gradients_strategy)
-from rec_sdk import distribute
+from rec_sdk.util import cluster
 from rec_sdk.util import graph_state
 from rec_sdk.util.communication import hccl_ops
 from rec_sdk.util.log import logger
@@ -163,8 +163,8 @@ def _ranks(options):
                          "are the training tasks of a TensorFlow cluster: start each with "
                          "TF_CONFIG (see rec_sdk.distribute.launch) instead of mpirun"
                          % (EnvOption.OMPI_COMM_WORLD_SIZE.value, world))
-    task = distribute.training_task()
-    rank, size = distribute.rank_of(task) if task is not None else (0, 1)
+    task = cluster.training_task()
+    rank, size = cluster.rank_of(task) if task is not None else (0, 1)
     rank_id = options.pop("rank_id", None)
     rank_size = options.pop("rank_size", None)
     if rank_size is not None and check_int("rank_size", rank_size, 1, INT32_MAX) != size:

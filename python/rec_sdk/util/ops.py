@@ -28,6 +28,7 @@ import tensorflow as tf
 from rec_sdk.constants.constants import (EVAL_CHANNEL_ID, LIBASC_OPS_SO, LIBREC_EOS_OPS_SO,
                                          LIBREC_TF_REC_V1_CPU_SO, MAX_INT32, TABLE_COLLECTION,
                                          TRAIN_CHANNEL_ID)
+from rec_sdk import tf_patches
 from rec_sdk.util.log import logger
 from rec_sdk.util.validation import check_int
 
@@ -120,4 +121,4 @@ def eos_map(dataset, librec, channel_id, max_train_steps=-1, max_eval_steps=-1):
     return dataset if limit < 0 else dataset.take(limit)
 
 
-tf.data.Dataset.eos_map = eos_map
+tf_patches.add("Dataset.eos_map", eos_map)

@@ -12,7 +12,7 @@ import types
 
 import tensorflow as tf
 
-from rec_sdk import distribute
+from rec_sdk.util import cluster
 from rec_sdk.util.communication import hccl_ops as _ranks
 
 _REDUCTIONS = ("sum", "max", "min", "prod")
@@ -25,7 +25,7 @@ def _allreduce(tensor, reduction, fusion=1, fusion_id=-1, group="hccl_world_grou
                          % (list(_REDUCTIONS), reduction))
     if _ranks.get_rank_size() == 1:
         return tf.identity(tensor)
-    return distribute.all_reduce(tensor, reduction)
+    return cluster.all_reduce(tensor, reduction)
 
 
 def _dropout(x, keep_prob, noise_shape=None, seed=None, name=None):

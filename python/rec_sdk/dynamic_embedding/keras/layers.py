@@ -100,7 +100,7 @@ class Embedding(keras.layers.Layer):
             return emb if self.max_norm is None else tf.clip_by_norm(emb, self.max_norm,
                                                                      axes=[-1])
         writes = training is not False and mode.training() and self.trainable
-        return unique_lookup(self.params, self.params._table_keys(ids, record=writes),  # pylint: disable=protected-access
+        return unique_lookup(self.params, self.params.table_keys(ids, record=writes),
                              self.shadow if writes else None, self.max_norm)
 
     def call(self, ids, training=None):  # pylint: disable=arguments-differ

@@ -1,14 +1,14 @@
 """The SDK API over N ranks: tables sharded by key over the training tasks of a cluster, trained
 synchronously (as the SDK's ranks train).
 
-Rank r of N (the r-th training task, chief first; see rec_sdk.distribute.training_task) owns
+Rank r of N (the r-th training task, chief first; see rec_sdk.util.cluster.training_task) owns
 the keys with abs(key % N) == r, the rule rec_sdk's checkpoints restore by. Each rank holds
 its shard in its own process. A lookup on rank r:
 
 1. deduplicates its keys locally (the lookup core, rec_sdk.core.embedding, did that);
 2. exchanges the distinct keys, with their admission counts and clocks, with every rank
    (TensorFlow's CollectiveGatherV2 over the cluster's gRPC runtime; see
-   rec_sdk.distribute.all_gather_blocks for the padding);
+   rec_sdk.util.cluster.all_gather_blocks for the padding);
 3. every rank now holds the same union of keys: the owner of each key sums its counts over
    the ranks (admission sees the count of the whole global batch), takes the newest clock,
    and runs find-or-insert and gather on its own shard, once per key;
@@ -37,13 +37,13 @@ the n-th collective of each graph meets the n-th of the others) and run the same
 import tensorflow as tf
 
 import rec_sdk_graph_rewrite as graph_rewrite
+from rec_sdk.core import shard_names
 from rec_sdk.core.table import tables_of_graph
-from rec_sdk.distribute import (all_gather, all_gather_blocks, all_reduce, next_instance_key,
+from rec_sdk.util.cluster import (all_gather, all_gather_blocks, all_reduce, next_instance_key,
                                 rank_of, worker_devices)
+from rec_sdk import tf_patches
 from rec_sdk.util.graph_state import state_of
 from rec_sdk.util.log import logger
-
-CHECKPOINT_SHARD_FORMAT = "%s@%dof%d"  # a rank's shard of table %s in checkpoints
 
 
 class RankShards:
@@ -66,7 +66,7 @@ class RankShards:
         return self.devices[self.rank]
 
     def checkpoint_dir_name(self, table_name, rank):
-        return CHECKPOINT_SHARD_FORMAT % (table_name, rank, self.size)
+        return shard_names.rank_shard(table_name, rank, self.size)
 
     def __repr__(self):
         return "<rank %d of %d>" % (self.rank, self.size)
@@ -94,16 +94,13 @@ def managed_shards(table):
     `table`. One process: the table itself, labelled with its name. A table sharded over
     ranks: rank 0 manages every rank's shard, labelled <table>@<rank>of<ranks> (each by ops
     on the shard's own task, so that a checkpoint or an eviction at the end of a step is of
-    that step on every shard); the other ranks nothing. The shards take the table's
-    admission and eviction thresholds (set by its lookups)."""
+    that step on every shard); the other ranks nothing."""
     if table.ranks is None:
         return [(table.table_name, table, 0, 1)]
     if table.ranks.rank != 0:
         return []
     out = []
     for rank, shard in sorted(table.ranks.shards.items()):
-        shard.access_threshold = table.access_threshold
-        shard.eviction_threshold = table.eviction_threshold
         out.append((table.ranks.checkpoint_dir_name(table.table_name, rank), shard, rank,
                     table.ranks.size))
     return out
@@ -366,48 +363,40 @@ def broadcast_variables(variables, task):
     return tf.group(assigns)
 
 
-def _install_variable_broadcast():
-    """Makes tf.compat.v1.train.Scaffold.finalize, in a graph with tables sharded over ranks,
-    add broadcast_variables of every global variable to the local_init_op (and make it ready
-    to run at once), unless the scaffold or the graph's collections set those ops.
+def _broadcasting_finalize(original, self):
+    """tf.compat.v1.train.Scaffold.finalize, in a graph with tables sharded over ranks: adds
+    broadcast_variables of every global variable to the local_init_op (and makes it ready to
+    run at once), unless the scaffold or the graph's collections set those ops.
     MonitoredTrainingSession and tf.estimator then need no chief for the other ranks'
     variables: the chief (rank 0) initialises or restores its variables, then sends them;
     every other rank, chief or not, receives them in its local initialisation, so all ranks
-    start from the same values (those of a restored checkpoint too)."""
-    scaffold = tf.compat.v1.train.Scaffold
-    finalize = scaffold.finalize
-    if getattr(finalize, "rec_sdk_broadcasts", False):
-        return
-
-    def broadcasting_finalize(self):
-        graph = tf.compat.v1.get_default_graph()
-        tables = [t for t in tables_of_graph(graph) if t.ranks is not None]
-        keys = tf.compat.v1.GraphKeys
-        custom = (self._local_init_op is not None  # pylint: disable=protected-access
-                  or self._ready_for_local_init_op is not None  # pylint: disable=protected-access
-                  or graph.get_collection(keys.LOCAL_INIT_OP)
-                  or graph.get_collection(keys.READY_FOR_LOCAL_INIT_OP))
-        if tables and not graph.finalized and custom:
-            logger.warning("rec_sdk: the scaffold sets its own local_init_op or "
-                           "ready_for_local_init_op: rank 0's variables are not broadcast; "
-                           "add rec_sdk.distribute.ranks.broadcast_variables to it, or start "
-                           "every rank's variables equal")
-        elif tables and not graph.finalized:
-            task = tables[0].ranks.task
-            self._local_init_op = tf.group(  # pylint: disable=protected-access
-                scaffold.default_local_init_op(),
-                broadcast_variables(tf.compat.v1.global_variables(), task),
-                name="rec_sdk_local_init_and_broadcast")
-            self._ready_for_local_init_op = tf.constant(  # pylint: disable=protected-access
-                [], tf.string, name="rec_sdk_ready_for_broadcast")
-        return finalize(self)
-
-    broadcasting_finalize.__doc__ = finalize.__doc__
-    broadcasting_finalize.rec_sdk_broadcasts = True
-    scaffold.finalize = broadcasting_finalize
+    start from the same values (those of a restored checkpoint too). Scaffold keeps the two
+    ops in its private _local_init_op and _ready_for_local_init_op (TensorFlow 2.15, 2.21),
+    set only by its constructor."""
+    graph = tf.compat.v1.get_default_graph()
+    tables = [t for t in tables_of_graph(graph) if t.ranks is not None]
+    keys = tf.compat.v1.GraphKeys
+    custom = (self._local_init_op is not None  # pylint: disable=protected-access
+              or self._ready_for_local_init_op is not None  # pylint: disable=protected-access
+              or graph.get_collection(keys.LOCAL_INIT_OP)
+              or graph.get_collection(keys.READY_FOR_LOCAL_INIT_OP))
+    if tables and not graph.finalized and custom:
+        logger.warning("rec_sdk: the scaffold sets its own local_init_op or "
+                       "ready_for_local_init_op: rank 0's variables are not broadcast; "
+                       "add rec_sdk.distribute.broadcast_variables to it, or start "
+                       "every rank's variables equal")
+    elif tables and not graph.finalized:
+        task = tables[0].ranks.task
+        self._local_init_op = tf.group(  # pylint: disable=protected-access
+            tf.compat.v1.train.Scaffold.default_local_init_op(),
+            broadcast_variables(tf.compat.v1.global_variables(), task),
+            name="rec_sdk_local_init_and_broadcast")
+        self._ready_for_local_init_op = tf.constant(  # pylint: disable=protected-access
+            [], tf.string, name="rec_sdk_ready_for_broadcast")
+    return original(self)
 
 
-_install_variable_broadcast()
+tf_patches.install("Scaffold.finalize", _broadcasting_finalize)
 
 
 def barrier(updates, task):

@@ -1,0 +1,163 @@
+"""TableSpec: everything a table is, fixed when it is made (the Python side of the C++ core's
+TableConfig, tf_ops/core/table_config.h).
+
+The APIs build one (`create_table` from the SDK's arguments, `de.Variable` one per shard, a
+graph loaded from a MetaGraph from its table op: `TableSpec.from_op`); `SparseEmbedding` is made
+from it and never changes it. A spec travels one way: API -> spec -> op attributes
+(`op_attrs`, the attributes of the RecSdk>EmbeddingTable op) -> TableConfig. It checks itself
+when made, so each rule is written once, here.
+
+What lookups decide later (admission and eviction thresholds) is not part of the spec: the
+table keeps it (SparseEmbedding.configure_admission).
+"""
+import dataclasses
+from typing import Any, Callable, Mapping, Optional, Tuple
+
+import numpy as np
+import tensorflow as tf
+
+from rec_sdk.core.tier import MAX_ROWS, TierConfig
+from rec_sdk.ops import table_ops
+from rec_sdk.util.validation import check_int
+
+KEY_DTYPES = (tf.int64, tf.int32)
+
+
+def _as_attr_values(initializer):
+    """The initializer as the op's attributes hold it (floats of 32 bits, a list of values)."""
+    out = {key: float(np.float32(value)) if isinstance(value, float) else value
+           for key, value in initializer.items()}
+    out["values"] = [float(np.float32(v)) for v in initializer.get("values", [])]
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class TableSpec:  # pylint: disable=too-many-instance-attributes
+    """A table's configuration.
+
+    name: the table's name (unique in a graph; the resource's name in sessions).
+    key_dtype: tf.int64 or tf.int32. dim: floats per row of embedding (>= 1).
+    initializer: the C++ row initialiser (rec_sdk.core.initializer_spec.describe_initializer).
+    dynamic_expansion: the table grows without bound (else it holds capacity_rows rows).
+    capacity_rows: the rows of a fixed-capacity table (memory and SSD together), else None.
+    initial_rows: rows reserved up front by a table that grows (0 for the others).
+    tier: the SSD tier (rec_sdk.core.tier.TierConfig) of a table larger than memory, or None;
+      its memory holds tier.memory_rows rows, its files tier.ssd_rows (None: no bound, the
+      table then grows without bound).
+    is_save: checkpoints include the table. saved_by_owner: a de.Variable's shard (the
+      variable serializes its shards together in TF2 checkpoints).
+    steps_to_live: evict keys not trained for this many global steps (None: by timestamps,
+      if the lookups say so). evict_when_full: a full fixed-capacity table evicts its least
+      recently seen rows instead of failing.
+    track_changes: remember changed and removed keys for delta checkpoints.
+    track_access: keep last-seen steps and update counts (de restrict policies).
+    padding_keys, padding_keys_mask, padding_keys_len: the SDK's padding keys (looked up,
+      never trained) and the keys per step they imply.
+    shard_keys_filter: for shard i of a de.Variable: keys (NumPy) -> which of them the
+      variable's partitioner sends to this shard (restores of another shard count), or None.
+    ranks: where the shards of a table of the SDK API are over the ranks of a cluster
+      (rec_sdk.core.ranks.RankShards), or None in one process.
+    """
+    name: str
+    key_dtype: tf.DType
+    dim: int
+    initializer: Mapping[str, Any]
+    dynamic_expansion: bool = True
+    capacity_rows: Optional[int] = None
+    initial_rows: int = 0
+    tier: Optional[TierConfig] = None
+    is_save: bool = True
+    saved_by_owner: bool = False
+    steps_to_live: Optional[int] = None
+    evict_when_full: bool = False
+    track_changes: bool = False
+    track_access: bool = False
+    padding_keys: Tuple[int, ...] = ()
+    padding_keys_mask: bool = False
+    padding_keys_len: Optional[int] = None
+    shard_keys_filter: Optional[Callable] = None
+    ranks: Any = None
+
+    __hash__ = None  # the initializer is a dict
+
+    def __post_init__(self):
+        where = "table %r" % (self.name,)
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError("a table's name must be a non-empty string, got %r" % (self.name,))
+        if self.key_dtype not in KEY_DTYPES:
+            raise ValueError("key_dtype must be tf.int32 or tf.int64, got %r" % (self.key_dtype,))
+        check_int("dim", self.dim, 1, table_ops.max_dim())
+        if self.tier is not None and self.dynamic_expansion != (self.tier.ssd_rows is None):
+            raise ValueError("%s: a tiered table grows without bound exactly when its SSD "
+                             "rows are unbounded (ssd_rows=None), got dynamic_expansion=%r "
+                             "and ssd_rows=%r" % (where, self.dynamic_expansion,
+                                                  self.tier.ssd_rows))
+        if self.dynamic_expansion:
+            if self.capacity_rows is not None:
+                raise ValueError("%s grows without bound: capacity_rows must be None, got %r"
+                                 % (where, self.capacity_rows))
+            if self.evict_when_full:
+                raise ValueError("evict_when_full=True is for fixed-capacity tables; %s grows "
+                                 "without bound (init(use_dynamic_expansion=True))" % where)
+        elif not isinstance(self.capacity_rows, int) or \
+                not 1 <= self.capacity_rows <= MAX_ROWS * 2:
+            raise ValueError("%s needs a capacity of at least one row without dynamic "
+                             "expansion (capacity_rows in [1, %d]; create_table: "
+                             "device_vocabulary_size + host_vocabulary_size >= 1), got %r"
+                             % (where, MAX_ROWS * 2, self.capacity_rows))
+        if self.tier is not None and not self.dynamic_expansion and \
+                self.capacity_rows != self.tier.memory_rows + self.tier.ssd_rows:
+            raise ValueError("%s: capacity_rows (%d) must be the tier's memory_rows + ssd_rows "
+                             "(%d)" % (where, self.capacity_rows,
+                                       self.tier.memory_rows + self.tier.ssd_rows))
+        if not isinstance(self.initial_rows, int) or not 0 <= self.initial_rows <= MAX_ROWS:
+            raise ValueError("%s: initial_rows must be an int in [0, %d], got %r"
+                             % (where, MAX_ROWS, self.initial_rows))
+
+    def replace(self, **changes):
+        """A copy with `changes` (checked as a new spec)."""
+        return dataclasses.replace(self, **changes)
+
+    def op_attrs(self):
+        """The keyword arguments of table_ops.create_table (the table op's attributes) that
+        this spec gives, shared_name aside."""
+        attrs = dict(table_name=self.name, key_dtype=self.key_dtype, dim=self.dim,
+                     initializer=_as_attr_values(self.initializer),
+                     evict_when_full=self.evict_when_full,
+                     track_changes=self.track_changes, track_access=self.track_access)
+        if self.tier is not None:  # a fixed number of rows in memory, the others on SSD
+            attrs.update(dynamic_expansion=False, capacity=self.tier.memory_rows,
+                         initial_capacity=0, ssd_paths=tuple(self.tier.paths),
+                         ssd_rows=self.tier.ssd_rows or 0, ssd_direct_io=self.tier.direct_io)
+        else:
+            attrs.update(dynamic_expansion=self.dynamic_expansion,
+                         capacity=0 if self.dynamic_expansion else self.capacity_rows,
+                         initial_capacity=self.initial_rows if self.dynamic_expansion else 0,
+                         ssd_paths=(), ssd_rows=0, ssd_direct_io=False)
+        return attrs
+
+    @classmethod
+    def from_op(cls, op, is_save):
+        """The spec of the table op `op` (of a graph loaded from a MetaGraph, which keeps ops,
+        not Python objects): what its attributes hold; is_save as given."""
+        attr = op.get_attr
+        kind = attr("initializer")
+        initializer = {"kind": kind.decode() if isinstance(kind, bytes) else kind,
+                       "value": attr("init_value"), "values": list(attr("init_values")),
+                       "minval": attr("init_minval"), "maxval": attr("init_maxval"),
+                       "mean": attr("init_mean"), "stddev": attr("init_stddev"),
+                       "seed": attr("init_seed"), "scale": attr("init_scale")}
+        paths = tuple(p.decode() for p in attr("ssd_paths"))
+        tier = TierConfig(attr("capacity"), attr("ssd_rows") or None, paths,
+                          attr("ssd_direct_io")) if paths else None
+        if tier is not None:
+            dynamic = tier.ssd_rows is None
+            capacity = None if dynamic else tier.memory_rows + tier.ssd_rows
+        else:
+            dynamic = attr("dynamic_expansion")
+            capacity = None if dynamic else attr("capacity")
+        return cls(attr("table_name").decode(), tf.as_dtype(attr("key_dtype")), attr("dim"),
+                   initializer, dynamic_expansion=dynamic, capacity_rows=capacity,
+                   initial_rows=attr("initial_capacity") if dynamic and tier is None else 0,
+                   tier=tier, is_save=is_save, evict_when_full=attr("evict_when_full"),
+                   track_changes=attr("track_changes"), track_access=attr("track_access"))

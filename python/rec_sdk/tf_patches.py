@@ -1,0 +1,119 @@
+"""Every change rec_sdk makes to TensorFlow's own classes and functions, in one place.
+
+Each patch wraps one TensorFlow attribute (`PATCHES`: what it wraps, what rec_sdk adds, the
+TensorFlow versions it was checked on, and why no public API serves). They are installed by
+one convention, `install(name, hook)`: the attribute is replaced, once per process, by a
+function that calls `hook(original, *args, **kwargs)`; the replacement carries the patch's name
+(`PATCH_MARK`), so a second install of the same patch (a module reloaded, two callers) finds
+it and does nothing. `add(name, value)` adds an attribute TensorFlow does not have.
+
+The hooks live with the code that knows what they do (the Saver's in rec_sdk.saver, the
+Session's in rec_sdk.ops.loader, ...) and each owner installs its patches when it is imported;
+this module knows only where TensorFlow keeps each attribute. `installed()` lists what a
+process has patched (tests check the table against it).
+"""
+import collections
+import functools
+
+import tensorflow as tf
+from tensorflow.python.checkpoint import util as checkpoint_util
+from tensorflow.python.saved_model import builder_impl
+from tensorflow.python.saved_model import save as saved_model_save
+from tensorflow.python.training import optimizer as tf_optimizer
+
+PATCH_MARK = "__rec_sdk_patch__"
+CHECKED = "2.15.1, 2.21.0"  # the TensorFlow versions the suite runs on
+
+Patch = collections.namedtuple("Patch", ["name", "owner", "attr", "does", "why"])
+
+PATCHES = {p.name: p for p in (
+    Patch("Saver.__init__", lambda: tf.compat.v1.train.Saver, "__init__",
+          "takes rec_sdk tables (and de.Variables) in var_list: they are saved by rec_sdk, "
+          "the rest goes to TensorFlow (rec_sdk.saver)",
+          "Saver has no extension point for objects that are not variables or "
+          "SaveableObjects; a table's files are not tensors"),
+    Patch("Saver.save", lambda: tf.compat.v1.train.Saver, "save",
+          "writes the tables' files beside the TensorFlow checkpoint, atomically, before "
+          "it; deletes them with the checkpoints max_to_keep drops (rec_sdk.saver)",
+          "MonitoredTrainingSession and Estimator call Saver.save themselves; users expect "
+          "their checkpoints to hold the tables with no extra code"),
+    Patch("Saver.restore", lambda: tf.compat.v1.train.Saver, "restore",
+          "restores the tables from the directory beside the checkpoint (rec_sdk.saver)",
+          "as Saver.save"),
+    Patch("SavedModelBuilder._maybe_create_saver", lambda: builder_impl._SavedModelBuilder,  # pylint: disable=protected-access
+          "_maybe_create_saver",
+          "the Saver of a SavedModel restores the tables in its restore op, so loaders "
+          "that only run that op get every row (rec_sdk.saver.restore_tables_in_graph)",
+          "SavedModel loaders run saver_def.restore_op_name and nothing else; the builder "
+          "makes its Saver internally (Estimator.export_saved_model)"),
+    Patch("Session.run", lambda: tf.compat.v1.Session, "run",
+          "re-raises a missing op library, a lost rank or a restarted task as an error "
+          "saying what happened and what to do (rec_sdk.ops.loader)",
+          "TensorFlow offers no hook on a session's errors; MonitoredTrainingSession and "
+          "Estimator run the session themselves"),
+    Patch("Scaffold.finalize", lambda: tf.compat.v1.train.Scaffold, "finalize",
+          "with tables sharded over ranks, adds the broadcast of rank 0's variables to the "
+          "local init op (rec_sdk.core.ranks)",
+          "MonitoredTrainingSession and Estimator build the Scaffold; its local_init_op "
+          "can only be replaced, not extended, from outside"),
+    Patch("optimizer._get_processor", lambda: tf_optimizer, "_get_processor",
+          "tf.compat.v1 optimizers take rec_sdk tables and de trainables in var_list "
+          "(rec_sdk.util.tf_processors)",
+          "compute_gradients picks a processor per variable with this private function "
+          "and refuses any type it does not know"),
+    Patch("checkpoint.util.serialize_slot_variables", lambda: checkpoint_util,
+          "serialize_slot_variables",
+          "marks the thread while TensorFlow lists optimizers' slot variables, so de "
+          "optimizers leave their per-lookup slots out of TF2 checkpoints "
+          "(rec_sdk.dynamic_embedding.optimizer)",
+          "slot variables are listed by this function only; the optimizers' public API "
+          "has no way to hide a slot from checkpoints"),
+    Patch("saved_model.save._verify_ops", lambda: saved_model_save, "_verify_ops",
+          "a SavedModel namespace whitelist naming TFRA's op namespace accepts rec_sdk's "
+          "(rec_sdk.dynamic_embedding.train)",
+          "TFRA scripts pass namespace_whitelist=['TFRA']; the check reads it as given"),
+    Patch("Dataset.eos_map", lambda: tf.data.Dataset, "eos_map",
+          "the SDK's dataset.eos_map(...) (rec_sdk.util.ops): added, TensorFlow has none",
+          "the SDK's scripts call it as a Dataset method"),
+)}
+
+
+def _patch(name):
+    try:
+        return PATCHES[name]
+    except KeyError:
+        raise KeyError("no TensorFlow patch %r; the patches are %s"
+                       % (name, sorted(PATCHES))) from None
+
+
+def install(name, hook):
+    """Replaces the attribute of patch `name` by a function calling hook(original, *args,
+    **kwargs) (once per process: a second install does nothing). Returns the original."""
+    patch = _patch(name)
+    owner = patch.owner()
+    current = getattr(owner, patch.attr)
+    if getattr(current, PATCH_MARK, None) == name:
+        return current.__wrapped__
+    original = current
+
+    @functools.wraps(original)
+    def patched(*args, **kwargs):
+        return hook(original, *args, **kwargs)
+
+    setattr(patched, PATCH_MARK, name)
+    setattr(owner, patch.attr, patched)
+    return original
+
+
+def add(name, value):
+    """Adds the attribute of patch `name` (one TensorFlow does not have), as `value`."""
+    patch = _patch(name)
+    if not getattr(getattr(patch.owner(), patch.attr, None), PATCH_MARK, None):
+        setattr(value, PATCH_MARK, name)
+        setattr(patch.owner(), patch.attr, value)
+
+
+def installed():
+    """The names of the patches installed in this process."""
+    return sorted(name for name, p in PATCHES.items()
+                  if getattr(getattr(p.owner(), p.attr, None), PATCH_MARK, None) == name)
