@@ -8,9 +8,10 @@ back onto the tf.Graph a TF1 session runs.
 from rec_sdk_graph_rewrite.add_control_inputs import AddControlInputs
 from rec_sdk_graph_rewrite.core import (GraphPass, PassResult, RewriteError, check_graph, import_graph,
                                 run_passes, update_live_graph)
-from rec_sdk_graph_rewrite.embedding_variables import (DropVariableUpdates, EmbeddingVariable,
-                                               EmbeddingVariables, GatherRead, SkippedVariable,
-                                               find_embedding_variables)
+from rec_sdk_graph_rewrite.drop_variable_updates import DropVariableUpdates
+from rec_sdk_graph_rewrite.embedding_variables import (EmbeddingVariable, EmbeddingVariables,
+                                                       GatherRead, SkippedVariable,
+                                                       find_embedding_variables)
 from rec_sdk_graph_rewrite.iterator_sources import (IteratorSource, Trace, extract_subgraph,
                                             iterator_source, replayable_upstream,
                                             trace_to_iterator, upstream_ops)

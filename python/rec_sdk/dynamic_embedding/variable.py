@@ -7,117 +7,28 @@ row per key (one hash probe for all of them), unlike TFRA's one hash table per s
 """
 import copy
 import numbers
-import os
 
-import numpy as np
 import tensorflow as tf
 
-from rec_sdk.core import shard_names, table_files, tier
+from rec_sdk.core import shard_names, tier
 from rec_sdk.core import table as table_module
-from rec_sdk.core.table import tables_of_graph
 from rec_sdk.core.table_spec import TableSpec
 from rec_sdk.dynamic_embedding import key_codec, value_codec
+from rec_sdk.dynamic_embedding.shards import (ShardKeys, default_partition_fn,  # noqa: F401
+                                              defaults_of, describe, init_rows, table_names)
+from rec_sdk.dynamic_embedding.variable_files import KeyValueFiles
 from rec_sdk.dynamic_embedding.kv_creator import KVCreator, TieredTableCreator
 from rec_sdk.dynamic_embedding.optimizer_kinds import name_of, slot_info
 from rec_sdk.dynamic_embedding.shadow_ops import shadow_of, shaped
 from rec_sdk.dynamic_embedding.slots_and_policies import (RestrictPolicy, SlotVariable, by_key,
                                                             joined)
-from rec_sdk.core.initializer_spec import describe_initializer
 from rec_sdk.ops import table_ops
 from rec_sdk.util.graph_state import state_of
 from rec_sdk.util.log import logger
 from rec_sdk.util.validation import check_bool
 
 
-DEFAULT_INIT_SIZE = 8192  # rows reserved per shard when neither init_size nor the env var says
 _KEY_DTYPES = (tf.int64, tf.int32, tf.string)
-
-
-def default_partition_fn(keys, shard_num):
-    """Shard of each key: keys mod shard_num (floor modulo, so negative keys too)."""
-    if shard_num <= 1:
-        return tf.zeros_like(keys, dtype=tf.int32)
-    return tf.cast(tf.math.floormod(keys, tf.cast(shard_num, keys.dtype)), tf.int32)
-
-
-def _table_names(name, shard_num):
-    """rec_sdk table names ([A-Za-z0-9_.], unique in the graph) of the shards of the variable
-    `name` (see rec_sdk.core.shard_names), with a counter added to the base name when a table
-    of the graph has one of the names already. Derived from the variable's name (not from
-    op-creation order), so a training, an evaluation and an export graph built by the same
-    code name their tables alike, as checkpoints need."""
-    base = shard_names.table_base_name(name)
-    if tf.executing_eagerly():
-        return shard_names.variable_shards(base, shard_num)
-    taken = {t.table_name for t in tables_of_graph()}
-    candidate, n = base, 0
-    while taken.intersection(shard_names.variable_shards(candidate, shard_num)):
-        n += 1
-        candidate = "%s_%d" % (base, n)
-    return shard_names.variable_shards(candidate, shard_num)
-
-
-def _init_rows(init_size, shard_num):
-    rows = int(init_size / shard_num) if init_size else 0
-    if rows <= 0:
-        env = os.environ.get("TF_HASHTABLE_INIT_SIZE")
-        try:
-            rows = int(env) if env else DEFAULT_INIT_SIZE
-        except ValueError:
-            raise ValueError("environment variable TF_HASHTABLE_INIT_SIZE must be an integer, "
-                             "got %r" % env) from None
-    return max(rows, 1)
-
-
-def _describe(initializer, dim, table_name):
-    """The C++ row initialiser of `initializer`: None (zeros), a number, an array or constant
-    tensor of dim values (or one value), or a TF initializer (run per key, deterministic)."""
-    if initializer is None:
-        initializer = 0.0
-    if isinstance(initializer, (tf.Tensor, np.ndarray, list, tuple)) and not isinstance(
-            initializer, bool):
-        value = tf.get_static_value(initializer) if isinstance(initializer, tf.Tensor) else \
-            np.asarray(initializer)
-        if value is None:
-            raise ValueError("initializer: a tensor initializer must be a constant, got %r"
-                             % (initializer,))
-        value = np.asarray(value, dtype=np.float64).reshape(-1)
-        if value.size == 1:
-            initializer = float(value[0])
-        elif value.size == dim:
-            spec = describe_initializer(0.0, table_name, param_name="initializer")
-            spec["values"] = [float(v) for v in value]
-            return spec
-        else:
-            raise ValueError("initializer: an array must hold 1 or dim=%d values, got shape %s"
-                             % (dim, np.shape(initializer)))
-    if callable(initializer) and not hasattr(initializer, "get_config"):
-        raise ValueError("initializer: %r cannot be run per key by rec_sdk; use a number, an "
-                         "array of dim values or a tf initializer (truncated/random normal, "
-                         "random uniform, constant, zeros, ones)" % (initializer,))
-    return describe_initializer(initializer, table_name, param_name="initializer")
-
-
-class _ShardKeys:  # pylint: disable=too-few-public-methods
-    """keys (NumPy) -> whether the partitioner sends each to shard `index`: what a shard keeps
-    when a Saver checkpoint of another shard count is restored into it (rec_sdk.saver). The
-    partitioner runs in a graph and session of its own (the model's graph may be final)."""
-
-    def __init__(self, partitioner, key_dtype, shard_num, index):
-        self._args = (partitioner, key_dtype, shard_num)
-        self._index = index
-        self._run = None
-
-    def __call__(self, keys):
-        if self._run is None:
-            partitioner, key_dtype, shard_num = self._args
-            graph = tf.Graph()
-            with graph.as_default():
-                placeholder = tf.compat.v1.placeholder(key_dtype, [None])
-                parts = tf.cast(partitioner(placeholder, shard_num), tf.int32)
-            session = tf.compat.v1.Session(graph=graph)
-            self._run = lambda k: session.run(parts, {placeholder: k})
-        return np.asarray(self._run(keys)) == self._index
 
 
 class DtypeError(TypeError, ValueError):
@@ -133,32 +44,7 @@ class ShapeError(ValueError, tf.errors.InvalidArgumentError):
         tf.errors.InvalidArgumentError.__init__(self, None, None, message)
 
 
-def _defaults_of(initializer, dtype, dim):
-    """n -> initial values [n, dim] of missing keys of a variable of another dtype than
-    float32 (None: zeros, the bytes such a table initializes rows with)."""
-    if initializer is None:
-        return None
-    if callable(initializer) and not isinstance(initializer, (tf.Tensor, np.ndarray)):
-        if not hasattr(initializer, "get_config"):
-            raise ValueError("initializer: %r cannot be run per key by rec_sdk; use a value, "
-                             "an array of dim values or a tf initializer" % (initializer,))
-        return lambda n: tf.cast(initializer(shape=tf.stack([n, dim]), dtype=dtype), dtype)
-    value = tf.get_static_value(initializer) if isinstance(initializer, tf.Tensor) else \
-        np.asarray(initializer)
-    if value is None:
-        raise ValueError("initializer: a tensor initializer must be a constant, got %r"
-                         % (initializer,))
-    value = np.asarray(value).astype(dtype.as_numpy_dtype).reshape(-1)
-    if value.size not in (1, dim):
-        raise ValueError("initializer: an array must hold 1 or dim=%d values, got shape %s"
-                         % (dim, np.shape(initializer)))
-    if not value.any():
-        return None
-    row = tf.constant(value if value.size == dim else np.repeat(value, dim), dtype)
-    return lambda n: tf.tile(row[None, :], tf.stack([n, 1]))
-
-
-class Variable(tf.__internal__.tracking.Trackable):
+class Variable(KeyValueFiles, tf.__internal__.tracking.Trackable):
     """A dynamic embedding variable (TFRA's `dynamic_embedding.Variable`) on rec_sdk tables.
 
     See the module docstring of rec_sdk.dynamic_embedding for the arguments and where this
@@ -232,37 +118,37 @@ class Variable(tf.__internal__.tracking.Trackable):
         self.bp_v2 = bool(bp_v2)
         self.initializer = initializer
         self._stored_dim = value_codec.stored_dim(value_dtype, self.dim)
-        self._defaults = None if value_dtype == tf.float32 else _defaults_of(
+        self._defaults = None if value_dtype == tf.float32 else defaults_of(
             initializer, value_dtype, self.dim)
         self._trainable_store = {}
         self._access_ops = []  # see access_tracking
         self._size_ops = {}  # (graph, shard index or None) -> size op
         self.graph = tf.compat.v1.get_default_graph()
-        rows = _init_rows(self.init_size, self.shard_num)
+        rows = init_rows(self.init_size, self.shard_num)
         shard_tier = tier.split(kv_creator.tier, self.shard_num) \
             if isinstance(kv_creator, TieredTableCreator) else None
         self._tables = []
         # Tables outlive any tf.function: one created while tracing is created eagerly.
         with tf.init_scope(), tf.name_scope(name.split("/")[-1]):
             self.eager = tf.executing_eagerly()
-            for i, (device, table_name) in enumerate(zip(devices, _table_names(
+            for i, (device, table_name) in enumerate(zip(devices, table_names(
                     name, self.shard_num))):
                 spec = TableSpec(
                     table_name, self.table_key_dtype, self._stored_dim,
-                    _describe(initializer, self.dim, table_name) if value_dtype == tf.float32
-                    else _describe(0.0, self._stored_dim, table_name),
+                    describe(initializer, self.dim, table_name) if value_dtype == tf.float32
+                    else describe(0.0, self._stored_dim, table_name),
                     dynamic_expansion=shard_tier is None or shard_tier.ssd_rows is None,
                     capacity_rows=None if shard_tier is None or shard_tier.ssd_rows is None
                     else shard_tier.memory_rows + shard_tier.ssd_rows,
                     initial_rows=rows, tier=shard_tier, is_save=self.checkpoint,
                     saved_by_owner=True, track_access=restrict_policy is not None,
-                    shard_keys_filter=_ShardKeys(partitioner, self.table_key_dtype,
+                    shard_keys_filter=ShardKeys(partitioner, self.table_key_dtype,
                                                  self.shard_num, i))
                 with tf.device(device):
                     self._tables.append(table_module.create(spec))
             # String keys: the fingerprint -> string dictionary (see key_codec).
             self._key_strings = key_codec.KeyStrings(
-                shard_names.key_strings_name(_table_names(name, 1)[0][:-len("_mht_1of1")]),
+                shard_names.key_strings_name(table_names(name, 1)[0][:-len("_mht_1of1")]),
                 self.checkpoint) if key_dtype == tf.string else None
         self._restrict_policy = restrict_policy(self) if restrict_policy is not None else None
 
@@ -619,68 +505,6 @@ class Variable(tf.__internal__.tracking.Trackable):
                                                 tf.reshape(restored_tensors["last_seen"], [-1])),
                                  self.by_shard(access_parts,
                                                 tf.reshape(restored_tensors["counts"], [-1])))])
-
-    # --- key and value files (see rec_sdk.core.table_files) ---
-    def _file_names(self, file_name_list, proc_size, proc_rank):
-        """Each shard's file name: <table>_mht_<i>of<n>_rank<r>_size<s> (TFRA's), or the
-        given list."""
-        if file_name_list is not None:
-            if len(file_name_list) != self.shard_num:
-                raise ValueError("file_name_list must name %d files (one per shard), got %r"
-                                 % (self.shard_num, file_name_list))
-            return list(file_name_list)
-        return [shard_names.shard_file_name(t.table_name, proc_rank, proc_size)
-                for t in self._tables]
-
-    def save_to_file_system(self, dirpath, proc_size=1, proc_rank=0, file_name_list=None,
-                            dirpath_env=table_files.DIRPATH_ENV, append_to_file=False,
-                            buffer_size=4194304, name=None):
-        """Op writing each shard's keys and rows to key and value files in dirpath (see
-        SparseEmbedding.save_to_file_system; no slots). proc_size / proc_rank name the files
-        of one process of several."""
-        del buffer_size
-        self._no_string_keys("save_to_file_system")
-        with tf.name_scope(name or "%s_save_to_file_system" % self.name.split("/")[-1]):
-            return tf.group([t.save_to_file_system(dirpath, f, dirpath_env, append_to_file)
-                             for t, f in zip(self._tables,
-                                             self._file_names(file_name_list, proc_size,
-                                                              proc_rank))])
-
-    def load_from_file_system(self, dirpath, proc_size=1, proc_rank=0, file_name_list=None,
-                              dirpath_env=table_files.DIRPATH_ENV, load_entire_dir=False,
-                              buffer_size=4194304, name=None):
-        """Op upserting what save_to_file_system wrote: each shard its own files, or with
-        load_entire_dir every file of dirpath, routed to the shards by the partitioner (so
-        files of another shard count load too)."""
-        del buffer_size
-        if load_entire_dir:
-            return self.load_from_file_system_with_restore_function(dirpath, proc_size,
-                                                                    proc_rank, name=name,
-                                                                    dirpath_env=dirpath_env)
-        self._no_string_keys("load_from_file_system")
-        with tf.name_scope(name or "%s_load_from_file_system" % self.name.split("/")[-1]):
-            self.note_writes()
-            return tf.group([t.load_from_file_system(dirpath, f, dirpath_env)
-                             for t, f in zip(self._tables,
-                                             self._file_names(file_name_list, proc_size,
-                                                              proc_rank))])
-
-    def load_from_file_system_with_restore_function(self, dirpath, proc_size=1, proc_rank=0,
-                                                    buffer_size=4194304, name=None,
-                                                    dirpath_env=table_files.DIRPATH_ENV):
-        """Op upserting every table file in dirpath into this variable's shards by its
-        partitioner (a variable saved with another number of shards loads too)."""
-        del proc_size, proc_rank, buffer_size
-        self._no_string_keys("load_from_file_system_with_restore_function")
-        self.note_writes()
-        with tf.name_scope(name or "%s_load_from_file_system" % self.name.split("/")[-1]):
-            keys, rows = table_files.load_tensors(table_files.directory(dirpath, dirpath_env),
-                                                  None, self.table_key_dtype,
-                                                  self._stored_dim,
-                                                  entire_dir=True)
-            parts, shard_keys, _ = self.split_keys(keys)
-            return tf.group([table_ops.upsert(t.handle, k, r) for t, k, r in zip(
-                self._tables, shard_keys, self.by_shard(parts, rows))])
 
     def export_keys_and_scores(self, split_size=None, name=None):
         """(keys [n], scores [n] int64) of every stored key, shard after shard: the score is

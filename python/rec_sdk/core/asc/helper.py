@@ -17,7 +17,8 @@ import os
 import tensorflow as tf
 
 from rec_sdk.core.asc.feature_spec import FeatureSpec
-from rec_sdk.core.table import as_keys, tables_of_graph
+from rec_sdk.core.keys import as_keys
+from rec_sdk.core.table import tables_of_graph
 from rec_sdk.ops import table_ops
 from rec_sdk.ops.loader import load_ops
 from rec_sdk.util.dump import next_dump_path

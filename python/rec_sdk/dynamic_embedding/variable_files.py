@@ -1,0 +1,72 @@
+"""TFRA's key and value files of a de.Variable (save_to_file_system, load_from_file_system):
+each shard's keys and rows in files of its own (see rec_sdk.core.table_files)."""
+import tensorflow as tf
+
+from rec_sdk.core import shard_names, table_files
+from rec_sdk.ops import table_ops
+
+
+class KeyValueFiles:
+    """The key and value file methods of de.Variable (a base class of it: they use its
+    shards, `_tables`, and its protocol)."""
+
+    def _file_names(self, file_name_list, proc_size, proc_rank):
+        """Each shard's file name: <table>_mht_<i>of<n>_rank<r>_size<s> (TFRA's), or the
+        given list."""
+        if file_name_list is not None:
+            if len(file_name_list) != self.shard_num:
+                raise ValueError("file_name_list must name %d files (one per shard), got %r"
+                                 % (self.shard_num, file_name_list))
+            return list(file_name_list)
+        return [shard_names.shard_file_name(t.table_name, proc_rank, proc_size)
+                for t in self._tables]
+
+    def save_to_file_system(self, dirpath, proc_size=1, proc_rank=0, file_name_list=None,
+                            dirpath_env=table_files.DIRPATH_ENV, append_to_file=False,
+                            buffer_size=4194304, name=None):
+        """Op writing each shard's keys and rows to key and value files in dirpath (see
+        SparseEmbedding.save_to_file_system; no slots). proc_size / proc_rank name the files
+        of one process of several."""
+        del buffer_size
+        self._no_string_keys("save_to_file_system")
+        with tf.name_scope(name or "%s_save_to_file_system" % self.name.split("/")[-1]):
+            return tf.group([t.save_to_file_system(dirpath, f, dirpath_env, append_to_file)
+                             for t, f in zip(self._tables,
+                                             self._file_names(file_name_list, proc_size,
+                                                              proc_rank))])
+
+    def load_from_file_system(self, dirpath, proc_size=1, proc_rank=0, file_name_list=None,
+                              dirpath_env=table_files.DIRPATH_ENV, load_entire_dir=False,
+                              buffer_size=4194304, name=None):
+        """Op upserting what save_to_file_system wrote: each shard its own files, or with
+        load_entire_dir every file of dirpath, routed to the shards by the partitioner (so
+        files of another shard count load too)."""
+        del buffer_size
+        if load_entire_dir:
+            return self.load_from_file_system_with_restore_function(dirpath, proc_size,
+                                                                    proc_rank, name=name,
+                                                                    dirpath_env=dirpath_env)
+        self._no_string_keys("load_from_file_system")
+        with tf.name_scope(name or "%s_load_from_file_system" % self.name.split("/")[-1]):
+            self.note_writes()
+            return tf.group([t.load_from_file_system(dirpath, f, dirpath_env)
+                             for t, f in zip(self._tables,
+                                             self._file_names(file_name_list, proc_size,
+                                                              proc_rank))])
+
+    def load_from_file_system_with_restore_function(self, dirpath, proc_size=1, proc_rank=0,
+                                                    buffer_size=4194304, name=None,
+                                                    dirpath_env=table_files.DIRPATH_ENV):
+        """Op upserting every table file in dirpath into this variable's shards by its
+        partitioner (a variable saved with another number of shards loads too)."""
+        del proc_size, proc_rank, buffer_size
+        self._no_string_keys("load_from_file_system_with_restore_function")
+        self.note_writes()
+        with tf.name_scope(name or "%s_load_from_file_system" % self.name.split("/")[-1]):
+            keys, rows = table_files.load_tensors(table_files.directory(dirpath, dirpath_env),
+                                                  None, self.table_key_dtype,
+                                                  self._stored_dim,
+                                                  entire_dir=True)
+            parts, shard_keys, _ = self.split_keys(keys)
+            return tf.group([table_ops.upsert(t.handle, k, r) for t, k, r in zip(
+                self._tables, shard_keys, self.by_shard(parts, rows))])
