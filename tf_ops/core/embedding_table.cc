@@ -47,12 +47,11 @@ EmbeddingTable::EmbeddingTable(const TableConfig& config)
       max_rows_(config.dynamic_expansion ? kMaxRows : config.capacity),
       index_(HashIndex::RandomSeed()),
       pages_(new std::atomic<DirectoryPage*>[kMaxPages]),
-      pending_(new PendingShard[HashIndex::kNumShards]),
       newest_clock_(kNoClock),
       row_bytes_(RowBytesFor(0, config.dim)),
       slot_width_(config.dim) {
   for (int64_t i = 0; i < kMaxPages; ++i) pages_[i].store(nullptr, std::memory_order_relaxed);
-  for (int s = 0; s < HashIndex::kNumShards; ++s) pending_[s].set_seed(index_.seed());
+  pending_.set_seed(index_.seed());
   track_access_.store(config.track_access, std::memory_order_relaxed);
 }
 
@@ -96,7 +95,7 @@ Status EmbeddingTable::Create(const TableConfig& config, std::unique_ptr<Embeddi
   if (config.tiered()) {
     std::unique_ptr<ColdTier> store;
     REC_SDK_RETURN_IF_ERROR(t->OpenColdTier(t->row_bytes_, &store));
-    t->cold_ = std::move(store);
+    t->tier_.store = std::move(store);
   }
   const int64_t reserve = config.dynamic_expansion ? config.initial_capacity : config.capacity;
   REC_SDK_RETURN_IF_ERROR(t->CheckReservation(reserve));
@@ -131,9 +130,9 @@ int64_t EmbeddingTable::MemoryBytes() {
     row_memory = num_chunks_ * static_cast<int64_t>(ChunkBytes());
   }
   int64_t tier_memory = 0;
-  if (cold_ != nullptr) {
+  if (tier_.store != nullptr) {
     std::shared_lock<std::shared_mutex> structure(structure_mu_);
-    tier_memory = static_cast<int64_t>(cold_->stats().memory_bytes) +
+    tier_memory = static_cast<int64_t>(tier_.store->stats().memory_bytes) +
                   num_chunks_ * rows_per_chunk() * static_cast<int64_t>(sizeof(int64_t));
   }
   return row_memory + tier_memory + static_cast<int64_t>(index_.memory_bytes());
@@ -234,7 +233,7 @@ void EmbeddingTable::FreeRow(int64_t row) {
   size_.fetch_sub(1, std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(alloc_mu_);
   free_rows_.push_back(row);
-  if (config_.track_changes) removed_keys_.push_back(key);
+  if (config_.track_changes) changes_.removed_keys.push_back(key);
 }
 
 void EmbeddingTable::ForEachShard(const int64_t* keys, int64_t n, int64_t cost_per_key,
@@ -282,7 +281,7 @@ int64_t EmbeddingTable::ClockForNewRows() const {
 Status EmbeddingTable::FindOrInsert(const int64_t* keys, int64_t n, bool insert,
                                     int64_t* addresses, const ParallelRunner& run,
                                     const KeyAccess& access) {
-  ChangeScope change(this, insert);
+  ChangeScope change(&changes_, insert);
   if (!insert) {
     std::shared_lock<std::shared_mutex> structure(structure_mu_);
     const int64_t tag_bits = TagBits();
@@ -347,20 +346,20 @@ TableStats EmbeddingTable::Stats() const {
   stats.admitted = admitted_.load();
   stats.rejected = rejected_.load();
   stats.evicted = evicted_.load();
-  stats.pending = pending_size_.load();
+  stats.pending = pending_.size();
   stats.newest_clock = ClockForNewRows();
-  if (cold_ != nullptr) {
+  if (tier_.store != nullptr) {
     std::shared_lock<std::shared_mutex> structure(structure_mu_);
-    const ColdTier::Stats cold = cold_->stats();
+    const ColdTier::Stats cold = tier_.store->stats();
     stats.cold = static_cast<int64_t>(cold.live);
     stats.ssd_bytes_read = static_cast<int64_t>(cold.bytes_read);
     stats.ssd_bytes_written = static_cast<int64_t>(cold.bytes_written);
     stats.ssd_file_bytes = static_cast<int64_t>(cold.file_bytes);
   }
   stats.hot = stats.size - stats.cold;
-  stats.promotions = promotions_.load();
-  stats.demotions = demotions_.load();
-  stats.prefetch_hits = prefetch_hits_.load();
+  stats.promotions = tier_.promotions.load();
+  stats.demotions = tier_.demotions.load();
+  stats.prefetch_hits = tier_.prefetch_hits.load();
   return stats;
 }
 
@@ -373,7 +372,7 @@ Status EmbeddingTable::Gather(const int64_t* addresses, int64_t n, float* out,
   run(n, 20 + 2 * dim, [&](int64_t first, int64_t last) {
     for (int64_t i = first; i < last; ++i) {
       if (i + kPrefetchDistance < last) PrefetchRow(addresses[i + kPrefetchDistance]);
-      if (cold_ != nullptr && IsColdAddress(addresses[i])) {
+      if (tier_.store != nullptr && IsColdAddress(addresses[i])) {
         // An evaluation lookup's cold row: read from its record, not promoted.
         Status s = GatherCold(addresses[i], out + i * dim);
         if (!s.ok()) {
@@ -465,7 +464,7 @@ Status EmbeddingTable::Lookup(const int64_t* keys, int64_t n, bool init_missing,
 
 Status EmbeddingTable::Upsert(const int64_t* keys, const float* values, int64_t n,
                               const ParallelRunner& run) {
-  ChangeScope change(this);
+  ChangeScope change(&changes_);
   if (n > std::numeric_limits<int32_t>::max()) {
     return Status::InvalidArgument("table '" + config_.name + "': at most " +
                                    std::to_string(std::numeric_limits<int32_t>::max()) +
@@ -479,7 +478,7 @@ Status EmbeddingTable::Upsert(const int64_t* keys, const float* values, int64_t 
     const int64_t slice = std::max<int64_t>(1, config_.capacity / 2);
     for (int64_t first = 0; first < n; first += slice) {
       const int64_t count = std::min(slice, n - first);
-      const int64_t recency = tier_tick_.fetch_add(1, std::memory_order_relaxed) + 1;
+      const int64_t recency = tier_.tick.fetch_add(1, std::memory_order_relaxed) + 1;
       REC_SDK_RETURN_IF_ERROR(PromoteLocked(keys + first, count, recency, run));
       REC_SDK_RETURN_IF_ERROR(
           UpsertLocked(keys + first, values + first * config_.dim, count, run, recency));
@@ -533,10 +532,10 @@ Status EmbeddingTable::UpsertLocked(const int64_t* keys, const float* values, in
             PriorityOf(row) = recency - kProbationTicks;
           }
           size_.fetch_add(1, std::memory_order_relaxed);
-          PendingShard& pending = pending_[HashIndex::ShardOf(hash)];
+          PendingShard& pending = pending_.ShardFor(hash);
           if (pending.size() > 0 && pending.Find(keys[i], hash) != nullptr) {
             pending.Remove(keys[i], hash);
-            pending_size_.fetch_sub(1, std::memory_order_relaxed);
+            pending_.Removed(1);
           }
           shard.Insert(keys[i], hash, IndexEntry(row, MetaOf(row).generation));
         }
@@ -552,7 +551,7 @@ Status EmbeddingTable::UpsertLocked(const int64_t* keys, const float* values, in
 
 Status EmbeddingTable::Remove(const int64_t* keys, int64_t n, int64_t* removed,
                               const ParallelRunner& run) {
-  ChangeScope change(this);
+  ChangeScope change(&changes_);
   // Exclusive: a batch operation validates its addresses and then uses the rows under one
   // shared hold, so no row may be freed (and reused for another key) while one runs.
   std::unique_lock<std::shared_mutex> structure(structure_mu_);
@@ -580,7 +579,7 @@ Status EmbeddingTable::Remove(const int64_t* keys, int64_t n, int64_t* removed,
 }
 
 void EmbeddingTable::Clear() {
-  ChangeScope change(this);
+  ChangeScope change(&changes_);
   std::unique_lock<std::shared_mutex> structure(structure_mu_);
   ClearLocked();
 }
@@ -593,11 +592,11 @@ void EmbeddingTable::ClearLocked() {
   for (int s = 0; s < HashIndex::kNumShards; ++s) {
     std::lock_guard<std::mutex> shard_lock(index_.shard(s).mu());
     index_.shard(s).Clear();
-    pending_[s].Clear();
+    pending_.shard(s).Clear();
   }
-  pending_size_.store(0);
-  if (cold_ != nullptr) {
-    cold_->Clear();
+  pending_.ResetSize();
+  if (tier_.store != nullptr) {
+    tier_.store->Clear();
     DropStaged();
   }
   std::lock_guard<std::mutex> lock(alloc_mu_);
@@ -610,15 +609,15 @@ void EmbeddingTable::ClearLocked() {
   next_row_ = 0;
   size_.store(0);
   if (config_.track_changes) {
-    cleared_since_save_ = true;
-    removed_keys_.clear();
+    changes_.cleared_since_save = true;
+    changes_.removed_keys.clear();
   }
 }
 
 Status EmbeddingTable::UpdateRows(const int64_t* addresses, int64_t n, int64_t cost_per_row,
                                   const RowUpdate& update, const ParallelRunner& run) {
   std::lock_guard<std::mutex> serialize(update_mu_);
-  ChangeScope change(this);
+  ChangeScope change(&changes_);
   std::shared_lock<std::shared_mutex> structure(structure_mu_);
   return UpdateRowsLocked(addresses, n, cost_per_row, update, run);
 }
@@ -627,7 +626,7 @@ Status EmbeddingTable::ApplyUpdate(const SlotLayout& layout, const int64_t* addr
                                    int64_t cost_per_row, const RowUpdate& update,
                                    const ParallelRunner& run) {
   std::lock_guard<std::mutex> serialize(update_mu_);
-  ChangeScope change(this);
+  ChangeScope change(&changes_);
   {
     std::shared_lock<std::shared_mutex> structure(structure_mu_);
     if (SlotsReadyLocked(layout.optimizer, layout.initial_values, layout.width)) {

@@ -33,49 +33,37 @@
 //   Training lookups may pass, per key, a count (occurrences x faae_coefficient) and a clock
 //   value (a data timestamp or a global step). With an access threshold >= 0, a key without a
 //   row accumulates its count in a per-shard "pending" map and gets a row once the count
-//   reaches the threshold; until then it maps to -1. Rows and pending entries remember the
+//   reaches the threshold; until then it maps to -1 (pending_keys.h). Rows and pending entries remember the
 //   newest clock they were seen with; Evict() drops those whose age (the newest clock the
 //   table has seen minus theirs) is at least the eviction threshold. A fixed-capacity table
 //   with evict_when_full drops its least recently seen rows instead of failing when full.
 //   Concurrent updates of the same row race like TensorFlow's use_locking=False optimizers:
 //   values stay valid floats, never out-of-bounds memory.
 //
-// The SSD tier (config.tiered(); table_tier.cc)
-//   A tiered table keeps at most `capacity` rows in memory; the others are records in a
-//   ColdTier (cold_tier.h; record files, ColdStore, are its back end): the row's record bytes
-//   as they are in memory (header, embedding and slots). A key lives in exactly one tier: its
-//   index entry holds either a row (hot) or, with kColdEntry set, the record's id (cold).
-//   Training lookups run under the exclusive lock: the batch's cold keys are promoted first
-//   (records read many at once, or taken from what PrefetchCold read ahead, into free rows:
-//   addresses and the graph unchanged), then the lookup runs as in memory; when rows run
-//   out, the rows of lowest priority are demoted (written as one batch, freed, generation
-//   bumped): never a row of the lookup, rows of the last kProtectedTicks lookups only when
-//   the others are not enough, rows that just came in (probation) before rows used again.
-//   The tier changes no value, count or clock: a tiered table trains exactly as an
-//   all-in-memory one. Evaluation lookups read cold rows without promoting them (their
-//   addresses carry the record id with generation kColdGeneration, which only Gather
-//   accepts). Updates happen only in memory, so optimizers never see a cold row.
+// The SSD tier
+//   A tiered table keeps its least recently used rows in a ColdTier on SSD; see table_tier.h.
 #ifndef REC_SDK_CORE_EMBEDDING_TABLE_H_
 #define REC_SDK_CORE_EMBEDDING_TABLE_H_
 
 #include <array>
 #include <atomic>
-#include <deque>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "tf_ops/core/cold_tier.h"
 #include "tf_ops/core/hash_index.h"
 #include "tf_ops/core/initializer.h"
 #include "tf_ops/core/parallel.h"
+#include "tf_ops/core/pending_keys.h"
 #include "tf_ops/core/status.h"
 #include "tf_ops/core/table_config.h"
+#include "tf_ops/core/table_snapshot.h"
+#include "tf_ops/core/table_tier.h"
 
 namespace rec_sdk {
 
@@ -154,7 +142,7 @@ class EmbeddingTable {
   // row, e.g. row-wise Adagrad's accumulator), as the optimizer that attached them asked.
   int slot_width() const { return slot_width_; }
   // Whether the table has an SSD tier.
-  bool tiered() const { return cold_ != nullptr; }
+  bool tiered() const { return tier_.store != nullptr; }
   // Reads the SSD records of keys[0, n) ahead of the training lookup that will bring them
   // into memory (the next batch's keys, while the current batch trains), so that it copies
   // them from memory instead of waiting for the disk. Holds the table's lock only to find the
@@ -292,51 +280,17 @@ class EmbeddingTable {
                 int64_t n, int slot_width = 0);
 
   // --- Checkpoints (see checkpoint.h) ---
-  // What a checkpoint records besides the rows.
-  struct CheckpointInfo {
-    int64_t rows = 0;
-    int64_t pending = 0;
-    int num_slots = 0;
-    int slot_width = 0;               // floats per slot (dim unless the optimizer is row-wise)
-    std::string optimizer;            // empty when no optimizer attached slots
-    std::vector<float> slot_initial;  // num_slots values
-    int64_t newest_clock = 0;
-    bool has_clock = false;
-    int64_t tick = 0;
-    int64_t admitted = 0, rejected = 0, evicted = 0;
-    // Lineage: the id of this save, and of the save (or restored checkpoint) it follows.
-    int64_t save_id = 0, parent_id = 0;
-  };
-  // A consistent view of the table for a checkpoint, valid inside Snapshot.
-  class SnapshotView {
-   public:
-    using RowFn =
-        std::function<Status(int64_t key, const float* record, uint32_t count, int64_t last_seen)>;
-    using PendingFn = std::function<Status(int64_t key, int64_t count, int64_t last_seen)>;
-    const CheckpointInfo& info() const { return info_; }
-    // Calls fn for every row in row order; record holds the embedding followed by each slot
-    // (dim floats each). Several threads may scan at once. An error stops the scan.
-    // changed_only: only rows changed since the last save (tables with track_changes).
-    Status ForEachRow(const RowFn& fn, bool changed_only = false) const;
-    Status ForEachPending(const PendingFn& fn) const;
-    // Keys removed (or evicted) since the last save, and whether the table was cleared or
-    // replaced since then (a delta must then start from an empty table).
-    const std::vector<int64_t>& removed_keys() const { return table_->removed_keys_; }
-    bool cleared() const { return table_->cleared_since_save_; }
-
-   private:
-    friend class EmbeddingTable;
-    const EmbeddingTable* table_ = nullptr;
-    CheckpointInfo info_;
-    int64_t next_row_ = 0;
-  };
+  // What a checkpoint records besides the rows, and a consistent view of the table for a
+  // checkpoint, valid inside Snapshot (table_snapshot.h).
+  using CheckpointInfo = TableCheckpointInfo;
+  using SnapshotView = TableSnapshotView;
   // Runs fn(view) under the exclusive lock (batch operations wait until it returns). The
   // view's info carries a new save id, to be passed to CommitSave once the save is durable.
   Status Snapshot(const std::function<Status(const SnapshotView&)>& fn);
   // Records that the save with this id is complete: the table's change set restarts from it
   // (what a later delta is relative to). Fails if another snapshot was taken since.
   Status CommitSave(int64_t save_id);
-  int64_t checkpoint_id() const { return checkpoint_id_; }
+  int64_t checkpoint_id() const { return changes_.checkpoint_id; }
   bool tracks_changes() const { return config_.track_changes; }
   // Whether the table holds exactly checkpoint `save_id`: it was saved (and committed) or
   // restored as that checkpoint, and nothing changed it since (no training lookup, update,
@@ -351,21 +305,7 @@ class EmbeddingTable {
   int RestoreLaneOf(int64_t key) const {
     return HashIndex::ShardOf(index_.Hash(key)) % kRestoreLanes;
   }
-  class RestoreSink {
-   public:
-    // slots: info.num_slots arrays of dim floats (null entries, or slots == null, when the
-    // checkpoint's slots are not kept).
-    virtual Status AddRow(int lane, int64_t key, const float* value, const float* const* slots,
-                          uint32_t count, int64_t last_seen) = 0;
-    virtual Status AddPending(int64_t key, int64_t count, int64_t last_seen) = 0;
-    // A hint that AddRow(key) follows soon: starts loading the key's index slot.
-    virtual void Prefetch(int64_t key) const = 0;
-    // Announces that lane will add n rows (before those AddRow calls).
-    virtual void ExpectRows(int lane, int64_t n) = 0;
-    // The lane that adds `key` (RestoreLaneOf of the table).
-    virtual int LaneOf(int64_t key) const = 0;
-    virtual ~RestoreSink() = default;
-  };
+  using RestoreSink = TableRestoreSink;
   // Replaces the table's contents under the exclusive lock: feed(sink) adds the rows. Slots
   // of the checkpoint's optimizer are kept when the table has no optimizer yet (the first
   // optimizer to apply must then be the same one, or the slots are re-initialised with a
@@ -397,41 +337,6 @@ class EmbeddingTable {
     uint32_t count;  // admission count, saturating
   };
   static_assert(sizeof(RowMeta) == 24, "the row header is 24 bytes");
-  // Keys counting towards admission, of one index shard (guarded by that shard's mutex): an
-  // open-addressing map from key to a record, records reused through a free list.
-  struct Pending {
-    int64_t key;
-    int64_t count;  // < 0: a free record
-    int64_t last_seen;
-  };
-  class PendingShard {
-   public:
-    // The record of key, or null.
-    Pending* Find(int64_t key, uint64_t hash) {
-      const int64_t i = map_.Find(key, hash);
-      return i < 0 ? nullptr : &records_[i];
-    }
-    Pending* Add(int64_t key, uint64_t hash, int64_t last_seen);
-    void Remove(int64_t key, uint64_t hash);
-    // Removes every record with last_seen <= cutoff; returns how many.
-    int64_t RemoveSeenAtOrBefore(int64_t cutoff);
-    void Clear();
-    int64_t size() const { return static_cast<int64_t>(map_.size()); }
-    template <typename F>
-    Status ForEach(F f) const {
-      for (const Pending& p : records_) {
-        if (p.count >= 0) REC_SDK_RETURN_IF_ERROR(f(p));
-      }
-      return Status::Ok();
-    }
-    void Prefetch(uint64_t hash) const { map_.Prefetch(hash); }
-    void set_seed(uint64_t seed) { map_.set_seed(seed); }
-
-   private:
-    HashIndex::Shard map_;
-    std::vector<Pending> records_;
-    std::vector<int64_t> free_;
-  };
   struct Chunk {
     char* rows = nullptr;  // rows_per_chunk() records of row_bytes_ bytes
     std::unique_ptr<uint8_t[]> changed;  // per row, with track_changes: changed since the save
@@ -603,7 +508,7 @@ class EmbeddingTable {
   std::vector<int64_t> free_rows_;           // guarded by alloc_mu_
   std::atomic<int64_t> size_{0};
 
-  // Admission and eviction state. pending_[s] is guarded by index_.shard(s).mu(). The
+  // Admission and eviction state. pending_.shard(s) is guarded by index_.shard(s).mu(). The
   // thresholds in use are atomics read by every pass; admission_ is what ConfigureAdmission
   // set (admission_mu_).
   std::atomic<int64_t> access_threshold_{-1};
@@ -612,8 +517,7 @@ class EmbeddingTable {
   mutable std::mutex admission_mu_;
   AdmissionConfig admission_;
   bool admission_configured_ = false;
-  std::unique_ptr<PendingShard[]> pending_;
-  std::atomic<int64_t> pending_size_{0};
+  PendingKeys pending_;
   std::atomic<int64_t> tick_{0};
   std::atomic<int64_t> newest_clock_;  // kNoClock until a training lookup
   std::atomic<int64_t> admitted_{0};
@@ -631,36 +535,11 @@ class EmbeddingTable {
   bool slots_from_checkpoint_ = false;
   std::mutex notice_mu_;
   std::string notice_;
-  // Changes since the last save (track_changes): keys removed, and whether the table was
-  // cleared or replaced. Guarded by alloc_mu_ (or structure_mu_ held exclusively).
-  std::vector<int64_t> removed_keys_;
-  bool cleared_since_save_ = false;
-  // The checkpoint the change set is relative to, and the last snapshot's id (structure_mu_).
-  int64_t checkpoint_id_ = 0;
-  int64_t snapshot_id_ = 0;
-  // Bumped by every change of the table's contents or settings; the values at the last
-  // snapshot and at the last commit or restore say whether it still equals its checkpoint.
-  std::atomic<uint64_t> version_{0};
-  uint64_t snapshot_version_ = 0;   // guarded by structure_mu_
-  uint64_t committed_version_ = 0;  // guarded by structure_mu_
-  void BumpVersion() { version_.fetch_add(1, std::memory_order_relaxed); }
-  // Bumps the version before and after a change: a snapshot taken while the change runs
-  // records a version the change's second bump makes stale, so HoldsCheckpoint never
-  // vouches for a table that differs from its files.
-  class ChangeScope {
-   public:
-    explicit ChangeScope(EmbeddingTable* t, bool active = true) : t_(active ? t : nullptr) {
-      if (t_ != nullptr) t_->BumpVersion();
-    }
-    ~ChangeScope() {
-      if (t_ != nullptr) t_->BumpVersion();
-    }
-    ChangeScope(const ChangeScope&) = delete;
-    ChangeScope& operator=(const ChangeScope&) = delete;
-
-   private:
-    EmbeddingTable* t_;
-  };
+  // Changes since the last save, for delta checkpoints and HoldsCheckpoint.
+  TableChangeSet changes_;
+  void BumpVersion() { changes_.BumpVersion(); }
+  using ChangeScope = TableChangeScope;
+  friend class TableSnapshotView;
   class RowSink;  // the RestoreSink of Restore and ApplyDelta
   void ResetChangesLocked();
   void MarkChanged(int64_t row) {
@@ -749,27 +628,12 @@ class EmbeddingTable {
   // the slots' initial values.
   void FillRecord(char* record, int64_t key, int64_t last_seen, uint32_t count,
                   const float* value, const float* const* slots, bool slots_unset) const;
-  // Records read ahead by PrefetchCold: key -> (record number, record bytes), valid while
-  // the key's index entry still names that record of the same store (staging_generation_).
-  struct Staged {
-    uint64_t number;
-    uint64_t generation;
-    std::vector<char> record;
-  };
   // Takes the staged record of (key, entry) into `record` (row_bytes_); false when none.
   bool TakeStaged(int64_t key, int64_t entry, char* record);
   // Forgets every staged record (the store was cleared or replaced).
   void DropStaged();
-  std::mutex staging_mu_;
-  std::unordered_map<int64_t, Staged> staged_;  // guarded by staging_mu_
-  std::deque<int64_t> staged_order_;           // oldest first; guarded by staging_mu_
-  std::atomic<uint64_t> staging_generation_{1};
-  std::atomic<int64_t> prefetch_hits_{0};
-  // Null: all in memory. Shared: PrefetchCold reads through it after releasing the lock.
-  std::shared_ptr<ColdTier> cold_;
-  std::atomic<int64_t> tier_tick_{0};
-  std::atomic<int64_t> promotions_{0};
-  std::atomic<int64_t> demotions_{0};
+  // The SSD tier's state (table_tier.h); tier_.store is null for an all-in-memory table.
+  TableTier tier_;
 };
 
 template <typename F>

@@ -141,7 +141,7 @@ Status EmbeddingTable::RelayoutLocked(int num_slots, int width, const float* ini
                                        "': out of memory while adding optimizer slots");
     }
   }
-  if (cold_ != nullptr) {
+  if (tier_.store != nullptr) {
     Status status = RelayoutColdLocked(num_slots, width, initial_values, /*reset_slots=*/false);
     if (!status.ok()) {
       for (int64_t c = 0; c < num_chunks_; ++c) FreeBlock(blocks[c], rows * new_bytes);

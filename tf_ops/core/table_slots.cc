@@ -12,7 +12,7 @@ namespace rec_sdk {
 
 Status EmbeddingTable::EnsureSlots(const std::string& optimizer,
                                    const std::vector<float>& initial_values, int width) {
-  ChangeScope change(this);
+  ChangeScope change(&changes_);
   {
     std::shared_lock<std::shared_mutex> structure(structure_mu_);
     if (SlotsReadyLocked(optimizer, initial_values, width)) return Status::Ok();
@@ -62,7 +62,7 @@ Status EmbeddingTable::EnsureSlotsLocked(const std::string& optimizer,
     // The checkpoint was trained by another optimizer: its slots cannot serve this one.
     std::lock_guard<std::mutex> lock(alloc_mu_);
     REC_SDK_RETURN_IF_ERROR(RelayoutLocked(wanted, width, initial_values.data()));
-    if (cold_ != nullptr) {
+    if (tier_.store != nullptr) {
       REC_SDK_RETURN_IF_ERROR(
           RelayoutColdLocked(wanted, width, initial_values.data(), /*reset_slots=*/true));
     }

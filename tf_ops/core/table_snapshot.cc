@@ -32,30 +32,31 @@ int64_t NewSaveId() {
 
 Status EmbeddingTable::CommitSave(int64_t save_id) {
   std::unique_lock<std::shared_mutex> structure(structure_mu_);
-  if (save_id != snapshot_id_) {
+  if (save_id != changes_.snapshot_id) {
     return Status::FailedPrecondition("table '" + config_.name + "': save " +
                                       std::to_string(save_id) + " is not the table's last "
                                       "snapshot; it cannot be committed");
   }
   ResetChangesLocked();
-  checkpoint_id_ = save_id;
-  committed_version_ = snapshot_version_;
+  changes_.checkpoint_id = save_id;
+  changes_.committed_version = changes_.snapshot_version;
   return Status::Ok();
 }
 
 bool EmbeddingTable::HoldsCheckpoint(int64_t save_id) const {
   std::shared_lock<std::shared_mutex> structure(structure_mu_);
-  return save_id != 0 && checkpoint_id_ == save_id &&
-         version_.load(std::memory_order_relaxed) == committed_version_;
+  return save_id != 0 && changes_.checkpoint_id == save_id &&
+         changes_.version.load(std::memory_order_relaxed) == changes_.committed_version;
 }
 
 Status EmbeddingTable::Snapshot(const std::function<Status(const SnapshotView&)>& fn) {
   std::unique_lock<std::shared_mutex> structure(structure_mu_);
   SnapshotView view;
   view.table_ = this;
+  view.changes_ = &changes_;
   CheckpointInfo& info = view.info_;
   info.rows = size_.load();
-  info.pending = pending_size_.load();
+  info.pending = pending_.size();
   info.num_slots = num_slots_;
   info.slot_width = slot_width_;
   info.optimizer = slot_optimizer_;
@@ -67,9 +68,9 @@ Status EmbeddingTable::Snapshot(const std::function<Status(const SnapshotView&)>
   info.admitted = admitted_.load();
   info.rejected = rejected_.load();
   info.evicted = evicted_.load();
-  info.save_id = snapshot_id_ = NewSaveId();
-  info.parent_id = checkpoint_id_;
-  snapshot_version_ = version_.load(std::memory_order_relaxed);
+  info.save_id = changes_.snapshot_id = NewSaveId();
+  info.parent_id = changes_.checkpoint_id;
+  changes_.snapshot_version = changes_.version.load(std::memory_order_relaxed);
   {
     std::lock_guard<std::mutex> lock(alloc_mu_);
     view.next_row_ = next_row_;
@@ -83,35 +84,32 @@ void EmbeddingTable::ResetChangesLocked() {
   for (int64_t c = 0; c < num_chunks_; ++c) {
     std::fill_n(ChunkOf(c << chunk_shift_)->changed.get(), rows_per_chunk(), 0);
   }
-  removed_keys_.clear();
-  removed_keys_.shrink_to_fit();
-  cleared_since_save_ = false;
-  if (cold_ != nullptr) cold_->ClearMarks();
+  changes_.removed_keys.clear();
+  changes_.removed_keys.shrink_to_fit();
+  changes_.cleared_since_save = false;
+  if (tier_.store != nullptr) tier_.store->ClearMarks();
 }
 
-Status EmbeddingTable::SnapshotView::ForEachRow(const RowFn& fn, bool changed_only) const {
+Status TableSnapshotView::ForEachRow(const RowFn& fn, bool changed_only) const {
   changed_only = changed_only && table_->config_.track_changes;
   for (int64_t row = 0; row < next_row_; ++row) {
-    const RowMeta& meta = table_->MetaOf(row);
+    const EmbeddingTable::RowMeta& meta = table_->MetaOf(row);
     if (!meta.alive) continue;
     if (changed_only && !table_->ChunkOf(row)->changed[table_->OffsetOf(row)]) continue;
     REC_SDK_RETURN_IF_ERROR(fn(meta.key, table_->ValueOf(row), meta.count, meta.last_seen));
   }
   return table_->ForEachColdRecord([&](int64_t key, const char* record, bool marked) {
     if (changed_only && !marked) return Status::Ok();
+    using RowMeta = EmbeddingTable::RowMeta;
     const RowMeta& meta = *reinterpret_cast<const RowMeta*>(record);
     return fn(key, reinterpret_cast<const float*>(record + sizeof(RowMeta)), meta.count,
               meta.last_seen);
   });
 }
 
-Status EmbeddingTable::SnapshotView::ForEachPending(const PendingFn& fn) const {
-  for (int s = 0; s < HashIndex::kNumShards; ++s) {
-    REC_SDK_RETURN_IF_ERROR(table_->pending_[s].ForEach([&](const Pending& p) {
-      return fn(p.key, p.count, p.last_seen);
-    }));
-  }
-  return Status::Ok();
+Status TableSnapshotView::ForEachPending(const PendingFn& fn) const {
+  return table_->pending_.ForEach(
+      [&](const PendingKey& p) { return fn(p.key, p.count, p.last_seen); });
 }
 
 class EmbeddingTable::RowSink : public RestoreSink {
@@ -131,15 +129,15 @@ class EmbeddingTable::RowSink : public RestoreSink {
     }
     // A key pending in one directory and stored in another (AddPending checks the other
     // order): the table would hold it twice, and its next checkpoint would not restore.
-    if (!upsert_ && t_->pending_size_.load(std::memory_order_relaxed) > 0 &&
-        t_->pending_[HashIndex::ShardOf(hash)].Find(key, hash) != nullptr) {
+    if (!upsert_ && t_->pending_.size() > 0 &&
+        t_->pending_.ShardFor(hash).Find(key, hash) != nullptr) {
       return Status::DataLoss("table '" + t_->config_.name + "': key " + std::to_string(key) +
                               " is both stored and pending admission in the checkpoint");
     }
     if (existing >= 0 && IsCold(existing)) {
       // A delta's new values for a key on SSD: its record goes, the key is added anew.
       std::lock_guard<std::mutex> lock(cold_mu_);
-      t_->cold_->Remove(IdOf(existing));
+      t_->tier_.store->Remove(IdOf(existing));
       shard.Erase(key, hash);
       t_->size_.fetch_sub(1, std::memory_order_relaxed);
     } else if (existing >= 0) {  // a delta's new values for a stored key
@@ -199,14 +197,14 @@ class EmbeddingTable::RowSink : public RestoreSink {
   }
   Status AddPending(int64_t key, int64_t count, int64_t last_seen) override {
     const uint64_t hash = t_->index_.Hash(key);
-    PendingShard& pending = t_->pending_[HashIndex::ShardOf(hash)];
+    PendingShard& pending = t_->pending_.ShardFor(hash);
     if (count < 0 || pending.Find(key, hash) != nullptr ||
         t_->index_.shard(HashIndex::ShardOf(hash)).Find(key, hash) >= 0) {
       return Status::DataLoss("table '" + t_->config_.name + "': pending key " +
                               std::to_string(key) + " is invalid or repeated in the checkpoint");
     }
     pending.Add(key, hash, last_seen)->count = count;
-    t_->pending_size_.fetch_add(1, std::memory_order_relaxed);
+    t_->pending_.Added(1);
     return Status::Ok();
   }
   // Rows past the memory rows of a tiered table: batched per lane, appended to the store
@@ -233,7 +231,7 @@ class EmbeddingTable::RowSink : public RestoreSink {
       std::lock_guard<std::mutex> lock(cold_mu_);
       const int64_t ssd_rows = t_->config_.ssd_rows;
       if (ssd_rows > 0 &&
-          static_cast<int64_t>(t_->cold_->live() + n) > ssd_rows) {
+          static_cast<int64_t>(t_->tier_.store->live() + n) > ssd_rows) {
         return Status::ResourceExhausted(
             "restore into table '" + t_->config_.name + "': the checkpoint has more rows than "
             "the table holds: " + std::to_string(t_->config_.capacity) + " in memory and " +
@@ -241,7 +239,7 @@ class EmbeddingTable::RowSink : public RestoreSink {
       }
       std::vector<const void*> records(n);
       for (size_t j = 0; j < n; ++j) records[j] = batch.records.data() + j * t_->row_bytes_;
-      REC_SDK_RETURN_IF_ERROR(t_->cold_->AppendBatch(n, batch.keys.data(), records.data(),
+      REC_SDK_RETURN_IF_ERROR(t_->tier_.store->AppendBatch(n, batch.keys.data(), records.data(),
                                                      batch.tags.data(), where.data()));
     }
     for (size_t j = 0; j < n; ++j) {
@@ -339,7 +337,7 @@ Status EmbeddingTable::Restore(const CheckpointInfo& info,
     if (info.num_slots > 0) what = "slots of '" + info.optimizer + "' restored";
   }
   ClearLocked();
-  checkpoint_id_ = 0;  // until the restore succeeds: an emptied table holds no checkpoint
+  changes_.checkpoint_id = 0;  // until the restore succeeds: an emptied table holds no checkpoint
   // Size the index for the rows to come (one rehash instead of one per doubling).
   for (int s = 0; s < HashIndex::kNumShards; ++s) {
     index_.shard(s).Reserve(static_cast<size_t>(info.rows / HashIndex::kNumShards * 11 / 10));
@@ -359,8 +357,8 @@ Status EmbeddingTable::Restore(const CheckpointInfo& info,
     return status;
   }
   ResetChangesLocked();  // the table now equals the checkpoint
-  checkpoint_id_ = info.save_id;
-  committed_version_ = version_.load(std::memory_order_relaxed);
+  changes_.checkpoint_id = info.save_id;
+  changes_.committed_version = changes_.version.load(std::memory_order_relaxed);
   if (note != nullptr) *note = what;
   return Status::Ok();
 }
@@ -377,17 +375,17 @@ Status EmbeddingTable::ApplyDelta(const CheckpointInfo& info, bool cleared,
         "': apply deltas onto the full checkpoint they follow, restored into a table of the "
         "same optimizer (a restore into a table of another optimizer drops the slots)");
   }
-  if (info.parent_id != checkpoint_id_) {
+  if (info.parent_id != changes_.checkpoint_id) {
     return Status::FailedPrecondition(
         "delta checkpoint " + std::to_string(info.save_id) + " of table '" + config_.name +
         "' follows checkpoint " + std::to_string(info.parent_id) + " but the table holds " +
-        std::to_string(checkpoint_id_) + ": restore the full checkpoint it follows and apply "
+        std::to_string(changes_.checkpoint_id) + ": restore the full checkpoint it follows and apply "
         "every delta in order");
   }
-  if (version_.load(std::memory_order_relaxed) != committed_version_) {
+  if (changes_.version.load(std::memory_order_relaxed) != changes_.committed_version) {
     return Status::FailedPrecondition(
         "table '" + config_.name + "' changed after it got checkpoint " +
-        std::to_string(checkpoint_id_) + " (a training lookup, update, upsert, removal or "
+        std::to_string(changes_.checkpoint_id) + " (a training lookup, update, upsert, removal or "
         "eviction): delta checkpoint " + std::to_string(info.save_id) + " applies only onto "
         "that checkpoint unchanged; restore it again and apply the deltas before training");
   }
@@ -407,8 +405,8 @@ Status EmbeddingTable::ApplyDelta(const CheckpointInfo& info, bool cleared,
     free_rows_.push_back(row);
   }
   // The delta carries the whole pending set.
-  for (int s = 0; s < HashIndex::kNumShards; ++s) pending_[s].Clear();
-  pending_size_.store(0);
+  for (int s = 0; s < HashIndex::kNumShards; ++s) pending_.shard(s).Clear();
+  pending_.ResetSize();
   admitted_.store(info.admitted);
   rejected_.store(info.rejected);
   evicted_.store(info.evicted);
@@ -420,12 +418,12 @@ Status EmbeddingTable::ApplyDelta(const CheckpointInfo& info, bool cleared,
   sink.ReleaseUnused();
   if (!status.ok()) {
     ClearLocked();
-    checkpoint_id_ = 0;  // emptied: it holds no checkpoint, no delta applies to it
+    changes_.checkpoint_id = 0;  // emptied: it holds no checkpoint, no delta applies to it
     return status;
   }
   ResetChangesLocked();
-  checkpoint_id_ = info.save_id;
-  committed_version_ = version_.load(std::memory_order_relaxed);
+  changes_.checkpoint_id = info.save_id;
+  changes_.committed_version = changes_.version.load(std::memory_order_relaxed);
   return Status::Ok();
 }
 
@@ -442,7 +440,7 @@ Status EmbeddingTable::ImportAccess(const int64_t* keys, const int64_t* last_see
     }
     newest = std::max(newest, last_seen[i]);
   }
-  ChangeScope change(this);
+  ChangeScope change(&changes_);
   std::unique_lock<std::shared_mutex> structure(structure_mu_);
   std::lock_guard<std::mutex> lock(alloc_mu_);
   for (int64_t i = 0; i < n; ++i) {
@@ -460,10 +458,10 @@ Status EmbeddingTable::ImportAccess(const int64_t* keys, const int64_t* last_see
       meta.last_seen = last_seen[i];
       meta.count = count;
       uint64_t where;
-      REC_SDK_RETURN_IF_ERROR(cold_->Append(static_cast<uint64_t>(keys[i]), record.data(),
+      REC_SDK_RETURN_IF_ERROR(tier_.store->Append(static_cast<uint64_t>(keys[i]), record.data(),
                                             last_seen[i], &where));
-      cold_->Remove(IdOf(entry));
-      if (config_.track_changes) cold_->set_mark(where, true);
+      tier_.store->Remove(IdOf(entry));
+      if (config_.track_changes) tier_.store->set_mark(where, true);
       shard.Set(keys[i], hash, ColdEntry(where));
       continue;
     }
@@ -503,7 +501,7 @@ Status EmbeddingTable::ExportAccess(std::vector<int64_t>* keys, std::vector<int6
   }
   // Cold rows (after the rows in memory).
   const Status status = ForEachColdRecord([&](int64_t key, const char* record, bool) {
-    const RowMeta& meta = *reinterpret_cast<const RowMeta*>(record);
+    const auto& meta = *reinterpret_cast<const EmbeddingTable::RowMeta*>(record);
     keys->push_back(key);
     last_seen->push_back(meta.last_seen);
     counts->push_back(int64_t{meta.count});
@@ -550,7 +548,7 @@ Status EmbeddingTable::Export(const ExportAllocator& allocate) {
 
 Status EmbeddingTable::Import(const int64_t* keys, const float* values, const float* slots,
                               int num_slots, int64_t n, int slot_width) {
-  ChangeScope change(this);
+  ChangeScope change(&changes_);
   int width;
   REC_SDK_RETURN_IF_ERROR(ResolveSlotWidth(slot_width, "import", &width));
   if (slots != nullptr && (num_slots < 0 || num_slots > kMaxSlots)) {
@@ -643,7 +641,7 @@ Status EmbeddingTable::Import(const int64_t* keys, const float* values, const fl
   for (size_t j = 0; j < m; ++j) records[j] = cold_records.data() + j * row_bytes_;
   std::vector<uint64_t> where(m);
   REC_SDK_RETURN_IF_ERROR(
-      cold_->AppendBatch(m, cold_keys.data(), records.data(), tags.data(), where.data()));
+      tier_.store->AppendBatch(m, cold_keys.data(), records.data(), tags.data(), where.data()));
   for (size_t j = 0; j < m; ++j) {
     const int64_t key = static_cast<int64_t>(cold_keys[j]);
     const uint64_t hash = index_.Hash(key);

@@ -44,7 +44,7 @@ int64_t EmbeddingTable::FreeRowCount() {
 
 Status EmbeddingTable::ReadColdRecord(int64_t entry, int64_t key, char* record) const {
   uint64_t stored = 0;
-  REC_SDK_RETURN_IF_ERROR(cold_->Read(IdOf(entry), record, &stored));
+  REC_SDK_RETURN_IF_ERROR(tier_.store->Read(IdOf(entry), record, &stored));
   REC_SDK_RETURN_IF_ERROR(CheckColdKey(key, stored));
   FillUnsetSlots(record);
   return Status::Ok();
@@ -69,25 +69,25 @@ void EmbeddingTable::FillUnsetSlots(char* record) const {
 
 Status EmbeddingTable::GatherCold(int64_t address, float* out) const {
   const uint64_t id = static_cast<uint64_t>(address & (kMaxRows - 1));
-  if (!cold_->IsLive(id)) {
+  if (!tier_.store->IsLive(id)) {
     return Status::InvalidArgument("address " + std::to_string(address) + " of table '" +
                                    config_.name + "' is stale: its row left the SSD tier after "
                                    "the address was looked up");
   }
   thread_local std::vector<char> record;
   record.resize(row_bytes_);
-  REC_SDK_RETURN_IF_ERROR(cold_->Read(id, record.data(), nullptr));
+  REC_SDK_RETURN_IF_ERROR(tier_.store->Read(id, record.data(), nullptr));
   std::memcpy(out, record.data() + sizeof(RowMeta), config_.dim * sizeof(float));
   return Status::Ok();
 }
 
 Status EmbeddingTable::ForEachColdRecord(
     const std::function<Status(int64_t key, const char* record, bool marked)>& fn) const {
-  if (cold_ == nullptr) return Status::Ok();
+  if (tier_.store == nullptr) return Status::Ok();
   std::vector<char> copy(row_bytes_);
-  return cold_->ForEachLive([&](uint64_t key, uint64_t where, const void* record) {
+  return tier_.store->ForEachLive([&](uint64_t key, uint64_t where, const void* record) {
     const RowMeta* meta = static_cast<const RowMeta*>(record);
-    const bool marked = cold_->marked(where);
+    const bool marked = tier_.store->marked(where);
     if (!(meta->slots_unset && slot_values_known_)) {
       return fn(static_cast<int64_t>(key), static_cast<const char*>(record), marked);
     }
@@ -121,7 +121,7 @@ Status EmbeddingTable::TieredFindOrInsert(const int64_t* keys, int64_t n, int64_
                                           const ParallelRunner& run, const KeyAccess& access) {
   const int64_t tick = tick_.fetch_add(1, std::memory_order_relaxed) + 1;
   std::unique_lock<std::shared_mutex> structure(structure_mu_);
-  const int64_t recency = tier_tick_.fetch_add(1, std::memory_order_relaxed) + 1;
+  const int64_t recency = tier_.tick.fetch_add(1, std::memory_order_relaxed) + 1;
   REC_SDK_RETURN_IF_ERROR(PromoteLocked(keys, n, recency, run));
   // Every key of the batch is now in memory or absent: the lookup runs as in memory.
   auto touch = [&]() {
@@ -218,7 +218,7 @@ Status EmbeddingTable::PromoteLocked(const int64_t* keys, int64_t n, int64_t tic
     read_at.push_back(j);
   }
   std::vector<uint64_t> stored(to_read.size());
-  Status error = cold_->ReadMany(to_read.size(), to_read.data(), into.data(), stored.data());
+  Status error = tier_.store->ReadMany(to_read.size(), to_read.data(), into.data(), stored.data());
   for (size_t r = 0; r < read_at.size() && error.ok(); ++r) {
     error = CheckColdKey(cold[read_at[r]].second, stored[r]);
   }
@@ -234,41 +234,41 @@ Status EmbeddingTable::PromoteLocked(const int64_t* keys, int64_t n, int64_t tic
     RowMeta& meta = MetaOf(row);
     meta.generation = generations[j];
     __atomic_store_n(&meta.alive, 1, __ATOMIC_RELEASE);
-    if (config_.track_changes) ChunkOf(row)->changed[OffsetOf(row)] = cold_->marked(where);
+    if (config_.track_changes) ChunkOf(row)->changed[OffsetOf(row)] = tier_.store->marked(where);
     TickOf(row) = tick;
     PriorityOf(row) = tick - kProbationTicks;
     const uint64_t hash = index_.Hash(key);
     index_.shard(HashIndex::ShardOf(hash)).Set(key, hash, IndexEntry(row, meta.generation));
-    cold_->Remove(where);
+    tier_.store->Remove(where);
   }
-  promotions_.fetch_add(m, std::memory_order_relaxed);
-  prefetch_hits_.fetch_add(hits, std::memory_order_relaxed);
+  tier_.promotions.fetch_add(m, std::memory_order_relaxed);
+  tier_.prefetch_hits.fetch_add(hits, std::memory_order_relaxed);
   return Status::Ok();
 }
 
 bool EmbeddingTable::TakeStaged(int64_t key, int64_t entry, char* record) {
-  std::lock_guard<std::mutex> lock(staging_mu_);
-  auto found = staged_.find(key);
-  if (found == staged_.end()) return false;
+  std::lock_guard<std::mutex> lock(tier_.staging_mu);
+  auto found = tier_.staged.find(key);
+  if (found == tier_.staged.end()) return false;
   const bool valid =
       found->second.number == IdOf(entry) &&
-      found->second.generation == staging_generation_.load(std::memory_order_relaxed);
+      found->second.generation == tier_.staging_generation.load(std::memory_order_relaxed);
   if (valid) std::memcpy(record, found->second.record.data(), row_bytes_);
-  staged_.erase(found);  // used, or stale (the key moved since it was read)
+  tier_.staged.erase(found);  // used, or stale (the key moved since it was read)
   return valid;
 }
 
 void EmbeddingTable::DropStaged() {
-  staging_generation_.fetch_add(1, std::memory_order_relaxed);
-  std::lock_guard<std::mutex> lock(staging_mu_);
-  staged_.clear();
-  staged_order_.clear();
+  tier_.staging_generation.fetch_add(1, std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lock(tier_.staging_mu);
+  tier_.staged.clear();
+  tier_.staged_order.clear();
 }
 
 Status EmbeddingTable::PrefetchCold(const int64_t* keys, int64_t n, int64_t* read,
                                     const ParallelRunner& run) {
   if (read != nullptr) *read = 0;
-  if (cold_ == nullptr) return Status::Ok();
+  if (tier_.store == nullptr) return Status::Ok();
   // Under the shared lock: which keys are cold, and their records pinned (a pinned record
   // stays readable if a compaction deletes its segment meanwhile).
   std::vector<std::pair<int64_t, int64_t>> cold;  // (key, entry)
@@ -295,21 +295,21 @@ Status EmbeddingTable::PrefetchCold(const int64_t* keys, int64_t n, int64_t* rea
     std::sort(cold.begin(), cold.end());
     cold.erase(std::unique(cold.begin(), cold.end()), cold.end());
     {
-      std::lock_guard<std::mutex> lock(staging_mu_);
+      std::lock_guard<std::mutex> lock(tier_.staging_mu);
       cold.erase(std::remove_if(cold.begin(), cold.end(),
                                 [&](const std::pair<int64_t, int64_t>& c) {
-                                  auto found = staged_.find(c.first);
-                                  return found != staged_.end() &&
+                                  auto found = tier_.staged.find(c.first);
+                                  return found != tier_.staged.end() &&
                                          found->second.number == IdOf(c.second);
                                 }),
                  cold.end());
     }
     std::vector<uint64_t> ids(cold.size());
     for (size_t j = 0; j < cold.size(); ++j) ids[j] = IdOf(cold[j].second);
-    REC_SDK_RETURN_IF_ERROR(cold_->PinMany(ids.size(), ids.data(), &pinned));
-    generation = staging_generation_.load(std::memory_order_relaxed);
+    REC_SDK_RETURN_IF_ERROR(tier_.store->PinMany(ids.size(), ids.data(), &pinned));
+    generation = tier_.staging_generation.load(std::memory_order_relaxed);
     record_bytes = row_bytes_;
-    store = cold_;
+    store = tier_.store;
   }
   const size_t m = cold.size();
   if (m == 0) return Status::Ok();
@@ -319,26 +319,26 @@ Status EmbeddingTable::PrefetchCold(const int64_t* keys, int64_t n, int64_t* rea
   std::vector<uint64_t> stored(m);
   REC_SDK_RETURN_IF_ERROR(store->ReadPinned(*pinned, into.data(), stored.data()));
   const size_t limit = static_cast<size_t>(std::max<int64_t>(1024, config_.capacity / 16));
-  std::lock_guard<std::mutex> lock(staging_mu_);
+  std::lock_guard<std::mutex> lock(tier_.staging_mu);
   for (size_t j = 0; j < m; ++j) {
     if (static_cast<int64_t>(stored[j]) != cold[j].first) continue;  // not ours any more
-    Staged& staged = staged_[cold[j].first];
+    TableTier::Staged& staged = tier_.staged[cold[j].first];
     staged.number = IdOf(cold[j].second);
     staged.generation = generation;
     staged.record = std::move(records[j]);
-    staged_order_.push_back(cold[j].first);
+    tier_.staged_order.push_back(cold[j].first);
   }
   // The oldest records read ahead go first (a key's order entry may outlive its record).
-  while (staged_.size() > limit && !staged_order_.empty()) {
-    staged_.erase(staged_order_.front());
-    staged_order_.pop_front();
+  while (tier_.staged.size() > limit && !tier_.staged_order.empty()) {
+    tier_.staged.erase(tier_.staged_order.front());
+    tier_.staged_order.pop_front();
   }
-  if (staged_order_.size() > 4 * limit) {
+  if (tier_.staged_order.size() > 4 * limit) {
     std::deque<int64_t> kept;
-    for (int64_t key : staged_order_) {
-      if (staged_.count(key)) kept.push_back(key);
+    for (int64_t key : tier_.staged_order) {
+      if (tier_.staged.count(key)) kept.push_back(key);
     }
-    staged_order_.swap(kept);
+    tier_.staged_order.swap(kept);
   }
   if (read != nullptr) *read = static_cast<int64_t>(m);
   return Status::Ok();
@@ -348,7 +348,7 @@ Status EmbeddingTable::DemoteLocked(int64_t needed, int64_t extra, int64_t tick)
   // The extra rows only while the SSD tier has room for them without evicting.
   int64_t count = needed + extra;
   if (config_.ssd_rows > 0) {
-    const int64_t room = config_.ssd_rows - static_cast<int64_t>(cold_->live());
+    const int64_t room = config_.ssd_rows - static_cast<int64_t>(tier_.store->live());
     count = std::max(needed, std::min(count, room));
   }
   std::vector<std::pair<int64_t, int64_t>> candidates, protected_rows;  // (priority, row)
@@ -387,7 +387,7 @@ Status EmbeddingTable::DemoteLocked(int64_t needed, int64_t extra, int64_t tick)
     tags[j] = MetaOf(row).last_seen;
   }
   std::vector<uint64_t> where(m);
-  Status status = cold_->AppendBatch(m, keys.data(), records.data(), tags.data(), where.data());
+  Status status = tier_.store->AppendBatch(m, keys.data(), records.data(), tags.data(), where.data());
   if (!status.ok()) {
     return Status(status.code(), "table '" + config_.name + "': cannot move " +
                                      std::to_string(m) + " rows to SSD (the step fails, no "
@@ -398,19 +398,19 @@ Status EmbeddingTable::DemoteLocked(int64_t needed, int64_t extra, int64_t tick)
     const int64_t row = candidates[j].second;
     RowMeta& meta = MetaOf(row);
     if (config_.track_changes && ChunkOf(row)->changed[OffsetOf(row)]) {
-      cold_->set_mark(where[j], true);
+      tier_.store->set_mark(where[j], true);
     }
     const uint64_t hash = index_.Hash(meta.key);
     index_.shard(HashIndex::ShardOf(hash)).Set(meta.key, hash, ColdEntry(where[j]));
     KillRowLocked(meta);
     free_rows_.push_back(row);
   }
-  demotions_.fetch_add(static_cast<int64_t>(m), std::memory_order_relaxed);
+  tier_.demotions.fetch_add(static_cast<int64_t>(m), std::memory_order_relaxed);
   return Status::Ok();
 }
 
 Status EmbeddingTable::ColdRoomLocked(int64_t count) {
-  const int64_t live = static_cast<int64_t>(cold_->live());
+  const int64_t live = static_cast<int64_t>(tier_.store->live());
   if (config_.ssd_rows == 0 || live + count <= config_.ssd_rows) return Status::Ok();
   if (!config_.evict_when_full) {
     return Status::ResourceExhausted(FullMessage());
@@ -421,11 +421,11 @@ Status EmbeddingTable::ColdRoomLocked(int64_t count) {
       live, live + count - config_.ssd_rows + std::max<int64_t>(1, config_.ssd_rows / 100));
   std::vector<std::pair<int64_t, uint64_t>> oldest;  // (last seen, record number)
   oldest.reserve(static_cast<size_t>(live));
-  cold_->ForEachLiveTag([&](uint64_t id, int64_t tag) { oldest.emplace_back(tag, id); });
+  tier_.store->ForEachLiveTag([&](uint64_t id, int64_t tag) { oldest.emplace_back(tag, id); });
   if (want > 0) std::nth_element(oldest.begin(), oldest.begin() + (want - 1), oldest.end());
   for (int64_t j = 0; j < want; ++j) {
     uint64_t key = 0;
-    REC_SDK_RETURN_IF_ERROR(cold_->ReadKey(oldest[j].second, &key));
+    REC_SDK_RETURN_IF_ERROR(tier_.store->ReadKey(oldest[j].second, &key));
     RemoveColdLocked(static_cast<int64_t>(key),
                      kColdEntry | static_cast<int64_t>(oldest[j].second), /*evicted=*/true);
   }
@@ -440,16 +440,16 @@ void EmbeddingTable::RemoveColdLocked(int64_t key, int64_t entry, bool evicted) 
 }
 
 void EmbeddingTable::DropColdRecordLocked(int64_t key, int64_t entry, bool evicted) {
-  cold_->Remove(IdOf(entry));
+  tier_.store->Remove(IdOf(entry));
   size_.fetch_sub(1, std::memory_order_relaxed);
   if (evicted) evicted_.fetch_add(1, std::memory_order_relaxed);
-  // removed_keys_ is guarded by alloc_mu_ or the exclusive structure_mu_ held here.
-  if (config_.track_changes) removed_keys_.push_back(key);
+  // changes_.removed_keys is guarded by alloc_mu_ or the exclusive structure_mu_ held here.
+  if (config_.track_changes) changes_.removed_keys.push_back(key);
 }
 
 Status EmbeddingTable::CompactLocked() {
-  if (!cold_->NeedsCompaction()) return Status::Ok();
-  return cold_->Compact([&](uint64_t key, uint64_t, uint64_t to) {
+  if (!tier_.store->NeedsCompaction()) return Status::Ok();
+  return tier_.store->Compact([&](uint64_t key, uint64_t, uint64_t to) {
     const int64_t k = static_cast<int64_t>(key);
     const uint64_t hash = index_.Hash(k);
     index_.shard(HashIndex::ShardOf(hash)).Set(k, hash, ColdEntry(to));
@@ -466,8 +466,8 @@ Status EmbeddingTable::RelayoutColdLocked(int num_slots, int width, const float*
   const size_t kept_bytes = sizeof(RowMeta) + sizeof(float) * (dim + size_t(kept) * width);
   std::vector<char> record(new_bytes);
   std::vector<std::pair<int64_t, uint64_t>> moved;
-  moved.reserve(cold_->live());
-  Status status = cold_->ForEachLive([&](uint64_t key, uint64_t from,
+  moved.reserve(tier_.store->live());
+  Status status = tier_.store->ForEachLive([&](uint64_t key, uint64_t from,
                                          const void* old) -> Status {
     std::memcpy(record.data(), old, kept_bytes);
     float* value = reinterpret_cast<float*>(record.data() + sizeof(RowMeta));
@@ -475,8 +475,8 @@ Status EmbeddingTable::RelayoutColdLocked(int num_slots, int width, const float*
       std::fill_n(value + dim + s * width, width, initial_values[s]);
     }
     uint64_t to;
-    REC_SDK_RETURN_IF_ERROR(fresh->Append(key, record.data(), cold_->tag(from), &to));
-    if (cold_->marked(from)) fresh->set_mark(to, true);
+    REC_SDK_RETURN_IF_ERROR(fresh->Append(key, record.data(), tier_.store->tag(from), &to));
+    if (tier_.store->marked(from)) fresh->set_mark(to, true);
     moved.emplace_back(static_cast<int64_t>(key), to);
     return Status::Ok();
   });
@@ -485,7 +485,7 @@ Status EmbeddingTable::RelayoutColdLocked(int num_slots, int width, const float*
     const uint64_t hash = index_.Hash(key);
     index_.shard(HashIndex::ShardOf(hash)).Set(key, hash, ColdEntry(to));
   }
-  cold_ = std::move(fresh);
+  tier_.store = std::move(fresh);
   DropStaged();
   return Status::Ok();
 }
