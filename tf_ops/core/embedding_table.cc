@@ -49,7 +49,8 @@ EmbeddingTable::EmbeddingTable(const TableConfig& config)
       pages_(new std::atomic<DirectoryPage*>[kMaxPages]),
       newest_clock_(kNoClock),
       row_bytes_(RowBytesFor(0, config.dim)),
-      slot_width_(config.dim) {
+      slot_width_(config.dim),
+      tier_(this) {
   for (int64_t i = 0; i < kMaxPages; ++i) pages_[i].store(nullptr, std::memory_order_relaxed);
   pending_.set_seed(index_.seed());
   track_access_.store(config.track_access, std::memory_order_relaxed);
@@ -94,7 +95,7 @@ Status EmbeddingTable::Create(const TableConfig& config, std::unique_ptr<Embeddi
   std::unique_ptr<EmbeddingTable> t(new EmbeddingTable(config));
   if (config.tiered()) {
     std::unique_ptr<ColdTier> store;
-    REC_SDK_RETURN_IF_ERROR(t->OpenColdTier(t->row_bytes_, &store));
+    REC_SDK_RETURN_IF_ERROR(t->tier_.OpenColdTier(t->row_bytes_, &store));
     t->tier_.store = std::move(store);
   }
   const int64_t reserve = config.dynamic_expansion ? config.initial_capacity : config.capacity;
@@ -301,7 +302,7 @@ Status EmbeddingTable::FindOrInsert(const int64_t* keys, int64_t n, bool insert,
         run);
     return Status::Ok();
   }
-  if (tiered()) return TieredFindOrInsert(keys, n, addresses, run, access);
+  if (tiered()) return tier_.TieredFindOrInsert(keys, n, addresses, run, access);
   const int64_t tick = tick_.fetch_add(1, std::memory_order_relaxed) + 1;
   int64_t unplaced = 0;
   {
@@ -374,7 +375,7 @@ Status EmbeddingTable::Gather(const int64_t* addresses, int64_t n, float* out,
       if (i + kPrefetchDistance < last) PrefetchRow(addresses[i + kPrefetchDistance]);
       if (tier_.store != nullptr && IsColdAddress(addresses[i])) {
         // An evaluation lookup's cold row: read from its record, not promoted.
-        Status s = GatherCold(addresses[i], out + i * dim);
+        Status s = tier_.GatherCold(addresses[i], out + i * dim);
         if (!s.ok()) {
           std::lock_guard<std::mutex> lock(error_mu);
           if (error.ok()) error = s;
@@ -433,7 +434,7 @@ Status EmbeddingTable::Lookup(const int64_t* keys, int64_t n, bool init_missing,
           // A cold row is read from its record, not promoted.
           thread_local std::vector<char> record;
           record.resize(row_bytes_);
-          Status s = ReadColdRecord(entry, keys[i], record.data());
+          Status s = tier_.ReadColdRecord(entry, keys[i], record.data());
           if (!s.ok()) {
             std::lock_guard<std::mutex> lock(error_mu);
             if (error.ok()) error = s;

@@ -1,25 +1,7 @@
 // EmbeddingTable: one table (one shard) of embeddings keyed by int64 ids.
 //
-// Storage
-//   A row is one contiguous record: a 24-byte header (key, last-seen clock, admission count,
-//   generation, alive), the embedding (dim floats) and then each optimizer slot (dim floats
-//   each):
-//     [ header | embedding | slot 0 | slot 1 | ... ]   (size rounded up to 8 bytes)
-//   One hash probe per key therefore serves the embedding and every slot, and an optimizer
-//   update touches one stretch of memory (slots kept in separate arrays at the same offsets
-//   alias in the cache and made LazyAdam 4x slower). Rows live in chunks of rows_per_chunk()
-//   rows; a row id never changes while its key is stored. The records are re-laid out once,
-//   under the exclusive lock, when an optimizer first attaches its slots. A fixed-capacity
-//   table reserves all its chunks up front (memory is committed only when a row is first
-//   written); a dynamic-expansion table adds chunks as it grows.
-//
-// Row addresses
-//   The graph refers to a row by a 63-bit address (see EncodeAddress):
-//     bits 52..62  table tag     (rejects an address of another table)
-//     bits 40..51  generation    (bumped when the row is removed: rejects stale addresses)
-//     bits  0..39  row id
-//   -1 means "no row" (a key not found in eval, or not admitted). Every op that takes
-//   addresses validates them before touching any row.
+// Rows and addresses
+//   Rows are records in chunks, named by 63-bit addresses; see table_storage.h.
 //
 // Concurrency
 //   Batch operations (find/insert, gather, lookup, upsert, optimizer updates) run concurrently
@@ -63,6 +45,7 @@
 #include "tf_ops/core/table_config.h"
 #include "tf_ops/core/table_snapshot.h"
 #include "tf_ops/core/table_stats.h"
+#include "tf_ops/core/table_storage.h"
 #include "tf_ops/core/table_tier.h"
 
 namespace rec_sdk {
@@ -277,33 +260,8 @@ class EmbeddingTable {
   int64_t EncodeAddress(int64_t row, uint32_t generation) const;
 
  private:
-  struct RowMeta {
-    int64_t key;
-    int64_t last_seen;  // newest clock of a training lookup (or the clock at insertion)
-    uint16_t generation;
-    uint8_t alive;
-    // The row was initialised while the slot initial values were unknown (after an Import of
-    // slots, before the first EnsureSlots); EnsureSlots gives it the initial values.
-    uint8_t slots_unset;
-    uint32_t count;  // admission count, saturating
-  };
-  static_assert(sizeof(RowMeta) == 24, "the row header is 24 bytes");
-  struct Chunk {
-    char* rows = nullptr;  // rows_per_chunk() records of row_bytes_ bytes
-    std::unique_ptr<uint8_t[]> changed;  // per row, with track_changes: changed since the save
-    // Per row, tiered tables: the last tier tick that used it (spares it from demotion), and
-    // its place in the demotion order (see kProbationTicks).
-    std::unique_ptr<int64_t[]> ticks;
-    std::unique_ptr<int64_t[]> priority;
-  };
-  static constexpr int kPageBits = 12;  // chunks per directory page
-  static constexpr int64_t kPageSize = int64_t{1} << kPageBits;
   // How many keys or rows ahead batch loops prefetch.
   static constexpr int64_t kPrefetchDistance = 16;
-  static constexpr int64_t kMaxPages = 4096;
-  struct DirectoryPage {
-    std::atomic<Chunk*> chunks[kPageSize];
-  };
 
   explicit EmbeddingTable(const TableConfig& config);
 
@@ -365,13 +323,6 @@ class EmbeddingTable {
   // kResourceExhausted naming the table, the bytes and the limit otherwise, before anything
   // is mapped (a process left at vm.max_map_count fails wherever it maps memory next).
   Status CheckReservation(int64_t rows) const;
-  // vm.max_map_count minus the mappings the process has, or -1 when unknown.
-  static int64_t MappingsLeft();
-  // A chunk is up to two mappings (its huge-page part and its tail); reservations of at most
-  // kUncheckedChunks chunks are not checked (reading /proc costs more than they risk).
-  static constexpr int64_t kMappingsPerChunk = 2;
-  static constexpr int64_t kUncheckedChunks = 256;
-  static constexpr double kMaxReservationBytes = double(int64_t{1} << 45);  // 32 TiB
   // Re-lays out every chunk for `num_slots` slots of `width` floats (exclusive structure_mu_
   // and alloc_mu_ held): copies the header, embedding and existing slots (of the same width)
   // of every row handed out and sets new slots to initial_values[s]. Leaves the table
@@ -502,7 +453,7 @@ class EmbeddingTable {
   std::string slot_optimizer_;
   float slot_initial_values_[kMaxSlots] = {0, 0, 0, 0};
 
-  // --- The SSD tier (table_tier.cc) ---
+  // --- The SSD tier (table_tier.h) ---
   static constexpr int64_t kColdEntry = int64_t{1} << 62;
   static constexpr uint32_t kColdGeneration = (1u << kGenerationBits) - 1;
   static bool IsCold(int64_t entry) { return (entry & kColdEntry) != 0; }
@@ -522,68 +473,13 @@ class EmbeddingTable {
   // `recency`).
   Status UpsertLocked(const int64_t* keys, const float* values, int64_t n,
                       const ParallelRunner& run, int64_t recency);
-  // Copies the embedding of a cold row an evaluation lookup returned (shared lock).
-  Status GatherCold(int64_t address, float* out) const;
   int64_t& TickOf(int64_t row) const { return ChunkOf(row)->ticks[OffsetOf(row)]; }
   int64_t& PriorityOf(int64_t row) const { return ChunkOf(row)->priority[OffsetOf(row)]; }
-  // Demotion takes the rows of lowest priority. A row used again gets the lookup's tick; a
-  // row that just came into memory (promoted or new) gets the tick minus kProbationTicks, so
-  // it goes before rows used in the last kProbationTicks lookups unless it is used again:
-  // keys seen once do not push out keys seen often (Zipf-like data is mostly such keys).
-  static constexpr int64_t kProbationTicks = 16;
-  // Opens a store for records of `record_bytes` bytes in config_.ssd_paths.
-  Status OpenColdTier(size_t record_bytes, std::unique_ptr<ColdTier>* out) const;
-  // The training FindOrInsert of a tiered table (exclusive lock throughout).
-  Status TieredFindOrInsert(const int64_t* keys, int64_t n, int64_t* addresses,
-                            const ParallelRunner& run, const KeyAccess& access);
-  // Moves the cold keys among keys[0, n) into memory rows (structure_mu_ exclusive), demoting
-  // other rows when free rows are not enough, and sets the tick of every hot row of the batch
-  // to `tick` (so demotion spares them).
-  Status PromoteLocked(const int64_t* keys, int64_t n, int64_t tick, const ParallelRunner& run);
-  // Demotes `needed` least recently used memory rows whose tick is not `tick` (rows of the
-  // lookups since tick - kProtectedTicks only when the older ones are not enough), and up to
-  // `extra` more while the SSD tier has room for them (so that a table at its memory budget
-  // does not demote on every lookup). Fewer only when fewer rows may go. All or nothing: when
-  // the records cannot be written, no row moves.
-  Status DemoteLocked(int64_t needed, int64_t extra, int64_t tick);
-  // Makes room in the store for `count` more records: evicts the least recently seen records
-  // with evict_when_full, otherwise fails with kResourceExhausted when ssd_rows would be
-  // exceeded.
-  Status ColdRoomLocked(int64_t count);
-  // Compacts the store when a segment is more than half stale, updating the moved keys.
-  Status CompactLocked();
-  // Reads the record of a cold entry into record (row_bytes_ bytes) and checks its key; rows
-  // saved before their optimizer's slot values were known get them.
-  Status ReadColdRecord(int64_t entry, int64_t key, char* record) const;
-  // DataLoss unless a record read for `key` holds that key.
-  Status CheckColdKey(int64_t key, uint64_t stored) const;
-  // Gives a record saved before its optimizer's slot values were known those values.
-  void FillUnsetSlots(char* record) const;
-  // Removes a cold key (index entry and record; structure_mu_ exclusive); counts it as
-  // evicted when `evicted`.
-  void RemoveColdLocked(int64_t key, int64_t entry, bool evicted);
-  // RemoveColdLocked of a key whose index entry is already erased.
-  void DropColdRecordLocked(int64_t key, int64_t entry, bool evicted);
-  // Rewrites every cold record for `num_slots` slots: slots it had keep their values unless
-  // reset_slots, new or reset ones get initial_values. The new store replaces the old one
-  // only once every record is written.
-  Status RelayoutColdLocked(int num_slots, int width, const float* initial_values,
-                            bool reset_slots);
   // Rows that can still be handed out (alloc_mu_ not held).
   int64_t FreeRowCount();
-  // Calls fn(key, record, marked) for every cold record (a row record: header, embedding,
-  // slots; marked: changed since the last save).
-  Status ForEachColdRecord(
-      const std::function<Status(int64_t key, const char* record, bool marked)>& fn) const;
-  // Lays out a row record (row_bytes_ bytes) for the store; null slots (or null entries) get
-  // the slots' initial values.
-  void FillRecord(char* record, int64_t key, int64_t last_seen, uint32_t count,
-                  const float* value, const float* const* slots, bool slots_unset) const;
-  // Takes the staged record of (key, entry) into `record` (row_bytes_); false when none.
-  bool TakeStaged(int64_t key, int64_t entry, char* record);
-  // Forgets every staged record (the store was cleared or replaced).
-  void DropStaged();
-  // The SSD tier's state (table_tier.h); tier_.store is null for an all-in-memory table.
+  // The SSD tier: its state and the operations that move rows between the tiers
+  // (table_tier.h); tier_.store is null for an all-in-memory table.
+  friend class TableTier;
   TableTier tier_;
 };
 

@@ -305,7 +305,7 @@ Status EmbeddingTable::Evict(int64_t* rows_evicted, int64_t* pending_evicted,
       for (const uint64_t id : old) {
         uint64_t key = 0;
         REC_SDK_RETURN_IF_ERROR(tier_.store->ReadKey(id, &key));
-        RemoveColdLocked(static_cast<int64_t>(key), ColdEntry(id), /*evicted=*/true);
+        tier_.RemoveColdLocked(static_cast<int64_t>(key), ColdEntry(id), /*evicted=*/true);
         ++rows_out;
       }
     }
@@ -431,7 +431,7 @@ Status EmbeddingTable::Restrict(int64_t keep, RestrictBy by, int64_t* removed) {
   std::nth_element(rows.begin(), rows.begin() + (drop - 1), rows.end(), worse);
   for (int64_t j = 0; j < drop; ++j) {
     if (rows[j].row < 0) {
-      RemoveColdLocked(rows[j].key, rows[j].entry, /*evicted=*/true);
+      tier_.RemoveColdLocked(rows[j].key, rows[j].entry, /*evicted=*/true);
       continue;
     }
     EvictRowLocked(rows[j].row);

@@ -39,7 +39,7 @@ Status EmbeddingTable::ImportAccess(const int64_t* keys, const int64_t* last_see
     if (IsCold(entry)) {
       // A cold row's record is rewritten with the statistics (its tag is its clock).
       std::vector<char> record(row_bytes_);
-      REC_SDK_RETURN_IF_ERROR(ReadColdRecord(entry, keys[i], record.data()));
+      REC_SDK_RETURN_IF_ERROR(tier_.ReadColdRecord(entry, keys[i], record.data()));
       RowMeta& meta = *reinterpret_cast<RowMeta*>(record.data());
       meta.last_seen = last_seen[i];
       meta.count = count;
@@ -86,8 +86,8 @@ Status EmbeddingTable::ExportAccess(std::vector<int64_t>* keys, std::vector<int6
     counts->push_back(int64_t{meta.count});
   }
   // Cold rows (after the rows in memory).
-  const Status status = ForEachColdRecord([&](int64_t key, const char* record, bool) {
-    const auto& meta = *reinterpret_cast<const EmbeddingTable::RowMeta*>(record);
+  const Status status = tier_.ForEachColdRecord([&](int64_t key, const char* record, bool) {
+    const auto& meta = *reinterpret_cast<const RowMeta*>(record);
     keys->push_back(key);
     last_seen->push_back(meta.last_seen);
     counts->push_back(int64_t{meta.count});
@@ -118,7 +118,7 @@ Status EmbeddingTable::Export(const ExportAllocator& allocate) {
     }
     ++out;
   }
-  return ForEachColdRecord([&](int64_t key, const char* record, bool) {
+  return tier_.ForEachColdRecord([&](int64_t key, const char* record, bool) {
     if (out >= n) return Status::Ok();
     const float* value = reinterpret_cast<const float*>(record + sizeof(RowMeta));
     keys[out] = key;
@@ -197,8 +197,9 @@ Status EmbeddingTable::Import(const int64_t* keys, const float* values, const fl
         for (int s = 0; s < num_slots; ++s) slot_values[s] = slots + (s * n + i) * width;
         const bool slots_unset =
             num_slots_ > 0 && !slot_values_known_ && !(num_slots > 0 && num_slots == num_slots_);
-        FillRecord(cold_records.data() + at->second * row_bytes_, keys[i], ClockForNewRows(),
-                   0, values + i * dim, slot_values.data(), slots_unset);
+        tier_.FillRecord(cold_records.data() + at->second * row_bytes_, keys[i],
+                         ClockForNewRows(), 0, values + i * dim, slot_values.data(),
+                         slots_unset);
         continue;
       }
       if (used == rows.size()) {
@@ -221,7 +222,7 @@ Status EmbeddingTable::Import(const int64_t* keys, const float* values, const fl
   if (used < rows.size()) ReleaseRows(rows.data() + used, rows.size() - used);
   if (cold_keys.empty()) return Status::Ok();
   const size_t m = cold_keys.size();
-  REC_SDK_RETURN_IF_ERROR(ColdRoomLocked(static_cast<int64_t>(m)));
+  REC_SDK_RETURN_IF_ERROR(tier_.ColdRoomLocked(static_cast<int64_t>(m)));
   std::vector<const void*> records(m);
   std::vector<int64_t> tags(m, ClockForNewRows());
   for (size_t j = 0; j < m; ++j) records[j] = cold_records.data() + j * row_bytes_;

@@ -64,7 +64,7 @@ Status EmbeddingTable::EnsureSlotsLocked(const std::string& optimizer,
     REC_SDK_RETURN_IF_ERROR(RelayoutLocked(wanted, width, initial_values.data()));
     if (tier_.store != nullptr) {
       REC_SDK_RETURN_IF_ERROR(
-          RelayoutColdLocked(wanted, width, initial_values.data(), /*reset_slots=*/true));
+          tier_.RelayoutColdLocked(wanted, width, initial_values.data(), /*reset_slots=*/true));
     }
     for (int64_t row = 0; row < next_row_; ++row) {
       float* value = ValueOf(row);

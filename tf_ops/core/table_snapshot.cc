@@ -93,14 +93,13 @@ void EmbeddingTable::ResetChangesLocked() {
 Status TableSnapshotView::ForEachRow(const RowFn& fn, bool changed_only) const {
   changed_only = changed_only && table_->config_.track_changes;
   for (int64_t row = 0; row < next_row_; ++row) {
-    const EmbeddingTable::RowMeta& meta = table_->MetaOf(row);
+    const RowMeta& meta = table_->MetaOf(row);
     if (!meta.alive) continue;
     if (changed_only && !table_->ChunkOf(row)->changed[table_->OffsetOf(row)]) continue;
     REC_SDK_RETURN_IF_ERROR(fn(meta.key, table_->ValueOf(row), meta.count, meta.last_seen));
   }
-  return table_->ForEachColdRecord([&](int64_t key, const char* record, bool marked) {
+  return table_->tier_.ForEachColdRecord([&](int64_t key, const char* record, bool marked) {
     if (changed_only && !marked) return Status::Ok();
-    using RowMeta = EmbeddingTable::RowMeta;
     const RowMeta& meta = *reinterpret_cast<const RowMeta*>(record);
     return fn(key, reinterpret_cast<const float*>(record + sizeof(RowMeta)), meta.count,
               meta.last_seen);
@@ -215,8 +214,8 @@ class EmbeddingTable::RowSink : public RestoreSink {
     const size_t bytes = t_->row_bytes_;
     batch.records.resize((batch.keys.size() + 1) * bytes);
     const float* const* kept = keep_slots_ ? slots : nullptr;
-    t_->FillRecord(batch.records.data() + batch.keys.size() * bytes, key, last_seen, count,
-                   value, kept, false);
+    t_->tier_.FillRecord(batch.records.data() + batch.keys.size() * bytes, key, last_seen,
+                         count, value, kept, false);
     batch.keys.push_back(static_cast<uint64_t>(key));
     batch.tags.push_back(last_seen);
     if (batch.keys.size() >= kColdBatch) return FlushCold(lane);
@@ -395,7 +394,7 @@ Status EmbeddingTable::ApplyDelta(const CheckpointInfo& info, bool cleared,
     const int64_t entry = index_.shard(HashIndex::ShardOf(hash)).Erase(key, hash);
     if (entry < 0) continue;
     if (IsCold(entry)) {
-      DropColdRecordLocked(key, entry, /*evicted=*/false);
+      tier_.DropColdRecordLocked(key, entry, /*evicted=*/false);
       continue;
     }
     const int64_t row = RowOfEntry(entry);

@@ -32,7 +32,7 @@ Status EmbeddingTable::Upsert(const int64_t* keys, const float* values, int64_t 
     for (int64_t first = 0; first < n; first += slice) {
       const int64_t count = std::min(slice, n - first);
       const int64_t recency = tier_.tick.fetch_add(1, std::memory_order_relaxed) + 1;
-      REC_SDK_RETURN_IF_ERROR(PromoteLocked(keys + first, count, recency, run));
+      REC_SDK_RETURN_IF_ERROR(tier_.PromoteLocked(keys + first, count, recency, run));
       REC_SDK_RETURN_IF_ERROR(
           UpsertLocked(keys + first, values + first * config_.dim, count, run, recency));
     }
@@ -61,7 +61,7 @@ Status EmbeddingTable::UpsertLocked(const int64_t* keys, const float* values, in
   if (tiered()) {
     const int64_t free_rows = FreeRowCount();
     if (free_rows < missing.load()) {
-      REC_SDK_RETURN_IF_ERROR(DemoteLocked(missing.load() - free_rows, 0, recency));
+      REC_SDK_RETURN_IF_ERROR(tier_.DemoteLocked(missing.load() - free_rows, 0, recency));
     }
   }
   std::vector<int64_t> reserved;
@@ -82,7 +82,7 @@ Status EmbeddingTable::UpsertLocked(const int64_t* keys, const float* values, in
           InitializeRowLocked(row, keys[i], ClockForNewRows());
           if (recency > 0) {
             TickOf(row) = recency;
-            PriorityOf(row) = recency - kProbationTicks;
+            PriorityOf(row) = recency - TableTier::kProbationTicks;
           }
           size_.fetch_add(1, std::memory_order_relaxed);
           PendingShard& pending = pending_.ShardFor(hash);
@@ -126,7 +126,9 @@ Status EmbeddingTable::Remove(const int64_t* keys, int64_t n, int64_t* removed,
       },
       run);
   // The store is not thread-safe: its records go after the parallel part.
-  for (const auto& [key, entry] : cold) DropColdRecordLocked(key, entry, /*evicted=*/false);
+  for (const auto& [key, entry] : cold) {
+    tier_.DropColdRecordLocked(key, entry, /*evicted=*/false);
+  }
   if (removed != nullptr) *removed = count.load();
   return Status::Ok();
 }
@@ -150,7 +152,7 @@ void EmbeddingTable::ClearLocked() {
   pending_.ResetSize();
   if (tier_.store != nullptr) {
     tier_.store->Clear();
-    DropStaged();
+    tier_.DropStaged();
   }
   std::lock_guard<std::mutex> lock(alloc_mu_);
   for (int64_t row = 0; row < next_row_; ++row) {
