@@ -47,13 +47,12 @@ EmbeddingTable::EmbeddingTable(const TableConfig& config)
       max_rows_(config.dynamic_expansion ? kMaxRows : config.capacity),
       index_(HashIndex::RandomSeed()),
       pages_(new std::atomic<DirectoryPage*>[kMaxPages]),
-      newest_clock_(kNoClock),
       row_bytes_(RowBytesFor(0, config.dim)),
       slot_width_(config.dim),
       tier_(this) {
   for (int64_t i = 0; i < kMaxPages; ++i) pages_[i].store(nullptr, std::memory_order_relaxed);
   pending_.set_seed(index_.seed());
-  track_access_.store(config.track_access, std::memory_order_relaxed);
+  admission_.track_access.store(config.track_access, std::memory_order_relaxed);
 }
 
 Status EmbeddingTable::Create(const TableConfig& config, std::unique_ptr<EmbeddingTable>* table) {
@@ -200,14 +199,14 @@ void EmbeddingTable::InitializeRowLocked(int64_t row, int64_t key, int64_t last_
   float* value = ValueOf(row);
   InitializeRow(config_.initializer, key, config_.dim, value);
   for (int s = 0; s < num_slots_; ++s) {
-    std::fill_n(SlotOf(value, s), slot_width_, slot_initial_values_[s]);
+    std::fill_n(SlotOf(value, s), slot_width_, slots_.initial_values[s]);
   }
   MarkChanged(row);
   RowMeta& meta = MetaOf(row);
   meta.key = key;
   meta.last_seen = last_seen;
   meta.count = 0;
-  meta.slots_unset = num_slots_ > 0 && !slot_values_known_;
+  meta.slots_unset = num_slots_ > 0 && !slots_.values_known;
   __atomic_store_n(&meta.alive, 1, __ATOMIC_RELEASE);
 }
 
@@ -237,45 +236,14 @@ void EmbeddingTable::FreeRow(int64_t row) {
   if (config_.track_changes) changes_.removed_keys.push_back(key);
 }
 
-void EmbeddingTable::ForEachShard(const int64_t* keys, int64_t n, int64_t cost_per_key,
-                                  const ShardBatchFn& fn, const ParallelRunner& run) {
-  std::vector<uint64_t> hashes;
-  std::vector<int64_t> order;
-  std::vector<int64_t> begin;
-  HashIndex::BucketByShard(keys, n, index_.seed(), &hashes, &order, &begin, run);
-  const int64_t per_shard_cost = std::max<int64_t>(1, cost_per_key * (n / HashIndex::kNumShards + 1));
-  run(HashIndex::kNumShards, per_shard_cost, [&](int64_t first, int64_t last) {
-    for (int64_t s = first; s < last; ++s) {
-      if (begin[s] == begin[s + 1]) continue;
-      HashIndex::Shard& shard = index_.shard(static_cast<int>(s));
-      std::lock_guard<std::mutex> lock(shard.mu());
-      fn(shard, order.data() + begin[s], begin[s + 1] - begin[s], hashes.data());
-    }
-  });
-}
-
-void EmbeddingTable::ForEachKeyByShard(
-    const int64_t* keys, int64_t n, int64_t cost_per_key,
-    const std::function<void(HashIndex::Shard&, int64_t, uint64_t)>& fn,
-    const ParallelRunner& run) {
-  ForEachShard(
-      keys, n, cost_per_key,
-      [&](HashIndex::Shard& shard, const int64_t* positions, int64_t count,
-          const uint64_t* hashes) {
-        ProbeInOrder(shard, positions, count, hashes,
-                     [&](int64_t i) { fn(shard, i, hashes[i]); });
-      },
-      run);
-}
-
 void EmbeddingTable::RaiseNewestClock(int64_t clock) {
-  int64_t seen = newest_clock_.load(std::memory_order_relaxed);
-  while (clock > seen && !newest_clock_.compare_exchange_weak(seen, clock)) {
+  int64_t seen = admission_.newest_clock.load(std::memory_order_relaxed);
+  while (clock > seen && !admission_.newest_clock.compare_exchange_weak(seen, clock)) {
   }
 }
 
 int64_t EmbeddingTable::ClockForNewRows() const {
-  const int64_t newest = newest_clock_.load(std::memory_order_relaxed);
+  const int64_t newest = admission_.newest_clock.load(std::memory_order_relaxed);
   return newest == kNoClock ? 0 : newest;
 }
 
@@ -286,16 +254,16 @@ Status EmbeddingTable::FindOrInsert(const int64_t* keys, int64_t n, bool insert,
   if (!insert) {
     std::shared_lock<std::shared_mutex> structure(structure_mu_);
     const int64_t tag_bits = TagBits();
-    ForEachShard(
+    index_.ForEachShard(
         keys, n, 60,
         [&](HashIndex::Shard& shard, const int64_t* positions, int64_t count,
             const uint64_t* hashes) {
-          ProbeInOrder(shard, positions, count, hashes, [&](int64_t i) {
+          HashIndex::ProbeInOrder(shard, positions, count, hashes, [&](int64_t i) {
             const int64_t entry = shard.Find(keys[i], hashes[i]);
             if (entry < 0) {
               addresses[i] = -1;
             } else {
-              addresses[i] = IsCold(entry) ? ColdAddress(entry) : (tag_bits | entry);
+              addresses[i] = TableTier::IsCold(entry) ? ColdAddress(entry) : (tag_bits | entry);
             }
           });
         },
@@ -303,7 +271,7 @@ Status EmbeddingTable::FindOrInsert(const int64_t* keys, int64_t n, bool insert,
     return Status::Ok();
   }
   if (tiered()) return tier_.TieredFindOrInsert(keys, n, addresses, run, access);
-  const int64_t tick = tick_.fetch_add(1, std::memory_order_relaxed) + 1;
+  const int64_t tick = admission_.tick.fetch_add(1, std::memory_order_relaxed) + 1;
   int64_t unplaced = 0;
   {
     std::shared_lock<std::shared_mutex> structure(structure_mu_);
@@ -327,8 +295,10 @@ Status EmbeddingTable::FindOrInsert(const int64_t* keys, int64_t n, bool insert,
     if (unplaced > 0) {
       // Rows of the table's last kProtectedTicks lookups are spared, counted from the newest
       // tick: lookups that started after this one may be using theirs.
+      const int64_t newest_tick =
+          access.times == nullptr ? admission_.tick.load(std::memory_order_relaxed) : 0;
       EvictLeastRecentLocked(unplaced + std::max<int64_t>(1, config_.capacity / 100), keys, n,
-                             access.times == nullptr ? tick_.load(std::memory_order_relaxed) : 0);
+                             newest_tick);
       unplaced = 0;
       InsertPass(keys, n, addresses, access, tick, /*count=*/false, &unplaced, run);
     }
@@ -344,9 +314,9 @@ TableStats EmbeddingTable::Stats() const {
   TableStats stats;
   stats.size = Size();
   stats.capacity = Capacity();
-  stats.admitted = admitted_.load();
-  stats.rejected = rejected_.load();
-  stats.evicted = evicted_.load();
+  stats.admitted = admission_.admitted.load();
+  stats.rejected = admission_.rejected.load();
+  stats.evicted = admission_.evicted.load();
   stats.pending = pending_.size();
   stats.newest_clock = ClockForNewRows();
   if (tier_.store != nullptr) {
@@ -406,7 +376,7 @@ Status EmbeddingTable::Lookup(const int64_t* keys, int64_t n, bool init_missing,
                               float slot_default) {
   std::shared_lock<std::shared_mutex> structure(structure_mu_);
   if (slot >= 0 && num_slots_ == 0) {
-    ForEachKeyByShard(
+    index_.ForEachKeyByShard(
         keys, n, 60,
         [&](HashIndex::Shard& shard, int64_t i, uint64_t hash) {
           if (exists != nullptr) exists[i] = shard.Find(keys[i], hash) >= 0;
@@ -423,14 +393,14 @@ Status EmbeddingTable::Lookup(const int64_t* keys, int64_t n, bool init_missing,
   const int dim = config_.dim;
   std::mutex error_mu;
   Status error;
-  ForEachKeyByShard(
+  index_.ForEachKeyByShard(
       keys, n, 60 + 2 * dim,
       [&](HashIndex::Shard& shard, int64_t i, uint64_t hash) {
         const int64_t entry = shard.Find(keys[i], hash);
         int64_t row = entry < 0 ? -1 : RowOfEntry(entry);
         float* dst = out + i * dim;
         float* value = row >= 0 ? ValueOf(row) : nullptr;
-        if (entry >= 0 && IsCold(entry)) {
+        if (entry >= 0 && TableTier::IsCold(entry)) {
           // A cold row is read from its record, not promoted.
           thread_local std::vector<char> record;
           record.resize(row_bytes_);
@@ -448,7 +418,7 @@ Status EmbeddingTable::Lookup(const int64_t* keys, int64_t n, bool init_missing,
           } else if (row >= 0) {
             std::memcpy(dst, SlotOf(value, slot), dim * sizeof(float));
           } else {
-            std::fill_n(dst, dim, init_missing ? slot_initial_values_[slot] : 0.0f);
+            std::fill_n(dst, dim, init_missing ? slots_.initial_values[slot] : 0.0f);
           }
         } else if (row >= 0) {
           std::memcpy(dst, value, dim * sizeof(float));

@@ -1,7 +1,9 @@
 // EmbeddingTable: one table (one shard) of embeddings keyed by int64 ids.
 //
-// Rows and addresses
-//   Rows are records in chunks, named by 63-bit addresses; see table_storage.h.
+// Its concerns have headers of their own: how rows are stored and named by 63-bit addresses
+// (table_storage.h), admission by count and eviction by age (table_admission.h), the
+// optimizer slots (table_slots.h), what checkpoints see (table_snapshot.h), and the SSD tier
+// that keeps a tiered table's least recently used rows in a ColdTier on SSD (table_tier.h).
 //
 // Concurrency
 //   Batch operations (find/insert, gather, lookup, upsert, optimizer updates) run concurrently
@@ -10,20 +12,6 @@
 //   addresses validates them and uses the rows under one shared hold, so a row it validated
 //   cannot be freed and reused for another key before it is done: it reaches the key it was
 //   issued for, or fails as stale.
-//
-// Admission and eviction
-//   Training lookups may pass, per key, a count (occurrences x faae_coefficient) and a clock
-//   value (a data timestamp or a global step). With an access threshold >= 0, a key without a
-//   row accumulates its count in a per-shard "pending" map and gets a row once the count
-//   reaches the threshold; until then it maps to -1 (pending_keys.h). Rows and pending entries remember the
-//   newest clock they were seen with; Evict() drops those whose age (the newest clock the
-//   table has seen minus theirs) is at least the eviction threshold. A fixed-capacity table
-//   with evict_when_full drops its least recently seen rows instead of failing when full.
-//   Concurrent updates of the same row race like TensorFlow's use_locking=False optimizers:
-//   values stay valid floats, never out-of-bounds memory.
-//
-// The SSD tier
-//   A tiered table keeps its least recently used rows in a ColdTier on SSD; see table_tier.h.
 #ifndef REC_SDK_CORE_EMBEDDING_TABLE_H_
 #define REC_SDK_CORE_EMBEDDING_TABLE_H_
 
@@ -42,7 +30,9 @@
 #include "tf_ops/core/parallel.h"
 #include "tf_ops/core/pending_keys.h"
 #include "tf_ops/core/status.h"
+#include "tf_ops/core/table_admission.h"
 #include "tf_ops/core/table_config.h"
+#include "tf_ops/core/table_slots.h"
 #include "tf_ops/core/table_snapshot.h"
 #include "tf_ops/core/table_stats.h"
 #include "tf_ops/core/table_storage.h"
@@ -53,7 +43,7 @@ namespace rec_sdk {
 class EmbeddingTable {
  public:
   static constexpr int kMaxDim = 8192;
-  static constexpr int kMaxSlots = 4;
+  static constexpr int kMaxSlots = TableSlots::kMaxSlots;
   static constexpr int kRowBits = 40;
   static constexpr int kGenerationBits = 12;
   static constexpr int kTagBits = 11;
@@ -72,16 +62,11 @@ class EmbeddingTable {
   bool dynamic_expansion() const { return config_.dynamic_expansion; }
   int64_t rows_per_chunk() const { return int64_t{1} << chunk_shift_; }
   int num_slots() const { return num_slots_; }
-  // Floats per optimizer slot of a row: dim (one per element, the default) or 1 (one per
-  // row, e.g. row-wise Adagrad's accumulator), as the optimizer that attached them asked.
+  // Floats per optimizer slot of a row: dim or 1 (table_slots.h).
   int slot_width() const { return slot_width_; }
   // Whether the table has an SSD tier.
   bool tiered() const { return tier_.store != nullptr; }
-  // Reads the SSD records of keys[0, n) ahead of the training lookup that will bring them
-  // into memory (the next batch's keys, while the current batch trains), so that it copies
-  // them from memory instead of waiting for the disk. Holds the table's lock only to find the
-  // records; keeps at most about capacity/16 records (the oldest go first). *read (may be
-  // null): records read. Does nothing for a table without an SSD tier.
+  // Reads the SSD records of keys[0, n) ahead of their training lookup (table_tier.h).
   Status PrefetchCold(const int64_t* keys, int64_t n, int64_t* read, const ParallelRunner& run);
 
   // Number of keys stored.
@@ -100,33 +85,27 @@ class EmbeddingTable {
   Status FindOrInsert(const int64_t* keys, int64_t n, bool insert, int64_t* addresses,
                       const ParallelRunner& run, const KeyAccess& access = KeyAccess());
 
-  // Sets the admission and eviction thresholds (each >= -1; until then both are -1). The
-  // first call sets them; a later call with the same values changes nothing (a threshold
-  // changed by SetAccessThreshold stays); one with other values fails with InvalidArgument
-  // naming the table and each differing threshold with both values.
+  // --- Admission and eviction (what these operations do in detail: table_admission.h) ---
+  // Sets the thresholds; every later call must give the same values.
   Status ConfigureAdmission(const AdmissionConfig& wanted);
   // The configured thresholds (defaults before ConfigureAdmission), and whether it ran.
   AdmissionConfig admission() const;
   bool admission_configured() const;
-  // Forgets the configuration (thresholds back to -1): for a table kept from a session whose
-  // graph configured it, taken over by a new graph that configures it anew.
+  // Forgets the configuration (thresholds back to -1), for a graph that configures it anew.
   void ResetAdmission();
-  // Changes the admission threshold (>= -1) for later lookups; keys already admitted keep
-  // their rows. The configuration (admission()) keeps the configured value.
+  // Changes the admission threshold in use, not the configured one.
   Status SetAccessThreshold(int64_t threshold);
-  int64_t access_threshold() const { return access_threshold_.load(std::memory_order_relaxed); }
-  // Starts keeping access counts and last-seen clocks current on training passes
-  // (config.track_access from the start; a restrict policy given a table later turns it on).
-  // Rows keep what they had until then.
-  void TrackAccess() { track_access_.store(true, std::memory_order_relaxed); }
-  bool track_access() const { return track_access_.load(std::memory_order_relaxed); }
+  int64_t access_threshold() const {
+    return admission_.access_threshold.load(std::memory_order_relaxed);
+  }
+  // Starts keeping access counts and last-seen clocks current on training passes.
+  void TrackAccess() { admission_.track_access.store(true, std::memory_order_relaxed); }
+  bool track_access() const { return admission_.track_access.load(std::memory_order_relaxed); }
   int64_t eviction_threshold() const {
-    return eviction_threshold_.load(std::memory_order_relaxed);
+    return admission_.eviction_threshold.load(std::memory_order_relaxed);
   }
 
-  // Drops every row and pending count whose clock is at least eviction_threshold older than
-  // the newest clock seen; their rows, slots and counts are gone (a later occurrence starts
-  // from scratch). Returns the numbers of rows and pending entries dropped (may be null).
+  // Drops the rows and pending counts at least eviction_threshold older than the newest clock.
   Status Evict(int64_t* rows_evicted, int64_t* pending_evicted, const ParallelRunner& run);
 
   TableStats Stats() const;
@@ -149,7 +128,8 @@ class EmbeddingTable {
   Status Upsert(const int64_t* keys, const float* values, int64_t n, const ParallelRunner& run);
 
   // Removes keys (absent keys are ignored); their rows go to the free list and any address
-  // to them becomes stale. Runs alone (exclusive lock), as every operation that frees rows. *removed (may be null) receives the number of keys removed.
+  // to them becomes stale. Runs alone (exclusive lock), as every operation that frees rows.
+  // *removed (may be null) receives the number of keys removed.
   Status Remove(const int64_t* keys, int64_t n, int64_t* removed, const ParallelRunner& run);
 
   // Removes every key. Memory stays reserved; all addresses become stale.
@@ -161,32 +141,17 @@ class EmbeddingTable {
   // Addresses of removed rows become stale: run it between training steps.
   Status Restrict(int64_t keep, RestrictBy by, int64_t* removed);
 
-  // Declares the optimizer slots of this table: one array per slot, initialised to
-  // initial_values[i]. Idempotent for the same optimizer; a different optimizer is an error
-  // (one sparse optimizer per table). A table restored with slots by Import accepts the first
-  // optimizer whose slot count matches.
-  // width: floats per slot, 0 for dim (see slot_width()).
+  // --- Optimizer slots (what these operations do in detail: table_slots.h) ---
+  // Declares the optimizer slots of this table (one sparse optimizer per table).
   Status EnsureSlots(const std::string& optimizer, const std::vector<float>& initial_values,
                      int width = 0);
-  const std::string& slot_optimizer() const { return slot_optimizer_; }
-
-  // Calls update(i, value, slots) for every i in [0, n) with addresses[i] != -1, in parallel;
-  // one update of the table at a time (update_mu_), so concurrent updates are never lost.
-  // All addresses are validated before any row is touched; `slots` points at the row's
-  // num_slots() slot vectors (slot_width() floats each). Addresses must be unique.
+  const std::string& slot_optimizer() const { return slots_.optimizer; }
+  // Calls update(i, value, slots) for every valid address, in parallel, one update at a time.
   using RowUpdate = std::function<void(int64_t i, float* value, float* const* slots)>;
   Status UpdateRows(const int64_t* addresses, int64_t n, int64_t cost_per_row,
                     const RowUpdate& update, const ParallelRunner& run);
-
-  // An optimizer's slots: its name and the initial value of each slot.
-  struct SlotLayout {
-    std::string optimizer;
-    std::vector<float> initial_values;
-    int width = 0;  // floats per slot: 0 for dim (per element), 1 for one per row
-  };
-  // UpdateRows for the optimizer of `layout`, attaching its slots first if needed (as
-  // EnsureSlots). All or nothing: when an address is invalid or the optimizer cannot train
-  // the table, nothing changes (no slots attached, no optimizer bound, no row written).
+  using SlotLayout = TableSlotLayout;
+  // UpdateRows for the optimizer of `layout`, attaching its slots first; all or nothing.
   Status ApplyUpdate(const SlotLayout& layout, const int64_t* addresses, int64_t n,
                      int64_t cost_per_row, const RowUpdate& update, const ParallelRunner& run);
 
@@ -198,14 +163,14 @@ class EmbeddingTable {
   Status Export(const ExportAllocator& allocate);
   // Every stored key with its access statistics (restrict policies' status): last-seen clock
   // and access count, in row order.
+  Status ExportAccess(std::vector<int64_t>* keys, std::vector<int64_t>* last_seen,
+                      std::vector<int64_t>* counts);
   // Sets the last-seen clock and access count of the stored keys among keys[0, n) (absent
   // keys are skipped; counts saturate at 2^32 - 1) and raises the table's clock to the newest
   // of them, so later training is newer: the statistics an export of ExportAccess saved.
   // InvalidArgument (nothing changed) for a negative clock or count.
   Status ImportAccess(const int64_t* keys, const int64_t* last_seen, const int64_t* counts,
                       int64_t n);
-  Status ExportAccess(std::vector<int64_t>* keys, std::vector<int64_t>* last_seen,
-                    std::vector<int64_t>* counts);
 
   // Replaces the table's contents with n rows. slots (layout [slot][row][slot_width], 0 for
   // dim) may be null (slots start from their initial values); otherwise it holds num_slots
@@ -213,47 +178,30 @@ class EmbeddingTable {
   Status Import(const int64_t* keys, const float* values, const float* slots, int num_slots,
                 int64_t n, int slot_width = 0);
 
-  // --- Checkpoints (see checkpoint.h) ---
-  // What a checkpoint records besides the rows, and a consistent view of the table for a
-  // checkpoint, valid inside Snapshot (table_snapshot.h).
+  // --- Checkpoints (checkpoint.h; what these operations do in detail: table_snapshot.h) ---
   using CheckpointInfo = TableCheckpointInfo;
   using SnapshotView = TableSnapshotView;
-  // Runs fn(view) under the exclusive lock (batch operations wait until it returns). The
-  // view's info carries a new save id, to be passed to CommitSave once the save is durable.
+  using RestoreSink = TableRestoreSink;
+  // Runs fn(view) under the exclusive lock; the view's info carries a new save id.
   Status Snapshot(const std::function<Status(const SnapshotView&)>& fn);
-  // Records that the save with this id is complete: the table's change set restarts from it
-  // (what a later delta is relative to). Fails if another snapshot was taken since.
+  // Records that the save with this id is durable: later deltas are relative to it.
   Status CommitSave(int64_t save_id);
   int64_t checkpoint_id() const { return changes_.checkpoint_id; }
   bool tracks_changes() const { return config_.track_changes; }
-  // Whether the table holds exactly checkpoint `save_id`: it was saved (and committed) or
-  // restored as that checkpoint, and nothing changed it since (no training lookup, update,
-  // eviction, upsert, removal or threshold change). Such a table can stand in for reading the
-  // checkpoint's files.
+  // Whether the table holds exactly checkpoint `save_id`, unchanged since.
   bool HoldsCheckpoint(int64_t save_id) const;
-
-  // Receives the rows of a restore (see Restore). Rows are put in by kRestoreLanes lanes that
-  // may run in parallel: lane l takes the keys whose index shard s has s % kRestoreLanes == l
-  // (RestoreLaneOf), so lanes never touch the same shard.
+  // Restore lanes: lane l takes the keys of the index shards s with s % kRestoreLanes == l.
   static constexpr int kRestoreLanes = 2;
   int RestoreLaneOf(int64_t key) const {
     return HashIndex::ShardOf(index_.Hash(key)) % kRestoreLanes;
   }
-  using RestoreSink = TableRestoreSink;
-  // Replaces the table's contents under the exclusive lock: feed(sink) adds the rows. Slots
-  // of the checkpoint's optimizer are kept when the table has no optimizer yet (the first
-  // optimizer to apply must then be the same one, or the slots are re-initialised with a
-  // notice) or has the same one; otherwise they are dropped and *note says so. On any error
-  // the table is left empty. *note (may be null) describes what happened to the slots.
+  // Replaces the contents with the rows feed(sink) adds; *note: what became of the slots.
   Status Restore(const CheckpointInfo& info, const std::function<Status(RestoreSink*)>& feed,
                  std::string* note);
-  // Applies a delta checkpoint on top of the table's contents (exclusive lock): clears the
-  // table first when `cleared`, removes `removed` keys, then feed(sink) upserts the changed
-  // rows and replaces the pending keys. The slots must be the table's.
+  // Applies a delta checkpoint: clears when `cleared`, removes `removed`, upserts the rows.
   Status ApplyDelta(const CheckpointInfo& info, bool cleared, const std::vector<int64_t>& removed,
                     const std::function<Status(RestoreSink*)>& feed);
-  // A notice from the last EnsureSlots (e.g. checkpoint slots of another optimizer that were
-  // re-initialised), cleared by the call; empty when there is none.
+  // The notice of the last EnsureSlots, if any, cleared by the call.
   std::string TakeNotice();
 
   // Address encoding (public for tests and tools).
@@ -333,6 +281,8 @@ class EmbeddingTable {
   void AllocateRows(int64_t count, std::vector<int64_t>* rows);
   // Gives back rows taken by AllocateRows and never initialised.
   void ReleaseRows(const int64_t* rows, size_t count);
+  // Rows that can still be handed out (alloc_mu_ not held).
+  int64_t FreeRowCount();
   // Gives a row its key, initial embedding and initial slot values, clock `last_seen` and
   // count 0, and marks it alive (the caller counts it in size_).
   void InitializeRowLocked(int64_t row, int64_t key, int64_t last_seen);
@@ -363,27 +313,13 @@ class EmbeddingTable {
   std::string FullMessage() const;
   // Clear with structure_mu_ held exclusively.
   void ClearLocked();
+  // Upsert with structure_mu_ held (exclusive for tiered tables, whose new rows get tick
+  // `recency`).
+  Status UpsertLocked(const int64_t* keys, const float* values, int64_t n,
+                      const ParallelRunner& run, int64_t recency);
   // Marks a row dead and bumps its generation (its shard lock, or structure_mu_ exclusively,
   // held), so every address to it becomes stale.
   void KillRowLocked(RowMeta& meta);
-
-  // Runs fn(shard, i, hash) for every key position i, shard by shard, in parallel, with the
-  // shard's lock held.
-  void ForEachKeyByShard(const int64_t* keys, int64_t n, int64_t cost_per_key,
-                         const std::function<void(HashIndex::Shard&, int64_t, uint64_t)>& fn,
-                         const ParallelRunner& run);
-  // Buckets keys by shard and runs fn(shard, positions, count, hashes) once per shard that has
-  // keys, in parallel, with the shard's lock held; positions are in batch order and
-  // hashes[i] is the hash of keys[i].
-  using ShardBatchFn = std::function<void(HashIndex::Shard&, const int64_t* positions,
-                                          int64_t count, const uint64_t* hashes)>;
-  void ForEachShard(const int64_t* keys, int64_t n, int64_t cost_per_key, const ShardBatchFn& fn,
-                    const ParallelRunner& run);
-  // Calls f(i) for the positions of one shard in order, prefetching the probe slots of later
-  // keys (probes of different keys are independent, so their cache misses overlap).
-  template <typename F>
-  static void ProbeInOrder(const HashIndex::Shard& shard, const int64_t* positions,
-                           int64_t count, const uint64_t* hashes, F f);
 
   const TableConfig config_;
   const int chunk_shift_;
@@ -410,33 +346,16 @@ class EmbeddingTable {
   std::vector<int64_t> free_rows_;           // guarded by alloc_mu_
   std::atomic<int64_t> size_{0};
 
-  // Admission and eviction state. pending_.shard(s) is guarded by index_.shard(s).mu(). The
-  // thresholds in use are atomics read by every pass; admission_ is what ConfigureAdmission
-  // set (admission_mu_).
-  std::atomic<int64_t> access_threshold_{-1};
-  std::atomic<int64_t> eviction_threshold_{-1};
-  std::atomic<bool> track_access_{false};  // config_.track_access, or TrackAccess() since
-  mutable std::mutex admission_mu_;
-  AdmissionConfig admission_;
-  bool admission_configured_ = false;
+  // Admission and eviction (table_admission.h). pending_.shard(s) is guarded by
+  // index_.shard(s).mu().
+  TableAdmission admission_;
   PendingKeys pending_;
-  std::atomic<int64_t> tick_{0};
-  std::atomic<int64_t> newest_clock_;  // kNoClock until a training lookup
-  std::atomic<int64_t> admitted_{0};
-  std::atomic<int64_t> rejected_{0};
-  std::atomic<int64_t> evicted_{0};
-  static constexpr int64_t kNoClock = INT64_MIN;
 
   // Changed only under an exclusive structure_mu_.
   size_t row_bytes_;
   int num_slots_ = 0;
   int slot_width_;  // dim until an optimizer with one float per row attaches its slots
-  bool slot_values_known_ = false;  // false after an Import of slots, until EnsureSlots
-  // The slots came from a checkpoint and no optimizer applied since: a different optimizer
-  // may still take the table over (its slots start from their initial values).
-  bool slots_from_checkpoint_ = false;
-  std::mutex notice_mu_;
-  std::string notice_;
+  TableSlots slots_;  // the slots' optimizer and initial values (table_slots.h)
   // Changes since the last save, for delta checkpoints and HoldsCheckpoint.
   TableChangeSet changes_;
   void BumpVersion() { changes_.BumpVersion(); }
@@ -450,47 +369,26 @@ class EmbeddingTable {
       __atomic_store_n(&ChunkOf(row)->changed[OffsetOf(row)], uint8_t{1}, __ATOMIC_RELAXED);
     }
   }
-  std::string slot_optimizer_;
-  float slot_initial_values_[kMaxSlots] = {0, 0, 0, 0};
 
   // --- The SSD tier (table_tier.h) ---
-  static constexpr int64_t kColdEntry = int64_t{1} << 62;
   static constexpr uint32_t kColdGeneration = (1u << kGenerationBits) - 1;
-  static bool IsCold(int64_t entry) { return (entry & kColdEntry) != 0; }
-  static int64_t ColdEntry(uint64_t id) { return kColdEntry | static_cast<int64_t>(id); }
-  static uint64_t IdOf(int64_t entry) { return static_cast<uint64_t>(entry & ~kColdEntry); }
   // The address an evaluation lookup returns for a cold entry, and whether an address is one.
   int64_t ColdAddress(int64_t entry) const {
     return TagBits() | (static_cast<int64_t>(kColdGeneration) << kRowBits) |
-           (entry & ~kColdEntry);
+           (entry & ~TableTier::kColdEntry);
   }
   bool IsColdAddress(int64_t address) const {
     return address >= 0 &&
            static_cast<uint32_t>(address >> (kRowBits + kGenerationBits)) == tag_ &&
            ((address >> kRowBits) & ((int64_t{1} << kGenerationBits) - 1)) == kColdGeneration;
   }
-  // Upsert with structure_mu_ held (exclusive for tiered tables, whose new rows get tick
-  // `recency`).
-  Status UpsertLocked(const int64_t* keys, const float* values, int64_t n,
-                      const ParallelRunner& run, int64_t recency);
   int64_t& TickOf(int64_t row) const { return ChunkOf(row)->ticks[OffsetOf(row)]; }
   int64_t& PriorityOf(int64_t row) const { return ChunkOf(row)->priority[OffsetOf(row)]; }
-  // Rows that can still be handed out (alloc_mu_ not held).
-  int64_t FreeRowCount();
   // The SSD tier: its state and the operations that move rows between the tiers
   // (table_tier.h); tier_.store is null for an all-in-memory table.
   friend class TableTier;
   TableTier tier_;
 };
-
-template <typename F>
-void EmbeddingTable::ProbeInOrder(const HashIndex::Shard& shard, const int64_t* positions,
-                                  int64_t count, const uint64_t* hashes, F f) {
-  for (int64_t j = 0; j < count; ++j) {
-    if (j + kPrefetchDistance < count) shard.Prefetch(hashes[positions[j + kPrefetchDistance]]);
-    f(positions[j]);
-  }
-}
 
 }  // namespace rec_sdk
 

@@ -61,7 +61,7 @@ class EmbeddingTable::ShardInsert {
   // Probe: keys the shard holds get their address; the others are missing.
   void Probe(const int64_t* positions, int64_t n) {
     int64_t newest = kNoClock;
-    ProbeInOrder(shard_, positions, n, hashes_, [&](int64_t i) {
+    HashIndex::ProbeInOrder(shard_, positions, n, hashes_, [&](int64_t i) {
       const int64_t entry = shard_.Find(pass_.keys[i], hashes_[i]);
       if (entry >= 0) {
         pass_.addresses[i] = pass_.tag_bits | entry;
@@ -133,7 +133,7 @@ class EmbeddingTable::ShardInsert {
         if (pass_.count) ++rejected;
       }
     }
-    if (rejected > 0) t_->rejected_.fetch_add(rejected, std::memory_order_relaxed);
+    if (rejected > 0) t_->admission_.rejected.fetch_add(rejected, std::memory_order_relaxed);
   }
 
   // Place: admitted keys get rows, taken in one allocation per shard and batch (a thread's
@@ -165,7 +165,7 @@ class EmbeddingTable::ShardInsert {
       pass_.addresses[i] = pass_.tag_bits | entry;
     }
     t_->size_.fetch_add(static_cast<int64_t>(used), std::memory_order_relaxed);
-    t_->admitted_.fetch_add(static_cast<int64_t>(used), std::memory_order_relaxed);
+    t_->admission_.admitted.fetch_add(static_cast<int64_t>(used), std::memory_order_relaxed);
     if (used < rows.size()) t_->ReleaseRows(rows.data() + used, rows.size() - used);
     return left_out;
   }
@@ -199,13 +199,13 @@ void EmbeddingTable::InsertPass(const int64_t* keys, int64_t n, int64_t* address
                                access,
                                tick,
                                count,
-                               access_threshold_.load(std::memory_order_relaxed),
+                               admission_.access_threshold.load(std::memory_order_relaxed),
                                TagBits(),
                                touch_rows,
                                track_access() && count,
                                touch_rows || access.times != nullptr};
   std::atomic<int64_t> total_unplaced{0};
-  ForEachShard(
+  index_.ForEachShard(
       keys, n, touch_rows ? 400 : 300,
       [&](HashIndex::Shard& shard, const int64_t* positions, int64_t count_in_shard,
           const uint64_t* hashes) {
@@ -225,9 +225,9 @@ Status EmbeddingTable::ConfigureAdmission(const AdmissionConfig& wanted) {
                                      " must be >= -1, got " + std::to_string(value));
     }
   }
-  std::lock_guard<std::mutex> lock(admission_mu_);
-  if (admission_configured_) {
-    const std::vector<std::string> differences = AdmissionDifferences(admission_, wanted);
+  std::lock_guard<std::mutex> lock(admission_.mu);
+  if (admission_.configured) {
+    const std::vector<std::string> differences = AdmissionDifferences(admission_.config, wanted);
     if (differences.empty()) return Status::Ok();
     std::string message = "table '" + config_.name +
                           "' already has other admission settings (existing vs asked for): ";
@@ -238,29 +238,29 @@ Status EmbeddingTable::ConfigureAdmission(const AdmissionConfig& wanted) {
                                    "; every lookup of a table must use the same thresholds");
   }
   ChangeScope change(&changes_);
-  admission_ = wanted;
-  admission_configured_ = true;
-  access_threshold_.store(wanted.access_threshold, std::memory_order_relaxed);
-  eviction_threshold_.store(wanted.eviction_threshold, std::memory_order_relaxed);
+  admission_.config = wanted;
+  admission_.configured = true;
+  admission_.access_threshold.store(wanted.access_threshold, std::memory_order_relaxed);
+  admission_.eviction_threshold.store(wanted.eviction_threshold, std::memory_order_relaxed);
   return Status::Ok();
 }
 
 AdmissionConfig EmbeddingTable::admission() const {
-  std::lock_guard<std::mutex> lock(admission_mu_);
-  return admission_;
+  std::lock_guard<std::mutex> lock(admission_.mu);
+  return admission_.config;
 }
 
 bool EmbeddingTable::admission_configured() const {
-  std::lock_guard<std::mutex> lock(admission_mu_);
-  return admission_configured_;
+  std::lock_guard<std::mutex> lock(admission_.mu);
+  return admission_.configured;
 }
 
 void EmbeddingTable::ResetAdmission() {
-  std::lock_guard<std::mutex> lock(admission_mu_);
-  admission_ = AdmissionConfig();
-  admission_configured_ = false;
-  access_threshold_.store(-1, std::memory_order_relaxed);
-  eviction_threshold_.store(-1, std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lock(admission_.mu);
+  admission_.config = AdmissionConfig();
+  admission_.configured = false;
+  admission_.access_threshold.store(-1, std::memory_order_relaxed);
+  admission_.eviction_threshold.store(-1, std::memory_order_relaxed);
 }
 
 Status EmbeddingTable::SetAccessThreshold(int64_t threshold) {
@@ -270,7 +270,7 @@ Status EmbeddingTable::SetAccessThreshold(int64_t threshold) {
                                    "': access_threshold must be >= -1, got " +
                                    std::to_string(threshold));
   }
-  access_threshold_.store(threshold, std::memory_order_relaxed);
+  admission_.access_threshold.store(threshold, std::memory_order_relaxed);
   return Status::Ok();
 }
 
@@ -281,7 +281,7 @@ void EmbeddingTable::EvictRowLocked(int64_t row) {
   index_.shard(HashIndex::ShardOf(hash)).Erase(meta.key, hash);
   KillRowLocked(meta);
   size_.fetch_sub(1, std::memory_order_relaxed);
-  evicted_.fetch_add(1, std::memory_order_relaxed);
+  admission_.evicted.fetch_add(1, std::memory_order_relaxed);
 }
 
 Status EmbeddingTable::Evict(int64_t* rows_evicted, int64_t* pending_evicted,
@@ -289,7 +289,7 @@ Status EmbeddingTable::Evict(int64_t* rows_evicted, int64_t* pending_evicted,
   ChangeScope change(&changes_);
   int64_t rows_out = 0, pending_out = 0;
   const int64_t threshold = eviction_threshold();
-  const int64_t newest = newest_clock_.load();
+  const int64_t newest = admission_.newest_clock.load();
   if (threshold >= 0 && newest != kNoClock) {
     // Keys seen at or before `cutoff` are at least `threshold` older than the newest clock.
     int64_t cutoff;
@@ -305,7 +305,8 @@ Status EmbeddingTable::Evict(int64_t* rows_evicted, int64_t* pending_evicted,
       for (const uint64_t id : old) {
         uint64_t key = 0;
         REC_SDK_RETURN_IF_ERROR(tier_.store->ReadKey(id, &key));
-        tier_.RemoveColdLocked(static_cast<int64_t>(key), ColdEntry(id), /*evicted=*/true);
+        tier_.RemoveColdLocked(static_cast<int64_t>(key), TableTier::ColdEntry(id),
+                               /*evicted=*/true);
         ++rows_out;
       }
     }
@@ -413,9 +414,9 @@ Status EmbeddingTable::Restrict(int64_t keep, RestrictBy by, int64_t* removed) {
           const RowMeta& meta = *static_cast<const RowMeta*>(record);
           const int64_t k = static_cast<int64_t>(key);
           if (by == RestrictBy::kCount) {
-            rows.push_back({int64_t{meta.count}, meta.last_seen, k, -1, ColdEntry(id)});
+            rows.push_back({int64_t{meta.count}, meta.last_seen, k, -1, TableTier::ColdEntry(id)});
           } else {
-            rows.push_back({meta.last_seen, 0, k, -1, ColdEntry(id)});
+            rows.push_back({meta.last_seen, 0, k, -1, TableTier::ColdEntry(id)});
           }
           return Status::Ok();
         }));

@@ -36,7 +36,7 @@ Status EmbeddingTable::ImportAccess(const int64_t* keys, const int64_t* last_see
     if (entry < 0) continue;
     const uint32_t count = static_cast<uint32_t>(
         std::min<int64_t>(counts[i], std::numeric_limits<uint32_t>::max()));
-    if (IsCold(entry)) {
+    if (TableTier::IsCold(entry)) {
       // A cold row's record is rewritten with the statistics (its tag is its clock).
       std::vector<char> record(row_bytes_);
       REC_SDK_RETURN_IF_ERROR(tier_.ReadColdRecord(entry, keys[i], record.data()));
@@ -46,9 +46,9 @@ Status EmbeddingTable::ImportAccess(const int64_t* keys, const int64_t* last_see
       uint64_t where;
       REC_SDK_RETURN_IF_ERROR(tier_.store->Append(static_cast<uint64_t>(keys[i]), record.data(),
                                             last_seen[i], &where));
-      tier_.store->Remove(IdOf(entry));
+      tier_.store->Remove(TableTier::IdOf(entry));
       if (config_.track_changes) tier_.store->set_mark(where, true);
-      shard.Set(keys[i], hash, ColdEntry(where));
+      shard.Set(keys[i], hash, TableTier::ColdEntry(where));
       continue;
     }
     const int64_t row = RowOfEntry(entry);
@@ -59,8 +59,8 @@ Status EmbeddingTable::ImportAccess(const int64_t* keys, const int64_t* last_see
     MarkChanged(row);
   }
   if (newest >= 0) {
-    int64_t tick = tick_.load(std::memory_order_relaxed);
-    while (newest > tick && !tick_.compare_exchange_weak(tick, newest)) {
+    int64_t tick = admission_.tick.load(std::memory_order_relaxed);
+    while (newest > tick && !admission_.tick.compare_exchange_weak(tick, newest)) {
     }
     RaiseNewestClock(newest);
   }
@@ -153,12 +153,12 @@ Status EmbeddingTable::Import(const int64_t* keys, const float* values, const fl
   }
   // One exclusive section: no other operation sees a half-imported table.
   std::unique_lock<std::shared_mutex> structure(structure_mu_);
-  if (num_slots > 0 && slot_values_known_ &&
+  if (num_slots > 0 && slots_.values_known &&
       (num_slots != num_slots_ || width != slot_width_)) {
     return Status::InvalidArgument(
         "import into table '" + config_.name + "': " + std::to_string(num_slots) +
         " slot arrays of " + std::to_string(width) + " floats given but its optimizer '" +
-        slot_optimizer_ + "' has " + std::to_string(num_slots_) + " of " +
+        slots_.optimizer + "' has " + std::to_string(num_slots_) + " of " +
         std::to_string(slot_width_));
   }
   if (num_slots > num_slots_ || (num_slots > 0 && width != slot_width_)) {
@@ -196,7 +196,7 @@ Status EmbeddingTable::Import(const int64_t* keys, const float* values, const fl
         std::vector<const float*> slot_values(num_slots_, nullptr);
         for (int s = 0; s < num_slots; ++s) slot_values[s] = slots + (s * n + i) * width;
         const bool slots_unset =
-            num_slots_ > 0 && !slot_values_known_ && !(num_slots > 0 && num_slots == num_slots_);
+            num_slots_ > 0 && !slots_.values_known && !(num_slots > 0 && num_slots == num_slots_);
         tier_.FillRecord(cold_records.data() + at->second * row_bytes_, keys[i],
                          ClockForNewRows(), 0, values + i * dim, slot_values.data(),
                          slots_unset);
@@ -232,7 +232,7 @@ Status EmbeddingTable::Import(const int64_t* keys, const float* values, const fl
   for (size_t j = 0; j < m; ++j) {
     const int64_t key = static_cast<int64_t>(cold_keys[j]);
     const uint64_t hash = index_.Hash(key);
-    index_.shard(HashIndex::ShardOf(hash)).Insert(key, hash, ColdEntry(where[j]));
+    index_.shard(HashIndex::ShardOf(hash)).Insert(key, hash, TableTier::ColdEntry(where[j]));
   }
   size_.fetch_add(static_cast<int64_t>(m), std::memory_order_relaxed);
   return Status::Ok();

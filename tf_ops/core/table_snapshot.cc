@@ -59,15 +59,15 @@ Status EmbeddingTable::Snapshot(const std::function<Status(const SnapshotView&)>
   info.pending = pending_.size();
   info.num_slots = num_slots_;
   info.slot_width = slot_width_;
-  info.optimizer = slot_optimizer_;
-  info.slot_initial.assign(slot_initial_values_, slot_initial_values_ + num_slots_);
-  const int64_t newest = newest_clock_.load();
+  info.optimizer = slots_.optimizer;
+  info.slot_initial.assign(slots_.initial_values, slots_.initial_values + num_slots_);
+  const int64_t newest = admission_.newest_clock.load();
   info.has_clock = newest != kNoClock;
   info.newest_clock = info.has_clock ? newest : 0;
-  info.tick = tick_.load();
-  info.admitted = admitted_.load();
-  info.rejected = rejected_.load();
-  info.evicted = evicted_.load();
+  info.tick = admission_.tick.load();
+  info.admitted = admission_.admitted.load();
+  info.rejected = admission_.rejected.load();
+  info.evicted = admission_.evicted.load();
   info.save_id = changes_.snapshot_id = NewSaveId();
   info.parent_id = changes_.checkpoint_id;
   changes_.snapshot_version = changes_.version.load(std::memory_order_relaxed);
@@ -133,10 +133,10 @@ class EmbeddingTable::RowSink : public RestoreSink {
       return Status::DataLoss("table '" + t_->config_.name + "': key " + std::to_string(key) +
                               " is both stored and pending admission in the checkpoint");
     }
-    if (existing >= 0 && IsCold(existing)) {
+    if (existing >= 0 && TableTier::IsCold(existing)) {
       // A delta's new values for a key on SSD: its record goes, the key is added anew.
       std::lock_guard<std::mutex> lock(cold_mu_);
-      t_->tier_.store->Remove(IdOf(existing));
+      t_->tier_.store->Remove(TableTier::IdOf(existing));
       shard.Erase(key, hash);
       t_->size_.fetch_sub(1, std::memory_order_relaxed);
     } else if (existing >= 0) {  // a delta's new values for a stored key
@@ -187,7 +187,7 @@ class EmbeddingTable::RowSink : public RestoreSink {
       if (keep_slots_ && slots != nullptr && slots[s] != nullptr) {
         std::memcpy(t_->SlotOf(dst, s), slots[s], width * sizeof(float));
       } else {
-        std::fill_n(t_->SlotOf(dst, s), width, t_->slot_initial_values_[s]);
+        std::fill_n(t_->SlotOf(dst, s), width, t_->slots_.initial_values[s]);
       }
     }
     RowMeta& meta = t_->MetaOf(row);
@@ -249,7 +249,7 @@ class EmbeddingTable::RowSink : public RestoreSink {
         return Status::DataLoss("table '" + t_->config_.name + "': key " + std::to_string(key) +
                                 " appears twice in the checkpoint");
       }
-      shard.Insert(key, hash, t_->ColdEntry(where[j]));
+      shard.Insert(key, hash, TableTier::ColdEntry(where[j]));
       t_->size_.fetch_add(1, std::memory_order_relaxed);
     }
     batch.keys.clear();
@@ -311,16 +311,16 @@ Status EmbeddingTable::Restore(const CheckpointInfo& info,
   std::unique_lock<std::shared_mutex> structure(structure_mu_);
   std::string what;
   bool keep_slots;
-  if (slot_values_known_ && !slots_from_checkpoint_) {
+  if (slots_.values_known && !slots_.from_checkpoint) {
     // An optimizer already trains this table: keep its slots only if they are the same.
-    keep_slots = info.num_slots == num_slots_ && info.optimizer == slot_optimizer_ &&
+    keep_slots = info.num_slots == num_slots_ && info.optimizer == slots_.optimizer &&
                  (num_slots_ == 0 || width == slot_width_);
     if (keep_slots) {
       what = info.num_slots > 0 ? "slots of '" + info.optimizer + "' restored" : "";
     } else {
       what = "the checkpoint's slots" +
              (info.optimizer.empty() ? std::string() : " of optimizer '" + info.optimizer + "'") +
-             " were dropped: the table is trained by '" + slot_optimizer_ +
+             " were dropped: the table is trained by '" + slots_.optimizer +
              "', whose slots start from their initial values";
     }
   } else {
@@ -329,10 +329,10 @@ Status EmbeddingTable::Restore(const CheckpointInfo& info,
       std::lock_guard<std::mutex> lock(alloc_mu_);
       REC_SDK_RETURN_IF_ERROR(RelayoutLocked(info.num_slots, width, info.slot_initial.data()));
     }
-    for (int s = 0; s < info.num_slots; ++s) slot_initial_values_[s] = info.slot_initial[s];
-    slot_optimizer_ = info.optimizer;
-    slot_values_known_ = info.num_slots > 0;
-    slots_from_checkpoint_ = info.num_slots > 0;
+    for (int s = 0; s < info.num_slots; ++s) slots_.initial_values[s] = info.slot_initial[s];
+    slots_.optimizer = info.optimizer;
+    slots_.values_known = info.num_slots > 0;
+    slots_.from_checkpoint = info.num_slots > 0;
     if (info.num_slots > 0) what = "slots of '" + info.optimizer + "' restored";
   }
   ClearLocked();
@@ -341,11 +341,11 @@ Status EmbeddingTable::Restore(const CheckpointInfo& info,
   for (int s = 0; s < HashIndex::kNumShards; ++s) {
     index_.shard(s).Reserve(static_cast<size_t>(info.rows / HashIndex::kNumShards * 11 / 10));
   }
-  admitted_.store(info.admitted);
-  rejected_.store(info.rejected);
-  evicted_.store(info.evicted);
-  tick_.store(info.tick);
-  newest_clock_.store(info.has_clock ? info.newest_clock : kNoClock);
+  admission_.admitted.store(info.admitted);
+  admission_.rejected.store(info.rejected);
+  admission_.evicted.store(info.evicted);
+  admission_.tick.store(info.tick);
+  admission_.newest_clock.store(info.has_clock ? info.newest_clock : kNoClock);
 
   RowSink sink(this, keep_slots, /*upsert=*/false);
   Status status = feed(&sink);
@@ -366,11 +366,11 @@ Status EmbeddingTable::ApplyDelta(const CheckpointInfo& info, bool cleared,
                                   const std::vector<int64_t>& removed,
                                   const std::function<Status(RestoreSink*)>& feed) {
   std::unique_lock<std::shared_mutex> structure(structure_mu_);
-  if (info.num_slots != num_slots_ || (info.num_slots > 0 && info.optimizer != slot_optimizer_)) {
+  if (info.num_slots != num_slots_ || (info.num_slots > 0 && info.optimizer != slots_.optimizer)) {
     return Status::FailedPrecondition(
         "delta checkpoint for table '" + config_.name + "' has " +
         std::to_string(info.num_slots) + " slots of optimizer '" + info.optimizer +
-        "' but the table has " + std::to_string(num_slots_) + " of '" + slot_optimizer_ +
+        "' but the table has " + std::to_string(num_slots_) + " of '" + slots_.optimizer +
         "': apply deltas onto the full checkpoint they follow, restored into a table of the "
         "same optimizer (a restore into a table of another optimizer drops the slots)");
   }
@@ -393,7 +393,7 @@ Status EmbeddingTable::ApplyDelta(const CheckpointInfo& info, bool cleared,
     const uint64_t hash = index_.Hash(key);
     const int64_t entry = index_.shard(HashIndex::ShardOf(hash)).Erase(key, hash);
     if (entry < 0) continue;
-    if (IsCold(entry)) {
+    if (TableTier::IsCold(entry)) {
       tier_.DropColdRecordLocked(key, entry, /*evicted=*/false);
       continue;
     }
@@ -406,11 +406,11 @@ Status EmbeddingTable::ApplyDelta(const CheckpointInfo& info, bool cleared,
   // The delta carries the whole pending set.
   for (int s = 0; s < HashIndex::kNumShards; ++s) pending_.shard(s).Clear();
   pending_.ResetSize();
-  admitted_.store(info.admitted);
-  rejected_.store(info.rejected);
-  evicted_.store(info.evicted);
-  tick_.store(info.tick);
-  newest_clock_.store(info.has_clock ? info.newest_clock : kNoClock);
+  admission_.admitted.store(info.admitted);
+  admission_.rejected.store(info.rejected);
+  admission_.evicted.store(info.evicted);
+  admission_.tick.store(info.tick);
+  admission_.newest_clock.store(info.has_clock ? info.newest_clock : kNoClock);
   RowSink sink(this, /*keep_slots=*/true, /*upsert=*/true);
   Status status = feed(&sink);
   if (status.ok()) status = sink.Finish();

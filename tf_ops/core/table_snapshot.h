@@ -1,8 +1,29 @@
 // What a table's checkpoints see of it (table_snapshot.cc): the information a checkpoint
 // records besides the rows, the consistent view a save reads, the sink a restore fills, and
 // the change set that delta checkpoints and HoldsCheckpoint rely on. EmbeddingTable names
-// these types CheckpointInfo, SnapshotView and RestoreSink (see its Snapshot, Restore and
-// ApplyDelta).
+// these types CheckpointInfo, SnapshotView and RestoreSink.
+//
+// EmbeddingTable's checkpoint operations:
+//   Snapshot(fn) runs fn(view) under the exclusive lock (batch operations wait until it
+//     returns). The view's info carries a new save id, to be passed to CommitSave once the
+//     save is durable.
+//   CommitSave(save_id) records that the save with this id is complete: the table's change
+//     set restarts from it (what a later delta is relative to). Fails if another snapshot was
+//     taken since.
+//   HoldsCheckpoint(save_id): whether the table holds exactly checkpoint save_id: it was
+//     saved (and committed) or restored as that checkpoint, and nothing changed it since (no
+//     training lookup, update, eviction, upsert, removal or threshold change). Such a table
+//     can stand in for reading the checkpoint's files.
+//   Restore(info, feed, note) replaces the table's contents under the exclusive lock:
+//     feed(sink) adds the rows. Slots of the checkpoint's optimizer are kept when the table
+//     has no optimizer yet (the first optimizer to apply must then be the same one, or the
+//     slots are re-initialised with a notice) or has the same one; otherwise they are
+//     dropped and *note says so. On any error the table is left empty. *note (may be null)
+//     describes what happened to the slots.
+//   ApplyDelta(info, cleared, removed, feed) applies a delta checkpoint on top of the
+//     table's contents (exclusive lock): clears the table first when `cleared`, removes the
+//     `removed` keys, then feed(sink) upserts the changed rows and replaces the pending keys.
+//     The slots must be the table's.
 #ifndef REC_SDK_CORE_TABLE_SNAPSHOT_H_
 #define REC_SDK_CORE_TABLE_SNAPSHOT_H_
 

@@ -39,7 +39,7 @@ Status TableTier::OpenColdTier(size_t record_bytes, std::unique_ptr<ColdTier>* o
 
 Status TableTier::ReadColdRecord(int64_t entry, int64_t key, char* record) const {
   uint64_t stored = 0;
-  REC_SDK_RETURN_IF_ERROR(store->Read(t_->IdOf(entry), record, &stored));
+  REC_SDK_RETURN_IF_ERROR(store->Read(IdOf(entry), record, &stored));
   REC_SDK_RETURN_IF_ERROR(CheckColdKey(key, stored));
   FillUnsetSlots(record);
   return Status::Ok();
@@ -54,10 +54,10 @@ Status TableTier::CheckColdKey(int64_t key, uint64_t stored) const {
 
 void TableTier::FillUnsetSlots(char* record) const {
   RowMeta* meta = reinterpret_cast<RowMeta*>(record);
-  if (!(meta->slots_unset && t_->slot_values_known_)) return;
+  if (!(meta->slots_unset && t_->slots_.values_known)) return;
   float* value = reinterpret_cast<float*>(record + sizeof(RowMeta));
   for (int s = 0; s < t_->num_slots_; ++s) {
-    std::fill_n(t_->SlotOf(value, s), t_->slot_width_, t_->slot_initial_values_[s]);
+    std::fill_n(t_->SlotOf(value, s), t_->slot_width_, t_->slots_.initial_values[s]);
   }
   meta->slots_unset = 0;
 }
@@ -83,7 +83,7 @@ Status TableTier::ForEachColdRecord(
   return store->ForEachLive([&](uint64_t key, uint64_t where, const void* record) {
     const RowMeta* meta = static_cast<const RowMeta*>(record);
     const bool marked = store->marked(where);
-    if (!(meta->slots_unset && t_->slot_values_known_)) {
+    if (!(meta->slots_unset && t_->slots_.values_known)) {
       return fn(static_cast<int64_t>(key), static_cast<const char*>(record), marked);
     }
     std::memcpy(copy.data(), record, t_->row_bytes_);
@@ -107,14 +107,14 @@ void TableTier::FillRecord(char* record, int64_t key, int64_t last_seen, uint32_
     if (slots != nullptr && slots[s] != nullptr) {
       std::memcpy(t_->SlotOf(dst, s), slots[s], t_->slot_width_ * sizeof(float));
     } else {
-      std::fill_n(t_->SlotOf(dst, s), t_->slot_width_, t_->slot_initial_values_[s]);
+      std::fill_n(t_->SlotOf(dst, s), t_->slot_width_, t_->slots_.initial_values[s]);
     }
   }
 }
 
 Status TableTier::TieredFindOrInsert(const int64_t* keys, int64_t n, int64_t* addresses,
                                      const ParallelRunner& run, const KeyAccess& access) {
-  const int64_t tick = t_->tick_.fetch_add(1, std::memory_order_relaxed) + 1;
+  const int64_t tick = t_->admission_.tick.fetch_add(1, std::memory_order_relaxed) + 1;
   std::unique_lock<std::shared_mutex> structure(t_->structure_mu_);
   const int64_t recency = this->tick.fetch_add(1, std::memory_order_relaxed) + 1;
   REC_SDK_RETURN_IF_ERROR(PromoteLocked(keys, n, recency, run));
@@ -158,15 +158,15 @@ Status TableTier::PromoteLocked(const int64_t* keys, int64_t n, int64_t tick,
                                 const ParallelRunner& run) {
   // The batch's cold entries, per index shard (shards run in parallel).
   std::vector<std::vector<std::pair<int64_t, int64_t>>> cold_of(HashIndex::kNumShards);
-  t_->ForEachShard(
+  t_->index_.ForEachShard(
       keys, n, 60,
       [&](HashIndex::Shard& shard, const int64_t* positions, int64_t count,
           const uint64_t* hashes) {
         auto& cold = cold_of[HashIndex::ShardOf(hashes[positions[0]])];
-        t_->ProbeInOrder(shard, positions, count, hashes, [&](int64_t i) {
+        HashIndex::ProbeInOrder(shard, positions, count, hashes, [&](int64_t i) {
           const int64_t entry = shard.Find(keys[i], hashes[i]);
           if (entry < 0) return;
-          if (t_->IsCold(entry)) {
+          if (IsCold(entry)) {
             cold.emplace_back(entry, keys[i]);
           } else {
             t_->TickOf(t_->RowOfEntry(entry)) = tick;
@@ -208,7 +208,7 @@ Status TableTier::PromoteLocked(const int64_t* keys, int64_t n, int64_t tick,
       ++hits;
       continue;
     }
-    to_read.push_back(t_->IdOf(cold[j].first));
+    to_read.push_back(IdOf(cold[j].first));
     into.push_back(t_->RecordOf(rows[j]));
     read_at.push_back(j);
   }
@@ -225,7 +225,7 @@ Status TableTier::PromoteLocked(const int64_t* keys, int64_t n, int64_t tick,
   }
   for (int64_t j = 0; j < m; ++j) {
     const int64_t row = rows[j], entry = cold[j].first, key = cold[j].second;
-    const uint64_t where = t_->IdOf(entry);
+    const uint64_t where = IdOf(entry);
     RowMeta& meta = t_->MetaOf(row);
     meta.generation = generations[j];
     __atomic_store_n(&meta.alive, 1, __ATOMIC_RELEASE);
@@ -249,7 +249,7 @@ bool TableTier::TakeStaged(int64_t key, int64_t entry, char* record) {
   auto found = staged.find(key);
   if (found == staged.end()) return false;
   const bool valid =
-      found->second.number == t_->IdOf(entry) &&
+      found->second.number == IdOf(entry) &&
       found->second.generation == staging_generation.load(std::memory_order_relaxed);
   if (valid) std::memcpy(record, found->second.record.data(), t_->row_bytes_);
   staged.erase(found);  // used, or stale (the key moved since it was read)
@@ -277,14 +277,14 @@ Status EmbeddingTable::PrefetchCold(const int64_t* keys, int64_t n, int64_t* rea
   {
     std::shared_lock<std::shared_mutex> structure(structure_mu_);
     std::mutex cold_mu;
-    ForEachShard(
+    index_.ForEachShard(
         keys, n, 60,
         [&](HashIndex::Shard& shard, const int64_t* positions, int64_t count,
             const uint64_t* hashes) {
           std::vector<std::pair<int64_t, int64_t>> mine;
-          ProbeInOrder(shard, positions, count, hashes, [&](int64_t i) {
+          HashIndex::ProbeInOrder(shard, positions, count, hashes, [&](int64_t i) {
             const int64_t entry = shard.Find(keys[i], hashes[i]);
-            if (entry >= 0 && IsCold(entry)) mine.emplace_back(keys[i], entry);
+            if (entry >= 0 && TableTier::IsCold(entry)) mine.emplace_back(keys[i], entry);
           });
           std::lock_guard<std::mutex> lock(cold_mu);
           cold.insert(cold.end(), mine.begin(), mine.end());
@@ -298,12 +298,12 @@ Status EmbeddingTable::PrefetchCold(const int64_t* keys, int64_t n, int64_t* rea
                                 [&](const std::pair<int64_t, int64_t>& c) {
                                   auto found = tier_.staged.find(c.first);
                                   return found != tier_.staged.end() &&
-                                         found->second.number == IdOf(c.second);
+                                         found->second.number == TableTier::IdOf(c.second);
                                 }),
                  cold.end());
     }
     std::vector<uint64_t> ids(cold.size());
-    for (size_t j = 0; j < cold.size(); ++j) ids[j] = IdOf(cold[j].second);
+    for (size_t j = 0; j < cold.size(); ++j) ids[j] = TableTier::IdOf(cold[j].second);
     REC_SDK_RETURN_IF_ERROR(tier_.store->PinMany(ids.size(), ids.data(), &pinned));
     generation = tier_.staging_generation.load(std::memory_order_relaxed);
     record_bytes = row_bytes_;
@@ -321,7 +321,7 @@ Status EmbeddingTable::PrefetchCold(const int64_t* keys, int64_t n, int64_t* rea
   for (size_t j = 0; j < m; ++j) {
     if (static_cast<int64_t>(stored[j]) != cold[j].first) continue;  // not ours any more
     TableTier::Staged& staged = tier_.staged[cold[j].first];
-    staged.number = IdOf(cold[j].second);
+    staged.number = TableTier::IdOf(cold[j].second);
     staged.generation = generation;
     staged.record = std::move(records[j]);
     tier_.staged_order.push_back(cold[j].first);
@@ -399,7 +399,7 @@ Status TableTier::DemoteLocked(int64_t needed, int64_t extra, int64_t tick) {
       store->set_mark(where[j], true);
     }
     const uint64_t hash = t_->index_.Hash(meta.key);
-    t_->index_.shard(HashIndex::ShardOf(hash)).Set(meta.key, hash, t_->ColdEntry(where[j]));
+    t_->index_.shard(HashIndex::ShardOf(hash)).Set(meta.key, hash, ColdEntry(where[j]));
     t_->KillRowLocked(meta);
     t_->free_rows_.push_back(row);
   }
@@ -425,7 +425,7 @@ Status TableTier::ColdRoomLocked(int64_t count) {
     uint64_t key = 0;
     REC_SDK_RETURN_IF_ERROR(store->ReadKey(oldest[j].second, &key));
     RemoveColdLocked(static_cast<int64_t>(key),
-                     t_->kColdEntry | static_cast<int64_t>(oldest[j].second), /*evicted=*/true);
+                     kColdEntry | static_cast<int64_t>(oldest[j].second), /*evicted=*/true);
   }
   if (live - want + count > t_->config_.ssd_rows) {
     return Status::ResourceExhausted(t_->FullMessage());
@@ -440,9 +440,9 @@ void TableTier::RemoveColdLocked(int64_t key, int64_t entry, bool evicted) {
 }
 
 void TableTier::DropColdRecordLocked(int64_t key, int64_t entry, bool evicted) {
-  store->Remove(t_->IdOf(entry));
+  store->Remove(IdOf(entry));
   t_->size_.fetch_sub(1, std::memory_order_relaxed);
-  if (evicted) t_->evicted_.fetch_add(1, std::memory_order_relaxed);
+  if (evicted) t_->admission_.evicted.fetch_add(1, std::memory_order_relaxed);
   // The table's changes_.removed_keys is guarded by its alloc_mu_ or the exclusive
   // structure_mu_ held here.
   if (t_->config_.track_changes) t_->changes_.removed_keys.push_back(key);
@@ -453,7 +453,7 @@ Status TableTier::CompactLocked() {
   return store->Compact([&](uint64_t key, uint64_t, uint64_t to) {
     const int64_t k = static_cast<int64_t>(key);
     const uint64_t hash = t_->index_.Hash(k);
-    t_->index_.shard(HashIndex::ShardOf(hash)).Set(k, hash, t_->ColdEntry(to));
+    t_->index_.shard(HashIndex::ShardOf(hash)).Set(k, hash, ColdEntry(to));
   });
 }
 
@@ -485,7 +485,7 @@ Status TableTier::RelayoutColdLocked(int num_slots, int width, const float* init
   if (!status.ok()) return status;  // the old store and index stay as they were
   for (const auto& [key, to] : moved) {
     const uint64_t hash = t_->index_.Hash(key);
-    t_->index_.shard(HashIndex::ShardOf(hash)).Set(key, hash, t_->ColdEntry(to));
+    t_->index_.shard(HashIndex::ShardOf(hash)).Set(key, hash, ColdEntry(to));
   }
   store = std::move(fresh);
   DropStaged();

@@ -15,6 +15,13 @@
 // generation kColdGeneration, which only Gather accepts). Updates happen only in memory, so
 // optimizers never see a cold row.
 //
+// EmbeddingTable::PrefetchCold(keys, n, read, run) reads the SSD records of keys[0, n) ahead
+// of the training lookup that will bring them into memory (the next batch's keys, while the
+// current batch trains), so that it copies them from memory instead of waiting for the disk.
+// It holds the table's lock only to find the records and keeps at most about capacity/16
+// records (the oldest go first). *read (may be null): records read. It does nothing for a
+// table without an SSD tier.
+//
 // TableTier is the tier of one table: its state (the ColdTier behind it, the records
 // PrefetchCold read ahead, the tier's counters) and the operations that move rows between the
 // tiers and read and write cold records. It belongs to its table (EmbeddingTable::tier_) and
@@ -74,6 +81,12 @@ class TableTier {
   // it goes before rows used in the last kProbationTicks lookups unless it is used again:
   // keys seen once do not push out keys seen often (Zipf-like data is mostly such keys).
   static constexpr int64_t kProbationTicks = 16;
+
+  // A cold key's index entry: kColdEntry set, and the id of its record in the store.
+  static constexpr int64_t kColdEntry = int64_t{1} << 62;
+  static bool IsCold(int64_t entry) { return (entry & kColdEntry) != 0; }
+  static int64_t ColdEntry(uint64_t id) { return kColdEntry | static_cast<int64_t>(id); }
+  static uint64_t IdOf(int64_t entry) { return static_cast<uint64_t>(entry & ~kColdEntry); }
 
   // --- Operations (table_tier.cc); "Locked": the table's structure_mu_ held exclusively ---
   // Opens a store for records of `record_bytes` bytes in the table's ssd_paths.

@@ -52,7 +52,7 @@ Status EmbeddingTable::UpsertLocked(const int64_t* keys, const float* values, in
   std::vector<int32_t> inverse(n);
   DeduplicateKeys(keys, n, &unique, inverse.data(), run);
   std::atomic<int64_t> missing{0};
-  ForEachKeyByShard(
+  index_.ForEachKeyByShard(
       unique.data(), static_cast<int64_t>(unique.size()), 60,
       [&](HashIndex::Shard& shard, int64_t i, uint64_t hash) {
         if (shard.Find(unique[i], hash) < 0) missing.fetch_add(1, std::memory_order_relaxed);
@@ -72,7 +72,7 @@ Status EmbeddingTable::UpsertLocked(const int64_t* keys, const float* values, in
   }
   const int dim = config_.dim;
   std::atomic<int64_t> used{0};
-  ForEachKeyByShard(
+  index_.ForEachKeyByShard(
       keys, n, 200 + 2 * dim,
       [&](HashIndex::Shard& shard, int64_t i, uint64_t hash) {
         const int64_t entry = shard.Find(keys[i], hash);
@@ -111,13 +111,13 @@ Status EmbeddingTable::Remove(const int64_t* keys, int64_t n, int64_t* removed,
   std::atomic<int64_t> count{0};
   std::mutex cold_mu;
   std::vector<std::pair<int64_t, int64_t>> cold;  // (key, entry) of cold keys removed
-  ForEachKeyByShard(
+  index_.ForEachKeyByShard(
       keys, n, 100,
       [&](HashIndex::Shard& shard, int64_t i, uint64_t hash) {
         const int64_t entry = shard.Erase(keys[i], hash);
         if (entry < 0) return;
         count.fetch_add(1, std::memory_order_relaxed);
-        if (IsCold(entry)) {
+        if (TableTier::IsCold(entry)) {
           std::lock_guard<std::mutex> lock(cold_mu);
           cold.emplace_back(keys[i], entry);
           return;
