@@ -1,12 +1,12 @@
 // The whole-table export and import of a table (its rows and slots, or its keys' access
 // statistics), apart from checkpoints (table_snapshot.cc).
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 #include <mutex>
-#include <random>
+#include <shared_mutex>
+#include <string>
 #include <unordered_map>
 #include <vector>
 

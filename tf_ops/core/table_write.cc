@@ -2,14 +2,15 @@
 #include "tf_ops/core/embedding_table.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
-
-#include <chrono>
-#include <random>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "tf_ops/core/unique.h"
 
