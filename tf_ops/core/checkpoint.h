@@ -1,19 +1,5 @@
 // Checkpoint files of one table, streamed to and from disk without a second in-memory copy.
-//
-// A table directory holds
-//   keys.bin       int64 per row
-//   values.bin     float32 x dim per row (the embedding)
-//   slot<i>.bin    float32 x dim per row, one file per optimizer slot
-//   counts.bin     uint32 per row (admission count)
-//   last_seen.bin  int64 per row (last-seen clock: data timestamp, global step or tick)
-//   pending.bin    (int64 key, int64 count, int64 last_seen) per key counting towards admission
-//   removed.bin    int64 per key removed since the previous save (delta checkpoints only)
-//   meta.txt       "name value" lines: format version, table, dim, rows, pending, optimizer,
-//                  slot initial values, clocks, counters, save id and parent save id (deltas
-//                  apply only onto the checkpoint they follow), and for every file its size
-//                  in bytes and CRC-32C; its last line is the CRC-32C of the lines before it.
-//                  Written last: a directory without it is an incomplete save.
-// All numbers are little-endian (the machine's order on x86-64 and arm64).
+// The files and their checksums: checkpoint_format.h.
 //
 // SaveTableFiles writes the files (each fsync'ed) and meta.txt into a new directory and
 // fsyncs it; the caller makes the save atomic by writing into a temporary directory and
@@ -30,15 +16,11 @@
 #include <string>
 #include <vector>
 
+#include "tf_ops/core/checkpoint_format.h"
 #include "tf_ops/core/embedding_table.h"
 #include "tf_ops/core/status.h"
 
 namespace rec_sdk {
-
-constexpr int kCheckpointFormatVersion = 1;
-
-// CRC-32C (Castagnoli) of data, continuing from crc (0 to start).
-uint32_t Crc32c(uint32_t crc, const void* data, size_t n);
 
 // Writes the table into `dir`, which must not exist. *rows receives the rows written. With
 // delta (tables created with track_changes), only the rows changed since the last save (full

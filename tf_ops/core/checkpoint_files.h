@@ -1,4 +1,4 @@
-// The file layer of table checkpoints (see checkpoint.h for the format): buffered, checksummed
+// The file layer of table checkpoints (see checkpoint_format.h for the format): buffered, checksummed
 // sequential writers and readers, the metadata file, and the checks of a file against it.
 // Internal to the core: checkpoint.cc streams tables through it.
 #ifndef REC_SDK_CORE_CHECKPOINT_FILES_H_
@@ -16,7 +16,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include "tf_ops/core/checkpoint.h"
+#include "tf_ops/core/checkpoint_format.h"
 #include "tf_ops/core/status.h"
 
 namespace rec_sdk {

@@ -2,168 +2,30 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#include <sys/uio.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <mutex>
-#include <thread>
 
 #include "tf_ops/core/checkpoint_files.h"
+#include "tf_ops/core/cold_store_io.h"
 
 namespace rec_sdk {
 namespace {
 
+using cold_store_io::AlignedBuffer;
+using cold_store_io::IoPool;
+using cold_store_io::kBlock;
+using cold_store_io::ProcessAlive;
+using cold_store_io::ReadAll;
+using cold_store_io::WriteAll;
+
 std::atomic<uint64_t> next_store_id{1};
-
-bool ProcessAlive(long pid) {
-  if (pid <= 0) return false;
-  return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
-}
-
-// Writes exactly `size` bytes at `offset`; errno is set on failure (ENOSPC for a short write).
-bool WriteAll(int fd, const uint8_t* data, size_t size, off_t offset) {
-  while (size > 0) {
-    const ssize_t n = ::pwrite(fd, data, size, offset);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    if (n == 0) {
-      errno = ENOSPC;
-      return false;
-    }
-    data += n;
-    size -= static_cast<size_t>(n);
-    offset += n;
-  }
-  return true;
-}
-
-bool ReadAll(int fd, uint8_t* data, size_t size, off_t offset) {
-  while (size > 0) {
-    const ssize_t n = ::pread(fd, data, size, offset);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    if (n == 0) {
-      errno = EIO;  // the file is shorter than the slots written: not ours any more
-      return false;
-    }
-    data += n;
-    size -= static_cast<size_t>(n);
-    offset += n;
-  }
-  return true;
-}
-
-
-constexpr size_t kBlock = 4096;  // the alignment of direct I/O
-
-// A buffer aligned for direct I/O.
-class AlignedBuffer {
- public:
-  ~AlignedBuffer() { std::free(data_); }
-  uint8_t* Get(size_t bytes) {
-    if (bytes > size_) {
-      std::free(data_);
-      data_ = nullptr;
-      size_ = 0;
-      void* p = nullptr;
-      if (::posix_memalign(&p, kBlock, (bytes + kBlock - 1) / kBlock * kBlock) != 0) {
-        return nullptr;
-      }
-      data_ = static_cast<uint8_t*>(p);
-      size_ = bytes;
-    }
-    return data_;
-  }
-
- private:
-  uint8_t* data_ = nullptr;
-  size_t size_ = 0;
-};
-
-// Threads that keep many reads in flight (a disk serves random reads in parallel: 16 at
-// once go about 20 times as fast as one after the other). One pool per process, started on
-// first use; the caller works along.
-class IoPool {
- public:
-  static IoPool& Get() {
-    static IoPool* pool = new IoPool(64);  // never destroyed: its threads outlive main
-    return *pool;
-  }
-  void Run(size_t n, const std::function<void(size_t)>& fn) {
-    if (n == 0) return;
-    if (n == 1) {
-      fn(0);
-      return;
-    }
-    auto job = std::make_shared<Job>();
-    job->n = n;
-    job->fn = &fn;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      jobs_.push_back(job);
-    }
-    cv_.notify_all();
-    Work(*job);
-    std::unique_lock<std::mutex> lock(job->mu);
-    job->cv.wait(lock, [&] { return job->done == job->n; });
-  }
-
- private:
-  struct Job {
-    size_t n = 0;
-    const std::function<void(size_t)>* fn = nullptr;
-    std::atomic<size_t> next{0};
-    size_t done = 0;  // guarded by mu
-    std::mutex mu;
-    std::condition_variable cv;
-  };
-  explicit IoPool(int threads) {
-    for (int t = 0; t < threads; ++t) std::thread([this] { Loop(); }).detach();
-  }
-  static void Work(Job& job) {
-    size_t finished = 0;
-    for (size_t i = job.next.fetch_add(1); i < job.n; i = job.next.fetch_add(1)) {
-      (*job.fn)(i);
-      ++finished;
-    }
-    if (finished == 0) return;
-    std::lock_guard<std::mutex> lock(job.mu);
-    job.done += finished;
-    if (job.done == job.n) job.cv.notify_all();
-  }
-  void Loop() {
-    for (;;) {
-      std::shared_ptr<Job> job;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return !jobs_.empty(); });
-        job = jobs_.front();
-        if (job->next.load() >= job->n) {  // every index taken: the job leaves the queue
-          jobs_.pop_front();
-          continue;
-        }
-      }
-      Work(*job);
-    }
-  }
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::shared_ptr<Job>> jobs_;
-};
 
 }  // namespace
 
@@ -637,97 +499,6 @@ Status ColdStore::ScanSlots(uint32_t segment, uint32_t first, uint32_t last,
     std::memcpy(&key, at, sizeof(key));
     REC_SDK_RETURN_IF_ERROR(fn(key, Location{segment, slot}, at + sizeof(uint64_t)));
   }
-  return Status::Ok();
-}
-
-namespace {
-
-class FileColdTier : public ColdTier {
- public:
-  explicit FileColdTier(std::unique_ptr<ColdStore> store) : store_(std::move(store)) {}
-
-  size_t record_bytes() const override { return store_->record_bytes(); }
-  uint64_t live() const override { return store_->live(); }
-  Stats stats() const override {
-    const ColdStore::Stats s = store_->stats();
-    Stats out;
-    out.live = s.live;
-    out.stale = s.stale;
-    out.bytes_written = s.bytes_written;
-    out.bytes_read = s.bytes_read;
-    out.file_bytes = store_->file_bytes();
-    out.memory_bytes = store_->memory_bytes();
-    return out;
-  }
-  Status AppendBatch(size_t n, const uint64_t* keys, const void* const* records,
-                     const int64_t* tags, uint64_t* ids) override {
-    std::vector<ColdStore::Location> where(n);
-    REC_SDK_RETURN_IF_ERROR(store_->AppendBatch(n, keys, records, tags, where.data()));
-    for (size_t i = 0; i < n; ++i) ids[i] = store_->Number(where[i]);
-    return Status::Ok();
-  }
-  bool IsLive(uint64_t id) const override { return store_->IsLive(At(id)); }
-  Status Read(uint64_t id, void* record, uint64_t* key) const override {
-    return store_->Read(At(id), record, key);
-  }
-  Status ReadKey(uint64_t id, uint64_t* key) const override {
-    return store_->ReadKey(At(id), key);
-  }
-  Status ReadMany(size_t n, const uint64_t* ids, void* const* records,
-                  uint64_t* keys) const override {
-    std::vector<ColdStore::Location> where(n);
-    for (size_t i = 0; i < n; ++i) where[i] = At(ids[i]);
-    return store_->ReadMany(n, where.data(), records, keys);
-  }
-  Status PinMany(size_t n, const uint64_t* ids, std::unique_ptr<Pinned>* out) const override {
-    std::unique_ptr<Pins> pins(new Pins);
-    pins->records.resize(n);
-    for (size_t i = 0; i < n; ++i) {
-      REC_SDK_RETURN_IF_ERROR(store_->Pin(At(ids[i]), &pins->records[i]));
-    }
-    *out = std::move(pins);
-    return Status::Ok();
-  }
-  Status ReadPinned(const Pinned& pinned, void* const* records, uint64_t* keys) const override {
-    const Pins& pins = static_cast<const Pins&>(pinned);
-    return store_->ReadManyPinned(pins.records.size(), pins.records.data(), records, keys);
-  }
-  Status Remove(uint64_t id) override { return store_->Remove(At(id)); }
-  bool NeedsCompaction() const override { return store_->NeedsCompaction(); }
-  Status Compact(const MoveFn& moved) override {
-    return store_->Compact([&](uint64_t key, ColdStore::Location from, ColdStore::Location to) {
-      moved(key, store_->Number(from), store_->Number(to));
-    });
-  }
-  void Clear() override { store_->Clear(); }
-  Status ForEachLive(const RecordFn& fn) const override {
-    return store_->ForEachLive([&](uint64_t key, ColdStore::Location where, const void* record) {
-      return fn(key, store_->Number(where), record);
-    });
-  }
-  void ForEachLiveTag(const std::function<void(uint64_t id, int64_t tag)>& fn) const override {
-    store_->ForEachLiveTag(
-        [&](ColdStore::Location where, int64_t tag) { fn(store_->Number(where), tag); });
-  }
-  int64_t tag(uint64_t id) const override { return store_->tag(At(id)); }
-  bool marked(uint64_t id) const override { return store_->marked(At(id)); }
-  void set_mark(uint64_t id, bool on) override { store_->set_mark(At(id), on); }
-  void ClearMarks() override { store_->ClearMarks(); }
-
- private:
-  struct Pins : Pinned {
-    std::vector<ColdStore::Pinned> records;
-  };
-  ColdStore::Location At(uint64_t id) const { return store_->AtNumber(id); }
-  std::unique_ptr<ColdStore> store_;
-};
-
-}  // namespace
-
-Status OpenFileColdTier(const ColdStore::Options& options, std::unique_ptr<ColdTier>* out) {
-  std::unique_ptr<ColdStore> store;
-  REC_SDK_RETURN_IF_ERROR(ColdStore::Open(options, &store));
-  out->reset(new FileColdTier(std::move(store)));
   return Status::Ok();
 }
 

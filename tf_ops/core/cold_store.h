@@ -1,5 +1,6 @@
 // ColdStore: the record files of a table's SSD tier (the cold rows of a table larger than
-// memory); the table reaches it through the ColdTier interface (OpenFileColdTier).
+// memory); the table reaches it through the ColdTier interface (OpenFileColdTier, defined in
+// file_cold_tier.cc). Its file I/O helpers are in cold_store_io.h.
 //
 // A record is a fixed number of bytes (a row as the table lays it out: header, embedding and
 // optimizer slots) stored with its key. Records are appended to segment files,

@@ -47,13 +47,12 @@ EmbeddingTable::EmbeddingTable(const TableConfig& config)
       max_rows_(config.dynamic_expansion ? kMaxRows : config.capacity),
       index_(HashIndex::RandomSeed()),
       pages_(new std::atomic<DirectoryPage*>[kMaxPages]),
-      pending_(new PendingShard[HashIndex::kNumShards]),
-      newest_clock_(kNoClock),
       row_bytes_(RowBytesFor(0, config.dim)),
-      slot_width_(config.dim) {
+      slot_width_(config.dim),
+      tier_(this) {
   for (int64_t i = 0; i < kMaxPages; ++i) pages_[i].store(nullptr, std::memory_order_relaxed);
-  for (int s = 0; s < HashIndex::kNumShards; ++s) pending_[s].set_seed(index_.seed());
-  track_access_.store(config.track_access, std::memory_order_relaxed);
+  pending_.set_seed(index_.seed());
+  admission_.track_access.store(config.track_access, std::memory_order_relaxed);
 }
 
 Status EmbeddingTable::Create(const TableConfig& config, std::unique_ptr<EmbeddingTable>* table) {
@@ -95,8 +94,8 @@ Status EmbeddingTable::Create(const TableConfig& config, std::unique_ptr<Embeddi
   std::unique_ptr<EmbeddingTable> t(new EmbeddingTable(config));
   if (config.tiered()) {
     std::unique_ptr<ColdTier> store;
-    REC_SDK_RETURN_IF_ERROR(t->OpenColdTier(t->row_bytes_, &store));
-    t->cold_ = std::move(store);
+    REC_SDK_RETURN_IF_ERROR(t->tier_.OpenColdTier(t->row_bytes_, &store));
+    t->tier_.store = std::move(store);
   }
   const int64_t reserve = config.dynamic_expansion ? config.initial_capacity : config.capacity;
   REC_SDK_RETURN_IF_ERROR(t->CheckReservation(reserve));
@@ -131,9 +130,9 @@ int64_t EmbeddingTable::MemoryBytes() {
     row_memory = num_chunks_ * static_cast<int64_t>(ChunkBytes());
   }
   int64_t tier_memory = 0;
-  if (cold_ != nullptr) {
+  if (tier_.store != nullptr) {
     std::shared_lock<std::shared_mutex> structure(structure_mu_);
-    tier_memory = static_cast<int64_t>(cold_->stats().memory_bytes) +
+    tier_memory = static_cast<int64_t>(tier_.store->stats().memory_bytes) +
                   num_chunks_ * rows_per_chunk() * static_cast<int64_t>(sizeof(int64_t));
   }
   return row_memory + tier_memory + static_cast<int64_t>(index_.memory_bytes());
@@ -200,14 +199,14 @@ void EmbeddingTable::InitializeRowLocked(int64_t row, int64_t key, int64_t last_
   float* value = ValueOf(row);
   InitializeRow(config_.initializer, key, config_.dim, value);
   for (int s = 0; s < num_slots_; ++s) {
-    std::fill_n(SlotOf(value, s), slot_width_, slot_initial_values_[s]);
+    std::fill_n(SlotOf(value, s), slot_width_, slots_.initial_values[s]);
   }
   MarkChanged(row);
   RowMeta& meta = MetaOf(row);
   meta.key = key;
   meta.last_seen = last_seen;
   meta.count = 0;
-  meta.slots_unset = num_slots_ > 0 && !slot_values_known_;
+  meta.slots_unset = num_slots_ > 0 && !slots_.values_known;
   __atomic_store_n(&meta.alive, 1, __ATOMIC_RELEASE);
 }
 
@@ -234,76 +233,45 @@ void EmbeddingTable::FreeRow(int64_t row) {
   size_.fetch_sub(1, std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(alloc_mu_);
   free_rows_.push_back(row);
-  if (config_.track_changes) removed_keys_.push_back(key);
-}
-
-void EmbeddingTable::ForEachShard(const int64_t* keys, int64_t n, int64_t cost_per_key,
-                                  const ShardBatchFn& fn, const ParallelRunner& run) {
-  std::vector<uint64_t> hashes;
-  std::vector<int64_t> order;
-  std::vector<int64_t> begin;
-  HashIndex::BucketByShard(keys, n, index_.seed(), &hashes, &order, &begin, run);
-  const int64_t per_shard_cost = std::max<int64_t>(1, cost_per_key * (n / HashIndex::kNumShards + 1));
-  run(HashIndex::kNumShards, per_shard_cost, [&](int64_t first, int64_t last) {
-    for (int64_t s = first; s < last; ++s) {
-      if (begin[s] == begin[s + 1]) continue;
-      HashIndex::Shard& shard = index_.shard(static_cast<int>(s));
-      std::lock_guard<std::mutex> lock(shard.mu());
-      fn(shard, order.data() + begin[s], begin[s + 1] - begin[s], hashes.data());
-    }
-  });
-}
-
-void EmbeddingTable::ForEachKeyByShard(
-    const int64_t* keys, int64_t n, int64_t cost_per_key,
-    const std::function<void(HashIndex::Shard&, int64_t, uint64_t)>& fn,
-    const ParallelRunner& run) {
-  ForEachShard(
-      keys, n, cost_per_key,
-      [&](HashIndex::Shard& shard, const int64_t* positions, int64_t count,
-          const uint64_t* hashes) {
-        ProbeInOrder(shard, positions, count, hashes,
-                     [&](int64_t i) { fn(shard, i, hashes[i]); });
-      },
-      run);
+  if (config_.track_changes) changes_.removed_keys.push_back(key);
 }
 
 void EmbeddingTable::RaiseNewestClock(int64_t clock) {
-  int64_t seen = newest_clock_.load(std::memory_order_relaxed);
-  while (clock > seen && !newest_clock_.compare_exchange_weak(seen, clock)) {
+  int64_t seen = admission_.newest_clock.load(std::memory_order_relaxed);
+  while (clock > seen && !admission_.newest_clock.compare_exchange_weak(seen, clock)) {
   }
 }
 
 int64_t EmbeddingTable::ClockForNewRows() const {
-  const int64_t newest = newest_clock_.load(std::memory_order_relaxed);
+  const int64_t newest = admission_.newest_clock.load(std::memory_order_relaxed);
   return newest == kNoClock ? 0 : newest;
 }
 
 Status EmbeddingTable::FindOrInsert(const int64_t* keys, int64_t n, bool insert,
                                     int64_t* addresses, const ParallelRunner& run,
                                     const KeyAccess& access) {
-  ChangeScope change(this, insert);
+  ChangeScope change(&changes_, insert);
   if (!insert) {
     std::shared_lock<std::shared_mutex> structure(structure_mu_);
     const int64_t tag_bits = TagBits();
-    ForEachShard(
+    index_.ForEachShard(
         keys, n, 60,
         [&](HashIndex::Shard& shard, const int64_t* positions, int64_t count,
             const uint64_t* hashes) {
-          ProbeInOrder(shard, positions, count, hashes, [&](int64_t i) {
+          HashIndex::ProbeInOrder(shard, positions, count, hashes, [&](int64_t i) {
             const int64_t entry = shard.Find(keys[i], hashes[i]);
             if (entry < 0) {
               addresses[i] = -1;
             } else {
-              addresses[i] = IsCold(entry) ? ColdAddress(entry) : (tag_bits | entry);
+              addresses[i] = TableTier::IsCold(entry) ? ColdAddress(entry) : (tag_bits | entry);
             }
           });
         },
         run);
     return Status::Ok();
   }
-  if (tiered()) return TieredFindOrInsert(keys, n, addresses, run, access);
-  const int64_t tick = tick_.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (tiered()) return tier_.TieredFindOrInsert(keys, n, addresses, run, access);
+  const int64_t tick = admission_.tick.fetch_add(1, std::memory_order_relaxed) + 1;
   int64_t unplaced = 0;
   {
     std::shared_lock<std::shared_mutex> structure(structure_mu_);
@@ -327,8 +295,10 @@ Status EmbeddingTable::FindOrInsert(const int64_t* keys, int64_t n, bool insert,
     if (unplaced > 0) {
       // Rows of the table's last kProtectedTicks lookups are spared, counted from the newest
       // tick: lookups that started after this one may be using theirs.
+      const int64_t newest_tick =
+          access.times == nullptr ? admission_.tick.load(std::memory_order_relaxed) : 0;
       EvictLeastRecentLocked(unplaced + std::max<int64_t>(1, config_.capacity / 100), keys, n,
-                             access.times == nullptr ? tick_.load(std::memory_order_relaxed) : 0);
+                             newest_tick);
       unplaced = 0;
       InsertPass(keys, n, addresses, access, tick, /*count=*/false, &unplaced, run);
     }
@@ -344,23 +314,23 @@ TableStats EmbeddingTable::Stats() const {
   TableStats stats;
   stats.size = Size();
   stats.capacity = Capacity();
-  stats.admitted = admitted_.load();
-  stats.rejected = rejected_.load();
-  stats.evicted = evicted_.load();
-  stats.pending = pending_size_.load();
+  stats.admitted = admission_.admitted.load();
+  stats.rejected = admission_.rejected.load();
+  stats.evicted = admission_.evicted.load();
+  stats.pending = pending_.size();
   stats.newest_clock = ClockForNewRows();
-  if (cold_ != nullptr) {
+  if (tier_.store != nullptr) {
     std::shared_lock<std::shared_mutex> structure(structure_mu_);
-    const ColdTier::Stats cold = cold_->stats();
+    const ColdTier::Stats cold = tier_.store->stats();
     stats.cold = static_cast<int64_t>(cold.live);
     stats.ssd_bytes_read = static_cast<int64_t>(cold.bytes_read);
     stats.ssd_bytes_written = static_cast<int64_t>(cold.bytes_written);
     stats.ssd_file_bytes = static_cast<int64_t>(cold.file_bytes);
   }
   stats.hot = stats.size - stats.cold;
-  stats.promotions = promotions_.load();
-  stats.demotions = demotions_.load();
-  stats.prefetch_hits = prefetch_hits_.load();
+  stats.promotions = tier_.promotions.load();
+  stats.demotions = tier_.demotions.load();
+  stats.prefetch_hits = tier_.prefetch_hits.load();
   return stats;
 }
 
@@ -373,9 +343,9 @@ Status EmbeddingTable::Gather(const int64_t* addresses, int64_t n, float* out,
   run(n, 20 + 2 * dim, [&](int64_t first, int64_t last) {
     for (int64_t i = first; i < last; ++i) {
       if (i + kPrefetchDistance < last) PrefetchRow(addresses[i + kPrefetchDistance]);
-      if (cold_ != nullptr && IsColdAddress(addresses[i])) {
+      if (tier_.store != nullptr && IsColdAddress(addresses[i])) {
         // An evaluation lookup's cold row: read from its record, not promoted.
-        Status s = GatherCold(addresses[i], out + i * dim);
+        Status s = tier_.GatherCold(addresses[i], out + i * dim);
         if (!s.ok()) {
           std::lock_guard<std::mutex> lock(error_mu);
           if (error.ok()) error = s;
@@ -406,7 +376,7 @@ Status EmbeddingTable::Lookup(const int64_t* keys, int64_t n, bool init_missing,
                               float slot_default) {
   std::shared_lock<std::shared_mutex> structure(structure_mu_);
   if (slot >= 0 && num_slots_ == 0) {
-    ForEachKeyByShard(
+    index_.ForEachKeyByShard(
         keys, n, 60,
         [&](HashIndex::Shard& shard, int64_t i, uint64_t hash) {
           if (exists != nullptr) exists[i] = shard.Find(keys[i], hash) >= 0;
@@ -423,18 +393,18 @@ Status EmbeddingTable::Lookup(const int64_t* keys, int64_t n, bool init_missing,
   const int dim = config_.dim;
   std::mutex error_mu;
   Status error;
-  ForEachKeyByShard(
+  index_.ForEachKeyByShard(
       keys, n, 60 + 2 * dim,
       [&](HashIndex::Shard& shard, int64_t i, uint64_t hash) {
         const int64_t entry = shard.Find(keys[i], hash);
         int64_t row = entry < 0 ? -1 : RowOfEntry(entry);
         float* dst = out + i * dim;
         float* value = row >= 0 ? ValueOf(row) : nullptr;
-        if (entry >= 0 && IsCold(entry)) {
+        if (entry >= 0 && TableTier::IsCold(entry)) {
           // A cold row is read from its record, not promoted.
           thread_local std::vector<char> record;
           record.resize(row_bytes_);
-          Status s = ReadColdRecord(entry, keys[i], record.data());
+          Status s = tier_.ReadColdRecord(entry, keys[i], record.data());
           if (!s.ok()) {
             std::lock_guard<std::mutex> lock(error_mu);
             if (error.ok()) error = s;
@@ -448,7 +418,7 @@ Status EmbeddingTable::Lookup(const int64_t* keys, int64_t n, bool init_missing,
           } else if (row >= 0) {
             std::memcpy(dst, SlotOf(value, slot), dim * sizeof(float));
           } else {
-            std::fill_n(dst, dim, init_missing ? slot_initial_values_[slot] : 0.0f);
+            std::fill_n(dst, dim, init_missing ? slots_.initial_values[slot] : 0.0f);
           }
         } else if (row >= 0) {
           std::memcpy(dst, value, dim * sizeof(float));
@@ -463,162 +433,10 @@ Status EmbeddingTable::Lookup(const int64_t* keys, int64_t n, bool init_missing,
   return error;
 }
 
-Status EmbeddingTable::Upsert(const int64_t* keys, const float* values, int64_t n,
-                              const ParallelRunner& run) {
-  ChangeScope change(this);
-  if (n > std::numeric_limits<int32_t>::max()) {
-    return Status::InvalidArgument("table '" + config_.name + "': at most " +
-                                   std::to_string(std::numeric_limits<int32_t>::max()) +
-                                   " keys per upsert, got " + std::to_string(n));
-  }
-  if (tiered()) {
-    // The keys' cold rows come into memory first (updates happen in memory only), in slices
-    // of at most half the memory rows (an upsert may hold more keys than memory), in order:
-    // a key repeated in a later slice still ends with its last value.
-    std::unique_lock<std::shared_mutex> structure(structure_mu_);
-    const int64_t slice = std::max<int64_t>(1, config_.capacity / 2);
-    for (int64_t first = 0; first < n; first += slice) {
-      const int64_t count = std::min(slice, n - first);
-      const int64_t recency = tier_tick_.fetch_add(1, std::memory_order_relaxed) + 1;
-      REC_SDK_RETURN_IF_ERROR(PromoteLocked(keys + first, count, recency, run));
-      REC_SDK_RETURN_IF_ERROR(
-          UpsertLocked(keys + first, values + first * config_.dim, count, run, recency));
-    }
-    return Status::Ok();
-  }
-  std::shared_lock<std::shared_mutex> structure(structure_mu_);
-  return UpsertLocked(keys, values, n, run, 0);
-}
-
-Status EmbeddingTable::UpsertLocked(const int64_t* keys, const float* values, int64_t n,
-                                    const ParallelRunner& run, int64_t recency) {
-  // All or nothing: rows for every distinct key without one are reserved before anything is
-  // written, so a table too full for the batch fails unchanged. Keys found now keep their
-  // rows until the lock is released (rows are freed only under the exclusive lock); keys
-  // another thread inserts meanwhile need fewer reserved rows, never more.
-  std::vector<int64_t> unique;
-  std::vector<int32_t> inverse(n);
-  DeduplicateKeys(keys, n, &unique, inverse.data(), run);
-  std::atomic<int64_t> missing{0};
-  ForEachKeyByShard(
-      unique.data(), static_cast<int64_t>(unique.size()), 60,
-      [&](HashIndex::Shard& shard, int64_t i, uint64_t hash) {
-        if (shard.Find(unique[i], hash) < 0) missing.fetch_add(1, std::memory_order_relaxed);
-      },
-      run);
-  if (tiered()) {
-    const int64_t free_rows = FreeRowCount();
-    if (free_rows < missing.load()) {
-      REC_SDK_RETURN_IF_ERROR(DemoteLocked(missing.load() - free_rows, 0, recency));
-    }
-  }
-  std::vector<int64_t> reserved;
-  AllocateRows(missing.load(), &reserved);
-  if (static_cast<int64_t>(reserved.size()) < missing.load()) {
-    ReleaseRows(reserved.data(), reserved.size());
-    return Status::ResourceExhausted(FullMessage());
-  }
-  const int dim = config_.dim;
-  std::atomic<int64_t> used{0};
-  ForEachKeyByShard(
-      keys, n, 200 + 2 * dim,
-      [&](HashIndex::Shard& shard, int64_t i, uint64_t hash) {
-        const int64_t entry = shard.Find(keys[i], hash);
-        int64_t row = entry < 0 ? -1 : RowOfEntry(entry);
-        if (row < 0) {
-          row = reserved[used.fetch_add(1, std::memory_order_relaxed)];
-          InitializeRowLocked(row, keys[i], ClockForNewRows());
-          if (recency > 0) {
-            TickOf(row) = recency;
-            PriorityOf(row) = recency - kProbationTicks;
-          }
-          size_.fetch_add(1, std::memory_order_relaxed);
-          PendingShard& pending = pending_[HashIndex::ShardOf(hash)];
-          if (pending.size() > 0 && pending.Find(keys[i], hash) != nullptr) {
-            pending.Remove(keys[i], hash);
-            pending_size_.fetch_sub(1, std::memory_order_relaxed);
-          }
-          shard.Insert(keys[i], hash, IndexEntry(row, MetaOf(row).generation));
-        }
-        std::memcpy(ValueOf(row), values + i * dim, dim * sizeof(float));
-        MarkChanged(row);
-      },
-      run);
-  if (used.load() < static_cast<int64_t>(reserved.size())) {
-    ReleaseRows(reserved.data() + used.load(), reserved.size() - used.load());
-  }
-  return Status::Ok();
-}
-
-Status EmbeddingTable::Remove(const int64_t* keys, int64_t n, int64_t* removed,
-                              const ParallelRunner& run) {
-  ChangeScope change(this);
-  // Exclusive: a batch operation validates its addresses and then uses the rows under one
-  // shared hold, so no row may be freed (and reused for another key) while one runs.
-  std::unique_lock<std::shared_mutex> structure(structure_mu_);
-  std::atomic<int64_t> count{0};
-  std::mutex cold_mu;
-  std::vector<std::pair<int64_t, int64_t>> cold;  // (key, entry) of cold keys removed
-  ForEachKeyByShard(
-      keys, n, 100,
-      [&](HashIndex::Shard& shard, int64_t i, uint64_t hash) {
-        const int64_t entry = shard.Erase(keys[i], hash);
-        if (entry < 0) return;
-        count.fetch_add(1, std::memory_order_relaxed);
-        if (IsCold(entry)) {
-          std::lock_guard<std::mutex> lock(cold_mu);
-          cold.emplace_back(keys[i], entry);
-          return;
-        }
-        FreeRow(RowOfEntry(entry));
-      },
-      run);
-  // The store is not thread-safe: its records go after the parallel part.
-  for (const auto& [key, entry] : cold) DropColdRecordLocked(key, entry, /*evicted=*/false);
-  if (removed != nullptr) *removed = count.load();
-  return Status::Ok();
-}
-
-void EmbeddingTable::Clear() {
-  ChangeScope change(this);
-  std::unique_lock<std::shared_mutex> structure(structure_mu_);
-  ClearLocked();
-}
-
-void EmbeddingTable::ClearLocked() {
-  // Also for restores and deltas, which hold the lock throughout: a save snapshotted before
-  // them must not be committed as what the table holds.
-  BumpVersion();
-  // Lock order everywhere: structure_mu_, then a shard, then alloc_mu_.
-  for (int s = 0; s < HashIndex::kNumShards; ++s) {
-    std::lock_guard<std::mutex> shard_lock(index_.shard(s).mu());
-    index_.shard(s).Clear();
-    pending_[s].Clear();
-  }
-  pending_size_.store(0);
-  if (cold_ != nullptr) {
-    cold_->Clear();
-    DropStaged();
-  }
-  std::lock_guard<std::mutex> lock(alloc_mu_);
-  for (int64_t row = 0; row < next_row_; ++row) {
-    RowMeta& meta = MetaOf(row);
-    if (meta.alive) KillRowLocked(meta);
-  }
-  free_rows_.clear();
-  free_rows_.shrink_to_fit();
-  next_row_ = 0;
-  size_.store(0);
-  if (config_.track_changes) {
-    cleared_since_save_ = true;
-    removed_keys_.clear();
-  }
-}
-
 Status EmbeddingTable::UpdateRows(const int64_t* addresses, int64_t n, int64_t cost_per_row,
                                   const RowUpdate& update, const ParallelRunner& run) {
   std::lock_guard<std::mutex> serialize(update_mu_);
-  ChangeScope change(this);
+  ChangeScope change(&changes_);
   std::shared_lock<std::shared_mutex> structure(structure_mu_);
   return UpdateRowsLocked(addresses, n, cost_per_row, update, run);
 }
@@ -627,7 +445,7 @@ Status EmbeddingTable::ApplyUpdate(const SlotLayout& layout, const int64_t* addr
                                    int64_t cost_per_row, const RowUpdate& update,
                                    const ParallelRunner& run) {
   std::lock_guard<std::mutex> serialize(update_mu_);
-  ChangeScope change(this);
+  ChangeScope change(&changes_);
   {
     std::shared_lock<std::shared_mutex> structure(structure_mu_);
     if (SlotsReadyLocked(layout.optimizer, layout.initial_values, layout.width)) {

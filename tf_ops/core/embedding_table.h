@@ -1,25 +1,9 @@
 // EmbeddingTable: one table (one shard) of embeddings keyed by int64 ids.
 //
-// Storage
-//   A row is one contiguous record: a 24-byte header (key, last-seen clock, admission count,
-//   generation, alive), the embedding (dim floats) and then each optimizer slot (dim floats
-//   each):
-//     [ header | embedding | slot 0 | slot 1 | ... ]   (size rounded up to 8 bytes)
-//   One hash probe per key therefore serves the embedding and every slot, and an optimizer
-//   update touches one stretch of memory (slots kept in separate arrays at the same offsets
-//   alias in the cache and made LazyAdam 4x slower). Rows live in chunks of rows_per_chunk()
-//   rows; a row id never changes while its key is stored. The records are re-laid out once,
-//   under the exclusive lock, when an optimizer first attaches its slots. A fixed-capacity
-//   table reserves all its chunks up front (memory is committed only when a row is first
-//   written); a dynamic-expansion table adds chunks as it grows.
-//
-// Row addresses
-//   The graph refers to a row by a 63-bit address (see EncodeAddress):
-//     bits 52..62  table tag     (rejects an address of another table)
-//     bits 40..51  generation    (bumped when the row is removed: rejects stale addresses)
-//     bits  0..39  row id
-//   -1 means "no row" (a key not found in eval, or not admitted). Every op that takes
-//   addresses validates them before touching any row.
+// Its concerns have headers of their own: how rows are stored and named by 63-bit addresses
+// (table_storage.h), admission by count and eviction by age (table_admission.h), the
+// optimizer slots (table_slots.h), what checkpoints see (table_snapshot.h), and the SSD tier
+// that keeps a tiered table's least recently used rows in a ColdTier on SSD (table_tier.h).
 //
 // Concurrency
 //   Batch operations (find/insert, gather, lookup, upsert, optimizer updates) run concurrently
@@ -28,110 +12,38 @@
 //   addresses validates them and uses the rows under one shared hold, so a row it validated
 //   cannot be freed and reused for another key before it is done: it reaches the key it was
 //   issued for, or fails as stale.
-//
-// Admission and eviction
-//   Training lookups may pass, per key, a count (occurrences x faae_coefficient) and a clock
-//   value (a data timestamp or a global step). With an access threshold >= 0, a key without a
-//   row accumulates its count in a per-shard "pending" map and gets a row once the count
-//   reaches the threshold; until then it maps to -1. Rows and pending entries remember the
-//   newest clock they were seen with; Evict() drops those whose age (the newest clock the
-//   table has seen minus theirs) is at least the eviction threshold. A fixed-capacity table
-//   with evict_when_full drops its least recently seen rows instead of failing when full.
-//   Concurrent updates of the same row race like TensorFlow's use_locking=False optimizers:
-//   values stay valid floats, never out-of-bounds memory.
-//
-// The SSD tier (config.tiered(); table_tier.cc)
-//   A tiered table keeps at most `capacity` rows in memory; the others are records in a
-//   ColdTier (cold_tier.h; record files, ColdStore, are its back end): the row's record bytes
-//   as they are in memory (header, embedding and slots). A key lives in exactly one tier: its
-//   index entry holds either a row (hot) or, with kColdEntry set, the record's id (cold).
-//   Training lookups run under the exclusive lock: the batch's cold keys are promoted first
-//   (records read many at once, or taken from what PrefetchCold read ahead, into free rows:
-//   addresses and the graph unchanged), then the lookup runs as in memory; when rows run
-//   out, the rows of lowest priority are demoted (written as one batch, freed, generation
-//   bumped): never a row of the lookup, rows of the last kProtectedTicks lookups only when
-//   the others are not enough, rows that just came in (probation) before rows used again.
-//   The tier changes no value, count or clock: a tiered table trains exactly as an
-//   all-in-memory one. Evaluation lookups read cold rows without promoting them (their
-//   addresses carry the record id with generation kColdGeneration, which only Gather
-//   accepts). Updates happen only in memory, so optimizers never see a cold row.
 #ifndef REC_SDK_CORE_EMBEDDING_TABLE_H_
 #define REC_SDK_CORE_EMBEDDING_TABLE_H_
 
-#include <array>
 #include <atomic>
-#include <deque>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "tf_ops/core/cold_tier.h"
 #include "tf_ops/core/hash_index.h"
 #include "tf_ops/core/initializer.h"
 #include "tf_ops/core/parallel.h"
+#include "tf_ops/core/pending_keys.h"
 #include "tf_ops/core/status.h"
+#include "tf_ops/core/table_admission.h"
 #include "tf_ops/core/table_config.h"
+#include "tf_ops/core/table_slots.h"
+#include "tf_ops/core/table_snapshot.h"
+#include "tf_ops/core/table_stats.h"
+#include "tf_ops/core/table_storage.h"
+#include "tf_ops/core/table_tier.h"
 
 namespace rec_sdk {
-
-// What Restrict() ranks rows by.
-enum class RestrictBy { kLastSeen, kCount };
-
-// What a training lookup tells the table about its keys, for admission and eviction.
-struct KeyAccess {
-  // Per key: how much its admission count grows (occurrences x faae_coefficient).
-  // Null: 1 per key.
-  const int64_t* counts = nullptr;
-  // Clock values (data timestamps or global steps): per key when times_per_key, otherwise
-  // times[0] for every key. Null: the table's own tick (one per training FindOrInsert).
-  const int64_t* times = nullptr;
-  bool times_per_key = false;
-};
-
-// Counters of one table since it was created (or last cleared, for size and pending).
-struct TableStats {
-  int64_t size = 0;       // keys with a row (in memory or on SSD)
-  int64_t capacity = 0;   // as Capacity()
-  int64_t admitted = 0;   // keys that got a row in a training lookup
-  int64_t rejected = 0;   // training lookups of a key left without a row by admission
-  int64_t evicted = 0;    // rows dropped by eviction (age or full table)
-  int64_t pending = 0;    // keys counting towards admission, without a row yet
-  int64_t newest_clock = 0;  // the newest clock value seen (0 before any)
-  // The SSD tier (zero for tables without one): rows in memory and on SSD, rows moved each
-  // way since the table was created, bytes the tier read and wrote, and bytes its files take.
-  int64_t hot = 0;
-  int64_t cold = 0;
-  int64_t promotions = 0;
-  int64_t demotions = 0;
-  int64_t ssd_bytes_read = 0;
-  int64_t ssd_bytes_written = 0;
-  int64_t ssd_file_bytes = 0;
-  int64_t prefetch_hits = 0;  // promotions served by records read ahead (PrefetchCold)
-
-  // The counters in the order the TableStats op returns them, and their names (the op's
-  // stat_names attribute, which Python reads): the one place that fixes the order.
-  static constexpr int kCount = 15;
-  static constexpr std::array<const char*, kCount> kNames = {
-      "size",      "capacity",   "admitted",       "rejected",          "evicted",
-      "pending",   "newest_clock", "hot",          "cold",              "promotions",
-      "demotions", "ssd_bytes_read", "ssd_bytes_written", "ssd_file_bytes",
-      "prefetch_hits"};
-  std::array<int64_t, kCount> Values() const {
-    return {size,      capacity,       admitted,          rejected,      evicted,
-            pending,   newest_clock,   hot,               cold,          promotions,
-            demotions, ssd_bytes_read, ssd_bytes_written, ssd_file_bytes, prefetch_hits};
-  }
-};
 
 class EmbeddingTable {
  public:
   static constexpr int kMaxDim = 8192;
-  static constexpr int kMaxSlots = 4;
+  static constexpr int kMaxSlots = TableSlots::kMaxSlots;
   static constexpr int kRowBits = 40;
   static constexpr int kGenerationBits = 12;
   static constexpr int kTagBits = 11;
@@ -150,16 +62,11 @@ class EmbeddingTable {
   bool dynamic_expansion() const { return config_.dynamic_expansion; }
   int64_t rows_per_chunk() const { return int64_t{1} << chunk_shift_; }
   int num_slots() const { return num_slots_; }
-  // Floats per optimizer slot of a row: dim (one per element, the default) or 1 (one per
-  // row, e.g. row-wise Adagrad's accumulator), as the optimizer that attached them asked.
+  // Floats per optimizer slot of a row: dim or 1 (table_slots.h).
   int slot_width() const { return slot_width_; }
   // Whether the table has an SSD tier.
-  bool tiered() const { return cold_ != nullptr; }
-  // Reads the SSD records of keys[0, n) ahead of the training lookup that will bring them
-  // into memory (the next batch's keys, while the current batch trains), so that it copies
-  // them from memory instead of waiting for the disk. Holds the table's lock only to find the
-  // records; keeps at most about capacity/16 records (the oldest go first). *read (may be
-  // null): records read. Does nothing for a table without an SSD tier.
+  bool tiered() const { return tier_.store != nullptr; }
+  // Reads the SSD records of keys[0, n) ahead of their training lookup (table_tier.h).
   Status PrefetchCold(const int64_t* keys, int64_t n, int64_t* read, const ParallelRunner& run);
 
   // Number of keys stored.
@@ -178,33 +85,27 @@ class EmbeddingTable {
   Status FindOrInsert(const int64_t* keys, int64_t n, bool insert, int64_t* addresses,
                       const ParallelRunner& run, const KeyAccess& access = KeyAccess());
 
-  // Sets the admission and eviction thresholds (each >= -1; until then both are -1). The
-  // first call sets them; a later call with the same values changes nothing (a threshold
-  // changed by SetAccessThreshold stays); one with other values fails with InvalidArgument
-  // naming the table and each differing threshold with both values.
+  // --- Admission and eviction (what these operations do in detail: table_admission.h) ---
+  // Sets the thresholds; every later call must give the same values.
   Status ConfigureAdmission(const AdmissionConfig& wanted);
   // The configured thresholds (defaults before ConfigureAdmission), and whether it ran.
   AdmissionConfig admission() const;
   bool admission_configured() const;
-  // Forgets the configuration (thresholds back to -1): for a table kept from a session whose
-  // graph configured it, taken over by a new graph that configures it anew.
+  // Forgets the configuration (thresholds back to -1), for a graph that configures it anew.
   void ResetAdmission();
-  // Changes the admission threshold (>= -1) for later lookups; keys already admitted keep
-  // their rows. The configuration (admission()) keeps the configured value.
+  // Changes the admission threshold in use, not the configured one.
   Status SetAccessThreshold(int64_t threshold);
-  int64_t access_threshold() const { return access_threshold_.load(std::memory_order_relaxed); }
-  // Starts keeping access counts and last-seen clocks current on training passes
-  // (config.track_access from the start; a restrict policy given a table later turns it on).
-  // Rows keep what they had until then.
-  void TrackAccess() { track_access_.store(true, std::memory_order_relaxed); }
-  bool track_access() const { return track_access_.load(std::memory_order_relaxed); }
+  int64_t access_threshold() const {
+    return admission_.access_threshold.load(std::memory_order_relaxed);
+  }
+  // Starts keeping access counts and last-seen clocks current on training passes.
+  void TrackAccess() { admission_.track_access.store(true, std::memory_order_relaxed); }
+  bool track_access() const { return admission_.track_access.load(std::memory_order_relaxed); }
   int64_t eviction_threshold() const {
-    return eviction_threshold_.load(std::memory_order_relaxed);
+    return admission_.eviction_threshold.load(std::memory_order_relaxed);
   }
 
-  // Drops every row and pending count whose clock is at least eviction_threshold older than
-  // the newest clock seen; their rows, slots and counts are gone (a later occurrence starts
-  // from scratch). Returns the numbers of rows and pending entries dropped (may be null).
+  // Drops the rows and pending counts at least eviction_threshold older than the newest clock.
   Status Evict(int64_t* rows_evicted, int64_t* pending_evicted, const ParallelRunner& run);
 
   TableStats Stats() const;
@@ -227,7 +128,8 @@ class EmbeddingTable {
   Status Upsert(const int64_t* keys, const float* values, int64_t n, const ParallelRunner& run);
 
   // Removes keys (absent keys are ignored); their rows go to the free list and any address
-  // to them becomes stale. Runs alone (exclusive lock), as every operation that frees rows. *removed (may be null) receives the number of keys removed.
+  // to them becomes stale. Runs alone (exclusive lock), as every operation that frees rows.
+  // *removed (may be null) receives the number of keys removed.
   Status Remove(const int64_t* keys, int64_t n, int64_t* removed, const ParallelRunner& run);
 
   // Removes every key. Memory stays reserved; all addresses become stale.
@@ -239,32 +141,17 @@ class EmbeddingTable {
   // Addresses of removed rows become stale: run it between training steps.
   Status Restrict(int64_t keep, RestrictBy by, int64_t* removed);
 
-  // Declares the optimizer slots of this table: one array per slot, initialised to
-  // initial_values[i]. Idempotent for the same optimizer; a different optimizer is an error
-  // (one sparse optimizer per table). A table restored with slots by Import accepts the first
-  // optimizer whose slot count matches.
-  // width: floats per slot, 0 for dim (see slot_width()).
+  // --- Optimizer slots (what these operations do in detail: table_slots.h) ---
+  // Declares the optimizer slots of this table (one sparse optimizer per table).
   Status EnsureSlots(const std::string& optimizer, const std::vector<float>& initial_values,
                      int width = 0);
-  const std::string& slot_optimizer() const { return slot_optimizer_; }
-
-  // Calls update(i, value, slots) for every i in [0, n) with addresses[i] != -1, in parallel;
-  // one update of the table at a time (update_mu_), so concurrent updates are never lost.
-  // All addresses are validated before any row is touched; `slots` points at the row's
-  // num_slots() slot vectors (slot_width() floats each). Addresses must be unique.
+  const std::string& slot_optimizer() const { return slots_.optimizer; }
+  // Calls update(i, value, slots) for every valid address, in parallel, one update at a time.
   using RowUpdate = std::function<void(int64_t i, float* value, float* const* slots)>;
   Status UpdateRows(const int64_t* addresses, int64_t n, int64_t cost_per_row,
                     const RowUpdate& update, const ParallelRunner& run);
-
-  // An optimizer's slots: its name and the initial value of each slot.
-  struct SlotLayout {
-    std::string optimizer;
-    std::vector<float> initial_values;
-    int width = 0;  // floats per slot: 0 for dim (per element), 1 for one per row
-  };
-  // UpdateRows for the optimizer of `layout`, attaching its slots first if needed (as
-  // EnsureSlots). All or nothing: when an address is invalid or the optimizer cannot train
-  // the table, nothing changes (no slots attached, no optimizer bound, no row written).
+  using SlotLayout = TableSlotLayout;
+  // UpdateRows for the optimizer of `layout`, attaching its slots first; all or nothing.
   Status ApplyUpdate(const SlotLayout& layout, const int64_t* addresses, int64_t n,
                      int64_t cost_per_row, const RowUpdate& update, const ParallelRunner& run);
 
@@ -276,14 +163,14 @@ class EmbeddingTable {
   Status Export(const ExportAllocator& allocate);
   // Every stored key with its access statistics (restrict policies' status): last-seen clock
   // and access count, in row order.
+  Status ExportAccess(std::vector<int64_t>* keys, std::vector<int64_t>* last_seen,
+                      std::vector<int64_t>* counts);
   // Sets the last-seen clock and access count of the stored keys among keys[0, n) (absent
   // keys are skipped; counts saturate at 2^32 - 1) and raises the table's clock to the newest
   // of them, so later training is newer: the statistics an export of ExportAccess saved.
   // InvalidArgument (nothing changed) for a negative clock or count.
   Status ImportAccess(const int64_t* keys, const int64_t* last_seen, const int64_t* counts,
                       int64_t n);
-  Status ExportAccess(std::vector<int64_t>* keys, std::vector<int64_t>* last_seen,
-                    std::vector<int64_t>* counts);
 
   // Replaces the table's contents with n rows. slots (layout [slot][row][slot_width], 0 for
   // dim) may be null (slots start from their initial values); otherwise it holds num_slots
@@ -291,163 +178,38 @@ class EmbeddingTable {
   Status Import(const int64_t* keys, const float* values, const float* slots, int num_slots,
                 int64_t n, int slot_width = 0);
 
-  // --- Checkpoints (see checkpoint.h) ---
-  // What a checkpoint records besides the rows.
-  struct CheckpointInfo {
-    int64_t rows = 0;
-    int64_t pending = 0;
-    int num_slots = 0;
-    int slot_width = 0;               // floats per slot (dim unless the optimizer is row-wise)
-    std::string optimizer;            // empty when no optimizer attached slots
-    std::vector<float> slot_initial;  // num_slots values
-    int64_t newest_clock = 0;
-    bool has_clock = false;
-    int64_t tick = 0;
-    int64_t admitted = 0, rejected = 0, evicted = 0;
-    // Lineage: the id of this save, and of the save (or restored checkpoint) it follows.
-    int64_t save_id = 0, parent_id = 0;
-  };
-  // A consistent view of the table for a checkpoint, valid inside Snapshot.
-  class SnapshotView {
-   public:
-    using RowFn =
-        std::function<Status(int64_t key, const float* record, uint32_t count, int64_t last_seen)>;
-    using PendingFn = std::function<Status(int64_t key, int64_t count, int64_t last_seen)>;
-    const CheckpointInfo& info() const { return info_; }
-    // Calls fn for every row in row order; record holds the embedding followed by each slot
-    // (dim floats each). Several threads may scan at once. An error stops the scan.
-    // changed_only: only rows changed since the last save (tables with track_changes).
-    Status ForEachRow(const RowFn& fn, bool changed_only = false) const;
-    Status ForEachPending(const PendingFn& fn) const;
-    // Keys removed (or evicted) since the last save, and whether the table was cleared or
-    // replaced since then (a delta must then start from an empty table).
-    const std::vector<int64_t>& removed_keys() const { return table_->removed_keys_; }
-    bool cleared() const { return table_->cleared_since_save_; }
-
-   private:
-    friend class EmbeddingTable;
-    const EmbeddingTable* table_ = nullptr;
-    CheckpointInfo info_;
-    int64_t next_row_ = 0;
-  };
-  // Runs fn(view) under the exclusive lock (batch operations wait until it returns). The
-  // view's info carries a new save id, to be passed to CommitSave once the save is durable.
+  // --- Checkpoints (checkpoint.h; what these operations do in detail: table_snapshot.h) ---
+  using CheckpointInfo = TableCheckpointInfo;
+  using SnapshotView = TableSnapshotView;
+  using RestoreSink = TableRestoreSink;
+  // Runs fn(view) under the exclusive lock; the view's info carries a new save id.
   Status Snapshot(const std::function<Status(const SnapshotView&)>& fn);
-  // Records that the save with this id is complete: the table's change set restarts from it
-  // (what a later delta is relative to). Fails if another snapshot was taken since.
+  // Records that the save with this id is durable: later deltas are relative to it.
   Status CommitSave(int64_t save_id);
-  int64_t checkpoint_id() const { return checkpoint_id_; }
+  int64_t checkpoint_id() const { return changes_.checkpoint_id; }
   bool tracks_changes() const { return config_.track_changes; }
-  // Whether the table holds exactly checkpoint `save_id`: it was saved (and committed) or
-  // restored as that checkpoint, and nothing changed it since (no training lookup, update,
-  // eviction, upsert, removal or threshold change). Such a table can stand in for reading the
-  // checkpoint's files.
+  // Whether the table holds exactly checkpoint `save_id`, unchanged since.
   bool HoldsCheckpoint(int64_t save_id) const;
-
-  // Receives the rows of a restore (see Restore). Rows are put in by kRestoreLanes lanes that
-  // may run in parallel: lane l takes the keys whose index shard s has s % kRestoreLanes == l
-  // (RestoreLaneOf), so lanes never touch the same shard.
+  // Restore lanes: lane l takes the keys of the index shards s with s % kRestoreLanes == l.
   static constexpr int kRestoreLanes = 2;
   int RestoreLaneOf(int64_t key) const {
     return HashIndex::ShardOf(index_.Hash(key)) % kRestoreLanes;
   }
-  class RestoreSink {
-   public:
-    // slots: info.num_slots arrays of dim floats (null entries, or slots == null, when the
-    // checkpoint's slots are not kept).
-    virtual Status AddRow(int lane, int64_t key, const float* value, const float* const* slots,
-                          uint32_t count, int64_t last_seen) = 0;
-    virtual Status AddPending(int64_t key, int64_t count, int64_t last_seen) = 0;
-    // A hint that AddRow(key) follows soon: starts loading the key's index slot.
-    virtual void Prefetch(int64_t key) const = 0;
-    // Announces that lane will add n rows (before those AddRow calls).
-    virtual void ExpectRows(int lane, int64_t n) = 0;
-    // The lane that adds `key` (RestoreLaneOf of the table).
-    virtual int LaneOf(int64_t key) const = 0;
-    virtual ~RestoreSink() = default;
-  };
-  // Replaces the table's contents under the exclusive lock: feed(sink) adds the rows. Slots
-  // of the checkpoint's optimizer are kept when the table has no optimizer yet (the first
-  // optimizer to apply must then be the same one, or the slots are re-initialised with a
-  // notice) or has the same one; otherwise they are dropped and *note says so. On any error
-  // the table is left empty. *note (may be null) describes what happened to the slots.
+  // Replaces the contents with the rows feed(sink) adds; *note: what became of the slots.
   Status Restore(const CheckpointInfo& info, const std::function<Status(RestoreSink*)>& feed,
                  std::string* note);
-  // Applies a delta checkpoint on top of the table's contents (exclusive lock): clears the
-  // table first when `cleared`, removes `removed` keys, then feed(sink) upserts the changed
-  // rows and replaces the pending keys. The slots must be the table's.
+  // Applies a delta checkpoint: clears when `cleared`, removes `removed`, upserts the rows.
   Status ApplyDelta(const CheckpointInfo& info, bool cleared, const std::vector<int64_t>& removed,
                     const std::function<Status(RestoreSink*)>& feed);
-  // A notice from the last EnsureSlots (e.g. checkpoint slots of another optimizer that were
-  // re-initialised), cleared by the call; empty when there is none.
+  // The notice of the last EnsureSlots, if any, cleared by the call.
   std::string TakeNotice();
 
   // Address encoding (public for tests and tools).
   int64_t EncodeAddress(int64_t row, uint32_t generation) const;
 
  private:
-  struct RowMeta {
-    int64_t key;
-    int64_t last_seen;  // newest clock of a training lookup (or the clock at insertion)
-    uint16_t generation;
-    uint8_t alive;
-    // The row was initialised while the slot initial values were unknown (after an Import of
-    // slots, before the first EnsureSlots); EnsureSlots gives it the initial values.
-    uint8_t slots_unset;
-    uint32_t count;  // admission count, saturating
-  };
-  static_assert(sizeof(RowMeta) == 24, "the row header is 24 bytes");
-  // Keys counting towards admission, of one index shard (guarded by that shard's mutex): an
-  // open-addressing map from key to a record, records reused through a free list.
-  struct Pending {
-    int64_t key;
-    int64_t count;  // < 0: a free record
-    int64_t last_seen;
-  };
-  class PendingShard {
-   public:
-    // The record of key, or null.
-    Pending* Find(int64_t key, uint64_t hash) {
-      const int64_t i = map_.Find(key, hash);
-      return i < 0 ? nullptr : &records_[i];
-    }
-    Pending* Add(int64_t key, uint64_t hash, int64_t last_seen);
-    void Remove(int64_t key, uint64_t hash);
-    // Removes every record with last_seen <= cutoff; returns how many.
-    int64_t RemoveSeenAtOrBefore(int64_t cutoff);
-    void Clear();
-    int64_t size() const { return static_cast<int64_t>(map_.size()); }
-    template <typename F>
-    Status ForEach(F f) const {
-      for (const Pending& p : records_) {
-        if (p.count >= 0) REC_SDK_RETURN_IF_ERROR(f(p));
-      }
-      return Status::Ok();
-    }
-    void Prefetch(uint64_t hash) const { map_.Prefetch(hash); }
-    void set_seed(uint64_t seed) { map_.set_seed(seed); }
-
-   private:
-    HashIndex::Shard map_;
-    std::vector<Pending> records_;
-    std::vector<int64_t> free_;
-  };
-  struct Chunk {
-    char* rows = nullptr;  // rows_per_chunk() records of row_bytes_ bytes
-    std::unique_ptr<uint8_t[]> changed;  // per row, with track_changes: changed since the save
-    // Per row, tiered tables: the last tier tick that used it (spares it from demotion), and
-    // its place in the demotion order (see kProbationTicks).
-    std::unique_ptr<int64_t[]> ticks;
-    std::unique_ptr<int64_t[]> priority;
-  };
-  static constexpr int kPageBits = 12;  // chunks per directory page
-  static constexpr int64_t kPageSize = int64_t{1} << kPageBits;
   // How many keys or rows ahead batch loops prefetch.
   static constexpr int64_t kPrefetchDistance = 16;
-  static constexpr int64_t kMaxPages = 4096;
-  struct DirectoryPage {
-    std::atomic<Chunk*> chunks[kPageSize];
-  };
 
   explicit EmbeddingTable(const TableConfig& config);
 
@@ -509,13 +271,6 @@ class EmbeddingTable {
   // kResourceExhausted naming the table, the bytes and the limit otherwise, before anything
   // is mapped (a process left at vm.max_map_count fails wherever it maps memory next).
   Status CheckReservation(int64_t rows) const;
-  // vm.max_map_count minus the mappings the process has, or -1 when unknown.
-  static int64_t MappingsLeft();
-  // A chunk is up to two mappings (its huge-page part and its tail); reservations of at most
-  // kUncheckedChunks chunks are not checked (reading /proc costs more than they risk).
-  static constexpr int64_t kMappingsPerChunk = 2;
-  static constexpr int64_t kUncheckedChunks = 256;
-  static constexpr double kMaxReservationBytes = double(int64_t{1} << 45);  // 32 TiB
   // Re-lays out every chunk for `num_slots` slots of `width` floats (exclusive structure_mu_
   // and alloc_mu_ held): copies the header, embedding and existing slots (of the same width)
   // of every row handed out and sets new slots to initial_values[s]. Leaves the table
@@ -526,6 +281,8 @@ class EmbeddingTable {
   void AllocateRows(int64_t count, std::vector<int64_t>* rows);
   // Gives back rows taken by AllocateRows and never initialised.
   void ReleaseRows(const int64_t* rows, size_t count);
+  // Rows that can still be handed out (alloc_mu_ not held).
+  int64_t FreeRowCount();
   // Gives a row its key, initial embedding and initial slot values, clock `last_seen` and
   // count 0, and marks it alive (the caller counts it in size_).
   void InitializeRowLocked(int64_t row, int64_t key, int64_t last_seen);
@@ -556,27 +313,13 @@ class EmbeddingTable {
   std::string FullMessage() const;
   // Clear with structure_mu_ held exclusively.
   void ClearLocked();
+  // Upsert with structure_mu_ held (exclusive for tiered tables, whose new rows get tick
+  // `recency`).
+  Status UpsertLocked(const int64_t* keys, const float* values, int64_t n,
+                      const ParallelRunner& run, int64_t recency);
   // Marks a row dead and bumps its generation (its shard lock, or structure_mu_ exclusively,
   // held), so every address to it becomes stale.
   void KillRowLocked(RowMeta& meta);
-
-  // Runs fn(shard, i, hash) for every key position i, shard by shard, in parallel, with the
-  // shard's lock held.
-  void ForEachKeyByShard(const int64_t* keys, int64_t n, int64_t cost_per_key,
-                         const std::function<void(HashIndex::Shard&, int64_t, uint64_t)>& fn,
-                         const ParallelRunner& run);
-  // Buckets keys by shard and runs fn(shard, positions, count, hashes) once per shard that has
-  // keys, in parallel, with the shard's lock held; positions are in batch order and
-  // hashes[i] is the hash of keys[i].
-  using ShardBatchFn = std::function<void(HashIndex::Shard&, const int64_t* positions,
-                                          int64_t count, const uint64_t* hashes)>;
-  void ForEachShard(const int64_t* keys, int64_t n, int64_t cost_per_key, const ShardBatchFn& fn,
-                    const ParallelRunner& run);
-  // Calls f(i) for the positions of one shard in order, prefetching the probe slots of later
-  // keys (probes of different keys are independent, so their cache misses overlap).
-  template <typename F>
-  static void ProbeInOrder(const HashIndex::Shard& shard, const int64_t* positions,
-                           int64_t count, const uint64_t* hashes, F f);
 
   const TableConfig config_;
   const int chunk_shift_;
@@ -603,64 +346,21 @@ class EmbeddingTable {
   std::vector<int64_t> free_rows_;           // guarded by alloc_mu_
   std::atomic<int64_t> size_{0};
 
-  // Admission and eviction state. pending_[s] is guarded by index_.shard(s).mu(). The
-  // thresholds in use are atomics read by every pass; admission_ is what ConfigureAdmission
-  // set (admission_mu_).
-  std::atomic<int64_t> access_threshold_{-1};
-  std::atomic<int64_t> eviction_threshold_{-1};
-  std::atomic<bool> track_access_{false};  // config_.track_access, or TrackAccess() since
-  mutable std::mutex admission_mu_;
-  AdmissionConfig admission_;
-  bool admission_configured_ = false;
-  std::unique_ptr<PendingShard[]> pending_;
-  std::atomic<int64_t> pending_size_{0};
-  std::atomic<int64_t> tick_{0};
-  std::atomic<int64_t> newest_clock_;  // kNoClock until a training lookup
-  std::atomic<int64_t> admitted_{0};
-  std::atomic<int64_t> rejected_{0};
-  std::atomic<int64_t> evicted_{0};
-  static constexpr int64_t kNoClock = INT64_MIN;
+  // Admission and eviction (table_admission.h). pending_.shard(s) is guarded by
+  // index_.shard(s).mu().
+  TableAdmission admission_;
+  PendingKeys pending_;
 
   // Changed only under an exclusive structure_mu_.
   size_t row_bytes_;
   int num_slots_ = 0;
   int slot_width_;  // dim until an optimizer with one float per row attaches its slots
-  bool slot_values_known_ = false;  // false after an Import of slots, until EnsureSlots
-  // The slots came from a checkpoint and no optimizer applied since: a different optimizer
-  // may still take the table over (its slots start from their initial values).
-  bool slots_from_checkpoint_ = false;
-  std::mutex notice_mu_;
-  std::string notice_;
-  // Changes since the last save (track_changes): keys removed, and whether the table was
-  // cleared or replaced. Guarded by alloc_mu_ (or structure_mu_ held exclusively).
-  std::vector<int64_t> removed_keys_;
-  bool cleared_since_save_ = false;
-  // The checkpoint the change set is relative to, and the last snapshot's id (structure_mu_).
-  int64_t checkpoint_id_ = 0;
-  int64_t snapshot_id_ = 0;
-  // Bumped by every change of the table's contents or settings; the values at the last
-  // snapshot and at the last commit or restore say whether it still equals its checkpoint.
-  std::atomic<uint64_t> version_{0};
-  uint64_t snapshot_version_ = 0;   // guarded by structure_mu_
-  uint64_t committed_version_ = 0;  // guarded by structure_mu_
-  void BumpVersion() { version_.fetch_add(1, std::memory_order_relaxed); }
-  // Bumps the version before and after a change: a snapshot taken while the change runs
-  // records a version the change's second bump makes stale, so HoldsCheckpoint never
-  // vouches for a table that differs from its files.
-  class ChangeScope {
-   public:
-    explicit ChangeScope(EmbeddingTable* t, bool active = true) : t_(active ? t : nullptr) {
-      if (t_ != nullptr) t_->BumpVersion();
-    }
-    ~ChangeScope() {
-      if (t_ != nullptr) t_->BumpVersion();
-    }
-    ChangeScope(const ChangeScope&) = delete;
-    ChangeScope& operator=(const ChangeScope&) = delete;
-
-   private:
-    EmbeddingTable* t_;
-  };
+  TableSlots slots_;  // the slots' optimizer and initial values (table_slots.h)
+  // Changes since the last save, for delta checkpoints and HoldsCheckpoint.
+  TableChangeSet changes_;
+  void BumpVersion() { changes_.BumpVersion(); }
+  using ChangeScope = TableChangeScope;
+  friend class TableSnapshotView;
   class RowSink;  // the RestoreSink of Restore and ApplyDelta
   void ResetChangesLocked();
   void MarkChanged(int64_t row) {
@@ -669,117 +369,26 @@ class EmbeddingTable {
       __atomic_store_n(&ChunkOf(row)->changed[OffsetOf(row)], uint8_t{1}, __ATOMIC_RELAXED);
     }
   }
-  std::string slot_optimizer_;
-  float slot_initial_values_[kMaxSlots] = {0, 0, 0, 0};
 
-  // --- The SSD tier (table_tier.cc) ---
-  static constexpr int64_t kColdEntry = int64_t{1} << 62;
+  // --- The SSD tier (table_tier.h) ---
   static constexpr uint32_t kColdGeneration = (1u << kGenerationBits) - 1;
-  static bool IsCold(int64_t entry) { return (entry & kColdEntry) != 0; }
-  static int64_t ColdEntry(uint64_t id) { return kColdEntry | static_cast<int64_t>(id); }
-  static uint64_t IdOf(int64_t entry) { return static_cast<uint64_t>(entry & ~kColdEntry); }
   // The address an evaluation lookup returns for a cold entry, and whether an address is one.
   int64_t ColdAddress(int64_t entry) const {
     return TagBits() | (static_cast<int64_t>(kColdGeneration) << kRowBits) |
-           (entry & ~kColdEntry);
+           (entry & ~TableTier::kColdEntry);
   }
   bool IsColdAddress(int64_t address) const {
     return address >= 0 &&
            static_cast<uint32_t>(address >> (kRowBits + kGenerationBits)) == tag_ &&
            ((address >> kRowBits) & ((int64_t{1} << kGenerationBits) - 1)) == kColdGeneration;
   }
-  // Upsert with structure_mu_ held (exclusive for tiered tables, whose new rows get tick
-  // `recency`).
-  Status UpsertLocked(const int64_t* keys, const float* values, int64_t n,
-                      const ParallelRunner& run, int64_t recency);
-  // Copies the embedding of a cold row an evaluation lookup returned (shared lock).
-  Status GatherCold(int64_t address, float* out) const;
   int64_t& TickOf(int64_t row) const { return ChunkOf(row)->ticks[OffsetOf(row)]; }
   int64_t& PriorityOf(int64_t row) const { return ChunkOf(row)->priority[OffsetOf(row)]; }
-  // Demotion takes the rows of lowest priority. A row used again gets the lookup's tick; a
-  // row that just came into memory (promoted or new) gets the tick minus kProbationTicks, so
-  // it goes before rows used in the last kProbationTicks lookups unless it is used again:
-  // keys seen once do not push out keys seen often (Zipf-like data is mostly such keys).
-  static constexpr int64_t kProbationTicks = 16;
-  // Opens a store for records of `record_bytes` bytes in config_.ssd_paths.
-  Status OpenColdTier(size_t record_bytes, std::unique_ptr<ColdTier>* out) const;
-  // The training FindOrInsert of a tiered table (exclusive lock throughout).
-  Status TieredFindOrInsert(const int64_t* keys, int64_t n, int64_t* addresses,
-                            const ParallelRunner& run, const KeyAccess& access);
-  // Moves the cold keys among keys[0, n) into memory rows (structure_mu_ exclusive), demoting
-  // other rows when free rows are not enough, and sets the tick of every hot row of the batch
-  // to `tick` (so demotion spares them).
-  Status PromoteLocked(const int64_t* keys, int64_t n, int64_t tick, const ParallelRunner& run);
-  // Demotes `needed` least recently used memory rows whose tick is not `tick` (rows of the
-  // lookups since tick - kProtectedTicks only when the older ones are not enough), and up to
-  // `extra` more while the SSD tier has room for them (so that a table at its memory budget
-  // does not demote on every lookup). Fewer only when fewer rows may go. All or nothing: when
-  // the records cannot be written, no row moves.
-  Status DemoteLocked(int64_t needed, int64_t extra, int64_t tick);
-  // Makes room in the store for `count` more records: evicts the least recently seen records
-  // with evict_when_full, otherwise fails with kResourceExhausted when ssd_rows would be
-  // exceeded.
-  Status ColdRoomLocked(int64_t count);
-  // Compacts the store when a segment is more than half stale, updating the moved keys.
-  Status CompactLocked();
-  // Reads the record of a cold entry into record (row_bytes_ bytes) and checks its key; rows
-  // saved before their optimizer's slot values were known get them.
-  Status ReadColdRecord(int64_t entry, int64_t key, char* record) const;
-  // DataLoss unless a record read for `key` holds that key.
-  Status CheckColdKey(int64_t key, uint64_t stored) const;
-  // Gives a record saved before its optimizer's slot values were known those values.
-  void FillUnsetSlots(char* record) const;
-  // Removes a cold key (index entry and record; structure_mu_ exclusive); counts it as
-  // evicted when `evicted`.
-  void RemoveColdLocked(int64_t key, int64_t entry, bool evicted);
-  // RemoveColdLocked of a key whose index entry is already erased.
-  void DropColdRecordLocked(int64_t key, int64_t entry, bool evicted);
-  // Rewrites every cold record for `num_slots` slots: slots it had keep their values unless
-  // reset_slots, new or reset ones get initial_values. The new store replaces the old one
-  // only once every record is written.
-  Status RelayoutColdLocked(int num_slots, int width, const float* initial_values,
-                            bool reset_slots);
-  // Rows that can still be handed out (alloc_mu_ not held).
-  int64_t FreeRowCount();
-  // Calls fn(key, record, marked) for every cold record (a row record: header, embedding,
-  // slots; marked: changed since the last save).
-  Status ForEachColdRecord(
-      const std::function<Status(int64_t key, const char* record, bool marked)>& fn) const;
-  // Lays out a row record (row_bytes_ bytes) for the store; null slots (or null entries) get
-  // the slots' initial values.
-  void FillRecord(char* record, int64_t key, int64_t last_seen, uint32_t count,
-                  const float* value, const float* const* slots, bool slots_unset) const;
-  // Records read ahead by PrefetchCold: key -> (record number, record bytes), valid while
-  // the key's index entry still names that record of the same store (staging_generation_).
-  struct Staged {
-    uint64_t number;
-    uint64_t generation;
-    std::vector<char> record;
-  };
-  // Takes the staged record of (key, entry) into `record` (row_bytes_); false when none.
-  bool TakeStaged(int64_t key, int64_t entry, char* record);
-  // Forgets every staged record (the store was cleared or replaced).
-  void DropStaged();
-  std::mutex staging_mu_;
-  std::unordered_map<int64_t, Staged> staged_;  // guarded by staging_mu_
-  std::deque<int64_t> staged_order_;           // oldest first; guarded by staging_mu_
-  std::atomic<uint64_t> staging_generation_{1};
-  std::atomic<int64_t> prefetch_hits_{0};
-  // Null: all in memory. Shared: PrefetchCold reads through it after releasing the lock.
-  std::shared_ptr<ColdTier> cold_;
-  std::atomic<int64_t> tier_tick_{0};
-  std::atomic<int64_t> promotions_{0};
-  std::atomic<int64_t> demotions_{0};
+  // The SSD tier: its state and the operations that move rows between the tiers
+  // (table_tier.h); tier_.store is null for an all-in-memory table.
+  friend class TableTier;
+  TableTier tier_;
 };
-
-template <typename F>
-void EmbeddingTable::ProbeInOrder(const HashIndex::Shard& shard, const int64_t* positions,
-                                  int64_t count, const uint64_t* hashes, F f) {
-  for (int64_t j = 0; j < count; ++j) {
-    if (j + kPrefetchDistance < count) shard.Prefetch(hashes[positions[j + kPrefetchDistance]]);
-    f(positions[j]);
-  }
-}
 
 }  // namespace rec_sdk
 

@@ -146,4 +146,32 @@ void HashIndex::BucketByShard(const int64_t* keys, int64_t n, uint64_t seed,
   });
 }
 
+void HashIndex::ForEachShard(const int64_t* keys, int64_t n, int64_t cost_per_key,
+                             const ShardBatchFn& fn, const ParallelRunner& run) {
+  std::vector<uint64_t> hashes;
+  std::vector<int64_t> order;
+  std::vector<int64_t> begin;
+  BucketByShard(keys, n, seed_, &hashes, &order, &begin, run);
+  const int64_t per_shard_cost = std::max<int64_t>(1, cost_per_key * (n / kNumShards + 1));
+  run(kNumShards, per_shard_cost, [&](int64_t first, int64_t last) {
+    for (int64_t s = first; s < last; ++s) {
+      if (begin[s] == begin[s + 1]) continue;
+      Shard& shard = shards_[s];
+      std::lock_guard<std::mutex> lock(shard.mu());
+      fn(shard, order.data() + begin[s], begin[s + 1] - begin[s], hashes.data());
+    }
+  });
+}
+
+void HashIndex::ForEachKeyByShard(const int64_t* keys, int64_t n, int64_t cost_per_key,
+                                  const std::function<void(Shard&, int64_t, uint64_t)>& fn,
+                                  const ParallelRunner& run) {
+  ForEachShard(
+      keys, n, cost_per_key,
+      [&](Shard& shard, const int64_t* positions, int64_t count, const uint64_t* hashes) {
+        ProbeInOrder(shard, positions, count, hashes,
+                     [&](int64_t i) { fn(shard, i, hashes[i]); });
+      },
+      run);
+}
 }  // namespace rec_sdk

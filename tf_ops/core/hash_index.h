@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <vector>
 
@@ -93,6 +94,31 @@ class HashIndex {
                             std::vector<uint64_t>* hashes, std::vector<int64_t>* order,
                             std::vector<int64_t>* begin,
                             const ParallelRunner& run = SerialRunner);
+
+  // Buckets keys by shard and runs fn(shard, positions, count, hashes) once per shard that has
+  // keys, in parallel, with the shard's lock held; positions are in batch order and
+  // hashes[i] is the hash of keys[i].
+  using ShardBatchFn = std::function<void(Shard&, const int64_t* positions, int64_t count,
+                                          const uint64_t* hashes)>;
+  void ForEachShard(const int64_t* keys, int64_t n, int64_t cost_per_key, const ShardBatchFn& fn,
+                    const ParallelRunner& run);
+  // Runs fn(shard, i, hash) for every key position i, shard by shard, in parallel, with the
+  // shard's lock held.
+  void ForEachKeyByShard(const int64_t* keys, int64_t n, int64_t cost_per_key,
+                         const std::function<void(Shard&, int64_t, uint64_t)>& fn,
+                         const ParallelRunner& run);
+  // Calls f(i) for the positions of one shard in order, prefetching the probe slots of the
+  // key kPrefetchDistance positions later (probes of different keys are independent, so their
+  // cache misses overlap).
+  static constexpr int64_t kPrefetchDistance = 16;
+  template <typename F>
+  static void ProbeInOrder(const Shard& shard, const int64_t* positions, int64_t count,
+                           const uint64_t* hashes, F f) {
+    for (int64_t j = 0; j < count; ++j) {
+      if (j + kPrefetchDistance < count) shard.Prefetch(hashes[positions[j + kPrefetchDistance]]);
+      f(positions[j]);
+    }
+  }
 
  private:
   const uint64_t seed_;

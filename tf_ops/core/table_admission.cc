@@ -40,7 +40,7 @@ class EmbeddingTable::ShardInsert {
   ShardInsert(EmbeddingTable* table, const Pass& pass, HashIndex::Shard& shard,
               const uint64_t* hashes, int64_t first)
       : t_(table), pass_(pass), shard_(shard), hashes_(hashes),
-        pending_(table->pending_[HashIndex::ShardOf(hashes[first])]) {}
+        pending_(table->pending_.ShardFor(hashes[first])) {}
 
   // Returns the number of keys admitted but left without a row (a full table).
   int64_t Run(const int64_t* positions, int64_t n) {
@@ -61,7 +61,7 @@ class EmbeddingTable::ShardInsert {
   // Probe: keys the shard holds get their address; the others are missing.
   void Probe(const int64_t* positions, int64_t n) {
     int64_t newest = kNoClock;
-    ProbeInOrder(shard_, positions, n, hashes_, [&](int64_t i) {
+    HashIndex::ProbeInOrder(shard_, positions, n, hashes_, [&](int64_t i) {
       const int64_t entry = shard_.Find(pass_.keys[i], hashes_[i]);
       if (entry >= 0) {
         pass_.addresses[i] = pass_.tag_bits | entry;
@@ -114,14 +114,14 @@ class EmbeddingTable::ShardInsert {
         admit_count_.push_back(pass_.access.counts ? pass_.access.counts[i] : 1);
         continue;
       }
-      Pending* p = pending_.Find(pass_.keys[i], hashes_[i]);
+      PendingKey* p = pending_.Find(pass_.keys[i], hashes_[i]);
       if (p == nullptr) {
         if (!pass_.count) {  // a retry of a key that was never counted
           pass_.addresses[i] = -1;
           continue;
         }
         p = pending_.Add(pass_.keys[i], hashes_[i], Clock(i));
-        t_->pending_size_.fetch_add(1, std::memory_order_relaxed);
+        t_->pending_.Added(1);
       }
       if (__builtin_add_overflow(p->count, add, &p->count)) p->count = INT64_MAX;
       p->last_seen = std::max(p->last_seen, Clock(i));
@@ -133,7 +133,7 @@ class EmbeddingTable::ShardInsert {
         if (pass_.count) ++rejected;
       }
     }
-    if (rejected > 0) t_->rejected_.fetch_add(rejected, std::memory_order_relaxed);
+    if (rejected > 0) t_->admission_.rejected.fetch_add(rejected, std::memory_order_relaxed);
   }
 
   // Place: admitted keys get rows, taken in one allocation per shard and batch (a thread's
@@ -165,14 +165,14 @@ class EmbeddingTable::ShardInsert {
       pass_.addresses[i] = pass_.tag_bits | entry;
     }
     t_->size_.fetch_add(static_cast<int64_t>(used), std::memory_order_relaxed);
-    t_->admitted_.fetch_add(static_cast<int64_t>(used), std::memory_order_relaxed);
+    t_->admission_.admitted.fetch_add(static_cast<int64_t>(used), std::memory_order_relaxed);
     if (used < rows.size()) t_->ReleaseRows(rows.data() + used, rows.size() - used);
     return left_out;
   }
 
   void DropPending(int64_t i) {
     pending_.Remove(pass_.keys[i], hashes_[i]);
-    t_->pending_size_.fetch_sub(1, std::memory_order_relaxed);
+    t_->pending_.Removed(1);
   }
 
   EmbeddingTable* t_;
@@ -199,13 +199,13 @@ void EmbeddingTable::InsertPass(const int64_t* keys, int64_t n, int64_t* address
                                access,
                                tick,
                                count,
-                               access_threshold_.load(std::memory_order_relaxed),
+                               admission_.access_threshold.load(std::memory_order_relaxed),
                                TagBits(),
                                touch_rows,
                                track_access() && count,
                                touch_rows || access.times != nullptr};
   std::atomic<int64_t> total_unplaced{0};
-  ForEachShard(
+  index_.ForEachShard(
       keys, n, touch_rows ? 400 : 300,
       [&](HashIndex::Shard& shard, const int64_t* positions, int64_t count_in_shard,
           const uint64_t* hashes) {
@@ -217,60 +217,6 @@ void EmbeddingTable::InsertPass(const int64_t* keys, int64_t n, int64_t* address
   *unplaced = total_unplaced.load();
 }
 
-EmbeddingTable::Pending* EmbeddingTable::PendingShard::Add(int64_t key, uint64_t hash,
-                                                          int64_t last_seen) {
-  int64_t i;
-  if (!free_.empty()) {
-    i = free_.back();
-    free_.pop_back();
-  } else {
-    i = static_cast<int64_t>(records_.size());
-    records_.emplace_back();
-  }
-  records_[i] = Pending{key, 0, last_seen};
-  map_.Insert(key, hash, i);
-  return &records_[i];
-}
-
-void EmbeddingTable::PendingShard::Remove(int64_t key, uint64_t hash) {
-  const int64_t i = map_.Erase(key, hash);
-  if (i < 0) return;
-  records_[i].count = -1;
-  free_.push_back(i);
-}
-
-int64_t EmbeddingTable::PendingShard::RemoveSeenAtOrBefore(int64_t cutoff) {
-  int64_t removed = 0;
-  for (size_t i = 0; i < records_.size(); ++i) {
-    Pending& p = records_[i];
-    if (p.count < 0 || p.last_seen > cutoff) continue;
-    map_.Erase(p.key, map_.Hash(p.key));
-    p.count = -1;
-    free_.push_back(static_cast<int64_t>(i));
-    ++removed;
-  }
-  // Give memory back once most records are free (e.g. after a burst of one-off keys).
-  if (records_.size() > 1024 && static_cast<size_t>(map_.size()) * 4 < records_.size()) {
-    std::vector<Pending> live;
-    live.reserve(map_.size() * 2);
-    for (const Pending& p : records_) {
-      if (p.count >= 0) live.push_back(p);
-    }
-    Clear();
-    for (const Pending& p : live) {
-      Pending* q = Add(p.key, map_.Hash(p.key), p.last_seen);
-      q->count = p.count;
-    }
-  }
-  return removed;
-}
-
-void EmbeddingTable::PendingShard::Clear() {
-  map_.Clear();
-  std::vector<Pending>().swap(records_);
-  std::vector<int64_t>().swap(free_);
-}
-
 Status EmbeddingTable::ConfigureAdmission(const AdmissionConfig& wanted) {
   for (const auto& [field, value] : {std::make_pair("access_threshold", wanted.access_threshold),
                                      std::make_pair("eviction_threshold", wanted.eviction_threshold)}) {
@@ -279,9 +225,9 @@ Status EmbeddingTable::ConfigureAdmission(const AdmissionConfig& wanted) {
                                      " must be >= -1, got " + std::to_string(value));
     }
   }
-  std::lock_guard<std::mutex> lock(admission_mu_);
-  if (admission_configured_) {
-    const std::vector<std::string> differences = AdmissionDifferences(admission_, wanted);
+  std::lock_guard<std::mutex> lock(admission_.mu);
+  if (admission_.configured) {
+    const std::vector<std::string> differences = AdmissionDifferences(admission_.config, wanted);
     if (differences.empty()) return Status::Ok();
     std::string message = "table '" + config_.name +
                           "' already has other admission settings (existing vs asked for): ";
@@ -291,75 +237,76 @@ Status EmbeddingTable::ConfigureAdmission(const AdmissionConfig& wanted) {
     return Status::InvalidArgument(message +
                                    "; every lookup of a table must use the same thresholds");
   }
-  ChangeScope change(this);
-  admission_ = wanted;
-  admission_configured_ = true;
-  access_threshold_.store(wanted.access_threshold, std::memory_order_relaxed);
-  eviction_threshold_.store(wanted.eviction_threshold, std::memory_order_relaxed);
+  ChangeScope change(&changes_);
+  admission_.config = wanted;
+  admission_.configured = true;
+  admission_.access_threshold.store(wanted.access_threshold, std::memory_order_relaxed);
+  admission_.eviction_threshold.store(wanted.eviction_threshold, std::memory_order_relaxed);
   return Status::Ok();
 }
 
 AdmissionConfig EmbeddingTable::admission() const {
-  std::lock_guard<std::mutex> lock(admission_mu_);
-  return admission_;
+  std::lock_guard<std::mutex> lock(admission_.mu);
+  return admission_.config;
 }
 
 bool EmbeddingTable::admission_configured() const {
-  std::lock_guard<std::mutex> lock(admission_mu_);
-  return admission_configured_;
+  std::lock_guard<std::mutex> lock(admission_.mu);
+  return admission_.configured;
 }
 
 void EmbeddingTable::ResetAdmission() {
-  std::lock_guard<std::mutex> lock(admission_mu_);
-  admission_ = AdmissionConfig();
-  admission_configured_ = false;
-  access_threshold_.store(-1, std::memory_order_relaxed);
-  eviction_threshold_.store(-1, std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lock(admission_.mu);
+  admission_.config = AdmissionConfig();
+  admission_.configured = false;
+  admission_.access_threshold.store(-1, std::memory_order_relaxed);
+  admission_.eviction_threshold.store(-1, std::memory_order_relaxed);
 }
 
 Status EmbeddingTable::SetAccessThreshold(int64_t threshold) {
-  ChangeScope change(this);
+  ChangeScope change(&changes_);
   if (threshold < -1) {
     return Status::InvalidArgument("table '" + config_.name +
                                    "': access_threshold must be >= -1, got " +
                                    std::to_string(threshold));
   }
-  access_threshold_.store(threshold, std::memory_order_relaxed);
+  admission_.access_threshold.store(threshold, std::memory_order_relaxed);
   return Status::Ok();
 }
 
 void EmbeddingTable::EvictRowLocked(int64_t row) {
   RowMeta& meta = MetaOf(row);
-  if (config_.track_changes) removed_keys_.push_back(meta.key);
+  if (config_.track_changes) changes_.removed_keys.push_back(meta.key);
   const uint64_t hash = index_.Hash(meta.key);
   index_.shard(HashIndex::ShardOf(hash)).Erase(meta.key, hash);
   KillRowLocked(meta);
   size_.fetch_sub(1, std::memory_order_relaxed);
-  evicted_.fetch_add(1, std::memory_order_relaxed);
+  admission_.evicted.fetch_add(1, std::memory_order_relaxed);
 }
 
 Status EmbeddingTable::Evict(int64_t* rows_evicted, int64_t* pending_evicted,
                              const ParallelRunner& run) {
-  ChangeScope change(this);
+  ChangeScope change(&changes_);
   int64_t rows_out = 0, pending_out = 0;
   const int64_t threshold = eviction_threshold();
-  const int64_t newest = newest_clock_.load();
+  const int64_t newest = admission_.newest_clock.load();
   if (threshold >= 0 && newest != kNoClock) {
     // Keys seen at or before `cutoff` are at least `threshold` older than the newest clock.
     int64_t cutoff;
     if (__builtin_sub_overflow(newest, threshold, &cutoff)) cutoff = INT64_MIN;
     std::unique_lock<std::shared_mutex> structure(structure_mu_);
-    if (cold_ != nullptr) {
+    if (tier_.store != nullptr) {
       // Cold rows by the last-seen clocks the store keeps in memory (no disk reads but the
       // victims' keys).
       std::vector<uint64_t> old;
-      cold_->ForEachLiveTag([&](uint64_t id, int64_t last_seen) {
+      tier_.store->ForEachLiveTag([&](uint64_t id, int64_t last_seen) {
         if (last_seen <= cutoff) old.push_back(id);
       });
       for (const uint64_t id : old) {
         uint64_t key = 0;
-        REC_SDK_RETURN_IF_ERROR(cold_->ReadKey(id, &key));
-        RemoveColdLocked(static_cast<int64_t>(key), ColdEntry(id), /*evicted=*/true);
+        REC_SDK_RETURN_IF_ERROR(tier_.store->ReadKey(id, &key));
+        tier_.RemoveColdLocked(static_cast<int64_t>(key), TableTier::ColdEntry(id),
+                               /*evicted=*/true);
         ++rows_out;
       }
     }
@@ -383,10 +330,7 @@ Status EmbeddingTable::Evict(int64_t* rows_evicted, int64_t* pending_evicted,
         ++rows_out;
       }
     }
-    for (int s = 0; s < HashIndex::kNumShards; ++s) {
-      pending_out += pending_[s].RemoveSeenAtOrBefore(cutoff);
-    }
-    pending_size_.fetch_sub(pending_out, std::memory_order_relaxed);
+    pending_out += pending_.RemoveSeenAtOrBefore(cutoff);
   }
   if (rows_evicted != nullptr) *rows_evicted = rows_out;
   if (pending_evicted != nullptr) *pending_evicted = pending_out;
@@ -431,11 +375,7 @@ void EmbeddingTable::EvictLeastRecentLocked(int64_t count, const int64_t* keys, 
   if (newest_evicted == INT64_MIN) return;
   // Keys still counting towards admission that were last seen before the rows that had to
   // go would not be kept either: this bounds the pending counts of a full table.
-  int64_t pending_out = 0;
-  for (int s = 0; s < HashIndex::kNumShards; ++s) {
-    pending_out += pending_[s].RemoveSeenAtOrBefore(newest_evicted);
-  }
-  pending_size_.fetch_sub(pending_out, std::memory_order_relaxed);
+  pending_.RemoveSeenAtOrBefore(newest_evicted);
 }
 
 Status EmbeddingTable::Restrict(int64_t keep, RestrictBy by, int64_t* removed) {
@@ -450,7 +390,7 @@ Status EmbeddingTable::Restrict(int64_t keep, RestrictBy by, int64_t* removed) {
   }
   if (removed != nullptr) *removed = 0;
   if (Size() <= keep) return Status::Ok();  // nothing to do: the table stays unchanged
-  ChangeScope change(this);
+  ChangeScope change(&changes_);
   std::unique_lock<std::shared_mutex> structure(structure_mu_);
   std::lock_guard<std::mutex> lock(alloc_mu_);
   struct Candidate {
@@ -468,15 +408,15 @@ Status EmbeddingTable::Restrict(int64_t keep, RestrictBy by, int64_t* removed) {
       rows.push_back({meta.last_seen, 0, meta.key, row, 0});
     }
   }
-  if (cold_ != nullptr) {
-    REC_SDK_RETURN_IF_ERROR(cold_->ForEachLive(
+  if (tier_.store != nullptr) {
+    REC_SDK_RETURN_IF_ERROR(tier_.store->ForEachLive(
         [&](uint64_t key, uint64_t id, const void* record) {
           const RowMeta& meta = *static_cast<const RowMeta*>(record);
           const int64_t k = static_cast<int64_t>(key);
           if (by == RestrictBy::kCount) {
-            rows.push_back({int64_t{meta.count}, meta.last_seen, k, -1, ColdEntry(id)});
+            rows.push_back({int64_t{meta.count}, meta.last_seen, k, -1, TableTier::ColdEntry(id)});
           } else {
-            rows.push_back({meta.last_seen, 0, k, -1, ColdEntry(id)});
+            rows.push_back({meta.last_seen, 0, k, -1, TableTier::ColdEntry(id)});
           }
           return Status::Ok();
         }));
@@ -492,7 +432,7 @@ Status EmbeddingTable::Restrict(int64_t keep, RestrictBy by, int64_t* removed) {
   std::nth_element(rows.begin(), rows.begin() + (drop - 1), rows.end(), worse);
   for (int64_t j = 0; j < drop; ++j) {
     if (rows[j].row < 0) {
-      RemoveColdLocked(rows[j].key, rows[j].entry, /*evicted=*/true);
+      tier_.RemoveColdLocked(rows[j].key, rows[j].entry, /*evicted=*/true);
       continue;
     }
     EvictRowLocked(rows[j].row);

@@ -45,6 +45,30 @@ void FreeBlock(void* p, size_t bytes) {
   if (p != nullptr) munmap(p, BlockBytes(bytes));
 }
 
+// A chunk is up to two mappings (its huge-page part and its tail); reservations of at most
+// kUncheckedChunks chunks are not checked (reading /proc costs more than they risk).
+constexpr int64_t kMappingsPerChunk = 2;
+constexpr int64_t kUncheckedChunks = 256;
+constexpr double kMaxReservationBytes = double(int64_t{1} << 45);  // 32 TiB
+
+// vm.max_map_count minus the mappings the process has, or -1 when unknown.
+int64_t MappingsLeft() {
+  FILE* limit_file = std::fopen("/proc/sys/vm/max_map_count", "r");
+  if (limit_file == nullptr) return -1;
+  long long limit = -1;
+  const int read = std::fscanf(limit_file, "%lld", &limit);
+  std::fclose(limit_file);
+  FILE* maps = std::fopen("/proc/self/maps", "r");
+  if (read != 1 || maps == nullptr) {
+    if (maps != nullptr) std::fclose(maps);
+    return -1;
+  }
+  int64_t used = 0;
+  for (int c = std::fgetc(maps); c != EOF; c = std::fgetc(maps)) used += c == '\n';
+  std::fclose(maps);
+  return std::max<int64_t>(0, limit - used);
+}
+
 }  // namespace
 
 EmbeddingTable::~EmbeddingTable() {
@@ -58,6 +82,11 @@ EmbeddingTable::~EmbeddingTable() {
     delete chunk;
   }
   for (int64_t p = 0; p < kMaxPages; ++p) delete pages_[p].load();
+}
+
+int64_t EmbeddingTable::FreeRowCount() {
+  std::lock_guard<std::mutex> lock(alloc_mu_);
+  return static_cast<int64_t>(free_rows_.size()) + (max_rows_ - next_row_);
 }
 
 Status EmbeddingTable::CheckReservation(int64_t rows) const {
@@ -87,22 +116,6 @@ Status EmbeddingTable::CheckReservation(int64_t rows) const {
       "expansion");
 }
 
-int64_t EmbeddingTable::MappingsLeft() {
-  FILE* limit_file = std::fopen("/proc/sys/vm/max_map_count", "r");
-  if (limit_file == nullptr) return -1;
-  long long limit = -1;
-  const int read = std::fscanf(limit_file, "%lld", &limit);
-  std::fclose(limit_file);
-  FILE* maps = std::fopen("/proc/self/maps", "r");
-  if (read != 1 || maps == nullptr) {
-    if (maps != nullptr) std::fclose(maps);
-    return -1;
-  }
-  int64_t used = 0;
-  for (int c = std::fgetc(maps); c != EOF; c = std::fgetc(maps)) used += c == '\n';
-  std::fclose(maps);
-  return std::max<int64_t>(0, limit - used);
-}
 
 bool EmbeddingTable::AddChunkLocked() {
   if (num_chunks_ >= kMaxPages * kPageSize) return false;
@@ -141,8 +154,9 @@ Status EmbeddingTable::RelayoutLocked(int num_slots, int width, const float* ini
                                        "': out of memory while adding optimizer slots");
     }
   }
-  if (cold_ != nullptr) {
-    Status status = RelayoutColdLocked(num_slots, width, initial_values, /*reset_slots=*/false);
+  if (tier_.store != nullptr) {
+    Status status =
+        tier_.RelayoutColdLocked(num_slots, width, initial_values, /*reset_slots=*/false);
     if (!status.ok()) {
       for (int64_t c = 0; c < num_chunks_; ++c) FreeBlock(blocks[c], rows * new_bytes);
       return status;

@@ -12,7 +12,7 @@ namespace rec_sdk {
 
 Status EmbeddingTable::EnsureSlots(const std::string& optimizer,
                                    const std::vector<float>& initial_values, int width) {
-  ChangeScope change(this);
+  ChangeScope change(&changes_);
   {
     std::shared_lock<std::shared_mutex> structure(structure_mu_);
     if (SlotsReadyLocked(optimizer, initial_values, width)) return Status::Ok();
@@ -25,11 +25,11 @@ bool EmbeddingTable::SlotsReadyLocked(const std::string& optimizer,
                                       const std::vector<float>& initial_values,
                                       int width) const {
   int resolved;
-  return slot_values_known_ && !slots_from_checkpoint_ && slot_optimizer_ == optimizer &&
+  return slots_.values_known && !slots_.from_checkpoint && slots_.optimizer == optimizer &&
          num_slots_ == static_cast<int>(initial_values.size()) &&
          ResolveSlotWidth(width, optimizer, &resolved).ok() &&
          (num_slots_ == 0 || slot_width_ == resolved) &&
-         std::equal(initial_values.begin(), initial_values.end(), slot_initial_values_);
+         std::equal(initial_values.begin(), initial_values.end(), slots_.initial_values);
 }
 
 Status EmbeddingTable::ResolveSlotWidth(int requested, const std::string& what,
@@ -52,19 +52,19 @@ Status EmbeddingTable::EnsureSlotsLocked(const std::string& optimizer,
   }
   REC_SDK_RETURN_IF_ERROR(ResolveSlotWidth(width, "optimizer '" + optimizer + "'", &width));
   const bool same_width = wanted == 0 || num_slots_ == 0 || slot_width_ == width;
-  if (slot_values_known_ && slots_from_checkpoint_) {
-    slots_from_checkpoint_ = false;
-    if (slot_optimizer_ == optimizer && num_slots_ == wanted && same_width) {
+  if (slots_.values_known && slots_.from_checkpoint) {
+    slots_.from_checkpoint = false;
+    if (slots_.optimizer == optimizer && num_slots_ == wanted && same_width) {
       // Restored slots of this optimizer: new rows start from this instance's values.
-      for (int s = 0; s < wanted; ++s) slot_initial_values_[s] = initial_values[s];
+      for (int s = 0; s < wanted; ++s) slots_.initial_values[s] = initial_values[s];
       return Status::Ok();
     }
     // The checkpoint was trained by another optimizer: its slots cannot serve this one.
     std::lock_guard<std::mutex> lock(alloc_mu_);
     REC_SDK_RETURN_IF_ERROR(RelayoutLocked(wanted, width, initial_values.data()));
-    if (cold_ != nullptr) {
+    if (tier_.store != nullptr) {
       REC_SDK_RETURN_IF_ERROR(
-          RelayoutColdLocked(wanted, width, initial_values.data(), /*reset_slots=*/true));
+          tier_.RelayoutColdLocked(wanted, width, initial_values.data(), /*reset_slots=*/true));
     }
     for (int64_t row = 0; row < next_row_; ++row) {
       float* value = ValueOf(row);
@@ -73,22 +73,22 @@ Status EmbeddingTable::EnsureSlotsLocked(const std::string& optimizer,
       }
     }
     {
-      std::lock_guard<std::mutex> notice_lock(notice_mu_);
-      notice_ = "table '" + config_.name + "': the checkpoint's slots of optimizer '" +
-                slot_optimizer_ + "' were dropped; optimizer '" + optimizer + "' starts its " +
+      std::lock_guard<std::mutex> notice_lock(slots_.notice_mu);
+      slots_.notice = "table '" + config_.name + "': the checkpoint's slots of optimizer '" +
+                slots_.optimizer + "' were dropped; optimizer '" + optimizer + "' starts its " +
                 std::to_string(wanted) + " slot(s) from their initial values";
     }
-    for (int s = 0; s < wanted; ++s) slot_initial_values_[s] = initial_values[s];
-    slot_optimizer_ = optimizer;
+    for (int s = 0; s < wanted; ++s) slots_.initial_values[s] = initial_values[s];
+    slots_.optimizer = optimizer;
     return Status::Ok();
   }
-  if (slot_values_known_) {
-    if (slot_optimizer_ == optimizer && num_slots_ == wanted && same_width) {
+  if (slots_.values_known) {
+    if (slots_.optimizer == optimizer && num_slots_ == wanted && same_width) {
       for (int s = 0; s < wanted; ++s) {
-        if (slot_initial_values_[s] != initial_values[s]) {
+        if (slots_.initial_values[s] != initial_values[s]) {
           return Status::FailedPrecondition(
               "table '" + config_.name + "': optimizer '" + optimizer + "' slot " +
-              std::to_string(s) + " starts at " + std::to_string(slot_initial_values_[s]) +
+              std::to_string(s) + " starts at " + std::to_string(slots_.initial_values[s]) +
               " for this table; another instance asks for " + std::to_string(initial_values[s]));
         }
       }
@@ -96,7 +96,7 @@ Status EmbeddingTable::EnsureSlotsLocked(const std::string& optimizer,
     }
     return Status::FailedPrecondition(
         "table '" + config_.name + "' is already trained by sparse optimizer '" +
-        slot_optimizer_ + "'; it cannot also be trained by '" + optimizer +
+        slots_.optimizer + "'; it cannot also be trained by '" + optimizer +
         "' (one sparse optimizer per table)");
   }
   std::lock_guard<std::mutex> lock(alloc_mu_);
@@ -111,7 +111,7 @@ Status EmbeddingTable::EnsureSlotsLocked(const std::string& optimizer,
   if (wanted > num_slots_) {
     REC_SDK_RETURN_IF_ERROR(RelayoutLocked(wanted, width, initial_values.data()));
   }
-  for (int s = 0; s < wanted; ++s) slot_initial_values_[s] = initial_values[s];
+  for (int s = 0; s < wanted; ++s) slots_.initial_values[s] = initial_values[s];
   // Rows added after an Import of slots but before this call got no slot values of their own.
   for (int64_t row = 0; first_new > 0 && row < next_row_; ++row) {
     RowMeta& meta = MetaOf(row);
@@ -122,16 +122,16 @@ Status EmbeddingTable::EnsureSlotsLocked(const std::string& optimizer,
       std::fill_n(SlotOf(value, s), slot_width_, initial_values[s]);
     }
   }
-  slot_optimizer_ = optimizer;
-  slot_values_known_ = true;
-  slots_from_checkpoint_ = false;
+  slots_.optimizer = optimizer;
+  slots_.values_known = true;
+  slots_.from_checkpoint = false;
   return Status::Ok();
 }
 
 std::string EmbeddingTable::TakeNotice() {
-  std::lock_guard<std::mutex> lock(notice_mu_);
+  std::lock_guard<std::mutex> lock(slots_.notice_mu);
   std::string notice;
-  notice.swap(notice_);
+  notice.swap(slots_.notice);
   return notice;
 }
 

@@ -1,6 +1,6 @@
 // The table's checkpoints: save ids and commits, consistent snapshots of the rows (and of
-// their changes, for delta checkpoints), restoring or applying checkpoint files, and the
-// whole-table export and import.
+// their changes, for delta checkpoints), restoring or applying checkpoint files. The
+// whole-table export and import: table_export.cc.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -32,44 +32,45 @@ int64_t NewSaveId() {
 
 Status EmbeddingTable::CommitSave(int64_t save_id) {
   std::unique_lock<std::shared_mutex> structure(structure_mu_);
-  if (save_id != snapshot_id_) {
+  if (save_id != changes_.snapshot_id) {
     return Status::FailedPrecondition("table '" + config_.name + "': save " +
                                       std::to_string(save_id) + " is not the table's last "
                                       "snapshot; it cannot be committed");
   }
   ResetChangesLocked();
-  checkpoint_id_ = save_id;
-  committed_version_ = snapshot_version_;
+  changes_.checkpoint_id = save_id;
+  changes_.committed_version = changes_.snapshot_version;
   return Status::Ok();
 }
 
 bool EmbeddingTable::HoldsCheckpoint(int64_t save_id) const {
   std::shared_lock<std::shared_mutex> structure(structure_mu_);
-  return save_id != 0 && checkpoint_id_ == save_id &&
-         version_.load(std::memory_order_relaxed) == committed_version_;
+  return save_id != 0 && changes_.checkpoint_id == save_id &&
+         changes_.version.load(std::memory_order_relaxed) == changes_.committed_version;
 }
 
 Status EmbeddingTable::Snapshot(const std::function<Status(const SnapshotView&)>& fn) {
   std::unique_lock<std::shared_mutex> structure(structure_mu_);
   SnapshotView view;
   view.table_ = this;
+  view.changes_ = &changes_;
   CheckpointInfo& info = view.info_;
   info.rows = size_.load();
-  info.pending = pending_size_.load();
+  info.pending = pending_.size();
   info.num_slots = num_slots_;
   info.slot_width = slot_width_;
-  info.optimizer = slot_optimizer_;
-  info.slot_initial.assign(slot_initial_values_, slot_initial_values_ + num_slots_);
-  const int64_t newest = newest_clock_.load();
+  info.optimizer = slots_.optimizer;
+  info.slot_initial.assign(slots_.initial_values, slots_.initial_values + num_slots_);
+  const int64_t newest = admission_.newest_clock.load();
   info.has_clock = newest != kNoClock;
   info.newest_clock = info.has_clock ? newest : 0;
-  info.tick = tick_.load();
-  info.admitted = admitted_.load();
-  info.rejected = rejected_.load();
-  info.evicted = evicted_.load();
-  info.save_id = snapshot_id_ = NewSaveId();
-  info.parent_id = checkpoint_id_;
-  snapshot_version_ = version_.load(std::memory_order_relaxed);
+  info.tick = admission_.tick.load();
+  info.admitted = admission_.admitted.load();
+  info.rejected = admission_.rejected.load();
+  info.evicted = admission_.evicted.load();
+  info.save_id = changes_.snapshot_id = NewSaveId();
+  info.parent_id = changes_.checkpoint_id;
+  changes_.snapshot_version = changes_.version.load(std::memory_order_relaxed);
   {
     std::lock_guard<std::mutex> lock(alloc_mu_);
     view.next_row_ = next_row_;
@@ -83,13 +84,13 @@ void EmbeddingTable::ResetChangesLocked() {
   for (int64_t c = 0; c < num_chunks_; ++c) {
     std::fill_n(ChunkOf(c << chunk_shift_)->changed.get(), rows_per_chunk(), 0);
   }
-  removed_keys_.clear();
-  removed_keys_.shrink_to_fit();
-  cleared_since_save_ = false;
-  if (cold_ != nullptr) cold_->ClearMarks();
+  changes_.removed_keys.clear();
+  changes_.removed_keys.shrink_to_fit();
+  changes_.cleared_since_save = false;
+  if (tier_.store != nullptr) tier_.store->ClearMarks();
 }
 
-Status EmbeddingTable::SnapshotView::ForEachRow(const RowFn& fn, bool changed_only) const {
+Status TableSnapshotView::ForEachRow(const RowFn& fn, bool changed_only) const {
   changed_only = changed_only && table_->config_.track_changes;
   for (int64_t row = 0; row < next_row_; ++row) {
     const RowMeta& meta = table_->MetaOf(row);
@@ -97,7 +98,7 @@ Status EmbeddingTable::SnapshotView::ForEachRow(const RowFn& fn, bool changed_on
     if (changed_only && !table_->ChunkOf(row)->changed[table_->OffsetOf(row)]) continue;
     REC_SDK_RETURN_IF_ERROR(fn(meta.key, table_->ValueOf(row), meta.count, meta.last_seen));
   }
-  return table_->ForEachColdRecord([&](int64_t key, const char* record, bool marked) {
+  return table_->tier_.ForEachColdRecord([&](int64_t key, const char* record, bool marked) {
     if (changed_only && !marked) return Status::Ok();
     const RowMeta& meta = *reinterpret_cast<const RowMeta*>(record);
     return fn(key, reinterpret_cast<const float*>(record + sizeof(RowMeta)), meta.count,
@@ -105,13 +106,9 @@ Status EmbeddingTable::SnapshotView::ForEachRow(const RowFn& fn, bool changed_on
   });
 }
 
-Status EmbeddingTable::SnapshotView::ForEachPending(const PendingFn& fn) const {
-  for (int s = 0; s < HashIndex::kNumShards; ++s) {
-    REC_SDK_RETURN_IF_ERROR(table_->pending_[s].ForEach([&](const Pending& p) {
-      return fn(p.key, p.count, p.last_seen);
-    }));
-  }
-  return Status::Ok();
+Status TableSnapshotView::ForEachPending(const PendingFn& fn) const {
+  return table_->pending_.ForEach(
+      [&](const PendingKey& p) { return fn(p.key, p.count, p.last_seen); });
 }
 
 class EmbeddingTable::RowSink : public RestoreSink {
@@ -131,15 +128,15 @@ class EmbeddingTable::RowSink : public RestoreSink {
     }
     // A key pending in one directory and stored in another (AddPending checks the other
     // order): the table would hold it twice, and its next checkpoint would not restore.
-    if (!upsert_ && t_->pending_size_.load(std::memory_order_relaxed) > 0 &&
-        t_->pending_[HashIndex::ShardOf(hash)].Find(key, hash) != nullptr) {
+    if (!upsert_ && t_->pending_.size() > 0 &&
+        t_->pending_.ShardFor(hash).Find(key, hash) != nullptr) {
       return Status::DataLoss("table '" + t_->config_.name + "': key " + std::to_string(key) +
                               " is both stored and pending admission in the checkpoint");
     }
-    if (existing >= 0 && IsCold(existing)) {
+    if (existing >= 0 && TableTier::IsCold(existing)) {
       // A delta's new values for a key on SSD: its record goes, the key is added anew.
       std::lock_guard<std::mutex> lock(cold_mu_);
-      t_->cold_->Remove(IdOf(existing));
+      t_->tier_.store->Remove(TableTier::IdOf(existing));
       shard.Erase(key, hash);
       t_->size_.fetch_sub(1, std::memory_order_relaxed);
     } else if (existing >= 0) {  // a delta's new values for a stored key
@@ -190,7 +187,7 @@ class EmbeddingTable::RowSink : public RestoreSink {
       if (keep_slots_ && slots != nullptr && slots[s] != nullptr) {
         std::memcpy(t_->SlotOf(dst, s), slots[s], width * sizeof(float));
       } else {
-        std::fill_n(t_->SlotOf(dst, s), width, t_->slot_initial_values_[s]);
+        std::fill_n(t_->SlotOf(dst, s), width, t_->slots_.initial_values[s]);
       }
     }
     RowMeta& meta = t_->MetaOf(row);
@@ -199,14 +196,14 @@ class EmbeddingTable::RowSink : public RestoreSink {
   }
   Status AddPending(int64_t key, int64_t count, int64_t last_seen) override {
     const uint64_t hash = t_->index_.Hash(key);
-    PendingShard& pending = t_->pending_[HashIndex::ShardOf(hash)];
+    PendingShard& pending = t_->pending_.ShardFor(hash);
     if (count < 0 || pending.Find(key, hash) != nullptr ||
         t_->index_.shard(HashIndex::ShardOf(hash)).Find(key, hash) >= 0) {
       return Status::DataLoss("table '" + t_->config_.name + "': pending key " +
                               std::to_string(key) + " is invalid or repeated in the checkpoint");
     }
     pending.Add(key, hash, last_seen)->count = count;
-    t_->pending_size_.fetch_add(1, std::memory_order_relaxed);
+    t_->pending_.Added(1);
     return Status::Ok();
   }
   // Rows past the memory rows of a tiered table: batched per lane, appended to the store
@@ -217,8 +214,8 @@ class EmbeddingTable::RowSink : public RestoreSink {
     const size_t bytes = t_->row_bytes_;
     batch.records.resize((batch.keys.size() + 1) * bytes);
     const float* const* kept = keep_slots_ ? slots : nullptr;
-    t_->FillRecord(batch.records.data() + batch.keys.size() * bytes, key, last_seen, count,
-                   value, kept, false);
+    t_->tier_.FillRecord(batch.records.data() + batch.keys.size() * bytes, key, last_seen,
+                         count, value, kept, false);
     batch.keys.push_back(static_cast<uint64_t>(key));
     batch.tags.push_back(last_seen);
     if (batch.keys.size() >= kColdBatch) return FlushCold(lane);
@@ -233,7 +230,7 @@ class EmbeddingTable::RowSink : public RestoreSink {
       std::lock_guard<std::mutex> lock(cold_mu_);
       const int64_t ssd_rows = t_->config_.ssd_rows;
       if (ssd_rows > 0 &&
-          static_cast<int64_t>(t_->cold_->live() + n) > ssd_rows) {
+          static_cast<int64_t>(t_->tier_.store->live() + n) > ssd_rows) {
         return Status::ResourceExhausted(
             "restore into table '" + t_->config_.name + "': the checkpoint has more rows than "
             "the table holds: " + std::to_string(t_->config_.capacity) + " in memory and " +
@@ -241,7 +238,7 @@ class EmbeddingTable::RowSink : public RestoreSink {
       }
       std::vector<const void*> records(n);
       for (size_t j = 0; j < n; ++j) records[j] = batch.records.data() + j * t_->row_bytes_;
-      REC_SDK_RETURN_IF_ERROR(t_->cold_->AppendBatch(n, batch.keys.data(), records.data(),
+      REC_SDK_RETURN_IF_ERROR(t_->tier_.store->AppendBatch(n, batch.keys.data(), records.data(),
                                                      batch.tags.data(), where.data()));
     }
     for (size_t j = 0; j < n; ++j) {
@@ -252,7 +249,7 @@ class EmbeddingTable::RowSink : public RestoreSink {
         return Status::DataLoss("table '" + t_->config_.name + "': key " + std::to_string(key) +
                                 " appears twice in the checkpoint");
       }
-      shard.Insert(key, hash, t_->ColdEntry(where[j]));
+      shard.Insert(key, hash, TableTier::ColdEntry(where[j]));
       t_->size_.fetch_add(1, std::memory_order_relaxed);
     }
     batch.keys.clear();
@@ -314,16 +311,16 @@ Status EmbeddingTable::Restore(const CheckpointInfo& info,
   std::unique_lock<std::shared_mutex> structure(structure_mu_);
   std::string what;
   bool keep_slots;
-  if (slot_values_known_ && !slots_from_checkpoint_) {
+  if (slots_.values_known && !slots_.from_checkpoint) {
     // An optimizer already trains this table: keep its slots only if they are the same.
-    keep_slots = info.num_slots == num_slots_ && info.optimizer == slot_optimizer_ &&
+    keep_slots = info.num_slots == num_slots_ && info.optimizer == slots_.optimizer &&
                  (num_slots_ == 0 || width == slot_width_);
     if (keep_slots) {
       what = info.num_slots > 0 ? "slots of '" + info.optimizer + "' restored" : "";
     } else {
       what = "the checkpoint's slots" +
              (info.optimizer.empty() ? std::string() : " of optimizer '" + info.optimizer + "'") +
-             " were dropped: the table is trained by '" + slot_optimizer_ +
+             " were dropped: the table is trained by '" + slots_.optimizer +
              "', whose slots start from their initial values";
     }
   } else {
@@ -332,23 +329,23 @@ Status EmbeddingTable::Restore(const CheckpointInfo& info,
       std::lock_guard<std::mutex> lock(alloc_mu_);
       REC_SDK_RETURN_IF_ERROR(RelayoutLocked(info.num_slots, width, info.slot_initial.data()));
     }
-    for (int s = 0; s < info.num_slots; ++s) slot_initial_values_[s] = info.slot_initial[s];
-    slot_optimizer_ = info.optimizer;
-    slot_values_known_ = info.num_slots > 0;
-    slots_from_checkpoint_ = info.num_slots > 0;
+    for (int s = 0; s < info.num_slots; ++s) slots_.initial_values[s] = info.slot_initial[s];
+    slots_.optimizer = info.optimizer;
+    slots_.values_known = info.num_slots > 0;
+    slots_.from_checkpoint = info.num_slots > 0;
     if (info.num_slots > 0) what = "slots of '" + info.optimizer + "' restored";
   }
   ClearLocked();
-  checkpoint_id_ = 0;  // until the restore succeeds: an emptied table holds no checkpoint
+  changes_.checkpoint_id = 0;  // until the restore succeeds: an emptied table holds no checkpoint
   // Size the index for the rows to come (one rehash instead of one per doubling).
   for (int s = 0; s < HashIndex::kNumShards; ++s) {
     index_.shard(s).Reserve(static_cast<size_t>(info.rows / HashIndex::kNumShards * 11 / 10));
   }
-  admitted_.store(info.admitted);
-  rejected_.store(info.rejected);
-  evicted_.store(info.evicted);
-  tick_.store(info.tick);
-  newest_clock_.store(info.has_clock ? info.newest_clock : kNoClock);
+  admission_.admitted.store(info.admitted);
+  admission_.rejected.store(info.rejected);
+  admission_.evicted.store(info.evicted);
+  admission_.tick.store(info.tick);
+  admission_.newest_clock.store(info.has_clock ? info.newest_clock : kNoClock);
 
   RowSink sink(this, keep_slots, /*upsert=*/false);
   Status status = feed(&sink);
@@ -359,8 +356,8 @@ Status EmbeddingTable::Restore(const CheckpointInfo& info,
     return status;
   }
   ResetChangesLocked();  // the table now equals the checkpoint
-  checkpoint_id_ = info.save_id;
-  committed_version_ = version_.load(std::memory_order_relaxed);
+  changes_.checkpoint_id = info.save_id;
+  changes_.committed_version = changes_.version.load(std::memory_order_relaxed);
   if (note != nullptr) *note = what;
   return Status::Ok();
 }
@@ -369,25 +366,25 @@ Status EmbeddingTable::ApplyDelta(const CheckpointInfo& info, bool cleared,
                                   const std::vector<int64_t>& removed,
                                   const std::function<Status(RestoreSink*)>& feed) {
   std::unique_lock<std::shared_mutex> structure(structure_mu_);
-  if (info.num_slots != num_slots_ || (info.num_slots > 0 && info.optimizer != slot_optimizer_)) {
+  if (info.num_slots != num_slots_ || (info.num_slots > 0 && info.optimizer != slots_.optimizer)) {
     return Status::FailedPrecondition(
         "delta checkpoint for table '" + config_.name + "' has " +
         std::to_string(info.num_slots) + " slots of optimizer '" + info.optimizer +
-        "' but the table has " + std::to_string(num_slots_) + " of '" + slot_optimizer_ +
+        "' but the table has " + std::to_string(num_slots_) + " of '" + slots_.optimizer +
         "': apply deltas onto the full checkpoint they follow, restored into a table of the "
         "same optimizer (a restore into a table of another optimizer drops the slots)");
   }
-  if (info.parent_id != checkpoint_id_) {
+  if (info.parent_id != changes_.checkpoint_id) {
     return Status::FailedPrecondition(
         "delta checkpoint " + std::to_string(info.save_id) + " of table '" + config_.name +
         "' follows checkpoint " + std::to_string(info.parent_id) + " but the table holds " +
-        std::to_string(checkpoint_id_) + ": restore the full checkpoint it follows and apply "
+        std::to_string(changes_.checkpoint_id) + ": restore the full checkpoint it follows and apply "
         "every delta in order");
   }
-  if (version_.load(std::memory_order_relaxed) != committed_version_) {
+  if (changes_.version.load(std::memory_order_relaxed) != changes_.committed_version) {
     return Status::FailedPrecondition(
         "table '" + config_.name + "' changed after it got checkpoint " +
-        std::to_string(checkpoint_id_) + " (a training lookup, update, upsert, removal or "
+        std::to_string(changes_.checkpoint_id) + " (a training lookup, update, upsert, removal or "
         "eviction): delta checkpoint " + std::to_string(info.save_id) + " applies only onto "
         "that checkpoint unchanged; restore it again and apply the deltas before training");
   }
@@ -396,8 +393,8 @@ Status EmbeddingTable::ApplyDelta(const CheckpointInfo& info, bool cleared,
     const uint64_t hash = index_.Hash(key);
     const int64_t entry = index_.shard(HashIndex::ShardOf(hash)).Erase(key, hash);
     if (entry < 0) continue;
-    if (IsCold(entry)) {
-      DropColdRecordLocked(key, entry, /*evicted=*/false);
+    if (TableTier::IsCold(entry)) {
+      tier_.DropColdRecordLocked(key, entry, /*evicted=*/false);
       continue;
     }
     const int64_t row = RowOfEntry(entry);
@@ -407,249 +404,25 @@ Status EmbeddingTable::ApplyDelta(const CheckpointInfo& info, bool cleared,
     free_rows_.push_back(row);
   }
   // The delta carries the whole pending set.
-  for (int s = 0; s < HashIndex::kNumShards; ++s) pending_[s].Clear();
-  pending_size_.store(0);
-  admitted_.store(info.admitted);
-  rejected_.store(info.rejected);
-  evicted_.store(info.evicted);
-  tick_.store(info.tick);
-  newest_clock_.store(info.has_clock ? info.newest_clock : kNoClock);
+  for (int s = 0; s < HashIndex::kNumShards; ++s) pending_.shard(s).Clear();
+  pending_.ResetSize();
+  admission_.admitted.store(info.admitted);
+  admission_.rejected.store(info.rejected);
+  admission_.evicted.store(info.evicted);
+  admission_.tick.store(info.tick);
+  admission_.newest_clock.store(info.has_clock ? info.newest_clock : kNoClock);
   RowSink sink(this, /*keep_slots=*/true, /*upsert=*/true);
   Status status = feed(&sink);
   if (status.ok()) status = sink.Finish();
   sink.ReleaseUnused();
   if (!status.ok()) {
     ClearLocked();
-    checkpoint_id_ = 0;  // emptied: it holds no checkpoint, no delta applies to it
+    changes_.checkpoint_id = 0;  // emptied: it holds no checkpoint, no delta applies to it
     return status;
   }
   ResetChangesLocked();
-  checkpoint_id_ = info.save_id;
-  committed_version_ = version_.load(std::memory_order_relaxed);
-  return Status::Ok();
-}
-
-
-Status EmbeddingTable::ImportAccess(const int64_t* keys, const int64_t* last_seen,
-                                    const int64_t* counts, int64_t n) {
-  int64_t newest = -1;
-  for (int64_t i = 0; i < n; ++i) {
-    if (last_seen[i] < 0 || counts[i] < 0) {
-      return Status::InvalidArgument(
-          "access statistics of table '" + config_.name + "': key " + std::to_string(keys[i]) +
-          " has last_seen " + std::to_string(last_seen[i]) + " and count " +
-          std::to_string(counts[i]) + "; both must be >= 0");
-    }
-    newest = std::max(newest, last_seen[i]);
-  }
-  ChangeScope change(this);
-  std::unique_lock<std::shared_mutex> structure(structure_mu_);
-  std::lock_guard<std::mutex> lock(alloc_mu_);
-  for (int64_t i = 0; i < n; ++i) {
-    const uint64_t hash = index_.Hash(keys[i]);
-    HashIndex::Shard& shard = index_.shard(HashIndex::ShardOf(hash));
-    const int64_t entry = shard.Find(keys[i], hash);
-    if (entry < 0) continue;
-    const uint32_t count = static_cast<uint32_t>(
-        std::min<int64_t>(counts[i], std::numeric_limits<uint32_t>::max()));
-    if (IsCold(entry)) {
-      // A cold row's record is rewritten with the statistics (its tag is its clock).
-      std::vector<char> record(row_bytes_);
-      REC_SDK_RETURN_IF_ERROR(ReadColdRecord(entry, keys[i], record.data()));
-      RowMeta& meta = *reinterpret_cast<RowMeta*>(record.data());
-      meta.last_seen = last_seen[i];
-      meta.count = count;
-      uint64_t where;
-      REC_SDK_RETURN_IF_ERROR(cold_->Append(static_cast<uint64_t>(keys[i]), record.data(),
-                                            last_seen[i], &where));
-      cold_->Remove(IdOf(entry));
-      if (config_.track_changes) cold_->set_mark(where, true);
-      shard.Set(keys[i], hash, ColdEntry(where));
-      continue;
-    }
-    const int64_t row = RowOfEntry(entry);
-    RowMeta& meta = MetaOf(row);
-    meta.last_seen = last_seen[i];
-    meta.count = static_cast<uint32_t>(
-        std::min<int64_t>(counts[i], std::numeric_limits<uint32_t>::max()));
-    MarkChanged(row);
-  }
-  if (newest >= 0) {
-    int64_t tick = tick_.load(std::memory_order_relaxed);
-    while (newest > tick && !tick_.compare_exchange_weak(tick, newest)) {
-    }
-    RaiseNewestClock(newest);
-  }
-  return Status::Ok();
-}
-
-Status EmbeddingTable::ExportAccess(std::vector<int64_t>* keys, std::vector<int64_t>* last_seen,
-                                 std::vector<int64_t>* counts) {
-  std::unique_lock<std::shared_mutex> structure(structure_mu_);
-  std::lock_guard<std::mutex> lock(alloc_mu_);
-  const int64_t n = size_.load();
-  keys->clear();
-  last_seen->clear();
-  counts->clear();
-  keys->reserve(n);
-  last_seen->reserve(n);
-  counts->reserve(n);
-  for (int64_t row = 0; row < next_row_; ++row) {
-    const RowMeta& meta = MetaOf(row);
-    if (!meta.alive) continue;
-    keys->push_back(meta.key);
-    last_seen->push_back(meta.last_seen);
-    counts->push_back(int64_t{meta.count});
-  }
-  // Cold rows (after the rows in memory).
-  const Status status = ForEachColdRecord([&](int64_t key, const char* record, bool) {
-    const RowMeta& meta = *reinterpret_cast<const RowMeta*>(record);
-    keys->push_back(key);
-    last_seen->push_back(meta.last_seen);
-    counts->push_back(int64_t{meta.count});
-    return Status::Ok();
-  });
-  return status;
-}
-
-Status EmbeddingTable::Export(const ExportAllocator& allocate) {
-  std::unique_lock<std::shared_mutex> structure(structure_mu_);
-  std::lock_guard<std::mutex> lock(alloc_mu_);
-  const int64_t n = size_.load();
-  int64_t* keys = nullptr;
-  float* values = nullptr;
-  float* slots = nullptr;
-  REC_SDK_RETURN_IF_ERROR(allocate(n, &keys, &values, &slots));
-  const int dim = config_.dim;
-  const int width = slot_width_;
-  int64_t out = 0;
-  for (int64_t row = 0; row < next_row_ && out < n; ++row) {
-    const RowMeta& meta = MetaOf(row);
-    if (!meta.alive) continue;
-    float* value = ValueOf(row);
-    keys[out] = meta.key;
-    std::memcpy(values + out * dim, value, dim * sizeof(float));
-    for (int s = 0; s < num_slots_; ++s) {
-      std::memcpy(slots + (s * n + out) * width, SlotOf(value, s), width * sizeof(float));
-    }
-    ++out;
-  }
-  return ForEachColdRecord([&](int64_t key, const char* record, bool) {
-    if (out >= n) return Status::Ok();
-    const float* value = reinterpret_cast<const float*>(record + sizeof(RowMeta));
-    keys[out] = key;
-    std::memcpy(values + out * dim, value, dim * sizeof(float));
-    for (int s = 0; s < num_slots_; ++s) {
-      std::memcpy(slots + (s * n + out) * width, value + dim + s * width,
-                  width * sizeof(float));
-    }
-    ++out;
-    return Status::Ok();
-  });
-}
-
-Status EmbeddingTable::Import(const int64_t* keys, const float* values, const float* slots,
-                              int num_slots, int64_t n, int slot_width) {
-  ChangeScope change(this);
-  int width;
-  REC_SDK_RETURN_IF_ERROR(ResolveSlotWidth(slot_width, "import", &width));
-  if (slots != nullptr && (num_slots < 0 || num_slots > kMaxSlots)) {
-    return Status::InvalidArgument("import into table '" + config_.name + "': " +
-                                   std::to_string(num_slots) + " slot arrays given, at most " +
-                                   std::to_string(kMaxSlots) + " allowed");
-  }
-  if (slots == nullptr) num_slots = 0;
-  const int64_t limit = !tiered() ? max_rows_
-                       : config_.ssd_rows > 0 ? max_rows_ + config_.ssd_rows
-                                              : std::numeric_limits<int64_t>::max();
-  if (n > limit) {
-    return Status::ResourceExhausted("import of " + std::to_string(n) + " rows into table '" +
-                                     config_.name + "' exceeds its capacity of " +
-                                     std::to_string(limit) + " rows");
-  }
-  // One exclusive section: no other operation sees a half-imported table.
-  std::unique_lock<std::shared_mutex> structure(structure_mu_);
-  if (num_slots > 0 && slot_values_known_ &&
-      (num_slots != num_slots_ || width != slot_width_)) {
-    return Status::InvalidArgument(
-        "import into table '" + config_.name + "': " + std::to_string(num_slots) +
-        " slot arrays of " + std::to_string(width) + " floats given but its optimizer '" +
-        slot_optimizer_ + "' has " + std::to_string(num_slots_) + " of " +
-        std::to_string(slot_width_));
-  }
-  if (num_slots > num_slots_ || (num_slots > 0 && width != slot_width_)) {
-    std::lock_guard<std::mutex> lock(alloc_mu_);
-    // Placeholder initial values: the imported rows get their slots below, and rows added
-    // before the optimizer's EnsureSlots are marked slots_unset.
-    const float zeros[kMaxSlots] = {0, 0, 0, 0};
-    REC_SDK_RETURN_IF_ERROR(RelayoutLocked(num_slots, width, zeros));
-  }
-  ClearLocked();
-  std::vector<int64_t> rows;
-  AllocateRows(n, &rows);
-  // Tiered: rows past the memory rows, written to the store at the end.
-  std::unordered_map<int64_t, size_t> cold_at;
-  std::vector<uint64_t> cold_keys;
-  std::vector<char> cold_records;
-  size_t used = 0;
-  const int dim = config_.dim;
-  for (int64_t i = 0; i < n; ++i) {
-    const uint64_t hash = index_.Hash(keys[i]);
-    HashIndex::Shard& shard = index_.shard(HashIndex::ShardOf(hash));
-    const int64_t entry = shard.Find(keys[i], hash);  // set when keys[i] repeats
-    int64_t row;
-    if (entry >= 0) {
-      row = RowOfEntry(entry);
-    } else {
-      if (used == rows.size() && tiered()) {
-        // Past the memory rows: the row goes to the SSD tier, in one batch at the end (a
-        // repeated key overwrites its record: the last row wins).
-        auto [at, added] = cold_at.emplace(keys[i], cold_keys.size());
-        if (added) {
-          cold_keys.push_back(static_cast<uint64_t>(keys[i]));
-          cold_records.resize(cold_keys.size() * row_bytes_);
-        }
-        std::vector<const float*> slot_values(num_slots_, nullptr);
-        for (int s = 0; s < num_slots; ++s) slot_values[s] = slots + (s * n + i) * width;
-        const bool slots_unset =
-            num_slots_ > 0 && !slot_values_known_ && !(num_slots > 0 && num_slots == num_slots_);
-        FillRecord(cold_records.data() + at->second * row_bytes_, keys[i], ClockForNewRows(),
-                   0, values + i * dim, slot_values.data(), slots_unset);
-        continue;
-      }
-      if (used == rows.size()) {
-        ReleaseRows(rows.data() + used, rows.size() - used);
-        size_.fetch_add(static_cast<int64_t>(used), std::memory_order_relaxed);
-        return Status::ResourceExhausted(FullMessage());
-      }
-      row = rows[used++];
-      InitializeRowLocked(row, keys[i], ClockForNewRows());
-      shard.Insert(keys[i], hash, IndexEntry(row, MetaOf(row).generation));
-    }
-    float* value = ValueOf(row);
-    std::memcpy(value, values + i * dim, dim * sizeof(float));
-    for (int s = 0; s < num_slots; ++s) {
-      std::memcpy(SlotOf(value, s), slots + (s * n + i) * width, width * sizeof(float));
-    }
-    if (num_slots > 0 && num_slots == num_slots_) MetaOf(row).slots_unset = 0;
-  }
-  size_.fetch_add(static_cast<int64_t>(used), std::memory_order_relaxed);
-  if (used < rows.size()) ReleaseRows(rows.data() + used, rows.size() - used);
-  if (cold_keys.empty()) return Status::Ok();
-  const size_t m = cold_keys.size();
-  REC_SDK_RETURN_IF_ERROR(ColdRoomLocked(static_cast<int64_t>(m)));
-  std::vector<const void*> records(m);
-  std::vector<int64_t> tags(m, ClockForNewRows());
-  for (size_t j = 0; j < m; ++j) records[j] = cold_records.data() + j * row_bytes_;
-  std::vector<uint64_t> where(m);
-  REC_SDK_RETURN_IF_ERROR(
-      cold_->AppendBatch(m, cold_keys.data(), records.data(), tags.data(), where.data()));
-  for (size_t j = 0; j < m; ++j) {
-    const int64_t key = static_cast<int64_t>(cold_keys[j]);
-    const uint64_t hash = index_.Hash(key);
-    index_.shard(HashIndex::ShardOf(hash)).Insert(key, hash, ColdEntry(where[j]));
-  }
-  size_.fetch_add(static_cast<int64_t>(m), std::memory_order_relaxed);
+  changes_.checkpoint_id = info.save_id;
+  changes_.committed_version = changes_.version.load(std::memory_order_relaxed);
   return Status::Ok();
 }
 
