@@ -4,8 +4,9 @@ variable's update ops are found."""
 import collections
 
 from rec_sdk_graph_rewrite.core import GraphPass, RewriteError
-from rec_sdk_graph_rewrite.embedding_variables import (GraphIndex, is_variable_write,
-                                                       node_name, variable_writes)
+from rec_sdk_graph_rewrite.embedding_variables import (REF_VARIABLE_OPS, GraphIndex,
+                                                       is_variable_write, node_name,
+                                                       variable_writes)
 
 
 def _topological(index, names):
@@ -65,7 +66,7 @@ class DropVariableUpdates(GraphPass):
                 raise RewriteError(self.name, missing, "variables to drop the updates of do not "
                                    "exist")
             wrong = sorted("%s (%s)" % (v, index.nodes[v].op) for v in self.variable_names
-                           if index.nodes[v].op not in ("VarHandleOp",) + _REF_VARIABLE_OPS)
+                           if index.nodes[v].op not in ("VarHandleOp",) + REF_VARIABLE_OPS)
             if wrong:
                 raise RewriteError(self.name, wrong, "these ops are not variables")
             if self.train_ops is not None:

@@ -45,7 +45,7 @@ _WRITE_PREFIXES = ("ResourceApply", "ResourceSparseApply", "Apply", "SparseApply
 _SHAPE_OPS = ("Shape", "ShapeN", "Size", "Rank")
 _SAVE_OPS = ("SaveV2", "Save", "SaveSlices")
 _HANDLE_INFO_OPS = ("VarIsInitializedOp", "VariableShape")
-_REF_VARIABLE_OPS = ("VariableV2", "Variable")
+REF_VARIABLE_OPS = ("VariableV2", "Variable")
 _RESTORE_OPS = ("RestoreV2", "Restore", "RestoreSlice")
 _GRAD_PATTERN = r"^(?:.*/)?gradients(?:_\d+)?/%s_grad/Reshape$"
 
@@ -438,7 +438,7 @@ def find_embedding_variables(graph_def):
     index = GraphIndex(graph_def)
     matches, skipped = [], []
     for name, node in index.nodes.items():
-        if node.op in _REF_VARIABLE_OPS:
+        if node.op in REF_VARIABLE_OPS:
             if _ref_variable_gathered(index, name):
                 skipped.append(SkippedVariable(name, "a reference variable (%s); only resource "
                                                "variables (use_resource=True, the TF2 default) "

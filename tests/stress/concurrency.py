@@ -104,7 +104,8 @@ def sessions(seconds, seed, work):
                 counts[index] += np.bincount(batch, minlength=KEY_SPACE)
                 steps[index] += 1
         except Exception as e:  # pylint: disable=broad-except
-            errors.append("trainer %d after %d steps: %s %s" % (index, steps[index], type(e).__name__, str(e)[:300]))
+            errors.append("trainer %d after %d steps: %s %s" % (index, stats["steps"],
+                                                                 type(e).__name__, str(e)[:300]))
 
     def saver():
         n = 0
@@ -221,7 +222,8 @@ def eviction(seconds, seed, work):
                 if np.any(rows > 0) or np.any(rows != np.round(rows)):
                     stats["foreign_reads"] += 1
         except Exception as e:  # pylint: disable=broad-except
-            errors.append("trainer %d after %d steps: %s %s" % (index, steps[index], type(e).__name__, str(e)[:300]))
+            errors.append("trainer %d after %d steps: %s %s" % (index, stats["steps"],
+                                                                 type(e).__name__, str(e)[:300]))
 
     def evictor():
         try:

@@ -44,7 +44,6 @@ from rec_sdk.optimizers.row_update import row_variable, through_variables
 from rec_sdk import tf_patches
 from rec_sdk.util import tf_processors
 from rec_sdk.util.graph_state import state_of
-from rec_sdk.util.tf_compat import keras
 
 
 def _outer_graph():

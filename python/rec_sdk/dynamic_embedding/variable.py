@@ -8,6 +8,7 @@ row per key (one hash probe for all of them), unlike TFRA's one hash table per s
 import copy
 import numbers
 
+import numpy as np
 import tensorflow as tf
 
 from rec_sdk.core import shard_names, tier

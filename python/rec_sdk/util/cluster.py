@@ -231,7 +231,7 @@ def _collective_call(task, name, keys=1):
 
 def next_instance_key(task=None):
     """A new collective instance key of the default graph (for collectives built elsewhere,
-    e.g. rec_sdk.distribute.ranks' broadcasts), or None outside a cluster."""
+    e.g. rec_sdk.core.ranks' broadcasts), or None outside a cluster."""
     call = _collective_call(task, "a collective")
     return None if call is None else call[2]
 
