@@ -19,7 +19,7 @@ from rec_sdk.core.table_spec import TableSpec
 from rec_sdk.ops import loader, table_ops
 from rec_sdk.util import tf_processors
 from rec_sdk.util.graph_state import state_of
-from rec_sdk.util.validation import INT32_MAX, check_int
+from rec_sdk.util.validation import THRESHOLD_RANGE, check_threshold
 
 _uid_lock = threading.Lock()
 _next_uid = [0]
@@ -421,15 +421,16 @@ class SparseEmbedding(tf.saved_model.experimental.TrackableResource):
                 raise TypeError("threshold must be an int or an integer scalar tensor, got %r"
                                 % (threshold,))
             threshold = tf.cast(threshold, tf.int64)
+            low, high = THRESHOLD_RANGE
             check = tf.debugging.Assert(
-                (threshold >= -1) & (threshold <= INT32_MAX),
+                (threshold >= low) & (threshold <= high),
                 [tf.strings.format("set_access_threshold: table %s: threshold must be in "
-                                   "[-1, %d], got {}" % (self.table_name, INT32_MAX),
+                                   "[%d, %d], got {}" % (self.table_name, low, high),
                                    threshold)], name="check_threshold")
             with tf.control_dependencies([check]):
                 threshold = tf.identity(threshold)
         else:
-            threshold = check_int("threshold", threshold, -1, INT32_MAX)
+            threshold = check_threshold("threshold", threshold)
         if not self.admission:
             raise ValueError("set_access_threshold: table %r has no feature admission; give "
                              "its lookups an access_threshold (FeatureSpec or "

@@ -15,6 +15,16 @@ def check_int(name, value, low, high):
     return int(value)
 
 
+# What an admission or eviction threshold may be: -1 (off) or an int up to 2**31-1 (the range
+# the core checks again).
+THRESHOLD_RANGE = (-1, INT32_MAX)
+
+
+def check_threshold(name, value):
+    """An admission or eviction threshold: an int in THRESHOLD_RANGE."""
+    return check_int(name, value, *THRESHOLD_RANGE)
+
+
 def check_float(name, value, low, high, low_open=False, high_open=False):
     """value must be a real number in the given (half-)open or closed interval."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):

@@ -9,7 +9,7 @@ import itertools
 import numbers
 import threading
 
-from rec_sdk.util.validation import INT32_MAX, check_bool, check_int
+from rec_sdk.util.validation import INT32_MAX, check_bool, check_int, check_threshold
 
 MAX_TUPLE_INDEX = 255
 
@@ -24,9 +24,9 @@ def check_thresholds(access_threshold, eviction_threshold, where):
     """Validates an (access_threshold, eviction_threshold) pair as the SDK does: each None or
     an int in [-1, 2**31-1]; an eviction threshold needs an access threshold."""
     if access_threshold is not None:
-        check_int("%s access_threshold" % where, access_threshold, -1, INT32_MAX)
+        check_threshold("%s access_threshold" % where, access_threshold)
     if eviction_threshold is not None:
-        check_int("%s eviction_threshold" % where, eviction_threshold, -1, INT32_MAX)
+        check_threshold("%s eviction_threshold" % where, eviction_threshold)
         if access_threshold is None:
             raise ValueError("%s: eviction_threshold=%d needs an access_threshold too (use -1 "
                              "for eviction without admission)" % (where, eviction_threshold))
