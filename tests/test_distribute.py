@@ -417,6 +417,28 @@ def test_sdk_api_two_ranks_in_feature_spec_and_graph_modification_modes(mode, sd
     np.testing.assert_allclose(local["values"], fed["values"], rtol=1e-5, atol=1e-6)
 
 
+def test_sdk_api_three_ranks_with_a_rank_sending_one_owner_train_as_one_process(tmp_path):
+    """3 ranks (an owner count that is not a power of two), rank 1's keys all owned by rank 0
+    (it sends the other owners nothing, and rank 2 owns none of its keys): the exchange gives
+    every owner exactly the keys it owns, and the ranks train as one process on the global
+    batch."""
+    ranks = _run_ranks(3, tmp_path / "three", "--skew")
+    local = _run_local(tmp_path / "local.npz", "--local", 3, "--skew")
+    np.testing.assert_allclose(sum(r["losses"] for r in ranks) / 3, local["losses"],
+                               rtol=1e-5, atol=1e-6)
+    for rank, shard in enumerate(ranks):
+        assert len(shard["keys"]) and np.all(np.abs(np.fmod(shard["keys"], 3)) == rank)
+    union = _union(ranks)
+    for key in ("keys", "access_keys", "counts"):
+        np.testing.assert_array_equal(union[key], local[key])
+    np.testing.assert_allclose(union["values"], local["values"], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(union["slots"], local["slots"], rtol=1e-5, atol=1e-7)
+    evaluated = np.empty_like(local["eval"])
+    for rank in range(3):
+        evaluated[rank::3] = ranks[rank]["eval"]
+    np.testing.assert_allclose(evaluated, local["eval"], rtol=1e-5, atol=1e-6)
+
+
 def test_sdk_api_checkpoint_of_two_ranks_restores_into_three_ranks_and_one_process(
         sdk_two_ranks, tmp_path):
     """Rank 0's Saver (MonitoredTrainingSession's) writes each rank's shard (emb@<r>of2) at

@@ -6,7 +6,7 @@ MonitoredTrainingSession.
 
     python rank_worker.py OUT.npz [--local N] [--steps S] [--checkpoint DIR] [--save]
                           [--save-every K] [--die-at STEP]
-                          [--input feed|spec|modify] [--table-gradients]
+                          [--input feed|spec|modify] [--table-gradients] [--skew]
 
 "{rank}" in OUT is replaced by the rank. --input: fed placeholders (default), FeatureSpec
 lookups on a dataset mapped with get_asc_insert_func, or tensor lookups with
@@ -46,16 +46,20 @@ BATCH, VOCAB, DIM = 8, 40, 4
 EVAL_IDS = np.arange(-6, VOCAB + 6, dtype=np.int64).reshape(-1, 4)
 
 
-def batch(rank, step):
+def batch(rank, step, skew=0):
+    """Rank `rank`'s batch of `step`; with skew=N (the rank count), rank 1's keys are all
+    multiples of N: every one of them belongs to rank 0, the other owners get none."""
     rng = np.random.default_rng(1000 * step + rank)
     ids_a = rng.integers(-5, VOCAB // 2, size=(BATCH, 3)).astype(np.int64)
     ids_b = rng.integers(VOCAB // 2, VOCAB, size=(BATCH, 2)).astype(np.int64)
     labels = (rng.random((BATCH, 1)) < 0.4).astype(np.float32)
+    if skew and rank == 1:
+        ids_a, ids_b = ids_a - np.fmod(ids_a, skew), ids_b - np.fmod(ids_b, skew)
     return ids_a, ids_b, labels
 
 
-def global_batch(ranks, step):
-    parts = [batch(r, step) for r in range(ranks)]
+def global_batch(ranks, step, skew=0):
+    parts = [batch(r, step, skew) for r in range(ranks)]
     return tuple(np.concatenate(p, 0) for p in zip(*parts))
 
 
@@ -68,7 +72,8 @@ def inputs(args, rank):
     placeholders, or a one-shot iterator over the steps' batches (mapped with
     get_asc_insert_func in FeatureSpec mode)."""
     rows = (args.local or 1) * BATCH
-    steps = [batch(rank, s) if not args.local else global_batch(args.local, s)
+    skew = (args.local or args.ranks) if args.skew else 0
+    steps = [batch(rank, s, skew) if not args.local else global_batch(args.local, s, skew)
              for s in range(max(args.steps, 1))]
     if args.input == "feed":
         ids_a = tf.compat.v1.placeholder(tf.int64, [rows, 3])
@@ -94,6 +99,8 @@ def main():
     parser.add_argument("--save-every", type=int, default=0)
     parser.add_argument("--input", choices=("feed", "spec", "modify"), default="feed")
     parser.add_argument("--table-gradients", action="store_true")
+    parser.add_argument("--skew", action="store_true",
+                        help="rank 1's keys all belong to rank 0 (see batch)")
     parser.add_argument("--die-at", type=int, default=-1,
                         help="rank 1 kills itself (SIGKILL) before this step")
     args = parser.parse_args()
@@ -102,6 +109,7 @@ def main():
         server = dist.start_server(collective=True)
     init(use_dynamic_expansion=True)
     rank, ranks = hccl_ops.get_rank_id(), hccl_ops.get_rank_size()
+    args.ranks = ranks
     ids_a, ids_b, labels, feed, batch_ = inputs(args, rank)
     step = tf.compat.v1.train.get_or_create_global_step()
     table = create_table(tf.int64, DIM, "emb", tf.compat.v1.truncated_normal_initializer(

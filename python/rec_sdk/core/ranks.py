@@ -5,31 +5,32 @@ Rank r of N (the r-th training task, chief first; see rec_sdk.util.cluster.train
 the keys with abs(key % N) == r, the rule rec_sdk's checkpoints restore by. Each rank holds
 its shard in its own process. A lookup on rank r:
 
-1. deduplicates its keys locally (the lookup core, rec_sdk.core.embedding, did that);
-2. exchanges the distinct keys, with their admission counts and clocks, with every rank
-   (TensorFlow's CollectiveGatherV2 over the cluster's gRPC runtime; see
-   rec_sdk.util.cluster.all_gather_blocks for the padding);
-3. every rank now holds the same union of keys: the owner of each key sums its counts over
-   the ranks (admission sees the count of the whole global batch), takes the newest clock,
-   and runs find-or-insert and gather on its own shard, once per key;
-4. the owners' rows are exchanged back, and each rank reads the rows of its keys in their
-   original order.
+1. deduplicates its keys locally (the lookup core, rec_sdk.core.embedding, did that) and
+   sorts them by owner;
+2. gathers every rank's number of keys per owner (an N x N matrix, a small all_gather), so
+   every rank knows how many keys each rank sends each other rank;
+3. sends each owner only the keys it owns, with their admission counts and clocks, in one
+   all-to-all (TensorFlow's CollectiveAllToAllV2 over the cluster's gRPC runtime; each part
+   padded to the largest count any rank sends any rank, the parts to a power of two: see
+   rec_sdk.util.cluster.all_to_all_blocks);
+4. each owner deduplicates the keys it was sent, sums each key's counts over the ranks
+   (admission sees the count of the whole global batch), takes the newest clock, and runs
+   find-or-insert and gather on its own shard, once per key;
+5. each owner sends each rank the rows of the keys that rank asked for, in the same slots
+   (a second all-to-all), and each rank puts them back in its keys' order.
 
-Gradients go back the same way: each rank contributes the gradients of its distinct keys, and
-each owner sums them per key over the ranks (the SDK's "sum_gradients"; divided by N with
-all2all_gradients_op="sum_gradients_and_div_by_ranksize") and applies its sparse optimizer
-once, in place on its shard. An update ends with a barrier (a one-number all-reduce), so a
-step finishes on every rank only when every shard has been updated: a checkpoint taken
-between steps is of one step on every shard.
+Gradients go back the same way: each rank sends each owner the gradients of the keys it asked
+that owner for, and each owner sums them per key over the ranks (the SDK's "sum_gradients";
+divided by N with all2all_gradients_op="sum_gradients_and_div_by_ranksize") and applies its
+sparse optimizer once, in place on its shard. No rank receives keys or rows it did not ask
+for or does not own: the bytes per key do not grow with N (beyond the padding). An update ends
+with a barrier (a one-number all-reduce), so a step finishes on every rank only when every
+shard has been updated: a checkpoint taken between steps is of one step on every shard.
 
 The lookups an optimizer trains share their collectives (fuse_lookups: one per stage for all
 of them, and one for all their gradients). Rank 0 saves, restores and evicts every shard
 (managed_shards); in MonitoredTrainingSession and tf.estimator every rank's variables are set
 to rank 0's in the session's local initialisation (broadcast_variables).
-
-Exchanging with all-gathers sends each rank every other rank's keys and the owners' rows of
-all of them: N times the bytes of an all-to-all. That is cheap for the few ranks one host
-or a small cluster runs; see benchmarks/RESULTS.md for the model of larger clusters.
 
 Every rank must build the same graph (the same lookups and optimizer calls in the same order:
 the n-th collective of each graph meets the n-th of the others) and run the same steps.
@@ -39,7 +40,7 @@ import tensorflow as tf
 import rec_sdk_graph_rewrite as graph_rewrite
 from rec_sdk.core import shard_names
 from rec_sdk.core.table import tables_of_graph
-from rec_sdk.util.cluster import (all_gather, all_gather_blocks, all_reduce, next_instance_key,
+from rec_sdk.util.cluster import (all_gather, all_reduce, all_to_all_blocks, next_instance_key,
                                 rank_of, worker_devices)
 from rec_sdk import tf_patches
 from rec_sdk.util.graph_state import state_of
@@ -112,33 +113,52 @@ def owner_of(keys, size):
 
 
 class _Stage:
-    """One collective of an exchange: its input (one rank's part), the width it was padded to
-    (None: a fixed shape), and its outputs (the gathered tensor, the padded width)."""
+    """One collective of an exchange: its input (this rank's part), the cap its parts were
+    padded to (None: a fixed shape), and its output."""
 
-    def __init__(self, part, width, gathered, padded):
+    def __init__(self, part, cap, output):
         self.part = part
-        self.width = width
-        self.gathered = gathered
-        self.padded = padded
+        self.cap = cap
+        self.output = output
 
 
 class _Exchange:
     """What the backward pass of one lookup needs from its forward exchange, and its three
     collectives (fuse_lookups merges those of several lookups)."""
 
-    def __init__(self, table, count, lengths, width, valid, index, union_size, mine, trained,
-                 stages):
+    def __init__(self, table, order, send_at, cap, received_valid, index, owned_count,
+                 trained, stages):
         self.table = table
-        self.count = count  # this rank's distinct keys
-        self.lengths = lengths  # [N]: every rank's distinct keys
-        self.width = width  # max(lengths): the rows each rank's keys were padded to
-        self.valid = valid  # [N * width]: which gathered entries are keys, not padding
-        self.index = index  # [sum(lengths)]: each gathered key's position in the union
-        self.union_size = union_size
-        self.mine = mine  # positions in the union of the keys this rank owns
+        self.order = order  # this rank's distinct keys, by owner (a permutation of them)
+        self.send_at = send_at  # [n]: where each (in that order) is in the [N * cap] parts
+        self.cap = cap  # the most keys any rank sent any rank: the rows per part
+        self.received_valid = received_valid  # [N * cap]: which received entries are keys
+        self.index = index  # each received key's position among the keys this rank owns
+        self.owned_count = owned_count  # distinct keys this rank owns of the step
         self.trained = trained  # their row addresses in this rank's shard (-1: untrained)
-        self.stages = stages  # {"lengths", "keys", "rows"}: _Stage
+        self.stages = stages  # {"counts", "keys", "rows"}: _Stage
         self.fused = False
+
+
+def _by_owner(keys, size):
+    """(order, [N] keys per owner, each key's slot in its owner's part) of distinct keys:
+    `order` sorts them by owner (stable)."""
+    owners = tf.cast(owner_of(keys, size), tf.int32)
+    order = tf.argsort(owners, stable=True)
+    per_owner = tf.math.bincount(owners, minlength=size, maxlength=size, dtype=tf.int32)
+    sorted_owners = tf.gather(owners, order)
+    starts = tf.cumsum(per_owner, exclusive=True)
+    within = tf.range(tf.size(keys, out_type=tf.int32)) - tf.gather(starts, sorted_owners)
+    return order, per_owner, sorted_owners, within
+
+
+def _parts(values, send_at, size, cap):
+    """values [n, w] placed at `send_at` of [size * cap, w] (zeros elsewhere), as [size, cap,
+    w]: part d holds what goes to rank d."""
+    width = tf.shape(values)[1]
+    placed = tf.scatter_nd(tf.reshape(send_at, [-1, 1]), values,
+                           tf.stack([size * cap, width]))
+    return tf.reshape(placed, tf.stack([size, cap, width]))
 
 
 def exchange_rows(table, keys, counts, times, times_per_key, owner_rows):
@@ -155,61 +175,60 @@ def exchange_rows(table, keys, counts, times, times_per_key, owner_rows):
     with tf.device(ranks.device), tf.name_scope("ranks"):
         keys64 = tf.cast(tf.reshape(keys, [-1]), tf.int64)
         count = tf.size(keys64, out_type=tf.int32)
+        order, per_owner, sorted_owners, within = _by_owner(keys64, size)
         stages = {}
-        part = tf.reshape(count, [1])
-        lengths = all_gather(part, task=task, name="gather_lengths")
-        stages["lengths"] = _Stage(part, None, lengths, None)
+        # Every rank's count per owner: [N, N], row s holding what rank s sends each rank.
+        counts_matrix = tf.reshape(all_gather(per_owner, task=task, name="gather_counts"),
+                                   [size, size])
+        stages["counts"] = _Stage(per_owner, None, counts_matrix)
+        cap = tf.reduce_max(counts_matrix)
+        send_at = sorted_owners * cap + within
         columns = [keys64]
         if counts is not None:
             columns.append(tf.cast(tf.reshape(counts, [-1]), tf.int64))
         if times is not None and times_per_key:
             columns.append(tf.cast(tf.reshape(times, [-1]), tf.int64))
-        part, width = tf.stack(columns, 1), tf.reduce_max(lengths)
-        [(gathered, width_in_rows)] = all_gather_blocks([(part, width)], task, "gather_keys")
-        stages["keys"] = _Stage(part, width, gathered, width_in_rows)
-        width = width_in_rows
-        valid = tf.reshape(tf.sequence_mask(lengths, width), [-1])
-        gathered = tf.boolean_mask(gathered, valid)
-        union, index = tf.unique(gathered[:, 0], out_idx=tf.int32)
-        union_size = tf.size(union, out_type=tf.int32)
-        owners = tf.cast(owner_of(union, size), tf.int32)
-        mine = tf.reshape(tf.where(tf.equal(owners, rank)), [-1])
-        owned = tf.cast(tf.gather(union, mine), table.key_dtype)
+        part = _parts(tf.gather(tf.stack(columns, 1), order), send_at, size, cap)
+        [received] = all_to_all_blocks([(part, cap)], task, "exchange_keys")
+        stages["keys"] = _Stage(part, cap, received)
+        # The owner's side: the keys every rank asked this rank for, each once.
+        received_valid = tf.reshape(tf.sequence_mask(counts_matrix[:, rank], cap), [-1])
+        asked = tf.boolean_mask(tf.reshape(received, [size * cap, len(columns)]),
+                                received_valid)
+        owned64, index = tf.unique(asked[:, 0], out_idx=tf.int32)
+        owned_count = tf.size(owned64, out_type=tf.int32)
+        owned = tf.cast(owned64, table.key_dtype)
         column = 1
         owned_counts = owned_times = None
         if counts is not None:
-            summed = tf.math.unsorted_segment_sum(gathered[:, column], index, union_size)
-            owned_counts = tf.cast(tf.gather(summed, mine), counts.dtype)
+            summed = tf.math.unsorted_segment_sum(asked[:, column], index, owned_count)
+            owned_counts = tf.cast(summed, counts.dtype)
             column += 1
         if times is not None and times_per_key:
-            newest = tf.math.unsorted_segment_max(gathered[:, column], index, union_size)
-            owned_times = tf.cast(tf.gather(newest, mine), times.dtype)
+            newest = tf.math.unsorted_segment_max(asked[:, column], index, owned_count)
+            owned_times = tf.cast(newest, times.dtype)
         elif times is not None:
             owned_times = times
         local = owner_rows(owned, owned_counts, owned_times)
-        # The owners' rows (and whether each key has one) back to every rank.
+        # The rows (and whether each key has one) back to the ranks that asked, in the slots
+        # their keys came in.
         found = tf.cast(tf.greater_equal(local["addresses"], 0), tf.float32)[:, tf.newaxis]
-        payload = tf.concat([local["emb"], found], 1)
-        per_owner = tf.math.bincount(owners, minlength=size, maxlength=size, dtype=tf.int32)
-        most = tf.reduce_max(per_owner)
-        [(rows, rows_width)] = all_gather_blocks([(payload, most)], task, "gather_rows")
-        stages["rows"] = _Stage(payload, most, rows, rows_width)
-        one_hot = tf.one_hot(owners, size, dtype=tf.int32)
-        within = tf.reduce_sum(tf.cumsum(one_hot, 0, exclusive=True) * one_hot, 1)
-        slot = owners * rows_width + within  # where each union key's row arrived
-        offset = tf.reduce_sum(lengths[:rank])
-        my_index = index[offset:offset + count]
-        received = tf.gather(rows, tf.gather(slot, my_index))
-        present = received[:, table.dim] > 0.5
+        payload = tf.gather(tf.concat([local["emb"], found], 1), index)
+        reply = _parts(payload, tf.cast(tf.where(received_valid)[:, 0], tf.int32), size, cap)
+        [rows] = all_to_all_blocks([(reply, cap)], task, "exchange_rows")
+        stages["rows"] = _Stage(reply, cap, rows)
+        by_owner = tf.gather(tf.reshape(rows, [size * cap, table.dim + 1]), send_at)
+        received_rows = tf.gather(by_owner, tf.math.invert_permutation(order))
+        present = received_rows[:, table.dim] > 0.5
         addresses = tf.where(present, tf.range(tf.cast(count, tf.int64)),
                              tf.constant(-1, tf.int64), name="addresses")
         # The rows, the table and the token in one op whose gradient gives the table an
         # IndexedSlices keyed by the token: tf.gradients(loss, table) works as in one process.
         with tf.compat.v1.get_default_graph().gradient_override_map(
                 {"IdentityN": _ROWS_GRADIENT}):
-            emb, _, trained = tf.identity_n([received[:, :table.dim], table.handle, addresses],
-                                            name="rows")
-    record = _Exchange(table, count, lengths, width, valid, index, union_size, mine,
+            emb, _, trained = tf.identity_n([received_rows[:, :table.dim], table.handle,
+                                             addresses], name="rows")
+    record = _Exchange(table, order, send_at, cap, received_valid, index, owned_count,
                        local["trained"], stages)
     state = state_of(trained.graph)
     with state.lock:
@@ -218,7 +237,7 @@ def exchange_rows(table, keys, counts, times, times_per_key, owner_rows):
     return {"emb": emb, "addresses": addresses, "trained": trained}
 
 
-_RECORD_TENSORS = ("count", "lengths", "width", "valid", "index", "union_size", "mine",
+_RECORD_TENSORS = ("order", "send_at", "cap", "received_valid", "index", "owned_count",
                    "trained")
 
 
@@ -243,29 +262,33 @@ def exchange_of(addresses):
 def owner_gradients(pairs):
     """[(token, gradients [n, dim] of the rows its lookup returned)] -> [(row addresses in
     this rank's shard, the gradients summed over every rank's lookups of the same keys)] for
-    the keys this rank owns, per pair: the gradients of all the lookups go to the owners in
-    one collective."""
+    the keys this rank owns, per pair: each rank sends each owner the gradients of the keys it
+    asked that owner for, all the lookups' in one all-to-all."""
     records = [exchange_of(token) for token, _ in pairs]
     ranks = records[0].table.ranks
+    size = ranks.size
     with tf.device(ranks.device), tf.name_scope("rank_gradients"):
-        blocks = [(tf.reshape(tf.cast(grads, tf.float32), [-1, record.table.dim]),
-                   record.width) for (_, grads), record in zip(pairs, records)]
-        gathered = all_gather_blocks(blocks, ranks.task, "gather_gradients")
+        blocks = []
+        for (_, grads), record in zip(pairs, records):
+            grads = tf.reshape(tf.cast(grads, tf.float32), [-1, record.table.dim])
+            blocks.append((_parts(tf.gather(grads, record.order), record.send_at, size,
+                                  record.cap), record.cap))
+        received = all_to_all_blocks(blocks, ranks.task, "exchange_gradients")
         out = []
-        for record, (grads, _) in zip(records, gathered):
-            grads = tf.boolean_mask(grads, record.valid)
-            summed = tf.math.unsorted_segment_sum(grads, record.index, record.union_size)
-            owned = tf.gather(summed, record.mine)
+        for record, grads in zip(records, received):
+            grads = tf.boolean_mask(tf.reshape(grads, [size * record.cap, record.table.dim]),
+                                    record.received_valid)
+            owned = tf.math.unsorted_segment_sum(grads, record.index, record.owned_count)
             if record.table.ranks.divide_gradients:
-                owned = owned / float(record.table.ranks.size)
+                owned = owned / float(size)
             out.append((record.trained, owned))
         return out
 
 
 def fuse_lookups(tokens):
     """Merges the forward exchanges of the lookups whose tokens these are (training lookups
-    of one step, not yet run) stage by stage: one collective for all their key counts, one
-    for their keys, one for their rows, instead of three per lookup. Each collective costs a
+    of one step, not yet run) stage by stage: one collective for all their counts, one for
+    their keys, one for their rows, instead of three per lookup. Each collective costs a
     round of messages and its CPU whatever its size, so a model with many tables steps
     faster. The lookups' ops are rewired to the merged collectives' slices (the old ones stay
     in the graph, unused). A step then runs all of them together: fetching one of these
@@ -279,34 +302,32 @@ def fuse_lookups(tokens):
     if len(records) < 2:
         return 0
     ranks = records[0].table.ranks
-    graph = records[0].count.graph
+    size = ranks.size
+    graph = records[0].cap.graph
     mapping = {}
     # Outside any control dependencies of the caller (e.g. minimize() under UPDATE_OPS): the
     # lookups' forward pass must not wait for ops that depend on it.
     with graph.as_default(), graph.control_dependencies(None), tf.device(ranks.device), \
             tf.name_scope("fused_lookups"):
-        counts = all_gather(tf.concat([r.stages["lengths"].part for r in records], 0),
-                            task=ranks.task, name="gather_lengths")
-        counts = tf.reshape(counts, [ranks.size, len(records)])
+        counts = all_gather(tf.concat([r.stages["counts"].part for r in records], 0),
+                            task=ranks.task, name="gather_counts")
+        counts = tf.reshape(counts, [size, len(records), size])
         for i, record in enumerate(records):
-            mapping[record.stages["lengths"].gathered.name] = counts[:, i].name
+            mapping[record.stages["counts"].output.name] = counts[:, i, :].name
         for stage in ("keys", "rows"):
-            # The widths are computed from the old collectives' outputs, which the mapping
-            # takes over to the merged ones: they are the merged ones' widths too.
-            merged = all_gather_blocks([(r.stages[stage].part, r.stages[stage].width)
-                                        for r in records], ranks.task, "gather_" + stage)
-            for record, (gathered, padded) in zip(records, merged):
-                mapping[record.stages[stage].gathered.name] = gathered.name
-                mapping[record.stages[stage].padded.name] = padded.name
+            # The caps are computed from the old counts, which the mapping takes over to the
+            # merged ones: they are the merged ones' caps too.
+            merged = all_to_all_blocks([(r.stages[stage].part, r.stages[stage].cap)
+                                        for r in records], ranks.task, "exchange_" + stage)
+            for record, received in zip(records, merged):
+                mapping[record.stages[stage].output.name] = received.name
     final, _ = graph_rewrite.run_passes(graph.as_graph_def(),
                                         [graph_rewrite.RerouteInputs(mapping, {})])
     graph_rewrite.update_live_graph(graph, final, "fuse_lookups")
     logger.info("rec_sdk: the exchanges of %d lookups over %d ranks merged into one "
-                "collective per stage", len(records), ranks.size)
+                "collective per stage", len(records), size)
     for record in records:
         record.fused = True
-        record.lengths = graph.get_tensor_by_name(mapping[record.lengths.name])
-        record.width = graph.get_tensor_by_name(mapping[record.width.name])
     return len(records)
 
 

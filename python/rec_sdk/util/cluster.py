@@ -32,7 +32,7 @@ from rec_sdk.ops.loader import load_ops
 
 __all__ = ["ClusterTask", "task_from_tf_config", "start_server", "current_task", "training_task",
            "rank_of", "ps_devices", "worker_devices", "worker_config", "all_reduce",
-           "all_reduce_many", "all_gather", "all_gather_blocks"]
+           "all_reduce_many", "all_gather", "all_gather_blocks", "all_to_all_blocks"]
 
 _current = [None]  # the ClusterTask whose server this process started
 # Collective instance keys used so far, per graph: the n-th collective built in a graph gets
@@ -337,5 +337,47 @@ def all_gather_blocks(blocks, task=None, name=None):
                 length = r * int(np.prod(inner, dtype=np.int64))
                 out.append((tf.reshape(per_task[:, offset:offset + length],
                                        [size * r] + inner), r))
+                offset += length
+            return out
+
+
+def all_to_all_blocks(blocks, task=None, name=None):
+    """All-to-all of tensors whose size changes from step to step, several at once in one
+    collective: part d of each block goes to rank d, and part s of each result came from rank
+    s. blocks: [(tensor [N, k, ...], cap)] with N the number of training tasks, one dtype, the
+    inner dimensions known; `cap` >= k is the same scalar tensor in every task (e.g. the
+    largest count any rank sends any rank, from an all_gather of the counts). Each tensor is
+    padded to cap rows per destination; per destination the blocks are flattened, joined and
+    padded to a power of two, and exchanged with TensorFlow's CollectiveAllToAllV2 (one hop:
+    every rank sends each other rank its part, in parallel). -> [received [N, cap, ...]] per
+    block. As with all_gather_blocks, each power of two has its own instance key (chosen at
+    run time): the padding costs at most twice the bytes. A session step that runs it must
+    also run an all_gather or all_reduce (TensorFlow sets up a step's collective executor
+    for those, not for an all-to-all alone); the exchanges of rec_sdk.core.ranks do."""
+    call = _collective_call(task, "all_to_all", keys=_SIZE_CLASSES)
+    with tf.name_scope(name or "all_to_all_blocks"):
+        tensors = [tf.convert_to_tensor(t) for t, _ in blocks]
+        caps = [tf.cast(cap, tf.int32) for _, cap in blocks]
+        padded = [tf.pad(t, [[0, 0], [0, c - tf.shape(t)[1]]] + [[0, 0]] * (t.shape.rank - 2))
+                  for t, c in zip(tensors, caps)]
+        if call is None:
+            return padded
+        own, size, first = call
+        with tf.device(own):
+            flat = tf.concat([tf.reshape(t, [size, -1]) for t in padded], 1)
+            width = tf.shape(flat, out_type=tf.int64)[1]
+            power, total = _power_of_two(width)
+            check = tf.debugging.assert_less(power, tf.constant(_SIZE_CLASSES - 1, tf.int64),
+                                             message="all_to_all_blocks: over 2**30 values")
+            with tf.control_dependencies([check]):
+                received = tf.raw_ops.CollectiveAllToAllV2(
+                    input=tf.pad(flat, [[0, 0], [0, tf.cast(total - width, tf.int32)]]),
+                    group_size=tf.constant(size), group_key=tf.constant(1),
+                    instance_key=tf.cast(power, tf.int32) + first, ordering_token=[])
+            out, offset = [], tf.constant(0, tf.int32)
+            for t, c in zip(tensors, caps):
+                inner = t.shape[2:].as_list()
+                length = c * int(np.prod(inner, dtype=np.int64))
+                out.append(tf.reshape(received[:, offset:offset + length], [size, c] + inner))
                 offset += length
             return out
