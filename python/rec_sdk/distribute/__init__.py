@@ -10,11 +10,13 @@ ranks in rec_sdk.core.ranks; docs/DISTRIBUTED.md says how to use them.
 """
 from rec_sdk.core.ranks import broadcast_variables
 from rec_sdk.util.cluster import (ClusterTask, all_gather, all_gather_blocks, all_reduce,
-                                  all_reduce_many, current_task, next_instance_key,
+                                  all_reduce_many, all_to_all_blocks, current_task,
+                                  next_instance_key,
                                   ps_devices, rank_of, start_server, task_from_tf_config,
                                   training_task, worker_config, worker_devices)
 
 __all__ = ["ClusterTask", "task_from_tf_config", "start_server", "current_task", "training_task",
            "rank_of", "ps_devices", "worker_devices", "worker_config", "all_reduce",
-           "all_reduce_many", "all_gather", "all_gather_blocks", "next_instance_key",
+           "all_reduce_many", "all_gather", "all_gather_blocks", "all_to_all_blocks",
+           "next_instance_key",
            "broadcast_variables"]
