@@ -37,7 +37,10 @@ def as_dim(dim):
             raise ValueError("dim must be an int or a rank-1 TensorShape with a known size in "
                              "[1, %d], got %s" % (table_ops.max_dim(), dim))
         dim = dim[0]
-    return check_int("dim", dim, -2**31, 2**31)
+    if isinstance(dim, bool) or not isinstance(dim, numbers.Integral):
+        raise TypeError("dim must be an int in [1, %d], got %r (%s)"
+                        % (table_ops.max_dim(), dim, type(dim).__name__))
+    return int(dim)
 
 
 def create_table(key_dtype, dim, name, emb_initializer, device_vocabulary_size=1,

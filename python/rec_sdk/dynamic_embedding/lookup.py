@@ -7,6 +7,8 @@ never read), so stock `compute_gradients` / `minimize` find it. DynamicEmbedding
 the trainable back to its keys and updates their rows in place (inserting keys met for the
 first time), with the gradients of duplicate ids summed.
 """
+import weakref
+
 import tensorflow as tf
 from tensorflow.python.ops import resource_variable_ops
 
@@ -20,7 +22,7 @@ from rec_sdk.util.log import logger
 from rec_sdk.util.validation import check_float
 
 _COMBINERS = ("sum", "mean", "sqrtn")
-_WARNED_READ_ONLY = set()  # names of de.Variables whose lookups were said to only read
+_WARNED_READ_ONLY = weakref.WeakSet()  # de.Variables whose lookups were said to only read
 
 
 class LookupRecord:
@@ -148,8 +150,8 @@ def _unique_rows(params, unique, name, trainable_name, shadow=None, ids_device="
     if not params.trainable or not mode.training():
         return values, None
     if params.value_dtype != tf.float32:
-        if params.name not in _WARNED_READ_ONLY:
-            _WARNED_READ_ONLY.add(params.name)
+        if params not in _WARNED_READ_ONLY:
+            _WARNED_READ_ONLY.add(params)
             logger.warning("de.Variable %r holds %s values: rec_sdk trains float32 variables "
                            "only, so its lookups read without a trainable",
                            params.name, params.value_dtype.name)

@@ -149,7 +149,8 @@ class Variable(KeyValueFiles, tf.__internal__.tracking.Trackable):
                     self._tables.append(table_module.create(spec))
             # String keys: the fingerprint -> string dictionary (see key_codec).
             self._key_strings = key_codec.KeyStrings(
-                shard_names.key_strings_name(table_names(name, 1)[0][:-len("_mht_1of1")]),
+                shard_names.key_strings_name(
+                    shard_names.parse_variable_shard(table_names(name, 1)[0])[0]),
                 self.checkpoint) if key_dtype == tf.string else None
         self._restrict_policy = restrict_policy(self) if restrict_policy is not None else None
 

@@ -302,6 +302,28 @@ def _power_of_two(count):
     return power, tf.bitwise.left_shift(tf.constant(1, tf.int64), power)
 
 
+def _size_class(width, first, what):
+    """The instance key of a collective of `width` values per task (int64 scalar) padded to a
+    power of two (the first of the site's _SIZE_CLASSES keys is `first`), and that padded
+    width as int32."""
+    power, total = _power_of_two(width)
+    check = tf.debugging.assert_less(power, tf.constant(_SIZE_CLASSES - 1, tf.int64),
+                                     message="%s: over 2**30 values" % what)
+    with tf.control_dependencies([check]):
+        return tf.cast(power, tf.int32) + first, tf.cast(total, tf.int32)
+
+
+def _cut(per_task, tensors, rows, inner_from):
+    """The columns of per_task [N, width] that hold each of `tensors` (rows[i] rows of its
+    dimensions from `inner_from` on), in order: [N, rows[i] * inner size] each."""
+    out, offset = [], tf.constant(0, tf.int32)
+    for t, r in zip(tensors, rows):
+        length = r * int(np.prod(t.shape[inner_from:].as_list(), dtype=np.int64))
+        out.append(per_task[:, offset:offset + length])
+        offset += length
+    return out
+
+
 def all_gather_blocks(blocks, task=None, name=None):
     """all_gather of tensors whose first dimension changes from step to step, several at once
     in one collective. blocks: [(tensor [n, ...], width)], one dtype, the inner dimensions
@@ -322,23 +344,14 @@ def all_gather_blocks(blocks, task=None, name=None):
         own, size, first = call
         with tf.device(own):
             flat = tf.concat([tf.reshape(t, [-1]) for t in padded], 0)
-            power, total = _power_of_two(tf.size(flat, out_type=tf.int64))
-            check = tf.debugging.assert_less(power, tf.constant(_SIZE_CLASSES - 1, tf.int64),
-                                             message="all_gather_blocks: over 2**30 values")
-            with tf.control_dependencies([check]):
-                gathered = tf.raw_ops.CollectiveGatherV2(
-                    input=tf.pad(flat, [[0, tf.cast(total, tf.int32) - tf.size(flat)]]),
-                    group_size=tf.constant(size), group_key=tf.constant(1),
-                    instance_key=tf.cast(power, tf.int32) + first, ordering_token=[])
-            per_task = tf.reshape(gathered, [size, -1])
-            out, offset = [], tf.constant(0, tf.int32)
-            for t, r in zip(tensors, rows):
-                inner = t.shape[1:].as_list()
-                length = r * int(np.prod(inner, dtype=np.int64))
-                out.append((tf.reshape(per_task[:, offset:offset + length],
-                                       [size * r] + inner), r))
-                offset += length
-            return out
+            key, total = _size_class(tf.size(flat, out_type=tf.int64), first,
+                                     "all_gather_blocks")
+            gathered = tf.raw_ops.CollectiveGatherV2(
+                input=tf.pad(flat, [[0, total - tf.size(flat)]]), group_size=tf.constant(size),
+                group_key=tf.constant(1), instance_key=key, ordering_token=[])
+            parts = _cut(tf.reshape(gathered, [size, -1]), tensors, rows, 1)
+            return [(tf.reshape(part, [size * r] + t.shape[1:].as_list()), r)
+                    for part, t, r in zip(parts, tensors, rows)]
 
 
 def all_to_all_blocks(blocks, task=None, name=None):
@@ -365,19 +378,10 @@ def all_to_all_blocks(blocks, task=None, name=None):
         own, size, first = call
         with tf.device(own):
             flat = tf.concat([tf.reshape(t, [size, -1]) for t in padded], 1)
-            width = tf.shape(flat, out_type=tf.int64)[1]
-            power, total = _power_of_two(width)
-            check = tf.debugging.assert_less(power, tf.constant(_SIZE_CLASSES - 1, tf.int64),
-                                             message="all_to_all_blocks: over 2**30 values")
-            with tf.control_dependencies([check]):
-                received = tf.raw_ops.CollectiveAllToAllV2(
-                    input=tf.pad(flat, [[0, 0], [0, tf.cast(total - width, tf.int32)]]),
-                    group_size=tf.constant(size), group_key=tf.constant(1),
-                    instance_key=tf.cast(power, tf.int32) + first, ordering_token=[])
-            out, offset = [], tf.constant(0, tf.int32)
-            for t, c in zip(tensors, caps):
-                inner = t.shape[2:].as_list()
-                length = c * int(np.prod(inner, dtype=np.int64))
-                out.append(tf.reshape(received[:, offset:offset + length], [size, c] + inner))
-                offset += length
-            return out
+            width = tf.shape(flat)[1]
+            key, total = _size_class(tf.cast(width, tf.int64), first, "all_to_all_blocks")
+            received = tf.raw_ops.CollectiveAllToAllV2(
+                input=tf.pad(flat, [[0, 0], [0, total - width]]), group_size=tf.constant(size),
+                group_key=tf.constant(1), instance_key=key, ordering_token=[])
+            return [tf.reshape(part, [size, c] + t.shape[2:].as_list())
+                    for part, t, c in zip(_cut(received, tensors, caps, 2), tensors, caps)]
