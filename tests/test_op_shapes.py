@@ -84,6 +84,16 @@ def test_key_op_shapes(ops):
     assert _shape(ops.rec_sdk_sum_rows_by_index(
         _ph(tf.float32, [9, 6]), _ph(tf.int32, [9]), _ph(tf.int32, []))) == [None, 6]
     assert _shape(ops.rec_sdk_trainable_rows(_table(), _ph(tf.float32, [5, 2]))) == [5, 2]
+    packed, sizes = ops.rec_sdk_pack_rows([_ph(tf.float32, [3, 2]), _ph(tf.float32, [None])],
+                                          width=4)
+    assert (_shape(packed), _shape(sizes)) == ([None, 4], [2])
+    with pytest.raises(ValueError):  # blocks are vectors or matrices
+        ops.rec_sdk_pack_rows([_ph(tf.float32, [3, 2, 1])], width=4)
+    vector, matrix = ops.rec_sdk_split_rows(_ph(tf.int64, [None, 4]), _ph(tf.int32, [2]),
+                                            N=2, dims=[0, 3])
+    assert (_shape(vector), _shape(matrix)) == ([None], [None, 3])
+    with pytest.raises(ValueError):  # packed must be a matrix
+        ops.rec_sdk_split_rows(_ph(tf.int64, [4]), _ph(tf.int32, [1]), N=1, dims=[1])
 
 
 def test_admission_op_shapes(ops):

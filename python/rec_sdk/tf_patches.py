@@ -52,8 +52,9 @@ PATCHES = {p.name: p for p in (
           "TensorFlow offers no hook on a session's errors; MonitoredTrainingSession and "
           "Estimator run the session themselves"),
     Patch("Scaffold.finalize", lambda: tf.compat.v1.train.Scaffold, "finalize",
-          "with tables sharded over ranks, adds the broadcast of rank 0's variables to the "
-          "local init op (rec_sdk.core.ranks)",
+          "with tables sharded over ranks, batches the lookups no optimizer batched into "
+          "one exchange and adds the broadcast of rank 0's variables to the local init op "
+          "(rec_sdk.core.ranks)",
           "MonitoredTrainingSession and Estimator build the Scaffold; its local_init_op "
           "can only be replaced, not extended, from outside"),
     Patch("optimizer._get_processor", lambda: tf_optimizer, "_get_processor",

@@ -1,6 +1,8 @@
 // Kernels of the batch ops that work on keys and rows without a table: dedup, admission
 // statistics, the gather of unique rows over ids and its gradient, trainable rows.
+#include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "tf_ops/core/key_stats.h"
@@ -156,6 +158,106 @@ class SumRowsByIndexOp : public OpKernel {
   }
 };
 
+// Stacks blocks of rows of different widths, zero-padded to one width; see the op's doc.
+template <typename T>
+class PackRowsOp : public OpKernel {
+ public:
+  explicit PackRowsOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("width", &width_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    tensorflow::OpInputList values;
+    OP_REQUIRES_OK(ctx, ctx->input_list("values", &values));
+    int64_t total = 0;
+    for (int i = 0; i < values.size(); ++i) {
+      const Tensor& value = values[i];
+      OP_REQUIRES(ctx, value.dims() == 1 || value.dims() == 2,
+                  errors::InvalidArgument("values[", i, "] must be a vector or a matrix, got "
+                                          "shape ", value.shape().DebugString()));
+      const int64_t cols = value.dims() == 1 ? 1 : value.dim_size(1);
+      OP_REQUIRES(ctx, cols <= width_,
+                  errors::InvalidArgument("values[", i, "] has ", cols,
+                                          " columns, more than width=", width_));
+      total += value.dim_size(0);
+    }
+    OP_REQUIRES(ctx, total <= std::numeric_limits<int32_t>::max(),
+                errors::InvalidArgument("at most 2^31-1 rows, got ", total));
+    Tensor* packed;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({total, width_}), &packed));
+    Tensor* sizes;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({static_cast<int64_t>(values.size())}), &sizes));
+    T* out = packed->flat<T>().data();
+    std::fill(out, out + total * width_, T(0));
+    for (int i = 0; i < values.size(); ++i) {
+      const Tensor& value = values[i];
+      const int64_t rows = value.dim_size(0);
+      const int64_t cols = value.dims() == 1 ? 1 : value.dim_size(1);
+      const T* in = value.flat<T>().data();
+      for (int64_t r = 0; r < rows; ++r) {
+        std::copy(in + r * cols, in + (r + 1) * cols, out + r * width_);
+      }
+      out += rows * width_;
+      sizes->flat<int32_t>()(i) = static_cast<int32_t>(rows);
+    }
+  }
+
+ private:
+  int64_t width_;
+};
+
+// Splits a PackRows matrix back into its blocks; see the op's doc.
+template <typename T>
+class SplitRowsOp : public OpKernel {
+ public:
+  explicit SplitRowsOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("dims", &dims_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& packed = ctx->input(0);
+    const Tensor& sizes = ctx->input(1);
+    const int n = static_cast<int>(dims_.size());
+    OP_REQUIRES(ctx, packed.dims() == 2,
+                errors::InvalidArgument("packed must be a matrix, got shape ",
+                                        packed.shape().DebugString()));
+    OP_REQUIRES(ctx, sizes.dims() == 1 && sizes.dim_size(0) == n,
+                errors::InvalidArgument("sizes must be a vector of ", n, " row counts, got "
+                                        "shape ", sizes.shape().DebugString()));
+    const int64_t width = packed.dim_size(1);
+    const auto count = sizes.flat<int32_t>();
+    int64_t total = 0;
+    for (int i = 0; i < n; ++i) {
+      OP_REQUIRES(ctx, count(i) >= 0,
+                  errors::InvalidArgument("sizes[", i, "] must be >= 0, got ", count(i)));
+      OP_REQUIRES(ctx, dims_[i] >= 0 && dims_[i] <= width,
+                  errors::InvalidArgument("dims[", i, "] must be in [0, ", width, "], got ",
+                                          dims_[i]));
+      total += count(i);
+    }
+    OP_REQUIRES(ctx, total == packed.dim_size(0),
+                errors::InvalidArgument("sizes add up to ", total, " rows; packed has ",
+                                        packed.dim_size(0)));
+    const T* in = packed.flat<T>().data();
+    for (int i = 0; i < n; ++i) {
+      const int64_t rows = count(i);
+      const int64_t cols = dims_[i] == 0 ? 1 : dims_[i];
+      Tensor* value;
+      OP_REQUIRES_OK(ctx, ctx->allocate_output(
+                              i, dims_[i] == 0 ? TensorShape({rows}) : TensorShape({rows, cols}),
+                              &value));
+      T* out = value->flat<T>().data();
+      for (int64_t r = 0; r < rows; ++r) {
+        std::copy(in + r * width, in + r * width + cols, out + r * cols);
+      }
+      in += rows * width;
+    }
+  }
+
+ private:
+  std::vector<int64_t> dims_;
+};
+
 // Forwards its rows input; see the op's doc.
 class TrainableRowsOp : public OpKernel {
  public:
@@ -174,6 +276,18 @@ REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(GatherRowsByIndex)).Device(DEVICE_C
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(SumRowsByIndex)).Device(DEVICE_CPU), SumRowsByIndexOp);
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(KeyAccessStats)).Device(DEVICE_CPU),
                         KeyAccessStatsOp);
+REGISTER_KERNEL_BUILDER(
+    Name(REC_SDK_OP_NAME(PackRows)).Device(DEVICE_CPU).TypeConstraint<float>("T"),
+    PackRowsOp<float>);
+REGISTER_KERNEL_BUILDER(
+    Name(REC_SDK_OP_NAME(PackRows)).Device(DEVICE_CPU).TypeConstraint<int64_t>("T"),
+    PackRowsOp<int64_t>);
+REGISTER_KERNEL_BUILDER(
+    Name(REC_SDK_OP_NAME(SplitRows)).Device(DEVICE_CPU).TypeConstraint<float>("T"),
+    SplitRowsOp<float>);
+REGISTER_KERNEL_BUILDER(
+    Name(REC_SDK_OP_NAME(SplitRows)).Device(DEVICE_CPU).TypeConstraint<int64_t>("T"),
+    SplitRowsOp<int64_t>);
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TrainableRows)).Device(DEVICE_CPU), TrainableRowsOp);
 
 }  // namespace rec_sdk

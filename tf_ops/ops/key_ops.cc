@@ -82,6 +82,58 @@ sums[r] = sum of values[i] over i with index[i] == r, for r in [0, num_rows): th
 gathering rows by `index`, summed in parallel.
 )doc");
 
+REGISTER_OP(REC_SDK_OP_NAME(PackRows))
+    .Input("values: N * T")
+    .Output("packed: T")
+    .Output("sizes: int32")
+    .Attr("N: int >= 1")
+    .Attr("T: {float, int64}")
+    .Attr("width: int >= 1")
+    .SetShapeFn([](InferenceContext* c) {
+      int64_t width;
+      TF_RETURN_IF_ERROR(c->GetAttr("width", &width));
+      for (int i = 0; i < c->num_inputs(); ++i) {
+        ShapeHandle value;
+        TF_RETURN_IF_ERROR(c->WithRankAtLeast(c->input(i), 1, &value));
+        TF_RETURN_IF_ERROR(c->WithRankAtMost(c->input(i), 2, &value));
+      }
+      c->set_output(0, c->Matrix(c->UnknownDim(), width));
+      c->set_output(1, c->Vector(c->num_inputs()));
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+Stacks N blocks of rows of different widths into one matrix: packed holds values[0]'s rows,
+then values[1]'s, ..., each zero-padded to `width` columns (a vector is a block of one
+column); sizes[i] is the number of rows of values[i]. One op whatever N: the exchange of
+many tables' keys, rows and gradients between ranks packs them (SplitRows undoes it).
+)doc");
+
+REGISTER_OP(REC_SDK_OP_NAME(SplitRows))
+    .Input("packed: T")
+    .Input("sizes: int32")
+    .Output("values: N * T")
+    .Attr("N: int >= 1")
+    .Attr("T: {float, int64}")
+    .Attr("dims: list(int)")
+    .SetShapeFn([](InferenceContext* c) {
+      std::vector<int64_t> dims;
+      TF_RETURN_IF_ERROR(c->GetAttr("dims", &dims));
+      if (static_cast<int>(dims.size()) != c->num_outputs()) {
+        return tensorflow::errors::InvalidArgument("dims must have N entries");
+      }
+      ShapeHandle packed;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 2, &packed));
+      for (int i = 0; i < c->num_outputs(); ++i) {
+        c->set_output(i, dims[i] == 0 ? c->Vector(c->UnknownDim())
+                                      : c->Matrix(c->UnknownDim(), dims[i]));
+      }
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+Undoes PackRows: values[i] is the next sizes[i] rows of packed, their first dims[i] columns
+(dims[i] == 0: the first column, as a vector). sum(sizes) must be packed's row count.
+)doc");
+
 REGISTER_OP(REC_SDK_OP_NAME(TrainableRows))
     .Input("trainable: resource")
     .Input("rows: float")

@@ -436,7 +436,8 @@ def _rows(table, keys, is_train, counts, times, send_count, lookup_name):
             rows = ranks.exchange_rows(
                 table, keys, counts, times, table.clock == "timestamp",
                 lambda owned, owned_counts, owned_times: _shard_rows(
-                    table, owned, is_train, owned_counts, owned_times, lookup_name))
+                    table, owned, is_train, owned_counts, owned_times, lookup_name),
+                is_train=is_train)
     rows["limit"] = limit
     return rows
 

@@ -40,6 +40,7 @@ import tensorflow as tf
 import rec_sdk_graph_rewrite as graph_rewrite
 from rec_sdk.core import shard_names
 from rec_sdk.core.table import tables_of_graph
+from rec_sdk.ops import table_ops
 from rec_sdk.util.cluster import (all_gather, all_reduce, all_to_all_blocks, next_instance_key,
                                 rank_of, worker_devices)
 from rec_sdk import tf_patches
@@ -77,17 +78,22 @@ _ROWS_GRADIENT = "RecSdkRankRows"
 
 
 @tf.RegisterGradient(_ROWS_GRADIENT)
-def _rows_gradient(op, grad_rows, *unused):
-    """The table's gradient from the rows of one lookup: IndexedSlices of their gradients,
-    keyed by the lookup's token (optimizers send them to the owners: owner_gradients)."""
-    del unused
-    if grad_rows is None:
-        return [None, None, None]
-    if isinstance(grad_rows, tf.IndexedSlices):
-        grad_rows = tf.convert_to_tensor(grad_rows)
-    token = op.outputs[2]
-    return [None, tf.IndexedSlices(grad_rows, token, tf.shape(grad_rows, out_type=tf.int64)),
-            None]
+def _rows_gradient(op, *grads):
+    """The tables' gradients from the rows of a batch of lookups (the op's inputs: the rows
+    of each lookup, then each lookup's table handle, then each lookup's token): per lookup an
+    IndexedSlices of its rows' gradients keyed by its token, for its table (optimizers send
+    them to the owners: owner_gradients)."""
+    segments = len(op.inputs) // 3
+    out = [None] * len(op.inputs)
+    for i in range(segments):
+        grad_rows = grads[i]
+        if grad_rows is None:
+            continue
+        if isinstance(grad_rows, tf.IndexedSlices):
+            grad_rows = tf.convert_to_tensor(grad_rows)
+        out[segments + i] = tf.IndexedSlices(grad_rows, op.outputs[2 * segments + i],
+                                             tf.shape(grad_rows, out_type=tf.int64))
+    return out
 
 
 def managed_shards(table):
@@ -112,223 +118,416 @@ def owner_of(keys, size):
     return tf.abs(tf.truncatemod(tf.cast(keys, tf.int64), tf.constant(size, tf.int64)))
 
 
-class _Stage:
-    """One collective of an exchange: its input (this rank's part), the cap its parts were
-    padded to (None: a fixed shape), and its output."""
+class _Lookup:
+    """One lookup of a table sharded over ranks: what its exchange needs, and (once its
+    lookups were batched: batch_lookups) the batch serving it."""
 
-    def __init__(self, part, cap, output):
-        self.part = part
-        self.cap = cap
-        self.output = output
-
-
-class _Exchange:
-    """What the backward pass of one lookup needs from its forward exchange, and its three
-    collectives (fuse_lookups merges those of several lookups)."""
-
-    def __init__(self, table, order, send_at, cap, received_valid, index, owned_count,
-                 trained, stages):
+    def __init__(self, table, columns, has_counts, times_per_key, times, owner_rows,
+                 is_train, outputs):
         self.table = table
-        self.order = order  # this rank's distinct keys, by owner (a permutation of them)
-        self.send_at = send_at  # [n]: where each (in that order) is in the [N * cap] parts
+        self.columns = columns  # [n, w] int64: the distinct keys (then counts, then times)
+        self.has_counts = has_counts
+        self.times_per_key = times_per_key
+        self.times = times  # the one clock of all keys (times not per key), or None
+        self.owner_rows = owner_rows
+        self.is_train = is_train
+        self.outputs = outputs  # {"emb", "addresses", "trained"} of its own exchange
+        self.batch = None  # the _Batch serving it, and its segment there
+        self.segment = None
+
+
+class _Batch:
+    """The one exchange of a batch of lookups (of any tables and dims): what the backward
+    pass needs from the forward one."""
+
+    def __init__(self, lookups, ranks, slots, cap, valid_at, index, owned_count,
+                 owned_sizes, owned_segment, trained, outputs):
+        self.lookups = lookups
+        self.ranks = ranks
+        self.slots = slots  # [n]: each key's slot in the [N * cap] parts (packed order)
         self.cap = cap  # the most keys any rank sent any rank: the rows per part
-        self.received_valid = received_valid  # [N * cap]: which received entries are keys
+        self.valid_at = valid_at  # where in the received [N * cap] entries the keys are
         self.index = index  # each received key's position among the keys this rank owns
-        self.owned_count = owned_count  # distinct keys this rank owns of the step
-        self.trained = trained  # their row addresses in this rank's shard (-1: untrained)
-        self.stages = stages  # {"counts", "keys", "rows"}: _Stage
-        self.fused = False
+        self.owned_count = owned_count  # (segment, key) pairs this rank owns of the step
+        self.owned_sizes = owned_sizes  # [T] of them per segment (lookup)
+        self.owned_segment = owned_segment  # [owned_count] their segments
+        self.trained = trained  # per segment: their row addresses in this rank's shard
+        self.outputs = outputs  # per segment: {"emb", "addresses", "trained"}
+        self.dims = [lookup.table.dim for lookup in lookups]
+        self.width = max(self.dims)
+        self.gradients = None  # ({segment: gradient rows sent}, {segment: owned sums})
 
 
 def _by_owner(keys, size):
-    """(order, [N] keys per owner, each key's slot in its owner's part) of distinct keys:
-    `order` sorts them by owner (stable)."""
+    """(order, [N] keys per owner, owners in that order, each key's slot in its owner's part,
+    owners) of distinct keys: `order` sorts them by owner (stable)."""
     owners = tf.cast(owner_of(keys, size), tf.int32)
     order = tf.argsort(owners, stable=True)
-    per_owner = tf.math.bincount(owners, minlength=size, maxlength=size, dtype=tf.int32)
+    per_owner = _bincount(owners, size, tf.int32)
     sorted_owners = tf.gather(owners, order)
     starts = tf.cumsum(per_owner, exclusive=True)
     within = tf.range(tf.size(keys, out_type=tf.int32)) - tf.gather(starts, sorted_owners)
-    return order, per_owner, sorted_owners, within
+    return order, per_owner, sorted_owners, within, owners
 
 
-def _parts(values, send_at, size, cap):
-    """values [n, w] placed at `send_at` of [size * cap, w] (zeros elsewhere), as [size, cap,
+def _parts(values, slots, size, cap):
+    """values [n, w] placed at `slots` of [size * cap, w] (zeros elsewhere), as [size, cap,
     w]: part d holds what goes to rank d."""
     width = tf.shape(values)[1]
-    placed = tf.scatter_nd(tf.reshape(send_at, [-1, 1]), values,
+    placed = tf.scatter_nd(tf.reshape(slots, [-1, 1]), values,
                            tf.stack([size * cap, width]))
     return tf.reshape(placed, tf.stack([size, cap, width]))
 
 
-def exchange_rows(table, keys, counts, times, times_per_key, owner_rows):
+def exchange_rows(table, keys, counts, times, times_per_key, owner_rows, is_train=True):
     """The rows of this rank's distinct `keys` [n] (see the module doc).
 
     counts ([n] or None) and times ([n] when times_per_key, else one clock for all, or None)
     go to the owners with the keys. owner_rows(owned keys, their summed counts, their times)
     runs the lookup core on this rank's shard and returns {"emb", "addresses", "trained"}.
     Returns {"emb" [n, dim], "addresses" [n] (the key's position, -1 when its owner has no
-    row for it), "trained" (the token the optimizers apply gradients through)}."""
-    ranks = table.ranks
-    task = ranks.task
-    size, rank = ranks.size, ranks.rank
-    with tf.device(ranks.device), tf.name_scope("ranks"):
+    row for it), "trained" (the token the optimizers apply gradients through)}.
+
+    The lookup gets an exchange of its own at once; optimizers (and MonitoredTrainingSession
+    or Estimator, for the rest) later move it into the one exchange of its batch of lookups
+    (batch_lookups)."""
+    with tf.device(table.ranks.device), tf.name_scope("ranks"):
         keys64 = tf.cast(tf.reshape(keys, [-1]), tf.int64)
-        count = tf.size(keys64, out_type=tf.int32)
-        order, per_owner, sorted_owners, within = _by_owner(keys64, size)
-        stages = {}
-        # Every rank's count per owner: [N, N], row s holding what rank s sends each rank.
-        counts_matrix = tf.reshape(all_gather(per_owner, task=task, name="gather_counts"),
-                                   [size, size])
-        stages["counts"] = _Stage(per_owner, None, counts_matrix)
-        cap = tf.reduce_max(counts_matrix)
-        send_at = sorted_owners * cap + within
         columns = [keys64]
-        if counts is not None:
-            columns.append(tf.cast(tf.reshape(counts, [-1]), tf.int64))
-        if times is not None and times_per_key:
+        has_counts = counts is not None
+        per_key = times is not None and times_per_key
+        if has_counts or per_key:
+            columns.append(tf.cast(tf.reshape(counts, [-1]), tf.int64) if has_counts
+                           else tf.zeros_like(keys64))
+        if per_key:
             columns.append(tf.cast(tf.reshape(times, [-1]), tf.int64))
-        part = _parts(tf.gather(tf.stack(columns, 1), order), send_at, size, cap)
-        [received] = all_to_all_blocks([(part, cap)], task, "exchange_keys")
-        stages["keys"] = _Stage(part, cap, received)
-        # The owner's side: the keys every rank asked this rank for, each once.
-        received_valid = tf.reshape(tf.sequence_mask(counts_matrix[:, rank], cap), [-1])
-        asked = tf.boolean_mask(tf.reshape(received, [size * cap, len(columns)]),
-                                received_valid)
-        owned64, index = tf.unique(asked[:, 0], out_idx=tf.int32)
-        owned_count = tf.size(owned64, out_type=tf.int32)
-        owned = tf.cast(owned64, table.key_dtype)
-        column = 1
-        owned_counts = owned_times = None
-        if counts is not None:
-            summed = tf.math.unsorted_segment_sum(asked[:, column], index, owned_count)
-            owned_counts = tf.cast(summed, counts.dtype)
-            column += 1
-        if times is not None and times_per_key:
-            newest = tf.math.unsorted_segment_max(asked[:, column], index, owned_count)
-            owned_times = tf.cast(newest, times.dtype)
-        elif times is not None:
-            owned_times = times
-        local = owner_rows(owned, owned_counts, owned_times)
-        # The rows (and whether each key has one) back to the ranks that asked, in the slots
-        # their keys came in.
-        found = tf.cast(tf.greater_equal(local["addresses"], 0), tf.float32)[:, tf.newaxis]
-        payload = tf.gather(tf.concat([local["emb"], found], 1), index)
-        reply = _parts(payload, tf.cast(tf.where(received_valid)[:, 0], tf.int32), size, cap)
-        [rows] = all_to_all_blocks([(reply, cap)], task, "exchange_rows")
-        stages["rows"] = _Stage(reply, cap, rows)
-        by_owner = tf.gather(tf.reshape(rows, [size * cap, table.dim + 1]), send_at)
-        received_rows = tf.gather(by_owner, tf.math.invert_permutation(order))
-        present = received_rows[:, table.dim] > 0.5
-        addresses = tf.where(present, tf.range(tf.cast(count, tf.int64)),
-                             tf.constant(-1, tf.int64), name="addresses")
-        # The rows, the table and the token in one op whose gradient gives the table an
-        # IndexedSlices keyed by the token: tf.gradients(loss, table) works as in one process.
-        with tf.compat.v1.get_default_graph().gradient_override_map(
-                {"IdentityN": _ROWS_GRADIENT}):
-            emb, _, trained = tf.identity_n([received_rows[:, :table.dim], table.handle,
-                                             addresses], name="rows")
-    record = _Exchange(table, order, send_at, cap, received_valid, index, owned_count,
-                       local["trained"], stages)
-    state = state_of(trained.graph)
+        lookup = _Lookup(table, tf.stack(columns, 1), has_counts, per_key,
+                         None if per_key else times, owner_rows, is_train, None)
+        if has_counts:
+            lookup.counts_dtype = counts.dtype
+        if per_key:
+            lookup.times_dtype = times.dtype
+        batch = _exchange([lookup])
+    lookup.outputs = batch.outputs[0]
+    lookup.batch, lookup.segment = None, None  # its own exchange, not yet batched
+    state = state_of(keys64.graph)
     with state.lock:
-        state.rank_exchanges[trained.name] = record
-    table.lookups.trained_address_names.add(trained.name)
-    return {"emb": emb, "addresses": addresses, "trained": trained}
+        state.rank_lookups[lookup.outputs["trained"].name] = lookup
+    table.lookups.trained_address_names.add(lookup.outputs["trained"].name)
+    return dict(lookup.outputs)
 
 
-_RECORD_TENSORS = ("order", "send_at", "cap", "received_valid", "index", "owned_count",
-                   "trained")
+def _exchange(lookups):
+    """The exchange of `lookups` (one or more, any tables): one counts gather, one keys
+    all-to-all, one rows all-to-all, whatever their number (see the module doc). -> _Batch."""
+    ranks = lookups[0].table.ranks
+    task, size, rank = ranks.task, ranks.size, ranks.rank
+    segments = len(lookups)
+    width = max(int(lookup.columns.shape[1]) for lookup in lookups)
+    dims = [lookup.table.dim for lookup in lookups]
+    dim = max(dims)
+    # This rank's side: every lookup's keys (and counts, times) in one matrix, by lookup.
+    if segments == 1:
+        packed = lookups[0].columns
+        sizes = tf.reshape(tf.shape(packed, out_type=tf.int32)[0], [1])
+    else:
+        packed, sizes = table_ops.pack_rows([lookup.columns for lookup in lookups], width,
+                                            name="pack_keys")
+    count = tf.shape(packed, out_type=tf.int32)[0]
+    order, per_owner, sorted_owners, within, owners = _by_owner(packed[:, 0], size)
+    # Every rank's count per owner: [N, N], row s holding what rank s sends each rank.
+    counts_matrix = tf.reshape(all_gather(per_owner, task=task, name="gather_counts"),
+                               [size, size])
+    cap = tf.reduce_max(counts_matrix)
+    slots = tf.gather(sorted_owners * cap + within, tf.math.invert_permutation(order))
+    part = _parts(packed, slots, size, cap)
+    received_valid = tf.reshape(tf.sequence_mask(counts_matrix[:, rank], cap), [-1])
+    valid_at = tf.cast(tf.where(received_valid)[:, 0], tf.int32)
+    if segments == 1:
+        position = tf.range(count)
+        [received] = all_to_all_blocks([(part, cap)], task, "exchange_keys")
+        asked = tf.gather(tf.reshape(received, [size * cap, width]), valid_at)
+        # The owner's side: the keys every rank asked this rank for, each once.
+        owned_keys, index = table_ops.unique_keys(asked[:, 0])
+        owned_count = tf.size(owned_keys, out_type=tf.int32)
+        owned_sizes = tf.reshape(owned_count, [1])
+        owned_segment = None
+        owned_keys = [owned_keys]
+    else:
+        segment = tf.searchsorted(tf.cumsum(sizes), tf.range(count), side="right")
+        position = tf.range(count) - tf.gather(tf.cumsum(sizes, exclusive=True), segment)
+        # Each part starts with a header: how many of its keys are of each lookup (the keys
+        # follow lookup by lookup).
+        header = tf.reshape(_bincount(owners * segments + segment, size * segments, tf.int64),
+                            [size, segments, 1])
+        part = tf.concat([tf.pad(header, [[0, 0], [0, 0], [0, width - 1]]), part], 1)
+        [received] = all_to_all_blocks([(part, cap + segments)], task, "exchange_keys")
+        # The owner's side: the keys every rank asked this rank for, each once per lookup.
+        sent = tf.cumsum(received[:, :segments, 0], axis=1)
+        slot_segment = tf.searchsorted(
+            sent, tf.tile(tf.range(tf.cast(cap, tf.int64))[tf.newaxis], [size, 1]),
+            side="right")
+        asked = tf.gather(tf.reshape(received[:, segments:], [size * cap, width]), valid_at)
+        asked_segment = tf.gather(tf.reshape(slot_segment, [-1]), valid_at)
+        # (lookup, key) pairs, each once: keys are deduplicated, then pairs of (key's
+        # position, lookup), ordered by lookup.
+        distinct, key_index = table_ops.unique_keys(asked[:, 0])
+        pair_ids, pair_index = table_ops.unique_keys(
+            tf.cast(key_index, tf.int64) * segments + tf.cast(asked_segment, tf.int64))
+        by_segment = tf.argsort(tf.cast(pair_ids % segments, tf.int32), stable=True)
+        pair_ids = tf.gather(pair_ids, by_segment)
+        index = tf.gather(tf.math.invert_permutation(by_segment), pair_index)
+        owned_segment = tf.cast(pair_ids % segments, tf.int32)
+        owned_count = tf.size(pair_ids, out_type=tf.int32)
+        owned_sizes = _bincount(owned_segment, segments, tf.int32)
+        owned_keys = _split(tf.gather(distinct, pair_ids // segments), owned_sizes, segments)
+    owned_counts = owned_times = [None] * segments
+    if any(lookup.has_counts for lookup in lookups):
+        owned_counts = _split(tf.math.unsorted_segment_sum(asked[:, 1], index, owned_count),
+                              owned_sizes, segments)
+    if any(lookup.times_per_key for lookup in lookups):
+        owned_times = _split(tf.math.unsorted_segment_max(asked[:, 2], index, owned_count),
+                             owned_sizes, segments)
+    local = []
+    for i, lookup in enumerate(lookups):
+        counts = times = None
+        if lookup.has_counts:
+            counts = tf.cast(owned_counts[i], lookup.counts_dtype)
+        if lookup.times_per_key:
+            times = tf.cast(owned_times[i], lookup.times_dtype)
+        elif lookup.times is not None:
+            times = lookup.times
+        local.append(lookup.owner_rows(tf.cast(owned_keys[i], lookup.table.key_dtype),
+                                       counts, times))
+    # The rows (and whether each key has one) back to the ranks that asked, in the slots
+    # their keys came in.
+    if segments == 1:
+        rows, found = local[0]["emb"], local[0]["addresses"] >= 0
+    else:
+        rows, _ = table_ops.pack_rows([out["emb"] for out in local], dim, name="pack_rows")
+        found = tf.concat([out["addresses"] for out in local], 0) >= 0
+    payload = tf.gather(tf.concat([rows, tf.cast(found, tf.float32)[:, tf.newaxis]], 1),
+                        index)
+    reply = _parts(payload, valid_at, size, cap)
+    [back] = all_to_all_blocks([(reply, cap)], task, "exchange_rows")
+    back = tf.gather(tf.reshape(back, [size * cap, dim + 1]), slots)
+    addresses = tf.where(back[:, dim] > 0.5, tf.cast(position, tf.int64),
+                         tf.constant(-1, tf.int64))
+    if segments == 1:
+        embs = [back[:, :dim]]
+    else:
+        embs = table_ops.split_rows(back, sizes, dims, name="split_rows")
+    addresses = _split(addresses, sizes, segments)
+    # The rows, the tables and the tokens in one op whose gradient gives each table an
+    # IndexedSlices keyed by its token: tf.gradients(loss, table) works as in one process.
+    with tf.compat.v1.get_default_graph().gradient_override_map(
+            {"IdentityN": _ROWS_GRADIENT}):
+        outs = tf.identity_n(list(embs) + [lookup.table.handle for lookup in lookups]
+                             + list(addresses), name="rows")
+    outputs = [{"emb": outs[i], "addresses": addresses[i], "trained": outs[2 * segments + i]}
+               for i in range(segments)]
+    return _Batch(lookups, ranks, slots, cap, valid_at, index, owned_count, owned_sizes,
+                  owned_segment, [out["trained"] for out in local], outputs)
 
 
-def record_reroutes(old_token, new_token):
-    """{old tensor name: new tensor name} taking what the backward pass of the lookup whose
-    token is `old_token` reads over to the exchange of `new_token` (graph modification
-    replaces a lookup by the input pipeline's: the optimizers built on the old one follow);
-    empty for lookups of tables in one process."""
-    old, new = exchange_of(old_token), exchange_of(new_token)
-    if old is None or new is None:
-        return {}
-    return {getattr(old, field).name: getattr(new, field).name for field in _RECORD_TENSORS}
+def _bincount(values, length, dtype):
+    """[length] counts of each value of int32 `values` in [0, length) (one op)."""
+    return tf.raw_ops.Bincount(arr=values, size=tf.constant(length, tf.int32),
+                               weights=tf.constant([], dtype))
 
 
-def exchange_of(addresses):
-    """The forward exchange whose token `addresses` is, or None."""
-    if not isinstance(addresses, tf.Tensor):
+def _split(values, sizes, parts):
+    """tf.split of `values` by `sizes` into `parts` (one op; a list even of one part)."""
+    if parts == 1:
+        return [values]
+    return tf.split(values, sizes, num=parts)
+
+
+def lookup_of(token):
+    """The lookup of tables sharded over ranks whose token `token` is (the addresses its
+    gradients go to), or None."""
+    if not isinstance(token, tf.Tensor):
         return None
-    return state_of(addresses.graph).rank_exchanges.get(addresses.name)
+    return state_of(token.graph).rank_lookups.get(token.name)
+
+
+
+def replace_lookups(pairs):
+    """Graph modification replaces lookups by the input pipeline's: [(old token, new token)]
+    -> {old tensor name: new tensor name} taking what read the old lookups over to the new
+    ones, for lookups of tables sharded over ranks (empty for others). Where the old lookups
+    were batched (an optimizer built on them), their batch is rebuilt from the new lookups
+    (several old ones may share one new one): its forward outputs, and its gradients' (the
+    gradients the optimizer sends for the old lookups now go, summed per new lookup, through
+    the new batch)."""
+    mapping = {}
+    replaced = {}
+    for old_token, new_token in pairs:
+        old, new = lookup_of(old_token), lookup_of(new_token)
+        if old is not None and new is not None and old.batch is not None:
+            replaced[old] = new
+    batches = []
+    for old in replaced:
+        if old.batch not in batches:
+            batches.append(old.batch)
+    for old_batch in batches:
+        targets, where = [], []
+        for lookup in old_batch.lookups:
+            target = replaced.get(lookup, lookup)
+            if target.batch is not None and target.batch is not old_batch:
+                raise ValueError("graph modification: lookup of table %r is in two batches "
+                                 "of lookups over ranks" % target.table.table_name)
+            if target not in targets:
+                targets.append(target)
+            where.append(targets.index(target))
+        for target in targets:
+            target.batch = None
+        ranks = old_batch.ranks
+        graph = old_batch.cap.graph
+        with graph.as_default(), graph.control_dependencies(None), \
+                tf.device(ranks.device), tf.name_scope("rank_batch"):
+            batch = _exchange(targets)
+            for i, j in enumerate(where):
+                for field in ("emb", "addresses", "trained"):
+                    mapping[old_batch.outputs[i][field].name] = batch.outputs[j][field].name
+                mapping[old_batch.trained[i].name] = batch.trained[j].name
+            if old_batch.gradients is not None:
+                grads_in, grads_out = old_batch.gradients
+                by_segment = {}
+                for i, grad in grads_in.items():
+                    j = where[i]
+                    by_segment[j] = grad if j not in by_segment else by_segment[j] + grad
+                new_out = dict(_batch_gradients(batch, by_segment, pairs_out=False))
+                first = set()
+                for i, out in grads_out.items():
+                    j = where[i]
+                    if j in first:  # the new lookup's gradients are applied once
+                        mapping[out.name] = tf.zeros_like(new_out[j]).name
+                    else:
+                        mapping[out.name] = new_out[j].name
+                        first.add(j)
+        _register(batch, graph)
+    return mapping
+
+
+def _register(batch, graph):
+    """Marks the lookups of `batch` batched, under their batch tokens too."""
+    state = state_of(graph)
+    for i, lookup in enumerate(batch.lookups):
+        lookup.batch, lookup.segment = batch, i
+        token = batch.outputs[i]["trained"]
+        with state.lock:
+            state.rank_lookups[token.name] = lookup
+        lookup.table.lookups.trained_address_names.add(token.name)
+
+
+def batch_lookups(tokens, graph=None):
+    """Moves the lookups whose tokens these are (of tables sharded over ranks, not yet run)
+    into one exchange: one counts gather, one keys all-to-all and one rows all-to-all for all
+    of them, their bookkeeping done once for the batch rather than once per lookup (tables of
+    any dims; each keeps its own settings). Each collective costs a round of messages and its
+    CPU whatever its size, and each op its scheduling, so a model with many tables steps as
+    fast as one with one table of the same keys. The lookups' consumers are rewired to the
+    batch (their own exchanges stay in the graph, unused). A step then runs all of them
+    together: fetching one of these lookups runs the others' (and their inputs) too.
+    Returns the number of lookups batched."""
+    lookups = []
+    for token in tokens:
+        lookup = lookup_of(token)
+        if lookup is not None and lookup.batch is None and lookup not in lookups:
+            lookups.append(lookup)
+    if not lookups:
+        return 0
+    ranks = lookups[0].table.ranks
+    graph = graph or lookups[0].columns.graph
+    # Outside any control dependencies of the caller (e.g. minimize() under UPDATE_OPS): the
+    # lookups' forward pass must not wait for ops that depend on it.
+    with graph.as_default(), graph.control_dependencies(None), tf.device(ranks.device), \
+            tf.name_scope("rank_batch"):
+        batch = _exchange(lookups)
+    mapping = {}
+    for i, lookup in enumerate(lookups):
+        for field in ("emb", "addresses", "trained"):
+            mapping[lookup.outputs[field].name] = batch.outputs[i][field].name
+    _register(batch, graph)
+    final, _ = graph_rewrite.run_passes(graph.as_graph_def(),
+                                        [graph_rewrite.RerouteInputs(mapping, {})])
+    graph_rewrite.update_live_graph(graph, final, "batch_lookups")
+    logger.info("rec_sdk: %d lookups over %d ranks batched into one exchange", len(lookups),
+                ranks.size)
+    return len(lookups)
+
+
+
+def batch_pending_lookups(graph):
+    """Batches the lookups over ranks of `graph` that no optimizer batched (evaluation
+    lookups, and training lookups nothing trains): one batch of each kind. Called when
+    MonitoredTrainingSession or Estimator finalizes the graph. Returns the number batched."""
+    state = state_of(graph)
+    with state.lock:
+        pending = [(name, lookup) for name, lookup in state.rank_lookups.items()
+                   if lookup.batch is None and lookup.outputs["trained"].name == name]
+    done = 0
+    for is_train in (False, True):
+        tokens = [lookup.outputs["trained"] for _, lookup in pending
+                  if lookup.is_train == is_train]
+        done += batch_lookups(tokens, graph) if tokens else 0
+    return done
 
 
 def owner_gradients(pairs):
     """[(token, gradients [n, dim] of the rows its lookup returned)] -> [(row addresses in
     this rank's shard, the gradients summed over every rank's lookups of the same keys)] for
-    the keys this rank owns, per pair: each rank sends each owner the gradients of the keys it
-    asked that owner for, all the lookups' in one all-to-all."""
-    records = [exchange_of(token) for token, _ in pairs]
-    ranks = records[0].table.ranks
-    size = ranks.size
+    the keys this rank owns, per lookup: each rank sends each owner the gradients of the keys
+    it asked that owner for, those of a whole batch of lookups in one all-to-all. Batches the
+    lookups first (batch_lookups) if they were not."""
+    batch_lookups([token for token, _ in pairs])
+    by_batch = {}
+    for token, grads in pairs:
+        lookup = lookup_of(token)
+        entry = by_batch.setdefault(id(lookup.batch), (lookup.batch, {}))
+        grads = tf.reshape(tf.cast(grads, tf.float32), [-1, lookup.table.dim])
+        previous = entry[1].get(lookup.segment)
+        entry[1][lookup.segment] = grads if previous is None else previous + grads
+    out = []
+    for batch, by_segment in by_batch.values():
+        out.extend(_batch_gradients(batch, by_segment))
+    return out
+
+
+def _batch_gradients(batch, by_segment, pairs_out=True):
+    """The owners' side of the gradients {segment: gradient rows} of `batch`: -> [(row
+    addresses in this rank's shard, summed gradients)] per segment given (pairs_out=False:
+    [(segment, summed gradients)])."""
+    ranks, size = batch.ranks, batch.ranks.size
     with tf.device(ranks.device), tf.name_scope("rank_gradients"):
-        blocks = []
-        for (_, grads), record in zip(pairs, records):
-            grads = tf.reshape(tf.cast(grads, tf.float32), [-1, record.table.dim])
-            blocks.append((_parts(tf.gather(grads, record.order), record.send_at, size,
-                                  record.cap), record.cap))
-        received = all_to_all_blocks(blocks, ranks.task, "exchange_gradients")
-        out = []
-        for record, grads in zip(records, received):
-            grads = tf.boolean_mask(tf.reshape(grads, [size * record.cap, record.table.dim]),
-                                    record.received_valid)
-            owned = tf.math.unsorted_segment_sum(grads, record.index, record.owned_count)
-            if record.table.ranks.divide_gradients:
-                owned = owned / float(size)
-            out.append((record.trained, owned))
-        return out
-
-
-def fuse_lookups(tokens):
-    """Merges the forward exchanges of the lookups whose tokens these are (training lookups
-    of one step, not yet run) stage by stage: one collective for all their counts, one for
-    their keys, one for their rows, instead of three per lookup. Each collective costs a
-    round of messages and its CPU whatever its size, so a model with many tables steps
-    faster. The lookups' ops are rewired to the merged collectives' slices (the old ones stay
-    in the graph, unused). A step then runs all of them together: fetching one of these
-    lookups runs the others' exchanges (and their inputs) too. Returns the number of lookups
-    merged."""
-    records = []
-    for token in tokens:
-        record = exchange_of(token)
-        if record is not None and not record.fused and record not in records:
-            records.append(record)
-    if len(records) < 2:
-        return 0
-    ranks = records[0].table.ranks
-    size = ranks.size
-    graph = records[0].cap.graph
-    mapping = {}
-    # Outside any control dependencies of the caller (e.g. minimize() under UPDATE_OPS): the
-    # lookups' forward pass must not wait for ops that depend on it.
-    with graph.as_default(), graph.control_dependencies(None), tf.device(ranks.device), \
-            tf.name_scope("fused_lookups"):
-        counts = all_gather(tf.concat([r.stages["counts"].part for r in records], 0),
-                            task=ranks.task, name="gather_counts")
-        counts = tf.reshape(counts, [size, len(records), size])
-        for i, record in enumerate(records):
-            mapping[record.stages["counts"].output.name] = counts[:, i, :].name
-        for stage in ("keys", "rows"):
-            # The caps are computed from the old counts, which the mapping takes over to the
-            # merged ones: they are the merged ones' caps too.
-            merged = all_to_all_blocks([(r.stages[stage].part, r.stages[stage].cap)
-                                        for r in records], ranks.task, "exchange_" + stage)
-            for record, received in zip(records, merged):
-                mapping[record.stages[stage].output.name] = received.name
-    final, _ = graph_rewrite.run_passes(graph.as_graph_def(),
-                                        [graph_rewrite.RerouteInputs(mapping, {})])
-    graph_rewrite.update_live_graph(graph, final, "fuse_lookups")
-    logger.info("rec_sdk: the exchanges of %d lookups over %d ranks merged into one "
-                "collective per stage", len(records), size)
-    for record in records:
-        record.fused = True
-    return len(records)
+        grads = []
+        for i, lookup in enumerate(batch.lookups):
+            grad = by_segment.get(i)
+            if grad is None:  # a lookup of the batch that this optimizer does not train
+                grad = tf.zeros_like(batch.outputs[i]["emb"])
+            grads.append(grad)
+        packed, _ = table_ops.pack_rows(grads, batch.width, name="pack_gradients")
+        [received] = all_to_all_blocks([(_parts(packed, batch.slots, size, batch.cap),
+                                         batch.cap)], ranks.task, "exchange_gradients")
+        received = tf.gather(tf.reshape(received, [size * batch.cap, batch.width]),
+                             batch.valid_at)
+        owned = table_ops.sum_rows(received, batch.index, batch.owned_count)
+        scale = [1.0 / size if lookup.table.ranks.divide_gradients else 1.0
+                 for lookup in batch.lookups]
+        if len(set(scale)) == 1 and scale[0] != 1.0:
+            owned = owned * scale[0]
+        elif len(set(scale)) > 1:
+            owned = owned * tf.gather(tf.constant(scale), batch.owned_segment)[:, tf.newaxis]
+        if len(batch.lookups) == 1:
+            per_lookup = [owned]
+        else:
+            per_lookup = table_ops.split_rows(owned, batch.owned_sizes, batch.dims,
+                                              name="split_gradients")
+        batch.gradients = (dict(by_segment), {i: per_lookup[i] for i in by_segment})
+        if not pairs_out:
+            return [(i, per_lookup[i]) for i in sorted(by_segment)]
+        return [(batch.trained[i], per_lookup[i]) for i in sorted(by_segment)]
 
 
 def split_table_gradient(grad):
@@ -338,7 +537,7 @@ def split_table_gradient(grad):
     indices = grad.indices
     while indices.op.type == "Identity":
         indices = indices.op.inputs[0]
-    if exchange_of(indices) is not None:
+    if lookup_of(indices) is not None:
         return [(indices, grad.values)]
     if indices.op.type != "ConcatV2":
         return None
@@ -346,7 +545,7 @@ def split_table_gradient(grad):
     for i, token in enumerate(tokens):
         while token.op.type == "Identity":
             token = token.op.inputs[0]
-        if exchange_of(token) is None:
+        if lookup_of(token) is None:
             return None
         tokens[i] = token
     sizes = [tf.shape(token)[0] for token in tokens]
@@ -385,7 +584,8 @@ def broadcast_variables(variables, task):
 
 
 def _broadcasting_finalize(original, self):
-    """tf.compat.v1.train.Scaffold.finalize, in a graph with tables sharded over ranks: adds
+    """tf.compat.v1.train.Scaffold.finalize, in a graph with tables sharded over ranks: batches
+    the lookups no optimizer batched (batch_pending_lookups: evaluation lookups), and adds
     broadcast_variables of every global variable to the local_init_op (and makes it ready to
     run at once), unless the scaffold or the graph's collections set those ops.
     MonitoredTrainingSession and tf.estimator then need no chief for the other ranks'
@@ -406,7 +606,9 @@ def _broadcasting_finalize(original, self):
                        "ready_for_local_init_op: rank 0's variables are not broadcast; "
                        "add rec_sdk.distribute.broadcast_variables to it, or start "
                        "every rank's variables equal")
-    elif tables and not graph.finalized:
+    if tables and not graph.finalized:
+        batch_pending_lookups(graph)
+    if tables and not graph.finalized and not custom:
         task = tables[0].ranks.task
         self._local_init_op = tf.group(  # pylint: disable=protected-access
             tf.compat.v1.train.Scaffold.default_local_init_op(),

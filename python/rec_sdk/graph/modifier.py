@@ -253,6 +253,7 @@ def _rebuild(graph, graph_def, group, dump_graph):
         entries = batch[n_flat]
         mapping = {"%s:%d" % (group.get_next, i): t.name for i, t in enumerate(new_flat)}
         shared = {}
+        replaced = []
         for j, anchor in enumerate(group.anchors):
             table = anchor.table
             rows = shared.get(table.table_name)
@@ -267,10 +268,11 @@ def _rebuild(graph, graph_def, group, dump_graph):
                 shared[table.table_name] = rows
             mapping[anchor.addresses.name] = rows["addresses"].name
             mapping[anchor.trained_addresses.name] = rows["trained"].name
-            mapping.update(ranks.record_reroutes(anchor.trained_addresses, rows["trained"]))
+            replaced.append((anchor.trained_addresses, rows["trained"]))
             mapping[anchor.local_emb.name] = rows["emb"].name
             _replace_in_collections(graph, anchor, rows)
             mapping[anchor.inverse.name] = entries[helper.inverse_key(specs[j].name)].name
+        mapping.update(ranks.replace_lookups(replaced))
     control = {group.get_next: new_flat[0].op.name}
     additions = {}
     if initializer is not None:

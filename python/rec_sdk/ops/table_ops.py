@@ -289,6 +289,20 @@ def sum_rows(values, index, num_rows, name=None):
                                                 name=name)
 
 
+def pack_rows(values, width, name=None):
+    """Blocks of rows of different widths (a list of [n_i, d_i] matrices or [n_i] vectors, all
+    float32 or all int64, d_i <= width) -> (packed [sum n_i, width], zero-padded, sizes int32
+    [len(values)]): one op however many blocks (split_rows undoes it)."""
+    return load_ops().rec_sdk_pack_rows(list(values), width=int(width), name=name)
+
+
+def split_rows(packed, sizes, dims, name=None):
+    """Undoes pack_rows: -> a list of sizes[i] rows of `packed` each, their first dims[i]
+    columns (dims[i] == 0: the first column as a vector). One op."""
+    dims = [int(d) for d in dims]
+    return load_ops().rec_sdk_split_rows(packed, sizes, N=len(dims), dims=dims, name=name)
+
+
 def dedup_rows(addresses, values):
     """Sums the rows of `values` [n, dim] that share an address; -> (unique addresses, sums).
 

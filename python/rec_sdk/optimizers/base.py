@@ -65,7 +65,7 @@ def _rows(where, grad, var):
                                   tf.cast(grad.indices, tf.int32), tf.size(addresses))
     else:
         rows = tf.reshape(tf.convert_to_tensor(grad), [-1, table.dim])
-    if ranks.exchange_of(var) is not None:
+    if ranks.lookup_of(var) is not None:
         return [(table, var, rows, None)]
     return [(table, addresses, rows, unique)]
 
@@ -94,10 +94,9 @@ def apply_table_gradients(where, grads_and_vars, prepare, apply, finish, global_
         for entry in _rows(where, grad, var):
             (sharded if entry[3] is None else entries).append(entry)
     if sharded:
-        # Lookups of tables sharded over ranks: their exchanges are merged (one
-        # collective per stage for all of them), and their gradients go to the keys'
-        # owners, which sum them over the ranks; this rank updates the keys it owns.
-        ranks.fuse_lookups([token for _, token, _, _ in sharded])
+        # Lookups of tables sharded over ranks: they are batched into one exchange, and
+        # their gradients go to the keys' owners (one all-to-all for the batch), which sum
+        # them over the ranks; this rank updates the keys it owns.
         owned = ranks.owner_gradients([(token, rows) for _, token, rows, _ in sharded])
         entries.extend((table, addresses, rows, True)
                        for (table, _, _, _), (addresses, rows) in zip(sharded, owned))

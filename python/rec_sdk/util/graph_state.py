@@ -65,9 +65,9 @@ class GraphState:
         # {TrainableRows output name: the keys of its rows} of lookups whose gradient carries its
         # keys (shadows shared by ParameterServerStrategy workers, de.shadow_ops)
         self.gradient_keys = {}
-        # {token tensor name: its forward exchange} of lookups of tables sharded over ranks
-        # (rec_sdk.core.ranks)
-        self.rank_exchanges = {}
+        # {token tensor name: its lookup} of lookups of tables sharded over ranks (both tokens
+        # of a lookup once batched: its own exchange's and its batch's; rec_sdk.core.ranks)
+        self.rank_lookups = {}
 
     def lookups_of(self, table_name):
         """The TableLookups of table `table_name` (made on first use)."""

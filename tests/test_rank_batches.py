@@ -1,0 +1,150 @@
+"""The batched exchange of tables sharded over ranks (rec_sdk.core.ranks): the ops that pack
+many tables' rows into one exchange, a step's op count flat in the table count, and many
+tables of mixed dims and optimizers over ranks training as one process (processes on
+127.0.0.1, free ports, always stopped)."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from rec_sdk.ops import table_ops
+from tests.helpers import new_session
+from tests.test_distribute import _env, _rank_cluster, _run_together
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TABLES_WORKER = os.path.join(HERE, "distribute", "tables_rank_worker.py")
+
+
+def test_pack_and_split_rows_match_numpy():
+    with tf.Graph().as_default(), new_session() as sess:
+        _pack_and_split(sess)
+
+
+def _pack_and_split(sess):
+    rng = np.random.default_rng(0)
+    blocks = [rng.random((3, 2), np.float32), rng.random((0, 5), np.float32),
+              rng.random((4, 5), np.float32), rng.random((2, 1), np.float32)]
+    packed, sizes = table_ops.pack_rows([tf.constant(b) for b in blocks], 6)
+    back = table_ops.split_rows(packed, sizes, [b.shape[1] for b in blocks])
+    packed, sizes, back = sess.run([packed, sizes, back])
+    expected = np.zeros((9, 6), np.float32)
+    row = 0
+    for b in blocks:
+        expected[row:row + len(b), :b.shape[1]] = b
+        row += len(b)
+    np.testing.assert_array_equal(packed, expected)
+    np.testing.assert_array_equal(sizes, [3, 0, 4, 2])
+    for got, b in zip(back, blocks):
+        np.testing.assert_array_equal(got, b)
+    # int64 vectors are blocks of one column; dims 0 gives vectors back.
+    keys, sizes = table_ops.pack_rows([tf.constant([5, -7], tf.int64),
+                                       tf.constant([[1, 2]], tf.int64)], 2)
+    keys, (first, second) = sess.run([keys, table_ops.split_rows(keys, sizes, [0, 2])])
+    np.testing.assert_array_equal(keys, [[5, 0], [-7, 0], [1, 2]])
+    np.testing.assert_array_equal(first, [5, -7])
+    np.testing.assert_array_equal(second, [[1, 2]])
+
+
+@pytest.mark.parametrize("build, message", [
+    (lambda rows: table_ops.pack_rows([rows], 2)[0], "3 columns, more than width=2"),
+    (lambda rows: table_ops.split_rows(rows, tf.constant([1, 2]), [3, 3]),
+     "sizes add up to 3 rows; packed has 2"),
+    (lambda rows: table_ops.split_rows(rows, tf.constant([-1, 3]), [3, 3]),
+     r"sizes\[0\] must be >= 0"),
+    (lambda rows: table_ops.split_rows(rows, tf.constant([1, 1]), [3, 4]),
+     r"dims\[1\] must be in \[0, 3\]"),
+    (lambda rows: table_ops.split_rows(rows, tf.constant([2]), [3, 3]),
+     "sizes must be a vector of 2"),
+])
+def test_pack_and_split_rows_refuse_bad_input(build, message):
+    with tf.Graph().as_default(), new_session() as sess:
+        rows = tf.compat.v1.placeholder_with_default(tf.ones([2, 3]), [None, None])
+        with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+            sess.run(build(rows))
+
+
+def _step_ops(tables, ranks):
+    """The tables worker's graph built (not run) as rank 0 of `ranks` (no servers: the graph
+    alone), or as one process (ranks=1) -> {"ops", "collectives"} of a training step."""
+    out = os.path.join(os.environ.get("TMPDIR", "/tmp"), "rank_ops_%d_%d_%d.json"
+                       % (os.getpid(), tables, ranks))
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    env.pop("TF_CONFIG", None)
+    if ranks > 1:
+        env["TF_CONFIG"] = json.dumps({"cluster": {"worker": ["127.0.0.1:1"] * ranks},
+                                       "task": {"type": "worker", "index": 0}})
+    result = subprocess.run([sys.executable, TABLES_WORKER, out, "--tables", str(tables),
+                             "--ops"] + ([] if ranks > 1 else ["--local", "2"]),
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:]
+    with open(out) as f:
+        counted = json.load(f)
+    os.remove(out)
+    return counted
+
+
+def test_a_steps_op_count_over_ranks_is_flat_in_the_table_count():
+    """The exchange's ops per step (those over one process's) do not grow with the number of
+    tables: 8 and 40 tables of mixed dims, trained by two optimizers (two batches of
+    lookups), add the same ops; so do the collectives."""
+    extra = {}
+    for tables in (1, 8, 40):
+        ranked, local = _step_ops(tables, 2), _step_ops(tables, 1)
+        assert local["collectives"] == 0
+        extra[tables] = (ranked["ops"] - local["ops"], ranked["collectives"])
+    # One optimizer (one batch) for one table, two for more; 32 more tables add no op (the
+    # ops per table are those one process runs: the table's own lookup and update).
+    assert extra[40][0] <= extra[8][0], extra
+    assert extra[8][1] == extra[40][1] == 2 * extra[1][1], extra
+
+
+def _tables_over_ranks(tmp_path, ranks, *args):
+    cluster, tasks = _rank_cluster(ranks)
+    _run_together([([TABLES_WORKER, str(tmp_path / "rank-{rank}.npz")] + list(args),
+                    _env(cluster, job, index)) for job, index in tasks])
+    shards = [dict(np.load(str(tmp_path / ("rank-%d.npz" % r)))) for r in range(ranks)]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    env.pop("TF_CONFIG", None)
+    result = subprocess.run([sys.executable, TABLES_WORKER, str(tmp_path / "local.npz"),
+                             "--local", str(ranks)] + [str(a) for a in args], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:]
+    return shards, dict(np.load(str(tmp_path / "local.npz")))
+
+
+def _assert_ranks_equal_local(shards, local, tables):
+    np.testing.assert_allclose(sum(s["losses"] for s in shards), local["losses"], rtol=1e-5)
+    for t in range(tables):
+        keys = np.concatenate([s["keys%d" % t] for s in shards])
+        order = np.argsort(keys)
+        np.testing.assert_array_equal(keys[order], local["keys%d" % t])
+        values = np.concatenate([s["values%d" % t] for s in shards])[order]
+        np.testing.assert_allclose(values, local["values%d" % t], rtol=1e-5, atol=1e-6)
+        slots = np.concatenate([s["slots%d" % t] for s in shards], 1)[:, order]
+        np.testing.assert_allclose(slots, local["slots%d" % t], rtol=1e-5, atol=1e-6)
+        # Each rank evaluated its slice of the eval keys; one process all of them.
+        evaluated = np.zeros_like(local["eval%d" % t])
+        for r, s in enumerate(shards):
+            evaluated[r::len(shards)] = s["eval%d" % t]
+        np.testing.assert_allclose(evaluated, local["eval%d" % t], rtol=1e-5, atol=1e-6)
+
+
+def test_forty_tables_of_mixed_dims_over_three_ranks_train_as_one_process(tmp_path):
+    """40 tables (dims 4 to 16, lazy Adam and SGD) over 3 ranks (each optimizer's lookups in
+    one exchange, the evaluation lookups in another) == one process on the global batch."""
+    shards, local = _tables_over_ranks(tmp_path, 3, "--tables", 40, "--steps", 3)
+    _assert_ranks_equal_local(shards, local, 40)
+
+
+def test_a_rank_with_empty_batches_trains_with_the_others(tmp_path):
+    """Rank 1 looks up no key in any step (it still owns keys and updates them): the ranks
+    train as one process on rank 0's batches."""
+    shards, local = _tables_over_ranks(tmp_path, 2, "--tables", 3, "--steps", 3, "--empty", 1)
+    assert not shards[1]["losses"].any()
+    _assert_ranks_equal_local(shards, local, 3)
