@@ -14,6 +14,13 @@ data, 26 tables) at a global batch of 2,048: samples/s of training over N ranks 
 process.
 
     .venv/bin/python benchmarks/bench_ranks.py [--ranks 2,4] [--steps 30] [--dlrm-steps 150]
+        [--json OUT] [--netns RATE]
+
+--json OUT writes the figures for benchmarks/rank_model.py. --netns RATE (root, Linux): the
+table workload's ranks run in network namespaces of their own, joined by veth pairs to a
+bridge, each veth limited to RATE by tc (e.g. 1gbit), so that the wire time is real; the
+bytes are then those of the veths (each rank's sent bytes, summed). The namespaces, veths and
+bridge (rsbench*) are removed afterwards, also when a rank fails.
 """
 import argparse
 import json
@@ -49,7 +56,8 @@ def table_steps(steps, warmup):
     server = dist.start_server(collective=True) if os.environ.get("TF_CONFIG") else None
     init(use_dynamic_expansion=True)
     rank, ranks = hccl_ops.get_rank_id(), hccl_ops.get_rank_size()
-    batches = [b[rank * BATCH // ranks:(rank + 1) * BATCH // ranks]
+    per_rank = BATCH // ranks  # (3 ranks: the global batch's last key is left out)
+    batches = [b[rank * per_rank:(rank + 1) * per_rank]
                for b in zipf_batches(steps + warmup)]
     device = dist.worker_devices(dist.current_task())[rank] if server else "/CPU:0"
     with tf.device(device):
@@ -66,12 +74,21 @@ def table_steps(steps, warmup):
     with tf.compat.v1.Session(server.target if server else "", config=config) as sess:
         sess.run(tf.compat.v1.global_variables_initializer())
         for i, batch in enumerate(batches):
-            before, start = loopback_tx_bytes(), time.perf_counter()
+            before, start = _tx_bytes(), time.perf_counter()
             sess.run(train, {keys: batch})
             if i >= warmup:
                 times.append(time.perf_counter() - start)
-                sent += loopback_tx_bytes() - before
+                sent += _tx_bytes() - before
     return {"ms": float(np.median(times)) * 1e3, "bytes": sent / len(times)}
+
+
+def _tx_bytes():
+    """Bytes sent over loopback (all ranks), or over this rank's veth (--netns)."""
+    device = os.environ.get("REC_SDK_BENCH_DEV")
+    if not device:
+        return loopback_tx_bytes()
+    with open("/sys/class/net/%s/statistics/tx_bytes" % device) as f:
+        return int(f.read())
 
 
 def _run(command, env=None):
@@ -82,9 +99,47 @@ def _run(command, env=None):
     return result.stdout
 
 
-def _table_over_ranks(ranks, steps, warmup):
-    """table_steps in `ranks` processes of a local cluster -> rank 0's result."""
+NETNS = "rsbench"
+
+
+def _netns(ranks, rate):
+    """Network namespaces rsbench0.. with 10.77.0.(r+1) on a veth limited to `rate`, bridged
+    -> the per-rank command prefixes."""
+    _netns_down(ranks)
+    run = lambda *a: subprocess.run(a, check=True)  # noqa: E731
+    run("ip", "link", "add", NETNS + "br", "type", "bridge")
+    run("ip", "link", "set", NETNS + "br", "up")
+    for r in range(ranks):
+        ns, outer, inner = "%s%d" % (NETNS, r), "%sv%d" % (NETNS, r), "%sp%d" % (NETNS, r)
+        run("ip", "netns", "add", ns)
+        run("ip", "link", "add", outer, "type", "veth", "peer", "name", inner)
+        run("ip", "link", "set", inner, "netns", ns)
+        run("ip", "link", "set", outer, "master", NETNS + "br")
+        run("ip", "link", "set", outer, "up")
+        run("ip", "netns", "exec", ns, "ip", "addr", "add", "10.77.0.%d/24" % (r + 1),
+            "dev", inner)
+        run("ip", "netns", "exec", ns, "ip", "link", "set", inner, "up")
+        run("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
+        run("ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", inner, "root", "tbf",
+            "rate", rate, "burst", "1mb", "latency", "100ms")
+    return [["ip", "netns", "exec", "%s%d" % (NETNS, r)] for r in range(ranks)]
+
+
+def _netns_down(ranks):
+    for r in range(max(ranks, 8)):
+        subprocess.run(["ip", "netns", "del", "%s%d" % (NETNS, r)], stderr=subprocess.DEVNULL)
+    subprocess.run(["ip", "link", "del", NETNS + "br"], stderr=subprocess.DEVNULL)
+
+
+def _table_over_ranks(ranks, steps, warmup, netns=None):
+    """table_steps in `ranks` processes of a local cluster -> rank 0's result (netns: in
+    network namespaces, with every rank's bytes)."""
     cluster = local_cluster(0, ranks)
+    prefixes = [[] for _ in range(ranks)]
+    if netns:
+        cluster = {"worker": ["10.77.0.%d:%s" % (r + 1, a.rsplit(":", 1)[1])
+                              for r, a in enumerate(cluster["worker"])]}
+        prefixes = _netns(ranks, netns)
     command = [sys.executable, os.path.abspath(__file__), "--rank-worker", "--steps",
                str(steps), "--warmup", str(warmup)]
     processes = []
@@ -92,7 +147,10 @@ def _table_over_ranks(ranks, steps, warmup):
         for i in range(ranks):
             env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TF_CONFIG=json.dumps(
                 {"cluster": cluster, "task": {"type": "worker", "index": i}}))
-            processes.append(subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
+            if netns:
+                env["REC_SDK_BENCH_DEV"] = "%sp%d" % (NETNS, i)
+            processes.append(subprocess.Popen(prefixes[i] + command, env=env,
+                                              stdout=subprocess.PIPE,
                                               stderr=subprocess.STDOUT, text=True))
         outputs = [p.communicate(timeout=1800)[0] for p in processes]
     finally:
@@ -100,10 +158,16 @@ def _table_over_ranks(ranks, steps, warmup):
             if p.poll() is None:
                 p.kill()
                 p.wait()
+        if netns:
+            _netns_down(ranks)
     for p, out in zip(processes, outputs):
         if p.returncode != 0:
             raise RuntimeError("a rank failed:\n%s" % out[-3000:])
-    return json.loads([line for line in outputs[0].splitlines() if line.startswith("{")][-1])
+    results = [json.loads([line for line in out.splitlines() if line.startswith("{")][-1])
+               for out in outputs]
+    if netns:
+        results[0]["bytes"] = sum(r["bytes"] for r in results)
+    return results[0]
 
 
 def _dlrm_samples_per_s(ranks, steps):
@@ -132,6 +196,8 @@ def main():
     parser.add_argument("--dlrm-steps", type=int, default=150)
     parser.add_argument("--no-table", action="store_true", help="the DLRM table only")
     parser.add_argument("--rank-worker", action="store_true")
+    parser.add_argument("--json", help="write the figures here (for rank_model.py)")
+    parser.add_argument("--netns", help="rate of each rank's veth (tc tbf), e.g. 1gbit")
     args = parser.parse_args()
     if args.rank_worker:
         print(json.dumps(table_steps(args.steps, args.warmup)), flush=True)
@@ -144,6 +210,9 @@ def main():
     print("global batch %d keys (%.0f unique), dim %d, %d timed steps after %d"
           % (BATCH, unique, DIM, args.steps, args.warmup))
     one = None
+    figures = {"machine": {"cores": os.cpu_count(), "tensorflow": tf.__version__},
+               "table": {"batch": BATCH, "unique": unique, "dim": DIM, "ms": {}, "bytes": {}},
+               "dlrm": {"batch": DLRM_BATCH, "samples_per_s": {}}, "netns": args.netns}
     if not args.no_table:
         one = json.loads(_run([sys.executable, os.path.abspath(__file__), "--rank-worker",
                                "--steps", str(args.steps), "--warmup", str(args.warmup)],
@@ -153,8 +222,10 @@ def main():
               "bytes per unique key |")
         print("|---|---|---|---|---|")
         print("| 1 | %.2f | 1.00x | - | - |" % one["ms"])
+        figures["table"]["ms"][1] = one["ms"]
     for n in (counts if one is not None else []):
-        got = _table_over_ranks(n, args.steps, args.warmup)
+        got = _table_over_ranks(n, args.steps, args.warmup, args.netns)
+        figures["table"]["ms"][n], figures["table"]["bytes"][n] = got["ms"], got["bytes"]
         print("| %d | %.2f | %.2fx | %.2f MB | %.0f |" % (
             n, got["ms"], one["ms"] / got["ms"], got["bytes"] / 1e6, got["bytes"] / unique),
             flush=True)
@@ -164,9 +235,14 @@ def main():
         print("|---|---|---|")
         base = _dlrm_samples_per_s(1, args.dlrm_steps)
         print("| 1 | %.0f | 1.00x |" % base, flush=True)
+        figures["dlrm"]["samples_per_s"][1] = base
         for n in counts:
             rate = _dlrm_samples_per_s(n, args.dlrm_steps)
+            figures["dlrm"]["samples_per_s"][n] = rate
             print("| %d | %.0f | %.2fx |" % (n, rate, rate / base), flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(figures, f, indent=1)
 
 
 if __name__ == "__main__":

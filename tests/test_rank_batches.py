@@ -91,12 +91,16 @@ def _step_ops(tables, ranks):
 def test_a_steps_op_count_over_ranks_is_flat_in_the_table_count():
     """The exchange's ops per step (those over one process's) do not grow with the number of
     tables: 8 and 40 tables of mixed dims, trained by two optimizers (two batches of
-    lookups), add the same ops; so do the collectives."""
+    lookups), add the same ops; so do the collectives. The evaluation lookups are batched
+    too (when MonitoredTrainingSession or Estimator finalizes the graph)."""
     extra = {}
     for tables in (1, 8, 40):
         ranked, local = _step_ops(tables, 2), _step_ops(tables, 1)
-        assert local["collectives"] == 0
+        assert local["collectives"] == local["eval_collectives"] == 0
         extra[tables] = (ranked["ops"] - local["ops"], ranked["collectives"])
+        # The evaluation lookups of the graph: one exchange (a counts gather, the keys and
+        # the rows) for all of them.
+        assert ranked["eval_collectives"] == 3, (tables, ranked)
     # One optimizer (one batch) for one table, two for more; 32 more tables add no op (the
     # ops per table are those one process runs: the table's own lookup and update).
     assert extra[40][0] <= extra[8][0], extra
@@ -148,3 +152,32 @@ def test_a_rank_with_empty_batches_trains_with_the_others(tmp_path):
     shards, local = _tables_over_ranks(tmp_path, 2, "--tables", 3, "--steps", 3, "--empty", 1)
     assert not shards[1]["losses"].any()
     _assert_ranks_equal_local(shards, local, 3)
+
+
+@pytest.mark.parametrize("how, args, says", [
+    ("leaves a training step early", ["--leave-before", "train"],
+     "rank 1 leaves before the others' train"),
+    ("leaves before the evaluation", ["--leave-before", "eval"],
+     "rank 1 leaves before the others' eval"),
+    ("fails with an error", ["--fail-at", "2"], "RuntimeError: rank 1 fails at step 2"),
+])
+def test_a_rank_that_runs_a_step_another_left_fails_clearly(tmp_path, how, args, says):
+    """Ranks must run the same steps, evaluation included: when rank 1 leaves one training
+    step or the evaluation early, or fails, rank 0's step fails at once with RankLostError
+    naming rank 1's task, instead of waiting for it."""
+    del how
+    cluster, tasks = _rank_cluster(2)
+    workers = [subprocess.Popen(
+        [sys.executable, TABLES_WORKER, str(tmp_path / "rank-{rank}.npz"), "--tables", "2",
+         "--steps", "3"] + args, env=_env(cluster, job, index),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for job, index in tasks]
+    try:
+        outputs = [w.communicate(timeout=300)[0] for w in workers]
+    finally:
+        for w in workers:
+            if w.poll() is None:
+                w.kill()
+                w.wait()
+    assert says in outputs[1], outputs[1][-3000:]
+    assert workers[0].returncode != 0, outputs[0][-3000:]
+    assert "RankLostError" in outputs[0] and "task:1" in outputs[0], outputs[0][-3000:]

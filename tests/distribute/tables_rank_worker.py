@@ -2,6 +2,7 @@
 a cluster (TF_CONFIG), or with --local N one process training the N ranks' global batch.
 
     tables_rank_worker.py OUT [--local N] [--tables T] [--steps S] [--empty R] [--ops]
+                          [--leave-before train|eval] [--fail-at STEP]
 
 Table t has dim 4 * (1 + t % 4), keys from its own range (some negative), and is trained by
 lazy Adam (even t) or SGD (odd t), each optimizer over its tables' lookups in one minimize;
@@ -9,8 +10,12 @@ rank r's batch of a step is the r-th slice of the global one (--empty R: rank R'
 are empty, and the global batch holds the other ranks' slices only). After training, one eval
 lookup per table (is_train=False, of known and unknown keys) runs. Saves every table's
 export (this rank's shard), the losses and the eval rows to OUT ({rank} replaced).
---ops: builds the graph and writes {"ops": the ops a training step runs (those the train op
-depends on), "collectives": how many of them are collectives} as JSON to OUT instead.
+--leave-before train: rank 1 stops one training step before the others (and evaluates
+nothing); --leave-before eval: rank 1 trains every step but leaves before the evaluation.
+--fail-at STEP: rank 1 raises an error before that step.
+--ops: builds the graph (and finalizes it as MonitoredTrainingSession does) and writes {"ops":
+the ops a training step runs (those the train op depends on), "collectives": how many of them
+are collectives, "eval_collectives": those of the evaluation lookups} as JSON to OUT instead.
 """
 import argparse
 import json
@@ -59,6 +64,9 @@ def main():
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--empty", type=int, default=-1)
     parser.add_argument("--ops", action="store_true")
+    parser.add_argument("--leave-before", choices=("train", "eval"))
+    parser.add_argument("--fail-at", type=int, default=-1,
+                        help="rank 1 raises an error before this step")
     args = parser.parse_args()
     server = None
     if not args.local and not args.ops:
@@ -86,10 +94,16 @@ def main():
              for t, (table, keys) in enumerate(zip(tables, eval_keys))]
     exports = [table.export() for table in tables]
     if args.ops:
-        ops = step_ops(tf.compat.v1.get_default_graph(), train)
+        graph = tf.compat.v1.get_default_graph()
+        evaluate = tf.group(evals)
+        tf.compat.v1.train.Scaffold().finalize()
+        ops = step_ops(graph, train)
+        evaluation = step_ops(graph, evaluate)
         with open(args.out, "w") as f:
             json.dump({"ops": len(ops),
-                       "collectives": sum(op.type.startswith("Collective") for op in ops)}, f)
+                       "collectives": sum(op.type.startswith("Collective") for op in ops),
+                       "eval_collectives": sum(op.type.startswith("Collective")
+                                               for op in evaluation)}, f)
         return
 
     def feed(step):
@@ -108,8 +122,14 @@ def main():
             master=server.target if server else "", is_chief=rank == 0, config=config,
             save_checkpoint_secs=None, save_checkpoint_steps=None, save_summaries_steps=None,
             save_summaries_secs=None, log_step_count_steps=None) as sess:
-        for step in range(args.steps):
+        leaving = rank == 1 and args.leave_before
+        for step in range(args.steps - (leaving == "train")):
+            if rank == 1 and step == args.fail_at:
+                raise RuntimeError("rank 1 fails at step %d" % step)
             losses.append(sess.run([train, loss], feed(step))[1])
+        if leaving:
+            print("rank 1 leaves before the others' %s" % leaving, flush=True)
+            return
         evaluated = sess.run(evals)
         exported = sess.run(exports)
     out = {"losses": np.array(losses)}

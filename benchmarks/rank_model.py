@@ -1,0 +1,197 @@
+"""A throughput model of the SDK API's tables over N ranks (rec_sdk.core.ranks), checked
+against bench_ranks.py's figures on this machine and used to predict 8, 32 and 128 ranks.
+
+Per step and rank it computes, from the workload's real keys (each rank's slice of the
+global batch, deduplicated per table, sent to owner abs(key % N)):
+  * the bytes each rank sends: the counts all-gather, the keys all-to-all (a header of T
+    counts and the parts padded to the largest pair count, the whole padded to a power of
+    two, as rec_sdk.util.cluster.all_to_all_blocks does), the rows (dim + 1 floats per key)
+    and the gradients (dim floats) the same way, and for DLRM the dense all-reduce (ring);
+  * the collectives and their round trips (counts gather, keys, rows, gradients, barrier)
+    and the messages (each all-to-all sends N - 1, a ring N - 1 per pass);
+  * the keys each rank owns (the owner's find-or-insert, gather and optimizer work).
+The step time on this machine, where every rank shares the same 2 cores (so the exchange's
+CPU, packing, gRPC framing and copies, adds up over the ranks), is
+    t(N) = t(1) + k_byte * bytes(N) + k_msg * messages(N)
+with k_byte and k_msg fitted on the two smallest measured rank counts and checked on the
+others. On a cluster of one rank per machine (each with this machine's 2 cores, `--gbps`
+Gb/s, `--rtt-us` per round trip) a rank computes its share and runs its own exchange CPU
+(the fitted CPU was that of n_fit ranks on the shared cores: one rank's is 1/n_fit of it):
+    t(N) = t(1) / N + (k_byte * bytes(N) + k_msg * messages(N)) / n_fit
+           + bytes(N) / bandwidth + round_trips * rtt
+
+    .venv/bin/python benchmarks/rank_model.py --measured FIGURES.json [--gbps 25]
+
+FIGURES.json: `bench_ranks.py --ranks 2,3,4 --json FIGURES.json`.
+"""
+import argparse
+import json
+import math
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_table import BATCH, DIM, KEY_SPACE  # noqa: E402
+
+DLRM_TABLES, DLRM_DIM, DLRM_DENSE = 26, 16, 13
+
+
+def table_batches(steps, batch, seed=0):
+    """The table workload's global batches (bench_table.zipf_batches' distribution, any
+    size): [[keys]] per step, one table."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(steps):
+        ranks = rng.zipf(1.1, size=batch * 2)
+        ranks = ranks[ranks <= KEY_SPACE][:batch]
+        while ranks.size < batch:
+            extra = rng.zipf(1.1, size=batch)
+            ranks = np.concatenate([ranks, extra[extra <= KEY_SPACE]])[:batch]
+        out.append([(ranks.astype(np.int64) * 2654435761) % KEY_SPACE])
+    return out
+
+
+def dlrm_batches(steps, batch):
+    """DLRM's global batches of the synthetic Criteo-schema data: [[keys of field f]]."""
+    from rec_sdk.examples.synthetic import Synthetic
+    data = Synthetic(seed=0)
+    rows = data.rows(0, steps * batch)["categorical"]
+    return [[rows[s * batch:(s + 1) * batch, f].astype(np.int64)
+             for f in range(DLRM_TABLES)] for s in range(steps)]
+
+
+def _padded(values):
+    """all_to_all_blocks' width per destination: the next power of two."""
+    return 1 << max(0, math.ceil(math.log2(max(values, 1))))
+
+
+def exchange(batches, ranks, dim, dense_params=0):
+    """Per step and rank (averaged over steps; the busiest rank): bytes sent, messages,
+    collectives, round trips, keys sent per rank, keys owned per rank, padding."""
+    tables = len(batches[0])
+    sent, owned, padding, payload = [], [], [], []
+    for step in batches:
+        # counts[s, d]: distinct (table, key) pairs rank s sends owner d.
+        counts = np.zeros((ranks, ranks), np.int64)
+        pairs = []  # (table, key) of every rank's distinct keys, as t * 2**40 + key
+        for t, keys in enumerate(step):
+            per_rank = len(keys) // ranks
+            for s in range(ranks):
+                distinct = np.unique(keys[s * per_rank:(s + 1) * per_rank])
+                counts[s] += np.bincount(np.abs(np.fmod(distinct, ranks)), minlength=ranks)
+                pairs.append(distinct + (t << 40))
+        pairs = np.unique(np.concatenate(pairs))
+        cap = int(counts.max())
+        header = tables if tables > 1 else 0
+        key_width = 1  # the table workload has no admission counts or timestamps
+        per_dest = (_padded((cap + header) * key_width) * 8
+                    + _padded(cap * (dim + 1)) * 4 + _padded(cap * dim) * 4)
+        exact = counts.sum(1) - np.diag(counts)  # keys each rank sends to others
+        sent.append((ranks - 1) * per_dest + (ranks - 1) * ranks * 4)
+        payload.append(float(exact.max()) * (8 + 4 * (dim + 1) + 4 * dim))
+        owned.append(int(np.bincount(np.abs(np.fmod(pairs & ((1 << 40) - 1), ranks)),
+                                     minlength=ranks).max()))
+        padding.append(((ranks - 1) * per_dest) / max(1.0, float(exact.max()) *
+                                                      (8 + 4 * (dim + 1) + 4 * dim)))
+    dense = 2 * (ranks - 1) / ranks * dense_params * 4 if ranks > 1 else 0.0
+    collectives = 5 + (1 if dense_params else 0)
+    messages = 3 * (ranks - 1) + (ranks - 1) + 2 * (ranks - 1) + (
+        2 * (ranks - 1) if dense_params else 0)
+    return {"bytes": float(np.mean(sent)) + dense, "payload": float(np.mean(payload)),
+            "owned": float(np.mean(owned)), "padding": float(np.mean(padding)),
+            "collectives": collectives if ranks > 1 else 0,
+            "round_trips": 5 if ranks > 1 else 0, "messages": messages if ranks > 1 else 0}
+
+
+def fit(measured_ms, ex, ranks):
+    """k_byte (ms per byte) and k_msg (ms per message) from t(N) - t(1) on `ranks`."""
+    rows = [[ex[n]["bytes"], ex[n]["messages"]] for n in ranks]
+    rhs = [measured_ms[n] - measured_ms[1] for n in ranks]
+    (k_byte, k_msg), *_ = np.linalg.lstsq(np.array(rows), np.array(rhs), rcond=None)
+    return float(k_byte), float(k_msg)
+
+
+def machine_ms(t1, ex, k):
+    return t1 + k[0] * ex["bytes"] + k[1] * ex["messages"]
+
+
+def _cluster_ms(t1, ex, k, ranks, fitted_share, gbps, rtt_us):
+    """One rank per machine: its share of the compute, its own exchange CPU (the fitted
+    per-byte and per-message CPU was that of `fitted_share` ranks on the shared cores), the
+    wire time of its bytes, and a network round trip per collective stage."""
+    if ranks == 1:
+        return t1
+    cpu = (k[0] * ex["bytes"] + k[1] * ex["messages"]) / fitted_share
+    wire = ex["bytes"] * 8 / (gbps * 1e9) * 1e3
+    return t1 / ranks + cpu + wire + ex["round_trips"] * rtt_us / 1e3
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--measured", required=True, help="bench_ranks.py --json output")
+    parser.add_argument("--gbps", type=float, default=25.0)
+    parser.add_argument("--rtt-us", type=float, default=50.0)
+    parser.add_argument("--steps", type=int, default=3)
+    args = parser.parse_args()
+    with open(args.measured) as f:
+        measured = json.load(f)
+    table_ms = {int(n): v for n, v in measured["table"]["ms"].items()}
+    table_bytes = {int(n): v for n, v in measured["table"]["bytes"].items()}
+    dlrm_rate = {int(n): v for n, v in measured["dlrm"]["samples_per_s"].items()}
+    dlrm_batch = measured["dlrm"]["batch"]
+    dense = (DLRM_DENSE * 64 + 64 + 64 * DLRM_DIM + DLRM_DIM
+             + (27 * 26 // 2 + DLRM_DIM) * 256 + 256 + 256 * 128 + 128 + 128 + 1)
+    workloads = {
+        "table": (lambda n, batch: table_batches(args.steps, batch), DIM, 0, BATCH,
+                  table_ms),
+        "dlrm": (lambda n, batch: dlrm_batches(args.steps, batch), DLRM_DIM, dense,
+                 dlrm_batch, {n: dlrm_batch / r * 1e3 for n, r in dlrm_rate.items()}),
+    }
+    print("Model: benchmarks/rank_model.py --measured %s (--gbps %g, --rtt-us %g)\n"
+          % (os.path.basename(args.measured), args.gbps, args.rtt_us))
+    for name, (make, dim, dense_params, batch, ms) in workloads.items():
+        local = sorted(n for n in ms if n > 1)
+        if len(local) < 3:
+            print("%s: needs 1 and three rank counts measured; skipped\n" % name)
+            continue
+        ex = {n: exchange(make(n, batch), n, dim, dense_params) for n in [1] + local}
+        k = fit(ms, ex, local[:2])
+        print("%s (global batch %d, dim %d%s): k_byte %.2f ns/byte, k_msg %.1f us/message "
+              "(fitted on %s ranks)\n" % (
+                  name, batch, dim, ", %d dense parameters" % dense_params if dense_params
+                  else "", k[0] * 1e6, k[1] * 1e3, " and ".join(map(str, local[:2]))))
+        print("| ranks | bytes/rank/step | padding | keys owned/rank | collectives | "
+              "measured ms | model ms | error |")
+        print("|---|---|---|---|---|---|---|---|")
+        for n in [1] + local:
+            model = machine_ms(ms[1], ex[n], k) if n > 1 else ms[1]
+            measured_bytes = table_bytes.get(n) if name == "table" else None
+            print("| %d | %.0f KB%s | %.2fx | %.0f | %d | %.2f | %.2f | %+.0f%% |" % (
+                n, ex[n]["bytes"] / 1e3,
+                " (loopback %.0f KB)" % (measured_bytes / n / 1e3) if measured_bytes else "",
+                ex[n]["padding"], ex[n]["owned"], ex[n]["collectives"], ms[n], model,
+                100.0 * (model - ms[n]) / ms[n]))
+        print("\nPredicted, one rank per machine (2 cores each), %g Gb/s, global batch "
+              "fixed (%d) and per-rank batch fixed (%d):\n" % (args.gbps, batch,
+                                                               batch // 4))
+        print("| ranks | batch | bytes/rank/step | padding | step ms | wire ms | "
+              "samples/s | vs 1 process |")
+        print("|---|---|---|---|---|---|---|---|")
+        for n in (8, 32, 128):
+            for global_batch in (batch, batch // 4 * n):
+                if global_batch < n:
+                    continue
+                e = exchange(make(n, global_batch), n, dim, dense_params)
+                t1 = ms[1] * global_batch / batch
+                step = _cluster_ms(t1, e, k, n, local[0], args.gbps, args.rtt_us)
+                print("| %d | %d | %.0f KB | %.2fx | %.2f | %.2f | %.0f | %.2fx |" % (
+                    n, global_batch, e["bytes"] / 1e3, e["padding"], step,
+                    e["bytes"] * 8 / (args.gbps * 1e9) * 1e3, global_batch / step * 1e3,
+                    t1 / step))
+        print()
+
+
+if __name__ == "__main__":
+    main()
