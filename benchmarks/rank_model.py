@@ -105,6 +105,56 @@ def exchange(batches, ranks, dim, dense_params=0):
             "round_trips": 5 if ranks > 1 else 0, "messages": messages if ranks > 1 else 0}
 
 
+def hot_keys(batches, ranks, dim, per_host=8, cache_rows=(1024, 16384)):
+    """What a per-rank cache of the hottest rows, or a per-host dedup, would save of the
+    exchange's bytes over the wire (exact counts, no padding), per step, over the busiest
+    rank or host:
+      * cache: every rank holds the `cache_rows` hottest keys' rows (by the previous step's
+        global counts), refreshed each step by their owners (each rank receives every cached
+        row it does not own: cache_rows * (N-1)/N rows); a cached key's key and row are not
+        sent, its gradient still is;
+      * host dedup: ranks on one host (`per_host` of them) send each remote owner the host's
+        distinct keys once (and get each row once; one summed gradient); traffic inside a host
+        is not on the wire.
+    -> {"base": bytes, "cache": {rows: bytes}, "host": bytes} per rank, averaged over steps."""
+    key_row, grad = 8 + 4 * (dim + 1), 4 * dim
+    hosts = max(1, ranks // per_host)
+    base, host, cache = [], [], {c: [] for c in cache_rows}
+    previous = None
+    for step in batches:
+        sent_pairs, host_pairs = 0, 0
+        cached = {c: 0 for c in cache_rows}
+        all_keys = []
+        for t, keys in enumerate(step):
+            per_rank = len(keys) // ranks
+            tagged = keys[:per_rank * ranks] + (t << 40)
+            all_keys.append(tagged)
+            for s in range(ranks):
+                distinct = np.unique(tagged[s * per_rank:(s + 1) * per_rank])
+                remote = distinct[np.abs(np.fmod(distinct & ((1 << 40) - 1), ranks)) != s]
+                sent_pairs += remote.size
+                if previous is not None:
+                    for c in cache_rows:
+                        cached[c] += np.isin(remote, previous[:c]).sum()
+            for h in range(hosts):
+                lo, hi = h * per_host, min(ranks, (h + 1) * per_host)
+                distinct = np.unique(tagged[lo * per_rank:hi * per_rank])
+                owner = np.abs(np.fmod(distinct & ((1 << 40) - 1), ranks))
+                host_pairs += ((owner < lo) | (owner >= hi)).sum()
+        base.append(sent_pairs * (key_row + grad) / ranks)
+        host.append(host_pairs * (key_row + grad) / hosts / per_host
+                    if ranks > per_host else 0.0)
+        if previous is not None:
+            for c in cache_rows:
+                refresh = c * (ranks - 1) / ranks * 4 * dim * ranks
+                cache[c].append((sent_pairs * (key_row + grad) - cached[c] * key_row
+                                 + refresh) / ranks)
+        values, counts = np.unique(np.concatenate(all_keys), return_counts=True)
+        previous = values[np.argsort(-counts, kind="stable")]
+    return {"base": float(np.mean(base[1:])), "host": float(np.mean(host[1:])),
+            "cache": {c: float(np.mean(v)) for c, v in cache.items()}}
+
+
 def fit(measured_ms, ex, ranks):
     """k_byte (ms per byte) and k_msg (ms per message) from t(N) - t(1) on `ranks`."""
     rows = [[ex[n]["bytes"], ex[n]["messages"]] for n in ranks]
@@ -190,6 +240,18 @@ def main():
                     n, global_batch, e["bytes"] / 1e3, e["padding"], step,
                     e["bytes"] * 8 / (args.gbps * 1e9) * 1e3, global_batch / step * 1e3,
                     t1 / step))
+        print("\nHot keys (per-rank batch %d%s): bytes per rank and step over the wire, "
+              "exact; a cache of the hottest rows on every rank (refreshed each step) or a "
+              "per-host dedup (8 ranks per host):\n" % (
+                  batch // 4, " samples" if dense_params else " keys"))
+        print("| ranks | exchange | cache 1,024 rows | cache 16,384 rows | per-host dedup |")
+        print("|---|---|---|---|---|")
+        for n in (8, 32, 128):
+            h = hot_keys(make(n, batch // 4 * n)[:max(2, args.steps)], n, dim)
+            print("| %d | %.0f KB | %+.0f%% | %+.0f%% | %+.0f%% |" % (
+                n, h["base"] / 1e3, *[100.0 * (h["cache"][c] - h["base"]) / h["base"]
+                                      for c in (1024, 16384)],
+                100.0 * (h["host"] - h["base"]) / h["base"]))
         print()
 
 

@@ -125,3 +125,24 @@ def test_readme_links_every_guide():
     absent = [g for g in GUIDES if not os.path.exists(os.path.join(ROOT, g))]
     assert not missing, "README.md does not link: %s" % missing
     assert not absent, "guides missing: %s" % absent
+
+
+def test_every_statement_of_the_rank_semantics_names_an_existing_test():
+    """docs/DISTRIBUTED.md's "What is synchronous" list: each statement names the tests that
+    check it, and those tests exist."""
+    with open(os.path.join(ROOT, "docs", "DISTRIBUTED.md")) as f:
+        text = f.read()
+    section = text[text.index("### What is synchronous"):]
+    section = section[:section.index("\n#", 1)]
+    statements = [s for s in section.split("\n* ")[1:]]
+    assert len(statements) >= 7
+    sources = ""
+    for name in os.listdir(os.path.join(ROOT, "tests")):
+        if name.startswith("test_") and name.endswith(".py"):
+            with open(os.path.join(ROOT, "tests", name)) as f:
+                sources += f.read()
+    for statement in statements:
+        named = re.findall(r"`(test_\w+)`", statement)
+        assert named, statement
+        for test in named:
+            assert "def %s(" % test in sources, test

@@ -120,6 +120,13 @@ def test_checkpoint_op_shapes(ops):
     assert (_shape(rows), _shape(note)) == ([], None)
 
 
+def test_rank_op_shapes(ops):
+    """rank_ops.cc (rank_kernels.cc)."""
+    assert ops.rec_sdk_rank_step_done(counter="shapes").type.endswith("RankStepDone")
+    assert _shape(ops.rec_sdk_rank_steps(counter="shapes")) == []
+    assert ops.rec_sdk_rank_wait_for_steps(_ph(tf.int64, []), counter="shapes").outputs == []
+
+
 def test_optimizer_op_shapes(ops):
     """optimizer_ops.cc (optimizer_kernels.cc): the update ops give no tensors or the
     table's handle; the row reads give one row of dim floats per address."""

@@ -181,3 +181,32 @@ def test_a_rank_that_runs_a_step_another_left_fails_clearly(tmp_path, how, args,
     assert says in outputs[1], outputs[1][-3000:]
     assert workers[0].returncode != 0, outputs[0][-3000:]
     assert "RankLostError" in outputs[0] and "task:1" in outputs[0], outputs[0][-3000:]
+
+
+def test_a_wait_for_update_steps_finishes_once_they_are_done():
+    """rank 0's fence: RankWaitForSteps(target) finishes once the process's count of update
+    steps (RankStepDone) reaches target, whichever thread gets there; it holds no thread
+    while it waits (two waits pending on a 1-thread pool do not stop the step that ends them)."""
+    import threading
+    config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=1)
+    with tf.Graph().as_default(), tf.compat.v1.Session(config=config) as sess:
+        done, count = table_ops.rank_step_done(), table_ops.rank_steps()
+        target = tf.compat.v1.placeholder(tf.int64, [])
+        wait = table_ops.rank_wait_for_steps(target)
+        start = sess.run(count)
+        sess.run(wait, {target: start})  # reached already: at once
+        finished = []
+        waiters = [threading.Thread(target=lambda: finished.append(
+            sess.run(wait, {target: start + 2}))) for _ in range(2)]
+        for waiter in waiters:
+            waiter.start()
+        sess.run(done)
+        for waiter in waiters:
+            waiter.join(0.5)
+        assert not finished and sess.run(count) == start + 1
+        sess.run(done)
+        for waiter in waiters:
+            waiter.join(30)
+        assert len(finished) == 2 and sess.run(count) == start + 2
+        with pytest.raises(tf.errors.InvalidArgumentError, match="target must be a scalar >= 0"):
+            sess.run(wait, {target: -1})

@@ -124,6 +124,10 @@ def _write_tables(sess, directory, tables, delta=False):
     tmp = directory + _TMP_MARK + nonce
     os.mkdir(tmp)
     try:
+        # Every shard holds the same step: wait for the ranks still applying their updates.
+        fences = {ranks.fence(table) for table in tables} - {None}
+        if fences:
+            sess.run(list(fences))
         rows, save_ids = {}, {}
         for table in tables:
             rows[table.table_name] = 0

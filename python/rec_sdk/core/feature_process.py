@@ -29,9 +29,15 @@ def evict_tables(tables=None, name=None):
     checkpoint of the step; the other ranks evict nothing."""
     tables = evictable_tables() if tables is None else list(tables)
     with tf.name_scope(name or "rec_sdk_evict"):
-        # A table sharded over ranks is evicted by rank 0, every shard (ranks.managed_shards).
-        return {label: shard.evict() for t in tables
-                for label, shard, _, _ in ranks.managed_shards(t)}
+        # A table sharded over ranks is evicted by rank 0, every shard (ranks.managed_shards),
+        # once every rank has applied the step's updates (ranks.fence).
+        out = {}
+        for t in tables:
+            shards = ranks.managed_shards(t)
+            fence = ranks.fence(t)
+            with tf.control_dependencies([fence] if fence is not None else []):
+                out.update({label: shard.evict() for label, shard, _, _ in shards})
+        return out
 
 
 class EvictHook(tf.compat.v1.train.SessionRunHook):

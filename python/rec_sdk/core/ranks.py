@@ -23,9 +23,11 @@ Gradients go back the same way: each rank sends each owner the gradients of the 
 that owner for, and each owner sums them per key over the ranks (the SDK's "sum_gradients";
 divided by N with all2all_gradients_op="sum_gradients_and_div_by_ranksize") and applies its
 sparse optimizer once, in place on its shard. No rank receives keys or rows it did not ask
-for or does not own: the bytes per key do not grow with N (beyond the padding). An update ends
-with a barrier (a one-number all-reduce), so a step finishes on every rank only when every
-shard has been updated: a checkpoint taken between steps is of one step on every shard.
+for or does not own: the bytes per key do not grow with N (beyond the padding). A step has no
+barrier: a rank's next step cannot start its exchange before every rank finished this one,
+and every rank updates its own shard. Rank 0, which saves and evicts every shard between
+steps, first waits until each rank has finished as many update steps as it has (fence), so
+a checkpoint is of one step on every shard.
 
 The lookups an optimizer trains share their collectives (fuse_lookups: one per stage for all
 of them, and one for all their gradients). Rank 0 saves, restores and evicts every shard
@@ -41,7 +43,7 @@ import rec_sdk_graph_rewrite as graph_rewrite
 from rec_sdk.core import shard_names
 from rec_sdk.core.table import tables_of_graph
 from rec_sdk.ops import table_ops
-from rec_sdk.util.cluster import (all_gather, all_reduce, all_to_all_blocks, next_instance_key,
+from rec_sdk.util.cluster import (all_gather, all_to_all_blocks, next_instance_key,
                                 rank_of, worker_devices)
 from rec_sdk import tf_patches
 from rec_sdk.util.graph_state import state_of
@@ -106,6 +108,8 @@ def managed_shards(table):
         return [(table.table_name, table, 0, 1)]
     if table.ranks.rank != 0:
         return []
+    if not table.handle.graph.finalized:
+        fence(table)
     out = []
     for rank, shard in sorted(table.ranks.shards.items()):
         out.append((table.ranks.checkpoint_dir_name(table.table_name, rank), shard, rank,
@@ -622,7 +626,39 @@ def _broadcasting_finalize(original, self):
 tf_patches.install("Scaffold.finalize", _broadcasting_finalize)
 
 
-def barrier(updates, task):
-    """An op that finishes once `updates` ran here and on every other rank."""
-    with tf.control_dependencies(tf.nest.flatten(updates)):
-        return all_reduce(tf.constant(0, tf.int32), task=task, name="rank_barrier").op
+def step_done(updates, task):
+    """The op ending a training step's updates of this rank's shards: once `updates` ran,
+    this process's count of finished update steps goes up by one (no collective: the next
+    step's exchange cannot start on any rank before every rank finished this step; rank 0
+    waits for the count before it saves or evicts a shard: fence)."""
+    with tf.control_dependencies(tf.nest.flatten(updates)), \
+            tf.device(worker_devices(task)[rank_of(task)[0]]):
+        return table_ops.rank_step_done(name="rank_step_done")
+
+
+def fence(table):
+    """An op (or None: one process, or not rank 0) that finishes once every rank has
+    finished as many update steps as rank 0: rank 0 runs it before it saves or evicts the
+    shards of `table` between steps, so that each shard holds the same step (the other ranks
+    may still be applying the step's gradients when rank 0's step ends). Built on first use,
+    once per graph; the graph must not be finalized then (managed_shards builds it)."""
+    shards = table.ranks
+    if shards is None or shards.rank != 0 or shards.size == 1:
+        return None
+    graph = table.handle.graph
+    state = state_of(graph)
+    with state.lock:
+        built = state.rank_fence
+    if built is not None:
+        return built
+    with graph.as_default(), graph.control_dependencies(None), tf.name_scope("rank_fence"):
+        with tf.device(shards.devices[0]):
+            target = table_ops.rank_steps()
+        waits = []
+        for device in shards.devices[1:]:
+            with tf.device(device):
+                waits.append(table_ops.rank_wait_for_steps(target))
+        built = tf.group(waits, name="every_rank_updated")
+    with state.lock:
+        state.rank_fence = built
+    return built

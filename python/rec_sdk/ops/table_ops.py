@@ -303,6 +303,26 @@ def split_rows(packed, sizes, dims, name=None):
     return load_ops().rec_sdk_split_rows(packed, sizes, N=len(dims), dims=dims, name=name)
 
 
+# The process-wide count of finished update steps of tables sharded over ranks.
+RANK_STEPS_COUNTER = "rec_sdk_rank_updates"
+
+
+def rank_step_done(name=None):
+    """Op adding one to this process's count of finished update steps over ranks."""
+    return load_ops().rec_sdk_rank_step_done(counter=RANK_STEPS_COUNTER, name=name)
+
+
+def rank_steps(name=None):
+    """This process's count of finished update steps over ranks (int64 scalar)."""
+    return load_ops().rec_sdk_rank_steps(counter=RANK_STEPS_COUNTER, name=name)
+
+
+def rank_wait_for_steps(target, name=None):
+    """Op finishing once this process's count of finished update steps reaches `target`."""
+    return load_ops().rec_sdk_rank_wait_for_steps(target, counter=RANK_STEPS_COUNTER,
+                                                  name=name)
+
+
 def dedup_rows(addresses, values):
     """Sums the rows of `values` [n, dim] that share an address; -> (unique addresses, sums).
 

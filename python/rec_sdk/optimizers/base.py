@@ -121,8 +121,8 @@ def apply_table_gradients(where, grads_and_vars, prepare, apply, finish, global_
         finished = finish(updates, scope)
         sharded = [t.ranks for t, _, _, _ in by_table.values() if t.ranks is not None]
         if sharded:
-            # Every rank's shard is updated before the step ends on any rank.
-            finished = ranks.barrier(finished, sharded[0].task)
+            # This rank's shards are updated: rank 0 waits for that before it saves.
+            finished = ranks.step_done(finished, sharded[0].task)
         if global_step is not None:
             with tf.control_dependencies(tf.nest.flatten(finished)):
                 return tf.compat.v1.assign_add(global_step, 1).op

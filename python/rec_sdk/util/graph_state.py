@@ -68,6 +68,8 @@ class GraphState:
         # {token tensor name: its lookup} of lookups of tables sharded over ranks (both tokens
         # of a lookup once batched: its own exchange's and its batch's; rec_sdk.core.ranks)
         self.rank_lookups = {}
+        # Rank 0's wait for every rank's finished update steps (rec_sdk.core.ranks.fence)
+        self.rank_fence = None
 
     def lookups_of(self, table_name):
         """The TableLookups of table `table_name` (made on first use)."""
