@@ -104,7 +104,9 @@ bench: build
 	$(PY) benchmarks/bench_table.py
 	$(PY) benchmarks/bench_dynamic_embedding.py
 	$(PY) benchmarks/bench_distributed.py
-	$(PY) benchmarks/bench_ranks.py
+	mkdir -p build
+	$(PY) benchmarks/bench_ranks.py --ranks 2,3,4 --json build/bench_ranks.json
+	$(PY) benchmarks/rank_model.py --measured build/bench_ranks.json
 	$(PY) benchmarks/bench_pipeline.py
 	$(PY) benchmarks/bench_checkpoint.py
 	$(PY) benchmarks/bench_models.py --scaling --plot benchmarks/scaling.png

@@ -7,18 +7,20 @@ global batch, deduplicated per table, sent to owner abs(key % N)):
     counts and the parts padded to the largest pair count, the whole padded to a power of
     two, as rec_sdk.util.cluster.all_to_all_blocks does), the rows (dim + 1 floats per key)
     and the gradients (dim floats) the same way, and for DLRM the dense all-reduce (ring);
-  * the collectives and their round trips (counts gather, keys, rows, gradients, barrier)
+  * the collectives and their round trips (counts gather, keys, rows, gradients; no barrier)
     and the messages (each all-to-all sends N - 1, a ring N - 1 per pass);
   * the keys each rank owns (the owner's find-or-insert, gather and optimizer work).
-The step time on this machine, where every rank shares the same 2 cores (so the exchange's
-CPU, packing, gRPC framing and copies, adds up over the ranks), is
-    t(N) = t(1) + k_byte * bytes(N) + k_msg * messages(N)
-with k_byte and k_msg fitted on the two smallest measured rank counts and checked on the
-others. On a cluster of one rank per machine (each with this machine's 2 cores, `--gbps`
-Gb/s, `--rtt-us` per round trip) a rank computes its share and runs its own exchange CPU
-(the fitted CPU was that of n_fit ranks on the shared cores: one rank's is 1/n_fit of it):
-    t(N) = t(1) / N + (k_byte * bytes(N) + k_msg * messages(N)) / n_fit
-           + bytes(N) / bandwidth + round_trips * rtt
+The step time on this machine, where every rank shares the same 2 cores, is
+    t(N) = t(1) + stage * round_trips(N) + per_byte * N * bytes(N)
+(the collective stages of a step's critical path, each a round of messages and CPU whatever
+its size; every rank's bytes, whose packing, framing and copies add up on the shared cores),
+fitted by least squares on the measured rank counts, each also predicted from a fit that
+leaves it out. On a cluster of one rank per machine (each with this machine's 2 cores,
+`--gbps` Gb/s, `--rtt-us` per round trip) a rank computes its share of the step and runs its
+own exchange:
+    t(N) = t(1) / N + round_trips * (stage + rtt) + per_byte * bytes(N) + bytes(N) / bandwidth
+Hot keys: what a cache of the hottest rows on every rank, or a per-host dedup, would save
+(hot_keys).
 
     .venv/bin/python benchmarks/rank_model.py --measured FIGURES.json [--gbps 25]
 
@@ -55,9 +57,8 @@ def table_batches(steps, batch, seed=0):
 
 def dlrm_batches(steps, batch):
     """DLRM's global batches of the synthetic Criteo-schema data: [[keys of field f]]."""
-    from rec_sdk.examples.synthetic import Synthetic
-    data = Synthetic(seed=0)
-    rows = data.rows(0, steps * batch)["categorical"]
+    from rec_sdk.examples.synthetic import Generator
+    rows = Generator(seed=0).rows(0, steps * batch)["categorical"]
     return [[rows[s * batch:(s + 1) * batch, f].astype(np.int64)
              for f in range(DLRM_TABLES)] for s in range(steps)]
 
@@ -96,13 +97,12 @@ def exchange(batches, ranks, dim, dense_params=0):
         padding.append(((ranks - 1) * per_dest) / max(1.0, float(exact.max()) *
                                                       (8 + 4 * (dim + 1) + 4 * dim)))
     dense = 2 * (ranks - 1) / ranks * dense_params * 4 if ranks > 1 else 0.0
-    collectives = 5 + (1 if dense_params else 0)
-    messages = 3 * (ranks - 1) + (ranks - 1) + 2 * (ranks - 1) + (
-        2 * (ranks - 1) if dense_params else 0)
+    collectives = 4 + (1 if dense_params else 0)
+    messages = 3 * (ranks - 1) + (ranks - 1) + (2 * (ranks - 1) if dense_params else 0)
     return {"bytes": float(np.mean(sent)) + dense, "payload": float(np.mean(payload)),
             "owned": float(np.mean(owned)), "padding": float(np.mean(padding)),
             "collectives": collectives if ranks > 1 else 0,
-            "round_trips": 5 if ranks > 1 else 0, "messages": messages if ranks > 1 else 0}
+            "round_trips": 4 if ranks > 1 else 0, "messages": messages if ranks > 1 else 0}
 
 
 def hot_keys(batches, ranks, dim, per_host=8, cache_rows=(1024, 16384)):
@@ -155,27 +155,46 @@ def hot_keys(batches, ranks, dim, per_host=8, cache_rows=(1024, 16384)):
             "cache": {c: float(np.mean(v)) for c, v in cache.items()}}
 
 
+def _terms(ex, ranks):
+    """The time model's regressors on this machine: the collective stages in a step's
+    critical path (each a round of messages and CPU whatever its size), and every rank's
+    bytes (the ranks share the same cores, so their packing, framing and copies add up)."""
+    return [ex["round_trips"], ranks * ex["bytes"]]
+
+
 def fit(measured_ms, ex, ranks):
-    """k_byte (ms per byte) and k_msg (ms per message) from t(N) - t(1) on `ranks`."""
-    rows = [[ex[n]["bytes"], ex[n]["messages"]] for n in ranks]
-    rhs = [measured_ms[n] - measured_ms[1] for n in ranks]
-    (k_byte, k_msg), *_ = np.linalg.lstsq(np.array(rows), np.array(rhs), rcond=None)
-    return float(k_byte), float(k_msg)
+    """(ms per stage, ms per byte), both >= 0, by least squares on t(N) - t(1) over `ranks`
+    (a coefficient the unconstrained fit makes negative is 0 and the other refitted)."""
+    rows = np.array([_terms(ex[n], n) for n in ranks], float)
+    rhs = np.array([measured_ms[n] - measured_ms[1] for n in ranks])
+    k, *_ = np.linalg.lstsq(rows, rhs, rcond=None)
+    if (k < 0).any():
+        best = None
+        for keep in (0, 1):
+            column = rows[:, keep]
+            value = max(0.0, float(column @ rhs / (column @ column)))
+            trial = np.zeros(2)
+            trial[keep] = value
+            error = float(np.sum((rows @ trial - rhs) ** 2))
+            if best is None or error < best[0]:
+                best = (error, trial)
+        k = best[1]
+    return float(k[0]), float(k[1])
 
 
-def machine_ms(t1, ex, k):
-    return t1 + k[0] * ex["bytes"] + k[1] * ex["messages"]
+def machine_ms(t1, ex, k, ranks):
+    return t1 + float(np.dot(k, _terms(ex, ranks)))
 
 
-def _cluster_ms(t1, ex, k, ranks, fitted_share, gbps, rtt_us):
-    """One rank per machine: its share of the compute, its own exchange CPU (the fitted
-    per-byte and per-message CPU was that of `fitted_share` ranks on the shared cores), the
-    wire time of its bytes, and a network round trip per collective stage."""
+def _cluster_ms(t1, ex, k, ranks, gbps, rtt_us):
+    """One rank per machine: its share of the compute, the stages (the fitted per-stage
+    cost, plus a network round trip each), its own bytes' CPU (the fitted per-byte cost)
+    and their wire time."""
     if ranks == 1:
         return t1
-    cpu = (k[0] * ex["bytes"] + k[1] * ex["messages"]) / fitted_share
     wire = ex["bytes"] * 8 / (gbps * 1e9) * 1e3
-    return t1 / ranks + cpu + wire + ex["round_trips"] * rtt_us / 1e3
+    return (t1 / ranks + ex["round_trips"] * (k[0] + rtt_us / 1e3) + k[1] * ex["bytes"]
+            + wire)
 
 
 def main():
@@ -207,27 +226,32 @@ def main():
             print("%s: needs 1 and three rank counts measured; skipped\n" % name)
             continue
         ex = {n: exchange(make(n, batch), n, dim, dense_params) for n in [1] + local}
-        k = fit(ms, ex, local[:2])
-        print("%s (global batch %d, dim %d%s): k_byte %.2f ns/byte, k_msg %.1f us/message "
-              "(fitted on %s ranks)\n" % (
+        k = fit(ms, ex, local)
+        print("%s (global batch %d, dim %d%s): %.2f ms per collective stage, %.2f ns per "
+              "byte (all ranks' bytes: they share the cores), least squares over %s ranks; "
+              "\"left out\": fitted on the other rank counts only\n" % (
                   name, batch, dim, ", %d dense parameters" % dense_params if dense_params
-                  else "", k[0] * 1e6, k[1] * 1e3, " and ".join(map(str, local[:2]))))
+                  else "", k[0], k[1] * 1e6, ", ".join(map(str, local))))
         print("| ranks | bytes/rank/step | padding | keys owned/rank | collectives | "
-              "measured ms | model ms | error |")
-        print("|---|---|---|---|---|---|---|---|")
+              "measured ms | model ms | error | left out: model ms, error |")
+        print("|---|---|---|---|---|---|---|---|---|")
         for n in [1] + local:
-            model = machine_ms(ms[1], ex[n], k) if n > 1 else ms[1]
+            model = machine_ms(ms[1], ex[n], k, n) if n > 1 else ms[1]
+            left = ""
+            if n > 1:
+                loo = machine_ms(ms[1], ex[n], fit(ms, ex, [m for m in local if m != n]), n)
+                left = "%.2f, %+.0f%%" % (loo, 100.0 * (loo - ms[n]) / ms[n])
             measured_bytes = table_bytes.get(n) if name == "table" else None
-            print("| %d | %.0f KB%s | %.2fx | %.0f | %d | %.2f | %.2f | %+.0f%% |" % (
+            print("| %d | %.0f KB%s | %.2fx | %.0f | %d | %.2f | %.2f | %+.0f%% | %s |" % (
                 n, ex[n]["bytes"] / 1e3,
                 " (loopback %.0f KB)" % (measured_bytes / n / 1e3) if measured_bytes else "",
                 ex[n]["padding"], ex[n]["owned"], ex[n]["collectives"], ms[n], model,
-                100.0 * (model - ms[n]) / ms[n]))
+                100.0 * (model - ms[n]) / ms[n], left))
         print("\nPredicted, one rank per machine (2 cores each), %g Gb/s, global batch "
               "fixed (%d) and per-rank batch fixed (%d):\n" % (args.gbps, batch,
                                                                batch // 4))
         print("| ranks | batch | bytes/rank/step | padding | step ms | wire ms | "
-              "samples/s | vs 1 process |")
+              "%s/s | vs 1 process |" % ("samples" if dense_params else "keys"))
         print("|---|---|---|---|---|---|---|---|")
         for n in (8, 32, 128):
             for global_batch in (batch, batch // 4 * n):
@@ -235,7 +259,7 @@ def main():
                     continue
                 e = exchange(make(n, global_batch), n, dim, dense_params)
                 t1 = ms[1] * global_batch / batch
-                step = _cluster_ms(t1, e, k, n, local[0], args.gbps, args.rtt_us)
+                step = _cluster_ms(t1, e, k, n, args.gbps, args.rtt_us)
                 print("| %d | %d | %.0f KB | %.2fx | %.2f | %.2f | %.0f | %.2fx |" % (
                     n, global_batch, e["bytes"] / 1e3, e["padding"], step,
                     e["bytes"] * 8 / (args.gbps * 1e9) * 1e3, global_batch / step * 1e3,

@@ -29,8 +29,12 @@ and every rank updates its own shard. Rank 0, which saves and evicts every shard
 steps, first waits until each rank has finished as many update steps as it has (fence), so
 a checkpoint is of one step on every shard.
 
-The lookups an optimizer trains share their collectives (fuse_lookups: one per stage for all
-of them, and one for all their gradients). Rank 0 saves, restores and evicts every shard
+Lookups are exchanged in batches (batch_lookups): the lookups an optimizer trains, of any
+tables and dims, share one exchange (one counts gather, one keys and one rows all-to-all, one
+gradient all-to-all), their bookkeeping done once for the batch, so a step's ops do not grow
+with the number of tables; so do the graph's evaluation lookups (batched when
+MonitoredTrainingSession or Estimator finalizes the graph). Rank 0 saves, restores and evicts
+every shard
 (managed_shards); in MonitoredTrainingSession and tf.estimator every rank's variables are set
 to rank 0's in the session's local initialisation (broadcast_variables).
 
