@@ -30,16 +30,16 @@ DIM = 16
 DENSE_ROWS = 1_000_000
 
 
-def zipf_batches(count, seed=0):
+def zipf_batches(count, seed=0, batch=BATCH):
     """Zipf(1.1) ranks truncated to the key space, scattered over it by a fixed permutation."""
     rng = np.random.default_rng(seed)
     batches = []
     for _ in range(count):
-        ranks = rng.zipf(1.1, size=BATCH * 2)
-        ranks = ranks[ranks <= KEY_SPACE][:BATCH]
-        while ranks.size < BATCH:
-            extra = rng.zipf(1.1, size=BATCH)
-            ranks = np.concatenate([ranks, extra[extra <= KEY_SPACE]])[:BATCH]
+        ranks = rng.zipf(1.1, size=batch * 2)
+        ranks = ranks[ranks <= KEY_SPACE][:batch]
+        while ranks.size < batch:
+            extra = rng.zipf(1.1, size=batch)
+            ranks = np.concatenate([ranks, extra[extra <= KEY_SPACE]])[:batch]
         # A multiplicative hash spreads popular ranks over the whole key space.
         batches.append(((ranks.astype(np.int64) * 2654435761) % KEY_SPACE).astype(np.int64))
     return batches

@@ -7,8 +7,7 @@ global batch, deduplicated per table, sent to owner abs(key % N)):
     counts and the parts padded to the largest pair count, the whole padded to a power of
     two, as rec_sdk.util.cluster.all_to_all_blocks does), the rows (dim + 1 floats per key)
     and the gradients (dim floats) the same way, and for DLRM the dense all-reduce (ring);
-  * the collectives and their round trips (counts gather, keys, rows, gradients; no barrier)
-    and the messages (each all-to-all sends N - 1, a ring N - 1 per pass);
+  * the collectives and their round trips (counts gather, keys, rows, gradients; no barrier);
   * the keys each rank owns (the owner's find-or-insert, gather and optimizer work).
 The step time on this machine, where every rank shares the same 2 cores, is
     t(N) = t(1) + stage * round_trips(N) + per_byte * N * bytes(N)
@@ -35,24 +34,15 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_table import BATCH, DIM, KEY_SPACE  # noqa: E402
+from bench_table import BATCH, DIM, zipf_batches  # noqa: E402
 
 DLRM_TABLES, DLRM_DIM, DLRM_DENSE = 26, 16, 13
 
 
-def table_batches(steps, batch, seed=0):
-    """The table workload's global batches (bench_table.zipf_batches' distribution, any
-    size): [[keys]] per step, one table."""
-    rng = np.random.default_rng(seed)
-    out = []
-    for _ in range(steps):
-        ranks = rng.zipf(1.1, size=batch * 2)
-        ranks = ranks[ranks <= KEY_SPACE][:batch]
-        while ranks.size < batch:
-            extra = rng.zipf(1.1, size=batch)
-            ranks = np.concatenate([ranks, extra[extra <= KEY_SPACE]])[:batch]
-        out.append([(ranks.astype(np.int64) * 2654435761) % KEY_SPACE])
-    return out
+def table_batches(steps, batch):
+    """The table workload's global batches (bench_table.zipf_batches, any size): [[keys]] per
+    step, one table."""
+    return [[keys] for keys in zipf_batches(steps, batch=batch)]
 
 
 def dlrm_batches(steps, batch):
@@ -69,10 +59,11 @@ def _padded(values):
 
 
 def exchange(batches, ranks, dim, dense_params=0):
-    """Per step and rank (averaged over steps; the busiest rank): bytes sent, messages,
-    collectives, round trips, keys sent per rank, keys owned per rank, padding."""
+    """Per step and rank (averaged over steps; the busiest rank): bytes sent, collectives,
+    round trips, keys owned per rank, padding (bytes sent over the exact payload)."""
     tables = len(batches[0])
-    sent, owned, padding, payload = [], [], [], []
+    per_key = 8 + 4 * (dim + 1) + 4 * dim  # key, row with its found flag, gradient
+    sent, owned, padding = [], [], []
     for step in batches:
         # counts[s, d]: distinct (table, key) pairs rank s sends owner d.
         counts = np.zeros((ranks, ranks), np.int64)
@@ -91,18 +82,14 @@ def exchange(batches, ranks, dim, dense_params=0):
                     + _padded(cap * (dim + 1)) * 4 + _padded(cap * dim) * 4)
         exact = counts.sum(1) - np.diag(counts)  # keys each rank sends to others
         sent.append((ranks - 1) * per_dest + (ranks - 1) * ranks * 4)
-        payload.append(float(exact.max()) * (8 + 4 * (dim + 1) + 4 * dim))
         owned.append(int(np.bincount(np.abs(np.fmod(pairs & ((1 << 40) - 1), ranks)),
                                      minlength=ranks).max()))
-        padding.append(((ranks - 1) * per_dest) / max(1.0, float(exact.max()) *
-                                                      (8 + 4 * (dim + 1) + 4 * dim)))
+        padding.append((ranks - 1) * per_dest / max(1.0, float(exact.max()) * per_key))
     dense = 2 * (ranks - 1) / ranks * dense_params * 4 if ranks > 1 else 0.0
     collectives = 4 + (1 if dense_params else 0)
-    messages = 3 * (ranks - 1) + (ranks - 1) + (2 * (ranks - 1) if dense_params else 0)
-    return {"bytes": float(np.mean(sent)) + dense, "payload": float(np.mean(payload)),
-            "owned": float(np.mean(owned)), "padding": float(np.mean(padding)),
-            "collectives": collectives if ranks > 1 else 0,
-            "round_trips": 4 if ranks > 1 else 0, "messages": messages if ranks > 1 else 0}
+    return {"bytes": float(np.mean(sent)) + dense, "owned": float(np.mean(owned)),
+            "padding": float(np.mean(padding)), "collectives": collectives if ranks > 1 else 0,
+            "round_trips": 4 if ranks > 1 else 0}
 
 
 def hot_keys(batches, ranks, dim, per_host=8, cache_rows=(1024, 16384)):

@@ -216,8 +216,7 @@ def exchange_rows(table, keys, counts, times, times_per_key, owner_rows, is_trai
         if per_key:
             lookup.times_dtype = times.dtype
         batch = _exchange([lookup])
-    lookup.outputs = batch.outputs[0]
-    lookup.batch, lookup.segment = None, None  # its own exchange, not yet batched
+    lookup.outputs = batch.outputs[0]  # its own exchange: not batched yet
     state = state_of(keys64.graph)
     with state.lock:
         state.rank_lookups[lookup.outputs["trained"].name] = lookup
