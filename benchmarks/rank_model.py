@@ -3,21 +3,23 @@ against bench_ranks.py's figures on this machine and used to predict 8, 32 and 1
 
 Per step and rank it computes, from the workload's real keys (each rank's slice of the
 global batch, deduplicated per table, sent to owner abs(key % N)):
-  * the bytes each rank sends: the counts all-gather, the keys all-to-all (a header of T
-    counts and the parts padded to the largest pair count, the whole padded to a power of
-    two, as rec_sdk.util.cluster.all_to_all_blocks does), the rows (dim + 1 floats per key)
-    and the gradients (dim floats) the same way, and for DLRM the dense all-reduce (ring);
-  * the collectives and their round trips (counts gather, keys, rows, gradients; no barrier);
+  * the bytes each rank sends: the needs all-gather, the keys all-to-all (a header of T
+    counts and the parts padded to the batch's size class: one class above the largest
+    pair count of the steps, as the hint of rec_sdk.core.ranks holds it), the rows (dim + 1
+    floats per key) and the gradients (dim floats) in the same class, and for DLRM the dense
+    all-reduce (ring);
+  * the collectives and the stages of the critical path (keys with the needs gather beside
+    them, rows, gradients; no barrier);
   * the keys each rank owns (the owner's find-or-insert, gather and optimizer work).
 The step time on this machine, where every rank shares the same 2 cores, is
-    t(N) = t(1) + stage * round_trips(N) + per_byte * N * bytes(N)
+    t(N) = t(1) + stage * stages(N) + per_byte * N * bytes(N)
 (the collective stages of a step's critical path, each a round of messages and CPU whatever
 its size; every rank's bytes, whose packing, framing and copies add up on the shared cores),
 fitted by least squares on the measured rank counts, each also predicted from a fit that
 leaves it out. On a cluster of one rank per machine (each with this machine's 2 cores,
 `--gbps` Gb/s, `--rtt-us` per round trip) a rank computes its share of the step and runs its
 own exchange:
-    t(N) = t(1) / N + round_trips * (stage + rtt) + per_byte * bytes(N) + bytes(N) / bandwidth
+    t(N) = t(1) / N + stages * (stage + rtt) + per_byte * bytes(N) + bytes(N) / bandwidth
 Hot keys: what a cache of the hottest rows on every rank, or a per-host dedup, would save
 (hot_keys).
 
@@ -27,7 +29,6 @@ FIGURES.json: `bench_ranks.py --ranks 2,3,4 --json FIGURES.json`.
 """
 import argparse
 import json
-import math
 import os
 import sys
 
@@ -35,6 +36,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_table import BATCH, DIM, zipf_batches  # noqa: E402
+from rec_sdk.ops.table_ops import size_class_of, size_class_rows  # noqa: E402
 
 DLRM_TABLES, DLRM_DIM, DLRM_DENSE = 26, 16, 13
 
@@ -53,17 +55,13 @@ def dlrm_batches(steps, batch):
              for f in range(DLRM_TABLES)] for s in range(steps)]
 
 
-def _padded(values):
-    """all_to_all_blocks' width per destination: the next power of two."""
-    return 1 << max(0, math.ceil(math.log2(max(values, 1))))
-
-
 def exchange(batches, ranks, dim, dense_params=0):
     """Per step and rank (averaged over steps; the busiest rank): bytes sent, collectives,
     round trips, keys owned per rank, padding (bytes sent over the exact payload)."""
     tables = len(batches[0])
     per_key = 8 + 4 * (dim + 1) + 4 * dim  # key, row with its found flag, gradient
-    sent, owned, padding = [], [], []
+    sent, owned, padding, caps = [], [], [], []
+    steps = []
     for step in batches:
         # counts[s, d]: distinct (table, key) pairs rank s sends owner d.
         counts = np.zeros((ranks, ranks), np.int64)
@@ -75,13 +73,15 @@ def exchange(batches, ranks, dim, dense_params=0):
                 counts[s] += np.bincount(np.abs(np.fmod(distinct, ranks)), minlength=ranks)
                 pairs.append(distinct + (t << 40))
         pairs = np.unique(np.concatenate(pairs))
-        cap = int(counts.max())
-        header = tables if tables > 1 else 0
-        key_width = 1  # the table workload has no admission counts or timestamps
-        per_dest = (_padded((cap + header) * key_width) * 8
-                    + _padded(cap * (dim + 1)) * 4 + _padded(cap * dim) * 4)
+        caps.append(int(counts.max()))
+        steps.append((counts, pairs))
+    # The hint: one class above the largest need (tf_ops/core/size_class.h).
+    cap = size_class_rows(size_class_of(max(caps, default=0)) + 1)
+    key_width = 1  # the table workload has no admission counts or timestamps
+    per_dest = ((cap + tables) * key_width * 8 + cap * (dim + 1) * 4 + cap * dim * 4)
+    for counts, pairs in steps:
         exact = counts.sum(1) - np.diag(counts)  # keys each rank sends to others
-        sent.append((ranks - 1) * per_dest + (ranks - 1) * ranks * 4)
+        sent.append((ranks - 1) * per_dest + (ranks - 1) * 8)
         owned.append(int(np.bincount(np.abs(np.fmod(pairs & ((1 << 40) - 1), ranks)),
                                      minlength=ranks).max()))
         padding.append((ranks - 1) * per_dest / max(1.0, float(exact.max()) * per_key))
@@ -89,7 +89,7 @@ def exchange(batches, ranks, dim, dense_params=0):
     collectives = 4 + (1 if dense_params else 0)
     return {"bytes": float(np.mean(sent)) + dense, "owned": float(np.mean(owned)),
             "padding": float(np.mean(padding)), "collectives": collectives if ranks > 1 else 0,
-            "round_trips": 4 if ranks > 1 else 0}
+            "stages": 3 if ranks > 1 else 0}
 
 
 def hot_keys(batches, ranks, dim, per_host=8, cache_rows=(1024, 16384)):
@@ -146,7 +146,7 @@ def _terms(ex, ranks):
     """The time model's regressors on this machine: the collective stages in a step's
     critical path (each a round of messages and CPU whatever its size), and every rank's
     bytes (the ranks share the same cores, so their packing, framing and copies add up)."""
-    return [ex["round_trips"], ranks * ex["bytes"]]
+    return [ex["stages"], ranks * ex["bytes"]]
 
 
 def fit(measured_ms, ex, ranks):
@@ -180,7 +180,7 @@ def _cluster_ms(t1, ex, k, ranks, gbps, rtt_us):
     if ranks == 1:
         return t1
     wire = ex["bytes"] * 8 / (gbps * 1e9) * 1e3
-    return (t1 / ranks + ex["round_trips"] * (k[0] + rtt_us / 1e3) + k[1] * ex["bytes"]
+    return (t1 / ranks + ex["stages"] * (k[0] + rtt_us / 1e3) + k[1] * ex["bytes"]
             + wire)
 
 

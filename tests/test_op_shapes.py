@@ -125,6 +125,9 @@ def test_rank_op_shapes(ops):
     assert ops.rec_sdk_rank_step_done(counter="shapes").type.endswith("RankStepDone")
     assert _shape(ops.rec_sdk_rank_steps(counter="shapes")) == []
     assert ops.rec_sdk_rank_wait_for_steps(_ph(tf.int64, []), counter="shapes").outputs == []
+    assert [_shape(t) for t in ops.rec_sdk_rank_size_class(hint="shapes")] == [[], []]
+    assert [_shape(t) for t in ops.rec_sdk_rank_observe_size(_ph(tf.int64, []),
+                                                             hint="shapes")] == [[], []]
 
 
 def test_optimizer_op_shapes(ops):

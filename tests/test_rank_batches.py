@@ -98,9 +98,10 @@ def test_a_steps_op_count_over_ranks_is_flat_in_the_table_count():
         ranked, local = _step_ops(tables, 2), _step_ops(tables, 1)
         assert local["collectives"] == local["eval_collectives"] == 0
         extra[tables] = (ranked["ops"] - local["ops"], ranked["collectives"])
-        # The evaluation lookups of the graph: one exchange (a counts gather, the keys and
-        # the rows) for all of them.
-        assert ranked["eval_collectives"] == 3, (tables, ranked)
+        # The evaluation lookups of the graph: one exchange for all of them (the needs
+        # gather beside the keys all-to-all, the rows all-to-all; a second keys all-to-all
+        # when keys did not fit the size class: it runs on such steps only, see below).
+        assert ranked["eval_collectives"] == 4, (tables, ranked)
     # One optimizer (one batch) for one table, two for more; 32 more tables add no op (the
     # ops per table are those one process runs: the table's own lookup and update).
     assert extra[40][0] <= extra[8][0], extra
@@ -142,8 +143,17 @@ def _assert_ranks_equal_local(shards, local, tables):
 def test_forty_tables_of_mixed_dims_over_three_ranks_train_as_one_process(tmp_path):
     """40 tables (dims 4 to 16, lazy Adam and SGD) over 3 ranks (each optimizer's lookups in
     one exchange, the evaluation lookups in another) == one process on the global batch."""
-    shards, local = _tables_over_ranks(tmp_path, 3, "--tables", 40, "--steps", 3)
+    shards, local = _tables_over_ranks(tmp_path, 3, "--tables", 40, "--steps", 4)
     _assert_ranks_equal_local(shards, local, 40)
+    # The collectives each step ran, on every rank: once the size classes are known (after
+    # the first step; the first evaluation), a training step runs per batch of lookups (two
+    # optimizers: two) the keys all-to-all with the needs gather beside it, the rows
+    # all-to-all and the gradient one, nothing else: one round trip forward, one backward.
+    # An evaluation runs three. The first of each also sent the keys again, in a larger
+    # class.
+    for shard in shards:
+        ran = list(shard["collectives_run"])
+        assert ran == [2 * 5, 2 * 4, 2 * 4, 2 * 4, 4, 3], ran
 
 
 def test_a_rank_with_empty_batches_trains_with_the_others(tmp_path):
@@ -181,6 +191,36 @@ def test_a_rank_that_runs_a_step_another_left_fails_clearly(tmp_path, how, args,
     assert says in outputs[1], outputs[1][-3000:]
     assert workers[0].returncode != 0, outputs[0][-3000:]
     assert "RankLostError" in outputs[0] and "task:1" in outputs[0], outputs[0][-3000:]
+
+
+def test_size_classes_and_the_hint_every_rank_keeps_equal():
+    """The exchanges' size classes (core/size_class.h) as Python sees them: class i holds
+    (4 + i % 4) << (i // 4) keys, SIZE_CLASSES of them; the hint starts at class 0, grows to
+    one class above a need at once, and a need no class holds is refused naming it."""
+    rows = table_ops.size_class_rows
+    with tf.Graph().as_default():
+        need = tf.compat.v1.placeholder(tf.int64, [])
+        current = table_ops.rank_size_class("test_size_classes")
+        observed = table_ops.rank_observe_size(need, "test_size_classes")
+        with tf.compat.v1.Session() as sess:
+            assert sess.run(current) == (0, 4)
+            assert sess.run(observed, {need: 100}) == (19, 112)  # 7 << 4 >= 100 > 6 << 4
+            assert rows(19) == 112 and rows(20) == 128
+            assert sess.run(current) == (20, 128)
+            assert sess.run(observed, {need: 0}) == (0, 4)
+            for value in (1, 4, 5, 9, 31, 33, 1000, 4097, 123456):
+                index = table_ops.size_class_of(value)
+                assert rows(index) >= value > (rows(index - 1) if index else 0)
+                assert sess.run(observed, {need: value}) == (index, rows(index))
+            largest = rows(table_ops.SIZE_CLASSES - 1)
+            assert sess.run(observed, {need: largest}) == (table_ops.SIZE_CLASSES - 1,
+                                                           largest)
+            for bad in (largest + 1, -1):
+                with pytest.raises(tf.errors.InvalidArgumentError,
+                                   match=r"need must be in \[0, %d\] rows per rank, got %d"
+                                   % (largest, bad)):
+                    sess.run(observed, {need: bad})
+            assert sess.run(current) == (table_ops.SIZE_CLASSES - 1, largest)
 
 
 def test_a_wait_for_update_steps_finishes_once_they_are_done():

@@ -8,8 +8,9 @@ Table t has dim 4 * (1 + t % 4), keys from its own range (some negative), and is
 lazy Adam (even t) or SGD (odd t), each optimizer over its tables' lookups in one minimize;
 rank r's batch of a step is the r-th slice of the global one (--empty R: rank R's batches
 are empty, and the global batch holds the other ranks' slices only). After training, one eval
-lookup per table (is_train=False, of known and unknown keys) runs. Saves every table's
-export (this rank's shard), the losses and the eval rows to OUT ({rank} replaced).
+lookup per table (is_train=False, of known and unknown keys) runs, twice. Saves every
+table's export (this rank's shard), the losses, the eval rows and the collectives each
+traced step ran (the training steps', then the two evaluations') to OUT ({rank} replaced).
 --leave-before train: rank 1 stops one training step before the others (and evaluates
 nothing); --leave-before eval: rank 1 trains every step but leaves before the evaluation.
 --fail-at STEP: rank 1 raises an error before that step.
@@ -54,6 +55,15 @@ def step_ops(graph, fetch):
         todo.extend(t.op for t in op.inputs)
         todo.extend(op.control_inputs)
     return [graph.get_operation_by_name(name) for name in seen]
+
+
+TRACE = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
+
+
+def collectives_run(metadata):
+    """How many collective ops a traced step ran (on this process's devices)."""
+    return sum("Collective" in node.node_name
+               for device in metadata.step_stats.dev_stats for node in device.node_stats)
 
 
 def main():
@@ -123,16 +133,23 @@ def main():
             save_checkpoint_secs=None, save_checkpoint_steps=None, save_summaries_steps=None,
             save_summaries_secs=None, log_step_count_steps=None) as sess:
         leaving = rank == 1 and args.leave_before
+        ran = []  # the collectives each step ran (the training steps', then the evaluation's)
         for step in range(args.steps - (leaving == "train")):
             if rank == 1 and step == args.fail_at:
                 raise RuntimeError("rank 1 fails at step %d" % step)
-            losses.append(sess.run([train, loss], feed(step))[1])
+            metadata = tf.compat.v1.RunMetadata()
+            losses.append(sess.run([train, loss], feed(step), options=TRACE,
+                                   run_metadata=metadata)[1])
+            ran.append(collectives_run(metadata))
         if leaving:
             print("rank 1 leaves before the others' %s" % leaving, flush=True)
             return
-        evaluated = sess.run(evals)
+        for _ in range(2):
+            metadata = tf.compat.v1.RunMetadata()
+            evaluated = sess.run(evals, options=TRACE, run_metadata=metadata)
+            ran.append(collectives_run(metadata))
         exported = sess.run(exports)
-    out = {"losses": np.array(losses)}
+    out = {"losses": np.array(losses), "collectives_run": np.array(ran)}
     for t, ((keys, values, slots), rows_) in enumerate(zip(exported, evaluated)):
         order = np.argsort(keys)
         out["keys%d" % t], out["values%d" % t] = keys[order], values[order]

@@ -1,5 +1,6 @@
-// Op definitions of the rank step ops (kernels/rank_kernels.cc): a process's count of
-// finished update steps of tables sharded over ranks, and a wait for it.
+// Op definitions of the rank ops (kernels/rank_kernels.cc): a process's count of finished
+// update steps of tables sharded over ranks, a wait for it, and the size class a batch of
+// lookups exchanges its keys in (core/size_class.h).
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/shape_inference.h"
@@ -34,6 +35,37 @@ REGISTER_OP(REC_SDK_OP_NAME(RankWaitForSteps))
 Finishes once this process's count of finished update steps named `counter` reaches
 `target` (a scalar >= 0), without holding a thread while it waits. Rank 0 runs it on each
 rank's task before saving or evicting that rank's shard, with its own count as the target.
+)doc");
+
+REGISTER_OP(REC_SDK_OP_NAME(RankSizeClass))
+    .Output("index: int32")
+    .Output("rows: int32")
+    .Attr("hint: string")
+    .SetIsStateful()
+    .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
+      c->set_output(0, c->Scalar());
+      c->set_output(1, c->Scalar());
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+The size class this process's hint named `hint` holds (its index, and the rows per rank it
+holds): the class a batch of lookups sends its keys in.
+)doc");
+
+REGISTER_OP(REC_SDK_OP_NAME(RankObserveSize))
+    .Input("need: int64")
+    .Output("index: int32")
+    .Output("rows: int32")
+    .Attr("hint: string")
+    .SetIsStateful()
+    .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
+      c->set_output(0, c->Scalar());
+      c->set_output(1, c->Scalar());
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+Records a step's largest need (`need`, a scalar: rows per rank, the same on every rank) in
+the hint named `hint`, and returns the smallest size class holding it (index, rows).
 )doc");
 
 }  // namespace rec_sdk

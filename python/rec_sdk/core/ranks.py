@@ -7,16 +7,17 @@ its shard in its own process. A lookup on rank r:
 
 1. deduplicates its keys locally (the lookup core, rec_sdk.core.embedding, did that) and
    sorts them by owner;
-2. gathers every rank's number of keys per owner (an N x N matrix, a small all_gather), so
-   every rank knows how many keys each rank sends each other rank;
-3. sends each owner only the keys it owns, with their admission counts and clocks, in one
-   all-to-all (TensorFlow's CollectiveAllToAllV2 over the cluster's gRPC runtime; each part
-   padded to the largest count any rank sends any rank, the parts to a power of two: see
-   rec_sdk.util.cluster.all_to_all_blocks);
-4. each owner deduplicates the keys it was sent, sums each key's counts over the ranks
+2. sends each owner only the keys it owns, with their admission counts and clocks, in one
+   all-to-all (TensorFlow's CollectiveAllToAllV2 over the cluster's gRPC runtime), each part
+   padded to a size class every rank already knows: the batch's hint, one class above the
+   largest count any rank sent any rank in earlier steps (tf_ops/core/size_class.h). At the
+   same time (not before: no round trip of its own) every rank gathers each rank's largest
+   count, so all keep the same hint; in a step whose keys did not fit it, all send them again
+   in a class that holds them;
+3. each owner deduplicates the keys it was sent, sums each key's counts over the ranks
    (admission sees the count of the whole global batch), takes the newest clock, and runs
    find-or-insert and gather on its own shard, once per key;
-5. each owner sends each rank the rows of the keys that rank asked for, in the same slots
+4. each owner sends each rank the rows of the keys that rank asked for, in the same slots
    (a second all-to-all), and each rank puts them back in its keys' order.
 
 Gradients go back the same way: each rank sends each owner the gradients of the keys it asked
@@ -30,8 +31,8 @@ steps, first waits until each rank has finished as many update steps as it has (
 a checkpoint is of one step on every shard.
 
 Lookups are exchanged in batches (batch_lookups): the lookups an optimizer trains, of any
-tables and dims, share one exchange (one counts gather, one keys and one rows all-to-all, one
-gradient all-to-all), their bookkeeping done once for the batch, so a step's ops do not grow
+tables and dims, share one exchange (the keys all-to-all with the needs gather beside it, the
+rows all-to-all, the gradient all-to-all), their bookkeeping done once for the batch, so a step's ops do not grow
 with the number of tables; so do the graph's evaluation lookups (batched when
 MonitoredTrainingSession or Estimator finalizes the graph). Rank 0 saves, restores and evicts
 every shard
@@ -47,7 +48,7 @@ import rec_sdk_graph_rewrite as graph_rewrite
 from rec_sdk.core import shard_names
 from rec_sdk.core.table import tables_of_graph
 from rec_sdk.ops import table_ops
-from rec_sdk.util.cluster import (all_gather, all_to_all_blocks, next_instance_key,
+from rec_sdk.util.cluster import (all_gather, all_to_all_in_class, next_instance_key,
                                 rank_of, worker_devices)
 from rec_sdk import tf_patches
 from rec_sdk.util.graph_state import state_of
@@ -148,12 +149,13 @@ class _Batch:
     """The one exchange of a batch of lookups (of any tables and dims): what the backward
     pass needs from the forward one."""
 
-    def __init__(self, lookups, ranks, slots, cap, valid_at, index, owned_count,
+    def __init__(self, lookups, ranks, slots, cap, size_class, valid_at, index, owned_count,
                  owned_sizes, owned_segment, trained, outputs):
         self.lookups = lookups
         self.ranks = ranks
         self.slots = slots  # [n]: each key's slot in the [N * cap] parts (packed order)
-        self.cap = cap  # the most keys any rank sent any rank: the rows per part
+        self.cap = cap  # the keys per part (a size class: size_class)
+        self.size_class = size_class
         self.valid_at = valid_at  # where in the received [N * cap] entries the keys are
         self.index = index  # each received key's position among the keys this rank owns
         self.owned_count = owned_count  # (segment, key) pairs this rank owns of the step
@@ -225,10 +227,10 @@ def exchange_rows(table, keys, counts, times, times_per_key, owner_rows, is_trai
 
 
 def _exchange(lookups):
-    """The exchange of `lookups` (one or more, any tables): one counts gather, one keys
-    all-to-all, one rows all-to-all, whatever their number (see the module doc). -> _Batch."""
+    """The exchange of `lookups` (one or more, any tables): one keys all-to-all and one rows
+    all-to-all, whatever their number (see the module doc). -> _Batch."""
     ranks = lookups[0].table.ranks
-    task, size, rank = ranks.task, ranks.size, ranks.rank
+    task, size = ranks.task, ranks.size
     segments = len(lookups)
     width = max(int(lookup.columns.shape[1]) for lookup in lookups)
     dims = [lookup.table.dim for lookup in lookups]
@@ -242,18 +244,27 @@ def _exchange(lookups):
                                             name="pack_keys")
     count = tf.shape(packed, out_type=tf.int32)[0]
     order, per_owner, sorted_owners, within, owners = _by_owner(packed[:, 0], size)
-    # Every rank's count per owner: [N, N], row s holding what rank s sends each rank.
-    counts_matrix = tf.reshape(all_gather(per_owner, task=task, name="gather_counts"),
-                               [size, size])
-    cap = tf.reduce_max(counts_matrix)
-    slots = tf.gather(sorted_owners * cap + within, tf.math.invert_permutation(order))
-    part = _parts(packed, slots, size, cap)
-    received_valid = tf.reshape(tf.sequence_mask(counts_matrix[:, rank], cap), [-1])
-    valid_at = tf.cast(tf.where(received_valid)[:, 0], tf.int32)
+    inverse = tf.math.invert_permutation(order)
     if segments == 1:
+        segment = None
         position = tf.range(count)
-        [received] = all_to_all_blocks([(part, cap)], task, "exchange_keys")
-        asked = tf.gather(tf.reshape(received, [size * cap, width]), valid_at)
+        per_lookup = tf.cast(per_owner, tf.int64)[:, tf.newaxis]
+    else:
+        segment = tf.searchsorted(tf.cumsum(sizes), tf.range(count), side="right")
+        position = tf.range(count) - tf.gather(tf.cumsum(sizes, exclusive=True), segment)
+        per_lookup = tf.reshape(
+            _bincount(owners * segments + segment, size * segments, tf.int64),
+            [size, segments])
+    received, cap, size_class = _send_keys(packed, per_owner, sorted_owners, within, inverse,
+                                           per_lookup, ranks)
+    slots = tf.gather(sorted_owners * cap + within, inverse)
+    # Each part: its keys per lookup, then the keys lookup by lookup.
+    from_lookup = received[:, :segments, 0]
+    received_valid = tf.reshape(
+        tf.sequence_mask(tf.cast(tf.reduce_sum(from_lookup, 1), tf.int32), cap), [-1])
+    valid_at = tf.cast(tf.where(received_valid)[:, 0], tf.int32)
+    asked = tf.gather(tf.reshape(received[:, segments:], [size * cap, width]), valid_at)
+    if segments == 1:
         # The owner's side: the keys every rank asked this rank for, each once.
         owned_keys, index = table_ops.unique_keys(asked[:, 0])
         owned_count = tf.size(owned_keys, out_type=tf.int32)
@@ -261,20 +272,10 @@ def _exchange(lookups):
         owned_segment = None
         owned_keys = [owned_keys]
     else:
-        segment = tf.searchsorted(tf.cumsum(sizes), tf.range(count), side="right")
-        position = tf.range(count) - tf.gather(tf.cumsum(sizes, exclusive=True), segment)
-        # Each part starts with a header: how many of its keys are of each lookup (the keys
-        # follow lookup by lookup).
-        header = tf.reshape(_bincount(owners * segments + segment, size * segments, tf.int64),
-                            [size, segments, 1])
-        part = tf.concat([tf.pad(header, [[0, 0], [0, 0], [0, width - 1]]), part], 1)
-        [received] = all_to_all_blocks([(part, cap + segments)], task, "exchange_keys")
         # The owner's side: the keys every rank asked this rank for, each once per lookup.
-        sent = tf.cumsum(received[:, :segments, 0], axis=1)
         slot_segment = tf.searchsorted(
-            sent, tf.tile(tf.range(tf.cast(cap, tf.int64))[tf.newaxis], [size, 1]),
-            side="right")
-        asked = tf.gather(tf.reshape(received[:, segments:], [size * cap, width]), valid_at)
+            tf.cumsum(from_lookup, axis=1),
+            tf.tile(tf.range(tf.cast(cap, tf.int64))[tf.newaxis], [size, 1]), side="right")
         asked_segment = tf.gather(tf.reshape(slot_segment, [-1]), valid_at)
         # (lookup, key) pairs, each once: keys are deduplicated, then pairs of (key's
         # position, lookup), ordered by lookup.
@@ -315,8 +316,8 @@ def _exchange(lookups):
         found = tf.concat([out["addresses"] for out in local], 0) >= 0
     payload = tf.gather(tf.concat([rows, tf.cast(found, tf.float32)[:, tf.newaxis]], 1),
                         index)
-    reply = _parts(payload, valid_at, size, cap)
-    [back] = all_to_all_blocks([(reply, cap)], task, "exchange_rows")
+    back = all_to_all_in_class(_parts(payload, valid_at, size, cap), size_class, task,
+                               "exchange_rows")
     back = tf.gather(tf.reshape(back, [size * cap, dim + 1]), slots)
     addresses = tf.where(back[:, dim] > 0.5, tf.cast(position, tf.int64),
                          tf.constant(-1, tf.int64))
@@ -333,8 +334,53 @@ def _exchange(lookups):
                              + list(addresses), name="rows")
     outputs = [{"emb": outs[i], "addresses": addresses[i], "trained": outs[2 * segments + i]}
                for i in range(segments)]
-    return _Batch(lookups, ranks, slots, cap, valid_at, index, owned_count, owned_sizes,
-                  owned_segment, [out["trained"] for out in local], outputs)
+    return _Batch(lookups, ranks, slots, cap, size_class, valid_at, index, owned_count,
+                  owned_sizes, owned_segment, [out["trained"] for out in local], outputs)
+
+
+def _send_keys(packed, per_owner, sorted_owners, within, inverse, per_lookup, ranks):
+    """The keys all-to-all of a batch: -> (received [N, T + cap, width], cap: keys per part,
+    its size class).
+
+    Each part holds a header (how many of the part's keys are of each of the T lookups) and
+    `cap` rows of keys, cap a size class (rec_sdk.ops.table_ops.SIZE_CLASSES) no rank has to
+    be told: the one the batch's hint (table_ops.rank_size_class) holds. Beside the
+    all-to-all (at the same time, not before it), every rank gathers every rank's need (the
+    most keys it sends any rank), so each observes the same largest need and their hints
+    stay equal (one class above the needs seen; see tf_ops/core/size_class.h). When a rank's
+    keys did not fit, every rank knows it from the same needs and all send again, in the
+    need's class (a second all-to-all, in that step only). The gather also makes the step
+    fail at once when a rank is gone (an all-to-all alone would wait for it), and gives the
+    step a collective executor (TensorFlow sets none up for an all-to-all alone)."""
+    task, size = ranks.task, ranks.size
+    width = int(packed.shape[1])
+    hint = "rec_sdk_exchange_%d" % next_instance_key(task)  # the same name on every rank
+    most = tf.reduce_max(per_owner)
+    full = _parts(packed, tf.gather(sorted_owners * most + within, inverse), size, most)
+    head = tf.pad(per_lookup[:, :, tf.newaxis], [[0, 0], [0, 0], [0, width - 1]])
+
+    def part(cap):  # [N, T + cap, width]: the keys cut or padded to cap per part
+        keys = tf.pad(full, [[0, 0], [0, tf.maximum(cap - most, 0)], [0, 0]])[:, :cap]
+        return tf.concat([head, keys], 1)
+
+    size_class, cap = table_ops.rank_size_class(hint)
+    sent = all_to_all_in_class(part(cap), size_class, task, "exchange_keys")
+    largest = tf.reduce_max(all_gather(tf.reshape(tf.cast(most, tf.int64), [1]), task=task,
+                                       name="gather_needs"))
+    exact_class, exact_cap = table_ops.rank_observe_size(largest, hint)
+    overflow = largest > tf.cast(cap, tf.int64)
+    # Only one of the two sides below runs (the other's tensors are dead): every rank takes
+    # the same one, as all saw the same needs.
+    kept = [_switch(t, overflow)[0] for t in (sent, cap, size_class)]
+    again = [_switch(t, overflow)[1] for t in (exact_cap, exact_class)]
+    resent = all_to_all_in_class(part(again[0]), again[1], task, "resend_keys")
+    return tuple(tf.raw_ops.Merge(inputs=[a, b]).output
+                 for a, b in zip(kept, [resent] + again))
+
+
+def _switch(value, pred):
+    """(value where pred is false, value where pred is true): the other one is dead."""
+    return tf.raw_ops.Switch(data=value, pred=pred)
 
 
 def _bincount(values, length, dtype):
@@ -430,8 +476,8 @@ def _register(batch, graph):
 
 def batch_lookups(tokens, graph=None):
     """Moves the lookups whose tokens these are (of tables sharded over ranks, not yet run)
-    into one exchange: one counts gather, one keys all-to-all and one rows all-to-all for all
-    of them, their bookkeeping done once for the batch rather than once per lookup (tables of
+    into one exchange: one keys all-to-all (a needs gather beside it) and one rows all-to-all
+    for all of them, their bookkeeping done once for the batch rather than once per lookup (tables of
     any dims; each keeps its own settings). Each collective costs a round of messages and its
     CPU whatever its size, and each op its scheduling, so a model with many tables steps as
     fast as one with one table of the same keys. The lookups' consumers are rewired to the
@@ -515,8 +561,8 @@ def _batch_gradients(batch, by_segment, pairs_out=True):
                 grad = tf.zeros_like(batch.outputs[i]["emb"])
             grads.append(grad)
         packed, _ = table_ops.pack_rows(grads, batch.width, name="pack_gradients")
-        [received] = all_to_all_blocks([(_parts(packed, batch.slots, size, batch.cap),
-                                         batch.cap)], ranks.task, "exchange_gradients")
+        received = all_to_all_in_class(_parts(packed, batch.slots, size, batch.cap),
+                                       batch.size_class, ranks.task, "exchange_gradients")
         received = tf.gather(tf.reshape(received, [size * batch.cap, batch.width]),
                              batch.valid_at)
         owned = table_ops.sum_rows(received, batch.index, batch.owned_count)

@@ -323,6 +323,36 @@ def rank_wait_for_steps(target, name=None):
                                                   name=name)
 
 
+# The size classes of the exchanges over ranks: class i holds (4 + i % 4) << (i / 4) rows
+# (tf_ops/core/size_class.h's kSizeClasses; tests/test_rank_batches.py checks they agree).
+SIZE_CLASSES = 116
+
+
+def size_class_rows(index):
+    """The rows size class `index` holds (for models and tests; the graph asks the ops)."""
+    return (4 + index % 4) << (index // 4)
+
+
+def size_class_of(rows):
+    """The smallest size class holding `rows` rows (as RankObserveSize computes it)."""
+    index = 0
+    while size_class_rows(index) < rows:
+        index += 1
+    return index
+
+
+def rank_size_class(hint, name=None):
+    """The size class (index, rows: int32 scalars) this process's hint named `hint` holds."""
+    return tuple(load_ops().rec_sdk_rank_size_class(hint=hint, name=name))
+
+
+def rank_observe_size(need, hint, name=None):
+    """Records a step's largest need (rows, the same on every rank) in the hint named `hint`;
+    -> the smallest size class holding it (index, rows: int32 scalars)."""
+    return tuple(load_ops().rec_sdk_rank_observe_size(tf.cast(need, tf.int64), hint=hint,
+                                                      name=name))
+
+
 def dedup_rows(addresses, values):
     """Sums the rows of `values` [n, dim] that share an address; -> (unique addresses, sums).
 

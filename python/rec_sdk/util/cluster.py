@@ -32,7 +32,8 @@ from rec_sdk.ops.loader import load_ops
 
 __all__ = ["ClusterTask", "task_from_tf_config", "start_server", "current_task", "training_task",
            "rank_of", "ps_devices", "worker_devices", "worker_config", "all_reduce",
-           "all_reduce_many", "all_gather", "all_gather_blocks", "all_to_all_blocks"]
+           "all_reduce_many", "all_gather", "all_gather_blocks", "all_to_all_blocks",
+           "all_to_all_in_class"]
 
 _current = [None]  # the ClusterTask whose server this process started
 # Collective instance keys used so far, per graph: the n-th collective built in a graph gets
@@ -385,3 +386,21 @@ def all_to_all_blocks(blocks, task=None, name=None):
                 group_key=tf.constant(1), instance_key=key, ordering_token=[])
             return [tf.reshape(part, [size, c] + t.shape[2:].as_list())
                     for part, t, c in zip(_cut(received, tensors, caps, 2), tensors, caps)]
+
+
+def all_to_all_in_class(tensor, size_class, task=None, name=None):
+    """All-to-all of a tensor [N, ...] (N training tasks; part d goes to rank d, part s of the
+    result came from rank s) whose shape changes from step to step in steps of size classes:
+    `size_class` (an int32 scalar tensor in [0, rec_sdk.ops.table_ops.SIZE_CLASSES), the
+    same in every task) picks the collective instance, so the shape must be a function of it
+    (the same in every task and step that uses the class). TensorFlow's CollectiveAllToAllV2,
+    as all_to_all_blocks. With one training task (or none) the tensor itself."""
+    from rec_sdk.ops.table_ops import SIZE_CLASSES  # pylint: disable=import-outside-toplevel
+    call = _collective_call(task, "all_to_all", keys=SIZE_CLASSES)
+    if call is None:
+        return tf.identity(tensor, name=name)
+    own, size, first = call
+    with tf.device(own), tf.name_scope(name or "all_to_all_in_class"):
+        return tf.raw_ops.CollectiveAllToAllV2(
+            input=tensor, group_size=tf.constant(size), group_key=tf.constant(1),
+            instance_key=tf.cast(size_class, tf.int32) + first, ordering_token=[])
