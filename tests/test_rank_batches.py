@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from rec_sdk.core import ranks as ranks_module
 from rec_sdk.ops import table_ops
 from tests.helpers import new_session
 from tests.test_distribute import _env, _rank_cluster, _run_together
@@ -108,10 +109,11 @@ def test_a_steps_op_count_over_ranks_is_flat_in_the_table_count():
     assert extra[8][1] == extra[40][1] == 2 * extra[1][1], extra
 
 
-def _tables_over_ranks(tmp_path, ranks, *args):
+def _tables_over_ranks(tmp_path, ranks, *args, env=None):
     cluster, tasks = _rank_cluster(ranks)
     _run_together([([TABLES_WORKER, str(tmp_path / "rank-{rank}.npz")] + list(args),
-                    _env(cluster, job, index)) for job, index in tasks])
+                    dict(_env(cluster, job, index), **(env or {})))
+                   for job, index in tasks])
     shards = [dict(np.load(str(tmp_path / ("rank-%d.npz" % r)))) for r in range(ranks)]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     env.pop("TF_CONFIG", None)
@@ -154,6 +156,23 @@ def test_forty_tables_of_mixed_dims_over_three_ranks_train_as_one_process(tmp_pa
     for shard in shards:
         ran = list(shard["collectives_run"])
         assert ran == [2 * 5, 2 * 4, 2 * 4, 2 * 4, 4, 3], ran
+
+
+def test_per_host_dedup_over_two_hosts_of_two_ranks_trains_as_one_process(tmp_path):
+    """REC_SDK_RANKS_PER_HOST=2 over 4 ranks (2 hosts of 2): each key goes first to the rank
+    of its host in the owner's place, which deduplicates the host's keys and passes them to
+    the owner (rows back the same way, gradients summed at each level) == one process on the
+    global batch; each level runs the collectives of an exchange in its own groups."""
+    shards, local = _tables_over_ranks(tmp_path, 4, "--tables", 8, "--steps", 3,
+                                       env={ranks_module.RANKS_PER_HOST_ENV: "2"})
+    _assert_ranks_equal_local(shards, local, 8)
+    for shard in shards:
+        ran = list(shard["collectives_run"])
+        # Two levels of (needs gather, keys, rows, gradients) per optimizer's batch (two);
+        # the first step also resends at each level, the first evaluation where its keys
+        # outgrew the level's class.
+        assert ran[:3] == [2 * 2 * 5, 2 * 2 * 4, 2 * 2 * 4] and ran[4] == 2 * 3, ran
+        assert 2 * 3 <= ran[3] <= 2 * 4, ran
 
 
 def test_a_rank_with_empty_batches_trains_with_the_others(tmp_path):

@@ -42,14 +42,17 @@ to rank 0's in the session's local initialisation (broadcast_variables).
 Every rank must build the same graph (the same lookups and optimizer calls in the same order:
 the n-th collective of each graph meets the n-th of the others) and run the same steps.
 """
+import os
+
 import tensorflow as tf
 
 import rec_sdk_graph_rewrite as graph_rewrite
 from rec_sdk.core import shard_names
 from rec_sdk.core.table import tables_of_graph
 from rec_sdk.ops import table_ops
-from rec_sdk.util.cluster import (all_gather, all_to_all_in_class, next_instance_key,
-                                rank_of, worker_devices)
+from rec_sdk.util.cluster import (CollectiveGroup, all_gather, all_to_all_in_class,
+                                next_instance_key, rank_of, worker_addresses,
+                                worker_devices)
 from rec_sdk import tf_patches
 from rec_sdk.util.graph_state import state_of
 from rec_sdk.util.log import logger
@@ -69,6 +72,14 @@ class RankShards:
         self.devices = list(devices)
         self.divide_gradients = divide_gradients
         self.shards = {}
+        self._routes = None
+
+    @property
+    def routes(self):
+        """The levels of this table's exchanges (_routes): one, or two with per-host dedup."""
+        if self._routes is None:
+            self._routes = _routes(self.rank, self.devices, worker_addresses(self.task))
+        return self._routes
 
     @property
     def device(self):
@@ -122,6 +133,72 @@ def managed_shards(table):
     return out
 
 
+class _Route:
+    """One level of an exchange: its collective group (None: every training task; else a
+    rec_sdk.util.cluster.CollectiveGroup), its size, this rank's index in it, and where each
+    key goes in it (`owner`: the owning rank -> an index in the group). `last`: the level
+    whose destinations own the keys."""
+
+    def __init__(self, group, size, index, owner, last):
+        self.group, self.size, self.index, self.owner, self.last = (group, size, index, owner,
+                                                                    last)
+
+
+# Ranks per host for per-host dedup: "auto" (hosts from the cluster's addresses), a number
+# (consecutive ranks), or unset / 0 / 1: none.
+RANKS_PER_HOST_ENV = "REC_SDK_RANKS_PER_HOST"
+
+
+def ranks_per_host(devices, addresses=None):
+    """The ranks per host that per-host dedup groups (REC_SDK_RANKS_PER_HOST), or 0 for none:
+    it needs at least two hosts of at least two ranks each, every host the same number of
+    consecutive ranks."""
+    value = os.environ.get(RANKS_PER_HOST_ENV, "").strip().lower()
+    ranks = len(devices)
+    if value in ("", "0", "1"):
+        return 0
+    if value == "auto":
+        hosts = [address.rsplit(":", 1)[0] for address in addresses or []]
+        if len(hosts) != ranks:
+            return 0
+        per_host = hosts.count(hosts[0])
+        consecutive = all(hosts[r] == hosts[r - r % per_host] for r in range(ranks))
+        if not consecutive or ranks % per_host or len(set(hosts)) != ranks // per_host:
+            logger.warning("rec_sdk: %s=auto: the training tasks are not the same number of "
+                           "consecutive tasks per host (%s): no per-host dedup",
+                           RANKS_PER_HOST_ENV, ", ".join(hosts))
+            return 0
+    else:
+        try:
+            per_host = int(value)
+        except ValueError:
+            per_host = -1
+        if per_host < 0 or per_host and ranks % per_host:
+            raise ValueError("%s must be auto, 0 or a divisor of the rank count (%d), got %r"
+                             % (RANKS_PER_HOST_ENV, ranks, value))
+    return per_host if 1 < per_host < ranks else 0
+
+
+def _routes(rank, devices, addresses=None):
+    """The levels of an exchange over `devices` (the ranks'). Direct: each rank sends each
+    owner its keys. Per-host dedup (ranks_per_host L > 0, H hosts): rank (h, l) = h * L + l
+    first sends each key to the rank of its host whose place l' is the owner's place on its
+    host (a group per host), which deduplicates the host's keys; that rank sends them to the
+    owner (a group per place: the ranks l' of every host). Rows come back the same way,
+    gradients are summed at each level."""
+    size = len(devices)
+    per_host = ranks_per_host(devices, addresses)
+    if not per_host:
+        return [_Route(None, size, rank, lambda owners: owners, True)]
+    hosts = size // per_host
+    host, place = divmod(rank, per_host)
+    on_host = CollectiveGroup(2 + host, devices[host * per_host:(host + 1) * per_host],
+                              host, hosts)
+    across = CollectiveGroup(2 + hosts + place, devices[place::per_host], place, per_host)
+    return [_Route(on_host, per_host, place, lambda owners: owners % per_host, False),
+            _Route(across, hosts, host, lambda owners: owners // per_host, True)]
+
+
 def owner_of(keys, size):
     """The rank owning each key: abs(key % size), with C's remainder (the checkpoints' rule)."""
     return tf.abs(tf.truncatemod(tf.cast(keys, tf.int64), tf.constant(size, tf.int64)))
@@ -166,12 +243,16 @@ class _Batch:
         self.dims = [lookup.table.dim for lookup in lookups]
         self.width = max(self.dims)
         self.gradients = None  # ({segment: gradient rows sent}, {segment: owned sums})
+        self.route = None  # the level of the exchange (_Route)
+        self.inner = None  # with per-host dedup, the next level's _Batch
 
 
-def _by_owner(keys, size):
-    """(order, [N] keys per owner, owners in that order, each key's slot in its owner's part,
-    owners) of distinct keys: `order` sorts them by owner (stable)."""
-    owners = tf.cast(owner_of(keys, size), tf.int32)
+def _by_owner(keys, ranks, route):
+    """(order, [N] keys per destination, destinations in that order, each key's slot in its
+    destination's part, destinations) of distinct keys at a level of the exchange (`route`;
+    N its size): `order` sorts them by destination (stable)."""
+    size = route.size
+    owners = tf.cast(route.owner(owner_of(keys, ranks.size)), tf.int32)
     order = tf.argsort(owners, stable=True)
     per_owner = _bincount(owners, size, tf.int32)
     sorted_owners = tf.gather(owners, order)
@@ -226,11 +307,13 @@ def exchange_rows(table, keys, counts, times, times_per_key, owner_rows, is_trai
     return dict(lookup.outputs)
 
 
-def _exchange(lookups):
+def _exchange(lookups, level=0):
     """The exchange of `lookups` (one or more, any tables): one keys all-to-all and one rows
-    all-to-all, whatever their number (see the module doc). -> _Batch."""
+    all-to-all, whatever their number (see the module doc), at each level of the tables'
+    routes from `level` on. -> _Batch."""
     ranks = lookups[0].table.ranks
-    task, size = ranks.task, ranks.size
+    route = ranks.routes[level]
+    task, size = ranks.task, route.size
     segments = len(lookups)
     width = max(int(lookup.columns.shape[1]) for lookup in lookups)
     dims = [lookup.table.dim for lookup in lookups]
@@ -243,7 +326,7 @@ def _exchange(lookups):
         packed, sizes = table_ops.pack_rows([lookup.columns for lookup in lookups], width,
                                             name="pack_keys")
     count = tf.shape(packed, out_type=tf.int32)[0]
-    order, per_owner, sorted_owners, within, owners = _by_owner(packed[:, 0], size)
+    order, per_owner, sorted_owners, within, owners = _by_owner(packed[:, 0], ranks, route)
     inverse = tf.math.invert_permutation(order)
     if segments == 1:
         segment = None
@@ -256,7 +339,7 @@ def _exchange(lookups):
             _bincount(owners * segments + segment, size * segments, tf.int64),
             [size, segments])
     received, cap, size_class = _send_keys(packed, per_owner, sorted_owners, within, inverse,
-                                           per_lookup, ranks)
+                                           per_lookup, ranks, route)
     slots = tf.gather(sorted_owners * cap + within, inverse)
     # Each part: its keys per lookup, then the keys lookup by lookup.
     from_lookup = received[:, :segments, 0]
@@ -296,17 +379,25 @@ def _exchange(lookups):
     if any(lookup.times_per_key for lookup in lookups):
         owned_times = _split(tf.math.unsorted_segment_max(asked[:, 2], index, owned_count),
                              owned_sizes, segments)
-    local = []
-    for i, lookup in enumerate(lookups):
-        counts = times = None
-        if lookup.has_counts:
-            counts = tf.cast(owned_counts[i], lookup.counts_dtype)
-        if lookup.times_per_key:
-            times = tf.cast(owned_times[i], lookup.times_dtype)
-        elif lookup.times is not None:
-            times = lookup.times
-        local.append(lookup.owner_rows(tf.cast(owned_keys[i], lookup.table.key_dtype),
-                                       counts, times))
+    inner = None
+    if route.last:
+        local = []
+        for i, lookup in enumerate(lookups):
+            counts = times = None
+            if lookup.has_counts:
+                counts = tf.cast(owned_counts[i], lookup.counts_dtype)
+            if lookup.times_per_key:
+                times = tf.cast(owned_times[i], lookup.times_dtype)
+            elif lookup.times is not None:
+                times = lookup.times
+            local.append(lookup.owner_rows(tf.cast(owned_keys[i], lookup.table.key_dtype),
+                                           counts, times))
+    else:
+        # This rank holds its host's distinct keys of one place: they go on to their owners
+        # (the next level), as one batch.
+        inner = _exchange([_passed_on(lookup, owned_keys[i], owned_counts[i], owned_times[i])
+                           for i, lookup in enumerate(lookups)], level + 1)
+        local = inner.outputs
     # The rows (and whether each key has one) back to the ranks that asked, in the slots
     # their keys came in.
     if segments == 1:
@@ -317,7 +408,7 @@ def _exchange(lookups):
     payload = tf.gather(tf.concat([rows, tf.cast(found, tf.float32)[:, tf.newaxis]], 1),
                         index)
     back = all_to_all_in_class(_parts(payload, valid_at, size, cap), size_class, task,
-                               "exchange_rows")
+                               "exchange_rows", group=route.group)
     back = tf.gather(tf.reshape(back, [size * cap, dim + 1]), slots)
     addresses = tf.where(back[:, dim] > 0.5, tf.cast(position, tf.int64),
                          tf.constant(-1, tf.int64))
@@ -334,11 +425,31 @@ def _exchange(lookups):
                              + list(addresses), name="rows")
     outputs = [{"emb": outs[i], "addresses": addresses[i], "trained": outs[2 * segments + i]}
                for i in range(segments)]
-    return _Batch(lookups, ranks, slots, cap, size_class, valid_at, index, owned_count,
-                  owned_sizes, owned_segment, [out["trained"] for out in local], outputs)
+    trained = inner.trained if inner else [out["trained"] for out in local]
+    batch = _Batch(lookups, ranks, slots, cap, size_class, valid_at, index, owned_count,
+                   owned_sizes, owned_segment, trained, outputs)
+    batch.route, batch.inner = route, inner
+    return batch
 
 
-def _send_keys(packed, per_owner, sorted_owners, within, inverse, per_lookup, ranks):
+def _passed_on(lookup, keys, counts, times):
+    """The _Lookup that passes `lookup`'s keys this rank was sent (their summed counts and
+    newest times, as int64) on to the next level of the exchange."""
+    columns = [keys]
+    if lookup.has_counts or lookup.times_per_key:
+        columns.append(counts if lookup.has_counts else tf.zeros_like(keys))
+    if lookup.times_per_key:
+        columns.append(times)
+    passed = _Lookup(lookup.table, tf.stack(columns, 1), lookup.has_counts,
+                     lookup.times_per_key, lookup.times, lookup.owner_rows, lookup.is_train,
+                     None)
+    for attribute in ("counts_dtype", "times_dtype"):
+        if hasattr(lookup, attribute):
+            setattr(passed, attribute, getattr(lookup, attribute))
+    return passed
+
+
+def _send_keys(packed, per_owner, sorted_owners, within, inverse, per_lookup, ranks, route):
     """The keys all-to-all of a batch: -> (received [N, T + cap, width], cap: keys per part,
     its size class).
 
@@ -352,7 +463,7 @@ def _send_keys(packed, per_owner, sorted_owners, within, inverse, per_lookup, ra
     need's class (a second all-to-all, in that step only). The gather also makes the step
     fail at once when a rank is gone (an all-to-all alone would wait for it), and gives the
     step a collective executor (TensorFlow sets none up for an all-to-all alone)."""
-    task, size = ranks.task, ranks.size
+    task, size, group = ranks.task, route.size, route.group
     width = int(packed.shape[1])
     hint = "rec_sdk_exchange_%d" % next_instance_key(task)  # the same name on every rank
     most = tf.reduce_max(per_owner)
@@ -364,16 +475,16 @@ def _send_keys(packed, per_owner, sorted_owners, within, inverse, per_lookup, ra
         return tf.concat([head, keys], 1)
 
     size_class, cap = table_ops.rank_size_class(hint)
-    sent = all_to_all_in_class(part(cap), size_class, task, "exchange_keys")
+    sent = all_to_all_in_class(part(cap), size_class, task, "exchange_keys", group=group)
     largest = tf.reduce_max(all_gather(tf.reshape(tf.cast(most, tf.int64), [1]), task=task,
-                                       name="gather_needs"))
+                                       name="gather_needs", group=group))
     exact_class, exact_cap = table_ops.rank_observe_size(largest, hint)
     overflow = largest > tf.cast(cap, tf.int64)
     # Only one of the two sides below runs (the other's tensors are dead): every rank takes
     # the same one, as all saw the same needs.
     kept = [_switch(t, overflow)[0] for t in (sent, cap, size_class)]
     again = [_switch(t, overflow)[1] for t in (exact_cap, exact_class)]
-    resent = all_to_all_in_class(part(again[0]), again[1], task, "resend_keys")
+    resent = all_to_all_in_class(part(again[0]), again[1], task, "resend_keys", group=group)
     return tuple(tf.raw_ops.Merge(inputs=[a, b]).output
                  for a, b in zip(kept, [resent] + again))
 
@@ -552,7 +663,8 @@ def _batch_gradients(batch, by_segment, pairs_out=True):
     """The owners' side of the gradients {segment: gradient rows} of `batch`: -> [(row
     addresses in this rank's shard, summed gradients)] per segment given (pairs_out=False:
     [(segment, summed gradients)])."""
-    ranks, size = batch.ranks, batch.ranks.size
+    ranks, route = batch.ranks, batch.route
+    size = route.size
     with tf.device(ranks.device), tf.name_scope("rank_gradients"):
         grads = []
         for i, lookup in enumerate(batch.lookups):
@@ -562,12 +674,13 @@ def _batch_gradients(batch, by_segment, pairs_out=True):
             grads.append(grad)
         packed, _ = table_ops.pack_rows(grads, batch.width, name="pack_gradients")
         received = all_to_all_in_class(_parts(packed, batch.slots, size, batch.cap),
-                                       batch.size_class, ranks.task, "exchange_gradients")
+                                       batch.size_class, ranks.task, "exchange_gradients",
+                                       group=route.group)
         received = tf.gather(tf.reshape(received, [size * batch.cap, batch.width]),
                              batch.valid_at)
         owned = table_ops.sum_rows(received, batch.index, batch.owned_count)
-        scale = [1.0 / size if lookup.table.ranks.divide_gradients else 1.0
-                 for lookup in batch.lookups]
+        scale = [1.0 / ranks.size if lookup.table.ranks.divide_gradients and route.last
+                 else 1.0 for lookup in batch.lookups]
         if len(set(scale)) == 1 and scale[0] != 1.0:
             owned = owned * scale[0]
         elif len(set(scale)) > 1:
@@ -577,6 +690,12 @@ def _batch_gradients(batch, by_segment, pairs_out=True):
         else:
             per_lookup = table_ops.split_rows(owned, batch.owned_sizes, batch.dims,
                                               name="split_gradients")
+        if batch.inner is not None:
+            # This rank's host's sums of one place's keys: on to their owners.
+            out = _batch_gradients(batch.inner, {i: per_lookup[i] for i in by_segment},
+                                   pairs_out)
+            batch.gradients = (dict(by_segment), batch.inner.gradients[1])
+            return out
         batch.gradients = (dict(by_segment), {i: per_lookup[i] for i in by_segment})
         if not pairs_out:
             return [(i, per_lookup[i]) for i in sorted(by_segment)]

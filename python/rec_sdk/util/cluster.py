@@ -33,7 +33,7 @@ from rec_sdk.ops.loader import load_ops
 __all__ = ["ClusterTask", "task_from_tf_config", "start_server", "current_task", "training_task",
            "rank_of", "ps_devices", "worker_devices", "worker_config", "all_reduce",
            "all_reduce_many", "all_gather", "all_gather_blocks", "all_to_all_blocks",
-           "all_to_all_in_class"]
+           "all_to_all_in_class", "CollectiveGroup"]
 
 _current = [None]  # the ClusterTask whose server this process started
 # Collective instance keys used so far, per graph: the n-th collective built in a graph gets
@@ -152,6 +152,12 @@ def ps_devices(where, job_name="ps"):
     return [_device(job_name, i) for i in cluster.task_indices(job_name)]
 
 
+def worker_addresses(where):
+    """The addresses ("host:port") of the training tasks, in rank order (worker_devices)."""
+    cluster = _cluster_of(where)
+    return [cluster.task_address(job, i) for job, i in _training_tasks(cluster)]
+
+
 def worker_devices(where):
     """The devices of the training tasks, in rank order: the chief's (if the cluster has one),
     then each worker's ("/job:worker/replica:0/task:<i>/device:CPU:0")."""
@@ -198,10 +204,28 @@ def rank_of(task):
     return training.index((task.job_name, task.task_index)), len(training)
 
 
-def _collective_call(task, name, keys=1):
-    """(own device, group size, the first of `keys` new instance keys of the graph) of a
-    collective of `task` (default: current_task(), else training_task()), or None with one
-    training task or none."""
+class CollectiveGroup:
+    """Some of the training tasks, as a collective group of their own: group `count` of
+    `count` disjoint groups that every task builds together (their n-th collectives share
+    the n-th reservation of instance keys, each group using its own part of it: TensorFlow
+    resolves an instance key once, whatever its group). `key`: the group key (1 is every
+    training task's); `devices`: the members' devices, in their order in the group."""
+
+    def __init__(self, key, devices, index, count):
+        if key <= 1:
+            raise ValueError("a CollectiveGroup's key must be > 1 (1 is every training "
+                             "task's), got %d" % key)
+        self.key, self.devices, self.index, self.count = key, list(devices), index, count
+
+    def __repr__(self):
+        return "<collective group %d: %s>" % (self.key, ", ".join(self.devices))
+
+
+def _collective_call(task, name, keys=1, group=None):
+    """(own device, group size, the first of `keys` new instance keys of the graph, group
+    key) of a collective of `task` (default: current_task(), else training_task()) over every
+    training task or over `group` (a CollectiveGroup), or None with one training task or
+    none."""
     task = task or current_task() or training_task()
     devices = worker_devices(task) if task is not None else []
     if len(devices) <= 1:
@@ -210,6 +234,16 @@ def _collective_call(task, name, keys=1):
     if own not in devices:
         raise ValueError("%s runs in the training tasks (%s), not in %s"
                          % (name, ", ".join(devices), own))
+    if group is not None:
+        if own not in group.devices:
+            raise ValueError("%s of %r runs in its tasks, not in %s" % (name, group, own))
+        first = _reserve(name, keys * group.count)
+        return own, len(group.devices), first + group.index * keys, group.key
+    return own, len(devices), _reserve(name, keys), 1
+
+
+def _reserve(name, keys):
+    """The first of `keys` new instance keys of the default graph."""
     graph = tf.compat.v1.get_default_graph()
     with _instances_lock:
         if graph not in _instances:
@@ -227,7 +261,7 @@ def _collective_call(task, name, keys=1):
         if _instances[graph] >= (_graphs[0] + 1) * _KEYS_PER_GRAPH:
             raise ValueError("%s: more than %d collective instance keys in one graph"
                              % (name, _KEYS_PER_GRAPH))
-    return own, len(devices), instance
+    return instance
 
 
 def next_instance_key(task=None):
@@ -250,7 +284,7 @@ def all_reduce(tensor, reduction="sum", task=None, name=None):
     call = _collective_call(task, "all_reduce")
     if call is None:
         return tf.identity(tensor, name=name)
-    own, size, instance = call
+    own, size, instance, _ = call
     merge, final = _REDUCTIONS[reduction]
     with tf.device(own), tf.name_scope(name or "all_reduce"):
         return tf.raw_ops.CollectiveReduceV2(
@@ -276,18 +310,20 @@ def all_reduce_many(tensors, reduction="sum", task=None, name=None):
                 for part, t in zip(tf.split(reduced, sizes), tensors)]
 
 
-def all_gather(tensor, task=None, name=None):
+def all_gather(tensor, task=None, name=None, group=None):
     """Every training task's `tensor` (the same shape in each) concatenated along the first
     dimension in rank order (worker_devices): TensorFlow's CollectiveGatherV2, built and run
-    as all_reduce is. With one training task (or none) the tensor itself."""
-    call = _collective_call(task, "all_gather")
+    as all_reduce is. group: a CollectiveGroup (its members' tensors, in its order) instead
+    of every training task. With one training task (or none) the tensor itself."""
+    call = _collective_call(task, "all_gather", group=group)
     if call is None:
         return tf.identity(tensor, name=name)
-    own, size, instance = call
+    own, size, instance, group_key = call
     with tf.device(own), tf.name_scope(name or "all_gather"):
         return tf.raw_ops.CollectiveGatherV2(
             input=tf.convert_to_tensor(tensor), group_size=tf.constant(size),
-            group_key=tf.constant(1), instance_key=tf.constant(instance), ordering_token=[])
+            group_key=tf.constant(group_key), instance_key=tf.constant(instance),
+            ordering_token=[])
 
 
 _SIZE_CLASSES = 32  # powers of two: what all_gather_blocks pads to
@@ -342,7 +378,7 @@ def all_gather_blocks(blocks, task=None, name=None):
                   for t, r in zip(tensors, rows)]
         if call is None:
             return list(zip(padded, rows))
-        own, size, first = call
+        own, size, first, _ = call
         with tf.device(own):
             flat = tf.concat([tf.reshape(t, [-1]) for t in padded], 0)
             key, total = _size_class(tf.size(flat, out_type=tf.int64), first,
@@ -376,7 +412,7 @@ def all_to_all_blocks(blocks, task=None, name=None):
                   for t, c in zip(tensors, caps)]
         if call is None:
             return padded
-        own, size, first = call
+        own, size, first, _ = call
         with tf.device(own):
             flat = tf.concat([tf.reshape(t, [size, -1]) for t in padded], 1)
             width = tf.shape(flat)[1]
@@ -388,19 +424,20 @@ def all_to_all_blocks(blocks, task=None, name=None):
                     for part, t, c in zip(_cut(received, tensors, caps, 2), tensors, caps)]
 
 
-def all_to_all_in_class(tensor, size_class, task=None, name=None):
+def all_to_all_in_class(tensor, size_class, task=None, name=None, group=None):
     """All-to-all of a tensor [N, ...] (N training tasks; part d goes to rank d, part s of the
     result came from rank s) whose shape changes from step to step in steps of size classes:
     `size_class` (an int32 scalar tensor in [0, rec_sdk.ops.table_ops.SIZE_CLASSES), the
     same in every task) picks the collective instance, so the shape must be a function of it
     (the same in every task and step that uses the class). TensorFlow's CollectiveAllToAllV2,
-    as all_to_all_blocks. With one training task (or none) the tensor itself."""
+    as all_to_all_blocks. group: a CollectiveGroup (N its members) instead of every training
+    task. With one training task (or none) the tensor itself."""
     from rec_sdk.ops.table_ops import SIZE_CLASSES  # pylint: disable=import-outside-toplevel
-    call = _collective_call(task, "all_to_all", keys=SIZE_CLASSES)
+    call = _collective_call(task, "all_to_all", keys=SIZE_CLASSES, group=group)
     if call is None:
         return tf.identity(tensor, name=name)
-    own, size, first = call
+    own, size, first, group_key = call
     with tf.device(own), tf.name_scope(name or "all_to_all_in_class"):
         return tf.raw_ops.CollectiveAllToAllV2(
-            input=tensor, group_size=tf.constant(size), group_key=tf.constant(1),
+            input=tensor, group_size=tf.constant(size), group_key=tf.constant(group_key),
             instance_key=tf.cast(size_class, tf.int32) + first, ordering_token=[])
