@@ -14,13 +14,16 @@ data, 26 tables) at a global batch of 2,048: samples/s of training over N ranks 
 process.
 
     .venv/bin/python benchmarks/bench_ranks.py [--ranks 2,4] [--steps 30] [--dlrm-steps 150]
-        [--json OUT] [--netns RATE]
+        [--json OUT] [--netns RATE [--per-host L]]
 
 --json OUT writes the figures for benchmarks/rank_model.py. --netns RATE (root, Linux): the
 table workload's ranks run in network namespaces of their own, joined by veth pairs to a
 bridge, each veth limited to RATE by tc (e.g. 1gbit), so that the wire time is real; the
 bytes are then those of the veths (each rank's sent bytes, summed). The namespaces, veths and
-bridge (rsbench*) are removed afterwards, also when a rank fails.
+bridge (rsbench*) are removed afterwards, also when a rank fails. --per-host L (with
+--netns): L consecutive ranks share a namespace (a host), and each rank count runs twice,
+without and with per-host dedup (REC_SDK_RANKS_PER_HOST=auto, hosts told apart by their
+addresses); the bytes are those between hosts (each host's veth).
 """
 import argparse
 import json
@@ -103,8 +106,8 @@ NETNS = "rsbench"
 
 
 def _netns(ranks, rate):
-    """Network namespaces rsbench0.. with 10.77.0.(r+1) on a veth limited to `rate`, bridged
-    -> the per-rank command prefixes."""
+    """Network namespaces rsbench0.. (`ranks` of them: one per host) with 10.77.0.(r+1) on a
+    veth limited to `rate`, bridged -> the per-namespace command prefixes."""
     _netns_down(ranks)
     run = lambda *a: subprocess.run(a, check=True)  # noqa: E731
     run("ip", "link", "add", NETNS + "br", "type", "bridge")
@@ -131,15 +134,17 @@ def _netns_down(ranks):
     subprocess.run(["ip", "link", "del", NETNS + "br"], stderr=subprocess.DEVNULL)
 
 
-def _table_over_ranks(ranks, steps, warmup, netns=None):
+def _table_over_ranks(ranks, steps, warmup, netns=None, per_host=1, dedup=False):
     """table_steps in `ranks` processes of a local cluster -> rank 0's result (netns: in
-    network namespaces, with every rank's bytes)."""
+    network namespaces of `per_host` ranks each, with every namespace's bytes; dedup: with
+    per-host dedup)."""
     cluster = local_cluster(0, ranks)
     prefixes = [[] for _ in range(ranks)]
+    hosts = ranks // per_host
     if netns:
-        cluster = {"worker": ["10.77.0.%d:%s" % (r + 1, a.rsplit(":", 1)[1])
+        cluster = {"worker": ["10.77.0.%d:%s" % (r // per_host + 1, a.rsplit(":", 1)[1])
                               for r, a in enumerate(cluster["worker"])]}
-        prefixes = _netns(ranks, netns)
+        prefixes = [prefix for prefix in _netns(hosts, netns) for _ in range(per_host)]
     command = [sys.executable, os.path.abspath(__file__), "--rank-worker", "--steps",
                str(steps), "--warmup", str(warmup)]
     processes = []
@@ -148,7 +153,8 @@ def _table_over_ranks(ranks, steps, warmup, netns=None):
             env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TF_CONFIG=json.dumps(
                 {"cluster": cluster, "task": {"type": "worker", "index": i}}))
             if netns:
-                env["REC_SDK_BENCH_DEV"] = "%sp%d" % (NETNS, i)
+                env["REC_SDK_BENCH_DEV"] = "%sp%d" % (NETNS, i // per_host)
+            env["REC_SDK_RANKS_PER_HOST"] = "auto" if dedup else "0"
             processes.append(subprocess.Popen(prefixes[i] + command, env=env,
                                               stdout=subprocess.PIPE,
                                               stderr=subprocess.STDOUT, text=True))
@@ -159,14 +165,14 @@ def _table_over_ranks(ranks, steps, warmup, netns=None):
                 p.kill()
                 p.wait()
         if netns:
-            _netns_down(ranks)
+            _netns_down(hosts)
     for p, out in zip(processes, outputs):
         if p.returncode != 0:
             raise RuntimeError("a rank failed:\n%s" % out[-3000:])
     results = [json.loads([line for line in out.splitlines() if line.startswith("{")][-1])
                for out in outputs]
     if netns:
-        results[0]["bytes"] = sum(r["bytes"] for r in results)
+        results[0]["bytes"] = sum(r["bytes"] for r in results[::per_host])
     return results[0]
 
 
@@ -198,6 +204,9 @@ def main():
     parser.add_argument("--rank-worker", action="store_true")
     parser.add_argument("--json", help="write the figures here (for rank_model.py)")
     parser.add_argument("--netns", help="rate of each rank's veth (tc tbf), e.g. 1gbit")
+    parser.add_argument("--per-host", type=int, default=1,
+                        help="with --netns: ranks per namespace; runs with and without "
+                             "per-host dedup")
     args = parser.parse_args()
     if args.rank_worker:
         print(json.dumps(table_steps(args.steps, args.warmup)), flush=True)
@@ -218,17 +227,28 @@ def main():
                                "--steps", str(args.steps), "--warmup", str(args.warmup)],
                               dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")).splitlines()[-1])
     if one is not None:
-        print("\n| processes | ms per step | steps/s vs 1 process | loopback bytes/step | "
-              "bytes per unique key |")
+        print("\n| processes | ms per step | steps/s vs 1 process | %s bytes/step | "
+              "bytes per unique key |" % ("between hosts:" if args.netns else "loopback"))
         print("|---|---|---|---|---|")
         print("| 1 | %.2f | 1.00x | - | - |" % one["ms"])
         figures["table"]["ms"][1] = one["ms"]
+    if args.per_host > 1 and (not args.netns or any(n % args.per_host for n in counts)):
+        parser.error("--per-host needs --netns and rank counts it divides")
     for n in (counts if one is not None else []):
-        got = _table_over_ranks(n, args.steps, args.warmup, args.netns)
-        figures["table"]["ms"][n], figures["table"]["bytes"][n] = got["ms"], got["bytes"]
-        print("| %d | %.2f | %.2fx | %.2f MB | %.0f |" % (
-            n, got["ms"], one["ms"] / got["ms"], got["bytes"] / 1e6, got["bytes"] / unique),
-            flush=True)
+        for dedup in ((False, True) if args.per_host > 1 else (False,)):
+            got = _table_over_ranks(n, args.steps, args.warmup, args.netns, args.per_host,
+                                    dedup)
+            label = "%d%s" % (n, (" (%d hosts, %s)" % (
+                n // args.per_host, "per-host dedup" if dedup else "direct"))
+                if args.per_host > 1 else "")
+            if not dedup:
+                figures["table"]["ms"][n], figures["table"]["bytes"][n] = (got["ms"],
+                                                                           got["bytes"])
+            else:
+                figures["table"].setdefault("host_dedup", {})[n] = got
+            print("| %s | %.2f | %.2fx | %.2f MB | %.0f |" % (
+                label, got["ms"], one["ms"] / got["ms"], got["bytes"] / 1e6,
+                got["bytes"] / unique), flush=True)
     if args.dlrm_steps:
         print("\nDLRM (26 tables, global batch %d):\n" % DLRM_BATCH)
         print("| processes | samples/s | vs 1 process |")

@@ -102,7 +102,8 @@ def hot_keys(batches, ranks, dim, per_host=8, cache_rows=(1024, 16384)):
         sent, its gradient still is;
       * host dedup: ranks on one host (`per_host` of them) send each remote owner the host's
         distinct keys once (and get each row once; one summed gradient); traffic inside a host
-        is not on the wire.
+        is not on the wire, for the exchange without dedup neither (its keys to the owners
+        on the same host).
     -> {"base": bytes, "cache": {rows: bytes}, "host": bytes} per rank, averaged over steps."""
     key_row, grad = 8 + 4 * (dim + 1), 4 * dim
     hosts = max(1, ranks // per_host)
@@ -118,8 +119,11 @@ def hot_keys(batches, ranks, dim, per_host=8, cache_rows=(1024, 16384)):
             all_keys.append(tagged)
             for s in range(ranks):
                 distinct = np.unique(tagged[s * per_rank:(s + 1) * per_rank])
-                remote = distinct[np.abs(np.fmod(distinct & ((1 << 40) - 1), ranks)) != s]
-                sent_pairs += remote.size
+                owner = np.abs(np.fmod(distinct & ((1 << 40) - 1), ranks))
+                remote = distinct[owner != s]
+                # Over the wire: to owners on other hosts (one host: all but its own).
+                sent_pairs += ((owner // per_host != s // per_host).sum()
+                               if ranks > per_host else remote.size)
                 if previous is not None:
                     for c in cache_rows:
                         cached[c] += np.isin(remote, previous[:c]).sum()

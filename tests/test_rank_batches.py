@@ -175,6 +175,39 @@ def test_per_host_dedup_over_two_hosts_of_two_ranks_trains_as_one_process(tmp_pa
         assert 2 * 3 <= ran[3] <= 2 * 4, ran
 
 
+def test_ranks_per_host_from_the_setting_and_the_addresses(monkeypatch):
+    """REC_SDK_RANKS_PER_HOST: unset / 0 / 1 / one host of every rank / one rank per host:
+    no per-host dedup; a divisor L of the rank count: hosts of L consecutive ranks; auto:
+    from the addresses (consecutive tasks of a host, as many on each; else none, with a
+    warning); anything else is refused naming the setting and the value."""
+    devices = ["/job:worker/replica:0/task:%d/device:CPU:0" % r for r in range(4)]
+    env = ranks_module.RANKS_PER_HOST_ENV
+    two_hosts = ["10.0.0.1:2222", "10.0.0.1:2223", "10.0.0.2:2222", "10.0.0.2:2223"]
+    for value, addresses, want in [
+            (None, two_hosts, 0), ("0", two_hosts, 0), ("1", two_hosts, 0), ("4", None, 0),
+            ("2", None, 2), (" Auto ", two_hosts, 2),
+            ("auto", ["127.0.0.1:%d" % p for p in range(4)], 0),  # one host
+            ("auto", ["a:1", "b:1", "c:1", "d:1"], 0),  # one rank per host
+            ("auto", ["a:1", "b:1", "a:2", "b:2"], 0),  # not consecutive
+            ("auto", ["a:1", "a:2", "a:3", "b:1"], 0)]:  # not as many on each
+        if value is None:
+            monkeypatch.delenv(env, raising=False)
+        else:
+            monkeypatch.setenv(env, value)
+        assert ranks_module.ranks_per_host(devices, addresses) == want, (value, addresses)
+    for bad in ("3", "-2", "two"):
+        monkeypatch.setenv(env, bad)
+        with pytest.raises(ValueError, match="%s must be auto, 0 or a divisor of the rank "
+                                             "count \\(4\\), got '%s'" % (env, bad)):
+            ranks_module.ranks_per_host(devices, two_hosts)
+    # The routes of rank 3 of 2 hosts of 2: its host's group, then its place's.
+    monkeypatch.setenv(env, "2")
+    on_host, across = ranks_module._routes(3, devices, two_hosts)
+    assert (on_host.group.key, on_host.group.devices, on_host.index) == (3, devices[2:], 1)
+    assert (across.group.key, across.group.devices, across.index) == (5, devices[1::2], 1)
+    assert not on_host.last and across.last
+
+
 def test_a_rank_with_empty_batches_trains_with_the_others(tmp_path):
     """Rank 1 looks up no key in any step (it still owns keys and updates them): the ranks
     train as one process on rank 0's batches."""
