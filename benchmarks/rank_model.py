@@ -263,10 +263,11 @@ def main():
         print("|---|---|---|---|---|")
         for n in (8, 32, 128):
             h = hot_keys(make(n, batch // 4 * n)[:max(2, args.steps)], n, dim)
-            print("| %d | %.0f KB | %+.0f%% | %+.0f%% | %+.0f%% |" % (
+            print("| %d | %.0f KB | %+.0f%% | %+.0f%% | %s |" % (
                 n, h["base"] / 1e3, *[100.0 * (h["cache"][c] - h["base"]) / h["base"]
                                       for c in (1024, 16384)],
-                100.0 * (h["host"] - h["base"]) / h["base"]))
+                "%+.0f%%" % (100.0 * (h["host"] - h["base"]) / h["base"]) if n > 8
+                else "- (one host)"))
         print()
 
 

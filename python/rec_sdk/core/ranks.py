@@ -39,6 +39,11 @@ every shard
 (managed_shards); in MonitoredTrainingSession and tf.estimator every rank's variables are set
 to rank 0's in the session's local initialisation (broadcast_variables).
 
+Per-host dedup (REC_SDK_RANKS_PER_HOST, _routes): the exchange runs in two levels, each a
+whole exchange in collective groups of its own: the ranks of a host (each key to the rank of
+its host in its owner's place, which deduplicates the host's keys), then the ranks of a place
+across the hosts (to the owner); gradients are summed at each level.
+
 Every rank must build the same graph (the same lookups and optimizer calls in the same order:
 the n-th collective of each graph meets the n-th of the others) and run the same steps.
 """
