@@ -208,6 +208,70 @@ def test_ranks_per_host_from_the_setting_and_the_addresses(monkeypatch):
     assert not on_host.last and across.last
 
 
+def _worker_module():
+    """tables_rank_worker.py as a module (its data and dims)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("tables_rank_worker", TABLES_WORKER)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _expected_received_bytes(ranks, tables, steps):
+    """What each rank receives per traced step of tables_rank_worker.py (the training steps,
+    then the two evaluations), from its data and the exchange's formula: per batch of T
+    lookups (dims up to D, one key column), the needs gather N x 8 bytes, the keys
+    all-to-all N x (T + cap) x 8, the rows N x cap x (D + 1) x 4, the gradients N x cap x D x
+    4, with cap the rows of the batch's size class: the hint (class 0 at first; one class
+    above a need that outgrew it), or, in a step whose need outgrew the hint, the need's class
+    after a second keys all-to-all in it."""
+    worker = _worker_module()
+    rows, class_of = table_ops.size_class_rows, table_ops.size_class_of
+    hints = {}
+
+    def exchange(name, need, lookups, dim, gradients):
+        hint = hints.get(name, 0)
+        cap = rows(hint)
+        total = ranks * 8 + ranks * (lookups + cap) * 8
+        if need > cap:
+            cap = rows(class_of(need))
+            total += ranks * (lookups + cap) * 8
+            hints[name] = class_of(need) + 1
+        return total + ranks * cap * (dim + 1) * 4 + (ranks * cap * dim * 4 if gradients else 0)
+
+    def need(keys_of):  # keys_of(t, r) -> rank r's keys of table t
+        return max(np.bincount(np.concatenate([np.abs(np.fmod(np.unique(keys_of(t, r)), ranks))
+                                               for t in batch]), minlength=ranks).max()
+                   for r in range(ranks))
+
+    out = []
+    for step in range(steps):
+        total = 0
+        for name, batch in (("adam", range(0, tables, 2)), ("sgd", range(1, tables, 2))):
+            if len(batch):
+                ids = {t: worker.global_ids(t, step, worker.BATCH * ranks) for t in batch}
+                total += exchange(name, need(lambda t, r: ids[t][r * worker.BATCH:
+                                                               (r + 1) * worker.BATCH]),
+                                  len(batch), max(map(worker.dim_of, batch)), True)
+        out.append(total)
+    batch = range(tables)
+    for _ in range(2):
+        out.append(exchange("eval", need(lambda t, r: np.arange(-4, 30 + 3 * t)[r::ranks]),
+                            tables, max(map(worker.dim_of, batch)), False))
+    return out
+
+
+def test_the_bytes_a_rank_receives_per_step_match_the_formula(tmp_path):
+    """Counted (the outputs of the collectives each traced step ran, on every rank) against
+    the formula (_expected_received_bytes) for 1, 3 and 8 tables over 2 ranks and 8 over 3:
+    no byte more than the keys, rows and gradients in their size classes."""
+    for ranks, tables in ((2, 1), (2, 3), (3, 8)):
+        shards, _ = _tables_over_ranks(tmp_path, ranks, "--tables", tables, "--steps", 4)
+        want = _expected_received_bytes(ranks, tables, 4)
+        for shard in shards:
+            assert list(shard["received_bytes"]) == want, (ranks, tables)
+
+
 def test_a_rank_with_empty_batches_trains_with_the_others(tmp_path):
     """Rank 1 looks up no key in any step (it still owns keys and updates them): the ranks
     train as one process on rank 0's batches."""

@@ -31,7 +31,6 @@ from rec_sdk.optimizers.lazy_adam_by_addr import create_hash_optimizer_by_addres
 from rec_sdk.util.communication import hccl_ops
 from rec_sdk.util.initialize import init
 
-tf.compat.v1.disable_eager_execution()
 BATCH = 6  # rows per rank
 
 
@@ -61,12 +60,16 @@ TRACE = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
 
 
 def collectives_run(metadata):
-    """How many collective ops a traced step ran (on this process's devices)."""
-    return sum("Collective" in node.node_name
-               for device in metadata.step_stats.dev_stats for node in device.node_stats)
+    """How many collective ops a traced step ran (on this process's devices), and the bytes
+    their outputs hold (what this rank received)."""
+    nodes = [node for device in metadata.step_stats.dev_stats for node in device.node_stats
+             if "Collective" in node.node_name]
+    return len(nodes), sum(output.tensor_description.allocation_description.requested_bytes
+                           for node in nodes for output in node.output)
 
 
 def main():
+    tf.compat.v1.disable_eager_execution()
     parser = argparse.ArgumentParser()
     parser.add_argument("out")
     parser.add_argument("--local", type=int, default=0)
@@ -149,7 +152,8 @@ def main():
             evaluated = sess.run(evals, options=TRACE, run_metadata=metadata)
             ran.append(collectives_run(metadata))
         exported = sess.run(exports)
-    out = {"losses": np.array(losses), "collectives_run": np.array(ran)}
+    out = {"losses": np.array(losses), "collectives_run": np.array([r[0] for r in ran]),
+           "received_bytes": np.array([r[1] for r in ran])}
     for t, ((keys, values, slots), rows_) in enumerate(zip(exported, evaluated)):
         order = np.argsort(keys)
         out["keys%d" % t], out["values%d" % t] = keys[order], values[order]
