@@ -31,13 +31,13 @@ steps, first waits until each rank has finished as many update steps as it has (
 a checkpoint is of one step on every shard.
 
 Lookups are exchanged in batches (batch_lookups): the lookups an optimizer trains, of any
-tables and dims, share one exchange (the keys all-to-all with the needs gather beside it, the
-rows all-to-all, the gradient all-to-all), their bookkeeping done once for the batch, so a step's ops do not grow
-with the number of tables; so do the graph's evaluation lookups (batched when
-MonitoredTrainingSession or Estimator finalizes the graph). Rank 0 saves, restores and evicts
-every shard
-(managed_shards); in MonitoredTrainingSession and tf.estimator every rank's variables are set
-to rank 0's in the session's local initialisation (broadcast_variables).
+tables and dims, share one exchange (the keys all-to-all with the needs gather beside it,
+the rows all-to-all, the gradient all-to-all), their bookkeeping done once for the batch, so
+a step's ops do not grow with the number of tables; so do the graph's evaluation lookups
+(batched when MonitoredTrainingSession or Estimator finalizes the graph). Rank 0 saves,
+restores and evicts every shard (managed_shards); in MonitoredTrainingSession and
+tf.estimator every rank's variables are set to rank 0's in the session's local
+initialisation (broadcast_variables).
 
 Per-host dedup (REC_SDK_RANKS_PER_HOST, _routes): the exchange runs in two levels, each a
 whole exchange in collective groups of its own: the ranks of a host (each key to the rank of
@@ -412,8 +412,8 @@ def _exchange(lookups, level=0):
         found = tf.concat([out["addresses"] for out in local], 0) >= 0
     payload = tf.gather(tf.concat([rows, tf.cast(found, tf.float32)[:, tf.newaxis]], 1),
                         index)
-    back = all_to_all_in_class(_parts(payload, valid_at, size, cap), size_class, task,
-                               "exchange_rows", group=route.group)
+    back = _all_to_all(_parts(payload, valid_at, size, cap), size_class, task, route,
+                       "exchange_rows")
     back = tf.gather(tf.reshape(back, [size * cap, dim + 1]), slots)
     addresses = tf.where(back[:, dim] > 0.5, tf.cast(position, tf.int64),
                          tf.constant(-1, tf.int64))
@@ -480,7 +480,7 @@ def _send_keys(packed, per_owner, sorted_owners, within, inverse, per_lookup, ra
         return tf.concat([head, keys], 1)
 
     size_class, cap = table_ops.rank_size_class(hint)
-    sent = all_to_all_in_class(part(cap), size_class, task, "exchange_keys", group=group)
+    sent = _all_to_all(part(cap), size_class, task, route, "exchange_keys")
     largest = tf.reduce_max(all_gather(tf.reshape(tf.cast(most, tf.int64), [1]), task=task,
                                        name="gather_needs", group=group))
     exact_class, exact_cap = table_ops.rank_observe_size(largest, hint)
@@ -489,9 +489,15 @@ def _send_keys(packed, per_owner, sorted_owners, within, inverse, per_lookup, ra
     # the same one, as all saw the same needs.
     kept = [_switch(t, overflow)[0] for t in (sent, cap, size_class)]
     again = [_switch(t, overflow)[1] for t in (exact_cap, exact_class)]
-    resent = all_to_all_in_class(part(again[0]), again[1], task, "resend_keys", group=group)
+    resent = _all_to_all(part(again[0]), again[1], task, route, "resend_keys")
     return tuple(tf.raw_ops.Merge(inputs=[a, b]).output
                  for a, b in zip(kept, [resent] + again))
+
+
+def _all_to_all(parts, size_class, task, route, name):
+    """The all-to-all of [route.size, ...] parts in a size class, in the route's group."""
+    return all_to_all_in_class(parts, size_class, table_ops.SIZE_CLASSES, task, name,
+                               group=route.group)
 
 
 def _switch(value, pred):
@@ -593,11 +599,11 @@ def _register(batch, graph):
 def batch_lookups(tokens, graph=None):
     """Moves the lookups whose tokens these are (of tables sharded over ranks, not yet run)
     into one exchange: one keys all-to-all (a needs gather beside it) and one rows all-to-all
-    for all of them, their bookkeeping done once for the batch rather than once per lookup (tables of
-    any dims; each keeps its own settings). Each collective costs a round of messages and its
-    CPU whatever its size, and each op its scheduling, so a model with many tables steps as
-    fast as one with one table of the same keys. The lookups' consumers are rewired to the
-    batch (their own exchanges stay in the graph, unused). A step then runs all of them
+    for all of them, their bookkeeping done once for the batch rather than once per lookup
+    (tables of any dims; each keeps its own settings). Each collective costs a round of
+    messages and its CPU whatever its size, and each op its scheduling, so a model with many
+    tables steps as fast as one with one table of the same keys. The lookups' consumers are
+    rewired to the batch (their own exchanges stay in the graph, unused). A step then runs all of them
     together: fetching one of these lookups runs the others' (and their inputs) too.
     Returns the number of lookups batched."""
     lookups = []
@@ -678,9 +684,8 @@ def _batch_gradients(batch, by_segment, pairs_out=True):
                 grad = tf.zeros_like(batch.outputs[i]["emb"])
             grads.append(grad)
         packed, _ = table_ops.pack_rows(grads, batch.width, name="pack_gradients")
-        received = all_to_all_in_class(_parts(packed, batch.slots, size, batch.cap),
-                                       batch.size_class, ranks.task, "exchange_gradients",
-                                       group=route.group)
+        received = _all_to_all(_parts(packed, batch.slots, size, batch.cap),
+                               batch.size_class, ranks.task, route, "exchange_gradients")
         received = tf.gather(tf.reshape(received, [size * batch.cap, batch.width]),
                              batch.valid_at)
         owned = table_ops.sum_rows(received, batch.index, batch.owned_count)

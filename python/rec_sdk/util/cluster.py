@@ -424,16 +424,16 @@ def all_to_all_blocks(blocks, task=None, name=None):
                     for part, t, c in zip(_cut(received, tensors, caps, 2), tensors, caps)]
 
 
-def all_to_all_in_class(tensor, size_class, task=None, name=None, group=None):
+def all_to_all_in_class(tensor, size_class, classes, task=None, name=None, group=None):
     """All-to-all of a tensor [N, ...] (N training tasks; part d goes to rank d, part s of the
     result came from rank s) whose shape changes from step to step in steps of size classes:
-    `size_class` (an int32 scalar tensor in [0, rec_sdk.ops.table_ops.SIZE_CLASSES), the
-    same in every task) picks the collective instance, so the shape must be a function of it
-    (the same in every task and step that uses the class). TensorFlow's CollectiveAllToAllV2,
+    `size_class` (an int32 scalar tensor in [0, classes), the same in every task; rec_sdk's
+    exchanges use rec_sdk.ops.table_ops.SIZE_CLASSES) picks the collective instance, so the
+    shape must be a function of it (the same in every task and step that uses the class).
+    TensorFlow's CollectiveAllToAllV2,
     as all_to_all_blocks. group: a CollectiveGroup (N its members) instead of every training
     task. With one training task (or none) the tensor itself."""
-    from rec_sdk.ops.table_ops import SIZE_CLASSES  # pylint: disable=import-outside-toplevel
-    call = _collective_call(task, "all_to_all", keys=SIZE_CLASSES, group=group)
+    call = _collective_call(task, "all_to_all", keys=classes, group=group)
     if call is None:
         return tf.identity(tensor, name=name)
     own, size, first, group_key = call
