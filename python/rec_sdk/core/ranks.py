@@ -603,8 +603,9 @@ def batch_lookups(tokens, graph=None):
     (tables of any dims; each keeps its own settings). Each collective costs a round of
     messages and its CPU whatever its size, and each op its scheduling, so a model with many
     tables steps as fast as one with one table of the same keys. The lookups' consumers are
-    rewired to the batch (their own exchanges stay in the graph, unused). A step then runs all of them
-    together: fetching one of these lookups runs the others' (and their inputs) too.
+    rewired to the batch (their own exchanges stay in the graph, unused). A step then runs
+    all of them together: fetching one of these lookups runs the others' (and their inputs)
+    too.
     Returns the number of lookups batched."""
     lookups = []
     for token in tokens:
