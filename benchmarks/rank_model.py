@@ -8,8 +8,8 @@ global batch, deduplicated per table, sent to owner abs(key % N)):
     pair count of the steps, as the hint of rec_sdk.core.ranks holds it), the rows (dim + 1
     floats per key) and the gradients (dim floats) in the same class, and for DLRM the dense
     all-reduce (ring);
-  * the collectives and the stages of the critical path (keys with the needs gather beside
-    them, rows, gradients; no barrier);
+  * the collectives and the stages of the critical path (the needs gather, keys, rows,
+    gradients; no barrier);
   * the keys each rank owns (the owner's find-or-insert, gather and optimizer work).
 The step time on this machine, where every rank shares the same 2 cores, is
     t(N) = t(1) + stage * stages(N) + per_byte * N * bytes(N)
@@ -89,7 +89,7 @@ def exchange(batches, ranks, dim, dense_params=0):
     collectives = 4 + (1 if dense_params else 0)
     return {"bytes": float(np.mean(sent)) + dense, "owned": float(np.mean(owned)),
             "padding": float(np.mean(padding)), "collectives": collectives if ranks > 1 else 0,
-            "stages": 3 if ranks > 1 else 0}
+            "stages": 4 if ranks > 1 else 0}
 
 
 def hot_keys(batches, ranks, dim, per_host=8, cache_rows=(1024, 16384)):

@@ -100,7 +100,7 @@ def test_a_steps_op_count_over_ranks_is_flat_in_the_table_count():
         assert local["collectives"] == local["eval_collectives"] == 0
         extra[tables] = (ranked["ops"] - local["ops"], ranked["collectives"])
         # The evaluation lookups of the graph: one exchange for all of them (the needs
-        # gather beside the keys all-to-all, the rows all-to-all; a second keys all-to-all
+        # gather, the keys all-to-all, the rows all-to-all; a second keys all-to-all
         # when keys did not fit the size class: it runs on such steps only, see below).
         assert ranked["eval_collectives"] == 4, (tables, ranked)
     # One optimizer (one batch) for one table, two for more; 32 more tables add no op (the
@@ -149,8 +149,8 @@ def test_forty_tables_of_mixed_dims_over_three_ranks_train_as_one_process(tmp_pa
     _assert_ranks_equal_local(shards, local, 40)
     # The collectives each step ran, on every rank: once the size classes are known (after
     # the first step; the first evaluation), a training step runs per batch of lookups (two
-    # optimizers: two) the keys all-to-all with the needs gather beside it, the rows
-    # all-to-all and the gradient one, nothing else: one round trip forward, one backward.
+    # optimizers: two) the needs gather, the keys all-to-all, the rows all-to-all and the
+    # gradient one, nothing else.
     # An evaluation runs three. The first of each also sent the keys again, in a larger
     # class.
     for shard in shards:

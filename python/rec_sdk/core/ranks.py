@@ -10,10 +10,10 @@ its shard in its own process. A lookup on rank r:
 2. sends each owner only the keys it owns, with their admission counts and clocks, in one
    all-to-all (TensorFlow's CollectiveAllToAllV2 over the cluster's gRPC runtime), each part
    padded to a size class every rank already knows: the batch's hint, one class above the
-   largest count any rank sent any rank in earlier steps (tf_ops/core/size_class.h). At the
-   same time (not before: no round trip of its own) every rank gathers each rank's largest
-   count, so all keep the same hint; in a step whose keys did not fit it, all send them again
-   in a class that holds them;
+   largest count any rank sent any rank in earlier steps (tf_ops/core/size_class.h). Before
+   it, every rank gathers each rank's largest count (a few bytes), so all keep the same hint
+   and a rank that is gone fails the step at once; in a step whose keys did not fit the
+   hint's class, all send them again in a class that holds them;
 3. each owner deduplicates the keys it was sent, sums each key's counts over the ranks
    (admission sees the count of the whole global batch), takes the newest clock, and runs
    find-or-insert and gather on its own shard, once per key;
@@ -31,7 +31,7 @@ steps, first waits until each rank has finished as many update steps as it has (
 a checkpoint is of one step on every shard.
 
 Lookups are exchanged in batches (batch_lookups): the lookups an optimizer trains, of any
-tables and dims, share one exchange (the keys all-to-all with the needs gather beside it,
+tables and dims, share one exchange (the needs gather, the keys all-to-all,
 the rows all-to-all, the gradient all-to-all), their bookkeeping done once for the batch, so
 a step's ops do not grow with the number of tables; so do the graph's evaluation lookups
 (batched when MonitoredTrainingSession or Estimator finalizes the graph). Rank 0 saves,
@@ -460,14 +460,15 @@ def _send_keys(packed, per_owner, sorted_owners, within, inverse, per_lookup, ra
 
     Each part holds a header (how many of the part's keys are of each of the T lookups) and
     `cap` rows of keys, cap a size class (rec_sdk.ops.table_ops.SIZE_CLASSES) no rank has to
-    be told: the one the batch's hint (table_ops.rank_size_class) holds. Beside the
-    all-to-all (at the same time, not before it), every rank gathers every rank's need (the
-    most keys it sends any rank), so each observes the same largest need and their hints
-    stay equal (one class above the needs seen; see tf_ops/core/size_class.h). When a rank's
-    keys did not fit, every rank knows it from the same needs and all send again, in the
-    need's class (a second all-to-all, in that step only). The gather also makes the step
-    fail at once when a rank is gone (an all-to-all alone would wait for it), and gives the
-    step a collective executor (TensorFlow sets none up for an all-to-all alone)."""
+    be told: the one the batch's hint (table_ops.rank_size_class) holds. Every rank gathers
+    every rank's need (the most keys it sends any rank), so each observes the same largest
+    need and their hints stay equal (one class above the needs seen; see
+    tf_ops/core/size_class.h). When a rank's keys did not fit, every rank knows it from the
+    same needs and all send again, in the need's class (a second all-to-all, in that step
+    only). The gather runs before the all-to-all: it makes the step fail at once when a rank
+    is gone, where an all-to-all would wait for it (run beside the all-to-all, it left a
+    step over TensorFlow 2.21 waiting once when a rank failed), and it gives the step a
+    collective executor (TensorFlow sets none up for an all-to-all alone)."""
     task, size, group = ranks.task, route.size, route.group
     width = int(packed.shape[1])
     hint = "rec_sdk_exchange_%d" % next_instance_key(task)  # the same name on every rank
@@ -480,9 +481,10 @@ def _send_keys(packed, per_owner, sorted_owners, within, inverse, per_lookup, ra
         return tf.concat([head, keys], 1)
 
     size_class, cap = table_ops.rank_size_class(hint)
-    sent = _all_to_all(part(cap), size_class, task, route, "exchange_keys")
     largest = tf.reduce_max(all_gather(tf.reshape(tf.cast(most, tf.int64), [1]), task=task,
                                        name="gather_needs", group=group))
+    with tf.control_dependencies([largest]):
+        sent = _all_to_all(part(cap), size_class, task, route, "exchange_keys")
     exact_class, exact_cap = table_ops.rank_observe_size(largest, hint)
     overflow = largest > tf.cast(cap, tf.int64)
     # Only one of the two sides below runs (the other's tensors are dead): every rank takes
@@ -598,7 +600,7 @@ def _register(batch, graph):
 
 def batch_lookups(tokens, graph=None):
     """Moves the lookups whose tokens these are (of tables sharded over ranks, not yet run)
-    into one exchange: one keys all-to-all (a needs gather beside it) and one rows all-to-all
+    into one exchange: one needs gather, one keys all-to-all and one rows all-to-all
     for all of them, their bookkeeping done once for the batch rather than once per lookup
     (tables of any dims; each keeps its own settings). Each collective costs a round of
     messages and its CPU whatever its size, and each op its scheduling, so a model with many
