@@ -37,16 +37,19 @@ Finishes once this process's count of finished update steps named `counter` reac
 rank's task before saving or evicting that rank's shard, with its own count as the target.
 )doc");
 
+// A size class's outputs: its index and its rows, both scalars.
+absl::Status SizeClassShape(tensorflow::shape_inference::InferenceContext* c) {
+  c->set_output(0, c->Scalar());
+  c->set_output(1, c->Scalar());
+  return absl::OkStatus();
+}
+
 REGISTER_OP(REC_SDK_OP_NAME(RankSizeClass))
     .Output("index: int32")
     .Output("rows: int32")
     .Attr("hint: string")
     .SetIsStateful()
-    .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
-      c->set_output(0, c->Scalar());
-      c->set_output(1, c->Scalar());
-      return absl::OkStatus();
-    })
+    .SetShapeFn(SizeClassShape)
     .Doc(R"doc(
 The size class this process's hint named `hint` holds (its index, and the rows per rank it
 holds): the class a batch of lookups sends its keys in.
@@ -58,11 +61,7 @@ REGISTER_OP(REC_SDK_OP_NAME(RankObserveSize))
     .Output("rows: int32")
     .Attr("hint: string")
     .SetIsStateful()
-    .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
-      c->set_output(0, c->Scalar());
-      c->set_output(1, c->Scalar());
-      return absl::OkStatus();
-    })
+    .SetShapeFn(SizeClassShape)
     .Doc(R"doc(
 Records a step's largest need (`need`, a scalar: rows per rank, the same on every rank) in
 the hint named `hint`, and returns the smallest size class holding it (index, rows).
