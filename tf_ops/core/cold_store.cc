@@ -402,14 +402,16 @@ Status ColdStore::Remove(Location where) {
   return Status::Ok();
 }
 
-void ColdStore::set_mark(Location where, bool on) {
+void ColdStore::set_marks(Location where, uint8_t marks) {
   uint8_t& flags = segments_[where.segment].flags[where.slot];
-  flags = on ? (flags | kMarked) : (flags & ~kMarked);
+  flags = static_cast<uint8_t>((flags & ~(kMarkMask << kMarkShift)) |
+                               ((marks & kMarkMask) << kMarkShift));
 }
 
-void ColdStore::ClearMarks() {
+void ColdStore::ClearMarks(uint8_t mask) {
+  const uint8_t keep = static_cast<uint8_t>(~((mask & kMarkMask) << kMarkShift));
   for (Segment& s : segments_) {
-    for (uint32_t slot = 0; slot < s.used; ++slot) s.flags[slot] &= ~kMarked;
+    for (uint32_t slot = 0; slot < s.used; ++slot) s.flags[slot] &= keep;
   }
 }
 
@@ -457,7 +459,7 @@ Status ColdStore::Compact(const MoveFn& moved) {
       records.insert(records.end(), record, record + bytes);
       from.push_back(where);
       tags.push_back(segments_[segment].tags[where.slot]);
-      marks.push_back(segments_[segment].flags[where.slot] & kMarked);
+      marks.push_back(this->marks(where));
       return Status::Ok();
     });
     if (!status.ok()) return status;
@@ -467,7 +469,7 @@ Status ColdStore::Compact(const MoveFn& moved) {
     REC_SDK_RETURN_IF_ERROR(
         AppendBatch(keys.size(), keys.data(), pointers.data(), tags.data(), to.data()));
     for (size_t i = 0; i < keys.size(); ++i) {
-      if (marks[i]) set_mark(to[i], true);
+      if (marks[i]) set_marks(to[i], marks[i]);
       moved(keys[i], from[i], to[i]);
     }
     DeleteSegment(segment);

@@ -7,7 +7,7 @@
 // `records_per_segment` slots each, the segments spread round-robin over the directories
 // given; a record is addressed by its Location (segment, slot), which the table's index keeps
 // for a cold key as one number (Number / AtNumber). Besides the files, the store keeps per
-// slot in memory whether it is live, one mark bit and a 64-bit tag (the table's last-seen
+// slot in memory whether it is live, its mark bits and a 64-bit tag (the table's last-seen
 // clock), so that eviction by age and change tracking need no disk reads. Removing a record
 // marks its slot stale; Compact() rewrites the live records of every segment that is more than
 // half stale into the segment being appended to, reports each move, and deletes the old file.
@@ -123,13 +123,16 @@ class ColdStore {
   // Calls fn(where, tag) for every live record, from memory (no disk reads).
   void ForEachLiveTag(const std::function<void(Location, int64_t)>& fn) const;
 
-  // The tag and mark bit of a live record.
+  // The tag and mark bits of a live record: kMarkBits independent bits (the table keeps one
+  // per change set), set and cleared by mask.
+  static constexpr int kMarkBits = 2;
   int64_t tag(Location where) const { return segments_[where.segment].tags[where.slot]; }
-  bool marked(Location where) const {
-    return (segments_[where.segment].flags[where.slot] & kMarked) != 0;
+  uint8_t marks(Location where) const {
+    return (segments_[where.segment].flags[where.slot] >> kMarkShift) & kMarkMask;
   }
-  void set_mark(Location where, bool on);
-  void ClearMarks();
+  void set_marks(Location where, uint8_t marks);
+  // Clears the given mark bits of every record.
+  void ClearMarks(uint8_t mask);
 
   // One number per location (segment * records_per_segment + slot), and back.
   uint64_t Number(Location where) const {
@@ -156,12 +159,13 @@ class ColdStore {
 
  private:
   static constexpr uint8_t kLive = 1;
-  static constexpr uint8_t kMarked = 2;
+  static constexpr int kMarkShift = 1;
+  static constexpr uint8_t kMarkMask = (1 << kMarkBits) - 1;
   struct Segment {
     std::shared_ptr<SegmentFile> file;  // null: deleted
     uint32_t used = 0;            // slots written
     uint32_t stale = 0;           // of them, removed
-    std::vector<uint8_t> flags;   // per slot: kLive, kMarked
+    std::vector<uint8_t> flags;   // per slot: kLive, then the mark bits
     std::vector<int64_t> tags;    // per slot
   };
 

@@ -7,7 +7,7 @@
 // A record is a row's bytes as the table lays them out (record_bytes) stored with its key,
 // named by an id below kMaxIds that the table keeps in the key's index entry; an id is never
 // reused for another record while the tier lives. Per live record the tier also keeps a tag
-// (the row's last-seen clock) and a mark bit (changed since the last save), readable without
+// (the row's last-seen clock) and mark bits (changed since the last save, or push), readable without
 // disk access.
 //
 // Concurrency: the const methods may run in many threads at once; the others need the tier
@@ -83,9 +83,10 @@ class ColdTier {
   // Every live record's id and tag, from memory.
   virtual void ForEachLiveTag(const std::function<void(uint64_t id, int64_t tag)>& fn) const = 0;
   virtual int64_t tag(uint64_t id) const = 0;
-  virtual bool marked(uint64_t id) const = 0;
-  virtual void set_mark(uint64_t id, bool on) = 0;
-  virtual void ClearMarks() = 0;
+  // A record's mark bits (ColdStore::kMarkBits of them), replaced or cleared by mask.
+  virtual uint8_t marks(uint64_t id) const = 0;
+  virtual void set_marks(uint64_t id, uint8_t marks) = 0;
+  virtual void ClearMarks(uint8_t mask) = 0;
 };
 
 }  // namespace rec_sdk

@@ -233,7 +233,7 @@ void EmbeddingTable::FreeRow(int64_t row) {
   size_.fetch_sub(1, std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(alloc_mu_);
   free_rows_.push_back(row);
-  if (config_.track_changes) changes_.removed_keys.push_back(key);
+  if (config_.track_changes) changes_.NoteRemoved(key);
 }
 
 void EmbeddingTable::RaiseNewestClock(int64_t clock) {

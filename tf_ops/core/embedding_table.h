@@ -190,6 +190,9 @@ class EmbeddingTable {
   bool tracks_changes() const { return config_.track_changes; }
   // Whether the table holds exactly checkpoint `save_id`, unchanged since.
   bool HoldsCheckpoint(int64_t save_id) const;
+  // The changes since the last push, for serving updates (table_snapshot.h).
+  using TakeChangesFn = std::function<Status(const SnapshotView&, bool whole)>;
+  Status TakeChanges(bool full, const TakeChangesFn& fn, int64_t* since, int64_t* id);
   // Restore lanes: lane l takes the keys of the index shards s with s % kRestoreLanes == l.
   static constexpr int kRestoreLanes = 2;
   int RestoreLaneOf(int64_t key) const {
@@ -356,17 +359,18 @@ class EmbeddingTable {
   int num_slots_ = 0;
   int slot_width_;  // dim until an optimizer with one float per row attaches its slots
   TableSlots slots_;  // the slots' optimizer and initial values (table_slots.h)
-  // Changes since the last save, for delta checkpoints and HoldsCheckpoint.
+  // Changes since the last save (delta checkpoints, HoldsCheckpoint) and push.
   TableChangeSet changes_;
   void BumpVersion() { changes_.BumpVersion(); }
   using ChangeScope = TableChangeScope;
   friend class TableSnapshotView;
   class RowSink;  // the RestoreSink of Restore and ApplyDelta
-  void ResetChangesLocked();
+  // Restarts the change sets of `sets` (kCheckpointChanges, kPushChanges).
+  void ResetChangesLocked(uint8_t sets);
   void MarkChanged(int64_t row) {
     if (config_.track_changes) {
       // Writers of one row may race (shared lock): a relaxed atomic store keeps that defined.
-      __atomic_store_n(&ChunkOf(row)->changed[OffsetOf(row)], uint8_t{1}, __ATOMIC_RELAXED);
+      __atomic_store_n(&ChunkOf(row)->changed[OffsetOf(row)], kAllChanges, __ATOMIC_RELAXED);
     }
   }
 

@@ -78,9 +78,9 @@ class FileColdTier : public ColdTier {
         [&](ColdStore::Location where, int64_t tag) { fn(store_->Number(where), tag); });
   }
   int64_t tag(uint64_t id) const override { return store_->tag(At(id)); }
-  bool marked(uint64_t id) const override { return store_->marked(At(id)); }
-  void set_mark(uint64_t id, bool on) override { store_->set_mark(At(id), on); }
-  void ClearMarks() override { store_->ClearMarks(); }
+  uint8_t marks(uint64_t id) const override { return store_->marks(At(id)); }
+  void set_marks(uint64_t id, uint8_t marks) override { store_->set_marks(At(id), marks); }
+  void ClearMarks(uint8_t mask) override { store_->ClearMarks(mask); }
 
  private:
   struct Pins : Pinned {

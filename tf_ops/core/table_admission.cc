@@ -276,7 +276,7 @@ Status EmbeddingTable::SetAccessThreshold(int64_t threshold) {
 
 void EmbeddingTable::EvictRowLocked(int64_t row) {
   RowMeta& meta = MetaOf(row);
-  if (config_.track_changes) changes_.removed_keys.push_back(meta.key);
+  if (config_.track_changes) changes_.NoteRemoved(meta.key);
   const uint64_t hash = index_.Hash(meta.key);
   index_.shard(HashIndex::ShardOf(hash)).Erase(meta.key, hash);
   KillRowLocked(meta);

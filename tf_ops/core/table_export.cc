@@ -47,7 +47,7 @@ Status EmbeddingTable::ImportAccess(const int64_t* keys, const int64_t* last_see
       REC_SDK_RETURN_IF_ERROR(tier_.store->Append(static_cast<uint64_t>(keys[i]), record.data(),
                                             last_seen[i], &where));
       tier_.store->Remove(TableTier::IdOf(entry));
-      if (config_.track_changes) tier_.store->set_mark(where, true);
+      if (config_.track_changes) tier_.store->set_marks(where, kAllChanges);
       shard.Set(keys[i], hash, TableTier::ColdEntry(where));
       continue;
     }
@@ -86,7 +86,7 @@ Status EmbeddingTable::ExportAccess(std::vector<int64_t>* keys, std::vector<int6
     counts->push_back(int64_t{meta.count});
   }
   // Cold rows (after the rows in memory).
-  const Status status = tier_.ForEachColdRecord([&](int64_t key, const char* record, bool) {
+  const Status status = tier_.ForEachColdRecord([&](int64_t key, const char* record, uint8_t) {
     const auto& meta = *reinterpret_cast<const RowMeta*>(record);
     keys->push_back(key);
     last_seen->push_back(meta.last_seen);
@@ -118,7 +118,7 @@ Status EmbeddingTable::Export(const ExportAllocator& allocate) {
     }
     ++out;
   }
-  return tier_.ForEachColdRecord([&](int64_t key, const char* record, bool) {
+  return tier_.ForEachColdRecord([&](int64_t key, const char* record, uint8_t) {
     if (out >= n) return Status::Ok();
     const float* value = reinterpret_cast<const float*>(record + sizeof(RowMeta));
     keys[out] = key;

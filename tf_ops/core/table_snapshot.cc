@@ -37,7 +37,7 @@ Status EmbeddingTable::CommitSave(int64_t save_id) {
                                       std::to_string(save_id) + " is not the table's last "
                                       "snapshot; it cannot be committed");
   }
-  ResetChangesLocked();
+  ResetChangesLocked(kCheckpointChanges);
   changes_.checkpoint_id = save_id;
   changes_.committed_version = changes_.snapshot_version;
   return Status::Ok();
@@ -78,16 +78,51 @@ Status EmbeddingTable::Snapshot(const std::function<Status(const SnapshotView&)>
   return fn(view);
 }
 
-void EmbeddingTable::ResetChangesLocked() {
+void EmbeddingTable::ResetChangesLocked(uint8_t sets) {
   if (!config_.track_changes) return;
   std::lock_guard<std::mutex> lock(alloc_mu_);
+  const uint8_t keep = static_cast<uint8_t>(~sets);
   for (int64_t c = 0; c < num_chunks_; ++c) {
-    std::fill_n(ChunkOf(c << chunk_shift_)->changed.get(), rows_per_chunk(), 0);
+    uint8_t* changed = ChunkOf(c << chunk_shift_)->changed.get();
+    for (int64_t i = 0; i < rows_per_chunk(); ++i) changed[i] &= keep;
   }
-  changes_.removed_keys.clear();
-  changes_.removed_keys.shrink_to_fit();
-  changes_.cleared_since_save = false;
-  if (tier_.store != nullptr) tier_.store->ClearMarks();
+  if (sets & kCheckpointChanges) {
+    changes_.removed_keys.clear();
+    changes_.removed_keys.shrink_to_fit();
+    changes_.cleared_since_save = false;
+  }
+  if (sets & kPushChanges) {
+    changes_.push_removed_keys.clear();
+    changes_.push_removed_keys.shrink_to_fit();
+    changes_.push_cleared = false;
+  }
+  if (tier_.store != nullptr) tier_.store->ClearMarks(sets);
+}
+
+Status EmbeddingTable::TakeChanges(bool full, const TakeChangesFn& fn, int64_t* since,
+                                   int64_t* id) {
+  std::unique_lock<std::shared_mutex> structure(structure_mu_);
+  if (!config_.track_changes) {
+    return Status::FailedPrecondition("table '" + config_.name + "' does not track changes: "
+                                      "create it with track_changes to push its updates");
+  }
+  // A first push, or one after the table was cleared or replaced, is of every row.
+  full = full || !changes_.push_active || changes_.push_cleared;
+  SnapshotView view;
+  view.table_ = this;
+  view.changes_ = &changes_;
+  view.set_ = kPushChanges;
+  view.info_.rows = size_.load();
+  {
+    std::lock_guard<std::mutex> lock(alloc_mu_);
+    view.next_row_ = next_row_;
+  }
+  REC_SDK_RETURN_IF_ERROR(fn(view, full));
+  *since = full ? 0 : changes_.push_id;
+  *id = changes_.push_id = NewSaveId();
+  ResetChangesLocked(kPushChanges);
+  changes_.push_active = true;
+  return Status::Ok();
 }
 
 Status TableSnapshotView::ForEachRow(const RowFn& fn, bool changed_only) const {
@@ -95,11 +130,11 @@ Status TableSnapshotView::ForEachRow(const RowFn& fn, bool changed_only) const {
   for (int64_t row = 0; row < next_row_; ++row) {
     const RowMeta& meta = table_->MetaOf(row);
     if (!meta.alive) continue;
-    if (changed_only && !table_->ChunkOf(row)->changed[table_->OffsetOf(row)]) continue;
+    if (changed_only && !(table_->ChunkOf(row)->changed[table_->OffsetOf(row)] & set_)) continue;
     REC_SDK_RETURN_IF_ERROR(fn(meta.key, table_->ValueOf(row), meta.count, meta.last_seen));
   }
-  return table_->tier_.ForEachColdRecord([&](int64_t key, const char* record, bool marked) {
-    if (changed_only && !marked) return Status::Ok();
+  return table_->tier_.ForEachColdRecord([&](int64_t key, const char* record, uint8_t marks) {
+    if (changed_only && !(marks & set_)) return Status::Ok();
     const RowMeta& meta = *reinterpret_cast<const RowMeta*>(record);
     return fn(key, reinterpret_cast<const float*>(record + sizeof(RowMeta)), meta.count,
               meta.last_seen);
@@ -355,7 +390,7 @@ Status EmbeddingTable::Restore(const CheckpointInfo& info,
     ClearLocked();
     return status;
   }
-  ResetChangesLocked();  // the table now equals the checkpoint
+  ResetChangesLocked(kCheckpointChanges);  // the table now equals the checkpoint
   changes_.checkpoint_id = info.save_id;
   changes_.committed_version = changes_.version.load(std::memory_order_relaxed);
   if (note != nullptr) *note = what;
@@ -420,7 +455,9 @@ Status EmbeddingTable::ApplyDelta(const CheckpointInfo& info, bool cleared,
     changes_.checkpoint_id = 0;  // emptied: it holds no checkpoint, no delta applies to it
     return status;
   }
-  ResetChangesLocked();
+  ResetChangesLocked(kCheckpointChanges);
+  // The next push is of the whole table (the delta's rows are not marked as pushed changes).
+  if (changes_.push_active) changes_.push_cleared = true;
   changes_.checkpoint_id = info.save_id;
   changes_.committed_version = changes_.version.load(std::memory_order_relaxed);
   return Status::Ok();

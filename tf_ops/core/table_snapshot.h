@@ -20,6 +20,12 @@
 //     slots are re-initialised with a notice) or has the same one; otherwise they are
 //     dropped and *note says so. On any error the table is left empty. *note (may be null)
 //     describes what happened to the slots.
+//   TakeChanges(full, fn, since, id) runs fn(view, whole) under the exclusive lock with a
+//     view of the push change set: the rows changed and the keys removed since the last
+//     push, or, when `whole` (asked by `full`, at the first push, after a clear or restore),
+//     every row standing for the whole table; then restarts that set. *since is the id of
+//     the push the changes follow (0 with every row), *id the new push's id. A failed fn
+//     restarts nothing.
 //   ApplyDelta(info, cleared, removed, feed) applies a delta checkpoint on top of the
 //     table's contents (exclusive lock): clears the table first when `cleared`, removes the
 //     `removed` keys, then feed(sink) upserts the changed rows and replaces the pending keys.
@@ -55,14 +61,39 @@ struct TableCheckpointInfo {
   int64_t save_id = 0, parent_id = 0;
 };
 
-// A table's changes since its last save, and the versions that say whether it still equals
-// its checkpoint. Guards: removed_keys and cleared_since_save by the table's alloc_mu_ (or
-// its structure_mu_ held exclusively); the ids and the recorded versions by structure_mu_.
+// Change sets, as bit masks: every row keeps one mark bit per set (and the SSD tier one per
+// cold record), set by any change of the row; each set restarts on its own.
+constexpr uint8_t kCheckpointChanges = 1;  // since the last save (delta checkpoints)
+constexpr uint8_t kPushChanges = 2;        // since the last push (serving updates)
+constexpr uint8_t kAllChanges = kCheckpointChanges | kPushChanges;
+
+// A table's changes since its last save (and since its last push), and the versions that
+// say whether it still equals its checkpoint. Guards: the removed keys and the cleared flags
+// by the table's alloc_mu_ (or its structure_mu_ held exclusively); the ids, push_active and
+// the recorded versions by structure_mu_.
 struct TableChangeSet {
   // Keys removed since the last save (track_changes), and whether the table was cleared or
   // replaced.
   std::vector<int64_t> removed_keys;
   bool cleared_since_save = false;
+  // The same since the last push, kept once a push took changes (a table nobody pushes
+  // keeps no second list); push_id: the last push's id.
+  bool push_active = false;
+  std::vector<int64_t> push_removed_keys;
+  bool push_cleared = false;
+  int64_t push_id = 0;
+  void NoteRemoved(int64_t key) {
+    removed_keys.push_back(key);
+    if (push_active) push_removed_keys.push_back(key);
+  }
+  void NoteCleared() {
+    cleared_since_save = true;
+    removed_keys.clear();
+    if (push_active) {
+      push_cleared = true;
+      push_removed_keys.clear();
+    }
+  }
   // The checkpoint the change set is relative to, and the last snapshot's id.
   int64_t checkpoint_id = 0;
   int64_t snapshot_id = 0;
@@ -102,18 +133,24 @@ class TableSnapshotView {
   const TableCheckpointInfo& info() const { return info_; }
   // Calls fn for every row in row order; record holds the embedding followed by each slot
   // (dim floats each). Several threads may scan at once. An error stops the scan.
-  // changed_only: only rows changed since the last save (tables with track_changes).
+  // changed_only: only rows changed since the last save (or push, in a view of
+  // TakeChanges) (tables with track_changes).
   Status ForEachRow(const RowFn& fn, bool changed_only = false) const;
   Status ForEachPending(const PendingFn& fn) const;
-  // Keys removed (or evicted) since the last save, and whether the table was cleared or
-  // replaced since then (a delta must then start from an empty table).
-  const std::vector<int64_t>& removed_keys() const { return changes_->removed_keys; }
-  bool cleared() const { return changes_->cleared_since_save; }
+  // Keys removed (or evicted) since the last save (push), and whether the table was cleared
+  // or replaced since then (a delta must then start from an empty table).
+  const std::vector<int64_t>& removed_keys() const {
+    return set_ == kPushChanges ? changes_->push_removed_keys : changes_->removed_keys;
+  }
+  bool cleared() const {
+    return set_ == kPushChanges ? changes_->push_cleared : changes_->cleared_since_save;
+  }
 
  private:
   friend class EmbeddingTable;
   const EmbeddingTable* table_ = nullptr;
   const TableChangeSet* changes_ = nullptr;
+  uint8_t set_ = kCheckpointChanges;  // the change set changed_only and removed_keys read
   TableCheckpointInfo info_;
   int64_t next_row_ = 0;
 };

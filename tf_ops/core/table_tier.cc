@@ -77,18 +77,18 @@ Status TableTier::GatherCold(int64_t address, float* out) const {
 }
 
 Status TableTier::ForEachColdRecord(
-    const std::function<Status(int64_t key, const char* record, bool marked)>& fn) const {
+    const std::function<Status(int64_t key, const char* record, uint8_t marks)>& fn) const {
   if (store == nullptr) return Status::Ok();
   std::vector<char> copy(t_->row_bytes_);
   return store->ForEachLive([&](uint64_t key, uint64_t where, const void* record) {
     const RowMeta* meta = static_cast<const RowMeta*>(record);
-    const bool marked = store->marked(where);
+    const uint8_t marks = store->marks(where);
     if (!(meta->slots_unset && t_->slots_.values_known)) {
-      return fn(static_cast<int64_t>(key), static_cast<const char*>(record), marked);
+      return fn(static_cast<int64_t>(key), static_cast<const char*>(record), marks);
     }
     std::memcpy(copy.data(), record, t_->row_bytes_);
     FillUnsetSlots(copy.data());
-    return fn(static_cast<int64_t>(key), copy.data(), marked);
+    return fn(static_cast<int64_t>(key), copy.data(), marks);
   });
 }
 
@@ -230,7 +230,7 @@ Status TableTier::PromoteLocked(const int64_t* keys, int64_t n, int64_t tick,
     meta.generation = generations[j];
     __atomic_store_n(&meta.alive, 1, __ATOMIC_RELEASE);
     if (t_->config_.track_changes) {
-      t_->ChunkOf(row)->changed[t_->OffsetOf(row)] = store->marked(where);
+      t_->ChunkOf(row)->changed[t_->OffsetOf(row)] = store->marks(where);
     }
     t_->TickOf(row) = tick;
     t_->PriorityOf(row) = tick - kProbationTicks;
@@ -396,7 +396,7 @@ Status TableTier::DemoteLocked(int64_t needed, int64_t extra, int64_t tick) {
     const int64_t row = candidates[j].second;
     RowMeta& meta = t_->MetaOf(row);
     if (t_->config_.track_changes && t_->ChunkOf(row)->changed[t_->OffsetOf(row)]) {
-      store->set_mark(where[j], true);
+      store->set_marks(where[j], t_->ChunkOf(row)->changed[t_->OffsetOf(row)]);
     }
     const uint64_t hash = t_->index_.Hash(meta.key);
     t_->index_.shard(HashIndex::ShardOf(hash)).Set(meta.key, hash, ColdEntry(where[j]));
@@ -445,7 +445,7 @@ void TableTier::DropColdRecordLocked(int64_t key, int64_t entry, bool evicted) {
   if (evicted) t_->admission_.evicted.fetch_add(1, std::memory_order_relaxed);
   // The table's changes_.removed_keys is guarded by its alloc_mu_ or the exclusive
   // structure_mu_ held here.
-  if (t_->config_.track_changes) t_->changes_.removed_keys.push_back(key);
+  if (t_->config_.track_changes) t_->changes_.NoteRemoved(key);
 }
 
 Status TableTier::CompactLocked() {
@@ -478,7 +478,7 @@ Status TableTier::RelayoutColdLocked(int num_slots, int width, const float* init
     }
     uint64_t to;
     REC_SDK_RETURN_IF_ERROR(fresh->Append(key, record.data(), store->tag(from), &to));
-    if (store->marked(from)) fresh->set_mark(to, true);
+    if (store->marks(from)) fresh->set_marks(to, store->marks(from));
     moved.emplace_back(static_cast<int64_t>(key), to);
     return Status::Ok();
   });

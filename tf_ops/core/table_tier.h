@@ -128,10 +128,10 @@ class TableTier {
   // only once every record is written.
   Status RelayoutColdLocked(int num_slots, int width, const float* initial_values,
                             bool reset_slots);
-  // Calls fn(key, record, marked) for every cold record (a row record: header, embedding,
-  // slots; marked: changed since the last save). Does nothing without a store.
+  // Calls fn(key, record, marks) for every cold record (a row record: header, embedding,
+  // slots; marks: its change-set bits, table_snapshot.h). Does nothing without a store.
   Status ForEachColdRecord(
-      const std::function<Status(int64_t key, const char* record, bool marked)>& fn) const;
+      const std::function<Status(int64_t key, const char* record, uint8_t marks)>& fn) const;
   // Lays out a row record (row_bytes_ bytes) for the store; null slots (or null entries) get
   // the slots' initial values.
   void FillRecord(char* record, int64_t key, int64_t last_seen, uint32_t count,

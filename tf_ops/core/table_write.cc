@@ -165,8 +165,7 @@ void EmbeddingTable::ClearLocked() {
   next_row_ = 0;
   size_.store(0);
   if (config_.track_changes) {
-    changes_.cleared_since_save = true;
-    changes_.removed_keys.clear();
+    changes_.NoteCleared();
   }
 }
 

@@ -1,6 +1,7 @@
 // Kernels of the checkpoint ops: save, commit, delta, restore (with the sharing of tables
 // that already hold a checkpoint, see tf_ops/core/table_registry.h).
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -135,11 +136,81 @@ class TableRestoreOp : public TableOpKernel {
   }
 };
 
+class TableTakeChangesOp : public TableOpKernel {
+ public:
+  explicit TableTakeChangesOp(OpKernelConstruction* ctx) : TableOpKernel(ctx, kReadsTable) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("dim", &dim_));
+  }
+
+  void ComputeWithTable(OpKernelContext* ctx, TableResource* table) override {
+    EmbeddingTable* t = table->table();
+    OP_REQUIRES(ctx, dim_ == t->dim(),
+                errors::InvalidArgument("taking the changes of table '", t->name(),
+                                        "' asks for dim ", dim_, "; the table has dim ",
+                                        t->dim()));
+    bool full;
+    OP_REQUIRES_OK(ctx, GetScalarInput(ctx, 1, "full", &full));
+    std::vector<int64_t> keys, removed;
+    std::vector<float> values;
+    bool replace = false;
+    int64_t since = 0, id = 0;
+    OP_REQUIRES_OK(ctx, ToTfStatus(t->TakeChanges(
+                            full,
+                            [&](const EmbeddingTable::SnapshotView& view,
+                                bool whole) -> Status {
+                              replace = whole;
+                              keys.clear();
+                              values.clear();
+                              const Status s = view.ForEachRow(
+                                  [&](int64_t key, const float* record, uint32_t, int64_t) {
+                                    keys.push_back(key);
+                                    values.insert(values.end(), record, record + dim_);
+                                    return Status::Ok();
+                                  },
+                                  /*changed_only=*/!replace);
+                              if (!replace) removed = view.removed_keys();
+                              return s;
+                            },
+                            &since, &id)));
+    const int64_t n = static_cast<int64_t>(keys.size());
+    const bool int32_keys = table->key_dtype() == tensorflow::DT_INT32;
+    Tensor* out;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({n}), &out));
+    CopyKeys(keys, int32_keys, out);
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({n, dim_}), &out));
+    if (n > 0) std::memcpy(out->flat<float>().data(), values.data(), values.size() * 4);
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(
+                            2, TensorShape({static_cast<int64_t>(removed.size())}), &out));
+    CopyKeys(removed, int32_keys, out);
+    OP_REQUIRES_OK(ctx, SetScalarOutput(ctx, 3, replace));
+    OP_REQUIRES_OK(ctx, SetScalarOutput(ctx, 4, since));
+    OP_REQUIRES_OK(ctx, SetScalarOutput(ctx, 5, id));
+  }
+
+ private:
+  static void CopyKeys(const std::vector<int64_t>& keys, bool int32_keys, Tensor* out) {
+    if (int32_keys) {
+      auto flat = out->flat<int32_t>();
+      for (size_t i = 0; i < keys.size(); ++i) flat(i) = static_cast<int32_t>(keys[i]);
+    } else if (!keys.empty()) {
+      std::memcpy(out->flat<int64_t>().data(), keys.data(), keys.size() * 8);
+    }
+  }
+  int64_t dim_;
+};
+
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableSave)).Device(DEVICE_CPU), TableSaveOp);
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableRestore)).Device(DEVICE_CPU), TableRestoreOp);
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableApplyDelta)).Device(DEVICE_CPU),
                         TableApplyDeltaOp);
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableCommitSave)).Device(DEVICE_CPU),
                         TableCommitSaveOp);
+
+REGISTER_KERNEL_BUILDER(
+    Name(REC_SDK_OP_NAME(TableTakeChanges)).Device(DEVICE_CPU).TypeConstraint<int32_t>("key_dtype"),
+    TableTakeChangesOp);
+REGISTER_KERNEL_BUILDER(
+    Name(REC_SDK_OP_NAME(TableTakeChanges)).Device(DEVICE_CPU).TypeConstraint<int64_t>("key_dtype"),
+    TableTakeChangesOp);
 
 }  // namespace rec_sdk

@@ -46,7 +46,7 @@ def as_dim(dim):
 def create_table(key_dtype, dim, name, emb_initializer, device_vocabulary_size=1,
                  host_vocabulary_size=0, ssd_vocabulary_size=0, ssd_data_path=(os.getcwd(),),
                  is_save=True, init_param=1.0, value_dtype=tf.float32, steps_to_live=None,
-                 evict_when_full=False, ssd_direct_io=False, **kwargs):
+                 evict_when_full=False, ssd_direct_io=False, servable=False, **kwargs):
     """Creates a sparse embedding table.
 
     Args:
@@ -82,6 +82,8 @@ def create_table(key_dtype, dim, name, emb_initializer, device_vocabulary_size=1
       ssd_direct_io: beyond the SDK: the SSD level's files are read and written with
         O_DIRECT, past the page cache (which otherwise keeps recently used parts of them in
         memory the operating system can spare).
+      servable: beyond the SDK: the table tracks its changes so that a serving Pusher can
+        send them (rec_sdk.serving); the SDK's incremental checkpoints turn it on as well.
       padding_keys, padding_keys_mask, padding_keys_len: the SDK's padding keys: with
         padding_keys_mask=True, the keys in padding_keys (an int or a list of ints) are looked
         up as any key but their rows are never trained; padding_keys_len (an int >= 1) is then
@@ -113,6 +115,7 @@ def create_table(key_dtype, dim, name, emb_initializer, device_vocabulary_size=1
     ssd_data_path = tier.check_paths("ssd_data_path", ssd_data_path,
                                      must_exist=ssd_vocabulary_size > 0)
     check_bool("is_save", is_save)
+    check_bool("servable", servable)
     init_param = check_float("init_param", init_param, -10.0, 10.0)
     if tf.as_dtype(value_dtype) != tf.float32:
         raise ValueError("value_dtype must be tf.float32, got %r" % (value_dtype,))
@@ -147,7 +150,7 @@ def create_table(key_dtype, dim, name, emb_initializer, device_vocabulary_size=1
         capacity_rows=None if dynamic_expansion else device_rows + host_rows + ssd_rows,
         initial_rows=device_rows, tier=table_tier, is_save=is_save,
         steps_to_live=steps_to_live, evict_when_full=evict_when_full,
-        track_changes=config.is_incremental_checkpoint, **options["padding"])
+        track_changes=config.is_incremental_checkpoint or servable, **options["padding"])
     shards = _rank_shards(name, rank_size, options["divide_gradients"])
     if shards is None:
         return table_module.create(spec)

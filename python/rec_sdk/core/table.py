@@ -461,6 +461,16 @@ class SparseEmbedding(tf.saved_model.experimental.TrackableResource):
         [num_slots, n, 1] for a row-wise optimizer's)."""
         return table_ops.export(self.handle, self.key_dtype, self.dim, name=name)
 
+    def take_changes(self, full=False, name=None):
+        """(keys, values, removed, replace, since, push_id): the rows changed and the keys
+        removed since the last push (all rows, replace=True, when `full`, at the first push
+        or after a clear or restore), taken atomically; see rec_sdk.serving.push."""
+        if not self.spec.track_changes:
+            raise ValueError("table '%s' does not track changes: create it with "
+                             "track_changes=True (or is_incremental_checkpoint) to push "
+                             "serving updates" % self.table_name)
+        return table_ops.take_changes(self.handle, self.key_dtype, self.dim, full, name=name)
+
     def import_rows(self, keys, values, slots=None, name=None):
         """Op replacing the table's contents; slots [num_slots, n, dim] (or [num_slots, n, 1],
         a row-wise optimizer's) may be omitted."""

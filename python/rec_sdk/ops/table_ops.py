@@ -208,6 +208,14 @@ def clear(table, name=None):
     return load_ops().rec_sdk_table_clear(table, name=name)
 
 
+def take_changes(table, key_dtype, dim, full=False, name=None):
+    """The table's changes since its last push, for a serving update (track_changes tables);
+    -> (keys [n], values [n, dim], removed keys [m], replace, since, push_id): replace when
+    the rows are the whole table, since the push id they follow (0 then)."""
+    return load_ops().rec_sdk_table_take_changes(table, full, key_dtype=key_dtype, dim=dim,
+                                                name=name)
+
+
 def export(table, key_dtype, dim, name=None):
     """-> (keys [n], values [n, dim], slots [num_slots, n, dim])."""
     return load_ops().rec_sdk_table_export(table, key_dtype=key_dtype, dim=dim, name=name)

@@ -559,5 +559,109 @@ TEST(CheckpointTest, AKeyStoredInOneDirectoryAndPendingInAnotherIsAnError) {
   }
 }
 
+// --- Pushes (TakeChanges): the change set of serving updates, apart from checkpoints' ---------
+
+// A served copy of a table: key -> embedding, updated by the pushes.
+struct Served {
+  std::map<int64_t, std::vector<float>> rows;
+  int64_t last_id = 0;
+  // Takes the table's changes and applies them; returns whether the push was whole.
+  bool Push(EmbeddingTable* t, bool full = false) {
+    std::vector<std::pair<int64_t, std::vector<float>>> changed;
+    std::vector<int64_t> removed;
+    bool replace = false;
+    int64_t since = -1, id = -1;
+    EXPECT_TRUE(t->TakeChanges(full, [&](const EmbeddingTable::SnapshotView& view, bool whole) {
+      replace = whole;
+      if (!whole) removed = view.removed_keys();
+      return view.ForEachRow([&](int64_t key, const float* r, uint32_t, int64_t) {
+        changed.emplace_back(key, std::vector<float>(r, r + t->dim()));
+        return Status::Ok();
+      }, /*changed_only=*/!whole);
+    }, &since, &id).ok());
+    EXPECT_NE(id, 0);
+    EXPECT_EQ(since, replace ? 0 : last_id);  // a chain: each push follows the last one
+    last_id = id;
+    if (replace) rows.clear();
+    for (int64_t k : removed) rows.erase(k);
+    for (auto& kv : changed) rows[kv.first] = kv.second;
+    return replace;
+  }
+};
+
+std::map<int64_t, std::vector<float>> Embeddings(EmbeddingTable* t) {
+  using table_test::ExportAll;
+  using table_test::ToMap;
+  std::map<int64_t, std::vector<float>> out;
+  for (const auto& kv : ToMap(ExportAll(t), t->dim())) out[kv.first] = kv.second[0];
+  return out;
+}
+
+TEST(PushChangesTest, PushesReplayedInOrderEqualTheTableWhateverTheCheckpointsDo) {
+  TableConfig c = Config();
+  c.track_changes = true;
+  auto t = Make(c);
+  ASSERT_TRUE(t->EnsureSlots("LazyAdam", {0.0f, 0.0f}).ok());
+  std::vector<int64_t> first(200);
+  for (int64_t i = 0; i < 200; ++i) first[i] = i;
+  Touch(t.get(), first, 1.0f, 100);
+  Served served;
+  EXPECT_TRUE(served.Push(t.get()));  // the first push is whole
+  EXPECT_EQ(served.rows, Embeddings(t.get()));
+  const std::string root = TempDir();
+  // A checkpoint save between pushes restarts only its own change set.
+  Touch(t.get(), {5, 6, 300}, 0.5f, 150);
+  int64_t save_id = 0;
+  ASSERT_TRUE(SaveTableFiles(t.get(), root + "/full", nullptr, false, &save_id).ok());
+  ASSERT_TRUE(t->CommitSave(save_id).ok());
+  const std::vector<int64_t> gone = {10, 11, 300};
+  ASSERT_TRUE(t->Remove(gone.data(), gone.size(), nullptr, SerialRunner).ok());
+  Touch(t.get(), {10, 500}, 0.25f, 250);  // 10 comes back
+  int64_t evicted = 0;
+  ASSERT_TRUE(t->Evict(&evicted, nullptr, SerialRunner).ok());
+  EXPECT_GT(evicted, 0);
+  EXPECT_FALSE(served.Push(t.get()));
+  EXPECT_EQ(served.rows, Embeddings(t.get()));
+  EXPECT_EQ(served.rows.count(11), 0u);
+  EXPECT_EQ(served.rows.count(10), 1u);
+  // The delta checkpoint still holds every change since the save, pushes or not.
+  int64_t delta_rows = -1;
+  ASSERT_TRUE(SaveTableFiles(t.get(), root + "/delta", &delta_rows, true, &save_id).ok());
+  ASSERT_TRUE(t->CommitSave(save_id).ok());
+  auto b = Make(Config());
+  ASSERT_TRUE(RestoreTableFiles(b.get(), {root + "/full"}, RestoreOptions(), nullptr, nullptr).ok());
+  ASSERT_TRUE(ApplyDeltaFiles(b.get(), root + "/delta", nullptr).ok());
+  EXPECT_EQ(Embeddings(b.get()), Embeddings(t.get()));
+  // Nothing changed: an empty push. A failed take restarts nothing.
+  EXPECT_FALSE(served.Push(t.get()));
+  Touch(t.get(), {7}, 1.0f, 260);
+  int64_t since = 0, id = 0;
+  Status failed = t->TakeChanges(false, [](const EmbeddingTable::SnapshotView&, bool) {
+    return Status::Internal("disk full");
+  }, &since, &id);
+  EXPECT_FALSE(failed.ok());
+  std::map<int64_t, std::vector<float>> before = served.rows;
+  EXPECT_FALSE(served.Push(t.get()));
+  EXPECT_EQ(served.rows, Embeddings(t.get()));
+  EXPECT_NE(served.rows, before);  // key 7's change came through
+  // A cleared, or restored, table pushes whole; so does a push asked to.
+  t->Clear();
+  Touch(t.get(), {1, 2}, 2.0f, 300);
+  EXPECT_TRUE(served.Push(t.get()));
+  EXPECT_EQ(served.rows, Embeddings(t.get()));
+  ASSERT_TRUE(RestoreTableFiles(t.get(), {root + "/full"}, RestoreOptions(), nullptr, nullptr).ok());
+  EXPECT_TRUE(served.Push(t.get()));
+  EXPECT_EQ(served.rows, Embeddings(t.get()));
+  EXPECT_TRUE(served.Push(t.get(), /*full=*/true));
+  EXPECT_EQ(served.rows, Embeddings(t.get()));
+  // Tables without change tracking cannot push.
+  auto u = Make(Config());
+  Status refused = u->TakeChanges(false, [](const EmbeddingTable::SnapshotView&, bool) {
+    return Status::Ok();
+  }, &since, &id);
+  EXPECT_FALSE(refused.ok());
+  EXPECT_NE(std::string(refused.message()).find("track_changes"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace rec_sdk

@@ -273,7 +273,8 @@ TEST_F(ColdStoreTest, BatchesTagsMarksScansAndDirectories) {
     EXPECT_EQ(store->tag(at[k]), tags[k]);
     EXPECT_EQ(store->AtNumber(store->Number(at[k])), at[k]);
   }
-  store->set_mark(at[5], true);
+  store->set_marks(at[5], 2);
+  store->set_marks(at[8], 1);
   // Segment 1 (keys 104..107) loses three records: compaction moves key 105 with its tag and
   // mark.
   for (int k : {4, 6, 7}) ASSERT_TRUE(store->Remove(at[k]).ok());
@@ -287,7 +288,7 @@ TEST_F(ColdStoreTest, BatchesTagsMarksScansAndDirectories) {
               }).ok());
   EXPECT_FALSE(store->NeedsCompaction());
   EXPECT_EQ(store->tag(moved_to), -5);
-  EXPECT_TRUE(store->marked(moved_to));
+  EXPECT_EQ(store->marks(moved_to), 2);
   at[5] = moved_to;
   // A scan sees every live record once, with its bytes.
   std::map<uint64_t, uint64_t> seen;
@@ -301,8 +302,14 @@ TEST_F(ColdStoreTest, BatchesTagsMarksScansAndDirectories) {
               }).ok());
   EXPECT_EQ(seen, (std::map<uint64_t, uint64_t>{{100, 0}, {101, 3}, {102, 6}, {103, 9},
                                                 {105, 15}, {108, 24}, {109, 27}}));
-  store->ClearMarks();
-  EXPECT_FALSE(store->marked(at[5]));
+  // Clearing one mark bit keeps the other.
+  store->ClearMarks(1);
+  EXPECT_EQ(store->marks(at[5]), 2);
+  EXPECT_EQ(store->marks(at[8]), 0);
+  store->set_marks(at[8], 3);
+  store->ClearMarks(2);
+  EXPECT_EQ(store->marks(at[5]), 0);
+  EXPECT_EQ(store->marks(at[8]), 1);
   // Clear deletes every file; later locations are new ones.
   store->Clear();
   EXPECT_TRUE(Files().empty());

@@ -1,0 +1,118 @@
+"""export_serving_model: a SavedModel of stock ops whose tables are updated in place.
+
+The model's tables are served tables (mutable.py) filled at load from files in its assets;
+its dense variables stay variables. Besides "serving_default" it has the signatures
+"apply_update" (input update_dir: the directory of one published update; output version:
+the model's version after it) and "version" (outputs version and chain). The export starts
+a chain in push_dir (update_files.BASE, version 0) that Pushers (push.py) continue.
+"""
+import os
+import shutil
+import tempfile
+import uuid
+
+import numpy as np
+import tensorflow as tf
+
+from rec_sdk.serving import update_files
+from rec_sdk.serving.mutable import ServedTable, apply_update_op, without_reserved_keys
+from rec_sdk.serving.static import ServingGraph
+
+APPLY_SIGNATURE = "apply_update"
+VERSION_SIGNATURE = "version"
+
+
+def check_new_chain_dir(push_dir):
+    head = update_files.chain_head(push_dir) if os.path.isdir(push_dir) else None
+    if head is not None or update_files.published_versions(push_dir):
+        raise ValueError("push_dir %r already holds the update chain of an export; give each "
+                         "export a new push_dir" % push_dir)
+
+
+def export_serving_model(sess, export_dir, inputs, outputs, push_dir, tables=None):
+    """Writes a SavedModel (stock ops only) that serves `outputs` and applies updates.
+
+    Args:
+      sess: the session holding the trained tables (created with track_changes) and
+        variables.
+      export_dir: the SavedModel directory (must not exist).
+      inputs, outputs: {name: tensor}, as for export_saved_model (evaluation lookups with id
+        tensors between them).
+      push_dir: where the update chain starts (a new or empty directory); Pushers of these
+        tables publish into it.
+      tables: the tables to consider (default: all of the graph).
+    Returns {"rows": rows exported, "chain": the chain id}.
+    """
+    check_new_chain_dir(push_dir)
+    chain = uuid.uuid4().hex
+    staged = tempfile.mkdtemp(prefix="rec_sdk_export_")
+    served_tables, assets, push_ids, rows = [], [], [], 0
+    try:
+        def make_lookup(table):
+            for existing in served_tables:
+                if existing.name == table.table_name:
+                    return existing.lookup
+            with sess.graph.as_default():
+                take = table.take_changes(full=True)
+            keys, values, _, _, _, push_id = sess.run(take)
+            keys, values = without_reserved_keys(table.table_name, keys, values)
+            i = len(served_tables)
+            files = []
+            for kind, array in (("keys", keys.astype("<i8")), ("values", values.astype("<f4"))):
+                path = os.path.join(staged, update_files.table_file(i, kind))
+                array.tofile(path)
+                files.append(path)
+            served = ServedTable(table.table_name, table.dim, len(keys))
+            served_tables.append(served)
+            assets.append(files)
+            push_ids.append(int(push_id))
+            nonlocal rows
+            rows += len(keys)
+            return served.lookup
+
+        graph = ServingGraph(sess, inputs, outputs, tables, make_lookup, keep_variables=True)
+        with graph.graph.as_default():
+            version = tf.compat.v1.Variable(np.int64(0), trainable=False, use_resource=True,
+                                            name="rec_sdk_serving_version")
+            chain_t = tf.constant(chain, name="rec_sdk_serving_chain")
+            fills = []
+            for served, (keys_path, values_path) in zip(served_tables, assets):
+                keys_asset = tf.constant(keys_path, name="asset_" + os.path.basename(keys_path))
+                values_asset = tf.constant(values_path,
+                                           name="asset_" + os.path.basename(values_path))
+                for asset in (keys_asset, values_asset):
+                    tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.ASSET_FILEPATHS, asset)
+                keys = tf.io.decode_raw(tf.io.read_file(keys_asset), tf.int64, little_endian=True)
+                values = tf.reshape(tf.io.decode_raw(tf.io.read_file(values_asset), tf.float32,
+                                                     little_endian=True), [-1, served.dim])
+                fills.append(served.insert(keys, values))
+            update_dir = tf.compat.v1.placeholder(tf.string, [], name="update_dir")
+            applied = apply_update_op(update_dir, served_tables,
+                                      [(name, var) for name, var in graph.variables],
+                                      version, chain_t)
+            signatures = {
+                "serving_default": graph.signature(inputs),
+                APPLY_SIGNATURE: tf.compat.v1.saved_model.predict_signature_def(
+                    inputs={"update_dir": update_dir}, outputs={"version": applied}),
+                VERSION_SIGNATURE: tf.compat.v1.saved_model.build_signature_def(
+                    outputs={"version": tf.compat.v1.saved_model.build_tensor_info(
+                                 version.read_value()),
+                             "chain": tf.compat.v1.saved_model.build_tensor_info(chain_t)},
+                    method_name=tf.compat.v1.saved_model.PREDICT_METHOD_NAME),
+            }
+            with tf.compat.v1.Session(graph=graph.graph) as export_sess:
+                export_sess.run([v.initializer for _, v in graph.variables], graph.variable_feeds)
+                export_sess.run(version.initializer)
+                builder = tf.compat.v1.saved_model.Builder(export_dir)
+                builder.add_meta_graph_and_variables(
+                    export_sess, [tf.saved_model.SERVING], signature_def_map=signatures,
+                    main_op=tf.group(*fills, name="rec_sdk_serving_load"),
+                    assets_collection=tf.compat.v1.get_collection(
+                        tf.compat.v1.GraphKeys.ASSET_FILEPATHS),
+                    strip_default_attrs=True)
+                builder.save()
+        update_files.write_base(push_dir, chain, [t.name for t in served_tables], push_ids,
+                                [name for name, _ in graph.variables])
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)
+    return {"rows": rows, "chain": chain}

@@ -1,0 +1,243 @@
+"""Served tables in stock TensorFlow mutable hash tables, updated in place.
+
+A served table is a few `tf.lookup.experimental.DenseHashTable`s (key -> the row and a flag
+column that says the key is present), the keys spread over them by a hash of the key: one
+table of power-of-two buckets would hold 1.25x to 2.5x its payload, several of sizes chosen
+for the row count hold at most about 1.5x (memory_layout). They are filled at load from
+files in the SavedModel's assets and changed only by updates (update_files.py), which the
+model applies itself (apply_update_op): every file is read and checked before anything
+changes, then each sub-table takes its removals and rows as one batch under its own lock,
+so a request sees each row all-old or all-new.
+
+Keys equal to the hash tables' two reserved keys (the two smallest int64) cannot be served:
+they read the default, and exports and pushes leave them out with a warning.
+"""
+import numpy as np
+import tensorflow as tf
+
+from rec_sdk.serving import update_files
+from rec_sdk.util.log import logger
+
+EMPTY_KEY = np.iinfo(np.int64).min
+DELETED_KEY = EMPTY_KEY + 1
+MAX_LOAD = 0.8           # DenseHashTable's own max_load_factor
+MIN_BUCKETS = 1024
+SPLIT_ROWS = 1 << 16     # from this many rows a table is split (memory_layout)
+
+
+def _pow2_at_least(n):
+    return 1 << max(0, int(np.ceil(np.log2(max(n, 1)))))
+
+
+def memory_layout(rows):
+    """(sub-tables, buckets each) for a table of `rows` rows: the fewest buckets in total
+    that keep every sub-table under MAX_LOAD, over 1 or 4..8 sub-tables."""
+    if rows < SPLIT_ROWS:
+        return 1, max(MIN_BUCKETS, _pow2_at_least(rows / MAX_LOAD))
+    best = None
+    for parts in range(4, 9):
+        buckets = _pow2_at_least(np.ceil(rows / parts / MAX_LOAD))
+        if best is None or parts * buckets < best[0] * best[1]:
+            best = (parts, buckets)
+    return best
+
+
+def without_reserved_keys(name, keys, *columns):
+    """Drops the rows of the hash tables' reserved keys (with a warning)."""
+    keys = np.asarray(keys, np.int64)
+    bad = (keys == EMPTY_KEY) | (keys == DELETED_KEY)
+    if not bad.any():
+        return (keys,) + columns
+    logger.warning("table '%s': key(s) %s are reserved by the served hash table and are not "
+                   "served (they read the default)", name, sorted(set(keys[bad].tolist())))
+    return (keys[~bad],) + tuple(np.asarray(c)[~bad] for c in columns)
+
+
+class ServedTable:
+    """One table of a served model: sub-tables of DenseHashTable, lookups, and changes."""
+
+    def __init__(self, name, dim, rows_hint):
+        self.name, self.dim = name, dim
+        self.parts, buckets = memory_layout(rows_hint)
+        default = np.zeros([dim + 1], np.float32)  # the flag column is 0: absent
+        self.tables = [
+            tf.lookup.experimental.DenseHashTable(
+                tf.int64, tf.float32, default, EMPTY_KEY, DELETED_KEY,
+                initial_num_buckets=buckets, checkpoint=False,
+                name="rec_sdk_served_%s_%d" % (name, p))
+            for p in range(self.parts)]
+
+    def _part_of(self, keys):
+        mixed = tf.bitwise.bitwise_xor(keys, tf.bitwise.right_shift(keys, 29))
+        mixed = tf.bitwise.bitwise_xor(mixed, tf.bitwise.right_shift(mixed, 17))
+        return tf.cast(tf.math.floormod(mixed, self.parts), tf.int32)
+
+    def _split(self, keys, *columns):
+        """[(keys, columns...) of each sub-table]."""
+        if self.parts == 1:
+            return [(keys,) + columns]
+        part = self._part_of(keys)
+        split = [tf.dynamic_partition(x, part, self.parts) for x in (keys,) + columns]
+        return list(zip(*split))
+
+    def lookup(self, ids, default=None):
+        """Rows of int64 ids (any shape): [..., dim]; absent keys (and the reserved ones)
+        read `default` (zeros when None)."""
+        flat = tf.reshape(ids, [-1])
+        reserved = tf.logical_or(tf.equal(flat, EMPTY_KEY), tf.equal(flat, DELETED_KEY))
+        safe = tf.where(reserved, tf.zeros_like(flat), flat)
+        if self.parts == 1:
+            rows = self.tables[0].lookup(safe)
+        else:
+            part = self._part_of(safe)
+            positions = tf.dynamic_partition(tf.range(tf.size(safe)), part, self.parts)
+            keys = tf.dynamic_partition(safe, part, self.parts)
+            rows = tf.dynamic_stitch(positions, [t.lookup(k) for t, k in zip(self.tables, keys)])
+        found = tf.logical_and(rows[:, self.dim] > 0.5, tf.logical_not(reserved))
+        value = rows[:, :self.dim]
+        fill = tf.broadcast_to(tf.cast(0.0 if default is None else default, tf.float32),
+                               [self.dim])
+        value = tf.where(found[:, None], value, tf.broadcast_to(fill, tf.shape(value)))
+        return tf.reshape(value, tf.concat([tf.shape(ids), [self.dim]], 0))
+
+    def insert(self, keys, values):
+        """Op writing rows [n, dim] of keys [n]."""
+        flagged = tf.concat([values, tf.ones([tf.shape(values)[0], 1], tf.float32)], 1)
+        return tf.group(*[t.insert(k, v) for t, (k, v) in
+                          zip(self.tables, self._split(keys, flagged))])
+
+    def remove(self, keys):
+        return tf.group(*[t.remove(k) for t, (k,) in zip(self.tables, self._split(keys))])
+
+    def remove_others(self, keys):
+        """Op removing every stored key not among `keys` (a replacing update, run after its
+        rows are written)."""
+        ops = []
+        wanted = tf.sort(keys)
+        for table in self.tables:
+            stored, _ = table.export()
+            stored = tf.reshape(stored, [-1])
+            stored = tf.boolean_mask(stored, tf.logical_and(tf.not_equal(stored, EMPTY_KEY),
+                                                            tf.not_equal(stored, DELETED_KEY)))
+            at = tf.minimum(tf.searchsorted(wanted, stored),
+                            tf.maximum(tf.size(wanted) - 1, 0))
+            kept = tf.logical_and(tf.size(wanted) > 0,
+                                  tf.equal(tf.gather(tf.concat([wanted, [0]], 0), at), stored))
+            ops.append(table.remove(tf.boolean_mask(stored, tf.logical_not(kept))))
+        return tf.group(*ops)
+
+    def size(self):
+        return tf.add_n([t.size() for t in self.tables])
+
+
+def _checked_file(update_dir, name, manifest, dtype):
+    """(decoded contents, check op) of a file of an update: its size and fingerprint must
+    be the manifest's; the error names the file."""
+    path = tf.strings.join([update_dir, "/", name])
+    data = tf.io.read_file(path)
+    files = manifest["files"]
+    at = tf.where(tf.equal(files, name))[:, 0]
+    listed = tf.debugging.Assert(tf.equal(tf.size(at), 1), [
+        "update file missing from its MANIFEST:", path], summarize=1)
+    with tf.control_dependencies([listed]):
+        index = at[0]
+    size_ok = tf.equal(tf.cast(tf.strings.length(data), tf.int64),
+                       tf.gather(manifest["file_sizes"], index))
+    sized = tf.debugging.Assert(size_ok, [
+        "update file is truncated or has the wrong size:", path], summarize=1)
+    with tf.control_dependencies([sized]):
+        print_ok = tf.equal(update_files.fingerprint_op(data),
+                            tf.gather(manifest["file_fingerprints"], index))
+    checked = tf.debugging.Assert(print_ok, [
+        "update file is corrupt (its fingerprint does not match its MANIFEST):", path],
+        summarize=1)
+    with tf.control_dependencies([checked]):
+        return tf.io.decode_raw(data, dtype, little_endian=True), checked
+
+
+def read_manifest_op(update_dir):
+    """(manifest {feature: tensor}, check op) of an update directory's MANIFEST."""
+    path = tf.strings.join([update_dir, "/", update_files.MANIFEST])
+    data = tf.io.read_file(path)
+    length = tf.strings.length(data)
+    long_enough = tf.debugging.Assert(length > update_files.FINGERPRINT_BYTES, [
+        "update MANIFEST is truncated:", path], summarize=1)
+    with tf.control_dependencies([long_enough]):
+        body = tf.strings.substr(data, update_files.FINGERPRINT_BYTES,
+                                 length - update_files.FINGERPRINT_BYTES)
+        head = tf.io.decode_raw(tf.strings.substr(data, 0, update_files.FINGERPRINT_BYTES),
+                                tf.int64, little_endian=True)[0]
+    intact = tf.debugging.Assert(tf.equal(head, update_files.fingerprint_op(body)), [
+        "update MANIFEST is corrupt (its fingerprint does not match its contents):", path],
+        summarize=1)
+    features = {}
+    for name, dtype in update_files.MANIFEST_FEATURES.items():
+        features[name] = tf.io.VarLenFeature(dtype)
+    with tf.control_dependencies([intact]):
+        parsed = tf.io.parse_single_example(body, features)
+    return {name: value.values for name, value in parsed.items()}, intact
+
+
+def apply_update_op(update_dir, tables, dense, version, chain):
+    """The op applying the update in directory `update_dir` (a string tensor) to a served
+    model at `version` (an int64 variable) of chain `chain`: checks everything first (the
+    manifest, the chain, that the update follows the model's version, the table and dense
+    names, every file's size and fingerprint), then applies removals and rows table by table,
+    assigns the dense variables the update carries, and moves `version`. Returns the new
+    version. tables: [ServedTable]; dense: [(name, variable)]."""
+    manifest, intact = read_manifest_op(update_dir)
+    checks = [intact]
+
+    def check(condition, *message):
+        checks.append(tf.debugging.Assert(condition, list(message), summarize=8))
+
+    with tf.control_dependencies([intact]):
+        current = version.read_value()
+        check(tf.equal(manifest["chain"][0], chain), "update", update_dir,
+              "belongs to chain", manifest["chain"][0], "; the model serves chain", chain)
+        check(tf.equal(manifest["parent"][0], current), "update", update_dir,
+              "applies onto version", manifest["parent"][0], "but the model is at version",
+              current, "(a gap: apply the updates between first)")
+        names = tf.strings.reduce_join(manifest["table_names"], separator=",")
+        check(tf.equal(names, ",".join(t.name for t in tables)), "update", update_dir,
+              "is of tables", names, "; the model serves", ",".join(t.name for t in tables))
+        dense_names = tf.strings.reduce_join(manifest["dense_names"], separator=",")
+        check(tf.equal(dense_names, ",".join(n for n, _ in dense)), "update", update_dir,
+              "is of dense variables", dense_names)
+    with tf.control_dependencies(checks):
+        contents = []
+        for i, table in enumerate(tables):
+            keys, c1 = _checked_file(update_dir, update_files.table_file(i, "keys"),
+                                     manifest, tf.int64)
+            values, c2 = _checked_file(update_dir, update_files.table_file(i, "values"),
+                                       manifest, tf.float32)
+            removed, c3 = _checked_file(update_dir, update_files.table_file(i, "removed"),
+                                        manifest, tf.int64)
+            values = tf.reshape(values, [-1, table.dim])
+            check(tf.equal(tf.shape(values, out_type=tf.int64)[0], tf.size(keys, tf.int64)),
+                  "update", update_dir, "table", table.name, ": keys and values differ in rows")
+            checks.extend([c1, c2, c3])
+            contents.append((keys, values, removed, manifest["table_replace"][i] > 0))
+        new_dense = []
+        for j, (name, var) in enumerate(dense):
+            present = manifest["dense_present"][j] > 0
+
+            def read(j=j, var=var):
+                value, c = _checked_file(update_dir, update_files.dense_file(j), manifest,
+                                         var.dtype.base_dtype)
+                with tf.control_dependencies([c]):
+                    return tf.reshape(value, tf.shape(var))
+            new_dense.append(tf.cond(present, read, var.read_value))
+    with tf.control_dependencies(checks + [c[0] for c in contents] + new_dense):
+        applied = []
+        for table, (keys, values, removed, replace) in zip(tables, contents):
+            removal = tf.cond(replace, tf.no_op, lambda t=table, r=removed: t.remove(r))
+            with tf.control_dependencies([removal]):
+                written = table.insert(keys, values)
+            with tf.control_dependencies([written]):
+                applied.append(tf.cond(replace, lambda t=table, k=keys: t.remove_others(k),
+                                       tf.no_op))
+        for (_, var), value in zip(dense, new_dense):
+            applied.append(var.assign(value))
+    with tf.control_dependencies(applied):
+        return tf.identity(version.assign(manifest["version"][0]))

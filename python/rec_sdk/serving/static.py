@@ -1,0 +1,290 @@
+"""Export a model for serving without the rec_sdk plugin.
+
+export_saved_model(sess, export_dir, inputs, outputs) writes a TensorFlow 1 SavedModel whose
+graph holds only stock TensorFlow ops: each rec_sdk lookup on the way from `inputs` to
+`outputs` becomes a `tf.lookup.StaticHashTable` from key to row number plus a `tf.gather` from
+a variable holding the table's embeddings (keys without a row read zeros, or the lookup's
+serving_default_value, as in the training graph's evaluation). Dense variables are frozen
+into constants. TensorFlow Serving, `tf.saved_model.load` or
+`tf.compat.v1.saved_model.loader.load` run it as is.
+
+Lookups must take id tensors (`sparse_lookup(table, ids_tensor, is_train=False)`); FeatureSpec
+lookups read keys preprocessed by the input pipeline, so build the serving graph with tensor
+ids (as a serving_input_fn does).
+
+export_keras_model(model, export_dir) does the same for a TF2 Keras model with
+de.keras.layers embeddings: each layer's table becomes a StaticHashTable and a variable of its
+rows, and the model is traced with its layers reading through them.
+"""
+import numpy as np
+import tensorflow as tf
+
+from rec_sdk.core.table import tables_of_graph
+from rec_sdk.dynamic_embedding.keras import layers as de_layers
+from rec_sdk.ops import table_ops
+
+
+def _op_name(tensor):
+    return tensor.op.name
+
+
+def _reachable(graph_def, roots, stops):
+    """Names of the nodes of graph_def needed for `roots` (node names), not going past
+    `stops` (node names, themselves excluded)."""
+    nodes = {n.name: n for n in graph_def.node}
+    seen, todo = set(), list(roots)
+    while todo:
+        name = todo.pop()
+        if name in seen or name in stops:
+            continue
+        seen.add(name)
+        for inp in nodes[name].input:
+            todo.append(inp.lstrip("^").split(":")[0])
+    return seen
+
+
+def _used_inputs(graph_def, input_map):
+    """The entries of input_map that nodes of graph_def read (import_graph_def rejects
+    others)."""
+    used = set()
+    for node in graph_def.node:
+        for inp in node.input:
+            if inp.startswith("^"):
+                continue
+            used.add(inp if ":" in inp else inp + ":0")
+    return {k: v for k, v in input_map.items() if k in used}
+
+
+def _subgraph(graph_def, names):
+    out = tf.compat.v1.GraphDef()
+    out.versions.CopyFrom(graph_def.versions)
+    out.library.CopyFrom(graph_def.library)
+    out.node.extend(n for n in graph_def.node if n.name in names)
+    return out
+
+
+class ServingGraph:
+    """A new tf.Graph computing `outputs` from placeholders of `inputs` with stock ops: the
+    frozen training graph's subgraph from the inputs to the outputs, each rec_sdk id-tensor
+    lookup on the way replaced by make_lookup(table, lookup) (which builds, in the new graph,
+    a function ids -> embeddings; once per table). With keep_variables, the dense variables
+    the outputs read become variables of the new graph (initialised from the session by
+    `variable_feeds`) instead of constants, so they can be updated in place.
+
+    Attributes: graph, placeholders {input name: tensor}, served {output name: tensor},
+    tables (the rec_sdk tables looked up), variables [(training variable name, new
+    variable)], variable_feeds {initial value placeholder: value}."""
+
+    def __init__(self, sess, inputs, outputs, tables, make_lookup, keep_variables=False):
+        graph = sess.graph
+        tables = tables_of_graph(graph) if tables is None else list(tables)
+        input_names = {_op_name(t) for t in inputs.values()}
+        output_names = [_op_name(t) for t in outputs.values()]
+        frozen = tf.compat.v1.graph_util.convert_variables_to_constants(
+            sess, graph.as_graph_def(), output_names + [
+                _op_name(l["ids"]) for t in tables for l in t.lookups.tensor])
+        needed = _reachable(frozen, output_names, input_names)
+        lookups = [(t, l) for t in tables for l in t.lookups.tensor
+                   if _op_name(l["embeddings"]) in needed]
+        cut = {_op_name(l["embeddings"]) for _, l in lookups}
+        graph_nodes = _reachable(frozen, output_names, input_names | cut)
+        missing = [n.name for n in frozen.node
+                   if n.name in graph_nodes and n.op.startswith(table_ops.OP_NAMESPACE + ">")]
+        if missing:
+            raise ValueError("serving export: outputs depend on rec_sdk ops other than "
+                             "id-tensor lookups (%s); build the serving graph with "
+                             "sparse_lookup(table, ids_tensor, is_train=False)" % missing[:5])
+        self.graph = tf.Graph()
+        self.tables, self.variables, self.variable_feeds = [], [], {}
+        with self.graph.as_default():
+            self.placeholders = {}
+            for name, tensor in inputs.items():
+                self.placeholders[tensor.name] = tf.compat.v1.placeholder(
+                    tensor.dtype, tensor.shape, name=_op_name(tensor))
+            feed_map = dict(self.placeholders)
+            # The ids of each lookup, computed from the inputs by the frozen graph.
+            id_names = sorted({_op_name(l["ids"]) for _, l in lookups} - input_names)
+            id_nodes = _reachable(frozen, id_names, input_names)
+            computed_ids = {}
+            if id_nodes:
+                ids_graph = _subgraph(frozen, id_nodes)
+                wanted = sorted({l["ids"].name for _, l in lookups} - set(self.placeholders))
+                returned = tf.compat.v1.import_graph_def(
+                    ids_graph, input_map=_used_inputs(ids_graph, feed_map),
+                    return_elements=wanted, name="rec_sdk_ids")
+                computed_ids = dict(zip(wanted, returned))
+
+            def ids_tensor(t):
+                return (self.placeholders[t.name] if t.name in self.placeholders
+                        else computed_ids[t.name])
+
+            made = {}
+            replacements = {}
+            for table, lookup in lookups:
+                if table.table_name not in made:
+                    self.tables.append(table)
+                    made[table.table_name] = make_lookup(table)
+                replacements[lookup["embeddings"].name] = made[table.table_name](
+                    tf.cast(ids_tensor(lookup["ids"]), tf.int64),
+                    lookup["serving_default_value"])
+            feed_map.update(replacements)
+            feed_map.update({l["ids"].name: ids_tensor(l["ids"]) for _, l in lookups
+                             if l["ids"].name not in self.placeholders})
+            if keep_variables:
+                feed_map.update(self._live_variables(sess, frozen, graph_nodes - input_names))
+            # Outputs that are lookups' embeddings (e.g. a tower's output) are served directly.
+            self.served = {name: replacements[t.name] for name, t in outputs.items()
+                           if t.name in replacements}
+            rest = [(name, t) for name, t in outputs.items() if t.name not in replacements]
+            if rest:
+                model_graph = _subgraph(frozen, graph_nodes - input_names)
+                returned = tf.compat.v1.import_graph_def(
+                    model_graph, input_map=_used_inputs(model_graph, feed_map),
+                    return_elements=[t.name for _, t in rest], name="rec_sdk_model")
+                self.served.update({name: tensor for (name, _), tensor in zip(rest, returned)})
+
+    def _live_variables(self, sess, frozen, nodes):
+        """{frozen constant tensor name: read of a new variable} for the training graph's
+        variables among `nodes` (convert_variables_to_constants keeps their names)."""
+        variables = {v.op.name: v for v in sess.graph.get_collection(
+            tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)}
+        names = sorted(n.name for n in frozen.node
+                       if n.name in nodes and n.op == "Const" and n.name in variables)
+        out = {}
+        for name in names:
+            value = sess.run(variables[name])
+            with tf.name_scope("rec_sdk_dense"):
+                init = tf.compat.v1.placeholder(value.dtype, value.shape)
+                var = tf.compat.v1.Variable(init, use_resource=True, trainable=False,
+                                            name=name.replace("/", "_"))
+            self.variables.append((name, var))
+            self.variable_feeds[init] = value
+            out[name + ":0"] = var.read_value()
+        return out
+
+    def signature(self, inputs):
+        return tf.compat.v1.saved_model.predict_signature_def(
+            inputs={k: self.placeholders[t.name] for k, t in inputs.items()},
+            outputs=self.served)
+
+
+def export_saved_model(sess, export_dir, inputs, outputs, tables=None):
+    """Writes a SavedModel for serving (signature "serving_default") with only stock ops.
+
+    Args:
+      sess: the session holding the trained tables and variables.
+      export_dir: the SavedModel directory (must not exist).
+      inputs: {name: tensor} of the graph's inputs (placeholders of ids and features).
+      outputs: {name: tensor} to serve (e.g. probabilities), computed from `inputs` through
+        evaluation lookups (`is_train=False`) with id tensors.
+      tables: the tables to consider (default: all of the graph).
+    Returns the number of table rows exported.
+    """
+    loaded = {}
+
+    def make_lookup(table):
+        keys, values, _ = sess.run(table.export())
+        with tf.name_scope("rec_sdk_serving/" + table.table_name):
+            # Initialised by feeding the exported rows (not stored as graph constants, so
+            # large tables fit); the SavedModel keeps them as variables.
+            keys_in = tf.compat.v1.placeholder(tf.int64, [None], name="keys_in")
+            values_in = tf.compat.v1.placeholder(tf.float32, [None, table.dim],
+                                                 name="values_in")
+            keys_var = tf.compat.v1.Variable(keys_in, validate_shape=False,
+                                             use_resource=True, name="keys")
+            values_var = tf.compat.v1.Variable(values_in, validate_shape=False,
+                                               use_resource=True, name="values")
+        hash_table = tf.lookup.StaticHashTable(
+            tf.lookup.KeyValueTensorInitializer(
+                keys_var.read_value(), tf.range(tf.size(keys_var.read_value(),
+                                                        out_type=tf.int64))),
+            default_value=-1, name="rec_sdk_serving_%s_index" % table.table_name)
+        loaded[table.table_name] = (keys_var, values_var,
+                                    {keys_in: keys.astype(np.int64), values_in: values},
+                                    len(keys))
+
+        def lookup(ids, default):
+            rows = hash_table.lookup(ids)
+            default_row = tf.broadcast_to(tf.cast(0.0 if default is None else default,
+                                                  tf.float32), [1, table.dim])
+            padded = tf.concat([tf.reshape(values_var.read_value(), [-1, table.dim]),
+                                default_row], 0)
+            default_index = tf.shape(padded, out_type=tf.int64)[0] - 1
+            index = tf.where(rows < 0, tf.fill(tf.shape(rows), default_index), rows)
+            return tf.gather(padded, index)
+        return lookup
+
+    served = ServingGraph(sess, inputs, outputs, tables, make_lookup)
+    with served.graph.as_default():
+        with tf.compat.v1.Session(graph=served.graph) as export_sess:
+            for keys_var, values_var, feeds, _ in loaded.values():
+                export_sess.run([keys_var.initializer, values_var.initializer], feeds)
+            builder = tf.compat.v1.saved_model.Builder(export_dir)
+            builder.add_meta_graph_and_variables(
+                export_sess, [tf.saved_model.SERVING],
+                signature_def_map={"serving_default": served.signature(inputs)},
+                main_op=tf.compat.v1.tables_initializer(), strip_default_attrs=True)
+            builder.save()
+    return sum(rows for _, _, _, rows in loaded.values())
+
+
+def _static_lookup(layer):
+    """-> (ids -> embeddings through stock ops, the StaticHashTable, the rows variable, rows)
+    of a de Keras layer: keys without a row read the initializer's value when it is a
+    constant, else zeros (a random initializer cannot be replayed without the plugin)."""
+    params = layer.params
+    keys, values = params.export()
+    n = int(tf.size(keys))
+    default = np.zeros([params.dim], params.value_dtype.as_numpy_dtype)
+    init = params.initializer
+    if isinstance(init, (int, float, list, tuple, np.ndarray)) and not isinstance(init, bool):
+        default[:] = np.asarray(init, default.dtype).reshape(-1)
+    table = tf.lookup.StaticHashTable(
+        tf.lookup.KeyValueTensorInitializer(keys, tf.range(n, dtype=tf.int64)), -1)
+    rows = tf.Variable(tf.concat([values, tf.constant(default[None, :])], 0), trainable=False,
+                       name=layer.name + "_rows")
+
+    def lookup(ids):
+        index = table.lookup(ids)
+        return tf.gather(rows, tf.where(index < 0, tf.constant(n, tf.int64), index))
+    return lookup, table, rows, n
+
+
+def export_keras_model(model, export_dir, input_signature=None):
+    """Writes a SavedModel of a TF2 Keras model (signature "serving_default") with only stock
+    ops: its de.keras.layers embeddings read a StaticHashTable from key to row and a variable
+    of their rows (see _static_lookup), every other layer is the model's own.
+
+    input_signature: the model's inputs as tf.TensorSpecs (default: model.inputs, which
+    functional and Sequential models built on Input have). Returns the rows exported.
+    """
+    if not tf.executing_eagerly():
+        raise ValueError("export_keras_model runs eagerly (TF2); for tf.compat.v1 graphs use "
+                         "export_saved_model")
+    if input_signature is None:
+        if not getattr(model, "inputs", None):
+            raise ValueError("export_keras_model: give input_signature (the model has no "
+                             "Input layers to take it from)")
+        input_signature = [tf.TensorSpec(t.shape, t.dtype, t.name.split(":")[0])
+                           for t in model.inputs]
+    emb_layers = [m for m in model.submodules if isinstance(m, de_layers.Embedding)]
+    own = {id(v) for layer in emb_layers for v in (layer.shadow, layer.shadow.ids)}
+    module = tf.Module()
+    module.dense = [v for v in model.variables if id(v) not in own]
+    lookups, module.tables, module.rows, total = {}, [], [], 0
+    for layer in emb_layers:
+        lookups[layer], table, rows, n = _static_lookup(layer)
+        module.tables.append(table)
+        module.rows.append(rows)
+        total += n
+
+    @tf.function(input_signature=input_signature)
+    def serve(*inputs):
+        return model(list(inputs) if len(inputs) > 1 else inputs[0], training=False)
+
+    with de_layers.serving_lookups(lookups):
+        concrete = serve.get_concrete_function()
+    # An empty namespace whitelist: saving fails if any rec_sdk op were left in the graph.
+    tf.saved_model.save(module, export_dir, signatures={"serving_default": concrete},
+                        options=tf.saved_model.SaveOptions(namespace_whitelist=[]))
+    return total

@@ -1,0 +1,242 @@
+"""The files of serving updates: what a push writes and a served model reads.
+
+A push directory holds a chain of numbered updates, each a directory published by an atomic
+rename (written into a hidden temporary directory, every file fsync'ed, then renamed):
+
+    <push_dir>/BASE              the manifest of version 0 (written by the export)
+    <push_dir>/0000000001/       update 1: MANIFEST, table<i>.keys/.values/.removed,
+    <push_dir>/0000000002/       dense<j>.value (only the dense variables that changed)
+    ...
+
+MANIFEST is an 8-byte farmhash64 fingerprint (tf.fingerprint) of what follows, then a
+serialized tf.train.Example with the fields of MANIFEST_FEATURES: the update's version and
+the version it applies onto (parent), the chain id (the export's), per table its name, rows,
+removed keys, whether it replaces the table, and the push id its changes end at; per file its
+name, size and fingerprint; per dense variable its name and whether it is in the update.
+Tables' files: keys int64, values float32 [rows, dim], removed int64, little-endian. A served
+model checks all of this with stock ops before it changes anything (serving/mutable.py), so a
+truncated, corrupt or partial update is refused by the name of its file.
+"""
+import os
+import threading
+
+import numpy as np
+import tensorflow as tf
+
+BASE = "BASE"
+MANIFEST = "MANIFEST"
+VERSION_DIGITS = 10
+FINGERPRINT_BYTES = 8
+
+# The Example's features: name -> (dtype, fixed length or None for a list).
+MANIFEST_FEATURES = {
+    "version": tf.int64, "parent": tf.int64, "chain": tf.string,
+    "table_names": tf.string, "table_rows": tf.int64, "table_removed": tf.int64,
+    "table_replace": tf.int64, "table_push_ids": tf.int64,
+    "files": tf.string, "file_sizes": tf.int64, "file_fingerprints": tf.int64,
+    "dense_names": tf.string, "dense_present": tf.int64,
+}
+_SCALARS = ("version", "parent", "chain")
+
+
+class UpdateError(ValueError):
+    """An update that cannot be read or applied: the message names the file and why."""
+
+
+def update_dir(push_dir, version):
+    return os.path.join(push_dir, "%0*d" % (VERSION_DIGITS, version))
+
+
+def table_file(i, kind):
+    return "table%d.%s" % (i, kind)
+
+
+def dense_file(j):
+    return "dense%d.value" % j
+
+
+class _Fingerprinter:
+    """farmhash64 fingerprints of byte strings, through tf.fingerprint in a private graph (so
+    they are computed alike in eager and in graph-mode programs, and match what a served
+    model computes)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._graph = tf.Graph()
+        with self._graph.as_default():
+            self._data = tf.compat.v1.placeholder(tf.string, [])
+            self._out = fingerprint_op(self._data)
+        self._sess = None
+
+    def __call__(self, data):
+        with self._lock:
+            if self._sess is None:
+                self._sess = tf.compat.v1.Session(graph=self._graph)
+            return int(self._sess.run(self._out, {self._data: data}))
+
+
+def fingerprint_op(data):
+    """The int64 fingerprint of a scalar string tensor (stock ops)."""
+    raw = tf.fingerprint(tf.reshape(data, [1]), method="farmhash64")
+    return tf.reshape(tf.bitcast(raw, tf.int64), [])
+
+
+_FINGERPRINT = None
+_FINGERPRINT_LOCK = threading.Lock()
+
+
+def fingerprint(data):
+    global _FINGERPRINT
+    with _FINGERPRINT_LOCK:
+        if _FINGERPRINT is None:
+            _FINGERPRINT = _Fingerprinter()
+    return _FINGERPRINT(bytes(data))
+
+
+def _example(manifest):
+    feature = {}
+    for name, dtype in MANIFEST_FEATURES.items():
+        values = manifest[name]
+        if name in _SCALARS:
+            values = [values]
+        if dtype == tf.string:
+            feature[name] = tf.train.Feature(bytes_list=tf.train.BytesList(
+                value=[v.encode() if isinstance(v, str) else bytes(v) for v in values]))
+        else:
+            feature[name] = tf.train.Feature(int64_list=tf.train.Int64List(
+                value=[int(v) for v in values]))
+    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+
+
+def encode_manifest(manifest):
+    body = _example(manifest)
+    return np.int64(fingerprint(body)).tobytes() + body
+
+
+def decode_manifest(data, path):
+    """The manifest dict of MANIFEST bytes; UpdateError naming `path` when they are not one."""
+    if len(data) <= FINGERPRINT_BYTES:
+        raise UpdateError("%s is truncated (%d bytes)" % (path, len(data)))
+    body = data[FINGERPRINT_BYTES:]
+    if np.frombuffer(data[:FINGERPRINT_BYTES], np.int64)[0] != np.int64(fingerprint(body)):
+        raise UpdateError("%s is corrupt: its fingerprint does not match its contents" % path)
+    example = tf.train.Example.FromString(body)
+    out = {}
+    for name, dtype in MANIFEST_FEATURES.items():
+        feature = example.features.feature[name]
+        if dtype == tf.string:
+            values = [v.decode() for v in feature.bytes_list.value]
+        else:
+            values = list(feature.int64_list.value)
+        out[name] = values[0] if name in _SCALARS else values
+    return out
+
+
+def _write_file(path, data):
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _fsync_dir(path):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_update(push_dir, version, parent, chain, tables, dense):
+    """Publishes update `version` atomically; returns its directory.
+
+    tables: [(name, keys int64 [n], values float32 [n, dim], removed int64 [m], replace,
+    push_id)] in the served model's order; dense: [(name, array or None)] (None: unchanged).
+    """
+    final = update_dir(push_dir, version)
+    if os.path.exists(final):
+        raise UpdateError("%s already exists: update %d was published before" % (final, version))
+    tmp = os.path.join(push_dir, ".tmp-%d-%d" % (version, os.getpid()))
+    if os.path.exists(tmp):
+        for name in os.listdir(tmp):
+            os.remove(os.path.join(tmp, name))
+    else:
+        os.makedirs(tmp)
+    files, sizes, prints = [], [], []
+
+    def put(name, array):
+        data = np.ascontiguousarray(array).tobytes()
+        _write_file(os.path.join(tmp, name), data)
+        files.append(name)
+        sizes.append(len(data))
+        prints.append(fingerprint(data))
+
+    for i, (_, keys, values, removed, _, _) in enumerate(tables):
+        put(table_file(i, "keys"), np.asarray(keys, "<i8"))
+        put(table_file(i, "values"), np.asarray(values, "<f4"))
+        put(table_file(i, "removed"), np.asarray(removed, "<i8"))
+    for j, (_, value) in enumerate(dense):
+        if value is not None:
+            put(dense_file(j), np.asarray(value))
+    manifest = {
+        "version": version, "parent": parent, "chain": chain,
+        "table_names": [t[0] for t in tables], "table_rows": [len(t[1]) for t in tables],
+        "table_removed": [len(t[3]) for t in tables],
+        "table_replace": [int(bool(t[4])) for t in tables],
+        "table_push_ids": [int(t[5]) for t in tables],
+        "files": files, "file_sizes": sizes, "file_fingerprints": prints,
+        "dense_names": [d[0] for d in dense],
+        "dense_present": [int(d[1] is not None) for d in dense],
+    }
+    _write_file(os.path.join(tmp, MANIFEST), encode_manifest(manifest))
+    _fsync_dir(tmp)
+    os.rename(tmp, final)
+    _fsync_dir(push_dir)
+    return final
+
+
+def write_base(push_dir, chain, table_names, push_ids, dense_names):
+    """Version 0 of a chain: the export's state (atomically replaced)."""
+    os.makedirs(push_dir, exist_ok=True)
+    manifest = {
+        "version": 0, "parent": -1, "chain": chain, "table_names": list(table_names),
+        "table_rows": [0] * len(table_names), "table_removed": [0] * len(table_names),
+        "table_replace": [1] * len(table_names), "table_push_ids": list(push_ids),
+        "files": [], "file_sizes": [], "file_fingerprints": [],
+        "dense_names": list(dense_names), "dense_present": [0] * len(dense_names),
+    }
+    tmp = os.path.join(push_dir, ".%s.tmp-%d" % (BASE, os.getpid()))
+    _write_file(tmp, encode_manifest(manifest))
+    os.replace(tmp, os.path.join(push_dir, BASE))
+    _fsync_dir(push_dir)
+
+
+def read_manifest(path):
+    with open(path, "rb") as f:
+        return decode_manifest(f.read(), path)
+
+
+def published_versions(push_dir):
+    """The versions of the update directories in push_dir, ascending (published ones only:
+    temporary directories are hidden)."""
+    out = []
+    for name in os.listdir(push_dir) if os.path.isdir(push_dir) else []:
+        if len(name) == VERSION_DIGITS and name.isdigit():
+            out.append(int(name))
+    return sorted(out)
+
+
+def chain_head(push_dir):
+    """The newest readable manifest of the chain in push_dir (the BASE when no update is
+    published), or None when the directory holds no chain. Updates whose manifest is
+    missing or corrupt (a push killed before its rename cannot leave one) are skipped."""
+    for version in reversed(published_versions(push_dir)):
+        path = os.path.join(update_dir(push_dir, version), MANIFEST)
+        try:
+            manifest = read_manifest(path)
+        except (OSError, UpdateError):
+            continue
+        if manifest["version"] == version:
+            return manifest
+    base = os.path.join(push_dir, BASE)
+    return read_manifest(base) if os.path.exists(base) else None
