@@ -1,0 +1,392 @@
+"""Serving updates (rec_sdk.serving): a model exported with export_serving_model serves
+exactly what the training graph's evaluation lookups read, after each of several pushes
+(rows changed, keys removed and evicted, dense variables); updates apply in place with no torn
+row; a killed pusher, a corrupt, truncated or missing update leave the model on its last
+good version; a late replica catches up to the same rows; the model holds only stock ops."""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from rec_sdk.core.embedding import create_table, sparse_lookup
+from rec_sdk.optimizers import lazy_adam
+from rec_sdk.serving import (PushHook, Pusher, ServedModel, UpdateError, export_serving_model,
+                             follow, update_files)
+from rec_sdk.util.initialize import init
+
+from helpers import new_session
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class _Model:
+    """Two servable tables (int64 and int32 keys, one evicting keys unseen for 3 steps) and
+    a dense layer, trained by LazyAdam / Adam; `probs` and the embeddings are served."""
+
+    def __init__(self, dim=4, steps_to_live=3):
+        init(use_dynamic_expansion=False)
+        self.step = tf.compat.v1.train.get_or_create_global_step()
+        self.users = create_table(tf.int64, dim, "users",
+                                  tf.compat.v1.random_uniform_initializer(-0.5, 0.5, seed=1),
+                                  device_vocabulary_size=2000, servable=True,
+                                  steps_to_live=steps_to_live)
+        self.items = create_table(tf.int32, dim, "items",
+                                  tf.compat.v1.random_uniform_initializer(-0.5, 0.5, seed=2),
+                                  device_vocabulary_size=2000, servable=True)
+        self.user_ids = tf.compat.v1.placeholder(tf.int64, [None], name="user_ids")
+        self.item_ids = tf.compat.v1.placeholder(tf.int32, [None, 2], name="item_ids")
+        self.w = tf.compat.v1.get_variable(
+            "w", [3 * dim, 1], initializer=tf.compat.v1.glorot_uniform_initializer(seed=3))
+        probs, _, _ = self._model(True)
+        self.labels = tf.compat.v1.placeholder(tf.float32, [None])
+        loss = tf.reduce_mean(tf.square(probs - self.labels))
+        tables = [self.users, self.items]
+        self.train = tf.group(
+            tf.compat.v1.train.AdamOptimizer(0.05).minimize(loss, var_list=[self.w],
+                                                            global_step=self.step),
+            lazy_adam.create_hash_optimizer(0.05).apply_gradients(
+                zip(tf.gradients(loss, tables), tables)))
+        self.probs, self.u, self.i = self._model(False)
+        self.inputs = {"user_ids": self.user_ids, "item_ids": self.item_ids}
+        self.outputs = {"probs": self.probs, "u": self.u, "i": self.i}
+        self.rng = np.random.RandomState(0)
+
+    def _model(self, train):
+        suffix = "train" if train else "eval"
+        u = sparse_lookup(self.users, self.user_ids, is_train=train, name="u_" + suffix,
+                          serving_default_value=None if train else 0.25)
+        i = sparse_lookup(self.items, self.item_ids, is_train=train, name="i_" + suffix)
+        x = tf.concat([u, tf.reshape(i, [-1, 2 * u.shape[-1]])], 1)
+        return tf.reshape(tf.sigmoid(tf.matmul(x, self.w)), [-1]), u, i
+
+    def run_training(self, sess, steps, users=(0, 60), items=(0, 40)):
+        for _ in range(steps):
+            sess.run(self.train, {self.user_ids: self.rng.randint(*users, 16),
+                                  self.item_ids: self.rng.randint(*items, (16, 2)),
+                                  self.labels: self.rng.rand(16)})
+
+    def queries(self):
+        """Every key trained (and some never), with their evaluation outputs."""
+        users = np.arange(-5, 130, dtype=np.int64)
+        items = np.stack([np.arange(len(users)) % 90, (np.arange(len(users)) * 7) % 90],
+                         1).astype(np.int32)
+        return {"user_ids": users, "item_ids": items}
+
+    def expected(self, sess):
+        q = self.queries()
+        return sess.run(self.outputs, {self.user_ids: q["user_ids"], self.item_ids: q["item_ids"]})
+
+
+def _assert_serves(served, model, sess):
+    want = model.expected(sess)
+    got = served.predict(model.queries())
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-6, atol=1e-7, err_msg=name)
+
+
+def _export(model, sess, root):
+    return export_serving_model(sess, str(root / "export"), model.inputs, model.outputs,
+                                str(root / "push"))
+
+
+def test_pushes_serve_the_training_tables_rows(tmp_path):
+    model = _Model()
+    with new_session() as sess:
+        sess.run(tf.compat.v1.global_variables_initializer())
+        model.run_training(sess, 5)
+        exported = _export(model, sess, tmp_path)
+        assert exported["rows"] == sess.run(model.users.size_tensor() + model.items.size_tensor())
+        pusher = Pusher(str(tmp_path / "push"))
+        served = ServedModel(str(tmp_path / "export"))
+        ops = {op.type for op in served.graph.get_operations()}
+        assert not any(t.startswith("RecSdk") for t in ops), ops
+        assert served.version() == (0, exported["chain"])
+        _assert_serves(served, model, sess)
+        evicted_before = None
+        for push in range(1, 5):
+            # New users arrive, old ones stop: steps_to_live=3 evicts users 0..59 at push 3.
+            users = (0, 60) if push < 3 else (60, 120)
+            model.run_training(sess, 4, users=users)
+            if push == 3:
+                evicted = sess.run(model.users.evict())[0]
+                assert evicted > 0
+                evicted_before = evicted
+            if push == 4:
+                sess.run(model.items.remove(tf.constant([1, 2, 3], tf.int32)))
+            assert pusher.push(sess) == push
+            assert follow(str(tmp_path / "push"), served) == [push]
+            _assert_serves(served, model, sess)
+        assert evicted_before
+        # Evicted users read the lookup's serving default; removed items read zeros.
+        got = served.predict(model.queries())
+        users = model.queries()["user_ids"]
+        np.testing.assert_array_equal(got["u"][(users >= 0) & (users < 10)], 0.25)
+        # Nothing changed: no update is published.
+        assert pusher.push(sess) is None
+        assert pusher.whole_tables == 0
+        served.close()
+
+
+def test_a_late_replica_catches_up_to_the_same_rows(tmp_path):
+    model = _Model()
+    with new_session() as sess:
+        sess.run(tf.compat.v1.global_variables_initializer())
+        model.run_training(sess, 3)
+        _export(model, sess, tmp_path)
+        pusher = Pusher(str(tmp_path / "push"))
+        early = ServedModel(str(tmp_path / "export"))
+        for _ in range(3):
+            model.run_training(sess, 3, users=(0, 200))
+            pusher.push(sess)
+            follow(str(tmp_path / "push"), early)
+        late = ServedModel(str(tmp_path / "export"))
+        assert late.version()[0] == 0
+        assert follow(str(tmp_path / "push"), late) == [1, 2, 3]
+        q = model.queries()
+        a, b = early.predict(q), late.predict(q)
+        for name in a:
+            np.testing.assert_array_equal(a[name], b[name])
+        _assert_serves(late, model, sess)
+
+
+_STOCK_LOADER = textwrap.dedent("""
+    import sys
+    import numpy as np
+    import tensorflow as tf
+    tf.compat.v1.disable_eager_execution()
+    export_dir, push_dir, queries, out = sys.argv[1:]
+    import os
+    sess = tf.compat.v1.Session(graph=tf.Graph())
+    with sess.graph.as_default():
+        meta = tf.compat.v1.saved_model.loader.load(sess, ["serve"], export_dir)
+    ops = {op.type for op in sess.graph.get_operations()}
+    assert not any(t.startswith("RecSdk") for t in ops), ops
+    def run(name, feeds):
+        sig = meta.signature_def[name]
+        return sess.run({k: v.name for k, v in sig.outputs.items()},
+                        {sig.inputs[k].name: v for k, v in feeds.items()})
+    for name in sorted(os.listdir(push_dir)):
+        if name.isdigit():
+            run("apply_update", {"update_dir": os.path.join(push_dir, name)})
+    q = np.load(queries)
+    np.savez(out, **run("serving_default", {k: q[k] for k in q.files}))
+    assert "rec_sdk" not in sys.modules
+""")
+
+
+def test_stock_tensorflow_loads_and_applies_updates_without_rec_sdk(tmp_path):
+    model = _Model()
+    with new_session() as sess:
+        sess.run(tf.compat.v1.global_variables_initializer())
+        model.run_training(sess, 3)
+        _export(model, sess, tmp_path)
+        pusher = Pusher(str(tmp_path / "push"))
+        for _ in range(2):
+            model.run_training(sess, 3, users=(0, 200))
+            pusher.push(sess)
+        want = model.expected(sess)
+    np.savez(tmp_path / "q.npz", **model.queries())
+    env = dict(os.environ, PYTHONPATH="")
+    subprocess.run([sys.executable, "-c", _STOCK_LOADER, str(tmp_path / "export"),
+                    str(tmp_path / "push"), str(tmp_path / "q.npz"), str(tmp_path / "out.npz")],
+                   check=True, env=env, cwd=str(tmp_path), timeout=300)
+    got = np.load(tmp_path / "out.npz")
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-6, atol=1e-7)
+
+
+def _flip_byte(path, at=3):
+    data = bytearray(open(path, "rb").read())
+    data[at] ^= 0xFF
+    open(path, "wb").write(bytes(data))
+
+
+@pytest.mark.parametrize("damage", ["flipped values", "truncated keys", "corrupt manifest",
+                                    "missing removed file", "gap"])
+def test_a_damaged_or_missing_update_is_refused_by_name(tmp_path, damage):
+    model = _Model()
+    push_dir = tmp_path / "push"
+    with new_session() as sess:
+        sess.run(tf.compat.v1.global_variables_initializer())
+        model.run_training(sess, 3)
+        _export(model, sess, tmp_path)
+        pusher = Pusher(str(push_dir))
+        served = ServedModel(str(tmp_path / "export"))
+        model.run_training(sess, 2)
+        pusher.push(sess)
+        follow(str(push_dir), served)
+        before = served.predict(model.queries())
+        model.run_training(sess, 2, users=(0, 200))
+        pusher.push(sess)
+        model.run_training(sess, 2, users=(0, 200))
+        pusher.push(sess)
+        second = push_dir / "0000000002"
+        named = {"flipped values": "table0.values", "truncated keys": "table1.keys",
+                 "corrupt manifest": "MANIFEST", "missing removed file": "table0.removed",
+                 "gap": "update 2 is missing"}[damage]
+        if damage == "flipped values":
+            _flip_byte(second / "table0.values")
+        elif damage == "truncated keys":
+            data = open(second / "table1.keys", "rb").read()
+            open(second / "table1.keys", "wb").write(data[:-8])
+        elif damage == "corrupt manifest":
+            _flip_byte(second / "MANIFEST", at=40)
+        elif damage == "missing removed file":
+            os.remove(second / "table0.removed")
+        else:
+            for name in os.listdir(second):
+                os.remove(second / name)
+            os.rmdir(second)
+        with pytest.raises(UpdateError, match=named):
+            follow(str(push_dir), served)
+        assert served.version()[0] == 1
+        after = served.predict(model.queries())
+        for name in before:
+            np.testing.assert_array_equal(after[name], before[name])
+
+
+def test_readers_never_see_a_torn_row_while_updates_apply(tmp_path):
+    init(use_dynamic_expansion=False)
+    dim, rows = 64, 20000
+    table = create_table(tf.int64, dim, "wide", tf.compat.v1.zeros_initializer(),
+                         device_vocabulary_size=rows, servable=True)
+    ids = tf.compat.v1.placeholder(tf.int64, [None], name="ids")
+    emb = sparse_lookup(table, ids, is_train=False, name="emb")
+    keys = np.arange(rows, dtype=np.int64)
+    value = tf.compat.v1.placeholder(tf.float32, [])
+    fill = table.upsert(keys, tf.fill([rows, dim], value))
+    with new_session() as sess:
+        sess.run(fill, {value: 0.0})
+        export_serving_model(sess, str(tmp_path / "export"), {"ids": ids}, {"e": emb},
+                             str(tmp_path / "push"))
+        pusher = Pusher(str(tmp_path / "push"))
+        for v in range(1, 7):
+            sess.run(fill, {value: float(v)})
+            pusher.push(sess)
+    served = ServedModel(str(tmp_path / "export"))
+    stop, torn, reads, seen = threading.Event(), [], [0], set()
+
+    def reader():
+        while not stop.is_set():
+            got = served.predict({"ids": keys[::7]})["e"]
+            spread = got.max(axis=1) - got.min(axis=1)
+            if spread.max() != 0:
+                torn.append(got[spread != 0][0])
+            seen.update(np.unique(got[:, 0]).tolist())
+            reads[0] += 1
+
+    threads = [threading.Thread(target=reader) for _ in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        for v in range(1, 7):
+            assert served.apply(update_files.update_dir(str(tmp_path / "push"), v)) == v
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert not torn, torn[:2]
+    assert reads[0] > 5 and len(seen) > 2  # the reads ran while versions changed
+    np.testing.assert_array_equal(served.predict({"ids": keys})["e"], 6.0)
+
+
+def _worker(root, mode, **kwargs):
+    return subprocess.Popen([sys.executable, os.path.join(_ROOT, "tests",
+                                                          "serving_pusher_worker.py"),
+                             str(root), mode], cwd=str(root), **kwargs)
+
+
+def test_a_pusher_killed_mid_write_leaves_the_last_good_version(tmp_path):
+    first = _worker(tmp_path, "first")
+    try:
+        deadline = time.time() + 240
+        while not (tmp_path / "stalled").exists():
+            assert first.poll() is None, "the trainer exited before its third push"
+            assert time.time() < deadline
+            time.sleep(0.2)
+        first.send_signal(signal.SIGKILL)
+        first.wait(60)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait(60)
+    push_dir = str(tmp_path / "push")
+    assert update_files.published_versions(push_dir) == [1, 2]
+    assert any(name.startswith(".tmp-") for name in os.listdir(push_dir))
+    served = ServedModel(str(tmp_path / "export"))
+    assert follow(push_dir, served) == [1, 2]
+    # A new trainer (other rows: another process, as after a restart) completes the chain
+    # with its whole tables.
+    second = _worker(tmp_path, "second", stdout=subprocess.PIPE, text=True)
+    out, _ = second.communicate(timeout=300)
+    assert second.returncode == 0
+    assert "whole tables: 1" in out
+    assert follow(push_dir, served) == [3]
+    expected = np.load(tmp_path / "expected.npz")
+    got = served.predict({"ids": expected["ids"]})
+    np.testing.assert_allclose(got["p"], expected["p"], rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(got["e"], expected["e"], rtol=1e-6, atol=1e-7)
+
+
+def test_push_hook_pushes_from_a_monitored_session(tmp_path):
+    model = _Model()
+    with new_session() as sess:
+        sess.run(tf.compat.v1.global_variables_initializer())
+        model.run_training(sess, 2)
+        _export(model, sess, tmp_path)
+    # A new session has new tables (as an Estimator's train() restoring a checkpoint): the
+    # first push sends both whole, the later ones only changes.
+    hook = PushHook(str(tmp_path / "push"), every_steps=3)
+    with tf.compat.v1.train.MonitoredSession(hooks=[hook]) as sess:
+        for _ in range(7):
+            model.run_training(sess, 1)
+        hook.pusher.wait()
+        assert update_files.published_versions(str(tmp_path / "push")) == [1, 2]
+        expected = model.expected(sess)
+    assert update_files.published_versions(str(tmp_path / "push")) == [1, 2, 3]
+    assert hook.pusher.whole_tables == 2
+    served = ServedModel(str(tmp_path / "export"))
+    assert follow(str(tmp_path / "push"), served) == [1, 2, 3]
+    got = served.predict(model.queries())
+    for name in expected:
+        np.testing.assert_allclose(got[name], expected[name], rtol=1e-6, atol=1e-7)
+
+
+def test_pushes_of_a_table_on_the_ssd_tier_carry_its_cold_rows(tmp_path):
+    """Rows that moved to the SSD tier keep their change marks: a push sends the cold rows
+    changed since the last push, and only those."""
+    init(use_dynamic_expansion=False)
+    table = create_table(tf.int64, 4, "tiered", tf.compat.v1.zeros_initializer(),
+                         device_vocabulary_size=9, host_vocabulary_size=1,
+                         ssd_vocabulary_size=1000, ssd_data_path=str(tmp_path), servable=True)
+    ids = tf.compat.v1.placeholder(tf.int64, [None], name="ids")
+    emb = sparse_lookup(table, ids, is_train=False, name="serve")
+    keys = tf.compat.v1.placeholder(tf.int64, [None])
+    values = tf.compat.v1.placeholder(tf.float32, [None, 4])
+    upsert = table.upsert(keys, values)
+    all_keys = np.arange(100, dtype=np.int64)
+    with new_session() as sess:
+        sess.run(upsert, {keys: all_keys, values: np.ones([100, 4], np.float32)})
+        export_serving_model(sess, str(tmp_path / "export"), {"ids": ids}, {"e": emb},
+                             str(tmp_path / "push"))
+        pusher = Pusher(str(tmp_path / "push"))
+        served = ServedModel(str(tmp_path / "export"))
+        changed = np.array([3, 50, 97], np.int64)  # cold rows come back to memory
+        sess.run(upsert, {keys: changed, values: np.full([3, 4], 2.0, np.float32)})
+        sess.run(upsert, {keys: np.arange(200, 240), values: np.full([40, 4], 3.0, np.float32)})
+        assert sess.run(table.stats())["cold"] > 80
+        pusher.push(sess)
+        manifest = update_files.read_manifest(
+            os.path.join(update_files.update_dir(str(tmp_path / "push"), 1), "MANIFEST"))
+        assert manifest["table_rows"] == [43] and manifest["table_replace"] == [0]
+        follow(str(tmp_path / "push"), served)
+        q = np.arange(250, dtype=np.int64)
+        np.testing.assert_array_equal(served.predict({"ids": q})["e"], sess.run(emb, {ids: q}))
