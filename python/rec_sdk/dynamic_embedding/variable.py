@@ -58,7 +58,7 @@ class Variable(KeyValueFiles, tf.__internal__.tracking.Trackable):
                  partitioner=default_partition_fn, shared_name=None,
                  name="DynamicEmbedding_Variable", initializer=None, trainable=True,
                  checkpoint=True, init_size=0, kv_creator=None, restrict_policy=None,
-                 bp_v2=False):
+                 bp_v2=False, servable=False):
         try:
             key_dtype, value_dtype = tf.as_dtype(key_dtype), tf.as_dtype(value_dtype)
         except TypeError as e:
@@ -96,7 +96,7 @@ class Variable(KeyValueFiles, tf.__internal__.tracking.Trackable):
         if not isinstance(name, str) or not name:
             raise ValueError("name must be a non-empty string, got %r" % (name,))
         for flag, value in (("trainable", trainable), ("checkpoint", checkpoint),
-                            ("bp_v2", bp_v2)):
+                            ("bp_v2", bp_v2), ("servable", servable)):
             check_bool(flag, value)
         if kv_creator is not None and not isinstance(kv_creator, KVCreator):
             raise TypeError("kv_creator must be None or a de.KVCreator (e.g. "
@@ -117,6 +117,8 @@ class Variable(KeyValueFiles, tf.__internal__.tracking.Trackable):
         # every shard an SSD tier.
         self.kv_creator = kv_creator
         self.bp_v2 = bool(bp_v2)
+        # Beyond TFRA: the shards track their changes for serving pushes (rec_sdk.serving).
+        self.servable = servable
         self.initializer = initializer
         self._stored_dim = value_codec.stored_dim(value_dtype, self.dim)
         self._defaults = None if value_dtype == tf.float32 else defaults_of(
@@ -143,6 +145,7 @@ class Variable(KeyValueFiles, tf.__internal__.tracking.Trackable):
                     else shard_tier.memory_rows + shard_tier.ssd_rows,
                     initial_rows=rows, tier=shard_tier, is_save=self.checkpoint,
                     saved_by_owner=True, track_access=restrict_policy is not None,
+                    track_changes=servable,
                     shard_keys_filter=ShardKeys(partitioner, self.table_key_dtype,
                                                  self.shard_num, i))
                 with tf.device(device):
@@ -575,7 +578,7 @@ def _unwrapped(optimizer):
 def get_variable(name, key_dtype=tf.int64, value_dtype=tf.float32, dim=1, devices=None,
                  partitioner=default_partition_fn, shared_name="get_variable", initializer=None,
                  trainable=True, checkpoint=True, init_size=0, kv_creator=None,
-                 restrict_policy=None, bp_v2=False):
+                 restrict_policy=None, bp_v2=False, servable=False):
     """The de.Variable `name` under the current variable scope: created when absent; when it
     exists, returned if the scope reuses variables and a ValueError otherwise."""
     if not isinstance(name, str) or not name:
@@ -592,6 +595,6 @@ def get_variable(name, key_dtype=tf.int64, value_dtype=tf.float32, dim=1, device
                    partitioner=partitioner, shared_name=shared_name, name=full_name,
                    initializer=initializer, trainable=trainable, checkpoint=checkpoint,
                    init_size=init_size, kv_creator=kv_creator, restrict_policy=restrict_policy,
-                   bp_v2=bp_v2)
+                   bp_v2=bp_v2, servable=servable)
     store[full_name] = var
     return var

@@ -9,5 +9,6 @@
 from rec_sdk.serving.static import ServingGraph, export_keras_model, export_saved_model
 from rec_sdk.serving.export import export_serving_model
 from rec_sdk.serving.follow import RestModel, ServedModel, follow, watch
-from rec_sdk.serving.push import PushHook, Pusher, push_after_save
+from rec_sdk.serving.push import PushCallback, PushHook, Pusher, push_after_save
 from rec_sdk.serving.update_files import UpdateError
+from rec_sdk.serving.keras_export import export_keras_serving_model

@@ -46,7 +46,7 @@ def export_serving_model(sess, export_dir, inputs, outputs, push_dir, tables=Non
     check_new_chain_dir(push_dir)
     chain = uuid.uuid4().hex
     staged = tempfile.mkdtemp(prefix="rec_sdk_export_")
-    served_tables, assets, push_ids, rows = [], [], [], 0
+    served_tables, push_ids, rows = [], [], 0
     try:
         def make_lookup(table):
             for existing in served_tables:
@@ -56,16 +56,10 @@ def export_serving_model(sess, export_dir, inputs, outputs, push_dir, tables=Non
                 take = table.take_changes(full=True)
             keys, values, _, _, _, push_id = sess.run(take)
             keys, values = without_reserved_keys(table.table_name, keys, values)
-            i = len(served_tables)
-            files = []
-            for kind, array in (("keys", keys.astype("<i8")), ("values", values.astype("<f4"))):
-                path = os.path.join(staged, update_files.table_file(i, kind))
-                array.tofile(path)
-                files.append(path)
-            served = ServedTable(table.table_name, table.dim, len(keys))
+            served = ServedTable(table.table_name, table.dim, keys, values, staged,
+                                 len(served_tables))
             served_tables.append(served)
-            assets.append(files)
-            push_ids.append(int(push_id))
+            push_ids.append([int(push_id)])
             nonlocal rows
             rows += len(keys)
             return served.lookup
@@ -75,17 +69,7 @@ def export_serving_model(sess, export_dir, inputs, outputs, push_dir, tables=Non
             version = tf.compat.v1.Variable(np.int64(0), trainable=False, use_resource=True,
                                             name="rec_sdk_serving_version")
             chain_t = tf.constant(chain, name="rec_sdk_serving_chain")
-            fills = []
-            for served, (keys_path, values_path) in zip(served_tables, assets):
-                keys_asset = tf.constant(keys_path, name="asset_" + os.path.basename(keys_path))
-                values_asset = tf.constant(values_path,
-                                           name="asset_" + os.path.basename(values_path))
-                for asset in (keys_asset, values_asset):
-                    tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.ASSET_FILEPATHS, asset)
-                keys = tf.io.decode_raw(tf.io.read_file(keys_asset), tf.int64, little_endian=True)
-                values = tf.reshape(tf.io.decode_raw(tf.io.read_file(values_asset), tf.float32,
-                                                     little_endian=True), [-1, served.dim])
-                fills.append(served.insert(keys, values))
+            fills = [served.load_op() for served in served_tables]
             update_dir = tf.compat.v1.placeholder(tf.string, [], name="update_dir")
             applied = apply_update_op(update_dir, served_tables,
                                       [(name, var) for name, var in graph.variables],

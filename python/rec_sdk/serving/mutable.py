@@ -53,19 +53,86 @@ def without_reserved_keys(name, keys, *columns):
     return (keys[~bad],) + tuple(np.asarray(c)[~bad] for c in columns)
 
 
-class ServedTable:
-    """One table of a served model: sub-tables of DenseHashTable, lookups, and changes."""
+def part_of(keys, parts):
+    """The sub-table of each key (NumPy; the same as ServedTable._part_of in the graph)."""
+    keys = np.asarray(keys, np.int64)
+    mixed = keys ^ (keys >> 29)
+    mixed = mixed ^ (mixed >> 17)
+    return np.mod(mixed, parts).astype(np.int32)
 
-    def __init__(self, name, dim, rows_hint):
-        self.name, self.dim = name, dim
-        self.parts, buckets = memory_layout(rows_hint)
+
+class _AssetFilledTable(tf.lookup.experimental.DenseHashTable):
+    """A DenseHashTable that a TF2 SavedModel fills at load from its asset files (its
+    _initialize runs in the model's init op, as a StaticHashTable's initializer does)."""
+
+    def __init__(self, keys_file, values_file, dim, **kwargs):
+        self._row_width = dim + 1
+        super().__init__(**kwargs)
+        # Tracked explicitly (a resource does not track its attributes): saving maps the
+        # paths the initializer captures to the files copied into the SavedModel's assets.
+        self._keys_file = self._track_trackable(tf.saved_model.Asset(keys_file), "_keys_file")
+        self._values_file = self._track_trackable(tf.saved_model.Asset(values_file),
+                                                  "_values_file")
+
+    def _initialize(self):
+        return self.insert(*_read_rows(tf.convert_to_tensor(self._keys_file),
+                                       tf.convert_to_tensor(self._values_file),
+                                       self._row_width - 1))
+
+
+def _read_rows(keys_path, values_path, dim):
+    """(keys, rows with the flag column) of a sub-table's files."""
+    keys = tf.io.decode_raw(tf.io.read_file(keys_path), tf.int64, little_endian=True)
+    values = tf.reshape(tf.io.decode_raw(tf.io.read_file(values_path), tf.float32,
+                                         little_endian=True), [-1, dim])
+    return keys, tf.concat([values, tf.ones([tf.shape(values)[0], 1], tf.float32)], 1)
+
+
+class ServedTable:
+    """One table of a served model: sub-tables of DenseHashTable, lookups, and changes.
+
+    Made from the table's rows (keys, values: NumPy) at export: each sub-table's rows are
+    written into `staging` (table<index>.part<p>.keys/.values) for the SavedModel's assets.
+    In TF2 (eager) the sub-tables fill themselves at load (_AssetFilledTable); in a
+    tf.compat.v1 graph load_op() is the op that fills them, for the SavedModel's main op.
+    """
+
+    def __init__(self, name, dim, keys, values, staging, index):
+        self.name, self.dim, self.rows = name, dim, len(keys)
+        self.parts, buckets = memory_layout(len(keys))
         default = np.zeros([dim + 1], np.float32)  # the flag column is 0: absent
-        self.tables = [
-            tf.lookup.experimental.DenseHashTable(
-                tf.int64, tf.float32, default, EMPTY_KEY, DELETED_KEY,
-                initial_num_buckets=buckets, checkpoint=False,
-                name="rec_sdk_served_%s_%d" % (name, p))
-            for p in range(self.parts)]
+        where = part_of(keys, self.parts)
+        self.files = []
+        for p in range(self.parts):
+            stem = "%s/table%d.part%d." % (staging, index, p)
+            np.asarray(keys[where == p], "<i8").tofile(stem + "keys")
+            np.asarray(values[where == p], "<f4").tofile(stem + "values")
+            self.files.append((stem + "keys", stem + "values"))
+        self._eager = tf.executing_eagerly()
+        self.tables = []
+        for p, (keys_file, values_file) in enumerate(self.files):
+            kwargs = dict(key_dtype=tf.int64, value_dtype=tf.float32, default_value=default,
+                          empty_key=EMPTY_KEY, deleted_key=DELETED_KEY,
+                          initial_num_buckets=buckets, checkpoint=False,
+                          name="rec_sdk_served_%s_%d" % (name.replace("/", "_"), p))
+            if self._eager:
+                table = _AssetFilledTable(keys_file, values_file, dim, **kwargs)
+            else:
+                table = tf.lookup.experimental.DenseHashTable(**kwargs)
+            self.tables.append(table)
+
+    def load_op(self):
+        """(tf.compat.v1 graphs) The op filling the sub-tables from their asset files (the
+        file paths are registered as the graph's assets)."""
+        ops = []
+        for table, files in zip(self.tables, self.files):
+            paths = []
+            for path in files:
+                asset = tf.constant(path, name="asset_" + path.rsplit("/", 1)[-1])
+                tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.ASSET_FILEPATHS, asset)
+                paths.append(asset)
+            ops.append(table.insert(*_read_rows(paths[0], paths[1], self.dim)))
+        return tf.group(*ops)
 
     def _part_of(self, keys):
         mixed = tf.bitwise.bitwise_xor(keys, tf.bitwise.right_shift(keys, 29))

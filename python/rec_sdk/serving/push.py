@@ -8,7 +8,8 @@ process, a failed write, a restored or cleared table) sends the tables whole ins
 chain stays complete whatever happened to the trainer.
 
 PushHook pushes every N seconds or steps from a MonitoredSession (Estimator); push_after_save
-makes a CheckpointSaverListener that pushes after each save.
+makes a CheckpointSaverListener that pushes after each save; PushCallback pushes from Keras'
+fit() every N seconds or batches.
 """
 import threading
 import time
@@ -17,45 +18,58 @@ import numpy as np
 import tensorflow as tf
 
 from rec_sdk.core.table import tables_of_graph
+from rec_sdk.dynamic_embedding.keras import layers as de_layers
 from rec_sdk.serving import update_files
 from rec_sdk.serving.mutable import without_reserved_keys
 from rec_sdk.util.log import logger
+from rec_sdk.util.tf_compat import keras
 
 
 def _find(names, available, what, push_dir):
     missing = [n for n in names if n not in available]
     if missing:
-        raise ValueError("the update chain in %s serves %s %s, which this graph does not have"
-                         % (push_dir, what, missing))
+        raise ValueError("the update chain in %s serves %s %s, which this program does not "
+                         "have" % (push_dir, what, missing))
     return [available[n] for n in names]
 
 
-class Pusher:
-    """Publishes updates of the chain in push_dir from a graph's tables and variables.
+def _merge(name, shards):
+    """One served table's update from its shards' takes (keys, values, removed, replace,
+    since, push_id): -> (name, keys, values, removed, replace, [push ids])."""
+    keys = np.concatenate([np.asarray(s[0], np.int64) for s in shards])
+    values = np.concatenate([np.asarray(s[1], np.float32) for s in shards])
+    removed = np.concatenate([np.asarray(s[2], np.int64) for s in shards])
+    replace = all(bool(s[3]) for s in shards)
+    keys, values = without_reserved_keys(name, keys, values)
+    # A key removed and then written again since the last push is not removed.
+    removed = without_reserved_keys(name, np.setdiff1d(removed, keys))[0]
+    return (name, keys, values, removed, replace, [int(s[5]) for s in shards])
 
-    Create it while the graph can still take ops (before a MonitoredSession finalizes it);
-    push(sess) then publishes one update (or nothing when nothing changed).
+
+class Pusher:
+    """Publishes updates of the chain in push_dir.
+
+    Graph mode (Session, Estimator): Pusher(push_dir[, graph]) finds the chain's tables and
+    dense variables in the graph by name; create it while the graph can still take ops
+    (before a MonitoredSession finalizes it), then push(sess). TF2 (eager, Keras):
+    Pusher(push_dir, model=keras_model) finds them in the model's de.keras layers and
+    variables; push() takes no session.
     """
 
-    def __init__(self, push_dir, graph=None):
+    def __init__(self, push_dir, graph=None, model=None):
         self.push_dir = push_dir
         head = update_files.chain_head(push_dir)
         if head is None:
             raise ValueError("%s holds no update chain: export the model with "
-                             "export_serving_model(..., push_dir=%r) first"
-                             % (push_dir, push_dir))
+                             "export_serving_model (or export_keras_serving_model) and "
+                             "push_dir=%r first" % (push_dir, push_dir))
         self.chain = head["chain"]
         self.table_names = head["table_names"]
         self.dense_names = head["dense_names"]
-        graph = graph or tf.compat.v1.get_default_graph()
-        self.tables = _find(self.table_names, {t.table_name: t for t in tables_of_graph(graph)},
-                            "tables", push_dir)
-        variables = {v.op.name: v for v in
-                     graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)}
-        self.variables = _find(self.dense_names, variables, "dense variables", push_dir)
-        with graph.as_default():
-            self._take = [t.take_changes(full=False) for t in self.tables]
-            self._take_whole = [t.take_changes(full=True) for t in self.tables]
+        if model is not None:
+            self._source = _EagerSource(self, model)
+        else:
+            self._source = _GraphSource(self, graph or tf.compat.v1.get_default_graph())
         self._expected = None   # the push ids this process's last push ended at
         self._last_dense = None
         self._writer = None
@@ -63,7 +77,7 @@ class Pusher:
         self.pushes = 0
         self.whole_tables = 0
 
-    def push(self, sess, wait=True):
+    def push(self, sess=None, wait=True):
         """Takes the changes and publishes them as the next update. With wait=False the files
         are written by a background thread (the next push waits for it). Returns the version
         published (None when nothing changed)."""
@@ -71,22 +85,20 @@ class Pusher:
         head = update_files.chain_head(self.push_dir)
         if head is None or head["chain"] != self.chain:
             raise ValueError("the update chain in %s changed under this pusher" % self.push_dir)
-        expected = self._expected or head["table_push_ids"]
-        taken = sess.run(self._take)
+        expected = self._expected or update_files.shard_push_ids(head)
+        taken = self._source.take(sess, whole=False)
         tables = []
-        for i, (table, got) in enumerate(zip(self.tables, taken)):
-            keys, values, removed, replace, since, push_id = got
-            if not replace and since != expected[i]:
+        for i, name in enumerate(self.table_names):
+            shards = taken[i]
+            follows = all(bool(s[3]) or s[4] == want for s, want in zip(shards, expected[i]))
+            if not follows or (any(bool(s[3]) for s in shards) and
+                               not all(bool(s[3]) for s in shards)):
                 # The changes do not follow the chain's last update: send the table whole.
-                keys, values, removed, replace, since, push_id = sess.run(self._take_whole[i])
-            if replace:
+                shards = self._source.take_table(sess, i)
+            if all(bool(s[3]) for s in shards):
                 self.whole_tables += 1
-            keys, values = without_reserved_keys(table.table_name, keys, values)
-            removed = np.setdiff1d(np.asarray(removed, np.int64), keys)
-            removed = without_reserved_keys(table.table_name, removed)[0]
-            tables.append((table.table_name, keys.astype(np.int64), values, removed,
-                           bool(replace), int(push_id)))
-        dense_values = sess.run(self.variables) if self.variables else []
+            tables.append(_merge(name, shards))
+        dense_values = self._source.dense(sess)
         changed = self._last_dense is None or any(
             not np.array_equal(a, b) for a, b in zip(dense_values, self._last_dense))
         dense = [(name, value if changed else None)
@@ -126,6 +138,70 @@ class Pusher:
             error, self._error = self._error, None
             self._expected = None
             raise error
+
+
+class _GraphSource:
+    """A graph's tables (by table name) and variables (by op name), read through ops built
+    once."""
+
+    def __init__(self, pusher, graph):
+        tables = _find(pusher.table_names, {t.table_name: t for t in tables_of_graph(graph)},
+                       "tables", pusher.push_dir)
+        variables = {v.op.name: v for v in
+                     graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)}
+        self.variables = _find(pusher.dense_names, variables, "dense variables",
+                               pusher.push_dir)
+        with graph.as_default():
+            self._take = [t.take_changes(full=False) for t in tables]
+            self._take_whole = [t.take_changes(full=True) for t in tables]
+
+    def take(self, sess, whole):
+        return [[got] for got in sess.run(self._take_whole if whole else self._take)]
+
+    def take_table(self, sess, i):
+        return [sess.run(self._take_whole[i])]
+
+    def dense(self, sess):
+        return sess.run(self.variables) if self.variables else []
+
+
+class _EagerSource:
+    """A Keras model's de.keras embedding layers (by their de.Variable's name; each shard a
+    rec_sdk table) and variables (by name), read eagerly."""
+
+    def __init__(self, pusher, model):
+        layers = serving_layers(model)
+        self.variables = _find(pusher.dense_names,
+                               {v.name: v for v in dense_variables(model, layers)},
+                               "dense variables", pusher.push_dir)
+        self.tables = [v.tables for v in _find(pusher.table_names,
+                                               {l.params.name: l.params for l in layers},
+                                               "tables", pusher.push_dir)]
+
+    @staticmethod
+    def _numpy(taken):
+        return tuple(np.asarray(x) for x in taken)
+
+    def take(self, sess, whole):
+        return [[self._numpy(t.take_changes(full=whole)) for t in shards]
+                for shards in self.tables]
+
+    def take_table(self, sess, i):
+        return [self._numpy(t.take_changes(full=True)) for t in self.tables[i]]
+
+    def dense(self, sess):
+        return [v.numpy() for v in self.variables]
+
+
+def serving_layers(model):
+    """The de.keras embedding layers of a Keras model, in model order."""
+    return [m for m in model.submodules if isinstance(m, de_layers.Embedding)]
+
+
+def dense_variables(model, layers):
+    """The model's variables other than its embedding layers' own (their shadows)."""
+    own = {id(v) for layer in layers for v in (layer.shadow, layer.shadow.ids)}
+    return [v for v in model.variables if id(v) not in own]
 
 
 class PushHook(tf.compat.v1.train.SessionRunHook):
@@ -172,3 +248,33 @@ class _PushAfterSave(tf.compat.v1.train.CheckpointSaverListener):
 def push_after_save(push_dir):
     """A CheckpointSaverListener that pushes an update after each checkpoint save."""
     return _PushAfterSave(push_dir)
+
+
+class PushCallback(keras.callbacks.Callback):
+    """Pushes from Keras' fit() every `every_secs` seconds (or `every_batches` batches) and
+    when training ends; files are written by a background thread."""
+
+    def __init__(self, push_dir, every_secs=30.0, every_batches=None):
+        super().__init__()
+        self.push_dir = push_dir
+        self.every_secs, self.every_batches = every_secs, every_batches
+        self.pusher = None
+        self._batches = 0
+        self._last = time.monotonic()
+
+    def on_train_begin(self, logs=None):
+        if self.pusher is None:
+            self.pusher = Pusher(self.push_dir, model=self.model)
+        self._last = time.monotonic()
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._batches += 1
+        due = (self._batches >= self.every_batches if self.every_batches else
+               time.monotonic() - self._last >= self.every_secs)
+        if due:
+            self._batches = 0
+            self._last = time.monotonic()
+            self.pusher.push(wait=False)
+
+    def on_train_end(self, logs=None):
+        self.pusher.push()

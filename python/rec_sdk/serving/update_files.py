@@ -11,7 +11,8 @@ rename (written into a hidden temporary directory, every file fsync'ed, then ren
 MANIFEST is an 8-byte farmhash64 fingerprint (tf.fingerprint) of what follows, then a
 serialized tf.train.Example with the fields of MANIFEST_FEATURES: the update's version and
 the version it applies onto (parent), the chain id (the export's), per table its name, rows,
-removed keys, whether it replaces the table, and the push id its changes end at; per file its
+removed keys, whether it replaces the table, its shards (the rec_sdk tables it is served
+from) and the push ids their changes end at (flattened); per file its
 name, size and fingerprint; per dense variable its name and whether it is in the update.
 Tables' files: keys int64, values float32 [rows, dim], removed int64, little-endian. A served
 model checks all of this with stock ops before it changes anything (serving/mutable.py), so a
@@ -32,7 +33,7 @@ FINGERPRINT_BYTES = 8
 MANIFEST_FEATURES = {
     "version": tf.int64, "parent": tf.int64, "chain": tf.string,
     "table_names": tf.string, "table_rows": tf.int64, "table_removed": tf.int64,
-    "table_replace": tf.int64, "table_push_ids": tf.int64,
+    "table_replace": tf.int64, "table_shards": tf.int64, "table_push_ids": tf.int64,
     "files": tf.string, "file_sizes": tf.int64, "file_fingerprints": tf.int64,
     "dense_names": tf.string, "dense_present": tf.int64,
 }
@@ -151,7 +152,8 @@ def write_update(push_dir, version, parent, chain, tables, dense):
     """Publishes update `version` atomically; returns its directory.
 
     tables: [(name, keys int64 [n], values float32 [n, dim], removed int64 [m], replace,
-    push_id)] in the served model's order; dense: [(name, array or None)] (None: unchanged).
+    [push id of each shard])] in the served model's order; dense: [(name, array or None)]
+    (None: unchanged).
     """
     final = update_dir(push_dir, version)
     if os.path.exists(final):
@@ -183,7 +185,8 @@ def write_update(push_dir, version, parent, chain, tables, dense):
         "table_names": [t[0] for t in tables], "table_rows": [len(t[1]) for t in tables],
         "table_removed": [len(t[3]) for t in tables],
         "table_replace": [int(bool(t[4])) for t in tables],
-        "table_push_ids": [int(t[5]) for t in tables],
+        "table_shards": [len(t[5]) for t in tables],
+        "table_push_ids": [int(i) for t in tables for i in t[5]],
         "files": files, "file_sizes": sizes, "file_fingerprints": prints,
         "dense_names": [d[0] for d in dense],
         "dense_present": [int(d[1] is not None) for d in dense],
@@ -196,12 +199,15 @@ def write_update(push_dir, version, parent, chain, tables, dense):
 
 
 def write_base(push_dir, chain, table_names, push_ids, dense_names):
-    """Version 0 of a chain: the export's state (atomically replaced)."""
+    """Version 0 of a chain: the export's state (atomically replaced). push_ids: per table,
+    the push id of each of its shards."""
     os.makedirs(push_dir, exist_ok=True)
     manifest = {
         "version": 0, "parent": -1, "chain": chain, "table_names": list(table_names),
         "table_rows": [0] * len(table_names), "table_removed": [0] * len(table_names),
-        "table_replace": [1] * len(table_names), "table_push_ids": list(push_ids),
+        "table_replace": [1] * len(table_names),
+        "table_shards": [len(ids) for ids in push_ids],
+        "table_push_ids": [int(i) for ids in push_ids for i in ids],
         "files": [], "file_sizes": [], "file_fingerprints": [],
         "dense_names": list(dense_names), "dense_present": [0] * len(dense_names),
     }
@@ -214,6 +220,15 @@ def write_base(push_dir, chain, table_names, push_ids, dense_names):
 def read_manifest(path):
     with open(path, "rb") as f:
         return decode_manifest(f.read(), path)
+
+
+def shard_push_ids(manifest):
+    """[[push id of each shard] of each table] of a manifest."""
+    out, at = [], 0
+    for n in manifest["table_shards"]:
+        out.append(manifest["table_push_ids"][at:at + n])
+        at += n
+    return out
 
 
 def published_versions(push_dir):

@@ -54,7 +54,8 @@ class Embedding(keras.layers.Layer):
     SquashedEmbedding), initializer (default RandomNormal), devices, name, with_unique
     (rec_sdk always looks up each distinct id once), and in kwargs trainable, bp_v2,
     restrict_policy, init_capacity, partitioner, kv_creator, max_norm,
-    distribute_strategy, keep_distribution.
+    distribute_strategy, keep_distribution; beyond TFRA, servable (the de.Variable's
+    servable: its changes can be pushed to a served model, rec_sdk.serving).
     """
 
     def __init__(self, embedding_size, key_dtype=tf.int64, value_dtype=tf.float32,
@@ -70,6 +71,7 @@ class Embedding(keras.layers.Layer):
         max_norm = kwargs.pop("max_norm", None)
         distribute_strategy = kwargs.pop("distribute_strategy", None)
         kwargs.pop("keep_distribution", None)
+        servable = kwargs.pop("servable", False)
         self.combiner = combiner
         super().__init__(name=name, trainable=trainable, **kwargs)
         self.embedding_size = int(embedding_size)
@@ -82,7 +84,7 @@ class Embedding(keras.layers.Layer):
             initializer=initializer if initializer is not None else
             keras.initializers.RandomNormal(), trainable=trainable,
             init_size=init_capacity, kv_creator=kv_creator, restrict_policy=restrict_policy,
-            bp_v2=bp_v2)
+            bp_v2=bp_v2, servable=servable)
         self.shadow = ShadowVariable(self.params, name=name + "-shadow", max_norm=max_norm,
                                      trainable=trainable,
                                      distribute_strategy=distribute_strategy)

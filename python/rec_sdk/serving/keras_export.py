@@ -1,0 +1,115 @@
+"""export_keras_serving_model: a TF2 Keras model served with stock ops and updated in place.
+
+The TF2 counterpart of export_serving_model (export.py): each de.keras embedding layer's
+de.Variable (created with servable=True) is served from a ServedTable (mutable.py) whose
+hash tables fill themselves at load from the SavedModel's assets; the model's other
+variables stay variables. Signatures: "serving_default" (the model, training=False),
+"apply_update" (update_dir -> version) and "version" (version, chain). The export starts
+the update chain in push_dir that a Pusher(push_dir, model=model) or a PushCallback
+continues.
+"""
+import shutil
+import tempfile
+import uuid
+
+import numpy as np
+import tensorflow as tf
+
+from rec_sdk.dynamic_embedding.keras import layers as de_layers
+from rec_sdk.serving import update_files
+from rec_sdk.serving.export import APPLY_SIGNATURE, VERSION_SIGNATURE, check_new_chain_dir
+from rec_sdk.serving.mutable import ServedTable, apply_update_op, without_reserved_keys
+from rec_sdk.serving.push import dense_variables, serving_layers
+
+
+def _default_row(params):
+    """The row a missing key reads: the initializer's value when it is a constant, else
+    zeros (a random initializer cannot be replayed without the plugin)."""
+    default = np.zeros([params.dim], np.float32)
+    init = params.initializer
+    if isinstance(init, (int, float, list, tuple, np.ndarray)) and not isinstance(init, bool):
+        default[:] = np.asarray(init, np.float32).reshape(-1)
+    return default
+
+
+def _check_servable(params):
+    if not params.servable:
+        raise ValueError("de.Variable %r is not servable: create it (or its de.keras layer) "
+                         "with servable=True so that its changes can be pushed"
+                         % params.name)
+    if params.value_dtype != tf.float32 or params.key_dtype not in (tf.int32, tf.int64):
+        raise ValueError("de.Variable %r has %s keys and %s values: served tables take int32 "
+                         "or int64 keys and float32 values" % (
+                             params.name, params.key_dtype.name, params.value_dtype.name))
+
+
+def export_keras_serving_model(model, export_dir, push_dir, input_signature=None):
+    """Writes a SavedModel (stock ops only) of a TF2 Keras model with de.keras embeddings
+    that serves it and applies the updates of push_dir's chain (which this starts).
+
+    input_signature: the model's inputs as tf.TensorSpecs (default: model.inputs).
+    Returns {"rows": rows exported, "chain": the chain id}.
+    """
+    if not tf.executing_eagerly():
+        raise ValueError("export_keras_serving_model runs eagerly (TF2); for tf.compat.v1 "
+                         "graphs use export_serving_model")
+    if input_signature is None:
+        if not getattr(model, "inputs", None):
+            raise ValueError("export_keras_serving_model: give input_signature (the model has "
+                             "no Input layers to take it from)")
+        input_signature = [tf.TensorSpec(t.shape, t.dtype, t.name.split(":")[0])
+                           for t in model.inputs]
+    check_new_chain_dir(push_dir)
+    layers = serving_layers(model)
+    for layer in layers:
+        _check_servable(layer.params)
+    chain = uuid.uuid4().hex
+    staged = tempfile.mkdtemp(prefix="rec_sdk_export_")
+    try:
+        module = tf.Module()
+        served, push_ids, lookups, rows = [], [], {}, 0
+        for i, layer in enumerate(layers):
+            params = layer.params
+            taken = [t.take_changes(full=True) for t in params.tables]
+            keys = np.concatenate([np.asarray(t[0], np.int64) for t in taken])
+            values = np.concatenate([np.asarray(t[1], np.float32) for t in taken])
+            keys, values = without_reserved_keys(params.name, keys, values)
+            table = ServedTable(params.name, params.dim, keys, values, staged, i)
+            served.append(table)
+            push_ids.append([int(t[5]) for t in taken])
+            rows += len(keys)
+            default = _default_row(params)
+            lookups[layer] = (lambda t, d: lambda ids: t.lookup(tf.cast(ids, tf.int64), d))(
+                table, default)
+        module.tables = [t for table in served for t in table.tables]
+        module.dense = dense_variables(model, layers)
+        module.version = tf.Variable(np.int64(0), trainable=False,
+                                     name="rec_sdk_serving_version")
+        dense = [(v.name, v) for v in module.dense]
+
+        @tf.function(input_signature=input_signature)
+        def serve(*inputs):
+            return model(list(inputs) if len(inputs) > 1 else inputs[0], training=False)
+
+        @tf.function(input_signature=[tf.TensorSpec([], tf.string, name="update_dir")])
+        def apply_update(update_dir):
+            return {"version": apply_update_op(update_dir, served, dense, module.version,
+                                               tf.constant(chain))}
+
+        @tf.function(input_signature=[])
+        def version():
+            return {"version": module.version.read_value(), "chain": tf.constant(chain)}
+
+        with de_layers.serving_lookups(lookups):
+            concrete = serve.get_concrete_function()
+        signatures = {"serving_default": concrete,
+                      APPLY_SIGNATURE: apply_update.get_concrete_function(),
+                      VERSION_SIGNATURE: version.get_concrete_function()}
+        # An empty namespace whitelist: saving fails if any rec_sdk op were left in the graph.
+        tf.saved_model.save(module, export_dir, signatures=signatures,
+                            options=tf.saved_model.SaveOptions(namespace_whitelist=[]))
+        update_files.write_base(push_dir, chain, [l.params.name for l in layers], push_ids,
+                                [name for name, _ in dense])
+    finally:
+        shutil.rmtree(staged, ignore_errors=True)
+    return {"rows": rows, "chain": chain}
