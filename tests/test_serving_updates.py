@@ -17,6 +17,8 @@ import tensorflow as tf
 
 from rec_sdk.core.embedding import create_table, sparse_lookup
 from rec_sdk.optimizers import lazy_adam
+from rec_sdk import serving
+from rec_sdk.serving import mutable
 from rec_sdk.serving import (PushHook, Pusher, ServedModel, UpdateError, export_serving_model,
                              follow, update_files)
 from rec_sdk.util.initialize import init
@@ -134,7 +136,10 @@ def test_pushes_serve_the_training_tables_rows(tmp_path):
         served.close()
 
 
-def test_a_late_replica_catches_up_to_the_same_rows(tmp_path):
+@pytest.mark.parametrize("split", [False, True], ids=["one hash table", "split"])
+def test_a_late_replica_catches_up_to_the_same_rows(tmp_path, monkeypatch, split):
+    if split:  # small tables split as large ones do (over 4..8 hash tables)
+        monkeypatch.setattr(mutable, "SPLIT_ROWS", 16)
     model = _Model()
     with new_session() as sess:
         sess.run(tf.compat.v1.global_variables_initializer())
@@ -147,6 +152,11 @@ def test_a_late_replica_catches_up_to_the_same_rows(tmp_path):
             pusher.push(sess)
             follow(str(tmp_path / "push"), early)
         late = ServedModel(str(tmp_path / "export"))
+        tables = {op.name for op in late.graph.get_operations()
+                  if op.type == "MutableDenseHashTableV2"}
+        for name in ("users", "items"):
+            parts = [t for t in tables if t.startswith("rec_sdk_served_%s_" % name)]
+            assert (4 <= len(parts) <= 8) if split else len(parts) == 1, tables
         assert late.version()[0] == 0
         assert follow(str(tmp_path / "push"), late) == [1, 2, 3]
         q = model.queries()
@@ -390,3 +400,53 @@ def test_pushes_of_a_table_on_the_ssd_tier_carry_its_cold_rows(tmp_path):
         follow(str(tmp_path / "push"), served)
         q = np.arange(250, dtype=np.int64)
         np.testing.assert_array_equal(served.predict({"ids": q})["e"], sess.run(emb, {ids: q}))
+
+
+@pytest.mark.estimator
+def test_estimator_trains_exports_and_pushes(tmp_path):
+    """tf.estimator: export from the latest checkpoint, then train() with a PushHook; the
+    served model follows to what the estimator predicts."""
+    init(use_dynamic_expansion=False)
+    rng = np.random.RandomState(0)
+    ids = rng.randint(0, 40, (256, 2)).astype(np.int64)
+    labels = (ids[:, 0] % 2).astype(np.float32)
+
+    def input_fn():
+        return tf.data.Dataset.from_tensor_slices(({"ids": ids}, labels)).repeat().batch(32)
+
+    def model_fn(features, labels, mode):
+        table = create_table(tf.int64, 4, "est", tf.compat.v1.zeros_initializer(),
+                             device_vocabulary_size=100, servable=True)
+        is_train = mode == tf.estimator.ModeKeys.TRAIN
+        emb = sparse_lookup(table, features["ids"], is_train=is_train, name="emb")
+        w = tf.compat.v1.get_variable("w", [4, 1])
+        logits = tf.reshape(tf.matmul(tf.reduce_sum(emb, 1), w), [-1])
+        if mode == tf.estimator.ModeKeys.PREDICT:
+            return tf.estimator.EstimatorSpec(mode, predictions={"logit": logits})
+        loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=labels,
+                                                                       logits=logits))
+        step = tf.compat.v1.train.get_or_create_global_step()
+        train_op = tf.group(
+            tf.compat.v1.train.AdamOptimizer(0.05).minimize(loss, var_list=[w],
+                                                            global_step=step),
+            lazy_adam.create_hash_optimizer(0.1).minimize(loss))
+        return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
+
+    def serving_input_receiver_fn():
+        ph = tf.compat.v1.placeholder(tf.int64, [None, 2], name="ids")
+        return tf.estimator.export.ServingInputReceiver({"ids": ph}, {"ids": ph})
+
+    estimator = tf.estimator.Estimator(model_fn, model_dir=str(tmp_path / "model"))
+    estimator.train(input_fn, steps=3)
+    push_dir = str(tmp_path / "push")
+    serving.export_estimator_serving_model(estimator, serving_input_receiver_fn,
+                                           str(tmp_path / "export"), push_dir)
+    served = ServedModel(str(tmp_path / "export"))
+    hook = PushHook(push_dir, every_steps=2)
+    estimator.train(input_fn, steps=5, hooks=[hook])
+    assert follow(push_dir, served) == [1, 2, 3]
+    probe = np.array([[1, 2], [3, 39], [50, 60]], np.int64)
+    expected = [p["logit"] for p in estimator.predict(
+        lambda: tf.data.Dataset.from_tensor_slices({"ids": probe}).batch(3))]
+    np.testing.assert_allclose(served.predict({"ids": probe})["logit"], expected, rtol=1e-5,
+                               atol=1e-6)

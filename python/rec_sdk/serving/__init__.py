@@ -7,7 +7,7 @@
   that applies the updates a Pusher (push.py) publishes (update_files.py), in place.
 """
 from rec_sdk.serving.static import ServingGraph, export_keras_model, export_saved_model
-from rec_sdk.serving.export import export_serving_model
+from rec_sdk.serving.export import export_estimator_serving_model, export_serving_model
 from rec_sdk.serving.follow import RestModel, ServedModel, follow, watch
 from rec_sdk.serving.push import PushCallback, PushHook, Pusher, push_after_save
 from rec_sdk.serving.update_files import UpdateError

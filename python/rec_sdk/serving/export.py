@@ -100,3 +100,25 @@ def export_serving_model(sess, export_dir, inputs, outputs, push_dir, tables=Non
     finally:
         shutil.rmtree(staged, ignore_errors=True)
     return {"rows": rows, "chain": chain}
+
+
+def export_estimator_serving_model(estimator, serving_input_receiver_fn, export_dir, push_dir,
+                                   checkpoint_path=None):
+    """export_serving_model of a tf.estimator.Estimator: its model_fn in PREDICT mode on the
+    features of serving_input_receiver_fn, with the tables and variables of its latest
+    checkpoint (or checkpoint_path); serves the EstimatorSpec's predictions (a dict, or one
+    tensor as "output"). Then estimator.train(..., hooks=[PushHook(push_dir)]) pushes."""
+    checkpoint_path = checkpoint_path or estimator.latest_checkpoint()
+    if checkpoint_path is None:
+        raise ValueError("export_estimator_serving_model: %s holds no checkpoint; train first"
+                         % estimator.model_dir)
+    with tf.Graph().as_default() as graph:
+        receiver = serving_input_receiver_fn()
+        spec = estimator.model_fn(receiver.features, None, tf.estimator.ModeKeys.PREDICT,
+                                  estimator.config)
+        predictions = spec.predictions if isinstance(spec.predictions, dict) else {
+            "output": spec.predictions}
+        with tf.compat.v1.Session(graph=graph) as sess:
+            tf.compat.v1.train.Saver().restore(sess, checkpoint_path)
+            return export_serving_model(sess, export_dir, dict(receiver.receiver_tensors),
+                                        predictions, push_dir)
