@@ -262,7 +262,8 @@ def test_a_damaged_or_missing_update_is_refused_by_name(tmp_path, damage):
             np.testing.assert_array_equal(after[name], before[name])
 
 
-def test_readers_never_see_a_torn_row_while_updates_apply(tmp_path):
+@pytest.mark.parametrize("plugin", [False, True], ids=["stock", "plugin"])
+def test_readers_never_see_a_torn_row_while_updates_apply(tmp_path, plugin):
     init(use_dynamic_expansion=False)
     dim, rows = 64, 20000
     table = create_table(tf.int64, dim, "wide", tf.compat.v1.zeros_initializer(),
@@ -275,7 +276,7 @@ def test_readers_never_see_a_torn_row_while_updates_apply(tmp_path):
     with new_session() as sess:
         sess.run(fill, {value: 0.0})
         export_serving_model(sess, str(tmp_path / "export"), {"ids": ids}, {"e": emb},
-                             str(tmp_path / "push"))
+                             str(tmp_path / "push"), plugin=plugin)
         pusher = Pusher(str(tmp_path / "push"))
         for v in range(1, 7):
             sess.run(fill, {value: float(v)})
@@ -450,3 +451,33 @@ def test_estimator_trains_exports_and_pushes(tmp_path):
         lambda: tf.data.Dataset.from_tensor_slices({"ids": probe}).batch(3))]
     np.testing.assert_allclose(served.predict({"ids": probe})["logit"], expected, rtol=1e-5,
                                atol=1e-6)
+
+
+@pytest.mark.parametrize("tier", [False, True], ids=["in memory", "ssd tier"])
+def test_plugin_mode_serves_and_updates_rec_sdk_tables(tmp_path, tier):
+    """plugin=True: the SavedModel keeps each table in a rec_sdk table (with 30 rows in
+    memory and the others on an SSD tier), filled by streaming its assets; updates apply
+    the same way and the served rows equal the training table's."""
+    model = _Model()
+    ssd = tmp_path / "ssd"
+    ssd.mkdir()
+    with new_session() as sess:
+        sess.run(tf.compat.v1.global_variables_initializer())
+        model.run_training(sess, 5)
+        export_serving_model(sess, str(tmp_path / "export"), model.inputs, model.outputs,
+                             str(tmp_path / "push"), plugin=True,
+                             memory_rows=30 if tier else None,
+                             ssd_path=str(ssd) if tier else None)
+        served = ServedModel(str(tmp_path / "export"))
+        ops = {op.type for op in served.graph.get_operations()}
+        assert "RecSdk>EmbeddingTable" in ops and "MutableDenseHashTableV2" not in ops
+        _assert_serves(served, model, sess)
+        pusher = Pusher(str(tmp_path / "push"))
+        for push in (1, 2):
+            model.run_training(sess, 3, users=(0, 200))
+            sess.run(model.items.remove(tf.constant([1, 2], tf.int32)))
+            pusher.push(sess)
+            assert follow(str(tmp_path / "push"), served) == [push]
+            _assert_serves(served, model, sess)
+        if tier:
+            assert os.listdir(ssd)  # rows went to the SSD tier

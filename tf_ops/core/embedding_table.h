@@ -132,6 +132,12 @@ class EmbeddingTable {
   // *removed (may be null) receives the number of keys removed.
   Status Remove(const int64_t* keys, int64_t n, int64_t* removed, const ParallelRunner& run);
 
+  // Applies a serving update under the exclusive lock, so a lookup sees the table all
+  // before or all after it: removes `removed` (m keys), or with `replace` every key not
+  // among `keys`, then upserts the n rows. Tiered tables bring the keys' cold rows in first.
+  Status ApplyRows(const int64_t* keys, const float* values, int64_t n, const int64_t* removed,
+                   int64_t m, bool replace, const ParallelRunner& run);
+
   // Removes every key. Memory stays reserved; all addresses become stale.
   void Clear();
 
@@ -316,6 +322,11 @@ class EmbeddingTable {
   std::string FullMessage() const;
   // Clear with structure_mu_ held exclusively.
   void ClearLocked();
+  // Remove with structure_mu_ held exclusively.
+  void RemoveLocked(const int64_t* keys, int64_t n, int64_t* removed, const ParallelRunner& run);
+  // Upsert of a tiered table with structure_mu_ held exclusively.
+  Status UpsertTieredLocked(const int64_t* keys, const float* values, int64_t n,
+                            const ParallelRunner& run);
   // Upsert with structure_mu_ held (exclusive for tiered tables, whose new rows get tick
   // `recency`).
   Status UpsertLocked(const int64_t* keys, const float* values, int64_t n,

@@ -25,21 +25,63 @@ Status EmbeddingTable::Upsert(const int64_t* keys, const float* values, int64_t 
                                    " keys per upsert, got " + std::to_string(n));
   }
   if (tiered()) {
-    // The keys' cold rows come into memory first (updates happen in memory only), in slices
-    // of at most half the memory rows (an upsert may hold more keys than memory), in order:
-    // a key repeated in a later slice still ends with its last value.
     std::unique_lock<std::shared_mutex> structure(structure_mu_);
-    const int64_t slice = std::max<int64_t>(1, config_.capacity / 2);
-    for (int64_t first = 0; first < n; first += slice) {
-      const int64_t count = std::min(slice, n - first);
-      const int64_t recency = tier_.tick.fetch_add(1, std::memory_order_relaxed) + 1;
-      REC_SDK_RETURN_IF_ERROR(tier_.PromoteLocked(keys + first, count, recency, run));
-      REC_SDK_RETURN_IF_ERROR(
-          UpsertLocked(keys + first, values + first * config_.dim, count, run, recency));
-    }
-    return Status::Ok();
+    return UpsertTieredLocked(keys, values, n, run);
   }
   std::shared_lock<std::shared_mutex> structure(structure_mu_);
+  return UpsertLocked(keys, values, n, run, 0);
+}
+
+Status EmbeddingTable::UpsertTieredLocked(const int64_t* keys, const float* values, int64_t n,
+                                          const ParallelRunner& run) {
+  // The keys' cold rows come into memory first (updates happen in memory only), in slices
+  // of at most half the memory rows (an upsert may hold more keys than memory), in order:
+  // a key repeated in a later slice still ends with its last value.
+  const int64_t slice = std::max<int64_t>(1, config_.capacity / 2);
+  for (int64_t first = 0; first < n; first += slice) {
+    const int64_t count = std::min(slice, n - first);
+    const int64_t recency = tier_.tick.fetch_add(1, std::memory_order_relaxed) + 1;
+    REC_SDK_RETURN_IF_ERROR(tier_.PromoteLocked(keys + first, count, recency, run));
+    REC_SDK_RETURN_IF_ERROR(
+        UpsertLocked(keys + first, values + first * config_.dim, count, run, recency));
+  }
+  return Status::Ok();
+}
+
+Status EmbeddingTable::ApplyRows(const int64_t* keys, const float* values, int64_t n,
+                                 const int64_t* removed, int64_t m, bool replace,
+                                 const ParallelRunner& run) {
+  ChangeScope change(&changes_);
+  if (n > std::numeric_limits<int32_t>::max()) {
+    return Status::InvalidArgument("table '" + config_.name + "': at most " +
+                                   std::to_string(std::numeric_limits<int32_t>::max()) +
+                                   " rows per update, got " + std::to_string(n));
+  }
+  std::unique_lock<std::shared_mutex> structure(structure_mu_);
+  std::vector<int64_t> others;
+  if (replace) {
+    // Every stored key that is not among the update's rows goes.
+    std::vector<int64_t> wanted(keys, keys + n);
+    std::sort(wanted.begin(), wanted.end());
+    auto keep = [&](int64_t key) {
+      return std::binary_search(wanted.begin(), wanted.end(), key);
+    };
+    {
+      std::lock_guard<std::mutex> lock(alloc_mu_);
+      for (int64_t row = 0; row < next_row_; ++row) {
+        const RowMeta& meta = MetaOf(row);
+        if (meta.alive && !keep(meta.key)) others.push_back(meta.key);
+      }
+    }
+    REC_SDK_RETURN_IF_ERROR(tier_.ForEachColdRecord([&](int64_t key, const char*, uint8_t) {
+      if (!keep(key)) others.push_back(key);
+      return Status::Ok();
+    }));
+    removed = others.data();
+    m = static_cast<int64_t>(others.size());
+  }
+  RemoveLocked(removed, m, nullptr, run);
+  if (tiered()) return UpsertTieredLocked(keys, values, n, run);
   return UpsertLocked(keys, values, n, run, 0);
 }
 
@@ -109,6 +151,12 @@ Status EmbeddingTable::Remove(const int64_t* keys, int64_t n, int64_t* removed,
   // Exclusive: a batch operation validates its addresses and then uses the rows under one
   // shared hold, so no row may be freed (and reused for another key) while one runs.
   std::unique_lock<std::shared_mutex> structure(structure_mu_);
+  RemoveLocked(keys, n, removed, run);
+  return Status::Ok();
+}
+
+void EmbeddingTable::RemoveLocked(const int64_t* keys, int64_t n, int64_t* removed,
+                                  const ParallelRunner& run) {
   std::atomic<int64_t> count{0};
   std::mutex cold_mu;
   std::vector<std::pair<int64_t, int64_t>> cold;  // (key, entry) of cold keys removed
@@ -131,7 +179,6 @@ Status EmbeddingTable::Remove(const int64_t* keys, int64_t n, int64_t* removed,
     tier_.DropColdRecordLocked(key, entry, /*evicted=*/false);
   }
   if (removed != nullptr) *removed = count.load();
-  return Status::Ok();
 }
 
 void EmbeddingTable::Clear() {

@@ -267,6 +267,31 @@ class TableUpsertOp : public TableOpKernel {
   }
 };
 
+class TableApplyRowsOp : public TableOpKernel {
+ public:
+  explicit TableApplyRowsOp(OpKernelConstruction* ctx) : TableOpKernel(ctx, kWritesTable) {}
+
+  void ComputeWithTable(OpKernelContext* ctx, TableResource* table) override {
+    const Tensor& keys = ctx->input(1);
+    const Tensor& values = ctx->input(2);
+    OP_REQUIRES(ctx, keys.dims() == 1,
+                errors::InvalidArgument("keys of an update must be a vector, got shape ",
+                                        keys.shape().DebugString()));
+    OP_REQUIRES_OK(ctx, CheckRowsShape("update values", values, keys.shape(), table->table()));
+    bool replace;
+    OP_REQUIRES_OK(ctx, GetScalarInput(ctx, 4, "replace", &replace));
+    std::vector<int64_t> key_scratch, removed_scratch;
+    const int64_t* key_data;
+    const int64_t* removed_data;
+    OP_REQUIRES_OK(ctx, KeysAsInt64(keys, table, &key_scratch, &key_data));
+    OP_REQUIRES_OK(ctx, KeysAsInt64(ctx->input(3), table, &removed_scratch, &removed_data));
+    OP_REQUIRES_OK(ctx, ToTfStatus(table->table()->ApplyRows(
+                            key_data, values.flat<float>().data(), keys.NumElements(),
+                            removed_data, ctx->input(3).NumElements(), replace,
+                            MakeRunner(ctx))));
+  }
+};
+
 class TableRemoveOp : public TableOpKernel {
  public:
   explicit TableRemoveOp(OpKernelConstruction* ctx) : TableOpKernel(ctx, kWritesTable) {}
@@ -497,6 +522,7 @@ REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableGather)).Device(DEVICE_CPU), T
 REC_SDK_REGISTER_KEYED(TableLookup, TableLookupOp);
 REC_SDK_REGISTER_KEYED(TableUpsert, TableUpsertOp);
 REC_SDK_REGISTER_KEYED(TableRemove, TableRemoveOp);
+REC_SDK_REGISTER_KEYED(TableApplyRows, TableApplyRowsOp);
 REC_SDK_REGISTER_KEYED(TablePrefetchCold, TablePrefetchColdOp);
 REC_SDK_REGISTER_KEYED(TablePrefetchColdByName, TablePrefetchColdByNameOp);
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableSize)).Device(DEVICE_CPU), TableSizeOp);

@@ -179,6 +179,13 @@ def upsert(table, keys, values, name=None):
     return load_ops().rec_sdk_table_upsert(table, keys, values, name=name)
 
 
+def apply_rows(table, keys, values, removed, replace, name=None):
+    """Op applying a serving update as one change (exclusive): removes `removed` (with
+    replace: every key not among `keys`), then writes the rows."""
+    return load_ops().rec_sdk_table_apply_rows(table, keys, values, removed, replace,
+                                               name=name)
+
+
 def remove(table, keys, name=None):
     return load_ops().rec_sdk_table_remove(table, keys, name=name)
 

@@ -16,6 +16,7 @@ import tensorflow as tf
 
 from rec_sdk.serving import update_files
 from rec_sdk.serving.mutable import ServedTable, apply_update_op, without_reserved_keys
+from rec_sdk.serving.plugin import PluginTable
 from rec_sdk.serving.static import ServingGraph
 
 APPLY_SIGNATURE = "apply_update"
@@ -29,7 +30,8 @@ def check_new_chain_dir(push_dir):
                          "export a new push_dir" % push_dir)
 
 
-def export_serving_model(sess, export_dir, inputs, outputs, push_dir, tables=None):
+def export_serving_model(sess, export_dir, inputs, outputs, push_dir, tables=None,
+                         plugin=False, memory_rows=None, ssd_path=None):
     """Writes a SavedModel (stock ops only) that serves `outputs` and applies updates.
 
     Args:
@@ -41,8 +43,14 @@ def export_serving_model(sess, export_dir, inputs, outputs, push_dir, tables=Non
       push_dir: where the update chain starts (a new or empty directory); Pushers of these
         tables publish into it.
       tables: the tables to consider (default: all of the graph).
+      plugin: keep the tables in rec_sdk tables (plugin.py) instead of stock hash tables:
+        for tables larger than memory; the server must load rec_sdk's op library.
+        memory_rows and ssd_path: each table's rows in memory and the directory of its SSD
+        tier on the serving machine (without ssd_path: all in memory).
     Returns {"rows": rows exported, "chain": the chain id}.
     """
+    if not plugin and (memory_rows is not None or ssd_path is not None):
+        raise ValueError("memory_rows and ssd_path are options of plugin=True serving")
     check_new_chain_dir(push_dir)
     chain = uuid.uuid4().hex
     staged = tempfile.mkdtemp(prefix="rec_sdk_export_")
@@ -56,8 +64,12 @@ def export_serving_model(sess, export_dir, inputs, outputs, push_dir, tables=Non
                 take = table.take_changes(full=True)
             keys, values, _, _, _, push_id = sess.run(take)
             keys, values = without_reserved_keys(table.table_name, keys, values)
-            served = ServedTable(table.table_name, table.dim, keys, values, staged,
-                                 len(served_tables))
+            if plugin:
+                served = PluginTable(table.table_name, table.dim, keys, values, staged,
+                                     len(served_tables), chain, memory_rows, ssd_path)
+            else:
+                served = ServedTable(table.table_name, table.dim, keys, values, staged,
+                                     len(served_tables))
             served_tables.append(served)
             push_ids.append([int(push_id)])
             nonlocal rows

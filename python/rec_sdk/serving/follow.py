@@ -21,6 +21,7 @@ import urllib.request
 
 import tensorflow as tf
 
+from rec_sdk.ops.loader import load_ops_if_built
 from rec_sdk.serving import update_files
 from rec_sdk.serving.export import APPLY_SIGNATURE, VERSION_SIGNATURE
 from rec_sdk.serving.update_files import UpdateError
@@ -29,9 +30,10 @@ from rec_sdk.util.log import logger
 
 class ServedModel:
     """A SavedModel of export_serving_model loaded in this process, in its own graph and
-    session (stock TensorFlow's loader: the model needs no rec_sdk op)."""
+    session (stock TensorFlow's loader; the op library is loaded for plugin-mode models)."""
 
     def __init__(self, export_dir):
+        load_ops_if_built()  # a plugin-mode model needs the op library
         self.graph = tf.Graph()
         self.sess = tf.compat.v1.Session(graph=self.graph)
         with self.graph.as_default():

@@ -176,6 +176,15 @@ class ServedTable:
     def remove(self, keys):
         return tf.group(*[t.remove(k) for t, (k,) in zip(self.tables, self._split(keys))])
 
+    def apply(self, keys, values, removed, replace):
+        """Op applying an update's rows (replace: they are the whole table): removals, then
+        the rows, each sub-table's as one batch under its lock."""
+        removal = tf.cond(replace, tf.no_op, lambda: self.remove(removed))
+        with tf.control_dependencies([removal]):
+            written = self.insert(keys, values)
+        with tf.control_dependencies([written]):
+            return tf.cond(replace, lambda: self.remove_others(keys), tf.no_op)
+
     def remove_others(self, keys):
         """Op removing every stored key not among `keys` (a replacing update, run after its
         rows are written)."""
@@ -251,7 +260,7 @@ def apply_update_op(update_dir, tables, dense, version, chain):
     manifest, the chain, that the update follows the model's version, the table and dense
     names, every file's size and fingerprint), then applies removals and rows table by table,
     assigns the dense variables the update carries, and moves `version`. Returns the new
-    version. tables: [ServedTable]; dense: [(name, variable)]."""
+    version. tables: [ServedTable or plugin.PluginTable]; dense: [(name, variable)]."""
     manifest, intact = read_manifest_op(update_dir)
     checks = [intact]
 
@@ -296,14 +305,7 @@ def apply_update_op(update_dir, tables, dense, version, chain):
                     return tf.reshape(value, tf.shape(var))
             new_dense.append(tf.cond(present, read, var.read_value))
     with tf.control_dependencies(checks + [c[0] for c in contents] + new_dense):
-        applied = []
-        for table, (keys, values, removed, replace) in zip(tables, contents):
-            removal = tf.cond(replace, tf.no_op, lambda t=table, r=removed: t.remove(r))
-            with tf.control_dependencies([removal]):
-                written = table.insert(keys, values)
-            with tf.control_dependencies([written]):
-                applied.append(tf.cond(replace, lambda t=table, k=keys: t.remove_others(k),
-                                       tf.no_op))
+        applied = [table.apply(*content) for table, content in zip(tables, contents)]
         for (_, var), value in zip(dense, new_dense):
             applied.append(var.assign(value))
     with tf.control_dependencies(applied):

@@ -663,5 +663,29 @@ TEST(PushChangesTest, PushesReplayedInOrderEqualTheTableWhateverTheCheckpointsDo
   EXPECT_NE(std::string(refused.message()).find("track_changes"), std::string::npos);
 }
 
+TEST(PushChangesTest, ApplyRowsRemovesThenWritesOrReplacesTheTable) {
+  auto t = Make(Config());
+  std::vector<int64_t> keys = {1, 2, 3, 4};
+  std::vector<float> values(12);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i);
+  ASSERT_TRUE(t->ApplyRows(keys.data(), values.data(), 4, nullptr, 0, false, SerialRunner).ok());
+  // Removals go before the rows: key 2 removed and written again stays.
+  std::vector<int64_t> update = {2, 5};
+  std::vector<float> rows = {7, 7, 7, 8, 8, 8};
+  std::vector<int64_t> gone = {1, 2, 9};
+  ASSERT_TRUE(t->ApplyRows(update.data(), rows.data(), 2, gone.data(), 3, false,
+                           SerialRunner).ok());
+  auto now = Embeddings(t.get());
+  EXPECT_EQ(now.size(), 4u);  // 2, 3, 4, 5
+  EXPECT_EQ(now.count(1), 0u);
+  EXPECT_EQ(now[2], std::vector<float>({7, 7, 7}));
+  EXPECT_EQ(now[3], std::vector<float>({6, 7, 8}));
+  // A replacing update leaves only its rows.
+  ASSERT_TRUE(t->ApplyRows(update.data(), rows.data(), 2, nullptr, 0, true, SerialRunner).ok());
+  now = Embeddings(t.get());
+  EXPECT_EQ(now.size(), 2u);
+  EXPECT_EQ(now[5], std::vector<float>({8, 8, 8}));
+}
+
 }  // namespace
 }  // namespace rec_sdk

@@ -1,0 +1,74 @@
+"""Served tables kept in rec_sdk tables: the plugin mode of export_serving_model.
+
+For tables larger than a serving machine's memory: the SavedModel keeps each table in a
+rec_sdk table (read-only: lookups never insert), optionally with an SSD tier (the least
+recently used rows on disk), so the server must load the op library (tf.load_op_library of
+rec_sdk's _rec_sdk_ops.so; docs/SERVING.md says how to build it into TensorFlow Serving).
+The table fills itself at load by streaming its asset files through tf.data (a batch of rows
+at a time: the files never sit in memory whole), and takes updates as one change under the
+table's exclusive lock (TableApplyRows), so a lookup sees each row all-old or all-new.
+"""
+import numpy as np
+import tensorflow as tf
+
+from rec_sdk.core.initializer_spec import describe_initializer
+from rec_sdk.ops import table_ops
+
+LOAD_BATCH = 1 << 16
+
+
+class PluginTable:
+    """The served table of plugin mode (same interface as mutable.ServedTable, graph mode).
+
+    memory_rows: rows kept in memory when ssd_path is given (the rest on the SSD tier);
+    without ssd_path the table is all in memory and grows as needed.
+    """
+
+    def __init__(self, name, dim, keys, values, staging, index, chain, memory_rows=None,
+                 ssd_path=None):
+        self.name, self.dim, self.rows, self.parts = name, dim, len(keys), 1
+        stem = "%s/table%d." % (staging, index)
+        np.asarray(keys, "<i8").tofile(stem + "keys")
+        np.asarray(values, "<f4").reshape(-1, dim).tofile(stem + "values")
+        self.files = [(stem + "keys", stem + "values")]
+        tiered = ssd_path is not None
+        if tiered and not memory_rows:
+            raise ValueError("plugin serving of table %r on the SSD tier needs memory_rows "
+                             "(the rows kept in memory), got %r" % (name, memory_rows))
+        self.handle = table_ops.create_table(
+            table_name="served_" + name.replace("/", "_"), key_dtype=tf.int64, dim=dim,
+            dynamic_expansion=not tiered, capacity=int(memory_rows) if tiered else 0,
+            initializer=describe_initializer(0.0, name),
+            shared_name="rec_sdk_served_%s_%s" % (name.replace("/", "_"), chain),
+            ssd_paths=[ssd_path] if tiered else (), ssd_rows=0)
+
+    def load_op(self):
+        paths = []
+        for path in self.files[0]:
+            asset = tf.constant(path, name="asset_" + path.rsplit("/", 1)[-1])
+            tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.ASSET_FILEPATHS, asset)
+            paths.append(asset)
+        rows = tf.data.Dataset.zip((
+            tf.data.FixedLengthRecordDataset(paths[0], 8),
+            tf.data.FixedLengthRecordDataset(paths[1], 4 * self.dim))).batch(LOAD_BATCH)
+
+        def add(total, batch):
+            keys = tf.reshape(tf.io.decode_raw(batch[0], tf.int64, little_endian=True), [-1])
+            values = tf.reshape(tf.io.decode_raw(batch[1], tf.float32, little_endian=True),
+                                [-1, self.dim])
+            with tf.control_dependencies([table_ops.upsert(self.handle, keys, values)]):
+                return total + tf.size(keys, out_type=tf.int64)
+        return rows.reduce(np.int64(0), add)
+
+    def lookup(self, ids, default=None):
+        values, exists = table_ops.lookup(self.handle, ids, dim=self.dim)
+        fill = tf.broadcast_to(tf.cast(0.0 if default is None else default, tf.float32),
+                               [self.dim])
+        return tf.where(tf.expand_dims(exists, -1), values,
+                        tf.broadcast_to(fill, tf.shape(values)))
+
+    def apply(self, keys, values, removed, replace):
+        return table_ops.apply_rows(self.handle, keys, values, removed, replace)
+
+    def size(self):
+        return table_ops.size(self.handle)
