@@ -3,6 +3,8 @@ exactly what the training graph's evaluation lookups read, after each of several
 (rows changed, keys removed and evicted, dense variables); updates apply in place with no torn
 row; a killed pusher, a corrupt, truncated or missing update leave the model on its last
 good version; a late replica catches up to the same rows; the model holds only stock ops."""
+import http.server
+import json
 import os
 import signal
 import subprocess
@@ -341,6 +343,7 @@ def test_a_pusher_killed_mid_write_leaves_the_last_good_version(tmp_path):
     assert second.returncode == 0
     assert "whole tables: 1" in out
     assert follow(push_dir, served) == [3]
+    assert not any(name.startswith(".tmp-") for name in os.listdir(push_dir))  # cleaned up
     expected = np.load(tmp_path / "expected.npz")
     got = served.predict({"ids": expected["ids"]})
     np.testing.assert_allclose(got["p"], expected["p"], rtol=1e-6, atol=1e-7)
@@ -481,3 +484,70 @@ def test_plugin_mode_serves_and_updates_rec_sdk_tables(tmp_path, tier):
             _assert_serves(served, model, sess)
         if tier:
             assert os.listdir(ssd)  # rows went to the SSD tier
+
+
+class _FakeServing(http.server.BaseHTTPRequestHandler):
+    """TensorFlow Serving's REST Predict API (the JSON of POST /v1/models/<name>:predict with
+    "signature_name" and "inputs"), answered by a ServedModel."""
+    model = None
+
+    def do_POST(self):
+        request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        try:
+            out = self.model.run(request["signature_name"], request["inputs"])
+            body = {"outputs": {k: (v.decode() if isinstance(v, bytes) else v.tolist())
+                                for k, v in out.items()}}
+            if len(body["outputs"]) == 1:
+                body["outputs"] = next(iter(body["outputs"].values()))
+            code = 200
+        except tf.errors.OpError as e:
+            body, code = {"error": e.message}, 400
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        del args
+
+
+def test_the_watcher_applies_updates_through_the_rest_predict_api(tmp_path):
+    """python -m rec_sdk.serving.follow --once against a server speaking TF Serving's REST
+    Predict API: it applies the chain, then refuses a corrupt update by name."""
+    model = _Model()
+    push_dir = str(tmp_path / "push")
+    with new_session() as sess:
+        sess.run(tf.compat.v1.global_variables_initializer())
+        model.run_training(sess, 3)
+        _export(model, sess, tmp_path)
+        pusher = Pusher(push_dir)
+        for _ in range(2):
+            model.run_training(sess, 2, users=(0, 200))
+            pusher.push(sess)
+        handler = type("Handler", (_FakeServing,), {
+            "model": ServedModel(str(tmp_path / "export"))})
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            url = "http://127.0.0.1:%d/v1/models/m" % server.server_address[1]
+            cmd = [sys.executable, "-m", "rec_sdk.serving.follow", "--push_dir", push_dir,
+                   "--server", url, "--once"]
+            out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 timeout=300)
+            assert out.returncode == 0, out.stderr[-3000:]
+            assert json.loads(out.stdout.strip().splitlines()[-1]) == {"applied": [1, 2]}
+            _assert_serves(handler.model, model, sess)
+            model.run_training(sess, 2, users=(0, 200))
+            pusher.push(sess)
+            _flip_byte(os.path.join(update_files.update_dir(push_dir, 3), "table1.values"))
+            out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 timeout=300)
+            assert out.returncode == 1
+            assert "0000000003/table1.values" in out.stderr
+            assert handler.model.version()[0] == 2
+        finally:
+            server.shutdown()
+            server.server_close()

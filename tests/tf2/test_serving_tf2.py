@@ -1,7 +1,6 @@
 """Serving updates from Keras (TF2): export_keras_serving_model + PushCallback; a process
 that never imports rec_sdk loads the SavedModel with tf.saved_model.load, applies every update
 through its "apply_update" signature and predicts what the trained model predicts."""
-import os
 import subprocess
 import sys
 

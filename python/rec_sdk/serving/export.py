@@ -23,6 +23,17 @@ APPLY_SIGNATURE = "apply_update"
 VERSION_SIGNATURE = "version"
 
 
+def one_default(name, dim, defaults):
+    """The row a served table's missing keys read: its lookups' serving_default_value (one
+    per table; None: zeros)."""
+    rows = {tuple(np.broadcast_to(np.asarray(0.0 if d is None else d, np.float32), [dim]))
+            for d in defaults}
+    if len(rows) > 1:
+        raise ValueError("served tables take one serving_default_value per table: the "
+                         "lookups of table %r use %s" % (name, sorted(set(map(str, defaults)))))
+    return np.asarray(rows.pop(), np.float32)
+
+
 def check_new_chain_dir(push_dir):
     head = update_files.chain_head(push_dir) if os.path.isdir(push_dir) else None
     if head is not None or update_files.published_versions(push_dir):
@@ -56,25 +67,24 @@ def export_serving_model(sess, export_dir, inputs, outputs, push_dir, tables=Non
     staged = tempfile.mkdtemp(prefix="rec_sdk_export_")
     served_tables, push_ids, rows = [], [], 0
     try:
-        def make_lookup(table):
-            for existing in served_tables:
-                if existing.name == table.table_name:
-                    return existing.lookup
+        def make_lookup(table, defaults):
+            default = one_default(table.table_name, table.dim, defaults)
             with sess.graph.as_default():
                 take = table.take_changes(full=True)
             keys, values, _, _, _, push_id = sess.run(take)
             keys, values = without_reserved_keys(table.table_name, keys, values)
             if plugin:
                 served = PluginTable(table.table_name, table.dim, keys, values, staged,
-                                     len(served_tables), chain, memory_rows, ssd_path)
+                                     len(served_tables), chain, default, memory_rows,
+                                     ssd_path)
             else:
                 served = ServedTable(table.table_name, table.dim, keys, values, staged,
-                                     len(served_tables))
+                                     len(served_tables), default)
             served_tables.append(served)
             push_ids.append([int(push_id)])
             nonlocal rows
             rows += len(keys)
-            return served.lookup
+            return lambda ids, _: served.lookup(ids)
 
         graph = ServingGraph(sess, inputs, outputs, tables, make_lookup, keep_variables=True)
         with graph.graph.as_default():

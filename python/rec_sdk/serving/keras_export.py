@@ -74,13 +74,12 @@ def export_keras_serving_model(model, export_dir, push_dir, input_signature=None
             keys = np.concatenate([np.asarray(t[0], np.int64) for t in taken])
             values = np.concatenate([np.asarray(t[1], np.float32) for t in taken])
             keys, values = without_reserved_keys(params.name, keys, values)
-            table = ServedTable(params.name, params.dim, keys, values, staged, i)
+            table = ServedTable(params.name, params.dim, keys, values, staged, i,
+                                _default_row(params))
             served.append(table)
             push_ids.append([int(t[5]) for t in taken])
             rows += len(keys)
-            default = _default_row(params)
-            lookups[layer] = (lambda t, d: lambda ids: t.lookup(tf.cast(ids, tf.int64), d))(
-                table, default)
+            lookups[layer] = (lambda t: lambda ids: t.lookup(tf.cast(ids, tf.int64)))(table)
         module.tables = [t for table in served for t in table.tables]
         module.dense = dense_variables(model, layers)
         module.version = tf.Variable(np.int64(0), trainable=False,

@@ -1,7 +1,7 @@
 """Served tables in stock TensorFlow mutable hash tables, updated in place.
 
-A served table is a few `tf.lookup.experimental.DenseHashTable`s (key -> the row and a flag
-column that says the key is present), the keys spread over them by a hash of the key: one
+A served table is a few `tf.lookup.experimental.DenseHashTable`s (key -> row; a key not
+stored reads the table's default row), the keys spread over them by a hash of the key: one
 table of power-of-two buckets would hold 1.25x to 2.5x its payload, several of sizes chosen
 for the row count hold at most about 1.5x (memory_layout). They are filled at load from
 files in the SavedModel's assets and changed only by updates (update_files.py), which the
@@ -9,8 +9,9 @@ model applies itself (apply_update_op): every file is read and checked before an
 changes, then each sub-table takes its removals and rows as one batch under its own lock,
 so a request sees each row all-old or all-new.
 
-Keys equal to the hash tables' two reserved keys (the two smallest int64) cannot be served:
-they read the default, and exports and pushes leave them out with a warning.
+The three smallest int64 keys are reserved: the hash tables' empty and deleted keys, and a
+key never stored that lookups read in their place. They cannot be served: they read the
+default, and exports and pushes leave them out with a warning.
 """
 import numpy as np
 import tensorflow as tf
@@ -20,6 +21,7 @@ from rec_sdk.util.log import logger
 
 EMPTY_KEY = np.iinfo(np.int64).min
 DELETED_KEY = EMPTY_KEY + 1
+ABSENT_KEY = EMPTY_KEY + 2  # never stored: the reserved keys are looked up as this one
 MAX_LOAD = 0.8           # DenseHashTable's own max_load_factor
 MIN_BUCKETS = 1024
 SPLIT_ROWS = 1 << 16     # from this many rows a table is split (memory_layout)
@@ -45,7 +47,7 @@ def memory_layout(rows):
 def without_reserved_keys(name, keys, *columns):
     """Drops the rows of the hash tables' reserved keys (with a warning)."""
     keys = np.asarray(keys, np.int64)
-    bad = (keys == EMPTY_KEY) | (keys == DELETED_KEY)
+    bad = keys <= ABSENT_KEY
     if not bad.any():
         return (keys,) + columns
     logger.warning("table '%s': key(s) %s are reserved by the served hash table and are not "
@@ -56,17 +58,16 @@ def without_reserved_keys(name, keys, *columns):
 def part_of(keys, parts):
     """The sub-table of each key (NumPy; the same as ServedTable._part_of in the graph)."""
     keys = np.asarray(keys, np.int64)
-    mixed = keys ^ (keys >> 29)
-    mixed = mixed ^ (mixed >> 17)
-    return np.mod(mixed, parts).astype(np.int32)
+    return np.mod(keys ^ (keys >> 29), parts).astype(np.int32)
 
 
 class _AssetFilledTable(tf.lookup.experimental.DenseHashTable):
     """A DenseHashTable that a TF2 SavedModel fills at load from its asset files (its
     _initialize runs in the model's init op, as a StaticHashTable's initializer does)."""
 
-    def __init__(self, keys_file, values_file, dim, **kwargs):
-        self._row_width = dim + 1
+    def __init__(self, keys_file, values_file, dim, rows, **kwargs):
+        self._dim = dim
+        self._rows = rows
         super().__init__(**kwargs)
         # Tracked explicitly (a resource does not track its attributes): saving maps the
         # paths the initializer captures to the files copied into the SavedModel's assets.
@@ -75,17 +76,44 @@ class _AssetFilledTable(tf.lookup.experimental.DenseHashTable):
                                                   "_values_file")
 
     def _initialize(self):
-        return self.insert(*_read_rows(tf.convert_to_tensor(self._keys_file),
-                                       tf.convert_to_tensor(self._values_file),
-                                       self._row_width - 1))
+        return stream_rows(tf.convert_to_tensor(self._keys_file),
+                           tf.convert_to_tensor(self._values_file), self._dim, self._rows,
+                           self.insert)
 
 
-def _read_rows(keys_path, values_path, dim):
-    """(keys, rows with the flag column) of a sub-table's files."""
-    keys = tf.io.decode_raw(tf.io.read_file(keys_path), tf.int64, little_endian=True)
-    values = tf.reshape(tf.io.decode_raw(tf.io.read_file(values_path), tf.float32,
-                                         little_endian=True), [-1, dim])
-    return keys, tf.concat([values, tf.ones([tf.shape(values)[0], 1], tf.float32)], 1)
+LOAD_BATCH = 1 << 16
+
+
+def write_rows(stem, keys, values, dim):
+    """Writes a table's rows for stream_rows: stem + "keys" (int64) and stem + "values"
+    (float32 [n, dim]), padded to whole batches of LOAD_BATCH rows. Returns n."""
+    n = len(keys)
+    padded = -(-n // LOAD_BATCH) * LOAD_BATCH
+    keys_out = np.zeros([padded], "<i8")
+    keys_out[:n] = keys
+    values_out = np.zeros([padded, dim], "<f4")
+    values_out[:n] = np.asarray(values, np.float32).reshape(n, dim)
+    keys_out.tofile(stem + "keys")
+    values_out.tofile(stem + "values")
+    return n
+
+
+def stream_rows(keys_path, values_path, dim, rows, write):
+    """The op streaming the first `rows` rows of write_rows files into a table, a batch of
+    LOAD_BATCH rows at a time (the files never sit in memory whole): write(keys, values) is
+    the op adding one batch. Returns the rows added."""
+    batches = tf.data.Dataset.zip((
+        tf.data.FixedLengthRecordDataset(keys_path, 8 * LOAD_BATCH),
+        tf.data.FixedLengthRecordDataset(values_path, 4 * dim * LOAD_BATCH)))
+
+    def add(total, batch):
+        valid = tf.minimum(np.int64(LOAD_BATCH), rows - total)
+        keys = tf.io.decode_raw(batch[0], tf.int64, little_endian=True)[:valid]
+        values = tf.reshape(tf.io.decode_raw(batch[1], tf.float32, little_endian=True),
+                            [-1, dim])[:valid]
+        with tf.control_dependencies([write(keys, values)]):
+            return total + valid
+    return batches.reduce(np.int64(0), add)
 
 
 class ServedTable:
@@ -95,18 +123,19 @@ class ServedTable:
     written into `staging` (table<index>.part<p>.keys/.values) for the SavedModel's assets.
     In TF2 (eager) the sub-tables fill themselves at load (_AssetFilledTable); in a
     tf.compat.v1 graph load_op() is the op that fills them, for the SavedModel's main op.
+    default: the row keys not stored read (zeros when None).
     """
 
-    def __init__(self, name, dim, keys, values, staging, index):
+    def __init__(self, name, dim, keys, values, staging, index, default=None):
         self.name, self.dim, self.rows = name, dim, len(keys)
         self.parts, buckets = memory_layout(len(keys))
-        default = np.zeros([dim + 1], np.float32)  # the flag column is 0: absent
+        default = np.broadcast_to(np.asarray(0.0 if default is None else default, np.float32),
+                                  [dim]).copy()
         where = part_of(keys, self.parts)
-        self.files = []
+        self.files, self.part_rows = [], []
         for p in range(self.parts):
             stem = "%s/table%d.part%d." % (staging, index, p)
-            np.asarray(keys[where == p], "<i8").tofile(stem + "keys")
-            np.asarray(values[where == p], "<f4").tofile(stem + "values")
+            self.part_rows.append(write_rows(stem, keys[where == p], values[where == p], dim))
             self.files.append((stem + "keys", stem + "values"))
         self._eager = tf.executing_eagerly()
         self.tables = []
@@ -116,7 +145,8 @@ class ServedTable:
                           initial_num_buckets=buckets, checkpoint=False,
                           name="rec_sdk_served_%s_%d" % (name.replace("/", "_"), p))
             if self._eager:
-                table = _AssetFilledTable(keys_file, values_file, dim, **kwargs)
+                table = _AssetFilledTable(keys_file, values_file, dim, self.part_rows[p],
+                                          **kwargs)
             else:
                 table = tf.lookup.experimental.DenseHashTable(**kwargs)
             self.tables.append(table)
@@ -124,19 +154,19 @@ class ServedTable:
     def load_op(self):
         """(tf.compat.v1 graphs) The op filling the sub-tables from their asset files (the
         file paths are registered as the graph's assets)."""
-        ops = []
-        for table, files in zip(self.tables, self.files):
+        done = tf.no_op()
+        for table, files, rows in zip(self.tables, self.files, self.part_rows):
             paths = []
             for path in files:
                 asset = tf.constant(path, name="asset_" + path.rsplit("/", 1)[-1])
                 tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.ASSET_FILEPATHS, asset)
                 paths.append(asset)
-            ops.append(table.insert(*_read_rows(paths[0], paths[1], self.dim)))
-        return tf.group(*ops)
+            with tf.control_dependencies([done]):
+                done = stream_rows(paths[0], paths[1], self.dim, rows, table.insert)
+        return done
 
     def _part_of(self, keys):
         mixed = tf.bitwise.bitwise_xor(keys, tf.bitwise.right_shift(keys, 29))
-        mixed = tf.bitwise.bitwise_xor(mixed, tf.bitwise.right_shift(mixed, 17))
         return tf.cast(tf.math.floormod(mixed, self.parts), tf.int32)
 
     def _split(self, keys, *columns):
@@ -147,31 +177,23 @@ class ServedTable:
         split = [tf.dynamic_partition(x, part, self.parts) for x in (keys,) + columns]
         return list(zip(*split))
 
-    def lookup(self, ids, default=None):
-        """Rows of int64 ids (any shape): [..., dim]; absent keys (and the reserved ones)
-        read `default` (zeros when None)."""
-        flat = tf.reshape(ids, [-1])
-        reserved = tf.logical_or(tf.equal(flat, EMPTY_KEY), tf.equal(flat, DELETED_KEY))
-        safe = tf.where(reserved, tf.zeros_like(flat), flat)
+    def lookup(self, ids):
+        """Rows of int64 ids (any shape): [..., dim]; keys not stored (and the reserved
+        ones, looked up as ABSENT_KEY) read the table's default."""
+        flat = tf.maximum(tf.reshape(ids, [-1]), ABSENT_KEY)
         if self.parts == 1:
-            rows = self.tables[0].lookup(safe)
+            rows = self.tables[0].lookup(flat)
         else:
-            part = self._part_of(safe)
-            positions = tf.dynamic_partition(tf.range(tf.size(safe)), part, self.parts)
-            keys = tf.dynamic_partition(safe, part, self.parts)
+            part = self._part_of(flat)
+            positions = tf.dynamic_partition(tf.range(tf.size(flat)), part, self.parts)
+            keys = tf.dynamic_partition(flat, part, self.parts)
             rows = tf.dynamic_stitch(positions, [t.lookup(k) for t, k in zip(self.tables, keys)])
-        found = tf.logical_and(rows[:, self.dim] > 0.5, tf.logical_not(reserved))
-        value = rows[:, :self.dim]
-        fill = tf.broadcast_to(tf.cast(0.0 if default is None else default, tf.float32),
-                               [self.dim])
-        value = tf.where(found[:, None], value, tf.broadcast_to(fill, tf.shape(value)))
-        return tf.reshape(value, tf.concat([tf.shape(ids), [self.dim]], 0))
+        return tf.reshape(rows, tf.concat([tf.shape(ids), [self.dim]], 0))
 
     def insert(self, keys, values):
         """Op writing rows [n, dim] of keys [n]."""
-        flagged = tf.concat([values, tf.ones([tf.shape(values)[0], 1], tf.float32)], 1)
         return tf.group(*[t.insert(k, v) for t, (k, v) in
-                          zip(self.tables, self._split(keys, flagged))])
+                          zip(self.tables, self._split(keys, values))])
 
     def remove(self, keys):
         return tf.group(*[t.remove(k) for t, (k,) in zip(self.tables, self._split(keys))])
@@ -193,8 +215,7 @@ class ServedTable:
         for table in self.tables:
             stored, _ = table.export()
             stored = tf.reshape(stored, [-1])
-            stored = tf.boolean_mask(stored, tf.logical_and(tf.not_equal(stored, EMPTY_KEY),
-                                                            tf.not_equal(stored, DELETED_KEY)))
+            stored = tf.boolean_mask(stored, stored > DELETED_KEY)
             at = tf.minimum(tf.searchsorted(wanted, stored),
                             tf.maximum(tf.size(wanted) - 1, 0))
             kept = tf.logical_and(tf.size(wanted) > 0,

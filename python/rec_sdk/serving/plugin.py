@@ -8,14 +8,11 @@ The table fills itself at load by streaming its asset files through tf.data (a b
 at a time: the files never sit in memory whole), and takes updates as one change under the
 table's exclusive lock (TableApplyRows), so a lookup sees each row all-old or all-new.
 """
-import numpy as np
 import tensorflow as tf
 
 from rec_sdk.core.initializer_spec import describe_initializer
 from rec_sdk.ops import table_ops
-
-LOAD_BATCH = 1 << 16
-
+from rec_sdk.serving.mutable import stream_rows, write_rows
 
 class PluginTable:
     """The served table of plugin mode (same interface as mutable.ServedTable, graph mode).
@@ -24,12 +21,12 @@ class PluginTable:
     without ssd_path the table is all in memory and grows as needed.
     """
 
-    def __init__(self, name, dim, keys, values, staging, index, chain, memory_rows=None,
-                 ssd_path=None):
+    def __init__(self, name, dim, keys, values, staging, index, chain, default=None,
+                 memory_rows=None, ssd_path=None):
         self.name, self.dim, self.rows, self.parts = name, dim, len(keys), 1
+        self.default = default
         stem = "%s/table%d." % (staging, index)
-        np.asarray(keys, "<i8").tofile(stem + "keys")
-        np.asarray(values, "<f4").reshape(-1, dim).tofile(stem + "values")
+        write_rows(stem, keys, values, dim)
         self.files = [(stem + "keys", stem + "values")]
         tiered = ssd_path is not None
         if tiered and not memory_rows:
@@ -48,22 +45,13 @@ class PluginTable:
             asset = tf.constant(path, name="asset_" + path.rsplit("/", 1)[-1])
             tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.ASSET_FILEPATHS, asset)
             paths.append(asset)
-        rows = tf.data.Dataset.zip((
-            tf.data.FixedLengthRecordDataset(paths[0], 8),
-            tf.data.FixedLengthRecordDataset(paths[1], 4 * self.dim))).batch(LOAD_BATCH)
+        return stream_rows(paths[0], paths[1], self.dim, self.rows,
+                           lambda keys, values: table_ops.upsert(self.handle, keys, values))
 
-        def add(total, batch):
-            keys = tf.reshape(tf.io.decode_raw(batch[0], tf.int64, little_endian=True), [-1])
-            values = tf.reshape(tf.io.decode_raw(batch[1], tf.float32, little_endian=True),
-                                [-1, self.dim])
-            with tf.control_dependencies([table_ops.upsert(self.handle, keys, values)]):
-                return total + tf.size(keys, out_type=tf.int64)
-        return rows.reduce(np.int64(0), add)
-
-    def lookup(self, ids, default=None):
+    def lookup(self, ids):
         values, exists = table_ops.lookup(self.handle, ids, dim=self.dim)
-        fill = tf.broadcast_to(tf.cast(0.0 if default is None else default, tf.float32),
-                               [self.dim])
+        fill = tf.broadcast_to(tf.cast(0.0 if self.default is None else self.default,
+                                       tf.float32), [self.dim])
         return tf.where(tf.expand_dims(exists, -1), values,
                         tf.broadcast_to(fill, tf.shape(values)))
 

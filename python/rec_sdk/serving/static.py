@@ -66,8 +66,9 @@ def _subgraph(graph_def, names):
 class ServingGraph:
     """A new tf.Graph computing `outputs` from placeholders of `inputs` with stock ops: the
     frozen training graph's subgraph from the inputs to the outputs, each rec_sdk id-tensor
-    lookup on the way replaced by make_lookup(table, lookup) (which builds, in the new graph,
-    a function ids -> embeddings; once per table). With keep_variables, the dense variables
+    lookup on the way replaced by what make_lookup(table, defaults) builds in the new graph,
+    once per table: a function (ids, default) -> embeddings; defaults: the
+    serving_default_value of each of the table's lookups. With keep_variables, the dense variables
     the outputs read become variables of the new graph (initialised from the session by
     `variable_feeds`) instead of constants, so they can be updated in place.
 
@@ -123,7 +124,8 @@ class ServingGraph:
             for table, lookup in lookups:
                 if table.table_name not in made:
                     self.tables.append(table)
-                    made[table.table_name] = make_lookup(table)
+                    made[table.table_name] = make_lookup(table, [
+                        l["serving_default_value"] for t, l in lookups if t is table])
                 replacements[lookup["embeddings"].name] = made[table.table_name](
                     tf.cast(ids_tensor(lookup["ids"]), tf.int64),
                     lookup["serving_default_value"])
@@ -182,11 +184,13 @@ def export_saved_model(sess, export_dir, inputs, outputs, tables=None):
     """
     loaded = {}
 
-    def make_lookup(table):
+    def make_lookup(table, defaults):
+        del defaults  # each lookup applies its own
         keys, values, _ = sess.run(table.export())
         with tf.name_scope("rec_sdk_serving/" + table.table_name):
             # Initialised by feeding the exported rows (not stored as graph constants, so
-            # large tables fit); the SavedModel keeps them as variables.
+            # large tables fit); the SavedModel keeps them as variables. The rows end with
+            # a spare row of zeros that keys without a row index (no copy per request).
             keys_in = tf.compat.v1.placeholder(tf.int64, [None], name="keys_in")
             values_in = tf.compat.v1.placeholder(tf.float32, [None, table.dim],
                                                  name="values_in")
@@ -199,19 +203,20 @@ def export_saved_model(sess, export_dir, inputs, outputs, tables=None):
                 keys_var.read_value(), tf.range(tf.size(keys_var.read_value(),
                                                         out_type=tf.int64))),
             default_value=-1, name="rec_sdk_serving_%s_index" % table.table_name)
+        padded = np.concatenate([values, np.zeros([1, table.dim], np.float32)])
         loaded[table.table_name] = (keys_var, values_var,
-                                    {keys_in: keys.astype(np.int64), values_in: values},
+                                    {keys_in: keys.astype(np.int64), values_in: padded},
                                     len(keys))
 
         def lookup(ids, default):
             rows = hash_table.lookup(ids)
-            default_row = tf.broadcast_to(tf.cast(0.0 if default is None else default,
-                                                  tf.float32), [1, table.dim])
-            padded = tf.concat([tf.reshape(values_var.read_value(), [-1, table.dim]),
-                                default_row], 0)
-            default_index = tf.shape(padded, out_type=tf.int64)[0] - 1
-            index = tf.where(rows < 0, tf.fill(tf.shape(rows), default_index), rows)
-            return tf.gather(padded, index)
+            missing = rows < 0
+            index = tf.where(missing, tf.fill(tf.shape(rows), np.int64(len(keys))), rows)
+            found = tf.gather(tf.reshape(values_var.read_value(), [-1, table.dim]), index)
+            if default is None:
+                return found  # the spare row is zeros
+            fill = tf.broadcast_to(tf.cast(default, tf.float32), tf.shape(found))
+            return tf.where(tf.expand_dims(missing, -1), fill, found)
         return lookup
 
     served = ServingGraph(sess, inputs, outputs, tables, make_lookup)

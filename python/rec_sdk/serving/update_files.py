@@ -19,6 +19,7 @@ model checks all of this with stock ops before it changes anything (serving/muta
 truncated, corrupt or partial update is refused by the name of its file.
 """
 import os
+import shutil
 import threading
 
 import numpy as np
@@ -158,6 +159,7 @@ def write_update(push_dir, version, parent, chain, tables, dense):
     final = update_dir(push_dir, version)
     if os.path.exists(final):
         raise UpdateError("%s already exists: update %d was published before" % (final, version))
+    remove_stale_temporaries(push_dir)
     tmp = os.path.join(push_dir, ".tmp-%d-%d" % (version, os.getpid()))
     if os.path.exists(tmp):
         for name in os.listdir(tmp):
@@ -196,6 +198,25 @@ def write_update(push_dir, version, parent, chain, tables, dense):
     os.rename(tmp, final)
     _fsync_dir(push_dir)
     return final
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_temporaries(push_dir):
+    """Deletes the temporary directories of pushers that are gone (killed mid-write)."""
+    for name in os.listdir(push_dir):
+        parts = name.split("-")
+        if name.startswith(".tmp-") and len(parts) == 3 and parts[2].isdigit() and \
+                int(parts[2]) != os.getpid() and not _alive(int(parts[2])):
+            shutil.rmtree(os.path.join(push_dir, name), ignore_errors=True)
 
 
 def write_base(push_dir, chain, table_names, push_ids, dense_names):
