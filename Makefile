@@ -112,6 +112,7 @@ bench: build
 	$(PY) benchmarks/bench_checkpoint.py
 	$(PY) benchmarks/bench_models.py --scaling --plot benchmarks/scaling.png
 	$(PY) benchmarks/bench_tiered.py
+	$(PY) benchmarks/bench_serving.py
 
 # The stress suite (kills during saves, ...): minutes, not part of `make test`, which runs its
 # quick subset (tests/test_stress_quick.py).
