@@ -17,9 +17,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import rec_sdk.dynamic_embedding as de
+from rec_sdk import serving
 from rec_sdk.core.embedding import create_table, sparse_lookup
 from rec_sdk.optimizers import lazy_adam
-from rec_sdk import serving
 from rec_sdk.serving import mutable
 from rec_sdk.serving import (PushHook, Pusher, ServedModel, UpdateError, export_serving_model,
                              follow, update_files)
@@ -551,3 +552,39 @@ def test_the_watcher_applies_updates_through_the_rest_predict_api(tmp_path):
         finally:
             server.shutdown()
             server.server_close()
+
+
+def test_a_de_variable_in_graph_mode_is_served_and_updated(tmp_path):
+    """The TFRA-style flow in a Session: a servable de.Variable of 2 shards looked up with
+    de.embedding_lookup (max_norm 1.0) and trained by DynamicEmbeddingOptimizer(Adam); the
+    served model follows the pushes (missing keys read the constant initializer, as in
+    training)."""
+    var = de.get_variable("served_de", dim=4, devices=["/CPU:0"] * 2, initializer=0.5,
+                          servable=True)
+    ids = tf.compat.v1.placeholder(tf.int64, [None, 2], name="ids")
+    w = tf.compat.v1.get_variable("w", [8, 1])
+    emb = de.embedding_lookup(var, ids, max_norm=1.0, name="lookup")
+    logits = tf.reshape(tf.matmul(tf.reshape(emb, [-1, 8]), w), [-1])
+    labels = tf.compat.v1.placeholder(tf.float32, [None])
+    loss = tf.reduce_mean(tf.square(tf.sigmoid(logits) - labels))
+    train = de.DynamicEmbeddingOptimizer(tf.compat.v1.train.AdamOptimizer(0.1)).minimize(loss)
+    rng = np.random.RandomState(0)
+    probe = {ids: np.array([[1, 2], [3, 150], [500, 7]], np.int64)}
+    with new_session() as sess:
+        sess.run(tf.compat.v1.global_variables_initializer())
+
+        def steps(n):
+            for _ in range(n):
+                sess.run(train, {ids: rng.randint(0, 160, (16, 2)), labels: rng.rand(16)})
+
+        steps(3)
+        export_serving_model(sess, str(tmp_path / "export"), {"ids": ids}, {"logits": logits},
+                             str(tmp_path / "push"))
+        served = ServedModel(str(tmp_path / "export"))
+        pusher = Pusher(str(tmp_path / "push"))
+        for push in (1, 2):
+            steps(3)
+            assert pusher.push(sess) == push
+            assert follow(str(tmp_path / "push"), served) == [push]
+            np.testing.assert_allclose(served.predict({"ids": probe[ids]})["logits"],
+                                       sess.run(logits, probe), rtol=1e-5, atol=1e-6)

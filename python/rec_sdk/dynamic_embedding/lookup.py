@@ -222,6 +222,12 @@ def embedding_lookup(params, ids, partition_strategy=None, name=None, validate_i
         if max_norm is not None:
             rows = tf.clip_by_norm(rows, _max_norm(max_norm), axes=[1])
         emb = shaped(table_ops.gather_rows(rows, inverse), ids, params.dim)
+    graph = tf.compat.v1.get_default_graph()
+    if not tf.executing_eagerly() and not graph.building_function:
+        state = state_of(graph)
+        with state.lock:
+            state.de_lookups.append({"variable": params, "ids": ids, "embeddings": emb,
+                                     "max_norm": max_norm})
     return (emb, trainable) if return_trainable else emb
 
 

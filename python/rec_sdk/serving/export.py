@@ -9,18 +9,71 @@ a chain in push_dir (update_files.BASE, version 0) that Pushers (push.py) contin
 import os
 import shutil
 import tempfile
+import types
 import uuid
 
 import numpy as np
 import tensorflow as tf
 
+from rec_sdk.core.table import tables_of_graph
 from rec_sdk.serving import update_files
-from rec_sdk.serving.mutable import ServedTable, apply_update_op, without_reserved_keys
+from rec_sdk.serving.mutable import ServedTable, apply_update_op
 from rec_sdk.serving.plugin import PluginTable
+from rec_sdk.serving.push import merge_shards
 from rec_sdk.serving.static import ServingGraph
+from rec_sdk.util.graph_state import state_of
 
 APPLY_SIGNATURE = "apply_update"
 VERSION_SIGNATURE = "version"
+
+
+class TableSource:
+    """A rec_sdk table as the source of a served table (its one shard)."""
+
+    def __init__(self, table):
+        self.table_name, self.dim, self.lookups = table.table_name, table.dim, table.lookups
+        self.shards = [table]
+
+
+class DeSource:
+    """A de.Variable looked up in graph mode as the source of a served table: its shards'
+    rows merged; missing keys read default_row(variable)."""
+
+    def __init__(self, variable, records):
+        if variable.value_dtype != tf.float32 or variable.key_dtype not in (tf.int32,
+                                                                             tf.int64):
+            raise ValueError("de.Variable %r has %s keys and %s values: served tables take "
+                             "int32 or int64 keys and float32 values" % (
+                                 variable.name, variable.key_dtype.name,
+                                 variable.value_dtype.name))
+        self.table_name, self.dim, self.shards = variable.name, variable.dim, variable.tables
+        default = default_row(variable)
+        for r in records:
+            if isinstance(r["max_norm"], (tf.Tensor, tf.Variable)):
+                raise ValueError("de.Variable %r: a lookup with a tensor max_norm cannot be "
+                                 "served; give a number" % variable.name)
+        self.lookups = types.SimpleNamespace(tensor=[
+            {"ids": r["ids"], "embeddings": r["embeddings"], "max_norm": r["max_norm"],
+             "serving_default_value": default} for r in records])
+
+
+def de_sources(graph):
+    """DeSources of the de.Variables a graph's lookups read."""
+    by_variable = {}
+    for record in state_of(graph).de_lookups:
+        by_variable.setdefault(id(record["variable"]), []).append(record)
+    return [DeSource(records[0]["variable"], records) for records in by_variable.values()
+            if records[0]["variable"].servable]
+
+
+def default_row(params):
+    """The row a de.Variable's missing keys read when served: the initializer's value when it
+    is a constant, else zeros (a random initializer cannot be replayed without the plugin)."""
+    default = np.zeros([params.dim], np.float32)
+    init = params.initializer
+    if isinstance(init, (int, float, list, tuple, np.ndarray)) and not isinstance(init, bool):
+        default[:] = np.asarray(init, np.float32).reshape(-1)
+    return default
 
 
 def one_default(name, dim, defaults):
@@ -70,9 +123,8 @@ def export_serving_model(sess, export_dir, inputs, outputs, push_dir, tables=Non
         def make_lookup(table, defaults):
             default = one_default(table.table_name, table.dim, defaults)
             with sess.graph.as_default():
-                take = table.take_changes(full=True)
-            keys, values, _, _, _, push_id = sess.run(take)
-            keys, values = without_reserved_keys(table.table_name, keys, values)
+                takes = [shard.take_changes(full=True) for shard in table.shards]
+            _, keys, values, _, _, ids = merge_shards(table.table_name, sess.run(takes))
             if plugin:
                 served = PluginTable(table.table_name, table.dim, keys, values, staged,
                                      len(served_tables), chain, default, memory_rows,
@@ -81,17 +133,24 @@ def export_serving_model(sess, export_dir, inputs, outputs, push_dir, tables=Non
                 served = ServedTable(table.table_name, table.dim, keys, values, staged,
                                      len(served_tables), default)
             served_tables.append(served)
-            push_ids.append([int(push_id)])
+            push_ids.append(ids)
             nonlocal rows
             rows += len(keys)
             return lambda ids, _: served.lookup(ids)
 
+        if tables is None:
+            tables = [TableSource(t) for t in tables_of_graph(sess.graph)] + de_sources(sess.graph)
+        else:
+            tables = [t if isinstance(t, (TableSource, DeSource)) else TableSource(t)
+                      for t in tables]
         graph = ServingGraph(sess, inputs, outputs, tables, make_lookup, keep_variables=True)
         with graph.graph.as_default():
             version = tf.compat.v1.Variable(np.int64(0), trainable=False, use_resource=True,
                                             name="rec_sdk_serving_version")
             chain_t = tf.constant(chain, name="rec_sdk_serving_chain")
-            fills = [served.load_op() for served in served_tables]
+            # Built before the session runs (a graph's ops must not change after a run).
+            main_op = tf.group(*[served.load_op() for served in served_tables],
+                               name="rec_sdk_serving_load")
             update_dir = tf.compat.v1.placeholder(tf.string, [], name="update_dir")
             applied = apply_update_op(update_dir, served_tables,
                                       [(name, var) for name, var in graph.variables],
@@ -112,7 +171,7 @@ def export_serving_model(sess, export_dir, inputs, outputs, push_dir, tables=Non
                 builder = tf.compat.v1.saved_model.Builder(export_dir)
                 builder.add_meta_graph_and_variables(
                     export_sess, [tf.saved_model.SERVING], signature_def_map=signatures,
-                    main_op=tf.group(*fills, name="rec_sdk_serving_load"),
+                    main_op=main_op,
                     assets_collection=tf.compat.v1.get_collection(
                         tf.compat.v1.GraphKeys.ASSET_FILEPATHS),
                     strip_default_attrs=True)

@@ -17,19 +17,10 @@ import tensorflow as tf
 
 from rec_sdk.dynamic_embedding.keras import layers as de_layers
 from rec_sdk.serving import update_files
-from rec_sdk.serving.export import APPLY_SIGNATURE, VERSION_SIGNATURE, check_new_chain_dir
+from rec_sdk.serving.export import (APPLY_SIGNATURE, VERSION_SIGNATURE, check_new_chain_dir,
+                                    default_row)
 from rec_sdk.serving.mutable import ServedTable, apply_update_op, without_reserved_keys
 from rec_sdk.serving.push import dense_variables, serving_layers
-
-
-def _default_row(params):
-    """The row a missing key reads: the initializer's value when it is a constant, else
-    zeros (a random initializer cannot be replayed without the plugin)."""
-    default = np.zeros([params.dim], np.float32)
-    init = params.initializer
-    if isinstance(init, (int, float, list, tuple, np.ndarray)) and not isinstance(init, bool):
-        default[:] = np.asarray(init, np.float32).reshape(-1)
-    return default
 
 
 def _check_servable(params):
@@ -75,7 +66,7 @@ def export_keras_serving_model(model, export_dir, push_dir, input_signature=None
             values = np.concatenate([np.asarray(t[1], np.float32) for t in taken])
             keys, values = without_reserved_keys(params.name, keys, values)
             table = ServedTable(params.name, params.dim, keys, values, staged, i,
-                                _default_row(params))
+                                default_row(params))
             served.append(table)
             push_ids.append([int(t[5]) for t in taken])
             rows += len(keys)

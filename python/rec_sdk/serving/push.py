@@ -21,6 +21,7 @@ from rec_sdk.core.table import tables_of_graph
 from rec_sdk.dynamic_embedding.keras import layers as de_layers
 from rec_sdk.serving import update_files
 from rec_sdk.serving.mutable import without_reserved_keys
+from rec_sdk.util.graph_state import state_of
 from rec_sdk.util.log import logger
 from rec_sdk.util.tf_compat import keras
 
@@ -33,7 +34,7 @@ def _find(names, available, what, push_dir):
     return [available[n] for n in names]
 
 
-def _merge(name, shards):
+def merge_shards(name, shards):
     """One served table's update from its shards' takes (keys, values, removed, replace,
     since, push_id): -> (name, keys, values, removed, replace, [push ids])."""
     keys = np.concatenate([np.asarray(s[0], np.int64) for s in shards])
@@ -97,7 +98,7 @@ class Pusher:
                 shards = self._source.take_table(sess, i)
             if all(bool(s[3]) for s in shards):
                 self.whole_tables += 1
-            tables.append(_merge(name, shards))
+            tables.append(merge_shards(name, shards))
         dense_values = self._source.dense(sess)
         changed = self._last_dense is None or any(
             not np.array_equal(a, b) for a, b in zip(dense_values, self._last_dense))
@@ -140,26 +141,35 @@ class Pusher:
             raise error
 
 
+def de_variables_of(graph):
+    """{name: de.Variable} of the de.Variables a graph's lookups read (graph mode)."""
+    state = state_of(graph)
+    out = dict(state.de_variables)
+    out.update({r["variable"].name: r["variable"] for r in state.de_lookups})
+    return out
+
+
 class _GraphSource:
-    """A graph's tables (by table name) and variables (by op name), read through ops built
-    once."""
+    """A graph's served tables (rec_sdk tables by table name, de.Variables by name: their
+    shards) and variables (by op name), read through ops built once."""
 
     def __init__(self, pusher, graph):
-        tables = _find(pusher.table_names, {t.table_name: t for t in tables_of_graph(graph)},
-                       "tables", pusher.push_dir)
+        available = {name: v.tables for name, v in de_variables_of(graph).items()}
+        available.update({t.table_name: [t] for t in tables_of_graph(graph)})
+        shards = _find(pusher.table_names, available, "tables", pusher.push_dir)
         variables = {v.op.name: v for v in
                      graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)}
         self.variables = _find(pusher.dense_names, variables, "dense variables",
                                pusher.push_dir)
         with graph.as_default():
-            self._take = [t.take_changes(full=False) for t in tables]
-            self._take_whole = [t.take_changes(full=True) for t in tables]
+            self._take = [[t.take_changes(full=False) for t in ts] for ts in shards]
+            self._take_whole = [[t.take_changes(full=True) for t in ts] for ts in shards]
 
     def take(self, sess, whole):
-        return [[got] for got in sess.run(self._take_whole if whole else self._take)]
+        return sess.run(self._take_whole if whole else self._take)
 
     def take_table(self, sess, i):
-        return [sess.run(self._take_whole[i])]
+        return sess.run(self._take_whole[i])
 
     def dense(self, sess):
         return sess.run(self.variables) if self.variables else []

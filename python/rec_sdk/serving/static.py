@@ -24,6 +24,9 @@ from rec_sdk.dynamic_embedding.keras import layers as de_layers
 from rec_sdk.ops import table_ops
 
 
+_VARIABLE_OPS = ("VarHandleOp", "VariableV2", "Variable")
+
+
 def _op_name(tensor):
     return tensor.op.name
 
@@ -67,8 +70,9 @@ class ServingGraph:
     """A new tf.Graph computing `outputs` from placeholders of `inputs` with stock ops: the
     frozen training graph's subgraph from the inputs to the outputs, each rec_sdk id-tensor
     lookup on the way replaced by what make_lookup(table, defaults) builds in the new graph,
-    once per table: a function (ids, default) -> embeddings; defaults: the
-    serving_default_value of each of the table's lookups. With keep_variables, the dense variables
+    once per table: a function (ids, serving_default_value) -> embeddings; defaults: the
+    serving_default_value of each of the table's lookups. A lookup recorded with a numeric
+    max_norm (de lookups) clips each served embedding to it. With keep_variables, the dense variables
     the outputs read become variables of the new graph (initialised from the session by
     `variable_feeds`) instead of constants, so they can be updated in place.
 
@@ -81,13 +85,18 @@ class ServingGraph:
         tables = tables_of_graph(graph) if tables is None else list(tables)
         input_names = {_op_name(t) for t in inputs.values()}
         output_names = [_op_name(t) for t in outputs.values()]
-        frozen = tf.compat.v1.graph_util.convert_variables_to_constants(
-            sess, graph.as_graph_def(), output_names + [
-                _op_name(l["ids"]) for t in tables for l in t.lookups.tensor])
-        needed = _reachable(frozen, output_names, input_names)
+        raw = graph.as_graph_def()
+        needed = _reachable(raw, output_names, input_names)
         lookups = [(t, l) for t in tables for l in t.lookups.tensor
                    if _op_name(l["embeddings"]) in needed]
         cut = {_op_name(l["embeddings"]) for _, l in lookups}
+        id_names = [_op_name(l["ids"]) for _, l in lookups]
+        # Only the variables the served graph reads are frozen (not those behind the cut
+        # lookups, e.g. a de lookup's trainable, which need not hold a value).
+        kept = _reachable(raw, output_names + id_names, input_names | cut)
+        frozen = tf.compat.v1.graph_util.convert_variables_to_constants(
+            sess, raw, output_names + id_names, variable_names_whitelist=sorted(
+                n.name for n in raw.node if n.name in kept and n.op in _VARIABLE_OPS))
         graph_nodes = _reachable(frozen, output_names, input_names | cut)
         missing = [n.name for n in frozen.node
                    if n.name in graph_nodes and n.op.startswith(table_ops.OP_NAMESPACE + ">")]
@@ -126,9 +135,11 @@ class ServingGraph:
                     self.tables.append(table)
                     made[table.table_name] = make_lookup(table, [
                         l["serving_default_value"] for t, l in lookups if t is table])
-                replacements[lookup["embeddings"].name] = made[table.table_name](
-                    tf.cast(ids_tensor(lookup["ids"]), tf.int64),
-                    lookup["serving_default_value"])
+                served = made[table.table_name](tf.cast(ids_tensor(lookup["ids"]), tf.int64),
+                                                lookup["serving_default_value"])
+                if lookup.get("max_norm") is not None:
+                    served = tf.clip_by_norm(served, lookup["max_norm"], axes=[-1])
+                replacements[lookup["embeddings"].name] = served
             feed_map.update(replacements)
             feed_map.update({l["ids"].name: ids_tensor(l["ids"]) for _, l in lookups
                              if l["ids"].name not in self.placeholders})

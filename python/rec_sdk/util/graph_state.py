@@ -57,6 +57,9 @@ class GraphState:
         self.converted = {}
         # {full name: de.Variable} made by de.get_variable.
         self.de_variables = {}
+        # {"variable", "ids", "embeddings", "max_norm"} of the de lookups built in graph
+        # mode (rec_sdk.serving cuts a served graph at them).
+        self.de_lookups = []
         # Names of tensors known to hold distinct keys (the pipeline's dedup output), and of
         # index ranges [0, n) that the trainable-rows gradient emits; optimizers skip a
         # second dedup for them.
