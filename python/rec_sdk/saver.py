@@ -176,7 +176,8 @@ def _checked_directory(directory):
     return path
 
 
-def _pid_alive(pid):
+def pid_alive(pid):
+    """Whether process `pid` exists (a temporary directory of a gone writer may go)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -203,7 +204,7 @@ def remove_leftovers(parent):
         if match is None or not os.path.isdir(path):
             continue
         if match.group("pid") is not None:
-            if not _pid_alive(int(match.group("pid"))):
+            if not pid_alive(int(match.group("pid"))):
                 shutil.rmtree(path, ignore_errors=True)
         elif os.path.isdir(os.path.join(parent, match.group("name"))):
             shutil.rmtree(path, ignore_errors=True)

@@ -20,7 +20,7 @@ from rec_sdk.serving import update_files
 from rec_sdk.serving.export import (APPLY_SIGNATURE, VERSION_SIGNATURE, check_new_chain_dir,
                                     default_row)
 from rec_sdk.serving.mutable import ServedTable, apply_update_op, without_reserved_keys
-from rec_sdk.serving.push import dense_variables, serving_layers
+from rec_sdk.serving.static import dense_variables, keras_input_signature, serving_layers
 
 
 def _check_servable(params):
@@ -41,15 +41,8 @@ def export_keras_serving_model(model, export_dir, push_dir, input_signature=None
     input_signature: the model's inputs as tf.TensorSpecs (default: model.inputs).
     Returns {"rows": rows exported, "chain": the chain id}.
     """
-    if not tf.executing_eagerly():
-        raise ValueError("export_keras_serving_model runs eagerly (TF2); for tf.compat.v1 "
-                         "graphs use export_serving_model")
-    if input_signature is None:
-        if not getattr(model, "inputs", None):
-            raise ValueError("export_keras_serving_model: give input_signature (the model has "
-                             "no Input layers to take it from)")
-        input_signature = [tf.TensorSpec(t.shape, t.dtype, t.name.split(":")[0])
-                           for t in model.inputs]
+    input_signature = keras_input_signature(model, input_signature,
+                                            "export_keras_serving_model", "export_serving_model")
     check_new_chain_dir(push_dir)
     layers = serving_layers(model)
     for layer in layers:

@@ -18,9 +18,9 @@ import numpy as np
 import tensorflow as tf
 
 from rec_sdk.core.table import tables_of_graph
-from rec_sdk.dynamic_embedding.keras import layers as de_layers
 from rec_sdk.serving import update_files
 from rec_sdk.serving.mutable import without_reserved_keys
+from rec_sdk.serving.static import dense_variables, serving_layers
 from rec_sdk.util.graph_state import state_of
 from rec_sdk.util.log import logger
 from rec_sdk.util.tf_compat import keras
@@ -201,17 +201,6 @@ class _EagerSource:
 
     def dense(self, sess):
         return [v.numpy() for v in self.variables]
-
-
-def serving_layers(model):
-    """The de.keras embedding layers of a Keras model, in model order."""
-    return [m for m in model.submodules if isinstance(m, de_layers.Embedding)]
-
-
-def dense_variables(model, layers):
-    """The model's variables other than its embedding layers' own (their shadows)."""
-    own = {id(v) for layer in layers for v in (layer.shadow, layer.shadow.ids)}
-    return [v for v in model.variables if id(v) not in own]
 
 
 class PushHook(tf.compat.v1.train.SessionRunHook):

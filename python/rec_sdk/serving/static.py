@@ -244,6 +244,31 @@ def export_saved_model(sess, export_dir, inputs, outputs, tables=None):
     return sum(rows for _, _, _, rows in loaded.values())
 
 
+def keras_input_signature(model, input_signature, what, graph_alternative):
+    """The input signature of a Keras model's export (given, or from model.inputs); the
+    export runs eagerly."""
+    if not tf.executing_eagerly():
+        raise ValueError("%s runs eagerly (TF2); for tf.compat.v1 graphs use %s"
+                         % (what, graph_alternative))
+    if input_signature is not None:
+        return input_signature
+    if not getattr(model, "inputs", None):
+        raise ValueError("%s: give input_signature (the model has no Input layers to take it "
+                         "from)" % what)
+    return [tf.TensorSpec(t.shape, t.dtype, t.name.split(":")[0]) for t in model.inputs]
+
+
+def serving_layers(model):
+    """The de.keras embedding layers of a Keras model, in model order."""
+    return [m for m in model.submodules if isinstance(m, de_layers.Embedding)]
+
+
+def dense_variables(model, layers):
+    """The model's variables other than its embedding layers' own (their shadows)."""
+    own = {id(v) for layer in layers for v in (layer.shadow, layer.shadow.ids)}
+    return [v for v in model.variables if id(v) not in own]
+
+
 def _static_lookup(layer):
     """-> (ids -> embeddings through stock ops, the StaticHashTable, the rows variable, rows)
     of a de Keras layer: keys without a row read the initializer's value when it is a
@@ -274,19 +299,11 @@ def export_keras_model(model, export_dir, input_signature=None):
     input_signature: the model's inputs as tf.TensorSpecs (default: model.inputs, which
     functional and Sequential models built on Input have). Returns the rows exported.
     """
-    if not tf.executing_eagerly():
-        raise ValueError("export_keras_model runs eagerly (TF2); for tf.compat.v1 graphs use "
-                         "export_saved_model")
-    if input_signature is None:
-        if not getattr(model, "inputs", None):
-            raise ValueError("export_keras_model: give input_signature (the model has no "
-                             "Input layers to take it from)")
-        input_signature = [tf.TensorSpec(t.shape, t.dtype, t.name.split(":")[0])
-                           for t in model.inputs]
-    emb_layers = [m for m in model.submodules if isinstance(m, de_layers.Embedding)]
-    own = {id(v) for layer in emb_layers for v in (layer.shadow, layer.shadow.ids)}
+    input_signature = keras_input_signature(model, input_signature, "export_keras_model",
+                                            "export_saved_model")
+    emb_layers = serving_layers(model)
     module = tf.Module()
-    module.dense = [v for v in model.variables if id(v) not in own]
+    module.dense = dense_variables(model, emb_layers)
     lookups, module.tables, module.rows, total = {}, [], [], 0
     for layer in emb_layers:
         lookups[layer], table, rows, n = _static_lookup(layer)

@@ -25,6 +25,8 @@ import threading
 import numpy as np
 import tensorflow as tf
 
+from rec_sdk.saver import pid_alive
+
 BASE = "BASE"
 MANIFEST = "MANIFEST"
 VERSION_DIGITS = 10
@@ -200,22 +202,12 @@ def write_update(push_dir, version, parent, chain, tables, dense):
     return final
 
 
-def _alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def remove_stale_temporaries(push_dir):
     """Deletes the temporary directories of pushers that are gone (killed mid-write)."""
     for name in os.listdir(push_dir):
         parts = name.split("-")
         if name.startswith(".tmp-") and len(parts) == 3 and parts[2].isdigit() and \
-                int(parts[2]) != os.getpid() and not _alive(int(parts[2])):
+                int(parts[2]) != os.getpid() and not pid_alive(int(parts[2])):
             shutil.rmtree(os.path.join(push_dir, name), ignore_errors=True)
 
 
