@@ -9,7 +9,7 @@ chain stays complete whatever happened to the trainer.
 
 PushHook pushes every N seconds or steps from a MonitoredSession (Estimator); push_after_save
 makes a CheckpointSaverListener that pushes after each save; PushCallback pushes from Keras'
-fit() every N seconds or batches.
+fit() every N seconds or batches. In these a failed push is logged and training goes on.
 """
 import threading
 import time
@@ -19,6 +19,7 @@ import tensorflow as tf
 
 from rec_sdk.core.table import tables_of_graph
 from rec_sdk.serving import update_files
+from rec_sdk.serving.update_files import UpdateError
 from rec_sdk.serving.mutable import without_reserved_keys
 from rec_sdk.serving.static import dense_variables, serving_layers
 from rec_sdk.util.graph_state import state_of
@@ -77,6 +78,7 @@ class Pusher:
         self._error = None
         self.pushes = 0
         self.whole_tables = 0
+        self.failures = 0  # pushes that failed in hooks and callbacks (push_logging_errors)
 
     def push(self, sess=None, wait=True):
         """Takes the changes and publishes them as the next update. With wait=False the files
@@ -86,6 +88,11 @@ class Pusher:
         head = update_files.chain_head(self.push_dir)
         if head is None or head["chain"] != self.chain:
             raise ValueError("the update chain in %s changed under this pusher" % self.push_dir)
+        published = update_files.published_versions(self.push_dir)
+        if published and published[-1] > head["version"]:
+            raise UpdateError("update %d in %s cannot be read (its MANIFEST is missing or "
+                              "corrupt): the chain cannot go on past it; export the model "
+                              "again with a new push_dir" % (published[-1], self.push_dir))
         expected = self._expected or update_files.shard_push_ids(head)
         taken = self._source.take(sess, whole=False)
         tables = []
@@ -203,6 +210,18 @@ class _EagerSource:
         return [v.numpy() for v in self.variables]
 
 
+def push_logging_errors(pusher, sess=None, wait=True):
+    """pusher.push for hooks and callbacks: a failed push is logged and training goes on (the
+    next push sends the tables whole); counted in pusher.failures."""
+    try:
+        return pusher.push(sess, wait=wait)
+    except (UpdateError, OSError, tf.errors.OpError, ValueError) as e:
+        pusher.failures += 1
+        logger.error("serving push to %s failed: %s; training goes on, the next push sends "
+                     "the tables whole", pusher.push_dir, e)
+        return None
+
+
 class PushHook(tf.compat.v1.train.SessionRunHook):
     """Pushes every `every_secs` seconds (or `every_steps` steps) and at the end, from a
     MonitoredSession (Estimator, MonitoredTrainingSession). Files are written by a
@@ -225,10 +244,10 @@ class PushHook(tf.compat.v1.train.SessionRunHook):
         if due:
             self._steps = 0
             self._last = time.monotonic()
-            self.pusher.push(run_context.session, wait=False)
+            push_logging_errors(self.pusher, run_context.session, wait=False)
 
     def end(self, session):
-        self.pusher.push(session)
+        push_logging_errors(self.pusher, session)
 
 
 class _PushAfterSave(tf.compat.v1.train.CheckpointSaverListener):
@@ -240,7 +259,7 @@ class _PushAfterSave(tf.compat.v1.train.CheckpointSaverListener):
         self.pusher = Pusher(self.push_dir)
 
     def after_save(self, session, global_step_value):
-        version = self.pusher.push(session)
+        version = push_logging_errors(self.pusher, session)
         logger.info("pushed serving update %s after checkpoint %d", version, global_step_value)
 
 
@@ -273,7 +292,7 @@ class PushCallback(keras.callbacks.Callback):
         if due:
             self._batches = 0
             self._last = time.monotonic()
-            self.pusher.push(wait=False)
+            push_logging_errors(self.pusher, wait=False)
 
     def on_train_end(self, logs=None):
-        self.pusher.push()
+        push_logging_errors(self.pusher)
