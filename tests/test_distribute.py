@@ -8,6 +8,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -103,19 +104,36 @@ def _servers(cluster, commands):
 
 def _run_together(runs, timeout=300):
     """Runs the scripts [(argv after python, env)] at once; each must succeed. They are
-    killed when one fails or the time is up."""
+    killed when one fails or the time is up; the failure shows the output of every one (a
+    rank that exits leaves the others waiting in a collective: its output says why)."""
     workers = [subprocess.Popen([sys.executable] + [str(a) for a in argv], env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
                for argv, env in runs]
+    outputs = [[] for _ in workers]
+    readers = [threading.Thread(target=lambda w=w, out=out: out.extend(w.stdout), daemon=True)
+               for w, out in zip(workers, outputs)]
+    for reader in readers:
+        reader.start()
+    deadline = time.monotonic() + timeout
+    timed_out = True
     try:
-        outputs = [w.communicate(timeout=timeout)[0] for w in workers]
+        while time.monotonic() < deadline:
+            codes = [w.poll() for w in workers]
+            if all(c is not None for c in codes) or any(c not in (None, 0) for c in codes):
+                timed_out = False
+                break
+            time.sleep(0.2)
     finally:
         for w in workers:
             if w.poll() is None:
                 w.kill()
-                w.wait()
-    for w, output in zip(workers, outputs):
-        assert w.returncode == 0, output[-3000:]
+            w.wait()
+        for reader in readers:
+            reader.join(30)
+    report = "\n".join("--- worker %d (exit %s):\n%s" % (i, w.returncode, "".join(out)[-3000:])
+                       for i, (w, out) in enumerate(zip(workers, outputs)))
+    assert not timed_out, "workers still running after %d s\n%s" % (timeout, report)
+    assert all(w.returncode == 0 for w in workers), report
 
 
 def _run_worker(cluster, out, *args):
