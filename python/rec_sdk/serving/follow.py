@@ -95,9 +95,10 @@ def follow(push_dir, model):
     applied. UpdateError for a gap or a refused update (the model keeps its version)."""
     version, chain = model.version()
     base = os.path.join(push_dir, update_files.BASE)
-    if os.path.exists(base) and update_files.read_manifest(base)["chain"] != chain:
+    base_chain = update_files.read_manifest(base)["chain"] if os.path.exists(base) else chain
+    if base_chain != chain:
         raise UpdateError("%s is the push directory of another export (chain %s); the model "
-                          "serves chain %s" % (push_dir, update_files.read_manifest(base)["chain"],
+                          "serves chain %s" % (push_dir, base_chain,
                                                chain))
     applied = []
     for published in update_files.published_versions(push_dir):

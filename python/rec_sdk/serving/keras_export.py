@@ -19,7 +19,8 @@ from rec_sdk.dynamic_embedding.keras import layers as de_layers
 from rec_sdk.serving import update_files
 from rec_sdk.serving.export import (APPLY_SIGNATURE, VERSION_SIGNATURE, check_new_chain_dir,
                                     default_row)
-from rec_sdk.serving.mutable import ServedTable, apply_update_op, without_reserved_keys
+from rec_sdk.serving.mutable import ServedTable, apply_update_op
+from rec_sdk.serving.push import merge_shards
 from rec_sdk.serving.static import dense_variables, keras_input_signature, serving_layers
 
 
@@ -54,14 +55,13 @@ def export_keras_serving_model(model, export_dir, push_dir, input_signature=None
         served, push_ids, lookups, rows = [], [], {}, 0
         for i, layer in enumerate(layers):
             params = layer.params
-            taken = [t.take_changes(full=True) for t in params.tables]
-            keys = np.concatenate([np.asarray(t[0], np.int64) for t in taken])
-            values = np.concatenate([np.asarray(t[1], np.float32) for t in taken])
-            keys, values = without_reserved_keys(params.name, keys, values)
+            _, keys, values, _, _, ids = merge_shards(
+                params.name, [tuple(np.asarray(x) for x in t.take_changes(full=True))
+                              for t in params.tables])
             table = ServedTable(params.name, params.dim, keys, values, staged, i,
                                 default_row(params))
             served.append(table)
-            push_ids.append([int(t[5]) for t in taken])
+            push_ids.append(ids)
             rows += len(keys)
             lookups[layer] = (lambda t: lambda ids: t.lookup(tf.cast(ids, tf.int64)))(table)
         module.tables = [t for table in served for t in table.tables]

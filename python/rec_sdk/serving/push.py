@@ -94,7 +94,7 @@ class Pusher:
                               "corrupt): the chain cannot go on past it; export the model "
                               "again with a new push_dir" % (published[-1], self.push_dir))
         expected = self._expected or update_files.shard_push_ids(head)
-        taken = self._source.take(sess, whole=False)
+        taken = self._source.take(sess)
         tables = []
         for i, name in enumerate(self.table_names):
             shards = taken[i]
@@ -172,8 +172,8 @@ class _GraphSource:
             self._take = [[t.take_changes(full=False) for t in ts] for ts in shards]
             self._take_whole = [[t.take_changes(full=True) for t in ts] for ts in shards]
 
-    def take(self, sess, whole):
-        return sess.run(self._take_whole if whole else self._take)
+    def take(self, sess):
+        return sess.run(self._take)
 
     def take_table(self, sess, i):
         return sess.run(self._take_whole[i])
@@ -199,8 +199,8 @@ class _EagerSource:
     def _numpy(taken):
         return tuple(np.asarray(x) for x in taken)
 
-    def take(self, sess, whole):
-        return [[self._numpy(t.take_changes(full=whole)) for t in shards]
+    def take(self, sess):
+        return [[self._numpy(t.take_changes(full=False)) for t in shards]
                 for shards in self.tables]
 
     def take_table(self, sess, i):
