@@ -93,8 +93,20 @@ Status OpenSource(const std::string& dir, int dim, Source* src) {
     }
   }
   info.slot_width = static_cast<int>(slot_width);
+  // The embeddings' element type (float32 when absent); a restore converts to the table's.
+  auto dtype = m.values.find("emb_dtype");
+  if (dtype != m.values.end()) {
+    Status s = RowDtypeFromName(dtype->second, &info.emb_dtype);
+    if (!s.ok()) {
+      return Status::DataLoss("checkpoint metadata '" + m.path + "' has emb_dtype '" +
+                              dtype->second + "'");
+    }
+  }
+  if (m.values.count("update_step") > 0) {
+    REC_SDK_RETURN_IF_ERROR(m.GetInt("update_step", &info.update_step));
+  }
   const uint64_t n = static_cast<uint64_t>(rows);
-  const uint64_t row_floats = static_cast<uint64_t>(dim) * sizeof(float);
+  const uint64_t row_floats = static_cast<uint64_t>(dim) * RowDtypeBytes(info.emb_dtype);
   const uint64_t slot_floats = static_cast<uint64_t>(slot_width) * sizeof(float);
   std::vector<std::pair<std::string, uint64_t>> expected = {{"keys.bin", n * 8},
                                                             {"values.bin", n * row_floats}};
@@ -133,6 +145,7 @@ struct Batch {
   int64_t size = 0;
   std::vector<int64_t> keys, last_seen;
   std::vector<uint32_t> counts;
+  std::vector<char> stored;  // the values as the file holds them, when not float32
   std::vector<float> values;
   std::vector<std::vector<float>> slots;
 };
@@ -228,7 +241,15 @@ Status ReadSource(const Source& src, int64_t dim, int num_slots, BatchQueue* que
     b->size = std::min(queue->kRows, src.info.rows - done);
     const int64_t n = b->size;
     REC_SDK_RETURN_IF_ERROR(readers[0]->Read(b->keys.data(), n * 8));
-    REC_SDK_RETURN_IF_ERROR(readers[1]->Read(b->values.data(), n * dim * sizeof(float)));
+    if (src.info.emb_dtype == RowDtype::kFloat32) {
+      REC_SDK_RETURN_IF_ERROR(readers[1]->Read(b->values.data(), n * dim * sizeof(float)));
+    } else {
+      // Half-precision rows, decoded to float32 (the table rounds them to its own dtype).
+      b->stored.resize(n * dim * 2);
+      REC_SDK_RETURN_IF_ERROR(readers[1]->Read(b->stored.data(), n * dim * 2));
+      DecodeRow(src.info.emb_dtype, b->stored.data(), static_cast<int>(n * dim),
+                b->values.data());
+    }
     const int64_t width = src.info.slot_width;
     for (int s = 0; s < num_slots; ++s) {
       REC_SDK_RETURN_IF_ERROR(readers[2 + s]->Read(b->slots[s].data(), n * width * sizeof(float)));
@@ -292,7 +313,6 @@ Status SaveTableFiles(EmbeddingTable* table, const std::string& dir, int64_t* ro
     return IoError(what, dir);
   }
   const int dim = table->dim();
-  const size_t row_bytes = dim * sizeof(float);
   EmbeddingTable::CheckpointInfo info;
   std::vector<std::unique_ptr<Writer>> writers;
   uint64_t removed_bytes = 0;
@@ -325,10 +345,11 @@ Status SaveTableFiles(EmbeddingTable* table, const std::string& dir, int64_t* ro
     // them): the slots in one, everything else in the other.
     auto scan_main = [&]() -> Status {
       REC_SDK_RETURN_IF_ERROR(view.ForEachRow(
-          [&](int64_t key, const float* record, uint32_t count, int64_t last_seen) -> Status {
+          [&](int64_t key, const char* record, uint32_t count, int64_t last_seen) -> Status {
             ++rows;
             REC_SDK_RETURN_IF_ERROR(writers[0]->Write(&key, 8));
-            REC_SDK_RETURN_IF_ERROR(writers[1]->Write(record, row_bytes));
+            REC_SDK_RETURN_IF_ERROR(
+                writers[1]->Write(view.Embedding(record), view.embedding_bytes()));
             REC_SDK_RETURN_IF_ERROR(writers[2 + num_slots]->Write(&count, 4));
             return writers[3 + num_slots]->Write(&last_seen, 8);
           }, delta));
@@ -348,9 +369,9 @@ Status SaveTableFiles(EmbeddingTable* table, const std::string& dir, int64_t* ro
     auto scan_slots = [&]() -> Status {
       if (num_slots == 0) return Status::Ok();
       REC_SDK_RETURN_IF_ERROR(view.ForEachRow(
-          [&](int64_t, const float* record, uint32_t, int64_t) -> Status {
+          [&](int64_t, const char* record, uint32_t, int64_t) -> Status {
             for (int s = 0; s < num_slots; ++s) {
-              REC_SDK_RETURN_IF_ERROR(writers[2 + s]->Write(record + dim + s * info.slot_width,
+              REC_SDK_RETURN_IF_ERROR(writers[2 + s]->Write(view.Slot(record, s),
                                                            info.slot_width * sizeof(float)));
             }
             return Status::Ok();
@@ -373,6 +394,8 @@ Status SaveTableFiles(EmbeddingTable* table, const std::string& dir, int64_t* ro
        << "kind " << (delta ? "delta" : "full") << "\n"
        << "table " << table->name() << "\n"
        << "dim " << dim << "\n"
+       << "emb_dtype " << RowDtypeName(info.emb_dtype) << "\n"
+       << "update_step " << info.update_step << "\n"
        << "rows " << rows << "\n"
        << "pending " << pending << "\n"
        << "num_slots " << num_slots << "\n";

@@ -45,6 +45,7 @@ EmbeddingTable::EmbeddingTable(const TableConfig& config)
       chunk_shift_(ChunkShiftFor(config.dim)),
       tag_(NextTableTag()),
       max_rows_(config.dynamic_expansion ? kMaxRows : config.capacity),
+      emb_bytes_((size_t(config.dim) * RowDtypeBytes(config.emb_dtype) + 3) / 4 * 4),
       index_(HashIndex::RandomSeed()),
       pages_(new std::atomic<DirectoryPage*>[kMaxPages]),
       row_bytes_(RowBytesFor(0, config.dim)),
@@ -196,10 +197,18 @@ std::string EmbeddingTable::FullMessage() const {
 }
 
 void EmbeddingTable::InitializeRowLocked(int64_t row, int64_t key, int64_t last_seen) {
-  float* value = ValueOf(row);
-  InitializeRow(config_.initializer, key, config_.dim, value);
+  char* record = RecordOf(row);
+  if (config_.emb_dtype == RowDtype::kFloat32) {
+    InitializeRow(config_.initializer, key, config_.dim,
+                  reinterpret_cast<float*>(EmbeddingIn(record)));
+  } else {
+    thread_local std::vector<float> initial;
+    initial.resize(config_.dim);
+    InitializeRow(config_.initializer, key, config_.dim, initial.data());
+    WriteEmbedding(record, initial.data());
+  }
   for (int s = 0; s < num_slots_; ++s) {
-    std::fill_n(SlotOf(value, s), slot_width_, slots_.initial_values[s]);
+    std::fill_n(SlotIn(record, s), slot_width_, slots_.initial_values[s]);
   }
   MarkChanged(row);
   RowMeta& meta = MetaOf(row);
@@ -364,7 +373,7 @@ Status EmbeddingTable::Gather(const int64_t* addresses, int64_t n, float* out,
       if (row < 0) {
         std::fill_n(dst, dim, 0.0f);
       } else {
-        std::memcpy(dst, ValueOf(row), dim * sizeof(float));
+        ReadEmbedding(RecordOf(row), dst);
       }
     }
   });
@@ -399,31 +408,33 @@ Status EmbeddingTable::Lookup(const int64_t* keys, int64_t n, bool init_missing,
         const int64_t entry = shard.Find(keys[i], hash);
         int64_t row = entry < 0 ? -1 : RowOfEntry(entry);
         float* dst = out + i * dim;
-        float* value = row >= 0 ? ValueOf(row) : nullptr;
+        const char* record = row >= 0 ? RecordOf(row) : nullptr;
         if (entry >= 0 && TableTier::IsCold(entry)) {
           // A cold row is read from its record, not promoted.
-          thread_local std::vector<char> record;
-          record.resize(row_bytes_);
-          Status s = tier_.ReadColdRecord(entry, keys[i], record.data());
+          thread_local std::vector<char> cold;
+          cold.resize(row_bytes_);
+          Status s = tier_.ReadColdRecord(entry, keys[i], cold.data());
           if (!s.ok()) {
             std::lock_guard<std::mutex> lock(error_mu);
             if (error.ok()) error = s;
             return;
           }
-          value = reinterpret_cast<float*>(record.data() + sizeof(RowMeta));
+          record = cold.data();
         }
         if (slot >= 0) {
           if (row >= 0 && slot_width_ == 1) {
-            std::fill_n(dst, dim, *SlotOf(value, slot));  // one value per row, repeated
+            std::fill_n(dst, dim, *SlotIn(record, slot));  // one value per row, repeated
           } else if (row >= 0) {
-            std::memcpy(dst, SlotOf(value, slot), dim * sizeof(float));
+            std::memcpy(dst, SlotIn(record, slot), dim * sizeof(float));
           } else {
             std::fill_n(dst, dim, init_missing ? slots_.initial_values[slot] : 0.0f);
           }
         } else if (row >= 0) {
-          std::memcpy(dst, value, dim * sizeof(float));
+          ReadEmbedding(record, dst);
         } else if (init_missing) {
+          // What a new row would hold: the initial values in the table's precision.
           InitializeRow(config_.initializer, keys[i], dim, dst);
+          RoundToTable(dst);
         } else {
           std::fill_n(dst, dim, 0.0f);
         }
@@ -438,6 +449,7 @@ Status EmbeddingTable::UpdateRows(const int64_t* addresses, int64_t n, int64_t c
   std::lock_guard<std::mutex> serialize(update_mu_);
   ChangeScope change(&changes_);
   std::shared_lock<std::shared_mutex> structure(structure_mu_);
+  update_step_.fetch_add(1, std::memory_order_relaxed);
   return UpdateRowsLocked(addresses, n, cost_per_row, update, run);
 }
 
@@ -446,6 +458,7 @@ Status EmbeddingTable::ApplyUpdate(const SlotLayout& layout, const int64_t* addr
                                    const ParallelRunner& run) {
   std::lock_guard<std::mutex> serialize(update_mu_);
   ChangeScope change(&changes_);
+  update_step_.fetch_add(1, std::memory_order_relaxed);
   {
     std::shared_lock<std::shared_mutex> structure(structure_mu_);
     if (SlotsReadyLocked(layout.optimizer, layout.initial_values, layout.width)) {
@@ -495,8 +508,14 @@ void EmbeddingTable::WriteRowsLocked(const int64_t* rows, int64_t n, int64_t cos
   const int num_slots = num_slots_;
   // Prefetch whole records (up to 4 cache lines; longer rows stream sequentially anyway).
   const size_t prefetch_bytes = std::min<size_t>(row_bytes_, 256);
+  const RowDtype dtype = config_.emb_dtype;
+  const int dim = config_.dim;
+  const uint64_t seed = config_.initializer.seed;
+  const uint64_t step = update_step_.load(std::memory_order_relaxed);
   run(n, cost_per_row, [&](int64_t first, int64_t last) {
     float* slots[kMaxSlots];
+    thread_local std::vector<float> scratch;
+    if (dtype != RowDtype::kFloat32) scratch.resize(dim);
     for (int64_t i = first; i < last; ++i) {
       if (i + kPrefetchDistance < last && rows[i + kPrefetchDistance] >= 0) {
         const char* ahead = RecordOf(rows[i + kPrefetchDistance]);
@@ -504,9 +523,17 @@ void EmbeddingTable::WriteRowsLocked(const int64_t* rows, int64_t n, int64_t cos
       }
       const int64_t row = rows[i];
       if (row < 0) continue;
-      float* value = ValueOf(row);
-      for (int s = 0; s < num_slots; ++s) slots[s] = SlotOf(value, s);
-      update(i, value, slots);
+      char* record = RecordOf(row);
+      for (int s = 0; s < num_slots; ++s) slots[s] = SlotIn(record, s);
+      if (dtype == RowDtype::kFloat32) {
+        update(i, reinterpret_cast<float*>(EmbeddingIn(record)), slots);
+      } else {
+        // Updated in float32, rounded back stochastically.
+        ReadEmbedding(record, scratch.data());
+        update(i, scratch.data(), slots);
+        const RoundingBits bits(seed, MetaOf(row).key, step);
+        EncodeRowStochastic(dtype, scratch.data(), dim, bits, EmbeddingIn(record));
+      }
       MarkChanged(row);
     }
   });

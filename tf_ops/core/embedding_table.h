@@ -29,6 +29,7 @@
 #include "tf_ops/core/initializer.h"
 #include "tf_ops/core/parallel.h"
 #include "tf_ops/core/pending_keys.h"
+#include "tf_ops/core/row_precision.h"
 #include "tf_ops/core/status.h"
 #include "tf_ops/core/table_admission.h"
 #include "tf_ops/core/table_config.h"
@@ -59,6 +60,8 @@ class EmbeddingTable {
   const std::string& name() const { return config_.name; }
   const TableConfig& config() const { return config_; }
   int dim() const { return config_.dim; }
+  // The element type of the stored embeddings (row_precision.h).
+  RowDtype emb_dtype() const { return config_.emb_dtype; }
   bool dynamic_expansion() const { return config_.dynamic_expansion; }
   int64_t rows_per_chunk() const { return int64_t{1} << chunk_shift_; }
   int num_slots() const { return num_slots_; }
@@ -153,6 +156,8 @@ class EmbeddingTable {
                      int width = 0);
   const std::string& slot_optimizer() const { return slots_.optimizer; }
   // Calls update(i, value, slots) for every valid address, in parallel, one update at a time.
+  // value is the row's embedding in float32: for a half-precision table a decoded copy,
+  // rounded back stochastically (row_precision.h) with the bits of (seed, key, update step).
   using RowUpdate = std::function<void(int64_t i, float* value, float* const* slots)>;
   Status UpdateRows(const int64_t* addresses, int64_t n, int64_t cost_per_row,
                     const RowUpdate& update, const ParallelRunner& run);
@@ -229,19 +234,38 @@ class EmbeddingTable {
   }
   // Bytes of one row record with num_slots slots of `width` floats.
   size_t RowBytesFor(int num_slots, int width) const {
-    const size_t bytes =
-        sizeof(RowMeta) + sizeof(float) * (config_.dim + size_t(num_slots) * width);
+    const size_t bytes = sizeof(RowMeta) + emb_bytes_ + sizeof(float) * size_t(num_slots) * width;
     return (bytes + 7) / 8 * 8;
   }
   size_t ChunkBytes() const { return (size_t{1} << chunk_shift_) * row_bytes_; }
   int64_t OffsetOf(int64_t row) const { return row & ((int64_t{1} << chunk_shift_) - 1); }
   char* RecordOf(int64_t row) const { return ChunkOf(row)->rows + OffsetOf(row) * row_bytes_; }
   RowMeta& MetaOf(int64_t row) const { return *reinterpret_cast<RowMeta*>(RecordOf(row)); }
-  float* ValueOf(int64_t row) const {
-    return reinterpret_cast<float*>(RecordOf(row) + sizeof(RowMeta));
+  // A record's embedding (dim elements of emb_dtype, padded to 4 bytes), then its slots.
+  static char* EmbeddingIn(char* record) { return record + sizeof(RowMeta); }
+  static const char* EmbeddingIn(const char* record) { return record + sizeof(RowMeta); }
+  // Slot s of a record starts s * slot_width floats after the embedding.
+  float* SlotIn(char* record, int s) const {
+    return reinterpret_cast<float*>(record + sizeof(RowMeta) + emb_bytes_) + s * slot_width_;
   }
-  // Slot s of a row starts dim + s * slot_width floats after its embedding.
-  float* SlotOf(float* value, int s) const { return value + config_.dim + s * slot_width_; }
+  const float* SlotIn(const char* record, int s) const {
+    return SlotIn(const_cast<char*>(record), s);
+  }
+  // The embedding of a record in float32, and a float32 embedding written into a record
+  // (rounded to nearest).
+  void ReadEmbedding(const char* record, float* out) const {
+    DecodeRow(config_.emb_dtype, EmbeddingIn(record), config_.dim, out);
+  }
+  void WriteEmbedding(char* record, const float* in) const {
+    EncodeRowNearest(config_.emb_dtype, in, config_.dim, EmbeddingIn(record));
+  }
+  // Rounds dim float32 values in place to what the table's precision stores.
+  void RoundToTable(float* values) const {
+    if (config_.emb_dtype == RowDtype::kFloat32) return;
+    uint16_t stored[kMaxDim];
+    EncodeRowNearest(config_.emb_dtype, values, config_.dim, stored);
+    DecodeRow(config_.emb_dtype, stored, config_.dim, values);
+  }
 
   // The index maps a key to its row id and generation (bits 0..51 of its address); the tag
   // is added when the address leaves the table.
@@ -264,6 +288,9 @@ class EmbeddingTable {
                           const RowUpdate& update, const ParallelRunner& run);
   void WriteRowsLocked(const int64_t* rows, int64_t n, int64_t cost_per_row,
                        const RowUpdate& update, const ParallelRunner& run);
+  // The step whose bits a half-precision update rounds with: one per UpdateRows /
+  // ApplyUpdate (update_mu_ held), saved in checkpoints so a restored table goes on alike.
+  std::atomic<uint64_t> update_step_{0};
   // Whether the slots of `layout` are attached (structure_mu_ held), and attaching them
   // (structure_mu_ held exclusively); see EnsureSlots.
   bool SlotsReadyLocked(const std::string& optimizer, const std::vector<float>& initial_values,
@@ -339,6 +366,9 @@ class EmbeddingTable {
   const int chunk_shift_;
   const uint32_t tag_;
   const int64_t max_rows_;
+  // Bytes of a record's embedding: dim elements of emb_dtype, padded to 4 (the slots after
+  // it are float32).
+  const size_t emb_bytes_;
 
   // Shared by batch operations, exclusive for structural ones.
   mutable std::shared_mutex structure_mu_;

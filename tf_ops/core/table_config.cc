@@ -28,6 +28,8 @@ std::string Show(const std::vector<std::string>& values) {
   return out + "]";
 }
 
+std::string Show(RowDtype dtype) { return RowDtypeName(dtype); }
+
 std::string Show(InitializerKind kind) {
   switch (kind) {
     case InitializerKind::kConstant: return "constant";
@@ -52,6 +54,7 @@ std::vector<std::string> ConfigDifferences(const TableConfig& a, const TableConf
   std::vector<std::string> out;
   Compare("name", a.name, b.name, &out);
   Compare("dim", a.dim, b.dim, &out);
+  Compare("emb_dtype", a.emb_dtype, b.emb_dtype, &out);
   Compare("dynamic_expansion", a.dynamic_expansion, b.dynamic_expansion, &out);
   if (!a.dynamic_expansion && !b.dynamic_expansion) {
     Compare("capacity", a.capacity, b.capacity, &out);

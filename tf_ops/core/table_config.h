@@ -9,12 +9,15 @@
 #include <vector>
 
 #include "tf_ops/core/initializer.h"
+#include "tf_ops/core/row_precision.h"
 
 namespace rec_sdk {
 
 struct TableConfig {
   std::string name;
   int dim = 1;
+  // The element type of the stored embeddings (row_precision.h); slots stay float32.
+  RowDtype emb_dtype = RowDtype::kFloat32;
   // true: the table grows by chunks without bound; false: at most `capacity` rows.
   bool dynamic_expansion = true;
   int64_t capacity = 0;          // fixed-capacity tables only; >= 1

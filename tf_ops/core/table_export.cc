@@ -110,22 +110,20 @@ Status EmbeddingTable::Export(const ExportAllocator& allocate) {
   for (int64_t row = 0; row < next_row_ && out < n; ++row) {
     const RowMeta& meta = MetaOf(row);
     if (!meta.alive) continue;
-    float* value = ValueOf(row);
+    const char* record = RecordOf(row);
     keys[out] = meta.key;
-    std::memcpy(values + out * dim, value, dim * sizeof(float));
+    ReadEmbedding(record, values + out * dim);
     for (int s = 0; s < num_slots_; ++s) {
-      std::memcpy(slots + (s * n + out) * width, SlotOf(value, s), width * sizeof(float));
+      std::memcpy(slots + (s * n + out) * width, SlotIn(record, s), width * sizeof(float));
     }
     ++out;
   }
   return tier_.ForEachColdRecord([&](int64_t key, const char* record, uint8_t) {
     if (out >= n) return Status::Ok();
-    const float* value = reinterpret_cast<const float*>(record + sizeof(RowMeta));
     keys[out] = key;
-    std::memcpy(values + out * dim, value, dim * sizeof(float));
+    ReadEmbedding(record, values + out * dim);
     for (int s = 0; s < num_slots_; ++s) {
-      std::memcpy(slots + (s * n + out) * width, value + dim + s * width,
-                  width * sizeof(float));
+      std::memcpy(slots + (s * n + out) * width, SlotIn(record, s), width * sizeof(float));
     }
     ++out;
     return Status::Ok();
@@ -211,10 +209,10 @@ Status EmbeddingTable::Import(const int64_t* keys, const float* values, const fl
       InitializeRowLocked(row, keys[i], ClockForNewRows());
       shard.Insert(keys[i], hash, IndexEntry(row, MetaOf(row).generation));
     }
-    float* value = ValueOf(row);
-    std::memcpy(value, values + i * dim, dim * sizeof(float));
+    char* record = RecordOf(row);
+    WriteEmbedding(record, values + i * dim);
     for (int s = 0; s < num_slots; ++s) {
-      std::memcpy(SlotOf(value, s), slots + (s * n + i) * width, width * sizeof(float));
+      std::memcpy(SlotIn(record, s), slots + (s * n + i) * width, width * sizeof(float));
     }
     if (num_slots > 0 && num_slots == num_slots_) MetaOf(row).slots_unset = 0;
   }

@@ -67,9 +67,9 @@ Status EmbeddingTable::EnsureSlotsLocked(const std::string& optimizer,
           tier_.RelayoutColdLocked(wanted, width, initial_values.data(), /*reset_slots=*/true));
     }
     for (int64_t row = 0; row < next_row_; ++row) {
-      float* value = ValueOf(row);
+      char* record = RecordOf(row);
       for (int s = 0; s < wanted; ++s) {
-        std::fill_n(SlotOf(value, s), slot_width_, initial_values[s]);
+        std::fill_n(SlotIn(record, s), slot_width_, initial_values[s]);
       }
     }
     {
@@ -117,9 +117,9 @@ Status EmbeddingTable::EnsureSlotsLocked(const std::string& optimizer,
     RowMeta& meta = MetaOf(row);
     if (!meta.slots_unset) continue;
     meta.slots_unset = 0;
-    float* value = ValueOf(row);
+    char* record = RecordOf(row);
     for (int s = 0; s < first_new; ++s) {
-      std::fill_n(SlotOf(value, s), slot_width_, initial_values[s]);
+      std::fill_n(SlotIn(record, s), slot_width_, initial_values[s]);
     }
   }
   slots_.optimizer = optimizer;

@@ -59,6 +59,8 @@ Status EmbeddingTable::Snapshot(const std::function<Status(const SnapshotView&)>
   info.pending = pending_.size();
   info.num_slots = num_slots_;
   info.slot_width = slot_width_;
+  info.emb_dtype = config_.emb_dtype;
+  info.update_step = static_cast<int64_t>(update_step_.load(std::memory_order_relaxed));
   info.optimizer = slots_.optimizer;
   info.slot_initial.assign(slots_.initial_values, slots_.initial_values + num_slots_);
   const int64_t newest = admission_.newest_clock.load();
@@ -131,14 +133,29 @@ Status TableSnapshotView::ForEachRow(const RowFn& fn, bool changed_only) const {
     const RowMeta& meta = table_->MetaOf(row);
     if (!meta.alive) continue;
     if (changed_only && !(table_->ChunkOf(row)->changed[table_->OffsetOf(row)] & set_)) continue;
-    REC_SDK_RETURN_IF_ERROR(fn(meta.key, table_->ValueOf(row), meta.count, meta.last_seen));
+    REC_SDK_RETURN_IF_ERROR(fn(meta.key, table_->RecordOf(row), meta.count, meta.last_seen));
   }
   return table_->tier_.ForEachColdRecord([&](int64_t key, const char* record, uint8_t marks) {
     if (changed_only && !(marks & set_)) return Status::Ok();
     const RowMeta& meta = *reinterpret_cast<const RowMeta*>(record);
-    return fn(key, reinterpret_cast<const float*>(record + sizeof(RowMeta)), meta.count,
-              meta.last_seen);
+    return fn(key, record, meta.count, meta.last_seen);
   });
+}
+
+const void* TableSnapshotView::Embedding(const char* record) const {
+  return EmbeddingTable::EmbeddingIn(record);
+}
+
+size_t TableSnapshotView::embedding_bytes() const {
+  return static_cast<size_t>(table_->config_.dim) * RowDtypeBytes(table_->config_.emb_dtype);
+}
+
+void TableSnapshotView::ReadEmbedding(const char* record, float* out) const {
+  table_->ReadEmbedding(record, out);
+}
+
+const float* TableSnapshotView::Slot(const char* record, int s) const {
+  return table_->SlotIn(record, s);
 }
 
 Status TableSnapshotView::ForEachPending(const PendingFn& fn) const {
@@ -214,15 +231,14 @@ class EmbeddingTable::RowSink : public RestoreSink {
   }
   void WriteRow(int64_t row, const float* value, const float* const* slots, uint32_t count,
                 int64_t last_seen) {
-    const int dim = t_->config_.dim;
-    float* dst = t_->ValueOf(row);
-    std::memcpy(dst, value, dim * sizeof(float));
+    char* dst = t_->RecordOf(row);
+    t_->WriteEmbedding(dst, value);
     const int width = t_->slot_width_;
     for (int s = 0; s < t_->num_slots_; ++s) {
       if (keep_slots_ && slots != nullptr && slots[s] != nullptr) {
-        std::memcpy(t_->SlotOf(dst, s), slots[s], width * sizeof(float));
+        std::memcpy(t_->SlotIn(dst, s), slots[s], width * sizeof(float));
       } else {
-        std::fill_n(t_->SlotOf(dst, s), width, t_->slots_.initial_values[s]);
+        std::fill_n(t_->SlotIn(dst, s), width, t_->slots_.initial_values[s]);
       }
     }
     RowMeta& meta = t_->MetaOf(row);
@@ -381,6 +397,7 @@ Status EmbeddingTable::Restore(const CheckpointInfo& info,
   admission_.evicted.store(info.evicted);
   admission_.tick.store(info.tick);
   admission_.newest_clock.store(info.has_clock ? info.newest_clock : kNoClock);
+  update_step_.store(static_cast<uint64_t>(info.update_step), std::memory_order_relaxed);
 
   RowSink sink(this, keep_slots, /*upsert=*/false);
   Status status = feed(&sink);
@@ -446,6 +463,7 @@ Status EmbeddingTable::ApplyDelta(const CheckpointInfo& info, bool cleared,
   admission_.evicted.store(info.evicted);
   admission_.tick.store(info.tick);
   admission_.newest_clock.store(info.has_clock ? info.newest_clock : kNoClock);
+  update_step_.store(static_cast<uint64_t>(info.update_step), std::memory_order_relaxed);
   RowSink sink(this, /*keep_slots=*/true, /*upsert=*/true);
   Status status = feed(&sink);
   if (status.ok()) status = sink.Finish();

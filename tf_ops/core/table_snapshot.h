@@ -39,6 +39,7 @@
 #include <string>
 #include <vector>
 
+#include "tf_ops/core/row_precision.h"
 #include "tf_ops/core/status.h"
 
 namespace rec_sdk {
@@ -51,6 +52,9 @@ struct TableCheckpointInfo {
   int64_t pending = 0;
   int num_slots = 0;
   int slot_width = 0;               // floats per slot (dim unless the optimizer is row-wise)
+  RowDtype emb_dtype = RowDtype::kFloat32;  // the embeddings' element type
+  // The update step of stochastic rounding (row_precision.h), continued after a restore.
+  int64_t update_step = 0;
   std::string optimizer;            // empty when no optimizer attached slots
   std::vector<float> slot_initial;  // num_slots values
   int64_t newest_clock = 0;
@@ -128,15 +132,21 @@ class TableChangeScope {
 class TableSnapshotView {
  public:
   using RowFn =
-      std::function<Status(int64_t key, const float* record, uint32_t count, int64_t last_seen)>;
+      std::function<Status(int64_t key, const char* record, uint32_t count, int64_t last_seen)>;
   using PendingFn = std::function<Status(int64_t key, int64_t count, int64_t last_seen)>;
   const TableCheckpointInfo& info() const { return info_; }
-  // Calls fn for every row in row order; record holds the embedding followed by each slot
-  // (dim floats each). Several threads may scan at once. An error stops the scan.
+  // Calls fn for every row in row order with the row's record, read with the accessors
+  // below. Several threads may scan at once. An error stops the scan.
   // changed_only: only rows changed since the last save (or push, in a view of
   // TakeChanges) (tables with track_changes).
   Status ForEachRow(const RowFn& fn, bool changed_only = false) const;
   Status ForEachPending(const PendingFn& fn) const;
+  // A record's embedding: dim elements of info().emb_dtype (embedding_bytes() bytes), or
+  // decoded to float32; and its slot s (info().slot_width floats).
+  const void* Embedding(const char* record) const;
+  size_t embedding_bytes() const;
+  void ReadEmbedding(const char* record, float* out) const;
+  const float* Slot(const char* record, int s) const;
   // Keys removed (or evicted) since the last save (push), and whether the table was cleared
   // or replaced since then (a delta must then start from an empty table).
   const std::vector<int64_t>& removed_keys() const {

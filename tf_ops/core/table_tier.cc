@@ -55,9 +55,8 @@ Status TableTier::CheckColdKey(int64_t key, uint64_t stored) const {
 void TableTier::FillUnsetSlots(char* record) const {
   RowMeta* meta = reinterpret_cast<RowMeta*>(record);
   if (!(meta->slots_unset && t_->slots_.values_known)) return;
-  float* value = reinterpret_cast<float*>(record + sizeof(RowMeta));
   for (int s = 0; s < t_->num_slots_; ++s) {
-    std::fill_n(t_->SlotOf(value, s), t_->slot_width_, t_->slots_.initial_values[s]);
+    std::fill_n(t_->SlotIn(record, s), t_->slot_width_, t_->slots_.initial_values[s]);
   }
   meta->slots_unset = 0;
 }
@@ -72,7 +71,7 @@ Status TableTier::GatherCold(int64_t address, float* out) const {
   thread_local std::vector<char> record;
   record.resize(t_->row_bytes_);
   REC_SDK_RETURN_IF_ERROR(store->Read(id, record.data(), nullptr));
-  std::memcpy(out, record.data() + sizeof(RowMeta), t_->config_.dim * sizeof(float));
+  t_->ReadEmbedding(record.data(), out);
   return Status::Ok();
 }
 
@@ -101,13 +100,12 @@ void TableTier::FillRecord(char* record, int64_t key, int64_t last_seen, uint32_
   meta->last_seen = last_seen;
   meta->count = count;
   meta->slots_unset = slots_unset;
-  float* dst = reinterpret_cast<float*>(record + sizeof(RowMeta));
-  std::memcpy(dst, value, t_->config_.dim * sizeof(float));
+  t_->WriteEmbedding(record, value);
   for (int s = 0; s < t_->num_slots_; ++s) {
     if (slots != nullptr && slots[s] != nullptr) {
-      std::memcpy(t_->SlotOf(dst, s), slots[s], t_->slot_width_ * sizeof(float));
+      std::memcpy(t_->SlotIn(record, s), slots[s], t_->slot_width_ * sizeof(float));
     } else {
-      std::fill_n(t_->SlotOf(dst, s), t_->slot_width_, t_->slots_.initial_values[s]);
+      std::fill_n(t_->SlotIn(record, s), t_->slot_width_, t_->slots_.initial_values[s]);
     }
   }
 }
@@ -462,19 +460,19 @@ Status TableTier::RelayoutColdLocked(int num_slots, int width, const float* init
   const size_t new_bytes = t_->RowBytesFor(num_slots, width);
   std::unique_ptr<ColdTier> fresh;
   REC_SDK_RETURN_IF_ERROR(OpenColdTier(new_bytes, &fresh));
-  const int dim = t_->config_.dim;
   const int kept =
       reset_slots || width != t_->slot_width_ ? 0 : std::min(t_->num_slots_, num_slots);
-  const size_t kept_bytes = sizeof(RowMeta) + sizeof(float) * (dim + size_t(kept) * width);
+  const size_t slots_at = sizeof(RowMeta) + t_->emb_bytes_;
+  const size_t kept_bytes = slots_at + sizeof(float) * size_t(kept) * width;
   std::vector<char> record(new_bytes);
   std::vector<std::pair<int64_t, uint64_t>> moved;
   moved.reserve(store->live());
   Status status = store->ForEachLive([&](uint64_t key, uint64_t from,
                                          const void* old) -> Status {
     std::memcpy(record.data(), old, kept_bytes);
-    float* value = reinterpret_cast<float*>(record.data() + sizeof(RowMeta));
+    float* slots = reinterpret_cast<float*>(record.data() + slots_at);
     for (int s = kept; s < num_slots; ++s) {
-      std::fill_n(value + dim + s * width, width, initial_values[s]);
+      std::fill_n(slots + s * width, width, initial_values[s]);
     }
     uint64_t to;
     REC_SDK_RETURN_IF_ERROR(fresh->Append(key, record.data(), store->tag(from), &to));

@@ -135,7 +135,7 @@ Status EmbeddingTable::UpsertLocked(const int64_t* keys, const float* values, in
           }
           shard.Insert(keys[i], hash, IndexEntry(row, MetaOf(row).generation));
         }
-        std::memcpy(ValueOf(row), values + i * dim, dim * sizeof(float));
+        WriteEmbedding(RecordOf(row), values + i * dim);
         MarkChanged(row);
       },
       run);

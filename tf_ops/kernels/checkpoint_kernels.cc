@@ -162,9 +162,11 @@ class TableTakeChangesOp : public TableOpKernel {
                               keys.clear();
                               values.clear();
                               const Status s = view.ForEachRow(
-                                  [&](int64_t key, const float* record, uint32_t, int64_t) {
+                                  [&](int64_t key, const char* record, uint32_t, int64_t) {
                                     keys.push_back(key);
-                                    values.insert(values.end(), record, record + dim_);
+                                    values.resize(values.size() + dim_);
+                                    view.ReadEmbedding(record, values.data() + values.size() -
+                                                                   dim_);
                                     return Status::Ok();
                                   },
                                   /*changed_only=*/!replace);

@@ -26,6 +26,9 @@ class EmbeddingTableOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("table_name", &config_.name));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("key_dtype", &key_dtype_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("dim", &dim));
+    std::string emb_dtype;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("emb_dtype", &emb_dtype));
+    OP_REQUIRES_OK(ctx, ToTfStatus(RowDtypeFromName(emb_dtype, &config_.emb_dtype)));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("dynamic_expansion", &config_.dynamic_expansion));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("capacity", &config_.capacity));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("initial_capacity", &config_.initial_capacity));

@@ -574,8 +574,10 @@ struct Served {
     EXPECT_TRUE(t->TakeChanges(full, [&](const EmbeddingTable::SnapshotView& view, bool whole) {
       replace = whole;
       if (!whole) removed = view.removed_keys();
-      return view.ForEachRow([&](int64_t key, const float* r, uint32_t, int64_t) {
-        changed.emplace_back(key, std::vector<float>(r, r + t->dim()));
+      return view.ForEachRow([&](int64_t key, const char* r, uint32_t, int64_t) {
+        std::vector<float> row(t->dim());
+        view.ReadEmbedding(r, row.data());
+        changed.emplace_back(key, row);
         return Status::Ok();
       }, /*changed_only=*/!whole);
     }, &since, &id).ok());

@@ -233,6 +233,35 @@ INSTANTIATE_TEST_SUITE_P(
                                          Optimizer::kMomentum, Optimizer::kRowwiseAdagrad),
                        ::testing::Values(1, 10, 50), ::testing::Bool()));
 
+// Half-precision rows through the tier: records carry the table's element type, training
+// stays bit-identical to the same dtype all in memory, and a checkpoint of a tiered bfloat16
+// table restores into a float32 table with the same values.
+TEST(TierTest, HalfPrecisionRowsTrainIdenticallyThroughTheTier) {
+  for (RowDtype dtype : {RowDtype::kBFloat16, RowDtype::kFloat16}) {
+    const std::string dir = TempDir("tier_half");
+    const std::string files = TempDir("tier_half_files");
+    TableConfig m = Fixed("memory", 8, 40000);
+    TableConfig c = Tiered("tiered", 8, 200, dir);
+    m.emb_dtype = c.emb_dtype = dtype;
+    auto memory = MakeTable(m);
+    auto tiered = MakeTable(c);
+    Trainer trainer{Optimizer::kLazyAdam};
+    trainer.admission = true;
+    trainer.Configure(memory.get());
+    trainer.Configure(tiered.get());
+    trainer.Steps(150, {memory.get(), tiered.get()});
+    ExpectSame(StateOf(tiered.get()), StateOf(memory.get()), RowDtypeName(dtype));
+    EXPECT_GT(tiered->Stats().cold, 0);
+    ASSERT_TRUE(SaveTableFiles(tiered.get(), files + "/t", nullptr).ok());
+    auto wide = MakeTable(Fixed("wide", 8, 40000));
+    ASSERT_TRUE(RestoreTableFiles(wide.get(), {files + "/t"}, RestoreOptions(), nullptr,
+                                  nullptr).ok());
+    ExpectSame(StateOf(wide.get()), StateOf(memory.get()), "restored into float32");
+    tiered.reset();
+    EXPECT_EQ(std::system(("rm -rf '" + files + "' '" + dir + "'").c_str()), 0);
+  }
+}
+
 TEST(TierTest, CheckpointsRestoreBothWaysAndTrainingGoesOnIdentically) {
   const std::string dir = TempDir("tier_checkpoint");
   const std::string files = TempDir("tier_files");
