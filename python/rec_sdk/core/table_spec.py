@@ -21,6 +21,22 @@ from rec_sdk.ops import table_ops
 from rec_sdk.util.validation import check_int
 
 KEY_DTYPES = (tf.int64, tf.int32)
+# The element types a table can store its embeddings in (tf_ops/core/row_precision.h); slots
+# stay float32 and lookups return float32.
+EMB_DTYPES = ("float32", "bfloat16", "float16")
+
+
+def emb_dtype_name(value, parameter="emb_dtype"):
+    """The row dtype `value` names (a tf.DType, NumPy dtype or name) as one of EMB_DTYPES;
+    a ValueError naming `parameter` for anything else."""
+    try:
+        name = tf.as_dtype(value).name
+    except TypeError:
+        name = None
+    if name not in EMB_DTYPES:
+        raise ValueError("%s must be one of %s (tf.float32, tf.bfloat16, tf.float16), got %r"
+                         % (parameter, ", ".join(EMB_DTYPES), value))
+    return name
 
 
 def _as_attr_values(initializer):
@@ -57,6 +73,8 @@ class TableSpec:  # pylint: disable=too-many-instance-attributes
       variable's partitioner sends to this shard (restores of another shard count), or None.
     ranks: where the shards of a table of the SDK API are over the ranks of a cluster
       (rec_sdk.core.ranks.RankShards), or None in one process.
+    emb_dtype: the element type of the stored embeddings, one of EMB_DTYPES (half-precision
+      rows round stochastically on update; slots stay float32).
     """
     name: str
     key_dtype: tf.DType
@@ -77,6 +95,7 @@ class TableSpec:  # pylint: disable=too-many-instance-attributes
     padding_keys_len: Optional[int] = None
     shard_keys_filter: Optional[Callable] = None
     ranks: Any = None
+    emb_dtype: str = "float32"
 
     __hash__ = None  # the initializer is a dict
 
@@ -87,6 +106,9 @@ class TableSpec:  # pylint: disable=too-many-instance-attributes
         if self.key_dtype not in KEY_DTYPES:
             raise ValueError("key_dtype must be tf.int32 or tf.int64, got %r" % (self.key_dtype,))
         check_int("dim", self.dim, 1, table_ops.max_dim())
+        if self.emb_dtype not in EMB_DTYPES:
+            raise ValueError("%s: emb_dtype must be one of %s, got %r"
+                             % (where, ", ".join(EMB_DTYPES), self.emb_dtype))
         if self.tier is not None and self.dynamic_expansion != (self.tier.ssd_rows is None):
             raise ValueError("%s: a tiered table grows without bound exactly when its SSD "
                              "rows are unbounded (ssd_rows=None), got dynamic_expansion=%r "
@@ -122,6 +144,7 @@ class TableSpec:  # pylint: disable=too-many-instance-attributes
         """The keyword arguments of table_ops.create_table (the table op's attributes) that
         this spec gives, shared_name aside."""
         attrs = dict(table_name=self.name, key_dtype=self.key_dtype, dim=self.dim,
+                     emb_dtype=self.emb_dtype,
                      initializer=_as_attr_values(self.initializer),
                      evict_when_full=self.evict_when_full,
                      track_changes=self.track_changes, track_access=self.track_access)
@@ -160,4 +183,14 @@ class TableSpec:  # pylint: disable=too-many-instance-attributes
                    initializer, dynamic_expansion=dynamic, capacity_rows=capacity,
                    initial_rows=attr("initial_capacity") if dynamic and tier is None else 0,
                    tier=tier, is_save=is_save, evict_when_full=attr("evict_when_full"),
-                   track_changes=attr("track_changes"), track_access=attr("track_access"))
+                   track_changes=attr("track_changes"), track_access=attr("track_access"),
+                   emb_dtype=_emb_dtype_attr(op))
+
+
+def _emb_dtype_attr(op):
+    """The op's emb_dtype attribute; float32 for ops of graphs saved before it existed."""
+    try:
+        value = op.get_attr("emb_dtype")
+    except ValueError:
+        return "float32"
+    return value.decode() if isinstance(value, bytes) else value

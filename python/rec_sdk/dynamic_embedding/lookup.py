@@ -146,14 +146,15 @@ def _unique_rows(params, unique, name, trainable_name, shadow=None, ids_device="
     for a sparse lookup named sp_emb), so scripts that find it by name work. A lookup given
     a ShadowVariable goes through it. A graph-mode trainable is placed with the ids
     (ids_device, as TFRA does): the rows flow to where the ids come from."""
-    values, _ = params.read_rows(unique, name="read")
+    values, _ = params.read_rows(unique, name="read", as_rows=True)
     if not params.trainable or not mode.training():
-        return values, None
-    if params.value_dtype != tf.float32:
+        return _as_values(params, values), None
+    if params.row_dtype != tf.float32:
         if params not in _WARNED_READ_ONLY:
             _WARNED_READ_ONLY.add(params)
-            logger.warning("de.Variable %r holds %s values: rec_sdk trains float32 variables "
-                           "only, so its lookups read without a trainable",
+            logger.warning("de.Variable %r holds %s values: rec_sdk trains float32, float16 "
+                           "and bfloat16 variables only, so its lookups read without a "
+                           "trainable",
                            params.name, params.value_dtype.name)
         return values, None
     scope = tf.compat.v1.get_variable_scope().name
@@ -161,7 +162,7 @@ def _unique_rows(params, unique, name, trainable_name, shadow=None, ids_device="
     if shadow is not None or tf2():
         if shadow is None:
             shadow = shadow_of(params, name or trainable_name, path)
-        return shadow.rows(unique, values), shadow
+        return _as_values(params, shadow.rows(unique, values)), shadow
     # Outside control flow and control dependencies, like any variable.
     with tf.init_scope(), tf.compat.v1.name_scope(path + "/"), tf.device(ids_device):
         trainable = TrainableWrapper(
@@ -169,7 +170,8 @@ def _unique_rows(params, unique, name, trainable_name, shadow=None, ids_device="
             collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES], name=trainable_name)
     # TFRA's TrainableWrapper.update_op(): writes the rows the lookup read into the variable
     # (keys met for the first time get their initial values stored).
-    trainable.update_op = lambda: params.upsert(unique, values, name="update_op")
+    trainable.update_op = lambda: params.upsert(unique, _as_values(params, values),
+                                                name="update_op")
     trainable.lookup_rows = values
     state = state_of(trainable.graph)
     with state.lock:
@@ -184,7 +186,12 @@ def _unique_rows(params, unique, name, trainable_name, shadow=None, ids_device="
             key = "_anonymous_trainable_store_key_%d" % n
     store[key] = trainable
     resource_variable_ops.variable_accessed(trainable)  # a GradientTape watches it
-    return table_ops.trainable_rows(trainable.handle, values), trainable
+    return _as_values(params, table_ops.trainable_rows(trainable.handle, values)), trainable
+
+
+def _as_values(params, rows):
+    """Rows in the variable's value_dtype (half-precision variables train float32 rows)."""
+    return rows if rows.dtype == params.value_dtype else tf.cast(rows, params.value_dtype)
 
 
 def _max_norm(max_norm):

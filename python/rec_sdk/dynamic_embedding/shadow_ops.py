@@ -63,8 +63,8 @@ class ShadowVariable(TrainableWrapper):
         self.keys_in_gradient = False
         with tf.init_scope():
             super().__init__(
-                initial_value=tf.zeros([0, params.dim], params.value_dtype),
-                shape=tf.TensorShape([None, params.dim]), dtype=params.value_dtype,
+                initial_value=tf.zeros([0, params.dim], params.row_dtype),
+                shape=tf.TensorShape([None, params.dim]), dtype=params.row_dtype,
                 trainable=bool(trainable) and params.trainable, name=name)
             # The keys as the tables index them (string keys: their fingerprints). Made as
             # the shadow itself is, not through a distribution strategy's variable creator:
@@ -144,7 +144,7 @@ class ShadowVariable(TrainableWrapper):
     def refresh(self):
         """Re-reads the rows of `ids` into the shadow (after the optimizer updated them in the
         table); returns the op (None in eager)."""
-        values, _ = self.params.read_rows(self.ids.read_value())
+        values, _ = self.params.read_rows(self.ids.read_value(), as_rows=True)
         return self.assign(values, read_value=False)
 
     def read_value(self, do_prefetch=False):
@@ -196,12 +196,13 @@ def unique_lookup(params, ids, shadow, max_norm=None):
     """Embeddings of ids through `shadow` (None: read only) -> ids.shape + [dim]."""
     flat = tf.reshape(ids, [-1])
     unique, inverse = table_ops.unique_keys(flat)
-    values, _ = params.read_rows(unique, name="read")
+    values, _ = params.read_rows(unique, name="read", as_rows=True)
     if shadow is not None and mode.training():
         values = shadow.rows(unique, values)
     if max_norm is not None:
         values = tf.clip_by_norm(values, max_norm, axes=[1])
-    return shaped(table_ops.gather_rows(values, inverse), ids, params.dim)
+    return shaped(tf.cast(table_ops.gather_rows(values, inverse), params.value_dtype), ids,
+                  params.dim)
 
 
 def shaped(flat_values, keys, dim):

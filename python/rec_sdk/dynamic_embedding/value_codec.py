@@ -7,6 +7,10 @@ Storing, reading, exporting and checkpointing copy words, so the values come bac
 Only float32 rows are trained (the optimizers compute on float32); rows of other dtypes are
 stored and read. All-zero bytes are zero (or False) in every dtype, so a table of another
 dtype initializes missing keys to zeros and the variable applies its own defaults.
+
+float16 and bfloat16 are the exception: the tables store them natively (half-precision rows,
+tf_ops/core/row_precision.h), so their rows are one element per value, initialized by the
+table's initializer and trained (in float32, rounded stochastically into the rows).
 """
 import tensorflow as tf
 
@@ -23,12 +27,24 @@ def check(value_dtype):
     return value_dtype
 
 
+# Value dtypes the tables store as their own row dtype (TableSpec.emb_dtype).
+NATIVE_DTYPES = (tf.float32, tf.float16, tf.bfloat16)
+
+
+def native(dtype):
+    """Whether the tables hold values of dtype as rows of that dtype (read and written as
+    float32, trained)."""
+    return dtype in NATIVE_DTYPES
+
+
 def _itemsize(dtype):
     return 1 if dtype == tf.bool else dtype.size
 
 
 def stored_dim(dtype, dim):
-    """Words of a row holding dim elements of dtype."""
+    """Words (elements, for a native dtype) of a row holding dim elements of dtype."""
+    if native(dtype):
+        return dim
     return -(-dim * _itemsize(dtype) // 4)
 
 
@@ -38,9 +54,10 @@ def _per_word(dtype):
 
 
 def encode(values, dtype, dim):
-    """Rows [n, dim] of dtype -> float32 rows [n, stored_dim] holding their bytes."""
-    if dtype == tf.float32:
-        return values
+    """Rows [n, dim] of dtype -> float32 rows [n, stored_dim] holding their bytes (native
+    dtypes: their values)."""
+    if native(dtype):
+        return tf.cast(values, tf.float32)
     rows = tf.reshape(values, [-1, dim])
     if dtype == tf.bool:
         rows = tf.cast(rows, tf.uint8)
@@ -57,8 +74,8 @@ def encode(values, dtype, dim):
 
 def decode(rows, dtype, dim):
     """float32 rows [n, stored_dim] -> values [n, dim] of dtype (the inverse of encode)."""
-    if dtype == tf.float32:
-        return rows
+    if native(dtype):
+        return tf.cast(rows, dtype)
     size = _itemsize(dtype)
     if size == 8:
         return tf.bitcast(tf.reshape(rows, [-1, dim, 2]), dtype)

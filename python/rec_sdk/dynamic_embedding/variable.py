@@ -68,7 +68,8 @@ class Variable(KeyValueFiles, tf.__internal__.tracking.Trackable):
                             "tf.int64, tf.int32 or tf.string" % (key_dtype.name,
                                                                  value_dtype.name))
         value_dtype = value_codec.check(value_dtype)
-        max_dim = table_ops.max_dim() * 4 // (1 if value_dtype == tf.bool else value_dtype.size)
+        max_dim = table_ops.max_dim() if value_codec.native(value_dtype) else \
+            table_ops.max_dim() * 4 // (1 if value_dtype == tf.bool else value_dtype.size)
         if isinstance(dim, bool) or not isinstance(dim, numbers.Integral) or \
                 not 1 <= dim <= max_dim:
             raise ValueError("dim must be an integer in [1, %d] (for %s values), got %r"
@@ -121,8 +122,16 @@ class Variable(KeyValueFiles, tf.__internal__.tracking.Trackable):
         self.servable = servable
         self.initializer = initializer
         self._stored_dim = value_codec.stored_dim(value_dtype, self.dim)
-        self._defaults = None if value_dtype == tf.float32 else defaults_of(
-            initializer, value_dtype, self.dim)
+        native = value_codec.native(value_dtype)
+        self._defaults = None if native else defaults_of(initializer, value_dtype, self.dim)
+        # The rows' element type: a half value_dtype's own, else the creator's (float32).
+        self.emb_dtype = value_dtype.name if native and value_dtype != tf.float32 else (
+            getattr(kv_creator, "emb_dtype", None) or "float32")
+        if value_dtype != tf.float32 and getattr(kv_creator, "emb_dtype", None) not in (
+                None, value_dtype.name):
+            raise ValueError("kv_creator's emb_dtype (%s) is for float32 variables; this one "
+                             "holds %s values, stored as they are"
+                             % (kv_creator.emb_dtype, value_dtype.name))
         self._trainable_store = {}
         self._access_ops = []  # see access_tracking
         self._size_ops = {}  # (graph, shard index or None) -> size op
@@ -138,14 +147,14 @@ class Variable(KeyValueFiles, tf.__internal__.tracking.Trackable):
                     name, self.shard_num))):
                 spec = TableSpec(
                     table_name, self.table_key_dtype, self._stored_dim,
-                    describe(initializer, self.dim, table_name) if value_dtype == tf.float32
+                    describe(initializer, self.dim, table_name) if native
                     else describe(0.0, self._stored_dim, table_name),
                     dynamic_expansion=shard_tier is None or shard_tier.ssd_rows is None,
                     capacity_rows=None if shard_tier is None or shard_tier.ssd_rows is None
                     else shard_tier.memory_rows + shard_tier.ssd_rows,
                     initial_rows=rows, tier=shard_tier, is_save=self.checkpoint,
                     saved_by_owner=True, track_access=restrict_policy is not None,
-                    track_changes=servable,
+                    track_changes=servable, emb_dtype=self.emb_dtype,
                     shard_keys_filter=ShardKeys(partitioner, self.table_key_dtype,
                                                  self.shard_num, i))
                 with tf.device(device):
@@ -266,9 +275,16 @@ class Variable(KeyValueFiles, tf.__internal__.tracking.Trackable):
         """x [n, ...] split like the keys whose shards are `parts` (None: one shard)."""
         return [x] if parts is None else tf.dynamic_partition(x, parts, self.shard_num)
 
-    def read_rows(self, flat, name="lookup", **lookup_args):
+    @property
+    def row_dtype(self):
+        """The dtype training sees the rows in: float32 for float32 and half-precision
+        variables (whose rows the optimizers train in float32), else value_dtype."""
+        return tf.float32 if value_codec.native(self.value_dtype) else self.value_dtype
+
+    def read_rows(self, flat, name="lookup", as_rows=False, **lookup_args):
         """Values [n, dim] (missing keys: initial values) and exists [n] of flat keys;
-        lookup_args go to table_ops.lookup (e.g. a slot, which is float32)."""
+        lookup_args go to table_ops.lookup (e.g. a slot, which is float32). as_rows: in
+        row_dtype (what lookups train), not value_dtype."""
         _, keys, positions = self.split_keys(flat)
         values, exists = [], []
         for table, k in zip(self._tables, keys):
@@ -281,7 +297,7 @@ class Variable(KeyValueFiles, tf.__internal__.tracking.Trackable):
         else:
             values = tf.dynamic_stitch(positions, values)
             exists = tf.dynamic_stitch(positions, exists)
-        if "slot" in lookup_args:
+        if "slot" in lookup_args or (as_rows and self.row_dtype == tf.float32):
             return values, exists
         values = value_codec.decode(values, self.value_dtype, self.dim)
         if self._defaults is not None:
