@@ -125,21 +125,25 @@ def _tables_over_ranks(tmp_path, ranks, *args, env=None):
     return shards, dict(np.load(str(tmp_path / "local.npz")))
 
 
-def _assert_ranks_equal_local(shards, local, tables):
-    np.testing.assert_allclose(sum(s["losses"] for s in shards), local["losses"], rtol=1e-5)
+def _assert_ranks_equal_local(shards, local, tables, rtol=1e-5):
+    np.testing.assert_allclose(sum(s["losses"] for s in shards), local["losses"], rtol=rtol)
     for t in range(tables):
         keys = np.concatenate([s["keys%d" % t] for s in shards])
         order = np.argsort(keys)
         np.testing.assert_array_equal(keys[order], local["keys%d" % t])
         values = np.concatenate([s["values%d" % t] for s in shards])[order]
-        np.testing.assert_allclose(values, local["values%d" % t], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(values, local["values%d" % t], rtol=rtol, atol=1e-6)
+        if rtol > 1e-5:
+            # Half-precision rows: sums in another order may round to the other neighbour
+            # now and then, never more.
+            assert np.mean(values == local["values%d" % t]) > 0.95
         slots = np.concatenate([s["slots%d" % t] for s in shards], 1)[:, order]
-        np.testing.assert_allclose(slots, local["slots%d" % t], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(slots, local["slots%d" % t], rtol=max(rtol, 1e-5), atol=1e-5)
         # Each rank evaluated its slice of the eval keys; one process all of them.
         evaluated = np.zeros_like(local["eval%d" % t])
         for r, s in enumerate(shards):
             evaluated[r::len(shards)] = s["eval%d" % t]
-        np.testing.assert_allclose(evaluated, local["eval%d" % t], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(evaluated, local["eval%d" % t], rtol=rtol, atol=1e-6)
 
 
 def test_forty_tables_of_mixed_dims_over_three_ranks_train_as_one_process(tmp_path):
@@ -156,6 +160,14 @@ def test_forty_tables_of_mixed_dims_over_three_ranks_train_as_one_process(tmp_pa
     for shard in shards:
         ran = list(shard["collectives_run"])
         assert ran == [2 * 5, 2 * 4, 2 * 4, 2 * 4, 4, 3], ran
+
+
+def test_half_precision_tables_over_two_ranks_train_as_one_process(tmp_path):
+    """bfloat16 rows over 2 ranks (rows exchanged as float32, each owner rounding its own
+    updates) == one process with bfloat16 rows, to the rounding of the last bit."""
+    shards, local = _tables_over_ranks(tmp_path, 2, "--tables", 4, "--steps", 3,
+                                       "--emb-dtype", "bfloat16")
+    _assert_ranks_equal_local(shards, local, 4, rtol=2.0 ** -7)
 
 
 def test_per_host_dedup_over_two_hosts_of_two_ranks_trains_as_one_process(tmp_path):

@@ -77,6 +77,7 @@ def main():
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--empty", type=int, default=-1)
     parser.add_argument("--ops", action="store_true")
+    parser.add_argument("--emb-dtype", default="float32")
     parser.add_argument("--leave-before", choices=("train", "eval"))
     parser.add_argument("--fail-at", type=int, default=-1,
                         help="rank 1 raises an error before this step")
@@ -91,7 +92,7 @@ def main():
         tables.append(create_table(
             tf.int64, dim_of(t), "t%d" % t,
             tf.compat.v1.random_uniform_initializer(-0.1, 0.1, seed=t),
-            device_vocabulary_size=256))
+            device_vocabulary_size=256, emb_dtype=args.emb_dtype))
         ids.append(tf.compat.v1.placeholder(tf.int64, [None, 2], name="ids%d" % t))
         embs.append(sparse_lookup(tables[-1], ids[-1], name="lookup%d" % t))
     loss = tf.add_n([tf.reduce_sum(tf.square(e)) * (1.0 + 0.1 * t) for t, e in enumerate(embs)])
