@@ -27,12 +27,19 @@ keys never seen before up to --memory-keys keys: RSS growth divided by the keys 
 Scaling (--scaling): rec_sdk train steps of the table benchmark's workload (65,536 Zipf keys,
 dim 16, LazyAdam) on a table pre-filled with 1M to 20M keys: step time and bytes per key.
 
+Precision (--precision): the scaling measurement per row dtype (float32, bfloat16, float16)
+at dim 64 with row-wise Adagrad and at dim 16 with LazyAdam (float32 slots), on a table of
+--precision-keys keys, the dtypes alternating in --rounds rounds: bytes per key and train
+step time, each as a ratio to float32 of the same round.
+
     .venv/bin/python benchmarks/bench_models.py [--steps 300] [--rounds 3] [--scaling]
                                                 [--plot benchmarks/scaling.png] [--profile 5]
+                                                [--precision]
 
 --profile N traces N more steps per run (RunMetadata) and prints op time by op type.
 """
 import argparse
+import ctypes
 import json
 import os
 import platform
@@ -51,7 +58,14 @@ LIBRARIES = ("rec_sdk", "rec_sdk_de", "dense_adam", "dense_adagrad", "tfra")
 PAYLOAD_BYTES = 8 + 16 * 4 * 3  # key + dim-16 embedding + 2 Adam slots
 
 
-def rss_bytes():
+def rss_bytes(trim=False):
+    """The process's resident memory; with trim, after giving freed heap memory back (so
+    that batches' temporaries do not count)."""
+    if trim:
+        try:
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        except (OSError, AttributeError):
+            pass
     with open("/proc/self/status") as f:
         for line in f:
             if line.startswith("VmRSS:"):
@@ -225,28 +239,39 @@ def scaling_worker(args):
     """rec_sdk train step time and bytes per key on a table pre-filled with args.keys keys."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from bench_table import BATCH, DIM, lazy_adam_train_op, zipf_batches
+    import rec_sdk
     from rec_sdk.core.embedding import create_table, sparse_lookup
+    from rec_sdk.optimizers import adagrad_rowwise
     from rec_sdk.util.initialize import init
 
     tf.compat.v1.disable_eager_execution()
     init(use_dynamic_expansion=True)
-    before = rss_bytes()
-    table = create_table(tf.int64, DIM, "scaling", tf.compat.v1.random_uniform_initializer(
-        -0.05, 0.05, seed=1), device_vocabulary_size=1 << 20)
+    before = rss_bytes(trim=True)
+    dim = args.dim or DIM
+    table = create_table(tf.int64, dim, "scaling", tf.compat.v1.random_uniform_initializer(
+        -0.05, 0.05, seed=1), device_vocabulary_size=1 << 20, emb_dtype=args.emb_dtype)
     fill = tf.compat.v1.placeholder(tf.int64, [None])
     fill_op = tf.group(sparse_lookup(table, fill, is_train=True, name="fill"))
     keys = tf.compat.v1.placeholder(tf.int64, [BATCH])
-    step = lazy_adam_train_op(sparse_lookup(table, keys, is_train=True))
+    emb = sparse_lookup(table, keys, is_train=True)
+    if args.optimizer == "rowwise_adagrad":
+        loss = tf.reduce_sum(tf.square(emb))
+        grads = tf.gradients(loss, tf.compat.v1.get_collection(
+            rec_sdk.ASCEND_SPARSE_LOOKUP_LOCAL_EMB))
+        step = adagrad_rowwise.create_hash_optimizer_by_address(0.01).apply_gradients(zip(
+            grads, tf.compat.v1.get_collection(rec_sdk.ASCEND_SPARSE_LOOKUP_ID_OFFSET)))
+    else:
+        step = lazy_adam_train_op(emb)
     batches = zipf_batches(args.steps + 5)
     with tf.compat.v1.Session() as sess:
         sess.run(tf.compat.v1.global_variables_initializer())
-        chunk = 1 << 20
+        chunk = 1 << 16  # small fills: their temporaries stay small next to the table
         for start in range(0, args.keys, chunk):
             # Keys beyond the Zipf batches' 10M space, so that the fill does not pre-insert them.
             sess.run(fill_op, {fill: np.arange(start, min(start + chunk, args.keys),
                                                dtype=np.int64) + (1 << 40)})
         sess.run(step, {keys: batches[0]})  # slots attached
-        grown = rss_bytes() - before
+        grown = rss_bytes(trim=True) - before
         size = int(sess.run(table.size_tensor()))
         times = []
         for b in batches[1:]:
@@ -283,6 +308,11 @@ def main():
     parser.add_argument("--libraries", default=",".join(LIBRARIES))
     parser.add_argument("--scaling", action="store_true")
     parser.add_argument("--scaling-keys", default="1,2,5,10,20", help="millions of keys")
+    parser.add_argument("--precision", action="store_true")
+    parser.add_argument("--precision-keys", type=int, default=2_000_000)
+    parser.add_argument("--dim", type=int, default=0, help="(scaling worker) dim")
+    parser.add_argument("--optimizer", default="lazy_adam", help="(scaling worker)")
+    parser.add_argument("--emb-dtype", default="float32", help="(scaling worker)")
     parser.add_argument("--plot", default=None, help="PNG of the scaling figures")
     parser.add_argument("--dlrm-top", default="256,128",
                         help="widths of DLRM's top MLP layers before the logit")
@@ -348,6 +378,8 @@ def main():
                 continue
             print("| %s | %d | %.0f | %.2fx |" % (r["library"], r["keys"], r["bytes_per_key"],
                                                  r["bytes_per_key"] / PAYLOAD_BYTES))
+    if args.precision:
+        precision(args)
     if args.scaling:
         sizes = [int(float(m) * 1_000_000) for m in args.scaling_keys.split(",")]
         results = [_spawn(["--scaling-worker", str(n), "--steps", "30"]) for n in sizes]
@@ -365,6 +397,40 @@ def main():
         if args.plot:
             plot(results, args.plot)
     return 0
+
+
+PRECISION_CASES = ((64, "rowwise_adagrad"), (16, "lazy_adam"))
+PRECISION_DTYPES = ("float32", "bfloat16", "float16")
+
+
+def precision(args):
+    """Bytes per key and train step time per row dtype (see the module doc)."""
+    results = {}
+    for _ in range(args.rounds):
+        for dim, optimizer in PRECISION_CASES:
+            for dtype in PRECISION_DTYPES:
+                r = _spawn(["--scaling-worker", str(args.precision_keys), "--steps", "30",
+                            "--dim", str(dim), "--optimizer", optimizer,
+                            "--emb-dtype", dtype])
+                results.setdefault((dim, optimizer, dtype), []).append(r)
+    print("\nprecision: rec_sdk train step (65,536 Zipf keys) on a table of %d keys, per row "
+          "dtype (float32 slots); medians of %d rounds, ratios to float32 per round"
+          % (args.precision_keys, args.rounds))
+    print("| dim, optimizer | emb_dtype | bytes/key | x float32 | ms/step | x float32 |")
+    print("|---|---|---|---|---|---|")
+    for dim, optimizer in PRECISION_CASES:
+        base = results[(dim, optimizer, "float32")]
+        for dtype in PRECISION_DTYPES:
+            runs = results[(dim, optimizer, dtype)]
+            if any("error" in r for r in runs + base):
+                print("| %d, %s | %s | %s | | | |" % (dim, optimizer, dtype, [
+                    r.get("error") for r in runs + base if "error" in r][0]))
+                continue
+            med = lambda rs, k: statistics.median(r[k] for r in rs)
+            ratio = lambda k: statistics.median(r[k] / b[k] for r, b in zip(runs, base))
+            print("| %d, %s | %s | %.0f | %.2fx | %.1f | %.2fx |" % (
+                dim, optimizer, dtype, med(runs, "bytes_per_key"), ratio("bytes_per_key"),
+                med(runs, "ms_per_step"), ratio("ms_per_step")))
 
 
 def plot(results, path):

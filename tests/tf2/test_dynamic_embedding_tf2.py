@@ -586,6 +586,28 @@ def test_keras_model_exports_for_serving_without_the_plugin(tmp_path):
     np.testing.assert_allclose(np.load(str(tmp_path / "out.npy")), expected, rtol=1e-6)
 
 
+def test_keras_model_exports_int8_rows_for_serving(tmp_path):
+    """export_keras_model(row_dtype="int8"): the layers' rows quantized per row; the stock-op
+    SavedModel predicts what the model predicts, to the quantization's error."""
+    model, _ = _keras_model("int8_emb")
+    ids = np.array([[1, 2], [3, 1], [4, 5]], np.int64)
+    model.fit(ids, np.ones([3, 1], np.float32), epochs=3, verbose=0)
+    probe = np.array([[1, 2], [3, 77], [4, 5]], np.int64)
+    expected = model.predict(probe, verbose=0)
+    serving.export_keras_model(model, str(tmp_path / "serving"), row_dtype="int8")
+    np.save(str(tmp_path / "probe.npy"), probe)
+    script = tmp_path / "load.py"
+    script.write_text(_PLAIN_LOADER)
+    subprocess.run([sys.executable, str(script), str(tmp_path / "serving"),
+                    str(tmp_path / "probe.npy"), str(tmp_path / "out.npy")], check=True,
+                   env={"PATH": "/usr/bin:/bin", "TF_CPP_MIN_LOG_LEVEL": "2"})
+    served = np.load(str(tmp_path / "out.npy"))
+    np.testing.assert_allclose(served, expected, atol=5e-3)
+    stored = tf.train.list_variables(str(tmp_path / "serving" / "variables" / "variables"))
+    reader = tf.train.load_checkpoint(str(tmp_path / "serving" / "variables" / "variables"))
+    assert tf.int8 in {reader.get_variable_to_dtype_map()[name] for name, _ in stored}
+
+
 @pytest.mark.parametrize("function", [True, False])
 def test_one_lookup_name_used_three_times_in_a_step(function):
     """Three lookups with one name (one ShadowVariable) in one step, eagerly or in a

@@ -22,6 +22,7 @@ import tensorflow as tf
 from rec_sdk.core.table import tables_of_graph
 from rec_sdk.dynamic_embedding.keras import layers as de_layers
 from rec_sdk.ops import table_ops
+from rec_sdk.serving.quantize import StoredRows, check_row_dtype
 
 
 _VARIABLE_OPS = ("VarHandleOp", "VariableV2", "Variable")
@@ -181,7 +182,7 @@ class ServingGraph:
             outputs=self.served)
 
 
-def export_saved_model(sess, export_dir, inputs, outputs, tables=None):
+def export_saved_model(sess, export_dir, inputs, outputs, tables=None, row_dtype="float32"):
     """Writes a SavedModel for serving (signature "serving_default") with only stock ops.
 
     Args:
@@ -191,39 +192,51 @@ def export_saved_model(sess, export_dir, inputs, outputs, tables=None):
       outputs: {name: tensor} to serve (e.g. probabilities), computed from `inputs` through
         evaluation lookups (`is_train=False`) with id tensors.
       tables: the tables to consider (default: all of the graph).
+      row_dtype: how the served rows are stored: "float32" (as trained), "float16" (half
+        the bytes) or "int8" (row-wise quantized with a float32 scale and bias per row,
+        rec_sdk.serving.quantize: at most (max - min) / 510 of its row off); the largest
+        error over all rows is logged.
     Returns the number of table rows exported.
     """
+    row_dtype = check_row_dtype(row_dtype)
     loaded = {}
 
     def make_lookup(table, defaults):
         del defaults  # each lookup applies its own
         keys, values, _ = sess.run(table.export())
+        # The rows end with a spare row of zeros that keys without a row index (no copy per
+        # request).
+        stored = StoredRows(np.concatenate([values, np.zeros([1, table.dim], np.float32)]),
+                            row_dtype, "table %r" % table.table_name)
         with tf.name_scope("rec_sdk_serving/" + table.table_name):
             # Initialised by feeding the exported rows (not stored as graph constants, so
-            # large tables fit); the SavedModel keeps them as variables. The rows end with
-            # a spare row of zeros that keys without a row index (no copy per request).
+            # large tables fit); the SavedModel keeps them as variables.
             keys_in = tf.compat.v1.placeholder(tf.int64, [None], name="keys_in")
-            values_in = tf.compat.v1.placeholder(tf.float32, [None, table.dim],
-                                                 name="values_in")
             keys_var = tf.compat.v1.Variable(keys_in, validate_shape=False,
                                              use_resource=True, name="keys")
-            values_var = tf.compat.v1.Variable(values_in, validate_shape=False,
-                                               use_resource=True, name="values")
+            feeds = {keys_in: keys.astype(np.int64)}
+            row_vars = []
+            for i, array in enumerate(stored.arrays):
+                array_in = tf.compat.v1.placeholder(array.dtype, [None, array.shape[1]],
+                                                    name="values_in" if i == 0 else "scales_in")
+                row_vars.append(tf.compat.v1.Variable(
+                    array_in, validate_shape=False, use_resource=True,
+                    name="values" if i == 0 else "scales"))
+                feeds[array_in] = array
         hash_table = tf.lookup.StaticHashTable(
             tf.lookup.KeyValueTensorInitializer(
                 keys_var.read_value(), tf.range(tf.size(keys_var.read_value(),
                                                         out_type=tf.int64))),
             default_value=-1, name="rec_sdk_serving_%s_index" % table.table_name)
-        padded = np.concatenate([values, np.zeros([1, table.dim], np.float32)])
-        loaded[table.table_name] = (keys_var, values_var,
-                                    {keys_in: keys.astype(np.int64), values_in: padded},
-                                    len(keys))
+        loaded[table.table_name] = ([keys_var] + row_vars, feeds, len(keys))
+        widths = [array.shape[1] for array in stored.arrays]
 
         def lookup(ids, default):
             rows = hash_table.lookup(ids)
             missing = rows < 0
             index = tf.where(missing, tf.fill(tf.shape(rows), np.int64(len(keys))), rows)
-            found = tf.gather(tf.reshape(values_var.read_value(), [-1, table.dim]), index)
+            found = stored.rows([tf.gather(tf.reshape(v.read_value(), [-1, width]), index)
+                                 for v, width in zip(row_vars, widths)])
             if default is None:
                 return found  # the spare row is zeros
             fill = tf.broadcast_to(tf.cast(default, tf.float32), tf.shape(found))
@@ -233,15 +246,15 @@ def export_saved_model(sess, export_dir, inputs, outputs, tables=None):
     served = ServingGraph(sess, inputs, outputs, tables, make_lookup)
     with served.graph.as_default():
         with tf.compat.v1.Session(graph=served.graph) as export_sess:
-            for keys_var, values_var, feeds, _ in loaded.values():
-                export_sess.run([keys_var.initializer, values_var.initializer], feeds)
+            for variables, feeds, _ in loaded.values():
+                export_sess.run([v.initializer for v in variables], feeds)
             builder = tf.compat.v1.saved_model.Builder(export_dir)
             builder.add_meta_graph_and_variables(
                 export_sess, [tf.saved_model.SERVING],
                 signature_def_map={"serving_default": served.signature(inputs)},
                 main_op=tf.compat.v1.tables_initializer(), strip_default_attrs=True)
             builder.save()
-    return sum(rows for _, _, _, rows in loaded.values())
+    return sum(rows for _, _, rows in loaded.values())
 
 
 def keras_input_signature(model, input_signature, what, graph_alternative):
@@ -269,10 +282,11 @@ def dense_variables(model, layers):
     return [v for v in model.variables if id(v) not in own]
 
 
-def _static_lookup(layer):
-    """-> (ids -> embeddings through stock ops, the StaticHashTable, the rows variable, rows)
-    of a de Keras layer: keys without a row read the initializer's value when it is a
-    constant, else zeros (a random initializer cannot be replayed without the plugin)."""
+def _static_lookup(layer, row_dtype="float32"):
+    """-> (ids -> embeddings through stock ops, the StaticHashTable, the rows' variables,
+    rows) of a de Keras layer: keys without a row read the initializer's value when it is a
+    constant, else zeros (a random initializer cannot be replayed without the plugin). The
+    rows are stored in row_dtype (StoredRows)."""
     params = layer.params
     keys, values = params.export()
     n = int(tf.size(keys))
@@ -282,23 +296,31 @@ def _static_lookup(layer):
         default[:] = np.asarray(init, default.dtype).reshape(-1)
     table = tf.lookup.StaticHashTable(
         tf.lookup.KeyValueTensorInitializer(keys, tf.range(n, dtype=tf.int64)), -1)
-    rows = tf.Variable(tf.concat([values, tf.constant(default[None, :])], 0), trainable=False,
-                       name=layer.name + "_rows")
+    stored = StoredRows(np.concatenate([np.asarray(values, np.float32),
+                                        default[None, :].astype(np.float32)]),
+                        row_dtype, "layer %r" % layer.name)
+    rows = [tf.Variable(array, trainable=False,
+                        name=layer.name + ("_rows" if i == 0 else "_scales"))
+            for i, array in enumerate(stored.arrays)]
 
     def lookup(ids):
         index = table.lookup(ids)
-        return tf.gather(rows, tf.where(index < 0, tf.constant(n, tf.int64), index))
+        index = tf.where(index < 0, tf.constant(n, tf.int64), index)
+        found = stored.rows([tf.gather(v, index) for v in rows])
+        return tf.cast(found, params.value_dtype)
     return lookup, table, rows, n
 
 
-def export_keras_model(model, export_dir, input_signature=None):
+def export_keras_model(model, export_dir, input_signature=None, row_dtype="float32"):
     """Writes a SavedModel of a TF2 Keras model (signature "serving_default") with only stock
     ops: its de.keras.layers embeddings read a StaticHashTable from key to row and a variable
     of their rows (see _static_lookup), every other layer is the model's own.
 
     input_signature: the model's inputs as tf.TensorSpecs (default: model.inputs, which
-    functional and Sequential models built on Input have). Returns the rows exported.
+    functional and Sequential models built on Input have). row_dtype: as export_saved_model's
+    ("float32", "float16" or "int8"). Returns the rows exported.
     """
+    row_dtype = check_row_dtype(row_dtype)
     input_signature = keras_input_signature(model, input_signature, "export_keras_model",
                                             "export_saved_model")
     emb_layers = serving_layers(model)
@@ -306,9 +328,9 @@ def export_keras_model(model, export_dir, input_signature=None):
     module.dense = dense_variables(model, emb_layers)
     lookups, module.tables, module.rows, total = {}, [], [], 0
     for layer in emb_layers:
-        lookups[layer], table, rows, n = _static_lookup(layer)
+        lookups[layer], table, rows, n = _static_lookup(layer, row_dtype)
         module.tables.append(table)
-        module.rows.append(rows)
+        module.rows.extend(rows)
         total += n
 
     @tf.function(input_signature=input_signature)
