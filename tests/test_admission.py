@@ -443,7 +443,8 @@ def test_thresholds_travel_once_as_attributes_of_the_configure_op(fixed):
     assert configure[0].inputs[0] is table.handle
     assert "access_threshold" not in table.handle.op.node_def.attr
     readers = {op.name: op.inputs[0] for op in graph.get_operations()
-               if op.type in ("RecSdk>TableFindOrInsert", "RecSdk>TableEvict")}
+               if op.type in ("RecSdk>TableFindOrInsert", "RecSdk>TableFindOrInsertRows",
+                               "RecSdk>TableEvict")}
     assert readers["a/find_or_insert"] is configure[0].outputs[0]
     assert readers["b/find_or_insert"] is configure[0].outputs[0]
     assert readers["eval/find_or_insert"] is table.handle

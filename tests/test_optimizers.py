@@ -485,7 +485,7 @@ def test_not_found_keys_in_eval_are_never_updated(expansion):
     loss = tf.reduce_sum(eval_emb * tf.constant([1.0, 2.0, 3.0]))
     if expansion:
         opt = gradient_descent_by_addr.create_hash_optimizer_by_addr(1.0, weight_decay=0.0)
-        local_emb = graph.get_tensor_by_name("eval_lookup/gather:0")
+        local_emb = graph.get_tensor_by_name("eval_lookup/find_or_insert:1")  # the rows
         addresses = graph.get_tensor_by_name("eval_lookup/find_or_insert:0")
         train = opt.apply_gradients(zip(tf.gradients(loss, [local_emb]), [addresses]))
     else:

@@ -258,13 +258,16 @@ int64_t EmbeddingTable::ClockForNewRows() const {
 
 Status EmbeddingTable::FindOrInsert(const int64_t* keys, int64_t n, bool insert,
                                     int64_t* addresses, const ParallelRunner& run,
-                                    const KeyAccess& access) {
+                                    const KeyAccess& access, float* rows) {
   ChangeScope change(&changes_, insert);
   if (!insert) {
     std::shared_lock<std::shared_mutex> structure(structure_mu_);
     const int64_t tag_bits = TagBits();
+    const int dim = config_.dim;
+    std::mutex error_mu;
+    Status error;
     index_.ForEachShard(
-        keys, n, 60,
+        keys, n, rows == nullptr ? 60 : 60 + 2 * dim,
         [&](HashIndex::Shard& shard, const int64_t* positions, int64_t count,
             const uint64_t* hashes) {
           HashIndex::ProbeInOrder(shard, positions, count, hashes, [&](int64_t i) {
@@ -274,17 +277,36 @@ Status EmbeddingTable::FindOrInsert(const int64_t* keys, int64_t n, bool insert,
             } else {
               addresses[i] = TableTier::IsCold(entry) ? ColdAddress(entry) : (tag_bits | entry);
             }
+            if (rows == nullptr) return;
+            // The row is copied where the key is found (a cold row: read from its record).
+            float* dst = rows + i * dim;
+            if (entry < 0) {
+              std::fill_n(dst, dim, 0.0f);
+            } else if (TableTier::IsCold(entry)) {
+              Status s = tier_.GatherCold(addresses[i], dst);
+              if (!s.ok()) {
+                std::lock_guard<std::mutex> lock(error_mu);
+                if (error.ok()) error = s;
+              }
+            } else {
+              ReadEmbedding(RecordOf(RowOfEntry(entry)), dst);
+            }
           });
         },
         run);
-    return Status::Ok();
+    return error;
   }
-  if (tiered()) return tier_.TieredFindOrInsert(keys, n, addresses, run, access);
+  if (tiered()) {
+    REC_SDK_RETURN_IF_ERROR(tier_.TieredFindOrInsert(keys, n, addresses, run, access));
+    return rows == nullptr ? Status::Ok() : Gather(addresses, n, rows, run);
+  }
   const int64_t tick = admission_.tick.fetch_add(1, std::memory_order_relaxed) + 1;
   int64_t unplaced = 0;
   {
     std::shared_lock<std::shared_mutex> structure(structure_mu_);
     InsertPass(keys, n, addresses, access, tick, /*count=*/true, &unplaced, run);
+    // The rows of the addresses just placed, in the same hold: nothing freed them since.
+    if (unplaced == 0 && rows != nullptr) CopyRowsLocked(addresses, n, rows, run);
   }
   if (unplaced == 0) return Status::Ok();
   if (!config_.evict_when_full || config_.dynamic_expansion) {
@@ -311,6 +333,7 @@ Status EmbeddingTable::FindOrInsert(const int64_t* keys, int64_t n, bool insert,
       unplaced = 0;
       InsertPass(keys, n, addresses, access, tick, /*count=*/false, &unplaced, run);
     }
+    if (unplaced == 0 && rows != nullptr) CopyRowsLocked(addresses, n, rows, run);
   }
   if (unplaced > 0) {
     return Status::ResourceExhausted(FullMessage() + " (a batch holds more new keys than the "
@@ -378,6 +401,22 @@ Status EmbeddingTable::Gather(const int64_t* addresses, int64_t n, float* out,
     }
   });
   return error;
+}
+
+void EmbeddingTable::CopyRowsLocked(const int64_t* addresses, int64_t n, float* out,
+                                    const ParallelRunner& run) const {
+  const int dim = config_.dim;
+  run(n, 10 + 2 * dim, [&](int64_t first, int64_t last) {
+    for (int64_t i = first; i < last; ++i) {
+      if (i + kPrefetchDistance < last) PrefetchRow(addresses[i + kPrefetchDistance]);
+      float* dst = out + i * dim;
+      if (addresses[i] < 0) {
+        std::fill_n(dst, dim, 0.0f);
+      } else {
+        ReadEmbedding(RecordOf(addresses[i] & (kMaxRows - 1)), dst);
+      }
+    }
+  });
 }
 
 Status EmbeddingTable::Lookup(const int64_t* keys, int64_t n, bool init_missing, float* out,

@@ -85,8 +85,11 @@ class EmbeddingTable {
   // initialised row, subject to admission, and `access` updates counts and clocks; with
   // insert=false they map to -1 and nothing changes. Fails with kResourceExhausted when a
   // fixed-capacity table is full and cannot evict (keys handled before that keep their rows).
+  // With `rows` (n * dim floats), also copies the rows of the addresses into it (zeros for
+  // -1) in the same hold of the table: a lookup in one pass instead of FindOrInsert + Gather.
   Status FindOrInsert(const int64_t* keys, int64_t n, bool insert, int64_t* addresses,
-                      const ParallelRunner& run, const KeyAccess& access = KeyAccess());
+                      const ParallelRunner& run, const KeyAccess& access = KeyAccess(),
+                      float* rows = nullptr);
 
   // --- Admission and eviction (what these operations do in detail: table_admission.h) ---
   // Sets the thresholds; every later call must give the same values.
@@ -277,6 +280,10 @@ class EmbeddingTable {
   // Starts loading the metadata and embedding of the row an address names (a hint only).
   void PrefetchRow(int64_t address) const;
 
+  // Copies the rows of addresses a FindOrInsert placed in this hold of structure_mu_ (no
+  // validation needed: nothing can have freed them) into out[n, dim]; -1 gives zeros.
+  void CopyRowsLocked(const int64_t* addresses, int64_t n, float* out,
+                      const ParallelRunner& run) const;
   // Validates an address and returns its row id, or -1 for the "no row" address.
   Status DecodeAddress(int64_t address, int64_t* row) const;
   // DecodeAddress of every address, in parallel; the first error (structure_mu_ held).

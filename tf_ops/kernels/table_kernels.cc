@@ -104,11 +104,14 @@ class EmbeddingTableOp : public OpKernel {
   std::string shared_name_;
 };
 
+// TableFindOrInsert, and with kWithRows TableFindOrInsertRows (the rows too).
+template <bool kWithRows>
 class TableFindOrInsertOp : public TableOpKernel {
  public:
   explicit TableFindOrInsertOp(OpKernelConstruction* ctx)
       : TableOpKernel(ctx, kReadsTable) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("is_train", &is_train_));
+    if (kWithRows) OP_REQUIRES_OK(ctx, ctx->GetAttr("dim", &dim_));
     set_writes_table(is_train_);  // training lookups insert keys and count them
   }
 
@@ -147,14 +150,27 @@ class TableFindOrInsertOp : public TableOpKernel {
     }
     Tensor* addresses;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, keys.shape(), &addresses));
+    float* rows = nullptr;
+    if (kWithRows) {
+      OP_REQUIRES(ctx, dim_ == table->table()->dim(),
+                  errors::InvalidArgument("a lookup of table '", table->table()->name(),
+                                          "' asks for dim ", dim_, "; the table has dim ",
+                                          table->table()->dim()));
+      TensorShape shape = keys.shape();
+      shape.AddDim(dim_);
+      Tensor* values;
+      OP_REQUIRES_OK(ctx, ctx->allocate_output(1, shape, &values));
+      rows = values->flat<float>().data();
+    }
     OP_REQUIRES_OK(ctx, ToTfStatus(table->table()->FindOrInsert(
                             key_data, n, is_train_,
                             reinterpret_cast<int64_t*>(addresses->flat<int64_t>().data()),
-                            MakeRunner(ctx), access)));
+                            MakeRunner(ctx), access, rows)));
   }
 
  private:
   bool is_train_;
+  int dim_ = 0;
 };
 
 class TableStatsOp : public TableOpKernel {
@@ -520,7 +536,8 @@ class TableImportOp : public TableOpKernel {
       Name(REC_SDK_OP_NAME(op)).Device(DEVICE_CPU).TypeConstraint<int64_t>("key_dtype"), kernel)
 
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(EmbeddingTable)).Device(DEVICE_CPU), EmbeddingTableOp);
-REC_SDK_REGISTER_KEYED(TableFindOrInsert, TableFindOrInsertOp);
+REC_SDK_REGISTER_KEYED(TableFindOrInsert, TableFindOrInsertOp<false>);
+REC_SDK_REGISTER_KEYED(TableFindOrInsertRows, TableFindOrInsertOp<true>);
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableGather)).Device(DEVICE_CPU), TableGatherOp);
 REC_SDK_REGISTER_KEYED(TableLookup, TableLookupOp);
 REC_SDK_REGISTER_KEYED(TableUpsert, TableUpsertOp);

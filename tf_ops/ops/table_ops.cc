@@ -107,6 +107,31 @@ empty for 1 each). times: the clock of each key (shape of keys), one clock for a
 element), or none (empty: the table's own tick), for eviction.
 )doc");
 
+REGISTER_OP(REC_SDK_OP_NAME(TableFindOrInsertRows))
+    .Input("table: resource")
+    .Input("keys: key_dtype")
+    .Input("counts: int64")
+    .Input("times: int64")
+    .Output("addresses: int64")
+    .Output("values: float")
+    .Attr("key_dtype: {int32, int64}")
+    .Attr("is_train: bool")
+    .Attr("dim: int >= 1")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      c->set_output(0, c->input(1));
+      int64_t dim;
+      TF_RETURN_IF_ERROR(c->GetAttr("dim", &dim));
+      ShapeHandle out;
+      TF_RETURN_IF_ERROR(c->Concatenate(c->input(1), c->Vector(dim), &out));
+      c->set_output(1, out);
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+TableFindOrInsert and TableGather of its addresses in one op: the rows (keys.shape + [dim];
+-1 addresses give zeros) are copied in the same hold of the table as the keys are placed.
+)doc");
+
 REGISTER_OP(REC_SDK_OP_NAME(TableStats))
     .Input("table: resource")
     .Output("stats: int64")

@@ -443,8 +443,13 @@ def _rows(table, keys, is_train, counts, times, send_count, lookup_name):
 
 
 def _shard_rows(table, keys, is_train, counts, times, lookup_name):
-    """find_or_insert then gather in this process's table (or shard): {"emb", "addresses",
-    "trained"}."""
+    """find_or_insert and gather in this process's table (or shard), one op unless padding
+    keys need their own gather: {"emb", "addresses", "trained"}."""
+    if not (table.padding_keys_mask and is_train):
+        addresses, local_emb = table.find_or_insert_rows(
+            keys, is_train, counts=counts, times=times, name="find_or_insert",
+            lookup=lookup_name)
+        return {"emb": local_emb, "addresses": addresses, "trained": addresses}
     addresses = table.find_or_insert(keys, is_train, counts=counts, times=times,
                                      name="find_or_insert", lookup=lookup_name)
     local_emb, trained = _gather(table, keys, addresses, is_train)

@@ -410,6 +410,14 @@ class SparseEmbedding(tf.saved_model.experimental.TrackableResource):
         return table_ops.find_or_insert(table, keys, is_train, counts=counts, times=times,
                                         name=name)
 
+    def find_or_insert_rows(self, keys, is_train, counts=None, times=None, name=None,
+                            lookup=None):
+        """find_or_insert and the rows of its addresses in one op: -> (addresses, rows)."""
+        table = self.configured_handle("training lookup %r" % (lookup or name)) if is_train \
+            else self.handle
+        return table_ops.find_or_insert_rows(table, keys, is_train, self.dim, counts=counts,
+                                             times=times, name=name)
+
     def set_access_threshold(self, threshold, session=None, name=None):
         """Changes the admission threshold for later steps: returns the op, or runs it when
         `session` is given. `threshold` is an int in [-1, 2**31-1] or an integer scalar tensor
@@ -578,7 +586,7 @@ def table_of(value):
         return value
     if isinstance(value, tf.Tensor):
         handle = value
-        if value.op.type == table_ops.FIND_OR_INSERT_OP:
+        if value.op.type in table_ops.ADDRESS_OPS:
             handle = value.op.inputs[0]
         if handle.op.type == table_ops.CONFIGURE_ADMISSION_OP:
             handle = handle.op.inputs[0]

@@ -14,6 +14,9 @@ from rec_sdk.util.graph_state import state_of
 
 GATHER_OP = OP_NAMESPACE + ">TableGather"
 FIND_OR_INSERT_OP = OP_NAMESPACE + ">TableFindOrInsert"
+FIND_OR_INSERT_ROWS_OP = OP_NAMESPACE + ">TableFindOrInsertRows"
+# The ops whose output 0 is the row addresses of keys.
+ADDRESS_OPS = (FIND_OR_INSERT_OP, FIND_OR_INSERT_ROWS_OP)
 CONFIGURE_ADMISSION_OP = OP_NAMESPACE + ">TableConfigureAdmission"
 UNIQUE_OP = OP_NAMESPACE + ">UniqueKeys"
 TRAINABLE_ROWS_OP = OP_NAMESPACE + ">TrainableRows"
@@ -97,6 +100,16 @@ def find_or_insert(table, keys, is_train, counts=None, times=None, name=None):
     times = _empty_int64() if times is None else tf.reshape(tf.cast(times, tf.int64), [-1])
     return load_ops().rec_sdk_table_find_or_insert(table, keys, counts, times,
                                                    is_train=is_train, name=name)
+
+
+def find_or_insert_rows(table, keys, is_train, dim, counts=None, times=None, name=None):
+    """find_or_insert and gather of its addresses in one op (the rows are copied where the
+    keys are placed): -> (addresses, rows of keys.shape + [dim]); gradients of the rows go to
+    the table as those of gather do."""
+    counts = _empty_int64() if counts is None else tf.cast(counts, tf.int64)
+    times = _empty_int64() if times is None else tf.reshape(tf.cast(times, tf.int64), [-1])
+    return load_ops().rec_sdk_table_find_or_insert_rows(table, keys, counts, times,
+                                                        is_train=is_train, dim=dim, name=name)
 
 
 def set_access_threshold(table, threshold, name=None):
@@ -391,7 +404,7 @@ def addresses_are_unique(addresses):
     """True when `addresses` come from a find_or_insert of deduplicated keys (as sparse_lookup
     builds it), so its rows need no further deduplication."""
     op = addresses.op
-    if op.type != FIND_OR_INSERT_OP:
+    if op.type not in ADDRESS_OPS:
         return False
     keys = op.inputs[1]
     while keys.op.type == "Identity":
@@ -408,8 +421,18 @@ def _table_gather_grad(op, grad):
     This is what lets `tf.gradients(loss, table)` work (the SDK's non-expansion flow), like the
     gradient of ResourceGather on a resource variable. Addresses get no gradient.
     """
-    dim = op.get_attr("dim")
-    addresses = op.inputs[1]
+    return [_rows_gradient(op.get_attr("dim"), op.inputs[1], grad), None]
+
+
+@tf.RegisterGradient(FIND_OR_INSERT_ROWS_OP)
+def _table_find_or_insert_rows_grad(op, grad_addresses, grad):
+    """As TableGather's, keyed by the op's own addresses; keys, counts and times get none."""
+    del grad_addresses
+    return [_rows_gradient(op.get_attr("dim"), op.outputs[0], grad), None, None, None]
+
+
+def _rows_gradient(dim, addresses, grad):
+    """IndexedSlices of the rows' gradient keyed by their addresses."""
     if addresses.shape.rank != 1:
         addresses = tf.reshape(addresses, [-1])
     if isinstance(grad, tf.IndexedSlices):
@@ -418,7 +441,7 @@ def _table_gather_grad(op, grad):
                           tf.size(addresses))
     else:
         values = tf.reshape(grad, [-1, dim])
-    return [tf.IndexedSlices(values, addresses), None]
+    return tf.IndexedSlices(values, addresses)
 
 
 @tf.RegisterGradient("RecSdk>GatherRowsByIndex")
@@ -453,7 +476,17 @@ def _trainable_rows_grad(op, grad):
 
 tf.no_gradient(FIND_OR_INSERT_OP)
 tf.no_gradient(UNIQUE_OP)
-for _op in (CONFIGURE_ADMISSION_OP, "RecSdk>TableSetAccessThreshold", "RecSdk>TableEvict",
+
+
+@tf.RegisterGradient(CONFIGURE_ADMISSION_OP)
+def _configure_admission_grad(op, grad):
+    """The configured handle is the table: a training lookup's rows (TableFindOrInsertRows on
+    that handle) pass their gradient on to the table handle."""
+    del op
+    return [grad]
+
+
+for _op in ("RecSdk>TableSetAccessThreshold", "RecSdk>TableEvict",
             "RecSdk>TableTrackAccess", "RecSdk>TableStats",
             "RecSdk>KeyAccessStats", "RecSdk>TableSave", "RecSdk>TableRestore",
             "RecSdk>TableApplyDelta", "RecSdk>TableCommitSave", "RecSdk>TableRestrict",
