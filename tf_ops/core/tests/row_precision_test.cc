@@ -351,7 +351,8 @@ TEST(HalfMemoryTest, HalfRowsHalveTheEmbeddingBytes) {
                                     {0.1f, 0.1f, 1e-8f}, SerialRunner).ok());
     per_row.push_back(static_cast<double>(t->MemoryBytes()) / keys.size());
   }
-  EXPECT_NEAR(per_row[0] - per_row[1], 128, 1) << per_row[0] << " vs " << per_row[1];
+  // (Chunks are mapped in whole pages: a few bytes a row either way.)
+  EXPECT_NEAR(per_row[0] - per_row[1], 128, 4) << per_row[0] << " vs " << per_row[1];
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, HalfTableTest,
