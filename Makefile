@@ -110,7 +110,7 @@ bench: build
 	$(PY) -m rec_sdk.distribute.launch --ps 0 --workers 2 -- $(PY) benchmarks/rank_overlap.py
 	$(PY) benchmarks/bench_pipeline.py
 	$(PY) benchmarks/bench_checkpoint.py
-	$(PY) benchmarks/bench_models.py --scaling --plot benchmarks/scaling.png
+	$(PY) benchmarks/bench_models.py --scaling --plot benchmarks/scaling.png --precision --precision-keys 8000000
 	$(PY) benchmarks/bench_tiered.py
 	$(PY) benchmarks/bench_serving.py
 

@@ -4,13 +4,15 @@
 //
 // A table directory holds
 //   keys.bin       int64 per row
-//   values.bin     float32 x dim per row (the embedding)
+//   values.bin     dim elements of emb_dtype per row (the embedding: float32, or bfloat16 /
+//                  float16 for half-precision tables, as meta.txt says)
 //   slot<i>.bin    float32 x dim per row, one file per optimizer slot
 //   counts.bin     uint32 per row (admission count)
 //   last_seen.bin  int64 per row (last-seen clock: data timestamp, global step or tick)
 //   pending.bin    (int64 key, int64 count, int64 last_seen) per key counting towards admission
 //   removed.bin    int64 per key removed since the previous save (delta checkpoints only)
-//   meta.txt       "name value" lines: format version, table, dim, rows, pending, optimizer,
+//   meta.txt       "name value" lines: format version, table, dim, emb_dtype (float32 when
+//                  absent), update_step (stochastic rounding's), rows, pending, optimizer,
 //                  slot initial values, clocks, counters, save id and parent save id (deltas
 //                  apply only onto the checkpoint they follow), and for every file its size
 //                  in bytes and CRC-32C; its last line is the CRC-32C of the lines before it.

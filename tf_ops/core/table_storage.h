@@ -3,7 +3,8 @@
 //
 // Storage
 //   A row is one contiguous record: a 24-byte header (RowMeta: key, last-seen clock,
-//   admission count, generation, alive), the embedding (dim floats) and then each optimizer
+//   admission count, generation, alive), the embedding (dim elements of the table's emb_dtype,
+//   row_precision.h, padded to 4 bytes) and then each optimizer
 //   slot (slot_width() floats each):
 //     [ header | embedding | slot 0 | slot 1 | ... ]   (size rounded up to 8 bytes)
 //   One hash probe per key therefore serves the embedding and every slot, and an optimizer

@@ -19,43 +19,33 @@ uint64_t DedupSeed() {
   return seed;
 }
 
-// One open-addressing map; unique keys come out in first-occurrence order. A slot holds its
-// key and the key's position in `unique` + 1 (0: empty), so a probe compares without a second,
-// dependent load; the slots of the key kPrefetch positions ahead are prefetched (a 65,536-key
-// batch's map is 1.5 MiB, beyond the L1 and L2 caches).
+// One open-addressing map (slots hold position in `unique` + 1); unique keys come out in
+// first-occurrence order.
 void DeduplicateSerially(const int64_t* keys, int64_t n, std::vector<int64_t>* unique,
                          int32_t* inverse) {
-  constexpr int64_t kPrefetch = 16;
   size_t capacity = 16;
   while (capacity < static_cast<size_t>(2 * n)) capacity <<= 1;
   const size_t mask = capacity - 1;
-  thread_local std::vector<int64_t> slot_keys;
-  thread_local std::vector<int32_t> slot_index;
-  slot_keys.resize(capacity);
-  slot_index.assign(capacity, 0);
-  unique->resize(n);
-  int64_t* out = unique->data();
-  int64_t* key_of = slot_keys.data();
-  int32_t* index_of = slot_index.data();
+  // The thread's map and scratch are kept between batches: a fresh 512 KiB allocation per
+  // batch of 65,536 keys cost more in page faults than the dedup itself.
+  thread_local std::vector<int32_t> slots;
+  thread_local std::vector<int64_t> scratch;
+  slots.assign(capacity, 0);
+  if (scratch.size() < static_cast<size_t>(n)) scratch.resize(n);
+  int64_t* out = scratch.data();
   int32_t found = 0;
   const uint64_t seed = DedupSeed();
   for (int64_t i = 0; i < n; ++i) {
-    if (i + kPrefetch < n) {
-      const size_t ahead = HashIndex::Hash(keys[i + kPrefetch], seed) & mask;
-      __builtin_prefetch(index_of + ahead, 1);
-      __builtin_prefetch(key_of + ahead, 1);
-    }
     const int64_t key = keys[i];
     size_t p = HashIndex::Hash(key, seed) & mask;
-    while (index_of[p] != 0 && key_of[p] != key) p = (p + 1) & mask;
-    if (index_of[p] == 0) {
+    while (slots[p] != 0 && out[slots[p] - 1] != key) p = (p + 1) & mask;
+    if (slots[p] == 0) {
       out[found] = key;
-      key_of[p] = key;
-      index_of[p] = ++found;
+      slots[p] = ++found;
     }
-    inverse[i] = index_of[p] - 1;
+    inverse[i] = slots[p] - 1;
   }
-  unique->resize(found);
+  unique->assign(out, out + found);
 }
 
 }  // namespace
