@@ -148,13 +148,14 @@ def test_graph_ops_carry_prefix():
     table.export()
     types = {op.type for op in tf.compat.v1.get_default_graph().get_operations()}
     ours = types & library_ops
-    assert {PREFIX + "EmbeddingTable", PREFIX + "TableFindOrInsert", PREFIX + "TableGather",
+    assert {PREFIX + "EmbeddingTable", PREFIX + "TableFindOrInsertRows",
             PREFIX + "ApplyLazyAdam", PREFIX + "TableExport"} <= ours
     # No op of the graph looks like one of ours without the prefix.
     for op_type in types - ours:
         assert not op_type.startswith(("Table", "EmbeddingTable", "RecSdk")), op_type
     assert rec_sdk.ops.table_ops.GATHER_OP.startswith(PREFIX)
     assert rec_sdk.ops.table_ops.FIND_OR_INSERT_OP.startswith(PREFIX)
+    assert rec_sdk.ops.table_ops.FIND_OR_INSERT_ROWS_OP.startswith(PREFIX)
 
 
 def test_limits_and_stat_names_come_from_the_op_library():

@@ -794,3 +794,38 @@ def test_string_keys_in_tf2_train_checkpoint_and_saved_model(tmp_path):
     model.save(str(tmp_path / "model"))
     loaded = tf.saved_model.load(str(tmp_path / "model"))
     np.testing.assert_allclose(loaded(x), model(x), rtol=1e-6)
+
+
+@pytest.mark.parametrize("value_dtype,creator_dtype", [(tf.bfloat16, None),
+                                                       (tf.float32, "float16")])
+def test_half_precision_rows_train_in_tf_function_and_restore_into_float32(
+        value_dtype, creator_dtype, tmp_path):
+    """A bfloat16 variable (and a float32 one with float16 rows) trains in a tf.function
+    through its shadow; its tf.train.Checkpoint restores into a float32 variable, which then
+    holds exactly the half-precision values."""
+    creator = de.CuckooHashTableCreator(emb_dtype=creator_dtype) if creator_dtype else None
+    var = de.get_variable("half_%s" % value_dtype.name, value_dtype=value_dtype, dim=4,
+                          initializer=tf.keras.initializers.RandomNormal(0, 0.1, seed=1),
+                          kv_creator=creator)
+    assert var.tables[0].spec.emb_dtype == (creator_dtype or value_dtype.name)
+    opt = de.DynamicEmbeddingOptimizer(K.legacy.Adam(0.1))
+    ids = tf.constant([1, 2, 3, 2], tf.int64)
+
+    @tf.function
+    def step():
+        with tf.GradientTape() as tape:
+            emb, trainable = de.embedding_lookup(var, ids, name="half", return_trainable=True)
+            loss = tf.reduce_sum(tf.square(tf.cast(emb, tf.float32) - 1.0))
+        opt.apply_gradients(zip(tape.gradient(loss, [trainable]), [trainable]))
+        return loss
+
+    losses = [float(step()) for _ in range(30)]
+    assert losses[-1] < losses[0] / 20, losses
+    path = tf.train.Checkpoint(v=var).save(str(tmp_path / "ckpt"))
+    wide = de.get_variable("half_wide_%s" % value_dtype.name, dim=4)
+    tf.train.Checkpoint(v=wide).restore(path)
+    values = var.lookup(ids).numpy()
+    np.testing.assert_array_equal(wide.lookup(ids).numpy(), values.astype(np.float32))
+    half = np.float16 if creator_dtype == "float16" else value_dtype.as_numpy_dtype
+    np.testing.assert_array_equal(values.astype(half).astype(np.float32),
+                                  values.astype(np.float32))

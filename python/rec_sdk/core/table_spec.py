@@ -18,7 +18,7 @@ import tensorflow as tf
 
 from rec_sdk.core.tier import MAX_ROWS, TierConfig
 from rec_sdk.ops import table_ops
-from rec_sdk.util.validation import check_int
+from rec_sdk.util.validation import check_dtype_name, check_int
 
 KEY_DTYPES = (tf.int64, tf.int32)
 # The element types a table can store its embeddings in (tf_ops/core/row_precision.h); slots
@@ -29,14 +29,7 @@ EMB_DTYPES = ("float32", "bfloat16", "float16")
 def emb_dtype_name(value, parameter="emb_dtype"):
     """The row dtype `value` names (a tf.DType, NumPy dtype or name) as one of EMB_DTYPES;
     a ValueError naming `parameter` for anything else."""
-    try:
-        name = tf.as_dtype(value).name
-    except TypeError:
-        name = None
-    if name not in EMB_DTYPES:
-        raise ValueError("%s must be one of %s (tf.float32, tf.bfloat16, tf.float16), got %r"
-                         % (parameter, ", ".join(EMB_DTYPES), value))
-    return name
+    return check_dtype_name(parameter, value, EMB_DTYPES, "the element type of the rows")
 
 
 def _as_attr_values(initializer):

@@ -10,6 +10,7 @@ import numpy as np
 import tensorflow as tf
 
 from rec_sdk.util.log import logger
+from rec_sdk.util.validation import check_dtype_name
 
 ROW_DTYPES = ("float32", "float16", "int8")
 
@@ -17,14 +18,7 @@ ROW_DTYPES = ("float32", "float16", "int8")
 def check_row_dtype(value, parameter="row_dtype"):
     """value as one of ROW_DTYPES (a name or tf/NumPy dtype), else a ValueError naming
     `parameter`."""
-    try:
-        name = tf.as_dtype(value).name
-    except TypeError:
-        name = None
-    if name not in ROW_DTYPES:
-        raise ValueError("%s must be one of %s (the dtype of the served rows), got %r"
-                         % (parameter, ", ".join(ROW_DTYPES), value))
-    return name
+    return check_dtype_name(parameter, value, ROW_DTYPES, "the dtype of the served rows")
 
 
 def quantize(values):

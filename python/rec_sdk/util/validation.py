@@ -2,6 +2,8 @@
 what is allowed."""
 import numbers
 
+import tensorflow as tf
+
 from rec_sdk.constants.constants import MAX_INT32 as INT32_MAX  # noqa: F401 (re-exported)
 
 
@@ -42,3 +44,16 @@ def check_bool(name, value):
     if not isinstance(value, bool):
         raise TypeError("%s must be a bool, got %r (%s)" % (name, value, type(value).__name__))
     return value
+
+
+def check_dtype_name(name, value, allowed, what):
+    """value (a tf.DType, NumPy dtype or name) as the name of one of `allowed` (dtype names);
+    a ValueError naming the parameter, `what` it is and the allowed names otherwise."""
+    try:
+        dtype = tf.as_dtype(value).name
+    except TypeError:
+        dtype = None
+    if dtype not in allowed:
+        raise ValueError("%s must be one of %s (%s), got %r"
+                         % (name, ", ".join(allowed), what, value))
+    return dtype
