@@ -110,10 +110,20 @@ def test_a_steps_op_count_over_ranks_is_flat_in_the_table_count():
 
 
 def _tables_over_ranks(tmp_path, ranks, *args, env=None):
-    cluster, tasks = _rank_cluster(ranks)
-    _run_together([([TABLES_WORKER, str(tmp_path / "rank-{rank}.npz")] + list(args),
-                    dict(_env(cluster, job, index), **(env or {})))
-                   for job, index in tasks])
+    for attempt in (1, 2):
+        cluster, tasks = _rank_cluster(ranks)
+        try:
+            _run_together([([TABLES_WORKER, str(tmp_path / "rank-{rank}.npz")] + list(args),
+                            dict(_env(cluster, job, index), **(env or {})))
+                           for job, index in tasks])
+            break
+        except AssertionError as e:
+            # Under a loaded machine the 3-rank run has hung (every rank alive, waiting) about
+            # once in ten suite runs; a second hang in a row fails the test. The first one's
+            # report (each rank's Python stacks after 240 s) is printed for diagnosis.
+            if attempt == 2 or "still running" not in str(e):
+                raise
+            print("rank workers hung; running them again. First run:\n%s" % e)
     shards = [dict(np.load(str(tmp_path / ("rank-%d.npz" % r)))) for r in range(ranks)]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     env.pop("TF_CONFIG", None)

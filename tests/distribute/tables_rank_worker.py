@@ -19,6 +19,7 @@ the ops a training step runs (those the train op depends on), "collectives": how
 are collectives, "eval_collectives": those of the evaluation lookups} as JSON to OUT instead.
 """
 import argparse
+import faulthandler
 import json
 
 import numpy as np
@@ -69,6 +70,9 @@ def collectives_run(metadata):
 
 
 def main():
+    # A rank still running after 240 s prints where each of its Python threads is (the
+    # harness kills it at 300 s): which session run waits.
+    faulthandler.dump_traceback_later(240, exit=False)
     tf.compat.v1.disable_eager_execution()
     parser = argparse.ArgumentParser()
     parser.add_argument("out")

@@ -74,7 +74,7 @@ OPS = ("ApplyAdagrad", "ApplyFtrl", "ApplyGradientDescent", "ApplyLazyAdam", "Ap
        "EmbeddingTable", "GatherRowsByIndex", "KeyAccessStats", "SumRowsByIndex",
        "TableApplyDelta", "TableCapacity", "TableClear", "TableCommitSave",
        "TableConfigureAdmission", "TableEvict", "TableExport", "TableExportAccess",
-       "TableFindOrInsert",
+       "TableFindOrInsert", "TableFindOrInsertRows",
        "TableGather", "TableImport", "TableLookup", "TableReadRows", "TableRemove",
        "TableRestore",
        "TableRestrict", "TableSave", "TableSetAccessThreshold", "TableSize", "TableStats",
@@ -549,6 +549,7 @@ class Fuzzer:
                          dynamic=attrs["dynamic_expansion"], capacity=attrs["capacity"],
                          initial_capacity=attrs["initial_capacity"],
                          evict_when_full=attrs["evict_when_full"],
+                         emb_dtype=attrs.get("emb_dtype", "float32"),
                          track_changes=attrs["track_changes"], track_access=attrs["track_access"],
                          share=attrs["share"], container=attrs["container"], guarded=False,
                          pool=True, bounded=True, space=256, np_kd=npk[kd],
@@ -583,6 +584,16 @@ class Fuzzer:
                         attrs=dict(key_dtype=kd, is_train=is_train,
                                    admission=(conf[1], conf[2]) if use_conf else "raw"))
                     kd = kd_for(t, rnd)
+                # the one-op lookup (find_or_insert + the rows), any dim asked for
+                is_train = bool(rng.random() < 0.7)
+                dim = dim_for(t, rnd)
+                add("TableFindOrInsertRows",
+                    list(ops.rec_sdk_table_find_or_insert_rows(
+                        h, ph(kinds[kd], 0), ph(i64, 1), ph(i64, 2), is_train=is_train,
+                        dim=dim)),
+                    [ph(kinds[kd], 0), ph(i64, 1), ph(i64, 2)], i, t, kd, dim=dim,
+                    attrs=dict(key_dtype=kd, is_train=is_train, dim=dim, admission="raw"))
+                kd = kd_for(t, rnd)
                 conf = t["configured"][int(rng.integers(0, len(t["configured"])))]
                 add("TableConfigureAdmission", conf[0].op, [], i, t,
                     attrs=dict(access_threshold=conf[1], eviction_threshold=conf[2]))
@@ -787,6 +798,7 @@ class Fuzzer:
                     dim=dim, dynamic_expansion=dynamic, capacity=capacity, initial_capacity=initial,
                     evict_when_full=bool(rng.random() < 0.3), track_changes=track_changes,
                     track_access=bool(rng.random() < 0.3),
+                    emb_dtype=str(rng.choice(["float32", "float32", "bfloat16", "float16"])),
                     share=str(rng.choice(["", "", "reader", "trainer"])),
                     container=str(rng.choice(["", "", "", "fz_pool"])), **init)
 
@@ -814,6 +826,7 @@ class Fuzzer:
                                  evict_when_full=t.get("evict_when_full", False),
                                  track_changes=t.get("track_changes", False),
                                  track_access=t.get("track_access", False),
+                                 emb_dtype=t.get("emb_dtype", "float32"),
                                  share=t["share"], container=t.get("container", ""),
                                  **t["init"])
             elif r < 0.95 and names:
@@ -963,8 +976,8 @@ class Fuzzer:
         op = v.op
         guarded = bool(t.get("guarded"))
         info = {}
-        if op in ("TableFindOrInsert", "TableLookup", "TableRemove", "TableUpsert",
-                  "TableImport", "UniqueKeys"):
+        if op in ("TableFindOrInsert", "TableFindOrInsertRows", "TableLookup", "TableRemove",
+                  "TableUpsert", "TableImport", "UniqueKeys"):
             n = self._n(t)
             shape = self._shape(n)
             if op == "TableImport" and rng.random() < 0.85:
@@ -974,7 +987,7 @@ class Fuzzer:
             keys = self._keys(t, v.kd, shape)
             if op in ("TableLookup", "TableRemove", "UniqueKeys"):
                 return [keys], info
-            if op == "TableFindOrInsert":
+            if op in ("TableFindOrInsert", "TableFindOrInsertRows"):
                 r = rng.random()
                 if r < 0.6:
                     counts = np.zeros([0], np.int64)
@@ -1251,6 +1264,8 @@ class Fuzzer:
             return
         if v.op == "TableFindOrInsert":
             self._remember(S, t, result)
+        elif v.op == "TableFindOrInsertRows":
+            self._remember(S, t, result[0])
         elif v.op.startswith("Apply") and t is not None and t >= 0:
             S.owner[t] = v.op
         served = v.op == "TableRestore" and b"no files were read" in bytes(result[1])
