@@ -566,6 +566,18 @@ assert "rec_sdk" not in sys.modules
 """
 
 
+def _served(tmp_path, probe):
+    """The predictions for `probe` of the SavedModel in tmp_path/serving, loaded by a process
+    without rec_sdk (_PLAIN_LOADER)."""
+    np.save(str(tmp_path / "probe.npy"), probe)
+    script = tmp_path / "load.py"
+    script.write_text(_PLAIN_LOADER)
+    subprocess.run([sys.executable, str(script), str(tmp_path / "serving"),
+                    str(tmp_path / "probe.npy"), str(tmp_path / "out.npy")], check=True,
+                   env={"PATH": "/usr/bin:/bin", "TF_CPP_MIN_LOG_LEVEL": "2"})
+    return np.load(str(tmp_path / "out.npy"))
+
+
 def test_keras_model_exports_for_serving_without_the_plugin(tmp_path):
     """rec_sdk.serving.export_keras_model: a SavedModel of stock ops, loaded by a process
     that never imports rec_sdk, predicts what the model predicts (keys never trained read the
@@ -577,13 +589,7 @@ def test_keras_model_exports_for_serving_without_the_plugin(tmp_path):
     expected = model.predict(probe, verbose=0)
     rows = serving.export_keras_model(model, str(tmp_path / "serving"))
     assert rows == int(emb.params.size()) == 5
-    np.save(str(tmp_path / "probe.npy"), probe)
-    script = tmp_path / "load.py"
-    script.write_text(_PLAIN_LOADER)
-    subprocess.run([sys.executable, str(script), str(tmp_path / "serving"),
-                    str(tmp_path / "probe.npy"), str(tmp_path / "out.npy")], check=True,
-                   env={"PATH": "/usr/bin:/bin", "TF_CPP_MIN_LOG_LEVEL": "2"})
-    np.testing.assert_allclose(np.load(str(tmp_path / "out.npy")), expected, rtol=1e-6)
+    np.testing.assert_allclose(_served(tmp_path, probe), expected, rtol=1e-6)
 
 
 def test_keras_model_exports_int8_rows_for_serving(tmp_path):
@@ -595,13 +601,7 @@ def test_keras_model_exports_int8_rows_for_serving(tmp_path):
     probe = np.array([[1, 2], [3, 77], [4, 5]], np.int64)
     expected = model.predict(probe, verbose=0)
     serving.export_keras_model(model, str(tmp_path / "serving"), row_dtype="int8")
-    np.save(str(tmp_path / "probe.npy"), probe)
-    script = tmp_path / "load.py"
-    script.write_text(_PLAIN_LOADER)
-    subprocess.run([sys.executable, str(script), str(tmp_path / "serving"),
-                    str(tmp_path / "probe.npy"), str(tmp_path / "out.npy")], check=True,
-                   env={"PATH": "/usr/bin:/bin", "TF_CPP_MIN_LOG_LEVEL": "2"})
-    served = np.load(str(tmp_path / "out.npy"))
+    served = _served(tmp_path, probe)
     np.testing.assert_allclose(served, expected, atol=5e-3)
     stored = tf.train.list_variables(str(tmp_path / "serving" / "variables" / "variables"))
     reader = tf.train.load_checkpoint(str(tmp_path / "serving" / "variables" / "variables"))

@@ -1,7 +1,5 @@
 #include "tf_ops/core/row_precision.h"
 
-#include <vector>
-
 namespace rec_sdk {
 
 const char* RowDtypeName(RowDtype dtype) {
@@ -25,21 +23,6 @@ Status RowDtypeFromName(const std::string& name, RowDtype* dtype) {
   }
   return Status::InvalidArgument("emb_dtype '" + name +
                                  "' is not a row dtype: use float32, bfloat16 or float16");
-}
-
-void ConvertRow(RowDtype from, const void* src, int n, RowDtype to, void* dst) {
-  if (from == to) {
-    std::memcpy(dst, src, static_cast<size_t>(n) * RowDtypeBytes(from));
-    return;
-  }
-  if (to == RowDtype::kFloat32) {
-    DecodeRow(from, src, n, static_cast<float*>(dst));
-    return;
-  }
-  thread_local std::vector<float> scratch;
-  scratch.resize(n);
-  DecodeRow(from, src, n, scratch.data());
-  EncodeRowNearest(to, scratch.data(), n, dst);
 }
 
 }  // namespace rec_sdk

@@ -198,9 +198,6 @@ inline void EncodeRowStochastic(RowDtype dtype, const float* in, int n, const Ro
   }
 }
 
-// Converts n elements between two dtypes (rounding to nearest when narrowing).
-void ConvertRow(RowDtype from, const void* src, int n, RowDtype to, void* dst);
-
 }  // namespace rec_sdk
 
 #endif  // REC_SDK_CORE_ROW_PRECISION_H_

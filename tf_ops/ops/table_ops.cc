@@ -17,14 +17,17 @@ using tensorflow::shape_inference::ShapeHandle;
 namespace {
 
 // values = keys.shape + [dim]
-absl::Status RowsOfInputShape(InferenceContext* c) {
+// Output `output` is rows of input 1 (keys or addresses): its shape + [dim].
+absl::Status SetRowsOfInputShape(InferenceContext* c, int output) {
   int64_t dim;
   TF_RETURN_IF_ERROR(c->GetAttr("dim", &dim));
   ShapeHandle out;
   TF_RETURN_IF_ERROR(c->Concatenate(c->input(1), c->Vector(dim), &out));
-  c->set_output(0, out);
+  c->set_output(output, out);
   return absl::OkStatus();
 }
+
+absl::Status RowsOfInputShape(InferenceContext* c) { return SetRowsOfInputShape(c, 0); }
 
 // Limits and names the Python package reads from the op definitions (their attributes'
 // defaults), so that each is written once, in the core.
@@ -120,12 +123,7 @@ REGISTER_OP(REC_SDK_OP_NAME(TableFindOrInsertRows))
     .SetIsStateful()
     .SetShapeFn([](InferenceContext* c) {
       c->set_output(0, c->input(1));
-      int64_t dim;
-      TF_RETURN_IF_ERROR(c->GetAttr("dim", &dim));
-      ShapeHandle out;
-      TF_RETURN_IF_ERROR(c->Concatenate(c->input(1), c->Vector(dim), &out));
-      c->set_output(1, out);
-      return absl::OkStatus();
+      return SetRowsOfInputShape(c, 1);
     })
     .Doc(R"doc(
 TableFindOrInsert and TableGather of its addresses in one op: the rows (keys.shape + [dim];
