@@ -27,8 +27,9 @@ keys never seen before up to --memory-keys keys: RSS growth divided by the keys 
 Scaling (--scaling): rec_sdk train steps of the table benchmark's workload (65,536 Zipf keys,
 dim 16, LazyAdam) on a table pre-filled with 1M to 20M keys: step time and bytes per key.
 
-Precision (--precision): the scaling measurement per row dtype (float32, bfloat16, float16)
-at dim 64 with row-wise Adagrad and at dim 16 with LazyAdam (float32 slots), on a table of
+Precision (--precision): the scaling measurement per row dtype (float32, bfloat16, float16
+rows with float32 slots; bfloat16 rows with bfloat16 slots) at dim 64 with row-wise Adagrad
+(its one float per row stays float32) and at dim 16 with LazyAdam, on a table of
 --precision-keys keys, the dtypes alternating in --rounds rounds: bytes per key and train
 step time, each as a ratio to float32 of the same round.
 
@@ -249,7 +250,8 @@ def scaling_worker(args):
     before = rss_bytes(trim=True)
     dim = args.dim or DIM
     table = create_table(tf.int64, dim, "scaling", tf.compat.v1.random_uniform_initializer(
-        -0.05, 0.05, seed=1), device_vocabulary_size=1 << 20, emb_dtype=args.emb_dtype)
+        -0.05, 0.05, seed=1), device_vocabulary_size=1 << 20, emb_dtype=args.emb_dtype,
+        slot_dtype=args.slot_dtype)
     fill = tf.compat.v1.placeholder(tf.int64, [None])
     fill_op = tf.group(sparse_lookup(table, fill, is_train=True, name="fill"))
     keys = tf.compat.v1.placeholder(tf.int64, [BATCH])
@@ -313,6 +315,7 @@ def main():
     parser.add_argument("--dim", type=int, default=0, help="(scaling worker) dim")
     parser.add_argument("--optimizer", default="lazy_adam", help="(scaling worker)")
     parser.add_argument("--emb-dtype", default="float32", help="(scaling worker)")
+    parser.add_argument("--slot-dtype", default="float32", help="(scaling worker)")
     parser.add_argument("--plot", default=None, help="PNG of the scaling figures")
     parser.add_argument("--dlrm-top", default="256,128",
                         help="widths of DLRM's top MLP layers before the logit")
@@ -400,7 +403,14 @@ def main():
 
 
 PRECISION_CASES = ((64, "rowwise_adagrad"), (16, "lazy_adam"))
-PRECISION_DTYPES = ("float32", "bfloat16", "float16")
+# (emb_dtype, slot_dtype); bfloat16 slots only where the slots have dim values.
+PRECISION_DTYPES = (("float32", "float32"), ("bfloat16", "float32"), ("float16", "float32"),
+                    ("bfloat16", "bfloat16"))
+
+
+def _precision_dtypes(optimizer):
+    return [d for d in PRECISION_DTYPES
+            if d[1] == "float32" or optimizer != "rowwise_adagrad"]
 
 
 def precision(args):
@@ -408,29 +418,30 @@ def precision(args):
     results = {}
     for _ in range(args.rounds):
         for dim, optimizer in PRECISION_CASES:
-            for dtype in PRECISION_DTYPES:
+            for dtype, slot_dtype in _precision_dtypes(optimizer):
                 r = _spawn(["--scaling-worker", str(args.precision_keys), "--steps", "30",
                             "--dim", str(dim), "--optimizer", optimizer,
-                            "--emb-dtype", dtype])
-                results.setdefault((dim, optimizer, dtype), []).append(r)
+                            "--emb-dtype", dtype, "--slot-dtype", slot_dtype])
+                results.setdefault((dim, optimizer, dtype, slot_dtype), []).append(r)
     print("\nprecision: rec_sdk train step (65,536 Zipf keys) on a table of %d keys, per row "
-          "dtype (float32 slots); medians of %d rounds, ratios to float32 per round"
+          "and slot dtype; medians of %d rounds, ratios to float32 per round"
           % (args.precision_keys, args.rounds))
-    print("| dim, optimizer | emb_dtype | bytes/key | x float32 | ms/step | x float32 |")
-    print("|---|---|---|---|---|---|")
+    print("| dim, optimizer | emb_dtype | slot_dtype | bytes/key | x float32 | ms/step "
+          "| x float32 |")
+    print("|---|---|---|---|---|---|---|")
     for dim, optimizer in PRECISION_CASES:
-        base = results[(dim, optimizer, "float32")]
-        for dtype in PRECISION_DTYPES:
-            runs = results[(dim, optimizer, dtype)]
+        base = results[(dim, optimizer, "float32", "float32")]
+        for dtype, slot_dtype in _precision_dtypes(optimizer):
+            runs = results[(dim, optimizer, dtype, slot_dtype)]
             if any("error" in r for r in runs + base):
-                print("| %d, %s | %s | %s | | | |" % (dim, optimizer, dtype, [
+                print("| %d, %s | %s | %s | %s | | | |" % (dim, optimizer, dtype, slot_dtype, [
                     r.get("error") for r in runs + base if "error" in r][0]))
                 continue
             med = lambda rs, k: statistics.median(r[k] for r in rs)
             ratio = lambda k: statistics.median(r[k] / b[k] for r, b in zip(runs, base))
-            print("| %d, %s | %s | %.0f | %.2fx | %.1f | %.2fx |" % (
-                dim, optimizer, dtype, med(runs, "bytes_per_key"), ratio("bytes_per_key"),
-                med(runs, "ms_per_step"), ratio("ms_per_step")))
+            print("| %d, %s | %s | %s | %.0f | %.2fx | %.1f | %.2fx |" % (
+                dim, optimizer, dtype, slot_dtype, med(runs, "bytes_per_key"),
+                ratio("bytes_per_key"), med(runs, "ms_per_step"), ratio("ms_per_step")))
 
 
 def plot(results, path):

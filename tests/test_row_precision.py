@@ -1,6 +1,6 @@
-"""Half-precision rows (create_table(emb_dtype=...), de value_dtype / kv_creator emb_dtype):
-every sparse optimizer against its NumPy reference followed by stochastic rounding with the
-same random bits (recomputed here from their definition in tf_ops/core/row_precision.h),
+"""Half-precision rows and slots (create_table(emb_dtype=..., slot_dtype=...), de value_dtype /
+kv_creator emb_dtype and slot_dtype): every sparse optimizer against its NumPy reference
+followed by stochastic rounding with the same random bits (recomputed here from their definition in tf_ops/core/row_precision.h),
 checkpoints across dtypes (Saver and TF2), the SSD tier, and bad dtypes refused by name."""
 import os
 
@@ -76,20 +76,54 @@ def _ulp(x, dtype):
         dtype]))).astype(np.float64) * (65536 if dtype == "bfloat16" else 1)
 
 
+def nearest_bfloat16(values):
+    """float32 values rounded to the nearest bfloat16 (ties to even), as float32."""
+    b = np.asarray(values, np.float32).view(np.uint32).astype(np.uint64)
+    b = (b + 0x7FFF + ((b >> 16) & 1)) & 0xFFFF0000
+    return b.astype(np.uint32).view(np.float32)
+
+
 STEPS = [[1, 2, 3, 2], [2, 4, 5], [1, 5, 6, 6, 6], [3, 4]]
+# (emb_dtype, slot_dtype) pairs: half rows with float32 slots, bfloat16 slots with either rows.
+DTYPES = [("bfloat16", "float32"), ("float16", "float32"), ("bfloat16", "bfloat16"),
+          ("float32", "bfloat16")]
 
 
-@pytest.mark.parametrize("dtype", sorted(HALF))
+class _Rounding:
+    """Compares a kernel's row or slot with the reference's float32 result rounded
+    stochastically with the row update's bits from element `first` on (or, in float32,
+    closely), counting the elements that landed on the other neighbour."""
+
+    def __init__(self):
+        self.mismatches = self.total = 0
+
+    def check(self, got, wanted, dtype, bits, first, what):
+        got = np.atleast_1d(got)
+        if dtype == "float32":
+            np.testing.assert_allclose(got, wanted, rtol=1e-5, atol=1e-6, err_msg=what)
+            return
+        rounded = stochastic_round(np.atleast_1d(wanted), dtype, bits[first:first + got.size])
+        self.total += got.size
+        self.mismatches += int((rounded != got).sum())
+        # float32 arithmetic in the kernel may put a value one float32 ulp across a rounding
+        # threshold: then it lands on the other neighbour, one ulp away.
+        assert np.all(np.abs(rounded - got) <= _ulp(rounded, dtype) * 1.01), (what, rounded,
+                                                                               got)
+
+
+@pytest.mark.parametrize("dtype,slot_dtype", DTYPES)
 @pytest.mark.parametrize("name", sorted(OPTIMIZERS))
-def test_optimizers_match_reference_with_stochastic_rounding(name, dtype):
+def test_optimizers_match_reference_with_stochastic_rounding(name, dtype, slot_dtype):
     """Each step: the kernel's rows equal the reference update of the rows it started from,
-    rounded with RoundingBits(seed, key, step); slots stay float32 and match."""
+    rounded with RoundingBits(seed, key, step) (elements 0 .. DIM-1); bfloat16 slots of DIM
+    values likewise (slot s: elements (s + 1) * DIM on), one float per row stays float32."""
     init(use_dynamic_expansion=True)
     _, by_addr, make_ref = OPTIMIZERS[name]
     ref = make_ref()
     table = create_table(tf.int64, DIM, "half_" + name,
                          tf.compat.v1.truncated_normal_initializer(stddev=0.5, seed=7),
-                         device_vocabulary_size=64, emb_dtype=HALF[dtype])
+                         device_vocabulary_size=64, emb_dtype=dtype, slot_dtype=slot_dtype)
+    assert table.spec.slot_dtype == slot_dtype
     seed = table.spec.initializer["seed"]
     ids = tf.compat.v1.placeholder(tf.int64, [None])
     weights = tf.compat.v1.placeholder(tf.float32, [None, DIM])
@@ -100,12 +134,15 @@ def test_optimizers_match_reference_with_stochastic_rounding(name, dtype):
     export = table.export()
     all_keys = sorted(set(sum(STEPS, [])))
     initial_values = table.lookup(tf.constant(all_keys, tf.int64), init_missing=True)
+    half_slots = slot_dtype != "float32" and getattr(ref, "slot_width", DIM) == DIM
+    # New rows' slots start from the initial values in the slots' dtype.
+    initial_slots = [nearest_bfloat16(v) if half_slots else v for v in ref.initial_slots()]
     rng = np.random.default_rng(3)
+    rounding = _Rounding()
     with new_session() as sess:
         sess.run(tf.compat.v1.global_variables_initializer())
         initial = dict(zip(all_keys, sess.run(initial_values)[0]))
         before = {}
-        mismatches = total = 0
         for step, batch in enumerate(STEPS, start=1):
             w = rng.normal(0, 1, (len(batch), DIM)).astype(np.float32)
             sess.run(train, {ids: batch, weights: w})
@@ -117,23 +154,21 @@ def test_optimizers_match_reference_with_stochastic_rounding(name, dtype):
                     continue
                 grad = sum(w[p].astype(np.float64) for p, k in enumerate(batch) if k == key)
                 # A new row starts from its initial values, rounded to the table's dtype.
-                start, start_slots = before.get(key, (initial[key], ref.initial_slots()))
+                start, start_slots = before.get(key, (initial[key], initial_slots))
                 wanted, wanted_slots = ref.update(start, start_slots, grad, step)
-                rounded = stochastic_round(wanted, dtype, rounding_bits(seed, key, step, DIM))
-                total += DIM
-                differ = rounded != values[i]
-                mismatches += int(differ.sum())
-                # float32 arithmetic in the kernel may put a value one float32 ulp across a
-                # rounding threshold: then it lands on the other neighbour, one ulp away.
-                assert np.all(np.abs(rounded - values[i]) <= _ulp(rounded, dtype) * 1.01), (
-                    key, step, rounded, values[i])
+                bits = rounding_bits(seed, key, step, DIM * (1 + ref.num_slots))
+                where = "key %d step %d" % (key, step)
+                rounding.check(values[i], wanted, dtype, bits, 0, where)
                 for s in range(ref.num_slots):
-                    np.testing.assert_allclose(slots[s][i], wanted_slots[s], rtol=1e-5,
-                                               atol=1e-6)
+                    rounding.check(slots[s][i], wanted_slots[s],
+                                   slot_dtype if half_slots else "float32", bits,
+                                   (s + 1) * DIM, "slot %d of %s" % (s, where))
             before = {int(k): (values[i], [slots[s][i] for s in range(ref.num_slots)])
                       for i, k in enumerate(keys)}
-        assert total > 20
-        assert mismatches <= max(1, total // 50), (mismatches, total)
+        if dtype != "float32" or (half_slots and ref.num_slots):
+            assert rounding.total > 20
+        assert rounding.mismatches <= max(1, rounding.total // 50), (rounding.mismatches,
+                                                                     rounding.total)
 
 
 @pytest.mark.parametrize("dtype", sorted(HALF))
@@ -176,6 +211,12 @@ def test_bad_emb_dtypes_are_refused_naming_the_parameter():
             create_table(tf.int64, 4, "bad", tf.compat.v1.zeros_initializer(), emb_dtype=bad)
         with pytest.raises(ValueError, match="emb_dtype"):
             de.CuckooHashTableCreator(emb_dtype=bad)
+    for bad in (tf.float16, "float64", tf.int32):
+        with pytest.raises(ValueError, match="slot_dtype must be one of float32, bfloat16 .*"
+                                             "float16 cannot hold squared gradients"):
+            create_table(tf.int64, 4, "bad", tf.compat.v1.zeros_initializer(), slot_dtype=bad)
+        with pytest.raises(ValueError, match="slot_dtype"):
+            de.CuckooHashTableCreator(slot_dtype=bad)
     with pytest.raises(ValueError, match="kv_creator's emb_dtype"):
         de.get_variable("v", value_dtype=tf.float16, dim=2,
                         kv_creator=de.CuckooHashTableCreator(emb_dtype=tf.bfloat16))
@@ -209,11 +250,14 @@ def test_de_half_value_dtype_trains_and_round_trips(dtype):
 
 def test_kv_creator_emb_dtype_keeps_a_float32_variable_in_bfloat16_rows(tmp_path):
     """A float32 variable with CuckooHashTableCreator(emb_dtype=tf.bfloat16): float32 API,
-    bfloat16 rows (also through a TieredTableCreator's SSD tier), trained like float32."""
+    bfloat16 rows (also through a TieredTableCreator's SSD tier, and with bfloat16 Adagrad
+    accumulators: slot_dtype), trained like float32."""
     losses = {}
     for label, creator in (
             ("float32", None),
             ("bfloat16", de.CuckooHashTableCreator(emb_dtype=tf.bfloat16)),
+            ("bfloat16 slots", de.CuckooHashTableCreator(emb_dtype=tf.bfloat16,
+                                                         slot_dtype=tf.bfloat16)),
             ("tiered", de.TieredTableCreator(8, str(tmp_path), emb_dtype="bfloat16"))):
         graph = tf.Graph()
         with graph.as_default():
@@ -234,7 +278,10 @@ def test_kv_creator_emb_dtype_keeps_a_float32_variable_in_bfloat16_rows(tmp_path
                 losses[label] = np.mean([sess.run(loss, {ids: b}) for b in batches])
                 if label != "float32":
                     assert v.tables[0].spec.emb_dtype == "bfloat16"
+                assert v.tables[0].spec.slot_dtype == (
+                    "bfloat16" if label == "bfloat16 slots" else "float32")
     assert losses["float32"] < 0.05, losses
     assert abs(losses["bfloat16"] - losses["float32"]) < 0.01, losses
+    assert abs(losses["bfloat16 slots"] - losses["float32"]) < 0.01, losses
     # The tier trains the same rows: bit-identical to all in memory.
     assert losses["tiered"] == losses["bfloat16"], losses

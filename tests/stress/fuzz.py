@@ -550,6 +550,7 @@ class Fuzzer:
                          initial_capacity=attrs["initial_capacity"],
                          evict_when_full=attrs["evict_when_full"],
                          emb_dtype=attrs.get("emb_dtype", "float32"),
+                         slot_dtype=attrs.get("slot_dtype", "float32"),
                          track_changes=attrs["track_changes"], track_access=attrs["track_access"],
                          share=attrs["share"], container=attrs["container"], guarded=False,
                          pool=True, bounded=True, space=256, np_kd=npk[kd],
@@ -799,6 +800,7 @@ class Fuzzer:
                     evict_when_full=bool(rng.random() < 0.3), track_changes=track_changes,
                     track_access=bool(rng.random() < 0.3),
                     emb_dtype=str(rng.choice(["float32", "float32", "bfloat16", "float16"])),
+                    slot_dtype=str(rng.choice(["float32", "float32", "bfloat16"])),
                     share=str(rng.choice(["", "", "reader", "trainer"])),
                     container=str(rng.choice(["", "", "", "fz_pool"])), **init)
 
@@ -827,6 +829,7 @@ class Fuzzer:
                                  track_changes=t.get("track_changes", False),
                                  track_access=t.get("track_access", False),
                                  emb_dtype=t.get("emb_dtype", "float32"),
+                                 slot_dtype=t.get("slot_dtype", "float32"),
                                  share=t["share"], container=t.get("container", ""),
                                  **t["init"])
             elif r < 0.95 and names:
@@ -856,7 +859,7 @@ class Fuzzer:
             made += 1
         # Attributes the op definition itself rejects (checked when the graph is built).
         for bad in (dict(dim=0), dict(dim=-1), dict(capacity=-1), dict(share="bogus"),
-                    dict(initial_capacity=-5)):
+                    dict(initial_capacity=-5), dict(slot_dtype="float16")):
             attrs = dict(table_name="fz_bad", key_dtype=tf.int64, dim=1, dynamic_expansion=True,
                          capacity=0, initializer="constant", shared_name="fz_bad")
             attrs.update(bad)

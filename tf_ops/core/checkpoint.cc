@@ -370,9 +370,10 @@ Status SaveTableFiles(EmbeddingTable* table, const std::string& dir, int64_t* ro
       if (num_slots == 0) return Status::Ok();
       REC_SDK_RETURN_IF_ERROR(view.ForEachRow(
           [&](int64_t, const char* record, uint32_t, int64_t) -> Status {
+            float slot[EmbeddingTable::kMaxDim];
             for (int s = 0; s < num_slots; ++s) {
-              REC_SDK_RETURN_IF_ERROR(writers[2 + s]->Write(view.Slot(record, s),
-                                                           info.slot_width * sizeof(float)));
+              view.ReadSlot(record, s, slot);
+              REC_SDK_RETURN_IF_ERROR(writers[2 + s]->Write(slot, info.slot_width * sizeof(float)));
             }
             return Status::Ok();
           }, delta));

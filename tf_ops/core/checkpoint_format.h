@@ -6,7 +6,8 @@
 //   keys.bin       int64 per row
 //   values.bin     dim elements of emb_dtype per row (the embedding: float32, or bfloat16 /
 //                  float16 for half-precision tables, as meta.txt says)
-//   slot<i>.bin    float32 x dim per row, one file per optimizer slot
+//   slot<i>.bin    float32 x slot width per row, one file per optimizer slot (bfloat16 slots
+//                  widen exactly, so any slot dtype restores into any other)
 //   counts.bin     uint32 per row (admission count)
 //   last_seen.bin  int64 per row (last-seen clock: data timestamp, global step or tick)
 //   pending.bin    (int64 key, int64 count, int64 last_seen) per key counting towards admission

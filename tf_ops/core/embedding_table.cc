@@ -50,6 +50,8 @@ EmbeddingTable::EmbeddingTable(const TableConfig& config)
       pages_(new std::atomic<DirectoryPage*>[kMaxPages]),
       row_bytes_(RowBytesFor(0, config.dim)),
       slot_width_(config.dim),
+      slot_dtype_(SlotDtypeFor(config.dim)),
+      slot_bytes_(SlotBytesFor(config.dim)),
       tier_(this) {
   for (int64_t i = 0; i < kMaxPages; ++i) pages_[i].store(nullptr, std::memory_order_relaxed);
   pending_.set_seed(index_.seed());
@@ -73,6 +75,11 @@ Status EmbeddingTable::Create(const TableConfig& config, std::unique_ptr<Embeddi
                                    "': initial_capacity must be in [0, " +
                                    std::to_string(kMaxRows) + "], got " +
                                    std::to_string(config.initial_capacity));
+  }
+  if (config.slot_dtype == RowDtype::kFloat16) {
+    return Status::InvalidArgument("table '" + config.name + "': slot_dtype must be float32 or "
+                                   "bfloat16, got float16 (squared gradients below 6e-8 would "
+                                   "vanish in optimizer accumulators)");
   }
   REC_SDK_RETURN_IF_ERROR(config.initializer.Validate());
   if (!config.initializer.values.empty() &&
@@ -207,9 +214,7 @@ void EmbeddingTable::InitializeRowLocked(int64_t row, int64_t key, int64_t last_
     InitializeRow(config_.initializer, key, config_.dim, initial.data());
     WriteEmbedding(record, initial.data());
   }
-  for (int s = 0; s < num_slots_; ++s) {
-    std::fill_n(SlotIn(record, s), slot_width_, slots_.initial_values[s]);
-  }
+  for (int s = 0; s < num_slots_; ++s) FillSlot(record, s, slots_.initial_values[s]);
   MarkChanged(row);
   RowMeta& meta = MetaOf(row);
   meta.key = key;
@@ -462,9 +467,11 @@ Status EmbeddingTable::Lookup(const int64_t* keys, int64_t n, bool init_missing,
         }
         if (slot >= 0) {
           if (row >= 0 && slot_width_ == 1) {
-            std::fill_n(dst, dim, *SlotIn(record, slot));  // one value per row, repeated
+            float value;
+            ReadSlot(record, slot, &value);
+            std::fill_n(dst, dim, value);  // one value per row, repeated
           } else if (row >= 0) {
-            std::memcpy(dst, SlotIn(record, slot), dim * sizeof(float));
+            ReadSlot(record, slot, dst);
           } else {
             std::fill_n(dst, dim, init_missing ? slots_.initial_values[slot] : 0.0f);
           }
@@ -551,10 +558,17 @@ void EmbeddingTable::WriteRowsLocked(const int64_t* rows, int64_t n, int64_t cos
   const int dim = config_.dim;
   const uint64_t seed = config_.initializer.seed;
   const uint64_t step = update_step_.load(std::memory_order_relaxed);
+  const RowDtype slot_dtype = slot_dtype_;
+  const int slot_width = slot_width_;
   run(n, cost_per_row, [&](int64_t first, int64_t last) {
     float* slots[kMaxSlots];
     thread_local std::vector<float> scratch;
     if (dtype != RowDtype::kFloat32) scratch.resize(dim);
+    thread_local std::vector<float> slot_scratch;
+    if (slot_dtype != RowDtype::kFloat32) {
+      slot_scratch.resize(size_t(num_slots) * slot_width);
+      for (int s = 0; s < num_slots; ++s) slots[s] = slot_scratch.data() + s * slot_width;
+    }
     for (int64_t i = first; i < last; ++i) {
       if (i + kPrefetchDistance < last && rows[i + kPrefetchDistance] >= 0) {
         const char* ahead = RecordOf(rows[i + kPrefetchDistance]);
@@ -563,15 +577,34 @@ void EmbeddingTable::WriteRowsLocked(const int64_t* rows, int64_t n, int64_t cos
       const int64_t row = rows[i];
       if (row < 0) continue;
       char* record = RecordOf(row);
-      for (int s = 0; s < num_slots; ++s) slots[s] = SlotIn(record, s);
-      if (dtype == RowDtype::kFloat32) {
+      if (dtype == RowDtype::kFloat32 && slot_dtype == RowDtype::kFloat32) {
+        for (int s = 0; s < num_slots; ++s) slots[s] = reinterpret_cast<float*>(SlotIn(record, s));
         update(i, reinterpret_cast<float*>(EmbeddingIn(record)), slots);
-      } else {
-        // Updated in float32, rounded back stochastically.
+        MarkChanged(row);
+        continue;
+      }
+      // Updated in float32, the half-precision parts rounded back stochastically: the
+      // embedding's elements first, then each slot's (RoundingBits).
+      const RoundingBits bits(seed, MetaOf(row).key, step);
+      float* value = reinterpret_cast<float*>(EmbeddingIn(record));
+      if (dtype != RowDtype::kFloat32) {
         ReadEmbedding(record, scratch.data());
-        update(i, scratch.data(), slots);
-        const RoundingBits bits(seed, MetaOf(row).key, step);
-        EncodeRowStochastic(dtype, scratch.data(), dim, bits, EmbeddingIn(record));
+        value = scratch.data();
+      }
+      if (slot_dtype == RowDtype::kFloat32) {
+        for (int s = 0; s < num_slots; ++s) slots[s] = reinterpret_cast<float*>(SlotIn(record, s));
+      } else {
+        for (int s = 0; s < num_slots; ++s) ReadSlot(record, s, slots[s]);
+      }
+      update(i, value, slots);
+      if (dtype != RowDtype::kFloat32) {
+        EncodeRowStochastic(dtype, value, dim, bits, EmbeddingIn(record));
+      }
+      if (slot_dtype != RowDtype::kFloat32) {
+        for (int s = 0; s < num_slots; ++s) {
+          EncodeRowStochastic(slot_dtype, slots[s], slot_width, bits, SlotIn(record, s),
+                              int64_t{s + 1} * dim);
+        }
       }
       MarkChanged(row);
     }

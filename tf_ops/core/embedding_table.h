@@ -235,9 +235,17 @@ class EmbeddingTable {
     return pages_[c >> kPageBits].load(std::memory_order_acquire)->chunks[c & (kPageSize - 1)].load(
         std::memory_order_acquire);
   }
-  // Bytes of one row record with num_slots slots of `width` floats.
+  // Slots of `width` values per row: one float per row stays float32, dim values take
+  // config_.slot_dtype.
+  RowDtype SlotDtypeFor(int width) const {
+    return width == 1 ? RowDtype::kFloat32 : config_.slot_dtype;
+  }
+  size_t SlotBytesFor(int width) const {
+    return size_t(width) * RowDtypeBytes(SlotDtypeFor(width));
+  }
+  // Bytes of one row record with num_slots slots of `width` values.
   size_t RowBytesFor(int num_slots, int width) const {
-    const size_t bytes = sizeof(RowMeta) + emb_bytes_ + sizeof(float) * size_t(num_slots) * width;
+    const size_t bytes = sizeof(RowMeta) + emb_bytes_ + size_t(num_slots) * SlotBytesFor(width);
     return (bytes + 7) / 8 * 8;
   }
   size_t ChunkBytes() const { return (size_t{1} << chunk_shift_) * row_bytes_; }
@@ -247,12 +255,23 @@ class EmbeddingTable {
   // A record's embedding (dim elements of emb_dtype, padded to 4 bytes), then its slots.
   static char* EmbeddingIn(char* record) { return record + sizeof(RowMeta); }
   static const char* EmbeddingIn(const char* record) { return record + sizeof(RowMeta); }
-  // Slot s of a record starts s * slot_width floats after the embedding.
-  float* SlotIn(char* record, int s) const {
-    return reinterpret_cast<float*>(record + sizeof(RowMeta) + emb_bytes_) + s * slot_width_;
+  // Slot s of a record starts s * slot_width values of slot_dtype_ after the embedding.
+  char* SlotIn(char* record, int s) const {
+    return record + sizeof(RowMeta) + emb_bytes_ + s * slot_bytes_;
   }
-  const float* SlotIn(const char* record, int s) const {
+  const char* SlotIn(const char* record, int s) const {
     return SlotIn(const_cast<char*>(record), s);
+  }
+  // Slot s of a record in float32; float32 values written into it (rounded to nearest), or
+  // one value in every element.
+  void ReadSlot(const char* record, int s, float* out) const {
+    DecodeRow(slot_dtype_, SlotIn(record, s), slot_width_, out);
+  }
+  void WriteSlot(char* record, int s, const float* in) const {
+    EncodeRowNearest(slot_dtype_, in, slot_width_, SlotIn(record, s));
+  }
+  void FillSlot(char* record, int s, float value) const {
+    FillRow(slot_dtype_, value, slot_width_, SlotIn(record, s));
   }
   // The embedding of a record in float32, and a float32 embedding written into a record
   // (rounded to nearest).
@@ -373,8 +392,7 @@ class EmbeddingTable {
   const int chunk_shift_;
   const uint32_t tag_;
   const int64_t max_rows_;
-  // Bytes of a record's embedding: dim elements of emb_dtype, padded to 4 (the slots after
-  // it are float32).
+  // Bytes of a record's embedding: dim elements of emb_dtype, padded to 4 (the slots follow).
   const size_t emb_bytes_;
 
   // Shared by batch operations, exclusive for structural ones.
@@ -406,6 +424,8 @@ class EmbeddingTable {
   size_t row_bytes_;
   int num_slots_ = 0;
   int slot_width_;  // dim until an optimizer with one float per row attaches its slots
+  RowDtype slot_dtype_;  // SlotDtypeFor(slot_width_)
+  size_t slot_bytes_;    // SlotBytesFor(slot_width_)
   TableSlots slots_;  // the slots' optimizer and initial values (table_slots.h)
   // Changes since the last save (delta checkpoints, HoldsCheckpoint) and push.
   TableChangeSet changes_;

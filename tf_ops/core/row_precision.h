@@ -1,8 +1,9 @@
 // Row precision: the element type a table stores its embeddings in, and the conversions
 // between it and the float32 the model sees.
 //
-// A table's embedding is float32 (the default), bfloat16 or float16; optimizer slots stay
-// float32. Lookups decode to float32. Values written from outside (upsert, import, restore,
+// A table's embedding is float32 (the default), bfloat16 or float16; optimizer slots of dim
+// values are float32 (the default) or bfloat16 (TableConfig::slot_dtype). Lookups decode to
+// float32. Values written from outside (upsert, import, restore,
 // initialisation) round to nearest, ties to even. Optimizer updates run in float32 on a
 // decoded copy and round stochastically on the way back: the result is the lower or the upper
 // neighbour with probabilities proportional to closeness, so small updates are not lost in
@@ -12,6 +13,7 @@
 #ifndef REC_SDK_CORE_ROW_PRECISION_H_
 #define REC_SDK_CORE_ROW_PRECISION_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -126,7 +128,8 @@ constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
 }  // namespace precision
 
 // The stochastic rounding bits of one row update: element j uses bits 16*(j%4) .. +15 of
-// word j/4, word w = Mix64(state + (w + 1) * kGolden) with
+// word j/4 (the embedding's elements are 0 .. dim-1; with bfloat16 slots, element i of slot s
+// is (s + 1) * dim + i), word w = Mix64(state + (w + 1) * kGolden) with
 // state = Mix64(Mix64(seed ^ key) ^ (step * kGolden)). tests/ recompute it in NumPy.
 class RoundingBits {
  public:
@@ -179,23 +182,38 @@ inline void EncodeRowNearest(RowDtype dtype, const float* in, int n, void* dst) 
   }
 }
 
-// Encodes n float32 values as `dtype`, rounding stochastically with `bits` (float32: a copy).
+// Encodes n float32 values as `dtype`, rounding stochastically with `bits` (float32: a copy);
+// in[0] is element `first` of the update (RoundingBits).
 inline void EncodeRowStochastic(RowDtype dtype, const float* in, int n, const RoundingBits& bits,
-                                void* dst) {
+                                void* dst, int64_t first = 0) {
   if (dtype == RowDtype::kFloat32) {
     std::memcpy(dst, in, sizeof(float) * n);
     return;
   }
   uint16_t* h = static_cast<uint16_t*>(dst);
-  for (int w = 0; w * 4 < n; ++w) {
-    uint64_t word = bits.Word(w);
-    const int end = n < w * 4 + 4 ? n : w * 4 + 4;
-    for (int j = w * 4; j < end; ++j, word >>= 16) {
+  int64_t element = first;
+  for (int j = 0; j < n;) {
+    uint64_t word = bits.Word(element / 4) >> (16 * (element % 4));
+    const int end = std::min<int64_t>(n, j + 4 - element % 4);
+    for (; j < end; ++j, ++element, word >>= 16) {
       const uint32_t random = static_cast<uint32_t>(word & 0xFFFF);
       h[j] = dtype == RowDtype::kBFloat16 ? precision::BFloat16Stochastic(in[j], random)
                                           : precision::Float16Stochastic(in[j], random);
     }
   }
+}
+
+// Fills n elements of `dtype` at dst with `value` (rounded to nearest).
+inline void FillRow(RowDtype dtype, float value, int n, void* dst) {
+  if (dtype == RowDtype::kFloat32) {
+    float* f = static_cast<float*>(dst);
+    for (int j = 0; j < n; ++j) f[j] = value;
+    return;
+  }
+  uint16_t h;
+  EncodeRowNearest(dtype, &value, 1, &h);
+  uint16_t* out = static_cast<uint16_t*>(dst);
+  for (int j = 0; j < n; ++j) out[j] = h;
 }
 
 }  // namespace rec_sdk

@@ -55,6 +55,7 @@ std::vector<std::string> ConfigDifferences(const TableConfig& a, const TableConf
   Compare("name", a.name, b.name, &out);
   Compare("dim", a.dim, b.dim, &out);
   Compare("emb_dtype", a.emb_dtype, b.emb_dtype, &out);
+  Compare("slot_dtype", a.slot_dtype, b.slot_dtype, &out);
   Compare("dynamic_expansion", a.dynamic_expansion, b.dynamic_expansion, &out);
   if (!a.dynamic_expansion && !b.dynamic_expansion) {
     Compare("capacity", a.capacity, b.capacity, &out);

@@ -16,8 +16,12 @@ namespace rec_sdk {
 struct TableConfig {
   std::string name;
   int dim = 1;
-  // The element type of the stored embeddings (row_precision.h); slots stay float32.
+  // The element type of the stored embeddings (row_precision.h).
   RowDtype emb_dtype = RowDtype::kFloat32;
+  // The element type of optimizer slots of dim values per row (LazyAdam's moments, Adagrad's
+  // and FTRL's accumulators): float32 or bfloat16 (float16 cannot hold squared gradients:
+  // below 6e-8 they vanish). Slots of one float per row (row-wise Adagrad) stay float32.
+  RowDtype slot_dtype = RowDtype::kFloat32;
   // true: the table grows by chunks without bound; false: at most `capacity` rows.
   bool dynamic_expansion = true;
   int64_t capacity = 0;          // fixed-capacity tables only; >= 1

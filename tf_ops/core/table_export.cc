@@ -114,7 +114,7 @@ Status EmbeddingTable::Export(const ExportAllocator& allocate) {
     keys[out] = meta.key;
     ReadEmbedding(record, values + out * dim);
     for (int s = 0; s < num_slots_; ++s) {
-      std::memcpy(slots + (s * n + out) * width, SlotIn(record, s), width * sizeof(float));
+      ReadSlot(record, s, slots + (s * n + out) * width);
     }
     ++out;
   }
@@ -123,7 +123,7 @@ Status EmbeddingTable::Export(const ExportAllocator& allocate) {
     keys[out] = key;
     ReadEmbedding(record, values + out * dim);
     for (int s = 0; s < num_slots_; ++s) {
-      std::memcpy(slots + (s * n + out) * width, SlotIn(record, s), width * sizeof(float));
+      ReadSlot(record, s, slots + (s * n + out) * width);
     }
     ++out;
     return Status::Ok();
@@ -212,7 +212,7 @@ Status EmbeddingTable::Import(const int64_t* keys, const float* values, const fl
     char* record = RecordOf(row);
     WriteEmbedding(record, values + i * dim);
     for (int s = 0; s < num_slots; ++s) {
-      std::memcpy(SlotIn(record, s), slots + (s * n + i) * width, width * sizeof(float));
+      WriteSlot(record, s, slots + (s * n + i) * width);
     }
     if (num_slots > 0 && num_slots == num_slots_) MetaOf(row).slots_unset = 0;
   }

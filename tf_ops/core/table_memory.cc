@@ -165,16 +165,16 @@ Status EmbeddingTable::RelayoutLocked(int num_slots, int width, const float* ini
   // Slots of another width cannot be kept: every slot starts from its initial value.
   const int kept_slots = width == slot_width_ ? std::min(num_slots_, num_slots) : 0;
   const size_t slots_at = sizeof(RowMeta) + emb_bytes_;
-  const size_t kept = slots_at + sizeof(float) * size_t(kept_slots) * width;
+  const size_t slot_bytes = SlotBytesFor(width);
+  const size_t kept = slots_at + size_t(kept_slots) * slot_bytes;
   for (int64_t c = 0; c < num_chunks_; ++c) {
     Chunk* chunk = ChunkOf(c << chunk_shift_);
     const int64_t used = std::min<int64_t>(rows, rows_touched_ - (c << chunk_shift_));
     for (int64_t r = 0; r < used; ++r) {
       char* dst = blocks[c] + r * new_bytes;
       std::memcpy(dst, chunk->rows + r * old_bytes, kept);
-      float* slots = reinterpret_cast<float*>(dst + slots_at);
       for (int s = kept_slots; s < num_slots; ++s) {
-        std::fill_n(slots + s * width, width, initial_values[s]);
+        FillRow(SlotDtypeFor(width), initial_values[s], width, dst + slots_at + s * slot_bytes);
       }
     }
     FreeBlock(chunk->rows, rows * old_bytes);
@@ -183,6 +183,8 @@ Status EmbeddingTable::RelayoutLocked(int num_slots, int width, const float* ini
   row_bytes_ = new_bytes;
   num_slots_ = num_slots;
   slot_width_ = width;
+  slot_dtype_ = SlotDtypeFor(width);
+  slot_bytes_ = slot_bytes;
   return Status::Ok();
 }
 

@@ -69,7 +69,7 @@ Status EmbeddingTable::EnsureSlotsLocked(const std::string& optimizer,
     for (int64_t row = 0; row < next_row_; ++row) {
       char* record = RecordOf(row);
       for (int s = 0; s < wanted; ++s) {
-        std::fill_n(SlotIn(record, s), slot_width_, initial_values[s]);
+        FillSlot(record, s, initial_values[s]);
       }
     }
     {
@@ -119,7 +119,7 @@ Status EmbeddingTable::EnsureSlotsLocked(const std::string& optimizer,
     meta.slots_unset = 0;
     char* record = RecordOf(row);
     for (int s = 0; s < first_new; ++s) {
-      std::fill_n(SlotIn(record, s), slot_width_, initial_values[s]);
+      FillSlot(record, s, initial_values[s]);
     }
   }
   slots_.optimizer = optimizer;

@@ -154,8 +154,8 @@ void TableSnapshotView::ReadEmbedding(const char* record, float* out) const {
   table_->ReadEmbedding(record, out);
 }
 
-const float* TableSnapshotView::Slot(const char* record, int s) const {
-  return table_->SlotIn(record, s);
+void TableSnapshotView::ReadSlot(const char* record, int s, float* out) const {
+  table_->ReadSlot(record, s, out);
 }
 
 Status TableSnapshotView::ForEachPending(const PendingFn& fn) const {
@@ -236,9 +236,9 @@ class EmbeddingTable::RowSink : public RestoreSink {
     const int width = t_->slot_width_;
     for (int s = 0; s < t_->num_slots_; ++s) {
       if (keep_slots_ && slots != nullptr && slots[s] != nullptr) {
-        std::memcpy(t_->SlotIn(dst, s), slots[s], width * sizeof(float));
+        t_->WriteSlot(dst, s, slots[s]);
       } else {
-        std::fill_n(t_->SlotIn(dst, s), width, t_->slots_.initial_values[s]);
+        t_->FillSlot(dst, s, t_->slots_.initial_values[s]);
       }
     }
     RowMeta& meta = t_->MetaOf(row);

@@ -142,11 +142,11 @@ class TableSnapshotView {
   Status ForEachRow(const RowFn& fn, bool changed_only = false) const;
   Status ForEachPending(const PendingFn& fn) const;
   // A record's embedding: dim elements of info().emb_dtype (embedding_bytes() bytes), or
-  // decoded to float32; and its slot s (info().slot_width floats).
+  // decoded to float32; and its slot s (info().slot_width values) decoded to float32.
   const void* Embedding(const char* record) const;
   size_t embedding_bytes() const;
   void ReadEmbedding(const char* record, float* out) const;
-  const float* Slot(const char* record, int s) const;
+  void ReadSlot(const char* record, int s, float* out) const;
   // Keys removed (or evicted) since the last save (push), and whether the table was cleared
   // or replaced since then (a delta must then start from an empty table).
   const std::vector<int64_t>& removed_keys() const {

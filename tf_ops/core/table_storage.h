@@ -4,8 +4,8 @@
 // Storage
 //   A row is one contiguous record: a 24-byte header (RowMeta: key, last-seen clock,
 //   admission count, generation, alive), the embedding (dim elements of the table's emb_dtype,
-//   row_precision.h, padded to 4 bytes) and then each optimizer
-//   slot (slot_width() floats each):
+//   row_precision.h, padded to 4 bytes) and then each optimizer slot (slot_width() values
+//   each: float32, or bfloat16 for slots of dim values of a table with slot_dtype bfloat16):
 //     [ header | embedding | slot 0 | slot 1 | ... ]   (size rounded up to 8 bytes)
 //   One hash probe per key therefore serves the embedding and every slot, and an optimizer
 //   update touches one stretch of memory (slots kept in separate arrays at the same offsets

@@ -56,7 +56,7 @@ void TableTier::FillUnsetSlots(char* record) const {
   RowMeta* meta = reinterpret_cast<RowMeta*>(record);
   if (!(meta->slots_unset && t_->slots_.values_known)) return;
   for (int s = 0; s < t_->num_slots_; ++s) {
-    std::fill_n(t_->SlotIn(record, s), t_->slot_width_, t_->slots_.initial_values[s]);
+    t_->FillSlot(record, s, t_->slots_.initial_values[s]);
   }
   meta->slots_unset = 0;
 }
@@ -103,9 +103,9 @@ void TableTier::FillRecord(char* record, int64_t key, int64_t last_seen, uint32_
   t_->WriteEmbedding(record, value);
   for (int s = 0; s < t_->num_slots_; ++s) {
     if (slots != nullptr && slots[s] != nullptr) {
-      std::memcpy(t_->SlotIn(record, s), slots[s], t_->slot_width_ * sizeof(float));
+      t_->WriteSlot(record, s, slots[s]);
     } else {
-      std::fill_n(t_->SlotIn(record, s), t_->slot_width_, t_->slots_.initial_values[s]);
+      t_->FillSlot(record, s, t_->slots_.initial_values[s]);
     }
   }
 }
@@ -463,16 +463,17 @@ Status TableTier::RelayoutColdLocked(int num_slots, int width, const float* init
   const int kept =
       reset_slots || width != t_->slot_width_ ? 0 : std::min(t_->num_slots_, num_slots);
   const size_t slots_at = sizeof(RowMeta) + t_->emb_bytes_;
-  const size_t kept_bytes = slots_at + sizeof(float) * size_t(kept) * width;
+  const size_t slot_bytes = t_->SlotBytesFor(width);
+  const size_t kept_bytes = slots_at + size_t(kept) * slot_bytes;
   std::vector<char> record(new_bytes);
   std::vector<std::pair<int64_t, uint64_t>> moved;
   moved.reserve(store->live());
   Status status = store->ForEachLive([&](uint64_t key, uint64_t from,
                                          const void* old) -> Status {
     std::memcpy(record.data(), old, kept_bytes);
-    float* slots = reinterpret_cast<float*>(record.data() + slots_at);
     for (int s = kept; s < num_slots; ++s) {
-      std::fill_n(slots + s * width, width, initial_values[s]);
+      FillRow(t_->SlotDtypeFor(width), initial_values[s], width,
+              record.data() + slots_at + s * slot_bytes);
     }
     uint64_t to;
     REC_SDK_RETURN_IF_ERROR(fresh->Append(key, record.data(), store->tag(from), &to));

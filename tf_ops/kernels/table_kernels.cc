@@ -29,6 +29,9 @@ class EmbeddingTableOp : public OpKernel {
     std::string emb_dtype;
     OP_REQUIRES_OK(ctx, ctx->GetAttr("emb_dtype", &emb_dtype));
     OP_REQUIRES_OK(ctx, ToTfStatus(RowDtypeFromName(emb_dtype, &config_.emb_dtype)));
+    std::string slot_dtype;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("slot_dtype", &slot_dtype));
+    OP_REQUIRES_OK(ctx, ToTfStatus(RowDtypeFromName(slot_dtype, &config_.slot_dtype)));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("dynamic_expansion", &config_.dynamic_expansion));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("capacity", &config_.capacity));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("initial_capacity", &config_.initial_capacity));

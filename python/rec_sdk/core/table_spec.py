@@ -21,15 +21,26 @@ from rec_sdk.ops import table_ops
 from rec_sdk.util.validation import check_dtype_name, check_int
 
 KEY_DTYPES = (tf.int64, tf.int32)
-# The element types a table can store its embeddings in (tf_ops/core/row_precision.h); slots
-# stay float32 and lookups return float32.
+# The element types a table can store its embeddings in (tf_ops/core/row_precision.h), and
+# its optimizer slots of dim values in (float16 cannot hold the squared gradients that
+# Adam's, Adagrad's and FTRL's accumulators sum: below 6e-8 they vanish). Lookups return
+# float32.
 EMB_DTYPES = ("float32", "bfloat16", "float16")
+SLOT_DTYPES = ("float32", "bfloat16")
 
 
 def emb_dtype_name(value, parameter="emb_dtype"):
     """The row dtype `value` names (a tf.DType, NumPy dtype or name) as one of EMB_DTYPES;
     a ValueError naming `parameter` for anything else."""
     return check_dtype_name(parameter, value, EMB_DTYPES, "the element type of the rows")
+
+
+def slot_dtype_name(value, parameter="slot_dtype"):
+    """The slot dtype `value` names as one of SLOT_DTYPES; a ValueError naming `parameter`
+    (and why float16 is not one) for anything else."""
+    return check_dtype_name(parameter, value, SLOT_DTYPES,
+                            "the element type of optimizer slots of dim values per row; "
+                            "float16 cannot hold squared gradients below 6e-8")
 
 
 def _as_attr_values(initializer):
@@ -67,7 +78,10 @@ class TableSpec:  # pylint: disable=too-many-instance-attributes
     ranks: where the shards of a table of the SDK API are over the ranks of a cluster
       (rec_sdk.core.ranks.RankShards), or None in one process.
     emb_dtype: the element type of the stored embeddings, one of EMB_DTYPES (half-precision
-      rows round stochastically on update; slots stay float32).
+      rows round stochastically on update).
+    slot_dtype: the element type of optimizer slots of dim values per row, one of
+      SLOT_DTYPES (bfloat16 slots round stochastically on update); slots of one float per
+      row (row-wise Adagrad's) stay float32.
     """
     name: str
     key_dtype: tf.DType
@@ -89,6 +103,7 @@ class TableSpec:  # pylint: disable=too-many-instance-attributes
     shard_keys_filter: Optional[Callable] = None
     ranks: Any = None
     emb_dtype: str = "float32"
+    slot_dtype: str = "float32"
 
     __hash__ = None  # the initializer is a dict
 
@@ -99,9 +114,10 @@ class TableSpec:  # pylint: disable=too-many-instance-attributes
         if self.key_dtype not in KEY_DTYPES:
             raise ValueError("key_dtype must be tf.int32 or tf.int64, got %r" % (self.key_dtype,))
         check_int("dim", self.dim, 1, table_ops.max_dim())
-        if self.emb_dtype not in EMB_DTYPES:
-            raise ValueError("%s: emb_dtype must be one of %s, got %r"
-                             % (where, ", ".join(EMB_DTYPES), self.emb_dtype))
+        for field, allowed in (("emb_dtype", EMB_DTYPES), ("slot_dtype", SLOT_DTYPES)):
+            if getattr(self, field) not in allowed:
+                raise ValueError("%s: %s must be one of %s, got %r"
+                                 % (where, field, ", ".join(allowed), getattr(self, field)))
         if self.tier is not None and self.dynamic_expansion != (self.tier.ssd_rows is None):
             raise ValueError("%s: a tiered table grows without bound exactly when its SSD "
                              "rows are unbounded (ssd_rows=None), got dynamic_expansion=%r "
@@ -137,7 +153,7 @@ class TableSpec:  # pylint: disable=too-many-instance-attributes
         """The keyword arguments of table_ops.create_table (the table op's attributes) that
         this spec gives, shared_name aside."""
         attrs = dict(table_name=self.name, key_dtype=self.key_dtype, dim=self.dim,
-                     emb_dtype=self.emb_dtype,
+                     emb_dtype=self.emb_dtype, slot_dtype=self.slot_dtype,
                      initializer=_as_attr_values(self.initializer),
                      evict_when_full=self.evict_when_full,
                      track_changes=self.track_changes, track_access=self.track_access)
@@ -177,13 +193,14 @@ class TableSpec:  # pylint: disable=too-many-instance-attributes
                    initial_rows=attr("initial_capacity") if dynamic and tier is None else 0,
                    tier=tier, is_save=is_save, evict_when_full=attr("evict_when_full"),
                    track_changes=attr("track_changes"), track_access=attr("track_access"),
-                   emb_dtype=_emb_dtype_attr(op))
+                   emb_dtype=_dtype_attr(op, "emb_dtype"),
+                   slot_dtype=_dtype_attr(op, "slot_dtype"))
 
 
-def _emb_dtype_attr(op):
-    """The op's emb_dtype attribute; float32 for ops of graphs saved before it existed."""
+def _dtype_attr(op, name):
+    """The op's dtype attribute `name`; float32 for ops of graphs saved before it existed."""
     try:
-        value = op.get_attr("emb_dtype")
+        value = op.get_attr(name)
     except ValueError:
         return "float32"
     return value.decode() if isinstance(value, bytes) else value

@@ -4,7 +4,7 @@ its config and `FileSystemSaver`) are accepted and map onto it; the back ends re
 have (Redis, HKV on GPU) are names whose construction says so. `TieredTableCreator` (rec_sdk's
 own) gives a variable tables larger than memory, with an SSD tier."""
 from rec_sdk.core import tier
-from rec_sdk.core.table_spec import emb_dtype_name
+from rec_sdk.core.table_spec import emb_dtype_name, slot_dtype_name
 from rec_sdk.util.validation import check_int
 
 
@@ -15,11 +15,16 @@ class KVCreator:
     in: None or tf.float32, tf.bfloat16 or tf.float16 (half the memory per value; lookups
     still return float32 and training updates round stochastically). A variable whose
     value_dtype is itself tf.bfloat16 or tf.float16 stores that dtype without it.
+    slot_dtype (beyond TFRA): the element type of the optimizer slots the tables keep per
+    value (Adam's moments, Adagrad's accumulators): None or tf.float32, or tf.bfloat16 (half
+    the slot memory, rounded stochastically on update); a slot of one float per row stays
+    float32.
     """
 
-    def __init__(self, config=None, emb_dtype=None):
+    def __init__(self, config=None, emb_dtype=None, slot_dtype=None):
         self.config = config
         self.emb_dtype = None if emb_dtype is None else emb_dtype_name(emb_dtype)
+        self.slot_dtype = None if slot_dtype is None else slot_dtype_name(slot_dtype)
 
 
 class CuckooHashTableConfig:
@@ -40,8 +45,9 @@ class CuckooHashTableCreator(KVCreator):
     """TFRA's CPU hash table: a de.Variable given it uses rec_sdk's table, as with no
     creator."""
 
-    def __init__(self, config=None, saver=None, emb_dtype=None):
-        super().__init__(config if config is not None else CuckooHashTableConfig(), emb_dtype)
+    def __init__(self, config=None, saver=None, emb_dtype=None, slot_dtype=None):
+        super().__init__(config if config is not None else CuckooHashTableConfig(), emb_dtype,
+                         slot_dtype)
         self.saver = saver
 
 
@@ -57,15 +63,17 @@ class TieredTableCreator(KVCreator):
         with the tables; checkpoints hold every row.
       ssd_rows: the most rows on SSD for the whole variable (0: no bound).
       direct_io: read and write the files with O_DIRECT, past the page cache.
-      emb_dtype: as for every creator (KVCreator): half-precision rows, in memory and on SSD.
+      emb_dtype, slot_dtype: as for every creator (KVCreator): half-precision rows and slots,
+        in memory and on SSD.
 
     The variable trains exactly as with all its rows in memory: a training lookup brings the
     rows it needs into memory (moving the least recently used ones out), an evaluation
     lookup reads rows on SSD where they are.
     """
 
-    def __init__(self, memory_rows, ssd_path, ssd_rows=0, direct_io=False, emb_dtype=None):
-        super().__init__(None, emb_dtype)
+    def __init__(self, memory_rows, ssd_path, ssd_rows=0, direct_io=False, emb_dtype=None,
+                 slot_dtype=None):
+        super().__init__(None, emb_dtype, slot_dtype)
         ssd_rows = check_int("ssd_rows", ssd_rows, 0, tier.MAX_ROWS)
         self.tier = tier.make(memory_rows, ssd_rows or None,
                               tier.check_paths("ssd_path", ssd_path), direct_io)

@@ -155,6 +155,7 @@ class Variable(KeyValueFiles, tf.__internal__.tracking.Trackable):
                     initial_rows=rows, tier=shard_tier, is_save=self.checkpoint,
                     saved_by_owner=True, track_access=restrict_policy is not None,
                     track_changes=servable, emb_dtype=self.emb_dtype,
+                    slot_dtype=getattr(kv_creator, "slot_dtype", None) or "float32",
                     shard_keys_filter=ShardKeys(partitioner, self.table_key_dtype,
                                                  self.shard_num, i))
                 with tf.device(device):

@@ -209,11 +209,11 @@ class Embeddings:
 
 class RecSdkEmbeddings(Embeddings):
     """The model's embeddings from rec_sdk tables: one table per table name of the source
-    (dim `dim`), plus a dim-1 "wide" table for Wide&Deep; trained by LazyAdam. emb_dtype:
-    the tables' row dtype (create_table's emb_dtype)."""
+    (dim `dim`), plus a dim-1 "wide" table for Wide&Deep; trained by LazyAdam. emb_dtype,
+    slot_dtype: the tables' row and slot dtypes (create_table's)."""
 
     def __init__(self, source, dim, learning_rate, wide, access_threshold=None, seed=0,
-                 emb_dtype="float32"):
+                 emb_dtype="float32", slot_dtype="float32"):
         initializer = tf.compat.v1.truncated_normal_initializer(stddev=0.05, seed=seed + 1)
         self.source = source
         self.has_wide = wide
@@ -224,14 +224,16 @@ class RecSdkEmbeddings(Embeddings):
         mean = {"all2all_gradients_op": "sum_gradients_and_div_by_ranksize"}
         self.tables = {name: create_table(tf.int64, dim, name, initializer,
                                           device_vocabulary_size=_capacity(source, name),
-                                          emb_dtype=emb_dtype, **mean)
+                                          emb_dtype=emb_dtype, slot_dtype=slot_dtype,
+                                          **mean)
                        for name in source.tables}
         if wide:
             rows = sum(_capacity(source, name) for name in source.tables)
             self.tables["wide"] = create_table(tf.int64, 1, "wide",
                                                tf.compat.v1.zeros_initializer(),
                                                device_vocabulary_size=rows,
-                                               emb_dtype=emb_dtype, **mean)
+                                               emb_dtype=emb_dtype, slot_dtype=slot_dtype,
+                                               **mean)
 
     def lookup(self, field, ids, is_train, name):
         return sparse_lookup(self.tables[field.table], ids, is_train=is_train, name=name,
@@ -255,11 +257,12 @@ class DynamicEmbeddings(Embeddings):
     DynamicEmbeddingOptimizer(AdamOptimizer)."""
 
     def __init__(self, source, dim, learning_rate, wide, de=None, seed=0, devices=None,
-                 emb_dtype="float32"):
+                 emb_dtype="float32", slot_dtype="float32"):
         de = rec_sdk_de if de is None else de
-        # Half-precision rows of float32 variables: a rec_sdk creator option (TFRA has none).
-        creator = None if emb_dtype == "float32" else de.CuckooHashTableCreator(
-            emb_dtype=emb_dtype)
+        # Half-precision rows and slots of float32 variables: rec_sdk creator options (TFRA
+        # has none).
+        creator = None if (emb_dtype, slot_dtype) == ("float32", "float32") else \
+            de.CuckooHashTableCreator(emb_dtype=emb_dtype, slot_dtype=slot_dtype)
         self.de = de
         self.source = source
         self.has_wide = wide
@@ -309,9 +312,9 @@ def make_embeddings(args, source, devices=None):
     if args.api == "dynamic_embedding":
         return DynamicEmbeddings(source, args.dim, args.learning_rate,
                                  args.model == "wide_deep", seed=args.seed, devices=devices,
-                                 emb_dtype=args.emb_dtype)
+                                 emb_dtype=args.emb_dtype, slot_dtype=args.slot_dtype)
     return RecSdkEmbeddings(source, args.dim, args.learning_rate, args.model == "wide_deep",
-                            args.access_threshold, args.seed, args.emb_dtype)
+                            args.access_threshold, args.seed, args.emb_dtype, args.slot_dtype)
 
 
 def _capacity(source, table):
@@ -518,6 +521,9 @@ def parse_args(argv=None):
     parser.add_argument("--emb-dtype", choices=("float32", "bfloat16", "float16"),
                         default="float32", help="the tables' row dtype (half: stochastic "
                         "rounding on update)")
+    parser.add_argument("--slot-dtype", choices=("float32", "bfloat16"), default="float32",
+                        help="the tables' optimizer slot dtype (bfloat16: stochastic rounding "
+                        "on update)")
     args = parser.parse_args(argv)
     for name in ("steps", "batch_size", "eval_batch_size", "eval_every", "dim", "rows"):
         if getattr(args, name) < 1:

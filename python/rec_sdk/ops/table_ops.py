@@ -26,20 +26,22 @@ RESTORE_OP = OP_NAMESPACE + ">TableRestore"
 def create_table(table_name, key_dtype, dim, dynamic_expansion, capacity, initializer,
                  initial_capacity=0, evict_when_full=False, track_changes=False,
                  track_access=False, shared_name=None, ssd_paths=(), ssd_rows=0,
-                 ssd_direct_io=False, emb_dtype="float32"):
+                 ssd_direct_io=False, emb_dtype="float32", slot_dtype="float32"):
     """Builds the op that creates (on first run) the table and returns its resource handle.
 
     `initializer` is a dict from rec_sdk.core.initializer_spec.describe_initializer. Admission
     and eviction thresholds are set by configure_admission. With ssd_paths (a fixed-capacity
     table), `capacity` rows stay in memory and the others go to files there (ssd_rows at
     most, 0: no bound; with ssd_direct_io they bypass the page cache). emb_dtype: the element
-    type the rows store their embeddings in ("float32", "bfloat16", "float16").
+    type the rows store their embeddings in ("float32", "bfloat16", "float16"); slot_dtype:
+    their optimizer slots of dim values ("float32", "bfloat16").
     """
     return load_ops().rec_sdk_embedding_table(
         table_name=table_name,
         key_dtype=key_dtype,
         dim=dim,
         emb_dtype=emb_dtype,
+        slot_dtype=slot_dtype,
         dynamic_expansion=dynamic_expansion,
         capacity=capacity,
         initial_capacity=initial_capacity,

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <set>
 #include <string>
@@ -332,6 +333,26 @@ TEST(HalfCheckpointTest, AHandleAskingForAnotherDtypeIsAnotherTable) {
   const auto differences = ConfigDifferences(a, b);
   ASSERT_EQ(differences.size(), 1u);
   EXPECT_EQ(differences[0], "emb_dtype: bfloat16 vs float32");
+  b = a;
+  b.slot_dtype = RowDtype::kBFloat16;
+  ASSERT_EQ(ConfigDifferences(a, b).size(), 1u);
+  EXPECT_EQ(ConfigDifferences(a, b)[0], "slot_dtype: float32 vs bfloat16");
+}
+
+// Memory per row of a table of 65,536 rows made by `config` and trained once by `train`
+// (which attaches the optimizer's slots).
+double BytesPerRow(TableConfig c,
+                   const std::function<Status(EmbeddingTable*, const std::vector<int64_t>&,
+                                              const std::vector<float>&)>& train) {
+  c.dynamic_expansion = false;
+  c.capacity = 1 << 16;
+  auto t = MakeTable(c);
+  std::vector<int64_t> keys(1 << 16);
+  for (size_t i = 0; i < keys.size(); ++i) keys[i] = static_cast<int64_t>(i);
+  auto addr = table_test::FindOrInsert(t.get(), keys, true);
+  std::vector<float> grads(keys.size() * c.dim, 0.1f);
+  EXPECT_TRUE(train(t.get(), addr, grads).ok());
+  return static_cast<double>(t->MemoryBytes()) / keys.size();
 }
 
 TEST(HalfMemoryTest, HalfRowsHalveTheEmbeddingBytes) {
@@ -339,20 +360,125 @@ TEST(HalfMemoryTest, HalfRowsHalveTheEmbeddingBytes) {
   // padding) in float32 and 24 + 128 + 4 (160) in bfloat16; the index costs both the same.
   std::vector<double> per_row;
   for (RowDtype dtype : {RowDtype::kFloat32, RowDtype::kBFloat16}) {
-    TableConfig c = Config(dtype, 64);
-    c.dynamic_expansion = false;
-    c.capacity = 1 << 16;
-    auto t = MakeTable(c);
-    std::vector<int64_t> keys(1 << 16);
-    for (size_t i = 0; i < keys.size(); ++i) keys[i] = static_cast<int64_t>(i);
-    auto addr = table_test::FindOrInsert(t.get(), keys, true);
-    std::vector<float> grads(keys.size() * 64, 0.1f);
-    ASSERT_TRUE(ApplyRowwiseAdagrad(t.get(), addr.data(), grads.data(), addr.size(),
-                                    {0.1f, 0.1f, 1e-8f}, SerialRunner).ok());
-    per_row.push_back(static_cast<double>(t->MemoryBytes()) / keys.size());
+    per_row.push_back(BytesPerRow(Config(dtype, 64), [](EmbeddingTable* t, const auto& addr,
+                                                         const auto& grads) {
+      return ApplyRowwiseAdagrad(t, addr.data(), grads.data(), addr.size(), {0.1f, 0.1f, 1e-8f},
+                                 SerialRunner);
+    }));
   }
   // (Chunks are mapped in whole pages: a few bytes a row either way.)
   EXPECT_NEAR(per_row[0] - per_row[1], 128, 4) << per_row[0] << " vs " << per_row[1];
+}
+
+// bfloat16 slots (slot_dtype): an optimizer update sees its slots in float32 and each slot
+// element is rounded back stochastically with the bits of element (s + 1) * dim + d of the
+// row's update; the embedding of a float32 table is updated exactly as with float32 slots.
+TEST(HalfSlotsTest, AdagradAccumulatorsRoundStochasticallyAfterTheEmbedding) {
+  for (RowDtype emb : {RowDtype::kFloat32, RowDtype::kBFloat16}) {
+    const int dim = 6;  // not a multiple of 4: the slot's bits start inside a word
+    TableConfig c = Config(emb, dim);
+    c.slot_dtype = RowDtype::kBFloat16;
+    auto t = MakeTable(c);
+    const std::vector<int64_t> keys = {10, 11, 12};
+    auto addr = table_test::FindOrInsert(t.get(), keys, true);
+    std::vector<float> grads(keys.size() * dim);
+    for (size_t i = 0; i < grads.size(); ++i) grads[i] = 0.05f * std::sin(1.3f * i) + 0.011f;
+    auto before = ToMap(ExportAll(t.get()), dim);
+    for (uint64_t step = 1; step <= 3; ++step) {
+      ASSERT_TRUE(ApplyAdagrad(t.get(), addr.data(), grads.data(), addr.size(),
+                               {0.1f, 0.1f, 1e-7f, false}, SerialRunner).ok());
+      auto after = ToMap(ExportAll(t.get()), dim);
+      for (size_t i = 0; i < keys.size(); ++i) {
+        const RoundingBits bits(42, keys[i], step);
+        std::vector<float> acc(dim), w(dim);
+        for (int d = 0; d < dim; ++d) {
+          const float g = grads[i * dim + d];
+          acc[d] = (step == 1 ? Rounded(RowDtype::kBFloat16, {0.1f})[0] : before[keys[i]][1][d]) + g * g;
+          w[d] = before[keys[i]][0][d] - 0.1f * g / (std::sqrt(acc[d]) + 1e-7f);
+        }
+        std::vector<uint16_t> stored(dim);
+        std::vector<float> acc_expected(dim), w_expected = w;
+        EncodeRowStochastic(RowDtype::kBFloat16, acc.data(), dim, bits, stored.data(), dim);
+        DecodeRow(RowDtype::kBFloat16, stored.data(), dim, acc_expected.data());
+        if (emb != RowDtype::kFloat32) {
+          EncodeRowStochastic(emb, w.data(), dim, bits, stored.data());
+          DecodeRow(emb, stored.data(), dim, w_expected.data());
+        }
+        EXPECT_EQ(after[keys[i]][1], acc_expected) << "key " << keys[i] << " step " << step;
+        EXPECT_EQ(after[keys[i]][0], w_expected) << "key " << keys[i] << " step " << step;
+        EXPECT_NE(acc_expected, acc);  // the test would not see a missed rounding
+      }
+      before = after;
+    }
+  }
+}
+
+TEST(HalfSlotsTest, CheckpointsHoldFloat32SlotsAndRestoreIntoEitherSlotDtype) {
+  const int dim = 5;
+  const std::vector<int64_t> keys = {1, 2, 3, 40};
+  std::vector<float> grads(keys.size() * dim, 0.3f);
+  for (RowDtype from : {RowDtype::kFloat32, RowDtype::kBFloat16}) {
+    TableConfig c = Config(RowDtype::kFloat32, dim, "src");
+    c.slot_dtype = from;
+    auto t = MakeTable(c);
+    auto addr = table_test::FindOrInsert(t.get(), keys, true);
+    ASSERT_TRUE(ApplyLazyAdam(t.get(), addr.data(), grads.data(), addr.size(),
+                              {0.01f, 0.9f, 0.999f, 1e-8f, 1}, SerialRunner).ok());
+    const std::string dir = TempDir() + "/t";
+    ASSERT_TRUE(SaveTableFiles(t.get(), dir, nullptr).ok());
+    std::ifstream slot(dir + "/slot0.bin", std::ios::binary | std::ios::ate);
+    EXPECT_EQ(static_cast<int64_t>(slot.tellg()), static_cast<int64_t>(keys.size()) * dim * 4);
+    const auto saved = ToMap(ExportAll(t.get()), dim);
+    for (RowDtype to : {RowDtype::kFloat32, RowDtype::kBFloat16}) {
+      TableConfig d = Config(RowDtype::kFloat32, dim, "dst");
+      d.slot_dtype = to;
+      auto u = MakeTable(d);
+      std::string note;
+      ASSERT_TRUE(RestoreTableFiles(u.get(), {dir}, RestoreOptions(), nullptr, &note).ok());
+      const auto restored = ToMap(ExportAll(u.get()), dim);
+      for (const auto& [key, row] : saved) {
+        EXPECT_EQ(restored.at(key)[0], row[0]);
+        EXPECT_EQ(restored.at(key)[1], Rounded(to, row[1]));
+        EXPECT_EQ(restored.at(key)[2], Rounded(to, row[2]));
+      }
+    }
+    EXPECT_EQ(std::system(("rm -rf '" + dir + "'").c_str()), 0);
+  }
+}
+
+TEST(HalfSlotsTest, OneFloatPerRowStaysFloat32AndFloat16IsRefused) {
+  TableConfig c = Config(RowDtype::kBFloat16, 8);
+  c.slot_dtype = RowDtype::kBFloat16;
+  auto t = MakeTable(c);
+  auto addr = table_test::FindOrInsert(t.get(), {7}, true);
+  std::vector<float> grads(8, 0.001f);
+  ASSERT_TRUE(ApplyRowwiseAdagrad(t.get(), addr.data(), grads.data(), 1, {0.1f, 0.1f, 1e-8f},
+                                  SerialRunner).ok());
+  const auto rows = ToMap(ExportAll(t.get()), 8);
+  // 0.1 + 1e-6 is not a bfloat16 value (nor 0.1): the float32 accumulator keeps it.
+  EXPECT_EQ(rows.at(7)[1][0], 0.1f + 1e-6f);
+  TableConfig f = Config(RowDtype::kFloat32, 8, "f16");
+  f.slot_dtype = RowDtype::kFloat16;
+  std::unique_ptr<EmbeddingTable> u;
+  Status s = EmbeddingTable::Create(f, &u);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("slot_dtype must be float32 or bfloat16, got float16"),
+            std::string::npos) << s.message();
+}
+
+TEST(HalfSlotsTest, Bfloat16SlotsHalveTheSlotBytes) {
+  // dim 16, LazyAdam (two slots of 16 values): records of 24 + 64 + 128 bytes with float32
+  // slots and 24 + 64 + 64 with bfloat16 slots.
+  std::vector<double> per_row;
+  for (RowDtype slots : {RowDtype::kFloat32, RowDtype::kBFloat16}) {
+    TableConfig c = Config(RowDtype::kFloat32, 16);
+    c.slot_dtype = slots;
+    per_row.push_back(BytesPerRow(c, [](EmbeddingTable* t, const auto& addr, const auto& grads) {
+      return ApplyLazyAdam(t, addr.data(), grads.data(), addr.size(),
+                           {0.01f, 0.9f, 0.999f, 1e-8f, 1}, SerialRunner);
+    }));
+  }
+  EXPECT_NEAR(per_row[0] - per_row[1], 64, 4) << per_row[0] << " vs " << per_row[1];
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, HalfTableTest,

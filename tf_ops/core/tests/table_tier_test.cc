@@ -234,15 +234,19 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(1, 10, 50), ::testing::Bool()));
 
 // Half-precision rows through the tier: records carry the table's element type, training
-// stays bit-identical to the same dtype all in memory, and a checkpoint of a tiered bfloat16
-// table restores into a float32 table with the same values.
+// stays bit-identical to the same dtype all in memory (also with bfloat16 slots), and a
+// checkpoint of a tiered bfloat16 table restores into a float32 table with the same values.
 TEST(TierTest, HalfPrecisionRowsTrainIdenticallyThroughTheTier) {
-  for (RowDtype dtype : {RowDtype::kBFloat16, RowDtype::kFloat16}) {
+  const std::pair<RowDtype, RowDtype> dtypes[] = {{RowDtype::kBFloat16, RowDtype::kFloat32},
+                                                  {RowDtype::kFloat16, RowDtype::kFloat32},
+                                                  {RowDtype::kBFloat16, RowDtype::kBFloat16}};
+  for (const auto& [dtype, slot_dtype] : dtypes) {
     const std::string dir = TempDir("tier_half");
     const std::string files = TempDir("tier_half_files");
     TableConfig m = Fixed("memory", 8, 40000);
     TableConfig c = Tiered("tiered", 8, 200, dir);
     m.emb_dtype = c.emb_dtype = dtype;
+    m.slot_dtype = c.slot_dtype = slot_dtype;
     auto memory = MakeTable(m);
     auto tiered = MakeTable(c);
     Trainer trainer{Optimizer::kLazyAdam};
