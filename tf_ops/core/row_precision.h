@@ -144,6 +144,20 @@ class RoundingBits {
   uint64_t state_;
 };
 
+// float16 rows in bulk (row_precision.cc): with the CPU's F16C and AVX2 instructions where it
+// has them (decoding: the hardware conversion; stochastic rounding: 8 lanes of the scalar
+// arithmetic, lanes outside float16's normal range falling back to it), else one element at
+// a time. Results are identical either way (tests compare them exhaustively).
+void DecodeFloat16(const uint16_t* h, int n, float* out);
+// in[0] is element `first` of the update (RoundingBits).
+void EncodeFloat16Stochastic(const float* in, int n, const RoundingBits& bits, int64_t first,
+                             uint16_t* out);
+// The element-at-a-time versions (and whether the bulk ones use F16C / AVX2 here).
+void DecodeFloat16Scalar(const uint16_t* h, int n, float* out);
+void EncodeFloat16StochasticScalar(const float* in, int n, const RoundingBits& bits,
+                                   int64_t first, uint16_t* out);
+bool Float16UsesSimd();
+
 // Decodes n elements of `dtype` at src into float32.
 inline void DecodeRow(RowDtype dtype, const void* src, int n, float* out) {
   switch (dtype) {
@@ -155,11 +169,9 @@ inline void DecodeRow(RowDtype dtype, const void* src, int n, float* out) {
       for (int j = 0; j < n; ++j) out[j] = precision::BFloat16ToFloat(h[j]);
       return;
     }
-    case RowDtype::kFloat16: {
-      const uint16_t* h = static_cast<const uint16_t*>(src);
-      for (int j = 0; j < n; ++j) out[j] = precision::Float16ToFloat(h[j]);
+    case RowDtype::kFloat16:
+      DecodeFloat16(static_cast<const uint16_t*>(src), n, out);
       return;
-    }
   }
 }
 
@@ -191,14 +203,16 @@ inline void EncodeRowStochastic(RowDtype dtype, const float* in, int n, const Ro
     return;
   }
   uint16_t* h = static_cast<uint16_t*>(dst);
+  if (dtype == RowDtype::kFloat16) {
+    EncodeFloat16Stochastic(in, n, bits, first, h);
+    return;
+  }
   int64_t element = first;
   for (int j = 0; j < n;) {
     uint64_t word = bits.Word(element / 4) >> (16 * (element % 4));
     const int end = std::min<int64_t>(n, j + 4 - element % 4);
     for (; j < end; ++j, ++element, word >>= 16) {
-      const uint32_t random = static_cast<uint32_t>(word & 0xFFFF);
-      h[j] = dtype == RowDtype::kBFloat16 ? precision::BFloat16Stochastic(in[j], random)
-                                          : precision::Float16Stochastic(in[j], random);
+      h[j] = precision::BFloat16Stochastic(in[j], static_cast<uint32_t>(word & 0xFFFF));
     }
   }
 }

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -140,6 +141,44 @@ TEST(RowPrecisionTest, StochasticRoundingIsUnbiasedBetweenNeighbours) {
   for (uint32_t r : {0u, 1u, 0x8000u, 0xFFFFu}) {
     EXPECT_EQ(BFloat16Stochastic(1.5f, r), BFloat16Nearest(1.5f));
     EXPECT_EQ(Float16Stochastic(-0.75f, r), Float16Nearest(-0.75f));
+  }
+}
+
+// The bulk float16 conversions (F16C / AVX2 where the CPU has them) equal the scalar ones:
+// every float16 decoded, and stochastic rounding of values across the whole range (the
+// subnormal edge, the largest finite, infinities, NaN) with any start element and length.
+TEST(RowPrecisionTest, BulkFloat16ConversionsEqualTheScalarOnes) {
+  std::printf("float16 bulk conversions use SIMD here: %s\n", Float16UsesSimd() ? "yes" : "no");
+  std::vector<uint16_t> all(65536);
+  for (uint32_t h = 0; h < 65536; ++h) all[h] = static_cast<uint16_t>(h);
+  std::vector<float> bulk(all.size()), scalar(all.size());
+  DecodeFloat16(all.data(), static_cast<int>(all.size()), bulk.data());
+  DecodeFloat16Scalar(all.data(), static_cast<int>(all.size()), scalar.data());
+  for (size_t h = 0; h < all.size(); ++h) {
+    if (std::isnan(scalar[h])) {
+      EXPECT_TRUE(std::isnan(bulk[h])) << h;
+    } else {
+      EXPECT_EQ(BitsOf(bulk[h]), BitsOf(scalar[h])) << h;
+    }
+  }
+  std::mt19937_64 rng(11);
+  const float edges[] = {0.0f, -0.0f, 6.103515625e-05f, 6.1035149e-05f, -6.1035156e-05f,
+                         65504.0f, 65519.0f, 65520.0f, -65535.0f, 1e-9f, 3e38f, INFINITY,
+                         -INFINITY, NAN, 1.0f, -2.5f};
+  std::uniform_real_distribution<float> log2(-30.0f, 17.0f);
+  for (int round = 0; round < 3000; ++round) {
+    const int n = 1 + static_cast<int>(rng() % 41);
+    const int64_t first = static_cast<int64_t>(rng() % 9);
+    std::vector<float> in(n);
+    for (float& x : in) {
+      x = rng() % 5 == 0 ? edges[rng() % (sizeof(edges) / sizeof(float))]
+                         : std::exp2(log2(rng)) * (rng() % 2 ? 1.0f : -1.0f);
+    }
+    const RoundingBits bits(rng(), static_cast<int64_t>(rng()), rng());
+    std::vector<uint16_t> a(n), b(n);
+    EncodeFloat16Stochastic(in.data(), n, bits, first, a.data());
+    EncodeFloat16StochasticScalar(in.data(), n, bits, first, b.data());
+    ASSERT_EQ(a, b) << "round " << round;
   }
 }
 
