@@ -12,14 +12,9 @@ void DecodeFloat16Scalar(const uint16_t* h, int n, float* out) {
 
 void EncodeFloat16StochasticScalar(const float* in, int n, const RoundingBits& bits,
                                    int64_t first, uint16_t* out) {
-  int64_t element = first;
-  for (int j = 0; j < n;) {
-    uint64_t word = bits.Word(element / 4) >> (16 * (element % 4));
-    const int end = std::min<int64_t>(n, j + 4 - element % 4);
-    for (; j < end; ++j, ++element, word >>= 16) {
-      out[j] = precision::Float16Stochastic(in[j], static_cast<uint32_t>(word & 0xFFFF));
-    }
-  }
+  ForEachRandom(bits, first, n, [&](int j, uint32_t random) {
+    out[j] = precision::Float16Stochastic(in[j], random);
+  });
 }
 
 #if defined(__x86_64__)
@@ -52,10 +47,7 @@ __attribute__((target("avx2"))) void EncodeFloat16StochasticSimd(
   alignas(32) uint32_t random[8];
   alignas(16) uint16_t lanes[8];
   for (; j + 8 <= n; j += 8, element += 8) {
-    for (int k = 0; k < 8; ++k) {
-      const int64_t e = element + k;
-      random[k] = static_cast<uint32_t>((bits.Word(e / 4) >> (16 * (e % 4))) & 0xFFFF) >> 3;
-    }
+    ForEachRandom(bits, element, 8, [&](int k, uint32_t r) { random[k] = r >> 3; });
     const __m256i a = _mm256_castps_si256(_mm256_loadu_ps(in + j));
     const __m256i abs = _mm256_and_si256(a, abs_mask);
     const __m256i r = _mm256_add_epi32(abs, _mm256_load_si256(

@@ -144,6 +144,18 @@ class RoundingBits {
   uint64_t state_;
 };
 
+// Calls fn(j, random) for j in [0, n), random being the 16 bits of element first + j of the
+// update (one word per 4 elements).
+template <typename Fn>
+inline void ForEachRandom(const RoundingBits& bits, int64_t first, int n, Fn fn) {
+  int64_t element = first;
+  for (int j = 0; j < n;) {
+    uint64_t word = bits.Word(element / 4) >> (16 * (element % 4));
+    const int end = static_cast<int>(std::min<int64_t>(n, j + 4 - element % 4));
+    for (; j < end; ++j, ++element, word >>= 16) fn(j, static_cast<uint32_t>(word & 0xFFFF));
+  }
+}
+
 // float16 rows in bulk (row_precision.cc): with the CPU's F16C and AVX2 instructions where it
 // has them (decoding: the hardware conversion; stochastic rounding: 8 lanes of the scalar
 // arithmetic, lanes outside float16's normal range falling back to it), else one element at
@@ -207,14 +219,9 @@ inline void EncodeRowStochastic(RowDtype dtype, const float* in, int n, const Ro
     EncodeFloat16Stochastic(in, n, bits, first, h);
     return;
   }
-  int64_t element = first;
-  for (int j = 0; j < n;) {
-    uint64_t word = bits.Word(element / 4) >> (16 * (element % 4));
-    const int end = std::min<int64_t>(n, j + 4 - element % 4);
-    for (; j < end; ++j, ++element, word >>= 16) {
-      h[j] = precision::BFloat16Stochastic(in[j], static_cast<uint32_t>(word & 0xFFFF));
-    }
-  }
+  ForEachRandom(bits, first, n, [&](int j, uint32_t random) {
+    h[j] = precision::BFloat16Stochastic(in[j], random);
+  });
 }
 
 // Fills n elements of `dtype` at dst with `value` (rounded to nearest).
