@@ -71,7 +71,7 @@ import tensorflow as tf  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from bench_table import (  # noqa: E402
-    BATCH, DENSE_ROWS, DIM, KEY_SPACE, time_steps, zipf_batches)
+    BATCH, DENSE_ROWS, DIM, KEY_SPACE, computed, time_steps, zipf_batches)
 
 # Row-wise Adagrad is being added to rec_sdk; measured only when the module exists.
 try:
@@ -206,7 +206,7 @@ def bench_rec_sdk(op, batches, steps, capacity):
         emb = sparse_lookup(table, keys, is_train=True)
         params = {}
         if op == "lookup":
-            fetch = tf.group(emb)
+            fetch = computed(emb)
         else:
             opt, params = rec_sdk_optimizer(op)
             loss = tf.reduce_sum(emb)  # its gradient with respect to emb is ones
@@ -228,7 +228,7 @@ def bench_tfra(de, op, batches, steps):
     emb = de.embedding_lookup(var, keys, name="peers_lookup")
     params = {}
     if op == "lookup":
-        fetch = tf.group(emb)
+        fetch = computed(emb)
     else:
         if op == "train_sgd":
             inner = tf.compat.v1.train.GradientDescentOptimizer(LR)
@@ -254,7 +254,7 @@ def bench_dense(op, batches, steps):
     keys = tf.compat.v1.placeholder(tf.int64, [BATCH])
     emb = tf.nn.embedding_lookup(table, keys % DENSE_ROWS)
     if op == "lookup":
-        fetch = tf.group(emb)
+        fetch = computed(emb)
     else:
         fetch = tf.compat.v1.train.GradientDescentOptimizer(LR).minimize(tf.reduce_sum(emb))
     with session() as sess:
