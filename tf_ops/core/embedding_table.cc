@@ -50,8 +50,6 @@ EmbeddingTable::EmbeddingTable(const TableConfig& config)
       pages_(new std::atomic<DirectoryPage*>[kMaxPages]),
       row_bytes_(RowBytesFor(0, config.dim)),
       slot_width_(config.dim),
-      slot_dtype_(SlotDtypeFor(config.dim)),
-      slot_bytes_(SlotBytesFor(config.dim)),
       tier_(this) {
   for (int64_t i = 0; i < kMaxPages; ++i) pages_[i].store(nullptr, std::memory_order_relaxed);
   pending_.set_seed(index_.seed());
@@ -558,7 +556,7 @@ void EmbeddingTable::WriteRowsLocked(const int64_t* rows, int64_t n, int64_t cos
   const int dim = config_.dim;
   const uint64_t seed = config_.initializer.seed;
   const uint64_t step = update_step_.load(std::memory_order_relaxed);
-  const RowDtype slot_dtype = slot_dtype_;
+  const RowDtype slot_dtype = SlotDtypeFor(slot_width_);
   const int slot_width = slot_width_;
   run(n, cost_per_row, [&](int64_t first, int64_t last) {
     float* slots[kMaxSlots];

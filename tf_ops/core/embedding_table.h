@@ -255,9 +255,10 @@ class EmbeddingTable {
   // A record's embedding (dim elements of emb_dtype, padded to 4 bytes), then its slots.
   static char* EmbeddingIn(char* record) { return record + sizeof(RowMeta); }
   static const char* EmbeddingIn(const char* record) { return record + sizeof(RowMeta); }
-  // Slot s of a record starts s * slot_width values of slot_dtype_ after the embedding.
+  // Slot s of a record starts s * slot_width values of SlotDtypeFor(slot_width) after the
+  // embedding.
   char* SlotIn(char* record, int s) const {
-    return record + sizeof(RowMeta) + emb_bytes_ + s * slot_bytes_;
+    return record + sizeof(RowMeta) + emb_bytes_ + s * SlotBytesFor(slot_width_);
   }
   const char* SlotIn(const char* record, int s) const {
     return SlotIn(const_cast<char*>(record), s);
@@ -265,13 +266,13 @@ class EmbeddingTable {
   // Slot s of a record in float32; float32 values written into it (rounded to nearest), or
   // one value in every element.
   void ReadSlot(const char* record, int s, float* out) const {
-    DecodeRow(slot_dtype_, SlotIn(record, s), slot_width_, out);
+    DecodeRow(SlotDtypeFor(slot_width_), SlotIn(record, s), slot_width_, out);
   }
   void WriteSlot(char* record, int s, const float* in) const {
-    EncodeRowNearest(slot_dtype_, in, slot_width_, SlotIn(record, s));
+    EncodeRowNearest(SlotDtypeFor(slot_width_), in, slot_width_, SlotIn(record, s));
   }
   void FillSlot(char* record, int s, float value) const {
-    FillRow(slot_dtype_, value, slot_width_, SlotIn(record, s));
+    FillRow(SlotDtypeFor(slot_width_), value, slot_width_, SlotIn(record, s));
   }
   // The embedding of a record in float32, and a float32 embedding written into a record
   // (rounded to nearest).
@@ -424,8 +425,6 @@ class EmbeddingTable {
   size_t row_bytes_;
   int num_slots_ = 0;
   int slot_width_;  // dim until an optimizer with one float per row attaches its slots
-  RowDtype slot_dtype_;  // SlotDtypeFor(slot_width_)
-  size_t slot_bytes_;    // SlotBytesFor(slot_width_)
   TableSlots slots_;  // the slots' optimizer and initial values (table_slots.h)
   // Changes since the last save (delta checkpoints, HoldsCheckpoint) and push.
   TableChangeSet changes_;

@@ -45,7 +45,6 @@ __attribute__((target("avx2"))) void EncodeFloat16StochasticSimd(
   int j = 0;
   int64_t element = first;
   alignas(32) uint32_t random[8];
-  alignas(16) uint16_t lanes[8];
   for (; j + 8 <= n; j += 8, element += 8) {
     ForEachRandom(bits, element, 8, [&](int k, uint32_t r) { random[k] = r >> 3; });
     const __m256i a = _mm256_castps_si256(_mm256_loadu_ps(in + j));
@@ -65,8 +64,7 @@ __attribute__((target("avx2"))) void EncodeFloat16StochasticSimd(
     // 32-bit lanes to 16 bits (each fits): pack within 128-bit halves, then join them.
     const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(h),
                                             _mm256_extracti128_si256(h, 1));
-    _mm_store_si128(reinterpret_cast<__m128i*>(lanes), packed);
-    for (int k = 0; k < 8; ++k) out[j + k] = lanes[k];
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + j), packed);
   }
   EncodeFloat16StochasticScalar(in + j, n - j, bits, element, out + j);
 }

@@ -183,8 +183,6 @@ Status EmbeddingTable::RelayoutLocked(int num_slots, int width, const float* ini
   row_bytes_ = new_bytes;
   num_slots_ = num_slots;
   slot_width_ = width;
-  slot_dtype_ = SlotDtypeFor(width);
-  slot_bytes_ = slot_bytes;
   return Status::Ok();
 }
 
