@@ -236,7 +236,7 @@ void EmbeddingTable::PrefetchRow(int64_t address) const {
   if (row >= allocated_rows_.load(std::memory_order_relaxed)) return;
   const char* record = RecordOf(row);
   __builtin_prefetch(record);
-  if (sizeof(RowMeta) + config_.dim * sizeof(float) > 64) __builtin_prefetch(record + 64);
+  if (sizeof(RowMeta) + emb_bytes_ > 64) __builtin_prefetch(record + 64);
 }
 
 void EmbeddingTable::FreeRow(int64_t row) {
