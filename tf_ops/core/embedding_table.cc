@@ -44,15 +44,18 @@ EmbeddingTable::EmbeddingTable(const TableConfig& config)
     : config_(config),
       chunk_shift_(ChunkShiftFor(config.dim)),
       tag_(NextTableTag()),
-      max_rows_(config.dynamic_expansion ? kMaxRows : config.capacity),
+      max_rows_(config.dynamic_expansion ? kMaxCapacity : config.capacity),
       emb_bytes_((size_t(config.dim) * RowDtypeBytes(config.emb_dtype) + 3) / 4 * 4),
       index_(HashIndex::RandomSeed()),
       pages_(new std::atomic<DirectoryPage*>[kMaxPages]),
-      row_bytes_(RowBytesFor(0, config.dim)),
       slot_width_(config.dim),
       tier_(this) {
   for (int64_t i = 0; i < kMaxPages; ++i) pages_[i].store(nullptr, std::memory_order_relaxed);
+  dir_.pages = pages_.get();
+  dir_.chunk_shift = chunk_shift_;
+  dir_.row_bytes = RowBytesFor(0, config.dim);
   pending_.set_seed(index_.seed());
+  if (!config.tiered()) index_.set_rows(&dir_);
   admission_.track_access.store(config.track_access, std::memory_order_relaxed);
 }
 
@@ -63,15 +66,15 @@ Status EmbeddingTable::Create(const TableConfig& config, std::unique_ptr<Embeddi
                                    std::to_string(kMaxDim) + "], got " +
                                    std::to_string(config.dim));
   }
-  if (!config.dynamic_expansion && (config.capacity < 1 || config.capacity > kMaxRows)) {
+  if (!config.dynamic_expansion && (config.capacity < 1 || config.capacity > kMaxCapacity)) {
     return Status::InvalidArgument("table '" + config.name + "': capacity must be in [1, " +
-                                   std::to_string(kMaxRows) + "], got " +
+                                   std::to_string(kMaxCapacity) + "], got " +
                                    std::to_string(config.capacity));
   }
-  if (config.initial_capacity < 0 || config.initial_capacity > kMaxRows) {
+  if (config.initial_capacity < 0 || config.initial_capacity > kMaxCapacity) {
     return Status::InvalidArgument("table '" + config.name +
                                    "': initial_capacity must be in [0, " +
-                                   std::to_string(kMaxRows) + "], got " +
+                                   std::to_string(kMaxCapacity) + "], got " +
                                    std::to_string(config.initial_capacity));
   }
   if (config.slot_dtype == RowDtype::kFloat16) {
@@ -100,7 +103,7 @@ Status EmbeddingTable::Create(const TableConfig& config, std::unique_ptr<Embeddi
   std::unique_ptr<EmbeddingTable> t(new EmbeddingTable(config));
   if (config.tiered()) {
     std::unique_ptr<ColdTier> store;
-    REC_SDK_RETURN_IF_ERROR(t->tier_.OpenColdTier(t->row_bytes_, &store));
+    REC_SDK_RETURN_IF_ERROR(t->tier_.OpenColdTier(t->dir_.row_bytes, &store));
     t->tier_.store = std::move(store);
   }
   const int64_t reserve = config.dynamic_expansion ? config.initial_capacity : config.capacity;
@@ -123,7 +126,7 @@ int64_t EmbeddingTable::Capacity() const {
   if (config_.dynamic_expansion) return allocated_rows_.load();
   if (config_.tiered()) {
     // Without an SSD bound, the most rows any table holds.
-    return config_.ssd_rows > 0 ? config_.capacity + config_.ssd_rows : kMaxRows;
+    return config_.ssd_rows > 0 ? config_.capacity + config_.ssd_rows : kMaxCapacity;
   }
   return config_.capacity;
 }
@@ -131,7 +134,7 @@ int64_t EmbeddingTable::Capacity() const {
 int64_t EmbeddingTable::MemoryBytes() {
   int64_t row_memory;
   {
-    // row_bytes_ changes only in RelayoutLocked, which holds alloc_mu_ too.
+    // dir_.row_bytes changes only in RelayoutLocked, which holds alloc_mu_ too.
     std::lock_guard<std::mutex> lock(alloc_mu_);
     row_memory = num_chunks_ * static_cast<int64_t>(ChunkBytes());
   }
@@ -273,8 +276,8 @@ Status EmbeddingTable::FindOrInsert(const int64_t* keys, int64_t n, bool insert,
         keys, n, rows == nullptr ? 60 : 60 + 2 * dim,
         [&](HashIndex::Shard& shard, const int64_t* positions, int64_t count,
             const uint64_t* hashes) {
-          HashIndex::ProbeInOrder(shard, positions, count, hashes, [&](int64_t i) {
-            const int64_t entry = shard.Find(keys[i], hashes[i]);
+          HashIndex::FindInOrder(shard, keys, positions, count, hashes, [&](int64_t i,
+                                                                             int64_t entry) {
             if (entry < 0) {
               addresses[i] = -1;
             } else {
@@ -454,7 +457,7 @@ Status EmbeddingTable::Lookup(const int64_t* keys, int64_t n, bool init_missing,
         if (entry >= 0 && TableTier::IsCold(entry)) {
           // A cold row is read from its record, not promoted.
           thread_local std::vector<char> cold;
-          cold.resize(row_bytes_);
+          cold.resize(dir_.row_bytes);
           Status s = tier_.ReadColdRecord(entry, keys[i], cold.data());
           if (!s.ok()) {
             std::lock_guard<std::mutex> lock(error_mu);
@@ -551,7 +554,7 @@ void EmbeddingTable::WriteRowsLocked(const int64_t* rows, int64_t n, int64_t cos
                                      const RowUpdate& update, const ParallelRunner& run) {
   const int num_slots = num_slots_;
   // Prefetch whole records (up to 4 cache lines; longer rows stream sequentially anyway).
-  const size_t prefetch_bytes = std::min<size_t>(row_bytes_, 256);
+  const size_t prefetch_bytes = std::min<size_t>(dir_.row_bytes, 256);
   const RowDtype dtype = config_.emb_dtype;
   const int dim = config_.dim;
   const uint64_t seed = config_.initializer.seed;

@@ -45,10 +45,12 @@ class EmbeddingTable {
  public:
   static constexpr int kMaxDim = 8192;
   static constexpr int kMaxSlots = TableSlots::kMaxSlots;
-  static constexpr int kRowBits = 40;
-  static constexpr int kGenerationBits = 12;
+  static constexpr int kRowBits = rec_sdk::kRowBits;
+  static constexpr int kGenerationBits = rec_sdk::kGenerationBits;
   static constexpr int kTagBits = 11;
   static constexpr int64_t kMaxRows = int64_t{1} << kRowBits;
+  // Rows a table can hold: the compact index keeps the last row id for an empty slot.
+  static constexpr int64_t kMaxCapacity = kMaxRows - 1;
   // A full evict_when_full table without clocks evicts the rows of its last kProtectedTicks
   // training lookups (concurrent lookups of one step may still use their addresses) only
   // when older rows are not enough for the batch.
@@ -76,7 +78,7 @@ class EmbeddingTable {
   int64_t Size() const { return size_.load(std::memory_order_relaxed); }
   // Rows the table can hold now without allocating: the fixed capacity, or the rows of the
   // chunks allocated so far in dynamic-expansion mode; a tiered table: its memory rows plus
-  // its SSD rows (kMaxRows without an SSD bound).
+  // its SSD rows (kMaxCapacity without an SSD bound).
   int64_t Capacity() const;
   // Bytes of memory reserved for rows, slots, metadata and the index.
   int64_t MemoryBytes();
@@ -230,11 +232,7 @@ class EmbeddingTable {
 
   explicit EmbeddingTable(const TableConfig& config);
 
-  Chunk* ChunkOf(int64_t row) const {
-    const int64_t c = row >> chunk_shift_;
-    return pages_[c >> kPageBits].load(std::memory_order_acquire)->chunks[c & (kPageSize - 1)].load(
-        std::memory_order_acquire);
-  }
+  Chunk* ChunkOf(int64_t row) const { return dir_.ChunkOf(row); }
   // Slots of `width` values per row: one float per row stays float32, dim values take
   // config_.slot_dtype.
   RowDtype SlotDtypeFor(int width) const {
@@ -248,10 +246,10 @@ class EmbeddingTable {
     const size_t bytes = sizeof(RowMeta) + emb_bytes_ + size_t(num_slots) * SlotBytesFor(width);
     return (bytes + 7) / 8 * 8;
   }
-  size_t ChunkBytes() const { return (size_t{1} << chunk_shift_) * row_bytes_; }
-  int64_t OffsetOf(int64_t row) const { return row & ((int64_t{1} << chunk_shift_) - 1); }
-  char* RecordOf(int64_t row) const { return ChunkOf(row)->rows + OffsetOf(row) * row_bytes_; }
-  RowMeta& MetaOf(int64_t row) const { return *reinterpret_cast<RowMeta*>(RecordOf(row)); }
+  size_t ChunkBytes() const { return (size_t{1} << chunk_shift_) * dir_.row_bytes; }
+  int64_t OffsetOf(int64_t row) const { return dir_.OffsetOf(row); }
+  char* RecordOf(int64_t row) const { return dir_.RecordOf(row); }
+  RowMeta& MetaOf(int64_t row) const { return dir_.MetaOf(row); }
   // A record's embedding (dim elements of emb_dtype, padded to 4 bytes), then its slots.
   static char* EmbeddingIn(char* record) { return record + sizeof(RowMeta); }
   static const char* EmbeddingIn(const char* record) { return record + sizeof(RowMeta); }
@@ -293,7 +291,7 @@ class EmbeddingTable {
   // The index maps a key to its row id and generation (bits 0..51 of its address); the tag
   // is added when the address leaves the table.
   static int64_t IndexEntry(int64_t row, uint32_t generation) {
-    return (static_cast<int64_t>(generation & ((1u << kGenerationBits) - 1)) << kRowBits) | row;
+    return rec_sdk::IndexEntry(row, generation);
   }
   static int64_t RowOfEntry(int64_t entry) { return entry & (kMaxRows - 1); }
   int64_t TagBits() const { return static_cast<int64_t>(tag_) << (kRowBits + kGenerationBits); }
@@ -403,6 +401,8 @@ class EmbeddingTable {
   // (training steps of several threads or sessions) never interleave their read-modify-write
   // of a row, so no update is lost.
   std::mutex update_mu_;
+  // Without an SSD tier every key has a row, so the index is compact: it reads a key and its
+  // generation back from the row header through dir_.
   HashIndex index_;
 
   std::mutex alloc_mu_;
@@ -421,8 +421,9 @@ class EmbeddingTable {
   TableAdmission admission_;
   PendingKeys pending_;
 
-  // Changed only under an exclusive structure_mu_.
-  size_t row_bytes_;
+  // Changed only under an exclusive structure_mu_: dir_.row_bytes (dir_: the chunks'
+  // directory pages_, the chunk size and the record size), num_slots_, slot_width_.
+  RowDirectory dir_;
   int num_slots_ = 0;
   int slot_width_;  // dim until an optimizer with one float per row attaches its slots
   TableSlots slots_;  // the slots' optimizer and initial values (table_slots.h)

@@ -10,7 +10,85 @@ constexpr size_t kInitialSlots = 16;  // per shard; a power of two
 
 HashIndex::Shard::Shard() : entries_(kInitialSlots, Entry{0, -1}), mask_(kInitialSlots - 1) {}
 
+void HashIndex::Shard::set_rows(const RowDirectory* rows, int home_bits) {
+  rows_ = rows;
+  home_bits_ = home_bits;
+  entries_.clear();
+  entries_.shrink_to_fit();
+  compact_.assign(kInitialSlots, kEmpty);
+  mask_ = kInitialSlots - 1;
+  size_ = 0;
+}
+
+int64_t HashIndex::Shard::FindCompact(int64_t key, uint64_t hash, int64_t* value) const {
+  for (size_t i = hash & mask_;; i = (i + 1) & mask_) {
+    const uint64_t e = compact_[i];
+    if (e == kEmpty) return -1;
+    if (!HashBitsMatch(e, hash)) continue;
+    int64_t stored;
+    Read(e, &stored, value);
+    if (stored == key) return static_cast<int64_t>(i);
+  }
+}
+
+void HashIndex::Shard::FindMany(const int64_t* keys, const int64_t* positions, int64_t count,
+                                const uint64_t* hashes, int64_t* entries) const {
+  if (rows_ == nullptr) {
+    ProbeInOrder(*this, positions, count, hashes, [&](int64_t i) {
+      *entries++ = Find(keys[i], hashes[i]);
+    });
+    return;
+  }
+  // Pass 1: the slot of each key's first hash match (-1: none), left in entries.
+  for (int64_t j = 0; j < count; ++j) {
+    if (j + kPrefetchDistance < count) Prefetch(hashes[positions[j + kPrefetchDistance]]);
+    const uint64_t hash = hashes[positions[j]];
+    int64_t match = -1;
+    for (size_t i = hash & mask_;; i = (i + 1) & mask_) {
+      const uint64_t e = compact_[i];
+      if (e == kEmpty) break;
+      if (HashBitsMatch(e, hash)) {
+        match = static_cast<int64_t>(i);
+        break;
+      }
+    }
+    entries[j] = match;
+  }
+  // Pass 2: the rows of the matches tell whether they hold the key (a match of the hash bits
+  // only, which is rare, probes on from the start).
+  for (int64_t j = 0; j < count; ++j) {
+    if (j + kPrefetchDistance < count && entries[j + kPrefetchDistance] >= 0) {
+      // The header and the start of the row (the caller reads the row next).
+      const char* record = rows_->RecordOf(
+          static_cast<int64_t>(compact_[entries[j + kPrefetchDistance]] & kRowIdMask));
+      __builtin_prefetch(record);
+      if (rows_->row_bytes > 64) __builtin_prefetch(record + 64);
+    }
+    if (entries[j] < 0) continue;
+    const int64_t key = keys[positions[j]];
+    int64_t stored, value;
+    Read(compact_[entries[j]], &stored, &value);
+    if (stored == key) {
+      entries[j] = value;
+    } else {
+      entries[j] = FindCompact(key, hashes[positions[j]], &value) < 0 ? -1 : value;
+    }
+  }
+}
+
+size_t HashIndex::Shard::HomeOf(size_t i, size_t mask) const {
+  if (rows_ == nullptr) return Hash(entries_[i].key) & mask;
+  if (mask >> home_bits_ == 0) return (compact_[i] >> kRowIdBits) & mask;
+  int64_t key, value;
+  Read(compact_[i], &key, &value);
+  return Hash(key) & mask;
+}
+
 int64_t HashIndex::Shard::Find(int64_t key, uint64_t hash) const {
+  if (rows_ != nullptr) {
+    int64_t value = -1;
+    return FindCompact(key, hash, &value) < 0 ? -1 : value;
+  }
   for (size_t i = hash & mask_;; i = (i + 1) & mask_) {
     const Entry& e = entries_[i];
     if (e.value < 0) return -1;
@@ -20,14 +98,25 @@ int64_t HashIndex::Shard::Find(int64_t key, uint64_t hash) const {
 
 void HashIndex::Shard::Insert(int64_t key, uint64_t hash, int64_t value) {
   // Keep the load factor at most 1/2 so probe sequences stay short.
-  if ((size_ + 1) * 2 > entries_.size()) Grow();
+  if ((size_ + 1) * 2 > slots()) Grow();
   size_t i = hash & mask_;
-  while (entries_[i].value >= 0) i = (i + 1) & mask_;
-  entries_[i] = Entry{key, value};
+  while (!Empty(i)) i = (i + 1) & mask_;
+  if (rows_ != nullptr) {
+    compact_[i] = Pack(hash, value);
+  } else {
+    entries_[i] = Entry{key, value};
+  }
   ++size_;
 }
 
 bool HashIndex::Shard::Set(int64_t key, uint64_t hash, int64_t value) {
+  if (rows_ != nullptr) {
+    int64_t old;
+    const int64_t i = FindCompact(key, hash, &old);
+    if (i < 0) return false;
+    compact_[i] = Pack(hash, value);
+    return true;
+  }
   for (size_t i = hash & mask_;; i = (i + 1) & mask_) {
     Entry& e = entries_[i];
     if (e.value < 0) return false;
@@ -40,50 +129,82 @@ bool HashIndex::Shard::Set(int64_t key, uint64_t hash, int64_t value) {
 
 int64_t HashIndex::Shard::Erase(int64_t key, uint64_t hash) {
   size_t i = hash & mask_;
-  for (;; i = (i + 1) & mask_) {
-    if (entries_[i].value < 0) return -1;
-    if (entries_[i].key == key) break;
+  int64_t value = -1;
+  if (rows_ != nullptr) {
+    const int64_t at = FindCompact(key, hash, &value);
+    if (at < 0) return -1;
+    i = static_cast<size_t>(at);
+  } else {
+    for (;; i = (i + 1) & mask_) {
+      if (entries_[i].value < 0) return -1;
+      if (entries_[i].key == key) break;
+    }
+    value = entries_[i].value;
   }
-  const int64_t value = entries_[i].value;
   // Backward-shift deletion: move later entries of the probe run into the hole when their home
   // slot does not lie cyclically in (hole, position].
   size_t hole = i;
-  for (size_t j = (hole + 1) & mask_; entries_[j].value >= 0; j = (j + 1) & mask_) {
-    const size_t home = Hash(entries_[j].key) & mask_;
+  for (size_t j = (hole + 1) & mask_; !Empty(j); j = (j + 1) & mask_) {
+    const size_t home = HomeOf(j, mask_);
     const bool stays = hole <= j ? (hole < home && home <= j) : (hole < home || home <= j);
     if (!stays) {
-      entries_[hole] = entries_[j];
+      if (rows_ != nullptr) {
+        compact_[hole] = compact_[j];
+      } else {
+        entries_[hole] = entries_[j];
+      }
       hole = j;
     }
   }
-  entries_[hole].value = -1;
+  if (rows_ != nullptr) {
+    compact_[hole] = kEmpty;
+  } else {
+    entries_[hole].value = -1;
+  }
   --size_;
   return value;
 }
 
 void HashIndex::Shard::Clear() {
-  entries_.assign(kInitialSlots, Entry{0, -1});
-  entries_.shrink_to_fit();
+  if (rows_ != nullptr) {
+    compact_.assign(kInitialSlots, kEmpty);
+    compact_.shrink_to_fit();
+  } else {
+    entries_.assign(kInitialSlots, Entry{0, -1});
+    entries_.shrink_to_fit();
+  }
   mask_ = kInitialSlots - 1;
   size_ = 0;
 }
 
 void HashIndex::Shard::Reserve(size_t n) {
-  size_t slots = entries_.size();
+  size_t slots = this->slots();
   while (n * 2 > slots) slots *= 2;
-  if (slots > entries_.size()) Rehash(slots);
+  if (slots > this->slots()) Rehash(slots);
 }
 
 void HashIndex::Shard::Rehash(size_t slots) {
-  std::vector<Entry> old(slots, Entry{0, -1});
-  old.swap(entries_);
-  mask_ = entries_.size() - 1;
-  for (const Entry& e : old) {
-    if (e.value < 0) continue;
-    size_t i = Hash(e.key) & mask_;
-    while (entries_[i].value >= 0) i = (i + 1) & mask_;
-    entries_[i] = e;
+  const size_t mask = slots - 1;
+  if (rows_ != nullptr) {
+    std::vector<uint64_t> grown(slots, kEmpty);
+    for (size_t i = 0; i <= mask_; ++i) {
+      if (compact_[i] == kEmpty) continue;
+      size_t j = HomeOf(i, mask);
+      while (grown[j] != kEmpty) j = (j + 1) & mask;
+      grown[j] = compact_[i];
+    }
+    compact_.swap(grown);
+  } else {
+    std::vector<Entry> grown(slots, Entry{0, -1});
+    for (const Entry& e : entries_) {
+      if (e.value < 0) continue;
+      size_t j = Hash(e.key) & mask;
+      while (grown[j].value >= 0) j = (j + 1) & mask;
+      grown[j] = e;
+    }
+    entries_.swap(grown);
   }
+  mask_ = mask;
 }
 
 size_t HashIndex::memory_bytes() {
@@ -102,6 +223,10 @@ uint64_t HashIndex::RandomSeed() {
 
 HashIndex::HashIndex(uint64_t seed) : seed_(seed) {
   for (Shard& shard : shards_) shard.set_seed(seed);
+}
+
+void HashIndex::set_rows(const RowDirectory* rows) {
+  for (Shard& shard : shards_) shard.set_rows(rows);
 }
 
 void HashIndex::BucketByShard(const int64_t* keys, int64_t n, uint64_t seed,

@@ -1,5 +1,16 @@
-// HashIndex: the key -> value map of one table (the table stores a row id and the row's
-// generation in the value, so a probe yields a full row address without touching the row).
+// HashIndex: the key -> value map of one table (the value is a row id and the row's
+// generation, or for a tiered table's cold keys their SSD record).
+//
+// A shard keeps its entries in one of two layouts:
+//  - full (16 bytes an entry: the key and the value): a probe yields the value without
+//    touching the row; tiered tables (whose cold keys have no row in memory) and the pending
+//    keys use it;
+//  - compact (8 bytes an entry: the row id and 24 bits of the key's hash, set_rows): the key
+//    and the generation are read back from the row header (RowDirectory, table_storage.h)
+//    when the hash bits match, so the index takes half the memory. A lookup reads the row
+//    next anyway; an absent key touches a row only on a 24-bit hash match. The stored hash
+//    bits also give an entry's home slot when the index moves entries (deletion, growth)
+//    without touching the row, for shards of up to 2^24 slots.
 //
 // The index is split into kNumShards independent open-addressing tables (linear probing,
 // backward-shift deletion, no tombstones), each behind its own mutex. A batch is bucketed by
@@ -16,6 +27,7 @@
 #include <vector>
 
 #include "tf_ops/core/parallel.h"
+#include "tf_ops/core/table_storage.h"
 
 namespace rec_sdk {
 
@@ -41,6 +53,8 @@ class HashIndex {
   // seed 0 gives the unseeded mix (tests); tables pass RandomSeed().
   explicit HashIndex(uint64_t seed = 0);
   uint64_t seed() const { return seed_; }
+  // Makes every shard compact, reading keys back through `rows` (see Shard::set_rows).
+  void set_rows(const RowDirectory* rows);
   uint64_t Hash(int64_t key) const { return Hash(key, seed_); }
 
   class Shard {
@@ -49,6 +63,14 @@ class HashIndex {
     // The seed of the hashes the shard is given (used when it rehashes); set before use.
     void set_seed(uint64_t seed) { seed_ = seed; }
     uint64_t Hash(int64_t key) const { return HashIndex::Hash(key, seed_); }
+    // Makes the shard compact (it must be empty): values are index entries (IndexEntry: row
+    // ids below kMaxCompactRow, generation above); Insert and Set keep only the row id, and
+    // Find and Erase return the entry with the generation of the row header. Rows must hold
+    // their key before they are inserted and keep it until they are erased. Entries are moved by their stored hash bits
+    // while the shard has at most 2^home_bits slots, by the key read back beyond (tests pass
+    // fewer bits than the 24 kept).
+    void set_rows(const RowDirectory* rows, int home_bits = kHashBitsKept);
+    bool compact() const { return rows_ != nullptr; }
     // All methods require the caller to hold mu().
     // Returns the value of key (>= 0), or -1 when absent.
     int64_t Find(int64_t key, uint64_t hash) const;
@@ -59,25 +81,68 @@ class HashIndex {
     // Removes key; returns its value, or -1 when absent.
     int64_t Erase(int64_t key, uint64_t hash);
     // Starts loading the slot where a probe for `hash` begins (no lock needed: a hint only).
-    void Prefetch(uint64_t hash) const { __builtin_prefetch(&entries_[hash & mask_]); }
+    void Prefetch(uint64_t hash) const {
+      if (rows_ != nullptr) {
+        __builtin_prefetch(&compact_[hash & mask_]);
+      } else {
+        __builtin_prefetch(&entries_[hash & mask_]);
+      }
+    }
+    // entries[j] = Find(keys[positions[j]], hashes[positions[j]]) for j in [0, count). A
+    // compact shard probes the slots of all the keys first and then reads the rows of their
+    // hash matches, each pass prefetching ahead, so that the keys' cache misses overlap
+    // instead of each key waiting for its slot and then its row.
+    void FindMany(const int64_t* keys, const int64_t* positions, int64_t count,
+                  const uint64_t* hashes, int64_t* entries) const;
     void Clear();
     // Makes room for `n` entries without growing (one rehash now instead of one per
     // doubling); never shrinks.
     void Reserve(size_t n);
     size_t size() const { return size_; }
-    size_t memory_bytes() const { return entries_.capacity() * sizeof(Entry); }
+    size_t memory_bytes() const {
+      return entries_.capacity() * sizeof(Entry) + compact_.capacity() * sizeof(uint64_t);
+    }
     std::mutex& mu() { return mu_; }
+
+    static constexpr int kRowIdBits = kRowBits;
+    static constexpr int64_t kMaxCompactRow = (int64_t{1} << kRowIdBits) - 1;  // exclusive
+    static constexpr int kHashBitsKept = 64 - kRowIdBits;
 
    private:
     struct Entry {
       int64_t key;
       int64_t value;  // < 0: empty slot
     };
-    void Grow() { Rehash(entries_.size() * 2); }
+    // A compact entry: the row id in bits 0..39, the hash's low 24 bits above; all ones: empty.
+    static constexpr uint64_t kEmpty = ~uint64_t{0};
+    static constexpr uint64_t kRowIdMask = (uint64_t{1} << kRowIdBits) - 1;
+    static uint64_t Pack(uint64_t hash, int64_t value) {
+      return (hash << kRowIdBits) | (static_cast<uint64_t>(value) & kRowIdMask);
+    }
+    static bool HashBitsMatch(uint64_t entry, uint64_t hash) {
+      return (entry >> kRowIdBits) == (hash & ((uint64_t{1} << kHashBitsKept) - 1));
+    }
+    size_t slots() const { return mask_ + 1; }
+    bool Empty(size_t i) const { return rows_ ? compact_[i] == kEmpty : entries_[i].value < 0; }
+    // The key of a compact entry's row, and its index entry.
+    void Read(uint64_t entry, int64_t* key, int64_t* value) const {
+      const int64_t row = static_cast<int64_t>(entry & kRowIdMask);
+      const RowMeta& meta = rows_->MetaOf(row);
+      *key = meta.key;
+      *value = IndexEntry(row, meta.generation);
+    }
+    // The slot of key in a compact shard (*value: its entry), or -1.
+    int64_t FindCompact(int64_t key, uint64_t hash, int64_t* value) const;
+    // Where the entry in slot i would be placed with `mask`.
+    size_t HomeOf(size_t i, size_t mask) const;
+    void Grow() { Rehash(slots() * 2); }
     void Rehash(size_t slots);
 
     std::mutex mu_;
-    std::vector<Entry> entries_;
+    std::vector<Entry> entries_;    // full layout
+    std::vector<uint64_t> compact_;  // compact layout
+    const RowDirectory* rows_ = nullptr;
+    int home_bits_ = kHashBitsKept;
     size_t mask_;
     size_t size_ = 0;
     uint64_t seed_ = 0;
@@ -111,6 +176,19 @@ class HashIndex {
   // key kPrefetchDistance positions later (probes of different keys are independent, so their
   // cache misses overlap).
   static constexpr int64_t kPrefetchDistance = 16;
+  // Calls f(i, Find of key i) for the positions of one shard in order (FindMany's passes
+  // first, in parts of kFindPart keys).
+  static constexpr int64_t kFindPart = 4096;
+  template <typename F>
+  static void FindInOrder(const Shard& shard, const int64_t* keys, const int64_t* positions,
+                          int64_t count, const uint64_t* hashes, F f) {
+    int64_t entries[kFindPart];
+    for (int64_t first = 0; first < count; first += kFindPart) {
+      const int64_t n = count - first < kFindPart ? count - first : kFindPart;
+      shard.FindMany(keys, positions + first, n, hashes, entries);
+      for (int64_t j = 0; j < n; ++j) f(positions[first + j], entries[j]);
+    }
+  }
   template <typename F>
   static void ProbeInOrder(const Shard& shard, const int64_t* positions, int64_t count,
                            const uint64_t* hashes, F f) {

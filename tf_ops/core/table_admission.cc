@@ -61,8 +61,8 @@ class EmbeddingTable::ShardInsert {
   // Probe: keys the shard holds get their address; the others are missing.
   void Probe(const int64_t* positions, int64_t n) {
     int64_t newest = kNoClock;
-    HashIndex::ProbeInOrder(shard_, positions, n, hashes_, [&](int64_t i) {
-      const int64_t entry = shard_.Find(pass_.keys[i], hashes_[i]);
+    HashIndex::FindInOrder(shard_, pass_.keys, positions, n, hashes_, [&](int64_t i,
+                                                                         int64_t entry) {
       if (entry >= 0) {
         pass_.addresses[i] = pass_.tag_bits | entry;
         if (pass_.touch_rows) {

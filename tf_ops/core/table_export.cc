@@ -38,7 +38,7 @@ Status EmbeddingTable::ImportAccess(const int64_t* keys, const int64_t* last_see
         std::min<int64_t>(counts[i], std::numeric_limits<uint32_t>::max()));
     if (TableTier::IsCold(entry)) {
       // A cold row's record is rewritten with the statistics (its tag is its clock).
-      std::vector<char> record(row_bytes_);
+      std::vector<char> record(dir_.row_bytes);
       REC_SDK_RETURN_IF_ERROR(tier_.ReadColdRecord(entry, keys[i], record.data()));
       RowMeta& meta = *reinterpret_cast<RowMeta*>(record.data());
       meta.last_seen = last_seen[i];
@@ -189,13 +189,13 @@ Status EmbeddingTable::Import(const int64_t* keys, const float* values, const fl
         auto [at, added] = cold_at.emplace(keys[i], cold_keys.size());
         if (added) {
           cold_keys.push_back(static_cast<uint64_t>(keys[i]));
-          cold_records.resize(cold_keys.size() * row_bytes_);
+          cold_records.resize(cold_keys.size() * dir_.row_bytes);
         }
         std::vector<const float*> slot_values(num_slots_, nullptr);
         for (int s = 0; s < num_slots; ++s) slot_values[s] = slots + (s * n + i) * width;
         const bool slots_unset =
             num_slots_ > 0 && !slots_.values_known && !(num_slots > 0 && num_slots == num_slots_);
-        tier_.FillRecord(cold_records.data() + at->second * row_bytes_, keys[i],
+        tier_.FillRecord(cold_records.data() + at->second * dir_.row_bytes, keys[i],
                          ClockForNewRows(), 0, values + i * dim, slot_values.data(),
                          slots_unset);
         continue;
@@ -223,7 +223,7 @@ Status EmbeddingTable::Import(const int64_t* keys, const float* values, const fl
   REC_SDK_RETURN_IF_ERROR(tier_.ColdRoomLocked(static_cast<int64_t>(m)));
   std::vector<const void*> records(m);
   std::vector<int64_t> tags(m, ClockForNewRows());
-  for (size_t j = 0; j < m; ++j) records[j] = cold_records.data() + j * row_bytes_;
+  for (size_t j = 0; j < m; ++j) records[j] = cold_records.data() + j * dir_.row_bytes;
   std::vector<uint64_t> where(m);
   REC_SDK_RETURN_IF_ERROR(
       tier_.store->AppendBatch(m, cold_keys.data(), records.data(), tags.data(), where.data()));

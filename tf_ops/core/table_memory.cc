@@ -128,7 +128,7 @@ bool EmbeddingTable::AddChunkLocked() {
     pages_[p].store(page, std::memory_order_release);
   }
   std::unique_ptr<Chunk> chunk(new Chunk);
-  chunk->rows = static_cast<char*>(AllocateBlock(rows * row_bytes_));
+  chunk->rows = static_cast<char*>(AllocateBlock(rows * dir_.row_bytes));
   if (chunk->rows == nullptr) return false;
   if (config_.track_changes) chunk->changed.reset(new uint8_t[rows]());
   if (config_.tiered()) {
@@ -142,7 +142,7 @@ bool EmbeddingTable::AddChunkLocked() {
 }
 
 Status EmbeddingTable::RelayoutLocked(int num_slots, int width, const float* initial_values) {
-  const size_t old_bytes = row_bytes_;
+  const size_t old_bytes = dir_.row_bytes;
   const size_t new_bytes = RowBytesFor(num_slots, width);
   const int64_t rows = rows_per_chunk();
   std::vector<char*> blocks(num_chunks_, nullptr);
@@ -180,7 +180,7 @@ Status EmbeddingTable::RelayoutLocked(int num_slots, int width, const float* ini
     FreeBlock(chunk->rows, rows * old_bytes);
     chunk->rows = blocks[c];
   }
-  row_bytes_ = new_bytes;
+  dir_.row_bytes = new_bytes;
   num_slots_ = num_slots;
   slot_width_ = width;
   return Status::Ok();

@@ -262,7 +262,7 @@ class EmbeddingTable::RowSink : public RestoreSink {
   Status AddCold(int lane, int64_t key, const float* value, const float* const* slots,
                  uint32_t count, int64_t last_seen) {
     ColdBatch& batch = cold_of_[lane];
-    const size_t bytes = t_->row_bytes_;
+    const size_t bytes = t_->dir_.row_bytes;
     batch.records.resize((batch.keys.size() + 1) * bytes);
     const float* const* kept = keep_slots_ ? slots : nullptr;
     t_->tier_.FillRecord(batch.records.data() + batch.keys.size() * bytes, key, last_seen,
@@ -288,7 +288,7 @@ class EmbeddingTable::RowSink : public RestoreSink {
             std::to_string(ssd_rows) + " on SSD");
       }
       std::vector<const void*> records(n);
-      for (size_t j = 0; j < n; ++j) records[j] = batch.records.data() + j * t_->row_bytes_;
+      for (size_t j = 0; j < n; ++j) records[j] = batch.records.data() + j * t_->dir_.row_bytes;
       REC_SDK_RETURN_IF_ERROR(t_->tier_.store->AppendBatch(n, batch.keys.data(), records.data(),
                                                      batch.tags.data(), where.data()));
     }

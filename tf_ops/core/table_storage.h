@@ -28,6 +28,7 @@
 #define REC_SDK_CORE_TABLE_STORAGE_H_
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 
@@ -61,6 +62,31 @@ constexpr int64_t kPageSize = int64_t{1} << kPageBits;
 constexpr int64_t kMaxPages = 4096;
 struct DirectoryPage {
   std::atomic<Chunk*> chunks[kPageSize];
+};
+
+// Bits of a row address (see "Row addresses" above); an index entry is bits 0..51.
+constexpr int kRowBits = 40;
+constexpr int kGenerationBits = 12;
+inline int64_t IndexEntry(int64_t row, uint32_t generation) {
+  return (static_cast<int64_t>(generation & ((1u << kGenerationBits) - 1)) << kRowBits) | row;
+}
+
+// Where a row's record is: the table's chunk directory, its chunk size and its record size
+// (changed only under the table's exclusive lock, when the records are re-laid out). The
+// table and its compact index (hash_index.h) both find rows through it.
+struct RowDirectory {
+  std::atomic<DirectoryPage*>* pages = nullptr;
+  int chunk_shift = 0;
+  size_t row_bytes = 0;
+
+  Chunk* ChunkOf(int64_t row) const {
+    const int64_t c = row >> chunk_shift;
+    return pages[c >> kPageBits].load(std::memory_order_acquire)->chunks[c & (kPageSize - 1)].load(
+        std::memory_order_acquire);
+  }
+  int64_t OffsetOf(int64_t row) const { return row & ((int64_t{1} << chunk_shift) - 1); }
+  char* RecordOf(int64_t row) const { return ChunkOf(row)->rows + OffsetOf(row) * row_bytes; }
+  RowMeta& MetaOf(int64_t row) const { return *reinterpret_cast<RowMeta*>(RecordOf(row)); }
 };
 
 }  // namespace rec_sdk

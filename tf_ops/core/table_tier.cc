@@ -69,7 +69,7 @@ Status TableTier::GatherCold(int64_t address, float* out) const {
                                    "the address was looked up");
   }
   thread_local std::vector<char> record;
-  record.resize(t_->row_bytes_);
+  record.resize(t_->dir_.row_bytes);
   REC_SDK_RETURN_IF_ERROR(store->Read(id, record.data(), nullptr));
   t_->ReadEmbedding(record.data(), out);
   return Status::Ok();
@@ -78,14 +78,14 @@ Status TableTier::GatherCold(int64_t address, float* out) const {
 Status TableTier::ForEachColdRecord(
     const std::function<Status(int64_t key, const char* record, uint8_t marks)>& fn) const {
   if (store == nullptr) return Status::Ok();
-  std::vector<char> copy(t_->row_bytes_);
+  std::vector<char> copy(t_->dir_.row_bytes);
   return store->ForEachLive([&](uint64_t key, uint64_t where, const void* record) {
     const RowMeta* meta = static_cast<const RowMeta*>(record);
     const uint8_t marks = store->marks(where);
     if (!(meta->slots_unset && t_->slots_.values_known)) {
       return fn(static_cast<int64_t>(key), static_cast<const char*>(record), marks);
     }
-    std::memcpy(copy.data(), record, t_->row_bytes_);
+    std::memcpy(copy.data(), record, t_->dir_.row_bytes);
     FillUnsetSlots(copy.data());
     return fn(static_cast<int64_t>(key), copy.data(), marks);
   });
@@ -94,7 +94,7 @@ Status TableTier::ForEachColdRecord(
 void TableTier::FillRecord(char* record, int64_t key, int64_t last_seen, uint32_t count,
                            const float* value, const float* const* slots,
                            bool slots_unset) const {
-  std::memset(record, 0, t_->row_bytes_);
+  std::memset(record, 0, t_->dir_.row_bytes);
   RowMeta* meta = reinterpret_cast<RowMeta*>(record);
   meta->key = key;
   meta->last_seen = last_seen;
@@ -249,7 +249,7 @@ bool TableTier::TakeStaged(int64_t key, int64_t entry, char* record) {
   const bool valid =
       found->second.number == IdOf(entry) &&
       found->second.generation == staging_generation.load(std::memory_order_relaxed);
-  if (valid) std::memcpy(record, found->second.record.data(), t_->row_bytes_);
+  if (valid) std::memcpy(record, found->second.record.data(), t_->dir_.row_bytes);
   staged.erase(found);  // used, or stale (the key moved since it was read)
   return valid;
 }
@@ -304,7 +304,7 @@ Status EmbeddingTable::PrefetchCold(const int64_t* keys, int64_t n, int64_t* rea
     for (size_t j = 0; j < cold.size(); ++j) ids[j] = TableTier::IdOf(cold[j].second);
     REC_SDK_RETURN_IF_ERROR(tier_.store->PinMany(ids.size(), ids.data(), &pinned));
     generation = tier_.staging_generation.load(std::memory_order_relaxed);
-    record_bytes = row_bytes_;
+    record_bytes = dir_.row_bytes;
     store = tier_.store;
   }
   const size_t m = cold.size();

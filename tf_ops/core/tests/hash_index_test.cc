@@ -1,6 +1,7 @@
 // Tests of HashIndex: the sharded open-addressing key -> row map, checked against
 // std::unordered_map models.
 #include "tf_ops/core/hash_index.h"
+#include "tf_ops/core/table_storage.h"
 
 #include <gtest/gtest.h>
 
@@ -20,11 +21,59 @@ namespace {
 constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
 constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
 
+// The rows of a compact index's tests: row records (headers only) in chunks found through a
+// RowDirectory, as a table's; each row holds its key and a generation (row % 5).
+class FakeRows {
+ public:
+  static constexpr int kChunkShift = 12;
+  FakeRows() : pages_(new std::atomic<DirectoryPage*>[kMaxPages]) {
+    for (int64_t p = 0; p < kMaxPages; ++p) pages_[p].store(nullptr);
+    pages_[0].store(&page_);
+    for (auto& c : page_.chunks) c.store(nullptr);
+    dir_.pages = pages_.get();
+    dir_.chunk_shift = kChunkShift;
+    dir_.row_bytes = sizeof(RowMeta);
+  }
+  ~FakeRows() {
+    for (auto& c : page_.chunks) delete c.load();
+  }
+  static int64_t ValueOf(int64_t row) { return IndexEntry(row, static_cast<uint32_t>(row % 5)); }
+  void Put(int64_t row, int64_t key) {
+    const int64_t c = row >> kChunkShift;
+    ASSERT_LT(c, kPageSize);
+    if (page_.chunks[c].load() == nullptr) {
+      Chunk* chunk = new Chunk;
+      records_.emplace_back(new RowMeta[int64_t{1} << kChunkShift]());
+      chunk->rows = reinterpret_cast<char*>(records_.back().get());
+      page_.chunks[c].store(chunk);
+    }
+    RowMeta& meta = dir_.MetaOf(row);
+    meta.key = key;
+    meta.generation = static_cast<uint16_t>(row % 5);
+  }
+  const RowDirectory* directory() const { return &dir_; }
+
+ private:
+  std::unique_ptr<std::atomic<DirectoryPage*>[]> pages_;
+  DirectoryPage page_;
+  std::vector<std::unique_ptr<RowMeta[]>> records_;
+  RowDirectory dir_;
+};
+
 // Drives a HashIndex the way EmbeddingTable does (Find before Insert, the shard picked by the
-// top hash bits) and mirrors every operation in an unordered_map.
+// top hash bits) and mirrors every operation in an unordered_map. A compact index reads keys
+// back from FakeRows (`home_bits` below 24 makes it read them to move entries, too).
 class ModelChecker {
  public:
-  ModelChecker() : index_(new HashIndex) {}
+  explicit ModelChecker(bool compact = false, int home_bits = 24) : index_(new HashIndex) {
+    if (compact) {
+      for (int s = 0; s < HashIndex::kNumShards; ++s) {
+        index_->shard(s).set_rows(rows_.directory(), home_bits);
+      }
+    }
+  }
+
+  ModelChecker(const ModelChecker&) = delete;  // the index points at rows_
 
   HashIndex::Shard& ShardFor(int64_t key) {
     return index_->shard(HashIndex::ShardOf(HashIndex::Hash(key, 0)));
@@ -39,8 +88,9 @@ class ModelChecker {
     auto it = model_.find(key);
     EXPECT_EQ(found, it == model_.end() ? -1 : it->second) << "key " << key;
     if (found >= 0) return false;
-    s.Insert(key, h, row);
-    model_[key] = row;
+    rows_.Put(row, key);
+    s.Insert(key, h, FakeRows::ValueOf(row));
+    model_[key] = FakeRows::ValueOf(row);
     return true;
   }
 
@@ -69,12 +119,30 @@ class ModelChecker {
     size_t total = 0;
     for (int i = 0; i < HashIndex::kNumShards; ++i) total += index_->shard(i).size();
     ASSERT_EQ(total, model_.size());
+    // FindMany (both passes) gives each shard's keys what Find gives.
+    std::vector<uint64_t> hashes;
+    std::vector<int64_t> order, begin;
+    HashIndex::BucketByShard(universe.data(), static_cast<int64_t>(universe.size()), 0, &hashes,
+                             &order, &begin);
+    for (int s = 0; s < HashIndex::kNumShards; ++s) {
+      HashIndex::Shard& shard = index_->shard(s);
+      std::lock_guard<std::mutex> lock(shard.mu());
+      std::vector<int64_t> entries(begin[s + 1] - begin[s]);
+      shard.FindMany(universe.data(), order.data() + begin[s], begin[s + 1] - begin[s],
+                     hashes.data(), entries.data());
+      for (size_t j = 0; j < entries.size(); ++j) {
+        const int64_t key = universe[order[begin[s] + j]];
+        auto it = model_.find(key);
+        ASSERT_EQ(entries[j], it == model_.end() ? -1 : it->second) << "FindMany, key " << key;
+      }
+    }
   }
 
   HashIndex& index() { return *index_; }
   const std::unordered_map<int64_t, int64_t>& model() const { return model_; }
 
  private:
+  FakeRows rows_;
   std::unique_ptr<HashIndex> index_;
   std::unordered_map<int64_t, int64_t> model_;
 };
@@ -113,15 +181,33 @@ TEST(HashIndexTest, HashIsDeterministicAndShardInRange) {
 
 // --- Random operations against an unordered_map --------------------------------------------
 
-TEST(HashIndexTest, EmptyIndexFindsNothing) {
-  ModelChecker m;
+// Each model test runs on the full layout, the compact one, and the compact one moving
+// entries by keys read back from the rows (as shards beyond 2^24 slots do).
+struct Layout {
+  bool compact;
+  int home_bits;
+};
+class HashIndexLayoutTest : public ::testing::TestWithParam<Layout> {
+ protected:
+  ModelChecker Make() const { return ModelChecker(GetParam().compact, GetParam().home_bits); }
+};
+INSTANTIATE_TEST_SUITE_P(Layouts, HashIndexLayoutTest,
+                         ::testing::Values(Layout{false, 24}, Layout{true, 24}, Layout{true, 0},
+                                           Layout{true, 5}),
+                         [](const ::testing::TestParamInfo<Layout>& info) {
+                           return std::string(info.param.compact ? "Compact" : "Full") +
+                                  std::to_string(info.param.home_bits);
+                         });
+
+TEST_P(HashIndexLayoutTest, EmptyIndexFindsNothing) {
+  ModelChecker m = Make();
   m.CheckAll({0, 1, -1, kMin, kMax});
   m.Erase(42);  // erasing an absent key is a no-op returning -1
   m.CheckAll({42});
 }
 
-TEST(HashIndexTest, RandomInsertFindEraseMatchesModel) {
-  ModelChecker m;
+TEST_P(HashIndexLayoutTest, RandomInsertFindEraseMatchesModel) {
+  ModelChecker m = Make();
   std::mt19937_64 rng(7);
   // A pool mixing random 64-bit keys, small keys (0 included), negative keys and the extremes.
   std::vector<int64_t> pool = {0, 1, -1, kMin, kMin + 1, kMax, kMax - 1};
@@ -147,8 +233,8 @@ TEST(HashIndexTest, RandomInsertFindEraseMatchesModel) {
   EXPECT_TRUE(m.model().empty());
 }
 
-TEST(HashIndexTest, ExtremeKeysAndRowZero) {
-  ModelChecker m;
+TEST_P(HashIndexLayoutTest, ExtremeKeysAndRowZero) {
+  ModelChecker m = Make();
   // Key 0 with row 0 must not look like an empty slot (empty slots are {0, -1}).
   EXPECT_TRUE(m.Insert(0, 0));
   EXPECT_TRUE(m.Insert(kMin, 1));
@@ -161,8 +247,8 @@ TEST(HashIndexTest, ExtremeKeysAndRowZero) {
   ASSERT_NO_FATAL_FAILURE(m.CheckAll({0, kMin, kMax, -1}));
 }
 
-TEST(HashIndexTest, GrowthKeepsEveryKey) {
-  ModelChecker m;
+TEST_P(HashIndexLayoutTest, GrowthKeepsEveryKey) {
+  ModelChecker m = Make();
   // Many keys per shard forces each shard through several doublings.
   std::vector<int64_t> keys;
   for (int64_t i = 0; i < 50000; ++i) keys.push_back(i * 7919 - 100000);
@@ -180,11 +266,11 @@ TEST(HashIndexTest, GrowthKeepsEveryKey) {
 // For each table size, fills one shard up to that size with keys homed in the middle, then
 // works a cluster of keys whose home slots straddle the wrap-around (last slots and first
 // slots), erasing in every order and checking all keys after each step.
-TEST(HashIndexTest, BackwardShiftAcrossWrapAroundAtSeveralSizes) {
+TEST_P(HashIndexLayoutTest, BackwardShiftAcrossWrapAroundAtSeveralSizes) {
   const int shard = 5;
   for (size_t slots : {size_t{16}, size_t{32}, size_t{64}, size_t{256}}) {
     SCOPED_TRACE("slots=" + std::to_string(slots));
-    ModelChecker m;
+    ModelChecker m = Make();
     // A table of `slots` slots holds between slots/4 + 1 (after growing to it) and slots/2
     // entries. Fillers are homed around slots/2 (far from the wrap), the cluster around 0.
     const size_t fillers = slots / 4 + 1;
@@ -224,12 +310,12 @@ TEST(HashIndexTest, BackwardShiftAcrossWrapAroundAtSeveralSizes) {
 
 // A long run of random insert/erase on one shard restricted to keys homed near the wrap, with
 // the size kept below the growth threshold: every shape of probe run that crosses the end.
-TEST(HashIndexTest, RandomOpsOnWrappingClusterMatchModel) {
+TEST_P(HashIndexLayoutTest, RandomOpsOnWrappingClusterMatchModel) {
   const int shard = 17;
   const size_t slots = 16;
   std::vector<int64_t> pool =
       KeysWithHomes(shard, slots, {13, 14, 15, 0, 1, 2}, 3, -3000000);
-  ModelChecker m;
+  ModelChecker m = Make();
   std::mt19937 rng(3);
   int64_t row = 0;
   for (int op = 0; op < 20000; ++op) {
@@ -245,16 +331,60 @@ TEST(HashIndexTest, RandomOpsOnWrappingClusterMatchModel) {
       << "the shard should not have grown";
 }
 
-TEST(HashIndexTest, ClearEmptiesShard) {
-  ModelChecker m;
+TEST_P(HashIndexLayoutTest, ClearEmptiesShard) {
+  ModelChecker m = Make();
   for (int64_t k = 0; k < 1000; ++k) m.Insert(k, k);
   HashIndex::Shard& s = m.ShardFor(3);
   std::lock_guard<std::mutex> lock(s.mu());
   s.Clear();
   EXPECT_EQ(s.size(), 0u);
   EXPECT_EQ(s.Find(3, HashIndex::Hash(3, 0)), -1);
-  s.Insert(3, HashIndex::Hash(3, 0), 77);
-  EXPECT_EQ(s.Find(3, HashIndex::Hash(3, 0)), 77);
+  s.Insert(3, HashIndex::Hash(3, 0), FakeRows::ValueOf(3));
+  EXPECT_EQ(s.Find(3, HashIndex::Hash(3, 0)), FakeRows::ValueOf(3));
+}
+
+// A compact shard takes 8 bytes an entry; absent keys are not found, whatever row their
+// probes pass (the hash bits and then the key tell them apart).
+TEST(HashIndexCompactTest, HalfTheMemory) {
+  ModelChecker full(false), compact(true);
+  std::vector<int64_t> keys;
+  for (int64_t k = 0; k < 20000; ++k) {
+    full.Insert(k, k);
+    compact.Insert(k, k);
+    keys.push_back(k);
+  }
+  EXPECT_EQ(compact.index().memory_bytes() * 2, full.index().memory_bytes());
+  for (int64_t k = 1000000; k < 1020000; ++k) keys.push_back(k);
+  ASSERT_NO_FATAL_FAILURE(compact.CheckAll(keys));
+}
+
+// Keys of one shard whose hashes share the 24 bits a compact entry keeps: the hash bits
+// match, and only the key read back from the row tells them apart.
+TEST(HashIndexCompactTest, KeysSharingTheStoredHashBits) {
+  std::unordered_map<uint64_t, int64_t> seen;  // shard and low 24 bits -> key
+  int64_t a = 0, b = 0;
+  for (int64_t k = 1;; ++k) {
+    const uint64_t h = HashIndex::Hash(k, 0);
+    const uint64_t bits = (h >> 58 << 24) | (h & 0xffffff);
+    auto [it, added] = seen.emplace(bits, k);
+    if (!added) {
+      a = it->second;
+      b = k;
+      break;
+    }
+  }
+  for (int home_bits : {24, 0}) {
+    ModelChecker m(true, home_bits);
+    m.Insert(a, 10);
+    ASSERT_NO_FATAL_FAILURE(m.CheckAll({a, b}));  // b: a hash match, another key: absent
+    m.Insert(b, 11);
+    ASSERT_NO_FATAL_FAILURE(m.CheckAll({a, b}));
+    m.Erase(a);
+    ASSERT_NO_FATAL_FAILURE(m.CheckAll({a, b}));
+    m.Insert(a, 12);
+    m.Erase(b);
+    ASSERT_NO_FATAL_FAILURE(m.CheckAll({a, b}));
+  }
 }
 
 // --- BucketByShard --------------------------------------------------------------------------
