@@ -31,48 +31,21 @@ int64_t HashIndex::Shard::FindCompact(int64_t key, uint64_t hash, int64_t* value
   }
 }
 
-void HashIndex::Shard::FindMany(const int64_t* keys, const int64_t* positions, int64_t count,
-                                const uint64_t* hashes, int64_t* entries) const {
-  if (rows_ == nullptr) {
-    ProbeInOrder(*this, positions, count, hashes, [&](int64_t i) {
-      *entries++ = Find(keys[i], hashes[i]);
-    });
-    return;
-  }
-  // Pass 1: the slot of each key's first hash match (-1: none), left in entries.
+void HashIndex::Shard::MatchRows(const int64_t* positions, int64_t count,
+                                 const uint64_t* hashes, int64_t* rows) const {
   for (int64_t j = 0; j < count; ++j) {
     if (j + kPrefetchDistance < count) Prefetch(hashes[positions[j + kPrefetchDistance]]);
     const uint64_t hash = hashes[positions[j]];
-    int64_t match = -1;
+    int64_t row = -1;
     for (size_t i = hash & mask_;; i = (i + 1) & mask_) {
       const uint64_t e = compact_[i];
       if (e == kEmpty) break;
       if (HashBitsMatch(e, hash)) {
-        match = static_cast<int64_t>(i);
+        row = static_cast<int64_t>(e & kRowIdMask);
         break;
       }
     }
-    entries[j] = match;
-  }
-  // Pass 2: the rows of the matches tell whether they hold the key (a match of the hash bits
-  // only, which is rare, probes on from the start).
-  for (int64_t j = 0; j < count; ++j) {
-    if (j + kPrefetchDistance < count && entries[j + kPrefetchDistance] >= 0) {
-      // The header and the start of the row (the caller reads the row next).
-      const char* record = rows_->RecordOf(
-          static_cast<int64_t>(compact_[entries[j + kPrefetchDistance]] & kRowIdMask));
-      __builtin_prefetch(record);
-      if (rows_->row_bytes > 64) __builtin_prefetch(record + 64);
-    }
-    if (entries[j] < 0) continue;
-    const int64_t key = keys[positions[j]];
-    int64_t stored, value;
-    Read(compact_[entries[j]], &stored, &value);
-    if (stored == key) {
-      entries[j] = value;
-    } else {
-      entries[j] = FindCompact(key, hashes[positions[j]], &value) < 0 ? -1 : value;
-    }
+    rows[j] = row;
   }
 }
 

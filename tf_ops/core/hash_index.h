@@ -88,12 +88,27 @@ class HashIndex {
         __builtin_prefetch(&entries_[hash & mask_]);
       }
     }
-    // entries[j] = Find(keys[positions[j]], hashes[positions[j]]) for j in [0, count). A
-    // compact shard probes the slots of all the keys first and then reads the rows of their
-    // hash matches, each pass prefetching ahead, so that the keys' cache misses overlap
-    // instead of each key waiting for its slot and then its row.
-    void FindMany(const int64_t* keys, const int64_t* positions, int64_t count,
-                  const uint64_t* hashes, int64_t* entries) const;
+    // Compact shards, the first pass of a lookup: rows[j] = the row of the first entry whose
+    // 24 hash bits match those of key positions[j], or -1 (the key is absent). The caller
+    // reads the row next (the key check of EntryOfMatch, then its own use of the row), so a
+    // lookup reads each row once, and prefetching the slots and then the rows ahead lets the
+    // misses of many keys overlap.
+    void MatchRows(const int64_t* positions, int64_t count, const uint64_t* hashes,
+                   int64_t* rows) const;
+    // The value of `key` given its MatchRows row: the row's entry when its header holds the
+    // key, else (another key's hash bits matched) what the whole probe finds.
+    int64_t EntryOfMatch(int64_t key, uint64_t hash, int64_t row) const {
+      if (row < 0) return -1;
+      const RowMeta& meta = rows_->MetaOf(row);
+      if (meta.key == key) return IndexEntry(row, meta.generation);
+      return Find(key, hash);
+    }
+    // Starts loading a row's header and the start of its embedding.
+    void PrefetchRecord(int64_t row) const {
+      const char* record = rows_->RecordOf(row);
+      __builtin_prefetch(record);
+      if (rows_->row_bytes > 64) __builtin_prefetch(record + 64);
+    }
     void Clear();
     // Makes room for `n` entries without growing (one rehash now instead of one per
     // doubling); never shrinks.
@@ -176,17 +191,29 @@ class HashIndex {
   // key kPrefetchDistance positions later (probes of different keys are independent, so their
   // cache misses overlap).
   static constexpr int64_t kPrefetchDistance = 16;
-  // Calls f(i, Find of key i) for the positions of one shard in order (FindMany's passes
-  // first, in parts of kFindPart keys).
+  // Calls f(i, Find of key i) for the positions of one shard in order; a compact shard
+  // finds their rows first (MatchRows, in parts of kFindPart keys), and checks each row's key
+  // just before f reads the row.
   static constexpr int64_t kFindPart = 4096;
   template <typename F>
   static void FindInOrder(const Shard& shard, const int64_t* keys, const int64_t* positions,
                           int64_t count, const uint64_t* hashes, F f) {
-    int64_t entries[kFindPart];
+    if (!shard.compact()) {
+      ProbeInOrder(shard, positions, count, hashes,
+                   [&](int64_t i) { f(i, shard.Find(keys[i], hashes[i])); });
+      return;
+    }
+    int64_t rows[kFindPart];
     for (int64_t first = 0; first < count; first += kFindPart) {
       const int64_t n = count - first < kFindPart ? count - first : kFindPart;
-      shard.FindMany(keys, positions + first, n, hashes, entries);
-      for (int64_t j = 0; j < n; ++j) f(positions[first + j], entries[j]);
+      shard.MatchRows(positions + first, n, hashes, rows);
+      for (int64_t j = 0; j < n; ++j) {
+        if (j + kPrefetchDistance < n && rows[j + kPrefetchDistance] >= 0) {
+          shard.PrefetchRecord(rows[j + kPrefetchDistance]);
+        }
+        const int64_t i = positions[first + j];
+        f(i, shard.EntryOfMatch(keys[i], hashes[i], rows[j]));
+      }
     }
   }
   template <typename F>

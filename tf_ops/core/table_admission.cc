@@ -60,6 +60,7 @@ class EmbeddingTable::ShardInsert {
 
   // Probe: keys the shard holds get their address; the others are missing.
   void Probe(const int64_t* positions, int64_t n) {
+    if (shard_.compact()) return ProbeAndTouch(positions, n);
     int64_t newest = kNoClock;
     HashIndex::FindInOrder(shard_, pass_.keys, positions, n, hashes_, [&](int64_t i,
                                                                          int64_t entry) {
@@ -77,6 +78,37 @@ class EmbeddingTable::ShardInsert {
     if (pass_.clocked) t_->RaiseNewestClock(newest);
   }
 
+  // Probe and Touch of a compact shard in one pass over the rows: the header read to check
+  // the key of a hash match is the one touched.
+  void ProbeAndTouch(const int64_t* positions, int64_t n) {
+    matches_.resize(n);
+    shard_.MatchRows(positions, n, hashes_, matches_.data());
+    int64_t newest = kNoClock;
+    for (int64_t j = 0; j < n; ++j) {
+      if (j + kPrefetchDistance < n && matches_[j + kPrefetchDistance] >= 0) {
+        __builtin_prefetch(t_->RecordOf(matches_[j + kPrefetchDistance]), 1);
+      }
+      const int64_t i = positions[j];
+      const int64_t entry = shard_.EntryOfMatch(pass_.keys[i], hashes_[i], matches_[j]);
+      if (entry >= 0) {
+        pass_.addresses[i] = pass_.tag_bits | entry;
+        if (pass_.touch_rows) TouchRow(t_->RowOfEntry(entry), i);
+      } else {
+        missing_.push_back(i);
+      }
+      if (pass_.clocked) newest = std::max(newest, Clock(i));
+    }
+    if (pass_.clocked) t_->RaiseNewestClock(newest);
+  }
+
+  // The row of key position i was found: its last-seen clock (and access count).
+  void TouchRow(int64_t row, int64_t i) {
+    RowMeta& meta = t_->MetaOf(row);
+    meta.last_seen = std::max(meta.last_seen, Clock(i));
+    if (pass_.count_rows) meta.count = SaturatingCount(int64_t{meta.count} + Increment(i));
+    t_->MarkChanged(row);
+  }
+
   // Touch: rows found get their last-seen clock (and access count). The gather reads the
   // rows next, so touching their headers here costs little.
   void Touch() {
@@ -84,12 +116,7 @@ class EmbeddingTable::ShardInsert {
       if (j + kPrefetchDistance < found_.size()) {
         __builtin_prefetch(t_->RecordOf(found_[j + kPrefetchDistance]), 1);
       }
-      RowMeta& meta = t_->MetaOf(found_[j]);
-      meta.last_seen = std::max(meta.last_seen, Clock(found_at_[j]));
-      if (pass_.count_rows) {
-        meta.count = SaturatingCount(int64_t{meta.count} + Increment(found_at_[j]));
-      }
-      t_->MarkChanged(found_[j]);
+      TouchRow(found_[j], found_at_[j]);
     }
   }
 
@@ -183,6 +210,7 @@ class EmbeddingTable::ShardInsert {
   std::vector<int64_t> missing_;   // positions of keys the shard does not hold
   std::vector<int64_t> found_;     // rows of keys it holds (when touching rows)
   std::vector<int64_t> found_at_;  // their positions
+  std::vector<int64_t> matches_;   // a compact shard's MatchRows
   std::vector<int64_t> admit_;     // positions of missing keys admitted
   std::vector<int64_t> admit_count_;  // their admission counts
 };

@@ -119,7 +119,8 @@ class ModelChecker {
     size_t total = 0;
     for (int i = 0; i < HashIndex::kNumShards; ++i) total += index_->shard(i).size();
     ASSERT_EQ(total, model_.size());
-    // FindMany (both passes) gives each shard's keys what Find gives.
+    // FindInOrder (MatchRows and EntryOfMatch in a compact shard) gives each shard's keys, in
+    // order, what Find gives.
     std::vector<uint64_t> hashes;
     std::vector<int64_t> order, begin;
     HashIndex::BucketByShard(universe.data(), static_cast<int64_t>(universe.size()), 0, &hashes,
@@ -127,13 +128,17 @@ class ModelChecker {
     for (int s = 0; s < HashIndex::kNumShards; ++s) {
       HashIndex::Shard& shard = index_->shard(s);
       std::lock_guard<std::mutex> lock(shard.mu());
-      std::vector<int64_t> entries(begin[s + 1] - begin[s]);
-      shard.FindMany(universe.data(), order.data() + begin[s], begin[s + 1] - begin[s],
-                     hashes.data(), entries.data());
+      std::vector<int64_t> entries, at;
+      HashIndex::FindInOrder(shard, universe.data(), order.data() + begin[s],
+                             begin[s + 1] - begin[s], hashes.data(), [&](int64_t i, int64_t e) {
+                               at.push_back(i);
+                               entries.push_back(e);
+                             });
+      ASSERT_EQ(at, std::vector<int64_t>(order.begin() + begin[s], order.begin() + begin[s + 1]));
       for (size_t j = 0; j < entries.size(); ++j) {
-        const int64_t key = universe[order[begin[s] + j]];
+        const int64_t key = universe[at[j]];
         auto it = model_.find(key);
-        ASSERT_EQ(entries[j], it == model_.end() ? -1 : it->second) << "FindMany, key " << key;
+        ASSERT_EQ(entries[j], it == model_.end() ? -1 : it->second) << "FindInOrder, key " << key;
       }
     }
   }
