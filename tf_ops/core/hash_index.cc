@@ -10,9 +10,8 @@ constexpr size_t kInitialSlots = 16;  // per shard; a power of two
 
 HashIndex::Shard::Shard() : entries_(kInitialSlots, Entry{0, -1}), mask_(kInitialSlots - 1) {}
 
-void HashIndex::Shard::set_rows(const RowDirectory* rows, int home_bits) {
+void HashIndex::Shard::set_rows(const RowDirectory* rows) {
   rows_ = rows;
-  home_bits_ = home_bits;
   entries_.clear();
   entries_.shrink_to_fit();
   compact_.assign(kInitialSlots, kEmpty);
@@ -24,37 +23,33 @@ int64_t HashIndex::Shard::FindCompact(int64_t key, uint64_t hash, int64_t* value
   for (size_t i = hash & mask_;; i = (i + 1) & mask_) {
     const uint64_t e = compact_[i];
     if (e == kEmpty) return -1;
-    if (!HashBitsMatch(e, hash)) continue;
-    int64_t stored;
-    Read(e, &stored, value);
-    if (stored == key) return static_cast<int64_t>(i);
+    if (!HashBitsMatch(e, hash) || KeyOf(e) != key) continue;
+    *value = static_cast<int64_t>(e & kValueMask);
+    return static_cast<int64_t>(i);
   }
 }
 
-void HashIndex::Shard::MatchRows(const int64_t* positions, int64_t count,
-                                 const uint64_t* hashes, int64_t* rows) const {
+void HashIndex::Shard::MatchEntries(const int64_t* positions, int64_t count,
+                                    const uint64_t* hashes, int64_t* matches) const {
   for (int64_t j = 0; j < count; ++j) {
     if (j + kPrefetchDistance < count) Prefetch(hashes[positions[j + kPrefetchDistance]]);
     const uint64_t hash = hashes[positions[j]];
-    int64_t row = -1;
+    int64_t match = -1;
     for (size_t i = hash & mask_;; i = (i + 1) & mask_) {
       const uint64_t e = compact_[i];
       if (e == kEmpty) break;
       if (HashBitsMatch(e, hash)) {
-        row = static_cast<int64_t>(e & kRowIdMask);
+        match = static_cast<int64_t>(e & kValueMask);
         break;
       }
     }
-    rows[j] = row;
+    matches[j] = match;
   }
 }
 
 size_t HashIndex::Shard::HomeOf(size_t i, size_t mask) const {
   if (rows_ == nullptr) return Hash(entries_[i].key) & mask;
-  if (mask >> home_bits_ == 0) return (compact_[i] >> kRowIdBits) & mask;
-  int64_t key, value;
-  Read(compact_[i], &key, &value);
-  return Hash(key) & mask;
+  return Hash(KeyOf(compact_[i])) & mask;
 }
 
 int64_t HashIndex::Shard::Find(int64_t key, uint64_t hash) const {

@@ -5,12 +5,13 @@
 //  - full (16 bytes an entry: the key and the value): a probe yields the value without
 //    touching the row; tiered tables (whose cold keys have no row in memory) and the pending
 //    keys use it;
-//  - compact (8 bytes an entry: the row id and 24 bits of the key's hash, set_rows): the key
-//    and the generation are read back from the row header (RowDirectory, table_storage.h)
-//    when the hash bits match, so the index takes half the memory. A lookup reads the row
-//    next anyway; an absent key touches a row only on a 24-bit hash match. The stored hash
-//    bits also give an entry's home slot when the index moves entries (deletion, growth)
-//    without touching the row, for shards of up to 2^24 slots.
+//  - compact (8 bytes an entry: the index entry -- row id and generation, 52 bits -- and 12
+//    bits of the key's hash that neither pick the shard nor the slot, set_rows): the key is
+//    read back from the row header (RowDirectory, table_storage.h) when the hash bits match,
+//    so the index takes half the memory. A lookup reads the row next anyway, and the entry
+//    it returns does not wait for that read (only the rare mismatch does); an absent key
+//    touches a row about once in 4,096 probed entries. Moving entries (deletion, growth)
+//    reads their keys back to find their home slots.
 //
 // The index is split into kNumShards independent open-addressing tables (linear probing,
 // backward-shift deletion, no tombstones), each behind its own mutex. A batch is bucketed by
@@ -63,13 +64,10 @@ class HashIndex {
     // The seed of the hashes the shard is given (used when it rehashes); set before use.
     void set_seed(uint64_t seed) { seed_ = seed; }
     uint64_t Hash(int64_t key) const { return HashIndex::Hash(key, seed_); }
-    // Makes the shard compact (it must be empty): values are index entries (IndexEntry: row
-    // ids below kMaxCompactRow, generation above); Insert and Set keep only the row id, and
-    // Find and Erase return the entry with the generation of the row header. Rows must hold
-    // their key before they are inserted and keep it until they are erased. Entries are moved by their stored hash bits
-    // while the shard has at most 2^home_bits slots, by the key read back beyond (tests pass
-    // fewer bits than the 24 kept).
-    void set_rows(const RowDirectory* rows, int home_bits = kHashBitsKept);
+    // Makes the shard compact (it must be empty): values are index entries (IndexEntry, row
+    // ids below kMaxCompactRow). Rows must hold their key before they are inserted and keep
+    // it until they are erased.
+    void set_rows(const RowDirectory* rows);
     bool compact() const { return rows_ != nullptr; }
     // All methods require the caller to hold mu().
     // Returns the value of key (>= 0), or -1 when absent.
@@ -88,24 +86,21 @@ class HashIndex {
         __builtin_prefetch(&entries_[hash & mask_]);
       }
     }
-    // Compact shards, the first pass of a lookup: rows[j] = the row of the first entry whose
-    // 24 hash bits match those of key positions[j], or -1 (the key is absent). The caller
-    // reads the row next (the key check of EntryOfMatch, then its own use of the row), so a
-    // lookup reads each row once, and prefetching the slots and then the rows ahead lets the
-    // misses of many keys overlap.
-    void MatchRows(const int64_t* positions, int64_t count, const uint64_t* hashes,
-                   int64_t* rows) const;
-    // The value of `key` given its MatchRows row: the row's entry when its header holds the
-    // key, else (another key's hash bits matched) what the whole probe finds.
-    int64_t EntryOfMatch(int64_t key, uint64_t hash, int64_t row) const {
-      if (row < 0) return -1;
-      const RowMeta& meta = rows_->MetaOf(row);
-      if (meta.key == key) return IndexEntry(row, meta.generation);
+    // Compact shards, the first pass of a lookup: matches[j] = the value of the first entry
+    // whose hash bits match those of key positions[j], or -1 (the key is absent), unchecked.
+    // The caller checks it (CheckMatch) when it reads the row, so a lookup reads each row
+    // once, and prefetching the slots and then the rows ahead lets many keys' misses overlap.
+    void MatchEntries(const int64_t* positions, int64_t count, const uint64_t* hashes,
+                      int64_t* matches) const;
+    // The value of `key` given its MatchEntries match: the match when its row holds the key,
+    // else (another key's hash bits matched) what the whole probe finds.
+    int64_t CheckMatch(int64_t key, uint64_t hash, int64_t match) const {
+      if (match < 0 || __builtin_expect(KeyOf(match) == key, 1)) return match;
       return Find(key, hash);
     }
-    // Starts loading a row's header and the start of its embedding.
-    void PrefetchRecord(int64_t row) const {
-      const char* record = rows_->RecordOf(row);
+    // Starts loading the header and the start of the embedding of a match's row.
+    void PrefetchRecord(int64_t match) const {
+      const char* record = rows_->RecordOf(match & kRowIdMask);
       __builtin_prefetch(record);
       if (rows_->row_bytes > 64) __builtin_prefetch(record + 64);
     }
@@ -121,30 +116,30 @@ class HashIndex {
 
     static constexpr int kRowIdBits = kRowBits;
     static constexpr int64_t kMaxCompactRow = (int64_t{1} << kRowIdBits) - 1;  // exclusive
-    static constexpr int kHashBitsKept = 64 - kRowIdBits;
 
    private:
     struct Entry {
       int64_t key;
       int64_t value;  // < 0: empty slot
     };
-    // A compact entry: the row id in bits 0..39, the hash's low 24 bits above; all ones: empty.
+    // A compact entry: the value (IndexEntry) in bits 0..51, bits 40..51 of the key's hash
+    // above (the shard takes the top bits, the slot the low ones); all ones: empty.
+    static constexpr int kValueBits = kRowBits + kGenerationBits;
     static constexpr uint64_t kEmpty = ~uint64_t{0};
     static constexpr uint64_t kRowIdMask = (uint64_t{1} << kRowIdBits) - 1;
+    static constexpr uint64_t kValueMask = (uint64_t{1} << kValueBits) - 1;
+    static uint64_t FilterBits(uint64_t hash) { return (hash >> 40) & 0xfff; }
     static uint64_t Pack(uint64_t hash, int64_t value) {
-      return (hash << kRowIdBits) | (static_cast<uint64_t>(value) & kRowIdMask);
+      return (FilterBits(hash) << kValueBits) | (static_cast<uint64_t>(value) & kValueMask);
     }
     static bool HashBitsMatch(uint64_t entry, uint64_t hash) {
-      return (entry >> kRowIdBits) == (hash & ((uint64_t{1} << kHashBitsKept) - 1));
+      return (entry >> kValueBits) == FilterBits(hash);
     }
     size_t slots() const { return mask_ + 1; }
     bool Empty(size_t i) const { return rows_ ? compact_[i] == kEmpty : entries_[i].value < 0; }
-    // The key of a compact entry's row, and its index entry.
-    void Read(uint64_t entry, int64_t* key, int64_t* value) const {
-      const int64_t row = static_cast<int64_t>(entry & kRowIdMask);
-      const RowMeta& meta = rows_->MetaOf(row);
-      *key = meta.key;
-      *value = IndexEntry(row, meta.generation);
+    // The key in the row of a compact entry.
+    int64_t KeyOf(uint64_t entry) const {
+      return rows_->MetaOf(static_cast<int64_t>(entry & kRowIdMask)).key;
     }
     // The slot of key in a compact shard (*value: its entry), or -1.
     int64_t FindCompact(int64_t key, uint64_t hash, int64_t* value) const;
@@ -157,7 +152,6 @@ class HashIndex {
     std::vector<Entry> entries_;    // full layout
     std::vector<uint64_t> compact_;  // compact layout
     const RowDirectory* rows_ = nullptr;
-    int home_bits_ = kHashBitsKept;
     size_t mask_;
     size_t size_ = 0;
     uint64_t seed_ = 0;
@@ -192,8 +186,8 @@ class HashIndex {
   // cache misses overlap).
   static constexpr int64_t kPrefetchDistance = 16;
   // Calls f(i, Find of key i) for the positions of one shard in order; a compact shard
-  // finds their rows first (MatchRows, in parts of kFindPart keys), and checks each row's key
-  // just before f reads the row.
+  // matches their hash bits first (MatchEntries, in parts of kFindPart keys), and checks each
+  // row's key just before f reads the row.
   static constexpr int64_t kFindPart = 4096;
   template <typename F>
   static void FindInOrder(const Shard& shard, const int64_t* keys, const int64_t* positions,
@@ -203,16 +197,16 @@ class HashIndex {
                    [&](int64_t i) { f(i, shard.Find(keys[i], hashes[i])); });
       return;
     }
-    int64_t rows[kFindPart];
+    int64_t matches[kFindPart];
     for (int64_t first = 0; first < count; first += kFindPart) {
       const int64_t n = count - first < kFindPart ? count - first : kFindPart;
-      shard.MatchRows(positions + first, n, hashes, rows);
+      shard.MatchEntries(positions + first, n, hashes, matches);
       for (int64_t j = 0; j < n; ++j) {
-        if (j + kPrefetchDistance < n && rows[j + kPrefetchDistance] >= 0) {
-          shard.PrefetchRecord(rows[j + kPrefetchDistance]);
+        if (j + kPrefetchDistance < n && matches[j + kPrefetchDistance] >= 0) {
+          shard.PrefetchRecord(matches[j + kPrefetchDistance]);
         }
         const int64_t i = positions[first + j];
-        f(i, shard.EntryOfMatch(keys[i], hashes[i], rows[j]));
+        f(i, shard.CheckMatch(keys[i], hashes[i], matches[j]));
       }
     }
   }

@@ -82,14 +82,14 @@ class EmbeddingTable::ShardInsert {
   // the key of a hash match is the one touched.
   void ProbeAndTouch(const int64_t* positions, int64_t n) {
     matches_.resize(n);
-    shard_.MatchRows(positions, n, hashes_, matches_.data());
+    shard_.MatchEntries(positions, n, hashes_, matches_.data());
     int64_t newest = kNoClock;
     for (int64_t j = 0; j < n; ++j) {
       if (j + kPrefetchDistance < n && matches_[j + kPrefetchDistance] >= 0) {
-        __builtin_prefetch(t_->RecordOf(matches_[j + kPrefetchDistance]), 1);
+        __builtin_prefetch(t_->RecordOf(t_->RowOfEntry(matches_[j + kPrefetchDistance])), 1);
       }
       const int64_t i = positions[j];
-      const int64_t entry = shard_.EntryOfMatch(pass_.keys[i], hashes_[i], matches_[j]);
+      const int64_t entry = shard_.CheckMatch(pass_.keys[i], hashes_[i], matches_[j]);
       if (entry >= 0) {
         pass_.addresses[i] = pass_.tag_bits | entry;
         if (pass_.touch_rows) TouchRow(t_->RowOfEntry(entry), i);
@@ -210,7 +210,7 @@ class EmbeddingTable::ShardInsert {
   std::vector<int64_t> missing_;   // positions of keys the shard does not hold
   std::vector<int64_t> found_;     // rows of keys it holds (when touching rows)
   std::vector<int64_t> found_at_;  // their positions
-  std::vector<int64_t> matches_;   // a compact shard's MatchRows
+  std::vector<int64_t> matches_;   // a compact shard's MatchEntries
   std::vector<int64_t> admit_;     // positions of missing keys admitted
   std::vector<int64_t> admit_count_;  // their admission counts
 };

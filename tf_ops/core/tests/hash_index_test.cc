@@ -62,13 +62,13 @@ class FakeRows {
 
 // Drives a HashIndex the way EmbeddingTable does (Find before Insert, the shard picked by the
 // top hash bits) and mirrors every operation in an unordered_map. A compact index reads keys
-// back from FakeRows (`home_bits` below 24 makes it read them to move entries, too).
+// back from FakeRows.
 class ModelChecker {
  public:
-  explicit ModelChecker(bool compact = false, int home_bits = 24) : index_(new HashIndex) {
+  explicit ModelChecker(bool compact = false) : index_(new HashIndex) {
     if (compact) {
       for (int s = 0; s < HashIndex::kNumShards; ++s) {
-        index_->shard(s).set_rows(rows_.directory(), home_bits);
+        index_->shard(s).set_rows(rows_.directory());
       }
     }
   }
@@ -119,7 +119,7 @@ class ModelChecker {
     size_t total = 0;
     for (int i = 0; i < HashIndex::kNumShards; ++i) total += index_->shard(i).size();
     ASSERT_EQ(total, model_.size());
-    // FindInOrder (MatchRows and EntryOfMatch in a compact shard) gives each shard's keys, in
+    // FindInOrder (MatchEntries and CheckMatch in a compact shard) gives each shard's keys, in
     // order, what Find gives.
     std::vector<uint64_t> hashes;
     std::vector<int64_t> order, begin;
@@ -186,22 +186,14 @@ TEST(HashIndexTest, HashIsDeterministicAndShardInRange) {
 
 // --- Random operations against an unordered_map --------------------------------------------
 
-// Each model test runs on the full layout, the compact one, and the compact one moving
-// entries by keys read back from the rows (as shards beyond 2^24 slots do).
-struct Layout {
-  bool compact;
-  int home_bits;
-};
-class HashIndexLayoutTest : public ::testing::TestWithParam<Layout> {
+// Each model test runs on the full layout and the compact one.
+class HashIndexLayoutTest : public ::testing::TestWithParam<bool> {
  protected:
-  ModelChecker Make() const { return ModelChecker(GetParam().compact, GetParam().home_bits); }
+  ModelChecker Make() const { return ModelChecker(GetParam()); }
 };
-INSTANTIATE_TEST_SUITE_P(Layouts, HashIndexLayoutTest,
-                         ::testing::Values(Layout{false, 24}, Layout{true, 24}, Layout{true, 0},
-                                           Layout{true, 5}),
-                         [](const ::testing::TestParamInfo<Layout>& info) {
-                           return std::string(info.param.compact ? "Compact" : "Full") +
-                                  std::to_string(info.param.home_bits);
+INSTANTIATE_TEST_SUITE_P(Layouts, HashIndexLayoutTest, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return std::string(info.param ? "Compact" : "Full");
                          });
 
 TEST_P(HashIndexLayoutTest, EmptyIndexFindsNothing) {
@@ -363,14 +355,14 @@ TEST(HashIndexCompactTest, HalfTheMemory) {
   ASSERT_NO_FATAL_FAILURE(compact.CheckAll(keys));
 }
 
-// Keys of one shard whose hashes share the 24 bits a compact entry keeps: the hash bits
+// Keys of one shard whose hashes share the 12 bits a compact entry keeps: the hash bits
 // match, and only the key read back from the row tells them apart.
 TEST(HashIndexCompactTest, KeysSharingTheStoredHashBits) {
-  std::unordered_map<uint64_t, int64_t> seen;  // shard and low 24 bits -> key
+  std::unordered_map<uint64_t, int64_t> seen;  // shard, bits 40..51, home in 16 slots -> key
   int64_t a = 0, b = 0;
   for (int64_t k = 1;; ++k) {
     const uint64_t h = HashIndex::Hash(k, 0);
-    const uint64_t bits = (h >> 58 << 24) | (h & 0xffffff);
+    const uint64_t bits = (h >> 58 << 16) | (((h >> 40) & 0xfff) << 4) | (h & 0xf);
     auto [it, added] = seen.emplace(bits, k);
     if (!added) {
       a = it->second;
@@ -378,8 +370,8 @@ TEST(HashIndexCompactTest, KeysSharingTheStoredHashBits) {
       break;
     }
   }
-  for (int home_bits : {24, 0}) {
-    ModelChecker m(true, home_bits);
+  {
+    ModelChecker m(true);
     m.Insert(a, 10);
     ASSERT_NO_FATAL_FAILURE(m.CheckAll({a, b}));  // b: a hash match, another key: absent
     m.Insert(b, 11);
