@@ -123,6 +123,9 @@ stress: build
 # with g++ directly (the core has no TensorFlow dependency). Not part of `make test`.
 CORE_SRCS := $(wildcard tf_ops/core/*.cc)
 CORE_TESTS := $(wildcard tf_ops/core/tests/*_test.cc)
+# Run again with every table on a compact index (as tf_ops/BUILD's *_compact_index tests).
+COMPACT_INDEX_TESTS := embedding_table_test table_admission_test table_concurrency_test \
+  table_snapshot_test
 sanitize: system-deps
 	mkdir -p build/sanitize
 	set -e; for test in $(CORE_TESTS); do \
@@ -130,6 +133,8 @@ sanitize: system-deps
 	  g++ -std=c++17 -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all \
 	    -fno-omit-frame-pointer -I. $$test $(CORE_SRCS) -lgtest -lgtest_main -pthread -o $$bin; \
 	  $$bin --gtest_brief=1; \
+	  case " $(COMPACT_INDEX_TESTS) " in *" $$(basename $$test .cc) "*) \
+	    REC_SDK_TEST_INDEX_LAYOUT=compact $$bin --gtest_brief=1;; esac; \
 	done
 
 clean:

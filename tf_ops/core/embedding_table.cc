@@ -55,7 +55,7 @@ EmbeddingTable::EmbeddingTable(const TableConfig& config)
   dir_.chunk_shift = chunk_shift_;
   dir_.row_bytes = RowBytesFor(0, config.dim);
   pending_.set_seed(index_.seed());
-  if (!config.tiered()) index_.set_rows(&dir_);
+  if (config.compact_index()) index_.set_rows(&dir_);
   admission_.track_access.store(config.track_access, std::memory_order_relaxed);
 }
 
@@ -90,6 +90,12 @@ Status EmbeddingTable::Create(const TableConfig& config, std::unique_ptr<Embeddi
                                    " values, the table's dim is " + std::to_string(config.dim));
   }
   if (config.tiered()) {
+    if (config.index_layout == TableConfig::IndexLayout::kCompact) {
+      return Status::InvalidArgument("table '" + config.name + "': index_layout \"compact\" "
+                                     "needs a table without an SSD tier (ssd_paths): a compact "
+                                     "index reads keys back from rows, and cold keys have none; "
+                                     "use \"auto\" or \"full\"");
+    }
     if (config.dynamic_expansion) {
       return Status::InvalidArgument("table '" + config.name + "': an SSD tier needs a fixed "
                                      "number of rows in memory (capacity); it cannot be used "

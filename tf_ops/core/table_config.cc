@@ -50,6 +50,27 @@ void Compare(const char* field, const T& existing, const T& wanted,
 
 }  // namespace
 
+Status IndexLayoutFromName(const std::string& name, TableConfig::IndexLayout* layout) {
+  for (auto l : {TableConfig::IndexLayout::kAuto, TableConfig::IndexLayout::kFull,
+                 TableConfig::IndexLayout::kCompact}) {
+    if (name == IndexLayoutName(l)) {
+      *layout = l;
+      return Status::Ok();
+    }
+  }
+  return Status::InvalidArgument("index_layout must be \"auto\", \"full\" or \"compact\", got \"" +
+                                 name + "\"");
+}
+
+const char* IndexLayoutName(TableConfig::IndexLayout layout) {
+  switch (layout) {
+    case TableConfig::IndexLayout::kAuto: return "auto";
+    case TableConfig::IndexLayout::kFull: return "full";
+    case TableConfig::IndexLayout::kCompact: return "compact";
+  }
+  return "unknown";
+}
+
 std::vector<std::string> ConfigDifferences(const TableConfig& a, const TableConfig& b) {
   std::vector<std::string> out;
   Compare("name", a.name, b.name, &out);
@@ -77,6 +98,9 @@ std::vector<std::string> ConfigDifferences(const TableConfig& a, const TableConf
   Compare("ssd_paths", a.ssd_paths, b.ssd_paths, &out);
   Compare("ssd_rows", a.ssd_rows, b.ssd_rows, &out);
   Compare("ssd_direct_io", a.ssd_direct_io, b.ssd_direct_io, &out);
+  // The layout the table has ("auto" resolved): a handle asking "auto" of a compact table is
+  // the same table.
+  Compare("compact index (index_layout)", a.compact_index(), b.compact_index(), &out);
   return out;
 }
 

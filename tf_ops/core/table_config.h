@@ -10,6 +10,7 @@
 
 #include "tf_ops/core/initializer.h"
 #include "tf_ops/core/row_precision.h"
+#include "tf_ops/core/status.h"
 
 namespace rec_sdk {
 
@@ -43,8 +44,23 @@ struct TableConfig {
   int64_t ssd_rows = 0;
   // The record files are read and written with O_DIRECT (no page cache).
   bool ssd_direct_io = false;
+  // The layout of the hash index's entries (hash_index.h): kFull, 16 bytes a slot (the key
+  // and the row); kCompact, 8 bytes (the row and 12 bits of the key's hash; the key is read
+  // back from the row: about 17 bytes less per key, a training probe 10-25% slower); kAuto,
+  // compact for half-precision rows (a table storing them asks for memory), full for
+  // float32 ones. A tiered table's index is always full (its cold keys have no row).
+  enum class IndexLayout { kAuto, kFull, kCompact };
+  IndexLayout index_layout = IndexLayout::kAuto;
   bool tiered() const { return !ssd_paths.empty(); }
+  bool compact_index() const {
+    return !tiered() && (index_layout == IndexLayout::kCompact ||
+                         (index_layout == IndexLayout::kAuto && emb_dtype != RowDtype::kFloat32));
+  }
 };
+
+// "auto", "full", "compact" <-> TableConfig::IndexLayout; InvalidArgument for other names.
+Status IndexLayoutFromName(const std::string& name, TableConfig::IndexLayout* layout);
+const char* IndexLayoutName(TableConfig::IndexLayout layout);
 
 // The fields in which `wanted` differs from `existing`, each as "field: existing vs wanted"
 // (values printed), in declaration order; empty when they describe the same table. A fixed

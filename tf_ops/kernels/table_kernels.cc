@@ -50,6 +50,9 @@ class EmbeddingTableOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("ssd_paths", &config_.ssd_paths));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("ssd_rows", &config_.ssd_rows));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("ssd_direct_io", &config_.ssd_direct_io));
+    std::string index_layout;
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("index_layout", &index_layout));
+    OP_REQUIRES_OK(ctx, ToTfStatus(IndexLayoutFromName(index_layout, &config_.index_layout)));
     std::string share;
     OP_REQUIRES_OK(ctx, ctx->GetAttr("share", &share));
     OP_REQUIRES(ctx, ParseShareMode(share, &share_),

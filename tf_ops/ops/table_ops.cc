@@ -52,6 +52,7 @@ REGISTER_OP(REC_SDK_OP_NAME(EmbeddingTable))
     .Attr("dim: int >= 1")
     .Attr("emb_dtype: {'float32', 'bfloat16', 'float16'} = 'float32'")
     .Attr("slot_dtype: {'float32', 'bfloat16'} = 'float32'")
+    .Attr("index_layout: {'auto', 'full', 'compact'} = 'auto'")
     .Attr(MaxDimAttr())
     .Attr("dynamic_expansion: bool")
     .Attr("capacity: int >= 0")
@@ -84,9 +85,11 @@ init_stddev), each scaled by init_scale and deterministic for a given init_seed 
 evict_when_full lets a fixed-capacity table evict its least recently seen rows instead of
 failing when full. With ssd_paths (a fixed-capacity table), `capacity` rows stay in memory and
 the least recently used rows move to record files in those directories, at most ssd_rows of
-them (0: no bound), read and written with O_DIRECT when ssd_direct_io. A second handle of an
-existing table must ask for the same configuration (InvalidArgument naming each differing
-field otherwise). Admission and eviction thresholds
+them (0: no bound), read and written with O_DIRECT when ssd_direct_io. index_layout: the
+hash index's entries, "full" (16 bytes: key and row), "compact" (8 bytes: the key is read back
+from the row; not with ssd_paths) or "auto" (compact for bfloat16 and float16 rows, full
+otherwise). A second handle of an existing table must ask for the same configuration
+(InvalidArgument naming each differing field otherwise). Admission and eviction thresholds
 are set by TableConfigureAdmission.
 )doc");
 

@@ -27,6 +27,8 @@ KEY_DTYPES = (tf.int64, tf.int32)
 # float32.
 EMB_DTYPES = ("float32", "bfloat16", "float16")
 SLOT_DTYPES = ("float32", "bfloat16")
+# The layouts of a table's hash index (TableConfig::IndexLayout, table_config.h).
+INDEX_LAYOUTS = ("auto", "full", "compact")
 
 
 def emb_dtype_name(value, parameter="emb_dtype"):
@@ -41,6 +43,21 @@ def slot_dtype_name(value, parameter="slot_dtype"):
     return check_dtype_name(parameter, value, SLOT_DTYPES,
                             "the element type of optimizer slots of dim values per row; "
                             "float16 cannot hold squared gradients below 6e-8")
+
+
+def index_layout_name(value, parameter="index_layout", tiered=False):
+    """`value` as one of INDEX_LAYOUTS; a ValueError naming `parameter` for anything else, and
+    for "compact" on a table with an SSD tier (`tiered`)."""
+    if value not in INDEX_LAYOUTS:
+        raise ValueError("%s must be one of %s (the hash index's entries: \"full\" 16 bytes "
+                         "with the key, \"compact\" 8 bytes with the key read back from the "
+                         "row, \"auto\" compact for half-precision rows), got %r"
+                         % (parameter, ", ".join(repr(v) for v in INDEX_LAYOUTS), value))
+    if value == "compact" and tiered:
+        raise ValueError("%s=\"compact\" needs a table without an SSD tier: a compact index "
+                         "reads keys back from rows in memory, and a tiered table's cold keys "
+                         "have none; use \"auto\" or \"full\"" % parameter)
+    return value
 
 
 def _as_attr_values(initializer):
@@ -82,6 +99,11 @@ class TableSpec:  # pylint: disable=too-many-instance-attributes
     slot_dtype: the element type of optimizer slots of dim values per row, one of
       SLOT_DTYPES (bfloat16 slots round stochastically on update); slots of one float per
       row (row-wise Adagrad's) stay float32.
+    index_layout: the hash index's entries, one of INDEX_LAYOUTS: "full" (16 bytes a slot:
+      the key and the row), "compact" (8 bytes: the row and 12 bits of the key's hash, the
+      key read back from the row; about 17 bytes less per key at a slower training probe;
+      not with a tier) or "auto" (compact for half-precision rows, full otherwise; a tiered
+      table's index is always full).
     """
     name: str
     key_dtype: tf.DType
@@ -104,6 +126,7 @@ class TableSpec:  # pylint: disable=too-many-instance-attributes
     ranks: Any = None
     emb_dtype: str = "float32"
     slot_dtype: str = "float32"
+    index_layout: str = "auto"
 
     __hash__ = None  # the initializer is a dict
 
@@ -118,6 +141,7 @@ class TableSpec:  # pylint: disable=too-many-instance-attributes
             if getattr(self, field) not in allowed:
                 raise ValueError("%s: %s must be one of %s, got %r"
                                  % (where, field, ", ".join(allowed), getattr(self, field)))
+        index_layout_name(self.index_layout, "%s: index_layout" % where, self.tier is not None)
         if self.tier is not None and self.dynamic_expansion != (self.tier.ssd_rows is None):
             raise ValueError("%s: a tiered table grows without bound exactly when its SSD "
                              "rows are unbounded (ssd_rows=None), got dynamic_expansion=%r "
@@ -154,7 +178,7 @@ class TableSpec:  # pylint: disable=too-many-instance-attributes
         this spec gives, shared_name aside."""
         attrs = dict(table_name=self.name, key_dtype=self.key_dtype, dim=self.dim,
                      emb_dtype=self.emb_dtype, slot_dtype=self.slot_dtype,
-                     initializer=_as_attr_values(self.initializer),
+                     index_layout=self.index_layout, initializer=_as_attr_values(self.initializer),
                      evict_when_full=self.evict_when_full,
                      track_changes=self.track_changes, track_access=self.track_access)
         if self.tier is not None:  # a fixed number of rows in memory, the others on SSD
@@ -194,13 +218,15 @@ class TableSpec:  # pylint: disable=too-many-instance-attributes
                    tier=tier, is_save=is_save, evict_when_full=attr("evict_when_full"),
                    track_changes=attr("track_changes"), track_access=attr("track_access"),
                    emb_dtype=_dtype_attr(op, "emb_dtype"),
-                   slot_dtype=_dtype_attr(op, "slot_dtype"))
+                   slot_dtype=_dtype_attr(op, "slot_dtype"),
+                   index_layout=_dtype_attr(op, "index_layout", "auto"))
 
 
-def _dtype_attr(op, name):
-    """The op's dtype attribute `name`; float32 for ops of graphs saved before it existed."""
+def _dtype_attr(op, name, default="float32"):
+    """The op's string attribute `name` (a dtype or the index layout); `default` for ops of
+    graphs saved before it existed."""
     try:
         value = op.get_attr(name)
     except ValueError:
-        return "float32"
+        return default
     return value.decode() if isinstance(value, bytes) else value

@@ -156,6 +156,7 @@ class Variable(KeyValueFiles, tf.__internal__.tracking.Trackable):
                     saved_by_owner=True, track_access=restrict_policy is not None,
                     track_changes=servable, emb_dtype=self.emb_dtype,
                     slot_dtype=getattr(kv_creator, "slot_dtype", None) or "float32",
+                    index_layout=getattr(kv_creator, "index_layout", "auto"),
                     shard_keys_filter=ShardKeys(partitioner, self.table_key_dtype,
                                                  self.shard_num, i))
                 with tf.device(device):

@@ -26,7 +26,8 @@ RESTORE_OP = OP_NAMESPACE + ">TableRestore"
 def create_table(table_name, key_dtype, dim, dynamic_expansion, capacity, initializer,
                  initial_capacity=0, evict_when_full=False, track_changes=False,
                  track_access=False, shared_name=None, ssd_paths=(), ssd_rows=0,
-                 ssd_direct_io=False, emb_dtype="float32", slot_dtype="float32"):
+                 ssd_direct_io=False, emb_dtype="float32", slot_dtype="float32",
+                 index_layout="auto"):
     """Builds the op that creates (on first run) the table and returns its resource handle.
 
     `initializer` is a dict from rec_sdk.core.initializer_spec.describe_initializer. Admission
@@ -34,7 +35,8 @@ def create_table(table_name, key_dtype, dim, dynamic_expansion, capacity, initia
     table), `capacity` rows stay in memory and the others go to files there (ssd_rows at
     most, 0: no bound; with ssd_direct_io they bypass the page cache). emb_dtype: the element
     type the rows store their embeddings in ("float32", "bfloat16", "float16"); slot_dtype:
-    their optimizer slots of dim values ("float32", "bfloat16").
+    their optimizer slots of dim values ("float32", "bfloat16"); index_layout: the hash
+    index's entries ("auto", "full", "compact"; see TableSpec).
     """
     return load_ops().rec_sdk_embedding_table(
         table_name=table_name,
@@ -60,6 +62,7 @@ def create_table(table_name, key_dtype, dim, dynamic_expansion, capacity, initia
         ssd_paths=list(ssd_paths),
         ssd_rows=ssd_rows,
         ssd_direct_io=ssd_direct_io,
+        index_layout=index_layout,
         shared_name=shared_name or table_name,
         name=op_scope_name(table_name + "_handle"))
 

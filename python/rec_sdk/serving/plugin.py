@@ -37,7 +37,9 @@ class PluginTable:
             dynamic_expansion=not tiered, capacity=int(memory_rows) if tiered else 0,
             initializer=describe_initializer(0.0, name),
             shared_name="rec_sdk_served_%s_%s" % (name.replace("/", "_"), chain),
-            ssd_paths=[ssd_path] if tiered else (), ssd_rows=0)
+            ssd_paths=[ssd_path] if tiered else (), ssd_rows=0,
+            # Serving only finds keys: the compact index is smaller and finds faster.
+            index_layout="full" if tiered else "compact")
 
     def load_op(self):
         paths = []

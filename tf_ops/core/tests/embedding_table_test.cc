@@ -53,6 +53,15 @@ TEST(EmbeddingTableCreateTest, RejectsBadConfigs) {
   Status s = EmbeddingTable::Create(short_values, &t);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(Contains(s.message(), "2 values")) << s.message();
+  // A compact index reads keys back from rows; a tiered table's cold keys have none.
+  TableConfig tiered_compact = Fixed("tiered_compact", 4, 8);
+  tiered_compact.ssd_paths = {"/tmp"};
+  tiered_compact.index_layout = TableConfig::IndexLayout::kCompact;
+  s = EmbeddingTable::Create(tiered_compact, &t);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(s.message(), "index_layout \"compact\" needs a table without an SSD "
+                                    "tier")) << s.message();
+  EXPECT_EQ(t, nullptr);
 }
 
 TEST(EmbeddingTableCreateTest, AcceptsLimits) {

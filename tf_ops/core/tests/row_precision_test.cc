@@ -369,6 +369,11 @@ TEST(HalfCheckpointTest, EveryDtypeRestoresIntoEveryOther) {
 TEST(HalfCheckpointTest, AHandleAskingForAnotherDtypeIsAnotherTable) {
   TableConfig a = Config(RowDtype::kBFloat16);
   TableConfig b = Config(RowDtype::kFloat32);
+  // With the default index layout ("auto") the index differs too: compact for half rows.
+  EXPECT_EQ(ConfigDifferences(a, b),
+            (std::vector<std::string>{"emb_dtype: bfloat16 vs float32",
+                                      "compact index (index_layout): true vs false"}));
+  a.index_layout = b.index_layout = TableConfig::IndexLayout::kFull;
   const auto differences = ConfigDifferences(a, b);
   ASSERT_EQ(differences.size(), 1u);
   EXPECT_EQ(differences[0], "emb_dtype: bfloat16 vs float32");
@@ -396,17 +401,26 @@ double BytesPerRow(TableConfig c,
 
 TEST(HalfMemoryTest, HalfRowsHalveTheEmbeddingBytes) {
   // dim 64, row-wise Adagrad (one slot float): records of 24 + 256 + 4 bytes (288 with
-  // padding) in float32 and 24 + 128 + 4 (160) in bfloat16; the index costs both the same.
-  std::vector<double> per_row;
-  for (RowDtype dtype : {RowDtype::kFloat32, RowDtype::kBFloat16}) {
-    per_row.push_back(BytesPerRow(Config(dtype, 64), [](EmbeddingTable* t, const auto& addr,
-                                                         const auto& grads) {
+  // padding) in float32 and 24 + 128 + 4 (160) in bfloat16; with a full index for both, the
+  // index costs both the same.
+  auto bytes_per_row = [](RowDtype dtype, TableConfig::IndexLayout layout) {
+    TableConfig c = Config(dtype, 64);
+    c.index_layout = layout;
+    return BytesPerRow(c, [](EmbeddingTable* t, const auto& addr, const auto& grads) {
       return ApplyRowwiseAdagrad(t, addr.data(), grads.data(), addr.size(), {0.1f, 0.1f, 1e-8f},
                                  SerialRunner);
-    }));
-  }
+    });
+  };
+  using Layout = TableConfig::IndexLayout;
+  const double full32 = bytes_per_row(RowDtype::kFloat32, Layout::kFull);
+  const double full16 = bytes_per_row(RowDtype::kBFloat16, Layout::kFull);
   // (Chunks are mapped in whole pages: a few bytes a row either way.)
-  EXPECT_NEAR(per_row[0] - per_row[1], 128, 4) << per_row[0] << " vs " << per_row[1];
+  EXPECT_NEAR(full32 - full16, 128, 4) << full32 << " vs " << full16;
+  // "auto" gives half rows a compact index: 8 bytes instead of 16 per index slot, and the
+  // index keeps at least two slots per key.
+  const double auto16 = bytes_per_row(RowDtype::kBFloat16, Layout::kAuto);
+  EXPECT_GE(full16 - auto16, 16 - 1) << full16 << " vs " << auto16;
+  EXPECT_NEAR(bytes_per_row(RowDtype::kFloat32, Layout::kAuto), full32, 4);
 }
 
 // bfloat16 slots (slot_dtype): an optimizer update sees its slots in float32 and each slot

@@ -77,6 +77,37 @@ TEST(ConfigDifferencesTest, GrowingTablesIgnoreReservations) {
   EXPECT_TRUE(a == b);
 }
 
+TEST(ConfigDifferencesTest, IndexLayoutsCompareAsResolved) {
+  using Layout = TableConfig::IndexLayout;
+  TableConfig a = Base();  // float32 rows: "auto" is full
+  TableConfig b = a;
+  b.index_layout = Layout::kFull;
+  EXPECT_TRUE(a == b);
+  b.index_layout = Layout::kCompact;
+  EXPECT_EQ(ConfigDifferences(a, b),
+            std::vector<std::string>{"compact index (index_layout): false vs true"});
+  a.emb_dtype = b.emb_dtype = RowDtype::kBFloat16;  // half-precision rows: "auto" is compact
+  a.index_layout = Layout::kAuto;
+  EXPECT_TRUE(a == b);
+  EXPECT_TRUE(a.compact_index());
+  a.ssd_paths = {"/tmp"};  // a tiered table's index is full
+  EXPECT_FALSE(a.compact_index());
+}
+
+TEST(IndexLayoutTest, NamesRoundTripAndOthersAreRefused) {
+  for (auto layout : {TableConfig::IndexLayout::kAuto, TableConfig::IndexLayout::kFull,
+                      TableConfig::IndexLayout::kCompact}) {
+    TableConfig::IndexLayout parsed;
+    ASSERT_TRUE(IndexLayoutFromName(IndexLayoutName(layout), &parsed).ok());
+    EXPECT_EQ(parsed, layout);
+  }
+  TableConfig::IndexLayout parsed;
+  Status s = IndexLayoutFromName("small", &parsed);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("index_layout must be \"auto\", \"full\" or \"compact\", got "
+                             "\"small\""), std::string::npos) << s.message();
+}
+
 TEST(AdmissionDifferencesTest, NamesEachDifferingThresholdWithBothValues) {
   const AdmissionConfig base{2, 60};
   EXPECT_TRUE(AdmissionDifferences(base, base).empty());

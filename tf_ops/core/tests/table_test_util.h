@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstdint>
 #include <functional>
 #include <limits>
@@ -48,8 +49,22 @@ inline InitializerSpec Normal(uint64_t seed = 1) {
   return s;
 }
 
+// The index layout of the helpers' tables: REC_SDK_TEST_INDEX_LAYOUT ("auto", "full" or
+// "compact"; unset: auto), so that the table tests run on both layouts (tf_ops/BUILD runs
+// them once more with "compact").
+inline TableConfig::IndexLayout TestIndexLayout() {
+  const char* name = std::getenv("REC_SDK_TEST_INDEX_LAYOUT");
+  TableConfig::IndexLayout layout = TableConfig::IndexLayout::kAuto;
+  if (name != nullptr) {
+    Status s = IndexLayoutFromName(name, &layout);
+    EXPECT_TRUE(s.ok()) << s.message();
+  }
+  return layout;
+}
+
 inline TableConfig Dynamic(const std::string& name, int dim, int64_t initial_capacity = 0) {
   TableConfig c;
+  c.index_layout = TestIndexLayout();
   c.name = name;
   c.dim = dim;
   c.dynamic_expansion = true;
