@@ -28,7 +28,8 @@ Scaling (--scaling): rec_sdk train steps of the table benchmark's workload (65,5
 dim 16, LazyAdam) on a table pre-filled with 1M to 20M keys: step time and bytes per key.
 
 Precision (--precision): the scaling measurement per row dtype (float32, bfloat16, float16
-rows with float32 slots; bfloat16 rows with bfloat16 slots) at dim 64 with row-wise Adagrad
+rows with float32 slots, each with the default index layout, which is compact for half
+rows; bfloat16 rows with a full index; bfloat16 rows with bfloat16 slots) at dim 64 with row-wise Adagrad
 (its one float per row stays float32) and at dim 16 with LazyAdam, on a table of
 --precision-keys keys, the dtypes alternating in --rounds rounds: bytes per key and train
 step time, each as a ratio to float32 of the same round.
@@ -251,7 +252,7 @@ def scaling_worker(args):
     dim = args.dim or DIM
     table = create_table(tf.int64, dim, "scaling", tf.compat.v1.random_uniform_initializer(
         -0.05, 0.05, seed=1), device_vocabulary_size=1 << 20, emb_dtype=args.emb_dtype,
-        slot_dtype=args.slot_dtype)
+        slot_dtype=args.slot_dtype, index_layout=args.index_layout)
     fill = tf.compat.v1.placeholder(tf.int64, [None])
     fill_op = tf.group(sparse_lookup(table, fill, is_train=True, name="fill"))
     keys = tf.compat.v1.placeholder(tf.int64, [BATCH])
@@ -316,6 +317,7 @@ def main():
     parser.add_argument("--optimizer", default="lazy_adam", help="(scaling worker)")
     parser.add_argument("--emb-dtype", default="float32", help="(scaling worker)")
     parser.add_argument("--slot-dtype", default="float32", help="(scaling worker)")
+    parser.add_argument("--index-layout", default="auto", help="(scaling worker)")
     parser.add_argument("--plot", default=None, help="PNG of the scaling figures")
     parser.add_argument("--dlrm-top", default="256,128",
                         help="widths of DLRM's top MLP layers before the logit")
@@ -403,9 +405,12 @@ def main():
 
 
 PRECISION_CASES = ((64, "rowwise_adagrad"), (16, "lazy_adam"))
-# (emb_dtype, slot_dtype); bfloat16 slots only where the slots have dim values.
-PRECISION_DTYPES = (("float32", "float32"), ("bfloat16", "float32"), ("float16", "float32"),
-                    ("bfloat16", "bfloat16"))
+# (emb_dtype, slot_dtype, index_layout); bfloat16 slots only where the slots have dim
+# values. "auto" is compact for half-precision rows; bfloat16 rows with a full index show
+# what the compact index adds.
+PRECISION_DTYPES = (("float32", "float32", "auto"), ("bfloat16", "float32", "auto"),
+                    ("bfloat16", "float32", "full"), ("float16", "float32", "auto"),
+                    ("bfloat16", "bfloat16", "auto"))
 
 
 def _precision_dtypes(optimizer):
@@ -418,29 +423,31 @@ def precision(args):
     results = {}
     for _ in range(args.rounds):
         for dim, optimizer in PRECISION_CASES:
-            for dtype, slot_dtype in _precision_dtypes(optimizer):
+            for dtype, slot_dtype, layout in _precision_dtypes(optimizer):
                 r = _spawn(["--scaling-worker", str(args.precision_keys), "--steps", "30",
                             "--dim", str(dim), "--optimizer", optimizer,
-                            "--emb-dtype", dtype, "--slot-dtype", slot_dtype])
-                results.setdefault((dim, optimizer, dtype, slot_dtype), []).append(r)
+                            "--emb-dtype", dtype, "--slot-dtype", slot_dtype,
+                            "--index-layout", layout])
+                results.setdefault((dim, optimizer, dtype, slot_dtype, layout), []).append(r)
     print("\nprecision: rec_sdk train step (65,536 Zipf keys) on a table of %d keys, per row "
           "and slot dtype; medians of %d rounds, ratios to float32 per round"
           % (args.precision_keys, args.rounds))
-    print("| dim, optimizer | emb_dtype | slot_dtype | bytes/key | x float32 | ms/step "
-          "| x float32 |")
-    print("|---|---|---|---|---|---|---|")
+    print("| dim, optimizer | emb_dtype | slot_dtype | index_layout | bytes/key | x float32 "
+          "| ms/step | x float32 |")
+    print("|---|---|---|---|---|---|---|---|")
     for dim, optimizer in PRECISION_CASES:
-        base = results[(dim, optimizer, "float32", "float32")]
-        for dtype, slot_dtype in _precision_dtypes(optimizer):
-            runs = results[(dim, optimizer, dtype, slot_dtype)]
+        base = results[(dim, optimizer, "float32", "float32", "auto")]
+        for dtype, slot_dtype, layout in _precision_dtypes(optimizer):
+            runs = results[(dim, optimizer, dtype, slot_dtype, layout)]
             if any("error" in r for r in runs + base):
-                print("| %d, %s | %s | %s | %s | | | |" % (dim, optimizer, dtype, slot_dtype, [
-                    r.get("error") for r in runs + base if "error" in r][0]))
+                print("| %d, %s | %s | %s | %s | %s | | | |" % (
+                    dim, optimizer, dtype, slot_dtype, layout,
+                    [r.get("error") for r in runs + base if "error" in r][0]))
                 continue
             med = lambda rs, k: statistics.median(r[k] for r in rs)
             ratio = lambda k: statistics.median(r[k] / b[k] for r, b in zip(runs, base))
-            print("| %d, %s | %s | %s | %.0f | %.2fx | %.1f | %.2fx |" % (
-                dim, optimizer, dtype, slot_dtype, med(runs, "bytes_per_key"),
+            print("| %d, %s | %s | %s | %s | %.0f | %.2fx | %.1f | %.2fx |" % (
+                dim, optimizer, dtype, slot_dtype, layout, med(runs, "bytes_per_key"),
                 ratio("bytes_per_key"), med(runs, "ms_per_step"), ratio("ms_per_step")))
 
 
