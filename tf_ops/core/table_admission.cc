@@ -58,15 +58,19 @@ class EmbeddingTable::ShardInsert {
     return pass_.count ? (pass_.access.counts ? pass_.access.counts[i] : 1) : 0;
   }
 
-  // Probe: keys the shard holds get their address; the others are missing.
+  // Probe: keys the shard holds get their address; the others are missing. A compact shard
+  // has just read a found row's header to check its key, so the row is touched at once;
+  // otherwise Touch visits the found rows after the probes.
   void Probe(const int64_t* positions, int64_t n) {
-    if (shard_.compact()) return ProbeAndTouch(positions, n);
+    const bool touch_now = shard_.compact();
     int64_t newest = kNoClock;
     HashIndex::FindInOrder(shard_, pass_.keys, positions, n, hashes_, [&](int64_t i,
                                                                          int64_t entry) {
       if (entry >= 0) {
         pass_.addresses[i] = pass_.tag_bits | entry;
-        if (pass_.touch_rows) {
+        if (pass_.touch_rows && touch_now) {
+          TouchRow(t_->RowOfEntry(entry), i);
+        } else if (pass_.touch_rows) {
           found_.push_back(t_->RowOfEntry(entry));
           found_at_.push_back(i);
         }
@@ -75,29 +79,6 @@ class EmbeddingTable::ShardInsert {
       }
       if (pass_.clocked) newest = std::max(newest, Clock(i));
     });
-    if (pass_.clocked) t_->RaiseNewestClock(newest);
-  }
-
-  // Probe and Touch of a compact shard in one pass over the rows: the header read to check
-  // the key of a hash match is the one touched.
-  void ProbeAndTouch(const int64_t* positions, int64_t n) {
-    matches_.resize(n);
-    shard_.MatchEntries(positions, n, hashes_, matches_.data());
-    int64_t newest = kNoClock;
-    for (int64_t j = 0; j < n; ++j) {
-      if (j + kPrefetchDistance < n && matches_[j + kPrefetchDistance] >= 0) {
-        __builtin_prefetch(t_->RecordOf(t_->RowOfEntry(matches_[j + kPrefetchDistance])), 1);
-      }
-      const int64_t i = positions[j];
-      const int64_t entry = shard_.CheckMatch(pass_.keys[i], hashes_[i], matches_[j]);
-      if (entry >= 0) {
-        pass_.addresses[i] = pass_.tag_bits | entry;
-        if (pass_.touch_rows) TouchRow(t_->RowOfEntry(entry), i);
-      } else {
-        missing_.push_back(i);
-      }
-      if (pass_.clocked) newest = std::max(newest, Clock(i));
-    }
     if (pass_.clocked) t_->RaiseNewestClock(newest);
   }
 
@@ -210,7 +191,6 @@ class EmbeddingTable::ShardInsert {
   std::vector<int64_t> missing_;   // positions of keys the shard does not hold
   std::vector<int64_t> found_;     // rows of keys it holds (when touching rows)
   std::vector<int64_t> found_at_;  // their positions
-  std::vector<int64_t> matches_;   // a compact shard's MatchEntries
   std::vector<int64_t> admit_;     // positions of missing keys admitted
   std::vector<int64_t> admit_count_;  // their admission counts
 };

@@ -29,8 +29,7 @@ class KVCreator:
         self.config = config
         self.emb_dtype = None if emb_dtype is None else emb_dtype_name(emb_dtype)
         self.slot_dtype = None if slot_dtype is None else slot_dtype_name(slot_dtype)
-        self.index_layout = index_layout_name(index_layout,
-                                              tiered=isinstance(self, TieredTableCreator))
+        self.index_layout = index_layout_name(index_layout)
 
 
 class CuckooHashTableConfig:
