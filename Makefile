@@ -6,9 +6,12 @@
 SHELL := /bin/bash
 PYTHON ?= python3
 # The TensorFlow to build and test against: `make test` uses 2.15 (the pinned runtime, the last
-# TensorFlow with Estimator) in .venv; `make test TF=2.21` uses the newest TensorFlow in
-# .venv-tf2.21. Each has its requirements file; the op library is rebuilt when TF changes.
+# TensorFlow with Estimator) in .venv; `make test TF=2.18` uses TensorFlow 2.18 in .venv-tf2.18,
+# and so on for every requirements-tf<minor>.txt (2.16 to the newest). The op library is rebuilt
+# when TF changes. The versions and their pins: python/rec_sdk/release.py.
 TF ?= 2.15
+TF_VERSIONS := 2.15 $(sort $(patsubst requirements-tf%.txt,%,$(wildcard requirements-tf*.txt)))
+NEWEST_TF := $(lastword $(TF_VERSIONS))
 ifeq ($(TF),2.15)
 VENV := .venv
 REQUIREMENTS := requirements.txt
@@ -26,7 +29,8 @@ OPS_DIR := python/rec_sdk/ops
 DEMO_ARGS ?=
 APT_PACKAGES := bazel-bootstrap libgtest-dev g++ python3-venv
 
-.PHONY: demo test build configure setup system-deps cc-test py-test wheel wheel-test bench stress sanitize clean
+.PHONY: demo test smoke build configure setup system-deps cc-test py-test wheel wheel-test wheels \
+  tf-versions venv-requirements bench stress sanitize clean
 
 demo: build
 	$(PY) -m rec_sdk.examples.demo $(DEMO_ARGS)
@@ -36,20 +40,52 @@ test: cc-test py-test wheel-test
 cc-test: build
 	$(BAZEL) test //tf_ops/...
 
-# pytest exits non-zero when a test fails and also when it collects no tests (code 5).
+# pytest exits non-zero when a test fails and also when it collects no tests (code 5). Two
+# workers (pytest-xdist; TEST_WORKERS=0 runs in this process); the tests that start clusters
+# of processes run one after another on one of them (tests/conftest.py).
+TEST_WORKERS ?= 2
+PYTEST := $(PY) -m pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
 py-test: build
-	$(PY) -m pytest tests
+	$(PYTEST) tests
 
-# A wheel of the op library and the Python packages, pinned to the TensorFlow it was built
-# against: dist/rec_sdk-<version>-<python>-<python>-<platform>.whl.
+# The short subset of the Python tests that CI runs on the TensorFlows between 2.15 and the
+# newest (`make smoke TF=2.18`: the build, these tests and the wheel check): the op library's
+# loading and shapes, every optimizer against NumPy, lookups, checkpoints, de training, Keras.
+SMOKE_TESTS := tests/test_loader.py tests/test_op_shapes.py tests/test_optimizers.py \
+  tests/test_embedding_api.py tests/test_checkpoint.py tests/test_dynamic_embedding_training.py \
+  tests/test_tf_versions.py tests/test_release.py
+smoke: build
+	$(PY) -m pytest $(SMOKE_TESTS)
+	$(MAKE) --no-print-directory wheel-test TF=$(TF)
+
+# A wheel of the op library and the Python packages for the TensorFlow it was built against:
+# dist/<minor>/rec_sdk-0.1.0+tf<minor>-<python>-<python>-<platform>.whl, requiring that
+# TensorFlow (setup.py, python/rec_sdk/release.py).
+DIST := dist/$(TF)
 wheel: build
-	rm -rf dist
-	$(PY) -m pip wheel -q --disable-pip-version-check --no-deps --no-build-isolation -w dist .
+	rm -rf $(DIST)
+	$(PY) -m pip wheel -q --disable-pip-version-check --no-deps --no-build-isolation -w $(DIST) .
 
 # The wheel installed into a scratch venv (TensorFlow from PyPI) and used from outside the
-# source tree: the README example trains, and a wheel for another TensorFlow says so.
+# source tree: the README example trains, and the wheel next to another TensorFlow says which
+# pip command fixes it.
 wheel-test: wheel
-	$(PY) tests/wheel_check.py dist
+	$(PY) tests/wheel_check.py $(DIST)
+
+# Every supported TensorFlow's wheel, each into dist/<minor>/ (each makes its venv on first use
+# and rebuilds the op library, one to two minutes).
+wheels:
+	set -e; for tf in $(TF_VERSIONS); do $(MAKE) --no-print-directory wheel TF=$$tf; done
+	ls dist/*/*.whl
+
+tf-versions:
+	@echo $(TF_VERSIONS)
+
+# The venv's packages only (no editable install, no stamp): CI installs the next version's
+# while the current one builds and tests; `make setup` finds them there.
+venv-requirements:
+	[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -r $(REQUIREMENTS)
 
 build: setup
 	$(BAZEL) build //tf_ops:_rec_sdk_ops.so //tf_ops:tf_version
@@ -88,8 +124,7 @@ system-deps:
 	fi
 
 $(VENV_STAMP): $(REQUIREMENTS) pyproject.toml
-	[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check -r $(REQUIREMENTS)
+	$(MAKE) --no-print-directory venv-requirements TF=$(TF)
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
 	touch $@
 

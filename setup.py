@@ -1,6 +1,9 @@
 """Packaging of rec_sdk beyond pyproject.toml: the wheel holds the op library, so it is tagged
-for this Python and platform (not "any"), and it requires the TensorFlow version the library
-was built against (python/rec_sdk/ops/_rec_sdk_ops.tf_version, written by `make build`)."""
+for this Python and platform (not "any"); its version names the TensorFlow the library was
+built against (0.1.0+tf2.18: python/rec_sdk/ops/_rec_sdk_ops.tf_version, written by `make
+build`) and it requires that TensorFlow (python/rec_sdk/release.py knows what each needs)."""
+import importlib.metadata
+import importlib.util
 import os
 
 from setuptools import setup
@@ -10,6 +13,15 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 BUILT_FOR = os.path.join(HERE, "python", "rec_sdk", "ops", "_rec_sdk_ops.tf_version")
 
 
+def _release_module():
+    """rec_sdk.release, loaded by path: importing the package would import TensorFlow."""
+    spec = importlib.util.spec_from_file_location(
+        "_rec_sdk_release", os.path.join(HERE, "python", "rec_sdk", "release.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 class BinaryDistribution(Distribution):
     """A distribution with a compiled part (the op library), so wheels get a platform tag."""
 
@@ -17,24 +29,26 @@ class BinaryDistribution(Distribution):
         return True
 
 
-def dependencies():
-    """TensorFlow pinned to the library's version (2.15.1, the pinned runtime, before a
-    build), and what rec_sdk imports besides it."""
+def built_for():
+    """The TensorFlow the op library was built against; before a build (the editable install
+    of a new venv), the TensorFlow installed here, else the oldest supported one."""
     try:
         with open(BUILT_FOR) as f:
-            version = f.read().strip() or "2.15.1"
+            version = f.read().strip()
+        if version:
+            return version
     except OSError:
-        version = "2.15.1"
-    needs = ["tensorflow-cpu==" + version, "absl-py"]
-    if version.startswith("2.15."):
-        # The last TF that ships Estimator and Keras 2 as tf.keras; it needs numpy 1.
-        needs += ["tensorflow-estimator==2.15.0", "numpy<2"]
-    else:
-        # tf.keras is Keras 3 from TF 2.16 on: rec_sdk's Keras layers use tf_keras (Keras 2),
-        # released in step with TensorFlow.
-        major_minor = ".".join(version.split(".")[:2])
-        needs += ["tf-keras==%s.*" % major_minor, "numpy"]
-    return needs
+        pass
+    for package in ("tensorflow-cpu", "tensorflow"):
+        try:
+            return importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    release = _release_module()
+    return release.RELEASES[release.OLDEST].tensorflow
 
 
-setup(distclass=BinaryDistribution, install_requires=dependencies())
+RELEASE = _release_module()
+TF_VERSION = built_for()
+setup(distclass=BinaryDistribution, version=RELEASE.wheel_version(TF_VERSION),
+      install_requires=RELEASE.requirements(TF_VERSION))

@@ -13,6 +13,7 @@ from tensorflow.python.framework import op_def_registry
 
 import rec_sdk
 from rec_sdk.core.embedding import create_table, sparse_lookup
+from rec_sdk import release
 from rec_sdk.ops import loader
 from rec_sdk.optimizers import lazy_adam
 from rec_sdk.util.initialize import init
@@ -81,6 +82,29 @@ def test_version_mismatch_error(fresh_loader, tmp_path):
     # `import rec_sdk` checks the same (a wheel next to the wrong TensorFlow).
     with pytest.raises(loader.OpLibraryError, match="built for TensorFlow 2.99.7"):
         loader.check_built_version()
+
+
+def test_a_wheel_for_another_tensorflow_names_both_pip_commands(monkeypatch):
+    """An installed wheel (outside a checkout) for another supported TensorFlow: install that
+    TensorFlow, or the wheel for this one; for this TensorFlow's minor version, only the
+    first; next to a TensorFlow rec_sdk has no wheel for, which ones it has."""
+    wheel_library = "/site-packages/rec_sdk/ops/" + loader.LIBRARY_FILE
+    here = release.minor(tf.__version__)
+    other = next(row.tensorflow for minor, row in release.RELEASES.items() if minor != here)
+    remedy = loader._remedy(wheel_library, other)
+    assert "This rec_sdk wheel (%s) needs TensorFlow %s: `%s`" % (
+        release.wheel_version(other), other, release.install_tensorflow_command(other)) in remedy
+    assert "install the rec_sdk wheel for TensorFlow %s: `%s`" % (
+        here, release.install_wheel_command(tf.__version__)) in remedy
+    assert "make wheel TF=%s" % here in remedy
+    same_minor = here + ".99"
+    remedy = loader._remedy(wheel_library, same_minor)
+    assert "needs TensorFlow %s" % same_minor in remedy and "--find-links" not in remedy
+    monkeypatch.setattr(tf, "__version__", "2.14.1")
+    remedy = loader._remedy(wheel_library, other)
+    assert "rec_sdk has wheels for TensorFlow %s; 2.14.1 is not one of them" \
+        % release.supported() in remedy
+    assert "`%s`" % release.install_tensorflow_command(other) in remedy
 
 
 def test_unloadable_library_error(fresh_loader, tmp_path):

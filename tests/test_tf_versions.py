@@ -33,7 +33,8 @@ def test_estimator_exists_only_on_2_15_and_else_is_a_clear_error():
         tf_compat.estimator()
     message = str(error.value)
     assert "TensorFlow %s" % tf.__version__ in message and "removed Estimator in 2.16" in message
-    assert "MonitoredTrainingSession" in message and "tensorflow-cpu==2.15.1" in message
+    assert "MonitoredTrainingSession" in message and "`pip install tensorflow-cpu==2.15.1 " \
+        "tensorflow-estimator==2.15.0`" in message
 
 
 @pytest.mark.skipif(not tf_compat.KERAS_3, reason="TensorFlow 2.15 has Estimator")

@@ -1,17 +1,32 @@
 """The wheel from `make wheel`, checked as a user gets it (`make wheel-test`, part of
 `make test`): installed with pip into a scratch venv (TensorFlow and the other requirements
 from PyPI), used from a directory outside the source tree. Checks that its metadata pins the
-TensorFlow the op library was built for, that the README example trains from it, and that a
-wheel for another TensorFlow fails at `import rec_sdk` with what to do.
+TensorFlow the op library was built for (rec_sdk.release's requirements) and its version names
+that TensorFlow (0.1.0+tf2.18), that the README example trains from it, and that a wheel for
+another TensorFlow fails at `import rec_sdk` with the pip commands that fix it.
 
 Usage: python tests/wheel_check.py DIST_DIR
 """
 import glob
+import importlib.util
 import os
 import subprocess
 import sys
 import tempfile
 import zipfile
+
+
+def _release_module():
+    """rec_sdk.release from this checkout, by path (importing rec_sdk imports TensorFlow)."""
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                        "python", "rec_sdk", "release.py")
+    spec = importlib.util.spec_from_file_location("_rec_sdk_release", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+release = _release_module()
 
 EXAMPLE = r'''
 import numpy as np
@@ -82,9 +97,14 @@ def main(dist):
                    "rec_sdk/dynamic_embedding/__init__.py"):
         if needed not in names:
             sys.exit("%s is missing from the wheel" % needed)
-    pin = "Requires-Dist: tensorflow-cpu==%s" % built_for
-    if pin not in metadata.decode():
-        sys.exit("the wheel's metadata does not pin the TensorFlow it was built for (%s)" % pin)
+    version = release.wheel_version(built_for)
+    if not name.startswith("rec_sdk-%s-" % version):
+        sys.exit("the wheel's version is not %s (TensorFlow %s): %s" % (version, built_for, name))
+    required = sorted(line.split(":", 1)[1].strip() for line in metadata.decode().splitlines()
+                      if line.startswith("Requires-Dist:"))
+    if required != sorted(release.requirements(built_for)):
+        sys.exit("the wheel requires %s, not what TensorFlow %s needs: %s"
+                 % (required, built_for, release.requirements(built_for)))
     with tempfile.TemporaryDirectory(prefix="rec_sdk_wheel_") as scratch:
         venv = os.path.join(scratch, "venv")
         python = os.path.join(venv, "bin", "python")
@@ -94,20 +114,25 @@ def main(dist):
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH="")
         out = run([python, "-c", EXAMPLE], scratch, env=env)
         print(out.stdout.strip())
-        # The same wheel next to another TensorFlow: its version file says so.
+        # The same wheel next to another TensorFlow: its version file says so. The other is
+        # a supported one, so the message names both fixes.
+        other = next(row.tensorflow for row in release.RELEASES.values()
+                     if release.minor(row.tensorflow) != release.minor(built_for))
         site = run([python, "-c", "import os, rec_sdk.ops as o; print(os.path.dirname("
                     "o.__file__))"], scratch, env=env).stdout.strip()
         version_file = os.path.join(site, "_rec_sdk_ops.tf_version")
         with open(version_file, "w") as f:
-            f.write("2.99.0\n")
+            f.write(other + "\n")
         wrong = run([python, "-c", "import rec_sdk"], scratch, env=env, check=False)
-        expected = ("This rec_sdk wheel needs TensorFlow 2.99.0: "
-                    "`pip install tensorflow-cpu==2.99.0`")
-        if wrong.returncode == 0 or expected not in wrong.stderr:
+        expected = ["This rec_sdk wheel (%s) needs TensorFlow %s: `%s`" % (
+            release.wheel_version(other), other, release.install_tensorflow_command(other)),
+            "install the rec_sdk wheel for TensorFlow %s: `%s`" % (
+                release.minor(built_for), release.install_wheel_command(built_for))]
+        if wrong.returncode == 0 or not all(e in wrong.stderr for e in expected):
             sys.exit("a wheel for another TensorFlow imported, or not with the loader's "
-                     "message:\n" + wrong.stderr[-2000:])
-        print("a wheel for TensorFlow 2.99.0 next to TensorFlow %s: %s"
-              % (built_for, wrong.stderr.strip().splitlines()[-1]))
+                     "message (%s):\n%s" % (expected, wrong.stderr[-2000:]))
+        print("a wheel for TensorFlow %s next to TensorFlow %s: %s"
+              % (other, built_for, wrong.stderr.strip().splitlines()[-1]))
     print("wheel check passed: %s" % name)
 
 

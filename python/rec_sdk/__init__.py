@@ -9,8 +9,7 @@ from rec_sdk.constants.constants import (  # noqa: F401  (re-exported names)
     ASCEND_SPARSE_LOOKUP_UNIQUE_KEYS, ASCEND_TIMESTAMP, TABLE_COLLECTION)
 
 from rec_sdk.ops import loader as _loader
-
-__version__ = "0.1.0"
+from rec_sdk.release import VERSION as __version__  # noqa: F401
 
 # An op library built for another TensorFlow (a wheel installed next to the wrong version)
 # fails here, with what to do, not at the first op.

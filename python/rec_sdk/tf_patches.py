@@ -22,7 +22,7 @@ from tensorflow.python.saved_model import save as saved_model_save
 from tensorflow.python.training import optimizer as tf_optimizer
 
 PATCH_MARK = "__rec_sdk_patch__"
-CHECKED = "2.15.1, 2.21.0"  # the TensorFlow versions the suite runs on
+CHECKED = "2.15.1 to 2.21.0"  # the whole suite runs on 2.15 and 2.21, its smoke subset between
 
 Patch = collections.namedtuple("Patch", ["name", "owner", "attr", "does", "why"])
 

@@ -14,7 +14,7 @@ import threading
 
 import tensorflow as tf
 
-from rec_sdk import tf_patches
+from rec_sdk import release, tf_patches
 
 LIBRARY_FILE = "_rec_sdk_ops.so"
 VERSION_FILE = "_rec_sdk_ops.tf_version"
@@ -23,8 +23,8 @@ LIBRARY_ENV = "REC_SDK_OPS_LIBRARY"
 def _rebuild_command():
     """The Makefile's build command for the installed TensorFlow: 2.15 is the default, other
     versions are the TF= of their requirements-tf<version>.txt."""
-    major_minor = ".".join(tf.__version__.split(".")[:2])
-    return "make build" if major_minor == "2.15" else "make build TF=%s" % major_minor
+    major_minor = release.minor(tf.__version__)
+    return "make build" if major_minor == release.OLDEST else "make build TF=%s" % major_minor
 
 
 REBUILD_COMMAND = _rebuild_command()
@@ -62,14 +62,22 @@ def _in_checkout(path):
 
 def _remedy(path, built):
     """What to do about a library built for TensorFlow `built`: rebuild it in a checkout, or
-    match TensorFlow to the installed wheel."""
+    match TensorFlow to the installed wheel, or install the wheel for this TensorFlow."""
     if _in_checkout(path) or built is None:
         return "Rebuild it with `%s` in the rec_sdk checkout." % REBUILD_COMMAND
     if built == tf.__version__:
         return "Reinstall the rec_sdk wheel (`pip install --force-reinstall` it)."
-    return ("This rec_sdk wheel needs TensorFlow %s: `pip install tensorflow-cpu==%s`, or "
-            "install a rec_sdk wheel built for TensorFlow %s (`make wheel` in a checkout "
-            "with that TensorFlow)." % (built, built, tf.__version__))
+    fix = "This rec_sdk wheel (%s) needs TensorFlow %s: `%s`" % (
+        release.wheel_version(built), built, release.install_tensorflow_command(built))
+    if release.minor(built) == release.minor(tf.__version__):
+        return fix + "."
+    if release.release(tf.__version__) is None:
+        return "%s. rec_sdk has wheels for TensorFlow %s; %s is not one of them." % (
+            fix, release.supported(), tf.__version__)
+    return ("%s; or install the rec_sdk wheel for TensorFlow %s: `%s` (`make wheel TF=%s` in "
+            "a rec_sdk checkout builds it into dist/%s/)." % (
+                fix, release.minor(tf.__version__), release.install_wheel_command(tf.__version__),
+                release.minor(tf.__version__), release.minor(tf.__version__)))
 
 
 def check_built_version():

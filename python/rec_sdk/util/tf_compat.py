@@ -1,5 +1,6 @@
-"""The one place that knows how the supported TensorFlow versions differ (2.15, the last with
-Estimator and Keras 2 as tf.keras; and the newest, 2.21, with Keras 3 as tf.keras).
+"""The one place that knows how the supported TensorFlow versions' APIs differ (2.15, the last
+with Estimator and Keras 2 as tf.keras; 2.16 to the newest, with Keras 3 as tf.keras and no
+Estimator). Which versions those are and what each pins: rec_sdk.release.
 
 * `keras`: the Keras 2 API rec_sdk's Keras layers, initializers and optimizers build on:
   tf.keras on TensorFlow 2.15; the `tf_keras` package on TensorFlow >= 2.16, where tf.keras is
@@ -12,6 +13,8 @@ import importlib
 import types
 
 import tensorflow as tf
+
+from rec_sdk import release
 
 TF_VERSION = tf.__version__
 _MAJOR_MINOR = tuple(int(part) for part in TF_VERSION.split(".")[:2])
@@ -33,9 +36,9 @@ def estimator():
         raise EstimatorUnavailableError(
             "tf.estimator is not part of TensorFlow %s: TensorFlow removed Estimator in 2.16. "
             "Use tf.compat.v1.train.MonitoredTrainingSession with rec_sdk's hooks (the same "
-            "graph modification, Saver and EvictHook), or TensorFlow 2.15 "
-            "(tensorflow-cpu==2.15.1 with tensorflow-estimator==2.15.0) to run Estimator "
-            "models." % TF_VERSION)
+            "graph modification, Saver and EvictHook), or TensorFlow %s (`%s`) to run "
+            "Estimator models." % (TF_VERSION, release.OLDEST, release.install_tensorflow_command(
+                release.RELEASES[release.OLDEST].tensorflow)))
     return module
 
 
@@ -48,8 +51,9 @@ class _MissingKeras(types.ModuleType):
         raise KerasUnavailableError(
             "rec_sdk's Keras API (de.keras layers, Keras optimizers) needs Keras 2, which is "
             "the tf_keras package on TensorFlow %s (tf.keras is Keras 3 there): `pip install "
-            "tf-keras==%d.%d.*`, and build models with tf_keras (or set "
-            "TF_USE_LEGACY_KERAS=1 so tf.keras is tf_keras)." % ((TF_VERSION,) + _MAJOR_MINOR))
+            "tf-keras==%s.*`, and build models with tf_keras (or set "
+            "TF_USE_LEGACY_KERAS=1 so tf.keras is tf_keras)." % (TF_VERSION,
+                                                                 release.minor(TF_VERSION)))
 
 
 def _keras():

@@ -1,0 +1,106 @@
+"""The TensorFlow releases rec_sdk builds wheels for (rec_sdk.release): the table agrees with
+the requirements files the venvs are made from and with the Makefile's list, each row's wheel
+requirements and version say which TensorFlow it is for in a form pip compares, and this venv
+runs one of the pinned releases."""
+import importlib
+import os
+import re
+import subprocess
+
+import pytest
+import tensorflow as tf
+from pip._vendor.packaging.requirements import Requirement
+from pip._vendor.packaging.version import Version
+
+from rec_sdk import release
+from rec_sdk.util import tf_compat
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _requirements_file(minor):
+    name = "requirements.txt" if minor == release.OLDEST else "requirements-tf%s.txt" % minor
+    with open(os.path.join(ROOT, name)) as f:
+        return {Requirement(line).name: Requirement(line) for line in f.read().splitlines()
+                if line.strip() and not line.startswith("#")}
+
+
+def test_every_requirements_file_has_a_row_and_the_makefile_lists_them_all():
+    files = sorted(re.match(r"requirements-tf(.+)\.txt$", name).group(1)
+                   for name in os.listdir(ROOT) if re.match(r"requirements-tf.+\.txt$", name))
+    assert [release.OLDEST] + files == list(release.RELEASES)
+    listed = subprocess.run(["make", "-s", "--no-print-directory", "tf-versions"], cwd=ROOT,
+                            capture_output=True, text=True, check=True).stdout.split()
+    assert listed == list(release.RELEASES)
+
+
+@pytest.mark.parametrize("minor", list(release.RELEASES))
+def test_the_requirements_files_pin_the_rows_releases(minor):
+    row = release.RELEASES[minor]
+    pins = _requirements_file(minor)
+    assert str(pins[row.package].specifier) == "==" + row.tensorflow
+    assert release.minor(row.tensorflow) == minor
+    other = "tensorflow" if row.package == "tensorflow-cpu" else "tensorflow-cpu"
+    assert other not in pins, "two TensorFlow packages in one venv"
+    if row.tf_keras:
+        assert str(pins["tf-keras"].specifier) == "==" + row.tf_keras
+        assert row.tf_keras.startswith(minor + ".") and row.estimator is None
+    else:
+        assert str(pins["tensorflow-estimator"].specifier) == "==" + row.estimator
+        assert "tf-keras" not in pins
+
+
+@pytest.mark.parametrize("minor", list(release.RELEASES))
+def test_a_wheels_requirements_and_version_name_its_tensorflow(minor):
+    row = release.RELEASES[minor]
+    needs = {Requirement(r).name: Requirement(r) for r in release.requirements(row.tensorflow)}
+    assert needs[row.package].specifier.contains(row.tensorflow)
+    assert not needs[row.package].specifier.contains(release.RELEASES[release.NEWEST].tensorflow
+                                                     if minor != release.NEWEST else
+                                                     release.RELEASES[release.OLDEST].tensorflow)
+    if row.tf_keras:
+        assert needs["tf-keras"].specifier.contains(row.tf_keras)
+        assert "tensorflow-cpu" not in needs  # tf-keras requires `tensorflow` itself
+    else:
+        assert needs["tensorflow-estimator"].specifier.contains(row.estimator)
+    version = Version(release.wheel_version(row.tensorflow))
+    assert version.public == release.VERSION and version.local == "tf" + minor
+    # pip selects a wheel by its local version: `rec_sdk==0.1.0+tf2.18` matches only that one.
+    pinned = Requirement("rec_sdk==" + str(version)).specifier
+    assert [m for m in release.RELEASES
+            if pinned.contains(release.wheel_version(release.RELEASES[m].tensorflow))] == [minor]
+    command = release.install_wheel_command(row.tensorflow)
+    assert command == 'pip install --find-links dist/%s "rec_sdk==%s"' % (minor, version)
+    assert release.install_tensorflow_command(row.tensorflow).startswith(
+        "pip install %s==%s " % (row.package, row.tensorflow))
+
+
+def test_this_venv_runs_a_pinned_release_with_its_keras_and_estimator():
+    row = release.release(tf.__version__)
+    assert row is not None and row.tensorflow == tf.__version__
+    assert tf_compat.KERAS_3 == (row.tf_keras is not None)
+    if row.tf_keras:
+        assert importlib.import_module("tf_keras").__version__ == row.tf_keras
+    else:
+        assert tf_compat.estimator() is tf.estimator
+
+
+def test_unknown_versions():
+    assert release.release("2.14.1") is None and release.release("3.0.0") is None
+    assert release.minor("2.18.0rc1") == "2.18" and release.minor("2.18") == "2.18"
+    assert release.requirements("2.99.1")[0] == "tensorflow-cpu==2.99.1"
+    assert release.supported() == "%s to %s" % (release.OLDEST, release.NEWEST)
+
+
+def test_the_readme_table_has_every_release_with_its_pins_and_install_command():
+    with open(os.path.join(ROOT, "README.md")) as f:
+        readme = f.read()
+    rows = [line for line in readme.splitlines() if re.match(r"\| 2\.\d+\.\d+ \|", line)]
+    assert [line.split("|")[1].strip() for line in rows] == \
+        [row.tensorflow for row in release.RELEASES.values()]
+    for line, row in zip(rows, release.RELEASES.values()):
+        for requirement in release.requirements(row.tensorflow):
+            if requirement.startswith(("tensorflow", "tf-keras")):
+                assert "`%s`" % requirement in line, (requirement, line)
+        assert "`%s`" % release.install_wheel_command(row.tensorflow) in line
+        assert ("| yes |" in line) == (row.estimator is not None)
