@@ -11,7 +11,6 @@ PYTHON ?= python3
 # when TF changes. The versions and their pins: python/rec_sdk/release.py.
 TF ?= 2.15
 TF_VERSIONS := 2.15 $(sort $(patsubst requirements-tf%.txt,%,$(wildcard requirements-tf*.txt)))
-NEWEST_TF := $(lastword $(TF_VERSIONS))
 ifeq ($(TF),2.15)
 VENV := .venv
 REQUIREMENTS := requirements.txt

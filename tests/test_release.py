@@ -48,6 +48,8 @@ def test_the_requirements_files_pin_the_rows_releases(minor):
     else:
         assert str(pins["tensorflow-estimator"].specifier) == "==" + row.estimator
         assert "tf-keras" not in pins
+    for pin in map(Requirement, row.pins):
+        assert pins[pin.name].specifier == pin.specifier, (pin, pins[pin.name])
 
 
 @pytest.mark.parametrize("minor", list(release.RELEASES))
@@ -63,6 +65,7 @@ def test_a_wheels_requirements_and_version_name_its_tensorflow(minor):
         assert "tensorflow-cpu" not in needs  # tf-keras requires `tensorflow` itself
     else:
         assert needs["tensorflow-estimator"].specifier.contains(row.estimator)
+    assert all(pin in release.requirements(row.tensorflow) for pin in row.pins)
     version = Version(release.wheel_version(row.tensorflow))
     assert version.public == release.VERSION and version.local == "tf" + minor
     # pip selects a wheel by its local version: `rec_sdk==0.1.0+tf2.18` matches only that one.
@@ -100,7 +103,7 @@ def test_the_readme_table_has_every_release_with_its_pins_and_install_command():
         [row.tensorflow for row in release.RELEASES.values()]
     for line, row in zip(rows, release.RELEASES.values()):
         for requirement in release.requirements(row.tensorflow):
-            if requirement.startswith(("tensorflow", "tf-keras")):
+            if requirement.startswith(("tensorflow", "tf-keras")) or requirement in row.pins:
                 assert "`%s`" % requirement in line, (requirement, line)
         assert "`%s`" % release.install_wheel_command(row.tensorflow) in line
         assert ("| yes |" in line) == (row.estimator is not None)

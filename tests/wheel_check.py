@@ -2,8 +2,9 @@
 `make test`): installed with pip into a scratch venv (TensorFlow and the other requirements
 from PyPI), used from a directory outside the source tree. Checks that its metadata pins the
 TensorFlow the op library was built for (rec_sdk.release's requirements) and its version names
-that TensorFlow (0.1.0+tf2.18), that the README example trains from it, and that a wheel for
-another TensorFlow fails at `import rec_sdk` with the pip commands that fix it.
+that TensorFlow (0.1.0+tf2.18), that the README example trains from it and a
+MonitoredTrainingSession saves a checkpoint, and that a wheel for another TensorFlow fails at
+`import rec_sdk` with the pip commands that fix it.
 
 Usage: python tests/wheel_check.py DIST_DIR
 """
@@ -29,6 +30,8 @@ def _release_module():
 release = _release_module()
 
 EXAMPLE = r'''
+import os
+import tempfile
 import numpy as np
 import tensorflow as tf
 import rec_sdk
@@ -60,6 +63,7 @@ train_op = tf.group(
     tf.compat.v1.train.AdamOptimizer(1e-2).minimize(loss, var_list=dense_vars),
     create_hash_optimizer(1e-2).apply_gradients(zip(tf.gradients(loss, sparse_vars),
                                                     sparse_vars)))
+global_step = tf.compat.v1.train.get_or_create_global_step()
 with tf.compat.v1.Session() as sess:
     sess.run(tf.compat.v1.global_variables_initializer())
     first = sess.run(loss)
@@ -67,9 +71,17 @@ with tf.compat.v1.Session() as sess:
         sess.run(train_op)
     last = np.mean([sess.run(loss) for _ in range(8)])
     size = sess.run(user_table.size_tensor())
+# A MonitoredTrainingSession with a checkpoint directory (its hook writes the graph and saves).
+checkpoints = tempfile.mkdtemp()
+with tf.compat.v1.train.MonitoredTrainingSession(checkpoint_dir=checkpoints,
+                                                 save_summaries_steps=None) as session:
+    session.run(train_op)
+saved = tf.train.latest_checkpoint(checkpoints)
 terminate_config_initializer()
 assert last < first, (first, last)
-print("trained from the wheel: loss %.3f -> %.3f, %d keys" % (first, last, size))
+assert saved and os.path.exists(os.path.join(checkpoints, "graph.pbtxt")), os.listdir(checkpoints)
+print("trained from the wheel: loss %.3f -> %.3f, %d keys; saved %s" % (first, last, size,
+                                                                       os.path.basename(saved)))
 '''
 
 

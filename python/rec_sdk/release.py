@@ -14,17 +14,21 @@ VERSION = "0.1.0"
 # requirements (tf-keras requires `tensorflow` itself, so from 2.16 on a wheel requires that
 # and not tensorflow-cpu, which would put a second copy of TensorFlow into the same folder);
 # tf_keras: the Keras 2 package rec_sdk's Keras API uses where tf.keras is Keras 3;
-# estimator: tensorflow-estimator's release (2.15 is the last TensorFlow with Estimator).
-Release = collections.namedtuple("Release", ["tensorflow", "package", "tf_keras", "estimator"])
+# estimator: tensorflow-estimator's release (2.15 is the last TensorFlow with Estimator);
+# pins: what else a wheel must hold back. TensorFlow 2.20 requires protobuf >= 5.28 with no
+# upper bound, and its tf.io.write_graph (which MonitoredTrainingSession's checkpoint hook
+# calls) passes text_format.MessageToString a float_format that protobuf 7.34 removed.
+Release = collections.namedtuple("Release",
+                                 ["tensorflow", "package", "tf_keras", "estimator", "pins"])
 
 RELEASES = collections.OrderedDict((
-    ("2.15", Release("2.15.1", "tensorflow-cpu", None, "2.15.0")),
-    ("2.16", Release("2.16.2", "tensorflow", "2.16.0", None)),
-    ("2.17", Release("2.17.1", "tensorflow", "2.17.0", None)),
-    ("2.18", Release("2.18.1", "tensorflow", "2.18.0", None)),
-    ("2.19", Release("2.19.1", "tensorflow", "2.19.0", None)),
-    ("2.20", Release("2.20.0", "tensorflow", "2.20.1", None)),
-    ("2.21", Release("2.21.0", "tensorflow", "2.21.0", None)),
+    ("2.15", Release("2.15.1", "tensorflow-cpu", None, "2.15.0", ())),
+    ("2.16", Release("2.16.2", "tensorflow", "2.16.0", None, ())),
+    ("2.17", Release("2.17.1", "tensorflow", "2.17.0", None, ())),
+    ("2.18", Release("2.18.1", "tensorflow", "2.18.0", None, ())),
+    ("2.19", Release("2.19.1", "tensorflow", "2.19.0", None, ())),
+    ("2.20", Release("2.20.0", "tensorflow", "2.20.1", None, ("protobuf<7.34",))),
+    ("2.21", Release("2.21.0", "tensorflow", "2.21.0", None, ())),
 ))
 OLDEST, NEWEST = next(iter(RELEASES)), next(reversed(RELEASES))
 
@@ -59,7 +63,7 @@ def requirements(tf_version):
         # tf.keras is Keras 3 there: rec_sdk's Keras layers use tf_keras (Keras 2), released
         # in step with TensorFlow.
         needs += ["tf-keras==%s.*" % minor(tf_version), "numpy"]
-    return needs
+    return needs + list(row.pins)
 
 
 def install_tensorflow_command(tf_version):
@@ -70,6 +74,7 @@ def install_tensorflow_command(tf_version):
         return "pip install tensorflow-cpu==%s" % tf_version
     extra = (" tf-keras==%s" % row.tf_keras if row.tf_keras
              else " tensorflow-estimator==%s" % row.estimator)
+    extra += "".join(" '%s'" % pin for pin in row.pins)
     return "pip install %s==%s%s" % (row.package, tf_version, extra)
 
 
