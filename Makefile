@@ -39,11 +39,11 @@ test: cc-test py-test wheel-test
 cc-test: build
 	$(BAZEL) test //tf_ops/...
 
-# pytest exits non-zero when a test fails and also when it collects no tests (code 5). Two
-# workers (pytest-xdist; TEST_WORKERS=0 runs in this process); the tests that start clusters
-# of processes run one after another on one of them (tests/conftest.py).
+# pytest exits non-zero when a test fails and also when it collects no tests (code 5). The
+# tests are spread over two pytest-xdist workers (TEST_WORKERS=0 runs them in this process):
+# each test must pass whatever ran before it in its process.
 TEST_WORKERS ?= 2
-PYTEST := $(PY) -m pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
+PYTEST := $(PY) -m pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist load)
 py-test: build
 	$(PYTEST) tests
 

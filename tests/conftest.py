@@ -26,19 +26,9 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "estimator: uses tf.estimator (TensorFlow 2.15 only)")
 
 
-# With `pytest -n 2 --dist loadgroup` (make test) each file's tests run on one worker, in their
-# order; the files whose tests start clusters of processes (each as busy as the machine has
-# cores) share one group, so they run one after another, never two clusters at once.
-CLUSTER_FILES = ("test_distribute.py", "test_rank_batches.py", "test_stress_quick.py")
-
-
 def pytest_collection_modifyitems(config, items):
-    """Tests marked `estimator` are skipped on a TensorFlow without Estimator (>= 2.16); each
-    file is an xdist group, the cluster tests' files one together."""
+    """Tests marked `estimator` are skipped on a TensorFlow without Estimator (>= 2.16)."""
     del config
-    for item in items:
-        name = os.path.basename(str(item.fspath))
-        item.add_marker(pytest.mark.xdist_group("clusters" if name in CLUSTER_FILES else name))
     try:
         tf_compat.estimator()
         return

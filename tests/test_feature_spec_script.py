@@ -5,6 +5,7 @@ It must reach a test AUC above 0.70 with dynamic and with static shapes, and fil
 with exactly the keys it trained on."""
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from rec_sdk.examples import data, feature_spec_demo
 from rec_sdk.util import initialize
@@ -37,11 +38,13 @@ _RUNS = {}
 
 
 def _run(use_dynamic):
+    """The script's results, once per mode (a graph of their own: a test may run both)."""
     if use_dynamic not in _RUNS:
         lines = []
-        _RUNS[use_dynamic] = feature_spec_demo.run(
-            steps=STEPS, batch_size=BATCH, use_dynamic=use_dynamic, eval_every=EVAL_EVERY,
-            seed=0, log=lines.append, session_config=session_config())
+        with tf.Graph().as_default():
+            _RUNS[use_dynamic] = feature_spec_demo.run(
+                steps=STEPS, batch_size=BATCH, use_dynamic=use_dynamic, eval_every=EVAL_EVERY,
+                seed=0, log=lines.append, session_config=session_config())
         _RUNS[use_dynamic]["log"] = lines
     return _RUNS[use_dynamic]
 
