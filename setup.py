@@ -22,6 +22,9 @@ def _release_module():
     return module
 
 
+RELEASE = _release_module()
+
+
 class BinaryDistribution(Distribution):
     """A distribution with a compiled part (the op library), so wheels get a platform tag."""
 
@@ -44,11 +47,9 @@ def built_for():
             return importlib.metadata.version(package)
         except importlib.metadata.PackageNotFoundError:
             pass
-    release = _release_module()
-    return release.RELEASES[release.OLDEST].tensorflow
+    return RELEASE.RELEASES[RELEASE.OLDEST].tensorflow
 
 
-RELEASE = _release_module()
 TF_VERSION = built_for()
 setup(distclass=BinaryDistribution, version=RELEASE.wheel_version(TF_VERSION),
       install_requires=RELEASE.requirements(TF_VERSION))
