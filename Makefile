@@ -85,6 +85,9 @@ tf-versions:
 venv-requirements:
 	[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -r $(REQUIREMENTS)
+	# TensorFlow Serving's protos for the tests' TF Serving stand-in and the watcher's gRPC
+	# (--no-deps: it requires the `tensorflow` package, and 2.15's venv has tensorflow-cpu).
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps "tensorflow-serving-api==$(TF).*"
 
 build: setup
 	$(BAZEL) build //tf_ops:_rec_sdk_ops.so //tf_ops:tf_version

@@ -6,6 +6,7 @@ good version; a late replica catches up to the same rows; the model holds only s
 import http.server
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -161,7 +162,7 @@ def test_a_late_replica_catches_up_to_the_same_rows(tmp_path, monkeypatch, split
             parts = [t for t in tables if t.startswith("rec_sdk_served_%s_" % name)]
             assert (4 <= len(parts) <= 8) if split else len(parts) == 1, tables
         assert late.version()[0] == 0
-        assert follow(str(tmp_path / "push"), late) == [1, 2, 3]
+        assert follow(str(tmp_path / "push"), late) == [3]  # updates are cumulative
         q = model.queries()
         a, b = early.predict(q), late.predict(q)
         for name in a:
@@ -230,39 +231,45 @@ def test_a_damaged_or_missing_update_is_refused_by_name(tmp_path, damage):
         sess.run(tf.compat.v1.global_variables_initializer())
         model.run_training(sess, 3)
         _export(model, sess, tmp_path)
-        pusher = Pusher(str(push_dir))
+        pusher = Pusher(str(push_dir), base_fraction=100)
         served = ServedModel(str(tmp_path / "export"))
         model.run_training(sess, 2)
         pusher.push(sess)
         follow(str(push_dir), served)
         before = served.predict(model.queries())
         model.run_training(sess, 2, users=(0, 200))
+        pusher.base_fraction = 1e-9  # update 2 is whole, update 3 builds on it
         pusher.push(sess)
+        pusher.base_fraction = 100
         model.run_training(sess, 2, users=(0, 200))
         pusher.push(sess)
-        second = push_dir / "0000000002"
+        manifests = [update_files.read_manifest(str(push_dir / ("%010d" % v) / "MANIFEST"))
+                     for v in (2, 3)]
+        assert [(m["whole"], m["base"]) for m in manifests] == [(1, 0), (0, 2)]
+        third = push_dir / "0000000003"
         named = {"flipped values": "table0.values", "truncated keys": "table1.keys",
                  "corrupt manifest": "MANIFEST", "missing removed file": "table0.removed",
-                 "gap": "update 2 is missing"}[damage]
+                 "gap": "update 2 .* is missing"}[damage]
         if damage == "flipped values":
-            _flip_byte(second / "table0.values")
+            _flip_byte(third / "table0.values")
         elif damage == "truncated keys":
-            data = open(second / "table1.keys", "rb").read()
-            open(second / "table1.keys", "wb").write(data[:-8])
+            data = open(third / "table1.keys", "rb").read()
+            open(third / "table1.keys", "wb").write(data[:-8])
         elif damage == "corrupt manifest":
-            _flip_byte(second / "MANIFEST", at=40)
+            _flip_byte(third / "MANIFEST", at=40)
         elif damage == "missing removed file":
-            os.remove(second / "table0.removed")
+            os.remove(third / "table0.removed")
         else:
-            for name in os.listdir(second):
-                os.remove(second / name)
-            os.rmdir(second)
+            shutil.rmtree(push_dir / "0000000002")
         with pytest.raises(UpdateError, match=named):
             follow(str(push_dir), served)
-        assert served.version()[0] == 1
-        after = served.predict(model.queries())
-        for name in before:
-            np.testing.assert_array_equal(after[name], before[name])
+        # The model is on its last good version: 1, or 2 when the newest update was refused
+        # after the whole one it builds on applied.
+        assert served.version()[0] == (1 if damage in ("gap", "corrupt manifest") else 2)
+        if damage == "gap":
+            after = served.predict(model.queries())
+            for name in before:
+                np.testing.assert_array_equal(after[name], before[name])
 
 
 @pytest.mark.parametrize("plugin", [False, True], ids=["stock", "plugin"])
@@ -336,7 +343,7 @@ def test_a_pusher_killed_mid_write_leaves_the_last_good_version(tmp_path):
     assert update_files.published_versions(push_dir) == [1, 2]
     assert any(name.startswith(".tmp-") for name in os.listdir(push_dir))
     served = ServedModel(str(tmp_path / "export"))
-    assert follow(push_dir, served) == [1, 2]
+    assert follow(push_dir, served) == [2]
     # A new trainer (other rows: another process, as after a restart) completes the chain
     # with its whole tables.
     second = _worker(tmp_path, "second", stdout=subprocess.PIPE, text=True)
@@ -369,7 +376,7 @@ def test_push_hook_pushes_from_a_monitored_session(tmp_path):
     assert update_files.published_versions(str(tmp_path / "push")) == [1, 2, 3]
     assert hook.pusher.whole_tables == 2 and hook.pusher.failures == 0
     served = ServedModel(str(tmp_path / "export"))
-    assert follow(str(tmp_path / "push"), served) == [1, 2, 3]
+    assert follow(str(tmp_path / "push"), served) == [3]
     got = served.predict(model.queries())
     for name in expected:
         np.testing.assert_allclose(got[name], expected[name], rtol=1e-6, atol=1e-7)
@@ -392,7 +399,7 @@ def test_pushes_of_a_table_on_the_ssd_tier_carry_its_cold_rows(tmp_path):
         sess.run(upsert, {keys: all_keys, values: np.ones([100, 4], np.float32)})
         export_serving_model(sess, str(tmp_path / "export"), {"ids": ids}, {"e": emb},
                              str(tmp_path / "push"))
-        pusher = Pusher(str(tmp_path / "push"))
+        pusher = Pusher(str(tmp_path / "push"), base_fraction=10)
         served = ServedModel(str(tmp_path / "export"))
         changed = np.array([3, 50, 97], np.int64)  # cold rows come back to memory
         sess.run(upsert, {keys: changed, values: np.full([3, 4], 2.0, np.float32)})
@@ -449,7 +456,7 @@ def test_estimator_trains_exports_and_pushes(tmp_path):
     served = ServedModel(str(tmp_path / "export"))
     hook = PushHook(push_dir, every_steps=2)
     estimator.train(input_fn, steps=5, hooks=[hook])
-    assert follow(push_dir, served) == [1, 2, 3]
+    assert follow(push_dir, served) == [3]
     probe = np.array([[1, 2], [3, 39], [50, 60]], np.int64)
     expected = [p["logit"] for p in estimator.predict(
         lambda: tf.data.Dataset.from_tensor_slices({"ids": probe}).batch(3))]
@@ -539,7 +546,7 @@ def test_the_watcher_applies_updates_through_the_rest_predict_api(tmp_path):
             out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                  timeout=300)
             assert out.returncode == 0, out.stderr[-3000:]
-            assert json.loads(out.stdout.strip().splitlines()[-1]) == {"applied": [1, 2]}
+            assert json.loads(out.stdout.strip().splitlines()[-1]) == {"applied": [2]}
             _assert_serves(handler.model, model, sess)
             model.run_training(sess, 2, users=(0, 200))
             pusher.push(sess)

@@ -21,7 +21,7 @@ export_dir, push_dir, probe, out = sys.argv[1:]
 served = tf.saved_model.load(export_dir)
 with open(export_dir + "/saved_model.pb", "rb") as f:
     assert b"RecSdk>" not in f.read()
-versions = [int(served.signatures["version"]()["version"])]
+versions = [int(served.signatures["version"](request=tf.constant(0, tf.int64))["version"])]
 for name in sorted(os.listdir(push_dir)):
     if name.isdigit():
         got = served.signatures["apply_update"](update_dir=tf.constant(os.path.join(push_dir, name)))

@@ -5,12 +5,13 @@
 - export_serving_model / export_estimator_serving_model / export_keras_serving_model
   (export.py, keras_export.py): tables in stock mutable hash tables filled from the
   SavedModel's assets (mutable.py; or rec_sdk tables, plugin.py), dense variables kept as
-  variables, and an "apply_update" signature that applies, in place, the updates Pushers
-  (push.py) publish (update_files.py); follow.py applies them to a served model.
+  variables, and an "apply_update" signature that applies, in place (apply.py), the updates
+  Pushers (push.py) publish (update_files.py); replica.py applies them to a served model,
+  and `python -m rec_sdk.serving.follow` (follow.py) beside TensorFlow Serving.
 """
 from rec_sdk.serving.export import export_estimator_serving_model, export_serving_model
-from rec_sdk.serving.follow import RestModel, ServedModel, follow, watch
 from rec_sdk.serving.keras_export import export_keras_serving_model
+from rec_sdk.serving.replica import RestModel, ServedModel, follow, watch
 from rec_sdk.serving.push import PushCallback, PushHook, Pusher, push_after_save
 from rec_sdk.serving.static import ServingGraph, export_keras_model, export_saved_model
 from rec_sdk.serving.update_files import UpdateError

@@ -3,8 +3,11 @@
 The model's tables are served tables (mutable.py) filled at load from files in its assets;
 its dense variables stay variables. Besides "serving_default" it has the signatures
 "apply_update" (input update_dir: the directory of one published update; output version:
-the model's version after it) and "version" (outputs version and chain). The export starts
-a chain in push_dir (update_files.BASE, version 0) that Pushers (push.py) continue.
+the model's version after it) and "version" (input request: any int64, since TensorFlow
+Serving's Predict refuses a signature without inputs; outputs version and chain). Requests
+read rows and dense variables holding the model's lock, which updates take too (apply.py).
+The export starts a chain in push_dir (update_files.BASE, version 0) that Pushers (push.py)
+continue.
 """
 import os
 import shutil
@@ -17,14 +20,16 @@ import tensorflow as tf
 
 from rec_sdk.core.table import tables_of_graph
 from rec_sdk.serving import update_files
-from rec_sdk.serving.mutable import ServedTable, apply_update_op
+from rec_sdk.serving.apply import ModelLock, apply_update_op
+from rec_sdk.serving.mutable import ServedTable
 from rec_sdk.serving.plugin import PluginTable
-from rec_sdk.serving.push import merge_shards
+from rec_sdk.serving.push import Changes, merge_shards
 from rec_sdk.serving.static import ServingGraph
 from rec_sdk.util.graph_state import state_of
 
 APPLY_SIGNATURE = "apply_update"
 VERSION_SIGNATURE = "version"
+VERSION_INPUT = "request"  # the version signature's input: any int64 scalar, not used
 
 
 class TableSource:
@@ -118,13 +123,14 @@ def export_serving_model(sess, export_dir, inputs, outputs, push_dir, tables=Non
     check_new_chain_dir(push_dir)
     chain = uuid.uuid4().hex
     staged = tempfile.mkdtemp(prefix="rec_sdk_export_")
-    served_tables, push_ids, rows = [], [], 0
+    served_tables, push_ids, table_rows, rows = [], [], [], 0
     try:
         def make_lookup(table, defaults):
             default = one_default(table.table_name, table.dim, defaults)
             with sess.graph.as_default():
                 takes = [shard.take_changes(full=True) for shard in table.shards]
-            _, keys, values, _, _, ids = merge_shards(table.table_name, sess.run(takes))
+            whole = merge_shards(table.table_name, [Changes(*t) for t in sess.run(takes)])
+            keys, values, ids = whole.keys, whole.values, whole.push_ids
             if plugin:
                 served = PluginTable(table.table_name, table.dim, keys, values, staged,
                                      len(served_tables), chain, default, memory_rows,
@@ -134,6 +140,7 @@ def export_serving_model(sess, export_dir, inputs, outputs, push_dir, tables=Non
                                      len(served_tables), default)
             served_tables.append(served)
             push_ids.append(ids)
+            table_rows.append(len(keys))
             nonlocal rows
             rows += len(keys)
             return lambda ids, _: served.lookup(ids)
@@ -143,7 +150,14 @@ def export_serving_model(sess, export_dir, inputs, outputs, push_dir, tables=Non
         else:
             tables = [t if isinstance(t, (TableSource, DeSource)) else TableSource(t)
                       for t in tables]
-        graph = ServingGraph(sess, inputs, outputs, tables, make_lookup, keep_variables=True)
+        locks = []
+
+        def reads_in(read):
+            # In the serving graph: the lock its requests' reads and the updates share.
+            locks.append(ModelLock("rec_sdk_serving_" + chain))
+            return locks[0].run(read)
+        graph = ServingGraph(sess, inputs, outputs, tables, make_lookup, keep_variables=True,
+                             reads_in=reads_in)
         with graph.graph.as_default():
             version = tf.compat.v1.Variable(np.int64(0), trainable=False, use_resource=True,
                                             name="rec_sdk_serving_version")
@@ -154,12 +168,14 @@ def export_serving_model(sess, export_dir, inputs, outputs, push_dir, tables=Non
             update_dir = tf.compat.v1.placeholder(tf.string, [], name="update_dir")
             applied = apply_update_op(update_dir, served_tables,
                                       [(name, var) for name, var in graph.variables],
-                                      version, chain_t)
+                                      version, chain_t, locks[0])
+            request = tf.compat.v1.placeholder_with_default(np.int64(0), [], name=VERSION_INPUT)
             signatures = {
                 "serving_default": graph.signature(inputs),
                 APPLY_SIGNATURE: tf.compat.v1.saved_model.predict_signature_def(
                     inputs={"update_dir": update_dir}, outputs={"version": applied}),
                 VERSION_SIGNATURE: tf.compat.v1.saved_model.build_signature_def(
+                    inputs={VERSION_INPUT: tf.compat.v1.saved_model.build_tensor_info(request)},
                     outputs={"version": tf.compat.v1.saved_model.build_tensor_info(
                                  version.read_value()),
                              "chain": tf.compat.v1.saved_model.build_tensor_info(chain_t)},
@@ -167,7 +183,8 @@ def export_serving_model(sess, export_dir, inputs, outputs, push_dir, tables=Non
             }
             with tf.compat.v1.Session(graph=graph.graph) as export_sess:
                 export_sess.run([v.initializer for _, v in graph.variables], graph.variable_feeds)
-                export_sess.run(version.initializer)
+                export_sess.run([version.initializer] + [
+                    c.initializer for served in served_tables for c in served.tombstones])
                 builder = tf.compat.v1.saved_model.Builder(export_dir)
                 builder.add_meta_graph_and_variables(
                     export_sess, [tf.saved_model.SERVING], signature_def_map=signatures,
@@ -177,7 +194,7 @@ def export_serving_model(sess, export_dir, inputs, outputs, push_dir, tables=Non
                     strip_default_attrs=True)
                 builder.save()
         update_files.write_base(push_dir, chain, [t.name for t in served_tables], push_ids,
-                                [name for name, _ in graph.variables])
+                                [name for name, _ in graph.variables], table_rows)
     finally:
         shutil.rmtree(staged, ignore_errors=True)
     return {"rows": rows, "chain": chain}

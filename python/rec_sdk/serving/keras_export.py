@@ -4,9 +4,11 @@ The TF2 counterpart of export_serving_model (export.py): each de.keras embedding
 de.Variable (created with servable=True) is served from a ServedTable (mutable.py) whose
 hash tables fill themselves at load from the SavedModel's assets; the model's other
 variables stay variables. Signatures: "serving_default" (the model, training=False),
-"apply_update" (update_dir -> version) and "version" (version, chain). The export starts
-the update chain in push_dir that a Pusher(push_dir, model=model) or a PushCallback
-continues.
+"apply_update" (update_dir -> version) and "version" (request -> version, chain). A request
+runs the whole model holding the model's lock (apply.ModelLock), which updates take too, so
+it reads one version (Keras layers read their variables inside the model, so unlike the
+graph-mode export the model's arithmetic is inside the lock as well). The export starts the
+update chain in push_dir that a Pusher(push_dir, model=model) or a PushCallback continues.
 """
 import shutil
 import tempfile
@@ -17,10 +19,11 @@ import tensorflow as tf
 
 from rec_sdk.dynamic_embedding.keras import layers as de_layers
 from rec_sdk.serving import update_files
-from rec_sdk.serving.export import (APPLY_SIGNATURE, VERSION_SIGNATURE, check_new_chain_dir,
-                                    default_row)
-from rec_sdk.serving.mutable import ServedTable, apply_update_op
-from rec_sdk.serving.push import merge_shards
+from rec_sdk.serving.apply import ModelLock, apply_update_op
+from rec_sdk.serving.export import (APPLY_SIGNATURE, VERSION_INPUT, VERSION_SIGNATURE,
+                                    check_new_chain_dir, default_row)
+from rec_sdk.serving.mutable import ServedTable
+from rec_sdk.serving.push import Changes, merge_shards
 from rec_sdk.serving.static import dense_variables, keras_input_signature, serving_layers
 
 
@@ -52,19 +55,23 @@ def export_keras_serving_model(model, export_dir, push_dir, input_signature=None
     staged = tempfile.mkdtemp(prefix="rec_sdk_export_")
     try:
         module = tf.Module()
-        served, push_ids, lookups, rows = [], [], {}, 0
+        served, push_ids, table_rows, lookups, rows = [], [], [], {}, 0
         for i, layer in enumerate(layers):
             params = layer.params
-            _, keys, values, _, _, ids = merge_shards(
-                params.name, [tuple(np.asarray(x) for x in t.take_changes(full=True))
-                              for t in params.tables])
+            whole = merge_shards(params.name, [Changes(*[np.asarray(x) for x in
+                                                         t.take_changes(full=True)])
+                                               for t in params.tables])
+            keys, values, ids = whole.keys, whole.values, whole.push_ids
             table = ServedTable(params.name, params.dim, keys, values, staged, i,
                                 default_row(params))
             served.append(table)
             push_ids.append(ids)
+            table_rows.append(len(keys))
             rows += len(keys)
             lookups[layer] = (lambda t: lambda ids: t.lookup(tf.cast(ids, tf.int64)))(table)
         module.tables = [t for table in served for t in table.tables]
+        module.tombstones = [c for table in served for c in table.tombstones]
+        module.lock = ModelLock("rec_sdk_serving_" + chain)
         module.dense = dense_variables(model, layers)
         module.version = tf.Variable(np.int64(0), trainable=False,
                                      name="rec_sdk_serving_version")
@@ -72,15 +79,17 @@ def export_keras_serving_model(model, export_dir, push_dir, input_signature=None
 
         @tf.function(input_signature=input_signature)
         def serve(*inputs):
-            return model(list(inputs) if len(inputs) > 1 else inputs[0], training=False)
+            return module.lock.run(lambda: model(list(inputs) if len(inputs) > 1 else
+                                                 inputs[0], training=False))
 
         @tf.function(input_signature=[tf.TensorSpec([], tf.string, name="update_dir")])
         def apply_update(update_dir):
             return {"version": apply_update_op(update_dir, served, dense, module.version,
-                                               tf.constant(chain))}
+                                               tf.constant(chain), module.lock)}
 
-        @tf.function(input_signature=[])
-        def version():
+        @tf.function(input_signature=[tf.TensorSpec([], tf.int64, name=VERSION_INPUT)])
+        def version(request):
+            del request  # TensorFlow Serving's Predict needs an input
             return {"version": module.version.read_value(), "chain": tf.constant(chain)}
 
         with de_layers.serving_lookups(lookups):
@@ -92,7 +101,7 @@ def export_keras_serving_model(model, export_dir, push_dir, input_signature=None
         tf.saved_model.save(module, export_dir, signatures=signatures,
                             options=tf.saved_model.SaveOptions(namespace_whitelist=[]))
         update_files.write_base(push_dir, chain, [l.params.name for l in layers], push_ids,
-                                [name for name, _ in dense])
+                                [name for name, _ in dense], table_rows)
     finally:
         shutil.rmtree(staged, ignore_errors=True)
     return {"rows": rows, "chain": chain}

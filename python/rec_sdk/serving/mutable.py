@@ -5,9 +5,18 @@ stored reads the table's default row), the keys spread over them by a hash of th
 table of power-of-two buckets would hold 1.25x to 2.5x its payload, several of sizes chosen
 for the row count hold at most about 1.5x (memory_layout). They are filled at load from
 files in the SavedModel's assets and changed only by updates (update_files.py), which the
-model applies itself (apply_update_op): every file is read and checked before anything
-changes, then each sub-table takes its removals and rows as one batch under its own lock,
-so a request sees each row all-old or all-new.
+model applies itself (apply.py) in a critical section that requests' reads share, so a
+request reads every row and dense variable of one version.
+
+No key is ever removed with DenseHashTable.remove: that op leaves a deleted marker in the
+key's probe chain, and an insert stops at the first deleted marker it meets, so a key
+written again after a neighbour's removal is stored twice and removing it later uncovers the
+older copy (TensorFlow's MutableDenseHashTable, lookup_table_op.cc: DoInsert and DoRemove;
+docs/SERVING.md). A removed key is instead written with the default row (a tombstone: it
+reads exactly as a key not stored), and a sub-table whose tombstones pass TOMBSTONE_SHARE of
+its live rows is rebuilt: its live rows are copied out and inserted into a fresh bucket
+array (LookupTableImportV2 of empty buckets). Without removals the tables never hold a
+deleted marker, and an insert then finds either the key or an empty bucket.
 
 The three smallest int64 keys are reserved: the hash tables' empty and deleted keys, and a
 key never stored that lookups read in their place. They cannot be served: they read the
@@ -15,8 +24,8 @@ default, and exports and pushes leave them out with a warning.
 """
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.ops import gen_lookup_ops  # LookupTableImportV2: no public wrapper
 
-from rec_sdk.serving import update_files
 from rec_sdk.util.log import logger
 
 EMPTY_KEY = np.iinfo(np.int64).min
@@ -25,6 +34,11 @@ ABSENT_KEY = EMPTY_KEY + 2  # never stored: the reserved keys are looked up as t
 MAX_LOAD = 0.8           # DenseHashTable's own max_load_factor
 MIN_BUCKETS = 1024
 SPLIT_ROWS = 1 << 16     # from this many rows a table is split (memory_layout)
+# A sub-table is rebuilt when its tombstones pass both of these: a share of its live rows
+# (1/4: lookups of missing keys probe at most that much longer) and a floor (small tables
+# are not rebuilt for a few removals).
+TOMBSTONE_SHARE = 4
+MIN_TOMBSTONES = 256
 
 
 def _pow2_at_least(n):
@@ -131,25 +145,37 @@ class ServedTable:
         self.parts, buckets = memory_layout(len(keys))
         default = np.broadcast_to(np.asarray(0.0 if default is None else default, np.float32),
                                   [dim]).copy()
+        # Rows equal to the default read as keys not stored: they are left out, so that
+        # every stored default row is a tombstone (counted in self.tombstones).
+        values = np.asarray(values, np.float32).reshape(len(keys), dim)
+        stored = ~np.all(values == default, axis=1)
+        keys, values = np.asarray(keys)[stored], values[stored]
         where = part_of(keys, self.parts)
         self.files, self.part_rows = [], []
         for p in range(self.parts):
             stem = "%s/table%d.part%d." % (staging, index, p)
             self.part_rows.append(write_rows(stem, keys[where == p], values[where == p], dim))
             self.files.append((stem + "keys", stem + "values"))
+        self.default = default
         self._eager = tf.executing_eagerly()
-        self.tables = []
+        self.tables, self.tombstones = [], []
         for p, (keys_file, values_file) in enumerate(self.files):
+            label = "rec_sdk_served_%s_%d" % (name.replace("/", "_"), p)
             kwargs = dict(key_dtype=tf.int64, value_dtype=tf.float32, default_value=default,
                           empty_key=EMPTY_KEY, deleted_key=DELETED_KEY,
-                          initial_num_buckets=buckets, checkpoint=False,
-                          name="rec_sdk_served_%s_%d" % (name.replace("/", "_"), p))
+                          initial_num_buckets=buckets, checkpoint=False, name=label)
             if self._eager:
                 table = _AssetFilledTable(keys_file, values_file, dim, self.part_rows[p],
                                           **kwargs)
+                tombstones = tf.Variable(np.int64(0), trainable=False,
+                                         name=label + "_tombstones")
             else:
                 table = tf.lookup.experimental.DenseHashTable(**kwargs)
+                tombstones = tf.compat.v1.Variable(np.int64(0), trainable=False,
+                                                   use_resource=True,
+                                                   name=label + "_tombstones")
             self.tables.append(table)
+            self.tombstones.append(tombstones)
 
     def load_op(self):
         """(tf.compat.v1 graphs) The op filling the sub-tables from their asset files (the
@@ -190,144 +216,99 @@ class ServedTable:
             rows = tf.dynamic_stitch(positions, [t.lookup(k) for t, k in zip(self.tables, keys)])
         return tf.reshape(rows, tf.concat([tf.shape(ids), [self.dim]], 0))
 
-    def insert(self, keys, values):
-        """Op writing rows [n, dim] of keys [n]."""
-        return tf.group(*[t.insert(k, v) for t, (k, v) in
-                          zip(self.tables, self._split(keys, values))])
-
-    def remove(self, keys):
-        return tf.group(*[t.remove(k) for t, (k,) in zip(self.tables, self._split(keys))])
+    def default_rows(self, n):
+        return tf.broadcast_to(tf.constant(self.default), tf.stack([n, self.dim]))
 
     def apply(self, keys, values, removed, replace):
-        """Op applying an update's rows (replace: they are the whole table): removals, then
-        the rows, each sub-table's as one batch under its lock."""
-        removal = tf.cond(replace, tf.no_op, lambda: self.remove(removed))
-        with tf.control_dependencies([removal]):
-            written = self.insert(keys, values)
-        with tf.control_dependencies([written]):
-            return tf.cond(replace, lambda: self.remove_others(keys), tf.no_op)
+        """Op applying an update's rows [n, dim] of keys [n] and its removed keys (replace:
+        the rows are the whole table) to every sub-table. Run it in the model's critical
+        section (apply_update_op): a sub-table may be rebuilt on the way."""
+        parts = self._split(keys, values)
+        gone = self._split(removed)
+        done = []
+        for p, ((k, v), (r,)) in enumerate(zip(parts, gone)):
+            done.append(tf.cond(replace, lambda p=p, k=k, v=v: self._rebuild(p, k, v),
+                                lambda p=p, k=k, v=v, r=r: self._change(p, k, v, r)))
+        return tf.group(*done)
 
-    def remove_others(self, keys):
-        """Op removing every stored key not among `keys` (a replacing update, run after its
-        rows are written)."""
-        ops = []
-        wanted = tf.sort(keys)
-        for table in self.tables:
-            stored, _ = table.export()
-            stored = tf.reshape(stored, [-1])
-            stored = tf.boolean_mask(stored, stored > DELETED_KEY)
-            at = tf.minimum(tf.searchsorted(wanted, stored),
-                            tf.maximum(tf.size(wanted) - 1, 0))
-            kept = tf.logical_and(tf.size(wanted) > 0,
-                                  tf.equal(tf.gather(tf.concat([wanted, [0]], 0), at), stored))
-            ops.append(table.remove(tf.boolean_mask(stored, tf.logical_not(kept))))
-        return tf.group(*ops)
+    def _is_default(self, rows):
+        """[n] bool: which of rows [n, dim] are the default row."""
+        rows = tf.reshape(rows, [-1, self.dim])
+        return tf.reshape(tf.reduce_all(tf.equal(rows, self.default), axis=1), [-1])
+
+    def _change(self, p, keys, values, removed):
+        """Op writing rows and tombstones into sub-table p; rebuilds it when its tombstones
+        pass TOMBSTONE_SHARE of its live rows. Returns the sub-table's entries."""
+        table = self.tables[p]
+        # A removed key that still reads a row gets the default row: a tombstone.
+        stored = tf.logical_not(self._is_default(table.lookup(removed)))
+        buried = tf.boolean_mask(removed, stored)
+        read_default = _count(self._is_default(table.lookup(keys)))
+        with tf.control_dependencies([buried, read_default]):
+            before = table.size()
+        with tf.control_dependencies([before]):
+            written = table.insert(tf.concat([keys, buried], 0),
+                                   tf.concat([values, self.default_rows(tf.size(buried))], 0))
+        with tf.control_dependencies([written]):
+            after = table.size()
+        # Tombstones: entries whose row is the default. Written keys that read the default
+        # before were tombstones or new entries (after - before of them); written rows
+        # equal to the default are tombstones now.
+        change = (tf.size(buried, out_type=tf.int64) + _count(self._is_default(values)) -
+                  (read_default - (after - before)))
+        tombstones = self.tombstones[p].assign_add(change)
+        live = after - tombstones
+        crowded = tombstones > tf.maximum(np.int64(MIN_TOMBSTONES), live // TOMBSTONE_SHARE)
+        return tf.cond(crowded, lambda: self._rebuild(p), lambda: tf.identity(after))
+
+    def _rebuild(self, p, keys=None, values=None):
+        """Op refilling sub-table p with `keys` and `values` (default: its own entries
+        other than tombstones) in a fresh bucket array sized for them, so that no key is
+        ever stored twice (see the module's doc). Returns the entries."""
+        table = self.tables[p]
+        if keys is None:
+            stored_keys, stored_rows = table.export()
+            stored_keys = tf.reshape(stored_keys, [-1])
+            stored_rows = tf.reshape(stored_rows, [-1, self.dim])
+            # The export aliases the table's buffers: copy the kept rows out before the
+            # import below replaces them.
+            kept = tf.logical_and(stored_keys > DELETED_KEY,
+                                  tf.logical_not(self._is_default(stored_rows)))
+            keys = tf.boolean_mask(stored_keys, kept)
+            values = tf.boolean_mask(stored_rows, kept)
+        n = tf.size(keys, out_type=tf.int64)
+        buckets = _buckets_for(n)
+        # Fill's output is a new buffer each run (its shape is computed at run time), and the
+        # import makes it the table's: it must not be a constant that the table would write.
+        empty_keys = tf.compat.v1.placeholder_with_default(
+            tf.fill(tf.stack([buckets, 1]), EMPTY_KEY), None)
+        with tf.control_dependencies([keys, values]):
+            emptied = gen_lookup_ops.lookup_table_import_v2(
+                table.resource_handle, empty_keys,
+                tf.zeros(tf.stack([buckets, np.int64(self.dim)]), tf.float32))
+        with tf.control_dependencies([emptied]):
+            filled = table.insert(keys, values)
+        with tf.control_dependencies([filled]):
+            reset = self.tombstones[p].assign(0)
+        with tf.control_dependencies([reset]):
+            return table.size()
 
     def size(self):
-        return tf.add_n([t.size() for t in self.tables])
+        """Op: the keys served (tombstones not counted)."""
+        return tf.add_n([t.size() - c for t, c in zip(self.tables, self.tombstones)])
 
 
-def _checked_file(update_dir, name, manifest, dtype):
-    """(decoded contents, check op) of a file of an update: its size and fingerprint must
-    be the manifest's; the error names the file."""
-    path = tf.strings.join([update_dir, "/", name])
-    data = tf.io.read_file(path)
-    files = manifest["files"]
-    at = tf.where(tf.equal(files, name))[:, 0]
-    listed = tf.debugging.Assert(tf.equal(tf.size(at), 1), [
-        "update file missing from its MANIFEST:", path], summarize=1)
-    with tf.control_dependencies([listed]):
-        index = at[0]
-    size_ok = tf.equal(tf.cast(tf.strings.length(data), tf.int64),
-                       tf.gather(manifest["file_sizes"], index))
-    sized = tf.debugging.Assert(size_ok, [
-        "update file is truncated or has the wrong size:", path], summarize=1)
-    with tf.control_dependencies([sized]):
-        print_ok = tf.equal(update_files.fingerprint_op(data),
-                            tf.gather(manifest["file_fingerprints"], index))
-    checked = tf.debugging.Assert(print_ok, [
-        "update file is corrupt (its fingerprint does not match its MANIFEST):", path],
-        summarize=1)
-    with tf.control_dependencies([checked]):
-        return tf.io.decode_raw(data, dtype, little_endian=True), checked
+def _count(mask):
+    return tf.reduce_sum(tf.cast(mask, tf.int64))
 
 
-def read_manifest_op(update_dir):
-    """(manifest {feature: tensor}, check op) of an update directory's MANIFEST."""
-    path = tf.strings.join([update_dir, "/", update_files.MANIFEST])
-    data = tf.io.read_file(path)
-    length = tf.strings.length(data)
-    long_enough = tf.debugging.Assert(length > update_files.FINGERPRINT_BYTES, [
-        "update MANIFEST is truncated:", path], summarize=1)
-    with tf.control_dependencies([long_enough]):
-        body = tf.strings.substr(data, update_files.FINGERPRINT_BYTES,
-                                 length - update_files.FINGERPRINT_BYTES)
-        head = tf.io.decode_raw(tf.strings.substr(data, 0, update_files.FINGERPRINT_BYTES),
-                                tf.int64, little_endian=True)[0]
-    intact = tf.debugging.Assert(tf.equal(head, update_files.fingerprint_op(body)), [
-        "update MANIFEST is corrupt (its fingerprint does not match its contents):", path],
-        summarize=1)
-    features = {}
-    for name, dtype in update_files.MANIFEST_FEATURES.items():
-        features[name] = tf.io.VarLenFeature(dtype)
-    with tf.control_dependencies([intact]):
-        parsed = tf.io.parse_single_example(body, features)
-    return {name: value.values for name, value in parsed.items()}, intact
-
-
-def apply_update_op(update_dir, tables, dense, version, chain):
-    """The op applying the update in directory `update_dir` (a string tensor) to a served
-    model at `version` (an int64 variable) of chain `chain`: checks everything first (the
-    manifest, the chain, that the update follows the model's version, the table and dense
-    names, every file's size and fingerprint), then applies removals and rows table by table,
-    assigns the dense variables the update carries, and moves `version`. Returns the new
-    version. tables: [ServedTable or plugin.PluginTable]; dense: [(name, variable)]."""
-    manifest, intact = read_manifest_op(update_dir)
-    checks = [intact]
-
-    def check(condition, *message):
-        checks.append(tf.debugging.Assert(condition, list(message), summarize=8))
-
-    with tf.control_dependencies([intact]):
-        current = version.read_value()
-        check(tf.equal(manifest["chain"][0], chain), "update", update_dir,
-              "belongs to chain", manifest["chain"][0], "; the model serves chain", chain)
-        check(tf.equal(manifest["parent"][0], current), "update", update_dir,
-              "applies onto version", manifest["parent"][0], "but the model is at version",
-              current, "(a gap: apply the updates between first)")
-        names = tf.strings.reduce_join(manifest["table_names"], separator=",")
-        check(tf.equal(names, ",".join(t.name for t in tables)), "update", update_dir,
-              "is of tables", names, "; the model serves", ",".join(t.name for t in tables))
-        dense_names = tf.strings.reduce_join(manifest["dense_names"], separator=",")
-        check(tf.equal(dense_names, ",".join(n for n, _ in dense)), "update", update_dir,
-              "is of dense variables", dense_names)
-    with tf.control_dependencies(checks):
-        contents = []
-        for i, table in enumerate(tables):
-            keys, c1 = _checked_file(update_dir, update_files.table_file(i, "keys"),
-                                     manifest, tf.int64)
-            values, c2 = _checked_file(update_dir, update_files.table_file(i, "values"),
-                                       manifest, tf.float32)
-            removed, c3 = _checked_file(update_dir, update_files.table_file(i, "removed"),
-                                        manifest, tf.int64)
-            values = tf.reshape(values, [-1, table.dim])
-            check(tf.equal(tf.shape(values, out_type=tf.int64)[0], tf.size(keys, tf.int64)),
-                  "update", update_dir, "table", table.name, ": keys and values differ in rows")
-            checks.extend([c1, c2, c3])
-            contents.append((keys, values, removed, manifest["table_replace"][i] > 0))
-        new_dense = []
-        for j, (name, var) in enumerate(dense):
-            present = manifest["dense_present"][j] > 0
-
-            def read(j=j, var=var):
-                value, c = _checked_file(update_dir, update_files.dense_file(j), manifest,
-                                         var.dtype.base_dtype)
-                with tf.control_dependencies([c]):
-                    return tf.reshape(value, tf.shape(var))
-            new_dense.append(tf.cond(present, read, var.read_value))
-    with tf.control_dependencies(checks + [c[0] for c in contents] + new_dense):
-        applied = [table.apply(*content) for table, content in zip(tables, contents)]
-        for (_, var), value in zip(dense, new_dense):
-            applied.append(var.assign(value))
-    with tf.control_dependencies(applied):
-        return tf.identity(version.assign(manifest["version"][0]))
+def _buckets_for(n):
+    """Op: the power-of-two bucket count (at least MIN_BUCKETS) holding n entries under
+    MAX_LOAD (so that inserting them does not grow the table)."""
+    want = tf.cast(tf.math.ceil(tf.cast(n, tf.float64) / MAX_LOAD), tf.float64)
+    buckets = tf.cast(tf.pow(np.float64(2), tf.math.ceil(
+        tf.math.log(tf.maximum(want, 1.0)) / np.log(2.0))), tf.int64)
+    # Rounding in log: make sure the count is enough.
+    buckets = tf.where(tf.cast(buckets, tf.float64) * MAX_LOAD < tf.cast(n, tf.float64),
+                       buckets * 2, buckets)
+    return tf.maximum(buckets, np.int64(MIN_BUCKETS))

@@ -14,6 +14,7 @@ from rec_sdk.core.initializer_spec import describe_initializer
 from rec_sdk.ops import table_ops
 from rec_sdk.serving.mutable import stream_rows, write_rows
 
+
 class PluginTable:
     """The served table of plugin mode (same interface as mutable.ServedTable, graph mode).
 
@@ -25,6 +26,7 @@ class PluginTable:
                  memory_rows=None, ssd_path=None):
         self.name, self.dim, self.rows, self.parts = name, dim, len(keys), 1
         self.default = default
+        self.tombstones = []  # a rec_sdk table removes keys exactly
         stem = "%s/table%d." % (staging, index)
         write_rows(stem, keys, values, dim)
         self.files = [(stem + "keys", stem + "values")]

@@ -1,16 +1,21 @@
 """Pushers: the training side of serving updates.
 
-A Pusher publishes, into the push directory of an export_serving_model, the rows its tables
-changed and the keys they removed or evicted since the last push (the tables' own change
-tracking: TakeChanges), plus the dense variables that changed, as the next numbered update
-of the chain (update_files.py). A push that cannot follow the chain's last update (a new
-process, a failed write, a restored or cleared table) sends the tables whole instead, so the
-chain stays complete whatever happened to the trainer.
+A Pusher publishes, into the push directory of an export_serving_model, the next update of
+the chain (update_files.py): every row its tables changed and every key they removed or
+evicted since the chain's newest whole update (the tables' own change tracking, TakeChanges,
+accumulated over the pushes since), plus the dense variables. When that grows past
+`base_fraction` of the rows of the newest whole update, or when the changes cannot follow
+the chain's last update (a new process, a failed write, a restored or cleared table), it
+writes a whole update instead (every table whole), so a replica catches up with at most two
+updates whatever happened to the trainer. After each push it deletes the updates no replica
+needs any more, once older than `keep_secs` (update_files.retire_old_updates).
 
 PushHook pushes every N seconds or steps from a MonitoredSession (Estimator); push_after_save
 makes a CheckpointSaverListener that pushes after each save; PushCallback pushes from Keras'
 fit() every N seconds or batches. In these a failed push is logged and training goes on.
 """
+import collections
+import os
 import threading
 import time
 
@@ -35,17 +40,40 @@ def _find(names, available, what, push_dir):
     return [available[n] for n in names]
 
 
+# What a table shard's TakeChanges returns (table_ops.take_changes): rows changed and keys
+# removed since its last take, whether the rows are the whole shard, the push id the changes
+# start from and the one they end at.
+Changes = collections.namedtuple("Changes", "keys values removed replace since push_id")
+
+
 def merge_shards(name, shards):
-    """One served table's update from its shards' takes (keys, values, removed, replace,
-    since, push_id): -> (name, keys, values, removed, replace, [push ids])."""
-    keys = np.concatenate([np.asarray(s[0], np.int64) for s in shards])
-    values = np.concatenate([np.asarray(s[1], np.float32) for s in shards])
-    removed = np.concatenate([np.asarray(s[2], np.int64) for s in shards])
-    replace = all(bool(s[3]) for s in shards)
+    """The TableUpdate of one served table from its shards' Changes."""
+    keys = np.concatenate([np.asarray(s.keys, np.int64) for s in shards])
+    values = np.concatenate([np.asarray(s.values, np.float32) for s in shards])
+    removed = np.concatenate([np.asarray(s.removed, np.int64) for s in shards])
+    replace = all(bool(s.replace) for s in shards)
     keys, values = without_reserved_keys(name, keys, values)
     # A key removed and then written again since the last push is not removed.
     removed = without_reserved_keys(name, np.setdiff1d(removed, keys))[0]
-    return (name, keys, values, removed, replace, [int(s[5]) for s in shards])
+    return update_files.TableUpdate(name, keys, values, removed, replace,
+                                    [int(s.push_id) for s in shards])
+
+
+def accumulate(prior, new):
+    """The TableUpdate holding the changes of `prior` followed by those of `new` (new rows
+    win; a key removed by one and written by the other ends as the later one left it)."""
+    later = np.concatenate([new.keys, new.removed])
+    kept = ~np.isin(prior.keys, later)
+    removed = np.union1d(np.setdiff1d(prior.removed, new.keys), new.removed)
+    return update_files.TableUpdate(
+        new.name, np.concatenate([prior.keys[kept], new.keys]),
+        np.concatenate([prior.values[kept], new.values]), removed, prior.replace,
+        new.push_ids)
+
+
+def _empty(name, dim):
+    return update_files.TableUpdate(name, np.zeros([0], np.int64), np.zeros([0, dim], np.float32),
+                                    np.zeros([0], np.int64), False, [])
 
 
 class Pusher:
@@ -56,10 +84,20 @@ class Pusher:
     (before a MonitoredSession finalizes it), then push(sess). TF2 (eager, Keras):
     Pusher(push_dir, model=keras_model) finds them in the model's de.keras layers and
     variables; push() takes no session.
+
+    base_fraction: a whole update is written when the changes since the newest whole one
+    (rows plus removed keys) pass this fraction of its rows (default 0.25: each update is at
+    most about a quarter of the model; smaller values write whole updates more often).
+    keep_secs: updates no replica needs are deleted once this old (default 600).
     """
 
-    def __init__(self, push_dir, graph=None, model=None):
+    def __init__(self, push_dir, graph=None, model=None, base_fraction=0.25, keep_secs=600.0):
+        if not isinstance(base_fraction, (int, float)) or not 0 < base_fraction:
+            raise ValueError("base_fraction must be a number > 0, got %r" % (base_fraction,))
+        if not isinstance(keep_secs, (int, float)) or keep_secs < 0:
+            raise ValueError("keep_secs must be a number >= 0, got %r" % (keep_secs,))
         self.push_dir = push_dir
+        self.base_fraction, self.keep_secs = base_fraction, keep_secs
         head = update_files.chain_head(push_dir)
         if head is None:
             raise ValueError("%s holds no update chain: export the model with "
@@ -77,7 +115,8 @@ class Pusher:
         self._writer = None
         self._error = None
         self.pushes = 0
-        self.whole_tables = 0
+        self.whole_updates = 0  # pushes that wrote every table whole
+        self.whole_tables = 0   # tables taken whole because their changes could not follow
         self.failures = 0  # pushes that failed in hooks and callbacks (push_logging_errors)
 
     def push(self, sess=None, wait=True):
@@ -94,35 +133,50 @@ class Pusher:
                               "corrupt): the chain cannot go on past it; export the model "
                               "again with a new push_dir" % (published[-1], self.push_dir))
         expected = self._expected or update_files.shard_push_ids(head)
-        taken = self._source.take(sess)
-        tables = []
-        for i, name in enumerate(self.table_names):
-            shards = taken[i]
-            follows = all(bool(s[3]) or s[4] == want for s, want in zip(shards, expected[i]))
-            if not follows or (any(bool(s[3]) for s in shards) and
-                               not all(bool(s[3]) for s in shards)):
-                # The changes do not follow the chain's last update: send the table whole.
-                shards = self._source.take_table(sess, i)
-            if all(bool(s[3]) for s in shards):
+        taken = [[Changes(*s) for s in shards] for shards in self._source.take(sess)]
+        whole = False
+        for shards, want in zip(taken, expected):
+            replaced = [bool(s.replace) for s in shards]
+            if any(replaced) or not all(s.since == w for s, w in zip(shards, want)):
+                # The changes do not follow the chain's last update (a new session, a
+                # restored or cleared table, a failed push): every table goes whole.
                 self.whole_tables += 1
-            tables.append(merge_shards(name, shards))
+                whole = True
         dense_values = self._source.dense(sess)
-        changed = self._last_dense is None or any(
+        dense_changed = self._last_dense is None or any(
             not np.array_equal(a, b) for a, b in zip(dense_values, self._last_dense))
-        dense = [(name, value if changed else None)
-                 for name, value in zip(self.dense_names, dense_values)]
-        ids = [t[5] for t in tables]
-        if not changed and not any(len(t[1]) or len(t[3]) or t[4] for t in tables):
-            self._expected = ids  # an empty take: the chain continues from these ids
+        tables = [merge_shards(name, shards) for name, shards in zip(self.table_names, taken)]
+        if not whole and not dense_changed and not any(
+                len(t.keys) or len(t.removed) for t in tables):
+            self._expected = [t.push_ids for t in tables]  # nothing to publish
             return None
+        prior = None if whole else self._since_base(head)
+        if prior is not None:
+            prior_tables, prior_dense, base, base_rows = prior
+            tables = [accumulate(p, t) for p, t in zip(prior_tables, tables)]
+            size = sum(len(t.keys) + len(t.removed) for t in tables)
+            if size > self.base_fraction * base_rows:
+                prior = None
+        if prior is None:
+            # A whole update: every table whole (a full take resets the tables' tracking).
+            tables = [merge_shards(name, [Changes(*s) for s in self._source.take_table(sess, i)])
+                      for i, name in enumerate(self.table_names)]
+            dense = list(zip(self.dense_names, dense_values))
+            base = 0
+        else:
+            dense = [(name, value if dense_changed or old is not None else None)
+                     for name, value, (_, old) in zip(self.dense_names, dense_values,
+                                                      prior_dense)]
+        ids = [t.push_ids for t in tables]
         version = head["version"] + 1
 
         def write():
-            update_files.write_update(self.push_dir, version, head["version"], self.chain,
-                                      tables, dense)
+            update_files.write_update(self.push_dir, version, base, self.chain, tables, dense)
             self._expected = ids
             self._last_dense = dense_values
             self.pushes += 1
+            self.whole_updates += int(base == 0)
+            update_files.retire_old_updates(self.push_dir, self.keep_secs)
 
         if wait:
             write()
@@ -135,6 +189,29 @@ class Pusher:
             self._writer = threading.Thread(target=run, name="rec_sdk_push", daemon=True)
             self._writer.start()
         return version
+
+    def _since_base(self, head):
+        """(tables, dense, base, rows of the base) of the changes since the chain's newest
+        whole update, which the next update accumulates onto; None when they cannot be read
+        (the next update is then whole)."""
+        dims = self._source.dims
+        dtypes = self._source.dense_dtypes
+        if head["whole"]:
+            return ([_empty(n, d) for n, d in zip(self.table_names, dims)],
+                    [(n, None) for n in self.dense_names], head["version"],
+                    sum(head["table_rows"]))
+        try:
+            tables, dense = update_files.read_update(self.push_dir, head, dims, dtypes)
+            base = head["base"]
+            base_manifest = update_files.read_manifest(
+                os.path.join(self.push_dir, update_files.BASE) if base == 0 else
+                os.path.join(update_files.update_dir(self.push_dir, base),
+                             update_files.MANIFEST))
+        except (UpdateError, OSError) as e:
+            logger.warning("serving push: the newest update in %s cannot be read (%s): "
+                           "this push is a whole update", self.push_dir, e)
+            return None
+        return tables, dense, base, sum(base_manifest["table_rows"])
 
     def wait(self):
         """Waits for a background write; raises its error (the next push then sends the
@@ -168,6 +245,8 @@ class _GraphSource:
                      graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)}
         self.variables = _find(pusher.dense_names, variables, "dense variables",
                                pusher.push_dir)
+        self.dims = [ts[0].dim for ts in shards]
+        self.dense_dtypes = [v.dtype.base_dtype.as_numpy_dtype for v in self.variables]
         with graph.as_default():
             self._take = [[t.take_changes(full=False) for t in ts] for ts in shards]
             self._take_whole = [[t.take_changes(full=True) for t in ts] for ts in shards]
@@ -194,6 +273,8 @@ class _EagerSource:
         self.tables = [v.tables for v in _find(pusher.table_names,
                                                {l.params.name: l.params for l in layers},
                                                "tables", pusher.push_dir)]
+        self.dims = [shards[0].dim for shards in self.tables]
+        self.dense_dtypes = [v.dtype.base_dtype.as_numpy_dtype for v in self.variables]
 
     @staticmethod
     def _numpy(taken):
@@ -225,15 +306,17 @@ def push_logging_errors(pusher, sess=None, wait=True):
 class PushHook(tf.compat.v1.train.SessionRunHook):
     """Pushes every `every_secs` seconds (or `every_steps` steps) and at the end, from a
     MonitoredSession (Estimator, MonitoredTrainingSession). Files are written by a
-    background thread while training goes on."""
+    background thread while training goes on. pusher_options: Pusher's base_fraction and
+    keep_secs."""
 
-    def __init__(self, push_dir, every_secs=30.0, every_steps=None):
+    def __init__(self, push_dir, every_secs=30.0, every_steps=None, **pusher_options):
         self.push_dir = push_dir
         self.every_secs, self.every_steps = every_secs, every_steps
+        self.pusher_options = pusher_options
         self.pusher = None
 
     def begin(self):
-        self.pusher = Pusher(self.push_dir)
+        self.pusher = Pusher(self.push_dir, **self.pusher_options)
         self._last = time.monotonic()
         self._steps = 0
 
@@ -251,30 +334,34 @@ class PushHook(tf.compat.v1.train.SessionRunHook):
 
 
 class _PushAfterSave(tf.compat.v1.train.CheckpointSaverListener):
-    def __init__(self, push_dir):
+    def __init__(self, push_dir, pusher_options):
         self.push_dir = push_dir
+        self.pusher_options = pusher_options
         self.pusher = None
 
     def begin(self):
-        self.pusher = Pusher(self.push_dir)
+        self.pusher = Pusher(self.push_dir, **self.pusher_options)
 
     def after_save(self, session, global_step_value):
         version = push_logging_errors(self.pusher, session)
         logger.info("pushed serving update %s after checkpoint %d", version, global_step_value)
 
 
-def push_after_save(push_dir):
-    """A CheckpointSaverListener that pushes an update after each checkpoint save."""
-    return _PushAfterSave(push_dir)
+def push_after_save(push_dir, **pusher_options):
+    """A CheckpointSaverListener that pushes an update after each checkpoint save
+    (pusher_options: Pusher's base_fraction and keep_secs)."""
+    return _PushAfterSave(push_dir, pusher_options)
 
 
 class PushCallback(keras.callbacks.Callback):
     """Pushes from Keras' fit() every `every_secs` seconds (or `every_batches` batches) and
-    when training ends; files are written by a background thread."""
+    when training ends; files are written by a background thread. pusher_options: Pusher's
+    base_fraction and keep_secs."""
 
-    def __init__(self, push_dir, every_secs=30.0, every_batches=None):
+    def __init__(self, push_dir, every_secs=30.0, every_batches=None, **pusher_options):
         super().__init__()
         self.push_dir = push_dir
+        self.pusher_options = pusher_options
         self.every_secs, self.every_batches = every_secs, every_batches
         self.pusher = None
         self._batches = 0
@@ -282,7 +369,7 @@ class PushCallback(keras.callbacks.Callback):
 
     def on_train_begin(self, logs=None):
         if self.pusher is None:
-            self.pusher = Pusher(self.push_dir, model=self.model)
+            self.pusher = Pusher(self.push_dir, model=self.model, **self.pusher_options)
         self._last = time.monotonic()
 
     def on_train_batch_end(self, batch, logs=None):

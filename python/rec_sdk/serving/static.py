@@ -75,13 +75,16 @@ class ServingGraph:
     serving_default_value of each of the table's lookups. A lookup recorded with a numeric
     max_norm (de lookups) clips each served embedding to it. With keep_variables, the dense variables
     the outputs read become variables of the new graph (initialised from the session by
-    `variable_feeds`) instead of constants, so they can be updated in place.
+    `variable_feeds`) instead of constants, so they can be updated in place. reads_in: a
+    function f(read) that builds read() (every lookup and variable read of a request) and
+    returns its tensors, e.g. inside a lock (apply.ModelLock.run).
 
     Attributes: graph, placeholders {input name: tensor}, served {output name: tensor},
     tables (the rec_sdk tables looked up), variables [(training variable name, new
     variable)], variable_feeds {initial value placeholder: value}."""
 
-    def __init__(self, sess, inputs, outputs, tables, make_lookup, keep_variables=False):
+    def __init__(self, sess, inputs, outputs, tables, make_lookup, keep_variables=False,
+                 reads_in=None):
         graph = sess.graph
         tables = tables_of_graph(graph) if tables is None else list(tables)
         input_names = {_op_name(t) for t in inputs.values()}
@@ -130,22 +133,30 @@ class ServingGraph:
                         else computed_ids[t.name])
 
             made = {}
-            replacements = {}
             for table, lookup in lookups:
                 if table.table_name not in made:
                     self.tables.append(table)
                     made[table.table_name] = make_lookup(table, [
                         l["serving_default_value"] for t, l in lookups if t is table])
-                served = made[table.table_name](tf.cast(ids_tensor(lookup["ids"]), tf.int64),
-                                                lookup["serving_default_value"])
+            if keep_variables:
+                self._live_variables(sess, frozen, graph_nodes - input_names)
+
+            def read():
+                rows = [made[table.table_name](tf.cast(ids_tensor(lookup["ids"]), tf.int64),
+                                               lookup["serving_default_value"])
+                        for table, lookup in lookups]
+                return rows, [var.read_value() for _, var in self.variables]
+            rows, dense = read() if reads_in is None else reads_in(read)
+            replacements = {}
+            for (table, lookup), served in zip(lookups, rows):
                 if lookup.get("max_norm") is not None:
                     served = tf.clip_by_norm(served, lookup["max_norm"], axes=[-1])
                 replacements[lookup["embeddings"].name] = served
             feed_map.update(replacements)
             feed_map.update({l["ids"].name: ids_tensor(l["ids"]) for _, l in lookups
                              if l["ids"].name not in self.placeholders})
-            if keep_variables:
-                feed_map.update(self._live_variables(sess, frozen, graph_nodes - input_names))
+            feed_map.update({name + ":0": value for (name, _), value in
+                             zip(self.variables, dense)})
             # Outputs that are lookups' embeddings (e.g. a tower's output) are served directly.
             self.served = {name: replacements[t.name] for name, t in outputs.items()
                            if t.name in replacements}
@@ -158,13 +169,13 @@ class ServingGraph:
                 self.served.update({name: tensor for (name, _), tensor in zip(rest, returned)})
 
     def _live_variables(self, sess, frozen, nodes):
-        """{frozen constant tensor name: read of a new variable} for the training graph's
-        variables among `nodes` (convert_variables_to_constants keeps their names)."""
+        """Makes a new variable (in self.variables, its value in self.variable_feeds) of each
+        of the training graph's variables among `nodes` (convert_variables_to_constants
+        keeps their names)."""
         variables = {v.op.name: v for v in sess.graph.get_collection(
             tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)}
         names = sorted(n.name for n in frozen.node
                        if n.name in nodes and n.op == "Const" and n.name in variables)
-        out = {}
         for name in names:
             value = sess.run(variables[name])
             with tf.name_scope("rec_sdk_dense"):
@@ -173,8 +184,6 @@ class ServingGraph:
                                             name=name.replace("/", "_"))
             self.variables.append((name, var))
             self.variable_feeds[init] = value
-            out[name + ":0"] = var.read_value()
-        return out
 
     def signature(self, inputs):
         return tf.compat.v1.saved_model.predict_signature_def(

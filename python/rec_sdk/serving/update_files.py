@@ -5,22 +5,32 @@ rename (written into a hidden temporary directory, every file fsync'ed, then ren
 
     <push_dir>/BASE              the manifest of version 0 (written by the export)
     <push_dir>/0000000001/       update 1: MANIFEST, table<i>.keys/.values/.removed,
-    <push_dir>/0000000002/       dense<j>.value (only the dense variables that changed)
+    <push_dir>/0000000002/       dense<j>.value (the dense variables it carries)
     ...
 
+Updates are cumulative: a whole update (every table whole, every dense variable) applies
+onto any version, and each other update holds every change since the newest whole update
+before it (its `base`; 0: the export), so it applies onto any model version from its base to
+its own version - 1. A replica that is behind applies at most two updates: the newest whole
+one, if it is behind that, and the newest one (see follow.py; the pusher decides when to
+write a whole update, push.py). Old updates are deleted under a retention window
+(retire_old_updates).
+
 MANIFEST is an 8-byte farmhash64 fingerprint (tf.fingerprint) of what follows, then a
-serialized tf.train.Example with the fields of MANIFEST_FEATURES: the update's version and
-the version it applies onto (parent), the chain id (the export's), per table its name, rows,
-removed keys, whether it replaces the table, its shards (the rec_sdk tables it is served
-from) and the push ids their changes end at (flattened); per file its
-name, size and fingerprint; per dense variable its name and whether it is in the update.
-Tables' files: keys int64, values float32 [rows, dim], removed int64, little-endian. A served
-model checks all of this with stock ops before it changes anything (serving/mutable.py), so a
-truncated, corrupt or partial update is refused by the name of its file.
+serialized tf.train.Example with the fields of MANIFEST_FEATURES: the update's version, its
+base, whether it is whole, the chain id (the export's), per table its name, rows, removed
+keys, whether it replaces the table, its shards (the rec_sdk tables it is served from) and
+the push ids their changes end at (flattened); per file its name, size and fingerprint; per
+dense variable its name and whether it is in the update. Tables' files: keys int64, values
+float32 [rows, dim], removed int64, little-endian. A served model checks all of this with
+stock ops before it changes anything (serving/apply.py), so a truncated, corrupt or partial
+update is refused by the name of its file.
 """
+import collections
 import os
 import shutil
 import threading
+import time
 
 import numpy as np
 import tensorflow as tf
@@ -34,13 +44,19 @@ FINGERPRINT_BYTES = 8
 
 # The Example's features: name -> (dtype, fixed length or None for a list).
 MANIFEST_FEATURES = {
-    "version": tf.int64, "parent": tf.int64, "chain": tf.string,
+    "version": tf.int64, "base": tf.int64, "whole": tf.int64, "chain": tf.string,
     "table_names": tf.string, "table_rows": tf.int64, "table_removed": tf.int64,
     "table_replace": tf.int64, "table_shards": tf.int64, "table_push_ids": tf.int64,
     "files": tf.string, "file_sizes": tf.int64, "file_fingerprints": tf.int64,
     "dense_names": tf.string, "dense_present": tf.int64,
 }
-_SCALARS = ("version", "parent", "chain")
+_SCALARS = ("version", "base", "whole", "chain")
+
+
+# One table's part of an update: rows [n] and values [n, dim], removed keys, whether the rows
+# are the whole table, and the push id each of its shards' changes end at.
+TableUpdate = collections.namedtuple("TableUpdate",
+                                     "name keys values removed replace push_ids")
 
 
 class UpdateError(ValueError):
@@ -151,12 +167,12 @@ def _fsync_dir(path):
         os.close(fd)
 
 
-def write_update(push_dir, version, parent, chain, tables, dense):
+def write_update(push_dir, version, base, chain, tables, dense):
     """Publishes update `version` atomically; returns its directory.
 
-    tables: [(name, keys int64 [n], values float32 [n, dim], removed int64 [m], replace,
-    [push id of each shard])] in the served model's order; dense: [(name, array or None)]
-    (None: unchanged).
+    base: the oldest model version it applies onto (0 for a whole update). tables:
+    [TableUpdate] in the served model's order; dense: [(name, array or None)] (None: not in
+    this update).
     """
     final = update_dir(push_dir, version)
     if os.path.exists(final):
@@ -177,20 +193,21 @@ def write_update(push_dir, version, parent, chain, tables, dense):
         sizes.append(len(data))
         prints.append(fingerprint(data))
 
-    for i, (_, keys, values, removed, _, _) in enumerate(tables):
-        put(table_file(i, "keys"), np.asarray(keys, "<i8"))
-        put(table_file(i, "values"), np.asarray(values, "<f4"))
-        put(table_file(i, "removed"), np.asarray(removed, "<i8"))
+    for i, table in enumerate(tables):
+        put(table_file(i, "keys"), np.asarray(table.keys, "<i8"))
+        put(table_file(i, "values"), np.asarray(table.values, "<f4"))
+        put(table_file(i, "removed"), np.asarray(table.removed, "<i8"))
     for j, (_, value) in enumerate(dense):
         if value is not None:
             put(dense_file(j), np.asarray(value))
     manifest = {
-        "version": version, "parent": parent, "chain": chain,
-        "table_names": [t[0] for t in tables], "table_rows": [len(t[1]) for t in tables],
-        "table_removed": [len(t[3]) for t in tables],
-        "table_replace": [int(bool(t[4])) for t in tables],
-        "table_shards": [len(t[5]) for t in tables],
-        "table_push_ids": [int(i) for t in tables for i in t[5]],
+        "version": version, "base": base, "chain": chain,
+        "whole": int(all(t.replace for t in tables) and all(v is not None for _, v in dense)),
+        "table_names": [t.name for t in tables], "table_rows": [len(t.keys) for t in tables],
+        "table_removed": [len(t.removed) for t in tables],
+        "table_replace": [int(bool(t.replace)) for t in tables],
+        "table_shards": [len(t.push_ids) for t in tables],
+        "table_push_ids": [int(i) for t in tables for i in t.push_ids],
         "files": files, "file_sizes": sizes, "file_fingerprints": prints,
         "dense_names": [d[0] for d in dense],
         "dense_present": [int(d[1] is not None) for d in dense],
@@ -202,22 +219,85 @@ def write_update(push_dir, version, parent, chain, tables, dense):
     return final
 
 
+def read_update(push_dir, manifest, dims, dense_dtypes):
+    """([TableUpdate], [(name, array or None)]) of a published update whose manifest is
+    `manifest`, every file checked against it (UpdateError naming the file otherwise).
+    dims: each table's row width; dense_dtypes: each dense variable's NumPy dtype."""
+    where = update_dir(push_dir, manifest["version"])
+    listed = dict(zip(manifest["files"], zip(manifest["file_sizes"],
+                                              manifest["file_fingerprints"])))
+
+    def load(name, dtype):
+        path = os.path.join(where, name)
+        if name not in listed:
+            raise UpdateError("%s is missing from its MANIFEST" % path)
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError as e:
+            raise UpdateError("%s cannot be read: %s" % (path, e)) from None
+        size, print_ = listed[name]
+        if len(data) != size or fingerprint(data) != print_:
+            raise UpdateError("update file is corrupt or truncated: %s" % path)
+        return np.frombuffer(data, dtype)
+
+    tables = []
+    for i, name in enumerate(manifest["table_names"]):
+        tables.append(TableUpdate(
+            name, load(table_file(i, "keys"), "<i8"),
+            load(table_file(i, "values"), "<f4").reshape(-1, dims[i]),
+            load(table_file(i, "removed"), "<i8"), bool(manifest["table_replace"][i]),
+            shard_push_ids(manifest)[i]))
+    dense = [(name, load(dense_file(j), dtype) if manifest["dense_present"][j] else None)
+             for j, (name, dtype) in enumerate(zip(manifest["dense_names"], dense_dtypes))]
+    return tables, dense
+
+
+def retire_old_updates(push_dir, keep_secs, now=None):
+    """Deletes the updates no replica needs any more: all but the newest update and its base
+    (together they bring any version up to date), once older than keep_secs seconds (so a
+    replica that is still reading one, having listed the directory up to keep_secs ago,
+    finds it). Each is renamed away first, so no reader sees a partly deleted update.
+    Returns the versions deleted."""
+    head = chain_head(push_dir)
+    if head is None or head["version"] == 0:
+        return []
+    needed = {head["version"], head["base"]}
+    now = time.time() if now is None else now
+    retired = []
+    for version in published_versions(push_dir):
+        if version >= head["version"] or version in needed:
+            continue
+        path = update_dir(push_dir, version)
+        try:
+            if now - os.stat(path).st_mtime < keep_secs:
+                continue
+            gone = os.path.join(push_dir, ".retired-%d-%d" % (version, os.getpid()))
+            os.rename(path, gone)
+        except OSError:
+            continue  # another pusher retired it
+        shutil.rmtree(gone, ignore_errors=True)
+        retired.append(version)
+    return retired
+
+
 def remove_stale_temporaries(push_dir):
     """Deletes the temporary directories of pushers that are gone (killed mid-write)."""
     for name in os.listdir(push_dir):
         parts = name.split("-")
-        if name.startswith(".tmp-") and len(parts) == 3 and parts[2].isdigit() and \
+        if name.startswith((".tmp-", ".retired-")) and len(parts) == 3 and parts[2].isdigit() and \
                 int(parts[2]) != os.getpid() and not pid_alive(int(parts[2])):
             shutil.rmtree(os.path.join(push_dir, name), ignore_errors=True)
 
 
-def write_base(push_dir, chain, table_names, push_ids, dense_names):
+def write_base(push_dir, chain, table_names, push_ids, dense_names, table_rows):
     """Version 0 of a chain: the export's state (atomically replaced). push_ids: per table,
-    the push id of each of its shards."""
+    the push id of each of its shards; table_rows: the rows each table exported."""
     os.makedirs(push_dir, exist_ok=True)
     manifest = {
-        "version": 0, "parent": -1, "chain": chain, "table_names": list(table_names),
-        "table_rows": [0] * len(table_names), "table_removed": [0] * len(table_names),
+        "version": 0, "base": 0, "whole": 1, "chain": chain,
+        "table_names": list(table_names),
+        "table_rows": [int(n) for n in table_rows], "table_removed": [0] * len(table_names),
         "table_replace": [1] * len(table_names),
         "table_shards": [len(ids) for ids in push_ids],
         "table_push_ids": [int(i) for ids in push_ids for i in ids],

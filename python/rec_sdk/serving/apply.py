@@ -1,0 +1,161 @@
+"""How a served model takes an update, and the lock that gives each request one version.
+
+apply_update_op builds the "apply_update" signature's op: it reads and checks an update
+directory (update_files.py) with stock ops before it changes anything, then, holding the
+model's lock, checks that the update applies onto the model's version, writes every table's
+rows and removals, assigns the dense variables the update carries and moves the version.
+Requests read their rows and dense variables holding the same lock (ModelLock.run), so every
+output of a request is computed from one published version. The lock is a stock MutexV2:
+TensorFlow Serving and the stock loaders run it.
+"""
+import numpy as np
+import tensorflow as tf
+from tensorflow.python.ops import gen_resource_variable_ops  # MutexV2: no public wrapper
+
+from rec_sdk.serving import update_files
+
+
+class ModelLock(tf.saved_model.experimental.TrackableResource):
+    """The exclusive lock that a served model's reads and updates take (a MutexV2 resource;
+    a TrackableResource so that TF2 SavedModels recreate it). name: unique per export (its
+    chain id), so that models loaded in one process never share it."""
+
+    def __init__(self, name):
+        self._lock_name = name
+        super().__init__()
+
+    def _create_resource(self):
+        return gen_resource_variable_ops.mutex_v2(shared_name=self._lock_name,
+                                                  name="rec_sdk_serving_lock")
+
+    def run(self, fn):
+        """Runs the ops fn() builds while holding the lock and returns fn()'s tensors (a
+        structure). Every op fn must run has to feed a returned tensor (use control
+        dependencies for writes): the lock is released once they are computed."""
+        held = gen_resource_variable_ops.mutex_lock(self.resource_handle)
+        with tf.control_dependencies([held]):
+            out = fn()
+        flat = tf.nest.flatten(out)
+        with tf.control_dependencies(flat):
+            released = gen_resource_variable_ops.consume_mutex_lock(held)
+        with tf.control_dependencies([released]):
+            return tf.nest.pack_sequence_as(out, [tf.identity(t) for t in flat])
+
+
+def _checked_file(update_dir, name, manifest, dtype):
+    """(decoded contents, check op) of a file of an update: its size and fingerprint must
+    be the manifest's; the error names the file."""
+    path = tf.strings.join([update_dir, "/", name])
+    data = tf.io.read_file(path)
+    files = manifest["files"]
+    at = tf.where(tf.equal(files, name))[:, 0]
+    listed = tf.debugging.Assert(tf.equal(tf.size(at), 1), [
+        "update file missing from its MANIFEST:", path], summarize=1)
+    with tf.control_dependencies([listed]):
+        index = at[0]
+    size_ok = tf.equal(tf.cast(tf.strings.length(data), tf.int64),
+                       tf.gather(manifest["file_sizes"], index))
+    sized = tf.debugging.Assert(size_ok, [
+        "update file is truncated or has the wrong size:", path], summarize=1)
+    with tf.control_dependencies([sized]):
+        print_ok = tf.equal(update_files.fingerprint_op(data),
+                            tf.gather(manifest["file_fingerprints"], index))
+    checked = tf.debugging.Assert(print_ok, [
+        "update file is corrupt (its fingerprint does not match its MANIFEST):", path],
+        summarize=1)
+    with tf.control_dependencies([checked]):
+        return tf.io.decode_raw(data, dtype, little_endian=True), checked
+
+
+def read_manifest_op(update_dir):
+    """(manifest {feature: tensor}, check op) of an update directory's MANIFEST."""
+    path = tf.strings.join([update_dir, "/", update_files.MANIFEST])
+    data = tf.io.read_file(path)
+    length = tf.strings.length(data)
+    long_enough = tf.debugging.Assert(length > update_files.FINGERPRINT_BYTES, [
+        "update MANIFEST is truncated:", path], summarize=1)
+    with tf.control_dependencies([long_enough]):
+        body = tf.strings.substr(data, update_files.FINGERPRINT_BYTES,
+                                 length - update_files.FINGERPRINT_BYTES)
+        head = tf.io.decode_raw(tf.strings.substr(data, 0, update_files.FINGERPRINT_BYTES),
+                                tf.int64, little_endian=True)[0]
+    intact = tf.debugging.Assert(tf.equal(head, update_files.fingerprint_op(body)), [
+        "update MANIFEST is corrupt (its fingerprint does not match its contents):", path],
+        summarize=1)
+    features = {}
+    for name, dtype in update_files.MANIFEST_FEATURES.items():
+        features[name] = tf.io.VarLenFeature(dtype)
+    with tf.control_dependencies([intact]):
+        parsed = tf.io.parse_single_example(body, features)
+    return {name: value.values for name, value in parsed.items()}, intact
+
+
+def apply_update_op(update_dir, tables, dense, version, chain, lock):
+    """The op applying the update in directory `update_dir` (a string tensor) to a served
+    model at `version` (an int64 variable) of chain `chain`. Without the lock it reads the
+    update and checks the manifest, the chain, the table and dense names and every file's
+    size and fingerprint; holding `lock` (a ModelLock) it checks that the update applies
+    onto the model's version (base <= version < the update's), applies removals and rows
+    table by table, assigns the dense variables the update carries and moves `version`.
+    Returns the new version. tables: [ServedTable or plugin.PluginTable]; dense: [(name,
+    variable)]."""
+    manifest, intact = read_manifest_op(update_dir)
+    checks = [intact]
+
+    def check(condition, *message):
+        checks.append(tf.debugging.Assert(condition, list(message), summarize=8))
+
+    with tf.control_dependencies([intact]):
+        check(tf.equal(manifest["chain"][0], chain), "update", update_dir,
+              "belongs to chain", manifest["chain"][0], "; the model serves chain", chain)
+        names = tf.strings.reduce_join(manifest["table_names"], separator=",")
+        check(tf.equal(names, ",".join(t.name for t in tables)), "update", update_dir,
+              "is of tables", names, "; the model serves", ",".join(t.name for t in tables))
+        dense_names = tf.strings.reduce_join(manifest["dense_names"], separator=",")
+        check(tf.equal(dense_names, ",".join(n for n, _ in dense)), "update", update_dir,
+              "is of dense variables", dense_names)
+    with tf.control_dependencies(checks):
+        contents = []
+        for i, table in enumerate(tables):
+            keys, c1 = _checked_file(update_dir, update_files.table_file(i, "keys"),
+                                     manifest, tf.int64)
+            values, c2 = _checked_file(update_dir, update_files.table_file(i, "values"),
+                                       manifest, tf.float32)
+            removed, c3 = _checked_file(update_dir, update_files.table_file(i, "removed"),
+                                        manifest, tf.int64)
+            values = tf.reshape(values, [-1, table.dim])
+            check(tf.equal(tf.shape(values, out_type=tf.int64)[0], tf.size(keys, tf.int64)),
+                  "update", update_dir, "table", table.name, ": keys and values differ in rows")
+            checks.extend([c1, c2, c3])
+            contents.append((keys, values, removed, manifest["table_replace"][i] > 0))
+        new_dense = []
+        for j, (name, var) in enumerate(dense):
+            present = manifest["dense_present"][j] > 0
+
+            def read(j=j, var=var):
+                value, c = _checked_file(update_dir, update_files.dense_file(j), manifest,
+                                         var.dtype.base_dtype)
+                with tf.control_dependencies([c]):
+                    return tf.reshape(value, tf.shape(var))
+            # Dense variables the update leaves out keep their value (read under the lock).
+            new_dense.append((present, tf.cond(
+                present, read, lambda var=var: tf.zeros(tf.shape(var), var.dtype))))
+    ready = checks + [t for c in contents for t in c[:3]] + [v for _, v in new_dense]
+
+    def locked():
+        current = version.read_value()
+        base, target = manifest["base"][0], manifest["version"][0]
+        follows = tf.debugging.Assert(
+            tf.logical_and(base <= current, current < target),
+            ["update", update_dir, "(version", target, ") applies onto model versions",
+             base, "to", target - 1, "but the model is at version", current,
+             "(apply the update it follows first)"], summarize=8)
+        with tf.control_dependencies([follows]):
+            applied = [table.apply(*content) for table, content in zip(tables, contents)]
+            for (_, var), (present, value) in zip(dense, new_dense):
+                applied.append(var.assign(tf.where(present, value, var.read_value())))
+        with tf.control_dependencies(applied):
+            return version.assign(target)
+
+    with tf.control_dependencies(ready):
+        return lock.run(locked)

@@ -1,0 +1,225 @@
+"""Served models are exact at every version (rec_sdk.serving).
+
+A differential test: a trainer whose tables remove keys, evict them (steps_to_live and
+evict_when_full) and write them again, with many keys sharing a home bucket of the served
+hash tables, pushes 50+ times; after every applied version each probe key's served row is
+compared with a dict of what the training table held at that push (the default for keys it
+did not hold), and late replicas catch up with at most two updates to the same rows. Then:
+one version per request while updates apply, and the stock-TensorFlow sequence that stores
+a key twice in a DenseHashTable.
+"""
+import threading
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from rec_sdk.core.embedding import create_table, sparse_lookup
+from rec_sdk.optimizers import lazy_adam
+from rec_sdk.serving import Pusher, ServedModel, export_serving_model, follow, mutable
+from rec_sdk.serving import update_files
+from rec_sdk.util.initialize import init
+
+from helpers import new_session
+
+DIM = 4
+STEPS_DEFAULT = 0.5   # what a key not in the "steps" table serves
+# The served sub-tables hash an int64 key to itself: keys equal modulo the bucket count share
+# their home bucket (and probe chain).
+BUCKETS = mutable.MIN_BUCKETS
+POOL = np.concatenate([
+    home + BUCKETS * np.arange(40, dtype=np.int64) for home in (3, 77, 500)] + [
+    np.array([2**40 + BUCKETS * j for j in range(20)], np.int64),
+    np.arange(-30, 30, dtype=np.int64)])
+NEVER = np.array([9 + BUCKETS * j for j in range(10)] + [2**50], np.int64)
+
+
+class _Trainer:
+    """Two servable tables trained by lazy Adam: "steps" evicts keys unseen for 3 steps (on
+    evict()), "full" holds 48 rows and evicts its least recently used when full."""
+
+    def __init__(self):
+        init(use_dynamic_expansion=False)
+        self.step = tf.compat.v1.train.get_or_create_global_step()
+        self.tables = {
+            "steps": create_table(tf.int64, DIM, "steps",
+                                  tf.compat.v1.random_uniform_initializer(-1, 1, seed=1),
+                                  device_vocabulary_size=4000, servable=True, steps_to_live=3),
+            "full": create_table(tf.int64, DIM, "full",
+                                 tf.compat.v1.random_uniform_initializer(-1, 1, seed=2),
+                                 device_vocabulary_size=48, evict_when_full=True,
+                                 servable=True),
+        }
+        self.ids = {name: tf.compat.v1.placeholder(tf.int64, [None], name=name + "_ids")
+                    for name in self.tables}
+        self.targets = {name: tf.compat.v1.placeholder(tf.float32, [None, DIM])
+                        for name in self.tables}
+        loss = 0.0
+        for name, table in self.tables.items():
+            emb = sparse_lookup(table, self.ids[name], is_train=True, name=name + "_train")
+            loss += tf.reduce_sum(tf.square(emb - self.targets[name]))
+        tables = list(self.tables.values())
+        self.train = tf.group(
+            lazy_adam.create_hash_optimizer(0.1).apply_gradients(
+                zip(tf.gradients(loss, tables), tables)),
+            tf.compat.v1.assign_add(self.step, 1))
+        self.outputs = {
+            name: sparse_lookup(table, self.ids[name], is_train=False, name=name + "_eval",
+                                serving_default_value=STEPS_DEFAULT if name == "steps" else None)
+            for name, table in self.tables.items()}
+        self.remove_keys = tf.compat.v1.placeholder(tf.int64, [None])
+        self.removes = {name: t.remove(self.remove_keys) for name, t in self.tables.items()}
+        self.evict = self.tables["steps"].evict()
+        self.exports = {name: t.export()[:2] for name, t in self.tables.items()}
+        self.rng = np.random.RandomState(0)
+
+    def round(self, sess):
+        """A few steps on a random part of the pool, then removals and evictions."""
+        for _ in range(3):
+            feed = {}
+            for name in self.tables:
+                keys = self.rng.choice(POOL, 12, replace=False)
+                feed[self.ids[name]] = keys
+                feed[self.targets[name]] = self.rng.randn(12, DIM).astype(np.float32)
+            sess.run(self.train, feed)
+        if self.rng.rand() < 0.6:
+            sess.run(self.evict)
+        for name in self.tables:
+            if self.rng.rand() < 0.5:
+                stored = sess.run(self.exports[name])[0]
+                if len(stored):
+                    gone = self.rng.choice(stored, min(len(stored), 5), replace=False)
+                    sess.run(self.removes[name], {self.remove_keys: gone})
+
+    def truth(self, sess):
+        """{table: {key: row}} of what the training tables hold."""
+        return {name: dict(zip(keys.tolist(), rows)) for name, (keys, rows) in
+                sess.run(self.exports).items()}
+
+
+def _expected(truth, keys, default):
+    return np.stack([truth.get(int(k), np.full([DIM], default, np.float32)) for k in keys])
+
+
+def _check(served, truth, label):
+    probe = np.concatenate([POOL, NEVER])
+    got = served.predict({"steps": probe, "full": probe})
+    for name, default in (("steps", STEPS_DEFAULT), ("full", 0.0)):
+        want = _expected(truth[name], probe, default)
+        bad = np.flatnonzero(np.any(got[name] != want, axis=1))
+        assert not len(bad), "%s: table %s serves wrong rows for keys %s (got %s, want %s)" % (
+            label, name, probe[bad][:5].tolist(), got[name][bad][:2], want[bad][:2])
+
+
+@pytest.mark.parametrize("layout", ["one hash table", "split, frequent rebuilds"])
+def test_every_version_serves_exactly_the_trained_rows(tmp_path, monkeypatch, layout):
+    if layout != "one hash table":
+        monkeypatch.setattr(mutable, "SPLIT_ROWS", 16)       # 4..8 hash tables per table
+        monkeypatch.setattr(mutable, "MIN_TOMBSTONES", 2)    # rebuilt after a few removals
+    trainer = _Trainer()
+    push_dir = str(tmp_path / "push")
+    with new_session() as sess:
+        sess.run(tf.compat.v1.global_variables_initializer())
+        trainer.round(sess)
+        export_serving_model(sess, str(tmp_path / "export"), trainer.ids, trainer.outputs,
+                             push_dir)
+        served = ServedModel(str(tmp_path / "export"))
+        _check(served, trainer.truth(sess), "the export")
+        pusher = Pusher(push_dir, base_fraction=4, keep_secs=0)
+        late_applied = []
+        for push in range(1, 56):
+            trainer.round(sess)
+            assert pusher.push(sess) == push
+            truth = trainer.truth(sess)
+            assert follow(push_dir, served) == [push]
+            _check(served, truth, "version %d" % push)
+            if push % 11 == 0:
+                late = ServedModel(str(tmp_path / "export"))
+                late_applied.append(follow(push_dir, late))
+                _check(late, truth, "a replica started at version %d" % push)
+                late.close()
+        wholes = pusher.whole_updates
+        # Retention keeps only what a replica needs: the newest update and its base.
+        assert len(update_files.published_versions(push_dir)) <= 2
+    assert all(1 <= len(applied) <= 2 for applied in late_applied), late_applied
+    assert 1 <= wholes < 55  # some whole updates, most cumulative ones
+    served.close()
+
+
+def test_a_key_written_after_a_neighbours_removal_then_removed_reads_the_default(tmp_path):
+    """TensorFlow's own DenseHashTable stores a key twice in this sequence (an insert stops
+    at the deleted marker its removed neighbour left); the served table reads the default."""
+    init(use_dynamic_expansion=False)
+    table = create_table(tf.int64, 1, "pair", tf.compat.v1.zeros_initializer(),
+                         device_vocabulary_size=10, servable=True)
+    ids = tf.compat.v1.placeholder(tf.int64, [None], name="ids")
+    emb = sparse_lookup(table, ids, is_train=False, name="emb", serving_default_value=-1.0)
+    keys = tf.compat.v1.placeholder(tf.int64, [None])
+    values = tf.compat.v1.placeholder(tf.float32, [None, 1])
+    upsert, remove = table.upsert(keys, values), table.remove(keys)
+    first, second = 134, 134 + BUCKETS   # one home bucket
+    push_dir = str(tmp_path / "push")
+    with new_session() as sess:
+        sess.run(upsert, {keys: [first, second], values: [[1.0], [2.0]]})
+        export_serving_model(sess, str(tmp_path / "export"), {"ids": ids}, {"e": emb}, push_dir)
+        served = ServedModel(str(tmp_path / "export"))
+        pusher = Pusher(push_dir, base_fraction=100)
+        for op, feed in ((remove, {keys: [first]}),
+                         (upsert, {keys: [second], values: [[3.0]]}),
+                         (remove, {keys: [second]})):
+            sess.run(op, feed)
+            pusher.push(sess)
+            follow(push_dir, served)
+        assert served.predict({"ids": np.array([first, second])})["e"].tolist() == [[-1.0]] * 2
+
+
+def test_each_request_reads_one_version_while_updates_apply(tmp_path, monkeypatch):
+    """Version v sets every row to v and the dense scale to v: a response whose rows differ,
+    or whose scaled output is not rows * rows, mixed two versions."""
+    monkeypatch.setattr(mutable, "SPLIT_ROWS", 16)  # the rows spread over 4..8 hash tables
+    init(use_dynamic_expansion=False)
+    rows = 4000
+    table = create_table(tf.int64, 8, "wide", tf.compat.v1.zeros_initializer(),
+                         device_vocabulary_size=rows, servable=True)
+    ids = tf.compat.v1.placeholder(tf.int64, [None], name="ids")
+    scale = tf.compat.v1.get_variable("scale", [], initializer=tf.compat.v1.ones_initializer())
+    emb = sparse_lookup(table, ids, is_train=False, name="emb")
+    scaled = emb * scale
+    keys = np.arange(rows, dtype=np.int64)
+    value = tf.compat.v1.placeholder(tf.float32, [])
+    fill = tf.group(table.upsert(keys, tf.fill([rows, 8], value)), scale.assign(value))
+    push_dir = str(tmp_path / "push")
+    versions = 8
+    with new_session() as sess:
+        sess.run(tf.compat.v1.global_variables_initializer())
+        sess.run(fill, {value: 1.0})
+        export_serving_model(sess, str(tmp_path / "export"), {"ids": ids},
+                             {"e": emb, "p": scaled}, push_dir)
+        pusher = Pusher(push_dir, base_fraction=1e-9)  # every update whole and self-contained
+        for v in range(2, versions + 2):
+            sess.run(fill, {value: float(v)})
+            pusher.push(sess)
+    served = ServedModel(str(tmp_path / "export"))
+    stop, mixed, seen = threading.Event(), [], set()
+
+    def reader():
+        while not stop.is_set():
+            got = served.predict({"ids": keys[::3]})
+            v = got["e"][0, 0]
+            if np.any(got["e"] != v) or np.any(got["p"] != v * v):
+                mixed.append((np.unique(got["e"]).tolist(), np.unique(got["p"]).tolist()))
+            seen.add(float(v))
+
+    threads = [threading.Thread(target=reader) for _ in range(3)]
+    for t in threads:
+        t.start()
+    try:
+        for v in range(1, versions + 1):
+            assert served.apply(update_files.update_dir(push_dir, v)) == v
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+    assert not mixed, mixed[:3]
+    assert len(seen) > 2  # the reads ran while versions changed
+    np.testing.assert_array_equal(served.predict({"ids": keys[:2]})["p"], (versions + 1.0) ** 2)
