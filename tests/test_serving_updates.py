@@ -3,7 +3,6 @@ exactly what the training graph's evaluation lookups read, after each of several
 (rows changed, keys removed and evicted, dense variables); updates apply in place with no torn
 row; a killed pusher, a corrupt, truncated or missing update leave the model on its last
 good version; a late replica catches up to the same rows; the model holds only stock ops."""
-import http.server
 import json
 import os
 import shutil
@@ -494,36 +493,24 @@ def test_plugin_mode_serves_and_updates_rec_sdk_tables(tmp_path, tier):
             assert os.listdir(ssd)  # rows went to the SSD tier
 
 
-class _FakeServing(http.server.BaseHTTPRequestHandler):
-    """TensorFlow Serving's REST Predict API (the JSON of POST /v1/models/<name>:predict with
-    "signature_name" and "inputs"), answered by a ServedModel."""
-    model = None
-
-    def do_POST(self):
-        request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        try:
-            out = self.model.run(request["signature_name"], request["inputs"])
-            body = {"outputs": {k: (v.decode() if isinstance(v, bytes) else v.tolist())
-                                for k, v in out.items()}}
-            if len(body["outputs"]) == 1:
-                body["outputs"] = next(iter(body["outputs"].values()))
-            code = 200
-        except tf.errors.OpError as e:
-            body, code = {"error": e.message}, 400
-        data = json.dumps(body).encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        del args
+def _watch_once(push_dir, server):
+    """python -m rec_sdk.serving.follow --once: (return code, the versions it applied or
+    None, stderr)."""
+    out = subprocess.run([sys.executable, "-m", "rec_sdk.serving.follow", "--push_dir",
+                          push_dir, "--server", server, "--once"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, timeout=300)
+    lines = out.stdout.strip().splitlines()
+    applied = json.loads(lines[-1])["applied"] if out.returncode == 0 and lines else None
+    return out.returncode, applied, out.stderr
 
 
-def test_the_watcher_applies_updates_through_the_rest_predict_api(tmp_path):
-    """python -m rec_sdk.serving.follow --once against a server speaking TF Serving's REST
-    Predict API: it applies the chain, then refuses a corrupt update by name."""
+@pytest.mark.parametrize("api", ["rest", "grpc"])
+def test_the_watcher_drives_tf_serving_through_its_predict_api(tmp_path, api):
+    """python -m rec_sdk.serving.follow --once against a server that keeps TensorFlow
+    Serving's rules (tests/tf_serving_standin.py): it starts without a warning, applies the
+    chain, then refuses a corrupt update by name; every signature answers through REST and
+    gRPC Predict as TF Serving implements them."""
+    from tf_serving_standin import TFServingStandIn  # pylint: disable=import-outside-toplevel
     model = _Model()
     push_dir = str(tmp_path / "push")
     with new_session() as sess:
@@ -534,31 +521,33 @@ def test_the_watcher_applies_updates_through_the_rest_predict_api(tmp_path):
         for _ in range(2):
             model.run_training(sess, 2, users=(0, 200))
             pusher.push(sess)
-        handler = type("Handler", (_FakeServing,), {
-            "model": ServedModel(str(tmp_path / "export"))})
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        thread = threading.Thread(target=server.serve_forever, daemon=True)
-        thread.start()
-        try:
-            url = "http://127.0.0.1:%d/v1/models/m" % server.server_address[1]
-            cmd = [sys.executable, "-m", "rec_sdk.serving.follow", "--push_dir", push_dir,
-                   "--server", url, "--once"]
-            out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                 timeout=300)
-            assert out.returncode == 0, out.stderr[-3000:]
-            assert json.loads(out.stdout.strip().splitlines()[-1]) == {"applied": [2]}
-            _assert_serves(handler.model, model, sess)
+        with TFServingStandIn(str(tmp_path / "export"), name="ranker") as server:
+            url = (server.rest_url if api == "rest" else
+                   "grpc://%s/ranker" % server.grpc_target)
+            code, applied, err = _watch_once(push_dir, url)
+            assert code == 0, err[-3000:]
+            assert "Warning" not in err, err[-3000:]
+            assert applied == [2]
+            q = model.queries()
+            want = model.expected(sess)
+            rest = serving.RestModel(server.rest_url)
+            got = rest.predict(q)
+            grpc_model = serving.GrpcModel(server.grpc_target, "ranker")
+            got_grpc = grpc_model.predict(q)
+            for name in want:
+                np.testing.assert_allclose(np.asarray(got[name], np.float32), want[name],
+                                           rtol=1e-6, atol=1e-7, err_msg=name)
+                np.testing.assert_allclose(got_grpc[name], want[name], rtol=1e-6, atol=1e-7,
+                                           err_msg=name)
+            assert rest.version() == grpc_model.version() == (2, pusher.chain)
             model.run_training(sess, 2, users=(0, 200))
             pusher.push(sess)
             _flip_byte(os.path.join(update_files.update_dir(push_dir, 3), "table1.values"))
-            out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                 timeout=300)
-            assert out.returncode == 1
-            assert "0000000003/table1.values" in out.stderr
-            assert handler.model.version()[0] == 2
-        finally:
-            server.shutdown()
-            server.server_close()
+            code, _, err = _watch_once(push_dir, url)
+            assert code == 1
+            assert "0000000003/table1.values" in err
+            assert rest.version()[0] == 2
+            grpc_model.close()
 
 
 def test_a_de_variable_in_graph_mode_is_served_and_updated(tmp_path):

@@ -14,13 +14,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-pytest.importorskip("tensorflow_serving.apis",
-                    reason="needs pip install --no-deps tensorflow-serving-api==2.15.1")
-from tensorflow_serving.apis import (get_model_metadata_pb2, get_model_status_pb2,  # noqa: E402
+# The venv has tensorflow-serving-api (the Makefile's venv-requirements installs it).
+from tensorflow_serving.apis import (get_model_metadata_pb2, get_model_status_pb2,
                                      model_service_pb2_grpc, predict_pb2, prediction_log_pb2,
                                      prediction_service_pb2_grpc)
 
-from tf_serving_standin import TFServingStandIn  # noqa: E402
+from tf_serving_standin import TFServingStandIn
 
 _INFO = tf.compat.v1.saved_model.utils.build_tensor_info
 

@@ -4,8 +4,9 @@ follow(push_dir, model) brings the model to the newest published update, applyin
 two (update_files.py: updates are cumulative since a whole update); a missing update or one
 the model refuses (corrupt, truncated, of another chain) stops it with UpdateError naming
 the update, and the model keeps serving the last good version. `model` is anything with version() -> (version, chain) and apply(update_dir) ->
-version: a ServedModel (the SavedModel loaded in this process), or a RestModel (TensorFlow
-Serving's REST API: the model's "version" and "apply_update" signatures through Predict).
+version: a ServedModel (the SavedModel loaded in this process), a RestModel or a GrpcModel
+(TensorFlow Serving's REST or gRPC API: the model's "version" and "apply_update" signatures
+through Predict).
 
     python -m rec_sdk.serving.follow --push_dir DIR --server http://HOST:8501/v1/models/NAME
 
@@ -17,6 +18,7 @@ import os
 import time
 import urllib.request
 
+import numpy as np
 import tensorflow as tf
 
 from rec_sdk.ops.loader import load_ops_if_built
@@ -75,8 +77,13 @@ class RestModel:
     def __init__(self, url, timeout=600):
         self.url, self.timeout = url.rstrip("/"), timeout
 
-    def _predict(self, signature, inputs):
-        body = json.dumps({"signature_name": signature, "inputs": inputs}).encode()
+    def run(self, signature, inputs):
+        """Predict of `signature` with `inputs` ({name: value}, in TF Serving's columnar
+        "inputs" format); returns its "outputs" as TF Serving writes them: a dict by output
+        name, or the value itself when the signature has one output."""
+        body = json.dumps({"signature_name": signature, "inputs": {
+            k: np.asarray(v).tolist() if isinstance(v, np.ndarray) else v
+            for k, v in inputs.items()}}).encode()
         request = urllib.request.Request(self.url + ":predict", body,
                                          {"Content-Type": "application/json"})
         try:
@@ -86,13 +93,77 @@ class RestModel:
             raise UpdateError("%s (%s): %s" % (signature, self.url,
                                                e.read().decode(errors="replace"))) from None
 
+    def predict(self, feeds):
+        return self.run("serving_default", feeds)
+
     def version(self):
-        out = self._predict(VERSION_SIGNATURE, {VERSION_INPUT: 0})
+        out = self.run(VERSION_SIGNATURE, {VERSION_INPUT: 0})
         return int(out["version"]), str(out["chain"])
 
     def apply(self, update_dir):
-        out = self._predict(APPLY_SIGNATURE, {"update_dir": update_dir})
+        out = self.run(APPLY_SIGNATURE, {"update_dir": update_dir})
         return int(out["version"] if isinstance(out, dict) else out)
+
+
+class GrpcModel:
+    """A model served by TensorFlow Serving, reached through its gRPC PredictionService at
+    `target` (HOST:PORT) under model name `name`. Needs the tensorflow-serving-api package
+    (its protos; `pip install --no-deps tensorflow-serving-api`)."""
+
+    def __init__(self, target, name, timeout=600):
+        try:
+            import grpc  # pylint: disable=import-outside-toplevel
+            from tensorflow_serving.apis import (  # pylint: disable=import-outside-toplevel
+                predict_pb2, prediction_service_pb2_grpc)
+        except ImportError as e:
+            raise ImportError("GrpcModel needs the tensorflow-serving-api package: pip install "
+                              "--no-deps tensorflow-serving-api (%s)" % e) from None
+        self._grpc, self._predict_pb2 = grpc, predict_pb2
+        self.target, self.name, self.timeout = target, name, timeout
+        self._channel = grpc.insecure_channel(target, options=[
+            ("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)])
+        self._stub = prediction_service_pb2_grpc.PredictionServiceStub(self._channel)
+
+    def run(self, signature, inputs):
+        """Predict of `signature` with `inputs` ({name: array}); returns {output: array}."""
+        request = self._predict_pb2.PredictRequest()
+        request.model_spec.name = self.name
+        request.model_spec.signature_name = signature
+        for key, value in inputs.items():
+            request.inputs[key].CopyFrom(tf.make_tensor_proto(value))
+        try:
+            response = self._stub.Predict(request, timeout=self.timeout)
+        except self._grpc.RpcError as e:
+            raise UpdateError("%s (%s, model %s): %s" % (signature, self.target, self.name,
+                                                         e.details())) from None
+        return {key: tf.make_ndarray(value) for key, value in response.outputs.items()}
+
+    def predict(self, feeds):
+        return self.run("serving_default", feeds)
+
+    def version(self):
+        out = self.run(VERSION_SIGNATURE, {VERSION_INPUT: np.int64(0)})
+        return int(out["version"]), out["chain"].item().decode()
+
+    def apply(self, update_dir):
+        return int(self.run(APPLY_SIGNATURE, {"update_dir": update_dir})["version"])
+
+    def close(self):
+        self._channel.close()
+
+
+def model_at(url):
+    """The model a watcher drives: http://HOST:PORT/v1/models/NAME (TensorFlow Serving's
+    REST API) or grpc://HOST:PORT/NAME (its gRPC API)."""
+    if url.startswith("grpc://"):
+        target, _, name = url[len("grpc://"):].partition("/")
+        if not target or not name or "/" in name:
+            raise ValueError("a gRPC server is grpc://HOST:PORT/MODEL_NAME, got %r" % url)
+        return GrpcModel(target, name)
+    if url.startswith(("http://", "https://")):
+        return RestModel(url)
+    raise ValueError("--server must be http://HOST:PORT/v1/models/NAME (REST) or "
+                     "grpc://HOST:PORT/NAME (gRPC), got %r" % url)
 
 
 def _manifest(push_dir, version, what):
