@@ -9,6 +9,7 @@ one version per request while updates apply, and the stock-TensorFlow sequence t
 a key twice in a DenseHashTable.
 """
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -223,3 +224,79 @@ def test_each_request_reads_one_version_while_updates_apply(tmp_path, monkeypatc
     assert not mixed, mixed[:3]
     assert len(seen) > 2  # the reads ran while versions changed
     np.testing.assert_array_equal(served.predict({"ids": keys[:2]})["p"], (versions + 1.0) ** 2)
+
+
+def _small_model(tmp_path):
+    """One servable table (dim 4) and a dense scale; returns (ids, outputs, write op, its
+    feeds' placeholders, remove op)."""
+    init(use_dynamic_expansion=False)
+    table = create_table(tf.int64, 4, "items", tf.compat.v1.zeros_initializer(),
+                         device_vocabulary_size=5000, servable=True)
+    ids = tf.compat.v1.placeholder(tf.int64, [None], name="ids")
+    scale = tf.compat.v1.get_variable("scale", [], initializer=tf.compat.v1.ones_initializer())
+    emb = sparse_lookup(table, ids, is_train=False, name="emb")
+    keys = tf.compat.v1.placeholder(tf.int64, [None])
+    values = tf.compat.v1.placeholder(tf.float32, [None, 4])
+    write = tf.group(table.upsert(keys, values), scale.assign_add(1.0))
+    return ids, {"e": emb, "p": emb * scale}, write, keys, values, table.remove(keys)
+
+
+def test_a_replica_started_after_1000_pushes_equals_one_that_followed_them(tmp_path):
+    ids, outputs, write, keys, values, remove = _small_model(tmp_path)
+    push_dir = str(tmp_path / "push")
+    rng = np.random.RandomState(3)
+    probe = np.arange(-5, 2100, dtype=np.int64)
+    with new_session() as sess:
+        sess.run(tf.compat.v1.global_variables_initializer())
+        sess.run(write, {keys: np.arange(1000), values: rng.randn(1000, 4)})
+        export_serving_model(sess, str(tmp_path / "export"), {"ids": ids}, outputs, push_dir)
+        early = ServedModel(str(tmp_path / "export"))
+        pusher = Pusher(push_dir, keep_secs=0)
+        for push in range(1, 1001):
+            written = rng.randint(0, 2000, 3)
+            sess.run(write, {keys: written, values: rng.randn(3, 4)})
+            sess.run(remove, {keys: rng.randint(0, 2000, 1)})
+            assert pusher.push(sess) == push
+            assert follow(push_dir, early) == [push]
+        want = sess.run(outputs, {ids: probe})
+    kept = update_files.published_versions(push_dir)
+    assert len(kept) <= 2 and kept[-1] == 1000  # the newest and the whole update it builds on
+    assert pusher.whole_updates >= 2
+    late = ServedModel(str(tmp_path / "export"))
+    applied = follow(push_dir, late)
+    assert 1 <= len(applied) <= 2 and applied[-1] == 1000
+    for model in (early, late):
+        got = model.predict({"ids": probe})
+        for name in want:
+            np.testing.assert_array_equal(got[name], want[name])
+
+
+def test_retention_never_breaks_a_replica_behind_by_less_than_its_window(tmp_path):
+    ids, outputs, write, keys, values, _ = _small_model(tmp_path)
+    push_dir = str(tmp_path / "push")
+    window = 2.0
+    with new_session() as sess:
+        sess.run(tf.compat.v1.global_variables_initializer())
+        sess.run(write, {keys: np.arange(100), values: np.ones([100, 4])})
+        export_serving_model(sess, str(tmp_path / "export"), {"ids": ids}, outputs, push_dir)
+        replica = ServedModel(str(tmp_path / "export"))
+        pusher = Pusher(push_dir, keep_secs=window, base_fraction=1e-9)  # every update whole
+
+        def push(n):
+            for _ in range(n):
+                sess.run(write, {keys: [1], values: np.ones([1, 4])})
+                pusher.push(sess)
+
+        push(1)
+        # The replica picks update 1 to apply; pushes go on for less than the window.
+        picked = update_files.update_dir(push_dir, update_files.published_versions(push_dir)[-1])
+        started = time.time()
+        push(5)
+        assert time.time() - started < window
+        assert replica.apply(picked) == 1  # still there
+        time.sleep(window)
+        push(1)  # retires the updates older than the window
+        assert update_files.published_versions(push_dir) == [7]
+        assert follow(push_dir, replica) == [7]  # one that is behind catches up all the same
+        np.testing.assert_array_equal(replica.predict({"ids": np.arange(100)})["p"],
+                                      sess.run(outputs["p"], {ids: np.arange(100)}))
