@@ -49,10 +49,12 @@ py-test: build
 
 # The short subset of the Python tests that CI runs on the TensorFlows between 2.15 and the
 # newest (`make smoke TF=2.18`: the build, these tests and the wheel check): the op library's
-# loading and shapes, every optimizer against NumPy, lookups, checkpoints, de training, Keras.
+# loading and shapes, every optimizer against NumPy, lookups, checkpoints, de training, Keras,
+# and the served model's exactness at every version (it relies on stock TensorFlow's
+# DenseHashTable and MutexV2 behaving alike on every version).
 SMOKE_TESTS := tests/test_loader.py tests/test_op_shapes.py tests/test_optimizers.py \
   tests/test_embedding_api.py tests/test_checkpoint.py tests/test_dynamic_embedding_training.py \
-  tests/test_tf_versions.py tests/test_release.py
+  tests/test_tf_versions.py tests/test_release.py tests/test_serving_exact.py
 smoke: build
 	$(PY) -m pytest $(SMOKE_TESTS)
 	$(MAKE) --no-print-directory wheel-test TF=$(TF)

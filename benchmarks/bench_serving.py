@@ -19,8 +19,17 @@ the concatenated rows, trained with lazy Adam / Adam in a tf.compat.v1 Session.
    applies each update to the served model (polling every second); the update lag is, per
    update, from the take of the previous push (the oldest change it carries) to the served
    model holding it. The first round's time includes the first push of the session.
+4. Catch-up (--catchup-keys, default 100k; --catchup-pushes, default 1000): a table trained
+   and pushed that many times (50 rows written and 10 removed per push, each push
+   cumulative since the newest whole update); a replica started after the last push, in a
+   fresh process: seconds to load the export, then to follow (updates applied: at most 2).
+5. Memory under churn (--churn-keys, default 1M): each of 20 pushes removes 2% of the keys
+   and adds 2% new ones (the tombstones that removals leave, and the rebuilds they trigger);
+   a fresh process loads the export and applies every push: resident memory per live key
+   against the payload, and the slowest apply.
 
     .venv/bin/python benchmarks/bench_serving.py [--keys 1000000,10000000] [--quick]
+        [--only load|serve|train|catchup|churn]
 """
 import argparse
 import ctypes
@@ -235,6 +244,117 @@ def bench_serve(keys, root, seconds, update_secs, rounds=2):
     return results, apply_seconds
 
 
+# --- 4. and 5. catch-up and churn ---------------------------------------------------------
+
+def follow_child(export_dir, push_dir):
+    """(In a fresh process) loads an export and brings it up to date: with push_dir's updates
+    applied one by one when ONE_BY_ONE is set (churn), else with follow (catch-up). Prints
+    seconds and memory."""
+    rss0 = status_kb("VmRSS")
+    t = time.perf_counter()
+    served = ServedModel(export_dir)
+    load_s = time.perf_counter() - t
+    trim_heap()
+    load_rss = status_kb("VmRSS") - rss0
+    applies = []
+    t = time.perf_counter()
+    if os.environ.get("ONE_BY_ONE"):
+        for version in sorted(int(n) for n in os.listdir(push_dir) if n.isdigit()):
+            a = time.perf_counter()
+            served.apply(os.path.join(push_dir, "%010d" % version))
+            applies.append(time.perf_counter() - a)
+    else:
+        applied = follow(push_dir, served)
+        applies = [0.0] * len(applied)
+    follow_s = time.perf_counter() - t
+    trim_heap()
+    live, bucket_bytes = 0, 0
+    for size, tombstones, buckets in _served_sizes(served):
+        got = served.sess.run([size, tombstones, buckets])
+        live += got[0] - got[1]
+        bucket_bytes += got[2] * (8 + 4 * DIM)
+    print(json.dumps({"load_s": load_s, "follow_s": follow_s, "applied": len(applies),
+                      "max_apply_s": max(applies) if applies else 0.0,
+                      "apply_s": [round(a, 3) for a in applies],
+                      "load_rss_kb": load_rss, "rss_kb": status_kb("VmRSS") - rss0,
+                      "live_keys": int(live), "bucket_bytes": int(bucket_bytes)}))
+
+
+def _served_sizes(served):
+    """[(entries, tombstones, buckets)] tensors of each served hash table of a loaded model."""
+    graph = served.graph
+    out = []
+    with graph.as_default():
+        for table in [op for op in graph.get_operations()
+                      if op.type == "MutableDenseHashTableV2"]:
+            handle = table.outputs[0]
+            counter = graph.get_operation_by_name(table.name + "_tombstones").outputs[0]
+            keys, _ = tf.raw_ops.LookupTableExportV2(table_handle=handle, Tkeys=tf.int64,
+                                                    Tvalues=tf.float32)
+            out.append((tf.raw_ops.LookupTableSizeV2(table_handle=handle),
+                        tf.raw_ops.ReadVariableOp(resource=counter, dtype=tf.int64),
+                        tf.shape(keys)[0]))
+    return out
+
+
+def run_follow_child(export_dir, push_dir, one_by_one=False):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    if one_by_one:
+        env["ONE_BY_ONE"] = "1"
+    out = subprocess.run([sys.executable, __file__, "--follow-child", export_dir, push_dir],
+                         stdout=subprocess.PIPE, text=True, check=True, env=env)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def bench_catchup(keys, pushes, root):
+    model = Model(keys)
+    sess = model.filled_session()
+    model.export(sess, root, "catchup")
+    push_dir = os.path.join(root, "catchup_push")
+    pusher = Pusher(push_dir)
+    t = time.perf_counter()
+    for _ in range(pushes):
+        sess.run(model.fill, {model.fill_keys: model.rng.randint(0, keys + keys // 4, 50)})
+        sess.run(model.table.remove(model.rng.randint(0, keys, 10)))
+        pusher.push(sess)
+    push_s = time.perf_counter() - t
+    sess.close()
+    got = run_follow_child(os.path.join(root, "catchup"), push_dir)
+    got.update(keys=keys, pushes=pushes, push_s=push_s, whole=pusher.whole_updates,
+               kept=len([n for n in os.listdir(push_dir) if n.isdigit()]))
+    print(json.dumps(got), flush=True)
+    return got
+
+
+def bench_churn(keys, root, pushes=20):
+    model = Model(keys)
+    sess = model.filled_session()
+    model.export(sess, root, "churn")
+    push_dir = os.path.join(root, "churn_push")
+    pusher = Pusher(push_dir, base_fraction=100)  # cumulative: the removals stay tombstones
+    stored = np.arange(keys, dtype=np.int64)
+    fresh = keys
+    gone_keys = tf.compat.v1.placeholder(tf.int64, [None])
+    remove = model.table.remove(gone_keys)
+    for _ in range(pushes):
+        gone = model.rng.choice(len(stored), keys // 50, replace=False)
+        sess.run(remove, {gone_keys: stored[gone]})
+        new = np.arange(fresh, fresh + keys // 50, dtype=np.int64)
+        fresh += len(new)
+        sess.run(model.fill, {model.fill_keys: new})
+        stored = np.concatenate([np.delete(stored, gone), new])
+        pusher.push(sess)
+    sess.close()
+    got = run_follow_child(os.path.join(root, "churn"), push_dir, one_by_one=True)
+    payload = got["live_keys"] * (8 + 4 * DIM)
+    got.update(keys=keys, pushes=pushes, rss_per_payload=got["rss_kb"] * 1024 / payload,
+               buckets_per_payload=got["bucket_bytes"] / payload,
+               load_rss_per_payload=got["load_rss_kb"] * 1024 / (keys * (8 + 4 * DIM)))
+    assert got["live_keys"] == len(stored), (got["live_keys"], len(stored))
+    print(json.dumps(got), flush=True)
+    return got
+
+
 def follow_one(push_dir, model):
     """Applies the next update only (one per period, as a pusher would publish them)."""
     version, _ = model.version()
@@ -306,20 +426,28 @@ def main():
     parser.add_argument("--train-secs", type=float, default=95)
     parser.add_argument("--push-secs", type=float, default=30)
     parser.add_argument("--quick", action="store_true", help="small sizes, short runs")
-    parser.add_argument("--only", choices=["load", "serve", "train"])
+    parser.add_argument("--catchup-keys", type=int, default=100000)
+    parser.add_argument("--catchup-pushes", type=int, default=1000)
+    parser.add_argument("--churn-keys", type=int, default=1000000)
+    parser.add_argument("--only", choices=["load", "serve", "train", "catchup", "churn"])
     parser.add_argument("--load-child")
+    parser.add_argument("--follow-child", nargs=2, metavar=("EXPORT", "PUSH_DIR"))
     args = parser.parse_args()
     tf.compat.v1.disable_eager_execution()
     if args.load_child:
         load_child(args.load_child)
         return
+    if args.follow_child:
+        follow_child(*args.follow_child)
+        return
     if args.quick:
         args.keys, args.serve_keys, args.serve_secs = "100000", 100000, 4
         args.update_secs, args.train_secs, args.push_secs = 2, 12, 4
+        args.catchup_keys, args.catchup_pushes, args.churn_keys = 20000, 100, 100000
     root = tempfile.mkdtemp(prefix="rec_sdk_bench_serving_")
     print("machine:", platform.platform(), os.cpu_count(), "cores; tensorflow", tf.__version__)
     try:
-        load = serve = train = None
+        load = serve = train = catchup = churn = None
         apply_seconds = []
         if args.only in (None, "load"):
             load = bench_load([int(k) for k in args.keys.split(",")], root)
@@ -328,9 +456,23 @@ def main():
                                                args.update_secs)
         if args.only in (None, "train"):
             train = bench_train(args.serve_keys, root, args.train_secs, args.push_secs)
+        if args.only in (None, "catchup"):
+            catchup = bench_catchup(args.catchup_keys, args.catchup_pushes, root)
+        if args.only in (None, "churn"):
+            churn = bench_churn(args.churn_keys, root)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     report(load, serve, apply_seconds, train)
+    if catchup:
+        print("\n## catch-up after %(pushes)d pushes (%(keys)d keys): load %(load_s).2f s, "
+              "follow %(follow_s).2f s (%(applied)d updates applied, max %(max_apply_s).3f s "
+              "each); the chain holds %(kept)d updates, %(whole)d whole ones written" % catchup)
+    if churn:
+        print("\n## churn (%(keys)d keys, %(pushes)d pushes of 2%% removed + 2%% new): "
+              "hash table buckets %(buckets_per_payload).2fx the live keys' payload; "
+              "RSS %(rss_per_payload).2fx after the pushes "
+              "(%(load_rss_per_payload).2fx after the load); slowest apply %(max_apply_s).3f s"
+              % churn)
 
 
 def report(load, serve, apply_seconds, train):

@@ -1,9 +1,10 @@
 """How a served model takes an update, and the lock that gives each request one version.
 
 apply_update_op builds the "apply_update" signature's op: it reads and checks an update
-directory (update_files.py) with stock ops before it changes anything, then, holding the
-model's lock, checks that the update applies onto the model's version, writes every table's
-rows and removals, assigns the dense variables the update carries and moves the version.
+directory (update_files.py) with stock ops before it changes anything; then, one update at
+a time, checks that it applies onto the model's version and works out what changes in each
+table (reading only), and holding the model's lock writes every table's rows and removals,
+assigns the dense variables the update carries and moves the version.
 Requests read their rows and dense variables holding the same lock (ModelLock.run), so every
 output of a request is computed from one published version. The lock is a stock MutexV2:
 TensorFlow Serving and the stock loaders run it.
@@ -90,15 +91,16 @@ def read_manifest_op(update_dir):
     return {name: value.values for name, value in parsed.items()}, intact
 
 
-def apply_update_op(update_dir, tables, dense, version, chain, lock):
+def apply_update_op(update_dir, tables, dense, version, chain, lock, updates_lock):
     """The op applying the update in directory `update_dir` (a string tensor) to a served
     model at `version` (an int64 variable) of chain `chain`. Without the lock it reads the
     update and checks the manifest, the chain, the table and dense names and every file's
-    size and fingerprint; holding `lock` (a ModelLock) it checks that the update applies
-    onto the model's version (base <= version < the update's), applies removals and rows
-    table by table, assigns the dense variables the update carries and moves `version`.
-    Returns the new version. tables: [ServedTable or plugin.PluginTable]; dense: [(name,
-    variable)]."""
+    size and fingerprint. Holding `updates_lock` (a ModelLock only updates take: one update
+    at a time) it checks that the update applies onto the model's version (base <= version <
+    the update's) and plans each table's changes (reads only); holding `lock` as well (the
+    lock requests take) it writes them, assigns the dense variables the update carries and
+    moves `version`. Returns the new version. tables: [ServedTable or plugin.PluginTable];
+    dense: [(name, variable)]."""
     manifest, intact = read_manifest_op(update_dir)
     checks = [intact]
 
@@ -142,7 +144,7 @@ def apply_update_op(update_dir, tables, dense, version, chain, lock):
                 present, read, lambda var=var: tf.zeros(tf.shape(var), var.dtype))))
     ready = checks + [t for c in contents for t in c[:3]] + [v for _, v in new_dense]
 
-    def locked():
+    def one_at_a_time():
         current = version.read_value()
         base, target = manifest["base"][0], manifest["version"][0]
         follows = tf.debugging.Assert(
@@ -151,11 +153,16 @@ def apply_update_op(update_dir, tables, dense, version, chain, lock):
              base, "to", target - 1, "but the model is at version", current,
              "(apply the update it follows first)"], summarize=8)
         with tf.control_dependencies([follows]):
-            applied = [table.apply(*content) for table, content in zip(tables, contents)]
+            # Reads only: requests go on meanwhile.
+            plans = [table.plan(*content) for table, content in zip(tables, contents)]
+
+        def locked():
+            applied = [table.write(plan) for table, plan in zip(tables, plans)]
             for (_, var), (present, value) in zip(dense, new_dense):
                 applied.append(var.assign(tf.where(present, value, var.read_value())))
-        with tf.control_dependencies(applied):
-            return version.assign(target)
+            with tf.control_dependencies(applied):
+                return version.assign(target)
+        return lock.run(locked)
 
     with tf.control_dependencies(ready):
-        return lock.run(locked)
+        return updates_lock.run(one_at_a_time)

@@ -168,7 +168,8 @@ def export_serving_model(sess, export_dir, inputs, outputs, push_dir, tables=Non
             update_dir = tf.compat.v1.placeholder(tf.string, [], name="update_dir")
             applied = apply_update_op(update_dir, served_tables,
                                       [(name, var) for name, var in graph.variables],
-                                      version, chain_t, locks[0])
+                                      version, chain_t, locks[0],
+                                      ModelLock("rec_sdk_serving_updates_" + chain))
             request = tf.compat.v1.placeholder_with_default(np.int64(0), [], name=VERSION_INPUT)
             signatures = {
                 "serving_default": graph.signature(inputs),

@@ -72,6 +72,7 @@ def export_keras_serving_model(model, export_dir, push_dir, input_signature=None
         module.tables = [t for table in served for t in table.tables]
         module.tombstones = [c for table in served for c in table.tombstones]
         module.lock = ModelLock("rec_sdk_serving_" + chain)
+        module.updates_lock = ModelLock("rec_sdk_serving_updates_" + chain)
         module.dense = dense_variables(model, layers)
         module.version = tf.Variable(np.int64(0), trainable=False,
                                      name="rec_sdk_serving_version")
@@ -85,7 +86,8 @@ def export_keras_serving_model(model, export_dir, push_dir, input_signature=None
         @tf.function(input_signature=[tf.TensorSpec([], tf.string, name="update_dir")])
         def apply_update(update_dir):
             return {"version": apply_update_op(update_dir, served, dense, module.version,
-                                               tf.constant(chain), module.lock)}
+                                               tf.constant(chain), module.lock,
+                                               module.updates_lock)}
 
         @tf.function(input_signature=[tf.TensorSpec([], tf.int64, name=VERSION_INPUT)])
         def version(request):

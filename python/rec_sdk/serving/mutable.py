@@ -219,16 +219,28 @@ class ServedTable:
     def default_rows(self, n):
         return tf.broadcast_to(tf.constant(self.default), tf.stack([n, self.dim]))
 
-    def apply(self, keys, values, removed, replace):
-        """Op applying an update's rows [n, dim] of keys [n] and its removed keys (replace:
-        the rows are the whole table) to every sub-table. Run it in the model's critical
-        section (apply_update_op): a sub-table may be rebuilt on the way."""
+    def plan(self, keys, values, removed, replace):
+        """What an update's rows [n, dim] of keys [n] and removed keys (replace: the rows are
+        the whole table) change in each sub-table: a structure of tensors for write(). It
+        only reads the sub-tables, so it runs before the model's lock is taken (updates are
+        applied one at a time, apply.py), and requests go on meanwhile."""
         parts = self._split(keys, values)
         gone = self._split(removed)
+        return [self._plan_part(p, k, v, r, replace)
+                for p, ((k, v), (r,)) in enumerate(zip(parts, gone))]
+
+    def write(self, plans):
+        """Op carrying out plan()'s changes (holding the model's lock): each sub-table takes
+        its rows and tombstones, or is rebuilt (the update's rows are the whole table, its
+        tombstones pass TOMBSTONE_SHARE of its live rows, or an insert would grow it)."""
         done = []
-        for p, ((k, v), (r,)) in enumerate(zip(parts, gone)):
-            done.append(tf.cond(replace, lambda p=p, k=k, v=v: self._rebuild(p, k, v),
-                                lambda p=p, k=k, v=v, r=r: self._change(p, k, v, r)))
+        for p, plan in enumerate(plans):
+            def rebuild(p=p, plan=plan):
+                rows = (plan["keys"], plan["values"])
+                return tf.cond(plan["whole"], lambda: self._rebuild(p, *rows),
+                               lambda: self._rebuild(p, pending=rows))
+            done.append(tf.cond(plan["rebuild"], rebuild,
+                                lambda p=p, plan=plan: self._write_part(p, plan)))
         return tf.group(*done)
 
     def _is_default(self, rows):
@@ -236,46 +248,93 @@ class ServedTable:
         rows = tf.reshape(rows, [-1, self.dim])
         return tf.reshape(tf.reduce_all(tf.equal(rows, self.default), axis=1), [-1])
 
-    def _change(self, p, keys, values, removed):
-        """Op writing rows and tombstones into sub-table p; rebuilds it when its tombstones
-        pass TOMBSTONE_SHARE of its live rows. Returns the sub-table's entries."""
+    def _plan_part(self, p, keys, values, removed, whole):
+        """Sub-table p's part of plan(). Rows the sub-table holds already are skipped (a
+        cumulative update repeats rows a follower has), keys that may be new are apart from
+        the rows of stored keys and the tombstones of removed ones. TensorFlow grows a
+        DenseHashTable when its entries plus an insert's batch pass MAX_LOAD (it counts every
+        key of the batch as new, and tombstones are entries): so a sub-table is rebuilt
+        instead when an insert would grow it, or when its tombstones pass TOMBSTONE_SHARE of
+        its live rows (it then grows only when its live rows need it)."""
         table = self.tables[p]
+        values = all_values = tf.reshape(values, [-1, self.dim])
+        all_keys = keys
+        current = tf.reshape(table.lookup(keys), [-1, self.dim])
+        changed = tf.reduce_any(tf.not_equal(current, values), axis=1)
+        keys, values = tf.boolean_mask(keys, changed), tf.boolean_mask(values, changed)
+        maybe_new = self._is_default(tf.boolean_mask(current, changed))  # or a tombstone
         # A removed key that still reads a row gets the default row: a tombstone.
-        stored = tf.logical_not(self._is_default(table.lookup(removed)))
-        buried = tf.boolean_mask(removed, stored)
-        read_default = _count(self._is_default(table.lookup(keys)))
-        with tf.control_dependencies([buried, read_default]):
-            before = table.size()
-        with tf.control_dependencies([before]):
-            written = table.insert(tf.concat([keys, buried], 0),
-                                   tf.concat([values, self.default_rows(tf.size(buried))], 0))
-        with tf.control_dependencies([written]):
-            after = table.size()
-        # Tombstones: entries whose row is the default. Written keys that read the default
-        # before were tombstones or new entries (after - before of them); written rows
-        # equal to the default are tombstones now.
-        change = (tf.size(buried, out_type=tf.int64) + _count(self._is_default(values)) -
-                  (read_default - (after - before)))
-        tombstones = self.tombstones[p].assign_add(change)
-        live = after - tombstones
-        crowded = tombstones > tf.maximum(np.int64(MIN_TOMBSTONES), live // TOMBSTONE_SHARE)
-        return tf.cond(crowded, lambda: self._rebuild(p), lambda: tf.identity(after))
+        buried = tf.boolean_mask(removed,
+                                 tf.logical_not(self._is_default(table.lookup(removed))))
+        stored = tf.logical_not(maybe_new)
+        new_keys = tf.boolean_mask(keys, maybe_new)
+        old_keys = tf.concat([tf.boolean_mask(keys, stored), buried], 0)
+        entries = table.size()
+        buckets = tf.shape(table.export()[0], out_type=tf.int64)[0]  # no copy: aliased
+        tombstones = self.tombstones[p].read_value()
+        limit = MAX_LOAD * tf.cast(buckets, tf.float64)
+        # The second insert (old_keys) counts the first one's new entries too.
+        would_grow = tf.cast(entries + tf.size(new_keys, out_type=tf.int64) +
+                             tf.size(old_keys, out_type=tf.int64), tf.float64) > limit
+        crowded = (tombstones + tf.size(buried, out_type=tf.int64) >
+                   tf.maximum(np.int64(MIN_TOMBSTONES),
+                              (entries - tombstones) // TOMBSTONE_SHARE))
+        # Tombstones are the entries whose row is the default. Of the keys that read the
+        # default, those that were stored were tombstones and are rows now; keys written
+        # with the default row and buried keys are tombstones now.
+        new_rows = tf.boolean_mask(values, maybe_new)
+        old_rows = tf.concat([tf.boolean_mask(values, stored),
+                              self.default_rows(tf.size(buried))], 0)
+        return {"whole": whole, "rebuild": tf.reduce_any([whole, crowded, would_grow]),
+                "new_keys": new_keys, "new_rows": new_rows,
+                "old_keys": old_keys, "old_rows": old_rows,
+                # What a rebuild writes: the whole table's rows, or those over its own.
+                "keys": tf.cond(whole, lambda: all_keys,
+                                lambda: tf.concat([new_keys, old_keys], 0)),
+                "values": tf.cond(whole, lambda: all_values,
+                                  lambda: tf.concat([new_rows, old_rows], 0)),
+                "tombstones": (tf.size(buried, out_type=tf.int64) +
+                               _count(self._is_default(values)) - _count(maybe_new))}
 
-    def _rebuild(self, p, keys=None, values=None):
-        """Op refilling sub-table p with `keys` and `values` (default: its own entries
-        other than tombstones) in a fresh bucket array sized for them, so that no key is
-        ever stored twice (see the module's doc). Returns the entries."""
+    def _write_part(self, p, plan):
+        table = self.tables[p]
+        before = table.size()
+        with tf.control_dependencies([before]):
+            added = table.insert(plan["new_keys"], plan["new_rows"])
+        with tf.control_dependencies([added]):
+            after = table.size()
+            overwritten = table.insert(plan["old_keys"], plan["old_rows"])
+        with tf.control_dependencies([overwritten]):
+            # The keys that read the default and were not stored: after - before.
+            counted = self.tombstones[p].assign_add(plan["tombstones"] + after - before)
+        with tf.control_dependencies([counted]):
+            return table.size()
+
+    def _rebuild(self, p, keys=None, values=None, pending=None):
+        """Op refilling sub-table p with `keys` and `values` (default: its own entries other
+        than tombstones, with the rows `pending` (keys, rows) written over them) in a fresh
+        bucket array sized for them, so that no key is ever stored twice (see the module's
+        doc). Returns the entries."""
         table = self.tables[p]
         if keys is None:
             stored_keys, stored_rows = table.export()
             stored_keys = tf.reshape(stored_keys, [-1])
             stored_rows = tf.reshape(stored_rows, [-1, self.dim])
-            # The export aliases the table's buffers: copy the kept rows out before the
-            # import below replaces them.
             kept = tf.logical_and(stored_keys > DELETED_KEY,
                                   tf.logical_not(self._is_default(stored_rows)))
-            keys = tf.boolean_mask(stored_keys, kept)
-            values = tf.boolean_mask(stored_rows, kept)
+            pending_keys, pending_rows = pending
+            kept = tf.logical_and(kept, tf.logical_not(_isin(stored_keys, pending_keys)))
+            written = tf.logical_not(self._is_default(pending_rows))
+            # The export aliases the table's buffers: the kept rows are copied out (gather)
+            # before the import below replaces them.
+            keys = tf.concat([tf.boolean_mask(stored_keys, kept),
+                              tf.boolean_mask(pending_keys, written)], 0)
+            values = tf.concat([tf.boolean_mask(stored_rows, kept),
+                                tf.boolean_mask(pending_rows, written)], 0)
+        else:  # the rows of a whole table: those equal to the default read as not stored
+            values = tf.reshape(values, [-1, self.dim])
+            written = tf.logical_not(self._is_default(values))
+            keys, values = tf.boolean_mask(keys, written), tf.boolean_mask(values, written)
         n = tf.size(keys, out_type=tf.int64)
         buckets = _buckets_for(n)
         # Fill's output is a new buffer each run (its shape is computed at run time), and the
@@ -300,6 +359,15 @@ class ServedTable:
 
 def _count(mask):
     return tf.reduce_sum(tf.cast(mask, tf.int64))
+
+
+def _isin(keys, among):
+    """[n] bool: which of keys [n] are in `among` [m]."""
+    sorted_among = tf.sort(among)
+    at = tf.searchsorted(sorted_among, keys, out_type=tf.int64)
+    size = tf.size(among, out_type=tf.int64)
+    probe = tf.gather(tf.concat([sorted_among, [EMPTY_KEY]], 0), tf.minimum(at, size))
+    return tf.logical_and(at < size, tf.equal(probe, keys))
 
 
 def _buckets_for(n):

@@ -59,8 +59,11 @@ class PluginTable:
         return tf.where(tf.expand_dims(exists, -1), values,
                         tf.broadcast_to(fill, tf.shape(values)))
 
-    def apply(self, keys, values, removed, replace):
-        return table_ops.apply_rows(self.handle, keys, values, removed, replace)
+    def plan(self, keys, values, removed, replace):
+        return keys, values, removed, replace
+
+    def write(self, plan):
+        return table_ops.apply_rows(self.handle, *plan)
 
     def size(self):
         return table_ops.size(self.handle)
