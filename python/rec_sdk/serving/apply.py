@@ -5,7 +5,8 @@ directory (update_files.py) with stock ops before it changes anything; then, one
 a time, checks that it applies onto the model's version and works out what changes in each
 table (reading only), and holding the model's lock writes every table's rows and removals,
 assigns the dense variables the update carries and moves the version.
-Requests read their rows and dense variables holding the same lock (ModelLock.run), so every
+Requests read their rows and dense variables without the lock but keep them only when no
+update wrote meanwhile, else read again holding it (ModelLock.read, a seqlock), so every
 output of a request is computed from one published version. The lock is a stock MutexV2:
 TensorFlow Serving and the stock loaders run it.
 """
@@ -17,13 +18,28 @@ from rec_sdk.serving import update_files
 
 
 class ModelLock(tf.saved_model.experimental.TrackableResource):
-    """The exclusive lock that a served model's reads and updates take (a MutexV2 resource;
-    a TrackableResource so that TF2 SavedModels recreate it). name: unique per export (its
-    chain id), so that models loaded in one process never share it."""
+    """The lock of a served model's updates (a MutexV2 resource; a TrackableResource so that
+    TF2 SavedModels recreate it) and a sequence number that makes requests' reads consistent
+    without taking it (a seqlock): write(fn) runs an update's writes holding the lock, the
+    sequence number odd meanwhile; read(fn) reads without the lock and keeps the result when
+    the sequence number was the same even number before and after, else reads again holding
+    the lock. name: unique per export (its chain id), so models loaded in one process never
+    share a lock."""
 
     def __init__(self, name):
         self._lock_name = name
         super().__init__()
+        if tf.executing_eagerly():
+            # Tracked explicitly (a resource does not track its attributes), so that TF2
+            # SavedModels save it.
+            self.sequence = self._track_trackable(
+                tf.Variable(np.int64(0), trainable=False, name=name + "_sequence"), "sequence")
+        else:
+            self.sequence = tf.compat.v1.Variable(np.int64(0), trainable=False,
+                                                  use_resource=True, name=name + "_sequence")
+            # Created now, in the model's graph (on first use it could be created inside a
+            # cond's branch function, where other ops cannot reach it).
+            _ = self.resource_handle
 
     def _create_resource(self):
         return gen_resource_variable_ops.mutex_v2(shared_name=self._lock_name,
@@ -41,6 +57,32 @@ class ModelLock(tf.saved_model.experimental.TrackableResource):
             released = gen_resource_variable_ops.consume_mutex_lock(held)
         with tf.control_dependencies([released]):
             return tf.nest.pack_sequence_as(out, [tf.identity(t) for t in flat])
+
+    def write(self, fn):
+        """run(fn) for an update's writes: the sequence number is odd while they run."""
+        def locked():
+            started = self.sequence.assign_add(1)
+            with tf.control_dependencies([started]):
+                out = fn()
+            with tf.control_dependencies(tf.nest.flatten(out)):
+                done = self.sequence.assign_add(1)
+            with tf.control_dependencies([done]):
+                return tf.nest.map_structure(tf.identity, out)
+        return self.run(locked)
+
+    def read(self, fn):
+        """The tensors of fn() (reads only) as of one moment between updates: read without
+        the lock, kept when no update's writes ran meanwhile (the sequence number was the
+        same even number before and after; every read and write takes its table's or
+        variable's mutex, which orders them), else read again holding the lock."""
+        before = self.sequence.read_value()
+        with tf.control_dependencies([before]):
+            out = fn()
+        with tf.control_dependencies(tf.nest.flatten(out)):
+            after = self.sequence.read_value()
+        quiet = tf.logical_and(tf.equal(before, after), tf.equal(before % 2, 0))
+        return tf.cond(quiet, lambda: tf.nest.map_structure(tf.identity, out),
+                       lambda: self.run(fn))
 
 
 def _checked_file(update_dir, name, manifest, dtype):
@@ -162,7 +204,7 @@ def apply_update_op(update_dir, tables, dense, version, chain, lock, updates_loc
                 applied.append(var.assign(tf.where(present, value, var.read_value())))
             with tf.control_dependencies(applied):
                 return version.assign(target)
-        return lock.run(locked)
+        return lock.write(locked)
 
     with tf.control_dependencies(ready):
         return updates_lock.run(one_at_a_time)

@@ -5,7 +5,7 @@ its dense variables stay variables. Besides "serving_default" it has the signatu
 "apply_update" (input update_dir: the directory of one published update; output version:
 the model's version after it) and "version" (input request: any int64, since TensorFlow
 Serving's Predict refuses a signature without inputs; outputs version and chain). Requests
-read rows and dense variables holding the model's lock, which updates take too (apply.py).
+read rows and dense variables consistently with the updates' writes (apply.ModelLock).
 The export starts a chain in push_dir (update_files.BASE, version 0) that Pushers (push.py)
 continue.
 """
@@ -155,7 +155,7 @@ def export_serving_model(sess, export_dir, inputs, outputs, push_dir, tables=Non
         def reads_in(read):
             # In the serving graph: the lock its requests' reads and the updates share.
             locks.append(ModelLock("rec_sdk_serving_" + chain))
-            return locks[0].run(read)
+            return locks[0].read(read)
         graph = ServingGraph(sess, inputs, outputs, tables, make_lookup, keep_variables=True,
                              reads_in=reads_in)
         with graph.graph.as_default():
@@ -166,10 +166,10 @@ def export_serving_model(sess, export_dir, inputs, outputs, push_dir, tables=Non
             main_op = tf.group(*[served.load_op() for served in served_tables],
                                name="rec_sdk_serving_load")
             update_dir = tf.compat.v1.placeholder(tf.string, [], name="update_dir")
+            locks.append(ModelLock("rec_sdk_serving_updates_" + chain))
             applied = apply_update_op(update_dir, served_tables,
                                       [(name, var) for name, var in graph.variables],
-                                      version, chain_t, locks[0],
-                                      ModelLock("rec_sdk_serving_updates_" + chain))
+                                      version, chain_t, *locks)
             request = tf.compat.v1.placeholder_with_default(np.int64(0), [], name=VERSION_INPUT)
             signatures = {
                 "serving_default": graph.signature(inputs),
@@ -185,7 +185,8 @@ def export_serving_model(sess, export_dir, inputs, outputs, push_dir, tables=Non
             with tf.compat.v1.Session(graph=graph.graph) as export_sess:
                 export_sess.run([v.initializer for _, v in graph.variables], graph.variable_feeds)
                 export_sess.run([version.initializer] + [
-                    c.initializer for served in served_tables for c in served.tombstones])
+                    c.initializer for served in served_tables for c in served.tombstones] + [
+                    lock.sequence.initializer for lock in locks])
                 builder = tf.compat.v1.saved_model.Builder(export_dir)
                 builder.add_meta_graph_and_variables(
                     export_sess, [tf.saved_model.SERVING], signature_def_map=signatures,

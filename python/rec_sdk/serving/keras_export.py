@@ -5,9 +5,9 @@ de.Variable (created with servable=True) is served from a ServedTable (mutable.p
 hash tables fill themselves at load from the SavedModel's assets; the model's other
 variables stay variables. Signatures: "serving_default" (the model, training=False),
 "apply_update" (update_dir -> version) and "version" (request -> version, chain). A request
-runs the whole model holding the model's lock (apply.ModelLock), which updates take too, so
-it reads one version (Keras layers read their variables inside the model, so unlike the
-graph-mode export the model's arithmetic is inside the lock as well). The export starts the
+runs the whole model as apply.ModelLock.read does (Keras layers read their variables as they
+compute, so unlike the graph-mode export the model's arithmetic is inside it: a request that
+overlapped an update's writes runs the model again holding the lock). The export starts the
 update chain in push_dir that a Pusher(push_dir, model=model) or a PushCallback continues.
 """
 import shutil
@@ -80,7 +80,7 @@ def export_keras_serving_model(model, export_dir, push_dir, input_signature=None
 
         @tf.function(input_signature=input_signature)
         def serve(*inputs):
-            return module.lock.run(lambda: model(list(inputs) if len(inputs) > 1 else
+            return module.lock.read(lambda: model(list(inputs) if len(inputs) > 1 else
                                                  inputs[0], training=False))
 
         @tf.function(input_signature=[tf.TensorSpec([], tf.string, name="update_dir")])
