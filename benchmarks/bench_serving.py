@@ -491,8 +491,8 @@ def report(load, serve, apply_seconds, train):
     print("\n## serving (mutable with updates / static without)")
     for batch in (1, 256) if serve else ():
         for metric in ("qps", "p50_ms", "p99_ms"):
-            s = np.mean([r[metric] for r in serve if r["batch"] == batch and r["kind"] == "static"])
-            m = np.mean([r[metric] for r in serve if r["batch"] == batch and r["kind"] == "mutable"])
+            s, m = (np.mean([r[metric] for r in serve if r["batch"] == batch and
+                             r["kind"] == kind]) for kind in ("static", "mutable"))
             print("| batch %d | %s | static %.2f | mutable %.2f | ratio %.2f |"
                   % (batch, metric, s, m, m / s))
     if apply_seconds:

@@ -27,6 +27,7 @@ from rec_sdk.serving import (PushHook, Pusher, ServedModel, UpdateError, export_
 from rec_sdk.util.initialize import init
 
 from helpers import new_session
+from tf_serving_standin import TFServingStandIn
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -221,9 +222,53 @@ def _flip_byte(path, at=3):
     open(path, "wb").write(bytes(data))
 
 
+@pytest.mark.parametrize("path", ["step", "cumulative"])
 @pytest.mark.parametrize("damage", ["flipped values", "truncated keys", "corrupt manifest",
-                                    "missing removed file", "gap"])
-def test_a_damaged_or_missing_update_is_refused_by_name(tmp_path, damage):
+                                    "missing removed file"])
+def test_a_damaged_update_is_refused_by_name(tmp_path, damage, path):
+    """A replica at the previous version applies an update's step files (the changes since
+    that version), one further behind its cumulative files: damage in either is refused by
+    the file's name and the model keeps its version."""
+    model = _Model()
+    push_dir = tmp_path / "push"
+    with new_session() as sess:
+        sess.run(tf.compat.v1.global_variables_initializer())
+        model.run_training(sess, 3)
+        _export(model, sess, tmp_path)
+        pusher = Pusher(str(push_dir), base_fraction=100)
+        served = ServedModel(str(tmp_path / "export"))
+        for push in (1, 2):
+            model.run_training(sess, 2, users=(0, 200))
+            pusher.push(sess)
+            if push == 1 or path == "step":
+                follow(str(push_dir), served)
+        at = served.version()[0]
+        before = served.predict(model.queries())
+        model.run_training(sess, 2, users=(0, 200))
+        pusher.push(sess)
+    third = push_dir / "0000000003"
+    step = "step." if path == "step" else ""
+    named = {"flipped values": "table0.%svalues" % step,
+             "truncated keys": "table1.%skeys" % step, "corrupt manifest": "MANIFEST",
+             "missing removed file": "table0.%sremoved" % step}[damage]
+    if damage == "flipped values":
+        _flip_byte(third / named)
+    elif damage == "truncated keys":
+        data = open(third / named, "rb").read()
+        open(third / named, "wb").write(data[:-8])
+    elif damage == "corrupt manifest":
+        _flip_byte(third / "MANIFEST", at=40)
+    else:
+        os.remove(third / named)
+    with pytest.raises(UpdateError, match=named):
+        follow(str(push_dir), served)
+    assert served.version()[0] == at == (2 if path == "step" else 1)
+    after = served.predict(model.queries())
+    for name in before:
+        np.testing.assert_array_equal(after[name], before[name])
+
+
+def test_a_missing_whole_update_is_reported_by_name(tmp_path):
     model = _Model()
     push_dir = tmp_path / "push"
     with new_session() as sess:
@@ -235,40 +280,19 @@ def test_a_damaged_or_missing_update_is_refused_by_name(tmp_path, damage):
         model.run_training(sess, 2)
         pusher.push(sess)
         follow(str(push_dir), served)
-        before = served.predict(model.queries())
         model.run_training(sess, 2, users=(0, 200))
         pusher.base_fraction = 1e-9  # update 2 is whole, update 3 builds on it
         pusher.push(sess)
         pusher.base_fraction = 100
         model.run_training(sess, 2, users=(0, 200))
         pusher.push(sess)
-        manifests = [update_files.read_manifest(str(push_dir / ("%010d" % v) / "MANIFEST"))
-                     for v in (2, 3)]
-        assert [(m["whole"], m["base"]) for m in manifests] == [(1, 0), (0, 2)]
-        third = push_dir / "0000000003"
-        named = {"flipped values": "table0.values", "truncated keys": "table1.keys",
-                 "corrupt manifest": "MANIFEST", "missing removed file": "table0.removed",
-                 "gap": "update 2 .* is missing"}[damage]
-        if damage == "flipped values":
-            _flip_byte(third / "table0.values")
-        elif damage == "truncated keys":
-            data = open(third / "table1.keys", "rb").read()
-            open(third / "table1.keys", "wb").write(data[:-8])
-        elif damage == "corrupt manifest":
-            _flip_byte(third / "MANIFEST", at=40)
-        elif damage == "missing removed file":
-            os.remove(third / "table0.removed")
-        else:
-            shutil.rmtree(push_dir / "0000000002")
-        with pytest.raises(UpdateError, match=named):
-            follow(str(push_dir), served)
-        # The model is on its last good version: 1, or 2 when the newest update was refused
-        # after the whole one it builds on applied.
-        assert served.version()[0] == (1 if damage in ("gap", "corrupt manifest") else 2)
-        if damage == "gap":
-            after = served.predict(model.queries())
-            for name in before:
-                np.testing.assert_array_equal(after[name], before[name])
+    manifests = [update_files.read_manifest(str(push_dir / ("%010d" % v) / "MANIFEST"))
+                 for v in (2, 3)]
+    assert [(m["whole"], m["base"]) for m in manifests] == [(1, 0), (0, 2)]
+    shutil.rmtree(push_dir / "0000000002")
+    with pytest.raises(UpdateError, match="update 2 .* is missing"):
+        follow(str(push_dir), served)
+    assert served.version()[0] == 1
 
 
 @pytest.mark.parametrize("plugin", [False, True], ids=["stock", "plugin"])
@@ -510,7 +534,6 @@ def test_the_watcher_drives_tf_serving_through_its_predict_api(tmp_path, api):
     Serving's rules (tests/tf_serving_standin.py): it starts without a warning, applies the
     chain, then refuses a corrupt update by name; every signature answers through REST and
     gRPC Predict as TF Serving implements them."""
-    from tf_serving_standin import TFServingStandIn  # pylint: disable=import-outside-toplevel
     model = _Model()
     push_dir = str(tmp_path / "push")
     with new_session() as sess:
@@ -542,10 +565,12 @@ def test_the_watcher_drives_tf_serving_through_its_predict_api(tmp_path, api):
             assert rest.version() == grpc_model.version() == (2, pusher.chain)
             model.run_training(sess, 2, users=(0, 200))
             pusher.push(sess)
-            _flip_byte(os.path.join(update_files.update_dir(push_dir, 3), "table1.values"))
+            # The server is at version 2: it reads update 3's step files.
+            _flip_byte(os.path.join(update_files.update_dir(push_dir, 3),
+                                    "table1.step.values"))
             code, _, err = _watch_once(push_dir, url)
             assert code == 1
-            assert "0000000003/table1.values" in err
+            assert "0000000003/table1.step.values" in err
             assert rest.version()[0] == 2
             grpc_model.close()
 

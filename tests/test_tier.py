@@ -417,3 +417,23 @@ def test_serving_export_and_resharded_restore_hold_rows_of_both_tiers(tmp_path):
     order = np.argsort(got_keys)
     np.testing.assert_array_equal(got_keys[order], keys)
     np.testing.assert_array_equal(got_values[order], values)
+
+
+def test_a_lookup_reads_rows_from_a_large_cold_tier_without_promoting_them(tmp_path):
+    """TableLookup (the served plugin table's read) of keys whose rows went cold: it once
+    took a cold entry for a row id and read the chunk directory out of its bounds (a crash
+    once the cold records outnumbered the memory rows' chunks)."""
+    initialize.init(use_dynamic_expansion=False)
+    table = create_table(tf.int64, 4, "cold", tf.compat.v1.zeros_initializer(),
+                         device_vocabulary_size=999, host_vocabulary_size=1,
+                         ssd_vocabulary_size=100000, ssd_data_path=str(tmp_path))
+    keys = np.arange(60000, dtype=np.int64)
+    values = np.stack([keys, -keys, keys * 2, keys % 7], 1).astype(np.float32)
+    with new_session() as sess:
+        sess.run(table.upsert(keys, values))
+        assert sess.run(table.stats())["cold"] > 50000
+        got, exists = sess.run(table_ops.lookup(table.handle, np.concatenate([keys, [-1]]),
+                                                dim=4))
+        np.testing.assert_array_equal(got[:-1], values)
+        assert exists[:-1].all() and not exists[-1]
+        assert sess.run(table.stats())["cold"] > 50000  # read, not promoted

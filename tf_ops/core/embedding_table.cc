@@ -457,10 +457,13 @@ Status EmbeddingTable::Lookup(const int64_t* keys, int64_t n, bool init_missing,
       keys, n, 60 + 2 * dim,
       [&](HashIndex::Shard& shard, int64_t i, uint64_t hash) {
         const int64_t entry = shard.Find(keys[i], hash);
-        int64_t row = entry < 0 ? -1 : RowOfEntry(entry);
+        const bool found = entry >= 0;
         float* dst = out + i * dim;
-        const char* record = row >= 0 ? RecordOf(row) : nullptr;
-        if (entry >= 0 && TableTier::IsCold(entry)) {
+        // A cold entry holds no row id: its record is read from the tier, and RecordOf would
+        // index the chunk directory with garbage.
+        const char* record = nullptr;
+        if (found && !TableTier::IsCold(entry)) record = RecordOf(RowOfEntry(entry));
+        if (found && TableTier::IsCold(entry)) {
           // A cold row is read from its record, not promoted.
           thread_local std::vector<char> cold;
           cold.resize(dir_.row_bytes);
@@ -473,16 +476,16 @@ Status EmbeddingTable::Lookup(const int64_t* keys, int64_t n, bool init_missing,
           record = cold.data();
         }
         if (slot >= 0) {
-          if (row >= 0 && slot_width_ == 1) {
+          if (found && slot_width_ == 1) {
             float value;
             ReadSlot(record, slot, &value);
             std::fill_n(dst, dim, value);  // one value per row, repeated
-          } else if (row >= 0) {
+          } else if (found) {
             ReadSlot(record, slot, dst);
           } else {
             std::fill_n(dst, dim, init_missing ? slots_.initial_values[slot] : 0.0f);
           }
-        } else if (row >= 0) {
+        } else if (found) {
           ReadEmbedding(record, dst);
         } else if (init_missing) {
           // What a new row would hold: the initial values in the table's precision.
@@ -491,7 +494,7 @@ Status EmbeddingTable::Lookup(const int64_t* keys, int64_t n, bool init_missing,
         } else {
           std::fill_n(dst, dim, 0.0f);
         }
-        if (exists != nullptr) exists[i] = row >= 0;
+        if (exists != nullptr) exists[i] = found;
       },
       run);
   return error;

@@ -158,20 +158,28 @@ def apply_update_op(update_dir, tables, dense, version, chain, lock, updates_loc
         dense_names = tf.strings.reduce_join(manifest["dense_names"], separator=",")
         check(tf.equal(dense_names, ",".join(n for n, _ in dense)), "update", update_dir,
               "is of dense variables", dense_names)
-    with tf.control_dependencies(checks):
-        contents = []
+    def table_files(step):
+        """Each table's (keys, values, removed), read from its files (step: the changes since
+        the previous version alone) and checked."""
+        out, read_checks = [], []
         for i, table in enumerate(tables):
-            keys, c1 = _checked_file(update_dir, update_files.table_file(i, "keys"),
+            keys, c1 = _checked_file(update_dir, update_files.table_file(i, "keys", step),
                                      manifest, tf.int64)
-            values, c2 = _checked_file(update_dir, update_files.table_file(i, "values"),
+            values, c2 = _checked_file(update_dir, update_files.table_file(i, "values", step),
                                        manifest, tf.float32)
-            removed, c3 = _checked_file(update_dir, update_files.table_file(i, "removed"),
+            removed, c3 = _checked_file(update_dir,
+                                        update_files.table_file(i, "removed", step),
                                         manifest, tf.int64)
             values = tf.reshape(values, [-1, table.dim])
-            check(tf.equal(tf.shape(values, out_type=tf.int64)[0], tf.size(keys, tf.int64)),
-                  "update", update_dir, "table", table.name, ": keys and values differ in rows")
-            checks.extend([c1, c2, c3])
-            contents.append((keys, values, removed, manifest["table_replace"][i] > 0))
+            rows = tf.debugging.Assert(
+                tf.equal(tf.shape(values, out_type=tf.int64)[0], tf.size(keys, tf.int64)),
+                ["update", update_dir, "table", table.name, ": keys and values differ in rows"])
+            read_checks.extend([c1, c2, c3, rows])
+            out.append((keys, values, removed))
+        with tf.control_dependencies(read_checks):
+            return [tuple(tf.identity(t) for t in parts) for parts in out]
+
+    with tf.control_dependencies(checks):
         new_dense = []
         for j, (name, var) in enumerate(dense):
             present = manifest["dense_present"][j] > 0
@@ -184,7 +192,7 @@ def apply_update_op(update_dir, tables, dense, version, chain, lock, updates_loc
             # Dense variables the update leaves out keep their value (read under the lock).
             new_dense.append((present, tf.cond(
                 present, read, lambda var=var: tf.zeros(tf.shape(var), var.dtype))))
-    ready = checks + [t for c in contents for t in c[:3]] + [v for _, v in new_dense]
+    ready = checks + [v for _, v in new_dense]
 
     def one_at_a_time():
         current = version.read_value()
@@ -194,14 +202,25 @@ def apply_update_op(update_dir, tables, dense, version, chain, lock, updates_loc
             ["update", update_dir, "(version", target, ") applies onto model versions",
              base, "to", target - 1, "but the model is at version", current,
              "(apply the update it follows first)"], summarize=8)
+        # A model at the previous version takes the changes since it alone.
+        step_parent = manifest["step_parent"][0]
+        step = tf.logical_and(step_parent >= 0, tf.equal(current, step_parent))
         with tf.control_dependencies([follows]):
+            contents = tf.cond(step, lambda: table_files(True), lambda: table_files(False))
             # Reads only: requests go on meanwhile.
-            plans = [table.plan(*content) for table, content in zip(tables, contents)]
+            plans = [table.plan(keys, values, removed, tf.logical_and(
+                         tf.logical_not(step), manifest["table_replace"][i] > 0))
+                     for i, (table, (keys, values, removed)) in
+                     enumerate(zip(tables, contents))]
+
+        # Nothing is written before every file is read and checked and every table planned.
+        planned = tf.nest.flatten(contents) + tf.nest.flatten(plans)
 
         def locked():
-            applied = [table.write(plan) for table, plan in zip(tables, plans)]
-            for (_, var), (present, value) in zip(dense, new_dense):
-                applied.append(var.assign(tf.where(present, value, var.read_value())))
+            with tf.control_dependencies(planned):
+                applied = [table.write(plan) for table, plan in zip(tables, plans)]
+                for (_, var), (present, value) in zip(dense, new_dense):
+                    applied.append(var.assign(tf.where(present, value, var.read_value())))
             with tf.control_dependencies(applied):
                 return version.assign(target)
         return lock.write(locked)

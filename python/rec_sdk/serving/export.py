@@ -24,7 +24,7 @@ from rec_sdk.serving.apply import ModelLock, apply_update_op
 from rec_sdk.serving.mutable import ServedTable
 from rec_sdk.serving.plugin import PluginTable
 from rec_sdk.serving.push import Changes, merge_shards
-from rec_sdk.serving.static import ServingGraph
+from rec_sdk.serving.static import ServingGraph, default_row
 from rec_sdk.util.graph_state import state_of
 
 APPLY_SIGNATURE = "apply_update"
@@ -71,16 +71,6 @@ def de_sources(graph):
             if records[0]["variable"].servable]
 
 
-def default_row(params):
-    """The row a de.Variable's missing keys read when served: the initializer's value when it
-    is a constant, else zeros (a random initializer cannot be replayed without the plugin)."""
-    default = np.zeros([params.dim], np.float32)
-    init = params.initializer
-    if isinstance(init, (int, float, list, tuple, np.ndarray)) and not isinstance(init, bool):
-        default[:] = np.asarray(init, np.float32).reshape(-1)
-    return default
-
-
 def one_default(name, dim, defaults):
     """The row a served table's missing keys read: its lookups' serving_default_value (one
     per table; None: zeros)."""
@@ -93,10 +83,22 @@ def one_default(name, dim, defaults):
 
 
 def check_new_chain_dir(push_dir):
+    if not isinstance(push_dir, (str, os.PathLike)):
+        raise TypeError("push_dir must be a directory path, got %r" % (push_dir,))
     head = update_files.chain_head(push_dir) if os.path.isdir(push_dir) else None
     if head is not None or update_files.published_versions(push_dir):
         raise ValueError("push_dir %r already holds the update chain of an export; give each "
                          "export a new push_dir" % push_dir)
+    if os.path.isdir(push_dir) and os.listdir(push_dir):
+        raise ValueError("push_dir %r must be a new or empty directory; it holds %s"
+                         % (push_dir, sorted(os.listdir(push_dir))[:5]))
+
+
+def check_signature_dicts(inputs, outputs, what):
+    for name, value in (("inputs", inputs), ("outputs", outputs)):
+        if not isinstance(value, dict) or not value:
+            raise TypeError("%s: %s must be a non-empty dict {name: tensor}, got %r"
+                            % (what, name, value))
 
 
 def export_serving_model(sess, export_dir, inputs, outputs, push_dir, tables=None,
@@ -118,6 +120,7 @@ def export_serving_model(sess, export_dir, inputs, outputs, push_dir, tables=Non
         tier on the serving machine (without ssd_path: all in memory).
     Returns {"rows": rows exported, "chain": the chain id}.
     """
+    check_signature_dicts(inputs, outputs, "export_serving_model")
     if not plugin and (memory_rows is not None or ssd_path is not None):
         raise ValueError("memory_rows and ssd_path are options of plugin=True serving")
     check_new_chain_dir(push_dir)

@@ -21,10 +21,11 @@ from rec_sdk.dynamic_embedding.keras import layers as de_layers
 from rec_sdk.serving import update_files
 from rec_sdk.serving.apply import ModelLock, apply_update_op
 from rec_sdk.serving.export import (APPLY_SIGNATURE, VERSION_INPUT, VERSION_SIGNATURE,
-                                    check_new_chain_dir, default_row)
+                                    check_new_chain_dir)
 from rec_sdk.serving.mutable import ServedTable
 from rec_sdk.serving.push import Changes, merge_shards
-from rec_sdk.serving.static import dense_variables, keras_input_signature, serving_layers
+from rec_sdk.serving.static import (default_row, dense_variables, keras_input_signature,
+                                    serving_layers)
 
 
 def _check_servable(params):

@@ -35,8 +35,8 @@ MAX_LOAD = 0.8           # DenseHashTable's own max_load_factor
 MIN_BUCKETS = 1024
 SPLIT_ROWS = 1 << 16     # from this many rows a table is split (memory_layout)
 # A sub-table is rebuilt when its tombstones pass both of these: a share of its live rows
-# (1/4: lookups of missing keys probe at most that much longer) and a floor (small tables
-# are not rebuilt for a few removals).
+# (a quarter: tombstones hold buckets that new keys and probe chains would use) and a floor
+# (small tables are not rebuilt for a few removals).
 TOMBSTONE_SHARE = 4
 MIN_TOMBSTONES = 256
 

@@ -71,6 +71,10 @@ def accumulate(prior, new):
         new.push_ids)
 
 
+def _finite_number(x):
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and np.isfinite(x)
+
+
 def _empty(name, dim):
     return update_files.TableUpdate(name, np.zeros([0], np.int64), np.zeros([0, dim], np.float32),
                                     np.zeros([0], np.int64), False, [])
@@ -92,10 +96,14 @@ class Pusher:
     """
 
     def __init__(self, push_dir, graph=None, model=None, base_fraction=0.25, keep_secs=600.0):
-        if not isinstance(base_fraction, (int, float)) or not 0 < base_fraction:
+        if not isinstance(push_dir, (str, os.PathLike)):
+            raise TypeError("push_dir must be a directory path, got %r" % (push_dir,))
+        push_dir = os.fspath(push_dir)
+        if not _finite_number(base_fraction) or not 0 < base_fraction:
             raise ValueError("base_fraction must be a number > 0, got %r" % (base_fraction,))
-        if not isinstance(keep_secs, (int, float)) or keep_secs < 0:
-            raise ValueError("keep_secs must be a number >= 0, got %r" % (keep_secs,))
+        if not _finite_number(keep_secs) or keep_secs < 0:
+            raise ValueError("keep_secs must be a number >= 0 (seconds), got %r"
+                             % (keep_secs,))
         self.push_dir = push_dir
         self.base_fraction, self.keep_secs = base_fraction, keep_secs
         head = update_files.chain_head(push_dir)
@@ -110,7 +118,9 @@ class Pusher:
             self._source = _EagerSource(self, model)
         else:
             self._source = _GraphSource(self, graph or tf.compat.v1.get_default_graph())
-        self._expected = None   # the push ids this process's last push ended at
+        # (chain version, push ids): where this pusher's last take ended, and the chain's
+        # newest version then (an empty take publishes nothing but moves the push ids).
+        self._expected = None
         self._last_dense = None
         self._writer = None
         self._error = None
@@ -122,7 +132,9 @@ class Pusher:
     def push(self, sess=None, wait=True):
         """Takes the changes and publishes them as the next update. With wait=False the files
         are written by a background thread (the next push waits for it). Returns the version
-        published (None when nothing changed)."""
+        published (None when nothing changed); with wait=False the version being written: if
+        that write fails (the error is raised by the next push or wait()), the next update
+        that is published takes that version number."""
         self.wait()
         head = update_files.chain_head(self.push_dir)
         if head is None or head["chain"] != self.chain:
@@ -132,7 +144,10 @@ class Pusher:
             raise UpdateError("update %d in %s cannot be read (its MANIFEST is missing or "
                               "corrupt): the chain cannot go on past it; export the model "
                               "again with a new push_dir" % (published[-1], self.push_dir))
-        expected = self._expected or update_files.shard_push_ids(head)
+        if self._expected is not None and self._expected[0] == head["version"]:
+            expected = self._expected[1]
+        else:  # first push, or another pusher published since: follow the chain's head
+            expected = update_files.shard_push_ids(head)
         taken = [[Changes(*s) for s in shards] for shards in self._source.take(sess)]
         whole = False
         for shards, want in zip(taken, expected):
@@ -148,8 +163,11 @@ class Pusher:
         tables = [merge_shards(name, shards) for name, shards in zip(self.table_names, taken)]
         if not whole and not dense_changed and not any(
                 len(t.keys) or len(t.removed) for t in tables):
-            self._expected = [t.push_ids for t in tables]  # nothing to publish
+            self._expected = (head["version"], [t.push_ids for t in tables])  # nothing new
             return None
+        # The changes since the last update alone, for replicas at its version (unknown when
+        # the changes do not follow it).
+        steps = None if whole else tables
         prior = None if whole else self._since_base(head)
         if prior is not None:
             prior_tables, prior_dense, base, base_rows = prior
@@ -171,8 +189,9 @@ class Pusher:
         version = head["version"] + 1
 
         def write():
-            update_files.write_update(self.push_dir, version, base, self.chain, tables, dense)
-            self._expected = ids
+            update_files.write_update(self.push_dir, version, base, self.chain, tables, dense,
+                                      steps)
+            self._expected = (version, ids)
             self._last_dense = dense_values
             self.pushes += 1
             self.whole_updates += int(base == 0)

@@ -3,10 +3,10 @@
 follow(push_dir, model) brings the model to the newest published update, applying at most
 two (update_files.py: updates are cumulative since a whole update); a missing update or one
 the model refuses (corrupt, truncated, of another chain) stops it with UpdateError naming
-the update, and the model keeps serving the last good version. `model` is anything with version() -> (version, chain) and apply(update_dir) ->
-version: a ServedModel (the SavedModel loaded in this process), a RestModel or a GrpcModel
-(TensorFlow Serving's REST or gRPC API: the model's "version" and "apply_update" signatures
-through Predict).
+the update, and the model keeps serving the last good version. `model` is anything with
+version() -> (version, chain) and apply(update_dir) -> version: a ServedModel (the
+SavedModel loaded in this process), a RestModel or a GrpcModel (TensorFlow Serving's REST or
+gRPC API: the model's "version" and "apply_update" signatures through Predict).
 
     python -m rec_sdk.serving.follow --push_dir DIR --server http://HOST:8501/v1/models/NAME
 
@@ -18,8 +18,16 @@ import os
 import time
 import urllib.request
 
+import grpc  # TensorFlow's own dependency
 import numpy as np
 import tensorflow as tf
+
+try:  # GrpcModel's protos: the optional tensorflow-serving-api package
+    from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
+    _SERVING_API_MISSING = None
+except ImportError as e:
+    predict_pb2 = prediction_service_pb2_grpc = None
+    _SERVING_API_MISSING = str(e)
 
 from rec_sdk.ops.loader import load_ops_if_built
 from rec_sdk.serving import update_files
@@ -111,14 +119,9 @@ class GrpcModel:
     (its protos; `pip install --no-deps tensorflow-serving-api`)."""
 
     def __init__(self, target, name, timeout=600):
-        try:
-            import grpc  # pylint: disable=import-outside-toplevel
-            from tensorflow_serving.apis import (  # pylint: disable=import-outside-toplevel
-                predict_pb2, prediction_service_pb2_grpc)
-        except ImportError as e:
+        if _SERVING_API_MISSING:
             raise ImportError("GrpcModel needs the tensorflow-serving-api package: pip install "
-                              "--no-deps tensorflow-serving-api (%s)" % e) from None
-        self._grpc, self._predict_pb2 = grpc, predict_pb2
+                              "--no-deps tensorflow-serving-api (%s)" % _SERVING_API_MISSING)
         self.target, self.name, self.timeout = target, name, timeout
         self._channel = grpc.insecure_channel(target, options=[
             ("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)])
@@ -126,14 +129,14 @@ class GrpcModel:
 
     def run(self, signature, inputs):
         """Predict of `signature` with `inputs` ({name: array}); returns {output: array}."""
-        request = self._predict_pb2.PredictRequest()
+        request = predict_pb2.PredictRequest()
         request.model_spec.name = self.name
         request.model_spec.signature_name = signature
         for key, value in inputs.items():
             request.inputs[key].CopyFrom(tf.make_tensor_proto(value))
         try:
             response = self._stub.Predict(request, timeout=self.timeout)
-        except self._grpc.RpcError as e:
+        except grpc.RpcError as e:
             raise UpdateError("%s (%s, model %s): %s" % (signature, self.target, self.name,
                                                          e.details())) from None
         return {key: tf.make_ndarray(value) for key, value in response.outputs.items()}
@@ -180,7 +183,10 @@ def follow(push_dir, model):
     model keeps its version)."""
     version, chain = model.version()
     base = os.path.join(push_dir, update_files.BASE)
-    base_chain = update_files.read_manifest(base)["chain"] if os.path.exists(base) else chain
+    if not os.path.exists(base):
+        raise UpdateError("%s holds no update chain (no %s): the export's push_dir is where "
+                          "its updates are published" % (push_dir, update_files.BASE))
+    base_chain = update_files.read_manifest(base)["chain"]
     if base_chain != chain:
         raise UpdateError("%s is the push directory of another export (chain %s); the model "
                           "serves chain %s" % (push_dir, base_chain, chain))

@@ -73,11 +73,11 @@ class ServingGraph:
     lookup on the way replaced by what make_lookup(table, defaults) builds in the new graph,
     once per table: a function (ids, serving_default_value) -> embeddings; defaults: the
     serving_default_value of each of the table's lookups. A lookup recorded with a numeric
-    max_norm (de lookups) clips each served embedding to it. With keep_variables, the dense variables
-    the outputs read become variables of the new graph (initialised from the session by
-    `variable_feeds`) instead of constants, so they can be updated in place. reads_in: a
-    function f(read) that builds read() (every lookup and variable read of a request) and
-    returns its tensors, e.g. inside a lock (apply.ModelLock.run).
+    max_norm (de lookups) clips each served embedding to it. With keep_variables, the dense
+    variables the outputs read become variables of the new graph (initialised from the
+    session by `variable_feeds`) instead of constants, so they can be updated in place.
+    reads_in: a function f(read) that builds read() (every lookup and variable read of a
+    request) and returns its tensors, e.g. consistently with updates (apply.ModelLock.read).
 
     Attributes: graph, placeholders {input name: tensor}, served {output name: tensor},
     tables (the rec_sdk tables looked up), variables [(training variable name, new
@@ -280,6 +280,28 @@ def keras_input_signature(model, input_signature, what, graph_alternative):
     return [tf.TensorSpec(t.shape, t.dtype, t.name.split(":")[0]) for t in model.inputs]
 
 
+def default_row(params):
+    """The row a de.Variable's missing keys read when served: the initializer's value when it
+    is a constant, else zeros (a random initializer cannot be replayed without the plugin)."""
+    default = np.zeros([params.dim], np.float32)
+    value = constant_value(params.initializer)
+    if value is not None:
+        default[:] = np.broadcast_to(np.asarray(value, np.float32).reshape(-1), [params.dim])
+    return default
+
+
+def constant_value(init):
+    """The value of a constant initializer (a number, a list or array, or a
+    tf.keras.initializers.Constant / tf.constant_initializer), else None."""
+    if isinstance(init, (int, float, list, tuple, np.ndarray)) and not isinstance(init, bool):
+        return init
+    if type(init).__name__ in ("Constant", "ConstantV2", "constant_initializer"):
+        value = getattr(init, "value", None)
+        if value is not None and not isinstance(value, (tf.Tensor, tf.Variable)):
+            return value
+    return None
+
+
 def serving_layers(model):
     """The de.keras embedding layers of a Keras model, in model order."""
     return [m for m in model.submodules if isinstance(m, de_layers.Embedding)]
@@ -299,10 +321,7 @@ def _static_lookup(layer, row_dtype="float32"):
     params = layer.params
     keys, values = params.export()
     n = int(tf.size(keys))
-    default = np.zeros([params.dim], params.value_dtype.as_numpy_dtype)
-    init = params.initializer
-    if isinstance(init, (int, float, list, tuple, np.ndarray)) and not isinstance(init, bool):
-        default[:] = np.asarray(init, default.dtype).reshape(-1)
+    default = default_row(params).astype(params.value_dtype.as_numpy_dtype)
     table = tf.lookup.StaticHashTable(
         tf.lookup.KeyValueTensorInitializer(keys, tf.range(n, dtype=tf.int64)), -1)
     stored = StoredRows(np.concatenate([np.asarray(values, np.float32),

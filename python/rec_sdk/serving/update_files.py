@@ -21,8 +21,10 @@ serialized tf.train.Example with the fields of MANIFEST_FEATURES: the update's v
 base, whether it is whole, the chain id (the export's), per table its name, rows, removed
 keys, whether it replaces the table, its shards (the rec_sdk tables it is served from) and
 the push ids their changes end at (flattened); per file its name, size and fingerprint; per
-dense variable its name and whether it is in the update. Tables' files: keys int64, values
-float32 [rows, dim], removed int64, little-endian. A served model checks all of this with
+dense variable its name and whether it is in the update; step_parent: version - 1 when the
+update also holds, in table<i>.step.* files, the changes since version - 1 alone (what a
+model at version - 1, a replica that follows every update, applies instead), else -1.
+Tables' files: keys int64, values float32 [rows, dim], removed int64, little-endian. A served model checks all of this with
 stock ops before it changes anything (serving/apply.py), so a truncated, corrupt or partial
 update is refused by the name of its file.
 """
@@ -44,13 +46,14 @@ FINGERPRINT_BYTES = 8
 
 # The Example's features: name -> (dtype, fixed length or None for a list).
 MANIFEST_FEATURES = {
-    "version": tf.int64, "base": tf.int64, "whole": tf.int64, "chain": tf.string,
+    "version": tf.int64, "base": tf.int64, "whole": tf.int64, "step_parent": tf.int64,
+    "chain": tf.string,
     "table_names": tf.string, "table_rows": tf.int64, "table_removed": tf.int64,
     "table_replace": tf.int64, "table_shards": tf.int64, "table_push_ids": tf.int64,
     "files": tf.string, "file_sizes": tf.int64, "file_fingerprints": tf.int64,
     "dense_names": tf.string, "dense_present": tf.int64,
 }
-_SCALARS = ("version", "base", "whole", "chain")
+_SCALARS = ("version", "base", "whole", "step_parent", "chain")
 
 
 # One table's part of an update: rows [n] and values [n, dim], removed keys, whether the rows
@@ -67,8 +70,8 @@ def update_dir(push_dir, version):
     return os.path.join(push_dir, "%0*d" % (VERSION_DIGITS, version))
 
 
-def table_file(i, kind):
-    return "table%d.%s" % (i, kind)
+def table_file(i, kind, step=False):
+    return "table%d.%s%s" % (i, "step." if step else "", kind)
 
 
 def dense_file(j):
@@ -167,12 +170,13 @@ def _fsync_dir(path):
         os.close(fd)
 
 
-def write_update(push_dir, version, base, chain, tables, dense):
+def write_update(push_dir, version, base, chain, tables, dense, steps=None):
     """Publishes update `version` atomically; returns its directory.
 
     base: the oldest model version it applies onto (0 for a whole update). tables:
     [TableUpdate] in the served model's order; dense: [(name, array or None)] (None: not in
-    this update).
+    this update). steps: [TableUpdate] of the changes since version - 1 alone (a model at
+    version - 1 applies those instead of `tables`), or None when they are not known.
     """
     final = update_dir(push_dir, version)
     if os.path.exists(final):
@@ -193,15 +197,17 @@ def write_update(push_dir, version, base, chain, tables, dense):
         sizes.append(len(data))
         prints.append(fingerprint(data))
 
-    for i, table in enumerate(tables):
-        put(table_file(i, "keys"), np.asarray(table.keys, "<i8"))
-        put(table_file(i, "values"), np.asarray(table.values, "<f4"))
-        put(table_file(i, "removed"), np.asarray(table.removed, "<i8"))
+    for step, parts in ((False, tables), (True, steps or [])):
+        for i, table in enumerate(parts):
+            put(table_file(i, "keys", step), np.asarray(table.keys, "<i8"))
+            put(table_file(i, "values", step), np.asarray(table.values, "<f4"))
+            put(table_file(i, "removed", step), np.asarray(table.removed, "<i8"))
     for j, (_, value) in enumerate(dense):
         if value is not None:
             put(dense_file(j), np.asarray(value))
     manifest = {
         "version": version, "base": base, "chain": chain,
+        "step_parent": version - 1 if steps is not None else -1,
         "whole": int(all(t.replace for t in tables) and all(v is not None for _, v in dense)),
         "table_names": [t.name for t in tables], "table_rows": [len(t.keys) for t in tables],
         "table_removed": [len(t.removed) for t in tables],
@@ -295,7 +301,7 @@ def write_base(push_dir, chain, table_names, push_ids, dense_names, table_rows):
     the push id of each of its shards; table_rows: the rows each table exported."""
     os.makedirs(push_dir, exist_ok=True)
     manifest = {
-        "version": 0, "base": 0, "whole": 1, "chain": chain,
+        "version": 0, "base": 0, "whole": 1, "step_parent": -1, "chain": chain,
         "table_names": list(table_names),
         "table_rows": [int(n) for n in table_rows], "table_removed": [0] * len(table_names),
         "table_replace": [1] * len(table_names),
