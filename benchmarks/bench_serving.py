@@ -465,8 +465,9 @@ def main():
     report(load, serve, apply_seconds, train)
     if catchup:
         print("\n## catch-up after %(pushes)d pushes (%(keys)d keys): load %(load_s).2f s, "
-              "follow %(follow_s).2f s (%(applied)d updates applied, max %(max_apply_s).3f s "
-              "each); the chain holds %(kept)d updates, %(whole)d whole ones written" % catchup)
+              "follow %(follow_s).2f s (%(applied)d updates applied); the chain holds "
+              "%(kept)d updates, %(whole)d whole ones written; pushing took %(push_s).0f s"
+              % catchup)
     if churn:
         print("\n## churn (%(keys)d keys, %(pushes)d pushes of 2%% removed + 2%% new): "
               "hash table buckets %(buckets_per_payload).2fx the live keys' payload; "

@@ -194,7 +194,7 @@ class Pusher:
             self._expected = (version, ids)
             self._last_dense = dense_values
             self.pushes += 1
-            self.whole_updates += int(base == 0)
+            self.whole_updates += int(prior is None)
             update_files.retire_old_updates(self.push_dir, self.keep_secs)
 
         if wait:
