@@ -23,10 +23,10 @@ import numpy as np
 import tensorflow as tf
 
 try:  # GrpcModel's protos: the optional tensorflow-serving-api package
-    from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
+    from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_service_pb2_grpc
     _SERVING_API_MISSING = None
 except ImportError as e:
-    predict_pb2 = prediction_service_pb2_grpc = None
+    model_pb2 = predict_pb2 = prediction_service_pb2_grpc = None
     _SERVING_API_MISSING = str(e)
 
 from rec_sdk.ops.loader import load_ops_if_built
@@ -129,9 +129,8 @@ class GrpcModel:
 
     def run(self, signature, inputs):
         """Predict of `signature` with `inputs` ({name: array}); returns {output: array}."""
-        request = predict_pb2.PredictRequest()
-        request.model_spec.name = self.name
-        request.model_spec.signature_name = signature
+        request = predict_pb2.PredictRequest(model_spec=model_pb2.ModelSpec(
+            name=self.name, signature_name=signature))
         for key, value in inputs.items():
             request.inputs[key].CopyFrom(tf.make_tensor_proto(value))
         try:
