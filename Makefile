@@ -45,7 +45,7 @@ cc-test: build
 TEST_WORKERS ?= 2
 PYTEST := $(PY) -m pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist load)
 py-test: build
-	$(PYTEST) tests
+	$(PYTEST) -m "not stress" tests
 
 # The short subset of the Python tests that CI runs on the TensorFlows between 2.15 and the
 # newest (`make smoke TF=2.18`: the build, these tests and the wheel check): the op library's
@@ -54,9 +54,12 @@ py-test: build
 # DenseHashTable and MutexV2 behaving alike on every version).
 SMOKE_TESTS := tests/test_loader.py tests/test_op_shapes.py tests/test_optimizers.py \
   tests/test_embedding_api.py tests/test_checkpoint.py tests/test_dynamic_embedding_training.py \
-  tests/test_tf_versions.py tests/test_release.py tests/test_serving_exact.py
+  tests/test_tf_versions.py tests/test_release.py \
+  tests/test_serving_exact.py::test_every_version_serves_exactly_the_trained_rows \
+  tests/test_serving_exact.py::test_a_key_written_after_a_neighbours_removal_then_removed_reads_the_default \
+  tests/test_serving_exact.py::test_each_request_reads_one_version_while_updates_apply
 smoke: build
-	$(PY) -m pytest $(SMOKE_TESTS)
+	$(PYTEST) $(SMOKE_TESTS)
 	$(MAKE) --no-print-directory wheel-test TF=$(TF)
 
 # A wheel of the op library and the Python packages for the TensorFlow it was built against:
@@ -153,9 +156,12 @@ bench: build
 	$(PY) benchmarks/bench_tiered.py
 	$(PY) benchmarks/bench_serving.py
 
-# The stress suite (kills during saves, ...): minutes, not part of `make test`, which runs its
-# quick subset (tests/test_stress_quick.py).
+# The stress suite (kills during saves, ...) and the tests marked `stress` (long multi-process
+# runs: 40 tables over 3 ranks, per-host dedup over 4 ranks, bytes per step): minutes, not
+# part of `make test`, which runs the suite's quick subset (tests/test_stress_quick.py) and
+# shorter runs of the same code.
 stress: build
+	$(PYTEST) -m stress tests
 	$(PY) tests/stress/run.py
 
 # The core's googletest suite under AddressSanitizer and UndefinedBehaviorSanitizer, built

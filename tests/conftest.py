@@ -24,6 +24,8 @@ collect_ignore = ["tf2"]
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "estimator: uses tf.estimator (TensorFlow 2.15 only)")
+    config.addinivalue_line("markers", "stress: long multi-process runs, in `make stress` "
+                            "(not in `make test`, which runs shorter runs of the same code)")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -156,6 +156,7 @@ def _assert_ranks_equal_local(shards, local, tables, rtol=1e-5):
         np.testing.assert_allclose(evaluated, local["eval%d" % t], rtol=rtol, atol=1e-6)
 
 
+@pytest.mark.stress
 def test_forty_tables_of_mixed_dims_over_three_ranks_train_as_one_process(tmp_path):
     """40 tables (dims 4 to 16, lazy Adam and SGD) over 3 ranks (each optimizer's lookups in
     one exchange, the evaluation lookups in another) == one process on the global batch."""
@@ -180,6 +181,7 @@ def test_half_precision_tables_over_two_ranks_train_as_one_process(tmp_path):
     _assert_ranks_equal_local(shards, local, 4, rtol=2.0 ** -7)
 
 
+@pytest.mark.stress
 def test_per_host_dedup_over_two_hosts_of_two_ranks_trains_as_one_process(tmp_path):
     """REC_SDK_RANKS_PER_HOST=2 over 4 ranks (2 hosts of 2): each key goes first to the rank
     of its host in the owner's place, which deduplicates the host's keys and passes them to
@@ -283,6 +285,7 @@ def _expected_received_bytes(ranks, tables, steps):
     return out
 
 
+@pytest.mark.stress
 def test_the_bytes_a_rank_receives_per_step_match_the_formula(tmp_path):
     """Counted (the outputs of the collectives each traced step ran, on every rank) against
     the formula (_expected_received_bytes) for 1, 3 and 8 tables over 2 ranks and 8 over 3:
