@@ -600,5 +600,9 @@ Status ApplyDeltaFiles(EmbeddingTable* table, const std::string& dir, int64_t* r
   return Status::Ok();
 }
 
+Status WriteUpdateFile(const std::string& path, const void* data, size_t n) {
+  return checkpoint_files::WriteFileDurably(path, data, n);
+}
+
 }  // namespace rec_sdk
 

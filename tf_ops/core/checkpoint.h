@@ -50,6 +50,10 @@ struct RestoreOptions {
 Status RestoreTableFiles(EmbeddingTable* table, const std::vector<std::string>& dirs,
                          const RestoreOptions& options, int64_t* rows, std::string* note);
 
+// Writes a file of a serving update (a rank's part of it): n bytes to path, created or
+// truncated, then the file and its directory fsync'ed.
+Status WriteUpdateFile(const std::string& path, const void* data, size_t n);
+
 }  // namespace rec_sdk
 
 #endif  // REC_SDK_CORE_CHECKPOINT_H_

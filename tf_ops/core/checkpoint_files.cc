@@ -44,6 +44,31 @@ Status FsyncDir(const std::string& dir) {
   return Status::Ok();
 }
 
+Status WriteFileDurably(const std::string& path, const void* data, size_t n) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return IoError("cannot create", path);
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      Status error = IoError("cannot write", path);
+      ::close(fd);
+      return error;
+    }
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+  if (::fsync(fd) != 0) {
+    Status error = IoError("cannot fsync", path);
+    ::close(fd);
+    return error;
+  }
+  if (::close(fd) != 0) return IoError("cannot close", path);
+  const size_t slash = path.rfind('/');
+  return FsyncDir(slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash));
+}
+
 Status ReadMeta(const std::string& dir, Meta* meta) {
   meta->path = Join(dir, "meta.txt");
   const int fd = ::open(meta->path.c_str(), O_RDONLY | O_CLOEXEC);

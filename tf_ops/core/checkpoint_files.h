@@ -32,6 +32,9 @@ std::string Errno(const std::string& what, const std::string& path);
 Status IoError(const std::string& what, const std::string& path);
 // fsyncs a directory (so that the entries created in it are durable).
 Status FsyncDir(const std::string& dir);
+// Writes `n` bytes to `path` (created or truncated), fsyncs the file and its directory: when
+// it returns Ok, the file and its entry are durable.
+Status WriteFileDurably(const std::string& path, const void* data, size_t n);
 inline std::string Join(const std::string& dir, const std::string& name) {
   return dir + "/" + name;
 }

@@ -201,6 +201,20 @@ class TableTakeChangesOp : public TableOpKernel {
   int64_t dim_;
 };
 
+// Writes a tensor's bytes to a file, durably (a serving update's file).
+class WriteUpdateFileOp : public OpKernel {
+ public:
+  explicit WriteUpdateFileOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+
+  void Compute(OpKernelContext* ctx) override {
+    std::string path;
+    OP_REQUIRES_OK(ctx, GetPathInput(ctx, 0, "path", &path));
+    const tensorflow::StringPiece data = ctx->input(1).tensor_data();
+    OP_REQUIRES_OK(ctx, ToTfStatus(WriteUpdateFile(path, data.data(), data.size())));
+    OP_REQUIRES_OK(ctx, SetScalarOutput(ctx, 0, static_cast<int64_t>(data.size())));
+  }
+};
+
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableSave)).Device(DEVICE_CPU), TableSaveOp);
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableRestore)).Device(DEVICE_CPU), TableRestoreOp);
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableApplyDelta)).Device(DEVICE_CPU),
@@ -214,5 +228,8 @@ REGISTER_KERNEL_BUILDER(
 REGISTER_KERNEL_BUILDER(
     Name(REC_SDK_OP_NAME(TableTakeChanges)).Device(DEVICE_CPU).TypeConstraint<int64_t>("key_dtype"),
     TableTakeChangesOp);
+
+REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(WriteUpdateFile)).Device(DEVICE_CPU),
+                        WriteUpdateFileOp);
 
 }  // namespace rec_sdk

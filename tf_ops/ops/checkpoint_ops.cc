@@ -91,3 +91,16 @@ since: the push id these changes follow (0 when replace); push_id: this push's i
 )doc");
 
 }  // namespace rec_sdk
+
+REGISTER_OP(REC_SDK_OP_NAME(WriteUpdateFile))
+    .Input("path: string")
+    .Input("data: T")
+    .Output("bytes: int64")
+    .Attr("T: {int32, int64, float}")
+    .SetIsStateful()
+    .SetShapeFn(tensorflow::shape_inference::ScalarShape)
+    .Doc(R"doc(
+Writes the raw bytes of `data` (little-endian, row-major) to `path`, created or truncated,
+and fsyncs the file and its directory: the file of a serving update a rank writes on its own
+task. bytes: how many were written.
+)doc");

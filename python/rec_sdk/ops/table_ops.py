@@ -243,6 +243,13 @@ def take_changes(table, key_dtype, dim, full=False, name=None):
                                                 name=name)
 
 
+def write_update_file(path, data, name=None):
+    """Op writing the raw bytes of `data` (int32, int64 or float32; little-endian,
+    row-major) to `path` (created or truncated), the file and its directory fsync'ed: a
+    serving update's file, written on the task the op is placed on. -> bytes written."""
+    return load_ops().rec_sdk_write_update_file(path, data, name=name)
+
+
 def export(table, key_dtype, dim, name=None):
     """-> (keys [n], values [n, dim], slots [num_slots, n, dim])."""
     return load_ops().rec_sdk_table_export(table, key_dtype=key_dtype, dim=dim, name=name)

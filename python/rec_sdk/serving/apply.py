@@ -155,6 +155,11 @@ def apply_update_op(update_dir, tables, dense, version, chain, lock, updates_loc
         names = tf.strings.reduce_join(manifest["table_names"], separator=",")
         check(tf.equal(names, ",".join(t.name for t in tables)), "update", update_dir,
               "is of tables", names, "; the model serves", ",".join(t.name for t in tables))
+        ranks = tf.strings.reduce_join(tf.strings.as_string(manifest["table_ranks"]),
+                                       separator=",")
+        check(tf.equal(ranks, ",".join(str(t.ranks) for t in tables)), "update", update_dir,
+              "has its tables' files from", ranks, "ranks; the model's tables are from",
+              ",".join(str(t.ranks) for t in tables))
         dense_names = tf.strings.reduce_join(manifest["dense_names"], separator=",")
         check(tf.equal(dense_names, ",".join(n for n, _ in dense)), "update", update_dir,
               "is of dense variables", dense_names)
@@ -163,18 +168,21 @@ def apply_update_op(update_dir, tables, dense, version, chain, lock, updates_loc
         the previous version alone) and checked."""
         out, read_checks = [], []
         for i, table in enumerate(tables):
-            keys, c1 = _checked_file(update_dir, update_files.table_file(i, "keys", step),
-                                     manifest, tf.int64)
-            values, c2 = _checked_file(update_dir, update_files.table_file(i, "values", step),
-                                       manifest, tf.float32)
-            removed, c3 = _checked_file(update_dir,
-                                        update_files.table_file(i, "removed", step),
-                                        manifest, tf.int64)
+            def read(kind, dtype, i=i, table=table):
+                # A table over ranks: each rank's file, together.
+                parts = []
+                for name in update_files.table_files(i, kind, table.ranks, step):
+                    contents, c = _checked_file(update_dir, name, manifest, dtype)
+                    parts.append(contents)
+                    read_checks.append(c)
+                return parts[0] if len(parts) == 1 else tf.concat(parts, 0)
+            keys, values = read("keys", tf.int64), read("values", tf.float32)
+            removed = read("removed", tf.int64)
             values = tf.reshape(values, [-1, table.dim])
             rows = tf.debugging.Assert(
                 tf.equal(tf.shape(values, out_type=tf.int64)[0], tf.size(keys, tf.int64)),
                 ["update", update_dir, "table", table.name, ": keys and values differ in rows"])
-            read_checks.extend([c1, c2, c3, rows])
+            read_checks.append(rows)
             out.append((keys, values, removed))
         with tf.control_dependencies(read_checks):
             return [tuple(tf.identity(t) for t in parts) for parts in out]

@@ -24,6 +24,7 @@ from rec_sdk.serving.apply import ModelLock, apply_update_op
 from rec_sdk.serving.mutable import ServedTable
 from rec_sdk.serving.plugin import PluginTable
 from rec_sdk.serving.push import Changes, merge_shards
+from rec_sdk.serving.rank_parts import is_over_ranks, served_table_over_ranks
 from rec_sdk.serving.static import ServingGraph, default_row
 from rec_sdk.util.graph_state import state_of
 
@@ -125,11 +126,26 @@ def export_serving_model(sess, export_dir, inputs, outputs, push_dir, tables=Non
         raise ValueError("memory_rows and ssd_path are options of plugin=True serving")
     check_new_chain_dir(push_dir)
     chain = uuid.uuid4().hex
-    staged = tempfile.mkdtemp(prefix="rec_sdk_export_")
+    # Next to the export: the ranks of tables over ranks write their rows into it.
+    parent = os.path.dirname(os.path.abspath(export_dir))
+    os.makedirs(parent, exist_ok=True)
+    staged = tempfile.mkdtemp(prefix=".rec_sdk_export_", dir=parent)
     served_tables, push_ids, table_rows, rows = [], [], [], 0
     try:
         def make_lookup(table, defaults):
+            nonlocal rows
             default = one_default(table.table_name, table.dim, defaults)
+            if isinstance(table, TableSource) and is_over_ranks(table.shards[0]):
+                if plugin:
+                    raise ValueError("table %r is sharded over ranks: its served model takes "
+                                     "stock hash tables (plugin=False)" % table.table_name)
+                served, ids, n = served_table_over_ranks(sess, table.shards[0],
+                                                         len(served_tables), staged, default)
+                served_tables.append(served)
+                push_ids.append(ids)
+                table_rows.append(n)
+                rows += n
+                return lambda ids, _: served.lookup(ids)
             with sess.graph.as_default():
                 takes = [shard.take_changes(full=True) for shard in table.shards]
             whole = merge_shards(table.table_name, [Changes(*t) for t in sess.run(takes)])
@@ -144,7 +160,6 @@ def export_serving_model(sess, export_dir, inputs, outputs, push_dir, tables=Non
             served_tables.append(served)
             push_ids.append(ids)
             table_rows.append(len(keys))
-            nonlocal rows
             rows += len(keys)
             return lambda ids, _: served.lookup(ids)
 
@@ -199,7 +214,8 @@ def export_serving_model(sess, export_dir, inputs, outputs, push_dir, tables=Non
                     strip_default_attrs=True)
                 builder.save()
         update_files.write_base(push_dir, chain, [t.name for t in served_tables], push_ids,
-                                [name for name, _ in graph.variables], table_rows)
+                                [name for name, _ in graph.variables], table_rows,
+                                [t.ranks for t in served_tables])
     finally:
         shutil.rmtree(staged, ignore_errors=True)
     return {"rows": rows, "chain": chain}

@@ -70,9 +70,21 @@ def without_reserved_keys(name, keys, *columns):
 
 
 def part_of(keys, parts):
-    """The sub-table of each key (NumPy; the same as ServedTable._part_of in the graph)."""
+    """The sub-table of each key (NumPy; part_of_op in a graph)."""
     keys = np.asarray(keys, np.int64)
     return np.mod(keys ^ (keys >> 29), parts).astype(np.int32)
+
+
+def part_of_op(keys, parts):
+    """The sub-table of each int64 key (as part_of)."""
+    mixed = tf.bitwise.bitwise_xor(keys, tf.bitwise.right_shift(keys, 29))
+    return tf.cast(tf.math.floormod(mixed, parts), tf.int32)
+
+
+def default_of(default, dim):
+    """A served table's default row [dim] (zeros when None)."""
+    return np.broadcast_to(np.asarray(0.0 if default is None else default, np.float32),
+                           [dim]).copy()
 
 
 class _AssetFilledTable(tf.lookup.experimental.DenseHashTable):
@@ -141,32 +153,47 @@ class ServedTable:
     """
 
     def __init__(self, name, dim, keys, values, staging, index, default=None):
-        self.name, self.dim, self.rows = name, dim, len(keys)
-        self.parts, buckets = memory_layout(len(keys))
-        default = np.broadcast_to(np.asarray(0.0 if default is None else default, np.float32),
-                                  [dim]).copy()
+        default = default_of(default, dim)
+        parts, buckets = memory_layout(len(keys))
         # Rows equal to the default read as keys not stored: they are left out, so that
         # every stored default row is a tombstone (counted in self.tombstones).
         values = np.asarray(values, np.float32).reshape(len(keys), dim)
         stored = ~np.all(values == default, axis=1)
         keys, values = np.asarray(keys)[stored], values[stored]
-        where = part_of(keys, self.parts)
-        self.files, self.part_rows = [], []
-        for p in range(self.parts):
+        where = part_of(keys, parts)
+        files = []
+        for p in range(parts):
             stem = "%s/table%d.part%d." % (staging, index, p)
-            self.part_rows.append(write_rows(stem, keys[where == p], values[where == p], dim))
-            self.files.append((stem + "keys", stem + "values"))
-        self.default = default
+            rows = write_rows(stem, keys[where == p], values[where == p], dim)
+            files.append([(stem + "keys", stem + "values", rows)])
+        self._make(name, dim, default, parts, buckets, files, 1)
+
+    @classmethod
+    def from_files(cls, name, dim, default, parts, buckets, files, ranks):
+        """A served table whose sub-table p is filled from files[p], [(keys file, values
+        file, rows)] written as write_rows does (by the ranks of a table over `ranks` ranks:
+        rank_parts.py); tf.compat.v1 graphs only."""
+        table = cls.__new__(cls)
+        table._make(name, dim, default_of(default, dim), parts, buckets, files, ranks)
+        return table
+
+    def _make(self, name, dim, default, parts, buckets, files, ranks):
+        self.name, self.dim, self.default, self.parts = name, dim, default, parts
+        self.files, self.ranks = files, ranks  # ranks: how many write the update files
+        self.rows = sum(rows for part in files for _, _, rows in part)
         self._eager = tf.executing_eagerly()
+        if self._eager and any(len(part) != 1 for part in files):
+            raise ValueError("served table %r: sub-tables filled from several files are for "
+                             "tf.compat.v1 graphs" % name)
         self.tables, self.tombstones = [], []
-        for p, (keys_file, values_file) in enumerate(self.files):
+        for p, part in enumerate(files):
             label = "rec_sdk_served_%s_%d" % (name.replace("/", "_"), p)
             kwargs = dict(key_dtype=tf.int64, value_dtype=tf.float32, default_value=default,
                           empty_key=EMPTY_KEY, deleted_key=DELETED_KEY,
                           initial_num_buckets=buckets, checkpoint=False, name=label)
             if self._eager:
-                table = _AssetFilledTable(keys_file, values_file, dim, self.part_rows[p],
-                                          **kwargs)
+                keys_file, values_file, rows = part[0]
+                table = _AssetFilledTable(keys_file, values_file, dim, rows, **kwargs)
                 tombstones = tf.Variable(np.int64(0), trainable=False,
                                          name=label + "_tombstones")
             else:
@@ -181,19 +208,20 @@ class ServedTable:
         """(tf.compat.v1 graphs) The op filling the sub-tables from their asset files (the
         file paths are registered as the graph's assets)."""
         done = tf.no_op()
-        for table, files, rows in zip(self.tables, self.files, self.part_rows):
-            paths = []
-            for path in files:
-                asset = tf.constant(path, name="asset_" + path.rsplit("/", 1)[-1])
-                tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.ASSET_FILEPATHS, asset)
-                paths.append(asset)
-            with tf.control_dependencies([done]):
-                done = stream_rows(paths[0], paths[1], self.dim, rows, table.insert)
+        for table, part in zip(self.tables, self.files):
+            for keys_file, values_file, rows in part:
+                paths = []
+                for path in (keys_file, values_file):
+                    asset = tf.constant(path, name="asset_" + path.rsplit("/", 1)[-1])
+                    tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.ASSET_FILEPATHS,
+                                                   asset)
+                    paths.append(asset)
+                with tf.control_dependencies([done]):
+                    done = stream_rows(paths[0], paths[1], self.dim, rows, table.insert)
         return done
 
     def _part_of(self, keys):
-        mixed = tf.bitwise.bitwise_xor(keys, tf.bitwise.right_shift(keys, 29))
-        return tf.cast(tf.math.floormod(mixed, self.parts), tf.int32)
+        return part_of_op(keys, self.parts)
 
     def _split(self, keys, *columns):
         """[(keys, columns...) of each sub-table]."""
@@ -323,7 +351,7 @@ class ServedTable:
             kept = tf.logical_and(stored_keys > DELETED_KEY,
                                   tf.logical_not(self._is_default(stored_rows)))
             pending_keys, pending_rows = pending
-            kept = tf.logical_and(kept, tf.logical_not(_isin(stored_keys, pending_keys)))
+            kept = tf.logical_and(kept, tf.logical_not(isin(stored_keys, pending_keys)))
             written = tf.logical_not(self._is_default(pending_rows))
             # The export aliases the table's buffers: the kept rows are copied out (gather)
             # before the import below replaces them.
@@ -361,7 +389,7 @@ def _count(mask):
     return tf.reduce_sum(tf.cast(mask, tf.int64))
 
 
-def _isin(keys, among):
+def isin(keys, among):
     """[n] bool: which of keys [n] are in `among` [m]."""
     sorted_among = tf.sort(among)
     at = tf.searchsorted(sorted_among, keys, out_type=tf.int64)

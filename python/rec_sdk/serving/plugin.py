@@ -25,6 +25,7 @@ class PluginTable:
     def __init__(self, name, dim, keys, values, staging, index, chain, default=None,
                  memory_rows=None, ssd_path=None):
         self.name, self.dim, self.rows, self.parts = name, dim, len(keys), 1
+        self.ranks = 1  # one process writes its update files
         self.default = default
         self.tombstones = []  # a rec_sdk table removes keys exactly
         stem = "%s/table%d." % (staging, index)

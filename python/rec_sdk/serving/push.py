@@ -26,6 +26,7 @@ from rec_sdk.core.table import tables_of_graph
 from rec_sdk.serving import update_files
 from rec_sdk.serving.update_files import UpdateError
 from rec_sdk.serving.mutable import without_reserved_keys
+from rec_sdk.serving.rank_parts import RankParts, is_over_ranks, push_over_ranks
 from rec_sdk.serving.static import dense_variables, serving_layers
 from rec_sdk.util.graph_state import state_of
 from rec_sdk.util.log import logger
@@ -93,6 +94,9 @@ class Pusher:
     (rows plus removed keys) pass this fraction of its rows (default 0.25: each update is at
     most about a quarter of the model; smaller values write whole updates more often).
     keep_secs: updates no replica needs are deleted once this old (default 600).
+
+    Tables sharded over ranks (graph mode): rank 0 pushes, each rank writing the rows it
+    owns (rank_parts.py); a Pusher on another rank does nothing.
     """
 
     def __init__(self, push_dir, graph=None, model=None, base_fraction=0.25, keep_secs=600.0):
@@ -136,6 +140,8 @@ class Pusher:
         that write fails (the error is raised by the next push or wait()), the next update
         that is published takes that version number."""
         self.wait()
+        if self._source.inactive:
+            return None
         head = update_files.chain_head(self.push_dir)
         if head is None or head["chain"] != self.chain:
             raise ValueError("the update chain in %s changed under this pusher" % self.push_dir)
@@ -148,6 +154,13 @@ class Pusher:
             expected = self._expected[1]
         else:  # first push, or another pusher published since: follow the chain's head
             expected = update_files.shard_push_ids(head)
+        if self._source.parts is not None:  # tables over ranks: each rank writes its rows
+            self.wait()
+            dense_values = self._source.dense(sess)
+            return push_over_ranks(self, self._source.parts, sess, head, expected,
+                                   dense_values, self._last_dense is None or any(
+                                       not np.array_equal(a, b)
+                                       for a, b in zip(dense_values, self._last_dense)))
         taken = [[Changes(*s) for s in shards] for shards in self._source.take(sess)]
         whole = False
         for shards, want in zip(taken, expected):
@@ -260,13 +273,25 @@ class _GraphSource:
         available = {name: v.tables for name, v in de_variables_of(graph).items()}
         available.update({t.table_name: [t] for t in tables_of_graph(graph)})
         shards = _find(pusher.table_names, available, "tables", pusher.push_dir)
+        over_ranks = [ts[0] for ts in shards if is_over_ranks(ts[0])]
+        self.parts = None
+        if over_ranks and len(over_ranks) != len(shards):
+            raise ValueError("the update chain in %s serves tables over ranks (%s) and others: "
+                             "one served model takes tables over ranks or none"
+                             % (pusher.push_dir, [t.table_name for t in over_ranks]))
         variables = {v.op.name: v for v in
                      graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)}
         self.variables = _find(pusher.dense_names, variables, "dense variables",
                                pusher.push_dir)
         self.dims = [ts[0].dim for ts in shards]
         self.dense_dtypes = [v.dtype.base_dtype.as_numpy_dtype for v in self.variables]
+        self.inactive = bool(over_ranks) and over_ranks[0].ranks.rank != 0
         with graph.as_default():
+            if self.inactive:
+                return  # rank 0 pushes for every rank (its PushHook may run on all ranks)
+            if over_ranks:
+                self.parts = RankParts(over_ranks)
+                return
             self._take = [[t.take_changes(full=False) for t in ts] for ts in shards]
             self._take_whole = [[t.take_changes(full=True) for t in ts] for ts in shards]
 
@@ -289,6 +314,7 @@ class _EagerSource:
         self.variables = _find(pusher.dense_names,
                                {v.name: v for v in dense_variables(model, layers)},
                                "dense variables", pusher.push_dir)
+        self.parts, self.inactive = None, False
         self.tables = [v.tables for v in _find(pusher.table_names,
                                                {l.params.name: l.params for l in layers},
                                                "tables", pusher.push_dir)]

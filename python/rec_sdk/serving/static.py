@@ -16,6 +16,10 @@ export_keras_model(model, export_dir) does the same for a TF2 Keras model with
 de.keras.layers embeddings: each layer's table becomes a StaticHashTable and a variable of its
 rows, and the model is traced with its layers reading through them.
 """
+import os
+import shutil
+import tempfile
+
 import numpy as np
 import tensorflow as tf
 
@@ -23,6 +27,7 @@ from rec_sdk.core.table import tables_of_graph
 from rec_sdk.dynamic_embedding.keras import layers as de_layers
 from rec_sdk.ops import table_ops
 from rec_sdk.serving.quantize import StoredRows, check_row_dtype
+from rec_sdk.serving.rank_parts import is_over_ranks, write_rows_over_ranks
 
 
 _VARIABLE_OPS = ("VarHandleOp", "VariableV2", "Variable")
@@ -212,6 +217,8 @@ def export_saved_model(sess, export_dir, inputs, outputs, tables=None, row_dtype
 
     def make_lookup(table, defaults):
         del defaults  # each lookup applies its own
+        if is_over_ranks(table):
+            return _lookup_over_ranks(sess, table, row_dtype, staging(), loaded)
         keys, values, _ = sess.run(table.export())
         # The rows end with a spare row of zeros that keys without a row index (no copy per
         # request).
@@ -252,18 +259,79 @@ def export_saved_model(sess, export_dir, inputs, outputs, tables=None, row_dtype
             return tf.where(tf.expand_dims(missing, -1), fill, found)
         return lookup
 
-    served = ServingGraph(sess, inputs, outputs, tables, make_lookup)
-    with served.graph.as_default():
-        with tf.compat.v1.Session(graph=served.graph) as export_sess:
-            for variables, feeds, _ in loaded.values():
-                export_sess.run([v.initializer for v in variables], feeds)
-            builder = tf.compat.v1.saved_model.Builder(export_dir)
-            builder.add_meta_graph_and_variables(
-                export_sess, [tf.saved_model.SERVING],
-                signature_def_map={"serving_default": served.signature(inputs)},
-                main_op=tf.compat.v1.tables_initializer(), strip_default_attrs=True)
-            builder.save()
+    staged = []
+
+    def staging():
+        # Next to the export: the ranks of tables over ranks write their rows into it.
+        if not staged:
+            parent = os.path.dirname(os.path.abspath(export_dir))
+            os.makedirs(parent, exist_ok=True)
+            staged.append(tempfile.mkdtemp(prefix=".rec_sdk_export_", dir=parent))
+        return staged[0]
+
+    try:
+        served = ServingGraph(sess, inputs, outputs, tables, make_lookup)
+        with served.graph.as_default():
+            with tf.compat.v1.Session(graph=served.graph) as export_sess:
+                for variables, feeds, _ in loaded.values():
+                    export_sess.run([v.initializer for v in variables], feeds)
+                builder = tf.compat.v1.saved_model.Builder(export_dir)
+                builder.add_meta_graph_and_variables(
+                    export_sess, [tf.saved_model.SERVING],
+                    signature_def_map={"serving_default": served.signature(inputs)},
+                    main_op=tf.group(tf.compat.v1.tables_initializer(),
+                                     tf.compat.v1.local_variables_initializer()),
+                    assets_collection=tf.compat.v1.get_collection(
+                        tf.compat.v1.GraphKeys.ASSET_FILEPATHS),
+                    strip_default_attrs=True)
+                builder.save()
+    finally:
+        for path in staged:
+            shutil.rmtree(path, ignore_errors=True)
     return sum(rows for _, _, rows in loaded.values())
+
+
+def _lookup_over_ranks(sess, table, row_dtype, staging, loaded):
+    """export_saved_model's lookup of a table over ranks: each rank writes its rows
+    (rank_parts.write_rows_over_ranks) as asset files of the SavedModel, which its main op
+    reads into a StaticHashTable and a local variable of the rows (no row passes through
+    this process)."""
+    if row_dtype != "float32":
+        raise ValueError("table %r is sharded over ranks: its frozen export stores rows as "
+                         "float32 (row_dtype=%r is for tables of one process)"
+                         % (table.table_name, row_dtype))
+    files = write_rows_over_ranks(sess, table, staging, len(loaded))
+    with tf.name_scope("rec_sdk_serving/" + table.table_name):
+        keys, values = [], []
+        for keys_file, values_file, _ in files:
+            for path, out, dtype in ((keys_file, keys, tf.int64),
+                                     (values_file, values, tf.float32)):
+                asset = tf.constant(path, name="asset_" + path.rsplit("/", 1)[-1])
+                tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.ASSET_FILEPATHS, asset)
+                out.append(tf.io.decode_raw(tf.io.read_file(asset), dtype, little_endian=True))
+        keys = tf.concat(keys, 0)
+        # The rows, then a spare row of zeros that keys without a row index.
+        rows = tf.compat.v1.Variable(
+            tf.concat([tf.reshape(tf.concat(values, 0), [-1, table.dim]),
+                       tf.zeros([1, table.dim])], 0),
+            trainable=False, validate_shape=False, use_resource=True,
+            collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES], name="rows")
+    hash_table = tf.lookup.StaticHashTable(
+        tf.lookup.KeyValueTensorInitializer(keys, tf.range(tf.size(keys, out_type=tf.int64))),
+        default_value=-1, name="rec_sdk_serving_%s_index" % table.table_name)
+    loaded[table.table_name] = ([], {}, sum(n for _, _, n in files))
+
+    def lookup(ids, default):
+        index = hash_table.lookup(ids)
+        missing = index < 0
+        spare = tf.shape(rows.read_value(), out_type=tf.int64)[0] - 1
+        found = tf.gather(tf.reshape(rows.read_value(), [-1, table.dim]),
+                          tf.where(missing, tf.fill(tf.shape(index), spare), index))
+        if default is None:
+            return found
+        fill = tf.broadcast_to(tf.cast(default, tf.float32), tf.shape(found))
+        return tf.where(tf.expand_dims(missing, -1), fill, found)
+    return lookup
 
 
 def keras_input_signature(model, input_signature, what, graph_alternative):

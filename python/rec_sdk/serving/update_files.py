@@ -24,7 +24,10 @@ the push ids their changes end at (flattened); per file its name, size and finge
 dense variable its name and whether it is in the update; step_parent: version - 1 when the
 update also holds, in table<i>.step.* files, the changes since version - 1 alone (what a
 model at version - 1, a replica that follows every update, applies instead), else -1.
-Tables' files: keys int64, values float32 [rows, dim], removed int64, little-endian. A served model checks all of this with
+table_ranks: per table, how many ranks wrote its files: 1, table<i>.keys/.values/.removed;
+R > 1 (a table sharded over R ranks, each rank writing the rows it owns), table<i>.rank<r>.*
+for r < R, the table's rows being all of them together. Tables' files: keys int64, values
+float32 [rows, dim], removed int64, little-endian. A served model checks all of this with
 stock ops before it changes anything (serving/apply.py), so a truncated, corrupt or partial
 update is refused by the name of its file.
 """
@@ -51,7 +54,7 @@ MANIFEST_FEATURES = {
     "table_names": tf.string, "table_rows": tf.int64, "table_removed": tf.int64,
     "table_replace": tf.int64, "table_shards": tf.int64, "table_push_ids": tf.int64,
     "files": tf.string, "file_sizes": tf.int64, "file_fingerprints": tf.int64,
-    "dense_names": tf.string, "dense_present": tf.int64,
+    "dense_names": tf.string, "dense_present": tf.int64, "table_ranks": tf.int64,
 }
 _SCALARS = ("version", "base", "whole", "step_parent", "chain")
 
@@ -70,8 +73,29 @@ def update_dir(push_dir, version):
     return os.path.join(push_dir, "%0*d" % (VERSION_DIGITS, version))
 
 
-def table_file(i, kind, step=False):
-    return "table%d.%s%s" % (i, "step." if step else "", kind)
+# What the manifest says of a table: its name, rows, removed keys, whether the rows are the
+# whole table, the push id of each shard and how many ranks wrote its files.
+TableSummary = collections.namedtuple("TableSummary", "name rows removed replace push_ids ranks")
+
+
+def summary(table):
+    """The TableSummary of a TableUpdate (written by this process: one rank)."""
+    return TableSummary(table.name, len(table.keys), len(table.removed), bool(table.replace),
+                        list(table.push_ids), 1)
+
+
+def table_file(i, kind, step=False, rank=None):
+    """The name of table i's file of `kind` (keys, values or removed); step: of the changes
+    since the previous version alone; rank: the part rank `rank` wrote (tables over ranks)."""
+    return "table%d.%s%s%s" % (i, "step." if step else "",
+                               "" if rank is None else "rank%d." % rank, kind)
+
+
+def table_files(i, kind, ranks, step=False):
+    """Names of table i's files of `kind` written by `ranks` ranks (table_ranks)."""
+    if ranks <= 1:
+        return [table_file(i, kind, step)]
+    return [table_file(i, kind, step, r) for r in range(ranks)]
 
 
 def dense_file(j):
@@ -152,6 +176,8 @@ def decode_manifest(data, path):
         else:
             values = list(feature.int64_list.value)
         out[name] = values[0] if name in _SCALARS else values
+    if not out["table_ranks"]:
+        out["table_ranks"] = [1] * len(out["table_names"])
     return out
 
 
@@ -170,6 +196,76 @@ def _fsync_dir(path):
         os.close(fd)
 
 
+class StagedUpdate:
+    """An update being written into a hidden temporary directory of push_dir (`path`), then
+    published by publish() (an atomic rename). Files are written by put() or, by other
+    processes (the ranks of a table sharded over ranks), directly into `path` and then
+    listed with add()."""
+
+    def __init__(self, push_dir, version):
+        self.push_dir, self.version = push_dir, version
+        self.final = update_dir(push_dir, version)
+        if os.path.exists(self.final):
+            raise UpdateError("%s already exists: update %d was published before"
+                              % (self.final, version))
+        remove_stale_temporaries(push_dir)
+        self.path = os.path.join(push_dir, ".tmp-%d-%d" % (version, os.getpid()))
+        if os.path.exists(self.path):
+            for name in os.listdir(self.path):
+                os.remove(os.path.join(self.path, name))
+        else:
+            os.makedirs(self.path)
+        self.files, self.sizes, self.prints = [], [], []
+
+    def put(self, name, array):
+        data = np.ascontiguousarray(array).tobytes()
+        _write_file(os.path.join(self.path, name), data)
+        self.add(name, len(data), fingerprint(data))
+
+    def add(self, name, size, print_):
+        self.files.append(name)
+        self.sizes.append(int(size))
+        self.prints.append(int(print_))
+
+    def put_tables(self, tables, step=False):
+        """Writes the files of [TableUpdate] (one rank each)."""
+        for i, table in enumerate(tables):
+            self.put(table_file(i, "keys", step), np.asarray(table.keys, "<i8"))
+            self.put(table_file(i, "values", step), np.asarray(table.values, "<f4"))
+            self.put(table_file(i, "removed", step), np.asarray(table.removed, "<i8"))
+
+    def publish(self, base, chain, tables, dense, steps):
+        """Writes the MANIFEST and publishes the update. tables: [TableSummary]; dense:
+        [(name, array or None)] (the arrays are written here); steps: whether the update
+        holds the changes since version - 1 alone. Returns its directory."""
+        for j, (_, value) in enumerate(dense):
+            if value is not None:
+                self.put(dense_file(j), np.asarray(value))
+        manifest = {
+            "version": self.version, "base": base, "chain": chain,
+            "step_parent": self.version - 1 if steps else -1,
+            "whole": int(all(t.replace for t in tables) and
+                         all(v is not None for _, v in dense)),
+            "table_names": [t.name for t in tables], "table_rows": [t.rows for t in tables],
+            "table_removed": [t.removed for t in tables],
+            "table_replace": [int(bool(t.replace)) for t in tables],
+            "table_shards": [len(t.push_ids) for t in tables],
+            "table_push_ids": [int(i) for t in tables for i in t.push_ids],
+            "table_ranks": [int(t.ranks) for t in tables],
+            "files": self.files, "file_sizes": self.sizes, "file_fingerprints": self.prints,
+            "dense_names": [d[0] for d in dense],
+            "dense_present": [int(d[1] is not None) for d in dense],
+        }
+        _write_file(os.path.join(self.path, MANIFEST), encode_manifest(manifest))
+        _fsync_dir(self.path)
+        os.rename(self.path, self.final)
+        _fsync_dir(self.push_dir)
+        return self.final
+
+    def discard(self):
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
 def write_update(push_dir, version, base, chain, tables, dense, steps=None):
     """Publishes update `version` atomically; returns its directory.
 
@@ -178,51 +274,10 @@ def write_update(push_dir, version, base, chain, tables, dense, steps=None):
     this update). steps: [TableUpdate] of the changes since version - 1 alone (a model at
     version - 1 applies those instead of `tables`), or None when they are not known.
     """
-    final = update_dir(push_dir, version)
-    if os.path.exists(final):
-        raise UpdateError("%s already exists: update %d was published before" % (final, version))
-    remove_stale_temporaries(push_dir)
-    tmp = os.path.join(push_dir, ".tmp-%d-%d" % (version, os.getpid()))
-    if os.path.exists(tmp):
-        for name in os.listdir(tmp):
-            os.remove(os.path.join(tmp, name))
-    else:
-        os.makedirs(tmp)
-    files, sizes, prints = [], [], []
-
-    def put(name, array):
-        data = np.ascontiguousarray(array).tobytes()
-        _write_file(os.path.join(tmp, name), data)
-        files.append(name)
-        sizes.append(len(data))
-        prints.append(fingerprint(data))
-
-    for step, parts in ((False, tables), (True, steps or [])):
-        for i, table in enumerate(parts):
-            put(table_file(i, "keys", step), np.asarray(table.keys, "<i8"))
-            put(table_file(i, "values", step), np.asarray(table.values, "<f4"))
-            put(table_file(i, "removed", step), np.asarray(table.removed, "<i8"))
-    for j, (_, value) in enumerate(dense):
-        if value is not None:
-            put(dense_file(j), np.asarray(value))
-    manifest = {
-        "version": version, "base": base, "chain": chain,
-        "step_parent": version - 1 if steps is not None else -1,
-        "whole": int(all(t.replace for t in tables) and all(v is not None for _, v in dense)),
-        "table_names": [t.name for t in tables], "table_rows": [len(t.keys) for t in tables],
-        "table_removed": [len(t.removed) for t in tables],
-        "table_replace": [int(bool(t.replace)) for t in tables],
-        "table_shards": [len(t.push_ids) for t in tables],
-        "table_push_ids": [int(i) for t in tables for i in t.push_ids],
-        "files": files, "file_sizes": sizes, "file_fingerprints": prints,
-        "dense_names": [d[0] for d in dense],
-        "dense_present": [int(d[1] is not None) for d in dense],
-    }
-    _write_file(os.path.join(tmp, MANIFEST), encode_manifest(manifest))
-    _fsync_dir(tmp)
-    os.rename(tmp, final)
-    _fsync_dir(push_dir)
-    return final
+    staged = StagedUpdate(push_dir, version)
+    staged.put_tables(tables)
+    staged.put_tables(steps or [], step=True)
+    return staged.publish(base, chain, [summary(t) for t in tables], dense, steps is not None)
 
 
 def read_update(push_dir, manifest, dims, dense_dtypes):
@@ -247,12 +302,16 @@ def read_update(push_dir, manifest, dims, dense_dtypes):
             raise UpdateError("update file is corrupt or truncated: %s" % path)
         return np.frombuffer(data, dtype)
 
+    def load_all(i, kind, dtype):
+        ranks = manifest["table_ranks"][i]
+        return np.concatenate([load(name, dtype) for name in table_files(i, kind, ranks)])
+
     tables = []
     for i, name in enumerate(manifest["table_names"]):
         tables.append(TableUpdate(
-            name, load(table_file(i, "keys"), "<i8"),
-            load(table_file(i, "values"), "<f4").reshape(-1, dims[i]),
-            load(table_file(i, "removed"), "<i8"), bool(manifest["table_replace"][i]),
+            name, load_all(i, "keys", "<i8"),
+            load_all(i, "values", "<f4").reshape(-1, dims[i]),
+            load_all(i, "removed", "<i8"), bool(manifest["table_replace"][i]),
             shard_push_ids(manifest)[i]))
     dense = [(name, load(dense_file(j), dtype) if manifest["dense_present"][j] else None)
              for j, (name, dtype) in enumerate(zip(manifest["dense_names"], dense_dtypes))]
@@ -296,9 +355,10 @@ def remove_stale_temporaries(push_dir):
             shutil.rmtree(os.path.join(push_dir, name), ignore_errors=True)
 
 
-def write_base(push_dir, chain, table_names, push_ids, dense_names, table_rows):
+def write_base(push_dir, chain, table_names, push_ids, dense_names, table_rows, table_ranks=None):
     """Version 0 of a chain: the export's state (atomically replaced). push_ids: per table,
-    the push id of each of its shards; table_rows: the rows each table exported."""
+    the push id of each of its shards; table_rows: the rows each table exported;
+    table_ranks: how many ranks write each table's files (default 1 each)."""
     os.makedirs(push_dir, exist_ok=True)
     manifest = {
         "version": 0, "base": 0, "whole": 1, "step_parent": -1, "chain": chain,
@@ -309,11 +369,19 @@ def write_base(push_dir, chain, table_names, push_ids, dense_names, table_rows):
         "table_push_ids": [int(i) for ids in push_ids for i in ids],
         "files": [], "file_sizes": [], "file_fingerprints": [],
         "dense_names": list(dense_names), "dense_present": [0] * len(dense_names),
+        "table_ranks": [int(r) for r in (table_ranks or [1] * len(table_names))],
     }
     tmp = os.path.join(push_dir, ".%s.tmp-%d" % (BASE, os.getpid()))
     _write_file(tmp, encode_manifest(manifest))
     os.replace(tmp, os.path.join(push_dir, BASE))
     _fsync_dir(push_dir)
+
+
+def manifest_path(push_dir, version):
+    """The path of version `version`'s manifest (the BASE for 0)."""
+    if version == 0:
+        return os.path.join(push_dir, BASE)
+    return os.path.join(update_dir(push_dir, version), MANIFEST)
 
 
 def read_manifest(path):
