@@ -24,12 +24,16 @@ class ModelLock(tf.saved_model.experimental.TrackableResource):
     sequence number odd meanwhile; read(fn) reads without the lock and keeps the result when
     the sequence number was the same even number before and after, else reads again holding
     the lock. name: unique per export (its chain id), so models loaded in one process never
-    share a lock."""
+    share a lock. sequence=False: a lock without the sequence number (run() only: the lock
+    that orders updates)."""
 
-    def __init__(self, name):
+    def __init__(self, name, sequence=True):
         self._lock_name = name
         super().__init__()
-        if tf.executing_eagerly():
+        if not sequence:
+            self.sequence = None
+            _ = self.resource_handle
+        elif tf.executing_eagerly():
             # Tracked explicitly (a resource does not track its attributes), so that TF2
             # SavedModels save it.
             self.sequence = self._track_trackable(

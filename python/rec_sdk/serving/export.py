@@ -184,7 +184,7 @@ def export_serving_model(sess, export_dir, inputs, outputs, push_dir, tables=Non
             main_op = tf.group(*[served.load_op() for served in served_tables],
                                name="rec_sdk_serving_load")
             update_dir = tf.compat.v1.placeholder(tf.string, [], name="update_dir")
-            locks.append(ModelLock("rec_sdk_serving_updates_" + chain))
+            locks.append(ModelLock("rec_sdk_serving_updates_" + chain, sequence=False))
             applied = apply_update_op(update_dir, served_tables,
                                       [(name, var) for name, var in graph.variables],
                                       version, chain_t, *locks)
@@ -204,7 +204,7 @@ def export_serving_model(sess, export_dir, inputs, outputs, push_dir, tables=Non
                 export_sess.run([v.initializer for _, v in graph.variables], graph.variable_feeds)
                 export_sess.run([version.initializer] + [
                     c.initializer for served in served_tables for c in served.tombstones] + [
-                    lock.sequence.initializer for lock in locks])
+                    locks[0].sequence.initializer])
                 builder = tf.compat.v1.saved_model.Builder(export_dir)
                 builder.add_meta_graph_and_variables(
                     export_sess, [tf.saved_model.SERVING], signature_def_map=signatures,

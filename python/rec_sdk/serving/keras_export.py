@@ -73,7 +73,7 @@ def export_keras_serving_model(model, export_dir, push_dir, input_signature=None
         module.tables = [t for table in served for t in table.tables]
         module.tombstones = [c for table in served for c in table.tombstones]
         module.lock = ModelLock("rec_sdk_serving_" + chain)
-        module.updates_lock = ModelLock("rec_sdk_serving_updates_" + chain)
+        module.updates_lock = ModelLock("rec_sdk_serving_updates_" + chain, sequence=False)
         module.dense = dense_variables(model, layers)
         module.version = tf.Variable(np.int64(0), trainable=False,
                                      name="rec_sdk_serving_version")

@@ -131,6 +131,18 @@ TEST(EvictionTest, DropsRowsAndPendingCountsOlderThanTheThreshold) {
   EXPECT_GE(Train(t.get(), {1}, {1}, 111)[0], 0);
 }
 
+TEST(EvictionTest, ABatchWithoutKeysStillMovesTheClockOn) {
+  // A shard over ranks whose keys nobody looked up in a step still sees the step's clock:
+  // its rows age as one process's do.
+  auto t = Make(Config(0, 10));
+  Train(t.get(), {1}, {1}, 100);
+  Train(t.get(), {}, {}, 110);  // no key of this shard at clock 110
+  int64_t rows = -1, pending = -1;
+  ASSERT_TRUE(t->Evict(&rows, &pending, SerialRunner).ok());
+  EXPECT_EQ(rows, 1);
+  EXPECT_EQ(Find(t.get(), {1})[0], -1);
+}
+
 TEST(EvictionTest, EvictedRowIsReinitialisedWithFreshSlotsAndStaleAddress) {
   auto t = Make(Config(-1, 5));
   ASSERT_TRUE(t->EnsureSlots("Adagrad", {0.5f}).ok());
