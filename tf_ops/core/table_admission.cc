@@ -226,7 +226,7 @@ void EmbeddingTable::InsertPass(const int64_t* keys, int64_t n, int64_t* address
   // One clock for the whole batch: the table has seen it even when the batch holds none of
   // its keys (a rank's shard in a step whose keys other ranks own), so that its rows age as
   // in one process.
-  if (pass.clocked && !access.times_per_key && n == 0) RaiseNewestClock(ClockOf(access, 0, tick));
+  if (pass.clocked && !access.times_per_key) RaiseNewestClock(ClockOf(access, 0, tick));
 }
 
 Status EmbeddingTable::ConfigureAdmission(const AdmissionConfig& wanted) {

@@ -100,13 +100,18 @@ def _checked_file(update_dir, name, manifest, dtype):
         "update file missing from its MANIFEST:", path], summarize=1)
     with tf.control_dependencies([listed]):
         index = at[0]
-    size_ok = tf.equal(tf.cast(tf.strings.length(data), tf.int64),
-                       tf.gather(manifest["file_sizes"], index))
+    return checked_contents(path, data, tf.gather(manifest["file_sizes"], index),
+                            tf.gather(manifest["file_fingerprints"], index), dtype)
+
+
+def checked_contents(path, data, size, print_, dtype):
+    """(decoded contents, check op) of the bytes `data` of a file of an update, which must
+    have the manifest's `size` and fingerprint `print_`; the error names the file."""
+    size_ok = tf.equal(tf.cast(tf.strings.length(data), tf.int64), size)
     sized = tf.debugging.Assert(size_ok, [
         "update file is truncated or has the wrong size:", path], summarize=1)
     with tf.control_dependencies([sized]):
-        print_ok = tf.equal(update_files.fingerprint_op(data),
-                            tf.gather(manifest["file_fingerprints"], index))
+        print_ok = tf.equal(update_files.fingerprint_op(data), print_)
     checked = tf.debugging.Assert(print_ok, [
         "update file is corrupt (its fingerprint does not match its MANIFEST):", path],
         summarize=1)

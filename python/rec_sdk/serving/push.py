@@ -155,12 +155,8 @@ class Pusher:
         else:  # first push, or another pusher published since: follow the chain's head
             expected = update_files.shard_push_ids(head)
         if self._source.parts is not None:  # tables over ranks: each rank writes its rows
-            self.wait()
-            dense_values = self._source.dense(sess)
             return push_over_ranks(self, self._source.parts, sess, head, expected,
-                                   dense_values, self._last_dense is None or any(
-                                       not np.array_equal(a, b)
-                                       for a, b in zip(dense_values, self._last_dense)))
+                                   *self._dense_now(sess))
         taken = [[Changes(*s) for s in shards] for shards in self._source.take(sess)]
         whole = False
         for shards, want in zip(taken, expected):
@@ -170,9 +166,7 @@ class Pusher:
                 # restored or cleared table, a failed push): every table goes whole.
                 self.whole_tables += 1
                 whole = True
-        dense_values = self._source.dense(sess)
-        dense_changed = self._last_dense is None or any(
-            not np.array_equal(a, b) for a, b in zip(dense_values, self._last_dense))
+        dense_values, dense_changed = self._dense_now(sess)
         tables = [merge_shards(name, shards) for name, shards in zip(self.table_names, taken)]
         if not whole and not dense_changed and not any(
                 len(t.keys) or len(t.removed) for t in tables):
@@ -221,6 +215,13 @@ class Pusher:
             self._writer = threading.Thread(target=run, name="rec_sdk_push", daemon=True)
             self._writer.start()
         return version
+
+    def _dense_now(self, sess):
+        """(the dense variables' values, whether they changed since the last push)."""
+        values = self._source.dense(sess)
+        changed = self._last_dense is None or any(
+            not np.array_equal(a, b) for a, b in zip(values, self._last_dense))
+        return values, changed
 
     def _since_base(self, head):
         """(tables, dense, base, rows of the base) of the changes since the chain's newest

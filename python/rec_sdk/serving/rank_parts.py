@@ -13,12 +13,12 @@ shared by the ranks (as checkpoints are).
 """
 import collections
 
-import numpy as np
 import tensorflow as tf
 
 from rec_sdk.core import ranks as rank_ops
 from rec_sdk.ops import table_ops
 from rec_sdk.serving import update_files
+from rec_sdk.serving.apply import checked_contents
 from rec_sdk.serving.mutable import (ABSENT_KEY, LOAD_BATCH, ServedTable, default_of, isin,
                                      memory_layout, part_of_op)
 from rec_sdk.util.log import logger
@@ -53,18 +53,6 @@ def write_checked(path, tensor):
     with tf.control_dependencies([size]):
         print_ = update_files.fingerprint_op(tf.io.read_file(path))
     return size, print_
-
-
-def read_checked(path, size, print_, dtype):
-    """The contents of a file of an earlier update, checked against its manifest's size and
-    fingerprint (an error names the file)."""
-    data = tf.io.read_file(path)
-    ok = tf.logical_and(tf.equal(tf.cast(tf.strings.length(data), tf.int64), size),
-                        tf.equal(update_files.fingerprint_op(data), print_))
-    checked = tf.debugging.Assert(ok, ["update file is corrupt or truncated:", path],
-                                  summarize=1)
-    with tf.control_dependencies([checked]):
-        return tf.io.decode_raw(data, dtype, little_endian=True)
 
 
 def accumulate(prior, new):
@@ -208,8 +196,9 @@ class RankParts:
                 out = []
                 for k, (kind, dtype) in enumerate(KINDS):
                     name = update_files.table_file(i, kind, False, r)
-                    out.append(read_checked(tf.strings.join([self.prior, "/", name]),
-                                            sizes[k], prints[k], dtype))
+                    path = tf.strings.join([self.prior, "/", name])
+                    out.append(checked_contents(path, tf.io.read_file(path), sizes[k],
+                                                prints[k], dtype)[0])
                 return out[0], tf.reshape(out[1], [-1, table.dim]), out[2]
 
             def no_prior():
