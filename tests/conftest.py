@@ -26,6 +26,9 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "estimator: uses tf.estimator (TensorFlow 2.15 only)")
     config.addinivalue_line("markers", "stress: long multi-process runs, in `make stress` "
                             "(not in `make test`, which runs shorter runs of the same code)")
+    config.addinivalue_line("markers", "once: long, and what it checks does not depend on "
+                            "TensorFlow's version (the op library's core, rec_sdk's own files "
+                            "and logic): CI runs it with the pinned TensorFlow only")
 
 
 def pytest_collection_modifyitems(config, items):

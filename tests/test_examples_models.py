@@ -72,6 +72,7 @@ def test_streaming_readers_match_the_generator_and_the_numpy_reader(tmp_path):
     np.testing.assert_array_equal(from_tsv["label"], expected["label"])
 
 
+@pytest.mark.once
 def test_criteo_reader_handles_empty_fields_and_rejects_bad_hex(tmp_path):
     good = tmp_path / "good.tsv"
     good.write_text("1\t" + "\t" * 12 + "5\t" + "\t".join(["ff"] + [""] * 25) + "\n")
@@ -154,7 +155,9 @@ def test_bad_arguments():
         train.make_source("parquet:x")
 
 
-@pytest.mark.parametrize("model,data", [("wide_deep", "movielens"), ("dlrm", "synthetic")])
+@pytest.mark.parametrize("model,data", [
+    pytest.param("wide_deep", "movielens", marks=pytest.mark.once),
+    pytest.param("dlrm", "synthetic", marks=pytest.mark.stress)])  # 2 minutes
 def test_half_precision_rows_reach_the_auc_of_float32(model, data):
     """bfloat16 rows, and bfloat16 rows with bfloat16 Adam moments (stochastic rounding, fixed
     seed), reach float32's eval AUC after the same steps, within 0.002 (measured: within

@@ -140,7 +140,8 @@ def test_pushes_serve_the_training_tables_rows(tmp_path):
         served.close()
 
 
-@pytest.mark.parametrize("split", [False, True], ids=["one hash table", "split"])
+@pytest.mark.parametrize("split", [False, pytest.param(True, marks=pytest.mark.once)],
+                         ids=["one hash table", "split"])
 def test_a_late_replica_catches_up_to_the_same_rows(tmp_path, monkeypatch, split):
     if split:  # small tables split as large ones do (over 4..8 hash tables)
         monkeypatch.setattr(mutable, "SPLIT_ROWS", 16)

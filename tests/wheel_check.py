@@ -6,13 +6,19 @@ that TensorFlow (0.1.0+tf2.18), that the README example trains from it and a
 MonitoredTrainingSession saves a checkpoint, and that a wheel for another TensorFlow fails at
 `import rec_sdk` with the pip commands that fix it.
 
-Usage: python tests/wheel_check.py DIST_DIR
+Usage: python tests/wheel_check.py [--reuse-packages] DIST_DIR
+
+--reuse-packages (`make smoke`): the scratch venv sees this Python's installed packages (a
+path in a .pth file), so pip checks the wheel's requirements against them instead of
+installing TensorFlow again; the wheel itself is still installed by pip and imported from the
+scratch venv.
 """
 import glob
 import importlib.util
 import os
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import zipfile
 
@@ -93,7 +99,7 @@ def run(command, cwd, **kwargs):
     return done
 
 
-def main(dist):
+def main(dist, reuse_packages=False):
     wheels = glob.glob(os.path.join(dist, "rec_sdk-*.whl"))
     if len(wheels) != 1:
         sys.exit("expected one rec_sdk wheel in %s, found %s" % (dist, wheels))
@@ -121,9 +127,18 @@ def main(dist):
         venv = os.path.join(scratch, "venv")
         python = os.path.join(venv, "bin", "python")
         run(["python3", "-m", "venv", venv], scratch)
+        if reuse_packages:
+            site = run([python, "-c", "import sysconfig; print(sysconfig.get_paths()"
+                        "['purelib'])"], scratch).stdout.strip()
+            with open(os.path.join(site, "rec_sdk_reused_packages.pth"), "w") as f:
+                f.write(sysconfig.get_paths()["purelib"] + "\n")
         run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", wheel],
             scratch)
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH="")
+        where = run([python, "-c", "import rec_sdk; print(rec_sdk.__file__)"], scratch,
+                    env=env).stdout.strip().splitlines()[-1]
+        if not where.startswith(venv + os.sep):
+            sys.exit("rec_sdk was imported from %s, not from the wheel in %s" % (where, venv))
         out = run([python, "-c", EXAMPLE], scratch, env=env)
         print(out.stdout.strip())
         # The same wheel next to another TensorFlow: its version file says so. The other is
@@ -149,4 +164,9 @@ def main(dist):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    args = sys.argv[1:]
+    reuse = "--reuse-packages" in args
+    paths = [a for a in args if a != "--reuse-packages"]
+    if len(paths) != 1:
+        sys.exit(__doc__)
+    main(paths[0], reuse_packages=reuse)
