@@ -13,6 +13,7 @@ path in a .pth file), so pip checks the wheel's requirements against them instea
 installing TensorFlow again; the wheel itself is still installed by pip and imported from the
 scratch venv.
 """
+import argparse
 import glob
 import importlib.util
 import os
@@ -128,9 +129,9 @@ def main(dist, reuse_packages=False):
         python = os.path.join(venv, "bin", "python")
         run(["python3", "-m", "venv", venv], scratch)
         if reuse_packages:
-            site = run([python, "-c", "import sysconfig; print(sysconfig.get_paths()"
-                        "['purelib'])"], scratch).stdout.strip()
-            with open(os.path.join(site, "rec_sdk_reused_packages.pth"), "w") as f:
+            scratch_site = run([python, "-c", "import sysconfig; print(sysconfig.get_paths()"
+                                "['purelib'])"], scratch).stdout.strip()
+            with open(os.path.join(scratch_site, "rec_sdk_reused_packages.pth"), "w") as f:
                 f.write(sysconfig.get_paths()["purelib"] + "\n")
         run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", wheel],
             scratch)
@@ -145,9 +146,7 @@ def main(dist, reuse_packages=False):
         # a supported one, so the message names both fixes.
         other = next(row.tensorflow for row in release.RELEASES.values()
                      if release.minor(row.tensorflow) != release.minor(built_for))
-        site = run([python, "-c", "import os, rec_sdk.ops as o; print(os.path.dirname("
-                    "o.__file__))"], scratch, env=env).stdout.strip()
-        version_file = os.path.join(site, "_rec_sdk_ops.tf_version")
+        version_file = os.path.join(os.path.dirname(where), "ops", "_rec_sdk_ops.tf_version")
         with open(version_file, "w") as f:
             f.write(other + "\n")
         wrong = run([python, "-c", "import rec_sdk"], scratch, env=env, check=False)
@@ -164,9 +163,8 @@ def main(dist, reuse_packages=False):
 
 
 if __name__ == "__main__":
-    args = sys.argv[1:]
-    reuse = "--reuse-packages" in args
-    paths = [a for a in args if a != "--reuse-packages"]
-    if len(paths) != 1:
-        sys.exit(__doc__)
-    main(paths[0], reuse_packages=reuse)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reuse-packages", action="store_true")
+    parser.add_argument("dist")
+    args = parser.parse_args()
+    main(args.dist, reuse_packages=args.reuse_packages)
