@@ -58,7 +58,7 @@ py-test: build
 SMOKE_TESTS := tests/test_loader.py tests/test_op_shapes.py tests/test_optimizers.py \
   tests/test_embedding_api.py tests/test_checkpoint.py tests/test_dynamic_embedding_training.py \
   tests/test_tf_versions.py tests/test_release.py \
-  tests/test_serving_exact.py::test_every_version_serves_exactly_the_trained_rows[one-table] \
+  tests/test_serving_exact.py::test_every_version_serves_exactly_the_trained_rows[indexed] \
   tests/test_serving_exact.py::test_a_key_written_after_a_neighbours_removal_then_removed_reads_the_default \
   tests/test_serving_exact.py::test_each_request_reads_one_version_while_updates_apply
 smoke: build

@@ -269,10 +269,9 @@ def follow_child(export_dir, push_dir):
     follow_s = time.perf_counter() - t
     trim_heap()
     live, bucket_bytes = 0, 0
-    for size, tombstones, buckets in _served_sizes(served):
-        got = served.sess.run([size, tombstones, buckets])
-        live += got[0] - got[1]
-        bucket_bytes += got[2] * (8 + 4 * DIM)
+    for keys, table_bytes in served.sess.run(_served_sizes(served)):
+        live += keys
+        bucket_bytes += table_bytes
     print(json.dumps({"load_s": load_s, "follow_s": follow_s, "applied": len(applies),
                       "max_apply_s": max(applies) if applies else 0.0,
                       "apply_s": [round(a, 3) for a in applies],
@@ -281,19 +280,33 @@ def follow_child(export_dir, push_dir):
 
 
 def _served_sizes(served):
-    """[(entries, tombstones, buckets)] tensors of each served hash table of a loaded model."""
+    """[(live keys, bytes)] tensors of each served table of a loaded model: an index and its
+    rows (indexed.IndexedTable) or a split table's hash tables of rows (mutable.ServedTable)."""
     graph = served.graph
     out = []
+
+    def read(name):
+        handle = graph.get_operation_by_name(name).outputs[0]
+        return tf.raw_ops.ReadVariableOp(resource=handle, dtype=tf.int64)
+
+    def buckets(handle, values):
+        keys, _ = tf.raw_ops.LookupTableExportV2(table_handle=handle, Tkeys=tf.int64,
+                                                Tvalues=values)
+        return tf.cast(tf.shape(keys)[0], tf.int64)
     with graph.as_default():
         for table in [op for op in graph.get_operations()
                       if op.type == "MutableDenseHashTableV2"]:
             handle = table.outputs[0]
-            counter = graph.get_operation_by_name(table.name + "_tombstones").outputs[0]
-            keys, _ = tf.raw_ops.LookupTableExportV2(table_handle=handle, Tkeys=tf.int64,
-                                                    Tvalues=tf.float32)
-            out.append((tf.raw_ops.LookupTableSizeV2(table_handle=handle),
-                        tf.raw_ops.ReadVariableOp(resource=counter, dtype=tf.int64),
-                        tf.shape(keys)[0]))
+            if table.name.endswith("_index"):
+                stem = table.name[:-len("_index")]
+                rows = graph.get_operation_by_name(stem + "_rows").outputs[0]
+                capacity = tf.raw_ops.VariableShape(input=rows, out_type=tf.int64)[0]
+                out.append((read(stem + "_used") - 1 - read(stem + "_stale"),
+                            buckets(handle, tf.int32) * 12 + capacity * 4 * DIM))
+            else:
+                out.append((tf.raw_ops.LookupTableSizeV2(table_handle=handle) -
+                            read(table.name + "_tombstones"),
+                            buckets(handle, tf.float32) * (8 + 4 * DIM)))
     return out
 
 

@@ -17,7 +17,8 @@ import tensorflow as tf
 
 from rec_sdk.core.embedding import create_table, sparse_lookup
 from rec_sdk.optimizers import lazy_adam
-from rec_sdk.serving import Pusher, ServedModel, export_serving_model, follow, mutable
+from rec_sdk.serving import (Pusher, ServedModel, export_serving_model, follow, indexed,
+                              mutable)
 from rec_sdk.serving import update_files
 from rec_sdk.util.initialize import init
 
@@ -113,11 +114,17 @@ def _check(served, truth, label):
 
 
 @pytest.mark.parametrize("layout", [
+    pytest.param("indexed, frequent rebuilds", id="indexed"),
     pytest.param("one hash table", id="one-table"),
     pytest.param("split, frequent rebuilds", id="split-rebuilds")])
 def test_every_version_serves_exactly_the_trained_rows(tmp_path, monkeypatch, layout):
     pushes = 55
-    if layout != "one hash table":
+    monkeypatch.setattr(indexed, "LAYOUT",
+                        "indexed" if layout.startswith("indexed") else "split")
+    if layout.startswith("indexed"):
+        monkeypatch.setattr(indexed, "MIN_SPARE", 8)         # new keys soon fill the slots
+        monkeypatch.setattr(mutable, "MIN_TOMBSTONES", 2)    # rebuilt after a few removals
+    elif layout != "one hash table":
         monkeypatch.setattr(mutable, "SPLIT_ROWS", 16)       # 4..8 hash tables per table
         monkeypatch.setattr(mutable, "MIN_TOMBSTONES", 2)    # rebuilt after a few removals
         pushes = 33  # each update rebuilds several hash tables: 2 s a push
@@ -178,10 +185,12 @@ def test_a_key_written_after_a_neighbours_removal_then_removed_reads_the_default
         assert served.predict({"ids": np.array([first, second])})["e"].tolist() == [[-1.0]] * 2
 
 
-def test_each_request_reads_one_version_while_updates_apply(tmp_path, monkeypatch):
+@pytest.mark.parametrize("layout", ["indexed", "split"])
+def test_each_request_reads_one_version_while_updates_apply(tmp_path, monkeypatch, layout):
     """Version v sets every row to v and the dense scale to v: a response whose rows differ,
     or whose scaled output is not rows * rows, mixed two versions."""
-    monkeypatch.setattr(mutable, "SPLIT_ROWS", 16)  # the rows spread over 4..8 hash tables
+    monkeypatch.setattr(indexed, "LAYOUT", layout)
+    monkeypatch.setattr(mutable, "SPLIT_ROWS", 16)  # split: over 4..8 hash tables
     init(use_dynamic_expansion=False)
     rows = 4000
     table = create_table(tf.int64, 8, "wide", tf.compat.v1.zeros_initializer(),

@@ -21,7 +21,7 @@ import tensorflow as tf
 from rec_sdk.core.table import tables_of_graph
 from rec_sdk.serving import update_files
 from rec_sdk.serving.apply import ModelLock, apply_update_op
-from rec_sdk.serving.mutable import ServedTable
+from rec_sdk.serving.indexed import served_table
 from rec_sdk.serving.plugin import PluginTable
 from rec_sdk.serving.push import Changes, merge_shards
 from rec_sdk.serving.rank_parts import is_over_ranks, served_table_over_ranks
@@ -155,8 +155,8 @@ def export_serving_model(sess, export_dir, inputs, outputs, push_dir, tables=Non
                                      len(served_tables), chain, default, memory_rows,
                                      ssd_path)
             else:
-                served = ServedTable(table.table_name, table.dim, keys, values, staged,
-                                     len(served_tables), default)
+                served = served_table(table.table_name, table.dim, keys, values, staged,
+                                      len(served_tables), default)
             served_tables.append(served)
             push_ids.append(ids)
             table_rows.append(len(keys))
@@ -203,7 +203,7 @@ def export_serving_model(sess, export_dir, inputs, outputs, push_dir, tables=Non
             with tf.compat.v1.Session(graph=graph.graph) as export_sess:
                 export_sess.run([v.initializer for _, v in graph.variables], graph.variable_feeds)
                 export_sess.run([version.initializer] + [
-                    c.initializer for served in served_tables for c in served.tombstones] + [
+                    c.initializer for served in served_tables for c in served.variables] + [
                     locks[0].sequence.initializer])
                 builder = tf.compat.v1.saved_model.Builder(export_dir)
                 builder.add_meta_graph_and_variables(

@@ -22,7 +22,7 @@ from rec_sdk.serving import update_files
 from rec_sdk.serving.apply import ModelLock, apply_update_op
 from rec_sdk.serving.export import (APPLY_SIGNATURE, VERSION_INPUT, VERSION_SIGNATURE,
                                     check_new_chain_dir)
-from rec_sdk.serving.mutable import ServedTable
+from rec_sdk.serving.indexed import served_table
 from rec_sdk.serving.push import Changes, merge_shards
 from rec_sdk.serving.static import (default_row, dense_variables, keras_input_signature,
                                     serving_layers)
@@ -63,15 +63,15 @@ def export_keras_serving_model(model, export_dir, push_dir, input_signature=None
                                                          t.take_changes(full=True)])
                                                for t in params.tables])
             keys, values, ids = whole.keys, whole.values, whole.push_ids
-            table = ServedTable(params.name, params.dim, keys, values, staged, i,
-                                default_row(params))
+            table = served_table(params.name, params.dim, keys, values, staged, i,
+                                 default_row(params))
             served.append(table)
             push_ids.append(ids)
             table_rows.append(len(keys))
             rows += len(keys)
             lookups[layer] = (lambda t: lambda ids: t.lookup(tf.cast(ids, tf.int64)))(table)
         module.tables = [t for table in served for t in table.tables]
-        module.tombstones = [c for table in served for c in table.tombstones]
+        module.served_variables = [v for table in served for v in table.variables]
         module.lock = ModelLock("rec_sdk_serving_" + chain)
         module.updates_lock = ModelLock("rec_sdk_serving_updates_" + chain, sequence=False)
         module.dense = dense_variables(model, layers)

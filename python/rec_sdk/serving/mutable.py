@@ -104,7 +104,7 @@ class _AssetFilledTable(tf.lookup.experimental.DenseHashTable):
     def _initialize(self):
         return stream_rows(tf.convert_to_tensor(self._keys_file),
                            tf.convert_to_tensor(self._values_file), self._dim, self._rows,
-                           self.insert)
+                           lambda keys, values, _: self.insert(keys, values))
 
 
 LOAD_BATCH = 1 << 16
@@ -124,22 +124,32 @@ def write_rows(stem, keys, values, dim):
     return n
 
 
-def stream_rows(keys_path, values_path, dim, rows, write):
+def stream_rows(keys_path, values_path, dim, rows, write, first=0):
     """The op streaming the first `rows` rows of write_rows files into a table, a batch of
-    LOAD_BATCH rows at a time (the files never sit in memory whole): write(keys, values) is
-    the op adding one batch. Returns the rows added."""
+    LOAD_BATCH rows at a time (the files never sit in memory whole): write(keys, values,
+    position) is the op adding one batch, position the number of its first row counted from
+    `first`. Returns the rows added."""
     batches = tf.data.Dataset.zip((
         tf.data.FixedLengthRecordDataset(keys_path, 8 * LOAD_BATCH),
         tf.data.FixedLengthRecordDataset(values_path, 4 * dim * LOAD_BATCH)))
+    end = tf.cast(first, tf.int64) + rows
 
     def add(total, batch):
-        valid = tf.minimum(np.int64(LOAD_BATCH), rows - total)
+        valid = tf.minimum(np.int64(LOAD_BATCH), end - total)
         keys = tf.io.decode_raw(batch[0], tf.int64, little_endian=True)[:valid]
         values = tf.reshape(tf.io.decode_raw(batch[1], tf.float32, little_endian=True),
                             [-1, dim])[:valid]
-        with tf.control_dependencies([write(keys, values)]):
+        with tf.control_dependencies([write(keys, values, total)]):
             return total + valid
-    return batches.reduce(np.int64(0), add)
+    return batches.reduce(tf.cast(first, tf.int64), add) - tf.cast(first, tf.int64)
+
+
+def asset_path(path):
+    """(tf.compat.v1 graphs) A constant of a file's path, registered as the graph's asset (the
+    SavedModel copies it into its assets and the loader feeds its new path)."""
+    asset = tf.constant(path, name="asset_" + path.rsplit("/", 1)[-1])
+    tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.ASSET_FILEPATHS, asset)
+    return asset
 
 
 class ServedTable:
@@ -203,6 +213,7 @@ class ServedTable:
                                                    name=label + "_tombstones")
             self.tables.append(table)
             self.tombstones.append(tombstones)
+        self.variables = self.tombstones  # the table's variables (export initialises them)
 
     def load_op(self):
         """(tf.compat.v1 graphs) The op filling the sub-tables from their asset files (the
@@ -210,14 +221,10 @@ class ServedTable:
         done = tf.no_op()
         for table, part in zip(self.tables, self.files):
             for keys_file, values_file, rows in part:
-                paths = []
-                for path in (keys_file, values_file):
-                    asset = tf.constant(path, name="asset_" + path.rsplit("/", 1)[-1])
-                    tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.ASSET_FILEPATHS,
-                                                   asset)
-                    paths.append(asset)
                 with tf.control_dependencies([done]):
-                    done = stream_rows(paths[0], paths[1], self.dim, rows, table.insert)
+                    done = stream_rows(asset_path(keys_file), asset_path(values_file),
+                                       self.dim, rows,
+                                       lambda keys, values, _, t=table: t.insert(keys, values))
         return done
 
     def _part_of(self, keys):
@@ -371,7 +378,7 @@ class ServedTable:
             written = tf.logical_not(self._is_default(values))
             keys, values = tf.boolean_mask(keys, written), tf.boolean_mask(values, written)
         n = tf.size(keys, out_type=tf.int64)
-        buckets = _buckets_for(n)
+        buckets = buckets_for(n)
         # Fill's output is a new buffer each run (its shape is computed at run time), and the
         # import makes it the table's: it must not be a constant that the table would write.
         empty_keys = tf.compat.v1.placeholder_with_default(
@@ -405,7 +412,7 @@ def isin(keys, among):
     return tf.logical_and(at < size, tf.equal(probe, keys))
 
 
-def _buckets_for(n):
+def buckets_for(n):
     """Op: the power-of-two bucket count (at least MIN_BUCKETS) holding n entries under
     MAX_LOAD (so that inserting them does not grow the table)."""
     want = tf.cast(tf.math.ceil(tf.cast(n, tf.float64) / MAX_LOAD), tf.float64)

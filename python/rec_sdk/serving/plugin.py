@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from rec_sdk.core.initializer_spec import describe_initializer
 from rec_sdk.ops import table_ops
-from rec_sdk.serving.mutable import stream_rows, write_rows
+from rec_sdk.serving.mutable import asset_path, stream_rows, write_rows
 
 
 class PluginTable:
@@ -27,7 +27,7 @@ class PluginTable:
         self.name, self.dim, self.rows, self.parts = name, dim, len(keys), 1
         self.ranks = 1  # one process writes its update files
         self.default = default
-        self.tombstones = []  # a rec_sdk table removes keys exactly
+        self.tombstones = self.variables = []  # a rec_sdk table removes keys exactly
         stem = "%s/table%d." % (staging, index)
         write_rows(stem, keys, values, dim)
         self.files = [(stem + "keys", stem + "values")]
@@ -45,13 +45,9 @@ class PluginTable:
             index_layout="full" if tiered else "compact")
 
     def load_op(self):
-        paths = []
-        for path in self.files[0]:
-            asset = tf.constant(path, name="asset_" + path.rsplit("/", 1)[-1])
-            tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.ASSET_FILEPATHS, asset)
-            paths.append(asset)
+        paths = [asset_path(path) for path in self.files[0]]
         return stream_rows(paths[0], paths[1], self.dim, self.rows,
-                           lambda keys, values: table_ops.upsert(self.handle, keys, values))
+                           lambda keys, values, _: table_ops.upsert(self.handle, keys, values))
 
     def lookup(self, ids):
         values, exists = table_ops.lookup(self.handle, ids, dim=self.dim)

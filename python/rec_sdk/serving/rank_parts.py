@@ -19,6 +19,7 @@ from rec_sdk.core import ranks as rank_ops
 from rec_sdk.ops import table_ops
 from rec_sdk.serving import update_files
 from rec_sdk.serving.apply import checked_contents
+from rec_sdk.serving.indexed import IndexedTable, choose_layout
 from rec_sdk.serving.mutable import (ABSENT_KEY, LOAD_BATCH, ServedTable, default_of, isin,
                                      memory_layout, part_of_op)
 from rec_sdk.util.log import logger
@@ -85,7 +86,8 @@ def served_table_over_ranks(sess, table, index, staging, default):
                 with tf.device(devices[r]):
                     sizes.append(shard.size_tensor())
     rows = int(sum(sess.run(sizes)))
-    parts, buckets = memory_layout(rows)
+    indexed = choose_layout(rows, table.dim) == "indexed"
+    parts, buckets = (1, None) if indexed else memory_layout(rows)
     stems = [["%s/table%d.part%d.rank%d." % (staging, index, p, r) for r in range(len(shards))]
              for p in range(parts)]
     with graph.as_default(), tf.name_scope("rec_sdk_export_ranks"):
@@ -115,8 +117,12 @@ def served_table_over_ranks(sess, table, index, staging, default):
     done = sess.run(ops)
     files = [[(stems[p][r] + "keys", stems[p][r] + "values", int(counts[p]))
               for r, (counts, _) in enumerate(done)] for p in range(parts)]
-    served = ServedTable.from_files(table.table_name, table.dim, default, parts, buckets, files,
-                                    len(shards))
+    if indexed:
+        served = IndexedTable.from_files(table.table_name, table.dim, default, files[0],
+                                         len(shards))
+    else:
+        served = ServedTable.from_files(table.table_name, table.dim, default, parts, buckets,
+                                        files, len(shards))
     return served, [int(push_id) for _, push_id in done], rows
 
 

@@ -26,6 +26,7 @@ import tensorflow as tf
 from rec_sdk.core.table import tables_of_graph
 from rec_sdk.dynamic_embedding.keras import layers as de_layers
 from rec_sdk.ops import table_ops
+from rec_sdk.serving.mutable import asset_path
 from rec_sdk.serving.quantize import StoredRows, check_row_dtype
 from rec_sdk.serving.rank_parts import is_over_ranks, write_rows_over_ranks
 
@@ -306,9 +307,8 @@ def _lookup_over_ranks(sess, table, row_dtype, staging, loaded):
         for keys_file, values_file, _ in files:
             for path, out, dtype in ((keys_file, keys, tf.int64),
                                      (values_file, values, tf.float32)):
-                asset = tf.constant(path, name="asset_" + path.rsplit("/", 1)[-1])
-                tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.ASSET_FILEPATHS, asset)
-                out.append(tf.io.decode_raw(tf.io.read_file(asset), dtype, little_endian=True))
+                out.append(tf.io.decode_raw(tf.io.read_file(asset_path(path)), dtype,
+                                            little_endian=True))
         keys = tf.concat(keys, 0)
         # The rows, then a spare row of zeros that keys without a row index.
         rows = tf.compat.v1.Variable(
