@@ -8,6 +8,8 @@ did not hold), and late replicas catch up with at most two updates to the same r
 one version per request while updates apply, and the stock-TensorFlow sequence that stores
 a key twice in a DenseHashTable.
 """
+import os
+import shutil
 import threading
 import time
 
@@ -17,8 +19,8 @@ import tensorflow as tf
 
 from rec_sdk.core.embedding import create_table, sparse_lookup
 from rec_sdk.optimizers import lazy_adam
-from rec_sdk.serving import (Pusher, ServedModel, export_serving_model, follow, indexed,
-                              mutable)
+from rec_sdk.serving import (Pusher, ServedModel, UpdateError, export_saved_model,
+                              export_serving_model, follow, indexed, mutable)
 from rec_sdk.serving import update_files
 from rec_sdk.util.initialize import init
 
@@ -214,6 +216,24 @@ def test_each_request_reads_one_version_while_updates_apply(tmp_path, monkeypatc
             sess.run(fill, {value: float(v)})
             pusher.push(sess)
     served = ServedModel(str(tmp_path / "export"))
+    # A refused update changes nothing, not even the lock's sequence number (left odd, every
+    # later update would run with it even, unseen by requests).
+    sequence = _sequence_of(served)
+    bad = str(tmp_path / "bad")
+    shutil.copytree(update_files.update_dir(push_dir, 1), bad)
+    for name in os.listdir(bad):
+        if name.startswith("table") and os.path.getsize(os.path.join(bad, name)):
+            with open(os.path.join(bad, name), "r+b") as f:
+                f.seek(-1, os.SEEK_END)
+                last = f.read(1)
+                f.seek(-1, os.SEEK_END)
+                f.write(bytes([last[0] ^ 1]))
+    for attempt in (bad, bad, update_files.update_dir(push_dir, 1)):
+        if attempt != bad:
+            assert served.apply(attempt) == 1
+        with pytest.raises(UpdateError):
+            served.apply(attempt)
+    assert sequence() == 2, "a refused update moved the sequence number to %d" % sequence()
     stop, mixed, seen = threading.Event(), [], set()
 
     def reader():
@@ -228,7 +248,7 @@ def test_each_request_reads_one_version_while_updates_apply(tmp_path, monkeypatc
     for t in threads:
         t.start()
     try:
-        for v in range(1, versions + 1):
+        for v in range(2, versions + 1):
             assert served.apply(update_files.update_dir(push_dir, v)) == v
     finally:
         stop.set()
@@ -237,6 +257,15 @@ def test_each_request_reads_one_version_while_updates_apply(tmp_path, monkeypatc
     assert not mixed, mixed[:3]
     assert len(seen) > 2  # the reads ran while versions changed
     np.testing.assert_array_equal(served.predict({"ids": keys[:2]})["p"], (versions + 1.0) ** 2)
+
+
+def _sequence_of(served):
+    """A function reading the sequence number of a loaded model's lock (apply.ModelLock)."""
+    handle = [op for op in served.graph.get_operations()
+              if op.type == "VarHandleOp" and op.name.endswith("_sequence")][0].outputs[0]
+    with served.graph.as_default():
+        read = tf.raw_ops.ReadVariableOp(resource=handle, dtype=tf.int64)
+    return lambda: int(served.sess.run(read))
 
 
 def _small_model(tmp_path):
@@ -314,3 +343,22 @@ def test_retention_never_breaks_a_replica_behind_by_less_than_its_window(tmp_pat
         assert follow(push_dir, replica) == [7]  # one that is behind catches up all the same
         np.testing.assert_array_equal(replica.predict({"ids": np.arange(100)})["p"],
                                       sess.run(outputs["p"], {ids: np.arange(100)}))
+
+
+def test_a_tensor_serving_default_is_served_by_both_exports(tmp_path):
+    """sparse_lookup takes serving_default_value as a float tensor: the exports serve its
+    value (they once failed: a tensor of another graph, or not convertible to NumPy)."""
+    init(use_dynamic_expansion=False)
+    table = create_table(tf.int64, 2, "t", tf.compat.v1.zeros_initializer(),
+                         device_vocabulary_size=100, servable=True)
+    ids = tf.compat.v1.placeholder(tf.int64, [None], name="ids")
+    emb = sparse_lookup(table, ids, is_train=False, name="l",
+                        serving_default_value=tf.constant([3.0, -3.0]))
+    with new_session() as sess:
+        sess.run(table.upsert(np.array([1, 2], np.int64), tf.constant([[1.0, 1.0], [2.0, 2.0]])))
+        export_serving_model(sess, str(tmp_path / "updatable"), {"ids": ids}, {"e": emb},
+                             str(tmp_path / "push"))
+        export_saved_model(sess, str(tmp_path / "frozen"), {"ids": ids}, {"e": emb})
+    for kind in ("updatable", "frozen"):
+        got = ServedModel(str(tmp_path / kind)).predict({"ids": np.array([1, 9])})["e"]
+        assert got.tolist() == [[1.0, 1.0], [3.0, -3.0]], kind

@@ -63,9 +63,13 @@ class ModelLock(tf.saved_model.experimental.TrackableResource):
             return tf.nest.pack_sequence_as(out, [tf.identity(t) for t in flat])
 
     def write(self, fn):
-        """run(fn) for an update's writes: the sequence number is odd while they run."""
+        """run(fn) for an update's writes: the sequence number is odd while they run. It is
+        made odd, not incremented: a run that failed after making it odd (its writes may be
+        partly done) left it odd, and requests then read holding the lock until a write
+        completes (an increment would make it even for the next write)."""
         def locked():
-            started = self.sequence.assign_add(1)
+            started = self.sequence.assign(
+                tf.bitwise.bitwise_or(self.sequence.read_value(), np.int64(1)))
             with tf.control_dependencies([started]):
                 out = fn()
             with tf.control_dependencies(tf.nest.flatten(out)):
@@ -234,13 +238,15 @@ def apply_update_op(update_dir, tables, dense, version, chain, lock, updates_loc
         planned = tf.nest.flatten(contents) + tf.nest.flatten(plans)
 
         def locked():
-            with tf.control_dependencies(planned):
-                applied = [table.write(plan) for table, plan in zip(tables, plans)]
-                for (_, var), (present, value) in zip(dense, new_dense):
-                    applied.append(var.assign(tf.where(present, value, var.read_value())))
+            applied = [table.write(plan) for table, plan in zip(tables, plans)]
+            for (_, var), (present, value) in zip(dense, new_dense):
+                applied.append(var.assign(tf.where(present, value, var.read_value())))
             with tf.control_dependencies(applied):
                 return version.assign(target)
-        return lock.write(locked)
+        # The lock is taken (and the sequence number made odd) only once every check has
+        # passed: a refused update changes nothing.
+        with tf.control_dependencies(planned):
+            return lock.write(locked)
 
     with tf.control_dependencies(ready):
         return updates_lock.run(one_at_a_time)

@@ -73,6 +73,22 @@ def _subgraph(graph_def, names):
     return out
 
 
+def _default_value(sess, table, value):
+    """A lookup's serving_default_value as a NumPy value (a tensor: its value now, computed
+    in sess when the graph does not fix it)."""
+    if not isinstance(value, (tf.Tensor, tf.Variable)):
+        return value
+    constant = tf.get_static_value(value)
+    if constant is not None:
+        return constant
+    try:
+        return sess.run(value)
+    except tf.errors.OpError as e:
+        raise ValueError("serving export: table %r has a lookup whose serving_default_value "
+                         "is a tensor the export cannot compute (%s); give a number or a "
+                         "[dim] vector" % (table.table_name, e.message)) from None
+
+
 class ServingGraph:
     """A new tf.Graph computing `outputs` from placeholders of `inputs` with stock ops: the
     frozen training graph's subgraph from the inputs to the outputs, each rec_sdk id-tensor
@@ -97,7 +113,9 @@ class ServingGraph:
         output_names = [_op_name(t) for t in outputs.values()]
         raw = graph.as_graph_def()
         needed = _reachable(raw, output_names, input_names)
-        lookups = [(t, l) for t in tables for l in t.lookups.tensor
+        lookups = [(t, dict(l, serving_default_value=_default_value(
+                       sess, t, l["serving_default_value"])))
+                   for t in tables for l in t.lookups.tensor
                    if _op_name(l["embeddings"]) in needed]
         cut = {_op_name(l["embeddings"]) for _, l in lookups}
         id_names = [_op_name(l["ids"]) for _, l in lookups]
