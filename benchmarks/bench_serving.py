@@ -50,7 +50,7 @@ from rec_sdk.core.embedding import create_table, sparse_lookup
 from rec_sdk.ops.loader import load_ops
 from rec_sdk.optimizers import lazy_adam
 from rec_sdk.serving import (Pusher, ServedModel, export_saved_model, export_serving_model,
-                             follow)
+                             follow, indexed)
 from rec_sdk.util.initialize import init, terminate_config_initializer
 
 DIM = 16
@@ -302,7 +302,7 @@ def _served_sizes(served):
                 rows = graph.get_operation_by_name(stem + "_rows").outputs[0]
                 capacity = tf.raw_ops.VariableShape(input=rows, out_type=tf.int64)[0]
                 out.append((read(stem + "_used") - 1 - read(stem + "_stale"),
-                            buckets(handle, tf.int32) * 12 + capacity * 4 * DIM))
+                            buckets(handle, tf.int32) * indexed.SLOT_BYTES + capacity * 4 * DIM))
             else:
                 out.append((tf.raw_ops.LookupTableSizeV2(table_handle=handle) -
                             read(table.name + "_tombstones"),

@@ -12,8 +12,8 @@ benchmarks/RESULTS.md).
 Changes (from updates, apply.py): a changed row is written in place at its slot, a new key
 takes the next unused slot, a removed key is written into the index with slot 0 (its old
 slot is left unused: `stale` counts those). When an update would need more slots than the
-variable has, or the stale slots pass TOMBSTONE_SHARE of the live rows (mutable.TOMBSTONE_SHARE), or the update is a
-whole table, the table is rebuilt: its live rows are copied into a fresh variable value and
+variable has, or the stale slots pass mutable.TOMBSTONE_SHARE of the live rows, or the update
+is a whole table, the table is rebuilt: its live rows are copied into a fresh variable value and
 the index is refilled from empty buckets (LookupTableImportV2), so that, as in the split
 layout, DenseHashTable.remove is never used and no key is ever stored twice. The variable
 never shrinks: a request that read a slot before a rebuild still gathers inside it (and the
@@ -21,13 +21,13 @@ model's seqlock then discards what it read, apply.ModelLock.read).
 """
 import numpy as np
 import tensorflow as tf
-from tensorflow.python.ops import gen_lookup_ops  # LookupTableImportV2: no public wrapper
 from tensorflow.python.ops import gen_resource_variable_ops  # ResourceScatterUpdate, shape
 
 from rec_sdk.serving import mutable
 from rec_sdk.serving.mutable import (ABSENT_KEY, DELETED_KEY, EMPTY_KEY, MAX_LOAD,
-                                     MIN_BUCKETS, ServedTable, default_of, isin, stream_rows,
-                                     write_rows)
+                                     MIN_BUCKETS, ServedTable, default_of, empty_buckets,
+                                     is_default, isin, pow2_at_least, stream_rows,
+                                     track_asset_files, without_default_rows, write_rows)
 
 MIN_SPARE = 64     # unused slots a table has at least: new keys fill them before a rebuild
 SPARE_SHARE = 16   # and a 16th of its rows
@@ -36,13 +36,14 @@ SLOT_BYTES = 12    # a bucket of the index: an int64 key and an int32 slot
 MAX_MEMORY = 1.5   # of the payload: an indexed table's most
 
 
-def capacity_for(rows):
-    """Slots of a table of `rows` rows: the default row's, the rows' and spare ones."""
-    return rows + 1 + max(MIN_SPARE, rows // SPARE_SHARE)
+def capacity_for(rows, maximum=max):
+    """Slots of a table of `rows` rows: the default row's, the rows' and spare ones
+    (maximum=tf.maximum for a tensor of rows)."""
+    return rows + 1 + maximum(np.int64(MIN_SPARE), rows // SPARE_SHARE)
 
 
 def index_buckets(rows):
-    return max(MIN_BUCKETS, mutable._pow2_at_least(rows / MAX_LOAD))  # pylint: disable=protected-access
+    return max(MIN_BUCKETS, pow2_at_least(rows / MAX_LOAD))
 
 
 def choose_layout(rows, dim):
@@ -77,9 +78,7 @@ class _AssetFilledIndex(tf.lookup.experimental.DenseHashTable):
     def __init__(self, owner, keys_file, values_file, **kwargs):
         self._owner = owner
         super().__init__(**kwargs)
-        self._keys_file = self._track_trackable(tf.saved_model.Asset(keys_file), "_keys_file")
-        self._values_file = self._track_trackable(tf.saved_model.Asset(values_file),
-                                                  "_values_file")
+        self._keys_file, self._values_file = track_asset_files(self, keys_file, values_file)
 
     def _initialize(self):
         return self._owner.fill(self, [(tf.convert_to_tensor(self._keys_file),
@@ -100,10 +99,8 @@ class IndexedTable:
 
     def __init__(self, name, dim, keys, values, staging, index, default=None):
         default = default_of(default, dim)
-        values = np.asarray(values, np.float32).reshape(len(keys), dim)
-        stored = ~np.all(values == default, axis=1)  # rows of the default read as not stored
         stem = "%s/table%d." % (staging, index)
-        rows = write_rows(stem, np.asarray(keys)[stored], values[stored], dim)
+        rows = write_rows(stem, *without_default_rows(keys, values, default, dim), dim)
         self._make(name, dim, default, [(stem + "keys", stem + "values", rows)], 1)
 
     @classmethod
@@ -183,9 +180,6 @@ class IndexedTable:
         rows = tf.gather(self.values, slots)
         return tf.reshape(rows, tf.concat([tf.shape(ids), [self.dim]], 0))
 
-    def _is_default(self, rows):
-        return tf.reduce_all(tf.equal(tf.reshape(rows, [-1, self.dim]), self.default), axis=1)
-
     def plan(self, keys, values, removed, replace):
         """What an update's rows [n, dim] of keys [n] and removed keys (replace: the rows are
         the whole table) change: a structure of tensors for write(). It only reads, so it
@@ -255,23 +249,19 @@ class IndexedTable:
                     plan["all_keys"], plan["all_values"])
         old_keys, old_rows, new_keys, new_rows = tf.cond(
             plan["whole"], whole, lambda: kept_rows() + (plan["keys"], plan["values"]))
-        written = tf.logical_not(self._is_default(new_rows))
+        written = tf.logical_not(is_default(new_rows, self.default, self.dim))
         keys = tf.concat([old_keys, tf.boolean_mask(new_keys, written)], 0)
         rows = tf.concat([old_rows, tf.boolean_mask(new_rows, written)], 0)
         n = tf.size(keys, out_type=tf.int64)
         capacity = tf.maximum(
-            n + 1 + tf.maximum(np.int64(MIN_SPARE), n // SPARE_SHARE),
+            capacity_for(n, tf.maximum),
             gen_resource_variable_ops.variable_shape(self.values.handle, tf.int64)[0])
         with tf.control_dependencies([keys, rows]):  # copied out before anything changes
             assigned = self.values.assign(tf.concat([
                 self.default[None], rows,
                 tf.zeros(tf.stack([capacity - 1 - n, np.int64(self.dim)]), tf.float32)], 0),
                 read_value=False)
-            buckets = mutable.buckets_for(n)
-            emptied = gen_lookup_ops.lookup_table_import_v2(
-                self.index.resource_handle, tf.compat.v1.placeholder_with_default(
-                    tf.fill(tf.stack([buckets, 1]), EMPTY_KEY), None),
-                tf.zeros(tf.stack([buckets, 1]), tf.int32))
+            emptied = empty_buckets(self.index, n, 1, tf.int32)
         with tf.control_dependencies([assigned, emptied]):
             filled = self.index.insert(keys, tf.cast(1 + tf.range(n), tf.int32))
         with tf.control_dependencies([filled]):

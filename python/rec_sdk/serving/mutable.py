@@ -41,7 +41,7 @@ TOMBSTONE_SHARE = 4
 MIN_TOMBSTONES = 256
 
 
-def _pow2_at_least(n):
+def pow2_at_least(n):
     return 1 << max(0, int(np.ceil(np.log2(max(n, 1)))))
 
 
@@ -49,10 +49,10 @@ def memory_layout(rows):
     """(sub-tables, buckets each) for a table of `rows` rows: the fewest buckets in total
     that keep every sub-table under MAX_LOAD, over 1 or 4..8 sub-tables."""
     if rows < SPLIT_ROWS:
-        return 1, max(MIN_BUCKETS, _pow2_at_least(rows / MAX_LOAD))
+        return 1, max(MIN_BUCKETS, pow2_at_least(rows / MAX_LOAD))
     best = None
     for parts in range(4, 9):
-        buckets = _pow2_at_least(np.ceil(rows / parts / MAX_LOAD))
+        buckets = pow2_at_least(np.ceil(rows / parts / MAX_LOAD))
         if best is None or parts * buckets < best[0] * best[1]:
             best = (parts, buckets)
     return best
@@ -67,6 +67,23 @@ def without_reserved_keys(name, keys, *columns):
     logger.warning("table '%s': key(s) %s are reserved by the served hash table and are not "
                    "served (they read the default)", name, sorted(set(keys[bad].tolist())))
     return (keys[~bad],) + tuple(np.asarray(c)[~bad] for c in columns)
+
+
+def without_default_rows(keys, values, default, dim):
+    """(keys, values [n, dim]) of a table's rows (NumPy) other than those equal to the default:
+    they read as keys not stored, so the served tables leave them out."""
+    values = np.asarray(values, np.float32).reshape(len(keys), dim)
+    stored = ~np.all(values == default, axis=1)
+    return np.asarray(keys)[stored], values[stored]
+
+
+def track_asset_files(resource, keys_file, values_file):
+    """Tracks a TF2 resource's asset files (a resource does not track its attributes): saving
+    maps the paths its initializer captures to the files copied into the SavedModel's
+    assets. Returns the two Assets."""
+    track = resource._track_trackable  # pylint: disable=protected-access
+    return (track(tf.saved_model.Asset(keys_file), "_keys_file"),
+            track(tf.saved_model.Asset(values_file), "_values_file"))
 
 
 def part_of(keys, parts):
@@ -95,11 +112,7 @@ class _AssetFilledTable(tf.lookup.experimental.DenseHashTable):
         self._dim = dim
         self._rows = rows
         super().__init__(**kwargs)
-        # Tracked explicitly (a resource does not track its attributes): saving maps the
-        # paths the initializer captures to the files copied into the SavedModel's assets.
-        self._keys_file = self._track_trackable(tf.saved_model.Asset(keys_file), "_keys_file")
-        self._values_file = self._track_trackable(tf.saved_model.Asset(values_file),
-                                                  "_values_file")
+        self._keys_file, self._values_file = track_asset_files(self, keys_file, values_file)
 
     def _initialize(self):
         return stream_rows(tf.convert_to_tensor(self._keys_file),
@@ -165,11 +178,8 @@ class ServedTable:
     def __init__(self, name, dim, keys, values, staging, index, default=None):
         default = default_of(default, dim)
         parts, buckets = memory_layout(len(keys))
-        # Rows equal to the default read as keys not stored: they are left out, so that
-        # every stored default row is a tombstone (counted in self.tombstones).
-        values = np.asarray(values, np.float32).reshape(len(keys), dim)
-        stored = ~np.all(values == default, axis=1)
-        keys, values = np.asarray(keys)[stored], values[stored]
+        # Every stored default row is then a tombstone (counted in self.tombstones).
+        keys, values = without_default_rows(keys, values, default, dim)
         where = part_of(keys, parts)
         files = []
         for p in range(parts):
@@ -286,9 +296,7 @@ class ServedTable:
         return tf.group(*done)
 
     def _is_default(self, rows):
-        """[n] bool: which of rows [n, dim] are the default row."""
-        rows = tf.reshape(rows, [-1, self.dim])
-        return tf.reshape(tf.reduce_all(tf.equal(rows, self.default), axis=1), [-1])
+        return is_default(rows, self.default, self.dim)
 
     def _plan_part(self, p, keys, values, removed, whole):
         """Sub-table p's part of plan(). Rows the sub-table holds already are skipped (a
@@ -377,16 +385,9 @@ class ServedTable:
             values = tf.reshape(values, [-1, self.dim])
             written = tf.logical_not(self._is_default(values))
             keys, values = tf.boolean_mask(keys, written), tf.boolean_mask(values, written)
-        n = tf.size(keys, out_type=tf.int64)
-        buckets = buckets_for(n)
-        # Fill's output is a new buffer each run (its shape is computed at run time), and the
-        # import makes it the table's: it must not be a constant that the table would write.
-        empty_keys = tf.compat.v1.placeholder_with_default(
-            tf.fill(tf.stack([buckets, 1]), EMPTY_KEY), None)
         with tf.control_dependencies([keys, values]):
-            emptied = gen_lookup_ops.lookup_table_import_v2(
-                table.resource_handle, empty_keys,
-                tf.zeros(tf.stack([buckets, np.int64(self.dim)]), tf.float32))
+            emptied = empty_buckets(table, tf.size(keys, out_type=tf.int64), self.dim,
+                                    tf.float32)
         with tf.control_dependencies([emptied]):
             filled = table.insert(keys, values)
         with tf.control_dependencies([filled]):
@@ -397,6 +398,12 @@ class ServedTable:
     def size(self):
         """Op: the keys served (tombstones not counted)."""
         return tf.add_n([t.size() - c for t, c in zip(self.tables, self.tombstones)])
+
+
+def is_default(rows, default, dim):
+    """[n] bool: which of rows [n, dim] are the `default` row."""
+    rows = tf.reshape(rows, [-1, dim])
+    return tf.reshape(tf.reduce_all(tf.equal(rows, default), axis=1), [-1])
 
 
 def _count(mask):
@@ -410,6 +417,18 @@ def isin(keys, among):
     size = tf.size(among, out_type=tf.int64)
     probe = tf.gather(tf.concat([sorted_among, [EMPTY_KEY]], 0), tf.minimum(at, size))
     return tf.logical_and(at < size, tf.equal(probe, keys))
+
+
+def empty_buckets(table, n, width, dtype):
+    """Op replacing a DenseHashTable's buckets (values [width] of dtype) with empty ones,
+    as many as n entries need (buckets_for)."""
+    buckets = buckets_for(n)
+    # Fill's output is a new buffer each run (its shape is computed at run time), and the
+    # import makes it the table's: it must not be a constant that the table would write.
+    empty_keys = tf.compat.v1.placeholder_with_default(
+        tf.fill(tf.stack([buckets, 1]), EMPTY_KEY), None)
+    return gen_lookup_ops.lookup_table_import_v2(
+        table.resource_handle, empty_keys, tf.zeros(tf.stack([buckets, np.int64(width)]), dtype))
 
 
 def buckets_for(n):

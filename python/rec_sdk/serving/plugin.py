@@ -27,7 +27,7 @@ class PluginTable:
         self.name, self.dim, self.rows, self.parts = name, dim, len(keys), 1
         self.ranks = 1  # one process writes its update files
         self.default = default
-        self.tombstones = self.variables = []  # a rec_sdk table removes keys exactly
+        self.variables = []  # none besides the table: a rec_sdk table removes keys exactly
         stem = "%s/table%d." % (staging, index)
         write_rows(stem, keys, values, dim)
         self.files = [(stem + "keys", stem + "values")]
