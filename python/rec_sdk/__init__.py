@@ -21,8 +21,8 @@ def version():
     return __version__
 
 # Checkpoints: TensorFlow's Saver saves and restores the tables of every process that uses
-# rec_sdk (rec_sdk.saver installs its hooks when imported).
-from rec_sdk import saver as _saver  # noqa: E402,F401  pylint: disable=wrong-import-position
+# rec_sdk (rec_sdk.saver_patches installs its hooks when imported).
+from rec_sdk import saver_patches as _saver_patches  # noqa: E402,F401  pylint: disable=wrong-import-position
 
 # The per-sample timestamp collection (int seconds) read by lookups with eviction: the SDK's
 # ASCEND_TIMESTAMP.

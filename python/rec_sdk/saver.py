@@ -2,10 +2,11 @@
 
 `tf.compat.v1.train.Saver.save` and `.restore` (and so `MonitoredTrainingSession` and
 tf.estimator, which use them) save and restore every table with `is_save=True` of the
-session's graph, with no extra user code: `saver.save(sess, "ckpt/model", global_step=100)`
-writes the TensorFlow checkpoint `ckpt/model-100` and the tables under `ckpt/sparse-model-100/`,
-one directory per table (files described in tf_ops/core/checkpoint.h: keys, embeddings,
-optimizer slots, admission counts, last-seen clocks, pending keys, checksummed metadata).
+session's graph, with no extra user code (rec_sdk.saver_patches): `saver.save(sess,
+"ckpt/model", global_step=100)` writes the TensorFlow checkpoint `ckpt/model-100` and the
+tables under `ckpt/sparse-model-100/`, one directory per table (files described in
+tf_ops/core/checkpoint.h: keys, embeddings, optimizer slots, admission counts, last-seen
+clocks, pending keys, checksummed metadata).
 
 Crash safety: the tables are written into a temporary directory, fsync'ed, and renamed into
 place before TensorFlow writes its checkpoint and, last, the `checkpoint` index file. A save
@@ -15,14 +16,10 @@ Checkpoints that the Saver deletes (`max_to_keep`) lose their table directories 
 Also here: save_tables / restore_tables for explicit use (and restoring the directories of
 several ranks into a different number of ranks), export_npz / import_npz for NumPy files.
 """
-import contextlib
-import glob
-import numbers
 import os
 import re
 import shutil
 import uuid
-import weakref
 
 import numpy as np
 import tensorflow as tf
@@ -30,9 +27,6 @@ import tensorflow as tf
 from rec_sdk.core import shard_names
 from rec_sdk.core.table import SparseEmbedding, tables_of_graph
 from rec_sdk.core import ranks
-from rec_sdk.ops import table_ops
-from rec_sdk import tf_patches
-from rec_sdk.util.graph_state import state_of
 from rec_sdk.util.log import logger
 from rec_sdk.util.validation import check_bool, check_int
 
@@ -50,7 +44,7 @@ def sparse_dir(checkpoint_path):
     return os.path.join(head, SPARSE_PREFIX + tail)
 
 
-def _tables(sess, tables):
+def tables_of_session(sess, tables):
     """The tables to save or restore: `tables` (default: every table of sess.graph with
     is_save), less those this process does not manage (shards of other ranks' tables: rank
     0 saves them)."""
@@ -93,17 +87,17 @@ def save_tables(sess, directory, tables=None, delta=False):
     An existing `directory` is replaced only if it is a rec_sdk checkpoint (every entry a
     table directory) or empty; anything else is a ValueError, never deleted.
     Returns {table_name: rows written}."""
-    tables = _tables(sess, tables)
+    tables = tables_of_session(sess, tables)
     if not tables:
         return {}  # e.g. rank 1 of a cluster: rank 0 saves its shards; the directory is not ours
     if delta:
         _refuse_sharded(tables, "save_tables(delta=True)")
-    rows, save_ids = _write_tables(sess, directory, tables, delta)
-    _commit(sess, tables, save_ids)
+    rows, save_ids = write_tables(sess, directory, tables, delta)
+    commit_tables(sess, tables, save_ids)
     return rows
 
 
-def _commit(sess, tables, save_ids):
+def commit_tables(sess, tables, save_ids):
     """Marks the saves durable: later deltas follow them."""
     for table in tables:
         for unit, shard, _, _ in ranks.managed_shards(table):
@@ -111,7 +105,7 @@ def _commit(sess, tables, save_ids):
             sess.run(ops["commit"], {ops["commit_id"]: save_ids[unit]})
 
 
-def _write_tables(sess, directory, tables, delta=False):
+def write_tables(sess, directory, tables, delta=False):
     """save_tables without the commit: -> ({table_name: rows}, {table_name: save id})."""
     check_bool("delta", delta)
     directory = _checked_directory(directory)
@@ -210,7 +204,7 @@ def remove_leftovers(parent):
             shutil.rmtree(path, ignore_errors=True)
 
 
-def _existing(directory):
+def existing_save(directory):
     """`directory`, or the copy a save moved aside just before it was killed."""
     if os.path.isdir(directory):
         return directory
@@ -247,14 +241,14 @@ def restore_tables(sess, directories, tables=None, rank_id=None, rank_size=None,
         raise ValueError("restore_tables: deltas apply to one full checkpoint restored whole "
                          "(rank_size=1, one directory), got rank_size=%r and %d directories"
                          % (rank_size, len(directories)))
-    tables = _tables(sess, tables)
+    tables = tables_of_session(sess, tables)
     if not tables:
         return {}
     if deltas:
         _refuse_sharded(tables, "restore_tables(deltas=...)")
     found = []
     for directory in directories:
-        existing = _existing(os.path.abspath(directory))
+        existing = existing_save(os.path.abspath(directory))
         if existing is None:
             raise tf.errors.NotFoundError(
                 None, None, "rec_sdk checkpoint directory %r does not exist (was the checkpoint "
@@ -371,7 +365,7 @@ def export_npz(sess, path, tables=None):
         raise TypeError("export_npz: path must be a file path (str), got %r" % (path,))
     path = os.fspath(path)
     arrays, rows = {}, {}
-    tables = _tables(sess, tables)
+    tables = tables_of_session(sess, tables)
     _refuse_sharded(tables, "export_npz")
     for table in tables:
         keys, values, slots = sess.run(table.export())
@@ -397,7 +391,7 @@ def import_npz(sess, path, tables=None, slots=True):
     """Loads tables from a file written by export_npz (replacing their contents); with
     slots=False only keys and embeddings. Returns {table_name: rows}."""
     rows = {}
-    tables = _tables(sess, tables)
+    tables = tables_of_session(sess, tables)
     _refuse_sharded(tables, "import_npz")
     with np.load(path) as data:
         for table in tables:
@@ -413,182 +407,3 @@ def import_npz(sess, path, tables=None, slots=True):
             sess.run(table.import_rows(keys, values, table_slots))
             rows[name] = len(keys)
     return rows
-
-
-# --- tf.compat.v1.train.Saver integration ---------------------------------------------------
-
-# The name of the restore op of a Saver whose restore also restores the graph's tables, from
-# the table directory beside the checkpoint it is given (see restore_tables_in_graph).
-_IN_GRAPH_RESTORE = "rec_sdk_restore_with_tables"
-
-
-def restore_tables_in_graph(saver, graph=None):
-    """Makes `saver`'s restore op (saver_def.restore_op_name, what SavedModel loaders run:
-    tf.compat.v1.saved_model.loader.load and tf.saved_model.load both feed it the variables
-    path and run it) also restore the graph's tables from sparse_dir(<that path>), so that a
-    SavedModel written with this saver reloads with every row in any process. Tables sharded
-    over ranks are left to Saver.restore. Returns `saver`."""
-    graph = graph or tf.compat.v1.get_default_graph()
-    saver_def = saver.saver_def
-    if saver_def is None or saver_def.restore_op_name.split("/")[-1] == _IN_GRAPH_RESTORE:
-        return saver
-    tables = [t for t in tables_of_graph(graph)
-              if t.is_save and t.checkpoint_ops is not None and t.ranks is None]
-    if not tables:
-        return saver
-    filename = graph.as_graph_element(saver_def.filename_tensor_name)
-    restore = graph.as_graph_element(saver_def.restore_op_name)
-    with graph.as_default(), tf.compat.v1.name_scope(None), \
-            tf.compat.v1.name_scope("rec_sdk_tables_restore"):
-        directory = tf.strings.regex_replace(filename, "([^/]*)$", SPARSE_PREFIX + "\\1")
-        restores = []
-        for i, table in enumerate(tables):
-            path = tf.strings.join([directory, table.table_name], separator="/")
-            restores.append(table_ops.restore(
-                table.handle, tf.reshape(path, [1]), tf.constant(0, tf.int64),
-                tf.constant(1, tf.int64), name="table_%d" % i)[0])
-        combined = tf.group(restore, *restores, name=_IN_GRAPH_RESTORE)
-    saver_def.restore_op_name = combined.name
-    return saver
-
-
-def _restores_tables_in_graph(saver):
-    saver_def = saver.saver_def
-    return saver_def is not None and \
-        saver_def.restore_op_name.split("/")[-1] == _IN_GRAPH_RESTORE
-
-
-def _tables_held(item):
-    """The rec_sdk tables `item` of a Saver's var_list stands for (a table, or a
-    de.Variable's shards), or None when it is not one of them."""
-    if isinstance(item, SparseEmbedding):
-        return [item]
-    held = getattr(item, "tables", None)  # a de.Variable: its shards
-    if isinstance(held, (list, tuple)) and held and all(
-            isinstance(t, SparseEmbedding) for t in held):
-        return list(held)
-    return None
-
-
-def _split_var_list(var_list):
-    """-> (var_list without tables, the tables it named, or None if it named none)."""
-    named = isinstance(var_list, dict)
-    items = list(var_list.items()) if named else [(None, v) for v in var_list]
-    rest, tables = [], []
-    for key, value in items:
-        held = _tables_held(value)
-        if held is None:
-            rest.append((key, value))
-        else:
-            tables.extend(t for t in held if t not in tables)
-            strings = getattr(value, "_key_strings", None)  # a de.Variable's string keys
-            if strings is not None:
-                rest.append((None if key is None else key + "/key_strings", strings.table))
-    rest = dict(rest) if named else [v for _, v in rest]
-    return rest, (tables if tables else None)
-
-
-def _saver_tables(saver, sess):
-    """The tables a Saver saves and restores: those its var_list named, else every table of
-    the graph with is_save (a var_list without tables leaves them all in, so that no table is
-    ever left out of a checkpoint by accident)."""
-    chosen = _chosen_tables.get(saver)
-    if chosen is None:
-        return _tables(sess, None)
-    return [t for t in chosen if ranks.managed_shards(t)]
-
-
-# {Saver: the tables its var_list named} (Savers without: every table of the graph).
-_chosen_tables = weakref.WeakKeyDictionary()
-
-
-def _saver_init(original, self, var_list=None, *args, **kwargs):
-    """Saver.__init__: tables (de.Variables, create_table tables) named in var_list are the
-    ones this Saver saves and restores; the rest of var_list goes to TensorFlow's Saver."""
-    tables = None
-    if var_list is not None:
-        var_list, tables = _split_var_list(var_list)
-        if not var_list:
-            kwargs["allow_empty"] = True
-    original(self, var_list, *args, **kwargs)
-    if tables is not None:
-        _chosen_tables[self] = tables
-    elif var_list is not None:
-        # A Saver of chosen dense variables may restore checkpoints written without
-        # tables (one that names tables must find them).
-        state_of(tf.compat.v1.get_default_graph()).savers_of_chosen_variables.add(self)
-
-
-def _saver_save(original, self, sess, save_path, global_step=None, *args, **kwargs):
-    """Saver.save: the tables first (atomically, beside the TF checkpoint), then TensorFlow's
-    part; tables of checkpoints the Saver deletes go too."""
-    tables = _saver_tables(self, sess)
-    if tables:
-        if global_step is not None and not isinstance(global_step, numbers.Integral):
-            # Read the step once, so that the tables and the TF checkpoint agree on it.
-            global_step = tf.compat.v1.train.global_step(sess, global_step)
-        path = save_path if global_step is None else "%s-%d" % (save_path, global_step)
-        _, save_ids = _write_tables(sess, sparse_dir(path), tables)
-    before = [p for p, _ in getattr(self, "_last_checkpoints", [])]
-    try:
-        result = original(self, sess, save_path, global_step, *args, **kwargs)
-    except BaseException:
-        if tables:
-            # TensorFlow's part failed (a full disk, say): the tables written for this
-            # checkpoint belong to no checkpoint, and were not committed, so the next
-            # delta still follows the previous save. TensorFlow leaves its temporary
-            # files of the failed save behind: they go too.
-            shutil.rmtree(sparse_dir(path), ignore_errors=True)
-            for leftover in (glob.glob(glob.escape(path) + ".data-*.tempstate*") +
-                             glob.glob(glob.escape(path) + ".index.tempstate*")):
-                with contextlib.suppress(OSError):
-                    os.remove(leftover)
-        raise
-    if tables:
-        _commit(sess, tables, save_ids)
-        if result is None:
-            # A Saver of tables only: TensorFlow saved nothing and says None; the
-            # checkpoint is the tables' (restore it with this path).
-            result = path
-    after = {p for p, _ in getattr(self, "_last_checkpoints", [])}
-    for path in before:
-        # Checkpoints the Saver deleted (max_to_keep) lose their tables too.
-        if path not in after and not os.path.exists(path + ".index"):
-            shutil.rmtree(sparse_dir(path), ignore_errors=True)
-    return result
-
-
-def _saver_restore(original, self, sess, save_path):
-    """Saver.restore: TensorFlow's part, then the tables from the directory beside it."""
-    result = original(self, sess, save_path)
-    if save_path is None:
-        return result
-    tables = _saver_tables(self, sess)
-    if _restores_tables_in_graph(self):
-        # Its restore op restored the single-process tables (restore_tables_in_graph).
-        tables = [t for t in tables if t.ranks is not None]
-    if not tables:
-        return result
-    chosen = state_of(sess.graph).savers_of_chosen_variables
-    if self in chosen and _existing(os.path.abspath(sparse_dir(save_path))) is None:
-        # A Saver of chosen variables (e.g. warm-starting dense layers) restoring a
-        # checkpoint without tables: the tables keep their contents.
-        logger.warning("rec_sdk: checkpoint %r has no tables (%s); tables not restored",
-                       save_path, sparse_dir(save_path))
-        return result
-    restore_tables(sess, sparse_dir(save_path), tables)
-    return result
-
-
-def _builder_saver(original, self, saver=None):
-    """SavedModels (tf.compat.v1.saved_model.Builder, and so Estimator.export_saved_model)
-    save with a Saver whose restore op restores the tables too."""
-    return restore_tables_in_graph(original(self, saver))
-
-
-# Tables are saved and restored by TensorFlow's Saver (and so by MonitoredTrainingSession and
-# tf.estimator) in every process that imports rec_sdk (its package imports this module).
-tf_patches.install("Saver.__init__", _saver_init)
-tf_patches.install("Saver.save", _saver_save)
-tf_patches.install("Saver.restore", _saver_restore)
-tf_patches.install("SavedModelBuilder._maybe_create_saver", _builder_saver)

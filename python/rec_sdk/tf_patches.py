@@ -29,21 +29,21 @@ Patch = collections.namedtuple("Patch", ["name", "owner", "attr", "does", "why"]
 PATCHES = {p.name: p for p in (
     Patch("Saver.__init__", lambda: tf.compat.v1.train.Saver, "__init__",
           "takes rec_sdk tables (and de.Variables) in var_list: they are saved by rec_sdk, "
-          "the rest goes to TensorFlow (rec_sdk.saver)",
+          "the rest goes to TensorFlow (rec_sdk.saver_patches)",
           "Saver has no extension point for objects that are not variables or "
           "SaveableObjects; a table's files are not tensors"),
     Patch("Saver.save", lambda: tf.compat.v1.train.Saver, "save",
           "writes the tables' files beside the TensorFlow checkpoint, atomically, before "
-          "it; deletes them with the checkpoints max_to_keep drops (rec_sdk.saver)",
+          "it; deletes them with the checkpoints max_to_keep drops (rec_sdk.saver_patches)",
           "MonitoredTrainingSession and Estimator call Saver.save themselves; users expect "
           "their checkpoints to hold the tables with no extra code"),
     Patch("Saver.restore", lambda: tf.compat.v1.train.Saver, "restore",
-          "restores the tables from the directory beside the checkpoint (rec_sdk.saver)",
+          "restores the tables from the directory beside the checkpoint (rec_sdk.saver_patches)",
           "as Saver.save"),
     Patch("SavedModelBuilder._maybe_create_saver", lambda: builder_impl._SavedModelBuilder,  # pylint: disable=protected-access
           "_maybe_create_saver",
           "the Saver of a SavedModel restores the tables in its restore op, so loaders "
-          "that only run that op get every row (rec_sdk.saver.restore_tables_in_graph)",
+          "that only run that op get every row (rec_sdk.saver_patches.restore_tables_in_graph)",
           "SavedModel loaders run saver_def.restore_op_name and nothing else; the builder "
           "makes its Saver internally (Estimator.export_saved_model)"),
     Patch("Session.run", lambda: tf.compat.v1.Session, "run",

@@ -33,6 +33,8 @@ class KeyStrings:
         with tf.init_scope():
             self.table = tf.lookup.experimental.MutableHashTable(
                 tf.int64, tf.string, default_value="", name=name, checkpoint=checkpoint)
+            if checkpoint and not tf.executing_eagerly():
+                _name_saveable_by_its_op(self.table)
 
     def record(self, keys, hashed):
         """Op remembering the strings `keys` of the fingerprints `hashed`."""
@@ -50,3 +52,13 @@ class KeyStrings:
 
     def clear(self):
         return self.table.remove(self.table.export()[0])
+
+
+def _name_saveable_by_its_op(table):
+    """A graph's SAVEABLE_OBJECTS entry of `table` named by its op's name, which a scope or a
+    second table of the name makes differ from the name it was given: a MetaGraph stores the
+    entry as that name, and importing it (a SavedModel's loaders) looks the name up as an op.
+    Its checkpoint keys (the specs' names) stay as they were."""
+    for saveable in tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.SAVEABLE_OBJECTS):
+        if getattr(saveable, "op", None) is table:
+            saveable.name = table.resource_handle.op.name

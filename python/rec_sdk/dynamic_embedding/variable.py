@@ -458,11 +458,14 @@ class Variable(KeyValueFiles, tf.__internal__.tracking.Trackable):
                 "counts": tf.concat([c for _, _, c in access], 0)}
 
     def _trackable_children(self, save_type="checkpoint", **kwargs):
-        """The tables, for SavedModels (their functions capture them); checkpoints hold the
-        variable's own tensors only, so that they restore into any number of shards."""
+        """The tables and the lookups' shadow variables, for SavedModels (their functions
+        capture them); checkpoints hold the variable's own tensors only, so that they restore
+        into any number of shards."""
         del kwargs
         if save_type == "savedmodel":
-            return self._resources()
+            shadows = {"shadow_" + name: shadow for name, shadow in self._trainable_store.items()
+                       if isinstance(shadow, tf.Variable)}
+            return {**self._resources(), **shadows}
         return {}
 
     def _resources(self):
