@@ -113,9 +113,12 @@ def main():
                 data = [np.concatenate(p) for p in zip(*parts)]
             else:
                 data = parts[rank]
+            # Progress, shown by the test when a rank fails or hangs (which step, which part).
+            print("rank %d step %d: train" % (rank, step), flush=True)
             sess.run(train, dict(zip(ids + [labels], data)))
             if rank != 0:
                 continue
+            print("rank 0 step %d: evict, export or push" % step, flush=True)
             if step % 3 == 2:
                 sess.run(evict)
             if step == EXPORT_AT:
