@@ -145,8 +145,9 @@ def _run_worker(cluster, out, *args):
 def test_de_variable_on_two_ps_tasks_trains_as_two_local_shards(tmp_path):
     """2 ps x 1 worker, 50 fixed batches of a de.Variable with Adam and a restrict policy's
     statistics: rows, slots, counts and clocks are bit-identical to the same two shards in
-    one process, and shard i holds exactly the keys with key % 2 == i. ps task 1 is started
-    as TFRA's recipe does (import the module, bare tf.distribute.Server)."""
+    one process, and shard i holds exactly the keys with key % 2 == i, as TFRA's recipe
+    `sess.run([t.size() for t in var.tables])` says. ps task 1 is started as TFRA's recipe
+    does (import the module, bare tf.distribute.Server)."""
     with ps_cluster(recipe=(1,)) as cluster:
         remote = _run_worker(cluster, tmp_path / "remote.npz")
     assert remote.returncode == 0, remote.stdout[-3000:]
@@ -159,6 +160,7 @@ def test_de_variable_on_two_ps_tasks_trains_as_two_local_shards(tmp_path):
         np.testing.assert_array_equal(got[name], want[name], err_msg=name)
     for i in range(2):
         assert got["keys%d" % i].size > 100
+        assert got["sizes"][i] == got["keys%d" % i].size  # sess.run([t.size() ... tables])
         assert np.all(np.mod(got["keys%d" % i], 2) == i)
         assert got["slots%d" % i].shape[0] == 2  # Adam's m and v in the rows
 

@@ -154,17 +154,12 @@ def test_a_builders_saved_model_of_both_apis_serves_every_row(tmp_path):
 
 @pytest.mark.estimator
 def test_warm_start_of_tables_from_another_models_checkpoint(tmp_path):
-    """TFRA's warm-start demo restores tables through `_tables[i].saveable`; rec_sdk's tables
-    say what to use instead, and that (de.WarmStartHook in training_chief_hooks) starts a
-    new model from the first model's rows."""
+    """de.WarmStartHook in training_chief_hooks starts a new model from the first model's
+    rows."""
     estimator = tf_compat.estimator()
     first_dir = str(tmp_path / "first")
     first = estimator.Estimator(_model_fn, model_dir=first_dir, params={})
     first.train(_input_fn, max_steps=40)
-    with tf.Graph().as_default():
-        variable = de.get_variable("user_emb", dim=4)
-        with pytest.raises(AttributeError, match="has no TFRA `saveable`.*de.WarmStartHook"):
-            variable.tables[0].saveable  # pylint: disable=pointless-statement
     # The second model: other dense variables and another item table, the user table
     # warm-started (not trained: learning rate 0).
     second = estimator.Estimator(_model_fn, model_dir=str(tmp_path / "second"), params={

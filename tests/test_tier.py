@@ -211,12 +211,12 @@ def test_dynamic_embedding_variables_take_the_tier_through_kv_creator(tmp_path):
         for step in range(80):
             x, y, _ = sess.run([a, b, train], {ids: np.unique(_batch(step))})
             np.testing.assert_array_equal(x, y)
-        promotions = sum(sess.run(t.stats())["promotions"] for t in tiered.tables)
+        promotions = sum(sess.run(t.stats())["promotions"] for t in tiered.shards)
         x, y = sess.run([eval_a, eval_b])
         np.testing.assert_array_equal(x, y)
         # Evaluation lookups read cold rows where they are.
-        assert sum(sess.run(t.stats())["promotions"] for t in tiered.tables) == promotions
-        for mine, theirs in zip(tiered.tables, plain.tables):
+        assert sum(sess.run(t.stats())["promotions"] for t in tiered.shards) == promotions
+        for mine, theirs in zip(tiered.shards, plain.shards):
             _assert_same(_state(sess, mine), _state(sess, theirs))
             stats = sess.run(mine.stats())
             assert stats["hot"] <= 60 and stats["cold"] > 0
@@ -406,7 +406,7 @@ def test_serving_export_and_resharded_restore_hold_rows_of_both_tiers(tmp_path):
     with new_session() as sess:
         sess.run(tf.compat.v1.global_variables_initializer())
         sess.run(v.upsert(tf.constant(keys), tf.constant(values)))
-        assert sum(sess.run(t.stats())["cold"] for t in v.tables) == 80
+        assert sum(sess.run(t.stats())["cold"] for t in v.shards) == 80
         path = tf.compat.v1.train.Saver().save(sess, str(tmp_path / "de"))
     tf.compat.v1.reset_default_graph()
     v = de.get_variable("v", dim=4, devices=["/CPU:0"] * 3)

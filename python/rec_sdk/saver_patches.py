@@ -96,7 +96,9 @@ def _tables_held(item):
     de.Variable's shards), or None when it is not one of them."""
     if isinstance(item, SparseEmbedding):
         return [item]
-    held = getattr(item, "tables", None)  # a de.Variable: its shards
+    if isinstance(getattr(type(item), "shard", None), property):  # a de.Variable's table
+        return [item.shard]
+    held = getattr(item, "shards", None)  # a de.Variable (or its slot): its shards
     if isinstance(held, (list, tuple)) and held and all(
             isinstance(t, SparseEmbedding) for t in held):
         return list(held)

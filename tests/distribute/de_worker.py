@@ -48,6 +48,9 @@ def main():
         exports = [(table_ops.export(t.handle, tf.int64, t.dim),
                     table_ops.export_access(t.handle)) for t in var.tables]
         saver = tf.compat.v1.train.Saver()
+    # TFRA's ps recipe: each table's size, an int64 tensor computed where the table lives.
+    sizes = [t.size() for t in var.tables]
+    assert [s.device for s in sizes] == [t.resource_handle.device for t in var.tables]
     with tf.compat.v1.Session(target, config=config) as sess:
         sess.run(tf.compat.v1.global_variables_initializer())
         losses = []
@@ -57,7 +60,7 @@ def main():
             losses = [sess.run([loss, train], {ids: b})[0] for b in batches]
         if args.save:
             saver.save(sess, os.path.join(args.save, "model"), global_step=STEPS)
-        arrays = {"losses": np.array(losses),
+        arrays = {"losses": np.array(losses), "sizes": np.array(sess.run(sizes)),
                   "devices": np.array([t.handle.device for t in var.tables])}
         for i, ((keys, rows, slots), (akeys, seen, counts)) in enumerate(sess.run(exports)):
             order, aorder = np.argsort(keys), np.argsort(akeys)

@@ -10,6 +10,7 @@ with one fingerprint would share a row: with n keys the chance that any two do i
 n**2 / 2**64 (1e-4 for 10^8 keys).
 """
 import tensorflow as tf
+from tensorflow.python.training.saving import saveable_object  # the base of TF's saveables
 
 FINGERPRINT_BUCKETS = 2**63 - 1
 
@@ -55,10 +56,22 @@ class KeyStrings:
 
 
 def _name_saveable_by_its_op(table):
-    """A graph's SAVEABLE_OBJECTS entry of `table` named by its op's name, which a scope or a
-    second table of the name makes differ from the name it was given: a MetaGraph stores the
-    entry as that name, and importing it (a SavedModel's loaders) looks the name up as an op.
-    Its checkpoint keys (the specs' names) stay as they were."""
-    for saveable in tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.SAVEABLE_OBJECTS):
+    """Replaces the graph's SAVEABLE_OBJECTS entry of `table` with one named by the table's
+    op, which a scope or a second table of the name makes differ from the name it was given:
+    a MetaGraph stores the entry as that name, and importing it (a SavedModel's loaders)
+    looks the name up as an op. The checkpoint keys (the specs' names) stay as they were."""
+    saveables = tf.compat.v1.get_collection_ref(tf.compat.v1.GraphKeys.SAVEABLE_OBJECTS)
+    for i, saveable in enumerate(saveables):
         if getattr(saveable, "op", None) is table:
-            saveable.name = table.resource_handle.op.name
+            saveables[i] = _NamedByOp(saveable, table.resource_handle.op.name)
+
+
+class _NamedByOp(saveable_object.SaveableObject):
+    """A saveable under another name (its specs unchanged)."""
+
+    def __init__(self, saveable, name):
+        super().__init__(saveable.op, saveable.specs, name)
+        self._saveable = saveable
+
+    def restore(self, restored_tensors, restored_shapes):
+        return self._saveable.restore(restored_tensors, restored_shapes)

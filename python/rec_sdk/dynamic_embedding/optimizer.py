@@ -299,7 +299,7 @@ def _shard_triples(params, grads_and_records):
     triples = []
     with tf.control_dependencies([r.read for _, r in grads_and_records if r.read is not None] +
                                  params.access_tracking):
-        for table, k, r in zip(params.tables, shard_keys, shard_rows):
+        for table, k, r in zip(params.shards, shard_keys, shard_rows):
             if not tf.executing_eagerly():
                 table_ops.mark_keys_unique(k)
                 table.lookups.training += 1  # this graph trains the table (see share_tables)

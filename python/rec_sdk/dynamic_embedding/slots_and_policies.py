@@ -51,7 +51,7 @@ class SlotVariable:
         p = self.params
         with tf.name_scope(name or "%s_export" % self.slot_name):
             shards = []
-            for t in p.tables:
+            for t in p.shards:
                 k, values, s = table_ops.export(t.handle, p.table_key_dtype, p.dim)
                 k, values, s = by_key(k, values, tf.transpose(s, [1, 0, 2]))
                 k = p.public_keys(k)
@@ -72,6 +72,10 @@ class SlotVariable:
         so a Saver given them saves the slot with the embedding."""
         return self.params.tables
 
+    @property
+    def shards(self):
+        return self.params.shards
+
 
 class PolicyStatus:
     """A restrict policy's `status` (TFRA keeps it in a table of its own): a read-only view of
@@ -90,7 +94,7 @@ class PolicyStatus:
         var = self._policy.var
         with tf.name_scope(name or "status_export"):
             shards = []
-            for t in var.tables:
+            for t in var.shards:
                 keys, last_seen, counts = by_key(*table_ops.export_access(t.handle))
                 shards.append((var.public_keys(keys),
                                last_seen if self._policy.by == "last_seen" else counts))
@@ -123,7 +127,7 @@ class RestrictPolicy:
             unique, _ = table_ops.unique_keys(tf.reshape(keys, [-1]))
             _, shard_keys, _ = var.split_keys(unique)
             return tf.group([t.find_or_insert(k, is_train=True, lookup=var.name)
-                             for t, k in zip(var.tables, shard_keys)])
+                             for t, k in zip(var.shards, shard_keys)])
 
     def apply_restriction(self, num_reserved, trigger=None, **kwargs):
         """When the variable holds more than `trigger` keys (default num_reserved), keeps
@@ -144,7 +148,7 @@ class RestrictPolicy:
                 tf.control_dependencies(var.access_tracking):
             def restrict():
                 return tf.group([table_ops.restrict(t.handle, per_shard, self.by)
-                                 for t in var.tables])
+                                 for t in var.shards])
             return tf.cond(var.size() > trigger, restrict, tf.no_op)
 
 

@@ -23,6 +23,7 @@ from rec_sdk.dynamic_embedding.optimizer_kinds import name_of, slot_info
 from rec_sdk.dynamic_embedding.shadow_ops import shadow_of, shaped
 from rec_sdk.dynamic_embedding.slots_and_policies import (RestrictPolicy, SlotVariable, by_key,
                                                             joined)
+from rec_sdk.dynamic_embedding.tfra_table import TfraTable
 from rec_sdk.ops import table_ops
 from rec_sdk.util.graph_state import state_of
 from rec_sdk.util.log import logger
@@ -139,7 +140,7 @@ class Variable(KeyValueFiles, tf.__internal__.tracking.Trackable):
         rows = init_rows(self.init_size, self.shard_num)
         shard_tier = tier.split(kv_creator.tier, self.shard_num) \
             if isinstance(kv_creator, TieredTableCreator) else None
-        self._tables = []
+        self._shards = []
         # Tables outlive any tf.function: one created while tracing is created eagerly.
         with tf.init_scope(), tf.name_scope(name.split("/")[-1]):
             self.eager = tf.executing_eagerly()
@@ -160,7 +161,7 @@ class Variable(KeyValueFiles, tf.__internal__.tracking.Trackable):
                     shard_keys_filter=ShardKeys(partitioner, self.table_key_dtype,
                                                  self.shard_num, i))
                 with tf.device(device):
-                    self._tables.append(table_module.create(spec))
+                    self._shards.append(table_module.create(spec))
             # String keys: the fingerprint -> string dictionary (see key_codec).
             self._key_strings = key_codec.KeyStrings(
                 shard_names.key_strings_name(
@@ -171,8 +172,18 @@ class Variable(KeyValueFiles, tf.__internal__.tracking.Trackable):
     # --- properties (TFRA names) ---
     @property
     def tables(self):
+        """The shards with TFRA's table interface (de.TfraTable: size() is an int64 tensor)."""
+        return [TfraTable(self, i) for i in range(self.shard_num)]
+
+    @property
+    def _tables(self):
+        """TFRA's private name of `tables`, which its warm-start recipes and tests use."""
+        return self.tables
+
+    @property
+    def shards(self):
         """The shards: one rec_sdk table (rec_sdk.core.embedding.SparseEmbedding) per device."""
-        return list(self._tables)
+        return list(self._shards)
 
     @property
     def restrict_policy(self):
@@ -261,7 +272,7 @@ class Variable(KeyValueFiles, tf.__internal__.tracking.Trackable):
     def note_writes(self):
         """Records that this graph changes the shards (a "trainer" when tables are shared
         across sessions, see rec_sdk.graph.modifier.share_tables)."""
-        for table in self._tables:
+        for table in self._shards:
             table.lookups.training += 1
 
     def split_keys(self, flat):
@@ -289,7 +300,7 @@ class Variable(KeyValueFiles, tf.__internal__.tracking.Trackable):
         row_dtype (what lookups train), not value_dtype."""
         _, keys, positions = self.split_keys(flat)
         values, exists = [], []
-        for table, k in zip(self._tables, keys):
+        for table, k in zip(self._shards, keys):
             v, e = table_ops.lookup(table.handle, k, self._stored_dim, init_missing=True,
                                     name=name, **lookup_args)
             values.append(v)
@@ -338,7 +349,7 @@ class Variable(KeyValueFiles, tf.__internal__.tracking.Trackable):
                                       self.dim)
             parts, shard_keys, _ = self.split_keys(flat)
             return tf.group([table_ops.upsert(t.handle, k, v) for t, k, v in zip(
-                self._tables, shard_keys, self.by_shard(parts, rows))])
+                self._shards, shard_keys, self.by_shard(parts, rows))])
 
     def remove(self, keys, name=None):
         """Removes keys (absent keys are ignored), with their slots and statistics."""
@@ -347,7 +358,7 @@ class Variable(KeyValueFiles, tf.__internal__.tracking.Trackable):
         with tf.name_scope(name or "%s_remove" % self.name.split("/")[-1]):
             _, shard_keys, _ = self.split_keys(tf.reshape(keys, [-1]))
             return tf.group([table_ops.remove(t.handle, k)
-                             for t, k in zip(self._tables, shard_keys)] +
+                             for t, k in zip(self._shards, shard_keys)] +
                             ([self._key_strings.remove(keys)] if self._key_strings else []))
 
     def accum(self, keys, old_values, new_values, exists, name=None):
@@ -368,7 +379,7 @@ class Variable(KeyValueFiles, tf.__internal__.tracking.Trackable):
             parts, shard_keys, _ = self.split_keys(flat)
             ops = []
             for table, k, delta, new, flag in zip(
-                    self._tables, shard_keys, self.by_shard(parts, rows),
+                    self._shards, shard_keys, self.by_shard(parts, rows),
                     self.by_shard(parts, new_rows), self.by_shard(parts, flags)):
                 current, present = table_ops.lookup(table.handle, k, self._stored_dim)
                 current = value_codec.decode(current, self.value_dtype, self.dim)
@@ -386,7 +397,7 @@ class Variable(KeyValueFiles, tf.__internal__.tracking.Trackable):
         in ascending key order (the same order for the slots' and the status' exports)."""
         with tf.name_scope(name or "%s_export" % self.name.split("/")[-1]):
             shards = []
-            for t in self._tables:
+            for t in self._shards:
                 keys, rows = by_key(*table_ops.export(t.handle, self.table_key_dtype,
                                                        self._stored_dim)[:2])
                 shards.append((self.public_keys(keys),
@@ -397,7 +408,7 @@ class Variable(KeyValueFiles, tf.__internal__.tracking.Trackable):
         """Removes every key of every shard."""
         self.note_writes()
         with tf.name_scope(name or "%s_clear" % self.name.split("/")[-1]):
-            return tf.group([table_ops.clear(t.handle) for t in self._tables] +
+            return tf.group([table_ops.clear(t.handle) for t in self._shards] +
                             ([self._key_strings.clear()] if self._key_strings else []))
 
     def size(self, index=None, name=None):
@@ -422,8 +433,8 @@ class Variable(KeyValueFiles, tf.__internal__.tracking.Trackable):
                         not 0 <= index < self.shard_num:
                     raise ValueError("index must be a shard number in [0, %d), got %r"
                                      % (self.shard_num, index))
-                return table_ops.size(self._tables[index].handle)
-            return tf.add_n([table_ops.size(t.handle) for t in self._tables])
+                return table_ops.size(self._shards[index].handle)
+            return tf.add_n([table_ops.size(t.handle) for t in self._shards])
 
     # --- tf.train.Checkpoint / SavedModel: the shards together ---
     def _serialize_to_tensors(self):
@@ -434,7 +445,7 @@ class Variable(KeyValueFiles, tf.__internal__.tracking.Trackable):
         ("access_keys", "last_seen", "counts"): one set of tensors whatever the number of
         shards, so that a checkpoint restores into any number of shards."""
         exports = [table_ops.export(t.handle, self.table_key_dtype, self._stored_dim)
-                   for t in self._tables]
+                   for t in self._shards]
         num_slots = tf.reduce_max(tf.stack([tf.shape(s)[0] for _, _, s in exports]))
         full_shards = [tf.equal(tf.shape(s)[0], num_slots) for _, _, s in exports]
         # Floats per slot of the trained shards (dim, or 1 for a row-wise optimizer).
@@ -445,7 +456,7 @@ class Variable(KeyValueFiles, tf.__internal__.tracking.Trackable):
             has_slots.append(tf.fill(tf.shape(keys), full))
             slots.append(tf.cond(full, lambda s=shard_slots: s, lambda: tf.zeros(
                 tf.stack([num_slots, 0, width]))))
-        access = [table_ops.export_access(t.handle) for t in self._tables]
+        access = [table_ops.export_access(t.handle) for t in self._shards]
         keys = tf.concat([k for k, _, _ in exports], 0)
         strings = {} if self._key_strings is None else {
             "key_strings": self._key_strings.strings(keys)}  # the string of each key
@@ -470,7 +481,7 @@ class Variable(KeyValueFiles, tf.__internal__.tracking.Trackable):
 
     def _resources(self):
         """{name: resource} of the tables (and the string-key dictionary)."""
-        found = {"table_%d" % i: t for i, t in enumerate(self._tables)}
+        found = {"table_%d" % i: t for i, t in enumerate(self._shards)}
         if self._key_strings is not None:
             found["key_strings"] = self._key_strings.table
         return found
@@ -485,7 +496,7 @@ class Variable(KeyValueFiles, tf.__internal__.tracking.Trackable):
         tables, whose save and restore functions are traced there."""
         del tensor_map, options, kwargs
         exported = copy.copy(self)
-        exported._tables = [object_map.get(t, t) for t in self._tables]
+        exported._shards = [object_map.get(t, t) for t in self._shards]
         if self._key_strings is not None:
             exported._key_strings = copy.copy(self._key_strings)
             exported._key_strings.table = object_map.get(self._key_strings.table,
@@ -508,7 +519,7 @@ class Variable(KeyValueFiles, tf.__internal__.tracking.Trackable):
         slot_index = tf.cumsum(tf.cast(has_slots, tf.int32)) - 1  # row -> its slots' column
         parts, shard_keys, _ = self.split_keys(keys)
         ops = []
-        for table, k, r, h, i in zip(self._tables, shard_keys, self.by_shard(parts, rows),
+        for table, k, r, h, i in zip(self._shards, shard_keys, self.by_shard(parts, rows),
                                      self.by_shard(parts, has_slots),
                                      self.by_shard(parts, slot_index)):
             slots = tf.gather(all_slots, tf.boolean_mask(i, h), axis=1)
@@ -526,7 +537,7 @@ class Variable(KeyValueFiles, tf.__internal__.tracking.Trackable):
         with tf.control_dependencies(ops):  # the statistics of the rows just restored
             return tf.group([table_ops.import_access(t.handle, tf.cast(k, tf.int64), s, c)
                              for t, k, s, c in zip(
-                                 self._tables, access_keys_of,
+                                 self._shards, access_keys_of,
                                  self.by_shard(access_parts,
                                                 tf.reshape(restored_tensors["last_seen"], [-1])),
                                  self.by_shard(access_parts,
@@ -539,7 +550,7 @@ class Variable(KeyValueFiles, tf.__internal__.tracking.Trackable):
         with tf.name_scope(name or "%s_export_keys_and_scores" % self.name.split("/")[-1]):
             return joined([
                 (self.public_keys(k), seen) for k, seen, _ in
-                (by_key(*table_ops.export_access(t.handle)) for t in self._tables)])
+                (by_key(*table_ops.export_access(t.handle)) for t in self._shards)])
 
     @property
     def access_tracking(self):
@@ -550,7 +561,7 @@ class Variable(KeyValueFiles, tf.__internal__.tracking.Trackable):
     def start_tracking_access(self):
         """Makes the tables keep access statistics (a restrict policy needs them): at once in
         eager mode; in graph mode with ops that the counting updates depend on."""
-        for table in self._tables:
+        for table in self._shards:
             op = table.start_tracking_access()
             if op is not None:
                 self._access_ops.append(op)

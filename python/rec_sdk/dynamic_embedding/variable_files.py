@@ -8,7 +8,7 @@ from rec_sdk.ops import table_ops
 
 class KeyValueFiles:
     """The key and value file methods of de.Variable (a base class of it: they use its
-    shards, `_tables`, and its protocol)."""
+    shards, `_shards`, and its protocol)."""
 
     def _file_names(self, file_name_list, proc_size, proc_rank):
         """Each shard's file name: <table>_mht_<i>of<n>_rank<r>_size<s> (TFRA's), or the
@@ -19,7 +19,7 @@ class KeyValueFiles:
                                  % (self.shard_num, file_name_list))
             return list(file_name_list)
         return [shard_names.shard_file_name(t.table_name, proc_rank, proc_size)
-                for t in self._tables]
+                for t in self._shards]
 
     def save_to_file_system(self, dirpath, proc_size=1, proc_rank=0, file_name_list=None,
                             dirpath_env=table_files.DIRPATH_ENV, append_to_file=False,
@@ -31,7 +31,7 @@ class KeyValueFiles:
         self._no_string_keys("save_to_file_system")
         with tf.name_scope(name or "%s_save_to_file_system" % self.name.split("/")[-1]):
             return tf.group([t.save_to_file_system(dirpath, f, dirpath_env, append_to_file)
-                             for t, f in zip(self._tables,
+                             for t, f in zip(self._shards,
                                              self._file_names(file_name_list, proc_size,
                                                               proc_rank))])
 
@@ -50,7 +50,7 @@ class KeyValueFiles:
         with tf.name_scope(name or "%s_load_from_file_system" % self.name.split("/")[-1]):
             self.note_writes()
             return tf.group([t.load_from_file_system(dirpath, f, dirpath_env)
-                             for t, f in zip(self._tables,
+                             for t, f in zip(self._shards,
                                              self._file_names(file_name_list, proc_size,
                                                               proc_rank))])
 
@@ -69,4 +69,4 @@ class KeyValueFiles:
                                                   entire_dir=True)
             parts, shard_keys, _ = self.split_keys(keys)
             return tf.group([table_ops.upsert(t.handle, k, r) for t, k, r in zip(
-                self._tables, shard_keys, self.by_shard(parts, rows))])
+                self._shards, shard_keys, self.by_shard(parts, rows))])

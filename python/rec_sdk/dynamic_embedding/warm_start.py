@@ -65,7 +65,7 @@ def warm_start(ckpt_to_initialize_from, vars_to_warm_start=".*",
     with tf.name_scope("warm_start"):
         for var in _chosen(graph, vars_to_warm_start):
             prev = shard_names.table_base_name(renames.get(var.name, var.name))
-            for table, saved in zip(var.tables, shard_names.variable_shards(prev, var.shard_num)):
+            for table, saved in zip(var.shards, shard_names.variable_shards(prev, var.shard_num)):
                 saved = os.path.join(directory, saved)
                 rows, _ = table_ops.restore(table.handle, tf.constant([saved]),
                                             tf.constant(0, tf.int64), tf.constant(1, tf.int64))

@@ -52,7 +52,7 @@ class DeSource:
                              "int32 or int64 keys and float32 values" % (
                                  variable.name, variable.key_dtype.name,
                                  variable.value_dtype.name))
-        self.table_name, self.dim, self.shards = variable.name, variable.dim, variable.tables
+        self.table_name, self.dim, self.shards = variable.name, variable.dim, variable.shards
         default = default_row(variable)
         for r in records:
             if isinstance(r["max_norm"], (tf.Tensor, tf.Variable)):

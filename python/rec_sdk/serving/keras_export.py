@@ -61,7 +61,7 @@ def export_keras_serving_model(model, export_dir, push_dir, input_signature=None
             params = layer.params
             whole = merge_shards(params.name, [Changes(*[np.asarray(x) for x in
                                                          t.take_changes(full=True)])
-                                               for t in params.tables])
+                                               for t in params.shards])
             keys, values, ids = whole.keys, whole.values, whole.push_ids
             table = served_table(params.name, params.dim, keys, values, staged, i,
                                  default_row(params))

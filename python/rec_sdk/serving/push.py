@@ -271,7 +271,7 @@ class _GraphSource:
     shards) and variables (by op name), read through ops built once."""
 
     def __init__(self, pusher, graph):
-        available = {name: v.tables for name, v in de_variables_of(graph).items()}
+        available = {name: v.shards for name, v in de_variables_of(graph).items()}
         available.update({t.table_name: [t] for t in tables_of_graph(graph)})
         shards = _find(pusher.table_names, available, "tables", pusher.push_dir)
         over_ranks = [ts[0] for ts in shards if is_over_ranks(ts[0])]
@@ -316,7 +316,7 @@ class _EagerSource:
                                {v.name: v for v in dense_variables(model, layers)},
                                "dense variables", pusher.push_dir)
         self.parts, self.inactive = None, False
-        self.tables = [v.tables for v in _find(pusher.table_names,
+        self.tables = [v.shards for v in _find(pusher.table_names,
                                                {l.params.name: l.params for l in layers},
                                                "tables", pusher.push_dir)]
         self.dims = [shards[0].dim for shards in self.tables]

@@ -1,0 +1,209 @@
+"""de.Variable.tables: TFRA's table interface (its CuckooHashTable's) over each shard.
+
+A TFRA script reaches a variable's shards through `var.tables[i]` and uses them as TFRA's
+tables: `size()` is an int64 tensor placed with the table (a ps recipe runs
+`sess.run([t.size() for t in emb.tables])`), `export()` gives (keys, values), `lookup` takes
+dynamic_default_values and return_exists, `insert`/`remove`/`clear`/`accum` are ops on that
+shard alone (no partitioner), and `saveable` holds the specs `<table op>-keys` / `-values`
+whose `restore` imports the rows (TFRA's warm-start recipes read them). Keys and values are
+the variable's (string keys, half-precision values), converted as the variable converts them.
+rec_sdk's own code uses the shards themselves (de.Variable.shards: rec_sdk tables, whose
+SDK-style methods differ, e.g. size() is a Python int); any attribute this class does not
+define is the shard's.
+"""
+import tensorflow as tf
+from tensorflow.python.training.saving import saveable_object  # TFRA's saveable's base
+
+from rec_sdk.dynamic_embedding import value_codec
+from rec_sdk.dynamic_embedding.slots_and_policies import by_key
+from rec_sdk.ops import table_ops
+
+
+class TfraTable:
+    """Shard `index` of a de.Variable with TFRA's table methods (see the module docstring)."""
+
+    def __init__(self, variable, index):
+        self._variable = variable
+        self._index = index
+        self._shard = variable.shards[index]
+
+    def __getattr__(self, name):
+        if name.startswith("__") or name in ("_variable", "_index", "_shard"):
+            raise AttributeError(name)
+        return getattr(self._shard, name)
+
+    def __eq__(self, other):
+        return isinstance(other, TfraTable) and other._shard is self._shard  # pylint: disable=protected-access
+
+    def __hash__(self):
+        return hash(id(self._shard))
+
+    def __repr__(self):
+        return "<de table %r of %r>" % (self.name, self._variable.name)
+
+    @property
+    def shard(self):
+        """The rec_sdk table (SparseEmbedding) this is the TFRA interface of."""
+        return self._shard
+
+    # --- TFRA's properties ---
+    @property
+    def name(self):
+        """The table's name, <variable>_mht_<i>of<n> (TFRA: the table op's last component)."""
+        return self._shard.table_name
+
+    @property
+    def resource_handle(self):
+        return self._shard.handle
+
+    @property
+    def key_dtype(self):
+        return self._variable.key_dtype
+
+    @property
+    def value_dtype(self):
+        return self._variable.value_dtype
+
+    @property
+    def saveable(self):
+        """TFRA's saveable of the table: specs `<table op name>-keys` and `-values` (the
+        table's export), restore() importing (replacing the table's rows)."""
+        return TableSaveable(self, self.resource_handle.op.name)
+
+    def __getitem__(self, keys):
+        return self.lookup(keys)
+
+    # --- TFRA's methods: ops on this shard alone ---
+    def _scope(self, name, what):
+        return tf.name_scope(name or "%s_%s" % (self.name, what))
+
+    def _colocated(self):
+        return tf.compat.v1.colocate_with(self.resource_handle, ignore_existing=True)
+
+    def _rows(self, values, keys, what="values"):
+        """Checked values of keys as the shard stores them ([n, stored words])."""
+        variable = self._variable
+        values = variable._values(values, keys, what)  # pylint: disable=protected-access
+        return value_codec.encode(tf.reshape(values, [-1, variable.dim]), variable.value_dtype,
+                                  variable.dim)
+
+    def size(self, name=None):
+        """Scalar int64 tensor: the keys this shard holds, computed where it lives."""
+        with self._scope(name, "Size"), self._colocated():
+            return table_ops.size(self.resource_handle)
+
+    def lookup(self, keys, dynamic_default_values=None, return_exists=False, name=None):
+        """Values of keys (any shape) -> keys.shape + [dim]: stored rows, else
+        dynamic_default_values (keys.shape + [dim]) when given, else the initializer's values
+        (not inserted). With return_exists also (values, exists)."""
+        variable = self._variable
+        keys = variable.checked_keys(keys)
+        with self._scope(name, "lookup"), self._colocated():
+            flat = tf.reshape(keys, [-1])
+            rows, exists = table_ops.lookup(self.resource_handle, flat,
+                                            variable._stored_dim,  # pylint: disable=protected-access
+                                            init_missing=True)
+            values = value_codec.decode(rows, variable.value_dtype, variable.dim)
+            defaults = variable._defaults  # pylint: disable=protected-access
+            if dynamic_default_values is not None:
+                given = tf.reshape(tf.cast(dynamic_default_values, values.dtype),
+                                   [-1, variable.dim])
+                values = tf.where(exists[:, None], values, given)
+            elif defaults is not None:
+                values = tf.where(exists[:, None], values, defaults(tf.size(flat)))
+            shape = tf.concat([tf.shape(keys), [variable.dim]], 0)
+            values = tf.reshape(values, shape)
+            values.set_shape(keys.shape.concatenate([variable.dim]))
+            if return_exists:
+                return values, tf.reshape(exists, tf.shape(keys))
+            return values
+
+    def insert(self, keys, values, name=None):
+        """Op inserting or overwriting keys with values (keys.shape + [dim]) in this shard."""
+        variable = self._variable
+        keys = variable.checked_keys(keys, record=True)
+        rows = self._rows(values, keys)
+        variable.note_writes()
+        with self._scope(name, "insert"), self._colocated():
+            return table_ops.upsert(self.resource_handle, tf.reshape(keys, [-1]), rows)
+
+    def remove(self, keys, name=None):
+        """Op removing keys from this shard (absent keys are ignored). keys must be a tensor
+        of the key_dtype (TFRA's rule: TypeError otherwise)."""
+        if not isinstance(keys, (tf.Tensor, tf.Variable)) or keys.dtype != self.key_dtype:
+            raise TypeError("keys of table %r must be a tensor of %s (the key_dtype), got %r"
+                            % (self.name, self.key_dtype.name, keys))
+        variable = self._variable
+        variable.note_writes()
+        with self._scope(name, "remove"):
+            flat = tf.reshape(variable.table_keys(keys), [-1])
+            strings = variable._key_strings  # pylint: disable=protected-access
+            return tf.group([table_ops.remove(self.resource_handle, flat)] +
+                            ([strings.remove(flat)] if strings is not None else []))
+
+    def clear(self, name=None):
+        """Op removing every key of this shard."""
+        self._variable.note_writes()
+        with self._scope(name, "clear"):
+            return tf.group(table_ops.clear(self.resource_handle))
+
+    def accum(self, keys, values_or_deltas, exists, name=None):
+        """Op: per key, if exists and the key is stored, adds values_or_deltas to its row; if
+        not exists and the key is absent, inserts values_or_deltas; else leaves it."""
+        variable = self._variable
+        keys = variable.checked_keys(keys, record=True)
+        given = tf.reshape(variable._values(values_or_deltas, keys),  # pylint: disable=protected-access
+                           [-1, variable.dim])
+        exists = tf.convert_to_tensor(exists)
+        if exists.dtype != tf.bool:
+            raise TypeError("exists must be a bool tensor, got %s" % exists.dtype.name)
+        variable.note_writes()
+        with self._scope(name, "accum"), self._colocated():
+            flat, flags = tf.reshape(keys, [-1]), tf.reshape(exists, [-1])
+            current, present = table_ops.lookup(self.resource_handle, flat,
+                                                variable._stored_dim)  # pylint: disable=protected-access
+            current = value_codec.decode(current, variable.value_dtype, variable.dim)
+            add = tf.logical_and(flags, present)
+            keep = tf.logical_or(add, tf.logical_and(tf.logical_not(flags),
+                                                     tf.logical_not(present)))
+            target = value_codec.encode(tf.where(add[:, None], current + given, given),
+                                        variable.value_dtype, variable.dim)
+            return table_ops.upsert(self.resource_handle, tf.boolean_mask(flat, keep),
+                                    tf.boolean_mask(target, keep))
+
+    def export(self, name=None):
+        """(keys [n], values [n, dim]) of this shard, in ascending key order."""
+        variable = self._variable
+        with self._scope(name, "export"), self._colocated():
+            keys, rows = by_key(*table_ops.export(self.resource_handle, variable.table_key_dtype,
+                                                   variable._stored_dim)[:2])  # pylint: disable=protected-access
+            return (variable.public_keys(keys),
+                    value_codec.decode(rows, variable.value_dtype, variable.dim))
+
+    def import_values(self, keys, values, name=None):
+        """Op replacing this shard's rows with keys and values (TFRA's table import)."""
+        variable = self._variable
+        keys = variable.checked_keys(keys, record=True)
+        rows = self._rows(values, keys)
+        variable.note_writes()
+        with self._scope(name, "import"), self._colocated():
+            cleared = table_ops.clear(self.resource_handle)
+            with tf.control_dependencies([cleared]):
+                return table_ops.upsert(self.resource_handle, tf.reshape(keys, [-1]), rows)
+
+
+class TableSaveable(saveable_object.SaveableObject):
+    """TFRA's table saveable: the table's keys and values as two checkpoint tensors,
+    `<name>-keys` and `<name>-values`; restore imports them into the table. `op` is the
+    table (TFRA's)."""
+
+    def __init__(self, table, name):
+        keys, values = table.export()
+        specs = [saveable_object.SaveSpec(keys, "", name + "-keys"),
+                 saveable_object.SaveSpec(values, "", name + "-values")]
+        super().__init__(table, specs, name)
+
+    def restore(self, restored_tensors, restored_shapes, name=None):
+        del restored_shapes
+        keys, values = restored_tensors[:2]
+        return self.op.import_values(keys, values, name=name)

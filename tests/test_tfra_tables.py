@@ -1,0 +1,139 @@
+"""de.Variable.tables: TFRA's table interface over each shard, against what TFRA's
+CuckooHashTable does (tensorflow_recommenders_addons/dynamic_embedding/python/ops/
+cuckoo_hashtable_ops.py, v0.7.2): size() an int64 tensor placed with the table, export()
+(keys, values) of that shard, lookup with dynamic_default_values and return_exists, insert /
+remove / clear / accum on that shard alone, `saveable` with `<table op>-keys` / `-values`
+specs whose restore imports (replaces the rows). Reference: a dict per shard."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import rec_sdk.dynamic_embedding as de
+from helpers import new_session
+
+DIM = 2
+
+
+def _variable(name="tt", key_dtype=tf.int64, **kwargs):
+    return de.get_variable(name, key_dtype=key_dtype, dim=DIM, devices=["/CPU:0"] * 2,
+                           initializer=tf.compat.v1.constant_initializer(-1.0), **kwargs)
+
+
+def _rows(keys):
+    return np.array([[k, 10 * k] for k in keys], np.float32)
+
+
+def _as_dict(keys, values):
+    return {k: v.tolist() for k, v in zip(keys.tolist(), values)}
+
+
+def test_each_table_is_its_shard_with_tfras_methods():
+    var = _variable()
+    keys = np.arange(0, 12, dtype=np.int64)
+    shards = [{k: _rows([k])[0].tolist() for k in keys.tolist() if k % 2 == i}
+              for i in range(2)]
+    tables = var.tables
+    assert [t.name for t in tables] == ["tt_mht_1of2", "tt_mht_2of2"]
+    assert tables[0] == var.tables[0] and tables[0] != tables[1]
+    assert tables[0].resource_handle is var.shards[0].handle
+    assert (tables[0].key_dtype, tables[0].value_dtype) == (tf.int64, tf.float32)
+    sizes = [t.size() for t in tables]
+    assert all(isinstance(s, tf.Tensor) and s.dtype == tf.int64 and s.shape == [] for s in sizes)
+    exports = [t.export() for t in tables]
+    probe = tf.constant([0, 1, 2, 99], tf.int64)
+    found, exists = tables[0].lookup(probe, return_exists=True)
+    defaulted = tables[0].lookup(probe, dynamic_default_values=tf.fill([4, DIM], 7.0))
+    with new_session() as sess:
+        sess.run(tf.compat.v1.global_variables_initializer())
+        sess.run(var.upsert(keys, _rows(keys)))
+        assert sess.run(sizes) == [6, 6]
+        for table_export, want in zip(sess.run(exports), shards):
+            assert _as_dict(*table_export) == want
+        got, present = sess.run([found, exists])
+        # Shard 0 holds the even keys: 1 is shard 1's, 99 nobody's (initial values).
+        assert present.tolist() == [True, False, True, False]
+        np.testing.assert_array_equal(got, [[0, 0], [-1, -1], [2, 20], [-1, -1]])
+        np.testing.assert_array_equal(sess.run(defaulted), [[0, 0], [7, 7], [2, 20], [7, 7]])
+        assert sess.run(sizes) == [6, 6]  # lookups insert nothing
+
+        # insert, remove and clear act on that table alone, whatever the partitioner says.
+        sess.run(tables[0].insert(tf.constant([101], tf.int64), _rows([101])))
+        sess.run(tables[1].remove(tf.constant([1, 3, 4], tf.int64)))
+        assert sess.run(sizes) == [7, 4]
+        shards[0][101] = _rows([101])[0].tolist()
+        del shards[1][1], shards[1][3]
+        for table_export, want in zip(sess.run(exports), shards):
+            assert _as_dict(*table_export) == want
+        sess.run(tables[1].clear())
+        assert sess.run(sizes) == [7, 0]
+
+
+def test_accum_adds_to_stored_keys_and_inserts_absent_ones():
+    var = _variable("acc")
+    table = var.tables[0]
+    keys = tf.constant([0, 2, 4, 6], tf.int64)
+    deltas = np.array([[1, 1], [2, 2], [3, 3], [4, 4]], np.float32)
+    # 0: stored, exists -> added; 2: stored, not exists -> left; 4: absent, exists -> left;
+    # 6: absent, not exists -> inserted.
+    accum = table.accum(keys, deltas, tf.constant([True, False, True, False]))
+    with new_session() as sess:
+        sess.run(table.insert(tf.constant([0, 2], tf.int64), _rows([0, 2])))
+        sess.run(accum)
+        assert _as_dict(*sess.run(table.export())) == {0: [1, 1], 2: [2, 20], 6: [4, 4]}
+
+
+def test_remove_takes_a_tensor_of_the_key_dtype():
+    table = _variable("rm").tables[0]
+    with pytest.raises(TypeError, match="key_dtype"):
+        table.remove([1, 2])
+    with pytest.raises(TypeError, match="key_dtype"):
+        table.remove(tf.constant([1, 2], tf.int32))
+
+
+def test_saveable_specs_are_the_table_ops_name_and_restore_imports():
+    var = _variable("sv")
+    table = var.tables[0]
+    saveable = table.saveable
+    op_name = table.resource_handle.op.name
+    assert [s.name for s in saveable.specs] == [op_name + "-keys", op_name + "-values"]
+    assert saveable.op == table and saveable.name == op_name
+    restored = saveable.restore((tf.constant([8, 10], tf.int64), _rows([8, 10])), None)
+    with new_session() as sess:
+        sess.run(table.insert(tf.constant([0, 2], tf.int64), _rows([0, 2])))
+        keys, values = sess.run([s.tensor for s in saveable.specs])
+        assert _as_dict(keys, values) == {0: [0, 0], 2: [2, 20]}
+        sess.run(restored)  # TFRA's import: the table's rows are replaced
+        assert _as_dict(*sess.run(table.export())) == {8: [8, 80], 10: [10, 100]}
+
+
+def test_a_saver_of_one_table_restores_that_table(tmp_path):
+    """TFRA's test_save_restore_only_table: Saver([var._tables[0]]) restores that shard."""
+    path = str(tmp_path / "only")
+    with tf.Graph().as_default():
+        var = _variable("only")
+        keys = np.arange(6, dtype=np.int64)
+        with new_session() as sess:
+            sess.run(var.upsert(keys, _rows(keys)))
+            assert tf.compat.v1.train.Saver([var._tables[0]]).save(sess, path) == path
+    with tf.Graph().as_default():
+        var = _variable("only")
+        with new_session() as sess:
+            sess.run(var.upsert(tf.constant([0, 1], tf.int64), _rows([5, 5])))
+            tf.compat.v1.train.Saver([var._tables[0]]).restore(sess, path)
+            assert sess.run([t.size() for t in var.tables]) == [3, 1]
+            assert _as_dict(*sess.run(var.tables[0].export())) == {
+                k: _rows([k])[0].tolist() for k in (0, 2, 4)}
+
+
+def test_string_keys_go_through_the_tables_as_strings():
+    var = _variable("st", key_dtype=tf.string, )
+    tables = var.tables
+    insert = tables[1].insert(tf.constant(["apple", "fig"]), _rows([1, 2]))
+    looked_up = tables[1].lookup(tf.constant(["fig", "pear"]))
+    with new_session() as sess:
+        sess.run(insert)
+        keys, values = sess.run(tables[1].export())
+        assert _as_dict(np.array([k.decode() for k in keys]), values) == {
+            "apple": [1, 10], "fig": [2, 20]}
+        np.testing.assert_array_equal(sess.run(looked_up), [[2, 20], [-1, -1]])
+        assert sess.run([t.size() for t in tables]) == [0, 2]
