@@ -89,6 +89,15 @@ def _step_ops(tables, ranks):
     return counted
 
 
+def test_every_exchange_reads_its_size_hint_before_the_step_changes_it():
+    """A step's size class comes from the hint before the step's need updates it, on every
+    rank: were the read left unordered (it has no input), a rank that ran it late would pick
+    the next class, and the ranks' all-to-alls would wait for each other forever."""
+    counted = _step_ops(6, 2)
+    assert counted["observes"] >= 2  # the training batches' and the evaluation's
+    assert counted["observes_after_read"] == counted["observes"], counted
+
+
 @pytest.mark.once
 def test_a_steps_op_count_over_ranks_is_flat_in_the_table_count():
     """The exchange's ops per step (those over one process's) do not grow with the number of

@@ -16,7 +16,9 @@ nothing); --leave-before eval: rank 1 trains every step but leaves before the ev
 --fail-at STEP: rank 1 raises an error before that step.
 --ops: builds the graph (and finalizes it as MonitoredTrainingSession does) and writes {"ops":
 the ops a training step runs (those the train op depends on), "collectives": how many of them
-are collectives, "eval_collectives": those of the evaluation lookups} as JSON to OUT instead.
+are collectives, "eval_collectives": those of the evaluation lookups, "observes": the
+size-hint observations of the graph, "observes_after_read": those ordered after their read}
+as JSON to OUT instead.
 """
 import argparse
 import faulthandler
@@ -117,8 +119,14 @@ def main():
         tf.compat.v1.train.Scaffold().finalize()
         ops = step_ops(graph, train)
         evaluation = step_ops(graph, evaluate)
+        # Each step's hint is read before the step's need changes it (ranks.py _send_keys).
+        observes = [op for op in graph.get_operations() if op.type.endswith("RankObserveSize")]
+        read_first = [op for op in observes if any(
+            c.type.endswith("RankSizeClass") and c.get_attr("hint") == op.get_attr("hint")
+            for c in op.control_inputs)]
         with open(args.out, "w") as f:
-            json.dump({"ops": len(ops),
+            json.dump({"observes": len(observes), "observes_after_read": len(read_first),
+                       "ops": len(ops),
                        "collectives": sum(op.type.startswith("Collective") for op in ops),
                        "eval_collectives": sum(op.type.startswith("Collective")
                                                for op in evaluation)}, f)

@@ -419,7 +419,11 @@ def _send_keys(packed, per_owner, sorted_owners, within, inverse, per_lookup, ra
                                        name="gather_needs", group=group))
     with tf.control_dependencies([largest]):
         sent = _all_to_all(part(cap), size_class, task, route, "exchange_keys")
-    exact_class, exact_cap = table_ops.rank_observe_size(largest, hint)
+    # The hint changes only after this step read it: a rank whose read ran after its
+    # observation (an op with no input may run late) would take another class than the
+    # other ranks, and their all-to-alls would wait for each other forever.
+    with tf.control_dependencies([size_class, cap]):
+        exact_class, exact_cap = table_ops.rank_observe_size(largest, hint)
     overflow = largest > tf.cast(cap, tf.int64)
     # Only one of the two sides below runs (the other's tensors are dead): every rank takes
     # the same one, as all saw the same needs.
