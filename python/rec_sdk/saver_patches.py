@@ -64,6 +64,7 @@ def restore_tables_in_graph(saver, graph=None):
 
 
 TABLES_ONLY_MARKER = "rec_sdk_tables_only"
+_TABLES_ONLY_SCOPE = "rec_sdk_tables_saver"  # the name scope of such a SaverDef's ops
 
 
 def _tables_only_saver_def(graph):
@@ -71,7 +72,7 @@ def _tables_only_saver_def(graph):
     variables path), a save tensor that only returns it, and a restore op doing nothing (the
     tables' restores join it)."""
     with graph.as_default(), tf.compat.v1.name_scope(None), \
-            tf.compat.v1.name_scope("rec_sdk_tables_saver"):
+            tf.compat.v1.name_scope(_TABLES_ONLY_SCOPE):
         filename = tf.compat.v1.placeholder_with_default("model", [], name="filename")
         # A checkpoint of one marker tensor: loaders (TensorFlow Serving's among them) run
         # the restore op only when the variables' checkpoint exists.
@@ -168,7 +169,7 @@ def _saver_save(original, self, sess, save_path, global_step=None, *args, **kwar
     try:
         result = original(self, sess, save_path, global_step, *args, **kwargs)
         if tables and result is None and self.saver_def is not None and \
-                self.saver_def.filename_tensor_name.startswith("rec_sdk_tables_saver/"):
+                self.saver_def.filename_tensor_name.startswith(_TABLES_ONLY_SCOPE + "/"):
             # A Saver of tables alone with a SaverDef (restore_tables_in_graph): its
             # checkpoint's marker, which loaders look for before they restore.
             sess.run(self.saver_def.save_tensor_name,

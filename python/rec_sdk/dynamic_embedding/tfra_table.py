@@ -24,11 +24,10 @@ class TfraTable:
 
     def __init__(self, variable, index):
         self._variable = variable
-        self._index = index
         self._shard = variable.shards[index]
 
     def __getattr__(self, name):
-        if name.startswith("__") or name in ("_variable", "_index", "_shard"):
+        if name.startswith("__") or name in ("_variable", "_shard"):
             raise AttributeError(name)
         return getattr(self._shard, name)
 
@@ -159,26 +158,13 @@ class TfraTable:
             raise TypeError("exists must be a bool tensor, got %s" % exists.dtype.name)
         variable.note_writes()
         with self._scope(name, "accum"), self._colocated():
-            flat, flags = tf.reshape(keys, [-1]), tf.reshape(exists, [-1])
-            current, present = table_ops.lookup(self.resource_handle, flat,
-                                                variable._stored_dim)  # pylint: disable=protected-access
-            current = value_codec.decode(current, variable.value_dtype, variable.dim)
-            add = tf.logical_and(flags, present)
-            keep = tf.logical_or(add, tf.logical_and(tf.logical_not(flags),
-                                                     tf.logical_not(present)))
-            target = value_codec.encode(tf.where(add[:, None], current + given, given),
-                                        variable.value_dtype, variable.dim)
-            return table_ops.upsert(self.resource_handle, tf.boolean_mask(flat, keep),
-                                    tf.boolean_mask(target, keep))
+            return accum_rows(variable, self.resource_handle, tf.reshape(keys, [-1]), given,
+                              given, tf.reshape(exists, [-1]))
 
     def export(self, name=None):
         """(keys [n], values [n, dim]) of this shard, in ascending key order."""
-        variable = self._variable
         with self._scope(name, "export"), self._colocated():
-            keys, rows = by_key(*table_ops.export(self.resource_handle, variable.table_key_dtype,
-                                                   variable._stored_dim)[:2])  # pylint: disable=protected-access
-            return (variable.public_keys(keys),
-                    value_codec.decode(rows, variable.value_dtype, variable.dim))
+            return export_rows(self._variable, self.resource_handle)
 
     def import_values(self, keys, values, name=None):
         """Op replacing this shard's rows with keys and values (TFRA's table import)."""
@@ -190,6 +176,29 @@ class TfraTable:
             cleared = table_ops.clear(self.resource_handle)
             with tf.control_dependencies([cleared]):
                 return table_ops.upsert(self.resource_handle, tf.reshape(keys, [-1]), rows)
+
+
+def export_rows(variable, handle):
+    """(keys [n], values [n, dim]) of the variable's shard `handle`, in ascending key order,
+    as the variable's keys and values (the shards' part of de.Variable.export)."""
+    keys, rows = by_key(*table_ops.export(handle, variable.table_key_dtype,
+                                          variable._stored_dim)[:2])  # pylint: disable=protected-access
+    return (variable.public_keys(keys),
+            value_codec.decode(rows, variable.value_dtype, variable.dim))
+
+
+def accum_rows(variable, handle, keys, deltas, new_rows, exists):
+    """Op on the variable's shard `handle` (flat table keys, [n, dim] values, [n] flags):
+    where exists and the key is stored its row gets deltas added; where not exists and it is
+    absent it is inserted with new_rows; other keys are left (TFRA's accum)."""
+    current, present = table_ops.lookup(handle, keys, variable._stored_dim)  # pylint: disable=protected-access
+    current = value_codec.decode(current, variable.value_dtype, variable.dim)
+    add = tf.logical_and(exists, present)
+    insert = tf.logical_and(tf.logical_not(exists), tf.logical_not(present))
+    target = value_codec.encode(tf.where(add[:, None], current + deltas, new_rows),
+                                variable.value_dtype, variable.dim)
+    keep = tf.logical_or(add, insert)
+    return table_ops.upsert(handle, tf.boolean_mask(keys, keep), tf.boolean_mask(target, keep))
 
 
 class TableSaveable(saveable_object.SaveableObject):

@@ -23,7 +23,7 @@ from rec_sdk.dynamic_embedding.optimizer_kinds import name_of, slot_info
 from rec_sdk.dynamic_embedding.shadow_ops import shadow_of, shaped
 from rec_sdk.dynamic_embedding.slots_and_policies import (RestrictPolicy, SlotVariable, by_key,
                                                             joined)
-from rec_sdk.dynamic_embedding.tfra_table import TfraTable
+from rec_sdk.dynamic_embedding.tfra_table import TfraTable, accum_rows, export_rows
 from rec_sdk.ops import table_ops
 from rec_sdk.util.graph_state import state_of
 from rec_sdk.util.log import logger
@@ -377,32 +377,16 @@ class Variable(KeyValueFiles, tf.__internal__.tracking.Trackable):
             new_rows = tf.reshape(new_values, [-1, self.dim])
             flags = tf.reshape(exists, [-1])
             parts, shard_keys, _ = self.split_keys(flat)
-            ops = []
-            for table, k, delta, new, flag in zip(
-                    self._shards, shard_keys, self.by_shard(parts, rows),
-                    self.by_shard(parts, new_rows), self.by_shard(parts, flags)):
-                current, present = table_ops.lookup(table.handle, k, self._stored_dim)
-                current = value_codec.decode(current, self.value_dtype, self.dim)
-                add = tf.logical_and(flag, present)
-                insert = tf.logical_and(tf.logical_not(flag), tf.logical_not(present))
-                target = value_codec.encode(tf.where(add[:, None], current + delta, new),
-                                            self.value_dtype, self.dim)
-                keep = tf.logical_or(add, insert)
-                ops.append(table_ops.upsert(table.handle, tf.boolean_mask(k, keep),
-                                            tf.boolean_mask(target, keep)))
-            return tf.group(ops)
+            return tf.group([accum_rows(self, t.handle, k, delta, new, flag)
+                             for t, k, delta, new, flag in zip(
+                                 self._shards, shard_keys, self.by_shard(parts, rows),
+                                 self.by_shard(parts, new_rows), self.by_shard(parts, flags))])
 
     def export(self, name=None):
         """(keys [n], values [n, dim]) of every stored key, shard after shard, each shard's
         in ascending key order (the same order for the slots' and the status' exports)."""
         with tf.name_scope(name or "%s_export" % self.name.split("/")[-1]):
-            shards = []
-            for t in self._shards:
-                keys, rows = by_key(*table_ops.export(t.handle, self.table_key_dtype,
-                                                       self._stored_dim)[:2])
-                shards.append((self.public_keys(keys),
-                               value_codec.decode(rows, self.value_dtype, self.dim)))
-            return joined(shards)
+            return joined([export_rows(self, t.handle) for t in self._shards])
 
     def clear(self, name=None):
         """Removes every key of every shard."""
