@@ -109,8 +109,8 @@ def test_initializers():
 def test_bad_arguments_raise_clear_errors():
     with pytest.raises(TypeError, match="key-value dtype"):
         de.Variable(key_dtype=tf.float32)
-    with pytest.raises(TypeError, match="value_dtype string is not supported"):
-        de.Variable(value_dtype=tf.string)
+    with pytest.raises(TypeError, match="value_dtype complex64 is not supported"):
+        de.Variable(value_dtype=tf.complex64)
     with pytest.raises(ValueError, match=r"dim must be an integer in \[1, \d+\] \(for float64"):
         de.Variable(value_dtype=tf.float64, dim=10 ** 6)
     with pytest.raises(ValueError, match="dim must be"):
@@ -209,7 +209,7 @@ def test_string_keys_against_int64_keys_and_a_dict(tmp_path):
             assert dict(zip((k.decode() for k in keys), rows.tolist())) == got
     with pytest.raises(TypeError, match="string keys"):
         s_var.save_to_file_system(str(tmp_path / "files"))
-    with pytest.raises(TypeError, match="value_dtype string is not supported"):
+    with pytest.raises(TypeError, match=r"\(string-string\) is not supported"):
         de.Variable(key_dtype=tf.string, value_dtype=tf.string)
 
 

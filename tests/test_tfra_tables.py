@@ -94,9 +94,10 @@ def test_saveable_specs_are_the_table_ops_name_and_restore_imports():
     var = _variable("sv")
     table = var.tables[0]
     saveable = table.saveable
-    op_name = table.resource_handle.op.name
-    assert [s.name for s in saveable.specs] == [op_name + "-keys", op_name + "-values"]
-    assert saveable.op == table and saveable.name == op_name
+    # TFRA's table op name: <the variable's name scope>/<table name>.
+    assert [s.name for s in saveable.specs] == ["sv/sv_mht_1of2-keys", "sv/sv_mht_1of2-values"]
+    assert saveable.op == table and saveable.name == "sv/sv_mht_1of2"
+    assert table.saveable is saveable and var.tables[0].saveable is saveable
     restored = saveable.restore((tf.constant([8, 10], tf.int64), _rows([8, 10])), None)
     with new_session() as sess:
         sess.run(table.insert(tf.constant([0, 2], tf.int64), _rows([0, 2])))
@@ -137,3 +138,72 @@ def test_string_keys_go_through_the_tables_as_strings():
             "apple": [1, 10], "fig": [2, 20]}
         np.testing.assert_array_equal(sess.run(looked_up), [[2, 20], [-1, -1]])
         assert sess.run([t.size() for t in tables]) == [0, 2]
+
+
+def _trained_graph(name):
+    var = de.get_variable(name, dim=DIM, devices=["/CPU:0"] * 3,
+                          initializer=tf.keras.initializers.RandomNormal(seed=1))
+    emb = de.embedding_lookup(var, tf.range(10, dtype=tf.int64))
+    loss = tf.reduce_sum(emb * emb)
+    return var, de.DynamicEmbeddingOptimizer(tf.compat.v1.train.AdamOptimizer(0.1)).minimize(
+        loss)
+
+
+def _trained_checkpoint(path, name, tfra_tensors=True):
+    """A de.Variable (3 shards, Adam) trained one step and saved by a Saver of everything;
+    -> its rows {key: values}."""
+    de.enable_tfra_checkpoint_tensors(tfra_tensors)
+    try:
+        with tf.Graph().as_default():
+            var, step = _trained_graph(name)
+            saver = tf.compat.v1.train.Saver(sharded=True)
+            with new_session() as sess:
+                sess.run(tf.compat.v1.global_variables_initializer())
+                sess.run(step)
+                saver.save(sess, path)
+                return _as_dict(*sess.run(var.export()))
+    finally:
+        de.enable_tfra_checkpoint_tensors(True)
+
+
+def test_savers_write_tfras_checkpoint_tensors_and_warm_start_recipes_read_them(tmp_path):
+    """TFRA's warm-start recipe (its movielens-100k-estimator-with-warmup demo): the spec names
+    of `var._tables[i].saveable`, read from the TF checkpoint with restore_v2, imported by
+    `saveable.restore`."""
+    path = str(tmp_path / "model")
+    trained = _trained_checkpoint(path, "ws")
+    names = dict(tf.train.list_variables(path))
+    assert sum(names["ws/ws_mht_%dof3-keys" % i][0] for i in (1, 2, 3)) == 10
+    assert [names["ws/ws_mht_%dof3-values" % i][1] for i in (1, 2, 3)] == [DIM] * 3
+    with tf.Graph().as_default():
+        var = de.get_variable("ws", dim=DIM, devices=["/CPU:0"] * 3)
+        specs = [t.saveable.specs for t in var._tables]
+        tensors = tf.raw_ops.RestoreV2(
+            prefix=path, tensor_names=[s[0].name for s in specs] + [s[1].name for s in specs],
+            shape_and_slices=[""] * 6, dtypes=[tf.int64] * 3 + [tf.float32] * 3)
+        restores = [t.saveable.restore((tensors[i], tensors[3 + i]), None)
+                    for i, t in enumerate(var._tables)]
+        with new_session() as sess:
+            sess.run(restores)
+            assert _as_dict(*sess.run(var.export())) == trained
+            assert sum(sess.run([t.size() for t in var.tables])) == 10
+
+
+def test_tfra_tensors_are_written_only(tmp_path):
+    """A Saver restores the rows (and slots) from the table files, never from TFRA's tensors:
+    checkpoints written without them restore; with enable_tfra_checkpoint_tensors(False) a
+    checkpoint holds none."""
+    old = str(tmp_path / "without")
+    trained = _trained_checkpoint(old, "wo", tfra_tensors=False)
+    assert not [n for n, _ in tf.train.list_variables(old) if "mht" in n]
+    with tf.Graph().as_default():
+        var, _ = _trained_graph("wo")
+        saver = tf.compat.v1.train.Saver()  # writes TFRA's tensors, does not read them
+        with new_session() as sess:
+            saver.restore(sess, old)
+            assert _as_dict(*sess.run(var.export())) == trained
+            saver.save(sess, str(tmp_path / "again"))
+    assert len([n for n, _ in tf.train.list_variables(str(tmp_path / "again"))
+                if "wo_mht" in n]) == 6
+    with pytest.raises(TypeError, match="enabled must be a bool"):
+        de.enable_tfra_checkpoint_tensors("no")

@@ -12,6 +12,7 @@ import weakref
 
 import tensorflow as tf
 from tensorflow.core.protobuf import saver_pb2
+from tensorflow.python.training import saver as tf_saver  # BulkSaverBuilder: no public name
 
 from rec_sdk.core import ranks
 from rec_sdk.core.table import SparseEmbedding, tables_of_graph
@@ -124,6 +125,74 @@ def _split_var_list(var_list):
     return rest, (tables if tables else None)
 
 
+def _tfra_saveables(items):
+    """TFRA's checkpoint tensors (`<table op>-keys` / `-values`, de.TfraTable.saveable) of the
+    de.Variables and de tables among `items` that are checkpointed in this process."""
+    found = {}
+    for item in items:
+        tables = [item] if isinstance(getattr(type(item), "shard", None), property) else \
+            getattr(item, "tables", None) if hasattr(item, "shards") else None
+        for table in tables or ():
+            shard = getattr(table, "shard", None)  # de.TfraTable (TensorFlow's tables: None)
+            if shard is not None and shard.is_save and shard.ranks is None:
+                saveable = table.saveable
+                found.setdefault(saveable.name, saveable)
+    return list(found.values())
+
+
+# Whether Savers built from now on write de tables' TFRA checkpoint tensors.
+_write_tfra_tensors = [True]
+
+
+def enable_tfra_checkpoint_tensors(enabled=True):
+    """Whether tf.compat.v1.train.Savers built from now on also write each de.Variable
+    shard's keys and values into the TensorFlow checkpoint as TFRA's tensors
+    `<table op>-keys` / `-values` (default: on, as TFRA's checkpoints hold them; TFRA's
+    warm-start recipes read them with restore_v2). The rows are saved and restored with their
+    slots from the table files either way; off saves that second copy (about the embedding's
+    size per checkpoint)."""
+    if not isinstance(enabled, bool):
+        raise TypeError("enabled must be a bool, got %r" % (enabled,))
+    _write_tfra_tensors[0] = enabled
+
+
+class _WrittenOnly(tf_saver.BaseSaverBuilder.SaveableObject):
+    """A saveable a Saver writes and never restores."""
+
+    def __init__(self, saveable):
+        super().__init__(saveable.op, saveable.specs, saveable.name)
+
+
+class _TfraTensorsBuilder(tf_saver.BulkSaverBuilder):
+    """TensorFlow's builder, whose Saver also writes de tables' keys and values as the
+    tensors TFRA's checkpoints hold (`<table op>-keys` / `-values`), which TFRA's warm-start
+    recipes read with restore_v2 or tf.train.load_variable. Its restore ops leave them out:
+    the tables come back, with their slots, from the table files beside the checkpoint, and
+    checkpoints written without these tensors restore as before. `items` is None for every
+    de.Variable of the graph (a Saver of everything), else the Saver's var_list."""
+
+    def __init__(self, write_version, items):
+        super().__init__(write_version)
+        self._items = items
+
+    def _build_internal(self, names_to_saveables, *args, **kwargs):
+        items = self._items if self._items is not None else \
+            state_of(tf.compat.v1.get_default_graph()).all_de_variables
+        extra = [_WrittenOnly(s) for s in _tfra_saveables(items)] \
+            if _write_tfra_tensors[0] else []
+        if extra and isinstance(names_to_saveables, dict):
+            names_to_saveables = dict(names_to_saveables, **{s.name: s for s in extra})
+        elif extra:
+            names_to_saveables = list(names_to_saveables) + extra
+        return super()._build_internal(names_to_saveables, *args, **kwargs)
+
+    def _AddRestoreOps(self, filename_tensor, saveables, *args, **kwargs):  # pylint: disable=invalid-name
+        kept = [s for s in saveables if not isinstance(s, _WrittenOnly)]
+        if not kept:
+            return tf.group(name=kwargs.get("name", "restore_all"))
+        return super()._AddRestoreOps(filename_tensor, kept, *args, **kwargs)
+
+
 def _saver_tables(saver, sess):
     """The tables a Saver saves and restores: those its var_list named, else every table of
     the graph with is_save (a var_list without tables leaves them all in, so that no table is
@@ -142,10 +211,16 @@ def _saver_init(original, self, var_list=None, *args, **kwargs):
     """Saver.__init__: tables (de.Variables, create_table tables) named in var_list are the
     ones this Saver saves and restores; the rest of var_list goes to TensorFlow's Saver."""
     tables = None
+    named = None if var_list is None else list(
+        var_list.values() if isinstance(var_list, dict) else var_list)
     if var_list is not None:
         var_list, tables = _split_var_list(var_list)
         if not var_list:
             kwargs["allow_empty"] = True
+    if len(args) < 7 and kwargs.get("builder") is None and kwargs.get("saver_def") is None \
+            and kwargs.get("write_version", saver_pb2.SaverDef.V2) == saver_pb2.SaverDef.V2 \
+            and not tf.executing_eagerly():
+        kwargs["builder"] = _TfraTensorsBuilder(saver_pb2.SaverDef.V2, named)
     original(self, var_list, *args, **kwargs)
     if tables is not None:
         _chosen_tables[self] = tables

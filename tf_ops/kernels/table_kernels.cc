@@ -75,9 +75,14 @@ class EmbeddingTableOp : public OpKernel {
     TableResource* resource = nullptr;
     OP_REQUIRES_OK(ctx, rm->LookupOrCreate<TableResource>(
                             container, shared_name_, &resource,
-                            [this](TableResource** created) -> absl::Status {
+                            [this, ctx](TableResource** created) -> absl::Status {
                               std::unique_ptr<EmbeddingTable> table;
                               TF_RETURN_IF_ERROR(ToTfStatus(EmbeddingTable::Create(config_, &table)));
+                              // One line per table, as TFRA's tables log theirs.
+                              LOG(INFO) << "rec_sdk: table '" << shared_name_ << "' created on "
+                                        << ctx->device()->attributes().device_type()
+                                        << ": dim=" << config_.dim
+                                        << ", init_size=" << config_.initial_capacity;
                               *created = new TableResource(
                                   std::shared_ptr<EmbeddingTable>(std::move(table)), key_dtype_,
                                   share_);

@@ -24,8 +24,10 @@ Where rec_sdk differs from TFRA 0.7.2 (docs/DYNAMIC_EMBEDDING.md has the full li
 * Restrict policies rank keys by statistics kept in the rows (last training step / number of
   training updates); keys inserted by upsert count as seen when inserted.
 * Checkpoints: tf.compat.v1.train.Saver (and Estimator) save the shards with their slots as
-  rec_sdk table files next to the TensorFlow checkpoint (not TFRA's tensor format);
-  tf.train.Checkpoint (de.train.DECheckpoint) and SavedModel save them as tensors.
+  rec_sdk table files next to the TensorFlow checkpoint, and restore them from there; the
+  TensorFlow checkpoint also holds TFRA's `<table>-keys` / `-values` tensors of every shard
+  (written only, for TFRA's warm-start recipes; enable_tfra_checkpoint_tensors(False) drops
+  them). tf.train.Checkpoint (de.train.DECheckpoint) and SavedModel save them as tensors.
 """
 from rec_sdk.dynamic_embedding import (  # noqa: F401 (TFRA's submodules)
     data_flow, data_flow_grad, keras, math, ragged_embedding_ops, shadow_ops, train)
@@ -47,7 +49,9 @@ from rec_sdk.dynamic_embedding.slots_and_policies import (FrequencyRestrictPolic
                                                            RestrictPolicy, SlotVariable,
                                                            TimestampRestrictPolicy)
 from rec_sdk.dynamic_embedding.variable import Variable, default_partition_fn, get_variable
+from rec_sdk.dynamic_embedding import string_values  # noqa: F401 (string-valued Variables)
 from rec_sdk.ops.loader import load_ops_if_built
+from rec_sdk.saver_patches import enable_tfra_checkpoint_tensors
 
 # As importing TFRA does: a ps task that imports this module and starts a bare
 # tf.distribute.Server serves the tables placed on it.
@@ -61,7 +65,7 @@ __all__ = [
     "enable_inference_mode", "get_model_mode", "math", "data_flow", "KVCreator",
     "CuckooHashTableConfig", "CuckooHashTableCreator", "FileSystemSaver", "RedisTableConfig",
     "RedisTableCreator", "HkvHashTableConfig", "HkvHashTableCreator", "TieredTableCreator",
-    "GraphKeys",
+    "GraphKeys", "enable_tfra_checkpoint_tensors",
     "warm_start", "WarmStartHook", "keras", "shadow_ops", "train", "TrainableWrapper",
     "ragged_embedding_ops",
 ]

@@ -1,11 +1,10 @@
 """The generic path of a Keras optimizer on de rows: a private copy of the optimizer per table,
 run on variables of any row count (see KerasRows)."""
-import sys
 
 import numpy as np
 import tensorflow as tf
 
-from rec_sdk.dynamic_embedding.optimizer_kinds import private_state
+from rec_sdk.dynamic_embedding.optimizer_kinds import legacy_var_key, private_state
 from rec_sdk.optimizers.row_update import row_variable, through_variables
 from rec_sdk.util.tf_compat import keras
 
@@ -37,8 +36,7 @@ class KerasRows:
         with tf.init_scope():
             self.rows = row_variable(dim, name + "/rows", trainable=True)
             if fam == "legacy":
-                base = next(c for c in type(inner).__mro__ if c.__name__ == "OptimizerV2")
-                var_key = private_state(sys.modules[base.__module__], "_var_key")
+                var_key = legacy_var_key(inner)
 
                 def add_slot(var, slot_name, initializer="zeros", shape=None):
                     slots = private_state(inner, "_slots").setdefault(var_key(var), {})

@@ -37,8 +37,8 @@ from tensorflow.python.training.optimizer import _var_key  # pylint: disable=pro
 from rec_sdk.dynamic_embedding.keras_rows import KerasRows
 from rec_sdk.dynamic_embedding.lookup import LookupRecord, record_of
 from rec_sdk.dynamic_embedding.optimizer_kinds import (family, hyper, initial_accumulator,
-                                                        kind, name_of, private_state,
-                                                        slot_info)
+                                                        kind, legacy_var_key, name_of,
+                                                        private_state, slot_info)
 from rec_sdk.ops import optimizer_ops, table_ops
 from rec_sdk.optimizers.row_update import row_variable, through_variables
 from rec_sdk import tf_patches
@@ -357,10 +357,32 @@ def _de_update(row_update, de_pairs):
     return updates
 
 
+def _list_slots(optimizer, fam, grads_and_vars):
+    """The de trainables' slots in the optimizer's own slot dict, as TFRA's are
+    (tf.compat.v1: _slots[slot name][trainable's key]; legacy Keras: _slots[trainable's
+    key][slot name]), as TrainableSlots. They are not variables: tf.compat.v1's variables()
+    leaves them out (of no graph) and Keras' lists its _weights only."""
+    if fam not in ("v1", "legacy"):
+        return
+    slots = private_state(optimizer, "_slots")
+    for grad, var in grads_and_vars:
+        record = record_of(var)
+        if grad is None or record is None or not record.params.trainable:
+            continue
+        key = _var_key(var) if fam == "v1" else legacy_var_key(optimizer)(var)
+        for view in record.params.get_slot_variables(optimizer):
+            if fam == "v1":
+                slots.setdefault(view.slot_name, {}).setdefault(key, TrainableSlot(view))
+            else:
+                slots.setdefault(key, {}).setdefault(view.slot_name, TrainableSlot(view))
+
+
 def _apply_gradients(optimizer, row_update, original, grads_and_vars, global_step=None,
                      name=None):
     """apply_gradients of a wrapped tf.compat.v1.train optimizer."""
-    de_pairs, others = _split(list(grads_and_vars))
+    grads_and_vars = list(grads_and_vars)
+    _list_slots(optimizer, "v1", grads_and_vars)
+    de_pairs, others = _split(grads_and_vars)
     updates = []
     with tf.name_scope(name or optimizer.get_name()):
         if de_pairs:
@@ -399,6 +421,7 @@ def _keras_apply_gradients(optimizer, fam, row_update, original, grads_and_vars,
     if de_vars:
         clipped = {id(v): g for g, v in _keras_clipped(optimizer, fam, de_vars)}
         grads_and_vars = [(clipped.get(id(v), g), v) for g, v in grads_and_vars]
+    _list_slots(optimizer, fam, grads_and_vars)
     de_pairs, others = _split(grads_and_vars)
     if not de_pairs:
         return original(others, name=name, **kwargs)
@@ -462,6 +485,10 @@ class TrainableSlot:
     """What optimizer.get_slot(trainable, name) gives for a graph-mode de lookup's trainable
     (TFRA: the slot's own trainable): `params` is the slot's view on the variable's rows
     (de.SlotVariable)."""
+
+    # Not a variable of any graph (tf.compat.v1's Optimizer.variables() asks).
+    _in_graph_mode = False
+    _graph_key = None
 
     def __init__(self, view):
         self.params = view

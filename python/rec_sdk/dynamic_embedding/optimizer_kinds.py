@@ -11,8 +11,10 @@ step's rows and slots, gathered from and written back to the table). `kind` and 
 are what de.Variable.get_slot_variables and DynamicEmbeddingOptimizer use.
 """
 import numbers
+import sys
 
 import numpy as np
+
 import tensorflow as tf
 
 from rec_sdk.dynamic_embedding.rowwise_adagrad import RowwiseAdagradOptimizer
@@ -65,6 +67,12 @@ _KERAS_MODULES = ("keras.", "tensorflow.python.keras.", "tf_keras.")
 SUPPORTED = ("tf.compat.v1.train optimizers (%s), Keras optimizers (tf.keras.optimizers and "
              "tf.keras.optimizers.legacy)" % ", ".join(
                  [c.__name__ for c, _, _ in _KINDS] + [c.__name__ for c, _ in _GENERIC]))
+
+
+def legacy_var_key(optimizer):
+    """The function keying a legacy Keras optimizer's slot dict (its module's _var_key)."""
+    base = next(c for c in type(optimizer).__mro__ if c.__name__ == "OptimizerV2")
+    return private_state(sys.modules[base.__module__], "_var_key")
 
 
 def family(optimizer):

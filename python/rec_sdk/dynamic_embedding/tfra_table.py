@@ -11,10 +11,13 @@ rec_sdk's own code uses the shards themselves (de.Variable.shards: rec_sdk table
 SDK-style methods differ, e.g. size() is a Python int); any attribute this class does not
 define is the shard's.
 """
+import weakref
+
 import tensorflow as tf
 from tensorflow.python.training.saving import saveable_object  # TFRA's saveable's base
 
 from rec_sdk.dynamic_embedding import value_codec
+from rec_sdk.dynamic_embedding.shadow_ops import shaped
 from rec_sdk.dynamic_embedding.slots_and_policies import by_key
 from rec_sdk.ops import table_ops
 
@@ -66,8 +69,17 @@ class TfraTable:
     @property
     def saveable(self):
         """TFRA's saveable of the table: specs `<table op name>-keys` and `-values` (the
-        table's export), restore() importing (replacing the table's rows)."""
-        return TableSaveable(self, self.resource_handle.op.name)
+        table's export), restore() importing (replacing the table's rows). In a graph, one
+        object per table (as TFRA's attribute), which Savers also write (saver_patches)."""
+        if tf.executing_eagerly():
+            return TableSaveable(self, self.name)
+        found = _saveables.get(self._shard)
+        if found is None:
+            # TFRA's table op: <the variable's name scope>/<table name>.
+            scope = self.resource_handle.op.name.rpartition("/")[0]
+            found = _saveables[self._shard] = TableSaveable(
+                self, scope + "/" + self.name if scope else self.name)
+        return found
 
     def __getitem__(self, keys):
         return self.lookup(keys)
@@ -110,12 +122,8 @@ class TfraTable:
                 values = tf.where(exists[:, None], values, given)
             elif defaults is not None:
                 values = tf.where(exists[:, None], values, defaults(tf.size(flat)))
-            shape = tf.concat([tf.shape(keys), [variable.dim]], 0)
-            values = tf.reshape(values, shape)
-            values.set_shape(keys.shape.concatenate([variable.dim]))
-            if return_exists:
-                return values, tf.reshape(exists, tf.shape(keys))
-            return values
+            values = shaped(values, keys, variable.dim)
+            return (values, tf.reshape(exists, tf.shape(keys))) if return_exists else values
 
     def insert(self, keys, values, name=None):
         """Op inserting or overwriting keys with values (keys.shape + [dim]) in this shard."""
@@ -199,6 +207,10 @@ def accum_rows(variable, handle, keys, deltas, new_rows, exists):
                                 variable.value_dtype, variable.dim)
     keep = tf.logical_or(add, insert)
     return table_ops.upsert(handle, tf.boolean_mask(keys, keep), tf.boolean_mask(target, keep))
+
+
+# {shard: its TfraTable's saveable} (graph mode).
+_saveables = weakref.WeakKeyDictionary()
 
 
 class TableSaveable(saveable_object.SaveableObject):

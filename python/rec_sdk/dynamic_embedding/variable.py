@@ -31,6 +31,21 @@ from rec_sdk.util.validation import check_bool
 
 
 _KEY_DTYPES = (tf.int64, tf.int32, tf.string)
+# {value dtype: the Variable subclass of variables of those values} (string_values fills it).
+VALUE_DTYPE_CLASSES = {}
+
+
+def checked_devices(devices):
+    """A variable's devices argument as a non-empty list of device names."""
+    if devices is None:
+        devices = ["/CPU:0"]
+    elif isinstance(devices, str):
+        devices = [devices]
+    devices = list(devices)
+    if not devices or not all(isinstance(d, str) for d in devices):
+        raise ValueError("devices must be a non-empty list of device names, got %r"
+                         % (devices,))
+    return devices
 
 
 class DtypeError(TypeError, ValueError):
@@ -55,6 +70,16 @@ class Variable(KeyValueFiles, tf.__internal__.tracking.Trackable):
     tables of a model that holds the variable, restorable into any number of shards.
     """
 
+    def __new__(cls, *args, **kwargs):
+        """A variable of values with their own class (string values) is made of that class."""
+        value_dtype = kwargs.get("value_dtype", args[1] if len(args) > 1 else None)
+        try:
+            special = VALUE_DTYPE_CLASSES.get(tf.as_dtype(value_dtype)) if cls is Variable \
+                and value_dtype is not None else None
+        except TypeError:
+            special = None  # __init__ names the bad dtype
+        return super().__new__(special or cls)
+
     def __init__(self, key_dtype=tf.int64, value_dtype=tf.float32, dim=1, devices=None,
                  partitioner=default_partition_fn, shared_name=None,
                  name="DynamicEmbedding_Variable", initializer=None, trainable=True,
@@ -75,14 +100,7 @@ class Variable(KeyValueFiles, tf.__internal__.tracking.Trackable):
                 not 1 <= dim <= max_dim:
             raise ValueError("dim must be an integer in [1, %d] (for %s values), got %r"
                              % (max_dim, value_dtype.name, dim))
-        if devices is None:
-            devices = ["/CPU:0"]
-        elif isinstance(devices, str):
-            devices = [devices]
-        devices = list(devices)
-        if not devices or not all(isinstance(d, str) for d in devices):
-            raise ValueError("devices must be a non-empty list of device names, got %r"
-                             % (devices,))
+        devices = checked_devices(devices)
         if not callable(partitioner):
             raise TypeError("partitioner must be a function (keys, shard_num) -> shard of each "
                             "key, got %r" % (partitioner,))
@@ -168,6 +186,8 @@ class Variable(KeyValueFiles, tf.__internal__.tracking.Trackable):
                     shard_names.parse_variable_shard(table_names(name, 1)[0])[0]),
                 self.checkpoint) if key_dtype == tf.string else None
         self._restrict_policy = restrict_policy(self) if restrict_policy is not None else None
+        if not self.eager:
+            state_of(self.graph).all_de_variables.append(self)
 
     # --- properties (TFRA names) ---
     @property
@@ -417,8 +437,11 @@ class Variable(KeyValueFiles, tf.__internal__.tracking.Trackable):
                         not 0 <= index < self.shard_num:
                     raise ValueError("index must be a shard number in [0, %d), got %r"
                                      % (self.shard_num, index))
-                return table_ops.size(self._shards[index].handle)
-            return tf.add_n([table_ops.size(t.handle) for t in self._shards])
+                return self._shard_size(index)
+            return tf.add_n([self._shard_size(i) for i in range(self.shard_num)])
+
+    def _shard_size(self, index):
+        return table_ops.size(self._shards[index].handle)
 
     # --- tf.train.Checkpoint / SavedModel: the shards together ---
     def _serialize_to_tensors(self):

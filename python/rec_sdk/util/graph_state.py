@@ -57,6 +57,9 @@ class GraphState:
         self.converted = {}
         # {full name: de.Variable} made by de.get_variable.
         self.de_variables = {}
+        # Every de.Variable built in graph mode: a Saver also writes their tables' keys and
+        # values as TFRA's checkpoint tensors (rec_sdk.saver_patches).
+        self.all_de_variables = []
         # {"variable", "ids", "embeddings", "max_norm"} of the de lookups built in graph
         # mode (rec_sdk.serving cuts a served graph at them).
         self.de_lookups = []
