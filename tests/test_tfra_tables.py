@@ -4,6 +4,10 @@ cuckoo_hashtable_ops.py, v0.7.2): size() an int64 tensor placed with the table, 
 (keys, values) of that shard, lookup with dynamic_default_values and return_exists, insert /
 remove / clear / accum on that shard alone, `saveable` with `<table op>-keys` / `-values`
 specs whose restore imports (replaces the rows). Reference: a dict per shard."""
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -207,3 +211,42 @@ def test_tfra_tensors_are_written_only(tmp_path):
                 if "wo_mht" in n]) == 6
     with pytest.raises(TypeError, match="enabled must be a bool"):
         de.enable_tfra_checkpoint_tensors("no")
+
+
+def test_optimizers_slot_dicts_list_de_slots_as_tfra_does():
+    """TFRA's test_get_slot_variables: tf.compat.v1 optimizers' _slots[slot][trainable key] and
+    legacy Keras optimizers' _slots[trainable key][slot] hold the de slots (`.params`: the
+    SlotVariable), which optimizer.variables() leaves out (they are no variables)."""
+    var = _variable("slotted")
+    ids = tf.constant([1, 2, 3], tf.int64)
+
+    def loss(name, tws):
+        embed, tw = de.embedding_lookup(var, ids, return_trainable=True, name=name)
+        tws[:] = [tw]
+        return tf.reduce_sum(embed)
+
+    v1 = de.DynamicEmbeddingOptimizer(tf.compat.v1.train.AdamOptimizer(0.1))
+    tws = []
+    v1.minimize(loss("g1", tws), var_list=tws)
+    names = sorted(s.params.name for slot in ("m", "v") for s in v1._slots[slot].values())
+    assert names == [s.name for s in var.get_slot_variables(v1)] and len(names) == 2
+    assert [v for v in v1.variables() if not isinstance(v, tf.Variable)] == []
+    legacy = de.DynamicEmbeddingOptimizer(tf.keras.optimizers.legacy.Adam(0.1))
+    legacy.minimize(lambda: loss("g2", tws), var_list=tws)
+    names = sorted(s[n].params.name for s in legacy._slots.values() for n in ("m", "v"))
+    assert names == [s.name for s in var.get_slot_variables(legacy)] and len(names) == 2
+    with new_session() as sess:
+        sess.run(tf.compat.v1.variables_initializer(v1.variables()))
+
+
+def test_a_table_logs_its_creation_with_its_init_size():
+    """TFRA's tables log their creation (its cuckoo test reads `init_size=` on stderr)."""
+    script = ("import tensorflow as tf, rec_sdk.dynamic_embedding as de\n"
+              "v = de.get_variable('logged', tf.int64, tf.int32, initializer=0, dim=8,"
+              " init_size=12345)\nprint(int(v.size()))")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="0",
+               PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            timeout=300, env=env, check=True)
+    assert "table 'logged_mht_1of1" in result.stderr and "CPU" in result.stderr
+    assert "init_size=12345" in result.stderr, result.stderr[-2000:]
