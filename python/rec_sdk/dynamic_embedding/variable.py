@@ -5,7 +5,6 @@ One rec_sdk table per entry of `devices` (a shard); keys are routed by
 keeps its embedding, the optimizer's slots and the restrict policy's access statistics in one
 row per key (one hash probe for all of them), unlike TFRA's one hash table per slot.
 """
-import copy
 import numbers
 
 import numpy as np
@@ -17,6 +16,7 @@ from rec_sdk.core.table_spec import TableSpec
 from rec_sdk.dynamic_embedding import key_codec, value_codec
 from rec_sdk.dynamic_embedding.shards import (ShardKeys, default_partition_fn,  # noqa: F401
                                               defaults_of, describe, init_rows, table_names)
+from rec_sdk.dynamic_embedding.variable_checkpoint import VariableCheckpoint
 from rec_sdk.dynamic_embedding.variable_files import KeyValueFiles
 from rec_sdk.dynamic_embedding.kv_creator import KVCreator, TieredTableCreator
 from rec_sdk.dynamic_embedding.optimizer_kinds import name_of, slot_info
@@ -61,7 +61,7 @@ class ShapeError(ValueError, tf.errors.InvalidArgumentError):
         tf.errors.InvalidArgumentError.__init__(self, None, None, message)
 
 
-class Variable(KeyValueFiles, tf.__internal__.tracking.Trackable):
+class Variable(KeyValueFiles, VariableCheckpoint, tf.__internal__.tracking.Trackable):
     """A dynamic embedding variable (TFRA's `dynamic_embedding.Variable`) on rec_sdk tables.
 
     See the module docstring of rec_sdk.dynamic_embedding for the arguments and where this
@@ -442,113 +442,6 @@ class Variable(KeyValueFiles, tf.__internal__.tracking.Trackable):
 
     def _shard_size(self, index):
         return table_ops.size(self._shards[index].handle)
-
-    # --- tf.train.Checkpoint / SavedModel: the shards together ---
-    def _serialize_to_tensors(self):
-        """Every shard's keys and rows ("keys", "values"), which rows have optimizer slots
-        ("has_slots": a shard the optimizer never trained has none) and those slots
-        ("slots" [num_slots, rows with slots, dim], or 1 float per row of a row-wise
-        optimizer's instead of dim), and every key's access statistics
-        ("access_keys", "last_seen", "counts"): one set of tensors whatever the number of
-        shards, so that a checkpoint restores into any number of shards."""
-        exports = [table_ops.export(t.handle, self.table_key_dtype, self._stored_dim)
-                   for t in self._shards]
-        num_slots = tf.reduce_max(tf.stack([tf.shape(s)[0] for _, _, s in exports]))
-        full_shards = [tf.equal(tf.shape(s)[0], num_slots) for _, _, s in exports]
-        # Floats per slot of the trained shards (dim, or 1 for a row-wise optimizer).
-        width = tf.reduce_max(tf.stack([tf.where(full, tf.shape(s)[2], 0) for full, (_, _, s)
-                                        in zip(full_shards, exports)]))
-        has_slots, slots = [], []
-        for full, (keys, _, shard_slots) in zip(full_shards, exports):
-            has_slots.append(tf.fill(tf.shape(keys), full))
-            slots.append(tf.cond(full, lambda s=shard_slots: s, lambda: tf.zeros(
-                tf.stack([num_slots, 0, width]))))
-        access = [table_ops.export_access(t.handle) for t in self._shards]
-        keys = tf.concat([k for k, _, _ in exports], 0)
-        strings = {} if self._key_strings is None else {
-            "key_strings": self._key_strings.strings(keys)}  # the string of each key
-        return {"keys": keys, **strings,
-                "values": tf.concat([v for _, v, _ in exports], 0),
-                "has_slots": tf.concat(has_slots, 0), "slots": tf.concat(slots, 1),
-                # Restrict policies' statistics, by key (int64).
-                "access_keys": tf.concat([k for k, _, _ in access], 0),
-                "last_seen": tf.concat([s for _, s, _ in access], 0),
-                "counts": tf.concat([c for _, _, c in access], 0)}
-
-    def _trackable_children(self, save_type="checkpoint", **kwargs):
-        """The tables and the lookups' shadow variables, for SavedModels (their functions
-        capture them); checkpoints hold the variable's own tensors only, so that they restore
-        into any number of shards."""
-        del kwargs
-        if save_type == "savedmodel":
-            shadows = {"shadow_" + name: shadow for name, shadow in self._trainable_store.items()
-                       if isinstance(shadow, tf.Variable)}
-            return {**self._resources(), **shadows}
-        return {}
-
-    def _resources(self):
-        """{name: resource} of the tables (and the string-key dictionary)."""
-        found = {"table_%d" % i: t for i, t in enumerate(self._shards)}
-        if self._key_strings is not None:
-            found["key_strings"] = self._key_strings.table
-        return found
-
-    def _deserialization_dependencies(self, children):
-        """The tables come first (a SavedModel maps them before the variable)."""
-        del children
-        return self._resources()
-
-    def _export_to_saved_model_graph(self, object_map, tensor_map, options, **kwargs):
-        """For a SavedModel: a copy of the variable on the exported graph's copies of its
-        tables, whose save and restore functions are traced there."""
-        del tensor_map, options, kwargs
-        exported = copy.copy(self)
-        exported._shards = [object_map.get(t, t) for t in self._shards]
-        if self._key_strings is not None:
-            exported._key_strings = copy.copy(self._key_strings)
-            exported._key_strings.table = object_map.get(self._key_strings.table,
-                                                         self._key_strings.table)
-        object_map[self] = exported
-        return []
-
-    def _restore_from_tensors(self, restored_tensors):
-        """Replaces the shards' contents with a checkpoint's, each key routed to its shard by
-        the partitioner (any saved number of shards): rows with slots are imported with
-        them, the others upserted after (their slots start from the optimizer's initial
-        values when it next trains them)."""
-        # Ranks are unknown where a SavedModel traces this function.
-        keys = tf.reshape(restored_tensors["keys"], [-1])
-        rows = tf.reshape(restored_tensors["values"], [-1, self._stored_dim])
-        has_slots = tf.reshape(restored_tensors["has_slots"], [-1])
-        all_slots = restored_tensors["slots"]
-        all_slots = tf.reshape(all_slots, tf.stack([tf.shape(all_slots)[0], -1,
-                                                    tf.shape(all_slots)[-1]]))
-        slot_index = tf.cumsum(tf.cast(has_slots, tf.int32)) - 1  # row -> its slots' column
-        parts, shard_keys, _ = self.split_keys(keys)
-        ops = []
-        for table, k, r, h, i in zip(self._shards, shard_keys, self.by_shard(parts, rows),
-                                     self.by_shard(parts, has_slots),
-                                     self.by_shard(parts, slot_index)):
-            slots = tf.gather(all_slots, tf.boolean_mask(i, h), axis=1)
-            imported = table_ops.import_rows(table.handle, tf.boolean_mask(k, h),
-                                             tf.boolean_mask(r, h), slots)
-            with tf.control_dependencies([imported]):
-                rest = tf.logical_not(h)
-                ops.append(table_ops.upsert(table.handle, tf.boolean_mask(k, rest),
-                                            tf.boolean_mask(r, rest)))
-        access_keys = tf.reshape(restored_tensors["access_keys"], [-1])
-        access_parts, access_keys_of, _ = self.split_keys(tf.cast(access_keys,
-                                                              self.table_key_dtype))
-        if self._key_strings is not None:
-            ops.append(self._key_strings.record(restored_tensors["key_strings"], keys))
-        with tf.control_dependencies(ops):  # the statistics of the rows just restored
-            return tf.group([table_ops.import_access(t.handle, tf.cast(k, tf.int64), s, c)
-                             for t, k, s, c in zip(
-                                 self._shards, access_keys_of,
-                                 self.by_shard(access_parts,
-                                                tf.reshape(restored_tensors["last_seen"], [-1])),
-                                 self.by_shard(access_parts,
-                                                tf.reshape(restored_tensors["counts"], [-1])))])
 
     def export_keys_and_scores(self, split_size=None, name=None):
         """(keys [n], scores [n] int64) of every stored key, shard after shard: the score is
