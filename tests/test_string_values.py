@@ -88,3 +88,29 @@ def test_bad_string_variables_are_refused():
         var.accum([1], [["a"] * DIM], [["b"] * DIM], [True])
     with pytest.raises(ValueError, match="must be string \\(the value_dtype\\)"):
         var.upsert(tf.constant([1], tf.int64), tf.zeros([1, DIM]))
+
+
+def test_string_tables_have_tfras_table_interface(tmp_path):
+    var = _variable("sv_tables")
+    table = var.tables[0]
+    assert table.name == "sv_tables_mht_1of3" and table.value_dtype == tf.string
+    with new_session() as sess:
+        sess.run(table.insert(tf.constant([3, 6], tf.int64), np.array([_row(3), _row(6)])))
+        values, exists = sess.run(table.lookup(tf.constant([3, 4], tf.int64),
+                                               return_exists=True))
+        assert exists.tolist() == [True, False]
+        assert [x.decode() for x in values[1]] == ["none"] * DIM
+        given = sess.run(table.lookup(tf.constant([4], tf.int64),
+                                      dynamic_default_values=[["x"] * DIM]))
+        assert [x.decode() for x in given[0]] == ["x"] * DIM
+        assert [s.name for s in table.saveable.specs] == [
+            "sv_tables/sv_tables_mht_1of3-keys", "sv_tables/sv_tables_mht_1of3-values"]
+        sess.run(table.saveable.restore((tf.constant([9], tf.int64),
+                                         tf.constant([_row(9)])), None))
+        assert sess.run(table.export())[0].tolist() == [9]
+        sess.run(table.clear())
+        assert sess.run(table.size()) == 0
+    with pytest.raises(TypeError, match="key and value files cannot hold"):
+        var.save_to_file_system(str(tmp_path))
+    with pytest.raises(ValueError, match="values of 'sv_tables' must be strings"):
+        var.upsert([1, 2], [[1.0] * DIM, [2.0] * DIM])

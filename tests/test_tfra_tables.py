@@ -250,3 +250,77 @@ def test_a_table_logs_its_creation_with_its_init_size():
                             timeout=300, env=env, check=True)
     assert "table 'logged_mht_1of1" in result.stderr and "CPU" in result.stderr
     assert "init_size=12345" in result.stderr, result.stderr[-2000:]
+
+
+def test_removing_a_string_key_from_a_shard_without_it_keeps_its_string():
+    """A key inserted into another shard through its table keeps its string while any shard
+    holds it (the string dictionary is the variable's)."""
+    var = _variable("strs", key_dtype=tf.string)
+    with new_session() as sess:
+        sess.run(var.upsert(tf.constant(["a", "b", "c", "d"]), _rows([1, 2, 3, 4])))
+        holder = 0 if b"a" in sess.run(var.tables[0].export()[0]).tolist() else 1
+        sess.run(var.tables[1 - holder].remove(tf.constant(["a"])))  # not there: ignored
+        sess.run(var.tables[1 - holder].insert(tf.constant(["a"]), _rows([9])))  # a copy
+        sess.run(var.remove(tf.constant(["a"])))  # from its own shard: the copy lives on
+        keys, values = sess.run(var.export())
+        assert _as_dict(keys, values) == {b"b": [2, 20], b"c": [3, 30], b"d": [4, 40],
+                                          b"a": [9, 90]}
+        sess.run(var.tables[1 - holder].remove(tf.constant(["a"])))
+        assert sorted(sess.run(var.export())[0].tolist()) == [b"b", b"c", b"d"]
+
+
+def test_accum_needs_one_exists_flag_per_key():
+    var = _variable("acc")
+    with pytest.raises(ValueError, match="exists of 'acc' must have the keys' shape"):
+        var.accum(tf.constant([1, 3], tf.int64), tf.zeros([2, DIM]), tf.ones([2, DIM]),
+                  tf.constant([False]))
+    flags = tf.compat.v1.placeholder(tf.bool, [None])
+    accum = var.tables[0].accum(tf.constant([2, 4], tf.int64), tf.ones([2, DIM]), flags)
+    with new_session() as sess:
+        with pytest.raises(tf.errors.InvalidArgumentError, match="must have the keys.* shape"):
+            sess.run(accum, {flags: [False]})
+        assert sess.run(var.size()) == 0
+        sess.run(accum, {flags: [False, False]})
+        assert sess.run(var.size()) == 2
+
+
+def test_a_saver_of_de_tables_alone_writes_a_tensorflow_checkpoint(tmp_path):
+    """As TFRA's: Saver() of a graph whose only state is de tables (and Saver([var])) writes
+    the TF checkpoint (TFRA's tensors) and its state file, and restores."""
+    for i, named in enumerate((False, True)):
+        directory = str(tmp_path / str(i))
+        with tf.Graph().as_default():
+            var = _variable("alone")
+            keys = np.arange(5, dtype=np.int64)
+            saver = tf.compat.v1.train.Saver([var] if named else None)
+            with new_session() as sess:
+                sess.run(var.upsert(keys, _rows(keys)))
+                path = saver.save(sess, directory + "/m")
+                assert tf.train.latest_checkpoint(directory) == path
+                assert sorted(dict(tf.train.list_variables(path))) == [
+                    "alone/alone_mht_%dof2-%s" % (s, w) for s in (1, 2)
+                    for w in ("keys", "values")]
+                sess.run(var.clear())
+                saver.restore(sess, path)
+                assert _as_dict(*sess.run(var.export())) == _as_dict(keys, _rows(keys))
+
+
+def test_the_de_adam_powers_are_the_optimizers_variables():
+    var = _variable("powered")
+    emb = de.embedding_lookup(var, tf.constant([1, 2], tf.int64), name="pw")
+    opt = de.DynamicEmbeddingOptimizer(tf.compat.v1.train.AdamOptimizer(0.1))
+    step = opt.minimize(tf.reduce_sum(emb))
+    assert len([v for v in opt.variables() if "_de_beta" in v.name]) == 2
+    with new_session() as sess:
+        sess.run(tf.compat.v1.variables_initializer(opt.variables()))
+        sess.run(step)
+
+
+def test_tables_of_a_graph_not_the_default_one():
+    for key_dtype in (tf.int64, tf.string):
+        graph = tf.Graph()
+        with graph.as_default():
+            var = _variable("elsewhere", key_dtype=key_dtype)
+        for made in (var.tables[0].export()[0], var.export()[0],
+                     var.tables[0].saveable.specs[0].tensor):
+            assert made.graph is graph

@@ -9,6 +9,8 @@ upsert, an accum or a training lookup wrote, so exports give the strings back. T
 with one fingerprint would share a row: with n keys the chance that any two do is about
 n**2 / 2**64 (1e-4 for 10^8 keys).
 """
+import contextlib
+
 import tensorflow as tf
 from tensorflow.python.training.saving import saveable_object  # the base of TF's saveables
 
@@ -43,10 +45,14 @@ class KeyStrings:
 
     def strings(self, hashed):
         """The strings of fingerprints (same shape; "" for one never recorded)."""
-        # The raw op with a default built here: the table's own default is an eager tensor,
-        # which a SavedModel's save graph cannot capture.
-        return tf.raw_ops.LookupTableFindV2(table_handle=self.table.resource_handle,
-                                            keys=hashed, default_value=tf.constant(""))
+        # The raw op with a default built here (in the keys' graph, which need not be the
+        # default one): the table's own default is an eager tensor, which a SavedModel's
+        # save graph cannot capture.
+        in_graph = hashed.graph.as_default() if not tf.executing_eagerly() and \
+            hasattr(hashed, "graph") else contextlib.nullcontext()
+        with in_graph:
+            return tf.raw_ops.LookupTableFindV2(table_handle=self.table.resource_handle,
+                                                keys=hashed, default_value=tf.constant(""))
 
     def remove(self, hashed):
         return self.table.remove(tf.reshape(hashed, [-1]))

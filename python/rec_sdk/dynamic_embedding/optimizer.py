@@ -94,6 +94,12 @@ class _RowUpdate:
                                           trainable=False,
                                           name="%s_de_%s_power" % (self._name, which))
                     for which in ("beta1", "beta2"))
+                # The optimizer's own variables (its variables() and TF2 checkpoints list
+                # them), keyed as tf.compat.v1 optimizers key theirs: (name, graph).
+                eager = tf.compat.v1.executing_eagerly_outside_functions()
+                for which, power in zip(("beta1", "beta2"), self._beta_powers[graph]):
+                    private_state(o, "_non_slot_dict")[
+                        ("de_%s_power" % which, None if eager else power.graph)] = power
         powers = self._beta_powers[graph]
         beta1_power, beta2_power = (p.read_value() for p in powers)
         return {"powers": powers, "lr": _f(adam["lr"]) * tf.sqrt(1.0 - beta2_power) /

@@ -28,7 +28,7 @@ def private_state(owner, attribute):
     the tf.compat.v1.train optimizers' hyperparameters (_learning_rate, _lr, _beta1, _beta2,
     _epsilon, _momentum, _use_nesterov, _learning_rate_power, _l1/_l2_regularization_strength,
     _l2_shrinkage_regularization_strength, _initial_accumulator_value,
-    _initial_gradient_squared_accumulator_value, _centered) and their slot dict _slots;
+    _initial_gradient_squared_accumulator_value, _centered), their slot dict _slots and their non-slot variables' _non_slot_dict;
     legacy Keras optimizers' (OptimizerV2) _momentum, _slots, _slot_names, _hyper, _weights
     and their module's _var_key; Keras 2 optimizers' _variables. The de optimizer's generic
     path reads and extends them to run an optimizer's own update on a table's rows."""

@@ -59,7 +59,7 @@ class StringValues(variable_module.Variable):
         self._shards, self._key_strings, self._restrict_policy = [], None, None
         self._trainable_store, self._size_ops, self._access_ops = {}, {}, []
         self.graph = tf.compat.v1.get_default_graph()
-        self._tables_of_values = []
+        self._tables_of_values, self._string_tables = [], []
         with tf.init_scope(), tf.name_scope(name.split("/")[-1]) as scope:
             self.eager = tf.executing_eagerly()
             for device, table_name in zip(self.devices, table_names(name, self.shard_num)):
@@ -67,16 +67,19 @@ class StringValues(variable_module.Variable):
                     table = tf.lookup.experimental.MutableHashTable(
                         tf.int64, tf.string, self._default, name=table_name, checkpoint=False)
                 self._tables_of_values.append(table)
+                # Saved and restored by Savers under TFRA's name: <scope>/<table name>.
+                shard = StringTable(self, table, table_name, scope + table_name)
+                self._string_tables.append(shard)
                 if checkpoint and not self.eager:
-                    # Saved and restored by Savers under TFRA's name: <scope>/<table name>.
                     tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.SAVEABLE_OBJECTS,
-                                                   _TableSaveable(table, scope + table_name))
+                                                   shard.saveable)
 
     # --- TFRA's API ---
     @property
     def tables(self):
-        """TensorFlow's MutableHashTables, one per shard (TFRA's table interface)."""
-        return list(self._tables_of_values)
+        """The shards with TFRA's table interface (StringTable over TensorFlow's
+        MutableHashTable)."""
+        return list(self._string_tables)
 
     def _keys(self, keys):
         keys = self._converted(keys, self.key_dtype, integer=True)
@@ -86,22 +89,30 @@ class StringValues(variable_module.Variable):
                 % (self.name, self.key_dtype.name, keys.dtype.name))
         return tf.cast(keys, tf.int64)
 
+    def _values(self, values, keys, what="values"):
+        if not isinstance(values, (tf.Tensor, tf.Variable)) and \
+                np.asarray(values).dtype.kind not in ("U", "S", "O"):
+            raise variable_module.DtypeError(
+                "%s of %r must be strings (the value_dtype), got %s"
+                % (what, self.name, np.asarray(values).dtype))
+        return super()._values(values, keys, what)
+
     def lookup(self, keys, return_exists=False, name=None):
         """Values of keys (any shape) -> keys.shape + [dim] strings; keys not stored get the
         initializer's strings (not inserted)."""
         keys = self._keys(keys)
         with tf.name_scope(name or "%s_lookup" % self.name.split("/")[-1]):
             flat = tf.reshape(keys, [-1])
-            absent = tf.fill([self.dim], _ABSENT)
             _, shard_keys, positions = self.split_keys(flat)
-            found = [t.lookup(k, dynamic_default_values=tf.fill([tf.size(k), self.dim],
-                                                                _ABSENT))
-                     for t, k in zip(self._tables_of_values, shard_keys)]
-            values = found[0] if positions is None else tf.dynamic_stitch(positions, found)
-            exists = tf.reduce_any(tf.not_equal(values, absent[None, :]), axis=1)
-            values = tf.where(exists[:, None], values,
-                              tf.broadcast_to(self._default, tf.shape(values)))
-            values = shaped(values, keys, self.dim)
+            found = [_find(t, k, self.dim) for t, k in zip(self._tables_of_values, shard_keys)]
+            if positions is None:
+                values, exists = found[0]
+            else:
+                values = tf.dynamic_stitch(positions, [v for v, _ in found])
+                exists = tf.dynamic_stitch(positions, [e for _, e in found])
+            values = shaped(tf.where(exists[:, None], values,
+                                     tf.broadcast_to(self._default, tf.shape(values))),
+                            keys, self.dim)
             return (values, tf.reshape(exists, tf.shape(keys))) if return_exists else values
 
     def upsert(self, keys, values, name=None):
@@ -147,6 +158,17 @@ class StringValues(variable_module.Variable):
     def note_writes(self):
         pass
 
+    def save_to_file_system(self, dirpath, *args, **kwargs):
+        raise TypeError("save_to_file_system: de.Variable %r holds string values, which the "
+                        "key and value files cannot hold; use a Saver, tf.train.Checkpoint or "
+                        "export()" % self.name)
+
+    def load_from_file_system(self, dirpath, *args, **kwargs):
+        raise TypeError("load_from_file_system: de.Variable %r holds string values, which the "
+                        "key and value files cannot hold" % self.name)
+
+    load_from_file_system_with_restore_function = load_from_file_system
+
     def get_slot_variables(self, optimizer):
         return []
 
@@ -171,6 +193,74 @@ class StringValues(variable_module.Variable):
         exported._tables_of_values = [object_map.get(t, t) for t in self._tables_of_values]  # pylint: disable=protected-access
         object_map[self] = exported
         return []
+
+
+def _find(table, keys, dim):
+    """(values [n, dim], exists [n]) of flat int64 keys in a MutableHashTable of strings."""
+    found = table.lookup(keys, dynamic_default_values=tf.fill([tf.size(keys), dim], _ABSENT))
+    return found, tf.reduce_any(tf.not_equal(found, _ABSENT), axis=1)
+
+
+class StringTable:
+    """A shard of a string-valued de.Variable with TFRA's table interface: ops on that shard
+    alone, over TensorFlow's MutableHashTable (`table`)."""
+
+    def __init__(self, variable, table, name, saveable_name):
+        self._variable, self.table, self.name = variable, table, name
+        self._saveable_name, self._saveable = saveable_name, None
+
+    resource_handle = property(lambda self: self.table.resource_handle)
+    key_dtype = property(lambda self: self._variable.key_dtype)
+    value_dtype = property(lambda self: tf.string)
+
+    @property
+    def saveable(self):
+        """TFRA's saveable: specs `<table op>-keys` / `-values`; restore replaces the rows."""
+        if self._saveable is None or tf.executing_eagerly():
+            self._saveable = _TableSaveable(self.table, self._saveable_name)
+        return self._saveable
+
+    def size(self, name=None):
+        return self.table.size(name=name)
+
+    def lookup(self, keys, dynamic_default_values=None, return_exists=False, name=None):
+        """[dim] strings of each key (any shape): stored ones, else dynamic_default_values
+        (keys.shape + [dim]) when given, else the variable's default."""
+        keys = self._variable._keys(keys)  # pylint: disable=protected-access
+        dim = self._variable.dim
+        with tf.name_scope(name or "%s_lookup" % self.name):
+            flat = tf.reshape(keys, [-1])
+            values, exists = _find(self.table, flat, dim)
+            default = tf.reshape(dynamic_default_values, [-1, dim]) \
+                if dynamic_default_values is not None else \
+                tf.broadcast_to(self._variable._default, tf.shape(values))  # pylint: disable=protected-access
+            values = shaped(tf.where(exists[:, None], values, default), keys, dim)
+            return (values, tf.reshape(exists, tf.shape(keys))) if return_exists else values
+
+    def __getitem__(self, keys):
+        return self.lookup(keys)
+
+    def insert(self, keys, values, name=None):
+        keys = self._variable._keys(keys)  # pylint: disable=protected-access
+        values = self._variable._values(values, keys)  # pylint: disable=protected-access
+        return self.table.insert(tf.reshape(keys, [-1]),
+                                 tf.reshape(values, [-1, self._variable.dim]), name=name)
+
+    def remove(self, keys, name=None):
+        keys = self._variable._keys(keys)  # pylint: disable=protected-access
+        return self.table.remove(tf.reshape(keys, [-1]), name=name)
+
+    def clear(self, name=None):
+        with tf.name_scope(name or "%s_clear" % self.name):
+            return self.table.remove(self.table.export()[0])
+
+    def export(self, name=None):
+        keys, values = self.table.export(name=name)
+        return tf.cast(keys, self.key_dtype), values
+
+    def accum(self, *args, **kwargs):
+        raise TypeError("accum: table %r holds string values, which cannot be added"
+                        % self.name)
 
 
 class _TableSaveable(saveable_object.SaveableObject):

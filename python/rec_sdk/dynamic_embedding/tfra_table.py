@@ -144,9 +144,8 @@ class TfraTable:
         variable.note_writes()
         with self._scope(name, "remove"):
             flat = tf.reshape(variable.table_keys(keys), [-1])
-            strings = variable._key_strings  # pylint: disable=protected-access
-            return tf.group([table_ops.remove(self.resource_handle, flat)] +
-                            ([strings.remove(flat)] if strings is not None else []))
+            removed = [table_ops.remove(self.resource_handle, flat)]
+            return tf.group(removed + variable.forget_strings(flat, removed))
 
     def clear(self, name=None):
         """Op removing every key of this shard."""
@@ -161,9 +160,7 @@ class TfraTable:
         keys = variable.checked_keys(keys, record=True)
         given = tf.reshape(variable._values(values_or_deltas, keys),  # pylint: disable=protected-access
                            [-1, variable.dim])
-        exists = tf.convert_to_tensor(exists)
-        if exists.dtype != tf.bool:
-            raise TypeError("exists must be a bool tensor, got %s" % exists.dtype.name)
+        exists = variable.checked_exists(exists, keys)
         variable.note_writes()
         with self._scope(name, "accum"), self._colocated():
             return accum_rows(variable, self.resource_handle, tf.reshape(keys, [-1]), given,

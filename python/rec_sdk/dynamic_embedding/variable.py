@@ -35,6 +35,18 @@ _KEY_DTYPES = (tf.int64, tf.int32, tf.string)
 VALUE_DTYPE_CLASSES = {}
 
 
+def _shape_checked(x, want, message):
+    """x, once an assertion that its shape is `want` (an int64 vector) passed when it runs."""
+    got = tf.shape(x, out_type=tf.int64)
+    rank = tf.maximum(tf.size(got), tf.size(want))  # ranks may differ: pad unequally
+    check = tf.debugging.Assert(tf.reduce_all(tf.equal(
+        tf.pad(got, [[0, rank - tf.size(got)]], constant_values=-1),
+        tf.pad(want, [[0, rank - tf.size(want)]], constant_values=-2))),
+        [message + ", got", got])
+    with tf.control_dependencies([check]):
+        return tf.identity(x)
+
+
 def checked_devices(devices):
     """A variable's devices argument as a non-empty list of device names."""
     if devices is None:
@@ -279,15 +291,22 @@ class Variable(KeyValueFiles, VariableCheckpoint, tf.__internal__.tracking.Track
                 message, values.shape.as_list() if values.shape.rank is not None else "?"))
         if values.shape.is_fully_defined() and expected.is_fully_defined():
             return values
-        got = tf.shape(values, out_type=tf.int64)
-        want = tf.concat([tf.shape(keys, out_type=tf.int64), [self.dim]], 0)
-        rank = tf.maximum(tf.size(got), tf.size(want))  # ranks may differ: pad unequally
-        check = tf.debugging.Assert(tf.reduce_all(tf.equal(
-            tf.pad(got, [[0, rank - tf.size(got)]], constant_values=-1),
-            tf.pad(want, [[0, rank - tf.size(want)]], constant_values=-2))),
-            [message + ", got", got])
-        with tf.control_dependencies([check]):
-            return tf.identity(values)
+        return _shape_checked(values, tf.concat([tf.shape(keys, out_type=tf.int64), [self.dim]],
+                                                0), message)
+
+    def checked_exists(self, exists, keys):
+        """accum's exists: a bool tensor of keys' shape (ShapeError when built, or when it
+        runs for shapes known only then)."""
+        exists = tf.convert_to_tensor(exists)
+        if exists.dtype != tf.bool:
+            raise TypeError("exists must be a bool tensor, got %s" % exists.dtype.name)
+        message = "exists of %r must have the keys' shape %s" % (
+            self.name, keys.shape.as_list() if keys.shape.rank is not None else "?")
+        if not exists.shape.is_compatible_with(keys.shape):
+            raise ShapeError("%s, got %s" % (message, exists.shape))
+        if exists.shape.is_fully_defined() and keys.shape.is_fully_defined():
+            return exists
+        return _shape_checked(exists, tf.shape(keys, out_type=tf.int64), message)
 
     def note_writes(self):
         """Records that this graph changes the shards (a "trainer" when tables are shared
@@ -376,10 +395,21 @@ class Variable(KeyValueFiles, VariableCheckpoint, tf.__internal__.tracking.Track
         keys = self.checked_keys(keys)
         self.note_writes()
         with tf.name_scope(name or "%s_remove" % self.name.split("/")[-1]):
-            _, shard_keys, _ = self.split_keys(tf.reshape(keys, [-1]))
-            return tf.group([table_ops.remove(t.handle, k)
-                             for t, k in zip(self._shards, shard_keys)] +
-                            ([self._key_strings.remove(keys)] if self._key_strings else []))
+            flat = tf.reshape(keys, [-1])
+            _, shard_keys, _ = self.split_keys(flat)
+            removed = [table_ops.remove(t.handle, k) for t, k in zip(self._shards, shard_keys)]
+            return tf.group(removed + self.forget_strings(flat, removed))
+
+    def forget_strings(self, flat, removed):
+        """[op] dropping from the string-key dictionary the keys of `flat` (table keys) that
+        no shard holds once `removed` ran ([] for other keys): a key inserted into another
+        shard through its table keeps its string while that copy lives."""
+        if self._key_strings is None:
+            return []
+        with tf.control_dependencies(removed):
+            held = tf.reduce_any(tf.stack([table_ops.lookup(t.handle, flat, self._stored_dim)[1]
+                                           for t in self._shards]), 0)
+        return [self._key_strings.remove(tf.boolean_mask(flat, tf.logical_not(held)))]
 
     def accum(self, keys, old_values, new_values, exists, name=None):
         """Per key: if exists and the key is stored, adds new_values - old_values to it; if not
@@ -387,9 +417,7 @@ class Variable(KeyValueFiles, VariableCheckpoint, tf.__internal__.tracking.Track
         keys = self.checked_keys(keys, record=True)
         old_values = self._values(old_values, keys, "old_values")
         new_values = self._values(new_values, keys, "new_values")
-        exists = tf.convert_to_tensor(exists)
-        if exists.dtype != tf.bool:
-            raise TypeError("exists must be a bool tensor, got %s" % exists.dtype.name)
+        exists = self.checked_exists(exists, keys)
         self.note_writes()
         with tf.name_scope(name or "%s_accum" % self.name.split("/")[-1]):
             flat = tf.reshape(keys, [-1])
