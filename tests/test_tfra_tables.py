@@ -324,3 +324,9 @@ def test_tables_of_a_graph_not_the_default_one():
         for made in (var.tables[0].export()[0], var.export()[0],
                      var.tables[0].saveable.specs[0].tensor):
             assert made.graph is graph
+
+
+def test_no_devices_means_the_cpu():
+    """TFRA's `devices or default devices`: a script passing devices=[] (no ps tasks)."""
+    assert de.get_variable(
+        "nodev", dim=DIM, devices=[]).devices == ["/CPU:0"]

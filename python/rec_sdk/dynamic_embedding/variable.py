@@ -48,8 +48,9 @@ def _shape_checked(x, want, message):
 
 
 def checked_devices(devices):
-    """A variable's devices argument as a non-empty list of device names."""
-    if devices is None:
+    """A variable's devices argument as a non-empty list of device names (none or an empty
+    list: the CPU, as TFRA's `devices or default devices`)."""
+    if devices is None or (isinstance(devices, (list, tuple, str)) and not devices):
         devices = ["/CPU:0"]
     elif isinstance(devices, str):
         devices = [devices]
