@@ -82,6 +82,8 @@ class EmbeddingTable {
   int64_t Capacity() const;
   // Bytes of memory reserved for rows, slots, metadata and the index.
   int64_t MemoryBytes();
+  // The index's part of MemoryBytes (it varies a little with the table's random hash seed).
+  int64_t IndexMemoryBytes() { return static_cast<int64_t>(index_.memory_bytes()); }
 
   // Maps keys to row addresses. With insert=true (training), absent keys get a new,
   // initialised row, subject to admission, and `access` updates counts and clocks; with
