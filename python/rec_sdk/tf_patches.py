@@ -14,6 +14,7 @@ process has patched (tests check the table against it).
 """
 import collections
 import functools
+import sys
 
 import tensorflow as tf
 from tensorflow.python.checkpoint import util as checkpoint_util
@@ -73,10 +74,38 @@ PATCHES = {p.name: p for p in (
           "a SavedModel namespace whitelist naming TFRA's op namespace accepts rec_sdk's "
           "(rec_sdk.dynamic_embedding.train)",
           "TFRA scripts pass namespace_whitelist=['TFRA']; the check reads it as given"),
+    Patch("keras.Model.save", lambda: _keras_model(), "save",
+          "also writes the tables of de.Variables whose kv_creator has a FileSystemSaver to "
+          "TFRA's key and value files, <SavedModel>/variables/TFRADynamicEmbedding "
+          "(rec_sdk.dynamic_embedding.keras.file_system)",
+          "TFRA's FileSystemSaver is defined by where Keras saves; Keras has no hook on it"),
+    Patch("keras.Model.save_weights", lambda: _keras_model(), "save_weights",
+          "as keras.Model.save, beside the weights' checkpoint", "as keras.Model.save"),
+    Patch("keras.Model.load_weights", lambda: _keras_model(), "load_weights",
+          "loads those tables back from the files, each process the keys of its rank (TFRA's "
+          "FileSystemSaver(proc_size, proc_rank))", "as keras.Model.save"),
     Patch("Dataset.eos_map", lambda: tf.data.Dataset, "eos_map",
           "the SDK's dataset.eos_map(...) (rec_sdk.util.ops): added, TensorFlow has none",
           "the SDK's scripts call it as a Dataset method"),
 )}
+
+
+class _NoKeras:
+    """Stands for Keras 2's Model where it is not installed: its patches are not installed."""
+    save = save_weights = load_weights = None
+
+
+def _keras_model():
+    """Keras 2's Model (rec_sdk.util.tf_compat.keras.Model, read from the module the patches'
+    owner imported: importing it here would import rec_sdk.util, which imports this module's
+    importers), or _NoKeras."""
+    compat = sys.modules.get("rec_sdk.util.tf_compat")
+    if compat is None:
+        return _NoKeras
+    try:
+        return compat.keras.Model
+    except compat.KerasUnavailableError:
+        return _NoKeras
 
 
 def _patch(name):

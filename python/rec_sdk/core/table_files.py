@@ -75,12 +75,20 @@ def read_pair(base, key_dtype, dim):
     return keys, rows
 
 
-def read(dirpath, name, key_dtype, dim, entire_dir=False):
+def saved_bases(dirpath, prefix=""):
+    """The paths (without suffix) of the tables saved in dirpath whose names start with
+    prefix."""
+    root = dirpath.rstrip("/") + "/"
+    return sorted(p[:-len(KEYS_SUFFIX)] for p in tf.io.gfile.glob(
+        root + prefix + "*" + KEYS_SUFFIX))
+
+
+def read(dirpath, name, key_dtype, dim, entire_dir=False, prefix=""):
     """(keys, rows) saved under `name` in dirpath, or with entire_dir of every table saved
-    there."""
+    there (whose name starts with prefix)."""
     root = dirpath.rstrip("/") + "/"
     if entire_dir:
-        bases = sorted(p[:-len(KEYS_SUFFIX)] for p in tf.io.gfile.glob(root + "*" + KEYS_SUFFIX))
+        bases = saved_bases(dirpath, prefix)
     else:
         bases = [root + name]
     if not bases or not all(tf.io.gfile.exists(b + KEYS_SUFFIX) for b in bases):
@@ -103,10 +111,11 @@ def save_op(export, dirpath, name, append=False, op_name=None):
     return tf.py_function(run, [keys, rows], tf.int64, name=op_name)
 
 
-def load_tensors(dirpath, name, key_dtype, dim, entire_dir=False, op_name=None):
-    """(keys, rows) tensors read from the files of `name` (or of the whole directory)."""
+def load_tensors(dirpath, name, key_dtype, dim, entire_dir=False, op_name=None, prefix=""):
+    """(keys, rows) tensors read from the files of `name` (or of the whole directory, the
+    tables whose names start with prefix)."""
     def run():
-        return read(dirpath, name, key_dtype, dim, entire_dir)
+        return read(dirpath, name, key_dtype, dim, entire_dir, prefix)
 
     keys, rows = tf.py_function(run, [], [key_dtype, tf.float32], name=op_name)
     keys.set_shape([None])

@@ -43,9 +43,7 @@ class KeyValueFiles:
         files of another shard count load too)."""
         del buffer_size
         if load_entire_dir:
-            return self.load_from_file_system_with_restore_function(dirpath, proc_size,
-                                                                    proc_rank, name=name,
-                                                                    dirpath_env=dirpath_env)
+            return self._load_files(dirpath, dirpath_env, "", 1, 0, name)
         self._no_string_keys("load_from_file_system")
         with tf.name_scope(name or "%s_load_from_file_system" % self.name.split("/")[-1]):
             self.note_writes()
@@ -57,16 +55,33 @@ class KeyValueFiles:
     def load_from_file_system_with_restore_function(self, dirpath, proc_size=1, proc_rank=0,
                                                     buffer_size=4194304, name=None,
                                                     dirpath_env=table_files.DIRPATH_ENV):
-        """Op upserting every table file in dirpath into this variable's shards by its
-        partitioner (a variable saved with another number of shards loads too)."""
-        del proc_size, proc_rank, buffer_size
+        """Op upserting the rows of every file this variable's tables saved in dirpath (any
+        shard count, any process count: `<base>_mht_*`), routed to the shards by the
+        partitioner; with proc_size > 1 only the keys of process proc_rank
+        (partitioner(key, proc_size) == proc_rank), as TFRA's."""
+        del buffer_size
+        return self._load_files(dirpath, dirpath_env, self._file_prefix(), proc_size,
+                                proc_rank, name)
+
+    def saved_files(self, dirpath):
+        """The files this variable's tables saved in dirpath (their paths without suffix)."""
+        return table_files.saved_bases(dirpath, self._file_prefix())
+
+    def _file_prefix(self):
+        return shard_names.parse_variable_shard(self._shards[0].table_name)[0] + "_mht_"
+
+    def _load_files(self, dirpath, dirpath_env, prefix, proc_size, proc_rank, name):
         self._no_string_keys("load_from_file_system_with_restore_function")
         self.note_writes()
         with tf.name_scope(name or "%s_load_from_file_system" % self.name.split("/")[-1]):
             keys, rows = table_files.load_tensors(table_files.directory(dirpath, dirpath_env),
                                                   None, self.table_key_dtype,
-                                                  self._stored_dim,
-                                                  entire_dir=True)
+                                                  self._stored_dim, entire_dir=True,
+                                                  prefix=prefix)
+            if proc_size > 1:
+                mine = tf.equal(tf.cast(self.partition_fn(keys, proc_size), tf.int32),
+                                proc_rank)
+                keys, rows = tf.boolean_mask(keys, mine), tf.boolean_mask(rows, mine)
             parts, shard_keys, _ = self.split_keys(keys)
             return tf.group([table_ops.upsert(t.handle, k, r) for t, k, r in zip(
                 self._shards, shard_keys, self.by_shard(parts, rows))])
