@@ -30,6 +30,7 @@ once per table on variables of any row count, at the wrapped optimizer's iterati
 current hyperparameters; optimizer-wide state (Nadam's momentum cache) advances once per step.
 """
 import threading
+import weakref
 
 import tensorflow as tf
 from tensorflow.python.training.optimizer import _var_key  # pylint: disable=protected-access
@@ -363,6 +364,10 @@ def _de_update(row_update, de_pairs):
     return updates
 
 
+# {optimizer: the keys of the trainables whose slots _list_slots listed}.
+_listed_slots = weakref.WeakKeyDictionary()
+
+
 def _list_slots(optimizer, fam, grads_and_vars):
     """The de trainables' slots in the optimizer's own slot dict, as TFRA's are
     (tf.compat.v1: _slots[slot name][trainable's key]; legacy Keras: _slots[trainable's
@@ -371,11 +376,15 @@ def _list_slots(optimizer, fam, grads_and_vars):
     if fam not in ("v1", "legacy"):
         return
     slots = private_state(optimizer, "_slots")
+    listed = _listed_slots.setdefault(optimizer, set())
     for grad, var in grads_and_vars:
         record = record_of(var)
         if grad is None or record is None or not record.params.trainable:
             continue
         key = _var_key(var) if fam == "v1" else legacy_var_key(optimizer)(var)
+        if key in listed:
+            continue  # listed at an earlier step (eagerly: every step applies)
+        listed.add(key)
         for view in record.params.get_slot_variables(optimizer):
             if fam == "v1":
                 slots.setdefault(view.slot_name, {}).setdefault(key, TrainableSlot(view))
