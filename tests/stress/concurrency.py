@@ -104,7 +104,7 @@ def sessions(seconds, seed, work):
                 counts[index] += np.bincount(batch, minlength=KEY_SPACE)
                 steps[index] += 1
         except Exception as e:  # pylint: disable=broad-except
-            errors.append("trainer %d after %d steps: %s %s" % (index, stats["steps"],
+            errors.append("trainer %d after %d steps: %s %s" % (index, steps[index],
                                                                  type(e).__name__, str(e)[:300]))
 
     def saver():
