@@ -223,8 +223,8 @@ def _saver_init(original, self, var_list=None, *args, **kwargs):
             and kwargs.get("write_version", saver_pb2.SaverDef.V2) == saver_pb2.SaverDef.V2 \
             and not tf.executing_eagerly():
         kwargs["builder"] = _TfraTensorsBuilder(saver_pb2.SaverDef.V2, named)
-        if not (var_list if var_list is not None else
-                tf.compat.v1.global_variables() +
+        if not kwargs.get("defer_build") and not (
+                var_list if var_list is not None else tf.compat.v1.global_variables() +
                 tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.SAVEABLE_OBJECTS)):
             # Nothing of TensorFlow's to save but de tables (TFRA's Saver saves them): the
             # TF checkpoint holds their TFRA tensors, so that it exists (with its state file
