@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from rec_sdk.core import rank_routes
 from rec_sdk.core import ranks as ranks_module
 from rec_sdk.ops import table_ops
 from tests.helpers import new_session
@@ -236,7 +237,7 @@ def test_ranks_per_host_from_the_setting_and_the_addresses(monkeypatch):
             ranks_module.ranks_per_host(devices, two_hosts)
     # The routes of rank 3 of 2 hosts of 2: its host's group, then its place's.
     monkeypatch.setenv(env, "2")
-    on_host, across = ranks_module._routes(3, devices, two_hosts)
+    on_host, across = rank_routes.routes(3, devices, two_hosts)
     assert (on_host.group.key, on_host.group.devices, on_host.index) == (3, devices[2:], 1)
     assert (across.group.key, across.group.devices, across.index) == (5, devices[1::2], 1)
     assert not on_host.last and across.last
