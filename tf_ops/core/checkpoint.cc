@@ -437,15 +437,6 @@ Status SaveTableFiles(EmbeddingTable* table, const std::string& dir, int64_t* ro
   return Status::Ok();
 }
 
-Status ReadCheckpointId(const std::string& dir, int64_t* save_id, bool* delta) {
-  Meta meta;
-  REC_SDK_RETURN_IF_ERROR(ReadMeta(dir, &meta));
-  REC_SDK_RETURN_IF_ERROR(meta.GetInt("save_id", save_id));
-  auto kind = meta.values.find("kind");
-  *delta = kind != meta.values.end() && kind->second == "delta";
-  return Status::Ok();
-}
-
 Status RestoreTableFiles(EmbeddingTable* table, const std::vector<std::string>& dirs,
                          const RestoreOptions& options, int64_t* rows_out, std::string* note) {
   if (dirs.empty()) return Status::InvalidArgument("restore needs at least one table directory");
@@ -598,10 +589,6 @@ Status ApplyDeltaFiles(EmbeddingTable* table, const std::string& dir, int64_t* r
   REC_SDK_RETURN_IF_ERROR(table->ApplyDelta(src.info, src.cleared, removed, feed));
   if (rows_out != nullptr) *rows_out = restored;
   return Status::Ok();
-}
-
-Status WriteUpdateFile(const std::string& path, const void* data, size_t n) {
-  return checkpoint_files::WriteFileDurably(path, data, n);
 }
 
 }  // namespace rec_sdk

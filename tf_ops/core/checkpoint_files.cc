@@ -1,5 +1,7 @@
 #include "tf_ops/core/checkpoint_files.h"
 
+#include "tf_ops/core/checkpoint.h"
+
 #include <sstream>
 
 #include <sys/stat.h>
@@ -124,4 +126,19 @@ Status CheckFile(const std::string& dir, const Meta& meta, const std::string& na
 }
 
 }  // namespace checkpoint_files
+
+// checkpoint.h's file-level helpers.
+Status ReadCheckpointId(const std::string& dir, int64_t* save_id, bool* delta) {
+  checkpoint_files::Meta meta;
+  REC_SDK_RETURN_IF_ERROR(checkpoint_files::ReadMeta(dir, &meta));
+  REC_SDK_RETURN_IF_ERROR(meta.GetInt("save_id", save_id));
+  auto kind = meta.values.find("kind");
+  *delta = kind != meta.values.end() && kind->second == "delta";
+  return Status::Ok();
+}
+
+Status WriteUpdateFile(const std::string& path, const void* data, size_t n) {
+  return checkpoint_files::WriteFileDurably(path, data, n);
+}
+
 }  // namespace rec_sdk

@@ -128,31 +128,6 @@ Status EmbeddingTable::Create(const TableConfig& config, std::unique_ptr<Embeddi
   return Status::Ok();
 }
 
-int64_t EmbeddingTable::Capacity() const {
-  if (config_.dynamic_expansion) return allocated_rows_.load();
-  if (config_.tiered()) {
-    // Without an SSD bound, the most rows any table holds.
-    return config_.ssd_rows > 0 ? config_.capacity + config_.ssd_rows : kMaxCapacity;
-  }
-  return config_.capacity;
-}
-
-int64_t EmbeddingTable::MemoryBytes() {
-  int64_t row_memory;
-  {
-    // dir_.row_bytes changes only in RelayoutLocked, which holds alloc_mu_ too.
-    std::lock_guard<std::mutex> lock(alloc_mu_);
-    row_memory = num_chunks_ * static_cast<int64_t>(ChunkBytes());
-  }
-  int64_t tier_memory = 0;
-  if (tier_.store != nullptr) {
-    std::shared_lock<std::shared_mutex> structure(structure_mu_);
-    tier_memory = static_cast<int64_t>(tier_.store->stats().memory_bytes) +
-                  num_chunks_ * rows_per_chunk() * static_cast<int64_t>(sizeof(int64_t));
-  }
-  return row_memory + tier_memory + static_cast<int64_t>(index_.memory_bytes());
-}
-
 int64_t EmbeddingTable::EncodeAddress(int64_t row, uint32_t generation) const {
   return TagBits() | IndexEntry(row, generation);
 }
@@ -352,30 +327,6 @@ Status EmbeddingTable::FindOrInsert(const int64_t* keys, int64_t n, bool insert,
                                      "table's capacity can take even after eviction)");
   }
   return Status::Ok();
-}
-
-TableStats EmbeddingTable::Stats() const {
-  TableStats stats;
-  stats.size = Size();
-  stats.capacity = Capacity();
-  stats.admitted = admission_.admitted.load();
-  stats.rejected = admission_.rejected.load();
-  stats.evicted = admission_.evicted.load();
-  stats.pending = pending_.size();
-  stats.newest_clock = ClockForNewRows();
-  if (tier_.store != nullptr) {
-    std::shared_lock<std::shared_mutex> structure(structure_mu_);
-    const ColdTier::Stats cold = tier_.store->stats();
-    stats.cold = static_cast<int64_t>(cold.live);
-    stats.ssd_bytes_read = static_cast<int64_t>(cold.bytes_read);
-    stats.ssd_bytes_written = static_cast<int64_t>(cold.bytes_written);
-    stats.ssd_file_bytes = static_cast<int64_t>(cold.file_bytes);
-  }
-  stats.hot = stats.size - stats.cold;
-  stats.promotions = tier_.promotions.load();
-  stats.demotions = tier_.demotions.load();
-  stats.prefetch_hits = tier_.prefetch_hits.load();
-  return stats;
 }
 
 Status EmbeddingTable::Gather(const int64_t* addresses, int64_t n, float* out,

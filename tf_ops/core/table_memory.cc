@@ -1,6 +1,7 @@
 // The rows' memory: chunks mapped straight from mmap, the check that a reservation fits the
 // process's mappings, the re-layout of every row when an optimizer attaches its slots, and
-// handing out and taking back rows.
+// handing out and taking back rows; and what a table reports of itself (Capacity,
+// MemoryBytes, Stats).
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -203,6 +204,55 @@ void EmbeddingTable::AllocateRows(int64_t count, std::vector<int64_t>* rows) {
 void EmbeddingTable::ReleaseRows(const int64_t* rows, size_t count) {
   std::lock_guard<std::mutex> lock(alloc_mu_);
   free_rows_.insert(free_rows_.end(), rows, rows + count);
+}
+
+int64_t EmbeddingTable::Capacity() const {
+  if (config_.dynamic_expansion) return allocated_rows_.load();
+  if (config_.tiered()) {
+    // Without an SSD bound, the most rows any table holds.
+    return config_.ssd_rows > 0 ? config_.capacity + config_.ssd_rows : kMaxCapacity;
+  }
+  return config_.capacity;
+}
+
+int64_t EmbeddingTable::MemoryBytes() {
+  int64_t row_memory;
+  {
+    // dir_.row_bytes changes only in RelayoutLocked, which holds alloc_mu_ too.
+    std::lock_guard<std::mutex> lock(alloc_mu_);
+    row_memory = num_chunks_ * static_cast<int64_t>(ChunkBytes());
+  }
+  int64_t tier_memory = 0;
+  if (tier_.store != nullptr) {
+    std::shared_lock<std::shared_mutex> structure(structure_mu_);
+    tier_memory = static_cast<int64_t>(tier_.store->stats().memory_bytes) +
+                  num_chunks_ * rows_per_chunk() * static_cast<int64_t>(sizeof(int64_t));
+  }
+  return row_memory + tier_memory + static_cast<int64_t>(index_.memory_bytes());
+}
+
+TableStats EmbeddingTable::Stats() const {
+  TableStats stats;
+  stats.size = Size();
+  stats.capacity = Capacity();
+  stats.admitted = admission_.admitted.load();
+  stats.rejected = admission_.rejected.load();
+  stats.evicted = admission_.evicted.load();
+  stats.pending = pending_.size();
+  stats.newest_clock = ClockForNewRows();
+  if (tier_.store != nullptr) {
+    std::shared_lock<std::shared_mutex> structure(structure_mu_);
+    const ColdTier::Stats cold = tier_.store->stats();
+    stats.cold = static_cast<int64_t>(cold.live);
+    stats.ssd_bytes_read = static_cast<int64_t>(cold.bytes_read);
+    stats.ssd_bytes_written = static_cast<int64_t>(cold.bytes_written);
+    stats.ssd_file_bytes = static_cast<int64_t>(cold.file_bytes);
+  }
+  stats.hot = stats.size - stats.cold;
+  stats.promotions = tier_.promotions.load();
+  stats.demotions = tier_.demotions.load();
+  stats.prefetch_hits = tier_.prefetch_hits.load();
+  return stats;
 }
 
 }  // namespace rec_sdk
