@@ -175,13 +175,18 @@ class _TfraTensorsBuilder(tf_saver.BulkSaverBuilder):
         super().__init__(write_version)
         self._items = items
 
-    def _build_internal(self, names_to_saveables, *args, **kwargs):
+    def written(self):
+        """The written-only saveables of the de tables this Saver saves ([] when off)."""
+        if not _write_tfra_tensors[0]:
+            return []
         items = self._items if self._items is not None else \
             state_of(tf.compat.v1.get_default_graph()).all_de_variables
+        return [_WrittenOnly(s) for s in _tfra_saveables(items)]
+
+    def _build_internal(self, names_to_saveables, *args, **kwargs):
         present = set(names_to_saveables) if isinstance(names_to_saveables, dict) else {
             s.name for s in names_to_saveables if isinstance(s, _WrittenOnly)}
-        extra = [_WrittenOnly(s) for s in _tfra_saveables(items) if s.name not in present] \
-            if _write_tfra_tensors[0] else []
+        extra = [s for s in self.written() if s.name not in present]
         if extra and isinstance(names_to_saveables, dict):
             names_to_saveables = dict(names_to_saveables, **{s.name: s for s in extra})
         elif extra:
@@ -222,17 +227,14 @@ def _saver_init(original, self, var_list=None, *args, **kwargs):
     if len(args) < 7 and kwargs.get("builder") is None and kwargs.get("saver_def") is None \
             and kwargs.get("write_version", saver_pb2.SaverDef.V2) == saver_pb2.SaverDef.V2 \
             and not tf.executing_eagerly():
-        kwargs["builder"] = _TfraTensorsBuilder(saver_pb2.SaverDef.V2, named)
+        builder = kwargs["builder"] = _TfraTensorsBuilder(saver_pb2.SaverDef.V2, named)
         if not kwargs.get("defer_build") and not (
                 var_list if var_list is not None else tf.compat.v1.global_variables() +
                 tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.SAVEABLE_OBJECTS)):
             # Nothing of TensorFlow's to save but de tables (TFRA's Saver saves them): the
             # TF checkpoint holds their TFRA tensors, so that it exists (with its state file
             # for latest_checkpoint) as TFRA's does.
-            written = _tfra_saveables(named if named is not None else state_of(
-                tf.compat.v1.get_default_graph()).all_de_variables)
-            if written and _write_tfra_tensors[0]:
-                var_list = [_WrittenOnly(s) for s in written]
+            var_list = builder.written() or var_list
     original(self, var_list, *args, **kwargs)
     if tables is not None:
         _chosen_tables[self] = tables

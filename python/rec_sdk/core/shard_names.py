@@ -26,7 +26,13 @@ def table_base_name(name):
 
 def variable_shards(base, count):
     """The table names of the `count` shards of a variable whose base name is `base`."""
-    return ["%s_mht_%dof%d" % (base, i + 1, count) for i in range(count)]
+    return ["%s%dof%d" % (variable_shard_prefix(base), i + 1, count) for i in range(count)]
+
+
+def variable_shard_prefix(base):
+    """What the names of every shard (and of every key/value file of one) of the variable
+    with base name `base` start with."""
+    return base + "_mht_"
 
 
 def parse_variable_shard(table_name):

@@ -14,12 +14,12 @@ import numbers
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.python.training.saving import saveable_object  # the base of TF's saveables
 
 from rec_sdk.dynamic_embedding import variable as variable_module
 from rec_sdk.dynamic_embedding.shadow_ops import shaped
 from rec_sdk.dynamic_embedding.shards import default_partition_fn, table_names
 from rec_sdk.dynamic_embedding.slots_and_policies import joined
+from rec_sdk.dynamic_embedding.tfra_table import TableSaveable
 from rec_sdk.util.validation import check_bool
 
 # A lookup's default for keys not stored: no stored row equals it (it tells exists apart).
@@ -146,7 +146,9 @@ class StringValues(variable_module.Variable):
     def clear(self, name=None):
         """Removes every key of every shard."""
         with tf.name_scope(name or "%s_clear" % self.name.split("/")[-1]):
-            return tf.group([t.remove(t.export()[0]) for t in self._tables_of_values])
+            # The MutableHashTables themselves (a SavedModel's copy of the variable maps
+            # them, not its StringTables).
+            return tf.group([_clear(t) for t in self._tables_of_values])
 
     def _shard_size(self, index):
         return self._tables_of_values[index].size()
@@ -195,6 +197,11 @@ class StringValues(variable_module.Variable):
         return []
 
 
+def _clear(table):
+    """Op removing every key of a MutableHashTable."""
+    return table.remove(table.export()[0])
+
+
 def _find(table, keys, dim):
     """(values [n, dim], exists [n]) of flat int64 keys in a MutableHashTable of strings."""
     found = table.lookup(keys, dynamic_default_values=tf.fill([tf.size(keys), dim], _ABSENT))
@@ -217,7 +224,7 @@ class StringTable:
     def saveable(self):
         """TFRA's saveable: specs `<table op>-keys` / `-values`; restore replaces the rows."""
         if self._saveable is None or tf.executing_eagerly():
-            self._saveable = _TableSaveable(self.table, self._saveable_name)
+            self._saveable = TableSaveable(self, self._saveable_name)
         return self._saveable
 
     def size(self, name=None):
@@ -252,7 +259,12 @@ class StringTable:
 
     def clear(self, name=None):
         with tf.name_scope(name or "%s_clear" % self.name):
-            return self.table.remove(self.table.export()[0])
+            return _clear(self.table)
+
+    def import_values(self, keys, values, name=None):
+        """Op replacing this shard's rows with keys and values (TFRA's table import)."""
+        with tf.control_dependencies([self.clear()]):
+            return self.insert(keys, values, name=name)
 
     def export(self, name=None):
         keys, values = self.table.export(name=name)
@@ -261,22 +273,6 @@ class StringTable:
     def accum(self, *args, **kwargs):
         raise TypeError("accum: table %r holds string values, which cannot be added"
                         % self.name)
-
-
-class _TableSaveable(saveable_object.SaveableObject):
-    """A string-valued shard as TFRA's table saveable: `<name>-keys` and `<name>-values`;
-    restore replaces the table's rows."""
-
-    def __init__(self, table, name):
-        keys, values = table.export()
-        super().__init__(table, [saveable_object.SaveSpec(keys, "", name + "-keys"),
-                                 saveable_object.SaveSpec(values, "", name + "-values")], name)
-
-    def restore(self, restored_tensors, restored_shapes, name=None):
-        del restored_shapes, name
-        table = self.op
-        with tf.control_dependencies([table.remove(table.export()[0])]):
-            return table.insert(restored_tensors[0], restored_tensors[1])
 
 
 def _default_row(initializer, dim, name):

@@ -63,12 +63,14 @@ class KeyValueFiles:
         return self._load_files(dirpath, dirpath_env, self._file_prefix(), proc_size,
                                 proc_rank, name)
 
-    def saved_files(self, dirpath):
+    def saved_files(self, dirpath, dirpath_env=table_files.DIRPATH_ENV):
         """The files this variable's tables saved in dirpath (their paths without suffix)."""
-        return table_files.saved_bases(dirpath, self._file_prefix())
+        return table_files.saved_bases(table_files.directory(dirpath, dirpath_env),
+                                       self._file_prefix())
 
     def _file_prefix(self):
-        return shard_names.parse_variable_shard(self._shards[0].table_name)[0] + "_mht_"
+        return shard_names.variable_shard_prefix(
+            shard_names.parse_variable_shard(self._shards[0].table_name)[0])
 
     def _load_files(self, dirpath, dirpath_env, prefix, proc_size, proc_rank, name):
         self._no_string_keys("load_from_file_system_with_restore_function")
