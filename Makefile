@@ -8,7 +8,7 @@ PYTHON ?= python3
 # The TensorFlow to build and test against: `make test` uses 2.15 (the pinned runtime, the last
 # TensorFlow with Estimator) in .venv; `make test TF=2.18` uses TensorFlow 2.18 in .venv-tf2.18,
 # and so on for every requirements-tf<minor>.txt (2.16 to the newest). The op library is rebuilt
-# when TF changes. The versions and their pins: python/rec_sdk/release.py.
+# when TF changes. The versions and their pins: python/rec_sdk/base/release.py.
 TF ?= 2.15
 TF_VERSIONS := 2.15 $(sort $(patsubst requirements-tf%.txt,%,$(wildcard requirements-tf*.txt)))
 ifeq ($(TF),2.15)
@@ -67,7 +67,7 @@ smoke: build
 
 # A wheel of the op library and the Python packages for the TensorFlow it was built against:
 # dist/<minor>/rec_sdk-0.1.0+tf<minor>-<python>-<python>-<platform>.whl, requiring that
-# TensorFlow (setup.py, python/rec_sdk/release.py).
+# TensorFlow (setup.py, python/rec_sdk/base/release.py).
 DIST := dist/$(TF)
 wheel: build
 	rm -rf $(DIST)

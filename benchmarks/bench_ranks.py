@@ -1,4 +1,4 @@
-"""The SDK API over N ranks (rec_sdk.core.ranks) on loopback against one process that
+"""The SDK API over N ranks (rec_sdk.distribute.ranks) on loopback against one process that
 trains the same global batch, in one run.
 
 Table workload: bench_table.py's batches (65,536 int64 keys Zipf(1.1) from a 10M-key space,

@@ -1,11 +1,11 @@
-"""A throughput model of the SDK API's tables over N ranks (rec_sdk.core.ranks), checked
+"""A throughput model of the SDK API's tables over N ranks (rec_sdk.distribute.ranks), checked
 against bench_ranks.py's figures on this machine and used to predict 8, 32 and 128 ranks.
 
 Per step and rank it computes, from the workload's real keys (each rank's slice of the
 global batch, deduplicated per table, sent to owner abs(key % N)):
   * the bytes each rank sends: the needs all-gather, the keys all-to-all (a header of T
     counts and the parts padded to the batch's size class: one class above the largest
-    pair count of the steps, as the hint of rec_sdk.core.ranks holds it), the rows (dim + 1
+    pair count of the steps, as the hint of rec_sdk.distribute.ranks holds it), the rows (dim + 1
     floats per key) and the gradients (dim floats) in the same class, and for DLRM the dense
     all-reduce (ring);
   * the collectives and the stages of the critical path (the needs gather, keys, rows,

@@ -13,7 +13,8 @@ if importlib.util.find_spec("tf_keras") is not None:  # installed with TF >= 2.1
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from rec_sdk.util import initialize, tf_compat  # noqa: E402
+from rec_sdk.util import initialize
+from rec_sdk.base import tf_compat  # noqa: E402
 
 # rec_sdk is a tf.compat.v1 graph-mode library, as the SDK it mirrors.
 tf.compat.v1.disable_eager_execution()

@@ -1,7 +1,8 @@
-"""The package's import structure: modules import only their own layer and the layers below
-(the list in docs/ARCHITECTURE.md, "Layers"), no import cycle and no function-local imports
-(which would hide one), checked statically over every module; and every module imports in a
-fresh interpreter whatever is imported first (all modules in sorted and in reverse order)."""
+"""The package's import structure: each folder of the packages is one layer (the list in
+docs/ARCHITECTURE.md, "Layers"), modules import only their own layer and the layers below, no
+import cycle and no function-local imports (which would hide one), checked statically over
+every module; and every module imports in a fresh interpreter whatever is imported first (all
+modules in sorted and in reverse order)."""
 import ast
 import fnmatch
 import os
@@ -85,23 +86,48 @@ def _direct_imports(module, path):
     return {t for t in targets if t in MODULES and t != module}
 
 
+def _folder(module):
+    """The folder of a module, as the layer table names it: `rec_sdk/tables` for
+    rec_sdk.tables.table and for the package rec_sdk.tables itself."""
+    path = MODULES[module]
+    for package, top in PACKAGES.items():
+        if path.startswith(top + os.sep):
+            relative = os.path.relpath(os.path.dirname(path), top)
+            return package if relative == "." else package + "/" + relative.replace(os.sep, "/")
+    raise AssertionError(path)
+
+
+FOLDERS = sorted({_folder(m) for m in MODULES})
+
+
 def _layers():
-    """[(layer name, [module patterns])], bottom first, from docs/ARCHITECTURE.md."""
+    """[(layer name, [folders])], bottom first, from docs/ARCHITECTURE.md."""
     text = open(os.path.join(ROOT, "docs", "ARCHITECTURE.md")).read()
     block = text.split("<!-- layers: read by tests/test_imports.py -->", 1)[1]
     block = block.split("<!-- end layers -->", 1)[0]
     layers = []
     for line in block.strip().splitlines()[2:]:
-        name, modules = [c.strip() for c in line.strip().strip("|").split("|")]
-        layers.append((name, re.findall(r"`([^`]+)`", modules)))
+        name, folders = [c.strip() for c in line.strip().strip("|").split("|")]
+        layers.append((name, re.findall(r"`([^`]+)`", folders)))
     return layers
 
 
+def test_each_folder_is_in_exactly_one_layer():
+    """Folders are layers: the table lists every folder of the packages once, and nothing
+    else."""
+    listed = [folder for _, folders in _layers() for folder in folders]
+    twice = sorted({f for f in listed if listed.count(f) > 1})
+    assert not twice, "folders listed in more than one layer: %s" % twice
+    assert sorted(listed) == FOLDERS, (
+        "folders missing from the layer table: %s; listed but not folders of the packages: %s"
+        % (sorted(set(FOLDERS) - set(listed)), sorted(set(listed) - set(FOLDERS))))
+
+
 def _layer_of(module, layers):
-    found = [i for i, (_, patterns) in enumerate(layers)
-             if any(fnmatch.fnmatchcase(module, p) for p in patterns)]
-    assert len(found) == 1, "%s matches %s of ARCHITECTURE's layers (needs exactly one)" % (
-        module, [layers[i][0] for i in found] or "none")
+    folder = _folder(module)
+    found = [i for i, (_, folders) in enumerate(layers) if folder in folders]
+    assert len(found) == 1, "%s (folder %s) is in %s of ARCHITECTURE's layers (needs exactly " \
+        "one)" % (module, folder, [layers[i][0] for i in found] or "none")
     return found[0]
 
 
@@ -124,8 +150,11 @@ def test_the_layer_check_catches_an_upward_import(tmp_path):
     fake = tmp_path / "log.py"
     fake.write_text("from rec_sdk.core import embedding\n")
     layers = _layers()
-    assert _direct_imports("rec_sdk.util.log", str(fake)) == {"rec_sdk.core.embedding"}
-    assert _layer_of("rec_sdk.core.embedding", layers) > _layer_of("rec_sdk.util.log", layers)
+    assert _direct_imports("rec_sdk.base.log", str(fake)) == {"rec_sdk.core.embedding"}
+    assert _layer_of("rec_sdk.core.embedding", layers) > _layer_of("rec_sdk.base.log", layers)
+    assert _folder("rec_sdk.base.log") == "rec_sdk/base"
+    assert _folder("rec_sdk.tables") == "rec_sdk/tables"
+    assert _folder("rec_sdk") == "rec_sdk"
 
 
 def test_no_function_local_imports():

@@ -9,7 +9,7 @@ import tensorflow as tf
 import rec_sdk
 import rec_sdk.dynamic_embedding as de
 from rec_sdk.core.embedding import create_table, sparse_lookup
-from rec_sdk.core.table_spec import TableSpec
+from rec_sdk.tables.table_spec import TableSpec
 from rec_sdk.ops import table_ops
 from rec_sdk.saver import restore_tables, save_tables
 from rec_sdk.util.initialize import init, terminate_config_initializer

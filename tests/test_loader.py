@@ -13,7 +13,7 @@ from tensorflow.python.framework import op_def_registry
 
 import rec_sdk
 from rec_sdk.core.embedding import create_table, sparse_lookup
-from rec_sdk import release
+from rec_sdk.base import release
 from rec_sdk.ops import loader
 from rec_sdk.optimizers import lazy_adam
 from rec_sdk.util.initialize import init
@@ -186,7 +186,7 @@ def test_limits_and_stat_names_come_from_the_op_library():
     """The core writes the dim limit and the order of the table counters once; Python reads
     them from the op definitions, and they agree with what the kernels do."""
     from rec_sdk.core.embedding import create_table
-    from rec_sdk.core.initializer_spec import describe_initializer
+    from rec_sdk.tables.initializer_spec import describe_initializer
     from rec_sdk.ops import table_ops as ops
     from rec_sdk.util.initialize import init
     init()

@@ -1,4 +1,4 @@
-"""The batched exchange of tables sharded over ranks (rec_sdk.core.ranks): the ops that pack
+"""The batched exchange of tables sharded over ranks (rec_sdk.distribute.ranks): the ops that pack
 many tables' rows into one exchange, a step's op count flat in the table count, and many
 tables of mixed dims and optimizers over ranks training as one process (processes on
 127.0.0.1, free ports, always stopped)."""
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from rec_sdk.core import rank_routes
-from rec_sdk.core import ranks as ranks_module
+from rec_sdk.distribute.ranks import routes as rank_routes
+from rec_sdk.distribute import ranks as ranks_module
 from rec_sdk.ops import table_ops
 from tests.helpers import new_session
 from tests.test_distribute import _env, _rank_cluster, _run_together

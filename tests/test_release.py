@@ -1,4 +1,4 @@
-"""The TensorFlow releases rec_sdk builds wheels for (rec_sdk.release): the table agrees with
+"""The TensorFlow releases rec_sdk builds wheels for (rec_sdk.base.release): the table agrees with
 the requirements files the venvs are made from and with the Makefile's list, each row's wheel
 requirements and version say which TensorFlow it is for in a form pip compares, and this venv
 runs one of the pinned releases."""
@@ -12,8 +12,8 @@ import tensorflow as tf
 from pip._vendor.packaging.requirements import Requirement
 from pip._vendor.packaging.version import Version
 
-from rec_sdk import release
-from rec_sdk.util import tf_compat
+from rec_sdk.base import release
+from rec_sdk.base import tf_compat
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

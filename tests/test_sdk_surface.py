@@ -21,7 +21,8 @@ from rec_sdk.core.asc.helper import get_asc_insert_func
 from rec_sdk.core.embedding import create_table, sparse_lookup
 from rec_sdk.graph.modifier import GraphModifierHook
 from rec_sdk.optimizers import adagrad, ftrl, gradient_descent, lazy_adam
-from rec_sdk.util import initialize, log
+from rec_sdk.util import initialize
+from rec_sdk.base import log
 from rec_sdk.util.communication import hccl_ops
 from rec_sdk.util.initialize import ConfigInitializer, init
 from rec_sdk.util.ops import import_host_pipeline_ops

@@ -9,7 +9,7 @@ import tensorflow as tf
 
 import rec_sdk
 from rec_sdk.core.embedding import create_table, sparse_lookup
-from rec_sdk.core.initializer_spec import describe_initializer
+from rec_sdk.tables.initializer_spec import describe_initializer
 from rec_sdk.ops import table_ops
 from rec_sdk.optimizers import adagrad, lazy_adam
 from rec_sdk.util.initialize import init

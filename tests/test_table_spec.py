@@ -9,13 +9,14 @@ import pytest
 import tensorflow as tf
 
 import rec_sdk.dynamic_embedding as de
-from rec_sdk import tf_patches
-from rec_sdk.core import shard_names, tier
-from rec_sdk.core import table as table_module
+from rec_sdk.base import tf_patches
+from rec_sdk.tables import shard_names
+from rec_sdk.tables import tier
+from rec_sdk.tables import table as table_module
 from rec_sdk.core.embedding import create_table
-from rec_sdk.core.initializer_spec import describe_initializer
-from rec_sdk.core.table import SparseEmbedding, table_from_op
-from rec_sdk.core.table_spec import TableSpec
+from rec_sdk.tables.initializer_spec import describe_initializer
+from rec_sdk.tables.table import SparseEmbedding, table_from_op
+from rec_sdk.tables.table_spec import TableSpec
 from rec_sdk.util.initialize import init, terminate_config_initializer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -85,13 +86,13 @@ _TABLE_FIELDS = {name for name, value in vars(SparseEmbedding).items()
 
 
 def test_no_module_writes_a_tables_configuration():
-    """Statically: outside core/table.py, no assignment `x.<table field> = ...` where x is not
+    """Statically: outside tables/table.py, no assignment `x.<table field> = ...` where x is not
     `self` (a class setting its own attribute of the same name is no table)."""
     found = []
     for directory, _, files in os.walk(os.path.join(ROOT, "python", "rec_sdk")):
         for name in files:
             path = os.path.join(directory, name)
-            if not name.endswith(".py") or path.endswith(os.path.join("core", "table.py")):
+            if not name.endswith(".py") or path.endswith(os.path.join("tables", "table.py")):
                 continue
             for node in ast.walk(ast.parse(open(path).read(), path)):
                 targets = node.targets if isinstance(node, ast.Assign) else \

@@ -1,4 +1,4 @@
-"""What differs between the supported TensorFlow versions (rec_sdk.util.tf_compat): Estimator
+"""What differs between the supported TensorFlow versions (rec_sdk.base.tf_compat): Estimator
 only on 2.15, with a clear error naming the version elsewhere; Keras 2 (tf.keras on 2.15,
 tf_keras on >= 2.16) for de's Keras layers, and a clear error for Keras 3's optimizers.
 
@@ -10,7 +10,7 @@ import sys
 import pytest
 import tensorflow as tf
 
-from rec_sdk.util import tf_compat
+from rec_sdk.base import tf_compat
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -68,7 +68,7 @@ def test_missing_tf_keras_is_a_clear_error():
 _KERAS_2_FIT = """
 import numpy as np
 from rec_sdk import dynamic_embedding as de
-from rec_sdk.util.tf_compat import keras
+from rec_sdk.base.tf_compat import keras
 import tensorflow as tf
 layer = de.keras.layers.Embedding(4, name="emb", init_capacity=64)
 inputs = keras.layers.Input(shape=(None,), dtype=tf.int64)
@@ -93,7 +93,7 @@ print("FIT-OK")
 
 
 def test_keras_2_model_with_a_de_layer_trains_without_legacy_keras_env():
-    code = "from rec_sdk.util.tf_compat import KERAS_3 as tf_compat_keras_3\n" + _KERAS_2_FIT
+    code = "from rec_sdk.base.tf_compat import KERAS_3 as tf_compat_keras_3\n" + _KERAS_2_FIT
     result = _run(code, legacy_keras=False)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "FIT-OK" in result.stdout

@@ -14,7 +14,7 @@ import tensorflow as tf
 import rec_sdk.dynamic_embedding as de
 from rec_sdk.core.embedding import create_table, sparse_lookup
 from rec_sdk.optimizers import lazy_adam
-from rec_sdk.util import tf_compat
+from rec_sdk.base import tf_compat
 from rec_sdk.util.initialize import init
 
 USERS = np.array([1, 2, 3, 4, 5, 6, 7, 8], np.int64)

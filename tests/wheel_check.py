@@ -1,7 +1,7 @@
 """The wheel from `make wheel`, checked as a user gets it (`make wheel-test`, part of
 `make test`): installed with pip into a scratch venv (TensorFlow and the other requirements
 from PyPI), used from a directory outside the source tree. Checks that its metadata pins the
-TensorFlow the op library was built for (rec_sdk.release's requirements) and its version names
+TensorFlow the op library was built for (rec_sdk.base.release's requirements) and its version names
 that TensorFlow (0.1.0+tf2.18), that the README example trains from it and a
 MonitoredTrainingSession saves a checkpoint, and that a wheel for another TensorFlow fails at
 `import rec_sdk` with the pip commands that fix it.
@@ -25,9 +25,9 @@ import zipfile
 
 
 def _release_module():
-    """rec_sdk.release from this checkout, by path (importing rec_sdk imports TensorFlow)."""
+    """rec_sdk.base.release from this checkout, by path (importing rec_sdk imports TensorFlow)."""
     path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                        "python", "rec_sdk", "release.py")
+                        "python", "rec_sdk", "base", "release.py")
     spec = importlib.util.spec_from_file_location("_rec_sdk_release", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -9,7 +9,7 @@ from rec_sdk.constants.constants import (  # noqa: F401  (re-exported names)
     ASCEND_SPARSE_LOOKUP_UNIQUE_KEYS, ASCEND_TIMESTAMP, TABLE_COLLECTION)
 
 from rec_sdk.ops import loader as _loader
-from rec_sdk.release import VERSION as __version__  # noqa: F401
+from rec_sdk.base.release import VERSION as __version__  # noqa: F401
 
 # An op library built for another TensorFlow (a wheel installed next to the wrong version)
 # fails here, with what to do, not at the first op.
@@ -21,8 +21,8 @@ def version():
     return __version__
 
 # Checkpoints: TensorFlow's Saver saves and restores the tables of every process that uses
-# rec_sdk (rec_sdk.saver_patches installs its hooks when imported).
-from rec_sdk import saver_patches as _saver_patches  # noqa: E402,F401  pylint: disable=wrong-import-position
+# rec_sdk (rec_sdk.saver.patches installs its hooks when imported).
+from rec_sdk.saver import patches as _saver_patches  # noqa: E402,F401  pylint: disable=wrong-import-position
 
 # The per-sample timestamp collection (int seconds) read by lookups with eviction: the SDK's
 # ASCEND_TIMESTAMP.

@@ -11,7 +11,7 @@ import numpy as np
 import tensorflow as tf
 
 import rec_sdk.dynamic_embedding as de
-from rec_sdk.util.tf_compat import keras
+from rec_sdk.base.tf_compat import keras
 
 OUT = sys.argv[1]
 NESTED = sys.argv[2:] == ["nested"]  # the model's call is itself a tf.function (as TFRA's demo)

@@ -19,7 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 import rec_sdk.distribute as dist
-from rec_sdk.core import ranks as ranks_module
+from rec_sdk.distribute import ranks as ranks_module
 from rec_sdk.core.embedding import create_table, sparse_lookup
 from rec_sdk.core.feature_process import evict_tables
 from rec_sdk.optimizers.lazy_adam_by_addr import create_hash_optimizer_by_address

@@ -31,7 +31,7 @@ from rec_sdk.optimizers.gradient_descent import create_hash_optimizer
 from rec_sdk.optimizers.gradient_descent_by_addr import create_hash_optimizer_by_addr
 from rec_sdk.util.communication.hccl_ops import get_rank_size
 from rec_sdk.util.initialize import ConfigInitializer, init, terminate_config_initializer
-from rec_sdk.util.log import logger
+from rec_sdk.base.log import logger
 from rec_sdk.util.variable import get_dense_and_sparse_variable
 
 from demo_data import (BATCH, ITEM_FEATS, ITEM_VOCAB, USER_FEATS, USER_VOCAB,

@@ -36,7 +36,7 @@ from rec_sdk.optimizers.lazy_adam_by_addr import create_hash_optimizer_by_addres
 from rec_sdk.util.communication.hccl_ops import get_rank_id, get_rank_size
 from rec_sdk.util.initialize import (ConfigInitializer, clear_channel, init, set_if_load,
                                      terminate_config_initializer)
-from rec_sdk.util.log import logger
+from rec_sdk.base.log import logger
 from rec_sdk.util.ops import import_host_pipeline_ops
 from rec_sdk.util.tf_version_adapter import hccl_ops
 from rec_sdk.util.variable import get_dense_and_sparse_variable

@@ -9,7 +9,7 @@ import numpy as np
 import tensorflow as tf
 
 import rec_sdk.dynamic_embedding as de
-from rec_sdk.util.tf_compat import keras
+from rec_sdk.base.tf_compat import keras
 
 KEYS = np.arange(30, dtype=np.int64)
 

@@ -132,7 +132,7 @@ class OptimizerType(enum.Enum):
 
 
 class EnvOption(enum.Enum):
-    """Environment variables of the SDK. rec_sdk reads MXREC_LOG_LEVEL (rec_sdk.util.log) and
+    """Environment variables of the SDK. rec_sdk reads MXREC_LOG_LEVEL (rec_sdk.base.log) and
     APPLY_GRADIENTS_STRATEGY (validated by init); init refuses a job whose
     OMPI_COMM_WORLD_SIZE (mpirun) is above 1, as rec_sdk trains in one process. The others
     configure NPU devices and the SDK's C++ threads and have no effect on CPU."""

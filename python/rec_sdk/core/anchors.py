@@ -6,7 +6,7 @@ back to the iterator), its per-step dedup results (row addresses, rows, inverse 
 the rebuilt input pipeline replaces, and what the pipeline needs to redo the work (table,
 mode, admission weight, timestamps, send_count).
 """
-from rec_sdk.util.graph_state import state_of
+from rec_sdk.base.graph_state import state_of
 
 
 class Anchor:

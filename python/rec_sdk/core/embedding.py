@@ -15,15 +15,16 @@ from tensorflow.python.framework import tensor_util
 from rec_sdk_graph_rewrite.iterator_sources import GET_NEXT_OPS
 from rec_sdk.constants.constants import (ASCEND_SPARSE_LOOKUP_ENTRANCE, ASCEND_TIMESTAMP,
                                          LOOKUP_COLLECTIONS, MULTI_LOOKUP_TIMES)
-from rec_sdk.core import anchors, ranks
+from rec_sdk.core import anchors
+from rec_sdk.distribute import ranks
 from rec_sdk.core.asc import helper
 from rec_sdk.core.asc.feature_spec import FeatureSpec, check_thresholds
 from rec_sdk.core.sdk_table import as_dim, create_table  # noqa: F401 (create_table: the SDK's path)
-from rec_sdk.core.table import (SparseEmbedding, table_of,  # noqa: F401 (re-exported)
+from rec_sdk.tables.table import (SparseEmbedding, table_of,  # noqa: F401 (re-exported)
                                 tables_of_graph)
 from rec_sdk.ops import table_ops
 from rec_sdk.util import initialize
-from rec_sdk.util.validation import INT32_MAX, check_bool, check_int
+from rec_sdk.base.validation import INT32_MAX, check_bool, check_int
 
 MAX_LOOKUPS_PER_TABLE = MULTI_LOOKUP_TIMES
 

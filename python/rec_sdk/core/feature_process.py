@@ -9,12 +9,12 @@ import time
 import tensorflow as tf
 
 from rec_sdk.constants.constants import DEFAULT_EVICT_TIME_INTERVAL
-from rec_sdk.core.table import tables_of_graph
-from rec_sdk.core.tier import TIER_STATS
-from rec_sdk.core import ranks
+from rec_sdk.tables.table import tables_of_graph
+from rec_sdk.tables.tier import TIER_STATS
+from rec_sdk.distribute import ranks
 from rec_sdk.ops import table_ops
-from rec_sdk.util.validation import INT32_MAX, check_bool, check_int
-from rec_sdk.util.log import logger
+from rec_sdk.base.validation import INT32_MAX, check_bool, check_int
+from rec_sdk.base.log import logger
 
 
 def evictable_tables(graph=None):

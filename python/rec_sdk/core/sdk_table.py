@@ -1,6 +1,6 @@
 """The SDK's `create_table` (public as rec_sdk.core.embedding.create_table): its arguments,
-checked as the SDK names them, become a TableSpec (rec_sdk.core.table_spec) and the table
-(rec_sdk.core.table.create); over several ranks, a shard per rank (rec_sdk.core.ranks)."""
+checked as the SDK names them, become a TableSpec (rec_sdk.tables.table_spec) and the table
+(rec_sdk.tables.table.create); over several ranks, a shard per rank (rec_sdk.distribute.ranks)."""
 import math
 import numbers
 import os
@@ -10,16 +10,17 @@ import tensorflow as tf
 
 from rec_sdk.constants.constants import (MAX_VOCABULARY_SIZE, All2allGradientsOp,
                                          ApplyGradientsStrategy, MxRecMode)
-from rec_sdk.core import table as table_module
-from rec_sdk.core import tier
-from rec_sdk.core.initializer_spec import describe_initializer
-from rec_sdk.core.ranks import RankShards
-from rec_sdk.core.table import tables_of_graph
-from rec_sdk.core.table_spec import (TableSpec, emb_dtype_name, index_layout_name,
+from rec_sdk.tables import table as table_module
+from rec_sdk.tables import tier
+from rec_sdk.tables.initializer_spec import describe_initializer
+from rec_sdk.distribute.ranks import RankShards
+from rec_sdk.tables.table import tables_of_graph
+from rec_sdk.tables.table_spec import (TableSpec, emb_dtype_name, index_layout_name,
                                      slot_dtype_name)
 from rec_sdk.ops import table_ops
-from rec_sdk.util import cluster, initialize
-from rec_sdk.util.validation import INT32_MAX, check_bool, check_float, check_int
+from rec_sdk.util import initialize
+from rec_sdk.distribute import cluster
+from rec_sdk.base.validation import INT32_MAX, check_bool, check_float, check_int
 
 _NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.]{1,100}$")
 

@@ -5,11 +5,11 @@ Every process of the cluster, ps or worker, starts its server with `start_server
 `python -m rec_sdk.distribute.server`), which loads rec_sdk's op library into the process
 first, so its server can run the table ops placed on it. `python -m rec_sdk.distribute.launch`
 starts a local cluster around a worker command. The cluster and collective functions live in
-rec_sdk.util.cluster (the layer below the tables); the sharding of the SDK API's tables over
-ranks in rec_sdk.core.ranks; docs/DISTRIBUTED.md says how to use them.
+rec_sdk.distribute.cluster (the layer below the tables); the sharding of the SDK API's tables over
+ranks in rec_sdk.distribute.ranks; docs/DISTRIBUTED.md says how to use them.
 """
-from rec_sdk.core.ranks import broadcast_variables
-from rec_sdk.util.cluster import (ClusterTask, all_gather, all_gather_blocks, all_reduce,
+from rec_sdk.distribute.ranks import broadcast_variables
+from rec_sdk.distribute.cluster import (ClusterTask, all_gather, all_gather_blocks, all_reduce,
                                   all_reduce_many, all_to_all_blocks, current_task,
                                   next_instance_key,
                                   ps_devices, rank_of, start_server, task_from_tf_config,

@@ -51,7 +51,7 @@ from rec_sdk.dynamic_embedding.slots_and_policies import (FrequencyRestrictPolic
 from rec_sdk.dynamic_embedding.variable import Variable, default_partition_fn, get_variable
 from rec_sdk.dynamic_embedding import string_values  # noqa: F401 (string-valued Variables)
 from rec_sdk.ops.loader import load_ops_if_built
-from rec_sdk.saver_patches import enable_tfra_checkpoint_tensors
+from rec_sdk.saver.patches import enable_tfra_checkpoint_tensors
 
 # As importing TFRA does: a ps task that imports this module and starts a bare
 # tf.distribute.Server serves the tables placed on it.

@@ -6,7 +6,7 @@ import tensorflow as tf
 
 from rec_sdk.dynamic_embedding.optimizer_kinds import legacy_var_key, private_state
 from rec_sdk.optimizers.row_update import row_variable, through_variables
-from rec_sdk.util.tf_compat import keras
+from rec_sdk.base.tf_compat import keras
 
 
 def _constant_initial(initializer, dtype):

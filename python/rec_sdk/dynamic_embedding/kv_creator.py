@@ -3,9 +3,9 @@ statistics of a key in one row): the CPU creators TFRA scripts pass (`CuckooHash
 its config and `FileSystemSaver`) are accepted and map onto it; the back ends rec_sdk does not
 have (Redis, HKV on GPU) are names whose construction says so. `TieredTableCreator` (rec_sdk's
 own) gives a variable tables larger than memory, with an SSD tier."""
-from rec_sdk.core import tier
-from rec_sdk.core.table_spec import emb_dtype_name, index_layout_name, slot_dtype_name
-from rec_sdk.util.validation import check_int
+from rec_sdk.tables import tier
+from rec_sdk.tables.table_spec import emb_dtype_name, index_layout_name, slot_dtype_name
+from rec_sdk.base.validation import check_int
 
 
 class KVCreator:

@@ -17,9 +17,9 @@ from rec_sdk.dynamic_embedding.shadow_ops import (ShadowVariable, TrainableWrapp
                                                   shaped, shared_by_workers)
 from rec_sdk.dynamic_embedding.variable import Variable
 from rec_sdk.ops import table_ops
-from rec_sdk.util.graph_state import state_of, trainable_lookup
-from rec_sdk.util.log import logger
-from rec_sdk.util.validation import check_float
+from rec_sdk.base.graph_state import state_of, trainable_lookup
+from rec_sdk.base.log import logger
+from rec_sdk.base.validation import check_float
 
 _COMBINERS = ("sum", "mean", "sqrtn")
 _WARNED_READ_ONLY = weakref.WeakSet()  # de.Variables whose lookups were said to only read

@@ -42,9 +42,9 @@ from rec_sdk.dynamic_embedding.optimizer_kinds import (family, hyper, initial_ac
                                                         private_state, slot_info)
 from rec_sdk.ops import optimizer_ops, table_ops
 from rec_sdk.optimizers.row_update import row_variable, through_variables
-from rec_sdk import tf_patches
-from rec_sdk.util import tf_processors
-from rec_sdk.util.graph_state import state_of
+from rec_sdk.base import tf_patches
+from rec_sdk.base import tf_processors
+from rec_sdk.base.graph_state import state_of
 
 
 def _outer_graph():

@@ -10,7 +10,7 @@ A "row" is a slice along the last axis: a [n, dim] variable has n accumulators (
 """
 import tensorflow as tf
 
-from rec_sdk.util.validation import check_float
+from rec_sdk.base.validation import check_float
 
 
 class RowwiseAdagradOptimizer(tf.compat.v1.train.Optimizer):

@@ -6,9 +6,9 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from rec_sdk.core import shard_names
-from rec_sdk.core.initializer_spec import describe_initializer
-from rec_sdk.core.table import tables_of_graph
+from rec_sdk.tables import shard_names
+from rec_sdk.tables.initializer_spec import describe_initializer
+from rec_sdk.tables.table import tables_of_graph
 
 DEFAULT_INIT_SIZE = 8192  # rows reserved per shard when neither init_size nor the env var says
 
@@ -22,7 +22,7 @@ def default_partition_fn(keys, shard_num):
 
 def table_names(name, shard_num):
     """rec_sdk table names ([A-Za-z0-9_.], unique in the graph) of the shards of the variable
-    `name` (see rec_sdk.core.shard_names), with a counter added to the base name when a table
+    `name` (see rec_sdk.tables.shard_names), with a counter added to the base name when a table
     of the graph has one of the names already. Derived from the variable's name (not from
     op-creation order), so a training, an evaluation and an export graph built by the same
     code name their tables alike, as checkpoints need."""

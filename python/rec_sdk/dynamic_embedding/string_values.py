@@ -20,7 +20,7 @@ from rec_sdk.dynamic_embedding.shadow_ops import shaped
 from rec_sdk.dynamic_embedding.shards import default_partition_fn, table_names
 from rec_sdk.dynamic_embedding.slots_and_policies import joined
 from rec_sdk.dynamic_embedding.tfra_table import TableSaveable
-from rec_sdk.util.validation import check_bool
+from rec_sdk.base.validation import check_bool
 
 # A lookup's default for keys not stored: no stored row equals it (it tells exists apart).
 _ABSENT = "\x00rec_sdk:absent\x00"

@@ -70,7 +70,7 @@ class TfraTable:
     def saveable(self):
         """TFRA's saveable of the table: specs `<table op name>-keys` and `-values` (the
         table's export), restore() importing (replacing the table's rows). In a graph, one
-        object per table (as TFRA's attribute), which Savers also write (saver_patches)."""
+        object per table (as TFRA's attribute), which Savers also write (rec_sdk.saver.patches)."""
         if tf.executing_eagerly():
             return TableSaveable(self, self.name)
         found = _saveables.get(self._shard)

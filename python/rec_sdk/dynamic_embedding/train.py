@@ -13,7 +13,7 @@ such scripts port unchanged.
 import tensorflow as tf
 
 from rec_sdk.ops.table_ops import OP_NAMESPACE
-from rec_sdk import tf_patches
+from rec_sdk.base import tf_patches
 
 TFRA_NAMESPACE = "TFRA"
 

@@ -10,9 +10,10 @@ import numbers
 import numpy as np
 import tensorflow as tf
 
-from rec_sdk.core import shard_names, tier
-from rec_sdk.core import table as table_module
-from rec_sdk.core.table_spec import TableSpec
+from rec_sdk.tables import shard_names
+from rec_sdk.tables import tier
+from rec_sdk.tables import table as table_module
+from rec_sdk.tables.table_spec import TableSpec
 from rec_sdk.dynamic_embedding import key_codec, value_codec
 from rec_sdk.dynamic_embedding.shards import (ShardKeys, default_partition_fn,  # noqa: F401
                                               defaults_of, describe, init_rows, table_names)
@@ -25,9 +26,9 @@ from rec_sdk.dynamic_embedding.slots_and_policies import (RestrictPolicy, SlotVa
                                                             joined)
 from rec_sdk.dynamic_embedding.tfra_table import TfraTable, accum_rows, export_rows
 from rec_sdk.ops import table_ops
-from rec_sdk.util.graph_state import state_of
-from rec_sdk.util.log import logger
-from rec_sdk.util.validation import check_bool
+from rec_sdk.base.graph_state import state_of
+from rec_sdk.base.log import logger
+from rec_sdk.base.validation import check_bool
 
 
 _KEY_DTYPES = (tf.int64, tf.int32, tf.string)

@@ -1,8 +1,9 @@
 """TFRA's key and value files of a de.Variable (save_to_file_system, load_from_file_system):
-each shard's keys and rows in files of its own (see rec_sdk.core.table_files)."""
+each shard's keys and rows in files of its own (see rec_sdk.tables.table_files)."""
 import tensorflow as tf
 
-from rec_sdk.core import shard_names, table_files
+from rec_sdk.tables import shard_names
+from rec_sdk.tables import table_files
 from rec_sdk.ops import table_ops
 
 

@@ -8,10 +8,10 @@ import re
 import tensorflow as tf
 
 from rec_sdk import saver as rec_saver
-from rec_sdk.core import shard_names
+from rec_sdk.tables import shard_names
 from rec_sdk.dynamic_embedding.variable import Variable
 from rec_sdk.ops import table_ops
-from rec_sdk.util.graph_state import state_of
+from rec_sdk.base.graph_state import state_of
 
 
 class GraphKeys:

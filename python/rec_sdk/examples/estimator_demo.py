@@ -28,7 +28,7 @@ from rec_sdk.examples.metrics import auc, log_loss  # noqa: E402
 from rec_sdk.graph.modifier import GraphModifierHook  # noqa: E402
 from rec_sdk.optimizers import lazy_adam  # noqa: E402
 from rec_sdk.util.initialize import init, terminate_config_initializer  # noqa: E402
-from rec_sdk.util.tf_compat import estimator  # noqa: E402
+from rec_sdk.base.tf_compat import estimator  # noqa: E402
 from rec_sdk.util.variable import get_dense_and_sparse_variable  # noqa: E402
 
 DAY = 86400

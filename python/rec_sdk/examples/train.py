@@ -49,7 +49,7 @@ from rec_sdk.examples.progress import Progress  # noqa: E402
 from rec_sdk.graph.modifier import GraphModifierHook  # noqa: E402
 from rec_sdk.optimizers import lazy_adam  # noqa: E402
 from rec_sdk.util.initialize import init, terminate_config_initializer  # noqa: E402
-from rec_sdk.util import tf_compat  # noqa: E402
+from rec_sdk.base import tf_compat  # noqa: E402
 from rec_sdk.util.variable import get_dense_and_sparse_variable  # noqa: E402
 
 # A sparse field: ids = batch[key] (or its column `column`); multi: [batch, k] ids padded

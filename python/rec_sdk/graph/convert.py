@@ -38,15 +38,15 @@ import rec_sdk_graph_rewrite as graph_rewrite
 from rec_sdk_graph_rewrite.embedding_variables import find_embedding_variables
 from rec_sdk.constants.constants import MAX_VOCABULARY_SIZE
 from rec_sdk.core.embedding import create_table, sparse_lookup
-from rec_sdk.core.table import tables_of_graph
+from rec_sdk.tables.table import tables_of_graph
 from rec_sdk.ops import table_ops
 from rec_sdk.optimizers import lazy_adam, lazy_adam_by_addr
 from rec_sdk.optimizers.base import SparseOptimizer
 from rec_sdk.util import initialize
-from rec_sdk.util.dump import next_dump_path
-from rec_sdk.util.graph_state import state_of
-from rec_sdk.util.log import logger
-from rec_sdk.util.validation import check_bool, check_float
+from rec_sdk.base.dump import next_dump_path
+from rec_sdk.base.graph_state import state_of
+from rec_sdk.base.log import logger
+from rec_sdk.base.validation import check_bool, check_float
 
 DEFAULT_LEARNING_RATE = 0.001
 DEFAULT_CAPACITY_FACTOR = 4.0

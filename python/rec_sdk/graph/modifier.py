@@ -36,12 +36,13 @@ from rec_sdk.core import embedding
 from rec_sdk.core.asc import helper
 from rec_sdk.core.asc.feature_spec import FeatureSpec
 from rec_sdk.core.asc.manager import start_asc_pipeline
-from rec_sdk.core import ranks
+from rec_sdk.distribute import ranks
 from rec_sdk.ops import table_ops
-from rec_sdk.util import graph_state, initialize
-from rec_sdk.util.dump import next_dump_path
-from rec_sdk.util.log import logger
-from rec_sdk.util.validation import INT32_MAX, check_bool
+from rec_sdk.util import initialize
+from rec_sdk.base import graph_state
+from rec_sdk.base.dump import next_dump_path
+from rec_sdk.base.log import logger
+from rec_sdk.base.validation import INT32_MAX, check_bool
 
 PREFETCH = 10
 _MAX_POSITIONS = 256  # FeatureSpec index_key positions

@@ -25,10 +25,10 @@ import tensorflow as tf
 import rec_sdk_graph_rewrite as graph_rewrite
 from rec_sdk.constants.constants import ASCEND_SPARSE_LOOKUP_ENTRANCE, ASCEND_TIMESTAMP
 from rec_sdk.core import anchors as anchor_registry
-from rec_sdk.core.table import tables_of_graph
+from rec_sdk.tables.table import tables_of_graph
 from rec_sdk.graph import modifier
 from rec_sdk.ops import table_ops
-from rec_sdk.util.log import logger
+from rec_sdk.base.log import logger
 
 
 def _tensor_lookups(graph):

@@ -14,7 +14,8 @@ import threading
 
 import tensorflow as tf
 
-from rec_sdk import release, tf_patches
+from rec_sdk.base import release
+from rec_sdk.base import tf_patches
 
 LIBRARY_FILE = "_rec_sdk_ops.so"
 VERSION_FILE = "_rec_sdk_ops.tf_version"
@@ -239,7 +240,7 @@ def warn_unreachable_ps(error):
     found = _PS_TARGET.search(message)
     if found is None:
         return None
-    # rec_sdk's logger (rec_sdk.util.log.LOGGER_NAME; importing that module here would make
+    # rec_sdk's logger (rec_sdk.base.log.LOGGER_NAME; importing that module here would make
     # an import cycle).
     logging.getLogger("rec_sdk").warning(
         "rec_sdk: ps task %s stopped or restarted (%s). Restart it with the same TF_CONFIG "

@@ -10,7 +10,7 @@ from tensorflow.core.framework import attr_value_pb2
 from tensorflow.python.framework import op_def_registry
 
 from rec_sdk.ops.loader import OP_NAMESPACE, load_ops
-from rec_sdk.util.graph_state import state_of
+from rec_sdk.base.graph_state import state_of
 
 GATHER_OP = OP_NAMESPACE + ">TableGather"
 FIND_OR_INSERT_OP = OP_NAMESPACE + ">TableFindOrInsert"
@@ -30,7 +30,7 @@ def create_table(table_name, key_dtype, dim, dynamic_expansion, capacity, initia
                  index_layout="auto"):
     """Builds the op that creates (on first run) the table and returns its resource handle.
 
-    `initializer` is a dict from rec_sdk.core.initializer_spec.describe_initializer. Admission
+    `initializer` is a dict from rec_sdk.tables.initializer_spec.describe_initializer. Admission
     and eviction thresholds are set by configure_admission. With ssd_paths (a fixed-capacity
     table), `capacity` rows stay in memory and the others go to files there (ssd_rows at
     most, 0: no bound; with ssd_direct_io they bypass the page cache). emb_dtype: the element

@@ -24,12 +24,12 @@ import collections
 import tensorflow as tf
 from tensorflow.python.training.optimizer import _var_key  # pylint: disable=protected-access
 
-from rec_sdk.core.table import SparseEmbedding, table_of, tables_of_graph
-from rec_sdk.core import ranks
+from rec_sdk.tables.table import SparseEmbedding, table_of, tables_of_graph
+from rec_sdk.distribute import ranks
 from rec_sdk.ops import table_ops
 from rec_sdk.optimizers.row_update import row_variable, through_variables
 from rec_sdk.util import initialize
-from rec_sdk.util.validation import check_float
+from rec_sdk.base.validation import check_float
 
 
 def _rows(where, grad, var):

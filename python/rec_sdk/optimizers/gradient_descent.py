@@ -3,7 +3,7 @@ import tensorflow as tf
 
 from rec_sdk.ops import optimizer_ops
 from rec_sdk.optimizers.base import SparseOptimizer, check_learning_rate
-from rec_sdk.util.validation import check_float
+from rec_sdk.base.validation import check_float
 
 
 class GradientDescentOptimizer(SparseOptimizer):

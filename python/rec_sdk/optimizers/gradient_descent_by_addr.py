@@ -1,6 +1,6 @@
 """Sparse gradient descent for dynamic-expansion tables, applied by row address."""
 from rec_sdk.optimizers.gradient_descent import GradientDescentOptimizer
-from rec_sdk.util.validation import check_float
+from rec_sdk.base.validation import check_float
 
 
 def create_hash_optimizer_by_addr(learning_rate, weight_decay=0.0001,

@@ -18,7 +18,7 @@ import uuid
 import numpy as np
 import tensorflow as tf
 
-from rec_sdk.core.table import tables_of_graph
+from rec_sdk.tables.table import tables_of_graph
 from rec_sdk.serving import update_files
 from rec_sdk.serving.apply import ModelLock, apply_update_op
 from rec_sdk.serving.indexed import served_table
@@ -26,7 +26,7 @@ from rec_sdk.serving.plugin import PluginTable
 from rec_sdk.serving.push import Changes, merge_shards
 from rec_sdk.serving.rank_parts import is_over_ranks, served_table_over_ranks
 from rec_sdk.serving.static import ServingGraph, default_row
-from rec_sdk.util.graph_state import state_of
+from rec_sdk.base.graph_state import state_of
 
 APPLY_SIGNATURE = "apply_update"
 VERSION_SIGNATURE = "version"

@@ -26,7 +26,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.ops import gen_lookup_ops  # LookupTableImportV2: no public wrapper
 
-from rec_sdk.util.log import logger
+from rec_sdk.base.log import logger
 
 EMPTY_KEY = np.iinfo(np.int64).min
 DELETED_KEY = EMPTY_KEY + 1

@@ -10,7 +10,7 @@ table's exclusive lock (TableApplyRows), so a lookup sees each row all-old or al
 """
 import tensorflow as tf
 
-from rec_sdk.core.initializer_spec import describe_initializer
+from rec_sdk.tables.initializer_spec import describe_initializer
 from rec_sdk.ops import table_ops
 from rec_sdk.serving.mutable import asset_path, stream_rows, write_rows
 

@@ -22,15 +22,15 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from rec_sdk.core.table import tables_of_graph
+from rec_sdk.tables.table import tables_of_graph
 from rec_sdk.serving import update_files
 from rec_sdk.serving.update_files import UpdateError
 from rec_sdk.serving.mutable import without_reserved_keys
 from rec_sdk.serving.rank_parts import RankParts, is_over_ranks, push_over_ranks
 from rec_sdk.serving.static import dense_variables, serving_layers
-from rec_sdk.util.graph_state import state_of
-from rec_sdk.util.log import logger
-from rec_sdk.util.tf_compat import keras
+from rec_sdk.base.graph_state import state_of
+from rec_sdk.base.log import logger
+from rec_sdk.base.tf_compat import keras
 
 
 def _find(names, available, what, push_dir):

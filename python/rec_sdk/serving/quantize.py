@@ -9,8 +9,8 @@ The export measures the largest error over all rows and logs it.
 import numpy as np
 import tensorflow as tf
 
-from rec_sdk.util.log import logger
-from rec_sdk.util.validation import check_dtype_name
+from rec_sdk.base.log import logger
+from rec_sdk.base.validation import check_dtype_name
 
 ROW_DTYPES = ("float32", "float16", "int8")
 

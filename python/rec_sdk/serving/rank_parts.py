@@ -1,7 +1,7 @@
 """Serving updates of tables sharded over ranks: each rank writes the rows it owns.
 
 Rank 0 pushes (push.Pusher), as it saves: it has a handle of every rank's shard, and the ops
-it builds on a shard run on that shard's task (rec_sdk.core.ranks). For each table and rank
+it builds on a shard run on that shard's task (rec_sdk.distribute.ranks). For each table and rank
 r, RankParts builds on rank r's device the ops that take the shard's changes (TakeChanges),
 add them to the changes since the chain's base that the chain's newest update holds (rank
 r's files of it, read and checked on rank r) and write both, the changes alone (step
@@ -15,14 +15,14 @@ import collections
 
 import tensorflow as tf
 
-from rec_sdk.core import ranks as rank_ops
+from rec_sdk.distribute import ranks as rank_ops
 from rec_sdk.ops import table_ops
 from rec_sdk.serving import update_files
 from rec_sdk.serving.apply import checked_contents
 from rec_sdk.serving.indexed import IndexedTable, choose_layout
 from rec_sdk.serving.mutable import (ABSENT_KEY, LOAD_BATCH, ServedTable, default_of, isin,
                                      memory_layout, part_of_op)
-from rec_sdk.util.log import logger
+from rec_sdk.base.log import logger
 
 KINDS = (("keys", tf.int64), ("values", tf.float32), ("removed", tf.int64))
 

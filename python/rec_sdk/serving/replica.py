@@ -33,7 +33,7 @@ from rec_sdk.ops.loader import load_ops_if_built
 from rec_sdk.serving import update_files
 from rec_sdk.serving.export import APPLY_SIGNATURE, VERSION_INPUT, VERSION_SIGNATURE
 from rec_sdk.serving.update_files import UpdateError
-from rec_sdk.util.log import logger
+from rec_sdk.base.log import logger
 
 
 class ServedModel:

@@ -23,7 +23,7 @@ import tempfile
 import numpy as np
 import tensorflow as tf
 
-from rec_sdk.core.table import tables_of_graph
+from rec_sdk.tables.table import tables_of_graph
 from rec_sdk.dynamic_embedding.keras import layers as de_layers
 from rec_sdk.ops import table_ops
 from rec_sdk.serving.mutable import asset_path

@@ -40,7 +40,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from rec_sdk.saver import pid_alive
+from rec_sdk.saver.tables import pid_alive
 
 BASE = "BASE"
 MANIFEST = "MANIFEST"

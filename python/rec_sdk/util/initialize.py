@@ -14,12 +14,12 @@ import tensorflow as tf
 
 from rec_sdk.constants.constants import (EVAL_CHANNEL_ID, GET_CONFIG_INSTANCE_ERR_MSG,
                                          TRAIN_CHANNEL_ID, EnvOption, apply_gradients_strategy)
-from rec_sdk.util import cluster
-from rec_sdk.util import graph_state
+from rec_sdk.distribute import cluster
+from rec_sdk.base import graph_state
 from rec_sdk.util.communication import hccl_ops
-from rec_sdk.util.log import logger
+from rec_sdk.base.log import logger
 from rec_sdk.util.ops import import_host_pipeline_ops
-from rec_sdk.util.validation import INT32_MAX, check_bool, check_int
+from rec_sdk.base.validation import INT32_MAX, check_bool, check_int
 
 _lock = threading.Lock()
 _atexit_registered = False

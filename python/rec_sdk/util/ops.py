@@ -28,9 +28,9 @@ import tensorflow as tf
 from rec_sdk.constants.constants import (EVAL_CHANNEL_ID, LIBASC_OPS_SO, LIBREC_EOS_OPS_SO,
                                          LIBREC_TF_REC_V1_CPU_SO, MAX_INT32, TABLE_COLLECTION,
                                          TRAIN_CHANNEL_ID)
-from rec_sdk import tf_patches
-from rec_sdk.util.log import logger
-from rec_sdk.util.validation import check_int
+from rec_sdk.base import tf_patches
+from rec_sdk.base.log import logger
+from rec_sdk.base.validation import check_int
 
 _SDK_LIBRARIES = (None, LIBASC_OPS_SO, LIBREC_EOS_OPS_SO, LIBREC_TF_REC_V1_CPU_SO)
 

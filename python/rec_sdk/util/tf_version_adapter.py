@@ -12,7 +12,7 @@ import types
 
 import tensorflow as tf
 
-from rec_sdk.util import cluster
+from rec_sdk.distribute import cluster
 from rec_sdk.util.communication import hccl_ops as _ranks
 
 _REDUCTIONS = ("sum", "max", "min", "prod")

@@ -1,8 +1,8 @@
 """get_dense_and_sparse_variable (mirrors mx_rec.util.variable)."""
 import tensorflow as tf
 
-from rec_sdk.core.table import tables_of_graph
-from rec_sdk.util.graph_state import trainable_lookup
+from rec_sdk.tables.table import tables_of_graph
+from rec_sdk.base.graph_state import trainable_lookup
 
 
 def get_dense_and_sparse_variable():

@@ -9,7 +9,7 @@ import itertools
 import numbers
 import threading
 
-from rec_sdk.util.validation import INT32_MAX, check_bool, check_int, check_threshold
+from rec_sdk.base.validation import INT32_MAX, check_bool, check_int, check_threshold
 
 MAX_TUPLE_INDEX = 255
 

@@ -17,14 +17,14 @@ import os
 import tensorflow as tf
 
 from rec_sdk.core.asc.feature_spec import FeatureSpec
-from rec_sdk.core.keys import as_keys
-from rec_sdk.core.table import tables_of_graph
+from rec_sdk.tables.keys import as_keys
+from rec_sdk.tables.table import tables_of_graph
 from rec_sdk.ops import table_ops
 from rec_sdk.ops.loader import load_ops
-from rec_sdk.util.dump import next_dump_path
-from rec_sdk.util.graph_state import state_of
-from rec_sdk.util.log import logger
-from rec_sdk.util.validation import check_bool
+from rec_sdk.base.dump import next_dump_path
+from rec_sdk.base.graph_state import state_of
+from rec_sdk.base.log import logger
+from rec_sdk.base.validation import check_bool
 
 PREFIX = "__rec_sdk__/"
 

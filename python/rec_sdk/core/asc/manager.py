@@ -9,9 +9,9 @@ that exists, and a table's specs agree on its admission and eviction thresholds.
 import tensorflow as tf
 
 from rec_sdk.core.asc import helper
-from rec_sdk.core.table import tables_of_graph
+from rec_sdk.tables.table import tables_of_graph
 from rec_sdk.util import initialize
-from rec_sdk.util.log import logger
+from rec_sdk.base.log import logger
 
 
 def start_asc_pipeline(graph=None):

@@ -1,7 +1,7 @@
 """de.keras.callbacks: TFRA's Keras callbacks. ModelCheckpoint is Keras' own: a model with
 de layers saves its tables with its weights (see de.keras.models). The Horovod callbacks
 exist and say that Horovod is out of scope."""
-from rec_sdk.util.tf_compat import keras
+from rec_sdk.base.tf_compat import keras
 
 ModelCheckpoint = keras.callbacks.ModelCheckpoint
 

@@ -13,10 +13,10 @@ import os
 
 import tensorflow as tf
 
-from rec_sdk import tf_patches
+from rec_sdk.base import tf_patches
 from rec_sdk.dynamic_embedding.kv_creator import FileSystemSaver
 from rec_sdk.dynamic_embedding.variable import Variable
-from rec_sdk.util.tf_compat import KerasUnavailableError, keras
+from rec_sdk.base.tf_compat import KerasUnavailableError, keras
 
 DIRECTORY = "TFRADynamicEmbedding"
 

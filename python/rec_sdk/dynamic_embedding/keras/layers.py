@@ -14,7 +14,7 @@ import tensorflow as tf
 from rec_sdk.dynamic_embedding import mode
 from rec_sdk.dynamic_embedding.shadow_ops import ShadowVariable, unique_lookup
 from rec_sdk.dynamic_embedding.variable import Variable, default_partition_fn
-from rec_sdk.util.tf_compat import keras
+from rec_sdk.base.tf_compat import keras
 
 _SERVING = {}  # id(layer) -> ids -> embeddings of that layer (see serving_lookups)
 

@@ -2,9 +2,9 @@
 routes), which shards a process manages (managed_shards) and the owner of each key."""
 import tensorflow as tf
 
-from rec_sdk.core import shard_names
-from rec_sdk.core.rank_routes import routes as _routes
-from rec_sdk.util.cluster import worker_addresses
+from rec_sdk.tables import shard_names
+from rec_sdk.distribute.ranks.routes import routes as _routes
+from rec_sdk.distribute.cluster import worker_addresses
 
 
 class RankShards:

@@ -14,14 +14,14 @@ import tensorflow as tf
 from tensorflow.core.protobuf import saver_pb2
 from tensorflow.python.training import saver as tf_saver  # BulkSaverBuilder: no public name
 
-from rec_sdk.core import ranks
-from rec_sdk.core.table import SparseEmbedding, tables_of_graph
-from rec_sdk import tf_patches
+from rec_sdk.distribute import ranks
+from rec_sdk.tables.table import SparseEmbedding, tables_of_graph
+from rec_sdk.base import tf_patches
 from rec_sdk.ops import table_ops
-from rec_sdk.saver import (SPARSE_PREFIX, commit_tables, existing_save, restore_tables,
+from rec_sdk.saver.tables import (SPARSE_PREFIX, commit_tables, existing_save, restore_tables,
                            sparse_dir, tables_of_session, write_tables)
-from rec_sdk.util.graph_state import state_of
-from rec_sdk.util.log import logger
+from rec_sdk.base.graph_state import state_of
+from rec_sdk.base.log import logger
 
 # The name of the restore op of a Saver whose restore also restores the graph's tables, from
 # the table directory beside the checkpoint it is given (see restore_tables_in_graph).

@@ -1,14 +1,14 @@
-"""The levels of an exchange of tables sharded over ranks (rec_sdk.core.ranks): direct, or
+"""The levels of an exchange of tables sharded over ranks (rec_sdk.distribute.ranks): direct, or
 two levels with per-host dedup (REC_SDK_RANKS_PER_HOST)."""
 import os
 
-from rec_sdk.util.cluster import CollectiveGroup
-from rec_sdk.util.log import logger
+from rec_sdk.distribute.cluster import CollectiveGroup
+from rec_sdk.base.log import logger
 
 
 class Route:
     """One level of an exchange: its collective group (None: every training task; else a
-    rec_sdk.util.cluster.CollectiveGroup), its size, this rank's index in it, and where each
+    rec_sdk.distribute.cluster.CollectiveGroup), its size, this rank's index in it, and where each
     key goes in it (`owner`: the owning rank -> an index in the group). `last`: the level
     whose destinations own the keys."""
 

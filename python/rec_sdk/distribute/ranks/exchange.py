@@ -3,10 +3,10 @@ size-classed all-to-alls, looked up once per key by their owners, rows sent back
 (exchange_rows), and the gradient of the rows op that feeds the owners' updates."""
 import tensorflow as tf
 
-from rec_sdk.core.ranks.placement import owner_of
+from rec_sdk.distribute.ranks.placement import owner_of
 from rec_sdk.ops import table_ops
-from rec_sdk.util.cluster import all_gather, all_to_all_in_class, next_instance_key
-from rec_sdk.util.graph_state import state_of
+from rec_sdk.distribute.cluster import all_gather, all_to_all_in_class, next_instance_key
+from rec_sdk.base.graph_state import state_of
 
 
 _ROWS_GRADIENT = "RecSdkRankRows"

@@ -3,13 +3,13 @@ initialisation, each rank's count of finished update steps and rank 0's wait for
 (fence) before it saves or evicts a shard."""
 import tensorflow as tf
 
-from rec_sdk import tf_patches
-from rec_sdk.core.ranks.batching import batch_pending_lookups
-from rec_sdk.core.table import tables_of_graph
+from rec_sdk.base import tf_patches
+from rec_sdk.distribute.ranks.batching import batch_pending_lookups
+from rec_sdk.tables.table import tables_of_graph
 from rec_sdk.ops import table_ops
-from rec_sdk.util.cluster import next_instance_key, rank_of, worker_devices
-from rec_sdk.util.graph_state import state_of
-from rec_sdk.util.log import logger
+from rec_sdk.distribute.cluster import next_instance_key, rank_of, worker_devices
+from rec_sdk.base.graph_state import state_of
+from rec_sdk.base.log import logger
 
 
 def broadcast_variables(variables, task):

@@ -16,9 +16,9 @@ from typing import Any, Callable, Mapping, Optional, Tuple
 import numpy as np
 import tensorflow as tf
 
-from rec_sdk.core.tier import MAX_ROWS, TierConfig
+from rec_sdk.tables.tier import MAX_ROWS, TierConfig
 from rec_sdk.ops import table_ops
-from rec_sdk.util.validation import check_dtype_name, check_int
+from rec_sdk.base.validation import check_dtype_name, check_int
 
 KEY_DTYPES = (tf.int64, tf.int32)
 # The element types a table can store its embeddings in (tf_ops/core/row_precision.h), and
@@ -74,11 +74,11 @@ class TableSpec:  # pylint: disable=too-many-instance-attributes
 
     name: the table's name (unique in a graph; the resource's name in sessions).
     key_dtype: tf.int64 or tf.int32. dim: floats per row of embedding (>= 1).
-    initializer: the C++ row initialiser (rec_sdk.core.initializer_spec.describe_initializer).
+    initializer: the C++ row initialiser (rec_sdk.tables.initializer_spec.describe_initializer).
     dynamic_expansion: the table grows without bound (else it holds capacity_rows rows).
     capacity_rows: the rows of a fixed-capacity table (memory and SSD together), else None.
     initial_rows: rows reserved up front by a table that grows (0 for the others).
-    tier: the SSD tier (rec_sdk.core.tier.TierConfig) of a table larger than memory, or None;
+    tier: the SSD tier (rec_sdk.tables.tier.TierConfig) of a table larger than memory, or None;
       its memory holds tier.memory_rows rows, its files tier.ssd_rows (None: no bound, the
       table then grows without bound).
     is_save: checkpoints include the table. saved_by_owner: a de.Variable's shard (the
@@ -93,7 +93,7 @@ class TableSpec:  # pylint: disable=too-many-instance-attributes
     shard_keys_filter: for shard i of a de.Variable: keys (NumPy) -> which of them the
       variable's partitioner sends to this shard (restores of another shard count), or None.
     ranks: where the shards of a table of the SDK API are over the ranks of a cluster
-      (rec_sdk.core.ranks.RankShards), or None in one process.
+      (rec_sdk.distribute.ranks.RankShards), or None in one process.
     emb_dtype: the element type of the stored embeddings, one of EMB_DTYPES (half-precision
       rows round stochastically on update).
     slot_dtype: the element type of optimizer slots of dim values per row, one of

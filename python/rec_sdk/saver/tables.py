@@ -2,7 +2,7 @@
 
 `tf.compat.v1.train.Saver.save` and `.restore` (and so `MonitoredTrainingSession` and
 tf.estimator, which use them) save and restore every table with `is_save=True` of the
-session's graph, with no extra user code (rec_sdk.saver_patches): `saver.save(sess,
+session's graph, with no extra user code (rec_sdk.saver.patches): `saver.save(sess,
 "ckpt/model", global_step=100)` writes the TensorFlow checkpoint `ckpt/model-100` and the
 tables under `ckpt/sparse-model-100/`, one directory per table (files described in
 tf_ops/core/checkpoint.h: keys, embeddings, optimizer slots, admission counts, last-seen
@@ -24,11 +24,11 @@ import uuid
 import numpy as np
 import tensorflow as tf
 
-from rec_sdk.core import shard_names
-from rec_sdk.core.table import SparseEmbedding, tables_of_graph
-from rec_sdk.core import ranks
-from rec_sdk.util.log import logger
-from rec_sdk.util.validation import check_bool, check_int
+from rec_sdk.tables import shard_names
+from rec_sdk.tables.table import SparseEmbedding, tables_of_graph
+from rec_sdk.distribute import ranks
+from rec_sdk.base.log import logger
+from rec_sdk.base.validation import check_bool, check_int
 
 SPARSE_PREFIX = "sparse-"
 _TMP_MARK = ".tmp-"

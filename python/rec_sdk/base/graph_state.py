@@ -58,7 +58,7 @@ class GraphState:
         # {full name: de.Variable} made by de.get_variable.
         self.de_variables = {}
         # Every de.Variable built in graph mode: a Saver also writes their tables' keys and
-        # values as TFRA's checkpoint tensors (rec_sdk.saver_patches).
+        # values as TFRA's checkpoint tensors (rec_sdk.saver.patches).
         self.all_de_variables = []
         # {"variable", "ids", "embeddings", "max_norm"} of the de lookups built in graph
         # mode (rec_sdk.serving cuts a served graph at them).
@@ -72,9 +72,9 @@ class GraphState:
         # keys (shadows shared by ParameterServerStrategy workers, de.shadow_ops)
         self.gradient_keys = {}
         # {token tensor name: its lookup} of lookups of tables sharded over ranks (both tokens
-        # of a lookup once batched: its own exchange's and its batch's; rec_sdk.core.ranks)
+        # of a lookup once batched: its own exchange's and its batch's; rec_sdk.distribute.ranks)
         self.rank_lookups = {}
-        # Rank 0's wait for every rank's finished update steps (rec_sdk.core.ranks.fence)
+        # Rank 0's wait for every rank's finished update steps (rec_sdk.distribute.ranks.fence)
         self.rank_fence = None
 
     def lookups_of(self, table_name):

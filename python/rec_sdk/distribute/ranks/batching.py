@@ -3,9 +3,9 @@ optimizer trains, and the graph's other lookups when the graph is finalized."""
 import tensorflow as tf
 
 import rec_sdk_graph_rewrite as graph_rewrite
-from rec_sdk.core.ranks.exchange import batch_gradients, exchange_batch
-from rec_sdk.util.graph_state import state_of
-from rec_sdk.util.log import logger
+from rec_sdk.distribute.ranks.exchange import batch_gradients, exchange_batch
+from rec_sdk.base.graph_state import state_of
+from rec_sdk.base.log import logger
 
 
 def lookup_of(token):

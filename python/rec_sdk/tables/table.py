@@ -1,8 +1,8 @@
 """The table object: `SparseEmbedding` (what `create_table` returns and what a de.Variable's
 shards are) and where a graph's tables are found (`tables_of_graph`, `table_of`).
 
-A SparseEmbedding is made from a TableSpec (rec_sdk.core.table_spec), which it never changes,
-by `create`; it owns its handle op, its checkpoint ops (rec_sdk.core.checkpoint_ops) and the
+A SparseEmbedding is made from a TableSpec (rec_sdk.tables.table_spec), which it never changes,
+by `create`; it owns its handle op, its checkpoint ops (rec_sdk.tables.checkpoint_ops) and the
 thresholds its lookups configured; what the lookups did is recorded in the graph's GraphState
 (`table.lookups`).
 """
@@ -13,13 +13,14 @@ from tensorflow.core.framework.attr_value_pb2 import NameAttrList
 from tensorflow.python.framework import ops as framework_ops
 
 from rec_sdk.constants.constants import TABLE_COLLECTION
-from rec_sdk.core import checkpoint_ops, table_files
-from rec_sdk.core.keys import as_keys
-from rec_sdk.core.table_spec import TableSpec
+from rec_sdk.tables import checkpoint_ops
+from rec_sdk.tables import table_files
+from rec_sdk.tables.keys import as_keys
+from rec_sdk.tables.table_spec import TableSpec
 from rec_sdk.ops import loader, table_ops
-from rec_sdk.util import tf_processors
-from rec_sdk.util.graph_state import state_of
-from rec_sdk.util.validation import THRESHOLD_RANGE, check_threshold
+from rec_sdk.base import tf_processors
+from rec_sdk.base.graph_state import state_of
+from rec_sdk.base.validation import THRESHOLD_RANGE, check_threshold
 
 _uid_lock = threading.Lock()
 _next_uid = [0]
@@ -86,7 +87,7 @@ class SparseEmbedding(tf.saved_model.experimental.TrackableResource):
     capacity_rows = _from_spec("capacity_rows",
                                "The fixed capacity (None in dynamic-expansion mode).")
     device_vocabulary_size = _from_spec("initial_rows", "Rows reserved up front.")
-    tier = _from_spec("tier", "The SSD tier (rec_sdk.core.tier.TierConfig), or None.")
+    tier = _from_spec("tier", "The SSD tier (rec_sdk.tables.tier.TierConfig), or None.")
     is_save = _from_spec("is_save", "Checkpoints include the table.")
     saved_by_owner = _from_spec(
         "saved_by_owner", "A de.Variable's shard: the variable serializes its shards together "
@@ -100,7 +101,7 @@ class SparseEmbedding(tf.saved_model.experimental.TrackableResource):
     shard_keys_filter = _from_spec("shard_keys_filter",
                                    "keys -> which of them a de.Variable's shard keeps.")
     ranks = _from_spec("ranks", "Where the shards of a table sharded over ranks are "
-                       "(rec_sdk.core.ranks.RankShards), or None in one process.")
+                       "(rec_sdk.distribute.ranks.RankShards), or None in one process.")
     value_dtype = tf.float32
 
     @property
@@ -130,7 +131,7 @@ class SparseEmbedding(tf.saved_model.experimental.TrackableResource):
             tf.raw_ops.DestroyResourceOp(resource=self._resource_handle,
                                          ignore_lookup_error=True)
 
-    # --- key and value files (TFRA's save_to_file_system; see rec_sdk.core.table_files) ---
+    # --- key and value files (TFRA's save_to_file_system; see rec_sdk.tables.table_files) ---
     def save_to_file_system(self, dirpath, file_name=None,
                             dirpath_env=table_files.DIRPATH_ENV, append_to_file=False,
                             buffer_size=None, name=None):

@@ -30,21 +30,21 @@ Patch = collections.namedtuple("Patch", ["name", "owner", "attr", "does", "why"]
 PATCHES = {p.name: p for p in (
     Patch("Saver.__init__", lambda: tf.compat.v1.train.Saver, "__init__",
           "takes rec_sdk tables (and de.Variables) in var_list: they are saved by rec_sdk, "
-          "the rest goes to TensorFlow (rec_sdk.saver_patches)",
+          "the rest goes to TensorFlow (rec_sdk.saver.patches)",
           "Saver has no extension point for objects that are not variables or "
           "SaveableObjects; a table's files are not tensors"),
     Patch("Saver.save", lambda: tf.compat.v1.train.Saver, "save",
           "writes the tables' files beside the TensorFlow checkpoint, atomically, before "
-          "it; deletes them with the checkpoints max_to_keep drops (rec_sdk.saver_patches)",
+          "it; deletes them with the checkpoints max_to_keep drops (rec_sdk.saver.patches)",
           "MonitoredTrainingSession and Estimator call Saver.save themselves; users expect "
           "their checkpoints to hold the tables with no extra code"),
     Patch("Saver.restore", lambda: tf.compat.v1.train.Saver, "restore",
-          "restores the tables from the directory beside the checkpoint (rec_sdk.saver_patches)",
+          "restores the tables from the directory beside the checkpoint (rec_sdk.saver.patches)",
           "as Saver.save"),
     Patch("SavedModelBuilder._maybe_create_saver", lambda: builder_impl._SavedModelBuilder,  # pylint: disable=protected-access
           "_maybe_create_saver",
           "the Saver of a SavedModel restores the tables in its restore op, so loaders "
-          "that only run that op get every row (rec_sdk.saver_patches.restore_tables_in_graph)",
+          "that only run that op get every row (rec_sdk.saver.patches.restore_tables_in_graph)",
           "SavedModel loaders run saver_def.restore_op_name and nothing else; the builder "
           "makes its Saver internally (Estimator.export_saved_model)"),
     Patch("Session.run", lambda: tf.compat.v1.Session, "run",
@@ -55,12 +55,12 @@ PATCHES = {p.name: p for p in (
     Patch("Scaffold.finalize", lambda: tf.compat.v1.train.Scaffold, "finalize",
           "with tables sharded over ranks, batches the lookups no optimizer batched into "
           "one exchange and adds the broadcast of rank 0's variables to the local init op "
-          "(rec_sdk.core.ranks)",
+          "(rec_sdk.distribute.ranks)",
           "MonitoredTrainingSession and Estimator build the Scaffold; its local_init_op "
           "can only be replaced, not extended, from outside"),
     Patch("optimizer._get_processor", lambda: tf_optimizer, "_get_processor",
           "tf.compat.v1 optimizers take rec_sdk tables and de trainables in var_list "
-          "(rec_sdk.util.tf_processors)",
+          "(rec_sdk.base.tf_processors)",
           "compute_gradients picks a processor per variable with this private function "
           "and refuses any type it does not know"),
     Patch("checkpoint.util.serialize_slot_variables", lambda: checkpoint_util,
@@ -96,10 +96,10 @@ class _NoKeras:
 
 
 def _keras_model():
-    """Keras 2's Model (rec_sdk.util.tf_compat.keras.Model, read from the module the patches'
+    """Keras 2's Model (rec_sdk.base.tf_compat.keras.Model, read from the module the patches'
     owner imported: importing it here would import rec_sdk.util, which imports this module's
     importers), or _NoKeras."""
-    compat = sys.modules.get("rec_sdk.util.tf_compat")
+    compat = sys.modules.get("rec_sdk.base.tf_compat")
     if compat is None:
         return _NoKeras
     try:

@@ -1,6 +1,6 @@
 """The one place that knows how the supported TensorFlow versions' APIs differ (2.15, the last
 with Estimator and Keras 2 as tf.keras; 2.16 to the newest, with Keras 3 as tf.keras and no
-Estimator). Which versions those are and what each pins: rec_sdk.release.
+Estimator). Which versions those are and what each pins: rec_sdk.base.release.
 
 * `keras`: the Keras 2 API rec_sdk's Keras layers, initializers and optimizers build on:
   tf.keras on TensorFlow 2.15; the `tf_keras` package on TensorFlow >= 2.16, where tf.keras is
@@ -14,7 +14,7 @@ import types
 
 import tensorflow as tf
 
-from rec_sdk import release
+from rec_sdk.base import release
 
 TF_VERSION = tf.__version__
 _MAJOR_MINOR = tuple(int(part) for part in TF_VERSION.split(".")[:2])

@@ -2,8 +2,8 @@
 the ranks (owner_gradients, split_table_gradient)."""
 import tensorflow as tf
 
-from rec_sdk.core.ranks.batching import batch_lookups, lookup_of
-from rec_sdk.core.ranks.exchange import batch_gradients
+from rec_sdk.distribute.ranks.batching import batch_lookups, lookup_of
+from rec_sdk.distribute.ranks.exchange import batch_gradients
 
 
 def owner_gradients(pairs):

@@ -2,7 +2,7 @@
 version, with what a wheel for it requires and how to install that wheel.
 
 This module imports nothing (setup.py loads it by path before TensorFlow is importable, and
-`import rec_sdk` reads it); rec_sdk.util.tf_compat knows how the versions' APIs differ, the
+`import rec_sdk` reads it); rec_sdk.base.tf_compat knows how the versions' APIs differ, the
 requirements-tf<minor>.txt files pin each version's development venv (tests check they agree
 with this table).
 """

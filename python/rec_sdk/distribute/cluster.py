@@ -266,7 +266,7 @@ def _reserve(name, keys):
 
 def next_instance_key(task=None):
     """A new collective instance key of the default graph (for collectives built elsewhere,
-    e.g. rec_sdk.core.ranks' broadcasts), or None outside a cluster."""
+    e.g. rec_sdk.distribute.ranks' broadcasts), or None outside a cluster."""
     call = _collective_call(task, "a collective")
     return None if call is None else call[2]
 
@@ -403,7 +403,7 @@ def all_to_all_blocks(blocks, task=None, name=None):
     block. As with all_gather_blocks, each power of two has its own instance key (chosen at
     run time): the padding costs at most twice the bytes. A session step that runs it must
     also run an all_gather or all_reduce (TensorFlow sets up a step's collective executor
-    for those, not for an all-to-all alone); the exchanges of rec_sdk.core.ranks do."""
+    for those, not for an all-to-all alone); the exchanges of rec_sdk.distribute.ranks do."""
     call = _collective_call(task, "all_to_all", keys=_SIZE_CLASSES)
     with tf.name_scope(name or "all_to_all_blocks"):
         tensors = [tf.convert_to_tensor(t) for t, _ in blocks]

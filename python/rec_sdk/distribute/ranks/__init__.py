@@ -1,7 +1,7 @@
 """The SDK API over N ranks: tables sharded by key over the training tasks of a cluster, trained
 synchronously (as the SDK's ranks train).
 
-Rank r of N (the r-th training task, chief first; see rec_sdk.util.cluster.training_task) owns
+Rank r of N (the r-th training task, chief first; see rec_sdk.distribute.cluster.training_task) owns
 the keys with abs(key % N) == r, the rule rec_sdk's checkpoints restore by. Each rank holds
 its shard in its own process. A lookup on rank r:
 
@@ -39,7 +39,7 @@ restores and evicts every shard (managed_shards); in MonitoredTrainingSession an
 tf.estimator every rank's variables are set to rank 0's in the session's local
 initialisation (broadcast_variables).
 
-Per-host dedup (REC_SDK_RANKS_PER_HOST, rec_sdk.core.rank_routes): the exchange runs in two
+Per-host dedup (REC_SDK_RANKS_PER_HOST, rec_sdk.distribute.ranks.routes): the exchange runs in two
 levels, each a whole exchange in collective groups of its own: the ranks of a host (each key
 to the rank of its host in its owner's place, which deduplicates the host's keys), then the
 ranks of a place across the hosts (to the owner); gradients are summed at each level.
@@ -47,11 +47,11 @@ ranks of a place across the hosts (to the owner); gradients are summed at each l
 Every rank must build the same graph (the same lookups and optimizer calls in the same order:
 the n-th collective of each graph meets the n-th of the others) and run the same steps.
 """
-from rec_sdk.core.rank_routes import RANKS_PER_HOST_ENV, ranks_per_host  # noqa: F401
-from rec_sdk.core.ranks.batching import (batch_lookups, batch_pending_lookups,  # noqa: F401
+from rec_sdk.distribute.ranks.routes import RANKS_PER_HOST_ENV, ranks_per_host  # noqa: F401
+from rec_sdk.distribute.ranks.batching import (batch_lookups, batch_pending_lookups,  # noqa: F401
                                          lookup_of, replace_lookups)
-from rec_sdk.core.ranks.exchange import exchange_rows  # noqa: F401
-from rec_sdk.core.ranks.gradients import owner_gradients, split_table_gradient  # noqa: F401
-from rec_sdk.core.ranks.placement import RankShards, owner_of  # noqa: F401
-from rec_sdk.core.ranks.sync import (broadcast_variables, fence, managed_shards,  # noqa: F401
+from rec_sdk.distribute.ranks.exchange import exchange_rows  # noqa: F401
+from rec_sdk.distribute.ranks.gradients import owner_gradients, split_table_gradient  # noqa: F401
+from rec_sdk.distribute.ranks.placement import RankShards, owner_of  # noqa: F401
+from rec_sdk.distribute.ranks.sync import (broadcast_variables, fence, managed_shards,  # noqa: F401
                                      step_done)

@@ -6,7 +6,7 @@ docs/ARCHITECTURE.md). With direct_io the files bypass the page cache (O_DIRECT)
 import collections
 import os
 
-from rec_sdk.util.validation import check_bool, check_int
+from rec_sdk.base.validation import check_bool, check_int
 
 MAX_ROWS = 2**40  # rows a tier level may be given; far beyond any machine's memory
 

@@ -4,10 +4,10 @@ TensorFlow's optimizers pick a "processor" per variable (tensorflow.python.train
 optimizer._get_processor): what compute_gradients differentiates (target()) and how
 apply_gradients updates it (update_op). rec_sdk's objects that stand where variables stand
 (an SDK table in a var_list, a de lookup's trainable) get processors of their own: the lookup
-is patched once, here (rec_sdk.tf_patches), and each kind registers a function giving
+is patched once, here (rec_sdk.base.tf_patches), and each kind registers a function giving
 its processor (or None).
 """
-from rec_sdk import tf_patches
+from rec_sdk.base import tf_patches
 
 _factories = []
 
