@@ -17,6 +17,7 @@ import rec_sdk.util as rec_util
 from rec_sdk.constants import constants
 from rec_sdk.constants.constants import ApplyGradientsStrategy, BaseEnum
 from rec_sdk.core.asc.feature_spec import FeatureSpec
+from rec_sdk.distribute.ranks import shards_of
 from rec_sdk.core.asc.helper import get_asc_insert_func
 from rec_sdk.core.embedding import create_table, sparse_lookup
 from rec_sdk.graph.modifier import GraphModifierHook
@@ -138,7 +139,7 @@ def test_init_takes_the_ranks_from_the_cluster(monkeypatch):
         with tf.Graph().as_default():
             table = create_table(tf.int64, 4, "t", tf.compat.v1.zeros_initializer(),
                                  device_vocabulary_size=300)
-            assert table.ranks.rank == rank and list(table.ranks.shards) == [rank]
+            assert table.ranks.rank == rank and list(shards_of(table)) == [rank]
             assert table.handle.device == "/job:worker/replica:0/task:%d/device:CPU:0" % index
             assert table.capacity_rows == 100  # the vocabulary is divided over the ranks
             reduced = npu_hccl_ops.allreduce(tf.constant([1.0]), "sum")
@@ -152,8 +153,8 @@ def test_init_takes_the_ranks_from_the_cluster(monkeypatch):
     with tf.Graph().as_default():
         table = create_table(tf.int64, 4, "t", tf.compat.v1.zeros_initializer(),
                              device_vocabulary_size=10)
-        assert sorted(table.ranks.shards) == [0, 1]
-        assert table.ranks.shards[1].handle.device == "/job:worker/replica:0/task:0/device:CPU:0"
+        assert sorted(shards_of(table)) == [0, 1]
+        assert shards_of(table)[1].handle.device == "/job:worker/replica:0/task:0/device:CPU:0"
     initialize.terminate_config_initializer()
     monkeypatch.setenv("TF_CONFIG", json.dumps(
         {"cluster": dict(cluster, ps=["127.0.0.1:4"]), "task": {"type": "chief", "index": 0}}))

@@ -2,6 +2,7 @@
 attributes and back, shard names formatted and parsed in one module, no module writing a
 table's configuration after construction, and the TensorFlow patches' one convention."""
 import ast
+import dataclasses
 import os
 
 import numpy as np
@@ -16,7 +17,7 @@ from rec_sdk.tables import table as table_module
 from rec_sdk.core.embedding import create_table
 from rec_sdk.tables.initializer_spec import describe_initializer
 from rec_sdk.tables.table import SparseEmbedding, table_from_op
-from rec_sdk.tables.table_spec import TableSpec
+from rec_sdk.tables.table_spec import RankPlacement, TableSpec
 from rec_sdk.util.initialize import init, terminate_config_initializer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -78,6 +79,23 @@ def test_table_configuration_is_read_only():
                       "padding_keys", "access_threshold"):
             with pytest.raises(AttributeError):
                 setattr(table, field, None)
+
+
+def test_a_spec_holds_placement_only():
+    """A table over ranks: its spec holds where its shards are (a frozen RankPlacement), not
+    the shards' table objects, so a spec stays what it was when made."""
+    placement = RankPlacement(None, 1, 2, ["/job:worker/task:0", "/job:worker/task:1"])
+    assert placement.devices == ("/job:worker/task:0", "/job:worker/task:1")
+    assert placement.device == "/job:worker/task:1"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        placement.rank = 0
+    with pytest.raises(ValueError, match="rank=2, size=2 and 2 devices"):
+        RankPlacement(None, 2, 2, ["a", "b"])
+    spec = TableSpec("t", tf.int64, 4, INIT, placement=placement)
+    assert spec.placement is placement
+    # The initializer's description is the one dict (the op's attributes are made from it).
+    assert [f.name for f in dataclasses.fields(spec)
+            if isinstance(getattr(spec, f.name), (dict, list, set))] == ["initializer"]
 
 
 # Attributes of a table that only its own module may set (every SparseEmbedding property).

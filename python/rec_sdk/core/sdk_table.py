@@ -13,9 +13,9 @@ from rec_sdk.constants.constants import (MAX_VOCABULARY_SIZE, All2allGradientsOp
 from rec_sdk.tables import table as table_module
 from rec_sdk.tables import tier
 from rec_sdk.tables.initializer_spec import describe_initializer
-from rec_sdk.distribute.ranks import RankShards
+from rec_sdk.distribute.ranks import set_shards
 from rec_sdk.tables.table import tables_of_graph
-from rec_sdk.tables.table_spec import (TableSpec, emb_dtype_name, index_layout_name,
+from rec_sdk.tables.table_spec import (RankPlacement, TableSpec, emb_dtype_name, index_layout_name,
                                      slot_dtype_name)
 from rec_sdk.ops import table_ops
 from rec_sdk.util import initialize
@@ -174,26 +174,27 @@ def create_table(key_dtype, dim, name, emb_initializer, device_vocabulary_size=1
         track_changes=config.is_incremental_checkpoint or servable, emb_dtype=emb_dtype,
         slot_dtype=slot_dtype, index_layout=index_layout,
         **options["padding"])
-    shards = _rank_shards(name, rank_size, options["divide_gradients"])
-    if shards is None:
+    placement = _placement(name, rank_size, options["divide_gradients"])
+    if placement is None:
         return table_module.create(spec)
-    with tf.device(shards.device):
-        table = table_module.create(spec.replace(ranks=shards))
-    shards.shards[shards.rank] = table
-    if shards.rank == 0:
+    with tf.device(placement.device):
+        table = table_module.create(spec.replace(placement=placement))
+    shards = {placement.rank: table}
+    if placement.rank == 0:
         # Rank 0 saves, restores and evicts every rank's shard (each by an op on the shard's
         # own task, which reads or writes its files): a handle of each other shard, by name,
         # with the table's admission and eviction thresholds.
-        for rank, device in enumerate(shards.devices):
+        for rank, device in enumerate(placement.devices):
             if rank != 0:
                 with tf.device(device):
-                    shards.shards[rank] = table_module.create(spec, register=False)
-                shards.shards[rank].follow_admission(table)
+                    shards[rank] = table_module.create(spec, register=False)
+                shards[rank].follow_admission(table)
+    set_shards(table, shards)
     return table
 
 
-def _rank_shards(name, rank_size, divide_gradients):
-    """Where a new table's shards go: None in one process, else a RankShards over the
+def _placement(name, rank_size, divide_gradients):
+    """Where a new table's shards go: None in one process, else a RankPlacement over the
     training tasks of this process's cluster."""
     if rank_size == 1:
         return None
@@ -208,7 +209,7 @@ def _rank_shards(name, rank_size, divide_gradients):
             "Use a cluster without ps tasks, or de.Variable(devices=rec_sdk.distribute."
             "ps_devices(server)) to shard over ps tasks" % name)
     rank, size = cluster.rank_of(task)
-    return RankShards(task, rank, size, cluster.worker_devices(task), divide_gradients)
+    return RankPlacement(task, rank, size, cluster.worker_devices(task), divide_gradients)
 
 
 def _table_options(name, options):

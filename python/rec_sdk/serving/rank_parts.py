@@ -44,7 +44,8 @@ def rank_shards(table):
     if table.ranks.rank != 0:
         raise ValueError("table %r: serving exports and pushes of tables over ranks run on "
                          "rank 0 (this is rank %d)" % (table.table_name, table.ranks.rank))
-    return [table.ranks.shards[r] for r in range(table.ranks.size)]
+    shards = rank_ops.shards_of(table)
+    return [shards[r] for r in range(table.ranks.size)]
 
 
 def write_checked(path, tensor):

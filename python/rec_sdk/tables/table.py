@@ -100,8 +100,8 @@ class SparseEmbedding(tf.saved_model.experimental.TrackableResource):
     padding_keys_len = _from_spec("padding_keys_len", "Keys per step with padding keys.")
     shard_keys_filter = _from_spec("shard_keys_filter",
                                    "keys -> which of them a de.Variable's shard keeps.")
-    ranks = _from_spec("ranks", "Where the shards of a table sharded over ranks are "
-                       "(rec_sdk.distribute.ranks.RankShards), or None in one process.")
+    ranks = _from_spec("placement", "Where the shards of a table sharded over ranks are "
+                       "(a RankPlacement), or None in one process.")
     value_dtype = tf.float32
 
     @property

@@ -16,6 +16,7 @@ from typing import Any, Callable, Mapping, Optional, Tuple
 import numpy as np
 import tensorflow as tf
 
+from rec_sdk.tables import shard_names
 from rec_sdk.tables.tier import MAX_ROWS, TierConfig
 from rec_sdk.ops import table_ops
 from rec_sdk.base.validation import check_dtype_name, check_int
@@ -69,6 +70,39 @@ def _as_attr_values(initializer):
 
 
 @dataclasses.dataclass(frozen=True)
+class RankPlacement:
+    """Where a table of the SDK API sharded over the `size` ranks of a cluster lives: this
+    process is rank `rank` (its task `task`, a rec_sdk.distribute.cluster.ClusterTask);
+    `devices[r]` holds rank r's shard. `divide_gradients`: divide the summed gradients by the
+    rank count. Fixed when the table is made; the shards' table objects are the ranks'
+    (rec_sdk.distribute.ranks.shards_of)."""
+    task: Any
+    rank: int
+    size: int
+    devices: Tuple[str, ...]
+    divide_gradients: bool = False
+
+    def __post_init__(self):
+        object.__setattr__(self, "devices", tuple(self.devices))
+        if not 0 <= self.rank < self.size == len(self.devices):
+            raise ValueError("a table's placement needs 0 <= rank < size == len(devices), got "
+                             "rank=%r, size=%r and %d devices"
+                             % (self.rank, self.size, len(self.devices)))
+
+    @property
+    def device(self):
+        """This rank's shard's device."""
+        return self.devices[self.rank]
+
+    def checkpoint_dir_name(self, table_name, rank):
+        """The directory of rank `rank`'s shard in a checkpoint."""
+        return shard_names.rank_shard(table_name, rank, self.size)
+
+    def __repr__(self):
+        return "<rank %d of %d>" % (self.rank, self.size)
+
+
+@dataclasses.dataclass(frozen=True)
 class TableSpec:  # pylint: disable=too-many-instance-attributes
     """A table's configuration.
 
@@ -92,8 +126,8 @@ class TableSpec:  # pylint: disable=too-many-instance-attributes
       never trained) and the keys per step they imply.
     shard_keys_filter: for shard i of a de.Variable: keys (NumPy) -> which of them the
       variable's partitioner sends to this shard (restores of another shard count), or None.
-    ranks: where the shards of a table of the SDK API are over the ranks of a cluster
-      (rec_sdk.distribute.ranks.RankShards), or None in one process.
+    placement: where the shards of a table of the SDK API are over the ranks of a cluster
+      (a RankPlacement), or None in one process.
     emb_dtype: the element type of the stored embeddings, one of EMB_DTYPES (half-precision
       rows round stochastically on update).
     slot_dtype: the element type of optimizer slots of dim values per row, one of
@@ -123,7 +157,7 @@ class TableSpec:  # pylint: disable=too-many-instance-attributes
     padding_keys_mask: bool = False
     padding_keys_len: Optional[int] = None
     shard_keys_filter: Optional[Callable] = None
-    ranks: Any = None
+    placement: Optional[RankPlacement] = None
     emb_dtype: str = "float32"
     slot_dtype: str = "float32"
     index_layout: str = "auto"

@@ -52,6 +52,6 @@ from rec_sdk.distribute.ranks.batching import (batch_lookups, batch_pending_look
                                          lookup_of, replace_lookups)
 from rec_sdk.distribute.ranks.exchange import exchange_rows  # noqa: F401
 from rec_sdk.distribute.ranks.gradients import owner_gradients, split_table_gradient  # noqa: F401
-from rec_sdk.distribute.ranks.placement import RankShards, owner_of  # noqa: F401
+from rec_sdk.distribute.ranks.placement import owner_of, set_shards, shards_of  # noqa: F401
 from rec_sdk.distribute.ranks.sync import (broadcast_variables, fence, managed_shards,  # noqa: F401
                                      step_done)

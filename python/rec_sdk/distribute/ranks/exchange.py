@@ -4,6 +4,7 @@ size-classed all-to-alls, looked up once per key by their owners, rows sent back
 import tensorflow as tf
 
 from rec_sdk.distribute.ranks.placement import owner_of
+from rec_sdk.distribute.ranks.placement import routes as placement_routes
 from rec_sdk.ops import table_ops
 from rec_sdk.distribute.cluster import all_gather, all_to_all_in_class, next_instance_key
 from rec_sdk.base.graph_state import state_of
@@ -139,7 +140,7 @@ def exchange_batch(lookups, level=0):
     all-to-all, whatever their number (see the module doc), at each level of the tables'
     routes from `level` on. -> _Batch."""
     ranks = lookups[0].table.ranks
-    route = ranks.routes[level]
+    route = placement_routes(ranks)[level]
     task, size = ranks.task, route.size
     segments = len(lookups)
     width = max(int(lookup.columns.shape[1]) for lookup in lookups)

@@ -1,47 +1,39 @@
-"""Where a table sharded over ranks lives: RankShards (its rank, rank count, devices and
-routes), which shards a process manages (managed_shards) and the owner of each key."""
+"""Where a table sharded over ranks lives: its placement (the TableSpec's RankPlacement: rank,
+rank count, devices), the routes of its exchanges, the table objects of its shards (shards_of)
+and the owner of each key."""
+import functools
+import weakref
+
 import tensorflow as tf
 
-from rec_sdk.tables import shard_names
-from rec_sdk.distribute.ranks.routes import routes as _routes
 from rec_sdk.distribute.cluster import worker_addresses
+from rec_sdk.distribute.ranks.routes import routes as _routes
+
+# This process's table of each sharded table -> {rank: that rank's shard's table object}: its
+# own, and on rank 0 a handle of every other rank's shard (for checkpoints and eviction).
+_SHARDS = weakref.WeakKeyDictionary()
 
 
-class RankShards:
-    """Where a table of the SDK API lives in a cluster of `size` ranks: this process is rank
-    `rank`; `devices[r]` holds rank r's shard. `shards[r]` is that shard's table object
-    (this process's own is the table itself; rank 0 also has a handle of every other shard,
-    for checkpoints and eviction). `divide_gradients`: divide the summed gradients by the
-    rank count."""
-
-    def __init__(self, task, rank, size, devices, divide_gradients):
-        self.task = task
-        self.rank = rank
-        self.size = size
-        self.devices = list(devices)
-        self.divide_gradients = divide_gradients
-        self.shards = {}
-        self._routes = None
-
-    @property
-    def routes(self):
-        """The levels of this table's exchanges (rank_routes.routes): one, or two with
-        per-host dedup."""
-        if self._routes is None:
-            self._routes = _routes(self.rank, self.devices, worker_addresses(self.task))
-        return self._routes
-
-    @property
-    def device(self):
-        return self.devices[self.rank]
-
-    def checkpoint_dir_name(self, table_name, rank):
-        return shard_names.rank_shard(table_name, rank, self.size)
-
-    def __repr__(self):
-        return "<rank %d of %d>" % (self.rank, self.size)
+def set_shards(table, shards):
+    """Records the shards' table objects of `table` (this process's shard), {rank: table}."""
+    if table.ranks is None or shards.get(table.ranks.rank) is not table:
+        raise ValueError("set_shards: %r must be a table over ranks and its own shard" % (table,))
+    _SHARDS[table] = dict(shards)
 
 
+def shards_of(table):
+    """{rank: the table object of that rank's shard} of this process's shard `table` of a
+    table over ranks: its own on every rank, every rank's on rank 0."""
+    if table not in _SHARDS:
+        raise ValueError("table %r is not sharded over ranks" % (table.table_name,))
+    return _SHARDS[table]
+
+
+@functools.lru_cache(maxsize=None)
+def routes(placement):
+    """The levels of the exchanges of a table placed at `placement` (a RankPlacement;
+    rec_sdk.distribute.ranks.routes): one, or two with per-host dedup."""
+    return _routes(placement.rank, list(placement.devices), worker_addresses(placement.task))
 
 
 def owner_of(keys, size):

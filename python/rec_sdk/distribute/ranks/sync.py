@@ -5,6 +5,7 @@ import tensorflow as tf
 
 from rec_sdk.base import tf_patches
 from rec_sdk.distribute.ranks.batching import batch_pending_lookups
+from rec_sdk.distribute.ranks.placement import shards_of
 from rec_sdk.tables.table import tables_of_graph
 from rec_sdk.ops import table_ops
 from rec_sdk.distribute.cluster import next_instance_key, rank_of, worker_devices
@@ -132,7 +133,7 @@ def managed_shards(table):
     if not table.handle.graph.finalized:
         fence(table)
     out = []
-    for rank, shard in sorted(table.ranks.shards.items()):
+    for rank, shard in sorted(shards_of(table).items()):
         out.append((table.ranks.checkpoint_dir_name(table.table_name, rank), shard, rank,
                     table.ranks.size))
     return out
