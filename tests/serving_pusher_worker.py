@@ -14,9 +14,10 @@ import time
 import numpy as np
 import tensorflow as tf
 
+from rec_sdk.base import atomic_dir
 from rec_sdk.core.embedding import create_table, sparse_lookup
 from rec_sdk.optimizers import lazy_adam
-from rec_sdk.serving import Pusher, export_serving_model, update_files
+from rec_sdk.serving import Pusher, export_serving_model
 from rec_sdk.util.initialize import init
 
 
@@ -59,13 +60,13 @@ def main(root, mode):
             for _ in range(2):
                 steps(2)
                 pusher.push(sess)
-            write = update_files._write_file
+            write = atomic_dir.write_file
 
             def stalling_write(path, data):
                 write(path, data)
                 open(os.path.join(root, "stalled"), "w").close()
                 time.sleep(600)
-            update_files._write_file = stalling_write
+            atomic_dir.write_file = stalling_write  # the update's files stall
             steps(2)
             pusher.push(sess)
         else:

@@ -27,6 +27,7 @@ import tensorflow as tf
 from rec_sdk.tables import shard_names
 from rec_sdk.tables.table import SparseEmbedding, tables_of_graph
 from rec_sdk.distribute import ranks
+from rec_sdk.base import atomic_dir
 from rec_sdk.base.log import logger
 from rec_sdk.base.validation import check_bool, check_int
 
@@ -66,14 +67,6 @@ def _refuse_sharded(tables, what):
                 "%s: table %r is sharded over %d ranks; %s works on tables of one process. "
                 "Use Saver.save / restore (or save_tables / restore_tables), which handle "
                 "every rank's shard" % (what, table.table_name, table.ranks.size, what))
-
-
-def _fsync_dir(path):
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def save_tables(sess, directory, tables=None, delta=False):
@@ -131,18 +124,12 @@ def write_tables(sess, directory, tables, delta=False):
                     ops["save_dir"]: os.path.join(tmp, unit), ops["delta"]: delta})
                 rows[table.table_name] += int(count)
                 save_ids[unit] = int(save_id)
-        _fsync_dir(tmp)
-        old = None
-        if os.path.exists(directory):
-            old = directory + _OLD_MARK + nonce
-            os.rename(directory, old)
-        os.rename(tmp, directory)
-        _fsync_dir(parent)
+        old = directory + _OLD_MARK + nonce
+        atomic_dir.publish_dir(tmp, directory, aside=old)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+    shutil.rmtree(old, ignore_errors=True)  # the copy moved aside, if there was one
     return rows, save_ids
 
 
@@ -170,17 +157,6 @@ def _checked_directory(directory):
     return path
 
 
-def pid_alive(pid):
-    """Whether process `pid` exists (a temporary directory of a gone writer may go)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 _LEFTOVER = re.compile(r"^(?P<name>.+)(?P<mark>%s(?P<pid>\d+)-[0-9a-f]{8}|%s[0-9]+-[0-9a-f]{8})$"
                        % (re.escape(_TMP_MARK), re.escape(_OLD_MARK)))
 
@@ -190,18 +166,22 @@ def remove_leftovers(parent):
     they were writing: temporary directories whose writer process is gone (never those of a
     live writer), and copies moved aside once the directory they were copies of exists.
     Called by every save and restore, so a crash loop cannot fill the disk."""
+    def writer_of(entry):
+        match = _LEFTOVER.match(entry)
+        if match is None or match.group("pid") is None or \
+                not os.path.isdir(os.path.join(parent, entry)):
+            return None
+        return int(match.group("pid"))
+
+    atomic_dir.remove_dead_writers(parent, writer_of)
     if not os.path.isdir(parent):
         return
     for entry in os.listdir(parent):
         match = _LEFTOVER.match(entry)
-        path = os.path.join(parent, entry)
-        if match is None or not os.path.isdir(path):
-            continue
-        if match.group("pid") is not None:
-            if not pid_alive(int(match.group("pid"))):
-                shutil.rmtree(path, ignore_errors=True)
-        elif os.path.isdir(os.path.join(parent, match.group("name"))):
-            shutil.rmtree(path, ignore_errors=True)
+        if match is not None and match.group("pid") is None and \
+                os.path.isdir(os.path.join(parent, entry)) and \
+                os.path.isdir(os.path.join(parent, match.group("name"))):
+            shutil.rmtree(os.path.join(parent, entry), ignore_errors=True)
 
 
 def existing_save(directory):

@@ -40,7 +40,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from rec_sdk.saver.tables import pid_alive
+from rec_sdk.base import atomic_dir
 
 BASE = "BASE"
 MANIFEST = "MANIFEST"
@@ -181,21 +181,6 @@ def decode_manifest(data, path):
     return out
 
 
-def _write_file(path, data):
-    with open(path, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def _fsync_dir(path):
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 class StagedUpdate:
     """An update being written into a hidden temporary directory of push_dir (`path`), then
     published by publish() (an atomic rename). Files are written by put() or, by other
@@ -219,7 +204,7 @@ class StagedUpdate:
 
     def put(self, name, array):
         data = np.ascontiguousarray(array).tobytes()
-        _write_file(os.path.join(self.path, name), data)
+        atomic_dir.write_file(os.path.join(self.path, name), data)
         self.add(name, len(data), fingerprint(data))
 
     def add(self, name, size, print_):
@@ -256,10 +241,8 @@ class StagedUpdate:
             "dense_names": [d[0] for d in dense],
             "dense_present": [int(d[1] is not None) for d in dense],
         }
-        _write_file(os.path.join(self.path, MANIFEST), encode_manifest(manifest))
-        _fsync_dir(self.path)
-        os.rename(self.path, self.final)
-        _fsync_dir(self.push_dir)
+        atomic_dir.write_file(os.path.join(self.path, MANIFEST), encode_manifest(manifest))
+        atomic_dir.publish_dir(self.path, self.final)
         return self.final
 
     def discard(self):
@@ -348,11 +331,13 @@ def retire_old_updates(push_dir, keep_secs, now=None):
 
 def remove_stale_temporaries(push_dir):
     """Deletes the temporary directories of pushers that are gone (killed mid-write)."""
-    for name in os.listdir(push_dir):
+    def writer_of(name):
         parts = name.split("-")
-        if name.startswith((".tmp-", ".retired-")) and len(parts) == 3 and parts[2].isdigit() and \
-                int(parts[2]) != os.getpid() and not pid_alive(int(parts[2])):
-            shutil.rmtree(os.path.join(push_dir, name), ignore_errors=True)
+        if name.startswith((".tmp-", ".retired-")) and len(parts) == 3 and parts[2].isdigit():
+            return int(parts[2])
+        return None
+
+    atomic_dir.remove_dead_writers(push_dir, writer_of)
 
 
 def write_base(push_dir, chain, table_names, push_ids, dense_names, table_rows, table_ranks=None):
@@ -371,10 +356,7 @@ def write_base(push_dir, chain, table_names, push_ids, dense_names, table_rows, 
         "dense_names": list(dense_names), "dense_present": [0] * len(dense_names),
         "table_ranks": [int(r) for r in (table_ranks or [1] * len(table_names))],
     }
-    tmp = os.path.join(push_dir, ".%s.tmp-%d" % (BASE, os.getpid()))
-    _write_file(tmp, encode_manifest(manifest))
-    os.replace(tmp, os.path.join(push_dir, BASE))
-    _fsync_dir(push_dir)
+    atomic_dir.replace_file(os.path.join(push_dir, BASE), encode_manifest(manifest))
 
 
 def manifest_path(push_dir, version):
