@@ -3,6 +3,7 @@
 Arguments are checked by the public API (rec_sdk.core.embedding); these functions only build
 the ops.
 """
+import collections
 import functools
 
 import tensorflow as tf
@@ -235,12 +236,18 @@ def clear(table, name=None):
     return load_ops().rec_sdk_table_clear(table, name=name)
 
 
+# What a table's TakeChanges returns: rows changed and keys removed since its last take,
+# whether the rows are the whole table, the push id the changes start from and the one they
+# end at (session.run of a Changes of tensors gives a Changes of arrays).
+Changes = collections.namedtuple("Changes", "keys values removed replace since push_id")
+
+
 def take_changes(table, key_dtype, dim, full=False, name=None):
-    """The table's changes since its last push, for a serving update (track_changes tables);
-    -> (keys [n], values [n, dim], removed keys [m], replace, since, push_id): replace when
-    the rows are the whole table, since the push id they follow (0 then)."""
-    return load_ops().rec_sdk_table_take_changes(table, full, key_dtype=key_dtype, dim=dim,
-                                                name=name)
+    """The table's changes since its last push, for a serving update (track_changes tables):
+    Changes(keys [n], values [n, dim], removed keys [m], replace, since, push_id): replace
+    when the rows are the whole table, since the push id they follow (0 then)."""
+    return Changes(*load_ops().rec_sdk_table_take_changes(table, full, key_dtype=key_dtype,
+                                                          dim=dim, name=name))
 
 
 def write_update_file(path, data, name=None):

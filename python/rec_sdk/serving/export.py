@@ -23,7 +23,8 @@ from rec_sdk.serving import update_files
 from rec_sdk.serving.apply import ModelLock, apply_update_op
 from rec_sdk.serving.indexed import served_table
 from rec_sdk.serving.plugin import PluginTable
-from rec_sdk.serving.push import Changes, merge_shards
+from rec_sdk.ops.table_ops import Changes
+from rec_sdk.serving.push import merge_shards
 from rec_sdk.serving.rank_parts import is_over_ranks, served_table_over_ranks
 from rec_sdk.serving.static import ServingGraph, default_row
 from rec_sdk.base.graph_state import state_of

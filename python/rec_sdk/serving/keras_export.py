@@ -23,7 +23,8 @@ from rec_sdk.serving.apply import ModelLock, apply_update_op
 from rec_sdk.serving.export import (APPLY_SIGNATURE, VERSION_INPUT, VERSION_SIGNATURE,
                                     check_new_chain_dir)
 from rec_sdk.serving.indexed import served_table
-from rec_sdk.serving.push import Changes, merge_shards
+from rec_sdk.ops.table_ops import Changes
+from rec_sdk.serving.push import merge_shards
 from rec_sdk.serving.static import (default_row, dense_variables, keras_input_signature,
                                     serving_layers)
 

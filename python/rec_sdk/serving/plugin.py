@@ -10,7 +10,9 @@ table's exclusive lock (TableApplyRows), so a lookup sees each row all-old or al
 """
 import tensorflow as tf
 
+from rec_sdk.tables import tier
 from rec_sdk.tables.initializer_spec import describe_initializer
+from rec_sdk.tables.table_spec import TableSpec
 from rec_sdk.ops import table_ops
 from rec_sdk.serving.mutable import asset_path, stream_rows, write_rows
 
@@ -35,14 +37,15 @@ class PluginTable:
         if tiered and not memory_rows:
             raise ValueError("plugin serving of table %r on the SSD tier needs memory_rows "
                              "(the rows kept in memory), got %r" % (name, memory_rows))
+        # A table that grows as needed (on SSD without bound when tiered). Serving only finds
+        # keys: the compact index is smaller and finds faster (a tier needs the full one).
+        spec = TableSpec(
+            "served_" + name.replace("/", "_"), tf.int64, dim, describe_initializer(0.0, name),
+            tier=tier.make(memory_rows, None, (ssd_path,), names=("memory_rows", "")) if tiered
+            else None, index_layout="full" if tiered else "compact")
         self.handle = table_ops.create_table(
-            table_name="served_" + name.replace("/", "_"), key_dtype=tf.int64, dim=dim,
-            dynamic_expansion=not tiered, capacity=int(memory_rows) if tiered else 0,
-            initializer=describe_initializer(0.0, name),
             shared_name="rec_sdk_served_%s_%s" % (name.replace("/", "_"), chain),
-            ssd_paths=[ssd_path] if tiered else (), ssd_rows=0,
-            # Serving only finds keys: the compact index is smaller and finds faster.
-            index_layout="full" if tiered else "compact")
+            **spec.op_attrs())
 
     def load_op(self):
         paths = [asset_path(path) for path in self.files[0]]

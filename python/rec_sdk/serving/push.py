@@ -14,7 +14,6 @@ PushHook pushes every N seconds or steps from a MonitoredSession (Estimator); pu
 makes a CheckpointSaverListener that pushes after each save; PushCallback pushes from Keras'
 fit() every N seconds or batches. In these a failed push is logged and training goes on.
 """
-import collections
 import os
 import threading
 import time
@@ -22,6 +21,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
+from rec_sdk.ops.table_ops import Changes
 from rec_sdk.tables.table import tables_of_graph
 from rec_sdk.serving import update_files
 from rec_sdk.serving.update_files import UpdateError
@@ -39,12 +39,6 @@ def _find(names, available, what, push_dir):
         raise ValueError("the update chain in %s serves %s %s, which this program does not "
                          "have" % (push_dir, what, missing))
     return [available[n] for n in names]
-
-
-# What a table shard's TakeChanges returns (table_ops.take_changes): rows changed and keys
-# removed since its last take, whether the rows are the whole shard, the push id the changes
-# start from and the one they end at.
-Changes = collections.namedtuple("Changes", "keys values removed replace since push_id")
 
 
 def merge_shards(name, shards):
@@ -324,7 +318,7 @@ class _EagerSource:
 
     @staticmethod
     def _numpy(taken):
-        return tuple(np.asarray(x) for x in taken)
+        return Changes(*(np.asarray(x) for x in taken))
 
     def take(self, sess):
         return [[self._numpy(t.take_changes(full=False)) for t in shards]

@@ -471,8 +471,8 @@ class SparseEmbedding(tf.saved_model.experimental.TrackableResource):
         return table_ops.export(self.handle, self.key_dtype, self.dim, name=name)
 
     def take_changes(self, full=False, name=None):
-        """(keys, values, removed, replace, since, push_id): the rows changed and the keys
-        removed since the last push (all rows, replace=True, when `full`, at the first push
+        """table_ops.Changes(keys, values, removed, replace, since, push_id): the rows changed
+        and the keys removed since the last push (all rows, replace=True, when `full`, at the first push
         or after a clear or restore), taken atomically; see rec_sdk.serving.push."""
         if not self.spec.track_changes:
             raise ValueError("table '%s' does not track changes: create it with "
