@@ -26,6 +26,20 @@ GUIDES = [
     "docs/API.md",
 ]
 
+ARCHITECTURE = os.path.join(ROOT, "docs", "ARCHITECTURE.md")
+MAX_ARCHITECTURE_LINES = 300
+# The subsystem pages the architecture map links (docs/architecture/*.md).
+ARCHITECTURE_PAGES = sorted(glob.glob(os.path.join(ROOT, "docs", "architecture", "*.md")))
+# Where a path named by an architecture page may be rooted: the repository, the Python
+# package, the op library and its core. A path with a folder must resolve against one of
+# them; a bare file name must name a file of the repository.
+PATH_ROOTS = ["", "python", "python/rec_sdk", "tf_ops", "tf_ops/core", "graph_rewrite"]
+# Files of other projects the pages cite (TensorFlow's sources).
+EXTERNAL_FILES = {"lookup_table_op.cc", "resource_variable_ops.cc",
+                  "__rec_sdk__/"}  # (a key prefix, not a folder)
+NAMED_PATH = re.compile(r"(?<![\w./<>-])((?:[A-Za-z_][\w.-]*/)*[A-Za-z_][\w-]*\.(?:py|cc|h|md|sh|toml))"
+                        r"(?![\w/])|(?<![\w./<>-])((?:[A-Za-z_][\w-]*/)+)(?=[\s`),;:]|$)")
+
 FENCE = re.compile(r"^\s*(```|~~~)")
 LINK = re.compile(r"!?\[((?:[^\[\]]|\[[^\]]*\])*)\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 INLINE_CODE = re.compile(r"`[^`]*`")
@@ -34,6 +48,7 @@ INLINE_CODE = re.compile(r"`[^`]*`")
 def markdown_files():
     files = [README, os.path.join(ROOT, "benchmarks", "RESULTS.md")]
     files += sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
+    files += ARCHITECTURE_PAGES
     return [f for f in files if os.path.exists(f)]
 
 
@@ -146,3 +161,66 @@ def test_every_statement_of_the_rank_semantics_names_an_existing_test():
         assert named, statement
         for test in named:
             assert "def %s(" % test in sources, test
+
+
+def test_architecture_is_a_short_map_of_its_pages():
+    """docs/ARCHITECTURE.md stays a map (the layer table and the folders) of at most 300
+    lines that links every subsystem page, and every page links back to it."""
+    with open(ARCHITECTURE, encoding="utf-8") as f:
+        count = len(f.read().splitlines())
+    assert count <= MAX_ARCHITECTURE_LINES, "docs/ARCHITECTURE.md has %d lines" % count
+    assert len(ARCHITECTURE_PAGES) >= 6, ARCHITECTURE_PAGES
+    linked = {os.path.normpath(os.path.join(os.path.dirname(ARCHITECTURE), t.partition("#")[0]))
+              for _, t in relative_links(ARCHITECTURE)}
+    assert not [p for p in ARCHITECTURE_PAGES if p not in linked], "pages the map does not link"
+    for page in ARCHITECTURE_PAGES:
+        back = {os.path.normpath(os.path.join(os.path.dirname(page), t.partition("#")[0]))
+                for _, t in relative_links(page)}
+        assert ARCHITECTURE in back, "%s does not link the map" % page
+
+
+def _repository_files():
+    names = set()
+    for directory, dirs, files in os.walk(ROOT):
+        dirs[:] = [d for d in dirs if not d.startswith((".", "bazel-")) and
+                   d not in ("build", "dist", "__pycache__")]
+        names.update(files)
+    return names
+
+
+def named_paths(path):
+    """(line number, path) of the file and folder paths an architecture page names."""
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f.read().splitlines(), 1):
+            for match in NAMED_PATH.finditer(line.replace("](", "] (")):
+                name = match.group(1) or match.group(2)
+                if "*" not in name and name not in EXTERNAL_FILES and \
+                        "://" not in line[max(0, match.start() - 8):match.start()]:
+                    yield number, name
+
+
+@pytest.mark.parametrize("path", [ARCHITECTURE] + ARCHITECTURE_PAGES,
+                         ids=lambda p: os.path.relpath(p, ROOT))
+def test_architecture_pages_name_existing_files(path):
+    """Every path an architecture page names exists: a path with a folder under one of
+    PATH_ROOTS (or the page's own folder), a bare file name somewhere in the repository."""
+    files = _repository_files()
+    missing = []
+    for number, name in named_paths(path):
+        roots = PATH_ROOTS + [os.path.relpath(os.path.dirname(path), ROOT)]
+        if "/" in name.rstrip("/"):
+            found = any(os.path.exists(os.path.join(ROOT, r, name)) for r in roots)
+        else:
+            found = name.rstrip("/") in files or any(
+                os.path.isdir(os.path.join(ROOT, r, name)) for r in roots) or \
+                name.endswith("/") and any(name.rstrip("/") in d for d in files)
+        if not found:
+            missing.append("%s:%d: %s" % (os.path.relpath(path, ROOT), number, name))
+    assert not missing, "paths that do not exist:\n" + "\n".join(missing)
+
+
+def test_the_path_check_finds_a_stale_path(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("see `core/ranks.py` and util/cluster.py, and tables/table.py\n")
+    assert [n for _, n in named_paths(str(page))] == [
+        "core/ranks.py", "util/cluster.py", "tables/table.py"]

@@ -1,5 +1,5 @@
 """The shape functions of rec_sdk's op definitions, one test per op family (the files of
-tf_ops/ops/, which mirror the kernel files), and the op index of docs/ARCHITECTURE.md: every
+tf_ops/ops/, which mirror the kernel files), and the op index (docs/architecture/ops.md): every
 op the library registers has a row there whose "op definition" file defines it."""
 import os
 import re
@@ -11,7 +11,7 @@ from rec_sdk.ops import loader
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OPS_DIR = os.path.join(ROOT, "tf_ops", "ops")
-ARCHITECTURE = os.path.join(ROOT, "docs", "ARCHITECTURE.md")
+ARCHITECTURE = os.path.join(ROOT, "docs", "architecture", "ops.md")
 
 
 @pytest.fixture
