@@ -29,12 +29,34 @@ DEMO_ARGS ?=
 APT_PACKAGES := bazel-bootstrap libgtest-dev g++ python3-venv
 
 .PHONY: demo test smoke build configure setup system-deps cc-test py-test wheel wheel-test wheels \
-  tf-versions venv-requirements bench stress sanitize clean
+  tf-versions venv-requirements bench stress sanitize clean lint format
 
 demo: build
 	$(PY) -m rec_sdk.examples.demo $(DEMO_ARGS)
 
-test: cc-test py-test wheel-test
+test: lint cc-test py-test wheel-test
+
+# ruff (checks and formatter; configured in pyproject.toml) over the Python sources and
+# clang-format (.clang-format) over tf_ops/, from their own venv with the versions of
+# requirements-lint.txt: `make lint` fails on any report, `make format` applies the fixes.
+LINT_VENV := .venv-lint
+LINT_STAMP := $(LINT_VENV)/.installed
+CXX_SOURCES = $(shell find tf_ops -name '*.cc' -o -name '*.h' | sort)
+lint: system-deps $(LINT_STAMP)
+	$(LINT_VENV)/bin/ruff check .
+	$(LINT_VENV)/bin/ruff format --check .
+	@echo "$(LINT_VENV)/bin/clang-format --dry-run --Werror <the $(words $(CXX_SOURCES)) files of tf_ops/>"
+	@$(LINT_VENV)/bin/clang-format --dry-run --Werror $(CXX_SOURCES)
+
+format: system-deps $(LINT_STAMP)
+	$(LINT_VENV)/bin/ruff check --fix .
+	$(LINT_VENV)/bin/ruff format .
+	$(LINT_VENV)/bin/clang-format -i $(CXX_SOURCES)
+
+$(LINT_STAMP): requirements-lint.txt
+	[ -x $(LINT_VENV)/bin/python ] || $(PYTHON) -m venv $(LINT_VENV)
+	$(LINT_VENV)/bin/pip install -q --disable-pip-version-check -r requirements-lint.txt
+	touch $@
 
 cc-test: build
 	$(BAZEL) test //tf_ops/...

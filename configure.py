@@ -3,6 +3,7 @@
 Run with the venv's interpreter (`make configure` does): the TensorFlow it imports is the one the
 op library is compiled and linked against.
 """
+
 import os
 import sys
 
@@ -22,7 +23,8 @@ def main():
         sys.exit("configure.py: cannot find the framework library in tf.sysconfig.get_link_flags()")
     compile_flags = [f for f in tf.sysconfig.get_compile_flags() if not f.startswith("-I")]
     lines = [
-        "# Written by configure.py for TensorFlow %s; do not edit (run `make configure`)." % tf.__version__,
+        "# Written by configure.py for TensorFlow %s; do not edit (run `make configure`)."
+        % tf.__version__,
         "build --repo_env=REC_SDK_TF_HEADER_DIR=%s" % include_dir,
         "build --repo_env=REC_SDK_TF_LIBRARY_DIR=%s" % lib_dir,
         "build --repo_env=REC_SDK_TF_LIBRARY_NAME=%s" % lib_name,

@@ -2,6 +2,7 @@
 for this Python and platform (not "any"); its version names the TensorFlow the library was
 built against (0.1.0+tf2.18: python/rec_sdk/ops/_rec_sdk_ops.tf_version, written by `make
 build`) and it requires that TensorFlow (python/rec_sdk/base/release.py knows what each needs)."""
+
 import importlib.metadata
 import importlib.util
 import os
@@ -16,7 +17,8 @@ BUILT_FOR = os.path.join(HERE, "python", "rec_sdk", "ops", "_rec_sdk_ops.tf_vers
 def _release_module():
     """rec_sdk.base.release, loaded by path: importing the package would import TensorFlow."""
     spec = importlib.util.spec_from_file_location(
-        "_rec_sdk_release", os.path.join(HERE, "python", "rec_sdk", "base", "release.py"))
+        "_rec_sdk_release", os.path.join(HERE, "python", "rec_sdk", "base", "release.py")
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -51,5 +53,8 @@ def built_for():
 
 
 TF_VERSION = built_for()
-setup(distclass=BinaryDistribution, version=RELEASE.wheel_version(TF_VERSION),
-      install_requires=RELEASE.requirements(TF_VERSION))
+setup(
+    distclass=BinaryDistribution,
+    version=RELEASE.wheel_version(TF_VERSION),
+    install_requires=RELEASE.requirements(TF_VERSION),
+)

@@ -16,6 +16,7 @@ Table: --keys keys (default 10M) of dim 16 with LazyAdam slots (embedding + 2 sl
 
     .venv/bin/python benchmarks/bench_checkpoint.py [--keys 10000000] [--dir /tmp/...]
 """
+
 import argparse
 import os
 import platform
@@ -49,6 +50,7 @@ class PeakRss:
             while not self._stop.is_set():
                 self.peak = max(self.peak, rss_bytes())
                 time.sleep(0.005)
+
         self._thread = threading.Thread(target=sample, daemon=True)
         self._thread.start()
         return self
@@ -114,17 +116,24 @@ def bench_rec_sdk(keys, directory):
     from rec_sdk.util.initialize import init, terminate_config_initializer
 
     init(use_dynamic_expansion=True)
-    table = create_table(tf.int64, DIM, "bench", tf.compat.v1.random_uniform_initializer(
-        -0.05, 0.05, seed=1), device_vocabulary_size=keys)
+    table = create_table(
+        tf.int64,
+        DIM,
+        "bench",
+        tf.compat.v1.random_uniform_initializer(-0.05, 0.05, seed=1),
+        device_vocabulary_size=keys,
+    )
     keys_ph = tf.compat.v1.placeholder(tf.int64, [None])
     values_ph = tf.compat.v1.placeholder(tf.float32, [None, DIM])
     upsert = table.upsert(keys_ph, values_ph)
     # One LazyAdam step attaches the two slots to every row.
     emb = sparse_lookup(table, keys_ph[:8], is_train=True)
-    grads = tf.gradients(tf.reduce_sum(emb), tf.compat.v1.get_collection(
-        rec_sdk.ASCEND_SPARSE_LOOKUP_LOCAL_EMB))
+    grads = tf.gradients(
+        tf.reduce_sum(emb), tf.compat.v1.get_collection(rec_sdk.ASCEND_SPARSE_LOOKUP_LOCAL_EMB)
+    )
     train = lazy_adam_by_addr.create_hash_optimizer_by_address(0.001).apply_gradients(
-        zip(grads, tf.compat.v1.get_collection(rec_sdk.ASCEND_SPARSE_LOOKUP_ID_OFFSET)))
+        zip(grads, tf.compat.v1.get_collection(rec_sdk.ASCEND_SPARSE_LOOKUP_ID_OFFSET))
+    )
     out = {}
     target = os.path.join(directory, "sparse-rec_sdk")
     with tf.compat.v1.Session() as sess:
@@ -139,8 +148,10 @@ def bench_rec_sdk(keys, directory):
             out["save_s"] = time.perf_counter() - start
         out["save_rss_growth"] = rss.growth
         out["table_rss"] = rss.start
-    out["bytes"] = sum(os.path.getsize(os.path.join(target, "bench", f))
-                       for f in os.listdir(os.path.join(target, "bench")))
+    out["bytes"] = sum(
+        os.path.getsize(os.path.join(target, "bench", f))
+        for f in os.listdir(os.path.join(target, "bench"))
+    )
     drop_cache(target)
     with tf.compat.v1.Session() as sess:
         start = time.perf_counter()
@@ -157,8 +168,10 @@ def bench_tfra(keys, directory):
         import tensorflow_recommenders_addons.dynamic_embedding as de
     except Exception as e:  # not installed, or does not load into this TF
         return {"error": "%s: %s" % (type(e).__name__, e)}
-    variables = [de.get_variable(name, key_dtype=tf.int64, value_dtype=tf.float32, dim=DIM,
-                                 initializer=0.0) for name in ("emb", "m", "v")]
+    variables = [
+        de.get_variable(name, key_dtype=tf.int64, value_dtype=tf.float32, dim=DIM, initializer=0.0)
+        for name in ("emb", "m", "v")
+    ]
     keys_ph = tf.compat.v1.placeholder(tf.int64, [None])
     values_ph = tf.compat.v1.placeholder(tf.float32, [None, DIM])
     upserts = [v.upsert(keys_ph, values_ph) for v in variables]
@@ -173,8 +186,11 @@ def bench_tfra(keys, directory):
         start = time.perf_counter()
         path = saver.save(sess, prefix)
         out["save_s"] = time.perf_counter() - start
-    out["bytes"] = sum(os.path.getsize(os.path.join(directory, f)) for f in os.listdir(directory)
-                       if f.startswith("tfra"))
+    out["bytes"] = sum(
+        os.path.getsize(os.path.join(directory, f))
+        for f in os.listdir(directory)
+        if f.startswith("tfra")
+    )
     for f in os.listdir(directory):
         if f.startswith("tfra"):
             drop_cache(os.path.join(directory, f))
@@ -190,49 +206,88 @@ def bench_tfra(keys, directory):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--keys", type=int, default=10_000_000)
     parser.add_argument("--dir", default=None, help="where to write (default: a temp dir)")
     parser.add_argument("--skip-tfra", action="store_true")
     args = parser.parse_args()
     tf.compat.v1.disable_eager_execution()
     directory = args.dir or tempfile.mkdtemp(prefix="rec_sdk_bench_")
-    print("machine: %s, %d cores, Python %s, TensorFlow %s; files in %s" % (
-        platform.processor() or platform.machine(), os.cpu_count(), platform.python_version(),
-        tf.__version__, directory))
+    print(
+        "machine: %s, %d cores, Python %s, TensorFlow %s; files in %s"
+        % (
+            platform.processor() or platform.machine(),
+            os.cpu_count(),
+            platform.python_version(),
+            tf.__version__,
+            directory,
+        )
+    )
     ours = bench_rec_sdk(args.keys, directory)
     write_bps, read_bps = disk_speed(directory, ours["bytes"])
     tf.compat.v1.reset_default_graph()
     tfra = {"error": "skipped"} if args.skip_tfra else bench_tfra(args.keys, directory)
     gb = 1e9
-    print("\n%d rows, dim %d, LazyAdam slots: %.2f GB of table files" % (
-        ours["rows"], DIM, ours["bytes"] / gb))
+    print(
+        "\n%d rows, dim %d, LazyAdam slots: %.2f GB of table files"
+        % (ours["rows"], DIM, ours["bytes"] / gb)
+    )
     print("| operation | seconds | GB/s | M rows/s | vs disk |")
     print("|---|---|---|---|---|")
-    print("| disk: sequential write + fsync | %.2f | %.2f | | 1.00x |" % (
-        ours["bytes"] / write_bps, write_bps / gb))
-    print("| rec_sdk save (Saver.save's table part) | %.2f | %.2f | %.1f | %.2fx |" % (
-        ours["save_s"], ours["bytes"] / ours["save_s"] / gb, ours["rows"] / ours["save_s"] / 1e6,
-        ours["bytes"] / ours["save_s"] / write_bps))
+    print(
+        "| disk: sequential write + fsync | %.2f | %.2f | | 1.00x |"
+        % (ours["bytes"] / write_bps, write_bps / gb)
+    )
+    print(
+        "| rec_sdk save (Saver.save's table part) | %.2f | %.2f | %.1f | %.2fx |"
+        % (
+            ours["save_s"],
+            ours["bytes"] / ours["save_s"] / gb,
+            ours["rows"] / ours["save_s"] / 1e6,
+            ours["bytes"] / ours["save_s"] / write_bps,
+        )
+    )
     if "error" not in tfra:
-        print("| TFRA 0.7.2 Saver.save (3 tables) | %.2f | %.2f | %.1f | %.2fx |" % (
-            tfra["save_s"], tfra["bytes"] / tfra["save_s"] / gb,
-            tfra["rows"] / tfra["save_s"] / 1e6, tfra["bytes"] / tfra["save_s"] / write_bps))
-    print("| disk: sequential read | %.2f | %.2f | | 1.00x |" % (
-        ours["bytes"] / read_bps, read_bps / gb))
-    print("| rec_sdk restore | %.2f | %.2f | %.1f | %.2fx |" % (
-        ours["restore_s"], ours["bytes"] / ours["restore_s"] / gb,
-        ours["rows"] / ours["restore_s"] / 1e6, ours["bytes"] / ours["restore_s"] / read_bps))
+        print(
+            "| TFRA 0.7.2 Saver.save (3 tables) | %.2f | %.2f | %.1f | %.2fx |"
+            % (
+                tfra["save_s"],
+                tfra["bytes"] / tfra["save_s"] / gb,
+                tfra["rows"] / tfra["save_s"] / 1e6,
+                tfra["bytes"] / tfra["save_s"] / write_bps,
+            )
+        )
+    print(
+        "| disk: sequential read | %.2f | %.2f | | 1.00x |"
+        % (ours["bytes"] / read_bps, read_bps / gb)
+    )
+    print(
+        "| rec_sdk restore | %.2f | %.2f | %.1f | %.2fx |"
+        % (
+            ours["restore_s"],
+            ours["bytes"] / ours["restore_s"] / gb,
+            ours["rows"] / ours["restore_s"] / 1e6,
+            ours["bytes"] / ours["restore_s"] / read_bps,
+        )
+    )
     if "error" not in tfra:
-        print("| TFRA 0.7.2 Saver.restore (3 tables) | %.2f | %.2f | %.1f | %.2fx |" % (
-            tfra["restore_s"], tfra["bytes"] / tfra["restore_s"] / gb,
-            tfra["rows"] / tfra["restore_s"] / 1e6,
-            tfra["bytes"] / tfra["restore_s"] / read_bps))
+        print(
+            "| TFRA 0.7.2 Saver.restore (3 tables) | %.2f | %.2f | %.1f | %.2fx |"
+            % (
+                tfra["restore_s"],
+                tfra["bytes"] / tfra["restore_s"] / gb,
+                tfra["rows"] / tfra["restore_s"] / 1e6,
+                tfra["bytes"] / tfra["restore_s"] / read_bps,
+            )
+        )
     else:
         print("\nTFRA not measured (%s)" % tfra["error"])
-    print("\npeak RSS growth during the rec_sdk save: %.1f MB (table process RSS %.2f GB)" % (
-        ours["save_rss_growth"] / 1e6, ours["table_rss"] / gb))
+    print(
+        "\npeak RSS growth during the rec_sdk save: %.1f MB (table process RSS %.2f GB)"
+        % (ours["save_rss_growth"] / 1e6, ours["table_rss"] / gb)
+    )
     if args.dir is None:
         shutil.rmtree(directory, ignore_errors=True)
 

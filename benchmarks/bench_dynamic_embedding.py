@@ -24,6 +24,7 @@ execution for good), the same batches, TFRA's TF2 API for both libraries:
     .venv/bin/python benchmarks/bench_dynamic_embedding.py [--steps 50] [--repeat 3]
         [--section graph|tf2|all]
 """
+
 import argparse
 import os
 import platform
@@ -52,9 +53,13 @@ def bench(de, batches, warmup):
     results = {}
     for mode in ("lookup", "upsert", "train"):
         tf.compat.v1.reset_default_graph()
-        var = de.get_variable("bench", key_dtype=tf.int64, value_dtype=tf.float32, dim=DIM,
-                              initializer=tf.compat.v1.random_uniform_initializer(
-                                  -0.05, 0.05, seed=1))
+        var = de.get_variable(
+            "bench",
+            key_dtype=tf.int64,
+            value_dtype=tf.float32,
+            dim=DIM,
+            initializer=tf.compat.v1.random_uniform_initializer(-0.05, 0.05, seed=1),
+        )
         keys = tf.compat.v1.placeholder(tf.int64, [BATCH])
         if mode == "lookup":
             fetch = computed(var.lookup(keys))
@@ -91,12 +96,14 @@ def bench_tf2(de, batches, warmup, tag):
     init = tf.keras.initializers.RandomUniform(-0.05, 0.05, seed=1)
     tensors = [tf.constant(b) for b in batches]
     results = {}
-    var = de.get_variable("tf2_lookup_" + tag, key_dtype=tf.int64, value_dtype=tf.float32,
-                          dim=DIM, initializer=init)
+    var = de.get_variable(
+        "tf2_lookup_" + tag, key_dtype=tf.int64, value_dtype=tf.float32, dim=DIM, initializer=init
+    )
     results["eager_lookup"] = _timed(var.lookup, tensors, warmup)
 
-    var = de.get_variable("tf2_step_" + tag, key_dtype=tf.int64, value_dtype=tf.float32,
-                          dim=DIM, initializer=init)
+    var = de.get_variable(
+        "tf2_step_" + tag, key_dtype=tf.int64, value_dtype=tf.float32, dim=DIM, initializer=init
+    )
     shadow = de.shadow_ops.ShadowVariable(var, name="tf2_step_shadow_" + tag)
     opt = de.DynamicEmbeddingOptimizer(tf.keras.optimizers.Adam(0.001))
 
@@ -112,8 +119,9 @@ def bench_tf2(de, batches, warmup, tag):
     inputs = tf.keras.layers.Input(shape=(BATCH // FIT_ROWS,), dtype=tf.int64)
     emb = de.keras.layers.Embedding(DIM, initializer=init, name="tf2_fit_" + tag)(inputs)
     model = tf.keras.Model(inputs, tf.keras.layers.Dense(1)(tf.reduce_sum(emb, axis=1)))
-    model.compile(optimizer=de.DynamicEmbeddingOptimizer(tf.keras.optimizers.Adam(0.001)),
-                  loss="mse")
+    model.compile(
+        optimizer=de.DynamicEmbeddingOptimizer(tf.keras.optimizers.Adam(0.001)), loss="mse"
+    )
     ids = [b.reshape(FIT_ROWS, -1) for b in batches]
     labels = np.zeros([FIT_ROWS, 1], np.float32)
     data = tf.data.Dataset.from_tensor_slices(np.stack(ids)).map(lambda x: (x, labels))
@@ -125,15 +133,18 @@ def bench_tf2(de, batches, warmup, tag):
 
 
 def _table(med, rows):
-    print("| operation | rec_sdk ms | %s | rec_sdk is |" % (
-        "TFRA 0.7.2 ms" if "tfra" in med else "-"))
+    print(
+        "| operation | rec_sdk ms | %s | rec_sdk is |" % ("TFRA 0.7.2 ms" if "tfra" in med else "-")
+    )
     print("|---|---|---|---|")
     for mode, label in rows:
         ours = med["rec_sdk"][mode]
         if "tfra" in med:
             theirs = med["tfra"][mode]
-            print("| %s | %.2f | %.2f | %.1fx faster |" % (label, ours * 1e3, theirs * 1e3,
-                                                          theirs / ours))
+            print(
+                "| %s | %.2f | %.2f | %.1fx faster |"
+                % (label, ours * 1e3, theirs * 1e3, theirs / ours)
+            )
         else:
             print("| %s | %.2f | - | - |" % (label, ours * 1e3))
 
@@ -152,27 +163,37 @@ def _median_rounds(libraries, repeat, run):
     for i in range(repeat):
         for name, de in libraries.items():
             rounds[name].append(run(de, "%s_%d" % (name, i)))
-    return {name: {k: statistics.median(r[k] for r in rs) for k in rs[0]}
-            for name, rs in rounds.items()}
+    return {
+        name: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for name, rs in rounds.items()
+    }
 
 
 def main_tf2(args):
     batches = zipf_batches(args.steps + args.warmup)
     libraries = _libraries()
-    med = _median_rounds(libraries, args.repeat,
-                         lambda de, tag: bench_tf2(de, batches, args.warmup, tag))
+    med = _median_rounds(
+        libraries, args.repeat, lambda de, tag: bench_tf2(de, batches, args.warmup, tag)
+    )
     print("\n### TF2 (eager, tf.function, Keras)\n")
-    _table(med, (("eager_lookup", "eager lookup (no insert)"),
-                 ("function_step", "tf.function train step (shadow lookup + Keras Adam)"),
-                 ("keras_fit", "Keras model.fit step (de Embedding + Dense, Keras Adam)")))
-    print("\nkeys stored after the tf.function steps: rec_sdk %d%s" % (
-        med["rec_sdk"]["size"], ", TFRA %d" % med["tfra"]["size"] if "tfra" in med else ""))
+    _table(
+        med,
+        (
+            ("eager_lookup", "eager lookup (no insert)"),
+            ("function_step", "tf.function train step (shadow lookup + Keras Adam)"),
+            ("keras_fit", "Keras model.fit step (de Embedding + Dense, Keras Adam)"),
+        ),
+    )
+    print(
+        "\nkeys stored after the tf.function steps: rec_sdk %d%s"
+        % (med["rec_sdk"]["size"], ", TFRA %d" % med["tfra"]["size"] if "tfra" in med else "")
+    )
     return 0
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--repeat", type=int, default=3)
@@ -182,26 +203,58 @@ def main():
         return main_tf2(args)
     tf.compat.v1.disable_eager_execution()
     batches = zipf_batches(args.steps + args.warmup)
-    print("machine: %s, %d cores, Python %s, TensorFlow %s" % (
-        platform.processor() or platform.machine(), os.cpu_count(), platform.python_version(),
-        tf.__version__))
-    print("batch %d keys (%.0f unique on average), dim %d, %d timed steps after %d warm-up; "
-          "median ms/step, median of %d interleaved rounds"
-          % (BATCH, statistics.mean(len(np.unique(b)) for b in batches), DIM, args.steps,
-             args.warmup, args.repeat))
+    print(
+        "machine: %s, %d cores, Python %s, TensorFlow %s"
+        % (
+            platform.processor() or platform.machine(),
+            os.cpu_count(),
+            platform.python_version(),
+            tf.__version__,
+        )
+    )
+    print(
+        "batch %d keys (%.0f unique on average), dim %d, %d timed steps after %d warm-up; "
+        "median ms/step, median of %d interleaved rounds"
+        % (
+            BATCH,
+            statistics.mean(len(np.unique(b)) for b in batches),
+            DIM,
+            args.steps,
+            args.warmup,
+            args.repeat,
+        )
+    )
     libraries = _libraries()
-    med = _median_rounds(libraries, args.repeat,
-                         lambda de, tag: bench(de, batches, args.warmup))
+    med = _median_rounds(libraries, args.repeat, lambda de, tag: bench(de, batches, args.warmup))
     print("\n### Graph mode (tf.compat.v1.Session)\n")
-    _table(med, (("lookup", "lookup (no insert)"), ("upsert", "upsert"),
-                 ("train", "train step (embedding_lookup + Adam)")))
-    print("\nkeys stored after training: rec_sdk %d%s" % (
-        med["rec_sdk"]["size"], ", TFRA %d" % med["tfra"]["size"] if "tfra" in med else ""))
+    _table(
+        med,
+        (
+            ("lookup", "lookup (no insert)"),
+            ("upsert", "upsert"),
+            ("train", "train step (embedding_lookup + Adam)"),
+        ),
+    )
+    print(
+        "\nkeys stored after training: rec_sdk %d%s"
+        % (med["rec_sdk"]["size"], ", TFRA %d" % med["tfra"]["size"] if "tfra" in med else "")
+    )
     if args.section == "all":
         sys.stdout.flush()
-        return subprocess.call([sys.executable, os.path.abspath(__file__), "--section", "tf2",
-                                "--steps", str(args.steps), "--warmup", str(args.warmup),
-                                "--repeat", str(args.repeat)])
+        return subprocess.call(
+            [
+                sys.executable,
+                os.path.abspath(__file__),
+                "--section",
+                "tf2",
+                "--steps",
+                str(args.steps),
+                "--warmup",
+                str(args.warmup),
+                "--repeat",
+                str(args.repeat),
+            ]
+        )
     return 0
 
 

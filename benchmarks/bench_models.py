@@ -29,8 +29,8 @@ dim 16, LazyAdam) on a table pre-filled with 1M to 20M keys: step time and bytes
 
 Precision (--precision): the scaling measurement per row dtype (float32, bfloat16, float16
 rows with float32 slots, each with the default index layout, which is compact for half
-rows; bfloat16 rows with a full index; bfloat16 rows with bfloat16 slots) at dim 64 with row-wise Adagrad
-(its one float per row stays float32) and at dim 16 with LazyAdam, on a table of
+rows; bfloat16 rows with a full index; bfloat16 rows with bfloat16 slots) at dim 64 with row-wise
+Adagrad (its one float per row stays float32) and at dim 16 with LazyAdam, on a table of
 --precision-keys keys, the dtypes alternating in --rounds rounds: bytes per key and train
 step time, each as a ratio to float32 of the same round.
 
@@ -40,6 +40,7 @@ step time, each as a ratio to float32 of the same round.
 
 --profile N traces N more steps per run (RunMetadata) and prints op time by op type.
 """
+
 import argparse
 import ctypes
 import json
@@ -53,8 +54,10 @@ import time
 import numpy as np
 import tensorflow as tf
 
+import model_reports  # benchmarks/, the folder of this script
+from rec_sdk.examples import embeddings as examples_embeddings
 from rec_sdk.examples.demo import evaluate
-from rec_sdk.examples.train import Embeddings
+from rec_sdk.examples.embeddings import Embeddings
 
 LIBRARIES = ("rec_sdk", "rec_sdk_de", "dense_adam", "dense_adagrad", "tfra")
 PAYLOAD_BYTES = 8 + 16 * 4 * 3  # key + dim-16 embedding + 2 Adam slots
@@ -75,7 +78,8 @@ def rss_bytes(trim=False):
     return 0
 
 
-# --- embeddings per library (same interface as rec_sdk.examples.train.RecSdkEmbeddings) ---
+# --- embeddings per library (same interface as rec_sdk.examples.embeddings.RecSdkEmbeddings) ---
+
 
 class DenseEmbeddings(Embeddings):
     """tf.Variable tables [rows, dim] read with ids % rows; TF's own optimizer."""
@@ -90,20 +94,26 @@ class DenseEmbeddings(Embeddings):
             rows = int(source.vocabulary[name])
             self.rows[name] = rows
             self.variables[name] = tf.compat.v1.get_variable(
-                "dense_" + name, [rows, dim],
-                initializer=tf.compat.v1.truncated_normal_initializer(stddev=0.05, seed=1))
+                "dense_" + name,
+                [rows, dim],
+                initializer=tf.compat.v1.truncated_normal_initializer(stddev=0.05, seed=1),
+            )
 
     def lookup(self, field, ids, is_train, name):
         del is_train
-        return tf.nn.embedding_lookup(self.variables[field.table],
-                                      tf.math.floormod(ids, self.rows[field.table]), name=name)
+        return tf.nn.embedding_lookup(
+            self.variables[field.table], tf.math.floormod(ids, self.rows[field.table]), name=name
+        )
 
     def gradient_targets(self):
         return list(self.variables.values())
 
     def apply_gradients(self, grads, targets):
-        cls = (tf.compat.v1.train.AdamOptimizer if self.optimizer == "adam"
-               else tf.compat.v1.train.AdagradOptimizer)
+        cls = (
+            tf.compat.v1.train.AdamOptimizer
+            if self.optimizer == "adam"
+            else tf.compat.v1.train.AdagradOptimizer
+        )
         return cls(self.learning_rate).apply_gradients(zip(grads, targets))
 
     def keys(self, sess):
@@ -126,22 +136,23 @@ def worker(args):
         batch_size = 1024
     init()
     train_batch = tf.compat.v1.data.make_one_shot_iterator(
-        source.train_dataset(batch_size, 0).prefetch(4)).get_next()
+        source.train_dataset(batch_size, 0).prefetch(4)
+    ).get_next()
     eval_it = tf.compat.v1.data.make_initializable_iterator(source.eval_dataset(8192))
     if args.library == "rec_sdk":
-        emb = train.RecSdkEmbeddings(source, 16, args.learning_rate, False)
+        emb = examples_embeddings.RecSdkEmbeddings(source, 16, args.learning_rate, False)
     elif args.library.startswith("dense"):
         emb = DenseEmbeddings(source, 16, args.learning_rate, args.library.split("_")[1])
     elif args.library == "rec_sdk_de":
-        emb = train.DynamicEmbeddings(source, 16, args.learning_rate, False)
+        emb = examples_embeddings.DynamicEmbeddings(source, 16, args.learning_rate, False)
     else:
         import tensorflow_recommenders_addons.dynamic_embedding as tfra
-        emb = train.DynamicEmbeddings(source, 16, args.learning_rate, False, de=tfra)
+
+        emb = examples_embeddings.DynamicEmbeddings(source, 16, args.learning_rate, False, de=tfra)
     top = [int(u) for u in args.dlrm_top.split(",") if u]
     _, _, loss = train.build("dlrm", source, emb, train_batch, True, 16, top)
     probs, labels, _ = train.build("dlrm", source, emb, eval_it.get_next(), False, 16, top)
-    dense = [v for v in get_dense_and_sparse_variable()[0]
-             if v.name.startswith("dlrm/")]
+    dense = [v for v in get_dense_and_sparse_variable()[0] if v.name.startswith("dlrm/")]
     train_op = emb.train_op(loss, dense, tf.compat.v1.train.AdamOptimizer(args.learning_rate))
     keys_op = None
     if args.library == "rec_sdk":
@@ -157,10 +168,19 @@ def worker(args):
         keys = int(sess.run(keys_op)) if keys_op is not None else emb.keys(sess)
         test_auc, _ = evaluate(sess, eval_it.initializer, probs, labels)
         profile = op_profile(sess, train_op, args.profile) if args.profile else None
-    print(json.dumps({"library": args.library, "workload": args.workload,
-                      "samples_per_s": args.steps * batch_size / elapsed,
-                      "keys": keys, "auc": test_auc,
-                      "steps": args.steps + args.warmup, "profile": profile}))
+    print(
+        json.dumps(
+            {
+                "library": args.library,
+                "workload": args.workload,
+                "samples_per_s": args.steps * batch_size / elapsed,
+                "keys": keys,
+                "auc": test_auc,
+                "steps": args.steps + args.warmup,
+                "profile": profile,
+            }
+        )
+    )
 
 
 def op_profile(sess, fetch, steps):
@@ -180,44 +200,60 @@ def op_profile(sess, fetch, steps):
                 micros = node.op_end_rel_micros - node.op_start_rel_micros
                 by_type[op] = by_type.get(op, 0) + micros
     ops = sorted(by_type.items(), key=lambda kv: -kv[1])
-    return {"wall_ms": statistics.median(wall) * 1e3,
-            "op_ms": sum(by_type.values()) / 1e3 / steps,
-            "ops": [[op, round(us / 1e3 / steps, 2)] for op, us in ops[:25]]}
+    return {
+        "wall_ms": statistics.median(wall) * 1e3,
+        "op_ms": sum(by_type.values()) / 1e3 / steps,
+        "ops": [[op, round(us / 1e3 / steps, 2)] for op, us in ops[:25]],
+    }
 
 
 def memory_worker(args):
     """Bytes of RSS per stored key of one library: a dim-16 table trained with Adam on
     batches of 65,536 keys never seen before (so every key gets a row and both slots), from
     the first batch to args.keys keys; growth / keys added."""
+    import rec_sdk
     from rec_sdk.core.embedding import create_table, sparse_lookup
     from rec_sdk.optimizers.lazy_adam_by_addr import create_hash_optimizer_by_address
     from rec_sdk.util.initialize import init
-    import rec_sdk
 
     tf.compat.v1.disable_eager_execution()
     batch = 65536
     keys = tf.compat.v1.placeholder(tf.int64, [batch])
     if args.library == "rec_sdk":
         init(use_dynamic_expansion=True)
-        table = create_table(tf.int64, 16, "memory", tf.compat.v1.random_uniform_initializer(
-            -0.05, 0.05, seed=1), device_vocabulary_size=batch)
+        table = create_table(
+            tf.int64,
+            16,
+            "memory",
+            tf.compat.v1.random_uniform_initializer(-0.05, 0.05, seed=1),
+            device_vocabulary_size=batch,
+        )
         emb = sparse_lookup(table, keys, is_train=True)
         embs = tf.compat.v1.get_collection(rec_sdk.ASCEND_SPARSE_LOOKUP_LOCAL_EMB)
         addrs = tf.compat.v1.get_collection(rec_sdk.ASCEND_SPARSE_LOOKUP_ID_OFFSET)
         step = create_hash_optimizer_by_address(1e-3).apply_gradients(
-            zip(tf.gradients(tf.reduce_sum(tf.square(emb)), embs), addrs))
+            zip(tf.gradients(tf.reduce_sum(tf.square(emb)), embs), addrs)
+        )
         size = table.size_tensor()
     elif args.library == "tfra":
         import tensorflow_recommenders_addons.dynamic_embedding as de
-        var = de.get_variable("memory", key_dtype=tf.int64, value_dtype=tf.float32, dim=16,
-                              initializer=tf.compat.v1.random_uniform_initializer(-0.05, 0.05))
+
+        var = de.get_variable(
+            "memory",
+            key_dtype=tf.int64,
+            value_dtype=tf.float32,
+            dim=16,
+            initializer=tf.compat.v1.random_uniform_initializer(-0.05, 0.05),
+        )
         emb = de.embedding_lookup(var, keys)
         step = de.DynamicEmbeddingOptimizer(tf.compat.v1.train.AdamOptimizer(1e-3)).minimize(
-            tf.reduce_sum(tf.square(emb)))
+            tf.reduce_sum(tf.square(emb))
+        )
         size = var.size()
     else:
-        var = tf.compat.v1.get_variable("memory", [args.keys, 16],
-                                        initializer=tf.compat.v1.zeros_initializer())
+        var = tf.compat.v1.get_variable(
+            "memory", [args.keys, 16], initializer=tf.compat.v1.zeros_initializer()
+        )
         emb = tf.nn.embedding_lookup(var, tf.math.floormod(keys, args.keys))
         step = tf.compat.v1.train.AdamOptimizer(1e-3).minimize(tf.reduce_sum(tf.square(emb)))
         size = tf.constant(args.keys, tf.int64)
@@ -233,15 +269,22 @@ def memory_worker(args):
             sess.run(step, {keys: np.arange(start, start + batch, dtype=np.int64)})
         grown = rss_bytes() - before
         stored = int(sess.run(size))
-    print(json.dumps({"library": args.library, "keys": stored,
-                      "bytes_per_key": grown / max(stored - first, 1)}))
+    print(
+        json.dumps(
+            {
+                "library": args.library,
+                "keys": stored,
+                "bytes_per_key": grown / max(stored - first, 1),
+            }
+        )
+    )
 
 
 def scaling_worker(args):
     """rec_sdk train step time and bytes per key on a table pre-filled with args.keys keys."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from bench_table import BATCH, DIM, lazy_adam_train_op, zipf_batches
     import rec_sdk
+    from bench_table import BATCH, DIM, lazy_adam_train_op, zipf_batches
     from rec_sdk.core.embedding import create_table, sparse_lookup
     from rec_sdk.optimizers import adagrad_rowwise
     from rec_sdk.util.initialize import init
@@ -250,19 +293,28 @@ def scaling_worker(args):
     init(use_dynamic_expansion=True)
     before = rss_bytes(trim=True)
     dim = args.dim or DIM
-    table = create_table(tf.int64, dim, "scaling", tf.compat.v1.random_uniform_initializer(
-        -0.05, 0.05, seed=1), device_vocabulary_size=1 << 20, emb_dtype=args.emb_dtype,
-        slot_dtype=args.slot_dtype, index_layout=args.index_layout)
+    table = create_table(
+        tf.int64,
+        dim,
+        "scaling",
+        tf.compat.v1.random_uniform_initializer(-0.05, 0.05, seed=1),
+        device_vocabulary_size=1 << 20,
+        emb_dtype=args.emb_dtype,
+        slot_dtype=args.slot_dtype,
+        index_layout=args.index_layout,
+    )
     fill = tf.compat.v1.placeholder(tf.int64, [None])
     fill_op = tf.group(sparse_lookup(table, fill, is_train=True, name="fill"))
     keys = tf.compat.v1.placeholder(tf.int64, [BATCH])
     emb = sparse_lookup(table, keys, is_train=True)
     if args.optimizer == "rowwise_adagrad":
         loss = tf.reduce_sum(tf.square(emb))
-        grads = tf.gradients(loss, tf.compat.v1.get_collection(
-            rec_sdk.ASCEND_SPARSE_LOOKUP_LOCAL_EMB))
-        step = adagrad_rowwise.create_hash_optimizer_by_address(0.01).apply_gradients(zip(
-            grads, tf.compat.v1.get_collection(rec_sdk.ASCEND_SPARSE_LOOKUP_ID_OFFSET)))
+        grads = tf.gradients(
+            loss, tf.compat.v1.get_collection(rec_sdk.ASCEND_SPARSE_LOOKUP_LOCAL_EMB)
+        )
+        step = adagrad_rowwise.create_hash_optimizer_by_address(0.01).apply_gradients(
+            zip(grads, tf.compat.v1.get_collection(rec_sdk.ASCEND_SPARSE_LOOKUP_ID_OFFSET))
+        )
     else:
         step = lazy_adam_train_op(emb)
     batches = zipf_batches(args.steps + 5)
@@ -271,8 +323,10 @@ def scaling_worker(args):
         chunk = 1 << 16  # small fills: their temporaries stay small next to the table
         for start in range(0, args.keys, chunk):
             # Keys beyond the Zipf batches' 10M space, so that the fill does not pre-insert them.
-            sess.run(fill_op, {fill: np.arange(start, min(start + chunk, args.keys),
-                                               dtype=np.int64) + (1 << 40)})
+            sess.run(
+                fill_op,
+                {fill: np.arange(start, min(start + chunk, args.keys), dtype=np.int64) + (1 << 40)},
+            )
         sess.run(step, {keys: batches[0]})  # slots attached
         grown = rss_bytes(trim=True) - before
         size = int(sess.run(table.size_tensor()))
@@ -281,22 +335,30 @@ def scaling_worker(args):
             t0 = time.perf_counter()
             sess.run(step, {keys: b})
             times.append(time.perf_counter() - t0)
-    print(json.dumps({"keys": size, "ms_per_step": statistics.median(times[4:]) * 1e3,
-                      "bytes_per_key": grown / size}))
+    print(
+        json.dumps(
+            {
+                "keys": size,
+                "ms_per_step": statistics.median(times[4:]) * 1e3,
+                "bytes_per_key": grown / size,
+            }
+        )
+    )
 
 
 def _spawn(extra):
     cmd = [sys.executable, os.path.abspath(__file__)] + extra
     out = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    lines = [l for l in out.stdout.splitlines() if l.startswith("{")]
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
     if out.returncode != 0 or not lines:
         return {"error": (out.stderr.strip().splitlines() or ["exit %d" % out.returncode])[-1]}
     return json.loads(lines[-1])
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--worker", nargs=2, metavar=("LIBRARY", "WORKLOAD"))
     parser.add_argument("--scaling-worker", type=int, default=None)
     parser.add_argument("--memory-worker", nargs=2, metavar=("LIBRARY", "KEYS"))
@@ -319,10 +381,16 @@ def main():
     parser.add_argument("--slot-dtype", default="float32", help="(scaling worker)")
     parser.add_argument("--index-layout", default="auto", help="(scaling worker)")
     parser.add_argument("--plot", default=None, help="PNG of the scaling figures")
-    parser.add_argument("--dlrm-top", default="256,128",
-                        help="widths of DLRM's top MLP layers before the logit")
-    parser.add_argument("--profile", type=int, default=0, metavar="STEPS",
-                        help="with --worker: also trace STEPS steps and print op time by type")
+    parser.add_argument(
+        "--dlrm-top", default="256,128", help="widths of DLRM's top MLP layers before the logit"
+    )
+    parser.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="STEPS",
+        help="with --worker: also trace STEPS steps and print op time by type",
+    )
     args = parser.parse_args()
     if args.worker:
         args.library, args.workload = args.worker
@@ -334,148 +402,122 @@ def main():
         args.keys = args.scaling_worker
         return scaling_worker(args)
 
-    print("machine: %s, %d cores, Python %s, TensorFlow %s" % (
-        platform.processor() or platform.machine(), os.cpu_count(), platform.python_version(),
-        tf.__version__))
-    common = ["--steps", str(args.steps), "--warmup", str(args.warmup), "--rows",
-              str(args.rows), "--scale", str(args.scale), "--learning-rate",
-              str(args.learning_rate), "--dlrm-top", args.dlrm_top] + (["--profile", str(args.profile)] if args.profile else [])
+    print(
+        "machine: %s, %d cores, Python %s, TensorFlow %s"
+        % (
+            platform.processor() or platform.machine(),
+            os.cpu_count(),
+            platform.python_version(),
+            tf.__version__,
+        )
+    )
+    common = [
+        "--steps",
+        str(args.steps),
+        "--warmup",
+        str(args.warmup),
+        "--rows",
+        str(args.rows),
+        "--scale",
+        str(args.scale),
+        "--learning-rate",
+        str(args.learning_rate),
+        "--dlrm-top",
+        args.dlrm_top,
+    ] + (["--profile", str(args.profile)] if args.profile else [])
     for workload in [w for w in args.workloads.split(",") if w]:
         runs = {lib: [] for lib in args.libraries.split(",")}
         for _ in range(args.rounds):
             for lib in runs:
                 runs[lib].append(_spawn(["--worker", lib, workload] + common))
-        print("\n%s: DLRM (top MLP %s-1), %d timed steps after %d, median of %d rounds (one "
-              "process per run)" % (workload, args.dlrm_top.replace(",", "-"), args.steps,
-                                    args.warmup, args.rounds))
+        print(
+            "\n%s: DLRM (top MLP %s-1), %d timed steps after %d, median of %d rounds (one "
+            "process per run)"
+            % (workload, args.dlrm_top.replace(",", "-"), args.steps, args.warmup, args.rounds)
+        )
         print("| library | samples/s | vs rec_sdk | keys stored | eval AUC |")
         print("|---|---|---|---|---|")
         ok = {lib: [r for r in rs if "error" not in r] for lib, rs in runs.items()}
-        base = statistics.median(r["samples_per_s"] for r in ok["rec_sdk"]) if ok.get(
-            "rec_sdk") else None
+        base = (
+            statistics.median(r["samples_per_s"] for r in ok["rec_sdk"])
+            if ok.get("rec_sdk")
+            else None
+        )
         for lib, rs in ok.items():
             if not rs:
                 print("| %s | %s |  |  |  |" % (lib, runs[lib][0].get("error", "failed")))
                 continue
             rate = statistics.median(r["samples_per_s"] for r in rs)
-            print("| %s | %.0f | %s | %d | %.4f |" % (
-                lib, rate, "%.2fx" % (rate / base) if base else "-",
-                statistics.median(r["keys"] for r in rs),
-                statistics.median(r["auc"] for r in rs)))
+            print(
+                "| %s | %.0f | %s | %d | %.4f |"
+                % (
+                    lib,
+                    rate,
+                    "%.2fx" % (rate / base) if base else "-",
+                    statistics.median(r["keys"] for r in rs),
+                    statistics.median(r["auc"] for r in rs),
+                )
+            )
         for lib, rs in ok.items():
             if rs and rs[0].get("profile"):
                 p = rs[0]["profile"]
-                print("  %s traced step: %.1f ms wall, %.1f ms op time: %s" % (
-                    lib, p["wall_ms"], p["op_ms"],
-                    ", ".join("%s %.1f" % (op, ms) for op, ms in p["ops"][:8])))
-    memory = [_spawn(["--memory-worker", lib, str(args.memory_keys)])
-              for lib in ("rec_sdk", "dense_adam", "tfra")
-              if lib in args.libraries.split(",") and args.memory_keys > 0]
+                print(
+                    "  %s traced step: %.1f ms wall, %.1f ms op time: %s"
+                    % (
+                        lib,
+                        p["wall_ms"],
+                        p["op_ms"],
+                        ", ".join("%s %.1f" % (op, ms) for op, ms in p["ops"][:8]),
+                    )
+                )
+    memory = [
+        _spawn(["--memory-worker", lib, str(args.memory_keys)])
+        for lib in ("rec_sdk", "dense_adam", "tfra")
+        if lib in args.libraries.split(",") and args.memory_keys > 0
+    ]
     if memory:
-        print("\nmemory: RSS growth per stored key, dim 16 + Adam slots, %d keys trained in "
-              "batches of 65,536 new keys (payload: key + embedding + 2 slots = %d B)"
-              % (args.memory_keys, PAYLOAD_BYTES))
+        print(
+            "\nmemory: RSS growth per stored key, dim 16 + Adam slots, %d keys trained in "
+            "batches of 65,536 new keys (payload: key + embedding + 2 slots = %d B)"
+            % (args.memory_keys, PAYLOAD_BYTES)
+        )
         print("| library | keys | bytes/key | x payload |")
         print("|---|---|---|---|")
         for r in memory:
             if "error" in r:
                 print("| - | %s | | |" % r["error"])
                 continue
-            print("| %s | %d | %.0f | %.2fx |" % (r["library"], r["keys"], r["bytes_per_key"],
-                                                 r["bytes_per_key"] / PAYLOAD_BYTES))
+            print(
+                "| %s | %d | %.0f | %.2fx |"
+                % (r["library"], r["keys"], r["bytes_per_key"], r["bytes_per_key"] / PAYLOAD_BYTES)
+            )
     if args.precision:
-        precision(args)
+        model_reports.precision(args, _spawn)
     if args.scaling:
         sizes = [int(float(m) * 1_000_000) for m in args.scaling_keys.split(",")]
         results = [_spawn(["--scaling-worker", str(n), "--steps", "30"]) for n in sizes]
-        print("\nscaling: rec_sdk train step (65,536 Zipf keys, dim 16, LazyAdam by address) on "
-              "a table pre-filled with N keys")
+        print(
+            "\nscaling: rec_sdk train step (65,536 Zipf keys, dim 16, LazyAdam by address) on "
+            "a table pre-filled with N keys"
+        )
         print("| keys | ms/step | bytes/key (RSS growth) | x payload |")
         print("|---|---|---|---|")
         for r in results:
             if "error" in r:
                 print("| - | %s | | |" % r["error"])
                 continue
-            print("| %d | %.2f | %.0f | %.2fx |" % (r["keys"], r["ms_per_step"],
-                                                   r["bytes_per_key"],
-                                                   r["bytes_per_key"] / PAYLOAD_BYTES))
+            print(
+                "| %d | %.2f | %.0f | %.2fx |"
+                % (
+                    r["keys"],
+                    r["ms_per_step"],
+                    r["bytes_per_key"],
+                    r["bytes_per_key"] / PAYLOAD_BYTES,
+                )
+            )
         if args.plot:
-            plot(results, args.plot)
+            model_reports.plot(results, args.plot, PAYLOAD_BYTES)
     return 0
-
-
-PRECISION_CASES = ((64, "rowwise_adagrad"), (16, "lazy_adam"))
-# (emb_dtype, slot_dtype, index_layout); bfloat16 slots only where the slots have dim
-# values. "auto" is compact for half-precision rows; bfloat16 rows with a full index show
-# what the compact index adds.
-PRECISION_DTYPES = (("float32", "float32", "auto"), ("bfloat16", "float32", "auto"),
-                    ("bfloat16", "float32", "full"), ("float16", "float32", "auto"),
-                    ("bfloat16", "bfloat16", "auto"))
-
-
-def _precision_dtypes(optimizer):
-    return [d for d in PRECISION_DTYPES
-            if d[1] == "float32" or optimizer != "rowwise_adagrad"]
-
-
-def precision(args):
-    """Bytes per key and train step time per row dtype (see the module doc)."""
-    results = {}
-    for _ in range(args.rounds):
-        for dim, optimizer in PRECISION_CASES:
-            for dtype, slot_dtype, layout in _precision_dtypes(optimizer):
-                r = _spawn(["--scaling-worker", str(args.precision_keys), "--steps", "30",
-                            "--dim", str(dim), "--optimizer", optimizer,
-                            "--emb-dtype", dtype, "--slot-dtype", slot_dtype,
-                            "--index-layout", layout])
-                results.setdefault((dim, optimizer, dtype, slot_dtype, layout), []).append(r)
-    print("\nprecision: rec_sdk train step (65,536 Zipf keys) on a table of %d keys, per row "
-          "and slot dtype; medians of %d rounds, ratios to float32 per round"
-          % (args.precision_keys, args.rounds))
-    print("| dim, optimizer | emb_dtype | slot_dtype | index_layout | bytes/key | x float32 "
-          "| ms/step | x float32 |")
-    print("|---|---|---|---|---|---|---|---|")
-    for dim, optimizer in PRECISION_CASES:
-        base = results[(dim, optimizer, "float32", "float32", "auto")]
-        for dtype, slot_dtype, layout in _precision_dtypes(optimizer):
-            runs = results[(dim, optimizer, dtype, slot_dtype, layout)]
-            if any("error" in r for r in runs + base):
-                print("| %d, %s | %s | %s | %s | %s | | | |" % (
-                    dim, optimizer, dtype, slot_dtype, layout,
-                    [r.get("error") for r in runs + base if "error" in r][0]))
-                continue
-            med = lambda rs, k: statistics.median(r[k] for r in rs)
-            ratio = lambda k: statistics.median(r[k] / b[k] for r, b in zip(runs, base))
-            print("| %d, %s | %s | %s | %s | %.0f | %.2fx | %.1f | %.2fx |" % (
-                dim, optimizer, dtype, slot_dtype, layout, med(runs, "bytes_per_key"),
-                ratio("bytes_per_key"), med(runs, "ms_per_step"), ratio("ms_per_step")))
-
-
-def plot(results, path):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("(no plot: matplotlib is not installed)")
-        return
-    ok = [r for r in results if "error" not in r]
-    keys = [r["keys"] / 1e6 for r in ok]
-    fig, left = plt.subplots(figsize=(6, 3.5))
-    left.plot(keys, [65536 / r["ms_per_step"] / 1e3 for r in ok], "o-", color="tab:blue")
-    left.set_xlabel("keys in the table (millions)")
-    left.set_ylabel("train step throughput (M keys/s)", color="tab:blue")
-    left.set_ylim(bottom=0)
-    right = left.twinx()
-    right.plot(keys, [r["bytes_per_key"] for r in ok], "s--", color="tab:red")
-    right.axhline(PAYLOAD_BYTES, color="tab:red", linestyle=":", linewidth=1)
-    right.text(keys[-1], PAYLOAD_BYTES, "payload", color="tab:red", ha="right", va="bottom")
-    right.set_ylabel("bytes per key (RSS growth)", color="tab:red")
-    right.set_ylim(0, max(r["bytes_per_key"] for r in ok) * 1.15)
-    left.set_title("rec_sdk: throughput and memory against table size")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    print("plot: %s" % path)
 
 
 if __name__ == "__main__":

@@ -53,6 +53,7 @@ What differs semantically (the figures compare the same job, not the same algori
     .venv/bin/python benchmarks/bench_peers.py [--steps 50] [--batches 8] [--quick]
         [--no-torchrec] [--no-tfra]
 """
+
 import argparse
 import inspect
 import json
@@ -70,17 +71,19 @@ import tensorflow as tf  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from bench_table import (  # noqa: E402
-    BATCH, DENSE_ROWS, DIM, KEY_SPACE, computed, time_steps, zipf_batches)
+from bench_table import BATCH, DENSE_ROWS, DIM, KEY_SPACE, computed, time_steps, zipf_batches  # noqa: E402
 
 # Row-wise Adagrad is being added to rec_sdk; measured only when the module exists.
 try:
     from rec_sdk.optimizers import adagrad_rowwise
+
     ROWWISE_MISSING = None
 except Exception as e:  # noqa: BLE001 (missing, or half-written while it is being developed)
     adagrad_rowwise = None
     ROWWISE_MISSING = "rec_sdk.optimizers.adagrad_rowwise does not import (%s: %s)" % (
-        type(e).__name__, e)
+        type(e).__name__,
+        e,
+    )
 
 OUT_DIR = os.path.join(HERE, "out")
 KEYS_FILE = os.path.join(OUT_DIR, "peer_keys.npz")
@@ -101,8 +104,9 @@ def machine():
     model = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as f:
-            model = next(line.split(":", 1)[1].strip() for line in f
-                         if line.startswith("model name"))
+            model = next(
+                line.split(":", 1)[1].strip() for line in f if line.startswith("model name")
+            )
     except (OSError, StopIteration):
         pass
     return {"cpu": model, "cores": os.cpu_count(), "os": platform.platform()}
@@ -120,11 +124,26 @@ def run_torchrec(steps, warmup):
     """The worker's result dict, or {"error": why} when the peer venv is missing or fails."""
     python = os.path.normpath(PEERS_PYTHON)
     if not os.path.exists(python):
-        return {"error": "peer venv missing (%s); create it with `bash benchmarks/setup_peers.sh`"
-                % python}
-    command = [python, WORKER, "--keys", KEYS_FILE, "--dim", str(DIM), "--threads",
-               str(THREADS), "--steps", str(steps), "--warmup", str(warmup), "--out",
-               TORCHREC_FILE]
+        return {
+            "error": "peer venv missing (%s); create it with `bash benchmarks/setup_peers.sh`"
+            % python
+        }
+    command = [
+        python,
+        WORKER,
+        "--keys",
+        KEYS_FILE,
+        "--dim",
+        str(DIM),
+        "--threads",
+        str(THREADS),
+        "--steps",
+        str(steps),
+        "--warmup",
+        str(warmup),
+        "--out",
+        TORCHREC_FILE,
+    ]
     start = time.perf_counter()
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=3600)
@@ -140,8 +159,9 @@ def run_torchrec(steps, warmup):
 
 
 def session():
-    config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=THREADS,
-                                      inter_op_parallelism_threads=THREADS)
+    config = tf.compat.v1.ConfigProto(
+        intra_op_parallelism_threads=THREADS, inter_op_parallelism_threads=THREADS
+    )
     return tf.compat.v1.Session(graph=tf.compat.v1.get_default_graph(), config=config)
 
 
@@ -170,6 +190,7 @@ def smallest_accumulator(factory, **kwargs):
 def rec_sdk_optimizer(op):
     """(rec_sdk sparse optimizer of a fixed-capacity table, its parameters) for a train op."""
     from rec_sdk.optimizers import adagrad, gradient_descent, lazy_adam
+
     if op == "train_sgd":
         return gradient_descent.create_hash_optimizer(LR), {"weight_decay": None}
     if op == "train_adagrad":
@@ -188,8 +209,12 @@ def rec_sdk_optimizer(op):
             opt = factory(**kwargs)
         return opt, params
     if op == "train_adam":
-        return lazy_adam.create_hash_optimizer(LR), {"beta1": 0.9, "beta2": 0.999,
-                                                     "epsilon": 1e-8, "lazy": True}
+        return lazy_adam.create_hash_optimizer(LR), {
+            "beta1": 0.9,
+            "beta2": 0.999,
+            "epsilon": 1e-8,
+            "lazy": True,
+        }
     raise ValueError(op)
 
 
@@ -200,8 +225,7 @@ def bench_rec_sdk(op, batches, steps, capacity):
     tf.compat.v1.reset_default_graph()
     init(use_dynamic_expansion=False)
     try:
-        table = create_table(tf.int64, DIM, "peers", initializer(),
-                             device_vocabulary_size=capacity)
+        table = create_table(tf.int64, DIM, "peers", initializer(), device_vocabulary_size=capacity)
         keys = tf.compat.v1.placeholder(tf.int64, [BATCH])
         emb = sparse_lookup(table, keys, is_train=True)
         params = {}
@@ -222,8 +246,9 @@ def bench_rec_sdk(op, batches, steps, capacity):
 
 def bench_tfra(de, op, batches, steps):
     tf.compat.v1.reset_default_graph()
-    var = de.get_variable("peers", key_dtype=tf.int64, value_dtype=tf.float32, dim=DIM,
-                          initializer=initializer())
+    var = de.get_variable(
+        "peers", key_dtype=tf.int64, value_dtype=tf.float32, dim=DIM, initializer=initializer()
+    )
     keys = tf.compat.v1.placeholder(tf.int64, [BATCH])
     emb = de.embedding_lookup(var, keys, name="peers_lookup")
     params = {}
@@ -233,8 +258,7 @@ def bench_tfra(de, op, batches, steps):
         if op == "train_sgd":
             inner = tf.compat.v1.train.GradientDescentOptimizer(LR)
         elif op == "train_adagrad":
-            inner, acc = smallest_accumulator(tf.compat.v1.train.AdagradOptimizer,
-                                              learning_rate=LR)
+            inner, acc = smallest_accumulator(tf.compat.v1.train.AdagradOptimizer, learning_rate=LR)
             params = {"initial_accumulator_value": acc, "epsilon": 0.0}
         else:
             inner = tf.compat.v1.train.AdamOptimizer(LR)
@@ -249,8 +273,9 @@ def bench_tfra(de, op, batches, steps):
 
 def bench_dense(op, batches, steps):
     tf.compat.v1.reset_default_graph()
-    table = tf.compat.v1.get_variable("dense", [DENSE_ROWS, DIM], initializer=initializer(),
-                                      use_resource=True)
+    table = tf.compat.v1.get_variable(
+        "dense", [DENSE_ROWS, DIM], initializer=initializer(), use_resource=True
+    )
     keys = tf.compat.v1.placeholder(tf.int64, [BATCH])
     emb = tf.nn.embedding_lookup(table, keys % DENSE_ROWS)
     if op == "lookup":
@@ -283,13 +308,18 @@ def cell(value, digits=2):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--steps", type=int, default=50, help="timed steps per operation")
     parser.add_argument("--batches", type=int, default=8, help="saved key batches")
-    parser.add_argument("--rounds", type=int, default=3,
-                        help="rounds of TorchRec then rec_sdk, alternated (the ratio is the "
-                        "median of the rounds' ratios: each compares runs minutes apart at most)")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="rounds of TorchRec then rec_sdk, alternated (the ratio is the "
+        "median of the rounds' ratios: each compares runs minutes apart at most)",
+    )
     parser.add_argument("--quick", action="store_true", help="3 steps, 1 round: a smoke run")
     parser.add_argument("--no-torchrec", action="store_true")
     parser.add_argument("--no-tfra", action="store_true")
@@ -306,21 +336,51 @@ def main():
     capacity = max(1 << 20, 2 * unique_total)  # the fixed-capacity rec_sdk table never fills
     info = machine()
     versions = {"python": platform.python_version(), "tensorflow": tf.__version__}
-    print("machine: %s, %d cores; Python %s, TensorFlow %s" % (
-        info["cpu"], info["cores"], versions["python"], versions["tensorflow"]))
-    print("keys: %s, %d batches x %d keys, Zipf(1.1) over %d keys: %.0f unique per batch, "
-          "%d unique in all; dim %d, %d threads, lr %g; %d timed steps after one pass over "
-          "the batches; median ms/step" % (os.path.relpath(KEYS_FILE), len(batches), BATCH,
-                                            KEY_SPACE, unique_per_batch, unique_total, DIM,
-                                            THREADS, LR, args.steps))
-    result = {"workload": {"keys_file": KEYS_FILE, "num_batches": len(batches),
-                           "batch_size": BATCH, "vocab": KEY_SPACE, "zipf": 1.1, "seed": 0,
-                           "unique_per_batch": round(unique_per_batch),
-                           "unique_total": unique_total, "dim": DIM, "threads": THREADS,
-                           "learning_rate": LR, "gradient": "ones", "steps": args.steps,
-                           "warmup": "one pass over the %d batches" % len(batches),
-                           "rec_sdk_capacity": capacity, "dense_rows": DENSE_ROWS},
-              "machine": info, "versions": versions, "libraries": {}, "notes": []}
+    print(
+        "machine: %s, %d cores; Python %s, TensorFlow %s"
+        % (info["cpu"], info["cores"], versions["python"], versions["tensorflow"])
+    )
+    print(
+        "keys: %s, %d batches x %d keys, Zipf(1.1) over %d keys: %.0f unique per batch, "
+        "%d unique in all; dim %d, %d threads, lr %g; %d timed steps after one pass over "
+        "the batches; median ms/step"
+        % (
+            os.path.relpath(KEYS_FILE),
+            len(batches),
+            BATCH,
+            KEY_SPACE,
+            unique_per_batch,
+            unique_total,
+            DIM,
+            THREADS,
+            LR,
+            args.steps,
+        )
+    )
+    result = {
+        "workload": {
+            "keys_file": KEYS_FILE,
+            "num_batches": len(batches),
+            "batch_size": BATCH,
+            "vocab": KEY_SPACE,
+            "zipf": 1.1,
+            "seed": 0,
+            "unique_per_batch": round(unique_per_batch),
+            "unique_total": unique_total,
+            "dim": DIM,
+            "threads": THREADS,
+            "learning_rate": LR,
+            "gradient": "ones",
+            "steps": args.steps,
+            "warmup": "one pass over the %d batches" % len(batches),
+            "rec_sdk_capacity": capacity,
+            "dense_rows": DENSE_ROWS,
+        },
+        "machine": info,
+        "versions": versions,
+        "libraries": {},
+        "notes": [],
+    }
     libs = result["libraries"]
 
     # Rounds of TorchRec (first, alone: the worker process holds 10M-row tables) then rec_sdk,
@@ -337,8 +397,7 @@ def main():
                 libs["torchrec"] = {"skipped": worker["error"]}
                 print("  TorchRec unavailable: %s" % worker["error"], flush=True)
             else:
-                libs["torchrec"] = {"unsupported": worker.get("unsupported", {}),
-                                    "worker": worker}
+                libs["torchrec"] = {"unsupported": worker.get("unsupported", {}), "worker": worker}
                 this["torchrec"] = worker["ms_per_step"]
                 versions.update({k: v for k, v in worker["versions"].items() if k != "python"})
                 versions["python (peer venv)"] = worker["versions"].get("python")
@@ -350,18 +409,24 @@ def main():
         try:
             import rec_sdk
             from rec_sdk.ops.loader import load_ops
+
             load_ops()  # fail here, once, if the op library does not load
             versions["rec_sdk"] = rec_sdk.__version__
             rec_ops = [op for op in OPS if op != "train_rowwise_adagrad" or adagrad_rowwise]
             entry = {}
-            measure("rec_sdk", rec_ops,
-                    lambda op: bench_rec_sdk(op, batches, args.steps, capacity), entry)
-            libs["rec_sdk"] = {"params": entry["rec_sdk"]["params"],
-                               "errors": entry["rec_sdk"]["errors"]}
+            measure(
+                "rec_sdk",
+                rec_ops,
+                lambda op: bench_rec_sdk(op, batches, args.steps, capacity),
+                entry,
+            )
+            libs["rec_sdk"] = {
+                "params": entry["rec_sdk"]["params"],
+                "errors": entry["rec_sdk"]["errors"],
+            }
             this["rec_sdk"] = entry["rec_sdk"]["ms_per_step"]
             if adagrad_rowwise is None:
-                libs["rec_sdk"]["errors"]["train_rowwise_adagrad"] = "skipped: " + \
-                    ROWWISE_MISSING
+                libs["rec_sdk"]["errors"]["train_rowwise_adagrad"] = "skipped: " + ROWWISE_MISSING
                 print("  rec_sdk train_rowwise_adagrad: skipped (%s)" % ROWWISE_MISSING)
         except Exception as e:  # noqa: BLE001
             libs["rec_sdk"] = {"skipped": "%s: %s" % (type(e).__name__, e)}
@@ -397,29 +462,42 @@ def main():
         else:
             versions["tfra"] = tfra.__version__
             print("TFRA %s ..." % tfra.__version__, flush=True)
-            measure("tfra", ("lookup", "train_sgd", "train_adagrad", "train_adam"),
-                    lambda op: bench_tfra(de, op, batches, args.steps), libs)
+            measure(
+                "tfra",
+                ("lookup", "train_sgd", "train_adagrad", "train_adam"),
+                lambda op: bench_tfra(de, op, batches, args.steps),
+                libs,
+            )
 
     print("dense tf.Variable[%d, %d] ..." % (DENSE_ROWS, DIM), flush=True)
-    measure("dense", ("lookup", "train_sgd"), lambda op: bench_dense(op, batches, args.steps),
-            libs)
+    measure("dense", ("lookup", "train_sgd"), lambda op: bench_dense(op, batches, args.steps), libs)
 
     def ms(library, op):
         return libs.get(library, {}).get("ms_per_step", {}).get(op)
 
     notes = result["notes"]
     for library in ("rec_sdk", "tfra"):
-        acc = libs.get(library, {}).get("params", {}).get("train_adagrad", {}).get(
-            "initial_accumulator_value")
+        acc = (
+            libs.get(library, {})
+            .get("params", {})
+            .get("train_adagrad", {})
+            .get("initial_accumulator_value")
+        )
         if acc:
-            notes.append("%s Adagrad: initial_accumulator_value %.3g (0 is refused; FBGEMM "
-                         "starts at 0) and no eps (FBGEMM: 1e-8 outside the sqrt)"
-                         % (library, acc))
-    acc = libs.get("rec_sdk", {}).get("params", {}).get("train_rowwise_adagrad", {}).get(
-        "initial_accumulator_value")
+            notes.append(
+                "%s Adagrad: initial_accumulator_value %.3g (0 is refused; FBGEMM "
+                "starts at 0) and no eps (FBGEMM: 1e-8 outside the sqrt)" % (library, acc)
+            )
+    acc = (
+        libs.get("rec_sdk", {})
+        .get("params", {})
+        .get("train_rowwise_adagrad", {})
+        .get("initial_accumulator_value")
+    )
     if acc:
-        notes.append("rec_sdk row-wise Adagrad: initial_accumulator_value %.3g (0 is refused)"
-                     % acc)
+        notes.append(
+            "rec_sdk row-wise Adagrad: initial_accumulator_value %.3g (0 is refused)" % acc
+        )
     for op, why in libs.get("torchrec", {}).get("unsupported", {}).items():
         notes.append("TorchRec %s: unsupported on the CPU (%s)" % (op, why.splitlines()[0][:160]))
     if "worker" in libs.get("torchrec", {}):
@@ -430,27 +508,42 @@ def main():
             notes.append("%s not measured: %s" % (library, entry["skipped"]))
         for op, why in entry.get("errors", {}).items():
             notes.append("%s %s: %s" % (library, op, why))
-    notes.append("rec_sdk and TFRA hash keys into tables that insert new keys (none are new "
-                 "after the warm-up pass); FBGEMM's table is fixed-size, indexed by the key; "
-                 "TFRA's lookup inserts nothing")
+    notes.append(
+        "rec_sdk and TFRA hash keys into tables that insert new keys (none are new "
+        "after the warm-up pass); FBGEMM's table is fixed-size, indexed by the key; "
+        "TFRA's lookup inserts nothing"
+    )
 
     ratios = {}
     print()
-    print("| operation | rec_sdk ms | TorchRec ms | rec_sdk speed vs TorchRec (TorchRec ms / "
-          "rec_sdk ms; median of %d rounds [range]) | TFRA ms | dense ms |" % len(rounds))
+    print(
+        "| operation | rec_sdk ms | TorchRec ms | rec_sdk speed vs TorchRec (TorchRec ms / "
+        "rec_sdk ms; median of %d rounds [range]) | TFRA ms | dense ms |" % len(rounds)
+    )
     print("|---|---|---|---|---|---|")
     for op in OPS:
         ours, theirs = ms("rec_sdk", op), ms("torchrec", op)
         ratio = statistics.median(round_ratios[op]) if op in round_ratios else None
         if ratio is not None:
-            ratios[op] = {"median": round(ratio, 3),
-                          "rounds": [round(r, 3) for r in round_ratios[op]]}
+            ratios[op] = {
+                "median": round(ratio, 3),
+                "rounds": [round(r, 3) for r in round_ratios[op]],
+            }
         if all(ms(library, op) is None for library in LIBRARIES):
             continue
-        print("| %s | %s | %s | %s | %s | %s |" % (
-            op, cell(ours), cell(theirs), "-" if ratio is None else "%.2fx [%.2f-%.2f]" % (
-                ratio, min(round_ratios[op]), max(round_ratios[op])),
-            cell(ms("tfra", op)), cell(ms("dense", op))))
+        print(
+            "| %s | %s | %s | %s | %s | %s |"
+            % (
+                op,
+                cell(ours),
+                cell(theirs),
+                "-"
+                if ratio is None
+                else "%.2fx [%.2f-%.2f]" % (ratio, min(round_ratios[op]), max(round_ratios[op])),
+                cell(ms("tfra", op)),
+                cell(ms("dense", op)),
+            )
+        )
     result["rec_sdk_speed_vs_torchrec"] = ratios
     print()
     print("versions: " + ", ".join("%s %s" % kv for kv in versions.items()))

@@ -19,6 +19,7 @@
 
     .venv/bin/python benchmarks/bench_pipeline.py [--batches 200] [--steps 50] [--repeat 3]
 """
+
 import argparse
 import os
 import platform
@@ -34,17 +35,21 @@ from bench_table import BATCH, DIM, lazy_adam_train_op, session, time_steps, zip
 
 def movielens_like(samples, seed=0):
     rng = np.random.default_rng(seed)
-    return {"user": rng.integers(0, 943, samples, dtype=np.int64),
-            "item": rng.integers(0, 1682, samples, dtype=np.int64),
-            "genres": rng.integers(10_000, 10_019, (samples, 3), dtype=np.int64),
-            "timestamp": rng.integers(874_724_710, 893_286_638, samples, dtype=np.int64),
-            "label": rng.random(samples, dtype=np.float32)}
+    return {
+        "user": rng.integers(0, 943, samples, dtype=np.int64),
+        "item": rng.integers(0, 1682, samples, dtype=np.int64),
+        "genres": rng.integers(10_000, 10_019, (samples, 3), dtype=np.int64),
+        "timestamp": rng.integers(874_724_710, 893_286_638, samples, dtype=np.int64),
+        "label": rng.random(samples, dtype=np.float32),
+    }
 
 
 def criteo_like(samples, seed=0):
     rng = np.random.default_rng(seed)
-    data = {"label": rng.random(samples, dtype=np.float32),
-            "timestamp": np.sort(rng.integers(0, 86_400, samples, dtype=np.int64))}
+    data = {
+        "label": rng.random(samples, dtype=np.float32),
+        "timestamp": np.sort(rng.integers(0, 86_400, samples, dtype=np.int64)),
+    }
     for f in range(26):
         ranks = np.minimum(rng.zipf(1.1, samples), 1_000_000)
         data["C%d" % (f + 1)] = (ranks * 2654435761 + f) % 1_000_000
@@ -54,17 +59,21 @@ def criteo_like(samples, seed=0):
 def pipeline_rate(data, batch_size, specs, batches, repeat):
     """batches/s of iterating the dataset (with get_asc_insert_func when specs are given)."""
     from rec_sdk.core.asc.helper import get_asc_insert_func
+
     rates = []
     for _ in range(repeat):
         tf.compat.v1.reset_default_graph()
         # Elements are whole batches (as after .batch()), so the figures show the cost of
         # the preprocessing rather than of batching single samples.
-        batched = {k: v[:len(v) // batch_size * batch_size].reshape(
-            (-1, batch_size) + v.shape[1:]) for k, v in data.items()}
+        batched = {
+            k: v[: len(v) // batch_size * batch_size].reshape((-1, batch_size) + v.shape[1:])
+            for k, v in data.items()
+        }
         dataset = tf.data.Dataset.from_tensor_slices(batched).repeat()
         if specs is not None:
-            dataset = dataset.map(get_asc_insert_func(tgt_key_specs=specs, is_training=True),
-                                  num_parallel_calls=1)
+            dataset = dataset.map(
+                get_asc_insert_func(tgt_key_specs=specs, is_training=True), num_parallel_calls=1
+            )
         dataset = dataset.prefetch(4)
         batch = tf.compat.v1.data.make_one_shot_iterator(dataset).get_next()
         fetch = tf.group(tf.nest.flatten(batch))
@@ -81,20 +90,27 @@ def pipeline_rate(data, batch_size, specs, batches, repeat):
 def bench_pipelines(args):
     from rec_sdk.core.asc.feature_spec import FeatureSpec
     from rec_sdk.util.initialize import init, terminate_config_initializer
+
     init()
-    ml_specs = [FeatureSpec("user", access_threshold=2, eviction_threshold=86400),
-                FeatureSpec("item", access_threshold=2, eviction_threshold=86400),
-                FeatureSpec("genres", table_name="item", access_threshold=2,
-                            eviction_threshold=86400),
-                FeatureSpec("timestamp", is_timestamp=True)]
-    criteo_specs = [FeatureSpec("C%d" % (f + 1), access_threshold=2, eviction_threshold=3600)
-                    for f in range(26)] + [FeatureSpec("timestamp", is_timestamp=True)]
+    ml_specs = [
+        FeatureSpec("user", access_threshold=2, eviction_threshold=86400),
+        FeatureSpec("item", access_threshold=2, eviction_threshold=86400),
+        FeatureSpec("genres", table_name="item", access_threshold=2, eviction_threshold=86400),
+        FeatureSpec("timestamp", is_timestamp=True),
+    ]
+    criteo_specs = [
+        FeatureSpec("C%d" % (f + 1), access_threshold=2, eviction_threshold=3600) for f in range(26)
+    ] + [FeatureSpec("timestamp", is_timestamp=True)]
     rows = []
     for name, data, batch_size, specs in (
-            ("MovieLens-sized (1,024 x [user, item, 3 genres])", movielens_like(100_000),
-             1024, ml_specs),
-            ("Criteo-shaped (4,096 x 26 fields, 26 tables)", criteo_like(200_000), 4096,
-             criteo_specs)):
+        (
+            "MovieLens-sized (1,024 x [user, item, 3 genres])",
+            movielens_like(100_000),
+            1024,
+            ml_specs,
+        ),
+        ("Criteo-shaped (4,096 x 26 fields, 26 tables)", criteo_like(200_000), 4096, criteo_specs),
+    ):
         plain = pipeline_rate(data, batch_size, None, args.batches, args.repeat)
         mapped = pipeline_rate(data, batch_size, specs, args.batches, args.repeat)
         rows.append((name, batch_size, plain, mapped))
@@ -112,16 +128,23 @@ def bench_admission(batches, warmup, repeat):
         for mode in modes:
             tf.compat.v1.reset_default_graph()
             init(use_dynamic_expansion=True)
-            table = create_table(tf.int64, DIM, "bench", tf.compat.v1.random_uniform_initializer(
-                -0.05, 0.05, seed=1), device_vocabulary_size=1 << 20)
+            table = create_table(
+                tf.int64,
+                DIM,
+                "bench",
+                tf.compat.v1.random_uniform_initializer(-0.05, 0.05, seed=1),
+                device_vocabulary_size=1 << 20,
+            )
             keys = tf.compat.v1.placeholder(tf.int64, [BATCH])
             kwargs = {}
             if mode == "admission":
                 kwargs["access_and_evict_config"] = {"access_threshold": 2}
             elif mode == "admission+timestamps":
                 # 64 samples of 1,024 ids each, one timestamp per sample.
-                kwargs["access_and_evict_config"] = {"access_threshold": 2,
-                                                     "eviction_threshold": 3600}
+                kwargs["access_and_evict_config"] = {
+                    "access_threshold": 2,
+                    "eviction_threshold": 3600,
+                }
                 kwargs["timestamps"] = tf.range(64, dtype=tf.int64)
             ids = tf.reshape(keys, [64, BATCH // 64])
             fetch = lazy_adam_train_op(sparse_lookup(table, ids, is_train=True, **kwargs))
@@ -158,16 +181,28 @@ def bench_modify_graph(steps, warmup, repeat):
             batch = tf.compat.v1.data.make_one_shot_iterator(dataset.prefetch(10)).get_next()
             embs = []
             for field, spec in zip(fields, specs):
-                table = create_table(tf.int64, DIM, field, tf.compat.v1.random_uniform_initializer(
-                    -0.05, 0.05, seed=1), device_vocabulary_size=1 << 18)
+                table = create_table(
+                    tf.int64,
+                    DIM,
+                    field,
+                    tf.compat.v1.random_uniform_initializer(-0.05, 0.05, seed=1),
+                    device_vocabulary_size=1 << 18,
+                )
                 if mode == "FeatureSpec":
                     embs.append(sparse_lookup(table, spec, batch=batch))
                 else:
-                    embs.append(sparse_lookup(table, batch[field], modify_graph=True,
-                                              access_and_evict_config={"access_threshold": 1}))
+                    embs.append(
+                        sparse_lookup(
+                            table,
+                            batch[field],
+                            modify_graph=True,
+                            access_and_evict_config={"access_threshold": 1},
+                        )
+                    )
             logits = tf.reduce_sum(tf.add_n(embs), axis=1)
-            loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(
-                labels=batch["label"], logits=logits))
+            loss = tf.reduce_mean(
+                tf.nn.sigmoid_cross_entropy_with_logits(labels=batch["label"], logits=logits)
+            )
             train = lazy_adam.create_hash_optimizer(learning_rate=1e-3).minimize(loss)
             if mode == "modified":
                 modify_graph_and_start_emb_cache()
@@ -184,38 +219,51 @@ def bench_modify_graph(steps, warmup, repeat):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--batches", type=int, default=200, help="pipeline batches timed")
     parser.add_argument("--steps", type=int, default=50, help="train steps timed")
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
     tf.compat.v1.disable_eager_execution()
-    print("machine: %s, %d cores, Python %s, TensorFlow %s" % (
-        platform.processor() or platform.machine(), os.cpu_count(), platform.python_version(),
-        tf.__version__))
+    print(
+        "machine: %s, %d cores, Python %s, TensorFlow %s"
+        % (
+            platform.processor() or platform.machine(),
+            os.cpu_count(),
+            platform.python_version(),
+            tf.__version__,
+        )
+    )
     print("\n(a) input pipeline, median of %d runs of %d batches" % (args.repeat, args.batches))
     print("| batches | plain batches/s | with insert function batches/s | M ids/s | ratio |")
     print("|---|---|---|---|---|")
     for name, batch_size, plain, mapped in bench_pipelines(args):
         ids_per_batch = batch_size * (5 if batch_size == 1024 else 26)
-        print("| %s | %.0f | %.0f | %.1f | %.2fx |" % (name, plain, mapped,
-                                                      mapped * ids_per_batch / 1e6,
-                                                      mapped / plain))
+        print(
+            "| %s | %.0f | %.0f | %.1f | %.2fx |"
+            % (name, plain, mapped, mapped * ids_per_batch / 1e6, mapped / plain)
+        )
     batches = zipf_batches(args.steps + args.warmup)
     times, stats = bench_admission(batches, args.warmup, args.repeat)
-    print("\n(b) train step (65,536 Zipf keys, dim 16, LazyAdam), median of %d rounds"
-          % args.repeat)
+    print(
+        "\n(b) train step (65,536 Zipf keys, dim 16, LazyAdam), median of %d rounds" % args.repeat
+    )
     print("| admission | ms/step | throughput vs off |")
     print("|---|---|---|")
     for mode, seconds in times.items():
         print("| %s | %.2f | %.2fx |" % (mode, seconds * 1e3, times["off"] / seconds))
-    print("\nlast admission table: %d keys with rows, %d pending, %d admitted, %d rejected"
-          % (stats["size"], stats["pending"], stats["admitted"], stats["rejected"]))
+    print(
+        "\nlast admission table: %d keys with rows, %d pending, %d admitted, %d rejected"
+        % (stats["size"], stats["pending"], stats["admitted"], stats["rejected"])
+    )
     rates = bench_modify_graph(args.steps, args.warmup, args.repeat)
-    print("\n(c) graph modification, Criteo-shaped model (4,096 x 26 fields, 26 tables), "
-          "median of %d rounds" % args.repeat)
+    print(
+        "\n(c) graph modification, Criteo-shaped model (4,096 x 26 fields, 26 tables), "
+        "median of %d rounds" % args.repeat
+    )
     print("| lookups | samples/s | vs as written |")
     print("|---|---|---|")
     for mode, rate in rates.items():

@@ -25,6 +25,7 @@ bridge (rsbench*) are removed afterwards, also when a rank fails. --per-host L (
 without and with per-host dedup (REC_SDK_RANKS_PER_HOST=auto, hosts told apart by their
 addresses); the bytes are those between hosts (each host's veth).
 """
+
 import argparse
 import json
 import os
@@ -38,11 +39,10 @@ import numpy as np
 import tensorflow as tf
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_distributed import loopback_tx_bytes  # noqa: E402
-from bench_table import BATCH, DIM, zipf_batches  # noqa: E402
-
 import rec_sdk  # noqa: E402
 import rec_sdk.distribute as dist  # noqa: E402
+from bench_distributed import loopback_tx_bytes  # noqa: E402
+from bench_table import BATCH, DIM, zipf_batches  # noqa: E402
 from rec_sdk.core.embedding import create_table, sparse_lookup  # noqa: E402
 from rec_sdk.distribute.launch import local_cluster  # noqa: E402
 from rec_sdk.optimizers.lazy_adam_by_addr import create_hash_optimizer_by_address  # noqa: E402
@@ -60,18 +60,27 @@ def table_steps(steps, warmup):
     init(use_dynamic_expansion=True)
     rank, ranks = hccl_ops.get_rank_id(), hccl_ops.get_rank_size()
     per_rank = BATCH // ranks  # (3 ranks: the global batch's last key is left out)
-    batches = [b[rank * per_rank:(rank + 1) * per_rank]
-               for b in zipf_batches(steps + warmup)]
+    batches = [b[rank * per_rank : (rank + 1) * per_rank] for b in zipf_batches(steps + warmup)]
     device = dist.worker_devices(dist.current_task())[rank] if server else "/CPU:0"
     with tf.device(device):
         keys = tf.compat.v1.placeholder(tf.int64, [BATCH // ranks])
-        table = create_table(tf.int64, DIM, "bench", tf.compat.v1.random_uniform_initializer(
-            -0.05, 0.05, seed=1), device_vocabulary_size=1 << 20)
+        table = create_table(
+            tf.int64,
+            DIM,
+            "bench",
+            tf.compat.v1.random_uniform_initializer(-0.05, 0.05, seed=1),
+            device_vocabulary_size=1 << 20,
+        )
         loss = tf.reduce_sum(tf.square(sparse_lookup(table, keys)))
         opt = create_hash_optimizer_by_address(learning_rate=0.001)
-        train = opt.apply_gradients(zip(
-            tf.gradients(loss, tf.compat.v1.get_collection(rec_sdk.ASCEND_SPARSE_LOOKUP_LOCAL_EMB)),
-            tf.compat.v1.get_collection(rec_sdk.ASCEND_SPARSE_LOOKUP_ID_OFFSET)))
+        train = opt.apply_gradients(
+            zip(
+                tf.gradients(
+                    loss, tf.compat.v1.get_collection(rec_sdk.ASCEND_SPARSE_LOOKUP_LOCAL_EMB)
+                ),
+                tf.compat.v1.get_collection(rec_sdk.ASCEND_SPARSE_LOOKUP_ID_OFFSET),
+            )
+        )
     times, sent = [], 0
     config = dist.worker_config(server, collective=True) if server else None
     with tf.compat.v1.Session(server.target if server else "", config=config) as sess:
@@ -95,8 +104,9 @@ def _tx_bytes():
 
 
 def _run(command, env=None):
-    result = subprocess.run(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, timeout=1800)
+    result = subprocess.run(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=1800
+    )
     if result.returncode != 0:
         raise RuntimeError("%s failed:\n%s" % (" ".join(command), result.stdout[-3000:]))
     return result.stdout
@@ -119,12 +129,28 @@ def _netns(ranks, rate):
         run("ip", "link", "set", inner, "netns", ns)
         run("ip", "link", "set", outer, "master", NETNS + "br")
         run("ip", "link", "set", outer, "up")
-        run("ip", "netns", "exec", ns, "ip", "addr", "add", "10.77.0.%d/24" % (r + 1),
-            "dev", inner)
+        run("ip", "netns", "exec", ns, "ip", "addr", "add", "10.77.0.%d/24" % (r + 1), "dev", inner)
         run("ip", "netns", "exec", ns, "ip", "link", "set", inner, "up")
         run("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
-        run("ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", inner, "root", "tbf",
-            "rate", rate, "burst", "1mb", "latency", "100ms")
+        run(
+            "ip",
+            "netns",
+            "exec",
+            ns,
+            "tc",
+            "qdisc",
+            "add",
+            "dev",
+            inner,
+            "root",
+            "tbf",
+            "rate",
+            rate,
+            "burst",
+            "1mb",
+            "latency",
+            "100ms",
+        )
     return [["ip", "netns", "exec", "%s%d" % (NETNS, r)] for r in range(ranks)]
 
 
@@ -142,22 +168,42 @@ def _table_over_ranks(ranks, steps, warmup, netns=None, per_host=1, dedup=False)
     prefixes = [[] for _ in range(ranks)]
     hosts = ranks // per_host
     if netns:
-        cluster = {"worker": ["10.77.0.%d:%s" % (r // per_host + 1, a.rsplit(":", 1)[1])
-                              for r, a in enumerate(cluster["worker"])]}
+        cluster = {
+            "worker": [
+                "10.77.0.%d:%s" % (r // per_host + 1, a.rsplit(":", 1)[1])
+                for r, a in enumerate(cluster["worker"])
+            ]
+        }
         prefixes = [prefix for prefix in _netns(hosts, netns) for _ in range(per_host)]
-    command = [sys.executable, os.path.abspath(__file__), "--rank-worker", "--steps",
-               str(steps), "--warmup", str(warmup)]
+    command = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--rank-worker",
+        "--steps",
+        str(steps),
+        "--warmup",
+        str(warmup),
+    ]
     processes = []
     try:
         for i in range(ranks):
-            env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TF_CONFIG=json.dumps(
-                {"cluster": cluster, "task": {"type": "worker", "index": i}}))
+            env = dict(
+                os.environ,
+                TF_CPP_MIN_LOG_LEVEL="2",
+                TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}}),
+            )
             if netns:
                 env["REC_SDK_BENCH_DEV"] = "%sp%d" % (NETNS, i // per_host)
             env["REC_SDK_RANKS_PER_HOST"] = "auto" if dedup else "0"
-            processes.append(subprocess.Popen(prefixes[i] + command, env=env,
-                                              stdout=subprocess.PIPE,
-                                              stderr=subprocess.STDOUT, text=True))
+            processes.append(
+                subprocess.Popen(
+                    prefixes[i] + command,
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                )
+            )
         outputs = [p.communicate(timeout=1800)[0] for p in processes]
     finally:
         for p in processes:
@@ -169,8 +215,10 @@ def _table_over_ranks(ranks, steps, warmup, netns=None, per_host=1, dedup=False)
     for p, out in zip(processes, outputs):
         if p.returncode != 0:
             raise RuntimeError("a rank failed:\n%s" % out[-3000:])
-    results = [json.loads([line for line in out.splitlines() if line.startswith("{")][-1])
-               for out in outputs]
+    results = [
+        json.loads([line for line in out.splitlines() if line.startswith("{")][-1])
+        for out in outputs
+    ]
     if netns:
         results[0]["bytes"] = sum(r["bytes"] for r in results[::per_host])
     return results[0]
@@ -179,15 +227,42 @@ def _table_over_ranks(ranks, steps, warmup, netns=None, per_host=1, dedup=False)
 def _dlrm_samples_per_s(ranks, steps):
     """The example trainer's DLRM at a global batch of DLRM_BATCH: samples/s of training
     (in a cluster: every rank's samples)."""
-    train = [sys.executable, "-m", "rec_sdk.examples.train", "--model", "dlrm", "--data",
-             "synthetic", "--rows", "200000", "--steps", str(steps), "--eval-every",
-             str(steps), "--eval-batches", "2", "--batch-size", str(DLRM_BATCH // ranks)]
+    train = [
+        sys.executable,
+        "-m",
+        "rec_sdk.examples.train",
+        "--model",
+        "dlrm",
+        "--data",
+        "synthetic",
+        "--rows",
+        "200000",
+        "--steps",
+        str(steps),
+        "--eval-every",
+        str(steps),
+        "--eval-batches",
+        "2",
+        "--batch-size",
+        str(DLRM_BATCH // ranks),
+    ]
     if ranks == 1:
         out = _run(train, dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     else:
-        out = _run([sys.executable, "-m", "rec_sdk.distribute.launch", "--ps", "0",
-                    "--workers", str(ranks), "--"] + train,
-                   dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+        out = _run(
+            [
+                sys.executable,
+                "-m",
+                "rec_sdk.distribute.launch",
+                "--ps",
+                "0",
+                "--workers",
+                str(ranks),
+                "--",
+            ]
+            + train,
+            dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+        )
     rates = [float(m.group(1)) for m in re.finditer(r"final: .* (\d+) samples/s", out)]
     if len(rates) != ranks:
         raise RuntimeError("no result in:\n%s" % out[-3000:])
@@ -204,51 +279,84 @@ def main():
     parser.add_argument("--rank-worker", action="store_true")
     parser.add_argument("--json", help="write the figures here (for rank_model.py)")
     parser.add_argument("--netns", help="rate of each rank's veth (tc tbf), e.g. 1gbit")
-    parser.add_argument("--per-host", type=int, default=1,
-                        help="with --netns: ranks per namespace; runs with and without "
-                             "per-host dedup")
+    parser.add_argument(
+        "--per-host",
+        type=int,
+        default=1,
+        help="with --netns: ranks per namespace; runs with and without per-host dedup",
+    )
     args = parser.parse_args()
     if args.rank_worker:
         print(json.dumps(table_steps(args.steps, args.warmup)), flush=True)
         return
     counts = [int(n) for n in args.ranks.split(",")]
-    print("machine: %s, %d cores, TensorFlow %s" % (platform.processor() or platform.machine(),
-                                                    os.cpu_count(), tf.__version__))
-    unique = float(np.mean([np.unique(b).size for b in zipf_batches(args.steps + args.warmup)
-                            [args.warmup:]]))
-    print("global batch %d keys (%.0f unique), dim %d, %d timed steps after %d"
-          % (BATCH, unique, DIM, args.steps, args.warmup))
+    print(
+        "machine: %s, %d cores, TensorFlow %s"
+        % (platform.processor() or platform.machine(), os.cpu_count(), tf.__version__)
+    )
+    unique = float(
+        np.mean([np.unique(b).size for b in zipf_batches(args.steps + args.warmup)[args.warmup :]])
+    )
+    print(
+        "global batch %d keys (%.0f unique), dim %d, %d timed steps after %d"
+        % (BATCH, unique, DIM, args.steps, args.warmup)
+    )
     one = None
-    figures = {"machine": {"cores": os.cpu_count(), "tensorflow": tf.__version__},
-               "table": {"batch": BATCH, "unique": unique, "dim": DIM, "ms": {}, "bytes": {}},
-               "dlrm": {"batch": DLRM_BATCH, "samples_per_s": {}}, "netns": args.netns}
+    figures = {
+        "machine": {"cores": os.cpu_count(), "tensorflow": tf.__version__},
+        "table": {"batch": BATCH, "unique": unique, "dim": DIM, "ms": {}, "bytes": {}},
+        "dlrm": {"batch": DLRM_BATCH, "samples_per_s": {}},
+        "netns": args.netns,
+    }
     if not args.no_table:
-        one = json.loads(_run([sys.executable, os.path.abspath(__file__), "--rank-worker",
-                               "--steps", str(args.steps), "--warmup", str(args.warmup)],
-                              dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")).splitlines()[-1])
+        one = json.loads(
+            _run(
+                [
+                    sys.executable,
+                    os.path.abspath(__file__),
+                    "--rank-worker",
+                    "--steps",
+                    str(args.steps),
+                    "--warmup",
+                    str(args.warmup),
+                ],
+                dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+            ).splitlines()[-1]
+        )
     if one is not None:
-        print("\n| processes | ms per step | steps/s vs 1 process | %s bytes/step | "
-              "bytes per unique key |" % ("between hosts:" if args.netns else "loopback"))
+        print(
+            "\n| processes | ms per step | steps/s vs 1 process | %s bytes/step | "
+            "bytes per unique key |" % ("between hosts:" if args.netns else "loopback")
+        )
         print("|---|---|---|---|---|")
         print("| 1 | %.2f | 1.00x | - | - |" % one["ms"])
         figures["table"]["ms"][1] = one["ms"]
     if args.per_host > 1 and (not args.netns or any(n % args.per_host for n in counts)):
         parser.error("--per-host needs --netns and rank counts it divides")
-    for n in (counts if one is not None else []):
-        for dedup in ((False, True) if args.per_host > 1 else (False,)):
-            got = _table_over_ranks(n, args.steps, args.warmup, args.netns, args.per_host,
-                                    dedup)
-            label = "%d%s" % (n, (" (%d hosts, %s)" % (
-                n // args.per_host, "per-host dedup" if dedup else "direct"))
-                if args.per_host > 1 else "")
+    for n in counts if one is not None else []:
+        for dedup in (False, True) if args.per_host > 1 else (False,):
+            got = _table_over_ranks(n, args.steps, args.warmup, args.netns, args.per_host, dedup)
+            label = "%d%s" % (
+                n,
+                (" (%d hosts, %s)" % (n // args.per_host, "per-host dedup" if dedup else "direct"))
+                if args.per_host > 1
+                else "",
+            )
             if not dedup:
-                figures["table"]["ms"][n], figures["table"]["bytes"][n] = (got["ms"],
-                                                                           got["bytes"])
+                figures["table"]["ms"][n], figures["table"]["bytes"][n] = (got["ms"], got["bytes"])
             else:
                 figures["table"].setdefault("host_dedup", {})[n] = got
-            print("| %s | %.2f | %.2fx | %.2f MB | %.0f |" % (
-                label, got["ms"], one["ms"] / got["ms"], got["bytes"] / 1e6,
-                got["bytes"] / unique), flush=True)
+            print(
+                "| %s | %.2f | %.2fx | %.2f MB | %.0f |"
+                % (
+                    label,
+                    got["ms"],
+                    one["ms"] / got["ms"],
+                    got["bytes"] / 1e6,
+                    got["bytes"] / unique,
+                ),
+                flush=True,
+            )
     if args.dlrm_steps:
         print("\nDLRM (26 tables, global batch %d):\n" % DLRM_BATCH)
         print("| processes | samples/s | vs 1 process |")

@@ -31,6 +31,7 @@ the concatenated rows, trained with lazy Adam / Adam in a tf.compat.v1 Session.
     .venv/bin/python benchmarks/bench_serving.py [--keys 1000000,10000000] [--quick]
         [--only load|serve|train|catchup|churn]
 """
+
 import argparse
 import ctypes
 import json
@@ -46,11 +47,18 @@ import time
 import numpy as np
 import tensorflow as tf
 
+import serving_report  # benchmarks/, the folder of this script
 from rec_sdk.core.embedding import create_table, sparse_lookup
 from rec_sdk.ops.loader import load_ops
 from rec_sdk.optimizers import lazy_adam
-from rec_sdk.serving import (Pusher, ServedModel, export_saved_model, export_serving_model,
-                             follow, indexed)
+from rec_sdk.serving import (
+    Pusher,
+    ServedModel,
+    export_saved_model,
+    export_serving_model,
+    follow,
+    indexed,
+)
 from rec_sdk.util.initialize import init, terminate_config_initializer
 
 DIM = 16
@@ -81,31 +89,42 @@ class Model:
         init(use_dynamic_expansion=False)
         self.keys = keys
         self.step = tf.compat.v1.train.get_or_create_global_step()
-        self.table = create_table(tf.int64, DIM, "items", tf.compat.v1.random_uniform_initializer(
-            -0.05, 0.05, seed=1), device_vocabulary_size=keys + keys // 4 + 4096,
-            servable=True)
+        self.table = create_table(
+            tf.int64,
+            DIM,
+            "items",
+            tf.compat.v1.random_uniform_initializer(-0.05, 0.05, seed=1),
+            device_vocabulary_size=keys + keys // 4 + 4096,
+            servable=True,
+        )
         self.ids = tf.compat.v1.placeholder(tf.int64, [None, IDS], name="ids")
         self.labels = tf.compat.v1.placeholder(tf.float32, [None])
         with tf.compat.v1.variable_scope("mlp", reuse=tf.compat.v1.AUTO_REUSE):
-            self.layers = [tf.compat.v1.get_variable("w1", [IDS * DIM, 128]),
-                           tf.compat.v1.get_variable("w2", [128, 1])]
+            self.layers = [
+                tf.compat.v1.get_variable("w1", [IDS * DIM, 128]),
+                tf.compat.v1.get_variable("w2", [128, 1]),
+            ]
         logits = self._mlp(True)
-        loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=self.labels,
-                                                                      logits=logits))
+        loss = tf.reduce_mean(
+            tf.nn.sigmoid_cross_entropy_with_logits(labels=self.labels, logits=logits)
+        )
         self.train = tf.group(
-            tf.compat.v1.train.AdamOptimizer(1e-3).minimize(loss, var_list=self.layers,
-                                                            global_step=self.step),
+            tf.compat.v1.train.AdamOptimizer(1e-3).minimize(
+                loss, var_list=self.layers, global_step=self.step
+            ),
             lazy_adam.create_hash_optimizer(1e-3).apply_gradients(
-                zip(tf.gradients(loss, [self.table]), [self.table])))
+                zip(tf.gradients(loss, [self.table]), [self.table])
+            ),
+        )
         self.prob = tf.sigmoid(self._mlp(False))
         self.fill_keys = tf.compat.v1.placeholder(tf.int64, [None])
-        self.fill = self.table.upsert(self.fill_keys, tf.random.uniform(
-            [tf.size(self.fill_keys), DIM], -0.05, 0.05))
+        self.fill = self.table.upsert(
+            self.fill_keys, tf.random.uniform([tf.size(self.fill_keys), DIM], -0.05, 0.05)
+        )
         self.rng = np.random.RandomState(0)
 
     def _mlp(self, train):
-        e = sparse_lookup(self.table, self.ids, is_train=train,
-                          name="train" if train else "serve")
+        e = sparse_lookup(self.table, self.ids, is_train=train, name="train" if train else "serve")
         h = tf.nn.relu(tf.matmul(tf.reshape(e, [-1, IDS * DIM]), self.layers[0]))
         return tf.reshape(tf.matmul(h, self.layers[1]), [-1])
 
@@ -130,12 +149,19 @@ class Model:
         if kind == "static":
             export_saved_model(sess, path, inputs, outputs)
         else:
-            export_serving_model(sess, path, inputs, outputs, os.path.join(root, kind + "_push"),
-                                 plugin=kind == "plugin")
+            export_serving_model(
+                sess,
+                path,
+                inputs,
+                outputs,
+                os.path.join(root, kind + "_push"),
+                plugin=kind == "plugin",
+            )
         return time.perf_counter() - t
 
 
 # --- 1. load time and memory -------------------------------------------------------------
+
 
 def load_child(path):
     """(In a fresh process) loads a SavedModel; prints seconds and memory."""
@@ -148,8 +174,15 @@ def load_child(path):
         tf.compat.v1.saved_model.loader.load(sess, ["serve"], path)
     seconds = time.perf_counter() - t
     trim_heap()
-    print(json.dumps({"seconds": seconds, "rss_kb": status_kb("VmRSS") - rss0,
-                      "peak_kb": status_kb("VmHWM") - max(hwm0, rss0)}))
+    print(
+        json.dumps(
+            {
+                "seconds": seconds,
+                "rss_kb": status_kb("VmRSS") - rss0,
+                "peak_kb": status_kb("VmHWM") - max(hwm0, rss0),
+            }
+        )
+    )
 
 
 def bench_load(keys_list, root):
@@ -159,15 +192,26 @@ def bench_load(keys_list, root):
         sess = model.filled_session()
         for kind in ("static", "mutable", "plugin"):
             export_s = model.export(sess, root, kind)
-            out = subprocess.run([sys.executable, __file__, "--load-child",
-                                  os.path.join(root, kind)], stdout=subprocess.PIPE, text=True,
-                                 check=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+            out = subprocess.run(
+                [sys.executable, __file__, "--load-child", os.path.join(root, kind)],
+                stdout=subprocess.PIPE,
+                text=True,
+                check=True,
+                env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+            )
             got = json.loads(out.stdout.strip().splitlines()[-1])
             payload = keys * (8 + 4 * DIM)
-            rows.append({"keys": keys, "kind": kind, "export_s": round(export_s, 1),
-                         "load_s": round(got["seconds"], 2), "rss_kb": got["rss_kb"],
-                         "rss_per_payload": round(got["rss_kb"] * 1024 / payload, 2),
-                         "peak_per_payload": round(got["peak_kb"] * 1024 / payload, 2)})
+            rows.append(
+                {
+                    "keys": keys,
+                    "kind": kind,
+                    "export_s": round(export_s, 1),
+                    "load_s": round(got["seconds"], 2),
+                    "rss_kb": got["rss_kb"],
+                    "rss_per_payload": round(got["rss_kb"] * 1024 / payload, 2),
+                    "peak_per_payload": round(got["peak_kb"] * 1024 / payload, 2),
+                }
+            )
             print(json.dumps(rows[-1]), flush=True)
             shutil.rmtree(os.path.join(root, kind), ignore_errors=True)
             shutil.rmtree(os.path.join(root, kind + "_push"), ignore_errors=True)
@@ -176,6 +220,7 @@ def bench_load(keys_list, root):
 
 
 # --- 2. serving throughput and latency ----------------------------------------------------
+
 
 def serve_round(served, batch, seconds, keys, clients=8, apply=None):
     sig = served.signatures["serving_default"]
@@ -203,8 +248,11 @@ def serve_round(served, batch, seconds, keys, clients=8, apply=None):
     for t in threads + ([applier] if applier else []):
         t.join()
     lat = np.concatenate([np.asarray(x) for x in latencies])
-    return {"qps": len(lat) / seconds * batch, "p50_ms": float(np.percentile(lat, 50) * 1e3),
-            "p99_ms": float(np.percentile(lat, 99) * 1e3)}
+    return {
+        "qps": len(lat) / seconds * batch,
+        "p50_ms": float(np.percentile(lat, 50) * 1e3),
+        "p99_ms": float(np.percentile(lat, 99) * 1e3),
+    }
 
 
 def bench_serve(keys, root, seconds, update_secs, rounds=2):
@@ -235,8 +283,9 @@ def bench_serve(keys, root, seconds, update_secs, rounds=2):
     for batch in (1, 256):
         for r in range(rounds):
             for kind, served in (("static", static), ("mutable", mutable)):
-                got = serve_round(served, batch, seconds, keys,
-                                  apply=apply if kind == "mutable" else None)
+                got = serve_round(
+                    served, batch, seconds, keys, apply=apply if kind == "mutable" else None
+                )
                 got.update(batch=batch, kind=kind, round=r)
                 results.append(got)
                 print(json.dumps(got), flush=True)
@@ -245,6 +294,7 @@ def bench_serve(keys, root, seconds, update_secs, rounds=2):
 
 
 # --- 4. and 5. catch-up and churn ---------------------------------------------------------
+
 
 def follow_child(export_dir, push_dir):
     """(In a fresh process) loads an export and brings it up to date: with push_dir's updates
@@ -272,11 +322,21 @@ def follow_child(export_dir, push_dir):
     for keys, table_bytes in served.sess.run(_served_sizes(served)):
         live += keys
         bucket_bytes += table_bytes
-    print(json.dumps({"load_s": load_s, "follow_s": follow_s, "applied": len(applies),
-                      "max_apply_s": max(applies) if applies else 0.0,
-                      "apply_s": [round(a, 3) for a in applies],
-                      "load_rss_kb": load_rss, "rss_kb": status_kb("VmRSS") - rss0,
-                      "live_keys": int(live), "bucket_bytes": int(bucket_bytes)}))
+    print(
+        json.dumps(
+            {
+                "load_s": load_s,
+                "follow_s": follow_s,
+                "applied": len(applies),
+                "max_apply_s": max(applies) if applies else 0.0,
+                "apply_s": [round(a, 3) for a in applies],
+                "load_rss_kb": load_rss,
+                "rss_kb": status_kb("VmRSS") - rss0,
+                "live_keys": int(live),
+                "bucket_bytes": int(bucket_bytes),
+            }
+        )
+    )
 
 
 def _served_sizes(served):
@@ -290,23 +350,32 @@ def _served_sizes(served):
         return tf.raw_ops.ReadVariableOp(resource=handle, dtype=tf.int64)
 
     def buckets(handle, values):
-        keys, _ = tf.raw_ops.LookupTableExportV2(table_handle=handle, Tkeys=tf.int64,
-                                                Tvalues=values)
+        keys, _ = tf.raw_ops.LookupTableExportV2(
+            table_handle=handle, Tkeys=tf.int64, Tvalues=values
+        )
         return tf.cast(tf.shape(keys)[0], tf.int64)
+
     with graph.as_default():
-        for table in [op for op in graph.get_operations()
-                      if op.type == "MutableDenseHashTableV2"]:
+        for table in [op for op in graph.get_operations() if op.type == "MutableDenseHashTableV2"]:
             handle = table.outputs[0]
             if table.name.endswith("_index"):
-                stem = table.name[:-len("_index")]
+                stem = table.name[: -len("_index")]
                 rows = graph.get_operation_by_name(stem + "_rows").outputs[0]
                 capacity = tf.raw_ops.VariableShape(input=rows, out_type=tf.int64)[0]
-                out.append((read(stem + "_used") - 1 - read(stem + "_stale"),
-                            buckets(handle, tf.int32) * indexed.SLOT_BYTES + capacity * 4 * DIM))
+                out.append(
+                    (
+                        read(stem + "_used") - 1 - read(stem + "_stale"),
+                        buckets(handle, tf.int32) * indexed.SLOT_BYTES + capacity * 4 * DIM,
+                    )
+                )
             else:
-                out.append((tf.raw_ops.LookupTableSizeV2(table_handle=handle) -
-                            read(table.name + "_tombstones"),
-                            buckets(handle, tf.float32) * (8 + 4 * DIM)))
+                out.append(
+                    (
+                        tf.raw_ops.LookupTableSizeV2(table_handle=handle)
+                        - read(table.name + "_tombstones"),
+                        buckets(handle, tf.float32) * (8 + 4 * DIM),
+                    )
+                )
     return out
 
 
@@ -314,8 +383,13 @@ def run_follow_child(export_dir, push_dir, one_by_one=False):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     if one_by_one:
         env["ONE_BY_ONE"] = "1"
-    out = subprocess.run([sys.executable, __file__, "--follow-child", export_dir, push_dir],
-                         stdout=subprocess.PIPE, text=True, check=True, env=env)
+    out = subprocess.run(
+        [sys.executable, __file__, "--follow-child", export_dir, push_dir],
+        stdout=subprocess.PIPE,
+        text=True,
+        check=True,
+        env=env,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -333,8 +407,13 @@ def bench_catchup(keys, pushes, root):
     push_s = time.perf_counter() - t
     sess.close()
     got = run_follow_child(os.path.join(root, "catchup"), push_dir)
-    got.update(keys=keys, pushes=pushes, push_s=push_s, whole=pusher.whole_updates,
-               kept=len([n for n in os.listdir(push_dir) if n.isdigit()]))
+    got.update(
+        keys=keys,
+        pushes=pushes,
+        push_s=push_s,
+        whole=pusher.whole_updates,
+        kept=len([n for n in os.listdir(push_dir) if n.isdigit()]),
+    )
     print(json.dumps(got), flush=True)
     return got
 
@@ -360,9 +439,13 @@ def bench_churn(keys, root, pushes=20):
     sess.close()
     got = run_follow_child(os.path.join(root, "churn"), push_dir, one_by_one=True)
     payload = got["live_keys"] * (8 + 4 * DIM)
-    got.update(keys=keys, pushes=pushes, rss_per_payload=got["rss_kb"] * 1024 / payload,
-               buckets_per_payload=got["bucket_bytes"] / payload,
-               load_rss_per_payload=got["load_rss_kb"] * 1024 / (keys * (8 + 4 * DIM)))
+    got.update(
+        keys=keys,
+        pushes=pushes,
+        rss_per_payload=got["rss_kb"] * 1024 / payload,
+        buckets_per_payload=got["bucket_bytes"] / payload,
+        load_rss_per_payload=got["load_rss_kb"] * 1024 / (keys * (8 + 4 * DIM)),
+    )
     assert got["live_keys"] == len(stored), (got["live_keys"], len(stored))
     print(json.dumps(got), flush=True)
     return got
@@ -379,6 +462,7 @@ def follow_one(push_dir, model):
 
 # --- 3. training side: push cost and update lag -------------------------------------------
 
+
 def bench_train(keys, root, seconds, push_secs):
     """Rounds without and with pushes alternated on one filled session; pushes as PushHook
     makes them (after a step, every push_secs, files written in the background)."""
@@ -394,7 +478,7 @@ def bench_train(keys, root, seconds, push_secs):
         takes, applied = {}, {}
         stop = threading.Event()
 
-        def follower():
+        def follower(stop=stop, applied=applied):
             while not stop.wait(1.0):
                 for version in follow(push_dir, served):
                     applied[version] = time.time()
@@ -422,9 +506,12 @@ def bench_train(keys, root, seconds, push_secs):
         # An update carries the changes made since the previous take: its oldest change is
         # that take's time.
         lags = [applied[v] - takes[v][0] for v in takes if v in applied]
-        out[label] = {"steps_per_s": steps / elapsed, "pushes": len(takes),
-                      "applied": sum(v in applied for v in takes),
-                      "max_lag_s": max(lags) if lags else None}
+        out[label] = {
+            "steps_per_s": steps / elapsed,
+            "pushes": len(takes),
+            "applied": sum(v in applied for v in takes),
+            "max_lag_s": max(lags) if lags else None,
+        }
         print(label, json.dumps(out[label]), flush=True)
     sess.close()
     return out
@@ -465,8 +552,9 @@ def main():
         if args.only in (None, "load"):
             load = bench_load([int(k) for k in args.keys.split(",")], root)
         if args.only in (None, "serve"):
-            serve, apply_seconds = bench_serve(args.serve_keys, root, args.serve_secs,
-                                               args.update_secs)
+            serve, apply_seconds = bench_serve(
+                args.serve_keys, root, args.serve_secs, args.update_secs
+            )
         if args.only in (None, "train"):
             train = bench_train(args.serve_keys, root, args.train_secs, args.push_secs)
         if args.only in (None, "catchup"):
@@ -475,49 +563,21 @@ def main():
             churn = bench_churn(args.churn_keys, root)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    report(load, serve, apply_seconds, train)
+    serving_report.report(load, serve, apply_seconds, train, DIM)
     if catchup:
-        print("\n## catch-up after %(pushes)d pushes (%(keys)d keys): load %(load_s).2f s, "
-              "follow %(follow_s).2f s (%(applied)d updates applied); the chain holds "
-              "%(kept)d updates, %(whole)d whole ones written; pushing took %(push_s).0f s"
-              % catchup)
+        print(
+            "\n## catch-up after %(pushes)d pushes (%(keys)d keys): load %(load_s).2f s, "
+            "follow %(follow_s).2f s (%(applied)d updates applied); the chain holds "
+            "%(kept)d updates, %(whole)d whole ones written; pushing took %(push_s).0f s" % catchup
+        )
     if churn:
-        print("\n## churn (%(keys)d keys, %(pushes)d pushes of 2%% removed + 2%% new): "
-              "hash table buckets %(buckets_per_payload).2fx the live keys' payload; "
-              "RSS %(rss_per_payload).2fx after the pushes "
-              "(%(load_rss_per_payload).2fx after the load); slowest apply %(max_apply_s).3f s"
-              % churn)
-
-
-def report(load, serve, apply_seconds, train):
-    print("\n## load (per key: bytes / (8 + 4 x dim) payload)")
-    for r in load or []:
-        print("| %(keys)d | %(kind)s | export %(export_s)s s | load %(load_s)s s | RSS "
-              "%(rss_per_payload)sx | peak %(peak_per_payload)sx |" % r)
-    # The memory each further key costs (the load's fixed costs cancel): between the two
-    # smallest and largest sizes.
-    for kind in ("static", "mutable", "plugin"):
-        runs = sorted((r["keys"], r["rss_kb"]) for r in load or [] if r["kind"] == kind)
-        if len(runs) >= 2 and runs[-1][0] > runs[0][0]:
-            per_key = (runs[-1][1] - runs[0][1]) * 1024 / (runs[-1][0] - runs[0][0])
-            print("| %s | %.1f bytes per further key | %.2fx the payload |"
-                  % (kind, per_key, per_key / (8 + 4 * DIM)))
-    print("\n## serving (mutable with updates / static without)")
-    for batch in (1, 256) if serve else ():
-        for metric in ("qps", "p50_ms", "p99_ms"):
-            s, m = (np.mean([r[metric] for r in serve if r["batch"] == batch and
-                             r["kind"] == kind]) for kind in ("static", "mutable"))
-            print("| batch %d | %s | static %.2f | mutable %.2f | ratio %.2f |"
-                  % (batch, metric, s, m, m / s))
-    if apply_seconds:
-        print("update apply: %.3f-%.3f s" % (min(apply_seconds), max(apply_seconds)))
-    if not train:
-        return
-    base = np.mean([train[k]["steps_per_s"] for k in ("no push", "no push 2")])
-    pushed = np.mean([train[k]["steps_per_s"] for k in ("push", "push 2")])
-    print("\n## training: %.2f steps/s without pushes, %.2f with (ratio %.3f); max lag %s s"
-          % (base, pushed, pushed / base,
-             max(train[k]["max_lag_s"] or 0 for k in ("push", "push 2"))))
+        print(
+            "\n## churn (%(keys)d keys, %(pushes)d pushes of 2%% removed + 2%% new): "
+            "hash table buckets %(buckets_per_payload).2fx the live keys' payload; "
+            "RSS %(rss_per_payload).2fx after the pushes "
+            "(%(load_rss_per_payload).2fx after the load); slowest apply %(max_apply_s).3f s"
+            % churn
+        )
 
 
 if __name__ == "__main__":

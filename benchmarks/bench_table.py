@@ -14,6 +14,7 @@ after warm-up; reports the median ms/step and keys/s.
 
     .venv/bin/python benchmarks/bench_table.py [--steps 50] [--warmup 10] [--repeat 3]
 """
+
 import argparse
 import os
 import platform
@@ -71,11 +72,13 @@ def lazy_adam_train_op(emb):
     address on the rows of every training lookup in the graph."""
     import rec_sdk
     from rec_sdk.optimizers import lazy_adam_by_addr
+
     loss = tf.reduce_sum(tf.square(emb))
     opt = lazy_adam_by_addr.create_hash_optimizer_by_address(0.001)
     grads = tf.gradients(loss, tf.compat.v1.get_collection(rec_sdk.ASCEND_SPARSE_LOOKUP_LOCAL_EMB))
-    return opt.apply_gradients(zip(grads, tf.compat.v1.get_collection(
-        rec_sdk.ASCEND_SPARSE_LOOKUP_ID_OFFSET)))
+    return opt.apply_gradients(
+        zip(grads, tf.compat.v1.get_collection(rec_sdk.ASCEND_SPARSE_LOOKUP_ID_OFFSET))
+    )
 
 
 def bench_rec_sdk(batches, warmup):
@@ -86,8 +89,13 @@ def bench_rec_sdk(batches, warmup):
     for mode in ("lookup", "train"):
         tf.compat.v1.reset_default_graph()
         init(use_dynamic_expansion=True)
-        table = create_table(tf.int64, DIM, "bench", tf.compat.v1.random_uniform_initializer(
-            -0.05, 0.05, seed=1), device_vocabulary_size=1 << 20)
+        table = create_table(
+            tf.int64,
+            DIM,
+            "bench",
+            tf.compat.v1.random_uniform_initializer(-0.05, 0.05, seed=1),
+            device_vocabulary_size=1 << 20,
+        )
         keys = tf.compat.v1.placeholder(tf.int64, [BATCH])
         emb = sparse_lookup(table, keys, is_train=True)
         if mode == "lookup":
@@ -112,8 +120,11 @@ def bench_dense(batches, warmup):
     for mode in ("lookup", "train"):
         tf.compat.v1.reset_default_graph()
         table = tf.compat.v1.get_variable(
-            "dense", [DENSE_ROWS, DIM], initializer=tf.compat.v1.random_uniform_initializer(
-                -0.05, 0.05, seed=1), use_resource=True)
+            "dense",
+            [DENSE_ROWS, DIM],
+            initializer=tf.compat.v1.random_uniform_initializer(-0.05, 0.05, seed=1),
+            use_resource=True,
+        )
         keys = tf.compat.v1.placeholder(tf.int64, [BATCH])
         emb = tf.nn.embedding_lookup(table, keys % DENSE_ROWS)
         if mode == "lookup":
@@ -135,9 +146,13 @@ def bench_tfra(batches, warmup):
     results = {}
     for mode in ("lookup", "train"):
         tf.compat.v1.reset_default_graph()
-        var = de.get_variable("tfra", key_dtype=tf.int64, value_dtype=tf.float32, dim=DIM,
-                              initializer=tf.compat.v1.random_uniform_initializer(-0.05, 0.05,
-                                                                                  seed=1))
+        var = de.get_variable(
+            "tfra",
+            key_dtype=tf.int64,
+            value_dtype=tf.float32,
+            dim=DIM,
+            initializer=tf.compat.v1.random_uniform_initializer(-0.05, 0.05, seed=1),
+        )
         keys = tf.compat.v1.placeholder(tf.int64, [BATCH])
         if mode == "lookup":
             fetch = computed(var.lookup(keys))
@@ -153,27 +168,45 @@ def bench_tfra(batches, warmup):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--warmup", type=int, default=10)
-    parser.add_argument("--repeat", type=int, default=3,
-                        help="rounds of all libraries, interleaved; the median round counts "
-                        "(evens out drift on a shared machine)")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=3,
+        help="rounds of all libraries, interleaved; the median round counts "
+        "(evens out drift on a shared machine)",
+    )
     args = parser.parse_args()
     tf.compat.v1.disable_eager_execution()
     batches = zipf_batches(args.steps + args.warmup)
     unique = statistics.mean(len(np.unique(b)) for b in batches)
-    print("machine: %s, %d cores, Python %s, TensorFlow %s" % (
-        platform.processor() or platform.machine(), os.cpu_count(), platform.python_version(),
-        tf.__version__))
-    print("batch %d keys (%.0f unique on average), dim %d, %d timed steps after %d warm-up; "
-          "median ms/step, median of %d interleaved rounds"
-          % (BATCH, unique, DIM, args.steps, args.warmup, args.repeat))
+    print(
+        "machine: %s, %d cores, Python %s, TensorFlow %s"
+        % (
+            platform.processor() or platform.machine(),
+            os.cpu_count(),
+            platform.python_version(),
+            tf.__version__,
+        )
+    )
+    print(
+        "batch %d keys (%.0f unique on average), dim %d, %d timed steps after %d warm-up; "
+        "median ms/step, median of %d interleaved rounds"
+        % (BATCH, unique, DIM, args.steps, args.warmup, args.repeat)
+    )
     rounds = []
     for _ in range(args.repeat):
-        rounds.append((bench_dense(batches, args.warmup), bench_rec_sdk(batches, args.warmup),
-                       bench_tfra(batches, args.warmup)))
+        rounds.append(
+            (
+                bench_dense(batches, args.warmup),
+                bench_rec_sdk(batches, args.warmup),
+                bench_tfra(batches, args.warmup),
+            )
+        )
 
     def median_of(index):
         results = [r[index] for r in rounds]
@@ -191,10 +224,20 @@ def main():
     print("| operation | ms/step | M keys/s | speed vs dense |")
     print("|---|---|---|---|")
     print(row("dense tf.Variable[1M,16] lookup", dense["lookup"], dense["lookup"]))
-    print(row("rec_sdk training lookup (dedup + find_or_insert + gather)", ours["lookup"],
-              dense["lookup"]))
-    print(row("rec_sdk eval lookup (keys stored, nothing inserted)", ours["eval_lookup"],
-              dense["lookup"]))
+    print(
+        row(
+            "rec_sdk training lookup (dedup + find_or_insert + gather)",
+            ours["lookup"],
+            dense["lookup"],
+        )
+    )
+    print(
+        row(
+            "rec_sdk eval lookup (keys stored, nothing inserted)",
+            ours["eval_lookup"],
+            dense["lookup"],
+        )
+    )
     if "error" not in tfra:
         print(row("TFRA 0.7.2 lookup", tfra["lookup"], dense["lookup"]))
     print(row("dense train step (GradientDescent)", dense["train"], dense["train"]))
@@ -202,8 +245,10 @@ def main():
     if "error" not in tfra:
         print(row("TFRA 0.7.2 train step (Adam)", tfra["train"], dense["train"]))
         print()
-        print("rec_sdk vs TFRA: lookup %.1fx, train step %.1fx"
-              % (tfra["lookup"] / ours["lookup"], tfra["train"] / ours["train"]))
+        print(
+            "rec_sdk vs TFRA: lookup %.1fx, train step %.1fx"
+            % (tfra["lookup"] / ours["lookup"], tfra["train"] / ours["train"])
+        )
     else:
         print("\nTFRA not measured (%s)" % tfra["error"])
     print("rec_sdk table size after the run: %d keys" % ours["train_size"])

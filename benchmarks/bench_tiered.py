@@ -21,6 +21,7 @@ before the table (VmRSS) against the memory budget plus the index, and the disk'
     .venv/bin/python benchmarks/bench_tiered.py [--zipf 1.05,1.1,1.2] [--steps 200]
         [--ssd-dir DIR] [--quick]
 """
+
 import argparse
 import ctypes
 import json
@@ -80,7 +81,7 @@ def disk_ceiling(directory, seconds=2.0):
             counts = [0] * threads
             stop = time.perf_counter() + seconds
 
-            def work(t):
+            def work(t, stop=stop, counts=counts):
                 buf = mmap.mmap(-1, 4096)
                 rng = random.Random(t)
                 while time.perf_counter() < stop:
@@ -127,10 +128,17 @@ def build(keys, memory_rows, ssd_dir, model):
     if ssd_dir is None:
         table = create_table(tf.int64, DIM, "emb", initializer, device_vocabulary_size=keys)
     else:
-        table = create_table(tf.int64, DIM, "emb", initializer,
-                             device_vocabulary_size=memory_rows - 1, host_vocabulary_size=1,
-                             ssd_vocabulary_size=keys, ssd_data_path=ssd_dir,
-                             ssd_direct_io=True)
+        table = create_table(
+            tf.int64,
+            DIM,
+            "emb",
+            initializer,
+            device_vocabulary_size=memory_rows - 1,
+            host_vocabulary_size=1,
+            ssd_vocabulary_size=keys,
+            ssd_data_path=ssd_dir,
+            ssd_direct_io=True,
+        )
     ids = tf.compat.v1.placeholder(tf.int64, [None])
     next_ids = tf.compat.v1.placeholder(tf.int64, [None])
     emb = sparse_lookup(table, ids, name="lookup")
@@ -144,12 +152,12 @@ def build(keys, memory_rows, ssd_dir, model):
             x = tf.compat.v1.layers.dense(x, width, tf.nn.relu, kernel_initializer=dense_init)
         logits = tf.squeeze(tf.compat.v1.layers.dense(x, 1, kernel_initializer=dense_init), 1)
         labels = tf.cast(tf.math.floormod(tf.reshape(ids, [-1, 4])[:, 0], 2), tf.float32)
-        loss = tf.reduce_mean(
-            tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits))
+        loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits))
         dense_vars = tf.compat.v1.trainable_variables()
-        train = tf.group(sparse.minimize(loss),
-                         tf.compat.v1.train.AdamOptimizer(0.001).minimize(
-                             loss, var_list=dense_vars))
+        train = tf.group(
+            sparse.minimize(loss),
+            tf.compat.v1.train.AdamOptimizer(0.001).minimize(loss, var_list=dense_vars),
+        )
     return table, ids, next_ids, train, table.prefetch(next_ids)
 
 
@@ -191,31 +199,48 @@ def main():
     parser.add_argument("--budget-mb", type=int, default=512)
     parser.add_argument("--ssd-dir", default=None)
     parser.add_argument("--models", default="lookup,mlp")
-    parser.add_argument("--quick", action="store_true",
-                        help="650k keys and a 51 MB budget (a minute)")
+    parser.add_argument(
+        "--quick", action="store_true", help="650k keys and a 51 MB budget (a minute)"
+    )
     args = parser.parse_args()
     if args.quick:
         args.keys, args.budget_mb, args.steps, args.warmup = 650_000, 51, 60, 30
     tf.compat.v1.disable_eager_execution()
     memory_rows = args.budget_mb * (1 << 20) // ROW_BYTES
-    config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=2,
-                                      inter_op_parallelism_threads=2)
-    ssd_root = args.ssd_dir or os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                            "..", "build")
+    config = tf.compat.v1.ConfigProto(
+        intra_op_parallelism_threads=2, inter_op_parallelism_threads=2
+    )
+    ssd_root = args.ssd_dir or os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "..", "build"
+    )
     os.makedirs(ssd_root, exist_ok=True)
-    results = {"machine": "%s, %d cores, Python %s, TF %s" % (
-        platform.processor() or platform.machine(), os.cpu_count(), platform.python_version(),
-        tf.__version__), "keys": args.keys, "dim": DIM, "memory_rows": memory_rows,
-        "budget_mb": args.budget_mb, "batch_ids": BATCH}
+    results = {
+        "machine": "%s, %d cores, Python %s, TF %s"
+        % (
+            platform.processor() or platform.machine(),
+            os.cpu_count(),
+            platform.python_version(),
+            tf.__version__,
+        ),
+        "keys": args.keys,
+        "dim": DIM,
+        "memory_rows": memory_rows,
+        "budget_mb": args.budget_mb,
+        "batch_ids": BATCH,
+    }
     with tempfile.TemporaryDirectory(dir=ssd_root, prefix="bench_tiered_") as ssd_dir:
         results["disk"] = disk_ceiling(ssd_dir)
         print("disk:", results["disk"], flush=True)
         index_mb = None
-        for model, s in [(m, float(x)) for m in args.models.split(",")
-                         for x in args.zipf.split(",")]:
+        for model, s in [
+            (m, float(x)) for m in args.models.split(",") for x in args.zipf.split(",")
+        ]:
             batches = zipf_ids(s, args.keys, args.warmup + args.steps + 1, seed=int(s * 100))
-            row = {"model": model, "zipf": s,
-                   "unique_ids_per_step": int(np.mean([np.unique(b).size for b in batches]))}
+            row = {
+                "model": model,
+                "zipf": s,
+                "unique_ids_per_step": int(np.mean([np.unique(b).size for b in batches])),
+            }
             trim_heap()
             base_rss = rss_mb()
             table, ids, next_ids, train, prefetch = build(args.keys, memory_rows, ssd_dir, model)
@@ -227,21 +252,29 @@ def main():
                 row["fill_s_tiered"] = round(time.perf_counter() - start, 1)
                 for use_prefetch in (True, False):
                     # Each run its own batches: replayed ones would find their rows in memory.
-                    own = batches if use_prefetch else zipf_ids(
-                        s, args.keys, args.warmup + args.steps + 1, seed=int(s * 100) + 1)
-                    rate, steps, delta, stats = run(sess, table, ids, next_ids, train, prefetch,
-                                                    own, args.warmup, use_prefetch)
+                    own = (
+                        batches
+                        if use_prefetch
+                        else zipf_ids(
+                            s, args.keys, args.warmup + args.steps + 1, seed=int(s * 100) + 1
+                        )
+                    )
+                    rate, steps, delta, stats = run(
+                        sess, table, ids, next_ids, train, prefetch, own, args.warmup, use_prefetch
+                    )
                     name = "prefetch" if use_prefetch else "no_prefetch"
                     row["steps_per_s_" + name] = round(rate, 2)
                     row["promotions_per_step_" + name] = round(delta["promotions"] / steps)
-                    row["prefetch_served_per_step_" + name] = round(
-                        delta["prefetch_hits"] / steps)
+                    row["prefetch_served_per_step_" + name] = round(delta["prefetch_hits"] / steps)
                     row["mb_read_per_step_" + name] = round(
-                        delta["ssd_bytes_read"] / steps / 2**20, 2)
+                        delta["ssd_bytes_read"] / steps / 2**20, 2
+                    )
                     row["mb_written_per_step_" + name] = round(
-                        delta["ssd_bytes_written"] / steps / 2**20, 2)
+                        delta["ssd_bytes_written"] / steps / 2**20, 2
+                    )
                 row["space_amplification"] = round(
-                    stats["ssd_file_bytes"] / max(1, stats["cold"] * ROW_BYTES), 2)
+                    stats["ssd_file_bytes"] / max(1, stats["cold"] * ROW_BYTES), 2
+                )
                 row["hot_rows"] = int(stats["hot"])
                 trim_heap()
                 row["rss_mb_tiered"] = round(rss_mb() - base_rss)
@@ -256,8 +289,9 @@ def main():
                 sess.run(tf.compat.v1.global_variables_initializer())
                 sess.run(train, {ids: batches[0][:8]})
                 fill(sess, table, args.keys)
-                rate, _, _, _ = run(sess, table, ids, next_ids, train, prefetch, batches,
-                                    args.warmup, False)
+                rate, _, _, _ = run(
+                    sess, table, ids, next_ids, train, prefetch, batches, args.warmup, False
+                )
                 row["steps_per_s_memory"] = round(rate, 2)
                 trim_heap()
                 row["rss_mb_memory"] = round(rss_mb() - base_rss)

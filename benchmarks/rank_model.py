@@ -27,6 +27,7 @@ Hot keys: what a cache of the hottest rows on every rank, or a per-host dedup, w
 
 FIGURES.json: `bench_ranks.py --ranks 2,3,4 --json FIGURES.json`.
 """
+
 import argparse
 import json
 import os
@@ -50,9 +51,12 @@ def table_batches(steps, batch):
 def dlrm_batches(steps, batch):
     """DLRM's global batches of the synthetic Criteo-schema data: [[keys of field f]]."""
     from rec_sdk.examples.synthetic import Generator
+
     rows = Generator(seed=0).rows(0, steps * batch)["categorical"]
-    return [[rows[s * batch:(s + 1) * batch, f].astype(np.int64)
-             for f in range(DLRM_TABLES)] for s in range(steps)]
+    return [
+        [rows[s * batch : (s + 1) * batch, f].astype(np.int64) for f in range(DLRM_TABLES)]
+        for s in range(steps)
+    ]
 
 
 def exchange(batches, ranks, dim, dense_params=0):
@@ -69,7 +73,7 @@ def exchange(batches, ranks, dim, dense_params=0):
         for t, keys in enumerate(step):
             per_rank = len(keys) // ranks
             for s in range(ranks):
-                distinct = np.unique(keys[s * per_rank:(s + 1) * per_rank])
+                distinct = np.unique(keys[s * per_rank : (s + 1) * per_rank])
                 counts[s] += np.bincount(np.abs(np.fmod(distinct, ranks)), minlength=ranks)
                 pairs.append(distinct + (t << 40))
         pairs = np.unique(np.concatenate(pairs))
@@ -78,18 +82,23 @@ def exchange(batches, ranks, dim, dense_params=0):
     # The hint: one class above the largest need (tf_ops/core/size_class.h).
     cap = size_class_rows(size_class_of(max(caps, default=0)) + 1)
     key_width = 1  # the table workload has no admission counts or timestamps
-    per_dest = ((cap + tables) * key_width * 8 + cap * (dim + 1) * 4 + cap * dim * 4)
+    per_dest = (cap + tables) * key_width * 8 + cap * (dim + 1) * 4 + cap * dim * 4
     for counts, pairs in steps:
         exact = counts.sum(1) - np.diag(counts)  # keys each rank sends to others
         sent.append((ranks - 1) * per_dest + (ranks - 1) * 8)
-        owned.append(int(np.bincount(np.abs(np.fmod(pairs & ((1 << 40) - 1), ranks)),
-                                     minlength=ranks).max()))
+        owned.append(
+            int(np.bincount(np.abs(np.fmod(pairs & ((1 << 40) - 1), ranks)), minlength=ranks).max())
+        )
         padding.append((ranks - 1) * per_dest / max(1.0, float(exact.max()) * per_key))
     dense = 2 * (ranks - 1) / ranks * dense_params * 4 if ranks > 1 else 0.0
     collectives = 4 + (1 if dense_params else 0)
-    return {"bytes": float(np.mean(sent)) + dense, "owned": float(np.mean(owned)),
-            "padding": float(np.mean(padding)), "collectives": collectives if ranks > 1 else 0,
-            "stages": 4 if ranks > 1 else 0}
+    return {
+        "bytes": float(np.mean(sent)) + dense,
+        "owned": float(np.mean(owned)),
+        "padding": float(np.mean(padding)),
+        "collectives": collectives if ranks > 1 else 0,
+        "stages": 4 if ranks > 1 else 0,
+    }
 
 
 def hot_keys(batches, ranks, dim, per_host=8, cache_rows=(1024, 16384)):
@@ -115,35 +124,39 @@ def hot_keys(batches, ranks, dim, per_host=8, cache_rows=(1024, 16384)):
         all_keys = []
         for t, keys in enumerate(step):
             per_rank = len(keys) // ranks
-            tagged = keys[:per_rank * ranks] + (t << 40)
+            tagged = keys[: per_rank * ranks] + (t << 40)
             all_keys.append(tagged)
             for s in range(ranks):
-                distinct = np.unique(tagged[s * per_rank:(s + 1) * per_rank])
+                distinct = np.unique(tagged[s * per_rank : (s + 1) * per_rank])
                 owner = np.abs(np.fmod(distinct & ((1 << 40) - 1), ranks))
                 remote = distinct[owner != s]
                 # Over the wire: to owners on other hosts (one host: all but its own).
-                sent_pairs += ((owner // per_host != s // per_host).sum()
-                               if ranks > per_host else remote.size)
+                sent_pairs += (
+                    (owner // per_host != s // per_host).sum() if ranks > per_host else remote.size
+                )
                 if previous is not None:
                     for c in cache_rows:
                         cached[c] += np.isin(remote, previous[:c]).sum()
             for h in range(hosts):
                 lo, hi = h * per_host, min(ranks, (h + 1) * per_host)
-                distinct = np.unique(tagged[lo * per_rank:hi * per_rank])
+                distinct = np.unique(tagged[lo * per_rank : hi * per_rank])
                 owner = np.abs(np.fmod(distinct & ((1 << 40) - 1), ranks))
                 host_pairs += ((owner < lo) | (owner >= hi)).sum()
         base.append(sent_pairs * (key_row + grad) / ranks)
-        host.append(host_pairs * (key_row + grad) / hosts / per_host
-                    if ranks > per_host else 0.0)
+        host.append(host_pairs * (key_row + grad) / hosts / per_host if ranks > per_host else 0.0)
         if previous is not None:
             for c in cache_rows:
                 refresh = c * (ranks - 1) / ranks * 4 * dim * ranks
-                cache[c].append((sent_pairs * (key_row + grad) - cached[c] * key_row
-                                 + refresh) / ranks)
+                cache[c].append(
+                    (sent_pairs * (key_row + grad) - cached[c] * key_row + refresh) / ranks
+                )
         values, counts = np.unique(np.concatenate(all_keys), return_counts=True)
         previous = values[np.argsort(-counts, kind="stable")]
-    return {"base": float(np.mean(base[1:])), "host": float(np.mean(host[1:])),
-            "cache": {c: float(np.mean(v)) for c, v in cache.items()}}
+    return {
+        "base": float(np.mean(base[1:])),
+        "host": float(np.mean(host[1:])),
+        "cache": {c: float(np.mean(v)) for c, v in cache.items()},
+    }
 
 
 def _terms(ex, ranks):
@@ -184,8 +197,7 @@ def _cluster_ms(t1, ex, k, ranks, gbps, rtt_us):
     if ranks == 1:
         return t1
     wire = ex["bytes"] * 8 / (gbps * 1e9) * 1e3
-    return (t1 / ranks + ex["stages"] * (k[0] + rtt_us / 1e3) + k[1] * ex["bytes"]
-            + wire)
+    return t1 / ranks + ex["stages"] * (k[0] + rtt_us / 1e3) + k[1] * ex["bytes"] + wire
 
 
 def main():
@@ -201,16 +213,32 @@ def main():
     table_bytes = {int(n): v for n, v in measured["table"]["bytes"].items()}
     dlrm_rate = {int(n): v for n, v in measured["dlrm"]["samples_per_s"].items()}
     dlrm_batch = measured["dlrm"]["batch"]
-    dense = (DLRM_DENSE * 64 + 64 + 64 * DLRM_DIM + DLRM_DIM
-             + (27 * 26 // 2 + DLRM_DIM) * 256 + 256 + 256 * 128 + 128 + 128 + 1)
+    dense = (
+        DLRM_DENSE * 64
+        + 64
+        + 64 * DLRM_DIM
+        + DLRM_DIM
+        + (27 * 26 // 2 + DLRM_DIM) * 256
+        + 256
+        + 256 * 128
+        + 128
+        + 128
+        + 1
+    )
     workloads = {
-        "table": (lambda n, batch: table_batches(args.steps, batch), DIM, 0, BATCH,
-                  table_ms),
-        "dlrm": (lambda n, batch: dlrm_batches(args.steps, batch), DLRM_DIM, dense,
-                 dlrm_batch, {n: dlrm_batch / r * 1e3 for n, r in dlrm_rate.items()}),
+        "table": (lambda n, batch: table_batches(args.steps, batch), DIM, 0, BATCH, table_ms),
+        "dlrm": (
+            lambda n, batch: dlrm_batches(args.steps, batch),
+            DLRM_DIM,
+            dense,
+            dlrm_batch,
+            {n: dlrm_batch / r * 1e3 for n, r in dlrm_rate.items()},
+        ),
     }
-    print("Model: benchmarks/rank_model.py --measured %s (--gbps %g, --rtt-us %g)\n"
-          % (os.path.basename(args.measured), args.gbps, args.rtt_us))
+    print(
+        "Model: benchmarks/rank_model.py --measured %s (--gbps %g, --rtt-us %g)\n"
+        % (os.path.basename(args.measured), args.gbps, args.rtt_us)
+    )
     for name, (make, dim, dense_params, batch, ms) in workloads.items():
         local = sorted(n for n in ms if n > 1)
         if len(local) < 3:
@@ -218,13 +246,24 @@ def main():
             continue
         ex = {n: exchange(make(n, batch), n, dim, dense_params) for n in [1] + local}
         k = fit(ms, ex, local)
-        print("%s (global batch %d, dim %d%s): %.2f ms per collective stage, %.2f ns per "
-              "byte (all ranks' bytes: they share the cores), least squares over %s ranks; "
-              "\"left out\": fitted on the other rank counts only\n" % (
-                  name, batch, dim, ", %d dense parameters" % dense_params if dense_params
-                  else "", k[0], k[1] * 1e6, ", ".join(map(str, local))))
-        print("| ranks | bytes/rank/step | padding | keys owned/rank | collectives | "
-              "measured ms | model ms | error | left out: model ms, error |")
+        print(
+            "%s (global batch %d, dim %d%s): %.2f ms per collective stage, %.2f ns per "
+            "byte (all ranks' bytes: they share the cores), least squares over %s ranks; "
+            '"left out": fitted on the other rank counts only\n'
+            % (
+                name,
+                batch,
+                dim,
+                ", %d dense parameters" % dense_params if dense_params else "",
+                k[0],
+                k[1] * 1e6,
+                ", ".join(map(str, local)),
+            )
+        )
+        print(
+            "| ranks | bytes/rank/step | padding | keys owned/rank | collectives | "
+            "measured ms | model ms | error | left out: model ms, error |"
+        )
         print("|---|---|---|---|---|---|---|---|---|")
         for n in [1] + local:
             model = machine_ms(ms[1], ex[n], k, n) if n > 1 else ms[1]
@@ -233,16 +272,29 @@ def main():
                 loo = machine_ms(ms[1], ex[n], fit(ms, ex, [m for m in local if m != n]), n)
                 left = "%.2f, %+.0f%%" % (loo, 100.0 * (loo - ms[n]) / ms[n])
             measured_bytes = table_bytes.get(n) if name == "table" else None
-            print("| %d | %.0f KB%s | %.2fx | %.0f | %d | %.2f | %.2f | %+.0f%% | %s |" % (
-                n, ex[n]["bytes"] / 1e3,
-                " (loopback %.0f KB)" % (measured_bytes / n / 1e3) if measured_bytes else "",
-                ex[n]["padding"], ex[n]["owned"], ex[n]["collectives"], ms[n], model,
-                100.0 * (model - ms[n]) / ms[n], left))
-        print("\nPredicted, one rank per machine (2 cores each), %g Gb/s, global batch "
-              "fixed (%d) and per-rank batch fixed (%d):\n" % (args.gbps, batch,
-                                                               batch // 4))
-        print("| ranks | batch | bytes/rank/step | padding | step ms | wire ms | "
-              "%s/s | vs 1 process |" % ("samples" if dense_params else "keys"))
+            print(
+                "| %d | %.0f KB%s | %.2fx | %.0f | %d | %.2f | %.2f | %+.0f%% | %s |"
+                % (
+                    n,
+                    ex[n]["bytes"] / 1e3,
+                    " (loopback %.0f KB)" % (measured_bytes / n / 1e3) if measured_bytes else "",
+                    ex[n]["padding"],
+                    ex[n]["owned"],
+                    ex[n]["collectives"],
+                    ms[n],
+                    model,
+                    100.0 * (model - ms[n]) / ms[n],
+                    left,
+                )
+            )
+        print(
+            "\nPredicted, one rank per machine (2 cores each), %g Gb/s, global batch "
+            "fixed (%d) and per-rank batch fixed (%d):\n" % (args.gbps, batch, batch // 4)
+        )
+        print(
+            "| ranks | batch | bytes/rank/step | padding | step ms | wire ms | "
+            "%s/s | vs 1 process |" % ("samples" if dense_params else "keys")
+        )
         print("|---|---|---|---|---|---|---|---|")
         for n in (8, 32, 128):
             for global_batch in (batch, batch // 4 * n):
@@ -251,23 +303,40 @@ def main():
                 e = exchange(make(n, global_batch), n, dim, dense_params)
                 t1 = ms[1] * global_batch / batch
                 step = _cluster_ms(t1, e, k, n, args.gbps, args.rtt_us)
-                print("| %d | %d | %.0f KB | %.2fx | %.2f | %.2f | %.0f | %.2fx |" % (
-                    n, global_batch, e["bytes"] / 1e3, e["padding"], step,
-                    e["bytes"] * 8 / (args.gbps * 1e9) * 1e3, global_batch / step * 1e3,
-                    t1 / step))
-        print("\nHot keys (per-rank batch %d%s): bytes per rank and step over the wire, "
-              "exact; a cache of the hottest rows on every rank (refreshed each step) or a "
-              "per-host dedup (8 ranks per host):\n" % (
-                  batch // 4, " samples" if dense_params else " keys"))
+                print(
+                    "| %d | %d | %.0f KB | %.2fx | %.2f | %.2f | %.0f | %.2fx |"
+                    % (
+                        n,
+                        global_batch,
+                        e["bytes"] / 1e3,
+                        e["padding"],
+                        step,
+                        e["bytes"] * 8 / (args.gbps * 1e9) * 1e3,
+                        global_batch / step * 1e3,
+                        t1 / step,
+                    )
+                )
+        print(
+            "\nHot keys (per-rank batch %d%s): bytes per rank and step over the wire, "
+            "exact; a cache of the hottest rows on every rank (refreshed each step) or a "
+            "per-host dedup (8 ranks per host):\n"
+            % (batch // 4, " samples" if dense_params else " keys")
+        )
         print("| ranks | exchange | cache 1,024 rows | cache 16,384 rows | per-host dedup |")
         print("|---|---|---|---|---|")
         for n in (8, 32, 128):
-            h = hot_keys(make(n, batch // 4 * n)[:max(2, args.steps)], n, dim)
-            print("| %d | %.0f KB | %+.0f%% | %+.0f%% | %s |" % (
-                n, h["base"] / 1e3, *[100.0 * (h["cache"][c] - h["base"]) / h["base"]
-                                      for c in (1024, 16384)],
-                "%+.0f%%" % (100.0 * (h["host"] - h["base"]) / h["base"]) if n > 8
-                else "- (one host)"))
+            h = hot_keys(make(n, batch // 4 * n)[: max(2, args.steps)], n, dim)
+            print(
+                "| %d | %.0f KB | %+.0f%% | %+.0f%% | %s |"
+                % (
+                    n,
+                    h["base"] / 1e3,
+                    *[100.0 * (h["cache"][c] - h["base"]) / h["base"] for c in (1024, 16384)],
+                    "%+.0f%%" % (100.0 * (h["host"] - h["base"]) / h["base"])
+                    if n > 8
+                    else "- (one host)",
+                )
+            )
         print()
 
 

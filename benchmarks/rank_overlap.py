@@ -7,6 +7,7 @@ start (on 2 shared cores the spans are long; which ones run at the same time is 
     .venv/bin/python -m rec_sdk.distribute.launch --ps 0 --workers 2 -- \\
         .venv/bin/python benchmarks/rank_overlap.py
 """
+
 import numpy as np
 import tensorflow as tf
 
@@ -18,8 +19,10 @@ from rec_sdk.util.initialize import init
 
 BATCH, TABLES, STEPS = 1024, 4, 8
 PARTS = [
-    ("tables' gradient all-to-all",
-     lambda name: "exchange_gradients" in name and "Collective" in name),
+    (
+        "tables' gradient all-to-all",
+        lambda name: "exchange_gradients" in name and "Collective" in name,
+    ),
     ("dense gradients' all-reduce", lambda name: "all_reduce" in name and "Collective" in name),
     ("dense weight gradients", lambda name: name.startswith("gradients/MatMul")),
     ("dense update", lambda name: name.startswith("GradientDescent/")),
@@ -29,29 +32,43 @@ PARTS = [
 
 
 def build():
-    ids = [tf.compat.v1.placeholder(tf.int64, [BATCH], name="ids%d" % t)
-           for t in range(TABLES)]
-    tables = [create_table(tf.int64, 16, "t%d" % t,
-                           tf.compat.v1.random_uniform_initializer(-0.1, 0.1, seed=t),
-                           device_vocabulary_size=4096) for t in range(TABLES)]
-    x = tf.concat([sparse_lookup(table, i, name="lookup%d" % t)
-                   for t, (table, i) in enumerate(zip(tables, ids))], 1)
+    ids = [tf.compat.v1.placeholder(tf.int64, [BATCH], name="ids%d" % t) for t in range(TABLES)]
+    tables = [
+        create_table(
+            tf.int64,
+            16,
+            "t%d" % t,
+            tf.compat.v1.random_uniform_initializer(-0.1, 0.1, seed=t),
+            device_vocabulary_size=4096,
+        )
+        for t in range(TABLES)
+    ]
+    x = tf.concat(
+        [
+            sparse_lookup(table, i, name="lookup%d" % t)
+            for t, (table, i) in enumerate(zip(tables, ids))
+        ],
+        1,
+    )
     for k, width in enumerate((512, 512, 256, 1)):
         weights = tf.compat.v1.get_variable(
-            "w%d" % k, [x.shape[1], width],
-            initializer=tf.compat.v1.glorot_uniform_initializer(seed=k))
+            "w%d" % k,
+            [x.shape[1], width],
+            initializer=tf.compat.v1.glorot_uniform_initializer(seed=k),
+        )
         x = tf.matmul(x, weights)
         if width > 1:
             x = tf.nn.relu(x)
     loss = tf.reduce_mean(tf.square(x))
     dense = tf.compat.v1.trainable_variables()
     grads = tf.gradients(loss, dense + tables)
-    dense_grads = dist.all_reduce_many(grads[:len(dense)], "mean")
+    dense_grads = dist.all_reduce_many(grads[: len(dense)], "mean")
     train = tf.group(
-        tf.compat.v1.train.GradientDescentOptimizer(0.01).apply_gradients(
-            zip(dense_grads, dense)),
+        tf.compat.v1.train.GradientDescentOptimizer(0.01).apply_gradients(zip(dense_grads, dense)),
         create_hash_optimizer_by_address(learning_rate=0.01).apply_gradients(
-            zip(grads[len(dense):], tables)))
+            zip(grads[len(dense) :], tables)
+        ),
+    )
     return ids, train
 
 
@@ -65,8 +82,7 @@ def spans(metadata):
             continue
         first = min(node.all_start_micros for node in chosen) - start
         last = max(node.all_start_micros + node.all_end_rel_micros for node in chosen) - start
-        print("%-30s %7.1f - %7.1f ms (%d ops)" % (label, first / 1e3, last / 1e3,
-                                                    len(chosen)))
+        print("%-30s %7.1f - %7.1f ms (%d ops)" % (label, first / 1e3, last / 1e3, len(chosen)))
 
 
 def main():
@@ -78,14 +94,23 @@ def main():
     rng = np.random.default_rng(rank)
     trace = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
     with tf.compat.v1.train.MonitoredTrainingSession(
-            master=server.target, is_chief=rank == 0,
-            config=dist.worker_config(server, collective=True), save_checkpoint_secs=None,
-            save_checkpoint_steps=None, save_summaries_steps=None, save_summaries_secs=None,
-            log_step_count_steps=None) as sess:
+        master=server.target,
+        is_chief=rank == 0,
+        config=dist.worker_config(server, collective=True),
+        save_checkpoint_secs=None,
+        save_checkpoint_steps=None,
+        save_summaries_steps=None,
+        save_summaries_secs=None,
+        log_step_count_steps=None,
+    ) as sess:
         for _ in range(STEPS):
             metadata = tf.compat.v1.RunMetadata()
-            sess.run(train, {i: rng.zipf(1.2, BATCH) % 100000 for i in ids}, options=trace,
-                     run_metadata=metadata)
+            sess.run(
+                train,
+                {i: rng.zipf(1.2, BATCH) % 100000 for i in ids},
+                options=trace,
+                run_metadata=metadata,
+            )
     if rank == 0:
         spans(metadata)
 

@@ -24,6 +24,7 @@ Operations, each on a fresh TBE, on the batches cycled, median ms/step after the
   train_adam
 An optimizer the CPU TBE refuses is listed under "unsupported" with the reason, not a crash.
 """
+
 import argparse
 import json
 import platform
@@ -35,9 +36,14 @@ import numpy as np
 import torch
 from fbgemm_gpu.split_embedding_configs import EmbOptimType
 from fbgemm_gpu.split_table_batched_embeddings_ops_common import (
-    BoundsCheckMode, ComputeDevice, EmbeddingLocation, PoolingMode)
+    BoundsCheckMode,
+    ComputeDevice,
+    EmbeddingLocation,
+    PoolingMode,
+)
 from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
-    SplitTableBatchedEmbeddingBagsCodegen)
+    SplitTableBatchedEmbeddingBagsCodegen,
+)
 
 LR = 0.05
 EPS = 1e-8
@@ -51,9 +57,13 @@ TRAIN_OPS = {
 
 def make_tbe(rows, dim, optimizer, pooling, lr=LR, eps=EPS):
     tbe = SplitTableBatchedEmbeddingBagsCodegen(
-        [(rows, dim, EmbeddingLocation.HOST, ComputeDevice.CPU)], optimizer=optimizer,
-        learning_rate=lr, eps=eps, pooling_mode=pooling,
-        bounds_check_mode=BoundsCheckMode.NONE)  # keys are known to be in range
+        [(rows, dim, EmbeddingLocation.HOST, ComputeDevice.CPU)],
+        optimizer=optimizer,
+        learning_rate=lr,
+        eps=eps,
+        pooling_mode=pooling,
+        bounds_check_mode=BoundsCheckMode.NONE,
+    )  # keys are known to be in range
     tbe.init_embedding_weights_uniform(-0.05, 0.05)
     return tbe
 
@@ -110,8 +120,9 @@ def selfcheck():
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--keys")
     parser.add_argument("--dim", type=int, default=16)
     parser.add_argument("--threads", type=int, default=2)
@@ -137,19 +148,32 @@ def main():
 
     import fbgemm_gpu
     import torchrec
+
     result = {
         "library": "fbgemm_gpu SplitTableBatchedEmbeddingBagsCodegen (CPU, HOST, FP32)",
-        "versions": {"torch": torch.__version__, "fbgemm_gpu": fbgemm_gpu.__version__,
-                     "torchrec": getattr(torchrec, "__version__", "?"),
-                     "python": platform.python_version()},
+        "versions": {
+            "torch": torch.__version__,
+            "fbgemm_gpu": fbgemm_gpu.__version__,
+            "torchrec": getattr(torchrec, "__version__", "?"),
+            "python": platform.python_version(),
+        },
         "pooling": "the faster of %s (one key per bag)" % " and ".join(m.name for m in modes),
-        "threads": torch.get_num_threads(), "dim": args.dim, "vocab": vocab,
-        "batch_size": keys.shape[1], "num_batches": keys.shape[0],
-        "steps": args.steps, "warmup": args.warmup,
-        "optimizer_params": {"learning_rate": LR, "eps": EPS,
-                             "adagrad_initial_accumulator": 0.0,  # FBGEMM's, not settable
-                             "gradient": "ones"},
-        "ms_per_step": {}, "by_pooling": {m.name: {} for m in modes}, "unsupported": {},
+        "threads": torch.get_num_threads(),
+        "dim": args.dim,
+        "vocab": vocab,
+        "batch_size": keys.shape[1],
+        "num_batches": keys.shape[0],
+        "steps": args.steps,
+        "warmup": args.warmup,
+        "optimizer_params": {
+            "learning_rate": LR,
+            "eps": EPS,
+            "adagrad_initial_accumulator": 0.0,  # FBGEMM's, not settable
+            "gradient": "ones",
+        },
+        "ms_per_step": {},
+        "by_pooling": {m.name: {} for m in modes},
+        "unsupported": {},
     }
     ops = [("lookup", EmbOptimType.EXACT_SGD, False)]
     ops += [(name, optimizer, True) for name, optimizer in TRAIN_OPS.items()]
@@ -158,12 +182,16 @@ def main():
             try:
                 tbe = make_tbe(vocab, args.dim, optimizer, mode)
                 result["by_pooling"][mode.name][name] = round(
-                    time_op(tbe, batches, offsets, args.steps, args.warmup, train), 4)
+                    time_op(tbe, batches, offsets, args.steps, args.warmup, train), 4
+                )
             except Exception as e:  # pylint: disable=broad-except  (e.g. ADAM on the CPU)
                 result["unsupported"][name] = "%s: %s" % (type(e).__name__, e)
             tbe = None  # frees the table before the next one is made
-        times = [result["by_pooling"][m.name][name] for m in modes
-                 if name in result["by_pooling"][m.name]]
+        times = [
+            result["by_pooling"][m.name][name]
+            for m in modes
+            if name in result["by_pooling"][m.name]
+        ]
         if times:
             result["ms_per_step"][name] = min(times)
             result["unsupported"].pop(name, None)

@@ -6,6 +6,7 @@ Graph modification uses it so that running an old iterator's initializer (a user
 `sess.run(iterator.initializer)`, or tf.estimator's dataset initializer hook) also
 initialises the iterator that replaced it. Checks: every named op exists and no cycle appears.
 """
+
 from rec_sdk_graph_rewrite.core import GraphPass, RewriteError
 
 
@@ -20,8 +21,9 @@ class AddControlInputs(GraphPass):
         if stage != "before":
             return
         names = {n.name for n in graph_def.node}
-        missing = sorted({op for op, before in self.additions.items() for op in [op] + before
-                          if op not in names})
+        missing = sorted(
+            {op for op, before in self.additions.items() for op in [op] + before if op not in names}
+        )
         if missing:
             raise RewriteError(self.name, missing, "ops to connect do not exist")
 

@@ -1,4 +1,5 @@
 """The pass framework: GraphPass, its result, invariant checks and graph dumps."""
+
 import collections
 import os
 
@@ -32,8 +33,14 @@ def check_graph(graph_def, pass_name="check_graph"):
         if node.name in nodes:
             raise RewriteError(pass_name, [node.name], "two nodes share this name")
         nodes[node.name] = node
-    dangling = sorted({"%s <- %s" % (n.name, i) for n in graph_def.node for i in n.input
-                       if _node_of(i) not in nodes})
+    dangling = sorted(
+        {
+            "%s <- %s" % (n.name, i)
+            for n in graph_def.node
+            for i in n.input
+            if _node_of(i) not in nodes
+        }
+    )
     if dangling:
         raise RewriteError(pass_name, dangling, "inputs name nodes that do not exist")
     # Cycles (ignoring NextIteration back edges of while loops).
@@ -153,15 +160,22 @@ def update_live_graph(graph, graph_def, pass_name="update_live_graph"):
     of ops edited. The graph must not be finalized and no session may have run it yet.
     """
     if graph.finalized:
-        raise RewriteError(pass_name, [], "the graph is finalized; modify it before a "
-                           "MonitoredSession or Estimator finalizes it (e.g. in a hook's begin())")
+        raise RewriteError(
+            pass_name,
+            [],
+            "the graph is finalized; modify it before a "
+            "MonitoredSession or Estimator finalizes it (e.g. in a hook's begin())",
+        )
     live = {op.name: op for op in graph.get_operations()}
     wanted = {n.name: n for n in graph_def.node}
     extra = sorted(set(wanted) - set(live))
     missing = sorted(set(live) - set(wanted))
     if extra or missing:
-        raise RewriteError(pass_name, extra + missing, "the rewritten graph adds or drops ops; "
-                           "only inputs may change")
+        raise RewriteError(
+            pass_name,
+            extra + missing,
+            "the rewritten graph adds or drops ops; only inputs may change",
+        )
     edited = 0
     for name, node in wanted.items():
         op = live[name]
@@ -184,6 +198,9 @@ def update_live_graph(graph, graph_def, pass_name="update_live_graph"):
         op = live[name]
         data, control = _inputs_of(node)
         if data != [t.name for t in op.inputs] or control != {c.name for c in op.control_inputs}:
-            raise RewriteError(pass_name, [name], "the live graph does not match the rewritten "
-                               "graph after the update")
+            raise RewriteError(
+                pass_name,
+                [name],
+                "the live graph does not match the rewritten graph after the update",
+            )
     return edited

@@ -1,12 +1,17 @@
 """DropVariableUpdates: a pass that stops a train op from running the dense updates of chosen
 variables (whose rows a hash table trains instead); see embedding_variables for how a
 variable's update ops are found."""
+
 import collections
 
 from rec_sdk_graph_rewrite.core import GraphPass, RewriteError
-from rec_sdk_graph_rewrite.embedding_variables import (REF_VARIABLE_OPS, GraphIndex,
-                                                       is_variable_write, node_name,
-                                                       variable_writes)
+from rec_sdk_graph_rewrite.embedding_variables import (
+    REF_VARIABLE_OPS,
+    GraphIndex,
+    is_variable_write,
+    node_name,
+    variable_writes,
+)
 
 
 def _topological(index, names):
@@ -46,8 +51,10 @@ class DropVariableUpdates(GraphPass):
     """
 
     name = "drop_variable_updates"
-    pattern = ("control edges from a variable's update ops (and ops serving only them) into "
-               "the ops that run them")
+    pattern = (
+        "control edges from a variable's update ops (and ops serving only them) into "
+        "the ops that run them"
+    )
 
     def __init__(self, variable_names, train_ops=None):
         """variable_names: variable op names ("emb" or "emb:0"); train_ops: op names (or None:
@@ -63,10 +70,14 @@ class DropVariableUpdates(GraphPass):
         if stage == "before":
             missing = sorted(v for v in self.variable_names if v not in index.nodes)
             if missing:
-                raise RewriteError(self.name, missing, "variables to drop the updates of do not "
-                                   "exist")
-            wrong = sorted("%s (%s)" % (v, index.nodes[v].op) for v in self.variable_names
-                           if index.nodes[v].op not in ("VarHandleOp",) + REF_VARIABLE_OPS)
+                raise RewriteError(
+                    self.name, missing, "variables to drop the updates of do not exist"
+                )
+            wrong = sorted(
+                "%s (%s)" % (v, index.nodes[v].op)
+                for v in self.variable_names
+                if index.nodes[v].op not in ("VarHandleOp",) + REF_VARIABLE_OPS
+            )
             if wrong:
                 raise RewriteError(self.name, wrong, "these ops are not variables")
             if self.train_ops is not None:
@@ -80,11 +91,15 @@ class DropVariableUpdates(GraphPass):
             holders = set(self._freed.get(var, ()))
             if self.train_ops is not None:
                 holders |= set(self.train_ops)
-            still = sorted(h for h in holders if h in index.nodes and
-                           index.ancestors([h]) & updates)
+            still = sorted(
+                h for h in holders if h in index.nodes and index.ancestors([h]) & updates
+            )
             if still:
-                raise RewriteError(self.name, still, "these ops still run updates of variable "
-                                   "%r after the rewrite" % var)
+                raise RewriteError(
+                    self.name,
+                    still,
+                    "these ops still run updates of variable %r after the rewrite" % var,
+                )
 
     def _updates(self, index, var, train_ancestors):
         updates = variable_writes(index, var)[2]
@@ -103,11 +118,16 @@ class DropVariableUpdates(GraphPass):
                 continue
             bad = sorted(set(updates) & set(self.train_ops or ()))
             if bad:
-                raise RewriteError(self.name, bad, "a train op is itself an update of variable "
-                                   "%r; its update cannot be dropped from it" % var)
+                raise RewriteError(
+                    self.name,
+                    bad,
+                    "a train op is itself an update of variable "
+                    "%r; its update cannot be dropped from it" % var,
+                )
             feeding = index.ancestors(updates)
-            other_writes = [n for n, node in index.nodes.items()
-                            if is_variable_write(node) and n not in feeding]
+            other_writes = [
+                n for n, node in index.nodes.items() if is_variable_write(node) and n not in feeding
+            ]
             tainted = index.descendants(other_writes)
             downstream = index.descendants(updates)
             if self.train_ops is None:
@@ -128,9 +148,12 @@ class DropVariableUpdates(GraphPass):
             while changed:
                 changed = False
                 for name in sorted(dedicated - set(updates)):
-                    if any(not e.control and e.consumer not in dedicated and
-                           (train_ancestors is None or e.consumer in train_ancestors)
-                           for e in index.consumers.get(name, ())):
+                    if any(
+                        not e.control
+                        and e.consumer not in dedicated
+                        and (train_ancestors is None or e.consumer in train_ancestors)
+                        for e in index.consumers.get(name, ())
+                    ):
                         dedicated.discard(name)
                         changed = True
             for name in sorted(dedicated):
@@ -145,9 +168,13 @@ class DropVariableUpdates(GraphPass):
                     matches.append((var, name, edge.consumer))
                     self._freed.setdefault(var, set()).add(edge.consumer)
             if data_edges:
-                raise RewriteError(self.name, data_edges, "the updates of variable %r feed "
-                                   "these ops by data edges; only control edges can be "
-                                   "dropped" % var)
+                raise RewriteError(
+                    self.name,
+                    data_edges,
+                    "the updates of variable %r feed "
+                    "these ops by data edges; only control edges can be "
+                    "dropped" % var,
+                )
         return matches
 
     def rewrite(self, graph_def, matches):

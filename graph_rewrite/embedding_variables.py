@@ -20,6 +20,7 @@ its handle used by another op) is skipped with the reason, as are reference vari
 (VariableV2), variables that are not 2-D or not float32. Reads that do not use the values
 (Shape, Size), Saver reads (SaveV2) and reads nothing consumes are harmless.
 """
+
 import collections
 import re
 
@@ -31,15 +32,40 @@ _NAME = "find_embedding_variables"
 GATHER_OPS = ("ResourceGather", "GatherV2")
 MOD_OPS = ("FloorMod", "Mod", "TruncateMod")
 # Ops writing the variable whose handle (or ref) is their input 0.
-_WRITE_OPS = frozenset([
-    "AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp",
-    "ResourceScatterAdd", "ResourceScatterSub", "ResourceScatterMul", "ResourceScatterDiv",
-    "ResourceScatterMin", "ResourceScatterMax", "ResourceScatterUpdate",
-    "ResourceScatterNdAdd", "ResourceScatterNdSub", "ResourceScatterNdUpdate",
-    "ResourceScatterNdMin", "ResourceScatterNdMax", "ResourceStridedSliceAssign",
-    "Assign", "AssignAdd", "AssignSub", "ScatterAdd", "ScatterSub", "ScatterMul", "ScatterDiv",
-    "ScatterMin", "ScatterMax", "ScatterUpdate", "ScatterNdAdd", "ScatterNdSub",
-    "ScatterNdUpdate", "StridedSliceAssign"])
+_WRITE_OPS = frozenset(
+    [
+        "AssignVariableOp",
+        "AssignAddVariableOp",
+        "AssignSubVariableOp",
+        "ResourceScatterAdd",
+        "ResourceScatterSub",
+        "ResourceScatterMul",
+        "ResourceScatterDiv",
+        "ResourceScatterMin",
+        "ResourceScatterMax",
+        "ResourceScatterUpdate",
+        "ResourceScatterNdAdd",
+        "ResourceScatterNdSub",
+        "ResourceScatterNdUpdate",
+        "ResourceScatterNdMin",
+        "ResourceScatterNdMax",
+        "ResourceStridedSliceAssign",
+        "Assign",
+        "AssignAdd",
+        "AssignSub",
+        "ScatterAdd",
+        "ScatterSub",
+        "ScatterMul",
+        "ScatterDiv",
+        "ScatterMin",
+        "ScatterMax",
+        "ScatterUpdate",
+        "ScatterNdAdd",
+        "ScatterNdSub",
+        "ScatterNdUpdate",
+        "StridedSliceAssign",
+    ]
+)
 _WRITE_PREFIXES = ("ResourceApply", "ResourceSparseApply", "Apply", "SparseApply")
 # Consumers of a variable's value that do not read the values, or only checkpoint them.
 _SHAPE_OPS = ("Shape", "ShapeN", "Size", "Rank")
@@ -88,13 +114,19 @@ class GraphIndex:
     def gradient_reshapes(self):
         """Names of the Reshape ops named like the values of a gather's gradient."""
         if self._grad_reshapes is None:
-            self._grad_reshapes = [n for n, node in self.nodes.items()
-                                   if node.op == "Reshape" and n.endswith("_grad/Reshape")]
+            self._grad_reshapes = [
+                n
+                for n, node in self.nodes.items()
+                if node.op == "Reshape" and n.endswith("_grad/Reshape")
+            ]
         return self._grad_reshapes
 
     def data_consumers(self, name, output=None):
-        return [e for e in self.consumers.get(name, ()) if not e.control and
-                (output is None or e.output == output)]
+        return [
+            e
+            for e in self.consumers.get(name, ())
+            if not e.control and (output is None or e.output == output)
+        ]
 
     def ancestors(self, names):
         """`names` and every op they depend on (data and control inputs)."""
@@ -130,8 +162,9 @@ class GraphIndex:
 
 
 GatherRead = collections.namedtuple(
-    "GatherRead", ["op", "kind", "read_op", "ids", "keys", "modulus", "gradient_op", "gradient",
-                   "trains"])
+    "GatherRead",
+    ["op", "kind", "read_op", "ids", "keys", "modulus", "gradient_op", "gradient", "trains"],
+)
 GatherRead.__doc__ = """One gather reading an embedding variable.
 
 op: the gather op name (its output 0 is the embeddings); kind: "ResourceGather" or
@@ -144,9 +177,12 @@ gradient reaches an update op of the variable (an optimizer applies it)."""
 SkippedVariable = collections.namedtuple("SkippedVariable", ["name", "reason"])
 
 
-class EmbeddingVariable(collections.namedtuple(
-        "EmbeddingVariable", ["name", "rows", "dim", "dtype", "gathers", "updates",
-                              "initializer", "initial_value"])):
+class EmbeddingVariable(
+    collections.namedtuple(
+        "EmbeddingVariable",
+        ["name", "rows", "dim", "dtype", "gathers", "updates", "initializer", "initial_value"],
+    )
+):
     """A variable read only through gathers.
 
     name: the VarHandleOp name; rows, dim: its shape; dtype: a tf.DType name ("float32");
@@ -241,8 +277,10 @@ def _value_reads(index, read, gathers, problems):
                 if axis is None or np.ndim(axis) != 0 or int(axis) != 0:
                     problems.append("gathered on an axis other than 0 by op %r" % node.name)
                 elif node.attr["batch_dims"].i != 0:
-                    problems.append("gathered with batch_dims=%d by op %r"
-                                    % (node.attr["batch_dims"].i, node.name))
+                    problems.append(
+                        "gathered with batch_dims=%d by op %r"
+                        % (node.attr["batch_dims"].i, node.name)
+                    )
                 else:
                     gathers.append((node.name, "GatherV2", read))
             else:
@@ -253,14 +291,23 @@ def _keys_of(index, ids, rows):
     """(keys tensor, modulus) of a gather's ids: the hashing trick x % n (n a Const in
     [1, rows]) gives x; anything else gives the ids themselves."""
     node = index.node(ids)
-    while node is not None and (node.op == "Identity" or (
-            node.op == "Cast" and _is_int(node.attr["SrcT"].type) and
-            _is_int(node.attr["DstT"].type))):
+    while node is not None and (
+        node.op == "Identity"
+        or (
+            node.op == "Cast"
+            and _is_int(node.attr["SrcT"].type)
+            and _is_int(node.attr["DstT"].type)
+        )
+    ):
         node = index.node(node.input[0])
     if node is not None and node.op in MOD_OPS:
         divisor = index.const_value(node.input[1])
-        if (divisor is not None and np.ndim(divisor) == 0 and
-                np.issubdtype(np.asarray(divisor).dtype, np.integer) and 0 < int(divisor) <= rows):
+        if (
+            divisor is not None
+            and np.ndim(divisor) == 0
+            and np.issubdtype(np.asarray(divisor).dtype, np.integer)
+            and 0 < int(divisor) <= rows
+        ):
             return tensor_name(node.input[0]), int(divisor)
     return tensor_name(ids), None
 
@@ -280,21 +327,27 @@ def _gradient_of(index, gather, ids, updates_ancestors):
     for name in index.gradient_reshapes():
         if not pattern.match(name):
             continue
-        scope = name[:-len("Reshape")]
+        scope = name[: -len("Reshape")]
         # Reshape_1 flattens the ids into the gradient's indices; Size counts them (a Const
         # when the ids' shape is static).
         sibling, size = index.nodes.get(scope + "Reshape_1"), index.nodes.get(scope + "Size")
-        if (sibling is None or size is None or not sibling.input or
-                tensor_name(sibling.input[0]) != ids or
-                not (size.op == "Const" or (size.input and tensor_name(size.input[0]) == ids))):
+        if (
+            sibling is None
+            or size is None
+            or not sibling.input
+            or tensor_name(sibling.input[0]) != ids
+            or not (size.op == "Const" or (size.input and tensor_name(size.input[0]) == ids))
+        ):
             continue
         candidates.append(name)
     if not candidates:
         return None, None, False
     reaching = [c for c in candidates if c in updates_ancestors]
     if len(reaching) > 1 or (not reaching and len(candidates) > 1):
-        raise ValueError("gather %r has several gradients (%s); the one the optimizer applies "
-                         "cannot be told apart" % (gather, ", ".join(reaching or candidates)))
+        raise ValueError(
+            "gather %r has several gradients (%s); the one the optimizer applies "
+            "cannot be told apart" % (gather, ", ".join(reaching or candidates))
+        )
     chosen = (reaching or candidates)[0]
     return chosen, tensor_name(index.nodes[chosen].input[0]), bool(reaching)
 
@@ -340,8 +393,11 @@ def describe_initial_value(index, initializer):
     scale = index.const_value(mul.input[1])
     if scale is None or np.ndim(scale) != 0:
         return None
-    names = {"RandomStandardNormal": "random_normal", "RandomNormal": "random_normal",
-             "TruncatedNormal": "truncated_normal"}
+    names = {
+        "RandomStandardNormal": "random_normal",
+        "RandomNormal": "random_normal",
+        "TruncatedNormal": "truncated_normal",
+    }
     if kind not in names:
         return None
     return {"kind": names[kind], "mean": float(offset), "stddev": float(scale)}
@@ -376,23 +432,25 @@ def _analyse(index, var):
                 _value_reads(index, consumer.name, gathers, problems)
             elif consumer.op == "ResourceGather" and edge.position == 0:
                 if consumer.attr["batch_dims"].i != 0:
-                    problems.append("gathered with batch_dims=%d by op %r"
-                                    % (consumer.attr["batch_dims"].i, consumer.name))
+                    problems.append(
+                        "gathered with batch_dims=%d by op %r"
+                        % (consumer.attr["batch_dims"].i, consumer.name)
+                    )
                 else:
                     gathers.append((consumer.name, "ResourceGather", None))
             elif edge.position == 0 and is_variable_write(consumer):
                 continue
             else:
-                problems.append("its handle is used by op %r (%s)" % (consumer.name,
-                                                                      consumer.op))
+                problems.append("its handle is used by op %r (%s)" % (consumer.name, consumer.op))
     if not gathers:
         return None
     if problems:
         return SkippedVariable(var, "; ".join(sorted(set(problems))))
     shape = _shape_of(node)
     if shape is None or len(shape) != 2 or min(shape) < 1:
-        return SkippedVariable(var, "its shape %s is not a known [rows, dim]" % (
-            "unknown" if shape is None else shape))
+        return SkippedVariable(
+            var, "its shape %s is not a known [rows, dim]" % ("unknown" if shape is None else shape)
+        )
     dtype = _dtype_name(node)
     if dtype != "float32":
         return SkippedVariable(var, "its dtype is %s; rec_sdk tables hold float32" % dtype)
@@ -409,12 +467,22 @@ def _analyse(index, var):
             return SkippedVariable(var, str(e))
         reads.append(GatherRead(gather, kind, read, ids, keys, modulus, grad_op, grad, trains))
     if updates and not any(r.trains for r in reads):
-        return SkippedVariable(var, "it is updated (%s) but the gradient of none of its gathers "
-                               "(%s) reaches the update" % (", ".join(updates), ", ".join(
-                                   r.op for r in reads)))
+        return SkippedVariable(
+            var,
+            "it is updated (%s) but the gradient of none of its gathers "
+            "(%s) reaches the update" % (", ".join(updates), ", ".join(r.op for r in reads)),
+        )
     initializer = init[0] if init else None
-    return EmbeddingVariable(var, rows, dim, dtype, reads, updates, initializer,
-                             describe_initial_value(index, initializer))
+    return EmbeddingVariable(
+        var,
+        rows,
+        dim,
+        dtype,
+        reads,
+        updates,
+        initializer,
+        describe_initial_value(index, initializer),
+    )
 
 
 def _ref_variable_gathered(index, var):
@@ -440,9 +508,14 @@ def find_embedding_variables(graph_def):
     for name, node in index.nodes.items():
         if node.op in REF_VARIABLE_OPS:
             if _ref_variable_gathered(index, name):
-                skipped.append(SkippedVariable(name, "a reference variable (%s); only resource "
-                                               "variables (use_resource=True, the TF2 default) "
-                                               "are converted" % node.op))
+                skipped.append(
+                    SkippedVariable(
+                        name,
+                        "a reference variable (%s); only resource "
+                        "variables (use_resource=True, the TF2 default) "
+                        "are converted" % node.op,
+                    )
+                )
             continue
         if node.op != "VarHandleOp":
             continue

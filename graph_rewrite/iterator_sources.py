@@ -4,9 +4,10 @@ rewritten); graph modification uses them to rebuild the input pipeline.
 
 trace_to_iterator(graph_def, tensor) walks the data inputs of `tensor` back to an
 IteratorGetNext (replayable_upstream also accepts tensors computed from constants only;
-upstream_ops lists every op a tensor depends on, checking nothing). Every op on the way must be stateless and replayable inside tf.data (casts,
-reshapes, slicing, string hashing, arithmetic with constants); a placeholder, a variable, a
-stateful op, or a second iterator is a RewriteError naming the ops.
+upstream_ops lists every op a tensor depends on, checking nothing). Every op on the way must be
+stateless and replayable inside tf.data (casts, reshapes, slicing, string hashing, arithmetic with
+constants); a placeholder, a variable, a stateful op, or a second iterator is a RewriteError naming
+the ops.
 
 iterator_source(graph_def, get_next) describes the iterator: initializable (one MakeIterator
 feeds it: the dataset tensor) or one-shot (the dataset factory function); other kinds (feedable
@@ -16,6 +17,7 @@ RewriteErrors.
 extract_subgraph(graph_def, nodes) copies those nodes (without control inputs or devices)
 into a GraphDef that tf.import_graph_def can replay inside a dataset map function.
 """
+
 import collections
 
 from tensorflow.core.framework import graph_pb2
@@ -28,8 +30,18 @@ Trace.__doc__ = """target: the traced tensor name; get_next: the IteratorGetNext
 nodes: names of the ops between them (sorted); outputs: the get_next output indices used."""
 
 IteratorSource = collections.namedtuple(
-    "IteratorSource", ["get_next", "kind", "iterator", "initializer", "dataset", "factory",
-                       "output_types", "output_shapes"])
+    "IteratorSource",
+    [
+        "get_next",
+        "kind",
+        "iterator",
+        "initializer",
+        "dataset",
+        "factory",
+        "output_types",
+        "output_shapes",
+    ],
+)
 IteratorSource.__doc__ = """kind: "initializable" or "one_shot"; iterator: the resource op;
 initializer: the MakeIterator op (initializable); dataset: the dataset variant tensor fed to
 it (initializable); factory: the dataset factory function name (one-shot); output_types /
@@ -72,9 +84,13 @@ def trace_to_iterator(graph_def, tensor, what="tensor"):
     names the tensor in errors (e.g. "ids of sparse_lookup 'user'")."""
     trace = replayable_upstream(graph_def, tensor, what)
     if trace.get_next is None:
-        raise RewriteError(_NAME, trace.nodes or [_node(tensor)], "%s is not computed from an "
-                           "iterator's get_next(); graph modification needs lookups whose ids "
-                           "come from a tf.data iterator" % what)
+        raise RewriteError(
+            _NAME,
+            trace.nodes or [_node(tensor)],
+            "%s is not computed from an "
+            "iterator's get_next(); graph modification needs lookups whose ids "
+            "come from a tf.data iterator" % what,
+        )
     return trace
 
 
@@ -100,28 +116,46 @@ def replayable_upstream(graph_def, tensor, what="tensor"):
             continue
         seen.add(op_name)
         if node.op.startswith("IteratorGetNext") or node.op == "OptionalGetValue":
-            raise RewriteError(_NAME, [op_name], "%s comes from a %s; graph modification "
-                               "supports iterator.get_next() (IteratorGetNext)" % (what, node.op))
+            raise RewriteError(
+                _NAME,
+                [op_name],
+                "%s comes from a %s; graph modification "
+                "supports iterator.get_next() (IteratorGetNext)" % (what, node.op),
+            )
         if node.op in _PLACEHOLDERS:
-            raise RewriteError(_NAME, [op_name], "%s is fed by placeholder %r, not by a tf.data "
-                               "iterator; graph modification rebuilds tf.data input pipelines "
-                               "only (feed_dict input is not supported: use a dataset and "
-                               "iterator.get_next(), or FeatureSpec lookups)" % (what, op_name))
+            raise RewriteError(
+                _NAME,
+                [op_name],
+                "%s is fed by placeholder %r, not by a tf.data "
+                "iterator; graph modification rebuilds tf.data input pipelines "
+                "only (feed_dict input is not supported: use a dataset and "
+                "iterator.get_next(), or FeatureSpec lookups)" % (what, op_name),
+            )
         op_def = op_def_registry.get(node.op)
         if op_def is None:
-            raise RewriteError(_NAME, [op_name], "%s is computed by op type %s, which this "
-                               "process does not know" % (what, node.op))
+            raise RewriteError(
+                _NAME,
+                [op_name],
+                "%s is computed by op type %s, which this process does not know" % (what, node.op),
+            )
         if op_def.is_stateful:
-            raise RewriteError(_NAME, [op_name], "%s is computed by the stateful op %r (%s); "
-                               "only stateless ops between get_next() and the ids can be "
-                               "replayed in the input pipeline" % (what, op_name, node.op))
+            raise RewriteError(
+                _NAME,
+                [op_name],
+                "%s is computed by the stateful op %r (%s); "
+                "only stateless ops between get_next() and the ids can be "
+                "replayed in the input pipeline" % (what, op_name, node.op),
+            )
         between.add(op_name)
         stack.extend(i for i in node.input if not i.startswith("^"))
     if len(get_nexts) > 1:
-        raise RewriteError(_NAME, sorted(get_nexts), "%s mixes the outputs of several "
-                           "iterators; one lookup's ids must come from one iterator" % what)
-    return Trace(tensor, get_nexts.pop() if get_nexts else None, sorted(between),
-                 sorted(outputs))
+        raise RewriteError(
+            _NAME,
+            sorted(get_nexts),
+            "%s mixes the outputs of several "
+            "iterators; one lookup's ids must come from one iterator" % what,
+        )
+    return Trace(tensor, get_nexts.pop() if get_nexts else None, sorted(between), sorted(outputs))
 
 
 def iterator_source(graph_def, get_next):
@@ -137,23 +171,36 @@ def iterator_source(graph_def, get_next):
         factory = nodes[iterator].attr["dataset_factory"].func.name
         return IteratorSource(get_next, "one_shot", iterator, None, None, factory, types, shapes)
     if kind_op in ("IteratorV2", "Iterator"):
-        makers = [n for n in graph_def.node if n.op == "MakeIterator"
-                  and _node(n.input[1]) == iterator]
+        makers = [
+            n for n in graph_def.node if n.op == "MakeIterator" and _node(n.input[1]) == iterator
+        ]
         if not makers:
-            raise RewriteError(name, [iterator], "iterator %r has no MakeIterator "
-                               "(initializer); graph modification needs an initializable or "
-                               "one-shot iterator" % iterator)
+            raise RewriteError(
+                name,
+                [iterator],
+                "iterator %r has no MakeIterator "
+                "(initializer); graph modification needs an initializable or "
+                "one-shot iterator" % iterator,
+            )
         if len(makers) > 1:
-            raise RewriteError(name, [iterator] + [m.name for m in makers], "iterator %r is "
-                               "reinitializable over %d datasets; graph modification needs one "
-                               "iterator per dataset (make_initializable_iterator or "
-                               "make_one_shot_iterator)" % (iterator, len(makers)))
+            raise RewriteError(
+                name,
+                [iterator] + [m.name for m in makers],
+                "iterator %r is "
+                "reinitializable over %d datasets; graph modification needs one "
+                "iterator per dataset (make_initializable_iterator or "
+                "make_one_shot_iterator)" % (iterator, len(makers)),
+            )
         maker = makers[0]
-        return IteratorSource(get_next, "initializable", iterator, maker.name, maker.input[0],
-                              None, types, shapes)
-    raise RewriteError(name, [iterator], "the ids come from a %s iterator (%r); graph "
-                       "modification supports initializable and one-shot iterators"
-                       % (kind_op, iterator))
+        return IteratorSource(
+            get_next, "initializable", iterator, maker.name, maker.input[0], None, types, shapes
+        )
+    raise RewriteError(
+        name,
+        [iterator],
+        "the ids come from a %s iterator (%r); graph "
+        "modification supports initializable and one-shot iterators" % (kind_op, iterator),
+    )
 
 
 def extract_subgraph(graph_def, node_names):

@@ -24,7 +24,9 @@ def input_name(tensor):
 
 class RerouteInputs(GraphPass):
     name = "reroute_inputs"
-    pattern = "data inputs naming one of the tensors to replace; control inputs on the ops to replace"
+    pattern = (
+        "data inputs naming one of the tensors to replace; control inputs on the ops to replace"
+    )
 
     def __init__(self, mapping, control_mapping=None):
         """mapping: {old tensor name: new tensor name} (names like "op:0");
@@ -41,19 +43,24 @@ class RerouteInputs(GraphPass):
             try:
                 old_t, new_t = graph.get_tensor_by_name(old), graph.get_tensor_by_name(new)
             except (KeyError, ValueError) as e:
-                raise RewriteError(self.name, [old, new], "a tensor to reroute does not "
-                                   "exist: %s" % e) from e
+                raise RewriteError(
+                    self.name, [old, new], "a tensor to reroute does not exist: %s" % e
+                ) from e
             if old_t.dtype != new_t.dtype:
-                problems.append("%s (%s) -> %s (%s)" % (old, old_t.dtype.name, new,
-                                                         new_t.dtype.name))
+                problems.append(
+                    "%s (%s) -> %s (%s)" % (old, old_t.dtype.name, new, new_t.dtype.name)
+                )
             elif not old_t.shape.is_compatible_with(new_t.shape):
                 problems.append("%s %s -> %s %s" % (old, old_t.shape, new, new_t.shape))
         if problems:
-            raise RewriteError(self.name, problems, "replacements must have the dtype and a "
-                               "compatible shape of the tensors they replace")
+            raise RewriteError(
+                self.name,
+                problems,
+                "replacements must have the dtype and a "
+                "compatible shape of the tensors they replace",
+            )
         names = {n.name for n in graph_def.node}
-        missing = sorted(o for pair in self.control_mapping.items() for o in pair
-                         if o not in names)
+        missing = sorted(o for pair in self.control_mapping.items() for o in pair if o not in names)
         if missing:
             raise RewriteError(self.name, missing, "ops named in control_mapping do not exist")
 

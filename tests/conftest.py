@@ -1,5 +1,6 @@
 """Shared test setup: graph mode for the whole process, and a clean rec_sdk configuration and
 default graph around every test."""
+
 import importlib.util
 import os
 
@@ -13,8 +14,8 @@ if importlib.util.find_spec("tf_keras") is not None:  # installed with TF >= 2.1
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from rec_sdk.util import initialize
 from rec_sdk.base import tf_compat  # noqa: E402
+from rec_sdk.util import initialize
 
 # rec_sdk is a tf.compat.v1 graph-mode library, as the SDK it mirrors.
 tf.compat.v1.disable_eager_execution()
@@ -25,11 +26,17 @@ collect_ignore = ["tf2"]
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "estimator: uses tf.estimator (TensorFlow 2.15 only)")
-    config.addinivalue_line("markers", "stress: long multi-process runs, in `make stress` "
-                            "(not in `make test`, which runs shorter runs of the same code)")
-    config.addinivalue_line("markers", "once: long, and what it checks does not depend on "
-                            "TensorFlow's version (the op library's core, rec_sdk's own files "
-                            "and logic): CI runs it with the pinned TensorFlow only")
+    config.addinivalue_line(
+        "markers",
+        "stress: long multi-process runs, in `make stress` "
+        "(not in `make test`, which runs shorter runs of the same code)",
+    )
+    config.addinivalue_line(
+        "markers",
+        "once: long, and what it checks does not depend on "
+        "TensorFlow's version (the op library's core, rec_sdk's own files "
+        "and logic): CI runs it with the pinned TensorFlow only",
+    )
 
 
 def pytest_collection_modifyitems(config, items):
@@ -40,8 +47,9 @@ def pytest_collection_modifyitems(config, items):
         return
     except tf_compat.EstimatorUnavailableError:
         pass
-    skip = pytest.mark.skip(reason="tf.estimator does not exist in TensorFlow %s"
-                            % tf_compat.TF_VERSION)
+    skip = pytest.mark.skip(
+        reason="tf.estimator does not exist in TensorFlow %s" % tf_compat.TF_VERSION
+    )
     for item in items:
         if item.get_closest_marker("estimator") is not None:
             item.add_marker(skip)
@@ -54,7 +62,6 @@ def _clean_rec_sdk():
     yield
     initialize.terminate_config_initializer()
     tf.compat.v1.reset_default_graph()
-
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ prints one line "CASES <json>": {case: the served rows, or "error: ..."} for eve
 DIR. A case is KIND-KEYS-D-S-N-R: key dtype; a dense variable in the model; the table under
 a scope; 2 shards; a restrict policy (each 0/1).
 """
+
 import importlib.util
 import itertools
 import json
@@ -21,8 +22,11 @@ import traceback
 import numpy as np
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-if sys.argv[1:2] == ["write"] and sys.argv[2:3] in (["module"], ["keras"]) or \
-        sys.argv[1:3] == ["load", "v2"]:
+if (
+    sys.argv[1:2] == ["write"]
+    and sys.argv[2:3] in (["module"], ["keras"])
+    or sys.argv[1:3] == ["load", "v2"]
+):
     if importlib.util.find_spec("tf_keras") is not None:  # TF >= 2.16: tf.keras is tf_keras
         os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
     GRAPH_MODE = False
@@ -41,7 +45,7 @@ KEYS = {"int64": [3, 7, -(2**40)], "int32": [3, 7, -5], "string": ["a", "bb", ""
 UNKNOWN = {"int64": 11, "int32": 11, "string": "zz"}
 DTYPES = {"int64": tf.int64, "int32": tf.int32, "string": tf.string}
 INITIAL = 0.5  # what a key never stored reads
-DENSE = 2.0    # the dense variable the output is multiplied by (1.0 without one)
+DENSE = 2.0  # the dense variable the output is multiplied by (1.0 without one)
 # Pairs of the four 0/1 options (dense, scoped, two shards, restrict) all covered by 5 cases.
 OPTIONS = [(0, 0, 0, 0), (0, 1, 1, 1), (1, 0, 1, 1), (1, 1, 0, 1), (1, 1, 1, 0)]
 KINDS = ("builder", "estimator", "module", "keras")
@@ -53,15 +57,24 @@ def rows_of(keys):
 
 
 def cases(kind):
-    return ["%s-%s-%d%d%d%d" % ((kind, keys) + opts)
-            for keys, opts in itertools.product(KEYS, OPTIONS)]
+    return [
+        "%s-%s-%d%d%d%d" % ((kind, keys) + opts) for keys, opts in itertools.product(KEYS, OPTIONS)
+    ]
 
 
 def parse(case):
     kind, keys, opts = case.split("-")
     dense, scoped, shards, restrict = (int(c) for c in opts)
-    return kind, keys, dict(dense=bool(dense), scoped=bool(scoped), shards=2 if shards else 1,
-                            restrict=bool(restrict))
+    return (
+        kind,
+        keys,
+        dict(
+            dense=bool(dense),
+            scoped=bool(scoped),
+            shards=2 if shards else 1,
+            restrict=bool(restrict),
+        ),
+    )
 
 
 def probe(keys):
@@ -73,13 +86,17 @@ def _feed(keys, values):
 
 
 def _variable_args(keys, opts):
-    return dict(key_dtype=DTYPES[keys], dim=DIM,
-                initializer=tf.keras.initializers.Constant(INITIAL),
-                devices=["/CPU:0"] * opts["shards"],
-                restrict_policy=de.TimestampRestrictPolicy if opts["restrict"] else None)
+    return dict(
+        key_dtype=DTYPES[keys],
+        dim=DIM,
+        initializer=tf.keras.initializers.Constant(INITIAL),
+        devices=["/CPU:0"] * opts["shards"],
+        restrict_policy=de.TimestampRestrictPolicy if opts["restrict"] else None,
+    )
 
 
 # --- TF1 graphs: SavedModelBuilder and Estimator ------------------------------------------
+
 
 def _graph_model(keys, opts, ids):
     """A de variable of the case and its looked-up rows (times the dense variable)."""
@@ -89,7 +106,8 @@ def _graph_model(keys, opts, ids):
         out = de.embedding_lookup(var, ids, name="lookup")
         if opts["dense"]:
             out = out * tf.compat.v1.get_variable(
-                "w", [], initializer=tf.compat.v1.constant_initializer(DENSE))
+                "w", [], initializer=tf.compat.v1.constant_initializer(DENSE)
+            )
     return var, out
 
 
@@ -115,7 +133,8 @@ def write_builder(case, path):
             builder = tf.compat.v1.saved_model.Builder(path)
             signature = tf.compat.v1.saved_model.predict_signature_def({"ids": ids}, {"e": out})
             builder.add_meta_graph_and_variables(
-                sess, ["serve"], signature_def_map={"serving_default": signature})
+                sess, ["serve"], signature_def_map={"serving_default": signature}
+            )
             builder.save()
     return served
 
@@ -131,8 +150,9 @@ def write_estimator(case, path):
         if mode == tf.estimator.ModeKeys.PREDICT:
             return tf.estimator.EstimatorSpec(mode, predictions={"e": out})
         upsert = var.upsert(tf.constant(stored, DTYPES[keys]), rows_of(stored))
-        return tf.estimator.EstimatorSpec(mode, loss=tf.constant(0.0),
-                                          train_op=tf.group(upsert, step.assign_add(1)))
+        return tf.estimator.EstimatorSpec(
+            mode, loss=tf.constant(0.0), train_op=tf.group(upsert, step.assign_add(1))
+        )
 
     def input_fn():
         return {"ids": tf.constant(_feed(keys, stored), DTYPES[keys])}, tf.constant([0.0])
@@ -145,13 +165,15 @@ def write_estimator(case, path):
     estimator.train(input_fn, steps=1)
     exported = estimator.export_saved_model(path + ".export", serving_input_fn)
     os.rename(exported, path)
-    served = estimator.predict(lambda: {"ids": tf.constant(_feed(keys, probe(keys)),
-                                                           DTYPES[keys])},
-                               yield_single_examples=False)
+    served = estimator.predict(
+        lambda: {"ids": tf.constant(_feed(keys, probe(keys)), DTYPES[keys])},
+        yield_single_examples=False,
+    )
     return next(served)["e"]
 
 
 # --- TF2: tf.saved_model.save of a tf.Module, Keras model.save ----------------------------
+
 
 class _Module(tf.Module):
     def __init__(self, keys, opts):
@@ -182,15 +204,19 @@ def write_keras(case, path):
     _, keys, opts = parse(case)
     args = _variable_args(keys, opts)
     ids = tf.keras.Input((), dtype=DTYPES[keys], name="ids")
-    layer = de.keras.layers.Embedding(DIM, key_dtype=args["key_dtype"],
-                                      initializer=args["initializer"],
-                                      devices=args["devices"],
-                                      restrict_policy=args["restrict_policy"],
-                                      name="outer_emb" if opts["scoped"] else "emb")
+    layer = de.keras.layers.Embedding(
+        DIM,
+        key_dtype=args["key_dtype"],
+        initializer=args["initializer"],
+        devices=args["devices"],
+        restrict_policy=args["restrict_policy"],
+        name="outer_emb" if opts["scoped"] else "emb",
+    )
     out = layer(ids)
     if opts["dense"]:
-        out = tf.keras.layers.Dense(DIM, use_bias=False, name="w",
-                                    kernel_initializer=tf.keras.initializers.Identity(DENSE))(out)
+        out = tf.keras.layers.Dense(
+            DIM, use_bias=False, name="w", kernel_initializer=tf.keras.initializers.Identity(DENSE)
+        )(out)
     model = tf.keras.Model(ids, {"e": out})
     stored = KEYS[keys]
     layer.params.upsert(tf.constant(stored, DTYPES[keys]), rows_of(stored))
@@ -201,13 +227,13 @@ def write_keras(case, path):
 
 # --- loading -------------------------------------------------------------------------------
 
+
 def load_v1(path, keys):
     with tf.Graph().as_default(), tf.compat.v1.Session() as sess:
         meta = tf.compat.v1.saved_model.loader.load(sess, ["serve"], path)
         signature = meta.signature_def["serving_default"]
         (output,) = signature.outputs.values()  # "e" (Keras names it by its layer)
-        return sess.run(output.name,
-                        {signature.inputs["ids"].name: _feed(keys, probe(keys))})
+        return sess.run(output.name, {signature.inputs["ids"].name: _feed(keys, probe(keys))})
 
 
 def load_v2(path, keys):
@@ -226,8 +252,10 @@ def main():
                 served = globals()["write_" + what](case, path)
                 record = {"served": np.asarray(served, np.float32).tolist()}
             except Exception as error:  # pylint: disable=broad-except
-                record = {"error": "%s: %s" % (type(error).__name__, error),
-                          "trace": traceback.format_exc()[-3000:]}
+                record = {
+                    "error": "%s: %s" % (type(error).__name__, error),
+                    "trace": traceback.format_exc()[-3000:],
+                }
             with open(path + ".json", "w") as f:
                 json.dump(record, f)
         return
@@ -235,8 +263,9 @@ def main():
     results = {}
     for case in sorted(n[:-5] for n in os.listdir(root) if n.endswith(".json")):
         try:
-            results[case] = np.asarray(load(os.path.join(root, case), parse(case)[1]),
-                                       np.float32).tolist()
+            results[case] = np.asarray(
+                load(os.path.join(root, case), parse(case)[1]), np.float32
+            ).tolist()
         except Exception as error:  # pylint: disable=broad-except
             results[case] = "error: %s: %s" % (type(error).__name__, str(error)[:800])
     print("CASES " + json.dumps(results), flush=True)

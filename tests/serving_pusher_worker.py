@@ -7,6 +7,7 @@ python serving_pusher_worker.py ROOT second  a new trainer (other rows) pushes i
                                               chain; its evaluation outputs go to
                                               ROOT/expected.npz
 """
+
 import os
 import sys
 import time
@@ -25,12 +26,18 @@ def main(root, mode):
     tf.compat.v1.disable_eager_execution()
     init(use_dynamic_expansion=False)
     seed = 1 if mode == "first" else 7
-    table = create_table(tf.int64, 4, "users",
-                         tf.compat.v1.random_uniform_initializer(-0.5, 0.5, seed=seed),
-                         device_vocabulary_size=1000, servable=True)
+    table = create_table(
+        tf.int64,
+        4,
+        "users",
+        tf.compat.v1.random_uniform_initializer(-0.5, 0.5, seed=seed),
+        device_vocabulary_size=1000,
+        servable=True,
+    )
     ids = tf.compat.v1.placeholder(tf.int64, [None], name="ids")
-    w = tf.compat.v1.get_variable("w", [4, 1],
-                                  initializer=tf.compat.v1.glorot_uniform_initializer(seed=seed))
+    w = tf.compat.v1.get_variable(
+        "w", [4, 1], initializer=tf.compat.v1.glorot_uniform_initializer(seed=seed)
+    )
 
     def model(train):
         e = sparse_lookup(table, ids, is_train=train, name="train" if train else "eval")
@@ -38,9 +45,12 @@ def main(root, mode):
 
     probs, _ = model(True)
     loss = tf.reduce_mean(tf.square(probs - 1.0))
-    train = tf.group(tf.compat.v1.train.AdamOptimizer(0.05).minimize(loss, var_list=[w]),
-                     lazy_adam.create_hash_optimizer(0.05).apply_gradients(
-                         zip(tf.gradients(loss, [table]), [table])))
+    train = tf.group(
+        tf.compat.v1.train.AdamOptimizer(0.05).minimize(loss, var_list=[w]),
+        lazy_adam.create_hash_optimizer(0.05).apply_gradients(
+            zip(tf.gradients(loss, [table]), [table])
+        ),
+    )
     eval_probs, eval_emb = model(False)
     rng = np.random.RandomState(seed)
     push_dir = os.path.join(root, "push")
@@ -53,8 +63,13 @@ def main(root, mode):
 
         steps(3)
         if mode == "first":
-            export_serving_model(sess, os.path.join(root, "export"), {"ids": ids},
-                                 {"p": eval_probs, "e": eval_emb}, push_dir)
+            export_serving_model(
+                sess,
+                os.path.join(root, "export"),
+                {"ids": ids},
+                {"p": eval_probs, "e": eval_emb},
+                push_dir,
+            )
         pusher = Pusher(push_dir)
         if mode == "first":
             for _ in range(2):
@@ -66,6 +81,7 @@ def main(root, mode):
                 write(path, data)
                 open(os.path.join(root, "stalled"), "w").close()
                 time.sleep(600)
+
             atomic_dir.write_file = stalling_write  # the update's files stall
             steps(2)
             pusher.push(sess)

@@ -3,6 +3,7 @@ reference models: counts with duplicates and faae_coefficient, eval never counts
 changed between steps, eviction by timestamp and by global step (rows, slots and counts go),
 eviction of full tables, EvictHook triggers, table statistics and their summaries, bounded
 memory, and every validation error."""
+
 import glob
 import os
 import resource
@@ -12,13 +13,11 @@ import pytest
 import tensorflow as tf
 
 import rec_sdk
+from helpers import new_session
 from rec_sdk.core.embedding import create_table, sparse_lookup
-from rec_sdk.core.feature_process import (EvictHook, TableStatsHook, evict_tables,
-                                          table_summaries)
+from rec_sdk.core.feature_process import EvictHook, TableStatsHook, evict_tables, table_summaries
 from rec_sdk.optimizers import adagrad, gradient_descent
 from rec_sdk.util.initialize import init
-
-from helpers import new_session
 
 DIM = 3
 
@@ -30,8 +29,9 @@ def fixed():
 
 def _table(name="t", **kwargs):
     kwargs.setdefault("device_vocabulary_size", 10000)
-    return create_table(tf.int64, DIM, name, tf.compat.v1.random_uniform_initializer(
-        0.5, 1.0, seed=3), **kwargs)
+    return create_table(
+        tf.int64, DIM, name, tf.compat.v1.random_uniform_initializer(0.5, 1.0, seed=3), **kwargs
+    )
 
 
 class AdmissionModel:
@@ -49,8 +49,7 @@ class AdmissionModel:
             if key in self.admitted:
                 continue
             self.count[key] = self.count.get(key, 0) + coefficient * occ
-            if self.threshold is None or self.threshold <= 0 or \
-                    self.count[key] >= self.threshold:
+            if self.threshold is None or self.threshold <= 0 or self.count[key] >= self.threshold:
                 self.admitted.add(key)
                 del self.count[key]
 
@@ -64,9 +63,16 @@ def _admitted_rows(embeddings, ids):
 def test_admission_matches_model_with_duplicates(fixed, threshold, coefficient):
     table = _table()
     ids = tf.compat.v1.placeholder(tf.int64, [None, 2])
-    emb = sparse_lookup(table, ids, is_train=True, access_and_evict_config={
-        "access_threshold": threshold, "eviction_threshold": -1,
-        "faae_coefficient": coefficient})
+    emb = sparse_lookup(
+        table,
+        ids,
+        is_train=True,
+        access_and_evict_config={
+            "access_threshold": threshold,
+            "eviction_threshold": -1,
+            "faae_coefficient": coefficient,
+        },
+    )
     model = AdmissionModel(threshold)
     rng = np.random.RandomState(0)
     with new_session() as sess:
@@ -75,8 +81,11 @@ def test_admission_matches_model_with_duplicates(fixed, threshold, coefficient):
             model.train(batch, coefficient)
             out = sess.run(emb, {ids: batch})
             expected = np.isin(batch, sorted(model.admitted))
-            np.testing.assert_array_equal(_admitted_rows(out, batch), expected,
-                                          err_msg="step %d batch %s" % (step, batch.tolist()))
+            np.testing.assert_array_equal(
+                _admitted_rows(out, batch),
+                expected,
+                err_msg="step %d batch %s" % (step, batch.tolist()),
+            )
             stats = sess.run(table.stats())
             assert stats["size"] == len(model.admitted)
             assert stats["pending"] == len(model.count)
@@ -84,8 +93,9 @@ def test_admission_matches_model_with_duplicates(fixed, threshold, coefficient):
 
 def test_threshold_crossed_inside_one_batch(fixed):
     table = _table()
-    emb = sparse_lookup(table, tf.constant([5, 5, 5, 6], tf.int64),
-                        access_and_evict_config={"access_threshold": 3})
+    emb = sparse_lookup(
+        table, tf.constant([5, 5, 5, 6], tf.int64), access_and_evict_config={"access_threshold": 3}
+    )
     with new_session() as sess:
         out = sess.run(emb)
     assert (np.abs(out[:3]).sum(-1) > 0).all()  # 5 seen 3 times: admitted at once
@@ -95,17 +105,27 @@ def test_threshold_crossed_inside_one_batch(fixed):
 def test_eval_lookups_never_count_nor_insert(fixed):
     table = _table()
     config = {"access_threshold": 2}
-    train = sparse_lookup(table, tf.constant([1], tf.int64), is_train=True, name="train",
-                          access_and_evict_config=config)
-    evaluate = sparse_lookup(table, tf.constant([1, 2], tf.int64), is_train=False,
-                             name="eval", access_and_evict_config=config)
+    train = sparse_lookup(
+        table,
+        tf.constant([1], tf.int64),
+        is_train=True,
+        name="train",
+        access_and_evict_config=config,
+    )
+    evaluate = sparse_lookup(
+        table,
+        tf.constant([1, 2], tf.int64),
+        is_train=False,
+        name="eval",
+        access_and_evict_config=config,
+    )
     with new_session() as sess:
         for _ in range(5):
             assert np.abs(sess.run(evaluate)).sum() == 0
         stats = sess.run(table.stats())
         assert stats["pending"] == 0 and stats["rejected"] == 0 and stats["size"] == 0
         assert np.abs(sess.run(train)).sum() == 0  # count 1 < 2
-        assert np.abs(sess.run(train)).sum() > 0   # count 2: admitted
+        assert np.abs(sess.run(train)).sum() > 0  # count 2: admitted
         out = sess.run(evaluate)
         assert np.abs(out[0]).sum() > 0 and np.abs(out[1]).sum() == 0
 
@@ -113,8 +133,9 @@ def test_eval_lookups_never_count_nor_insert(fixed):
 def test_keys_not_admitted_read_the_serving_default(fixed):
     table = _table()
     ids = tf.constant([1, 1, 2], tf.int64)  # 1 is admitted (2 >= 2), 2 is not
-    emb = sparse_lookup(table, ids, serving_default_value=-7.0,
-                        access_and_evict_config={"access_threshold": 2})
+    emb = sparse_lookup(
+        table, ids, serving_default_value=-7.0, access_and_evict_config={"access_threshold": 2}
+    )
     with new_session() as sess:
         out = sess.run(emb)
         keys = sess.run(table.export())[0]
@@ -174,15 +195,24 @@ def test_eviction_by_timestamp_drops_rows_slots_and_counts(fixed):
     table = _table()
     ids = tf.compat.v1.placeholder(tf.int64, [None, 2])
     ts = tf.compat.v1.placeholder(tf.int64, [None])
-    emb = sparse_lookup(table, ids, timestamps=ts, access_and_evict_config={
-        "access_threshold": 2, "eviction_threshold": 100})
+    emb = sparse_lookup(
+        table,
+        ids,
+        timestamps=ts,
+        access_and_evict_config={"access_threshold": 2, "eviction_threshold": 100},
+    )
     loss = tf.reduce_sum(emb)
-    train = adagrad.create_hash_optimizer(learning_rate=0.1,
-                                          initial_accumulator_value=0.5).minimize(loss)
+    train = adagrad.create_hash_optimizer(
+        learning_rate=0.1, initial_accumulator_value=0.5
+    ).minimize(loss)
     evict = table.evict()
     with new_session() as sess:
-        initial = dict(zip([1, 2, 3], sess.run(table.lookup(
-            tf.constant([1, 2, 3], tf.int64), init_missing=True)[0])))
+        initial = dict(
+            zip(
+                [1, 2, 3],
+                sess.run(table.lookup(tf.constant([1, 2, 3], tf.int64), init_missing=True)[0]),
+            )
+        )
         # Per-sample timestamps: key 1 is seen at 1000 and 1150 (keeps 1150), key 2 at 1000,
         # key 3 (pending, count 1) at 1000; newest is 1150.
         sess.run(train, {ids: [[1, 2], [1, 2], [3, 1]], ts: [1000, 1000, 1000]})
@@ -204,8 +234,7 @@ def test_eviction_by_timestamp_drops_rows_slots_and_counts(fixed):
         # Its first update from the initial values and accumulator 0.5 + g^2 (g = 1).
         accumulator = 0.5 + 1.0
         np.testing.assert_allclose(slots[0, 1], np.full(DIM, accumulator), rtol=1e-6)
-        np.testing.assert_allclose(values[1], initial[2] - 0.1 / np.sqrt(accumulator),
-                                   rtol=1e-5)
+        np.testing.assert_allclose(values[1], initial[2] - 0.1 / np.sqrt(accumulator), rtol=1e-5)
 
 
 def test_eviction_by_steps_to_live(fixed):
@@ -214,7 +243,8 @@ def test_eviction_by_steps_to_live(fixed):
     ids = tf.compat.v1.placeholder(tf.int64, [None])
     emb = sparse_lookup(table, ids)
     train = gradient_descent.create_hash_optimizer(learning_rate=0.1).minimize(
-        tf.reduce_sum(emb), global_step=step)
+        tf.reduce_sum(emb), global_step=step
+    )
     with new_session() as sess:
         sess.run(tf.compat.v1.global_variables_initializer())
         sess.run(train, {ids: [1, 2]})  # step 0
@@ -265,7 +295,8 @@ def _evicting_graph(**table_kwargs):
     ids = tf.compat.v1.placeholder(tf.int64, [None])
     emb = sparse_lookup(table, ids)
     train = gradient_descent.create_hash_optimizer(learning_rate=0.1).minimize(
-        tf.reduce_sum(emb), global_step=step)
+        tf.reduce_sum(emb), global_step=step
+    )
     return table, ids, train
 
 
@@ -318,7 +349,8 @@ def test_bounded_memory_with_always_new_keys(fixed):
     ids = tf.compat.v1.placeholder(tf.int64, [None])
     emb = sparse_lookup(table, ids, access_and_evict_config={"access_threshold": 2})
     train = gradient_descent.create_hash_optimizer(learning_rate=0.1).minimize(
-        tf.reduce_sum(emb), global_step=step)
+        tf.reduce_sum(emb), global_step=step
+    )
     hook = EvictHook(evict_enable=True, evict_step_interval=10)
     stats = table.stats()
     peak_pending = peak_size = 0
@@ -353,17 +385,34 @@ def test_stats_count_admitted_rejected_evicted(fixed):
     table = _table()
     ids = tf.compat.v1.placeholder(tf.int64, [None])
     ts = tf.compat.v1.placeholder(tf.int64, [None])
-    emb = sparse_lookup(table, ids, timestamps=ts, access_and_evict_config={
-        "access_threshold": 2, "eviction_threshold": 10})
+    emb = sparse_lookup(
+        table,
+        ids,
+        timestamps=ts,
+        access_and_evict_config={"access_threshold": 2, "eviction_threshold": 10},
+    )
     with new_session() as sess:
         sess.run(emb, {ids: [1, 1, 2, 3], ts: [0, 0, 0, 0]})
         sess.run(emb, {ids: [2], ts: [20]})
         sess.run(table.evict())
         stats = sess.run(table.stats())
-    assert stats == {"size": 1, "capacity": 10000, "admitted": 2, "rejected": 2,
-                     "evicted": 1, "pending": 0, "newest_clock": 20, "hot": 1, "cold": 0,
-                     "promotions": 0, "demotions": 0, "ssd_bytes_read": 0,
-                     "ssd_bytes_written": 0, "ssd_file_bytes": 0, "prefetch_hits": 0}
+    assert stats == {
+        "size": 1,
+        "capacity": 10000,
+        "admitted": 2,
+        "rejected": 2,
+        "evicted": 1,
+        "pending": 0,
+        "newest_clock": 20,
+        "hot": 1,
+        "cold": 0,
+        "promotions": 0,
+        "demotions": 0,
+        "ssd_bytes_read": 0,
+        "ssd_bytes_written": 0,
+        "ssd_file_bytes": 0,
+        "prefetch_hits": 0,
+    }
 
 
 def test_stats_hook_and_summaries_write_scalars(fixed, tmp_path):
@@ -372,7 +421,8 @@ def test_stats_hook_and_summaries_write_scalars(fixed, tmp_path):
     ids = tf.compat.v1.placeholder(tf.int64, [None])
     emb = sparse_lookup(table, ids, access_and_evict_config={"access_threshold": 2})
     train = gradient_descent.create_hash_optimizer(learning_rate=0.1).minimize(
-        tf.reduce_sum(emb), global_step=step)
+        tf.reduce_sum(emb), global_step=step
+    )
     summaries = table_summaries()
     assert len(summaries) == 6
     hook = TableStatsHook(output_dir=str(tmp_path), every_n_steps=2)
@@ -387,8 +437,10 @@ def test_stats_hook_and_summaries_write_scalars(fixed, tmp_path):
     # Steps 2 and 4, read while or after the step runs.
     assert values["rec_sdk_stats/t/size"] in ([1.0, 3.0], [2.0, 4.0], [1.0, 4.0], [2.0, 3.0])
     assert len(values["rec_sdk_stats/t/pending"]) == 2
-    assert set(values) == {"rec_sdk_stats/t/%s" % k for k in (
-        "size", "capacity", "admitted", "rejected", "evicted", "pending")}
+    assert set(values) == {
+        "rec_sdk_stats/t/%s" % k
+        for k in ("size", "capacity", "admitted", "rejected", "evicted", "pending")
+    }
 
 
 # ---------------------------------------------------------------------------
@@ -396,16 +448,19 @@ def test_stats_hook_and_summaries_write_scalars(fixed, tmp_path):
 # ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("config,error,match", [
-    ({"access_threshold": -2}, ValueError, "access_threshold must be in \\[-1"),
-    ({"access_threshold": 2**31}, ValueError, "access_threshold"),
-    ({"access_threshold": 1.5}, TypeError, "access_threshold"),
-    ({"eviction_threshold": 5}, ValueError, "needs an access_threshold"),
-    ({"access_threshold": 1, "eviction_threshold": -3}, ValueError, "eviction_threshold"),
-    ({"access_threshold": 1, "faae_coefficient": 0}, ValueError, "faae_coefficient"),
-    ({"access_threshold": 1, "treshold": 1}, ValueError, "unknown keys \\['treshold'\\]"),
-    ([1, 2], TypeError, "must be a dict"),
-])
+@pytest.mark.parametrize(
+    "config,error,match",
+    [
+        ({"access_threshold": -2}, ValueError, "access_threshold must be in \\[-1"),
+        ({"access_threshold": 2**31}, ValueError, "access_threshold"),
+        ({"access_threshold": 1.5}, TypeError, "access_threshold"),
+        ({"eviction_threshold": 5}, ValueError, "needs an access_threshold"),
+        ({"access_threshold": 1, "eviction_threshold": -3}, ValueError, "eviction_threshold"),
+        ({"access_threshold": 1, "faae_coefficient": 0}, ValueError, "faae_coefficient"),
+        ({"access_threshold": 1, "treshold": 1}, ValueError, "unknown keys \\['treshold'\\]"),
+        ([1, 2], TypeError, "must be a dict"),
+    ],
+)
 def test_access_and_evict_config_errors(fixed, config, error, match):
     with pytest.raises(error, match=match):
         sparse_lookup(_table(), tf.constant([1], tf.int64), access_and_evict_config=config)
@@ -415,7 +470,7 @@ def test_lookups_of_one_table_must_agree(fixed):
     table = _table()
     ids = tf.constant([1], tf.int64)
     sparse_lookup(table, ids, name="a", access_and_evict_config={"access_threshold": 2})
-    with pytest.raises(ValueError, match="already has access_threshold=2.*'a'"):
+    with pytest.raises(ValueError, match=r"'a' before it.*disagree on.*\(2, -1\), \(3, -1\)"):
         sparse_lookup(table, ids, name="b", access_and_evict_config={"access_threshold": 3})
     sparse_lookup(table, ids, name="c", access_and_evict_config={"access_threshold": 2})
     sparse_lookup(table, ids, name="d")  # no config: counts with the table's settings
@@ -428,23 +483,27 @@ def test_thresholds_travel_once_as_attributes_of_the_configure_op(fixed):
     table = _table()
     ids = tf.constant([[1, 2]], tf.int64)
     config = {"access_threshold": 2, "eviction_threshold": 50}
-    sparse_lookup(table, ids, name="a", access_and_evict_config=config,
-                  timestamps=tf.constant([7], tf.int64))
-    sparse_lookup(table, ids, name="b", access_and_evict_config=config,
-                  timestamps=tf.constant([7], tf.int64))
+    sparse_lookup(
+        table, ids, name="a", access_and_evict_config=config, timestamps=tf.constant([7], tf.int64)
+    )
+    sparse_lookup(
+        table, ids, name="b", access_and_evict_config=config, timestamps=tf.constant([7], tf.int64)
+    )
     sparse_lookup(table, ids, name="eval", is_train=False)
     table.evict()
     graph = tf.compat.v1.get_default_graph()
-    configure = [op for op in graph.get_operations()
-                 if op.type == "RecSdk>TableConfigureAdmission"]
+    configure = [op for op in graph.get_operations() if op.type == "RecSdk>TableConfigureAdmission"]
     assert len(configure) == 1
     assert configure[0].get_attr("access_threshold") == 2
     assert configure[0].get_attr("eviction_threshold") == 50
     assert configure[0].inputs[0] is table.handle
     assert "access_threshold" not in table.handle.op.node_def.attr
-    readers = {op.name: op.inputs[0] for op in graph.get_operations()
-               if op.type in ("RecSdk>TableFindOrInsert", "RecSdk>TableFindOrInsertRows",
-                               "RecSdk>TableEvict")}
+    readers = {
+        op.name: op.inputs[0]
+        for op in graph.get_operations()
+        if op.type
+        in ("RecSdk>TableFindOrInsert", "RecSdk>TableFindOrInsertRows", "RecSdk>TableEvict")
+    }
     assert readers["a/find_or_insert"] is configure[0].outputs[0]
     assert readers["b/find_or_insert"] is configure[0].outputs[0]
     assert readers["eval/find_or_insert"] is table.handle
@@ -454,32 +513,49 @@ def test_thresholds_travel_once_as_attributes_of_the_configure_op(fixed):
 def test_thresholds_after_an_op_that_reads_them_are_an_error(fixed):
     table = _table()
     table.evict()
-    with pytest.raises(ValueError, match="got its thresholds \\(access_threshold=-1, "
-                                         "eviction_threshold=-1\\) when evict\\(\\) was built"):
-        sparse_lookup(table, tf.constant([1], tf.int64), name="late",
-                      access_and_evict_config={"access_threshold": 2})
+    with pytest.raises(
+        ValueError,
+        match="got its thresholds \\(access_threshold=-1, "
+        "eviction_threshold=-1\\) when evict\\(\\) was built",
+    ):
+        sparse_lookup(
+            table,
+            tf.constant([1], tf.int64),
+            name="late",
+            access_and_evict_config={"access_threshold": 2},
+        )
 
 
 def test_admission_after_an_uncounted_training_lookup_is_an_error(fixed):
     table = _table()
     sparse_lookup(table, tf.constant([1], tf.int64), name="plain")
     with pytest.raises(ValueError, match="\\['plain'\\] were built without it"):
-        sparse_lookup(table, tf.constant([1], tf.int64), name="counted",
-                      access_and_evict_config={"access_threshold": 2})
+        sparse_lookup(
+            table,
+            tf.constant([1], tf.int64),
+            name="counted",
+            access_and_evict_config={"access_threshold": 2},
+        )
 
 
 def test_eviction_threshold_needs_timestamps(fixed):
     with pytest.raises(ValueError, match="timestamps=.*ASCEND_TIMESTAMP"):
-        sparse_lookup(_table(), tf.constant([1], tf.int64), access_and_evict_config={
-            "access_threshold": -1, "eviction_threshold": 10})
+        sparse_lookup(
+            _table(),
+            tf.constant([1], tf.int64),
+            access_and_evict_config={"access_threshold": -1, "eviction_threshold": 10},
+        )
 
 
 def test_timestamps_from_the_collection(fixed):
     ts = tf.constant([7, 9], tf.int64)
     tf.compat.v1.add_to_collection(rec_sdk.TIMESTAMP_COLLECTION, ts)
     table = _table()
-    emb = sparse_lookup(table, tf.constant([[1], [2]], tf.int64), access_and_evict_config={
-        "access_threshold": -1, "eviction_threshold": 10})
+    emb = sparse_lookup(
+        table,
+        tf.constant([[1], [2]], tf.int64),
+        access_and_evict_config={"access_threshold": -1, "eviction_threshold": 10},
+    )
     with new_session() as sess:
         sess.run(emb)
         assert sess.run(table.stats())["newest_clock"] == 9
@@ -493,9 +569,12 @@ def test_steps_to_live_errors(fixed):
         sparse_lookup(table, tf.constant([1], tf.int64))
     tf.compat.v1.train.get_or_create_global_step()
     with pytest.raises(ValueError, match="cannot also take eviction_threshold"):
-        sparse_lookup(table, tf.constant([1], tf.int64), timestamps=tf.constant([1], tf.int64),
-                      access_and_evict_config={"access_threshold": -1,
-                                               "eviction_threshold": 3})
+        sparse_lookup(
+            table,
+            tf.constant([1], tf.int64),
+            timestamps=tf.constant([1], tf.int64),
+            access_and_evict_config={"access_threshold": -1, "eviction_threshold": 3},
+        )
 
 
 def test_evict_when_full_needs_fixed_capacity():
@@ -508,18 +587,22 @@ def test_set_access_threshold_errors(fixed):
     table = _table()
     with pytest.raises(ValueError, match="has no feature admission"):
         table.set_access_threshold(3)
-    sparse_lookup(table, tf.constant([1], tf.int64),
-                  access_and_evict_config={"access_threshold": 1})
+    sparse_lookup(
+        table, tf.constant([1], tf.int64), access_and_evict_config={"access_threshold": 1}
+    )
     with pytest.raises(ValueError, match="threshold must be in \\[-1"):
         table.set_access_threshold(-5)
 
 
-@pytest.mark.parametrize("kwargs,error,match", [
-    ({"evict_enable": 1}, TypeError, "evict_enable"),
-    ({"evict_time_interval": 0}, ValueError, "evict_time_interval"),
-    ({"evict_step_interval": 0}, ValueError, "evict_step_interval"),
-    ({"evict_step_interval": 2.5}, TypeError, "evict_step_interval"),
-])
+@pytest.mark.parametrize(
+    "kwargs,error,match",
+    [
+        ({"evict_enable": 1}, TypeError, "evict_enable"),
+        ({"evict_time_interval": 0}, ValueError, "evict_time_interval"),
+        ({"evict_step_interval": 0}, ValueError, "evict_step_interval"),
+        ({"evict_step_interval": 2.5}, TypeError, "evict_step_interval"),
+    ],
+)
 def test_evict_hook_argument_errors(kwargs, error, match):
     with pytest.raises(error, match=match):
         EvictHook(**kwargs)
@@ -527,8 +610,12 @@ def test_evict_hook_argument_errors(kwargs, error, match):
 
 def test_evict_hook_step_interval_needs_global_step(fixed):
     table = _table(name="a")
-    sparse_lookup(table, tf.constant([1], tf.int64), timestamps=tf.constant([1], tf.int64),
-                  access_and_evict_config={"access_threshold": -1, "eviction_threshold": 3})
+    sparse_lookup(
+        table,
+        tf.constant([1], tf.int64),
+        timestamps=tf.constant([1], tf.int64),
+        access_and_evict_config={"access_threshold": -1, "eviction_threshold": 3},
+    )
     hook = EvictHook(evict_enable=True, evict_step_interval=3)
     with pytest.raises(ValueError, match="needs a global step"):
         hook.begin()
@@ -543,8 +630,12 @@ def test_evict_hook_in_estimator_training(tmp_path):
 
     def model_fn(features, labels, mode):
         table = _table(steps_to_live=2)
-        emb = sparse_lookup(table, features["ids"], is_train=mode == tf.estimator.ModeKeys.TRAIN,
-                            access_and_evict_config={"access_threshold": 1})
+        emb = sparse_lookup(
+            table,
+            features["ids"],
+            is_train=mode == tf.estimator.ModeKeys.TRAIN,
+            access_and_evict_config={"access_threshold": 1},
+        )
         logits = tf.reduce_sum(emb, axis=[1, 2])
         loss = tf.reduce_mean(tf.square(logits - labels))
         step = tf.compat.v1.train.get_global_step()
@@ -556,17 +647,18 @@ def test_evict_hook_in_estimator_training(tmp_path):
     def input_fn():
         # Every step brings 4 new keys: old ones age out.
         ids = np.arange(200, dtype=np.int64).reshape(50, 4, 1)
-        return tf.data.Dataset.from_tensor_slices(({"ids": ids}, np.ones(50, np.float32))
-                                                  ).batch(1)
+        return tf.data.Dataset.from_tensor_slices(({"ids": ids}, np.ones(50, np.float32))).batch(1)
 
     class StatsAtEnd(tf.compat.v1.train.SessionRunHook):
         def end(self, session):
             found["values"] = session.run(found["stats"])
 
     hook = EvictHook(evict_enable=True, evict_step_interval=5)
-    estimator = tf.estimator.Estimator(model_fn, model_dir=str(tmp_path),
-                                       config=tf.estimator.RunConfig(save_checkpoints_steps=None,
-                                                                     save_checkpoints_secs=None))
+    estimator = tf.estimator.Estimator(
+        model_fn,
+        model_dir=str(tmp_path),
+        config=tf.estimator.RunConfig(save_checkpoints_steps=None, save_checkpoints_secs=None),
+    )
     estimator.train(input_fn, hooks=[hook, StatsAtEnd()], steps=20)
     assert hook.evictions in (3, 4)  # global step crosses 5, 10, 15 (and 20)
     assert found["values"]["evicted"] > 0
@@ -576,16 +668,19 @@ def test_evict_hook_in_estimator_training(tmp_path):
 
 def test_kernels_reject_negative_counts_and_weights(fixed):
     from rec_sdk.ops import table_ops
+
     table = _table()
     keys = tf.constant([1, 2], tf.int64)
-    bad = table_ops.find_or_insert(table.handle, keys, True,
-                                   counts=tf.constant([1, -3], tf.int64))
-    wrong_size = table_ops.find_or_insert(table.handle, keys, True,
-                                          counts=tf.constant([1, 1, 1], tf.int64))
-    stats = table_ops.key_access_stats(tf.constant([0, 1], tf.int32), 2,
-                                       tf.constant([1, -1], tf.int64))
-    bad_samples = table_ops.key_access_stats(tf.constant([0, 1, 0], tf.int32), 2, 1,
-                                             tf.constant([5, 6], tf.int64))
+    bad = table_ops.find_or_insert(table.handle, keys, True, counts=tf.constant([1, -3], tf.int64))
+    wrong_size = table_ops.find_or_insert(
+        table.handle, keys, True, counts=tf.constant([1, 1, 1], tf.int64)
+    )
+    stats = table_ops.key_access_stats(
+        tf.constant([0, 1], tf.int32), 2, tf.constant([1, -1], tf.int64)
+    )
+    bad_samples = table_ops.key_access_stats(
+        tf.constant([0, 1, 0], tf.int32), 2, 1, tf.constant([5, 6], tf.int64)
+    )
     with new_session() as sess:
         with pytest.raises(tf.errors.InvalidArgumentError, match="counts .* must be >= 0, got -3"):
             sess.run(bad)
@@ -593,8 +688,9 @@ def test_kernels_reject_negative_counts_and_weights(fixed):
             sess.run(wrong_size)
         with pytest.raises(tf.errors.InvalidArgumentError, match="weights must be >= 0"):
             sess.run(stats)
-        with pytest.raises(tf.errors.InvalidArgumentError,
-                           match="sample_times has 2 timestamps for 3 samples"):
+        with pytest.raises(
+            tf.errors.InvalidArgumentError, match="sample_times has 2 timestamps for 3 samples"
+        ):
             sess.run(bad_samples)
         assert sess.run(table.size_tensor()) == 0  # nothing was inserted by the failed calls
 
@@ -603,7 +699,10 @@ def test_eviction_after_a_lookup_without_timestamps_is_an_error(fixed):
     table = _table()
     sparse_lookup(table, tf.constant([1], tf.int64), name="plain")
     with pytest.raises(ValueError, match="admission or eviction here.*\\['plain'\\]"):
-        sparse_lookup(table, tf.constant([1], tf.int64), name="timed",
-                      timestamps=tf.constant([1], tf.int64),
-                      access_and_evict_config={"access_threshold": -1,
-                                               "eviction_threshold": 5})
+        sparse_lookup(
+            table,
+            tf.constant([1], tf.int64),
+            name="timed",
+            timestamps=tf.constant([1], tf.int64),
+            access_and_evict_config={"access_threshold": -1, "eviction_threshold": 5},
+        )

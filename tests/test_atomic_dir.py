@@ -1,6 +1,7 @@
 """rec_sdk.base.atomic_dir, the one way checkpoints and serving updates publish: a directory
 appears whole or not at all, what was there is moved aside first, and only the temporaries
 of writers that are gone are deleted."""
+
 import os
 import subprocess
 import sys

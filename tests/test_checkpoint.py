@@ -1,6 +1,7 @@
 """Checkpoints of rec_sdk tables through tf.compat.v1.train.Saver: bit-identical continuation
 after restore, is_save=False, max_to_keep, MonitoredTrainingSession, corrupted files, crash
 safety (a saving child process killed at random points), re-sharding, and NumPy export."""
+
 import os
 import signal
 import subprocess
@@ -12,23 +13,27 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from helpers import new_session, sorted_export
 from rec_sdk import saver as rec_saver
-from rec_sdk.core.embedding import create_table, sparse_lookup
 from rec_sdk.constants.constants import TABLE_COLLECTION
+from rec_sdk.core.embedding import create_table, sparse_lookup
 from rec_sdk.ops import table_ops
 from rec_sdk.optimizers import adagrad, lazy_adam
 from rec_sdk.util.initialize import init, terminate_config_initializer
-
-from helpers import new_session, sorted_export
 
 DIM = 4
 
 
 def _batches(count, seed):
     rng = np.random.RandomState(seed)
-    return [(rng.randint(0, 40, size=(8, 3)).astype(np.int64),
-             np.arange(8, dtype=np.int64) + 1000 * i, rng.rand(8).astype(np.float32))
-            for i in range(count)]
+    return [
+        (
+            rng.randint(0, 40, size=(8, 3)).astype(np.int64),
+            np.arange(8, dtype=np.int64) + 1000 * i,
+            rng.rand(8).astype(np.float32),
+        )
+        for i in range(count)
+    ]
 
 
 def _model(optimizer="lazy_adam"):
@@ -36,23 +41,37 @@ def _model(optimizer="lazy_adam"):
     (sparse) and Adam (dense). Returns (feeds, loss, train_op, table)."""
     tf.compat.v1.set_random_seed(0)
     step = tf.compat.v1.train.get_or_create_global_step()
-    table = create_table(tf.int64, DIM, "t", tf.compat.v1.random_uniform_initializer(
-        -0.1, 0.1, seed=3), device_vocabulary_size=1000)
+    table = create_table(
+        tf.int64,
+        DIM,
+        "t",
+        tf.compat.v1.random_uniform_initializer(-0.1, 0.1, seed=3),
+        device_vocabulary_size=1000,
+    )
     ids = tf.compat.v1.placeholder(tf.int64, [None, 3])
     ts = tf.compat.v1.placeholder(tf.int64, [None])
     labels = tf.compat.v1.placeholder(tf.float32, [None])
-    emb = sparse_lookup(table, ids, timestamps=ts, access_and_evict_config={
-        "access_threshold": 2, "eviction_threshold": 5000})
-    w = tf.compat.v1.get_variable("w", [3 * DIM, 1],
-                                  initializer=tf.compat.v1.glorot_uniform_initializer(seed=4))
+    emb = sparse_lookup(
+        table,
+        ids,
+        timestamps=ts,
+        access_and_evict_config={"access_threshold": 2, "eviction_threshold": 5000},
+    )
+    w = tf.compat.v1.get_variable(
+        "w", [3 * DIM, 1], initializer=tf.compat.v1.glorot_uniform_initializer(seed=4)
+    )
     logits = tf.reshape(tf.matmul(tf.reshape(emb, [-1, 3 * DIM]), w), [-1])
     loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits))
-    sparse = (lazy_adam.create_hash_optimizer(0.05) if optimizer == "lazy_adam"
-              else adagrad.create_hash_optimizer(0.05))
+    sparse = (
+        lazy_adam.create_hash_optimizer(0.05)
+        if optimizer == "lazy_adam"
+        else adagrad.create_hash_optimizer(0.05)
+    )
     tables = [table]
     train = tf.group(
         tf.compat.v1.train.AdamOptimizer(0.01).minimize(loss, var_list=[w], global_step=step),
-        sparse.apply_gradients(zip(tf.gradients(loss, tables), tables)))
+        sparse.apply_gradients(zip(tf.gradients(loss, tables), tables)),
+    )
     return (ids, ts, labels), loss, train, table
 
 
@@ -109,13 +128,21 @@ def test_restore_continues_bit_identically(tmp_path):
 
 def test_is_save_false_tables_are_skipped(tmp_path):
     init()
-    kept = create_table(tf.int64, DIM, "kept", tf.compat.v1.constant_initializer(1.0),
-                         device_vocabulary_size=100)
-    skipped = create_table(tf.int64, DIM, "skipped", tf.compat.v1.constant_initializer(1.0),
-                           is_save=False, device_vocabulary_size=100)
+    kept = create_table(
+        tf.int64, DIM, "kept", tf.compat.v1.constant_initializer(1.0), device_vocabulary_size=100
+    )
+    skipped = create_table(
+        tf.int64,
+        DIM,
+        "skipped",
+        tf.compat.v1.constant_initializer(1.0),
+        is_save=False,
+        device_vocabulary_size=100,
+    )
     keys = tf.constant([1, 2], tf.int64)
-    upsert = tf.group(kept.upsert(keys, tf.fill([2, DIM], 5.0)),
-                      skipped.upsert(keys, tf.fill([2, DIM], 5.0)))
+    upsert = tf.group(
+        kept.upsert(keys, tf.fill([2, DIM], 5.0)), skipped.upsert(keys, tf.fill([2, DIM], 5.0))
+    )
     tf.Variable(1.0)
     saver = tf.compat.v1.train.Saver()
     with new_session() as sess:
@@ -130,8 +157,9 @@ def test_is_save_false_tables_are_skipped(tmp_path):
 
 def test_max_to_keep_deletes_table_directories(tmp_path):
     init()
-    table = create_table(tf.int64, DIM, "t", tf.compat.v1.constant_initializer(1.0),
-                         device_vocabulary_size=100)
+    table = create_table(
+        tf.int64, DIM, "t", tf.compat.v1.constant_initializer(1.0), device_vocabulary_size=100
+    )
     insert = table.upsert(tf.constant([1], tf.int64), tf.ones([1, DIM]))
     tf.Variable(1.0)
     saver = tf.compat.v1.train.Saver(max_to_keep=2)
@@ -150,8 +178,8 @@ def test_monitored_training_session_saves_and_restores(tmp_path):
     feeds, loss, train, table = _model()
     export = table.export()
     with tf.compat.v1.train.MonitoredTrainingSession(
-            checkpoint_dir=str(tmp_path), save_checkpoint_steps=3,
-            save_summaries_steps=None) as sess:
+        checkpoint_dir=str(tmp_path), save_checkpoint_steps=3, save_summaries_steps=None
+    ) as sess:
         _run(sess, feeds, loss, train, batches)
         expected = sorted_export(*sess.run(export))
     assert any(d.startswith("sparse-model.ckpt-") for d in os.listdir(str(tmp_path)))
@@ -159,8 +187,8 @@ def test_monitored_training_session_saves_and_restores(tmp_path):
     feeds, loss, train, table = _model()
     export = table.export()
     with tf.compat.v1.train.MonitoredTrainingSession(
-            checkpoint_dir=str(tmp_path), save_checkpoint_steps=None,
-            save_summaries_steps=None) as sess:
+        checkpoint_dir=str(tmp_path), save_checkpoint_steps=None, save_summaries_steps=None
+    ) as sess:
         got = sorted_export(*sess.run(export))
     for a, b in zip(got, expected):
         np.testing.assert_array_equal(a, b)
@@ -198,8 +226,9 @@ def test_restore_without_table_directory_is_a_clear_error(tmp_path):
         path = saver.save(sess, str(tmp_path / "dense_only"))
     tf.compat.v1.reset_default_graph()
     tf.Variable(1.0, name="v")
-    create_table(tf.int64, DIM, "t", tf.compat.v1.constant_initializer(1.0),
-                         device_vocabulary_size=100)
+    create_table(
+        tf.int64, DIM, "t", tf.compat.v1.constant_initializer(1.0), device_vocabulary_size=100
+    )
     saver = tf.compat.v1.train.Saver()
     with new_session() as sess:
         with pytest.raises(tf.errors.NotFoundError, match="sparse-dense_only.*does not exist"):
@@ -208,8 +237,9 @@ def test_restore_without_table_directory_is_a_clear_error(tmp_path):
 
 def test_restore_into_two_ranks_and_back(tmp_path):
     init()
-    table = create_table(tf.int64, DIM, "t", tf.compat.v1.constant_initializer(0.0),
-                         device_vocabulary_size=100)
+    table = create_table(
+        tf.int64, DIM, "t", tf.compat.v1.constant_initializer(0.0), device_vocabulary_size=100
+    )
     keys = np.arange(-10, 30, dtype=np.int64)
     values = np.repeat(keys[:, None].astype(np.float32), DIM, axis=1)
     fill = table.upsert(keys, values)
@@ -219,11 +249,11 @@ def test_restore_into_two_ranks_and_back(tmp_path):
     parts = []
     for rank in range(2):
         with new_session() as sess:
-            rows = rec_saver.restore_tables(sess, str(tmp_path / "one"), rank_id=rank,
-                                            rank_size=2)
+            rows = rec_saver.restore_tables(sess, str(tmp_path / "one"), rank_id=rank, rank_size=2)
             got = sess.run(table.export())[0]
-            assert sorted(got.tolist()) == sorted(k for k in keys.tolist()
-                                                  if abs(k % 2 if k >= 0 else -((-k) % 2)) == rank)
+            assert sorted(got.tolist()) == sorted(
+                k for k in keys.tolist() if abs(k % 2 if k >= 0 else -((-k) % 2)) == rank
+            )
             assert rows["t"] == len(got)
             rec_saver.save_tables(sess, str(tmp_path / ("rank%d" % rank)))
             parts.append(str(tmp_path / ("rank%d" % rank)))
@@ -315,8 +345,11 @@ def test_killed_save_leaves_previous_checkpoint_restorable(tmp_path):
     for attempt in range(4):
         ckpt_dir = tmp_path / ("run%d" % attempt)
         ckpt_dir.mkdir()
-        child = subprocess.Popen([sys.executable, str(script), str(ckpt_dir)],
-                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        child = subprocess.Popen(
+            [sys.executable, str(script), str(ckpt_dir)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
         # Wait for a few saves, then kill at a random moment (likely inside a save).
         seen = 0
         while seen < 3 + attempt:
@@ -331,8 +364,9 @@ def test_killed_save_leaves_previous_checkpoint_restorable(tmp_path):
         tf.compat.v1.reset_default_graph()
         terminate_config_initializer()
         init()
-        table = create_table(tf.int64, 16, "t", tf.compat.v1.constant_initializer(0.0),
-                             device_vocabulary_size=300000)
+        table = create_table(
+            tf.int64, 16, "t", tf.compat.v1.constant_initializer(0.0), device_vocabulary_size=300000
+        )
         step = tf.compat.v1.get_variable("step", [], tf.int64, tf.zeros_initializer())
         saver = tf.compat.v1.train.Saver()
         with new_session() as sess:
@@ -357,15 +391,15 @@ def test_estimator_evaluate_sees_trained_tables(tmp_path):
     labels = (ids.sum(1) % 2).astype(np.float32)
 
     def model_fn(features, labels, mode):
-        table = create_table(tf.int64, DIM, "t", tf.compat.v1.constant_initializer(0.0),
-                             device_vocabulary_size=1000)
+        table = create_table(
+            tf.int64, DIM, "t", tf.compat.v1.constant_initializer(0.0), device_vocabulary_size=1000
+        )
         is_train = mode == tf.estimator.ModeKeys.TRAIN
         emb = sparse_lookup(table, features["ids"], is_train=is_train)
         logits = tf.reduce_sum(emb, axis=[1, 2])
         if mode == tf.estimator.ModeKeys.PREDICT:
             return tf.estimator.EstimatorSpec(mode, predictions={"logits": logits})
-        loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=labels,
-                                                                      logits=logits))
+        loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits))
         metrics = {"size": tf.compat.v1.metrics.mean(tf.cast(table.size_tensor(), tf.float32))}
         if mode == tf.estimator.ModeKeys.EVAL:
             return tf.estimator.EstimatorSpec(mode, loss=loss, eval_metric_ops=metrics)
@@ -409,9 +443,13 @@ def test_delta_checkpoints_equal_a_full_save(tmp_path):
         rec_saver.save_tables(sess, str(tmp_path / "delta2"), delta=True)
         rec_saver.save_tables(sess, str(tmp_path / "full_end"))
         expected = sorted_export(*sess.run(export)), sess.run(stats)
-    for source in ({"directories": str(tmp_path / "full"),
-                    "deltas": [str(tmp_path / "delta1"), str(tmp_path / "delta2")]},
-                   {"directories": str(tmp_path / "full_end")}):
+    for source in (
+        {
+            "directories": str(tmp_path / "full"),
+            "deltas": [str(tmp_path / "delta1"), str(tmp_path / "delta2")],
+        },
+        {"directories": str(tmp_path / "full_end")},
+    ):
         with new_session() as sess:
             rec_saver.restore_tables(sess, **source)
             got = sorted_export(*sess.run(export)), sess.run(stats)
@@ -422,8 +460,9 @@ def test_delta_checkpoints_equal_a_full_save(tmp_path):
 
 def test_delta_needs_incremental_checkpoints(tmp_path):
     init()
-    table = create_table(tf.int64, DIM, "t", tf.compat.v1.constant_initializer(0.0),
-                         device_vocabulary_size=10)
+    table = create_table(
+        tf.int64, DIM, "t", tf.compat.v1.constant_initializer(0.0), device_vocabulary_size=10
+    )
     with new_session() as sess:
         sess.run(table.size_tensor())
         with pytest.raises(tf.errors.FailedPreconditionError, match="does not track changes"):
@@ -441,8 +480,9 @@ def test_warm_start_saver_and_meta_graph_and_delta_rank_errors(tmp_path):
         path = dense_saver.save(sess, str(tmp_path / "dense"))
     tf.compat.v1.reset_default_graph()
     w = tf.compat.v1.get_variable("w", [2], initializer=tf.compat.v1.zeros_initializer())
-    table = create_table(tf.int64, DIM, "t", tf.compat.v1.constant_initializer(0.0),
-                         device_vocabulary_size=10)
+    table = create_table(
+        tf.int64, DIM, "t", tf.compat.v1.constant_initializer(0.0), device_vocabulary_size=10
+    )
     insert = table.upsert(tf.constant([3], tf.int64), tf.ones([1, DIM]))
     with new_session() as sess:
         sess.run(tf.compat.v1.global_variables_initializer())
@@ -465,7 +505,8 @@ def test_warm_start_saver_and_meta_graph_and_delta_rank_errors(tmp_path):
         np.testing.assert_array_equal(sess.run(tf.compat.v1.global_variables()[0]), [1.0, 1.0])
         imported = tf.compat.v1.get_collection(TABLE_COLLECTION)
         assert [(t.table_name, t.dim, t.key_dtype, t.is_save) for t in imported] == [
-            ("t", DIM, tf.int64, True)]
+            ("t", DIM, tf.int64, True)
+        ]
         export = table_ops.export(imported[0].handle, tf.int64, DIM)
         graph.finalize()  # the imported tables' objects add no op
         saved = sorted_export(*sess.run(export))
@@ -482,6 +523,7 @@ def test_warm_start_saver_and_meta_graph_and_delta_rank_errors(tmp_path):
 def test_a_saver_var_list_naming_tables_saves_and_restores_those_tables(tmp_path):
     import rec_sdk.dynamic_embedding as de
     from rec_sdk.util import initialize
+
     initialize.init(use_dynamic_expansion=True)
 
     def build():
@@ -495,8 +537,9 @@ def test_a_saver_var_list_naming_tables_saves_and_restores_those_tables(tmp_path
     saver = tf.compat.v1.train.Saver(var_list=[v0, kept])
     with new_session() as sess:
         sess.run(tf.compat.v1.global_variables_initializer())
-        sess.run([kept.upsert(keys, [[0.0], [1.0], [2.0]]),
-                  left_out.upsert(keys, [[5.0], [5.0], [5.0]])])
+        sess.run(
+            [kept.upsert(keys, [[0.0], [1.0], [2.0]]), left_out.upsert(keys, [[5.0], [5.0], [5.0]])]
+        )
         path = saver.save(sess, str(tmp_path / "model"))
     assert sorted(os.listdir(tmp_path / "sparse-model")) == ["kept_mht_1of1"]
     tf.compat.v1.reset_default_graph()

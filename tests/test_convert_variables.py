@@ -3,6 +3,7 @@ graph_rewrite.find_embedding_variables and DropVariableUpdates on tiny hand-buil
 rec_sdk.graph.convert.DynamicEmbeddingHook on a model written without rec_sdk (structure after
 begin(), numerics against a hand-written rec_sdk model, checkpoints through
 MonitoredTrainingSession and tf.estimator, skipped variables)."""
+
 import os
 
 import numpy as np
@@ -10,14 +11,13 @@ import pytest
 import tensorflow as tf
 
 import rec_sdk_graph_rewrite as graph_rewrite
-from rec_sdk_graph_rewrite import DropVariableUpdates, RewriteError, find_embedding_variables
+from helpers import new_session, session_config
 from rec_sdk import saver as rec_saver
 from rec_sdk.core.embedding import create_table, sparse_lookup
 from rec_sdk.graph.convert import DynamicEmbeddingHook, converted_variables
 from rec_sdk.optimizers import gradient_descent, gradient_descent_by_addr, lazy_adam_by_addr
 from rec_sdk.util import initialize
-
-from helpers import new_session, session_config
+from rec_sdk_graph_rewrite import DropVariableUpdates, RewriteError, find_embedding_variables
 
 ROWS, DIM = 50, 4
 STEPS = 6
@@ -30,9 +30,14 @@ def _uniform(seed=1):
 def _batches(count, seed=0, key_range=10 * ROWS):
     """Ids drawn from 10x the rows, so that many collide under % ROWS."""
     rng = np.random.RandomState(seed)
-    return [(rng.randint(0, key_range, size=(8, 2)).astype(np.int64),
-             rng.randint(0, key_range, size=(8, 3)).astype(np.int64),
-             rng.randint(0, 2, size=8).astype(np.float32)) for _ in range(count)]
+    return [
+        (
+            rng.randint(0, key_range, size=(8, 2)).astype(np.int64),
+            rng.randint(0, key_range, size=(8, 3)).astype(np.int64),
+            rng.randint(0, 2, size=8).astype(np.float32),
+        )
+        for _ in range(count)
+    ]
 
 
 def _dense_head(user, item, labels):
@@ -60,8 +65,14 @@ def _plain_model(dense_read=False):
         loss = loss + 1e-3 * tf.nn.l2_loss(item_table)
     step = tf.compat.v1.train.get_or_create_global_step()
     train = tf.compat.v1.train.AdamOptimizer(0.01).minimize(loss, global_step=step)
-    return {"feeds": (user_ids, item_ids, labels), "loss": loss, "train": train, "user": user,
-            "item": item, "tables": (user_table, item_table)}
+    return {
+        "feeds": (user_ids, item_ids, labels),
+        "loss": loss,
+        "train": train,
+        "user": user,
+        "item": item,
+        "tables": (user_table, item_table),
+    }
 
 
 def _feed(model, batch):
@@ -70,10 +81,15 @@ def _feed(model, batch):
 
 def _monitored(hooks, checkpoint_dir=None):
     return tf.compat.v1.train.MonitoredTrainingSession(
-        checkpoint_dir=checkpoint_dir, hooks=hooks, config=session_config(),
-        save_summaries_steps=None, save_summaries_secs=None, log_step_count_steps=None,
-        save_checkpoint_steps=None, save_checkpoint_secs=None if checkpoint_dir is None
-        else 3600)
+        checkpoint_dir=checkpoint_dir,
+        hooks=hooks,
+        config=session_config(),
+        save_summaries_steps=None,
+        save_summaries_secs=None,
+        log_step_count_steps=None,
+        save_checkpoint_steps=None,
+        save_checkpoint_secs=None if checkpoint_dir is None else 3600,
+    )
 
 
 def _read(sess, variable_name):
@@ -111,13 +127,19 @@ def test_finds_hashing_trick_keys_gradient_and_updates():
     assert (hashed.rows, hashed.dim, hashed.dtype) == (10, 4, "float32")
     gather = hashed.gathers[0]
     assert (gather.op, gather.kind, gather.ids, gather.keys, gather.modulus) == (
-        "hashed_lookup", "ResourceGather", "mod:0", "ids:0", 10)
+        "hashed_lookup",
+        "ResourceGather",
+        "mod:0",
+        "ids:0",
+        10,
+    )
     assert gather.gradient_op == "gradients/hashed_lookup_grad/Reshape"
     assert gather.trains and hashed.trained
     assert hashed.updates == ["GradientDescent/update_hashed/ResourceScatterAdd"]
     assert hashed.initializer == "hashed/Assign"
     assert hashed.initial_value == pytest.approx(
-        {"kind": "random_uniform", "minval": -0.1, "maxval": 0.1})
+        {"kind": "random_uniform", "minval": -0.1, "maxval": 0.1}
+    )
     # x % 7 into 10 rows (through an integer cast) is hashing too: the keys are x.
     assert (plain.gathers[0].keys, plain.gathers[0].modulus) == ("raw:0", 7)
 
@@ -146,26 +168,33 @@ def test_gradient_tensor_is_the_gradient_of_the_gather_output():
 def test_no_gradient_and_no_hashing():
     def build():
         ids = tf.compat.v1.placeholder(tf.int64, [None], name="ids")
-        table = tf.compat.v1.get_variable("t", [10, 4], initializer=tf.compat.v1.
-                                          truncated_normal_initializer(0.5, 0.25))
+        table = tf.compat.v1.get_variable(
+            "t", [10, 4], initializer=tf.compat.v1.truncated_normal_initializer(0.5, 0.25)
+        )
         tf.nn.embedding_lookup(table, ids % 11)  # a modulus above the rows is not hashing
-        for name, init in (("zeros", tf.compat.v1.zeros_initializer()),
-                           ("big", tf.compat.v1.constant_initializer(0.5)),
-                           ("normal", tf.compat.v1.random_normal_initializer(0.0, 2.0))):
+        for name, init in (
+            ("zeros", tf.compat.v1.zeros_initializer()),
+            ("big", tf.compat.v1.constant_initializer(0.5)),
+            ("normal", tf.compat.v1.random_normal_initializer(0.0, 2.0)),
+        ):
             var = tf.compat.v1.get_variable(name, [2000, 2], initializer=init)
             tf.nn.embedding_lookup(var, ids)
 
     found = find_embedding_variables(_tiny(build)).by_name()
     gather = found["t"].gathers[0]
     assert (gather.keys, gather.modulus, gather.gradient_op, gather.trains) == (
-        "mod:0", None, None, False)
+        "mod:0",
+        None,
+        None,
+        False,
+    )
     assert not found["t"].trained and found["t"].updates == []
     assert found["t"].initial_value == pytest.approx(
-        {"kind": "truncated_normal", "mean": 0.5, "stddev": 0.25})
+        {"kind": "truncated_normal", "mean": 0.5, "stddev": 0.25}
+    )
     assert found["zeros"].initial_value == {"kind": "constant", "value": 0.0}
     assert found["big"].initial_value == {"kind": "constant", "value": 0.5}
-    assert found["normal"].initial_value == {"kind": "random_normal", "mean": 0.0,
-                                             "stddev": 2.0}
+    assert found["normal"].initial_value == {"kind": "random_normal", "mean": 0.0, "stddev": 2.0}
 
 
 def test_skipped_variables_name_the_reason():
@@ -209,7 +238,9 @@ def test_shared_variable_static_shapes_and_updates_without_gather_gradient():
     shared = found.by_name()["shared"]
     # With static shapes TF folds the gradient's Size into a Const; it is still found.
     assert [(g.op, g.keys, g.modulus, g.trains) for g in shared.gathers] == [
-        ("history_lookup", "history:0", None, True), ("target", "ids:0", 10, True)]
+        ("history_lookup", "history:0", None, True),
+        ("target", "ids:0", 10, True),
+    ]
     assert [s.name for s in found.skipped] == ["other"]
     assert "is updated (AssignAddVariableOp) but the gradient of none" in found.skipped[0].reason
 
@@ -241,22 +272,26 @@ def _run_train(graph_def):
 def test_drop_variable_updates_structure_and_effect(tmp_path):
     graph_def = _two_variable_graph()
     original = graph_def.SerializeToString()
-    result = DropVariableUpdates(["emb:0"], train_ops=["train"])(graph_def,
-                                                                 dump_dir=str(tmp_path))
+    result = DropVariableUpdates(["emb:0"], train_ops=["train"])(graph_def, dump_dir=str(tmp_path))
     assert graph_def.SerializeToString() == original  # the input is never mutated
     assert result.modified
     # The per-variable group leaves the train op's group and Adam's beta-power updates.
-    assert sorted(m[2] for m in result.matches) == ["train", "train/ReadVariableOp",
-                                                    "train/ReadVariableOp_2"]
+    assert sorted(m[2] for m in result.matches) == [
+        "train",
+        "train/ReadVariableOp",
+        "train/ReadVariableOp_2",
+    ]
     assert {m[1] for m in result.matches} == {"train/update_emb/group_deps"}
     nodes = {n.name: n for n in result.graph_def.node}
     assert "^train/update_emb/group_deps" not in nodes["train"].input
     assert "^train/update_w/ResourceApplyAdam" in nodes["train"].input
-    assert set(os.listdir(str(tmp_path))) == {"drop_variable_updates_before.pbtxt",
-                                              "drop_variable_updates_after.pbtxt"}
+    assert set(os.listdir(str(tmp_path))) == {
+        "drop_variable_updates_before.pbtxt",
+        "drop_variable_updates_after.pbtxt",
+    }
     emb0, emb1, w0, w1 = _run_train(result.graph_def)
     np.testing.assert_array_equal(emb0, emb1)  # the dense update no longer runs
-    assert np.abs(w1 - w0).max() > 0          # the other variable still trains
+    assert np.abs(w1 - w0).max() > 0  # the other variable still trains
     emb0, emb1, _, _ = _run_train(graph_def)
     assert np.abs(emb1 - emb0).max() > 0
     # Without train ops: every op that ran the update stops running it.
@@ -282,8 +317,9 @@ def test_drop_variable_updates_errors():
     with graph.as_default():
         ref = tf.compat.v1.Variable(tf.zeros([3, 2]), name="ref", use_resource=False)
         w = tf.compat.v1.get_variable("w", [])
-        updated = tf.reduce_sum(ref.assign_sub(tf.ones([3, 2]), name="ref_update"),
-                                name="after_update")
+        updated = tf.reduce_sum(
+            ref.assign_sub(tf.ones([3, 2]), name="ref_update"), name="after_update"
+        )
         with tf.control_dependencies([w.assign_add(1.0).op]):
             tf.add(updated, 1.0, name="uses_update")
     with pytest.raises(RewriteError, match="data edges.*ref_update -> after_update"):
@@ -339,15 +375,16 @@ def test_hook_structure_collisions_and_untouched_variables():
         options = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
         metadata = tf.compat.v1.RunMetadata()
         for batch in batches:
-            sess.run(model["train"], _feed(model, batch), options=options,
-                     run_metadata=metadata)
+            sess.run(model["train"], _feed(model, batch), options=options, run_metadata=metadata)
         ran = {n.node_name for d in metadata.step_stats.dev_stats for n in d.node_stats}
-        assert not any(n.startswith(("Adam/update_user_emb/", "Adam/update_item_emb/"))
-                       for n in ran)
+        assert not any(
+            n.startswith(("Adam/update_user_emb/", "Adam/update_item_emb/")) for n in ran
+        )
         assert "Adam/update_w/ResourceApplyAdam" in ran
         assert any(n.endswith("RecSdk>ApplyLazyAdam") for n in ran)
-        assert not any(n.startswith(("embedding_lookup", "gradients/embedding_lookup"))
-                       for n in ran)
+        assert not any(
+            n.startswith(("embedding_lookup", "gradients/embedding_lookup")) for n in ran
+        )
         # The old variables keep their values; the dense layer and the tables train.
         np.testing.assert_array_equal(_read(sess, "user_emb"), dense_before[0])
         np.testing.assert_array_equal(_read(sess, "item_emb"), dense_before[1])
@@ -362,25 +399,30 @@ def _handwritten_losses(batches):
     user_ids = tf.compat.v1.placeholder(tf.int64, [None, 2])
     item_ids = tf.compat.v1.placeholder(tf.int64, [None, 3])
     labels = tf.compat.v1.placeholder(tf.float32, [None])
-    tables = [create_table(tf.int64, DIM, "user_emb", _uniform(), device_vocabulary_size=ROWS),
-              create_table(tf.int64, DIM, "item_emb", _uniform(), device_vocabulary_size=ROWS)]
+    tables = [
+        create_table(tf.int64, DIM, "user_emb", _uniform(), device_vocabulary_size=ROWS),
+        create_table(tf.int64, DIM, "item_emb", _uniform(), device_vocabulary_size=ROWS),
+    ]
     user = sparse_lookup(tables[0], user_ids, is_train=True)
     item = sparse_lookup(tables[1], item_ids, is_train=True)
     loss = _dense_head(user, item, labels)
     step = tf.compat.v1.train.get_or_create_global_step()
     dense = tf.compat.v1.train.AdamOptimizer(0.01).minimize(
-        loss, global_step=step, var_list=tf.compat.v1.trainable_variables())
+        loss, global_step=step, var_list=tf.compat.v1.trainable_variables()
+    )
     embs = tf.compat.v1.get_collection("ASCEND_SPARSE_LOOKUP_LOCAL_EMB")
     addresses = tf.compat.v1.get_collection("ASCEND_SPARSE_LOOKUP_ID_OFFSET")
     sparse = lazy_adam_by_addr.create_hash_optimizer_by_address(0.001).apply_gradients(
-        zip(tf.gradients(loss, embs), addresses))
+        zip(tf.gradients(loss, embs), addresses)
+    )
     train = tf.group(dense, sparse)
     losses = []
     with new_session() as sess:
         sess.run(tf.compat.v1.global_variables_initializer())
         for batch in batches:
-            losses.append(sess.run([loss, train], dict(zip((user_ids, item_ids, labels),
-                                                             batch)))[0])
+            losses.append(
+                sess.run([loss, train], dict(zip((user_ids, item_ids, labels), batch)))[0]
+            )
     return losses
 
 
@@ -389,8 +431,7 @@ def test_hook_matches_a_handwritten_rec_sdk_model():
     model = _plain_model()
     hook = DynamicEmbeddingHook(emb_initializer=_uniform())
     with _monitored([hook]) as sess:
-        converted = [sess.run([model["loss"], model["train"]], _feed(model, b))[0]
-                     for b in batches]
+        converted = [sess.run([model["loss"], model["train"]], _feed(model, b))[0] for b in batches]
     initialize.terminate_config_initializer()
     tf.compat.v1.reset_default_graph()
     expected = _handwritten_losses(batches)
@@ -405,8 +446,10 @@ def test_monitored_session_checkpoints_the_converted_tables(tmp_path):
     def session_losses(count):
         model = _plain_model()
         with _monitored([DynamicEmbeddingHook()], checkpoint_dir=ckpt) as sess:
-            losses = [sess.run([model["loss"], model["train"]], _feed(model, b))[0]
-                      for b in batches[:count]]
+            losses = [
+                sess.run([model["loss"], model["train"]], _feed(model, b))[0]
+                for b in batches[:count]
+            ]
             probe = sess.run(model["loss"], _feed(model, batches[0]))
             step = sess.run(tf.compat.v1.train.get_global_step())
         return losses, probe, step
@@ -415,8 +458,7 @@ def test_monitored_session_checkpoints_the_converted_tables(tmp_path):
     assert step == 3
     saved = sorted(d for d in os.listdir(ckpt) if d.startswith("sparse-"))
     assert "sparse-model.ckpt-3" in saved  # beside the step-0 save on session creation
-    assert sorted(os.listdir(os.path.join(ckpt, "sparse-model.ckpt-3"))) == ["item_emb",
-                                                                             "user_emb"]
+    assert sorted(os.listdir(os.path.join(ckpt, "sparse-model.ckpt-3"))) == ["item_emb", "user_emb"]
     # A new graph and session restore the tables: the same loss on a seen batch.
     tf.compat.v1.reset_default_graph()
     _, restored_probe, restored_step = session_losses(0)
@@ -456,9 +498,13 @@ def test_chosen_variables_errors_and_dumps(tmp_path, monkeypatch):
     dumps = os.listdir(str(tmp_path / "rec_sdk_dump"))
     assert len(dumps) == 1
     assert sorted(os.listdir(str(tmp_path / "rec_sdk_dump" / dumps[0]))) == [
-        "add_control_inputs_after.pbtxt", "add_control_inputs_before.pbtxt",
-        "drop_variable_updates_after.pbtxt", "drop_variable_updates_before.pbtxt",
-        "reroute_inputs_after.pbtxt", "reroute_inputs_before.pbtxt"]
+        "add_control_inputs_after.pbtxt",
+        "add_control_inputs_before.pbtxt",
+        "drop_variable_updates_after.pbtxt",
+        "drop_variable_updates_before.pbtxt",
+        "reroute_inputs_after.pbtxt",
+        "reroute_inputs_before.pbtxt",
+    ]
     # A second conversion of the same graph leaves converted variables alone.
     again = DynamicEmbeddingHook()
     again.begin()
@@ -478,9 +524,11 @@ def test_fixed_capacity_tables_gather_v2_and_gradient_descent():
     logits = tf.reduce_sum(tf.gather(table.value(), ids), 1)
     loss = tf.reduce_mean(tf.square(logits - labels))
     train = tf.compat.v1.train.GradientDescentOptimizer(0.5).minimize(
-        loss, global_step=tf.compat.v1.train.get_or_create_global_step())
+        loss, global_step=tf.compat.v1.train.get_or_create_global_step()
+    )
     hook = DynamicEmbeddingHook(
-        optimizer=lambda: gradient_descent.create_hash_optimizer(0.5), capacity_factor=2)
+        optimizer=lambda: gradient_descent.create_hash_optimizer(0.5), capacity_factor=2
+    )
     keys = np.arange(8, dtype=np.int64) * 1000  # far beyond the variable's rows
     with _monitored([hook]) as sess:
         converted = hook.conversion.converted[0]
@@ -491,7 +539,8 @@ def test_fixed_capacity_tables_gather_v2_and_gradient_descent():
     tf.compat.v1.reset_default_graph()
     _plain_model()
     hook = DynamicEmbeddingHook(
-        optimizer=lambda: gradient_descent_by_addr.create_hash_optimizer_by_addr(0.1))
+        optimizer=lambda: gradient_descent_by_addr.create_hash_optimizer_by_addr(0.1)
+    )
     with pytest.raises(ValueError, match="use create_hash_optimizer"):
         hook.begin()
 
@@ -505,23 +554,29 @@ def test_estimator_train_then_evaluate_restores_the_tables(tmp_path):
         table = tf.compat.v1.get_variable("emb", [ROWS, DIM], initializer=_uniform())
         emb = tf.nn.embedding_lookup(table, features["ids"] % ROWS)
         logits = tf.reduce_sum(emb, [1, 2])
-        loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=labels,
-                                                                      logits=logits))
+        loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits))
         if mode == tf.estimator.ModeKeys.EVAL:
-            return tf.estimator.EstimatorSpec(mode, loss=loss, eval_metric_ops={
-                "emb_sum": tf.compat.v1.metrics.mean(tf.reduce_sum(emb))})
+            return tf.estimator.EstimatorSpec(
+                mode,
+                loss=loss,
+                eval_metric_ops={"emb_sum": tf.compat.v1.metrics.mean(tf.reduce_sum(emb))},
+            )
         train_op = tf.compat.v1.train.GradientDescentOptimizer(0.5).minimize(
-            loss, global_step=tf.compat.v1.train.get_global_step())
+            loss, global_step=tf.compat.v1.train.get_global_step()
+        )
         return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
 
     def input_fn():
         return tf.data.Dataset.from_tensor_slices(({"ids": ids}, labels)).batch(8)
 
-    estimator = tf.estimator.Estimator(model_fn, model_dir=str(tmp_path),
-                                       config=tf.estimator.RunConfig(
-                                           session_config=session_config()))
+    estimator = tf.estimator.Estimator(
+        model_fn,
+        model_dir=str(tmp_path),
+        config=tf.estimator.RunConfig(session_config=session_config()),
+    )
     train_hook = DynamicEmbeddingHook(
-        optimizer=lambda: gradient_descent_by_addr.create_hash_optimizer_by_addr(0.5, 0.0))
+        optimizer=lambda: gradient_descent_by_addr.create_hash_optimizer_by_addr(0.5, 0.0)
+    )
     estimator.train(input_fn, steps=4, hooks=[train_hook])
     assert train_hook.conversion.converted[0].trained
     eval_hook = DynamicEmbeddingHook()
@@ -536,7 +591,7 @@ def test_estimator_train_then_evaluate_restores_the_tables(tmp_path):
         rec_saver.restore_tables(sess, rec_saver.sparse_dir(checkpoint))
         values, exists = sess.run([values, exists])
     assert exists.all()
-    expected = np.mean([values[i:i + 8].sum() for i in range(0, 32, 8)])
+    expected = np.mean([values[i : i + 8].sum() for i in range(0, 32, 8)])
     assert abs(expected) > 1e-3
     np.testing.assert_allclose(metrics["emb_sum"], expected, rtol=1e-5)
     # Trained, not the initial values.
@@ -544,6 +599,12 @@ def test_estimator_train_then_evaluate_restores_the_tables(tmp_path):
 
 
 def test_graph_rewrite_exports():
-    for name in ("DropVariableUpdates", "find_embedding_variables", "EmbeddingVariable",
-                 "SkippedVariable", "GatherRead", "EmbeddingVariables"):
+    for name in (
+        "DropVariableUpdates",
+        "find_embedding_variables",
+        "EmbeddingVariable",
+        "SkippedVariable",
+        "GatherRead",
+        "EmbeddingVariables",
+    ):
         assert name in graph_rewrite.__all__ and hasattr(graph_rewrite, name)

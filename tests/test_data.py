@@ -23,11 +23,13 @@ def _random_rows(rng, n):
     rows = []
     for _ in range(n):
         label = int(rng.integers(0, 2))
-        dense = [None if rng.random() < 0.2 else int(rng.integers(-5, 100000))
-                 for _ in range(N_DENSE)]
-        cats = [None if rng.random() < 0.2
-                else "%08x" % int(rng.integers(0, 2**32))
-                for _ in range(N_CAT)]
+        dense = [
+            None if rng.random() < 0.2 else int(rng.integers(-5, 100000)) for _ in range(N_DENSE)
+        ]
+        cats = [
+            None if rng.random() < 0.2 else "%08x" % int(rng.integers(0, 2**32))
+            for _ in range(N_CAT)
+        ]
         rows.append((label, dense, cats))
     # Make sure the extremes occur at least once.
     rows[0] = (1, [None] * N_DENSE, [None] * N_CAT)
@@ -116,8 +118,7 @@ def test_read_criteo_empty_file(tmp_path):
 
 
 def test_read_criteo_fields_never_collide(tmp_path):
-    rows = [(0, [1] * N_DENSE, ["0000abcd"] * N_CAT),
-            (1, [1] * N_DENSE, [None] * N_CAT)]
+    rows = [(0, [1] * N_DENSE, ["0000abcd"] * N_CAT), (1, [1] * N_DENSE, [None] * N_CAT)]
     path = tmp_path / "same.tsv"
     _write_lines(path, [_line(r) for r in rows])
     cat = data.read_criteo_tsv(path)["categorical"]
@@ -151,18 +152,21 @@ def _good_fields():
     return ["1"] + ["7"] * N_DENSE + ["deadbeef"] * N_CAT
 
 
-@pytest.mark.parametrize("mutate, problem", [
-    (lambda f: f[:-1], "fields"),
-    (lambda f: f + ["x"], "fields"),
-    (lambda f: f[:5] + ["12a"] + f[6:], "I5"),
-    (lambda f: f[:2] + ["1.5"] + f[3:], "I2"),
-    (lambda f: f[:2] + [" 4"] + f[3:], "I2"),
-    (lambda f: f[:14] + ["xyz"] + f[15:], "C1"),
-    (lambda f: f[:20] + ["123456789"] + f[21:], "C7"),
-    (lambda f: f[:39] + ["0x12"], "C26"),
-    (lambda f: ["yes"] + f[1:], "label"),
-    (lambda f: [""] + f[1:], "label"),
-])
+@pytest.mark.parametrize(
+    "mutate, problem",
+    [
+        (lambda f: f[:-1], "fields"),
+        (lambda f: f + ["x"], "fields"),
+        (lambda f: f[:5] + ["12a"] + f[6:], "I5"),
+        (lambda f: f[:2] + ["1.5"] + f[3:], "I2"),
+        (lambda f: f[:2] + [" 4"] + f[3:], "I2"),
+        (lambda f: f[:14] + ["xyz"] + f[15:], "C1"),
+        (lambda f: f[:20] + ["123456789"] + f[21:], "C7"),
+        (lambda f: f[:39] + ["0x12"], "C26"),
+        (lambda f: ["yes"] + f[1:], "label"),
+        (lambda f: [""] + f[1:], "label"),
+    ],
+)
 def test_read_criteo_malformed_line(tmp_path, mutate, problem):
     good = "\t".join(_good_fields())
     bad = "\t".join(mutate(_good_fields()))
@@ -203,8 +207,7 @@ def test_write_criteo_numpy_inputs(tmp_path):
     rng = np.random.default_rng(5)
     label = rng.integers(0, 2, size=10).astype(np.float32)
     dense = rng.integers(0, 50, size=(10, N_DENSE))
-    cats = [["%08x" % int(v) for v in rng.integers(0, 2**32, size=N_CAT)]
-            for _ in range(10)]
+    cats = [["%08x" % int(v) for v in rng.integers(0, 2**32, size=N_CAT)] for _ in range(10)]
     path = tmp_path / "np.tsv.gz"
     data.write_criteo_tsv(path, label, dense, cats)
     rows = [(int(label[i]), dense[i].tolist(), cats[i]) for i in range(10)]
@@ -213,11 +216,9 @@ def test_write_criteo_numpy_inputs(tmp_path):
 
 def test_write_criteo_rejects_bad_shapes(tmp_path):
     with pytest.raises(ValueError):
-        data.write_criteo_tsv(tmp_path / "a.tsv", [1], [[1] * 12],
-                              [["0"] * N_CAT])
+        data.write_criteo_tsv(tmp_path / "a.tsv", [1], [[1] * 12], [["0"] * N_CAT])
     with pytest.raises(ValueError):
-        data.write_criteo_tsv(tmp_path / "b.tsv", [1, 0], [[1] * N_DENSE],
-                              [["0"] * N_CAT])
+        data.write_criteo_tsv(tmp_path / "b.tsv", [1, 0], [[1] * N_DENSE], [["0"] * N_CAT])
 
 
 # ---------------------------------------------------------------------------
@@ -275,8 +276,17 @@ def movielens():
 def test_movielens_100k(movielens, monkeypatch):
     feats, vocab = movielens
     n = 100_000
-    for key in ("user_id", "item_id", "occupation", "zip", "age", "gender",
-                "genres", "label", "timestamp"):
+    for key in (
+        "user_id",
+        "item_id",
+        "occupation",
+        "zip",
+        "age",
+        "gender",
+        "genres",
+        "label",
+        "timestamp",
+    ):
         assert key in feats
         assert feats[key].shape[0] == n
 
@@ -318,8 +328,7 @@ def test_movielens_100k(movielens, monkeypatch):
     for key in ("occupation", "zip", "age", "gender"):
         pairs = np.unique(np.stack([feats["user_id"], feats[key]], 1), axis=0)
         assert len(pairs) == 943
-    pairs = np.unique(np.concatenate([feats["item_id"][:, None], genres], 1),
-                      axis=0)
+    pairs = np.unique(np.concatenate([feats["item_id"][:, None], genres], 1), axis=0)
     assert len(pairs) == 1682
 
     train, test = data.train_test_split(feats, test_fraction=0.2, seed=0)

@@ -1,5 +1,6 @@
 """The demo behind `make demo`: it trains to a useful AUC on MovieLens-100k in both table
 modes, and runs on a user's Criteo-format file."""
+
 import numpy as np
 
 from rec_sdk.examples import data, demo
@@ -28,6 +29,7 @@ def test_criteo_file_demo_runs_and_learns_a_planted_signal(tmp_path):
     hex_fields = [["%08x" % v for v in row] for row in categorical]
     path = str(tmp_path / "toy_criteo.tsv")
     data.write_criteo_tsv(path, label, dense, hex_fields)
-    results = demo.main(["--data", path, "--epochs", "3", "--batch-size", "128",
-                         "--learning-rate", "0.01"])
+    results = demo.main(
+        ["--data", path, "--epochs", "3", "--batch-size", "128", "--learning-rate", "0.01"]
+    )
     assert results["test_auc"] > 0.8, results

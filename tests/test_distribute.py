@@ -1,6 +1,7 @@
 """rec_sdk.distribute: a de.Variable sharded over ps tasks of TensorFlow's gRPC runtime
 (processes on 127.0.0.1, free ports, always stopped) trains exactly as the same shards in
 one process; a task without rec_sdk's library gives a clear error; TF_CONFIG parsing."""
+
 import contextlib
 import json
 import os
@@ -16,12 +17,16 @@ import pytest
 import tensorflow as tf
 
 import rec_sdk.distribute as dist
-from rec_sdk.distribute import server as server_main
-from rec_sdk.distribute.launch import free_ports, local_cluster
 from rec_sdk import saver
 from rec_sdk.core.embedding import create_table, sparse_lookup
-from rec_sdk.ops.loader import (RankLostError, explain_lost_rank, explain_missing_library,
-                                explain_restarted_task)
+from rec_sdk.distribute import server as server_main
+from rec_sdk.distribute.launch import free_ports, local_cluster
+from rec_sdk.ops.loader import (
+    RankLostError,
+    explain_lost_rank,
+    explain_missing_library,
+    explain_restarted_task,
+)
 from rec_sdk.optimizers.lazy_adam_by_addr import create_hash_optimizer_by_address
 from rec_sdk.util.initialize import init, terminate_config_initializer
 
@@ -32,16 +37,21 @@ RECOVER_WORKER = os.path.join(HERE, "distribute", "recover_worker.py")
 ALLREDUCE_WORKER = os.path.join(HERE, "distribute", "allreduce_worker.py")
 RANK_WORKER = os.path.join(HERE, "distribute", "rank_worker.py")
 ESTIMATOR_RANK_WORKER = os.path.join(HERE, "distribute", "estimator_rank_worker.py")
-BARE_SERVER = ("import json, os, tensorflow as tf; c = json.loads(os.environ['TF_CONFIG']); "
-               "s = tf.distribute.Server(c['cluster'], job_name='ps', "
-               "task_index=c['task']['index']); print('rec_sdk server', flush=True); s.join()")
+BARE_SERVER = (
+    "import json, os, tensorflow as tf; c = json.loads(os.environ['TF_CONFIG']); "
+    "s = tf.distribute.Server(c['cluster'], job_name='ps', "
+    "task_index=c['task']['index']); print('rec_sdk server', flush=True); s.join()"
+)
 # TFRA's recipe for a ps task, with the import renamed.
 TFRA_RECIPE_SERVER = "import rec_sdk.dynamic_embedding as de; " + BARE_SERVER
 
 
 def _env(cluster, job, index):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2",
-               TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": job, "index": index}}))
+    env = dict(
+        os.environ,
+        TF_CPP_MIN_LOG_LEVEL="2",
+        TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": job, "index": index}}),
+    )
     return env
 
 
@@ -60,9 +70,13 @@ def _wait_serving(process, timeout=60):
 
 
 def _start_ps(cluster, index):
-    process = subprocess.Popen([sys.executable, "-m", "rec_sdk.distribute.server"],
-                               env=_env(cluster, "ps", index), stdout=subprocess.PIPE,
-                               stderr=subprocess.DEVNULL, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "rec_sdk.distribute.server"],
+        env=_env(cluster, "ps", index),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     _wait_serving(process)
     return process
 
@@ -71,12 +85,21 @@ def _start_ps(cluster, index):
 def ps_cluster(num_ps=2, bare=(), recipe=(), num_workers=1):
     """Starts num_ps ps tasks (python -m rec_sdk.distribute.server; the indices in `bare` run
     a bare tf.distribute.Server, those in `recipe` TFRA's ps recipe: import the module, then
-    a bare server) and num_workers worker slots; yields the cluster dict. The processes are killed on
-    exit, also when the test fails."""
+    a bare server) and num_workers worker slots; yields the cluster dict. The processes are killed
+    on exit, also when the test fails."""
     cluster = local_cluster(num_ps, num_workers)
-    commands = [("ps", i, [sys.executable, "-c", BARE_SERVER] if i in bare else
-                 [sys.executable, "-c", TFRA_RECIPE_SERVER] if i in recipe else
-                 [sys.executable, "-m", "rec_sdk.distribute.server"]) for i in range(num_ps)]
+    commands = [
+        (
+            "ps",
+            i,
+            [sys.executable, "-c", BARE_SERVER]
+            if i in bare
+            else [sys.executable, "-c", TFRA_RECIPE_SERVER]
+            if i in recipe
+            else [sys.executable, "-m", "rec_sdk.distribute.server"],
+        )
+        for i in range(num_ps)
+    ]
     with _servers(cluster, commands):
         yield cluster
 
@@ -88,9 +111,15 @@ def _servers(cluster, commands):
     processes = []
     try:
         for job, index, command in commands:
-            processes.append(subprocess.Popen(command, env=_env(cluster, job, index),
-                                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                              text=True))
+            processes.append(
+                subprocess.Popen(
+                    command,
+                    env=_env(cluster, job, index),
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.DEVNULL,
+                    text=True,
+                )
+            )
         for process in processes:
             _wait_serving(process)
         yield processes
@@ -106,12 +135,21 @@ def _run_together(runs, timeout=300):
     """Runs the scripts [(argv after python, env)] at once; each must succeed. They are
     killed when one fails or the time is up; the failure shows the output of every one (a
     rank that exits leaves the others waiting in a collective: its output says why)."""
-    workers = [subprocess.Popen([sys.executable] + [str(a) for a in argv], env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-               for argv, env in runs]
+    workers = [
+        subprocess.Popen(
+            [sys.executable] + [str(a) for a in argv],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for argv, env in runs
+    ]
     outputs = [[] for _ in workers]
-    readers = [threading.Thread(target=lambda w=w, out=out: out.extend(w.stdout), daemon=True)
-               for w, out in zip(workers, outputs)]
+    readers = [
+        threading.Thread(target=lambda w=w, out=out: out.extend(w.stdout), daemon=True)
+        for w, out in zip(workers, outputs)
+    ]
     for reader in readers:
         reader.start()
     deadline = time.monotonic() + timeout
@@ -130,16 +168,24 @@ def _run_together(runs, timeout=300):
             w.wait()
         for reader in readers:
             reader.join(30)
-    report = "\n".join("--- worker %d (exit %s):\n%s" % (i, w.returncode, "".join(out)[-3000:])
-                       for i, (w, out) in enumerate(zip(workers, outputs)))
+    report = "\n".join(
+        "--- worker %d (exit %s):\n%s" % (i, w.returncode, "".join(out)[-3000:])
+        for i, (w, out) in enumerate(zip(workers, outputs))
+    )
     assert not timed_out, "workers still running after %d s\n%s" % (timeout, report)
     assert all(w.returncode == 0 for w in workers), report
 
 
 def _run_worker(cluster, out, *args):
     command = [sys.executable, WORKER, str(out)] + [str(a) for a in args]
-    return subprocess.run(command, env=_env(cluster, "worker", 0), stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, timeout=300)
+    return subprocess.run(
+        command,
+        env=_env(cluster, "worker", 0),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_de_variable_on_two_ps_tasks_trains_as_two_local_shards(tmp_path):
@@ -171,10 +217,12 @@ def _merged(exports):
     shards = sorted({int(n[4:]) for n in exports.files if n.startswith("keys")})
     keys = np.concatenate([exports["keys%d" % i] for i in shards])
     order = np.argsort(keys)
-    return {"keys": keys[order],
-            "rows": np.concatenate([exports["rows%d" % i] for i in shards])[order],
-            "slots": np.concatenate([exports["slots%d" % i] for i in shards], 1)[:, order],
-            "counts": np.concatenate([exports["counts%d" % i] for i in shards])[order]}
+    return {
+        "keys": keys[order],
+        "rows": np.concatenate([exports["rows%d" % i] for i in shards])[order],
+        "slots": np.concatenate([exports["slots%d" % i] for i in shards], 1)[:, order],
+        "counts": np.concatenate([exports["counts%d" % i] for i in shards])[order],
+    }
 
 
 def test_saver_checkpoint_of_two_ps_restores_into_three_ps_and_into_one_process(tmp_path):
@@ -187,8 +235,7 @@ def test_saver_checkpoint_of_two_ps_restores_into_three_ps_and_into_one_process(
     with ps_cluster(3) as cluster:
         three = _run_worker(cluster, tmp_path / "three.npz", "--restore", tmp_path / "ckpt")
     assert three.returncode == 0, three.stdout[-3000:]
-    one = _run_worker(cluster, tmp_path / "one.npz", "--local", 1, "--restore",
-                      tmp_path / "ckpt")
+    one = _run_worker(cluster, tmp_path / "one.npz", "--local", 1, "--restore", tmp_path / "ckpt")
     assert one.returncode == 0, one.stdout[-3000:]
     want = _merged(np.load(tmp_path / "saved.npz"))
     got3 = np.load(tmp_path / "three.npz")
@@ -206,12 +253,29 @@ def test_two_asynchronous_workers_with_a_restricting_and_saving_chief(tmp_path):
     saving checkpoints meanwhile: every step of both workers runs, and the ps tasks hold
     exactly the union of the keys both trained; the chief's checkpoint has the tables."""
     with ps_cluster(2, num_workers=2) as cluster:
-        _run_together([([ASYNC_WORKER, tmp_path / ("w%d.npy" % i), tmp_path / "ckpt"],
-                        _env(cluster, "worker", i)) for i in range(2)])
+        _run_together(
+            [
+                (
+                    [ASYNC_WORKER, tmp_path / ("w%d.npy" % i), tmp_path / "ckpt"],
+                    _env(cluster, "worker", i),
+                )
+                for i in range(2)
+            ]
+        )
         exported = subprocess.run(
-            [sys.executable, ASYNC_WORKER, str(tmp_path / "held.npy"), str(tmp_path / "ckpt"),
-             "--export"], env=_env(cluster, "worker", 1), stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True, timeout=300)
+            [
+                sys.executable,
+                ASYNC_WORKER,
+                str(tmp_path / "held.npy"),
+                str(tmp_path / "ckpt"),
+                "--export",
+            ],
+            env=_env(cluster, "worker", 1),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=300,
+        )
         assert exported.returncode == 0, exported.stdout[-3000:]
     union = np.union1d(np.load(tmp_path / "w0.npy"), np.load(tmp_path / "w1.npy"))
     held = np.sort(np.load(tmp_path / "held.npy"))
@@ -229,13 +293,32 @@ def test_a_killed_asynchronous_worker_leaves_the_others_training(tmp_path):
     the chief trained and those worker 1 trained before it died."""
     with ps_cluster(2, num_workers=2) as cluster:
         chief = subprocess.Popen(
-            [sys.executable, ASYNC_WORKER, str(tmp_path / "w0.npy"), str(tmp_path / "ckpt"),
-             "--steps", "300"], env=_env(cluster, "worker", 0), stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True)
+            [
+                sys.executable,
+                ASYNC_WORKER,
+                str(tmp_path / "w0.npy"),
+                str(tmp_path / "ckpt"),
+                "--steps",
+                "300",
+            ],
+            env=_env(cluster, "worker", 0),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         victim = subprocess.Popen(
-            [sys.executable, ASYNC_WORKER, str(tmp_path / "w1.npy"), str(tmp_path / "ckpt"),
-             "--steps", "1000000"], env=_env(cluster, "worker", 1),
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [
+                sys.executable,
+                ASYNC_WORKER,
+                str(tmp_path / "w1.npy"),
+                str(tmp_path / "ckpt"),
+                "--steps",
+                "1000000",
+            ],
+            env=_env(cluster, "worker", 1),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             deadline = time.time() + 120
             while not (tmp_path / "worker.ready").exists():
@@ -252,9 +335,19 @@ def test_a_killed_asynchronous_worker_leaves_the_others_training(tmp_path):
                     process.kill()
                 process.wait()
         exported = subprocess.run(
-            [sys.executable, ASYNC_WORKER, str(tmp_path / "held.npy"), str(tmp_path / "ckpt"),
-             "--export"], env=_env(cluster, "worker", 1), stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True, timeout=300)
+            [
+                sys.executable,
+                ASYNC_WORKER,
+                str(tmp_path / "held.npy"),
+                str(tmp_path / "ckpt"),
+                "--export",
+            ],
+            env=_env(cluster, "worker", 1),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=300,
+        )
         assert exported.returncode == 0, exported.stdout[-3000:]
     held = np.load(tmp_path / "held.npy")
     assert np.isin(np.load(tmp_path / "w0.npy"), held).all()
@@ -272,9 +365,13 @@ def test_a_killed_ps_task_restarted_resumes_from_the_last_checkpoint(tmp_path):
     processes = [_start_ps(cluster, 0)]
     worker = None
     try:
-        worker = subprocess.Popen([sys.executable, RECOVER_WORKER, str(tmp_path / "out.npz"),
-                                   str(tmp_path / "ckpt")], env=_env(cluster, "worker", 0),
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        worker = subprocess.Popen(
+            [sys.executable, RECOVER_WORKER, str(tmp_path / "out.npz"), str(tmp_path / "ckpt")],
+            env=_env(cluster, "worker", 0),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         deadline = time.time() + 120
         while not (tmp_path / "killme").exists():
             assert worker.poll() is None and time.time() < deadline, worker.stdout.read()[-3000:]
@@ -297,8 +394,9 @@ def test_a_killed_ps_task_restarted_resumes_from_the_last_checkpoint(tmp_path):
     # 20 at the 26th, the step-20 checkpoint's.
     assert steps[25] == 24 and steps[26] == 20
     assert int(result["final"]) == 35
-    np.testing.assert_array_equal(result["held"], np.concatenate(
-        [np.arange(16) + 100 * k for k in range(4)]))
+    np.testing.assert_array_equal(
+        result["held"], np.concatenate([np.arange(16) + 100 * k for k in range(4)])
+    )
 
 
 def test_dense_data_parallel_training_with_all_reduce_matches_one_process(tmp_path):
@@ -308,8 +406,12 @@ def test_dense_data_parallel_training_with_all_reduce_matches_one_process(tmp_pa
     ports = free_ports(2)
     cluster = {"chief": ["127.0.0.1:%d" % ports[0]], "worker": ["127.0.0.1:%d" % ports[1]]}
     jobs = [("chief", 0), ("worker", 0)]
-    _run_together([([ALLREDUCE_WORKER, tmp_path / ("%s.npz" % job)], _env(cluster, job, index))
-                   for job, index in jobs])
+    _run_together(
+        [
+            ([ALLREDUCE_WORKER, tmp_path / ("%s.npz" % job)], _env(cluster, job, index))
+            for job, index in jobs
+        ]
+    )
     sys.path.insert(0, os.path.dirname(ALLREDUCE_WORKER))
     try:
         import allreduce_worker  # pylint: disable=import-outside-toplevel
@@ -332,19 +434,24 @@ def _rank_cluster(ranks, chief=False):
     (job, index) in rank order."""
     ports = free_ports(ranks)
     if chief:
-        cluster = {"chief": ["127.0.0.1:%d" % ports[0]],
-                   "worker": ["127.0.0.1:%d" % p for p in ports[1:]]}
+        cluster = {
+            "chief": ["127.0.0.1:%d" % ports[0]],
+            "worker": ["127.0.0.1:%d" % p for p in ports[1:]],
+        }
         return cluster, [("chief", 0)] + [("worker", i) for i in range(ranks - 1)]
-    return ({"worker": ["127.0.0.1:%d" % p for p in ports]},
-            [("worker", i) for i in range(ranks)])
+    return ({"worker": ["127.0.0.1:%d" % p for p in ports]}, [("worker", i) for i in range(ranks)])
 
 
 def _run_ranks(ranks, out, *args, chief=False):
     """Runs rank_worker.py as `ranks` ranks of a cluster (all must succeed); -> the loaded
     outputs in rank order."""
     cluster, tasks = _rank_cluster(ranks, chief)
-    _run_together([([RANK_WORKER, str(out) + "-{rank}.npz"] + list(args),
-                    _env(cluster, job, index)) for job, index in tasks])
+    _run_together(
+        [
+            ([RANK_WORKER, str(out) + "-{rank}.npz"] + list(args), _env(cluster, job, index))
+            for job, index in tasks
+        ]
+    )
     return [dict(np.load(str(out) + "-%d.npz" % rank)) for rank in range(ranks)]
 
 
@@ -352,9 +459,14 @@ def _run_local(out, *args):
     """rank_worker.py in one process (no TF_CONFIG) -> its output."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     env.pop("TF_CONFIG", None)
-    result = subprocess.run([sys.executable, RANK_WORKER, str(out)] + [str(a) for a in args],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, RANK_WORKER, str(out)] + [str(a) for a in args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stdout[-3000:]
     return dict(np.load(out))
 
@@ -365,11 +477,13 @@ def _union(shards):
     order = np.argsort(keys, kind="stable")
     access = np.concatenate([s["access_keys"] for s in shards])
     aorder = np.argsort(access, kind="stable")
-    return {"keys": keys[order],
-            "values": np.concatenate([s["values"] for s in shards])[order],
-            "slots": np.concatenate([s["slots"] for s in shards], 1)[:, order],
-            "access_keys": access[aorder],
-            "counts": np.concatenate([s["counts"] for s in shards])[aorder]}
+    return {
+        "keys": keys[order],
+        "values": np.concatenate([s["values"] for s in shards])[order],
+        "slots": np.concatenate([s["slots"] for s in shards], 1)[:, order],
+        "access_keys": access[aorder],
+        "counts": np.concatenate([s["counts"] for s in shards])[aorder],
+    }
 
 
 @pytest.fixture(scope="module")
@@ -378,8 +492,9 @@ def sdk_two_ranks(tmp_path_factory):
     at the end), and by one process on the global batches."""
     tmp = tmp_path_factory.mktemp("sdk_ranks")
     ranks = _run_ranks(2, tmp / "rank", "--checkpoint", tmp / "ckpt", "--save", chief=True)
-    local = _run_local(tmp / "local.npz", "--local", 2, "--checkpoint", tmp / "local_ckpt",
-                       "--save")
+    local = _run_local(
+        tmp / "local.npz", "--local", 2, "--checkpoint", tmp / "local_ckpt", "--save"
+    )
     return ranks, local, tmp / "ckpt"
 
 
@@ -396,8 +511,9 @@ def test_sdk_api_two_ranks_train_as_one_process_with_the_global_batch(sdk_two_ra
         assert (int(shard["rank"]), int(shard["ranks"])) == (rank, 2)
         assert len(shard["keys"]) and np.all(np.abs(np.fmod(shard["keys"], 2)) == rank)
     assert int(local["ranks"]) == 1
-    np.testing.assert_allclose((ranks[0]["losses"] + ranks[1]["losses"]) / 2, local["losses"],
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        (ranks[0]["losses"] + ranks[1]["losses"]) / 2, local["losses"], rtol=1e-5, atol=1e-6
+    )
     for shard in ranks:
         np.testing.assert_allclose(shard["w"], local["w"], rtol=1e-5, atol=1e-6)
     union = _union(ranks)
@@ -414,8 +530,9 @@ def test_sdk_api_two_ranks_train_as_one_process_with_the_global_batch(sdk_two_ra
 
 
 @pytest.mark.parametrize("mode", ["spec", "modify", "table_gradients"])
-def test_sdk_api_two_ranks_in_feature_spec_and_graph_modification_modes(mode, sdk_two_ranks,
-                                                                        tmp_path):
+def test_sdk_api_two_ranks_in_feature_spec_and_graph_modification_modes(
+    mode, sdk_two_ranks, tmp_path
+):
     """The same model with FeatureSpec lookups on a dataset mapped with get_asc_insert_func
     (one exchange per table and batch), with modify_graph=True lookups moved into the input
     pipeline by modify_graph_and_start_emb_cache (the optimizer built before follows the
@@ -425,8 +542,9 @@ def test_sdk_api_two_ranks_in_feature_spec_and_graph_modification_modes(mode, sd
     args = ["--table-gradients"] if mode == "table_gradients" else ["--input", mode]
     ranks = _run_ranks(2, tmp_path / mode, *args)
     local = _run_local(tmp_path / "local.npz", "--local", 2, *args)
-    np.testing.assert_allclose((ranks[0]["losses"] + ranks[1]["losses"]) / 2, local["losses"],
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        (ranks[0]["losses"] + ranks[1]["losses"]) / 2, local["losses"], rtol=1e-5, atol=1e-6
+    )
     union = _union(ranks)
     for key in ("keys", "access_keys", "counts"):
         np.testing.assert_array_equal(union[key], local[key])
@@ -444,8 +562,9 @@ def test_sdk_api_three_ranks_with_a_rank_sending_one_owner_train_as_one_process(
     batch."""
     ranks = _run_ranks(3, tmp_path / "three", "--skew")
     local = _run_local(tmp_path / "local.npz", "--local", 3, "--skew")
-    np.testing.assert_allclose(sum(r["losses"] for r in ranks) / 3, local["losses"],
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        sum(r["losses"] for r in ranks) / 3, local["losses"], rtol=1e-5, atol=1e-6
+    )
     for rank, shard in enumerate(ranks):
         assert len(shard["keys"]) and np.all(np.abs(np.fmod(shard["keys"], 3)) == rank)
     union = _union(ranks)
@@ -460,7 +579,8 @@ def test_sdk_api_three_ranks_with_a_rank_sending_one_owner_train_as_one_process(
 
 
 def test_sdk_api_checkpoint_of_two_ranks_restores_into_three_ranks_and_one_process(
-        sdk_two_ranks, tmp_path):
+    sdk_two_ranks, tmp_path
+):
     """Rank 0's Saver (MonitoredTrainingSession's) writes each rank's shard (emb@<r>of2) at
     the last step, before that step's eviction (rank 0 evicts every shard, after its save);
     3 ranks restore it (each shard keeping abs(key % 3) == rank) and so does one process:
@@ -473,23 +593,26 @@ def test_sdk_api_checkpoint_of_two_ranks_restores_into_three_ranks_and_one_proce
     for rank, shard in enumerate(three):
         assert np.all(np.abs(np.fmod(shard["keys"], 3)) == rank)
         np.testing.assert_array_equal(shard["w"], ranks[0]["w"])
-    one = _run_local(tmp_path / "one.npz", "--local", 1, "--checkpoint", checkpoint,
-                     "--steps", 0)
+    one = _run_local(tmp_path / "one.npz", "--local", 1, "--checkpoint", checkpoint, "--steps", 0)
     np.testing.assert_array_equal(one["w"], ranks[0]["w"])
     restored = _union([one])
     for key, value in _union(three).items():
         np.testing.assert_array_equal(value, restored[key])
     local_checkpoint = checkpoint.parent / "local_ckpt"
     assert os.listdir(local_checkpoint / "sparse-model.ckpt-12") == ["emb"]
-    local = _union([_run_local(tmp_path / "again.npz", "--local", 1, "--checkpoint",
-                               local_checkpoint, "--steps", 0)])
+    local = _union(
+        [
+            _run_local(
+                tmp_path / "again.npz", "--local", 1, "--checkpoint", local_checkpoint, "--steps", 0
+            )
+        ]
+    )
     for key in ("keys", "access_keys", "counts"):
         np.testing.assert_array_equal(restored[key], local[key])
     np.testing.assert_allclose(restored["values"], local["values"], rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(restored["slots"], local["slots"], rtol=1e-5, atol=1e-7)
     assert len(local["keys"]) > len(ranks[0]["keys"]) + len(ranks[1]["keys"])  # evicted after
-    from_one = _run_ranks(2, tmp_path / "from_one", "--checkpoint", local_checkpoint,
-                          "--steps", 0)
+    from_one = _run_ranks(2, tmp_path / "from_one", "--checkpoint", local_checkpoint, "--steps", 0)
     for rank, shard in enumerate(from_one):
         assert np.all(np.abs(np.fmod(shard["keys"], 2)) == rank)
     for key, value in _union(from_one).items():
@@ -503,15 +626,25 @@ def test_sdk_api_estimator_over_two_ranks_trains_as_one_process(tmp_path):
     receives rank 0's values), the chief's checkpoint holds both shards, and it restores into
     the table and dense weights one process's Estimator gets on the global batch."""
     cluster, tasks = _rank_cluster(2, chief=True)
-    _run_together([([ESTIMATOR_RANK_WORKER, tmp_path / "ranks"], _env(cluster, job, index))
-                   for job, index in tasks])
+    _run_together(
+        [
+            ([ESTIMATOR_RANK_WORKER, tmp_path / "ranks"], _env(cluster, job, index))
+            for job, index in tasks
+        ]
+    )
     assert sorted(os.listdir(tmp_path / "ranks" / "sparse-model.ckpt-12")) == [
-        "emb@0of2", "emb@1of2"]
+        "emb@0of2",
+        "emb@1of2",
+    ]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     env.pop("TF_CONFIG", None)
     _run_together([([ESTIMATOR_RANK_WORKER, tmp_path / "one", "--local", 2], env)])
-    restored = [_run_local(tmp_path / ("%s.npz" % d), "--local", 1, "--steps", 0,
-                           "--checkpoint", tmp_path / d) for d in ("ranks", "one")]
+    restored = [
+        _run_local(
+            tmp_path / ("%s.npz" % d), "--local", 1, "--steps", 0, "--checkpoint", tmp_path / d
+        )
+        for d in ("ranks", "one")
+    ]
     for key in ("keys", "access_keys", "counts"):
         np.testing.assert_array_equal(restored[0][key], restored[1][key])
     for key in ("values", "slots", "w"):
@@ -525,11 +658,29 @@ def test_sdk_api_a_killed_rank_fails_the_others_clearly_and_a_restart_resumes(tm
     the checkpoint it saved every 2 steps restarts both ranks, which train on from its step."""
     cluster, tasks = _rank_cluster(2)
     checkpoint = tmp_path / "ckpt"
-    processes = [subprocess.Popen(
-        [sys.executable, RANK_WORKER, str(tmp_path / "x-{rank}.npz"), "--steps", "1000",
-         "--die-at", "5", "--checkpoint", str(checkpoint), "--save", "--save-every", "2"],
-        env=_env(cluster, job, index), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True) for job, index in tasks]
+    processes = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                RANK_WORKER,
+                str(tmp_path / "x-{rank}.npz"),
+                "--steps",
+                "1000",
+                "--die-at",
+                "5",
+                "--checkpoint",
+                str(checkpoint),
+                "--save",
+                "--save-every",
+                "2",
+            ],
+            env=_env(cluster, job, index),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for job, index in tasks
+    ]
     try:
         output = processes[0].communicate(timeout=120)[0]
         processes[1].wait(timeout=60)
@@ -540,8 +691,10 @@ def test_sdk_api_a_killed_rank_fails_the_others_clearly_and_a_restart_resumes(tm
                 process.communicate()
     assert processes[1].returncode == -signal.SIGKILL
     assert processes[0].returncode == 1, output[-3000:]
-    assert "RankLostError: a training task of this synchronous cluster stopped or failed " \
-        "(task /job:worker/replica:0/task:1)" in output, output[-3000:]
+    assert (
+        "RankLostError: a training task of this synchronous cluster stopped or failed "
+        "(task /job:worker/replica:0/task:1)" in output
+    ), output[-3000:]
     saved = tf.train.latest_checkpoint(str(checkpoint))
     assert saved is not None and int(saved.rsplit("-", 1)[1]) in (2, 4)
     resumed = _run_ranks(2, tmp_path / "resumed", "--checkpoint", checkpoint, "--steps", 3)
@@ -554,25 +707,60 @@ def test_launch_runs_the_distributed_example_and_stops_everything():
     both run every step and the model learns the synthetic labels; a failing worker's exit
     code is the launch's, and its partner is stopped."""
     result = subprocess.run(
-        [sys.executable, "-m", "rec_sdk.distribute.launch", "--ps", "2", "--workers", "2", "--",
-         sys.executable, "-m", "rec_sdk.examples.distributed_de", "--steps", "250"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+        [
+            sys.executable,
+            "-m",
+            "rec_sdk.distribute.launch",
+            "--ps",
+            "2",
+            "--workers",
+            "2",
+            "--",
+            sys.executable,
+            "-m",
+            "rec_sdk.examples.distributed_de",
+            "--steps",
+            "250",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+    )
     assert result.returncode == 0, result.stdout[-3000:]
     accuracies = []
     for i in range(2):
-        final = [line for line in result.stdout.splitlines()
-                 if line.startswith("[worker %d] worker %d step 250:" % (i, i))]
+        final = [
+            line
+            for line in result.stdout.splitlines()
+            if line.startswith("[worker %d] worker %d step 250:" % (i, i))
+        ]
         assert final, result.stdout[-3000:]
         accuracies.append(float(final[0].split("accuracy ")[1].split()[0]))
     # Asynchronous: the worker that finishes last has trained on both workers' steps.
     assert max(accuracies) > 0.9, result.stdout[-3000:]
     failed = subprocess.run(
-        [sys.executable, "-m", "rec_sdk.distribute.launch", "--ps", "1", "--workers", "2", "--",
-         sys.executable, "-c", "import json, os, sys, time; "
-         "i = json.loads(os.environ['TF_CONFIG'])['task']['index']; "
-         "time.sleep(60 if i else 0); sys.exit(3)"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
+        [
+            sys.executable,
+            "-m",
+            "rec_sdk.distribute.launch",
+            "--ps",
+            "1",
+            "--workers",
+            "2",
+            "--",
+            sys.executable,
+            "-c",
+            "import json, os, sys, time; "
+            "i = json.loads(os.environ['TF_CONFIG'])['task']['index']; "
+            "time.sleep(60 if i else 0); sys.exit(3)",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=60,
+    )
     assert failed.returncode == 3, failed.stdout
 
 
@@ -580,12 +768,41 @@ def test_the_training_example_trains_dlrm_on_ps_tasks():
     """python -m rec_sdk.examples.train --api dynamic_embedding in a launched cluster (2 ps,
     1 worker): DLRM's variables sharded over the ps tasks train and evaluate."""
     result = subprocess.run(
-        [sys.executable, "-m", "rec_sdk.distribute.launch", "--ps", "2", "--workers", "1", "--",
-         sys.executable, "-m", "rec_sdk.examples.train", "--api", "dynamic_embedding",
-         "--model", "dlrm", "--data", "synthetic", "--rows", "5000", "--steps", "20",
-         "--eval-every", "20", "--batch-size", "128", "--eval-batch-size", "512"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+        [
+            sys.executable,
+            "-m",
+            "rec_sdk.distribute.launch",
+            "--ps",
+            "2",
+            "--workers",
+            "1",
+            "--",
+            sys.executable,
+            "-m",
+            "rec_sdk.examples.train",
+            "--api",
+            "dynamic_embedding",
+            "--model",
+            "dlrm",
+            "--data",
+            "synthetic",
+            "--rows",
+            "5000",
+            "--steps",
+            "20",
+            "--eval-every",
+            "20",
+            "--batch-size",
+            "128",
+            "--eval-batch-size",
+            "512",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+    )
     assert result.returncode == 0, result.stdout[-3000:]
     final = [line for line in result.stdout.splitlines() if "[worker 0] final: eval AUC" in line]
     assert final, result.stdout[-3000:]
@@ -596,14 +813,39 @@ def test_the_training_example_trains_dlrm_over_two_ranks():
     """rec_sdk.examples.train with the SDK API in a cluster without ps tasks: 2 ranks train
     one model synchronously (each on its slice of the data) and so report the same AUC."""
     result = subprocess.run(
-        [sys.executable, "-m", "rec_sdk.distribute.launch", "--ps", "0", "--workers", "2",
-         "--", sys.executable, "-m", "rec_sdk.examples.train", "--model", "dlrm", "--data",
-         "synthetic", "--rows", "8000", "--steps", "60", "--eval-every", "60"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+        [
+            sys.executable,
+            "-m",
+            "rec_sdk.distribute.launch",
+            "--ps",
+            "0",
+            "--workers",
+            "2",
+            "--",
+            sys.executable,
+            "-m",
+            "rec_sdk.examples.train",
+            "--model",
+            "dlrm",
+            "--data",
+            "synthetic",
+            "--rows",
+            "8000",
+            "--steps",
+            "60",
+            "--eval-every",
+            "60",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+    )
     assert result.returncode == 0, result.stdout[-3000:]
-    finals = [line.split("final: ", 1)[1] for line in result.stdout.splitlines()
-              if "final: " in line]
+    finals = [
+        line.split("final: ", 1)[1] for line in result.stdout.splitlines() if "final: " in line
+    ]
     assert len(finals) == 2, result.stdout[-3000:]
     aucs = [float(final.split()[2]) for final in finals]
     assert aucs[0] == aucs[1] and aucs[0] > 0.55, finals
@@ -613,22 +855,27 @@ def test_a_ps_task_without_the_library_is_a_clear_error(tmp_path):
     with ps_cluster(bare=(0,)) as cluster:
         result = _run_worker(cluster, tmp_path / "x.npz")
     assert result.returncode != 0
-    assert "rec_sdk's op library is not loaded in task /job:ps/replica:0/task:0" in \
-        result.stdout, result.stdout[-3000:]
+    assert "rec_sdk's op library is not loaded in task /job:ps/replica:0/task:0" in result.stdout, (
+        result.stdout[-3000:]
+    )
     assert "python -m rec_sdk.distribute.server" in result.stdout
 
 
 def test_a_cancelled_step_of_a_restarted_task_is_an_aborted_one():
     """MonitoredTrainingSession recovers from AbortedError only; a step cancelled because a
     ps task restarted reports CANCELLED first (seen in CI): it is re-raised as AbortedError."""
-    message = ("Graph execution error:\n\nCANCELLED: From /job:worker/replica:0/task:0:\n"
-               "RecvFromRemoteAsync is cancelled.\nABORTED: From /job:ps/replica:0/task:0:\n"
-               "Session handle is not found: 337e. Possibly this worker "
-               "(\"/job:ps/replica:0/task:0\") just restarted.")
+    message = (
+        "Graph execution error:\n\nCANCELLED: From /job:worker/replica:0/task:0:\n"
+        "RecvFromRemoteAsync is cancelled.\nABORTED: From /job:ps/replica:0/task:0:\n"
+        "Session handle is not found: 337e. Possibly this worker "
+        '("/job:ps/replica:0/task:0") just restarted.'
+    )
     clear = explain_restarted_task(tf.errors.CancelledError(None, None, message))
     assert isinstance(clear, tf.errors.AbortedError) and clear.message == message
-    assert explain_restarted_task(tf.errors.CancelledError(
-        None, None, "Run call was cancelled")) is None
+    assert (
+        explain_restarted_task(tf.errors.CancelledError(None, None, "Run call was cancelled"))
+        is None
+    )
     assert explain_restarted_task(tf.errors.AbortedError(None, None, message)) is None
 
 
@@ -641,8 +888,10 @@ def test_sharded_tables_guard_rails(monkeypatch, tmp_path):
     cluster = {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}
     (tmp_path / "ckpt").mkdir()
     for index in (1, 0):
-        monkeypatch.setenv("TF_CONFIG", json.dumps(
-            {"cluster": cluster, "task": {"type": "worker", "index": index}}))
+        monkeypatch.setenv(
+            "TF_CONFIG",
+            json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}}),
+        )
         init(use_dynamic_expansion=True)
         try:
             with tf.Graph().as_default() as graph:
@@ -661,18 +910,27 @@ def test_sharded_tables_guard_rails(monkeypatch, tmp_path):
                 foreign = tf.IndexedSlices(tf.ones([2, 4]), tf.constant([0, 1], tf.int64))
                 with pytest.raises(TypeError, match="not keyed by its lookups"):
                     opt.apply_gradients([(foreign, table)])
-                assert opt.apply_gradients([(tf.gradients(tf.reduce_sum(emb), table)[0],
-                                             table)]) is not None
-                keys = {int(tf.get_static_value(op.inputs[3])) // (1 << 20)
-                        for op in graph.get_operations() if op.type == "CollectiveGatherV2"
-                        and op.inputs[3].op.type == "Const"}
+                assert (
+                    opt.apply_gradients([(tf.gradients(tf.reduce_sum(emb), table)[0], table)])
+                    is not None
+                )
+                keys = {
+                    int(tf.get_static_value(op.inputs[3])) // (1 << 20)
+                    for op in graph.get_operations()
+                    if op.type == "CollectiveGatherV2" and op.inputs[3].op.type == "Const"
+                }
             with tf.Graph().as_default() as other:
                 dist.all_reduce(tf.constant([1.0]))
                 [op] = [o for o in other.get_operations() if o.type == "CollectiveReduceV2"]
                 assert int(tf.get_static_value(op.inputs[3])) // (1 << 20) not in keys
-            restarted = tf.errors.CancelledError(None, None, (
-                "RecvFromRemoteAsync is cancelled.\nABORTED: From /job:worker/replica:0/task:1:"
-                "\nSession handle is not found. Possibly this worker just restarted."))
+            restarted = tf.errors.CancelledError(
+                None,
+                None,
+                (
+                    "RecvFromRemoteAsync is cancelled.\nABORTED: From /job:worker/replica:0/task:1:"
+                    "\nSession handle is not found. Possibly this worker just restarted."
+                ),
+            )
             assert isinstance(explain_lost_rank(restarted, graph), RankLostError)
         finally:
             terminate_config_initializer()
@@ -680,35 +938,46 @@ def test_sharded_tables_guard_rails(monkeypatch, tmp_path):
 
 def test_explain_missing_library_words_only_that_error():
     error = tf.errors.NotFoundError(
-        None, None, "Op type not registered 'RecSdk>EmbeddingTable' in binary running on vm. "
-        "Additional GRPC error information from remote target /job:ps/replica:0/task:1:")
+        None,
+        None,
+        "Op type not registered 'RecSdk>EmbeddingTable' in binary running on vm. "
+        "Additional GRPC error information from remote target /job:ps/replica:0/task:1:",
+    )
     clear = explain_missing_library(error)
     assert isinstance(clear, tf.errors.NotFoundError)
     assert "not loaded in task /job:ps/replica:0/task:1" in clear.message
     assert "RecSdk>EmbeddingTable" in clear.message
-    assert explain_missing_library(tf.errors.NotFoundError(
-        None, None, "Op type not registered 'Foo'")) is None
+    assert (
+        explain_missing_library(tf.errors.NotFoundError(None, None, "Op type not registered 'Foo'"))
+        is None
+    )
 
 
 def test_cluster_task_tf_config_and_devices(monkeypatch):
     cluster = {"ps": ["127.0.0.1:1", "127.0.0.1:2"], "worker": ["127.0.0.1:3"]}
-    task = dist.task_from_tf_config(json.dumps(
-        {"cluster": cluster, "task": {"type": "worker", "index": 0}}))
+    task = dist.task_from_tf_config(
+        json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 0}})
+    )
     assert (task.job_name, task.task_index) == ("worker", 0)
-    assert dist.ps_devices(task) == ["/job:ps/replica:0/task:0/device:CPU:0",
-                                     "/job:ps/replica:0/task:1/device:CPU:0"]
+    assert dist.ps_devices(task) == [
+        "/job:ps/replica:0/task:0/device:CPU:0",
+        "/job:ps/replica:0/task:1/device:CPU:0",
+    ]
     assert list(dist.worker_config(task).device_filters) == ["/job:ps", "/job:worker/task:0"]
-    monkeypatch.setenv("TF_CONFIG", json.dumps({"cluster": cluster,
-                                                "task": {"type": "ps", "index": 1}}))
+    monkeypatch.setenv(
+        "TF_CONFIG", json.dumps({"cluster": cluster, "task": {"type": "ps", "index": 1}})
+    )
     assert server_main.parse([]).task_index == 1
-    assert server_main.parse(["--cluster", json.dumps(cluster), "--job", "ps", "--task",
-                              "0"]).job_name == "ps"
+    assert (
+        server_main.parse(["--cluster", json.dumps(cluster), "--job", "ps", "--task", "0"]).job_name
+        == "ps"
+    )
     monkeypatch.delenv("TF_CONFIG")
     with pytest.raises(ValueError, match="TF_CONFIG is not set"):
         dist.task_from_tf_config()
     with pytest.raises(ValueError, match="not JSON"):
         dist.task_from_tf_config("{")
-    with pytest.raises(ValueError, match="\"task\" dict"):
+    with pytest.raises(ValueError, match='"task" dict'):
         dist.task_from_tf_config({"cluster": cluster})
     with pytest.raises(ValueError, match="job_name 'chief' is not a job"):
         dist.ClusterTask(cluster, "chief", 0)
@@ -724,8 +993,7 @@ PSS_CHIEF = os.path.join(HERE, "distribute", "pss_chief.py")
 
 
 @pytest.mark.parametrize("call", ["plain", "nested"])
-def test_keras_fit_under_parameter_server_strategy_keeps_tables_on_the_ps_tasks(tmp_path,
-                                                                                call):
+def test_keras_fit_under_parameter_server_strategy_keeps_tables_on_the_ps_tasks(tmp_path, call):
     """TFRA's movielens-1m-keras-ps shape: tf.distribute.experimental.ParameterServerStrategy
     (chief + 2 worker servers + 2 ps), de.keras.layers.SquashedEmbedding(devices=ps),
     model.fit, with the model's call a plain method or (as in the demo) a tf.function of
@@ -736,11 +1004,17 @@ def test_keras_fit_under_parameter_server_strategy_keeps_tables_on_the_ps_tasks(
     cluster = {"chief": [ports[0]], "worker": ports[1:3], "ps": ports[3:5]}
     server = [sys.executable, "-m", "rec_sdk.distribute.server"]
     out = tmp_path / "pss.json"
-    with _servers(cluster, [(job, i, server) for job in ("ps", "worker") for i in range(2)]) \
-            as servers:
-        chief = subprocess.run([sys.executable, PSS_CHIEF, str(out), call],
-                               env=_env(cluster, "chief", 0), stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True, timeout=300)
+    with _servers(
+        cluster, [(job, i, server) for job in ("ps", "worker") for i in range(2)]
+    ) as servers:
+        chief = subprocess.run(
+            [sys.executable, PSS_CHIEF, str(out), call],
+            env=_env(cluster, "chief", 0),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=300,
+        )
         assert chief.returncode == 0, chief.stdout[-3000:]
         for process in servers:
             assert process.poll() is None, "a worker or ps task died"

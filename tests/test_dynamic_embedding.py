@@ -2,22 +2,25 @@
 sharding over 3 CPU devices with a custom partitioner, sparse lookups, restrict policies,
 checkpoints, tf.estimator and parity with TFRA. Training with the optimizer wrapper is in
 test_dynamic_embedding_training.py."""
+
 import os
 
 import numpy as np
 import pytest
 import tensorflow as tf
+from tests.helpers import new_session
 
 import rec_sdk.dynamic_embedding as de
-from tests.helpers import new_session
 
 DIM = 3
 
 
 def three_cpus():
-    return tf.compat.v1.Session(config=tf.compat.v1.ConfigProto(
-        device_count={"CPU": 3}, intra_op_parallelism_threads=2,
-        inter_op_parallelism_threads=2))
+    return tf.compat.v1.Session(
+        config=tf.compat.v1.ConfigProto(
+            device_count={"CPU": 3}, intra_op_parallelism_threads=2, inter_op_parallelism_threads=2
+        )
+    )
 
 
 def as_dict(keys, values):
@@ -33,6 +36,7 @@ def f32(x):
 
 
 # --- Variable methods -----------------------------------------------------------------------
+
 
 def test_lookup_upsert_remove_export_clear_size():
     v = de.Variable(dim=DIM, initializer=-1.0, name="emb")
@@ -86,8 +90,9 @@ def test_initializers():
     vec = de.Variable(dim=DIM, initializer=np.array([0.1, 0.2, 0.3]), name="vec")
     num = de.Variable(dim=DIM, initializer=2, name="num")
     none = de.Variable(dim=DIM, name="none")
-    rnd = de.Variable(dim=DIM, initializer=tf.compat.v1.random_normal_initializer(seed=3),
-                      name="rnd")
+    rnd = de.Variable(
+        dim=DIM, initializer=tf.compat.v1.random_normal_initializer(seed=3), name="rnd"
+    )
     keys = i64([5, 6, 5])
     fetch = [x.lookup(keys) for x in (vec, num, none, rnd)]
     with new_session() as sess:
@@ -112,7 +117,7 @@ def test_bad_arguments_raise_clear_errors():
     with pytest.raises(TypeError, match="value_dtype complex64 is not supported"):
         de.Variable(value_dtype=tf.complex64)
     with pytest.raises(ValueError, match=r"dim must be an integer in \[1, \d+\] \(for float64"):
-        de.Variable(value_dtype=tf.float64, dim=10 ** 6)
+        de.Variable(value_dtype=tf.float64, dim=10**6)
     with pytest.raises(ValueError, match="dim must be"):
         de.Variable(dim=0)
     with pytest.raises(TypeError, match="restrict_policy"):
@@ -137,8 +142,10 @@ def test_bad_arguments_raise_clear_errors():
     upsert = v.upsert(keys, values)
     with new_session() as sess:
         for bad in ([1.0] * 6, [[1.0] * 3] * 1, [[[1.0] * 3]] * 2, [[1.0] * 2] * 2):
-            with pytest.raises(tf.errors.InvalidArgumentError,
-                               match=r"Expected shape keys.shape \+ \[dim\] = \[None, 3\]"):
+            with pytest.raises(
+                tf.errors.InvalidArgumentError,
+                match=r"Expected shape keys.shape \+ \[dim\] = \[None, 3\]",
+            ):
                 sess.run(upsert, {keys: [1, 2], values: bad})
         assert sess.run(v.size()) == 0  # nothing written
         sess.run(upsert, {keys: [1, 2], values: [[1.0] * 3] * 2})
@@ -158,29 +165,35 @@ def test_string_keys_against_int64_keys_and_a_dict(tmp_path):
     str(i)) through upsert / lookup / accum / remove / export / clear, training with Adam from
     embedding_lookup and sparse lookups (default_id), slots and the Saver (var_list naming
     the variable included); exports give the strings back."""
+
     def strs(keys):
         return tf.constant([str(k) for k in keys])
 
-    s_var = de.get_variable("str_keys", tf.string, dim=2, initializer=-1.0,
-                            devices=["/CPU:0"] * 2)
+    s_var = de.get_variable("str_keys", tf.string, dim=2, initializer=-1.0, devices=["/CPU:0"] * 2)
     i_var = de.get_variable("int_keys", tf.int64, dim=2, initializer=-1.0)
     ops = {}
     for name, var, conv in (("s", s_var, strs), ("i", i_var, i64)):
         ids = [[1, 2, 1], [7, 2, 9]]
         sp = tf.SparseTensor([[0, 0], [0, 1], [2, 0]], conv([2, 9, 4]), [3, 2])
         emb = de.embedding_lookup(var, tf.reshape(conv(np.ravel(ids)), [2, 3]), name="e" + name)
-        safe = de.safe_embedding_lookup_sparse(var, sp, None, combiner="sum",
-                                               default_id=conv([5])[0])
+        safe = de.safe_embedding_lookup_sparse(
+            var, sp, None, combiner="sum", default_id=conv([5])[0]
+        )
         loss = tf.reduce_sum(tf.square(emb - 0.5)) + tf.reduce_sum(safe)
         opt = de.DynamicEmbeddingOptimizer(tf.compat.v1.train.AdamOptimizer(0.1))
         ops[name] = dict(
             upsert=var.upsert(conv([1, 2, 3]), f32([[1, 1], [2, 2], [3, 3]])),
-            accum=var.accum(conv([1, 8]), f32([[1, 1], [0, 0]]), f32([[4, 4], [6, 6]]),
-                            [True, False]),
-            remove=var.remove(conv([3, 99])), train=opt.minimize(loss),
+            accum=var.accum(
+                conv([1, 8]), f32([[1, 1], [0, 0]]), f32([[4, 4], [6, 6]]), [True, False]
+            ),
+            remove=var.remove(conv([3, 99])),
+            train=opt.minimize(loss),
             lookup=var.lookup(conv([1, 2, 3, 8]), return_exists=True),
-            export=var.export(), slots=[s.export() for s in var.get_slot_variables(opt)],
-            clear=var.clear(), size=var.size())
+            export=var.export(),
+            slots=[s.export() for s in var.get_slot_variables(opt)],
+            clear=var.clear(),
+            size=var.size(),
+        )
     saver = tf.compat.v1.train.Saver()
     chosen = tf.compat.v1.train.Saver([s_var])
     with new_session() as sess:
@@ -196,7 +209,8 @@ def test_string_keys_against_int64_keys_and_a_dict(tmp_path):
         s_slots, i_slots = sess.run([ops["s"]["slots"], ops["i"]["slots"]])
         for (sk, sv), (ik, iv) in zip(s_slots, i_slots):
             assert dict(zip((k.decode() for k in sk), sv.tolist())) == dict(
-                zip((str(k) for k in ik), iv.tolist()))
+                zip((str(k) for k in ik), iv.tolist())
+            )
         path = saver.save(sess, str(tmp_path / "all"))
         chosen_path = chosen.save(sess, str(tmp_path / "chosen"))
         sess.run(ops["s"]["clear"])
@@ -222,8 +236,17 @@ def test_int32_keys():
         np.testing.assert_allclose(sess.run(out), [[3, 4], [1, 1]])
 
 
-VALUE_DTYPES = [tf.float64, tf.float16, tf.bfloat16, tf.int64, tf.int32, tf.int16, tf.int8,
-                tf.uint8, tf.bool]
+VALUE_DTYPES = [
+    tf.float64,
+    tf.float16,
+    tf.bfloat16,
+    tf.int64,
+    tf.int32,
+    tf.int16,
+    tf.int8,
+    tf.uint8,
+    tf.bool,
+]
 
 
 def _values_of(dtype, n, dim, seed):
@@ -237,7 +260,8 @@ def _values_of(dtype, n, dim, seed):
         return values.astype(dtype.as_numpy_dtype)
     info = np.iinfo(dtype.as_numpy_dtype)
     return rng.integers(info.min, info.max, (n, dim), dtype=np.int64, endpoint=True).astype(
-        dtype.as_numpy_dtype)
+        dtype.as_numpy_dtype
+    )
 
 
 @pytest.mark.parametrize("dtype", VALUE_DTYPES, ids=lambda d: d.name)
@@ -247,8 +271,13 @@ def test_value_dtypes_store_bit_exact_values_with_their_defaults(dtype, dim):
     initializer's value), export, remove, accum, over two shards; values come back bit for
     bit (float64 values float32 cannot hold, the extremes of every integer type)."""
     default = np.ones([dim], dtype.as_numpy_dtype)
-    v = de.Variable(value_dtype=dtype, dim=dim, initializer=default[:1],
-                    devices=["/CPU:0"] * 2, name="dtype_%s_%d" % (dtype.name, dim))
+    v = de.Variable(
+        value_dtype=dtype,
+        dim=dim,
+        initializer=default[:1],
+        devices=["/CPU:0"] * 2,
+        name="dtype_%s_%d" % (dtype.name, dim),
+    )
     keys = tf.compat.v1.placeholder(tf.int64, [None])
     values = tf.compat.v1.placeholder(dtype, [None, dim])
     upsert, remove = v.upsert(keys, values), v.remove(keys)
@@ -275,9 +304,14 @@ def test_value_dtypes_store_bit_exact_values_with_their_defaults(dtype, dim):
             np.testing.assert_array_equal(row, ref[int(key)])
         if dtype != tf.bool:
             present = sorted(ref)[0]
-            sess.run(v.accum(i64([present, 100]), np.zeros([2, dim], dtype.as_numpy_dtype),
-                             np.ones([2, dim], dtype.as_numpy_dtype),
-                             tf.constant([True, False])))
+            sess.run(
+                v.accum(
+                    i64([present, 100]),
+                    np.zeros([2, dim], dtype.as_numpy_dtype),
+                    np.ones([2, dim], dtype.as_numpy_dtype),
+                    tf.constant([True, False]),
+                )
+            )
             after = sess.run(v.lookup(i64([present, 100])))
             np.testing.assert_array_equal(after[0], ref[present] + np.ones([dim], after.dtype))
             np.testing.assert_array_equal(after[1], np.ones([dim]))
@@ -307,8 +341,12 @@ def test_accum_semantics():
     setup = v.upsert(i64([1, 2]), f32([[10, 10], [20, 20]]))
     # 1: exists, present -> += new - old; 2: not exists, present -> unchanged;
     # 3: exists, absent -> nothing; 4: not exists, absent -> inserted.
-    acc = v.accum(i64([1, 2, 3, 4]), f32([[1, 1], [0, 0], [0, 0], [0, 0]]),
-                  f32([[4, 6], [5, 5], [7, 7], [8, 9]]), tf.constant([True, False, True, False]))
+    acc = v.accum(
+        i64([1, 2, 3, 4]),
+        f32([[1, 1], [0, 0], [0, 0], [0, 0]]),
+        f32([[4, 6], [5, 5], [7, 7], [8, 9]]),
+        tf.constant([True, False, True, False]),
+    )
     with new_session() as sess:
         sess.run(setup)
         sess.run(acc)
@@ -331,10 +369,12 @@ def test_sharding_over_three_cpu_devices_with_custom_partitioner():
         return tf.cast(tf.math.floormod(keys // 100, shard_num), tf.int32)
 
     devices = ["/CPU:0", "/CPU:1", "/CPU:2"]
-    v = de.Variable(dim=DIM, devices=devices, partitioner=by_hundreds, initializer=-1.0,
-                    name="sharded")
+    v = de.Variable(
+        dim=DIM, devices=devices, partitioner=by_hundreds, initializer=-1.0, name="sharded"
+    )
     assert v.shard_num == 3 and [t.handle.device for t in v.tables] == [
-        "/device:CPU:%d" % i for i in range(3)]
+        "/device:CPU:%d" % i for i in range(3)
+    ]
     rng = np.random.default_rng(1)
     keys = rng.choice(1000, size=60, replace=False).astype(np.int64)
     vals = rng.normal(size=(60, DIM)).astype(np.float32)
@@ -375,9 +415,11 @@ def test_get_variable_reuse():
 
 # --- Sparse lookups -------------------------------------------------------------------------
 
+
 def sparse(indices, values, shape, dtype=tf.int64):
-    return tf.SparseTensor(np.asarray(indices, np.int64), tf.constant(values, dtype),
-                           np.asarray(shape, np.int64))
+    return tf.SparseTensor(
+        np.asarray(indices, np.int64), tf.constant(values, dtype), np.asarray(shape, np.int64)
+    )
 
 
 def np_combine(table, rows, ids, weights, combiner, num_rows, default=None):
@@ -413,8 +455,9 @@ def test_embedding_lookup_sparse(combiner, weighted):
         got, tab, got_safe = sess.run([out, table, safe])
     want = np_combine(tab, rows, ids, weights if weighted else None, combiner, 4)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)  # rows 0..3 (last with ids)
-    np.testing.assert_allclose(got_safe, np.concatenate([want, np.zeros((1, DIM))]),
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        got_safe, np.concatenate([want, np.zeros((1, DIM))]), rtol=1e-5, atol=1e-6
+    )
 
 
 def test_safe_embedding_lookup_sparse_rank3_default_id_and_pruning():
@@ -424,8 +467,9 @@ def test_safe_embedding_lookup_sparse_rank3_default_id_and_pruning():
     indices = [[0, 0, 0], [0, 0, 1], [1, 0, 0], [1, 1, 0]]
     sp_ids = sparse(indices, [1, 2, 3, 4], [2, 2, 2])
     sp_w = sparse(indices, [2.0, -1.0, 1.0, 0.0], [2, 2, 2], tf.float32)
-    with_default = de.safe_embedding_lookup_sparse(v, sp_ids, sp_w, default_id=9,
-                                                   name="with_default")
+    with_default = de.safe_embedding_lookup_sparse(
+        v, sp_ids, sp_w, default_id=9, name="with_default"
+    )
     zeros = de.safe_embedding_lookup_sparse(v, sp_ids, sp_w, name="zeros")
     summed = de.safe_embedding_lookup_sparse(v, sp_ids, sp_w, combiner="sum", name="summed")
     table = v.lookup(i64(np.arange(10)))
@@ -447,8 +491,9 @@ def test_sparse_lookup_trains_with_summed_gradients():
     v = de.Variable(dim=2, initializer=1.0)
     sp_ids = sparse([[0, 0], [0, 1], [1, 0]], [4, 4, 6], [2, 2])
     out = de.embedding_lookup_sparse(v, sp_ids, None, combiner="sum")
-    train = de.DynamicEmbeddingOptimizer(tf.compat.v1.train.GradientDescentOptimizer(
-        0.5)).minimize(tf.reduce_sum(out))
+    train = de.DynamicEmbeddingOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.5)).minimize(
+        tf.reduce_sum(out)
+    )
     with new_session() as sess:
         sess.run(tf.compat.v1.global_variables_initializer())
         sess.run(train)
@@ -461,11 +506,11 @@ def test_sparse_lookup_trains_with_summed_gradients():
 
 # --- Restrict policies ----------------------------------------------------------------------
 
+
 def train_pattern(policy, devices=1):
     """Keys 0..9 (x devices); key k is trained in steps 0..k (k + 1 times) with Adagrad, key
     20 once in the last step; key 30 only upserted. -> (variable, session, ops)."""
-    v = de.Variable(dim=2, initializer=0.1, restrict_policy=policy,
-                    devices=["/CPU:0"] * devices)
+    v = de.Variable(dim=2, initializer=0.1, restrict_policy=policy, devices=["/CPU:0"] * devices)
     ids = tf.compat.v1.placeholder(tf.int64, [None])
     opt = de.DynamicEmbeddingOptimizer(tf.compat.v1.train.AdagradOptimizer(0.1))
     train = opt.minimize(tf.reduce_sum(tf.square(de.embedding_lookup(v, ids))))
@@ -561,20 +606,33 @@ def test_save_to_and_load_from_file_system(tmp_path, monkeypatch):
         sess.run(same.upsert(i64([100]), tf.constant([[7.0, 7.0]], tf.float64)))
         sess.run(save)
         assert sorted(os.listdir(tmp_path / "kv")) == [
-            "files_mht_%dof2_rank0_size1-%s" % (i, kind) for i in (1, 2)
-            for kind in ("keys", "values")]
+            "files_mht_%dof2_rank0_size1-%s" % (i, kind)
+            for i in (1, 2)
+            for kind in ("keys", "values")
+        ]
         sess.run(three.load_from_file_system(url, load_entire_dir=True))
         assert sess.run([three.size(i) for i in range(3)]) == [7, 7, 6]  # keys mod 3
         np.testing.assert_array_equal(sess.run(three.lookup(keys)), values)
-        sess.run(same.load_from_file_system(url, file_name_list=[  # upserts: key 100 stays
-            "files_mht_1of2_rank0_size1", "files_mht_2of2_rank0_size1"]))
+        sess.run(
+            same.load_from_file_system(
+                url,
+                file_name_list=[  # upserts: key 100 stays
+                    "files_mht_1of2_rank0_size1",
+                    "files_mht_2of2_rank0_size1",
+                ],
+            )
+        )
         want = as_dict(keys, values)
         want[100] = [7.0, 7.0]
         assert as_dict(*sess.run(same.export())) == want
         table = v.tables[0]
         assert sess.run(table.save_to_file_system(str(tmp_path / "t"), file_name="a")) == 10
-        assert sess.run(table.save_to_file_system(str(tmp_path / "t"), file_name="a",
-                                                  append_to_file=True)) == 20
+        assert (
+            sess.run(
+                table.save_to_file_system(str(tmp_path / "t"), file_name="a", append_to_file=True)
+            )
+            == 20
+        )
         monkeypatch.setenv("TFRA_SAVED_KV", str(tmp_path / "t"))
         fresh = de.Variable(dim=2, value_dtype=tf.float64, name="fresh")
         sess.run(fresh.tables[0].load_from_file_system("/nonexistent", file_name="a"))
@@ -585,13 +643,15 @@ def test_save_to_and_load_from_file_system(tmp_path, monkeypatch):
 
 # --- Checkpoints and tf.estimator -----------------------------------------------------------
 
+
 def test_saver_saves_and_restores_variables_with_slots(tmp_path):
     v = de.Variable(dim=2, initializer=0.5, devices=["/CPU:0"] * 2, name="saved")
     skipped = de.Variable(dim=2, initializer=0.5, checkpoint=False, name="skipped")
     ids = i64([1, 2, 3, 2])
     opt = de.DynamicEmbeddingOptimizer(tf.compat.v1.train.AdamOptimizer(0.1))
     loss = tf.reduce_sum(tf.square(de.embedding_lookup(v, ids))) + tf.reduce_sum(
-        de.embedding_lookup(skipped, ids, name="s"))
+        de.embedding_lookup(skipped, ids, name="s")
+    )
     train = opt.minimize(loss)
     m = v.get_slot_variables(opt)[0].lookup(i64([1, 2, 3]))
     saver = tf.compat.v1.train.Saver()
@@ -623,8 +683,7 @@ def test_saver_restores_into_another_number_of_shards(tmp_path, shards):
     saved = {}
     for step, count in enumerate(shards):
         with tf.Graph().as_default():
-            v = de.Variable(dim=2, devices=["/CPU:0"] * count, name="resharded",
-                            initializer=-1.0)
+            v = de.Variable(dim=2, devices=["/CPU:0"] * count, name="resharded", initializer=-1.0)
             ids = tf.constant(keys)
             opt = de.DynamicEmbeddingOptimizer(tf.compat.v1.train.AdamOptimizer(0.1))
             train = opt.minimize(tf.reduce_sum(de.embedding_lookup(v, ids) ** 2))
@@ -641,8 +700,9 @@ def test_saver_restores_into_another_number_of_shards(tmp_path, shards):
                 saver.restore(sess, str(tmp_path / "model"))
                 for got, want in zip(sess.run(fetch), saved["rows"]):
                     np.testing.assert_array_equal(got, want)
-                assert sess.run(sizes) == [int(np.sum(np.mod(keys, count) == i))
-                                           for i in range(count)]
+                assert sess.run(sizes) == [
+                    int(np.sum(np.mod(keys, count) == i)) for i in range(count)
+                ]
 
 
 @pytest.mark.estimator
@@ -652,27 +712,42 @@ def test_estimator_trains_evaluates_and_predicts(tmp_path):
     labels = (users % 2).astype(np.float32)  # learnable from the id alone
 
     def input_fn():
-        return tf.compat.v1.data.Dataset.from_tensor_slices(
-            ({"user": users}, labels)).repeat().batch(64)
+        return (
+            tf.compat.v1.data.Dataset.from_tensor_slices(({"user": users}, labels))
+            .repeat()
+            .batch(64)
+        )
 
     def model_fn(features, labels, mode):
-        emb = de.get_variable("user_emb", dim=4,
-                              initializer=tf.compat.v1.random_normal_initializer(0, 0.1))
+        emb = de.get_variable(
+            "user_emb", dim=4, initializer=tf.compat.v1.random_normal_initializer(0, 0.1)
+        )
         vec = de.embedding_lookup(emb, features["user"], name="user")
         weights = tf.compat.v1.get_variable("w", [4], initializer=tf.ones_initializer())
         logits = tf.reduce_sum(vec * weights, axis=1)
         if mode == tf.estimator.ModeKeys.PREDICT:
             return tf.estimator.EstimatorSpec(mode, predictions={"p": tf.sigmoid(logits)})
-        loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=labels,
-                                                                      logits=logits))
+        loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits))
         opt = de.DynamicEmbeddingOptimizer(tf.compat.v1.train.AdamOptimizer(0.05))
         train = opt.minimize(loss, global_step=tf.compat.v1.train.get_global_step())
-        return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train, eval_metric_ops={
-            "acc": tf.compat.v1.metrics.accuracy(labels, tf.cast(logits > 0, tf.float32))})
+        return tf.estimator.EstimatorSpec(
+            mode,
+            loss=loss,
+            train_op=train,
+            eval_metric_ops={
+                "acc": tf.compat.v1.metrics.accuracy(labels, tf.cast(logits > 0, tf.float32))
+            },
+        )
 
-    est = tf.estimator.Estimator(model_fn, model_dir=str(tmp_path), config=tf.estimator.RunConfig(
-        session_config=tf.compat.v1.ConfigProto(intra_op_parallelism_threads=2,
-                                                inter_op_parallelism_threads=2)))
+    est = tf.estimator.Estimator(
+        model_fn,
+        model_dir=str(tmp_path),
+        config=tf.estimator.RunConfig(
+            session_config=tf.compat.v1.ConfigProto(
+                intra_op_parallelism_threads=2, inter_op_parallelism_threads=2
+            )
+        ),
+    )
     est.train(input_fn, steps=150)
     result = est.evaluate(input_fn, steps=4)
     assert result["acc"] > 0.95
@@ -682,13 +757,16 @@ def test_estimator_trains_evaluates_and_predicts(tmp_path):
 
 # --- Against TFRA 0.7.2 (where installed: make bench installs it) --------------------------
 
+
 def _run_parity(library):
     import json
     import subprocess
     import sys
+
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tfra_parity.py")
-    out = subprocess.run([sys.executable, script, library], capture_output=True, text=True,
-                         check=True, timeout=600)
+    out = subprocess.run(
+        [sys.executable, script, library], capture_output=True, text=True, check=True, timeout=600
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -696,6 +774,7 @@ def test_same_results_as_tfra():
     """lookup / upsert / remove / accum / export / size on 3 shards give identical results,
     and training losses and tables with Adam, Adagrad and SGD agree within float tolerance."""
     import importlib.util
+
     if importlib.util.find_spec("tensorflow_recommenders_addons") is None:
         pytest.skip("TFRA is not installed (make bench installs tensorflow-recommenders-addons)")
     ours, theirs = _run_parity("rec_sdk"), _run_parity("tfra")
@@ -735,8 +814,12 @@ def test_kv_creators_map_onto_rec_sdks_table_and_other_back_ends_say_they_are_ab
     assert v.kv_creator is creator and isinstance(creator.config, de.CuckooHashTableConfig)
     with pytest.raises(TypeError, match="kv_creator"):
         de.Variable(dim=2, name="bad_creator", kv_creator="cuckoo")
-    for name in ("RedisTableConfig", "RedisTableCreator", "HkvHashTableConfig",
-                 "HkvHashTableCreator"):
+    for name in (
+        "RedisTableConfig",
+        "RedisTableCreator",
+        "HkvHashTableConfig",
+        "HkvHashTableCreator",
+    ):
         with pytest.raises(NotImplementedError, match="not available in rec_sdk"):
             getattr(de, name)()
 
@@ -752,8 +835,10 @@ def test_warm_start_loads_chosen_variables_from_a_checkpoint(tmp_path, how):
         with new_session() as sess:
             sess.run([v.upsert(keys, values), dense.initializer])
             assert tf.compat.v1.train.Saver(var_list=[v, dense]).save(sess, prefix) == prefix
-            assert tf.compat.v1.train.Saver(var_list=[v]).save(sess, prefix + "_tables") == \
-                prefix + "_tables"  # tables only: TensorFlow's part is empty
+            assert (
+                tf.compat.v1.train.Saver(var_list=[v]).save(sess, prefix + "_tables")
+                == prefix + "_tables"
+            )  # tables only: TensorFlow's part is empty
     with tf.Graph().as_default():
         v = de.get_variable("emb", dim=2, devices=["/CPU:0"] * 2)
         other = de.get_variable("other", dim=2)

@@ -1,13 +1,14 @@
 """rec_sdk.dynamic_embedding training with DynamicEmbeddingOptimizer against TensorFlow's own
 optimizers on a dense variable and a NumPy lazy Adam (one and three shards, duplicates, two
 lookups per step, slots), trainables, unwrapped optimizers and graphs."""
+
 import numpy as np
 import pytest
 import tensorflow as tf
-
-import rec_sdk.dynamic_embedding as de
 from tests.helpers import new_session
 from tests.test_dynamic_embedding import DIM, as_dict, f32, i64, keys_of
+
+import rec_sdk.dynamic_embedding as de
 
 # --- Training with DynamicEmbeddingOptimizer ----------------------------------------------
 
@@ -18,32 +19,53 @@ TF_OPTIMIZERS = {
     "adagrad": lambda: tf.compat.v1.train.AdagradOptimizer(0.2, initial_accumulator_value=0.5),
     "sgd": lambda: tf.compat.v1.train.GradientDescentOptimizer(0.3),
     # rec_sdk's own (one accumulator per row), the same class on the dense reference.
-    "rowwise_adagrad": lambda: de.RowwiseAdagradOptimizer(0.2, initial_accumulator_value=0.1,
-                                                          epsilon=1e-3),
+    "rowwise_adagrad": lambda: de.RowwiseAdagradOptimizer(
+        0.2, initial_accumulator_value=0.1, epsilon=1e-3
+    ),
     "momentum": lambda: tf.compat.v1.train.MomentumOptimizer(0.1, 0.9),
     "nesterov": lambda: tf.compat.v1.train.MomentumOptimizer(0.1, 0.9, use_nesterov=True),
     "ftrl": lambda: tf.compat.v1.train.FtrlOptimizer(
-        0.3, l1_regularization_strength=0.01, l2_regularization_strength=0.02,
-        l2_shrinkage_regularization_strength=0.05),
+        0.3,
+        l1_regularization_strength=0.01,
+        l2_regularization_strength=0.02,
+        l2_shrinkage_regularization_strength=0.05,
+    ),
     "adam": lambda: tf.compat.v1.train.AdamOptimizer(0.1, beta1=0.8, beta2=0.9, epsilon=1e-3),
     # Without a rec_sdk kernel: TensorFlow's own kernel on the step's rows and slots.
     "adadelta": lambda: tf.compat.v1.train.AdadeltaOptimizer(1.0, rho=0.9, epsilon=1e-3),
-    "rmsprop": lambda: tf.compat.v1.train.RMSPropOptimizer(0.05, decay=0.8, momentum=0.5,
-                                                           centered=True),
+    "rmsprop": lambda: tf.compat.v1.train.RMSPropOptimizer(
+        0.05, decay=0.8, momentum=0.5, centered=True
+    ),
     "proximal_adagrad": lambda: tf.compat.v1.train.ProximalAdagradOptimizer(
-        0.2, initial_accumulator_value=0.3, l1_regularization_strength=0.01,
-        l2_regularization_strength=0.02),
+        0.2,
+        initial_accumulator_value=0.3,
+        l1_regularization_strength=0.01,
+        l2_regularization_strength=0.02,
+    ),
     "proximal_sgd": lambda: tf.compat.v1.train.ProximalGradientDescentOptimizer(
-        0.2, l1_regularization_strength=0.01, l2_regularization_strength=0.05),
+        0.2, l1_regularization_strength=0.01, l2_regularization_strength=0.05
+    ),
     "adagrad_da": lambda: tf.compat.v1.train.AdagradDAOptimizer(
-        0.3, tf.compat.v1.train.get_or_create_global_step(),
-        initial_gradient_squared_accumulator_value=0.2, l1_regularization_strength=0.01),
+        0.3,
+        tf.compat.v1.train.get_or_create_global_step(),
+        initial_gradient_squared_accumulator_value=0.2,
+        l1_regularization_strength=0.01,
+    ),
 }
-SLOTS = {"adagrad": ["accumulator"], "rowwise_adagrad": ["accumulator"], "sgd": [], "momentum": ["momentum"],
-         "nesterov": ["momentum"], "ftrl": ["accum", "linear"], "adam": ["m", "v"],
-         "adadelta": ["accum", "accum_update"], "rmsprop": ["rms", "mg", "momentum"],
-         "proximal_adagrad": ["accumulator"], "proximal_sgd": [],
-         "adagrad_da": ["gradient_accumulator", "gradient_squared_accumulator"]}
+SLOTS = {
+    "adagrad": ["accumulator"],
+    "rowwise_adagrad": ["accumulator"],
+    "sgd": [],
+    "momentum": ["momentum"],
+    "nesterov": ["momentum"],
+    "ftrl": ["accum", "linear"],
+    "adam": ["m", "v"],
+    "adadelta": ["accum", "accum_update"],
+    "rmsprop": ["rms", "mg", "momentum"],
+    "proximal_adagrad": ["accumulator"],
+    "proximal_sgd": [],
+    "adagrad_da": ["gradient_accumulator", "gradient_squared_accumulator"],
+}
 
 
 def batches(seed=0):
@@ -51,7 +73,7 @@ def batches(seed=0):
     rng = np.random.default_rng(seed)
     out = []
     for _ in range(STEPS):
-        a = rng.integers(0, 8, size=(2, 4))       # mostly the first keys: repeats across steps
+        a = rng.integers(0, 8, size=(2, 4))  # mostly the first keys: repeats across steps
         b = rng.integers(4, len(UNIVERSE), size=5)
         out.append((a, b, rng.normal(size=(2, 4, DIM)).astype(np.float32)))
     return out
@@ -59,28 +81,37 @@ def batches(seed=0):
 
 def model_loss(emb_a, emb_b, weights, dense):
     """Nonlinear in the embeddings (so updates depend on the values) and in a dense vector."""
-    return (tf.reduce_sum(weights * emb_a) + 0.5 * tf.reduce_sum(tf.square(emb_b)) +
-            tf.reduce_sum(dense * tf.reduce_mean(emb_a, axis=[0, 1])))
+    return (
+        tf.reduce_sum(weights * emb_a)
+        + 0.5 * tf.reduce_sum(tf.square(emb_b))
+        + tf.reduce_sum(dense * tf.reduce_mean(emb_a, axis=[0, 1]))
+    )
 
 
 def train_de(name, sharded):
     """Trains a de.Variable (and a dense vector) for STEPS; -> (rows, slots, dense, initial)."""
     tf.compat.v1.reset_default_graph()
-    v = de.Variable(dim=DIM, initializer=tf.compat.v1.random_normal_initializer(seed=5),
-                    devices=["/CPU:0"] * (3 if sharded else 1), name="trained")
+    v = de.Variable(
+        dim=DIM,
+        initializer=tf.compat.v1.random_normal_initializer(seed=5),
+        devices=["/CPU:0"] * (3 if sharded else 1),
+        name="trained",
+    )
     initial = v.lookup(i64(UNIVERSE))
     a = tf.compat.v1.placeholder(tf.int64, [2, 4])
     b = tf.compat.v1.placeholder(tf.int64, [5])
     w = tf.compat.v1.placeholder(tf.float32, [2, 4, DIM])
     dense = tf.compat.v1.get_variable("dense", initializer=tf.constant([0.5, -0.5, 1.0]))
-    loss = model_loss(de.embedding_lookup(v, a, name="a"), de.embedding_lookup(v, b, name="b"),
-                      w, dense)
+    loss = model_loss(
+        de.embedding_lookup(v, a, name="a"), de.embedding_lookup(v, b, name="b"), w, dense
+    )
     opt = de.DynamicEmbeddingOptimizer(TF_OPTIMIZERS[name]())
     step = tf.compat.v1.train.get_or_create_global_step()
     train = opt.minimize(loss, global_step=step)
     slots = [s.lookup(i64(UNIVERSE)) for s in v.get_slot_variables(opt)]
     assert [s.name for s in v.get_slot_variables(opt)] == [
-        "trained/%s/%s" % (opt.get_name(), n) for n in SLOTS[name]]
+        "trained/%s/%s" % (opt.get_name(), n) for n in SLOTS[name]
+    ]
     with new_session() as sess:
         sess.run(tf.compat.v1.global_variables_initializer())
         init_values = sess.run(initial)
@@ -131,13 +162,13 @@ def lazy_adam_reference(init_values, lr=0.1, b1=0.8, b2=0.9, eps=1e-3):
         for pos in ib:
             grad_rows[pos] = grad_rows.get(pos, 0) + table[pos]
         g_dense = emb_a.reshape(-1, DIM).mean(axis=0)
-        lr_t = lr * np.sqrt(1 - b2 ** t) / (1 - b1 ** t)
+        lr_t = lr * np.sqrt(1 - b2**t) / (1 - b1**t)
         for pos, g in grad_rows.items():
             m[pos] = b1 * m[pos] + (1 - b1) * g
             v[pos] = b2 * v[pos] + (1 - b2) * g * g
             table[pos] -= lr_t * m[pos] / (np.sqrt(v[pos]) + eps)
         dm = b1 * dm + (1 - b1) * g_dense
-        dv = b2 * dv + (1 - b2) * g_dense ** 2
+        dv = b2 * dv + (1 - b2) * g_dense**2
         dense = dense - lr_t * dm / (np.sqrt(dv) + eps)
         seen.update(grad_rows)
     return table, [m, v], dense, sorted(seen)
@@ -154,8 +185,9 @@ def test_training_matches_reference(name, sharded):
     # Exactly the keys a batch met were inserted, with the reference's values and slots.
     assert sorted(rows) == sorted(int(UNIVERSE[p]) for p in seen)
     for p in seen:
-        np.testing.assert_allclose(rows[int(UNIVERSE[p])], want[p], rtol=2e-4, atol=2e-5,
-                                   err_msg="key %d" % UNIVERSE[p])
+        np.testing.assert_allclose(
+            rows[int(UNIVERSE[p])], want[p], rtol=2e-4, atol=2e-5, err_msg="key %d" % UNIVERSE[p]
+        )
         for got, ref in zip(slots, want_slots):
             np.testing.assert_allclose(got[p], ref[p], rtol=2e-4, atol=2e-5)
     np.testing.assert_allclose(dense, want_dense, rtol=2e-4, atol=2e-5)
@@ -171,13 +203,15 @@ def test_rowwise_adagrad_on_dense_variables_against_numpy(use_resource):
     with a duplicate index and a dense one: one accumulator per row, duplicates summed."""
     init = np.arange(12, dtype=np.float32).reshape(4, 3) / 10.0
     table = tf.compat.v1.get_variable("rw_table", initializer=init, use_resource=use_resource)
-    vector = tf.compat.v1.get_variable("rw_vector", initializer=np.float32([1.0, -2.0]),
-                                       use_resource=use_resource)
+    vector = tf.compat.v1.get_variable(
+        "rw_vector", initializer=np.float32([1.0, -2.0]), use_resource=use_resource
+    )
     ids = tf.constant([0, 2, 0])
     weights = np.float32([[1.0, 2.0, 3.0], [0.5, -1.0, 0.0], [2.0, 0.0, -1.0]])
     loss = tf.reduce_sum(tf.gather(table, ids) * weights) + tf.reduce_sum(vector * vector)
-    train = de.RowwiseAdagradOptimizer(0.1, initial_accumulator_value=0.2,
-                                       epsilon=1e-3).minimize(loss)
+    train = de.RowwiseAdagradOptimizer(0.1, initial_accumulator_value=0.2, epsilon=1e-3).minimize(
+        loss
+    )
     want_table, acc = init.astype(np.float64), np.full(4, 0.2)
     want_vector, vector_acc = np.float64([1.0, -2.0]), 0.2
     with new_session() as sess:
@@ -200,8 +234,9 @@ def test_training_inserts_only_when_the_optimizer_runs_and_eval_does_not():
     ids = i64([[1, 2], [2, 3]])
     emb = de.embedding_lookup(v, ids)
     loss = tf.reduce_sum(emb)
-    train = de.DynamicEmbeddingOptimizer(
-        tf.compat.v1.train.GradientDescentOptimizer(1.0)).minimize(loss)
+    train = de.DynamicEmbeddingOptimizer(tf.compat.v1.train.GradientDescentOptimizer(1.0)).minimize(
+        loss
+    )
     eval_emb = de.embedding_lookup(v, i64([4, 5]), name="eval")
     with new_session() as sess:
         sess.run(tf.compat.v1.global_variables_initializer())
@@ -209,8 +244,7 @@ def test_training_inserts_only_when_the_optimizer_runs_and_eval_does_not():
         sess.run(eval_emb)
         assert sess.run(v.size()) == 0  # lookups never insert
         sess.run(train)
-        assert as_dict(*sess.run(v.export())) == {1: [-0.75] * 2, 2: [-1.75] * 2,
-                                                  3: [-0.75] * 2}
+        assert as_dict(*sess.run(v.export())) == {1: [-0.75] * 2, 2: [-1.75] * 2, 3: [-0.75] * 2}
 
 
 def test_trainables_and_return_trainable():
@@ -235,8 +269,9 @@ def test_gradients_of_unique_and_max_norm():
     plain = de.embedding_lookup(v, ids)
     unique = de.embedding_lookup_unique(v, ids, name="u")
     clipped = de.embedding_lookup(v, ids, max_norm=1.0, name="c")
-    train = de.DynamicEmbeddingOptimizer(tf.compat.v1.train.GradientDescentOptimizer(
-        0.1)).minimize(tf.reduce_sum(plain))
+    train = de.DynamicEmbeddingOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1)).minimize(
+        tf.reduce_sum(plain)
+    )
     with new_session() as sess:
         sess.run(setup)
         a, b, c = sess.run([plain, unique, clipped])
@@ -244,8 +279,9 @@ def test_gradients_of_unique_and_max_norm():
         np.testing.assert_allclose(c, [[0.6, 0.8], [0.6, 0.8], [0.3, 0.4]], rtol=1e-6)
         sess.run(train)
         # Key 1 appears twice: both gradients count (TFRA's plain lookup keeps one).
-        np.testing.assert_allclose(sess.run(v.lookup(i64([1, 2]))),
-                                   [[2.8, 3.8], [0.2, 0.3]], rtol=1e-6)
+        np.testing.assert_allclose(
+            sess.run(v.lookup(i64([1, 2]))), [[2.8, 3.8], [0.2, 0.3]], rtol=1e-6
+        )
 
 
 def test_bp_v2_gives_the_same_single_worker_result():
@@ -254,8 +290,7 @@ def test_bp_v2_gives_the_same_single_worker_result():
         tf.compat.v1.reset_default_graph()
         v = de.Variable(dim=2, initializer=0.5, bp_v2=bp_v2)
         loss = tf.reduce_sum(tf.square(de.embedding_lookup(v, i64([1, 2, 1]))))
-        opt = de.DynamicEmbeddingOptimizer(tf.compat.v1.train.AdagradOptimizer(0.1),
-                                           bp_v2=bp_v2)
+        opt = de.DynamicEmbeddingOptimizer(tf.compat.v1.train.AdagradOptimizer(0.1), bp_v2=bp_v2)
         train = opt.minimize(loss)
         with new_session() as sess:
             sess.run(tf.compat.v1.global_variables_initializer())
@@ -276,10 +311,9 @@ def test_unsupported_optimizer():
         de.DynamicEmbeddingOptimizer(object())
 
 
-
-
 def test_unwrapped_optimizer_on_de_trainables_is_a_clear_error():
     from rec_sdk.util.variable import get_dense_and_sparse_variable
+
     v = de.Variable(dim=2, name="emb")
     dense = tf.compat.v1.get_variable("d", [2])
     loss = tf.reduce_sum(de.embedding_lookup(v, i64([1, 2])) * dense)
@@ -293,7 +327,8 @@ def test_unwrapped_optimizer_on_de_trainables_is_a_clear_error():
 def test_slot_views_before_training_and_of_another_optimizer():
     v = de.Variable(dim=2, initializer=0.0, name="slots")
     adagrad = de.DynamicEmbeddingOptimizer(
-        tf.compat.v1.train.AdagradOptimizer(0.1, initial_accumulator_value=0.5))
+        tf.compat.v1.train.AdagradOptimizer(0.1, initial_accumulator_value=0.5)
+    )
     adam = tf.compat.v1.train.AdamOptimizer(0.1)
     train = adagrad.minimize(tf.reduce_sum(de.embedding_lookup(v, i64([1, 2]))))
     accum = v.get_slot_variables(adagrad)[0]
@@ -306,8 +341,7 @@ def test_slot_views_before_training_and_of_another_optimizer():
         keys, values = sess.run(accum.export())
         assert keys.tolist() == [7] and np.allclose(values, 0.5)
         sess.run(train)
-        np.testing.assert_allclose(sess.run(accum.lookup(i64([1, 8]))), [[1.5, 1.5],
-                                                                          [0.5, 0.5]])
+        np.testing.assert_allclose(sess.run(accum.lookup(i64([1, 8]))), [[1.5, 1.5], [0.5, 0.5]])
         with pytest.raises(tf.errors.InvalidArgumentError, match="belong to optimizer Adagrad"):
             sess.run(m.lookup(i64([1])))
 
@@ -321,8 +355,7 @@ def test_one_optimizer_in_two_graphs():
             with new_session() as sess:
                 sess.run(tf.compat.v1.global_variables_initializer())
                 sess.run(train)
-                np.testing.assert_allclose(sess.run(v.lookup(i64([1]))), [[0.9, 0.9]],
-                                           rtol=1e-5)
+                np.testing.assert_allclose(sess.run(v.lookup(i64([1]))), [[0.9, 0.9]], rtol=1e-5)
 
 
 def test_gradient_tape_in_graph_mode_reaches_the_trainable():
@@ -343,20 +376,26 @@ def test_gradient_tape_in_graph_mode_reaches_the_trainable():
     assert tape.gradient(loss, trainables)[0] is not None
     assert isinstance(trainables[0], de.TrainableWrapper)
     train = de.DynamicEmbeddingOptimizer(tf.keras.optimizers.legacy.SGD(0.1)).minimize(
-        de_loss, lambda: trainables)
+        de_loss, lambda: trainables
+    )
     dense_train = tf.keras.optimizers.legacy.SGD(0.1).minimize(
-        lambda: tf.reduce_sum(tf.square(tf.nn.embedding_lookup(dense, ids))), [dense])
+        lambda: tf.reduce_sum(tf.square(tf.nn.embedding_lookup(dense, ids))), [dense]
+    )
     with new_session() as sess:
         sess.run(tf.compat.v1.global_variables_initializer())
         for _ in range(3):
             sess.run([train, dense_train])
-        np.testing.assert_allclose(sess.run(v.lookup(i64([1, 2]))), sess.run(dense)[1:],
-                                   atol=1e-6)
+        np.testing.assert_allclose(sess.run(v.lookup(i64([1, 2]))), sess.run(dense)[1:], atol=1e-6)
 
 
-@pytest.mark.parametrize("make", [lambda: tf.keras.optimizers.legacy.RMSprop(0.1),
-                                  lambda: tf.keras.optimizers.legacy.Nadam(0.1)],
-                         ids=["RMSprop", "Nadam"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: tf.keras.optimizers.legacy.RMSprop(0.1),
+        lambda: tf.keras.optimizers.legacy.Nadam(0.1),
+    ],
+    ids=["RMSprop", "Nadam"],
+)
 def test_keras_generic_path_on_a_second_table_in_graph_mode(make):
     """One wrapped Keras optimizer on the generic path trains a table, then another table made
     later in the same graph (its private copy is not the first one): both as dense."""
@@ -367,16 +406,22 @@ def test_keras_generic_path_on_a_second_table_in_graph_mode(make):
         for name in ("first", "second"):
             v = de.Variable(dim=2, initializer=0.5, name="generic_" + name)
             dense = tf.Variable(np.full([4, 2], 0.5, np.float32))
-            train = opt.minimize(lambda v=v: tf.reduce_sum(tf.square(
-                de.embedding_lookup(v, ids, name="g_" + name) - 1.0)), var_list=lambda v=v: [
-                    t for t in v.trainable_store.values()])
-            dense_train = dense_opt.minimize(lambda d=dense: tf.reduce_sum(tf.square(
-                tf.nn.embedding_lookup(d, ids) - 1.0)), [dense])
+            train = opt.minimize(
+                lambda v=v, name=name: tf.reduce_sum(
+                    tf.square(de.embedding_lookup(v, ids, name="g_" + name) - 1.0)
+                ),
+                var_list=lambda v=v: [t for t in v.trainable_store.values()],
+            )
+            dense_train = dense_opt.minimize(
+                lambda d=dense: tf.reduce_sum(tf.square(tf.nn.embedding_lookup(d, ids) - 1.0)),
+                [dense],
+            )
             sess.run(tf.compat.v1.global_variables_initializer())
             for _ in range(3):
                 sess.run([train, dense_train])
-            np.testing.assert_allclose(sess.run(v.lookup(i64([1, 2, 3]))),
-                                       sess.run(dense)[1:], atol=1e-6)
+            np.testing.assert_allclose(
+                sess.run(v.lookup(i64([1, 2, 3]))), sess.run(dense)[1:], atol=1e-6
+            )
 
 
 def test_two_lookups_of_a_key_in_one_step_count_once():
@@ -384,9 +429,11 @@ def test_two_lookups_of_a_key_in_one_step_count_once():
     a = tf.compat.v1.placeholder(tf.int64, [None])
     b = tf.compat.v1.placeholder(tf.int64, [None])
     loss = tf.reduce_sum(de.embedding_lookup(v, a, name="a")) + tf.reduce_sum(
-        de.embedding_lookup(v, b, name="b"))
-    train = de.DynamicEmbeddingOptimizer(
-        tf.compat.v1.train.GradientDescentOptimizer(0.5)).minimize(loss)
+        de.embedding_lookup(v, b, name="b")
+    )
+    train = de.DynamicEmbeddingOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.5)).minimize(
+        loss
+    )
     with new_session() as sess:
         sess.run(train, {a: [1, 2], b: [1]})  # key 1 in both lookups: one update, one count
         np.testing.assert_allclose(sess.run(v.lookup(i64([1]))), [[-0.9, -0.9]], rtol=1e-6)
@@ -408,7 +455,8 @@ def test_int32_keys_and_empty_batches_train(key_dtype):
     v = de.Variable(key_dtype=key_dtype, dim=2, initializer=1.0, devices=["/CPU:0"] * 2)
     ids = tf.compat.v1.placeholder(key_dtype, [None])
     train = de.DynamicEmbeddingOptimizer(tf.compat.v1.train.AdagradOptimizer(0.5)).minimize(
-        tf.reduce_sum(de.embedding_lookup(v, ids)))
+        tf.reduce_sum(de.embedding_lookup(v, ids))
+    )
     with new_session() as sess:
         sess.run(tf.compat.v1.global_variables_initializer())
         sess.run(train, {ids: np.array([], key_dtype.as_numpy_dtype)})
@@ -432,10 +480,17 @@ def test_inference_mode_lookups_only_read():
         de.enable_train_mode()
     assert trainable is None and not tf.compat.v1.trainable_variables()
     # Nothing the lookup built writes to a table: it may run from many threads at once.
-    writers = {"RecSdk>TableFindOrInsert", "RecSdk>TableUpsert", "RecSdk>TableRemove",
-               "RecSdk>TableWriteRows", "RecSdk>TableReadRows", "RecSdk>TrainableRows"}
-    built = {op.type for op in tf.compat.v1.get_default_graph().get_operations()
-             if op not in before}
+    writers = {
+        "RecSdk>TableFindOrInsert",
+        "RecSdk>TableUpsert",
+        "RecSdk>TableRemove",
+        "RecSdk>TableWriteRows",
+        "RecSdk>TableReadRows",
+        "RecSdk>TrainableRows",
+    }
+    built = {
+        op.type for op in tf.compat.v1.get_default_graph().get_operations() if op not in before
+    }
     assert not built & writers, built & writers
     with new_session() as sess:
         np.testing.assert_allclose(sess.run(emb), 0.5)
@@ -470,7 +525,8 @@ def test_optimizer_slots_of_a_trainable():
     dense = tf.compat.v1.get_variable("dense_w", [2])
     emb, trainable = de.embedding_lookup(v, i64([4, 5]), return_trainable=True)
     opt = de.DynamicEmbeddingOptimizer(
-        tf.compat.v1.train.AdagradOptimizer(0.1, initial_accumulator_value=0.25))
+        tf.compat.v1.train.AdagradOptimizer(0.1, initial_accumulator_value=0.25)
+    )
     train = opt.minimize(tf.reduce_sum(emb * dense))
     assert opt.get_slot_names() == ["accumulator"]
     slot = opt.get_slot(trainable, "accumulator")
@@ -523,14 +579,14 @@ def test_adam_matches_tensorflows_adam_to_1e6():
     emb, trainable = de.embedding_lookup(v, ids, return_trainable=True)
     de_loss = tf.reduce_sum(tf.square(tf.matmul(emb, x)))
     de_train = de.DynamicEmbeddingOptimizer(tf.compat.v1.train.AdamOptimizer(0.1)).minimize(
-        de_loss, var_list=[trainable])
+        de_loss, var_list=[trainable]
+    )
     with new_session() as sess:
         sess.run(tf.compat.v1.global_variables_initializer())
         sess.run(v.upsert(ids, init))
         for _ in range(10):
             sess.run([dense_train, de_train])
-        np.testing.assert_allclose(sess.run(v.lookup(ids)), sess.run(dense), rtol=1e-6,
-                                   atol=1e-6)
+        np.testing.assert_allclose(sess.run(v.lookup(ids)), sess.run(dense), rtol=1e-6, atol=1e-6)
 
 
 def test_trainable_update_op_slot_tables_and_resource_handle():
@@ -555,13 +611,14 @@ def test_graph_trainable_reads_as_its_lookups_rows_and_trains_through_them():
     emb, trainable = de.embedding_lookup(var, ids, name="rr", return_trainable=True)
     read = trainable.read_value()
     loss = tf.reduce_sum(emb) + 0.5 * tf.nn.l2_loss(trainable)
-    train = de.DynamicEmbeddingOptimizer(
-        tf.compat.v1.train.GradientDescentOptimizer(0.1)).minimize(loss, var_list=[trainable])
+    train = de.DynamicEmbeddingOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1)).minimize(
+        loss, var_list=[trainable]
+    )
     alone = de.get_variable("reads_as_rows_alone", dim=2, initializer=1.0)
     _, tw = de.embedding_lookup(alone, i64([5]), name="ra", return_trainable=True)
     train_alone = de.DynamicEmbeddingOptimizer(
-        tf.compat.v1.train.GradientDescentOptimizer(0.25)).minimize(lambda: tw * tw,
-                                                                  var_list=[tw])
+        tf.compat.v1.train.GradientDescentOptimizer(0.25)
+    ).minimize(lambda: tw * tw, var_list=[tw])
     rows = {3: np.full(2, 0.5), 7: np.full(2, 0.5)}
     counts = {3: 2, 7: 1}
     with new_session() as sess:
@@ -571,8 +628,7 @@ def test_graph_trainable_reads_as_its_lookups_rows_and_trains_through_them():
             sess.run(train)
             for k in rows:  # d/drow: count (sum of emb) + 0.5 * row (l2_loss = sum(x^2) / 2)
                 rows[k] = rows[k] - 0.1 * (counts[k] + 0.5 * rows[k])
-        np.testing.assert_allclose(sess.run(var.lookup(i64([3, 7]))), [rows[3], rows[7]],
-                                   rtol=1e-6)
+        np.testing.assert_allclose(sess.run(var.lookup(i64([3, 7]))), [rows[3], rows[7]], rtol=1e-6)
         row = 1.0
         for _ in range(2):
             sess.run(train_alone)
@@ -593,10 +649,12 @@ def test_graph_trainables_are_placed_with_the_ids():
             sp_ids = tf.SparseTensor([[0, 0], [1, 0]], i64([4, 5]), [2, 1])
         with tf.device("/job:ps/task:0"):
             _, dense_tw = de.embedding_lookup(var, ids, name="d", return_trainable=True)
-            _, sparse_tw = de.embedding_lookup_sparse(var, sp_ids, None, name="s",
-                                                      return_trainable=True)
-            _, safe_tw = de.safe_embedding_lookup_sparse(var, sp_ids, None, name="f",
-                                                         return_trainable=True)
+            _, sparse_tw = de.embedding_lookup_sparse(
+                var, sp_ids, None, name="s", return_trainable=True
+            )
+            _, safe_tw = de.safe_embedding_lookup_sparse(
+                var, sp_ids, None, name="f", return_trainable=True
+            )
             _, scoped_tw = de.embedding_lookup(var, i64([7]), name="x", return_trainable=True)
         for trainable in (dense_tw, sparse_tw, safe_tw):
             assert trainable.device == "/job:worker/task:1"

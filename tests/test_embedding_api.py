@@ -1,15 +1,17 @@
 """Tests for rec_sdk.core.embedding: create_table's validation, sparse_lookup's shapes,
 initial values, eval/train behaviour and collections, fixed capacity and dynamic expansion.
 The table methods are tested in test_table_methods.py."""
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import rec_sdk
+from helpers import const_initializer as _const
+from helpers import make_table as _table
+from helpers import new_session
 from rec_sdk.core.embedding import create_table, sparse_lookup
 from rec_sdk.util.initialize import init
-
-from helpers import const_initializer as _const, make_table as _table, new_session
 
 DIM = 4  # make_table's default
 
@@ -31,8 +33,20 @@ def test_key_dtype_accepted(initialized, key_dtype):
     assert table.key_dtype == tf.as_dtype(key_dtype)
 
 
-@pytest.mark.parametrize("dim", [0, -1, 8193, tf.TensorShape([2, 3]), tf.TensorShape([None]),
-                                 tf.TensorShape([0]), "a", 4.0, True])
+@pytest.mark.parametrize(
+    "dim",
+    [
+        0,
+        -1,
+        8193,
+        tf.TensorShape([2, 3]),
+        tf.TensorShape([None]),
+        tf.TensorShape([0]),
+        "a",
+        4.0,
+        True,
+    ],
+)
 def test_dim_rejected(initialized, dim):
     with pytest.raises((ValueError, TypeError), match="dim"):
         _table(dim=dim)
@@ -53,8 +67,7 @@ def test_name_rejected(initialized, name):
         _table(name=name)
 
 
-@pytest.mark.parametrize("name", ["a", "a" * 100, "user_table.v2", "T9", "9", ".x", "_user",
-                                  "_"])
+@pytest.mark.parametrize("name", ["a", "a" * 100, "user_table.v2", "T9", "9", ".x", "_user", "_"])
 def test_name_accepted(initialized, name):
     """Every name of 1-100 characters of [A-Za-z0-9_.] (the documented rule) makes a working
     table, whatever character it starts with."""
@@ -81,8 +94,9 @@ def test_same_name_in_new_graph_accepted(initialized):
     assert first.graph is not second.graph
 
 
-@pytest.mark.parametrize("param", ["device_vocabulary_size", "host_vocabulary_size",
-                                   "ssd_vocabulary_size"])
+@pytest.mark.parametrize(
+    "param", ["device_vocabulary_size", "host_vocabulary_size", "ssd_vocabulary_size"]
+)
 @pytest.mark.parametrize("value", [10**9 + 1, -1])
 def test_vocabulary_size_out_of_range(initialized, param, value):
     kwargs = {"host_vocabulary_size": 10} if param == "ssd_vocabulary_size" else {}
@@ -119,12 +133,16 @@ def test_init_param_wrong_type(initialized):
 
 
 # (Variance scaling, e.g. Glorot, is supported for fixed-capacity tables: test_sdk_programs.)
-@pytest.mark.parametrize("make_initializer", [
-    lambda: tf.compat.v1.constant_initializer([1.0, 2.0, 3.0]),
-    lambda: tf.compat.v1.orthogonal_initializer(),
-    lambda: "zeros",
-    lambda: None,
-], ids=["constant_array", "orthogonal", "string", "none"])
+@pytest.mark.parametrize(
+    "make_initializer",
+    [
+        lambda: tf.compat.v1.constant_initializer([1.0, 2.0, 3.0]),
+        lambda: tf.compat.v1.orthogonal_initializer(),
+        lambda: "zeros",
+        lambda: None,
+    ],
+    ids=["constant_array", "orthogonal", "string", "none"],
+)
 def test_unsupported_initializer_rejected(initialized, make_initializer):
     with pytest.raises(ValueError, match="emb_initializer"):
         _table(initializer=make_initializer())
@@ -160,10 +178,17 @@ def test_lookup_output_shape_static(initialized, shape):
     np.testing.assert_array_equal(value, np.full(shape + [DIM], 0.5, np.float32))
 
 
-@pytest.mark.parametrize("placeholder_shape,fed_shape", [
-    (None, [3]), (None, [2, 3]), (None, [2, 2, 2]), ([None], [7]), ([None, None], [3, 2]),
-    ([2, None, 3], [2, 1, 3]),
-])
+@pytest.mark.parametrize(
+    "placeholder_shape,fed_shape",
+    [
+        (None, [3]),
+        (None, [2, 3]),
+        (None, [2, 2, 2]),
+        ([None], [7]),
+        ([None, None], [3, 2]),
+        ([2, None, 3], [2, 1, 3]),
+    ],
+)
 def test_lookup_output_shape_dynamic(initialized, placeholder_shape, fed_shape):
     table = _table()
     ids = tf.compat.v1.placeholder(tf.int64, placeholder_shape)
@@ -202,9 +227,14 @@ def test_constant_initial_values_and_init_param(initialized):
 def _truncated_values(seed, keys, name="t", stddev=0.1, mean=0.0, init_param=1.0, dim=16):
     """Initial values of keys for a truncated-normal table, in a graph and session of its own."""
     with tf.Graph().as_default():
-        table = _table(name=name, dim=dim, init_param=init_param,
-                       initializer=tf.compat.v1.truncated_normal_initializer(
-                           mean=mean, stddev=stddev, seed=seed))
+        table = _table(
+            name=name,
+            dim=dim,
+            init_param=init_param,
+            initializer=tf.compat.v1.truncated_normal_initializer(
+                mean=mean, stddev=stddev, seed=seed
+            ),
+        )
         emb = sparse_lookup(table, tf.constant(keys, tf.int64))
         with new_session() as sess:
             return sess.run(emb)
@@ -270,11 +300,14 @@ def test_eval_lookup_of_unseen_keys_gives_zeros_and_does_not_insert(initialized)
         assert sess.run(table.size_tensor()) == 0
 
 
-@pytest.mark.parametrize("default,expected", [
-    (1.5, [1.5] * DIM),
-    ([0.1, 0.2, 0.3, 0.4], [0.1, 0.2, 0.3, 0.4]),
-    (np.float32(-2.0), [-2.0] * DIM),
-])
+@pytest.mark.parametrize(
+    "default,expected",
+    [
+        (1.5, [1.5] * DIM),
+        ([0.1, 0.2, 0.3, 0.4], [0.1, 0.2, 0.3, 0.4]),
+        (np.float32(-2.0), [-2.0] * DIM),
+    ],
+)
 def test_serving_default_value_for_unseen_keys(initialized, default, expected):
     table = _table(initializer=_const(0.7))
     train_ids = tf.constant([1, 2], tf.int64)
@@ -391,13 +424,13 @@ def test_collections_only_for_training_lookups(expansion):
     assert local[0].shape.rank == 2 and local[0].shape[1] == DIM
     assert addresses[0].shape.rank == 1
     with new_session() as sess:
-        e, l, a = sess.run([emb, local[0], addresses[0]])
+        e, ln, a = sess.run([emb, local[0], addresses[0]])
     # One row per address (the ids' keys, deduplicated or not), every id's embedding among them.
-    assert l.shape == (len(a), DIM)
+    assert ln.shape == (len(a), DIM)
     assert -1 not in a
     assert len(set(a.tolist())) == 3  # keys 1, 2 and 5
     by_address = {}
-    for address, row in zip(a.tolist(), l):
+    for address, row in zip(a.tolist(), ln):
         if address in by_address:
             np.testing.assert_array_equal(by_address[address], row)
         by_address[address] = row
@@ -443,19 +476,35 @@ def test_fixed_capacity_table_full():
 def test_fixed_capacity_counts_host_and_ssd(tmp_path):
     """device + host rows in memory, ssd rows on SSD: 12 keys in all, batches of at most 7."""
     init(use_dynamic_expansion=False)
-    table = create_table(tf.int64, DIM, "t", _const(), device_vocabulary_size=3,
-                         host_vocabulary_size=4, ssd_vocabulary_size=5,
-                         ssd_data_path=str(tmp_path))
-    other = create_table(tf.int64, DIM, "u", _const(), device_vocabulary_size=3,
-                         host_vocabulary_size=4, ssd_vocabulary_size=5,
-                         ssd_data_path=str(tmp_path))
+    table = create_table(
+        tf.int64,
+        DIM,
+        "t",
+        _const(),
+        device_vocabulary_size=3,
+        host_vocabulary_size=4,
+        ssd_vocabulary_size=5,
+        ssd_data_path=str(tmp_path),
+    )
+    other = create_table(
+        tf.int64,
+        DIM,
+        "u",
+        _const(),
+        device_vocabulary_size=3,
+        host_vocabulary_size=4,
+        ssd_vocabulary_size=5,
+        ssd_data_path=str(tmp_path),
+    )
     ids = tf.compat.v1.placeholder(tf.int64, [None])
     emb = sparse_lookup(table, ids)
     other_emb = sparse_lookup(other, ids)
     with new_session() as sess:
-        with pytest.raises(tf.errors.ResourceExhaustedError,
-                           match=r"'u': a batch holds more keys than the table keeps in memory "
-                                 r"\(7 rows"):
+        with pytest.raises(
+            tf.errors.ResourceExhaustedError,
+            match=r"'u': a batch holds more keys than the table keeps in memory "
+            r"\(7 rows",
+        ):
             sess.run(other_emb, {ids: np.arange(8)})
         assert sess.run(table.capacity_tensor()) == 12
         sess.run(emb, {ids: np.arange(6)})
@@ -477,21 +526,27 @@ def test_fixed_capacity_single_batch_of_eleven_keys():
 
 def test_dynamic_expansion_grows():
     init(use_dynamic_expansion=True)
-    table = create_table(tf.int64, 8, "grow", tf.compat.v1.truncated_normal_initializer(seed=2),
-                         device_vocabulary_size=16)
+    table = create_table(
+        tf.int64,
+        8,
+        "grow",
+        tf.compat.v1.truncated_normal_initializer(seed=2),
+        device_vocabulary_size=16,
+    )
     ids = tf.compat.v1.placeholder(tf.int64, [None])
     emb = sparse_lookup(table, ids)
     evaluate = sparse_lookup(table, ids, is_train=False)
     total, batch = 100_000, 20_000
-    keys = np.unique(np.random.RandomState(0).randint(-2**62, 2**62, total + 1000,
-                                                      dtype=np.int64))[:total]
+    keys = np.unique(
+        np.random.RandomState(0).randint(-(2**62), 2**62, total + 1000, dtype=np.int64)
+    )[:total]
     np.random.RandomState(1).shuffle(keys)
     assert len(keys) == total
     with new_session() as sess:
         assert sess.run(table.capacity_tensor()) >= 16
         first = sess.run(emb, {ids: keys[:batch]})
         for start in range(batch, total, batch):
-            sess.run(emb, {ids: keys[start:start + batch]})
+            sess.run(emb, {ids: keys[start : start + batch]})
         size, capacity = sess.run([table.size_tensor(), table.capacity_tensor()])
         assert size == total
         assert capacity >= total

@@ -1,12 +1,14 @@
 """tf.estimator with rec_sdk: GraphModifierHook in train, evaluate, predict and
 train_and_evaluate (graph-modification and FeatureSpec model_fns), EvictHook in training, and
 tables shared across the Estimator's sessions through checkpoints instead of being rebuilt."""
+
 import logging
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from helpers import session_config
 from rec_sdk import saver
 from rec_sdk.core.asc.feature_spec import FeatureSpec
 from rec_sdk.core.asc.helper import get_asc_insert_func
@@ -15,8 +17,6 @@ from rec_sdk.examples import estimator_demo
 from rec_sdk.graph.modifier import GraphModifierHook, share_tables
 from rec_sdk.optimizers import lazy_adam
 from rec_sdk.util.initialize import init
-
-from helpers import session_config
 
 pytestmark = pytest.mark.estimator
 
@@ -34,14 +34,19 @@ class _StatsAtEnd(tf.compat.v1.train.SessionRunHook):
         self._ops = {t.table_name: t.stats() for t in tables_of_graph()}
 
     def end(self, session):
-        self.stats = {k: {s: int(v) for s, v in d.items()}
-                      for k, d in session.run(self._ops).items()}
+        self.stats = {
+            k: {s: int(v) for s, v in d.items()} for k, d in session.run(self._ops).items()
+        }
 
 
 def _config(steps):
-    return tf.estimator.RunConfig(tf_random_seed=0, save_checkpoints_steps=steps // 2,
-                                  log_step_count_steps=None, save_summary_steps=steps,
-                                  session_config=session_config())
+    return tf.estimator.RunConfig(
+        tf_random_seed=0,
+        save_checkpoints_steps=steps // 2,
+        log_step_count_steps=None,
+        save_summary_steps=steps,
+        session_config=session_config(),
+    )
 
 
 def test_train_evaluate_predict_with_graph_modification_and_eviction(tmp_path, caplog):
@@ -52,9 +57,16 @@ def test_train_evaluate_predict_with_graph_modification_and_eviction(tmp_path, c
     # Evictions at steps 150 and 300: one at the last step (400) would run after the final
     # checkpoint (MonitoredTrainingSession runs its CheckpointSaverHook first), so the
     # tables in memory would no longer equal it and evaluation would read the files.
-    result = estimator_demo.run(str(tmp_path), steps=400, access_threshold=1, eviction_days=60,
-                                log=lambda line: None, config=_config(400),
-                                extra_train_hooks=[stats], evict_step_interval=150)
+    result = estimator_demo.run(
+        str(tmp_path),
+        steps=400,
+        access_threshold=1,
+        eviction_days=60,
+        log=lambda line: None,
+        config=_config(400),
+        extra_train_hooks=[stats],
+        evict_step_interval=150,
+    )
     assert result["eval"]["global_step"] == 400
     assert result["eval"]["auc"] > 0.70, result
     assert result["predictions"] == 20000
@@ -71,8 +83,13 @@ def test_train_evaluate_predict_with_graph_modification_and_eviction(tmp_path, c
 
 def test_train_and_evaluate(tmp_path, caplog):
     caplog.set_level(logging.INFO)
-    result = estimator_demo.run(str(tmp_path), steps=400, train_and_evaluate=True,
-                                log=lambda line: None, config=_config(400))
+    result = estimator_demo.run(
+        str(tmp_path),
+        steps=400,
+        train_and_evaluate=True,
+        log=lambda line: None,
+        config=_config(400),
+    )
     assert result["eval"]["global_step"] == 400
     assert result["eval"]["auc"] > 0.70, result
     # The evaluations while training (at steps 200 and 400) and the prediction read the
@@ -86,13 +103,15 @@ def test_evaluate_without_the_hook_reads_the_files_and_agrees(tmp_path, caplog):
     step and the private tables are restored from the checkpoint files; the metrics equal
     those of the modified graph that used the tables kept in memory."""
     caplog.set_level(logging.INFO)
-    result = estimator_demo.run(str(tmp_path), steps=100, log=lambda line: None,
-                                config=_config(100))
+    result = estimator_demo.run(
+        str(tmp_path), steps=100, log=lambda line: None, config=_config(100)
+    )
     caplog.clear()
     _, test, _ = estimator_demo.feature_spec_demo.load_inputs()
     init()
-    estimator = tf.estimator.Estimator(estimator_demo.make_model_fn(), model_dir=str(tmp_path),
-                                       config=_config(100))
+    estimator = tf.estimator.Estimator(
+        estimator_demo.make_model_fn(), model_dir=str(tmp_path), config=_config(100)
+    )
     metrics = estimator.evaluate(estimator_demo.make_input_fn(test, 1000, False))
     assert not any(NO_FILES in r.getMessage() for r in caplog.records)
     assert metrics["auc"] == pytest.approx(result["eval"]["auc"], abs=1e-6)
@@ -111,22 +130,26 @@ def test_feature_spec_model_fn_with_the_hook_only_starting_the_pipeline(tmp_path
         def fn():
             ds = tf.data.Dataset.from_tensor_slices({"ids": ids, "label": labels}).batch(64)
             return ds.map(get_asc_insert_func(tgt_key_specs=[spec], is_training=is_training))
+
         return fn
 
     def model_fn(features, labels, mode):
         del labels
         is_train = mode == tf.estimator.ModeKeys.TRAIN
-        table = create_table(tf.int64, 4, "t", tf.compat.v1.zeros_initializer(),
-                             device_vocabulary_size=100)
+        table = create_table(
+            tf.int64, 4, "t", tf.compat.v1.zeros_initializer(), device_vocabulary_size=100
+        )
         emb = sparse_lookup(table, spec, is_train=is_train, batch=features)
         logits = tf.reduce_sum(emb, axis=[1, 2])
-        loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(
-            labels=features["label"], logits=logits))
+        loss = tf.reduce_mean(
+            tf.nn.sigmoid_cross_entropy_with_logits(labels=features["label"], logits=logits)
+        )
         if not is_train:
             return tf.estimator.EstimatorSpec(mode, loss=loss)
         step = tf.compat.v1.train.get_or_create_global_step()
         train_op = lazy_adam.create_hash_optimizer(learning_rate=0.1).minimize(
-            loss, global_step=step)
+            loss, global_step=step
+        )
         return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
 
     init()
@@ -142,16 +165,22 @@ def _table_graph(share, ids=(1, 2, 3), access_threshold=None):
     """A graph with one table, a train op on a fixed batch, and a Saver."""
     graph = tf.Graph()
     with graph.as_default():
-        table = create_table(tf.int64, 4, "shared", tf.compat.v1.ones_initializer(),
-                             device_vocabulary_size=100)
+        table = create_table(
+            tf.int64, 4, "shared", tf.compat.v1.ones_initializer(), device_vocabulary_size=100
+        )
         config = None if access_threshold is None else {"access_threshold": access_threshold}
-        emb = sparse_lookup(table, tf.constant(ids, tf.int64), is_train=share != "reader",
-                            access_and_evict_config=config)
+        emb = sparse_lookup(
+            table,
+            tf.constant(ids, tf.int64),
+            is_train=share != "reader",
+            access_and_evict_config=config,
+        )
         train = None
         if share != "reader":
             step = tf.compat.v1.train.get_or_create_global_step()
             train = lazy_adam.create_hash_optimizer(learning_rate=0.1).minimize(
-                tf.reduce_sum(emb), global_step=step)
+                tf.reduce_sum(emb), global_step=step
+            )
         if share:
             share_tables(graph)
         export = table.export()
@@ -180,9 +209,11 @@ def test_sharing_rules_between_live_sessions(tmp_path):
     g2, _, export2, saver2 = _table_graph("reader")
     g3, train3, export3, saver3 = _table_graph("trainer")
     g4, train4, export4, saver4 = _table_graph("")
-    with tf.compat.v1.Session(graph=g2, config=session_config()) as s2, \
-            tf.compat.v1.Session(graph=g3, config=session_config()) as s3, \
-            tf.compat.v1.Session(graph=g4, config=session_config()) as s4:
+    with (
+        tf.compat.v1.Session(graph=g2, config=session_config()) as s2,
+        tf.compat.v1.Session(graph=g3, config=session_config()) as s3,
+        tf.compat.v1.Session(graph=g4, config=session_config()) as s4,
+    ):
         for s, sv in ((s2, saver2), (s3, saver3), (s4, saver4)):
             sv.restore(s, saved)
         for s, e in ((s2, export2), (s3, export3), (s4, export4)):
@@ -200,8 +231,7 @@ def test_sharing_rules_between_live_sessions(tmp_path):
     s1.close()
 
 
-def test_a_table_kept_after_its_session_stands_in_for_the_files_until_it_changes(
-        tmp_path, caplog):
+def test_a_table_kept_after_its_session_stands_in_for_the_files_until_it_changes(tmp_path, caplog):
     caplog.set_level(logging.INFO)
     init()
     path = str(tmp_path / "ckpt")
@@ -247,8 +277,10 @@ def test_a_reader_never_changes_the_table_it_shares(tmp_path):
     g2, _, export2, saver2 = _table_graph("reader")
     with g2.as_default():
         upsert = tables_of_graph()[0].upsert(tf.constant([9], tf.int64), tf.ones([1, 4]))
-    with tf.compat.v1.Session(graph=g1, config=session_config()) as s1, \
-            tf.compat.v1.Session(graph=g2, config=session_config()) as s2:
+    with (
+        tf.compat.v1.Session(graph=g1, config=session_config()) as s1,
+        tf.compat.v1.Session(graph=g2, config=session_config()) as s2,
+    ):
         with g1.as_default():
             s1.run(tf.compat.v1.global_variables_initializer())
         s1.run(train1)

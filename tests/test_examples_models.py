@@ -1,5 +1,6 @@
 """The demo models and data: the synthetic Criteo-schema generator, the streaming readers,
 and Wide&Deep / DLRM / DCN-v2 trained through rec_sdk.examples.train in both modes."""
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -16,8 +17,9 @@ def test_synthetic_rows_are_deterministic_across_ranges_and_chunks():
         np.testing.assert_array_equal(whole[key], np.concatenate([p[key] for p in parts]))
     streamed = list(g.chunks(100, start=synthetic.CHUNK_ROWS - 50))
     assert [len(c["label"]) for c in streamed] == [50, 50]
-    np.testing.assert_array_equal(np.concatenate([c["categorical"] for c in streamed]),
-                                  whole["categorical"])
+    np.testing.assert_array_equal(
+        np.concatenate([c["categorical"] for c in streamed]), whole["categorical"]
+    )
     other = synthetic.Generator(seed=4, scale=0.01).rows(synthetic.CHUNK_ROWS - 50, 100)
     assert not np.array_equal(other["categorical"], whole["categorical"])
 
@@ -77,8 +79,8 @@ def test_criteo_reader_handles_empty_fields_and_rejects_bad_hex(tmp_path):
     good = tmp_path / "good.tsv"
     good.write_text("1\t" + "\t" * 12 + "5\t" + "\t".join(["ff"] + [""] * 25) + "\n")
     out = _read(inputs.criteo_tsv_dataset(str(good), 4))
-    assert out["categorical"][0, 0] == 0x100 + (1 << 40)       # int(h, 16) + 1, field 1
-    assert out["categorical"][0, 1] == 2 << 40                    # empty: the field's own key
+    assert out["categorical"][0, 0] == 0x100 + (1 << 40)  # int(h, 16) + 1, field 1
+    assert out["categorical"][0, 1] == 2 << 40  # empty: the field's own key
     np.testing.assert_allclose(out["dense"][0], [0] * 12 + [np.log1p(5)], rtol=1e-6)
     bad = tmp_path / "bad.tsv"
     bad.write_text("1\t" + "\t" * 12 + "5\t" + "\t".join(["zz"] + [""] * 25) + "\n")
@@ -103,8 +105,21 @@ def test_avazu_reader(tmp_path):
 @pytest.mark.parametrize("model", ["wide_deep", "dlrm", "dcn_v2"])
 def test_models_train_on_movielens_in_session_mode(model):
     lines = []
-    results = train.main(["--model", model, "--data", "movielens", "--steps", "300",
-                          "--eval-every", "150", "--batch-size", "256"], log=lines.append)
+    results = train.main(
+        [
+            "--model",
+            model,
+            "--data",
+            "movielens",
+            "--steps",
+            "300",
+            "--eval-every",
+            "150",
+            "--batch-size",
+            "256",
+        ],
+        log=lines.append,
+    )
     assert [h[0] for h in results["history"]] == [150, 300]
     assert results["test_auc"] > 0.72, results
     assert results["samples_per_s"] > 0
@@ -115,34 +130,94 @@ def test_dlrm_on_synthetic_files_streamed_with_tensorboard_summaries(tmp_path):
     g = synthetic.Generator(seed=0, scale=0.001)
     path = synthetic.write_tfrecord(str(tmp_path / "train.tfrecord"), g, 20000)
     logdir = str(tmp_path / "tb")
-    results = train.main(["--model", "dlrm", "--data", "tfrecord:" + path, "--steps", "120",
-                          "--eval-every", "60", "--batch-size", "512", "--eval-batches", "4",
-                          "--logdir", logdir], log=lambda line: None)
+    results = train.main(
+        [
+            "--model",
+            "dlrm",
+            "--data",
+            "tfrecord:" + path,
+            "--steps",
+            "120",
+            "--eval-every",
+            "60",
+            "--batch-size",
+            "512",
+            "--eval-batches",
+            "4",
+            "--logdir",
+            logdir,
+        ],
+        log=lambda line: None,
+    )
     assert results["test_auc"] > 0.6, results
     tags = set()
     for event in tf.compat.v1.train.summary_iterator(
-            next(str(p) for p in (tmp_path / "tb").iterdir())):
+        next(str(p) for p in (tmp_path / "tb").iterdir())
+    ):
         tags.update(v.tag for v in event.summary.value)
-    assert {"loss", "step_time_ms", "samples_per_s", "eval/auc", "eval/log_loss",
-            "tables/C3/size", "tables/C3/admitted", "tables/C3/evicted"} <= tags
+    assert {
+        "loss",
+        "step_time_ms",
+        "samples_per_s",
+        "eval/auc",
+        "eval/log_loss",
+        "tables/C3/size",
+        "tables/C3/admitted",
+        "tables/C3/evicted",
+    } <= tags
 
 
 @pytest.mark.estimator
 def test_estimator_mode(tmp_path):
-    results = train.main(["--model", "wide_deep", "--data", "movielens", "--mode", "estimator",
-                          "--steps", "200", "--eval-every", "100", "--batch-size", "256",
-                          "--logdir", str(tmp_path)], log=lambda line: None)
+    results = train.main(
+        [
+            "--model",
+            "wide_deep",
+            "--data",
+            "movielens",
+            "--mode",
+            "estimator",
+            "--steps",
+            "200",
+            "--eval-every",
+            "100",
+            "--batch-size",
+            "256",
+            "--logdir",
+            str(tmp_path),
+        ],
+        log=lambda line: None,
+    )
     assert [h[0] for h in results["history"]] == [100, 200]
     assert results["test_auc"] > 0.7, results
 
 
-@pytest.mark.parametrize("mode", ["session", pytest.param("estimator", marks=pytest.mark.estimator)])
+@pytest.mark.parametrize(
+    "mode", ["session", pytest.param("estimator", marks=pytest.mark.estimator)]
+)
 def test_dynamic_embedding_api(mode, tmp_path):
     """The same models on rec_sdk.dynamic_embedding variables (TFRA's API)."""
-    results = train.main(["--model", "dlrm", "--data", "movielens", "--api",
-                          "dynamic_embedding", "--mode", mode, "--steps", "200",
-                          "--eval-every", "200", "--batch-size", "256", "--logdir",
-                          str(tmp_path)], log=lambda line: None)
+    results = train.main(
+        [
+            "--model",
+            "dlrm",
+            "--data",
+            "movielens",
+            "--api",
+            "dynamic_embedding",
+            "--mode",
+            mode,
+            "--steps",
+            "200",
+            "--eval-every",
+            "200",
+            "--batch-size",
+            "256",
+            "--logdir",
+            str(tmp_path),
+        ],
+        log=lambda line: None,
+    )
     assert results["test_auc"] > 0.7, results
 
 
@@ -155,22 +230,45 @@ def test_bad_arguments():
         train.make_source("parquet:x")
 
 
-@pytest.mark.parametrize("model,data", [
-    pytest.param("wide_deep", "movielens", marks=pytest.mark.once),
-    pytest.param("dlrm", "synthetic", marks=pytest.mark.stress)])  # 2 minutes
+@pytest.mark.parametrize(
+    "model,data",
+    [
+        pytest.param("wide_deep", "movielens", marks=pytest.mark.once),
+        pytest.param("dlrm", "synthetic", marks=pytest.mark.stress),
+    ],
+)  # 2 minutes
 def test_half_precision_rows_reach_the_auc_of_float32(model, data):
     """bfloat16 rows, and bfloat16 rows with bfloat16 Adam moments (stochastic rounding, fixed
     seed), reach float32's eval AUC after the same steps, within 0.002 (measured: within
     0.0001 at 1,000 / 600 steps)."""
     results = {}
-    for dtype, slot_dtype in (("float32", "float32"), ("bfloat16", "float32"),
-                              ("bfloat16", "bfloat16")):
+    for dtype, slot_dtype in (
+        ("float32", "float32"),
+        ("bfloat16", "float32"),
+        ("bfloat16", "bfloat16"),
+    ):
         with tf.Graph().as_default():
-            results[dtype, slot_dtype] = train.main([
-                "--model", model, "--data", data, "--steps", "300", "--batch-size", "512",
-                "--eval-every", "300", "--rows", "200000", "--emb-dtype", dtype,
-                "--slot-dtype", slot_dtype])["test_auc"]
+            results[dtype, slot_dtype] = train.main(
+                [
+                    "--model",
+                    model,
+                    "--data",
+                    data,
+                    "--steps",
+                    "300",
+                    "--batch-size",
+                    "512",
+                    "--eval-every",
+                    "300",
+                    "--rows",
+                    "200000",
+                    "--emb-dtype",
+                    dtype,
+                    "--slot-dtype",
+                    slot_dtype,
+                ]
+            )["test_auc"]
     base = results["float32", "float32"]
     assert base > 0.7, results
-    for auc in results.values():
-        assert abs(auc - base) < 0.002, results
+    for value in results.values():
+        assert abs(value - base) < 0.002, results

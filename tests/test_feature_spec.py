@@ -2,11 +2,13 @@
 tf.data against NumPy, sparse_lookup with FeatureSpecs (shared tables, several lookups, dict
 and tuple batches, static and dynamic shape, eval), admission and eviction by timestamp
 through the pipeline, and the errors."""
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import rec_sdk
+from helpers import new_session
 from rec_sdk.core.asc import helper
 from rec_sdk.core.asc.feature_spec import FeatureSpec
 from rec_sdk.core.asc.helper import get_asc_insert_func
@@ -16,15 +18,14 @@ from rec_sdk.ops import table_ops
 from rec_sdk.optimizers import gradient_descent
 from rec_sdk.util.initialize import init
 
-from helpers import new_session
-
 DIM = 4
 
 
 def _table(name, **kwargs):
     kwargs.setdefault("device_vocabulary_size", 10000)
-    return create_table(tf.int64, DIM, name, tf.compat.v1.random_uniform_initializer(
-        0.5, 1.0, seed=5), **kwargs)
+    return create_table(
+        tf.int64, DIM, name, tf.compat.v1.random_uniform_initializer(0.5, 1.0, seed=5), **kwargs
+    )
 
 
 def _iterator(data, specs, is_training=True, batch_size=4):
@@ -41,30 +42,45 @@ def _iterator(data, specs, is_training=True, batch_size=4):
 
 def test_feature_spec_defaults():
     spec = FeatureSpec("user")
-    assert (spec.table_name, spec.index_key, spec.access_threshold, spec.eviction_threshold,
-            spec.is_timestamp, spec.faae_coefficient) == ("user", "user", None, None, False, 1)
-    spec = FeatureSpec("clicks", table_name="user", index_key=3, access_threshold=-1,
-                       eviction_threshold=2**31 - 1, faae_coefficient=2)
+    assert (
+        spec.table_name,
+        spec.index_key,
+        spec.access_threshold,
+        spec.eviction_threshold,
+        spec.is_timestamp,
+        spec.faae_coefficient,
+    ) == ("user", "user", None, None, False, 1)
+    spec = FeatureSpec(
+        "clicks",
+        table_name="user",
+        index_key=3,
+        access_threshold=-1,
+        eviction_threshold=2**31 - 1,
+        faae_coefficient=2,
+    )
     assert (spec.table_name, spec.index_key) == ("user", 3)
     assert not spec.admission and FeatureSpec("a", access_threshold=0).admission
 
 
-@pytest.mark.parametrize("kwargs,error,match", [
-    ({"name": ""}, ValueError, "name must be a non-empty string"),
-    ({"name": 3}, ValueError, "name must be a non-empty string"),
-    ({"table_name": ""}, ValueError, "table_name"),
-    ({"index_key": 256}, ValueError, "index_key must be in \\[0, 255\\]"),
-    ({"index_key": -1}, ValueError, "index_key"),
-    ({"index_key": 1.0}, TypeError, "index_key must be a batch dict key"),
-    ({"index_key": True}, TypeError, "index_key"),
-    ({"access_threshold": -2}, ValueError, "access_threshold must be in \\[-1, 2147483647\\]"),
-    ({"access_threshold": 2**31}, ValueError, "access_threshold"),
-    ({"access_threshold": 1, "eviction_threshold": -2}, ValueError, "eviction_threshold"),
-    ({"eviction_threshold": 10}, ValueError, "needs an access_threshold"),
-    ({"is_timestamp": 1}, TypeError, "is_timestamp"),
-    ({"batch_size": 0}, ValueError, "batch_size"),
-    ({"faae_coefficient": 0}, ValueError, "faae_coefficient"),
-])
+@pytest.mark.parametrize(
+    "kwargs,error,match",
+    [
+        ({"name": ""}, ValueError, "name must be a non-empty string"),
+        ({"name": 3}, ValueError, "name must be a non-empty string"),
+        ({"table_name": ""}, ValueError, "table_name"),
+        ({"index_key": 256}, ValueError, "index_key must be in \\[0, 255\\]"),
+        ({"index_key": -1}, ValueError, "index_key"),
+        ({"index_key": 1.0}, TypeError, "index_key must be a batch dict key"),
+        ({"index_key": True}, TypeError, "index_key"),
+        ({"access_threshold": -2}, ValueError, "access_threshold must be in \\[-1, 2147483647\\]"),
+        ({"access_threshold": 2**31}, ValueError, "access_threshold"),
+        ({"access_threshold": 1, "eviction_threshold": -2}, ValueError, "eviction_threshold"),
+        ({"eviction_threshold": 10}, ValueError, "needs an access_threshold"),
+        ({"is_timestamp": 1}, TypeError, "is_timestamp"),
+        ({"batch_size": 0}, ValueError, "batch_size"),
+        ({"faae_coefficient": 0}, ValueError, "faae_coefficient"),
+    ],
+)
 def test_feature_spec_errors(kwargs, error, match):
     kwargs.setdefault("name", "f")
     with pytest.raises(error, match=match):
@@ -82,11 +98,14 @@ def test_insert_function_matches_numpy():
     user = rng.randint(0, 6, size=(8,)).astype(np.int64)
     clicks = rng.randint(0, 6, size=(8, 3)).astype(np.int32)
     ts = rng.randint(100, 200, size=(8,)).astype(np.int64)
-    specs = [FeatureSpec("user", access_threshold=2, faae_coefficient=3),
-             FeatureSpec("clicks", table_name="user", access_threshold=2),
-             FeatureSpec("ts", index_key="timestamp", is_timestamp=True)]
-    iterator, batch = _iterator({"user": user, "clicks": clicks, "timestamp": ts}, specs,
-                                batch_size=8)
+    specs = [
+        FeatureSpec("user", access_threshold=2, faae_coefficient=3),
+        FeatureSpec("clicks", table_name="user", access_threshold=2),
+        FeatureSpec("ts", index_key="timestamp", is_timestamp=True),
+    ]
+    iterator, batch = _iterator(
+        {"user": user, "clicks": clicks, "timestamp": ts}, specs, batch_size=8
+    )
     with new_session() as sess:
         sess.run(iterator.initializer)
         out = sess.run(batch)
@@ -120,23 +139,35 @@ def test_insert_function_errors():
     with pytest.raises(ValueError, match="FeatureSpec 'a_[0-9]+' is listed twice"):
         get_asc_insert_func(tgt_key_specs=[twice, twice])
     with pytest.raises(ValueError, match="no FeatureSpec with is_timestamp=True"):
-        get_asc_insert_func(tgt_key_specs=[FeatureSpec("a", access_threshold=1,
-                                                       eviction_threshold=5)])
+        get_asc_insert_func(
+            tgt_key_specs=[FeatureSpec("a", access_threshold=1, eviction_threshold=5)]
+        )
     with pytest.raises(ValueError, match="table 'a' has two timestamp specs"):
-        get_asc_insert_func(tgt_key_specs=[FeatureSpec("a"), FeatureSpec("t1", is_timestamp=True),
-                                           FeatureSpec("t2", is_timestamp=True)])
+        get_asc_insert_func(
+            tgt_key_specs=[
+                FeatureSpec("a"),
+                FeatureSpec("t1", is_timestamp=True),
+                FeatureSpec("t2", is_timestamp=True),
+            ]
+        )
     with pytest.raises(ValueError, match="disagree on"):
-        get_asc_insert_func(tgt_key_specs=[FeatureSpec("a", access_threshold=1),
-                                           FeatureSpec("b", table_name="a", access_threshold=2)])
+        get_asc_insert_func(
+            tgt_key_specs=[
+                FeatureSpec("a", access_threshold=1),
+                FeatureSpec("b", table_name="a", access_threshold=2),
+            ]
+        )
     with pytest.raises(ValueError, match="tgt_key_specs .* or args_index_list"):
         get_asc_insert_func()
     dataset = tf.data.Dataset.from_tensor_slices({"a": np.arange(4)}).batch(2)
     with pytest.raises(KeyError, match="index_key 'b' is not in the batch; its keys are \\['a'\\]"):
         dataset.map(get_asc_insert_func(tgt_key_specs=[FeatureSpec("b")]))
-    with pytest.raises(TypeError, match="ids of FeatureSpec 'a_[0-9]+' .* must be integer .* got "
-                                        "string"):
+    with pytest.raises(
+        TypeError, match="ids of FeatureSpec 'a_[0-9]+' .* must be integer .* got string"
+    ):
         tf.data.Dataset.from_tensor_slices({"a": np.array([b"1", b"2"])}).map(
-            get_asc_insert_func(tgt_key_specs=[FeatureSpec("a")]))
+            get_asc_insert_func(tgt_key_specs=[FeatureSpec("a")])
+        )
 
 
 # ---------------------------------------------------------------------------
@@ -154,8 +185,11 @@ def test_feature_spec_lookup_equals_tensor_lookup_and_shares_one_probe():
     a = sparse_lookup(table, specs[0], None, batch=batch, name="user_lookup")
     b = sparse_lookup(table, specs[1], None, batch=batch, name="clicks_lookup")
     assert a.shape.as_list() == [None, DIM] and b.shape.as_list() == [None, 2, DIM]
-    probes = [op for op in tf.compat.v1.get_default_graph().get_operations()
-              if op.type in table_ops.ADDRESS_OPS]
+    probes = [
+        op
+        for op in tf.compat.v1.get_default_graph().get_operations()
+        if op.type in table_ops.ADDRESS_OPS
+    ]
     assert len(probes) == 1  # one find_or_insert per table and batch
     assert len(tf.compat.v1.get_collection(rec_sdk.ASCEND_SPARSE_LOOKUP_ID_OFFSET)) == 1
     reference = table.lookup(tf.constant(np.arange(10), tf.int64), init_missing=True)[0]
@@ -231,8 +265,7 @@ def test_eval_lookup_never_inserts():
     eval_it, eval_batch = _iterator({"a": np.array([3, 4, 5, 6])}, specs, is_training=False)
     table = _table("a")
     train = sparse_lookup(table, specs[0], None, batch=train_batch, is_train=True)
-    evaluate = sparse_lookup(table, specs[0], None, batch=eval_batch, is_train=False,
-                             name="a_eval")
+    evaluate = sparse_lookup(table, specs[0], None, batch=eval_batch, is_train=False, name="a_eval")
     with new_session() as sess:
         sess.run([train_it.initializer, eval_it.initializer])
         sess.run(train)
@@ -263,20 +296,25 @@ def test_static_shape_send_counts_add_up_and_overflow_is_clear():
     b = sparse_lookup(table, specs[1], 3, batch=batch, name="clicks_lookup")
     with new_session() as sess:
         sess.run(iterator.initializer)
-        with pytest.raises(tf.errors.InvalidArgumentError,
-                           match="table user: 8 distinct keys in the batch, more than "
-                                 "send_count=7"):
+        with pytest.raises(
+            tf.errors.InvalidArgumentError,
+            match="table user: 8 distinct keys in the batch, more than send_count=7",
+        ):
             sess.run([a, b])
 
 
 def test_lookup_errors():
     init()
-    specs = [FeatureSpec("a"), FeatureSpec("t", is_timestamp=True, index_key="ts"),
-             FeatureSpec("c", table_name="other")]
+    specs = [
+        FeatureSpec("a"),
+        FeatureSpec("t", is_timestamp=True, index_key="ts"),
+        FeatureSpec("c", table_name="other"),
+    ]
     iterator, batch = _iterator({"a": np.arange(4), "ts": np.arange(4)}, specs[:2])
     table = _table("a")
-    with pytest.raises(ValueError, match="FeatureSpec 'c_[0-9]+' has table_name='other', not "
-                                         "this table's 'a'"):
+    with pytest.raises(
+        ValueError, match="FeatureSpec 'c_[0-9]+' has table_name='other', not this table's 'a'"
+    ):
         sparse_lookup(table, specs[2], None, batch=batch)
     with pytest.raises(ValueError, match="'t_[0-9]+' is a timestamp spec"):
         sparse_lookup(table, specs[1], None, batch=batch)
@@ -286,18 +324,22 @@ def test_lookup_errors():
         sparse_lookup(table, specs[0], None, batch={"a": tf.constant([1], tf.int64)})
     with pytest.raises(ValueError, match="'x_[0-9]+' was not among the tgt_key_specs"):
         sparse_lookup(table, FeatureSpec("x", table_name="a"), None, batch=batch)
-    with pytest.raises(ValueError, match="thresholds from FeatureSpec 'a_[0-9]+' "
-                                         "\\(access_threshold=None.*says otherwise"):
-        sparse_lookup(table, specs[0], None, batch=batch,
-                      access_and_evict_config={"access_threshold": 1})
+    with pytest.raises(
+        ValueError,
+        match="thresholds from FeatureSpec 'a_[0-9]+' \\(access_threshold=None.*says otherwise",
+    ):
+        sparse_lookup(
+            table, specs[0], None, batch=batch, access_and_evict_config={"access_threshold": 1}
+        )
 
 
 def test_start_asc_pipeline_names_unknown_tables():
     init()
     _iterator({"a": np.arange(4)}, [FeatureSpec("a", table_name="missing")])
     _table("a")
-    with pytest.raises(ValueError, match="names table 'missing', which does not exist; the "
-                                         "tables are \\['a'\\]"):
+    with pytest.raises(
+        ValueError, match="names table 'missing', which does not exist; the tables are \\['a'\\]"
+    ):
         start_asc_pipeline()
 
 
@@ -311,14 +353,16 @@ def test_pipeline_admission_with_coefficients_and_eviction_by_timestamp():
     # Step 1 (t=100): user 1 once (x2) and click 1 twice (x1): 4 >= 3, admitted.
     # Step 2 (t=500): user 2 (x2) and click 2 (x1): 3, admitted; click 9: 1, pending.
     # Eviction with threshold 200 at newest 500: key 1 (seen at 100) goes, 9 stays pending.
-    data = {"user": np.array([1, 2], np.int64),
-            "clicks": np.array([[1, 1], [2, 9]], np.int64),
-            "timestamp": np.array([100, 500], np.int64)}
-    specs = [FeatureSpec("user", access_threshold=3, eviction_threshold=200,
-                         faae_coefficient=2),
-             FeatureSpec("clicks", table_name="user", access_threshold=3,
-                         eviction_threshold=200),
-             FeatureSpec("timestamp", is_timestamp=True)]
+    data = {
+        "user": np.array([1, 2], np.int64),
+        "clicks": np.array([[1, 1], [2, 9]], np.int64),
+        "timestamp": np.array([100, 500], np.int64),
+    }
+    specs = [
+        FeatureSpec("user", access_threshold=3, eviction_threshold=200, faae_coefficient=2),
+        FeatureSpec("clicks", table_name="user", access_threshold=3, eviction_threshold=200),
+        FeatureSpec("timestamp", is_timestamp=True),
+    ]
     iterator, batch = _iterator(data, specs, batch_size=1)
     table = _table("user")
     emb = sparse_lookup(table, specs[0], None, batch=batch)
@@ -340,8 +384,13 @@ def test_int32_table_through_the_pipeline():
     init()
     specs = [FeatureSpec("a")]
     iterator, batch = _iterator({"a": np.array([3, 4, 3, -5], np.int32)}, specs)
-    table = create_table(tf.int32, DIM, "a", tf.compat.v1.random_uniform_initializer(
-        0.5, 1.0, seed=5), device_vocabulary_size=100)
+    table = create_table(
+        tf.int32,
+        DIM,
+        "a",
+        tf.compat.v1.random_uniform_initializer(0.5, 1.0, seed=5),
+        device_vocabulary_size=100,
+    )
     emb = sparse_lookup(table, specs[0], None, batch=batch)
     reference = table.lookup(tf.constant([3, 4, 3, -5], tf.int32), init_missing=True)[0]
     with new_session() as sess:

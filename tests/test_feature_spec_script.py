@@ -3,14 +3,14 @@ MovieLens-100k: FeatureSpecs with two features per table and a timestamp spec,
 get_asc_insert_func in tf.data, start_asc_pipeline, a Session loop with periodic evaluation.
 It must reach a test AUC above 0.70 with dynamic and with static shapes, and fill its tables
 with exactly the keys it trained on."""
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from helpers import session_config
 from rec_sdk.examples import data, feature_spec_demo
 from rec_sdk.util import initialize
-
-from helpers import session_config
 
 STEPS, BATCH, EVAL_EVERY = 600, 256, 200  # about 1.9 epochs of the 80,000 training rows
 
@@ -21,17 +21,24 @@ def expected():
     from the raw data (the example splits with test_fraction=0.2 and seed 0)."""
     raw, vocab = data.load_movielens_100k()
     train, _ = data.train_test_split(raw, test_fraction=0.2, seed=0)
-    user_keys = sum(len(np.unique(train[f]))
-                    for f in ("user_id", "occupation", "zip", "age", "gender"))
+    user_keys = sum(
+        len(np.unique(train[f])) for f in ("user_id", "occupation", "zip", "age", "gender")
+    )
     genres = train["genres"]
-    item_keys = (len(np.unique(train["item_id"])) + len(np.unique(genres[genres >= 0]))
-                 + int((genres < 0).any()))  # -1 pads the genre lists: one more key
+    item_keys = (
+        len(np.unique(train["item_id"]))
+        + len(np.unique(genres[genres >= 0]))
+        + int((genres < 0).any())
+    )  # -1 pads the genre lists: one more key
     # Every user, occupation, zip, age and gender appears in the training split.
     assert user_keys == sum(vocab[f] for f in ("user_id", "occupation", "zip", "age", "gender"))
     newest = np.sort(train["timestamp"])
-    return {"user": user_keys, "item": item_keys,
-            # A run of about one epoch sees the newest timestamp, or one of the 100 newest.
-            "newest_timestamps": (int(newest[-100]), int(newest[-1]))}
+    return {
+        "user": user_keys,
+        "item": item_keys,
+        # A run of about one epoch sees the newest timestamp, or one of the 100 newest.
+        "newest_timestamps": (int(newest[-100]), int(newest[-1])),
+    }
 
 
 _RUNS = {}
@@ -43,8 +50,14 @@ def _run(use_dynamic):
         lines = []
         with tf.Graph().as_default():
             _RUNS[use_dynamic] = feature_spec_demo.run(
-                steps=STEPS, batch_size=BATCH, use_dynamic=use_dynamic, eval_every=EVAL_EVERY,
-                seed=0, log=lines.append, session_config=session_config())
+                steps=STEPS,
+                batch_size=BATCH,
+                use_dynamic=use_dynamic,
+                eval_every=EVAL_EVERY,
+                seed=0,
+                log=lines.append,
+                session_config=session_config(),
+            )
         _RUNS[use_dynamic]["log"] = lines
     return _RUNS[use_dynamic]
 
@@ -80,16 +93,23 @@ def test_static_shapes_train_like_dynamic_shapes():
     """Static shape only bounds each step's distinct keys (send_count); the updates are the
     same, so the evaluations agree."""
     dynamic, static = _run(True), _run(False)
-    np.testing.assert_allclose([h[1:] for h in static["history"]],
-                               [h[1:] for h in dynamic["history"]], atol=2e-3)
+    np.testing.assert_allclose(
+        [h[1:] for h in static["history"]], [h[1:] for h in dynamic["history"]], atol=2e-3
+    )
 
 
 def test_feature_spec_script_with_admission_and_timestamps(expected):
     """access_threshold=3: a key gets a row on its third occurrence in training. The
     timestamp spec feeds every table's clock (the eviction threshold needs it)."""
-    results = feature_spec_demo.run(steps=300, batch_size=BATCH, eval_every=0,
-                                    access_threshold=3, eviction_threshold=30 * 86400,
-                                    log=lambda line: None, session_config=session_config())
+    results = feature_spec_demo.run(
+        steps=300,
+        batch_size=BATCH,
+        eval_every=0,
+        access_threshold=3,
+        eviction_threshold=30 * 86400,
+        log=lambda line: None,
+        session_config=session_config(),
+    )
     assert results["train_steps"] == 300
     assert results["test_auc"] > 0.70, results
     assert len(results["history"]) == 1

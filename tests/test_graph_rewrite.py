@@ -1,14 +1,23 @@
 """The graph_rewrite pass framework: purity, invariant checks, dumps, and RerouteInputs on
 tiny hand-built graphs (structure after the rewrite, and numeric outputs)."""
+
 import os
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from rec_sdk_graph_rewrite import (AddControlInputs, RerouteInputs, RewriteError, check_graph,
-                           extract_subgraph, iterator_source, run_passes, trace_to_iterator,
-                           update_live_graph)
+from rec_sdk_graph_rewrite import (
+    AddControlInputs,
+    RerouteInputs,
+    RewriteError,
+    check_graph,
+    extract_subgraph,
+    iterator_source,
+    run_passes,
+    trace_to_iterator,
+    update_live_graph,
+)
 
 
 def _graph():
@@ -39,8 +48,10 @@ def test_reroute_moves_every_consumer_and_keeps_the_input_unchanged(tmp_path):
     consumers = [n.name for n in result.graph_def.node if "a" in n.input]
     assert consumers == []
     np.testing.assert_allclose(_run(result.graph_def, "out:0"), [30.0, 60.0])
-    assert sorted(os.listdir(str(tmp_path))) == ["reroute_inputs_after.pbtxt",
-                                                 "reroute_inputs_before.pbtxt"]
+    assert sorted(os.listdir(str(tmp_path))) == [
+        "reroute_inputs_after.pbtxt",
+        "reroute_inputs_before.pbtxt",
+    ]
     # The original graph still computes from the placeholder.
     np.testing.assert_allclose(_run(graph_def, "out:0", {"a:0": [1.0, 2.0]}), [3.0, 6.0])
 
@@ -76,8 +87,9 @@ def test_check_graph_names_broken_nodes():
 def test_run_passes_chains_results():
     # There and back again: consumers of a move to b, then consumers of b (now including
     # them) move to a.
-    final, results = run_passes(_graph(), [RerouteInputs({"a:0": "b:0"}),
-                                           RerouteInputs({"b:0": "a:0"})])
+    final, results = run_passes(
+        _graph(), [RerouteInputs({"a:0": "b:0"}), RerouteInputs({"b:0": "a:0"})]
+    )
     assert [r.modified for r in results] == [True, True]
     np.testing.assert_allclose(_run(final, "out:0", {"a:0": [1.0, 2.0]}), [3.0, 6.0])
 
@@ -110,13 +122,14 @@ def test_update_live_graph_applies_a_pass_result_to_the_running_graph():
     g = tf.Graph()
     with g.as_default():
         a = tf.constant([1.0, 2.0], name="a")
-        b = tf.constant([10.0, 20.0], name="b")
+        tf.constant([10.0, 20.0], name="b")  # an op of the graph the pass must keep
         out = tf.identity(a * 2.0, name="out")
         marker = tf.Variable(0.0, name="marker")
         bump = marker.assign_add(1.0, name="bump").op
         gate = tf.no_op(name="gate")
-    final, _ = run_passes(g.as_graph_def(), [RerouteInputs({"a:0": "b:0"}),
-                                             AddControlInputs({"gate": [bump.name]})])
+    final, _ = run_passes(
+        g.as_graph_def(), [RerouteInputs({"a:0": "b:0"}), AddControlInputs({"gate": [bump.name]})]
+    )
     assert update_live_graph(g, final) == 2
     with tf.compat.v1.Session(graph=g) as sess:
         sess.run(marker.initializer)
@@ -139,8 +152,11 @@ def _iterator_graph(one_shot=False):
     g = tf.Graph()
     with g.as_default():
         ds = tf.data.Dataset.from_tensor_slices(
-            {"ids": np.arange(8, dtype=np.int32).reshape(4, 2),
-             "name": np.array([b"a", b"b", b"c", b"d"])}).batch(2)
+            {
+                "ids": np.arange(8, dtype=np.int32).reshape(4, 2),
+                "name": np.array([b"a", b"b", b"c", b"d"]),
+            }
+        ).batch(2)
         if one_shot:
             it = tf.compat.v1.data.make_one_shot_iterator(ds)
         else:
@@ -175,8 +191,9 @@ def test_trace_to_iterator_finds_the_preprocessing_and_rejects_what_cannot_be_re
     assert all(not i.startswith("^") for n in sub.node for i in n.input)
     with tf.Graph().as_default():
         values = tf.constant([[1, 2], [3, 4]], tf.int32)
-        out, = tf.compat.v1.import_graph_def(sub, input_map={"IteratorGetNext:0": values},
-                                             return_elements=["ids:0"], name="replay")
+        (out,) = tf.compat.v1.import_graph_def(
+            sub, input_map={"IteratorGetNext:0": values}, return_elements=["ids:0"], name="replay"
+        )
         with tf.compat.v1.Session() as sess:
             np.testing.assert_array_equal(sess.run(out), [3, 6, 9, 12])
 
@@ -192,13 +209,15 @@ def test_iterator_source_kinds():
     with g.as_default():
         a = tf.data.Dataset.range(3).batch(1)
         it = tf.compat.v1.data.Iterator.from_structure(
-            tf.compat.v1.data.get_output_types(a), tf.compat.v1.data.get_output_shapes(a))
+            tf.compat.v1.data.get_output_types(a), tf.compat.v1.data.get_output_shapes(a)
+        )
         it.make_initializer(a)
         it.make_initializer(tf.data.Dataset.range(5).batch(1))
         it.get_next()
         handle = tf.compat.v1.placeholder(tf.string, [])
         feedable = tf.compat.v1.data.Iterator.from_string_handle(
-            handle, tf.compat.v1.data.get_output_types(a), tf.compat.v1.data.get_output_shapes(a))
+            handle, tf.compat.v1.data.get_output_types(a), tf.compat.v1.data.get_output_shapes(a)
+        )
         feedable.get_next(name="feedable_next")
     with pytest.raises(RewriteError, match="reinitializable over 2 datasets"):
         iterator_source(g.as_graph_def(), "IteratorGetNext")

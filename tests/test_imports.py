@@ -3,8 +3,8 @@ docs/ARCHITECTURE.md, "Layers"), modules import only their own layer and the lay
 import cycle and no function-local imports (which would hide one), checked statically over
 every module; and every module imports in a fresh interpreter whatever is imported first (all
 modules in sorted and in reverse order)."""
+
 import ast
-import fnmatch
 import os
 import re
 import subprocess
@@ -13,8 +13,10 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PACKAGES = {"rec_sdk": os.path.join(ROOT, "python", "rec_sdk"),
-            "rec_sdk_graph_rewrite": os.path.join(ROOT, "graph_rewrite")}
+PACKAGES = {
+    "rec_sdk": os.path.join(ROOT, "python", "rec_sdk"),
+    "rec_sdk_graph_rewrite": os.path.join(ROOT, "graph_rewrite"),
+}
 
 
 def _modules():
@@ -48,8 +50,11 @@ def _imports(module, path):
     local = []
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            local += [(module, n.lineno) for n in ast.walk(node)
-                      if isinstance(n, (ast.Import, ast.ImportFrom))]
+            local += [
+                (module, n.lineno)
+                for n in ast.walk(node)
+                if isinstance(n, (ast.Import, ast.ImportFrom))
+            ]
     targets = set()
     for node in tree.body if isinstance(tree, ast.Module) else []:
         for n in ast.walk(node):
@@ -120,14 +125,17 @@ def test_each_folder_is_in_exactly_one_layer():
     assert not twice, "folders listed in more than one layer: %s" % twice
     assert sorted(listed) == FOLDERS, (
         "folders missing from the layer table: %s; listed but not folders of the packages: %s"
-        % (sorted(set(FOLDERS) - set(listed)), sorted(set(listed) - set(FOLDERS))))
+        % (sorted(set(FOLDERS) - set(listed)), sorted(set(listed) - set(FOLDERS)))
+    )
 
 
 def _layer_of(module, layers):
     folder = _folder(module)
     found = [i for i, (_, folders) in enumerate(layers) if folder in folders]
-    assert len(found) == 1, "%s (folder %s) is in %s of ARCHITECTURE's layers (needs exactly " \
+    assert len(found) == 1, (
+        "%s (folder %s) is in %s of ARCHITECTURE's layers (needs exactly "
         "one)" % (module, folder, [layers[i][0] for i in found] or "none")
+    )
     return found[0]
 
 
@@ -140,8 +148,9 @@ def test_modules_import_only_their_layer_and_below():
         for target in sorted(_direct_imports(module, path)):
             theirs = _layer_of(target, layers)
             if theirs > mine:
-                upward.append("%s (%s) imports %s (%s)" % (module, layers[mine][0], target,
-                                                           layers[theirs][0]))
+                upward.append(
+                    "%s (%s) imports %s (%s)" % (module, layers[mine][0], target, layers[theirs][0])
+                )
     assert not upward, "imports of a higher layer:\n" + "\n".join(upward)
 
 
@@ -173,7 +182,7 @@ def test_no_import_cycle():
         stack.append(module)
         for target in sorted(graph[module]):
             if state.get(target) == "open":
-                cycle = stack[stack.index(target):] + [target]
+                cycle = stack[stack.index(target) :] + [target]
                 pytest.fail("import cycle: %s" % " -> ".join(cycle))
             if target not in state:
                 visit(target)
@@ -192,8 +201,14 @@ def test_every_module_imports_in_a_fresh_interpreter(order):
         modules.reverse()
     code = "import importlib\nfor m in %r:\n    importlib.import_module(m)\n" % modules
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                            text=True, timeout=300, check=False)
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
 
 

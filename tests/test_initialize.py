@@ -1,4 +1,5 @@
 """Tests for rec_sdk.util.initialize: init's validation and the configuration's life cycle."""
+
 import pytest
 import tensorflow as tf
 
@@ -82,14 +83,24 @@ def test_unknown_and_sdk_kwargs_ignored():
 @pytest.mark.parametrize("expansion", [True, False])
 @pytest.mark.parametrize("dynamic", [True, False])
 def test_getters(expansion, dynamic):
-    init(max_steps=10, train_steps=4, eval_steps=2, save_steps=1, use_dynamic=dynamic,
-         use_dynamic_expansion=expansion)
+    init(
+        max_steps=10,
+        train_steps=4,
+        eval_steps=2,
+        save_steps=1,
+        use_dynamic=dynamic,
+        use_dynamic_expansion=expansion,
+    )
     assert initialize.get_use_dynamic_expansion() is expansion
     assert initialize.get_use_dynamic() is dynamic
     assert initialize.get_rank_id() == 0
     assert initialize.get_rank_size() == 1
-    assert (initialize.get_max_steps(), initialize.get_train_steps(),
-            initialize.get_eval_steps(), initialize.get_save_steps()) == (10, 4, 2, 1)
+    assert (
+        initialize.get_max_steps(),
+        initialize.get_train_steps(),
+        initialize.get_eval_steps(),
+        initialize.get_save_steps(),
+    ) == (10, 4, 2, 1)
 
 
 def test_defaults():
@@ -99,8 +110,16 @@ def test_defaults():
     assert initialize.get_max_steps() == -1
 
 
-@pytest.mark.parametrize("getter", ["get_use_dynamic_expansion", "get_use_dynamic",
-                                    "get_train_steps", "get_if_load", "get_host_pipeline_ops"])
+@pytest.mark.parametrize(
+    "getter",
+    [
+        "get_use_dynamic_expansion",
+        "get_use_dynamic",
+        "get_train_steps",
+        "get_if_load",
+        "get_host_pipeline_ops",
+    ],
+)
 def test_getters_before_init_raise(getter):
     with pytest.raises(RuntimeError, match="not initialised"):
         getattr(initialize, getter)()

@@ -1,5 +1,6 @@
 """Tests for rec_sdk.ops.loader: errors for a missing or mismatched op library, and the
 'RecSdk>' prefix of every op."""
+
 import os
 import shutil
 import subprocess
@@ -12,8 +13,8 @@ from tensorflow.python.client import pywrap_tf_session
 from tensorflow.python.framework import op_def_registry
 
 import rec_sdk
-from rec_sdk.core.embedding import create_table, sparse_lookup
 from rec_sdk.base import release
+from rec_sdk.core.embedding import create_table, sparse_lookup
 from rec_sdk.ops import loader
 from rec_sdk.optimizers import lazy_adam
 from rec_sdk.util.initialize import init
@@ -92,18 +93,26 @@ def test_a_wheel_for_another_tensorflow_names_both_pip_commands(monkeypatch):
     here = release.minor(tf.__version__)
     other = next(row.tensorflow for minor, row in release.RELEASES.items() if minor != here)
     remedy = loader._remedy(wheel_library, other)
-    assert "This rec_sdk wheel (%s) needs TensorFlow %s: `%s`" % (
-        release.wheel_version(other), other, release.install_tensorflow_command(other)) in remedy
-    assert "install the rec_sdk wheel for TensorFlow %s: `%s`" % (
-        here, release.install_wheel_command(tf.__version__)) in remedy
+    assert (
+        "This rec_sdk wheel (%s) needs TensorFlow %s: `%s`"
+        % (release.wheel_version(other), other, release.install_tensorflow_command(other))
+        in remedy
+    )
+    assert (
+        "install the rec_sdk wheel for TensorFlow %s: `%s`"
+        % (here, release.install_wheel_command(tf.__version__))
+        in remedy
+    )
     assert "make wheel TF=%s" % here in remedy
     same_minor = here + ".99"
     remedy = loader._remedy(wheel_library, same_minor)
     assert "needs TensorFlow %s" % same_minor in remedy and "--find-links" not in remedy
     monkeypatch.setattr(tf, "__version__", "2.14.1")
     remedy = loader._remedy(wheel_library, other)
-    assert "rec_sdk has wheels for TensorFlow %s; 2.14.1 is not one of them" \
-        % release.supported() in remedy
+    assert (
+        "rec_sdk has wheels for TensorFlow %s; 2.14.1 is not one of them" % release.supported()
+        in remedy
+    )
     assert "`%s`" % release.install_tensorflow_command(other) in remedy
 
 
@@ -125,14 +134,18 @@ def test_library_loaded_once():
 
 
 def test_import_does_not_load_library():
-    code = ("import rec_sdk, rec_sdk.core.embedding, rec_sdk.optimizers.lazy_adam, "
-            "rec_sdk.util.variable\n"
-            "from rec_sdk.ops import loader\n"
-            "assert loader._library is None\n")
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
-               REC_SDK_OPS_LIBRARY="/nonexistent/_rec_sdk_ops.so")
-    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                            text=True, timeout=120)
+    code = (
+        "import rec_sdk, rec_sdk.core.embedding, rec_sdk.optimizers.lazy_adam, "
+        "rec_sdk.util.variable\n"
+        "from rec_sdk.ops import loader\n"
+        "assert loader._library is None\n"
+    )
+    env = dict(
+        os.environ, TF_CPP_MIN_LOG_LEVEL="3", REC_SDK_OPS_LIBRARY="/nonexistent/_rec_sdk_ops.so"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr
 
 
@@ -154,26 +167,45 @@ def test_every_library_op_has_prefix():
     ours = op_def_registry.get(PREFIX + "ApplyGradientDescent")
     assert tf_op is not None and tf_op.input_arg[0].name == "var"
     assert ours.input_arg[0].name == "table"
-    expected = {"EmbeddingTable", "TableFindOrInsert", "TableGather", "TableLookup",
-                "TableUpsert", "TableRemove", "TablePrefetchCold", "TablePrefetchColdByName",
-                "TableSize", "TableCapacity", "TableClear",
-                "TableExport", "TableImport", "ApplyLazyAdam", "ApplyGradientDescent",
-                "ApplyAdagrad", "ApplyFtrl"}
+    expected = {
+        "EmbeddingTable",
+        "TableFindOrInsert",
+        "TableGather",
+        "TableLookup",
+        "TableUpsert",
+        "TableRemove",
+        "TablePrefetchCold",
+        "TablePrefetchColdByName",
+        "TableSize",
+        "TableCapacity",
+        "TableClear",
+        "TableExport",
+        "TableImport",
+        "ApplyLazyAdam",
+        "ApplyGradientDescent",
+        "ApplyAdagrad",
+        "ApplyFtrl",
+    }
     assert {PREFIX + name for name in expected} <= set(names)
 
 
 def test_graph_ops_carry_prefix():
     init(use_dynamic_expansion=False)
     library_ops = {op.name for op in _library_op_list().op}
-    table = create_table(tf.int64, 4, "t", tf.compat.v1.zeros_initializer(),
-                         device_vocabulary_size=10)
+    table = create_table(
+        tf.int64, 4, "t", tf.compat.v1.zeros_initializer(), device_vocabulary_size=10
+    )
     emb = sparse_lookup(table, tf.constant([1, 2], tf.int64))
     lazy_adam.create_hash_optimizer().minimize(tf.reduce_sum(emb))
     table.export()
     types = {op.type for op in tf.compat.v1.get_default_graph().get_operations()}
     ours = types & library_ops
-    assert {PREFIX + "EmbeddingTable", PREFIX + "TableFindOrInsertRows",
-            PREFIX + "ApplyLazyAdam", PREFIX + "TableExport"} <= ours
+    assert {
+        PREFIX + "EmbeddingTable",
+        PREFIX + "TableFindOrInsertRows",
+        PREFIX + "ApplyLazyAdam",
+        PREFIX + "TableExport",
+    } <= ours
     # No op of the graph looks like one of ours without the prefix.
     for op_type in types - ours:
         assert not op_type.startswith(("Table", "EmbeddingTable", "RecSdk")), op_type
@@ -186,22 +218,30 @@ def test_limits_and_stat_names_come_from_the_op_library():
     """The core writes the dim limit and the order of the table counters once; Python reads
     them from the op definitions, and they agree with what the kernels do."""
     from rec_sdk.core.embedding import create_table
-    from rec_sdk.tables.initializer_spec import describe_initializer
     from rec_sdk.ops import table_ops as ops
+    from rec_sdk.tables.initializer_spec import describe_initializer
     from rec_sdk.util.initialize import init
+
     init()
-    table = create_table(tf.int64, 2, "t", tf.compat.v1.zeros_initializer(),
-                         device_vocabulary_size=10)
+    table = create_table(
+        tf.int64, 2, "t", tf.compat.v1.zeros_initializer(), device_vocabulary_size=10
+    )
     insert = table.upsert(tf.constant([1, 2, 3], tf.int64), tf.zeros([3, 2]))
-    too_wide = ops.create_table("wide", tf.int64, ops.max_dim() + 1, True, capacity=0,
-                                initializer=describe_initializer(
-                                    tf.compat.v1.zeros_initializer(), "wide"))
+    too_wide = ops.create_table(
+        "wide",
+        tf.int64,
+        ops.max_dim() + 1,
+        True,
+        capacity=0,
+        initializer=describe_initializer(tf.compat.v1.zeros_initializer(), "wide"),
+    )
     with tf.compat.v1.Session() as sess:
         sess.run(insert)
         stats = sess.run(table.stats())
         assert len(sess.run(ops.stats(table.handle))) == len(ops.stat_names())
-        with pytest.raises(tf.errors.InvalidArgumentError,
-                           match="must be in \\[1, %d\\]" % ops.max_dim()):
+        with pytest.raises(
+            tf.errors.InvalidArgumentError, match="must be in \\[1, %d\\]" % ops.max_dim()
+        ):
             sess.run(too_wide)
     assert stats["size"] == 3 and stats["capacity"] == 10 and stats["pending"] == 0
     with pytest.raises(ValueError, match="dim must be in \\[1, %d\\]" % ops.max_dim()):

@@ -1,20 +1,28 @@
 """Tests for rec_sdk.optimizers: every sparse optimizer against a NumPy reference, in both
 training flows (by address with dynamic expansion; by table without), plus validation, LazyAdam's
 step count, -1 addresses and the one-optimizer-per-table rule."""
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import rec_sdk
+from helpers import new_session, sorted_export
 from rec_sdk.core.embedding import create_table, sparse_lookup
-from rec_sdk.optimizers import (adagrad, adagrad_by_addr, adagrad_rowwise, adagrad_rowwise_by_addr,
-                                ftrl, gradient_descent, gradient_descent_by_addr, lazy_adam,
-                                lazy_adam_by_addr)
+from rec_sdk.optimizers import (
+    adagrad,
+    adagrad_by_addr,
+    adagrad_rowwise,
+    adagrad_rowwise_by_addr,
+    ftrl,
+    gradient_descent,
+    gradient_descent_by_addr,
+    lazy_adam,
+    lazy_adam_by_addr,
+)
 from rec_sdk.optimizers.ftrl import FtrlOptimizer
 from rec_sdk.util.initialize import init
 from rec_sdk.util.variable import get_dense_and_sparse_variable
-
-from helpers import new_session, sorted_export
 
 DIM = 3
 RTOL, ATOL = 1e-5, 1e-6
@@ -39,7 +47,7 @@ class LazyAdamRef:
         m, v = (s.astype(np.float64) for s in slots)
         m = self.b1 * m + (1 - self.b1) * g
         v = self.b2 * v + (1 - self.b2) * g * g
-        lr_t = self.lr * np.sqrt(1 - self.b2 ** step) / (1 - self.b1 ** step)
+        lr_t = self.lr * np.sqrt(1 - self.b2**step) / (1 - self.b1**step)
         w = w - lr_t * m / (np.sqrt(v) + self.eps)
         return w.astype(np.float32), [m.astype(np.float32), v.astype(np.float32)]
 
@@ -75,6 +83,7 @@ class AdagradRef:
 
 class RowwiseAdagradRef:
     """TorchRec/FBGEMM's EXACT_ROWWISE_ADAGRAD: one accumulator per row (a slot of 1 float)."""
+
     num_slots = 1
     slot_width = 1
 
@@ -92,12 +101,17 @@ class RowwiseAdagradRef:
 
 class FtrlRef:
     """TensorFlow's ApplyFtrlV2, as documented in tf.raw_ops.ApplyFtrlV2."""
+
     num_slots = 2
 
-    def __init__(self, learning_rate, learning_rate_power, initial_accumulator_value, l1, l2,
-                 l2_shrinkage):
-        self.lr, self.lr_power, self.init = learning_rate, learning_rate_power, \
-            initial_accumulator_value
+    def __init__(
+        self, learning_rate, learning_rate_power, initial_accumulator_value, l1, l2, l2_shrinkage
+    ):
+        self.lr, self.lr_power, self.init = (
+            learning_rate,
+            learning_rate_power,
+            initial_accumulator_value,
+        )
         self.l1, self.l2, self.l2_shrinkage = l1, l2, l2_shrinkage
 
     def initial_slots(self):
@@ -108,11 +122,15 @@ class FtrlRef:
         accum, linear = (s.astype(np.float64) for s in slots)
         grad_with_shrinkage = g + 2 * self.l2_shrinkage * var
         accum_new = accum + g * g
-        linear = linear + grad_with_shrinkage - (
-            accum_new ** -self.lr_power - accum ** -self.lr_power) / self.lr * var
-        quadratic = 1.0 / (accum_new ** self.lr_power * self.lr) + 2 * self.l2
-        var = np.where(np.abs(linear) > self.l1, (np.sign(linear) * self.l1 - linear) / quadratic,
-                       0.0)
+        linear = (
+            linear
+            + grad_with_shrinkage
+            - (accum_new**-self.lr_power - accum**-self.lr_power) / self.lr * var
+        )
+        quadratic = 1.0 / (accum_new**self.lr_power * self.lr) + 2 * self.l2
+        var = np.where(
+            np.abs(linear) > self.l1, (np.sign(linear) * self.l1 - linear) / quadratic, 0.0
+        )
         return var.astype(np.float32), [accum_new.astype(np.float32), linear.astype(np.float32)]
 
 
@@ -120,44 +138,73 @@ LAZY_ADAM = dict(learning_rate=0.05, beta1=0.8, beta2=0.95, epsilon=1e-6)
 SGD = dict(learning_rate=0.1, weight_decay=0.01)
 ADAGRAD = dict(learning_rate=0.3, initial_accumulator_value=0.2)
 ROWWISE = dict(learning_rate=0.3, initial_accumulator_value=0.0, epsilon=1e-3)
-FTRL = dict(learning_rate=0.5, learning_rate_power=-0.5, initial_accumulator_value=0.1,
-            l1=0.5, l2=0.1, l2_shrinkage=0.02)
+FTRL = dict(
+    learning_rate=0.5,
+    learning_rate_power=-0.5,
+    initial_accumulator_value=0.1,
+    l1=0.5,
+    l2=0.1,
+    l2_shrinkage=0.02,
+)
 FTRL_POWER = dict(FTRL, learning_rate_power=-0.7, l1=0.0, l2=0.0, l2_shrinkage=0.0)
 
 
 def _ftrl(params, by_address):
-    return FtrlOptimizer(params["learning_rate"], params["learning_rate_power"],
-                         params["initial_accumulator_value"], params["l1"], params["l2"],
-                         params["l2_shrinkage"], "Ftrl", by_address=by_address)
+    return FtrlOptimizer(
+        params["learning_rate"],
+        params["learning_rate_power"],
+        params["initial_accumulator_value"],
+        params["l1"],
+        params["l2"],
+        params["l2_shrinkage"],
+        "Ftrl",
+        by_address=by_address,
+    )
 
 
 # name -> (plain optimizer factory, by-address optimizer factory, reference)
 OPTIMIZERS = {
-    "lazy_adam": (lambda: lazy_adam.create_hash_optimizer(**LAZY_ADAM),
-                  lambda: lazy_adam_by_addr.create_hash_optimizer_by_address(**LAZY_ADAM),
-                  lambda: LazyAdamRef(**LAZY_ADAM)),
-    "sgd": (lambda: gradient_descent.create_hash_optimizer(**SGD),
-            lambda: gradient_descent_by_addr.create_hash_optimizer_by_addr(**SGD),
-            lambda: GradientDescentRef(**SGD)),
-    "adagrad": (lambda: adagrad.create_hash_optimizer(**ADAGRAD),
-                lambda: adagrad_by_addr.create_hash_optimizer_by_address(**ADAGRAD),
-                lambda: AdagradRef(**ADAGRAD)),
-    "adagrad_rowwise": (lambda: adagrad_rowwise.create_hash_optimizer(**ROWWISE),
-                        lambda: adagrad_rowwise_by_addr.create_hash_optimizer_by_address(
-                            **ROWWISE),
-                        lambda: RowwiseAdagradRef(**ROWWISE)),
-    "ftrl": (lambda: ftrl.create_hash_optimizer(
-                 FTRL["learning_rate"], FTRL["learning_rate_power"],
-                 FTRL["initial_accumulator_value"], l1_regularization_strength=FTRL["l1"],
-                 l2_regularization_strength=FTRL["l2"],
-                 l2_shrinkage_regularization_strength=FTRL["l2_shrinkage"]),
-             lambda: _ftrl(FTRL, by_address=True),
-             lambda: FtrlRef(**FTRL)),
-    "ftrl_power": (lambda: ftrl.create_hash_optimizer(
-                       FTRL_POWER["learning_rate"], FTRL_POWER["learning_rate_power"],
-                       FTRL_POWER["initial_accumulator_value"]),
-                   lambda: _ftrl(FTRL_POWER, by_address=True),
-                   lambda: FtrlRef(**FTRL_POWER)),
+    "lazy_adam": (
+        lambda: lazy_adam.create_hash_optimizer(**LAZY_ADAM),
+        lambda: lazy_adam_by_addr.create_hash_optimizer_by_address(**LAZY_ADAM),
+        lambda: LazyAdamRef(**LAZY_ADAM),
+    ),
+    "sgd": (
+        lambda: gradient_descent.create_hash_optimizer(**SGD),
+        lambda: gradient_descent_by_addr.create_hash_optimizer_by_addr(**SGD),
+        lambda: GradientDescentRef(**SGD),
+    ),
+    "adagrad": (
+        lambda: adagrad.create_hash_optimizer(**ADAGRAD),
+        lambda: adagrad_by_addr.create_hash_optimizer_by_address(**ADAGRAD),
+        lambda: AdagradRef(**ADAGRAD),
+    ),
+    "adagrad_rowwise": (
+        lambda: adagrad_rowwise.create_hash_optimizer(**ROWWISE),
+        lambda: adagrad_rowwise_by_addr.create_hash_optimizer_by_address(**ROWWISE),
+        lambda: RowwiseAdagradRef(**ROWWISE),
+    ),
+    "ftrl": (
+        lambda: ftrl.create_hash_optimizer(
+            FTRL["learning_rate"],
+            FTRL["learning_rate_power"],
+            FTRL["initial_accumulator_value"],
+            l1_regularization_strength=FTRL["l1"],
+            l2_regularization_strength=FTRL["l2"],
+            l2_shrinkage_regularization_strength=FTRL["l2_shrinkage"],
+        ),
+        lambda: _ftrl(FTRL, by_address=True),
+        lambda: FtrlRef(**FTRL),
+    ),
+    "ftrl_power": (
+        lambda: ftrl.create_hash_optimizer(
+            FTRL_POWER["learning_rate"],
+            FTRL_POWER["learning_rate_power"],
+            FTRL_POWER["initial_accumulator_value"],
+        ),
+        lambda: _ftrl(FTRL_POWER, by_address=True),
+        lambda: FtrlRef(**FTRL_POWER),
+    ),
 }
 
 
@@ -175,18 +222,36 @@ def test_references_match_tensorflow_dense_kernels():
     t = tf.compat.v1.placeholder(tf.float32, [])
     f = lambda x: tf.constant(x, tf.float32)  # noqa: E731
     adam = tf.raw_ops.ResourceApplyAdam(
-        var=var.handle, m=m.handle, v=v.handle, beta1_power=f(LAZY_ADAM["beta1"]) ** t,
-        beta2_power=f(LAZY_ADAM["beta2"]) ** t, lr=f(LAZY_ADAM["learning_rate"]),
-        beta1=f(LAZY_ADAM["beta1"]), beta2=f(LAZY_ADAM["beta2"]), epsilon=f(LAZY_ADAM["epsilon"]),
-        grad=g)
-    adagrad_op = tf.raw_ops.ResourceApplyAdagrad(var=var.handle, accum=acc.handle,
-                                                 lr=f(ADAGRAD["learning_rate"]), grad=g)
+        var=var.handle,
+        m=m.handle,
+        v=v.handle,
+        beta1_power=f(LAZY_ADAM["beta1"]) ** t,
+        beta2_power=f(LAZY_ADAM["beta2"]) ** t,
+        lr=f(LAZY_ADAM["learning_rate"]),
+        beta1=f(LAZY_ADAM["beta1"]),
+        beta2=f(LAZY_ADAM["beta2"]),
+        epsilon=f(LAZY_ADAM["epsilon"]),
+        grad=g,
+    )
+    adagrad_op = tf.raw_ops.ResourceApplyAdagrad(
+        var=var.handle, accum=acc.handle, lr=f(ADAGRAD["learning_rate"]), grad=g
+    )
     ftrl_op = tf.raw_ops.ResourceApplyFtrlV2(
-        var=var.handle, accum=acc.handle, linear=lin.handle, grad=g,
-        lr=f(FTRL["learning_rate"]), l1=f(FTRL["l1"]), l2=f(FTRL["l2"]),
-        l2_shrinkage=f(FTRL["l2_shrinkage"]), lr_power=f(FTRL["learning_rate_power"]))
-    cases = [(adam, LazyAdamRef(**LAZY_ADAM), [m, v]), (adagrad_op, AdagradRef(**ADAGRAD), [acc]),
-             (ftrl_op, FtrlRef(**FTRL), [acc, lin])]
+        var=var.handle,
+        accum=acc.handle,
+        linear=lin.handle,
+        grad=g,
+        lr=f(FTRL["learning_rate"]),
+        l1=f(FTRL["l1"]),
+        l2=f(FTRL["l2"]),
+        l2_shrinkage=f(FTRL["l2_shrinkage"]),
+        lr_power=f(FTRL["learning_rate_power"]),
+    )
+    cases = [
+        (adam, LazyAdamRef(**LAZY_ADAM), [m, v]),
+        (adagrad_op, AdagradRef(**ADAGRAD), [acc]),
+        (ftrl_op, FtrlRef(**FTRL), [acc, lin]),
+    ]
     with new_session() as sess:
         for op, ref, slot_vars in cases:
             sess.run(var.assign(w0))
@@ -242,34 +307,41 @@ class Scenario:
 
     def __init__(self, flow, optimizer, table_name="user", with_global_step=False):
         self.table = create_table(
-            tf.int64, DIM, table_name,
+            tf.int64,
+            DIM,
+            table_name,
             tf.compat.v1.truncated_normal_initializer(stddev=0.5, seed=7),
-            device_vocabulary_size=64)
+            device_vocabulary_size=64,
+        )
         self.user = tf.compat.v1.placeholder(tf.int64, [None], name="user_ids")
         self.clicked = tf.compat.v1.placeholder(tf.int64, [None, None], name="clicked_ids")
         self.target = tf.compat.v1.placeholder(tf.float32, [None, DIM])
         self.click_w = tf.compat.v1.placeholder(tf.float32, [None, None, DIM])
         user_emb = sparse_lookup(self.table, self.user, name="user_lookup")
         click_emb = sparse_lookup(self.table, self.clicked, name="click_lookup")
-        self.loss = (0.5 * tf.reduce_sum(tf.square(user_emb - self.target))
-                     + tf.reduce_sum(self.click_w * click_emb))
-        self.global_step = (tf.compat.v1.train.get_or_create_global_step()
-                            if with_global_step else None)
+        self.loss = 0.5 * tf.reduce_sum(tf.square(user_emb - self.target)) + tf.reduce_sum(
+            self.click_w * click_emb
+        )
+        self.global_step = (
+            tf.compat.v1.train.get_or_create_global_step() if with_global_step else None
+        )
         self.optimizer = optimizer
         if flow == "by_address":
             local_embs = tf.compat.v1.get_collection(rec_sdk.ASCEND_SPARSE_LOOKUP_LOCAL_EMB)
             addresses = tf.compat.v1.get_collection(rec_sdk.ASCEND_SPARSE_LOOKUP_ID_OFFSET)
             assert len(local_embs) == 2 and len(addresses) == 2
             grads = tf.gradients(self.loss, local_embs)
-            self.train = optimizer.apply_gradients(zip(grads, addresses),
-                                                   global_step=self.global_step)
+            self.train = optimizer.apply_gradients(
+                zip(grads, addresses), global_step=self.global_step
+            )
         elif flow == "by_table":
             dense_vars, sparse_vars = get_dense_and_sparse_variable()
             assert dense_vars == [] and sparse_vars == [self.table]
             grads = tf.gradients(self.loss, sparse_vars)
             assert isinstance(grads[0], tf.IndexedSlices)
-            self.train = optimizer.apply_gradients(zip(grads, sparse_vars),
-                                                   global_step=self.global_step)
+            self.train = optimizer.apply_gradients(
+                zip(grads, sparse_vars), global_step=self.global_step
+            )
         elif flow == "minimize":
             self.train = optimizer.minimize(self.loss, global_step=self.global_step)
         else:
@@ -279,8 +351,12 @@ class Scenario:
 
     def feed(self, step_index):
         user, clicked = STEPS[step_index]
-        return {self.user: user, self.clicked: clicked, self.target: TARGETS[step_index],
-                self.click_w: CLICK_WEIGHTS[step_index]}
+        return {
+            self.user: user,
+            self.clicked: clicked,
+            self.target: TARGETS[step_index],
+            self.click_w: CLICK_WEIGHTS[step_index],
+        }
 
     def initial_values(self, sess):
         values, exists = sess.run(self.initial)
@@ -296,12 +372,12 @@ def _check_l1_sparsity(name, state):
         assert 0 < (values == 0).sum() < values.size
 
 
-def _check_against_reference(sess, scenario, ref, steps=len(STEPS), step_numbers=None):
+def _check_against_reference(sess, scenario, ref, steps=None, step_numbers=None):
     """Runs the scenario's steps and compares values and slots with `ref` after every step."""
     init_values = scenario.initial_values(sess)
     state = {}
     previous = None
-    for step_index in range(steps):
+    for step_index in range(len(STEPS) if steps is None else steps):
         user, clicked = STEPS[step_index]
         batch_keys = set(user) | set(sum(clicked, []))
         for key in batch_keys:
@@ -318,12 +394,22 @@ def _check_against_reference(sess, scenario, ref, steps=len(STEPS), step_numbers
         assert keys.tolist() == sorted(state)
         assert slots.shape == (ref.num_slots, len(keys), getattr(ref, "slot_width", DIM))
         expected_values = np.stack([state[k][0] for k in keys])
-        np.testing.assert_allclose(values, expected_values, rtol=RTOL, atol=ATOL,
-                                   err_msg="values after step %d" % (step_index + 1))
+        np.testing.assert_allclose(
+            values,
+            expected_values,
+            rtol=RTOL,
+            atol=ATOL,
+            err_msg="values after step %d" % (step_index + 1),
+        )
         for s in range(ref.num_slots):
             expected_slot = np.stack([state[k][1][s] for k in keys])
-            np.testing.assert_allclose(slots[s], expected_slot, rtol=RTOL, atol=ATOL,
-                                       err_msg="slot %d after step %d" % (s, step_index + 1))
+            np.testing.assert_allclose(
+                slots[s],
+                expected_slot,
+                rtol=RTOL,
+                atol=ATOL,
+                err_msg="slot %d after step %d" % (s, step_index + 1),
+            )
         if previous is not None:
             # Lazy: rows (and slots) of keys absent from this batch are untouched, bit for bit.
             prev_keys, prev_values, prev_slots = previous
@@ -362,8 +448,11 @@ def test_table_flow_matches_reference(name, flow):
 def test_global_step_incremented(expansion):
     init(use_dynamic_expansion=expansion)
     plain, by_addr, make_ref = OPTIMIZERS["lazy_adam"]
-    scenario = Scenario("by_address" if expansion else "by_table",
-                        by_addr() if expansion else plain(), with_global_step=True)
+    scenario = Scenario(
+        "by_address" if expansion else "by_table",
+        by_addr() if expansion else plain(),
+        with_global_step=True,
+    )
     with new_session() as sess:
         sess.run(tf.compat.v1.global_variables_initializer())
         _check_against_reference(sess, scenario, make_ref(), steps=3)
@@ -373,8 +462,7 @@ def test_global_step_incremented(expansion):
 def test_weight_decay_default_by_addr():
     """gradient_descent_by_addr's default weight decay is 1e-4 and is applied."""
     init(use_dynamic_expansion=True)
-    scenario = Scenario("by_address",
-                        gradient_descent_by_addr.create_hash_optimizer_by_addr(0.1))
+    scenario = Scenario("by_address", gradient_descent_by_addr.create_hash_optimizer_by_addr(0.1))
     with new_session() as sess:
         _check_against_reference(sess, scenario, GradientDescentRef(0.1, 1e-4), steps=4)
 
@@ -389,8 +477,9 @@ def test_gradient_descent_without_weight_decay():
 def test_learning_rate_tensor():
     init(use_dynamic_expansion=False)
     lr = tf.compat.v1.placeholder_with_default(tf.constant(0.05), [])
-    scenario = Scenario("by_table", adagrad.create_hash_optimizer(
-        learning_rate=lr, initial_accumulator_value=0.2))
+    scenario = Scenario(
+        "by_table", adagrad.create_hash_optimizer(learning_rate=lr, initial_accumulator_value=0.2)
+    )
     with new_session() as sess:
         _check_against_reference(sess, scenario, AdagradRef(0.05, 0.2), steps=4)
         with pytest.raises(tf.errors.InvalidArgumentError, match="learning_rate"):
@@ -409,17 +498,23 @@ def test_lazy_adam_two_apply_gradients_use_steps_one_then_two(expansion):
     """Two train ops from one LazyAdam share its step: the first run uses t=1, the second t=2,
     and so on, whichever op runs."""
     init(use_dynamic_expansion=expansion)
-    opt = (lazy_adam_by_addr.create_hash_optimizer_by_address(**LAZY_ADAM) if expansion
-           else lazy_adam.create_hash_optimizer(**LAZY_ADAM))
+    opt = (
+        lazy_adam_by_addr.create_hash_optimizer_by_address(**LAZY_ADAM)
+        if expansion
+        else lazy_adam.create_hash_optimizer(**LAZY_ADAM)
+    )
     scenario = Scenario("by_address" if expansion else "by_table", opt)
     if expansion:
-        grads = tf.gradients(scenario.loss,
-                             tf.compat.v1.get_collection(rec_sdk.ASCEND_SPARSE_LOOKUP_LOCAL_EMB))
+        grads = tf.gradients(
+            scenario.loss, tf.compat.v1.get_collection(rec_sdk.ASCEND_SPARSE_LOOKUP_LOCAL_EMB)
+        )
         second = opt.apply_gradients(
-            zip(grads, tf.compat.v1.get_collection(rec_sdk.ASCEND_SPARSE_LOOKUP_ID_OFFSET)))
+            zip(grads, tf.compat.v1.get_collection(rec_sdk.ASCEND_SPARSE_LOOKUP_ID_OFFSET))
+        )
     else:
-        second = opt.apply_gradients(zip(tf.gradients(scenario.loss, scenario.table),
-                                         [scenario.table]))
+        second = opt.apply_gradients(
+            zip(tf.gradients(scenario.loss, scenario.table), [scenario.table])
+        )
     first = scenario.train
     ops = [first, second, second, first]
     with new_session() as sess:
@@ -435,15 +530,20 @@ def test_lazy_adam_two_apply_gradients_use_steps_one_then_two(expansion):
             sess.run(op, scenario.feed(step_index))
         keys, values, slots = sorted_export(*sess.run(scenario.export))
     np.testing.assert_allclose(values, np.stack([state[k][0] for k in keys]), rtol=RTOL, atol=ATOL)
-    np.testing.assert_allclose(slots[1], np.stack([state[k][1][1] for k in keys]), rtol=RTOL,
-                               atol=ATOL)
+    np.testing.assert_allclose(
+        slots[1], np.stack([state[k][1][1] for k in keys]), rtol=RTOL, atol=ATOL
+    )
 
 
 def test_lazy_adam_step_with_two_tables_in_one_apply():
     """One apply_gradients over two tables counts one step: both tables use t=1, then t=2."""
     init(use_dynamic_expansion=False)
-    tables = [create_table(tf.int64, DIM, name, tf.compat.v1.constant_initializer(0.5),
-                           device_vocabulary_size=10) for name in ("a", "b")]
+    tables = [
+        create_table(
+            tf.int64, DIM, name, tf.compat.v1.constant_initializer(0.5), device_vocabulary_size=10
+        )
+        for name in ("a", "b")
+    ]
     ids = tf.constant([1, 2, 2], tf.int64)
     embs = [sparse_lookup(t, ids) for t in tables]
     weights = np.array([[1.0, -2.0, 0.5], [0.3, 0.2, -0.1], [0.4, 0.4, 0.4]], np.float32)
@@ -476,8 +576,9 @@ def test_lazy_adam_step_with_two_tables_in_one_apply():
 @pytest.mark.parametrize("expansion", [True, False])
 def test_not_found_keys_in_eval_are_never_updated(expansion):
     init(use_dynamic_expansion=expansion)
-    table = create_table(tf.int64, DIM, "t", tf.compat.v1.constant_initializer(0.5),
-                         device_vocabulary_size=16)
+    table = create_table(
+        tf.int64, DIM, "t", tf.compat.v1.constant_initializer(0.5), device_vocabulary_size=16
+    )
     ids = tf.compat.v1.placeholder(tf.int64, [None])
     train_emb = sparse_lookup(table, ids, is_train=True, name="train_lookup")
     eval_emb = sparse_lookup(table, ids, is_train=False, name="eval_lookup")
@@ -493,9 +594,15 @@ def test_not_found_keys_in_eval_are_never_updated(expansion):
         train = opt.apply_gradients(zip(tf.gradients(loss, [table]), [table]))
     with new_session() as sess:
         sess.run(train_emb, {ids: [1, 2]})
-        assert (sess.run(addresses if expansion else
-                         graph.get_tensor_by_name("eval_lookup/find_or_insert:0"),
-                         {ids: [7, 1, 8, 9, 1]}) == -1).sum() == 3
+        assert (
+            sess.run(
+                addresses
+                if expansion
+                else graph.get_tensor_by_name("eval_lookup/find_or_insert:0"),
+                {ids: [7, 1, 8, 9, 1]},
+            )
+            == -1
+        ).sum() == 3
         sess.run(train, {ids: [7, 1, 8, 9, 1]})
         assert sess.run(table.size_tensor()) == 2
         values, exists = sess.run(table.lookup(tf.constant([1, 2, 7, 8, 9], tf.int64)))
@@ -509,8 +616,9 @@ def test_stale_address_rejected():
     """An address looked up before its key was removed is rejected, not applied to another
     key's row."""
     init(use_dynamic_expansion=True)
-    table = create_table(tf.int64, DIM, "stale", tf.compat.v1.constant_initializer(0.5),
-                         device_vocabulary_size=16)
+    table = create_table(
+        tf.int64, DIM, "stale", tf.compat.v1.constant_initializer(0.5), device_vocabulary_size=16
+    )
     ids = tf.compat.v1.placeholder(tf.int64, [None])
     sparse_lookup(table, ids)
     addresses_t = tf.compat.v1.get_collection(rec_sdk.ASCEND_SPARSE_LOOKUP_ID_OFFSET)[0]
@@ -532,12 +640,15 @@ def test_stale_address_rejected():
 # ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("first,second", [("lazy_adam", "adagrad"), ("adagrad", "ftrl"),
-                                          ("sgd", "lazy_adam"), ("ftrl", "sgd")])
+@pytest.mark.parametrize(
+    "first,second",
+    [("lazy_adam", "adagrad"), ("adagrad", "ftrl"), ("sgd", "lazy_adam"), ("ftrl", "sgd")],
+)
 def test_second_optimizer_on_same_table_fails(first, second):
     init(use_dynamic_expansion=False)
-    table = create_table(tf.int64, DIM, "shared", tf.compat.v1.constant_initializer(0.5),
-                         device_vocabulary_size=16)
+    table = create_table(
+        tf.int64, DIM, "shared", tf.compat.v1.constant_initializer(0.5), device_vocabulary_size=16
+    )
     emb = sparse_lookup(table, tf.constant([1, 2], tf.int64))
     loss = tf.reduce_sum(tf.square(emb))
     train1 = OPTIMIZERS[first][0]().minimize(loss)
@@ -558,8 +669,9 @@ def test_second_optimizer_on_same_table_fails(first, second):
 
 def test_two_instances_of_same_optimizer_share_a_table():
     init(use_dynamic_expansion=False)
-    table = create_table(tf.int64, DIM, "shared", tf.compat.v1.constant_initializer(0.5),
-                         device_vocabulary_size=16)
+    table = create_table(
+        tf.int64, DIM, "shared", tf.compat.v1.constant_initializer(0.5), device_vocabulary_size=16
+    )
     emb = sparse_lookup(table, tf.constant([1, 2], tf.int64))
     loss = tf.reduce_sum(tf.square(emb))
     train1 = adagrad.create_hash_optimizer(0.1).minimize(loss)
@@ -569,11 +681,15 @@ def test_two_instances_of_same_optimizer_share_a_table():
         sess.run(train2)
 
 
-
 def test_same_optimizer_with_other_initial_accumulator_is_rejected():
     init(use_dynamic_expansion=False)
-    table = create_table(tf.int64, DIM, "shared_acc", tf.compat.v1.constant_initializer(0.5),
-                         device_vocabulary_size=16)
+    table = create_table(
+        tf.int64,
+        DIM,
+        "shared_acc",
+        tf.compat.v1.constant_initializer(0.5),
+        device_vocabulary_size=16,
+    )
     emb = sparse_lookup(table, tf.constant([1, 2], tf.int64))
     loss = tf.reduce_sum(tf.square(emb))
     train1 = adagrad.create_hash_optimizer(0.1, initial_accumulator_value=0.1).minimize(loss)
@@ -632,47 +748,85 @@ def test_optimizer_before_init_raises(factory):
         factory()
 
 
-@pytest.mark.parametrize("expansion,factory,param", [
-    (False, lambda: lazy_adam.create_hash_optimizer(beta1=1.0), "beta1"),
-    (False, lambda: lazy_adam.create_hash_optimizer(beta1=0.0), "beta1"),
-    (False, lambda: lazy_adam.create_hash_optimizer(beta2=1.5), "beta2"),
-    (False, lambda: lazy_adam.create_hash_optimizer(epsilon=0), "epsilon"),
-    (False, lambda: lazy_adam.create_hash_optimizer(learning_rate=-0.1), "learning_rate"),
-    (True, lambda: lazy_adam_by_addr.create_hash_optimizer_by_address(beta1=1.0), "beta1"),
-    (True, lambda: lazy_adam_by_addr.create_hash_optimizer_by_address(epsilon=0.0), "epsilon"),
-    (False, lambda: adagrad.create_hash_optimizer(learning_rate=11), "learning_rate"),
-    (False, lambda: adagrad.create_hash_optimizer(initial_accumulator_value=0),
-     "initial_accumulator_value"),
-    (False, lambda: adagrad.create_hash_optimizer(initial_accumulator_value=1.5),
-     "initial_accumulator_value"),
-    (True, lambda: adagrad_by_addr.create_hash_optimizer_by_address(learning_rate=11),
-     "learning_rate"),
-    (True, lambda: adagrad_by_addr.create_hash_optimizer_by_address(
-        initial_accumulator_value=0), "initial_accumulator_value"),
-    (False, lambda: adagrad_rowwise.create_hash_optimizer(epsilon=0.0), "initial_accumulator"),
-    (False, lambda: adagrad_rowwise.create_hash_optimizer(epsilon=-1e-8), "epsilon"),
-    (False, lambda: adagrad_rowwise.create_hash_optimizer(learning_rate=11), "learning_rate"),
-    (True, lambda: adagrad_rowwise_by_addr.create_hash_optimizer_by_address(
-        initial_accumulator_value=-0.1), "initial_accumulator_value"),
-    (False, lambda: ftrl.create_hash_optimizer(0.1, l1_regularization_strength=-1), "l1"),
-    (False, lambda: ftrl.create_hash_optimizer(0.1, l1=-1), "l1"),
-    (False, lambda: ftrl.create_hash_optimizer(0.1, l2=-0.5), "l2"),
-    (False, lambda: ftrl.create_hash_optimizer(0.1, l2_shrinkage=-0.5), "l2_shrinkage"),
-    (False, lambda: ftrl.create_hash_optimizer(0.1, learning_rate_power=0.5),
-     "learning_rate_power"),
-    (False, lambda: ftrl.create_hash_optimizer(0.1, initial_accumulator_value=-1),
-     "initial_accumulator_value"),
-    (False, lambda: ftrl.create_hash_optimizer(-0.1), "learning_rate"),
-    (False, lambda: gradient_descent.create_hash_optimizer(0.1, weight_decay=0.5),
-     "weight_decay"),
-    (False, lambda: gradient_descent.create_hash_optimizer(0.1, weight_decay=1e-6),
-     "weight_decay"),
-    (False, lambda: gradient_descent.create_hash_optimizer(-1.0), "learning_rate"),
-    (True, lambda: gradient_descent_by_addr.create_hash_optimizer_by_addr(0.1, weight_decay=1.5),
-     "weight_decay"),
-    (True, lambda: gradient_descent_by_addr.create_hash_optimizer_by_addr(0.1, weight_decay=-0.1),
-     "weight_decay"),
-])
+@pytest.mark.parametrize(
+    "expansion,factory,param",
+    [
+        (False, lambda: lazy_adam.create_hash_optimizer(beta1=1.0), "beta1"),
+        (False, lambda: lazy_adam.create_hash_optimizer(beta1=0.0), "beta1"),
+        (False, lambda: lazy_adam.create_hash_optimizer(beta2=1.5), "beta2"),
+        (False, lambda: lazy_adam.create_hash_optimizer(epsilon=0), "epsilon"),
+        (False, lambda: lazy_adam.create_hash_optimizer(learning_rate=-0.1), "learning_rate"),
+        (True, lambda: lazy_adam_by_addr.create_hash_optimizer_by_address(beta1=1.0), "beta1"),
+        (True, lambda: lazy_adam_by_addr.create_hash_optimizer_by_address(epsilon=0.0), "epsilon"),
+        (False, lambda: adagrad.create_hash_optimizer(learning_rate=11), "learning_rate"),
+        (
+            False,
+            lambda: adagrad.create_hash_optimizer(initial_accumulator_value=0),
+            "initial_accumulator_value",
+        ),
+        (
+            False,
+            lambda: adagrad.create_hash_optimizer(initial_accumulator_value=1.5),
+            "initial_accumulator_value",
+        ),
+        (
+            True,
+            lambda: adagrad_by_addr.create_hash_optimizer_by_address(learning_rate=11),
+            "learning_rate",
+        ),
+        (
+            True,
+            lambda: adagrad_by_addr.create_hash_optimizer_by_address(initial_accumulator_value=0),
+            "initial_accumulator_value",
+        ),
+        (False, lambda: adagrad_rowwise.create_hash_optimizer(epsilon=0.0), "initial_accumulator"),
+        (False, lambda: adagrad_rowwise.create_hash_optimizer(epsilon=-1e-8), "epsilon"),
+        (False, lambda: adagrad_rowwise.create_hash_optimizer(learning_rate=11), "learning_rate"),
+        (
+            True,
+            lambda: adagrad_rowwise_by_addr.create_hash_optimizer_by_address(
+                initial_accumulator_value=-0.1
+            ),
+            "initial_accumulator_value",
+        ),
+        (False, lambda: ftrl.create_hash_optimizer(0.1, l1_regularization_strength=-1), "l1"),
+        (False, lambda: ftrl.create_hash_optimizer(0.1, l1=-1), "l1"),
+        (False, lambda: ftrl.create_hash_optimizer(0.1, l2=-0.5), "l2"),
+        (False, lambda: ftrl.create_hash_optimizer(0.1, l2_shrinkage=-0.5), "l2_shrinkage"),
+        (
+            False,
+            lambda: ftrl.create_hash_optimizer(0.1, learning_rate_power=0.5),
+            "learning_rate_power",
+        ),
+        (
+            False,
+            lambda: ftrl.create_hash_optimizer(0.1, initial_accumulator_value=-1),
+            "initial_accumulator_value",
+        ),
+        (False, lambda: ftrl.create_hash_optimizer(-0.1), "learning_rate"),
+        (
+            False,
+            lambda: gradient_descent.create_hash_optimizer(0.1, weight_decay=0.5),
+            "weight_decay",
+        ),
+        (
+            False,
+            lambda: gradient_descent.create_hash_optimizer(0.1, weight_decay=1e-6),
+            "weight_decay",
+        ),
+        (False, lambda: gradient_descent.create_hash_optimizer(-1.0), "learning_rate"),
+        (
+            True,
+            lambda: gradient_descent_by_addr.create_hash_optimizer_by_addr(0.1, weight_decay=1.5),
+            "weight_decay",
+        ),
+        (
+            True,
+            lambda: gradient_descent_by_addr.create_hash_optimizer_by_addr(0.1, weight_decay=-0.1),
+            "weight_decay",
+        ),
+    ],
+)
 def test_hyperparameter_out_of_range(expansion, factory, param):
     init(use_dynamic_expansion=expansion)
     with pytest.raises(ValueError, match=param):
@@ -708,14 +862,16 @@ def test_accepted_edge_values():
     gradient_descent_by_addr.create_hash_optimizer_by_addr(0.1, weight_decay=0.5)
     gradient_descent_by_addr.create_hash_optimizer_by_addr(0.1, weight_decay=0.0)
     lazy_adam_by_addr.create_hash_optimizer_by_address(beta2=1.0, epsilon=1.0)
-    adagrad_by_addr.create_hash_optimizer_by_address(learning_rate=10,
-                                                     initial_accumulator_value=1.0)
+    adagrad_by_addr.create_hash_optimizer_by_address(
+        learning_rate=10, initial_accumulator_value=1.0
+    )
 
 
 def test_apply_gradients_argument_checks():
     init(use_dynamic_expansion=False)
-    table = create_table(tf.int64, DIM, "t", tf.compat.v1.constant_initializer(0.5),
-                         device_vocabulary_size=16)
+    table = create_table(
+        tf.int64, DIM, "t", tf.compat.v1.constant_initializer(0.5), device_vocabulary_size=16
+    )
     emb = sparse_lookup(table, tf.constant([1, 2], tf.int64))
     opt = gradient_descent.create_hash_optimizer(0.1)
     dense = tf.Variable(1.0)

@@ -2,6 +2,7 @@
 many tables' rows into one exchange, a step's op count flat in the table count, and many
 tables of mixed dims and optimizers over ranks training as one process (processes on
 127.0.0.1, free ports, always stopped)."""
+
 import json
 import os
 import subprocess
@@ -10,12 +11,12 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-
-from rec_sdk.distribute.ranks import routes as rank_routes
-from rec_sdk.distribute import ranks as ranks_module
-from rec_sdk.ops import table_ops
 from tests.helpers import new_session
 from tests.test_distribute import _env, _rank_cluster, _run_together
+
+from rec_sdk.distribute import ranks as ranks_module
+from rec_sdk.distribute.ranks import routes as rank_routes
+from rec_sdk.ops import table_ops
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TABLES_WORKER = os.path.join(HERE, "distribute", "tables_rank_worker.py")
@@ -28,40 +29,56 @@ def test_pack_and_split_rows_match_numpy():
 
 def _pack_and_split(sess):
     rng = np.random.default_rng(0)
-    blocks = [rng.random((3, 2), np.float32), rng.random((0, 5), np.float32),
-              rng.random((4, 5), np.float32), rng.random((2, 1), np.float32)]
+    blocks = [
+        rng.random((3, 2), np.float32),
+        rng.random((0, 5), np.float32),
+        rng.random((4, 5), np.float32),
+        rng.random((2, 1), np.float32),
+    ]
     packed, sizes = table_ops.pack_rows([tf.constant(b) for b in blocks], 6)
     back = table_ops.split_rows(packed, sizes, [b.shape[1] for b in blocks])
     packed, sizes, back = sess.run([packed, sizes, back])
     expected = np.zeros((9, 6), np.float32)
     row = 0
     for b in blocks:
-        expected[row:row + len(b), :b.shape[1]] = b
+        expected[row : row + len(b), : b.shape[1]] = b
         row += len(b)
     np.testing.assert_array_equal(packed, expected)
     np.testing.assert_array_equal(sizes, [3, 0, 4, 2])
     for got, b in zip(back, blocks):
         np.testing.assert_array_equal(got, b)
     # int64 vectors are blocks of one column; dims 0 gives vectors back.
-    keys, sizes = table_ops.pack_rows([tf.constant([5, -7], tf.int64),
-                                       tf.constant([[1, 2]], tf.int64)], 2)
+    keys, sizes = table_ops.pack_rows(
+        [tf.constant([5, -7], tf.int64), tf.constant([[1, 2]], tf.int64)], 2
+    )
     keys, (first, second) = sess.run([keys, table_ops.split_rows(keys, sizes, [0, 2])])
     np.testing.assert_array_equal(keys, [[5, 0], [-7, 0], [1, 2]])
     np.testing.assert_array_equal(first, [5, -7])
     np.testing.assert_array_equal(second, [[1, 2]])
 
 
-@pytest.mark.parametrize("build, message", [
-    (lambda rows: table_ops.pack_rows([rows], 2)[0], "3 columns, more than width=2"),
-    (lambda rows: table_ops.split_rows(rows, tf.constant([1, 2]), [3, 3]),
-     "sizes add up to 3 rows; packed has 2"),
-    (lambda rows: table_ops.split_rows(rows, tf.constant([-1, 3]), [3, 3]),
-     r"sizes\[0\] must be >= 0"),
-    (lambda rows: table_ops.split_rows(rows, tf.constant([1, 1]), [3, 4]),
-     r"dims\[1\] must be in \[0, 3\]"),
-    (lambda rows: table_ops.split_rows(rows, tf.constant([2]), [3, 3]),
-     "sizes must be a vector of 2"),
-])
+@pytest.mark.parametrize(
+    "build, message",
+    [
+        (lambda rows: table_ops.pack_rows([rows], 2)[0], "3 columns, more than width=2"),
+        (
+            lambda rows: table_ops.split_rows(rows, tf.constant([1, 2]), [3, 3]),
+            "sizes add up to 3 rows; packed has 2",
+        ),
+        (
+            lambda rows: table_ops.split_rows(rows, tf.constant([-1, 3]), [3, 3]),
+            r"sizes\[0\] must be >= 0",
+        ),
+        (
+            lambda rows: table_ops.split_rows(rows, tf.constant([1, 1]), [3, 4]),
+            r"dims\[1\] must be in \[0, 3\]",
+        ),
+        (
+            lambda rows: table_ops.split_rows(rows, tf.constant([2]), [3, 3]),
+            "sizes must be a vector of 2",
+        ),
+    ],
+)
 def test_pack_and_split_rows_refuse_bad_input(build, message):
     with tf.Graph().as_default(), new_session() as sess:
         rows = tf.compat.v1.placeholder_with_default(tf.ones([2, 3]), [None, None])
@@ -72,17 +89,24 @@ def test_pack_and_split_rows_refuse_bad_input(build, message):
 def _step_ops(tables, ranks):
     """The tables worker's graph built (not run) as rank 0 of `ranks` (no servers: the graph
     alone), or as one process (ranks=1) -> {"ops", "collectives"} of a training step."""
-    out = os.path.join(os.environ.get("TMPDIR", "/tmp"), "rank_ops_%d_%d_%d.json"
-                       % (os.getpid(), tables, ranks))
+    out = os.path.join(
+        os.environ.get("TMPDIR", "/tmp"), "rank_ops_%d_%d_%d.json" % (os.getpid(), tables, ranks)
+    )
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     env.pop("TF_CONFIG", None)
     if ranks > 1:
-        env["TF_CONFIG"] = json.dumps({"cluster": {"worker": ["127.0.0.1:1"] * ranks},
-                                       "task": {"type": "worker", "index": 0}})
-    result = subprocess.run([sys.executable, TABLES_WORKER, out, "--tables", str(tables),
-                             "--ops"] + ([] if ranks > 1 else ["--local", "2"]),
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, timeout=300)
+        env["TF_CONFIG"] = json.dumps(
+            {"cluster": {"worker": ["127.0.0.1:1"] * ranks}, "task": {"type": "worker", "index": 0}}
+        )
+    result = subprocess.run(
+        [sys.executable, TABLES_WORKER, out, "--tables", str(tables), "--ops"]
+        + ([] if ranks > 1 else ["--local", "2"]),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stdout[-3000:]
     with open(out) as f:
         counted = json.load(f)
@@ -124,9 +148,15 @@ def _tables_over_ranks(tmp_path, ranks, *args, env=None):
     for attempt in (1, 2):
         cluster, tasks = _rank_cluster(ranks)
         try:
-            _run_together([([TABLES_WORKER, str(tmp_path / "rank-{rank}.npz")] + list(args),
-                            dict(_env(cluster, job, index), **(env or {})))
-                           for job, index in tasks])
+            _run_together(
+                [
+                    (
+                        [TABLES_WORKER, str(tmp_path / "rank-{rank}.npz")] + list(args),
+                        dict(_env(cluster, job, index), **(env or {})),
+                    )
+                    for job, index in tasks
+                ]
+            )
             break
         except AssertionError as e:
             # Under a loaded machine the 3-rank run has hung (every rank alive, waiting) about
@@ -138,10 +168,15 @@ def _tables_over_ranks(tmp_path, ranks, *args, env=None):
     shards = [dict(np.load(str(tmp_path / ("rank-%d.npz" % r)))) for r in range(ranks)]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     env.pop("TF_CONFIG", None)
-    result = subprocess.run([sys.executable, TABLES_WORKER, str(tmp_path / "local.npz"),
-                             "--local", str(ranks)] + [str(a) for a in args], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            timeout=300)
+    result = subprocess.run(
+        [sys.executable, TABLES_WORKER, str(tmp_path / "local.npz"), "--local", str(ranks)]
+        + [str(a) for a in args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stdout[-3000:]
     return shards, dict(np.load(str(tmp_path / "local.npz")))
 
@@ -163,7 +198,7 @@ def _assert_ranks_equal_local(shards, local, tables, rtol=1e-5):
         # Each rank evaluated its slice of the eval keys; one process all of them.
         evaluated = np.zeros_like(local["eval%d" % t])
         for r, s in enumerate(shards):
-            evaluated[r::len(shards)] = s["eval%d" % t]
+            evaluated[r :: len(shards)] = s["eval%d" % t]
         np.testing.assert_allclose(evaluated, local["eval%d" % t], rtol=rtol, atol=1e-6)
 
 
@@ -187,9 +222,10 @@ def test_forty_tables_of_mixed_dims_over_three_ranks_train_as_one_process(tmp_pa
 def test_half_precision_tables_over_two_ranks_train_as_one_process(tmp_path):
     """bfloat16 rows over 2 ranks (rows exchanged as float32, each owner rounding its own
     updates) == one process with bfloat16 rows, to the rounding of the last bit."""
-    shards, local = _tables_over_ranks(tmp_path, 2, "--tables", 4, "--steps", 3,
-                                       "--emb-dtype", "bfloat16")
-    _assert_ranks_equal_local(shards, local, 4, rtol=2.0 ** -7)
+    shards, local = _tables_over_ranks(
+        tmp_path, 2, "--tables", 4, "--steps", 3, "--emb-dtype", "bfloat16"
+    )
+    _assert_ranks_equal_local(shards, local, 4, rtol=2.0**-7)
 
 
 @pytest.mark.stress
@@ -198,8 +234,9 @@ def test_per_host_dedup_over_two_hosts_of_two_ranks_trains_as_one_process(tmp_pa
     of its host in the owner's place, which deduplicates the host's keys and passes them to
     the owner (rows back the same way, gradients summed at each level) == one process on the
     global batch; each level runs the collectives of an exchange in its own groups."""
-    shards, local = _tables_over_ranks(tmp_path, 4, "--tables", 8, "--steps", 3,
-                                       env={ranks_module.RANKS_PER_HOST_ENV: "2"})
+    shards, local = _tables_over_ranks(
+        tmp_path, 4, "--tables", 8, "--steps", 3, env={ranks_module.RANKS_PER_HOST_ENV: "2"}
+    )
     _assert_ranks_equal_local(shards, local, 8)
     for shard in shards:
         ran = list(shard["collectives_run"])
@@ -219,12 +256,17 @@ def test_ranks_per_host_from_the_setting_and_the_addresses(monkeypatch):
     env = ranks_module.RANKS_PER_HOST_ENV
     two_hosts = ["10.0.0.1:2222", "10.0.0.1:2223", "10.0.0.2:2222", "10.0.0.2:2223"]
     for value, addresses, want in [
-            (None, two_hosts, 0), ("0", two_hosts, 0), ("1", two_hosts, 0), ("4", None, 0),
-            ("2", None, 2), (" Auto ", two_hosts, 2),
-            ("auto", ["127.0.0.1:%d" % p for p in range(4)], 0),  # one host
-            ("auto", ["a:1", "b:1", "c:1", "d:1"], 0),  # one rank per host
-            ("auto", ["a:1", "b:1", "a:2", "b:2"], 0),  # not consecutive
-            ("auto", ["a:1", "a:2", "a:3", "b:1"], 0)]:  # not as many on each
+        (None, two_hosts, 0),
+        ("0", two_hosts, 0),
+        ("1", two_hosts, 0),
+        ("4", None, 0),
+        ("2", None, 2),
+        (" Auto ", two_hosts, 2),
+        ("auto", ["127.0.0.1:%d" % p for p in range(4)], 0),  # one host
+        ("auto", ["a:1", "b:1", "c:1", "d:1"], 0),  # one rank per host
+        ("auto", ["a:1", "b:1", "a:2", "b:2"], 0),  # not consecutive
+        ("auto", ["a:1", "a:2", "a:3", "b:1"], 0),
+    ]:  # not as many on each
         if value is None:
             monkeypatch.delenv(env, raising=False)
         else:
@@ -232,8 +274,11 @@ def test_ranks_per_host_from_the_setting_and_the_addresses(monkeypatch):
         assert ranks_module.ranks_per_host(devices, addresses) == want, (value, addresses)
     for bad in ("3", "-2", "two"):
         monkeypatch.setenv(env, bad)
-        with pytest.raises(ValueError, match="%s must be auto, 0 or a divisor of the rank "
-                                             "count \\(4\\), got '%s'" % (env, bad)):
+        with pytest.raises(
+            ValueError,
+            match="%s must be auto, 0 or a divisor of the rank "
+            "count \\(4\\), got '%s'" % (env, bad),
+        ):
             ranks_module.ranks_per_host(devices, two_hosts)
     # The routes of rank 3 of 2 hosts of 2: its host's group, then its place's.
     monkeypatch.setenv(env, "2")
@@ -246,6 +291,7 @@ def test_ranks_per_host_from_the_setting_and_the_addresses(monkeypatch):
 def _worker_module():
     """tables_rank_worker.py as a module (its data and dims)."""
     import importlib.util
+
     spec = importlib.util.spec_from_file_location("tables_rank_worker", TABLES_WORKER)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -275,9 +321,13 @@ def _expected_received_bytes(ranks, tables, steps):
         return total + ranks * cap * (dim + 1) * 4 + (ranks * cap * dim * 4 if gradients else 0)
 
     def need(keys_of):  # keys_of(t, r) -> rank r's keys of table t
-        return max(np.bincount(np.concatenate([np.abs(np.fmod(np.unique(keys_of(t, r)), ranks))
-                                               for t in batch]), minlength=ranks).max()
-                   for r in range(ranks))
+        return max(
+            np.bincount(
+                np.concatenate([np.abs(np.fmod(np.unique(keys_of(t, r)), ranks)) for t in batch]),
+                minlength=ranks,
+            ).max()
+            for r in range(ranks)
+        )
 
     out = []
     for step in range(steps):
@@ -285,14 +335,25 @@ def _expected_received_bytes(ranks, tables, steps):
         for name, batch in (("adam", range(0, tables, 2)), ("sgd", range(1, tables, 2))):
             if len(batch):
                 ids = {t: worker.global_ids(t, step, worker.BATCH * ranks) for t in batch}
-                total += exchange(name, need(lambda t, r: ids[t][r * worker.BATCH:
-                                                               (r + 1) * worker.BATCH]),
-                                  len(batch), max(map(worker.dim_of, batch)), True)
+                total += exchange(
+                    name,
+                    need(lambda t, r, ids=ids: ids[t][r * worker.BATCH : (r + 1) * worker.BATCH]),
+                    len(batch),
+                    max(map(worker.dim_of, batch)),
+                    True,
+                )
         out.append(total)
     batch = range(tables)
     for _ in range(2):
-        out.append(exchange("eval", need(lambda t, r: np.arange(-4, 30 + 3 * t)[r::ranks]),
-                            tables, max(map(worker.dim_of, batch)), False))
+        out.append(
+            exchange(
+                "eval",
+                need(lambda t, r: np.arange(-4, 30 + 3 * t)[r::ranks]),
+                tables,
+                max(map(worker.dim_of, batch)),
+                False,
+            )
+        )
     return out
 
 
@@ -316,13 +377,22 @@ def test_a_rank_with_empty_batches_trains_with_the_others(tmp_path):
     _assert_ranks_equal_local(shards, local, 3)
 
 
-@pytest.mark.parametrize("how, args, says", [
-    ("leaves a training step early", ["--leave-before", "train"],
-     "rank 1 leaves before the others' train"),
-    ("leaves before the evaluation", ["--leave-before", "eval"],
-     "rank 1 leaves before the others' eval"),
-    ("fails with an error", ["--fail-at", "2"], "RuntimeError: rank 1 fails at step 2"),
-])
+@pytest.mark.parametrize(
+    "how, args, says",
+    [
+        (
+            "leaves a training step early",
+            ["--leave-before", "train"],
+            "rank 1 leaves before the others' train",
+        ),
+        (
+            "leaves before the evaluation",
+            ["--leave-before", "eval"],
+            "rank 1 leaves before the others' eval",
+        ),
+        ("fails with an error", ["--fail-at", "2"], "RuntimeError: rank 1 fails at step 2"),
+    ],
+)
 def test_a_rank_that_runs_a_step_another_left_fails_clearly(tmp_path, how, args, says):
     """Ranks must run the same steps, evaluation included: when rank 1 leaves one training
     step or the evaluation early, or fails, rank 0's step fails at once with RankLostError
@@ -330,10 +400,25 @@ def test_a_rank_that_runs_a_step_another_left_fails_clearly(tmp_path, how, args,
     del how
     for attempt in (1, 2):
         cluster, tasks = _rank_cluster(2)
-        workers = [subprocess.Popen(
-            [sys.executable, TABLES_WORKER, str(tmp_path / "rank-{rank}.npz"), "--tables", "2",
-             "--steps", "3"] + args, env=_env(cluster, job, index),
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for job, index in tasks]
+        workers = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    TABLES_WORKER,
+                    str(tmp_path / "rank-{rank}.npz"),
+                    "--tables",
+                    "2",
+                    "--steps",
+                    "3",
+                ]
+                + args,
+                env=_env(cluster, job, index),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            for job, index in tasks
+        ]
         hung = False
         try:
             outputs = []
@@ -382,12 +467,12 @@ def test_size_classes_and_the_hint_every_rank_keeps_equal():
                 assert rows(index) >= value > (rows(index - 1) if index else 0)
                 assert sess.run(observed, {need: value}) == (index, rows(index))
             largest = rows(table_ops.SIZE_CLASSES - 1)
-            assert sess.run(observed, {need: largest}) == (table_ops.SIZE_CLASSES - 1,
-                                                           largest)
+            assert sess.run(observed, {need: largest}) == (table_ops.SIZE_CLASSES - 1, largest)
             for bad in (largest + 1, -1):
-                with pytest.raises(tf.errors.InvalidArgumentError,
-                                   match=r"need must be in \[0, %d\] rows per rank, got %d"
-                                   % (largest, bad)):
+                with pytest.raises(
+                    tf.errors.InvalidArgumentError,
+                    match=r"need must be in \[0, %d\] rows per rank, got %d" % (largest, bad),
+                ):
                     sess.run(observed, {need: bad})
             assert sess.run(current) == (table_ops.SIZE_CLASSES - 1, largest)
 
@@ -397,6 +482,7 @@ def test_a_wait_for_update_steps_finishes_once_they_are_done():
     steps (RankStepDone) reaches target, whichever thread gets there; it holds no thread
     while it waits (two waits pending on a 1-thread pool do not stop the step that ends them)."""
     import threading
+
     config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=1)
     with tf.Graph().as_default(), tf.compat.v1.Session(config=config) as sess:
         done, count = table_ops.rank_step_done(), table_ops.rank_steps()
@@ -405,8 +491,10 @@ def test_a_wait_for_update_steps_finishes_once_they_are_done():
         start = sess.run(count)
         sess.run(wait, {target: start})  # reached already: at once
         finished = []
-        waiters = [threading.Thread(target=lambda: finished.append(
-            sess.run(wait, {target: start + 2}))) for _ in range(2)]
+        waiters = [
+            threading.Thread(target=lambda: finished.append(sess.run(wait, {target: start + 2})))
+            for _ in range(2)
+        ]
         for waiter in waiters:
             waiter.start()
         sess.run(done)

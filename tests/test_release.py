@@ -2,6 +2,7 @@
 the requirements files the venvs are made from and with the Makefile's list, each row's wheel
 requirements and version say which TensorFlow it is for in a form pip compares, and this venv
 runs one of the pinned releases."""
+
 import importlib
 import os
 import re
@@ -12,8 +13,7 @@ import tensorflow as tf
 from pip._vendor.packaging.requirements import Requirement
 from pip._vendor.packaging.version import Version
 
-from rec_sdk.base import release
-from rec_sdk.base import tf_compat
+from rec_sdk.base import release, tf_compat
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -21,16 +21,27 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def _requirements_file(minor):
     name = "requirements.txt" if minor == release.OLDEST else "requirements-tf%s.txt" % minor
     with open(os.path.join(ROOT, name)) as f:
-        return {Requirement(line).name: Requirement(line) for line in f.read().splitlines()
-                if line.strip() and not line.startswith("#")}
+        return {
+            Requirement(line).name: Requirement(line)
+            for line in f.read().splitlines()
+            if line.strip() and not line.startswith("#")
+        }
 
 
 def test_every_requirements_file_has_a_row_and_the_makefile_lists_them_all():
-    files = sorted(re.match(r"requirements-tf(.+)\.txt$", name).group(1)
-                   for name in os.listdir(ROOT) if re.match(r"requirements-tf.+\.txt$", name))
+    files = sorted(
+        re.match(r"requirements-tf(.+)\.txt$", name).group(1)
+        for name in os.listdir(ROOT)
+        if re.match(r"requirements-tf.+\.txt$", name)
+    )
     assert [release.OLDEST] + files == list(release.RELEASES)
-    listed = subprocess.run(["make", "-s", "--no-print-directory", "tf-versions"], cwd=ROOT,
-                            capture_output=True, text=True, check=True).stdout.split()
+    listed = subprocess.run(
+        ["make", "-s", "--no-print-directory", "tf-versions"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     assert listed == list(release.RELEASES)
 
 
@@ -57,9 +68,11 @@ def test_a_wheels_requirements_and_version_name_its_tensorflow(minor):
     row = release.RELEASES[minor]
     needs = {Requirement(r).name: Requirement(r) for r in release.requirements(row.tensorflow)}
     assert needs[row.package].specifier.contains(row.tensorflow)
-    assert not needs[row.package].specifier.contains(release.RELEASES[release.NEWEST].tensorflow
-                                                     if minor != release.NEWEST else
-                                                     release.RELEASES[release.OLDEST].tensorflow)
+    assert not needs[row.package].specifier.contains(
+        release.RELEASES[release.NEWEST].tensorflow
+        if minor != release.NEWEST
+        else release.RELEASES[release.OLDEST].tensorflow
+    )
     if row.tf_keras:
         assert needs["tf-keras"].specifier.contains(row.tf_keras)
         assert "tensorflow-cpu" not in needs  # tf-keras requires `tensorflow` itself
@@ -70,12 +83,16 @@ def test_a_wheels_requirements_and_version_name_its_tensorflow(minor):
     assert version.public == release.VERSION and version.local == "tf" + minor
     # pip selects a wheel by its local version: `rec_sdk==0.1.0+tf2.18` matches only that one.
     pinned = Requirement("rec_sdk==" + str(version)).specifier
-    assert [m for m in release.RELEASES
-            if pinned.contains(release.wheel_version(release.RELEASES[m].tensorflow))] == [minor]
+    assert [
+        m
+        for m in release.RELEASES
+        if pinned.contains(release.wheel_version(release.RELEASES[m].tensorflow))
+    ] == [minor]
     command = release.install_wheel_command(row.tensorflow)
     assert command == 'pip install --find-links dist/%s "rec_sdk==%s"' % (minor, version)
     assert release.install_tensorflow_command(row.tensorflow).startswith(
-        "pip install %s==%s " % (row.package, row.tensorflow))
+        "pip install %s==%s " % (row.package, row.tensorflow)
+    )
 
 
 def test_this_venv_runs_a_pinned_release_with_its_keras_and_estimator():
@@ -99,8 +116,9 @@ def test_the_readme_table_has_every_release_with_its_pins_and_install_command():
     with open(os.path.join(ROOT, "README.md")) as f:
         readme = f.read()
     rows = [line for line in readme.splitlines() if re.match(r"\| 2\.\d+\.\d+ \|", line)]
-    assert [line.split("|")[1].strip() for line in rows] == \
-        [row.tensorflow for row in release.RELEASES.values()]
+    assert [line.split("|")[1].strip() for line in rows] == [
+        row.tensorflow for row in release.RELEASES.values()
+    ]
     for line, row in zip(rows, release.RELEASES.values()):
         for requirement in release.requirements(row.tensorflow):
             if requirement.startswith(("tensorflow", "tf-keras")) or requirement in row.pins:

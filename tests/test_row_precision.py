@@ -1,7 +1,9 @@
 """Half-precision rows and slots (create_table(emb_dtype=..., slot_dtype=...), de value_dtype /
 kv_creator emb_dtype and slot_dtype): every sparse optimizer against its NumPy reference
-followed by stochastic rounding with the same random bits (recomputed here from their definition in tf_ops/core/row_precision.h),
-checkpoints across dtypes (Saver and TF2), the SSD tier, and bad dtypes refused by name."""
+followed by stochastic rounding with the same random bits (recomputed here from their definition in
+tf_ops/core/row_precision.h), checkpoints across dtypes (Saver and TF2), the SSD tier, and bad
+dtypes refused by name."""
+
 import os
 
 import numpy as np
@@ -9,11 +11,10 @@ import pytest
 import tensorflow as tf
 
 import rec_sdk.dynamic_embedding as de
+from helpers import new_session, sorted_export
 from rec_sdk.core.embedding import create_table, sparse_lookup
 from rec_sdk.saver import restore_tables, save_tables
 from rec_sdk.util.initialize import init
-
-from helpers import new_session, sorted_export
 from test_optimizers import DIM, OPTIMIZERS
 
 MASK = (1 << 64) - 1
@@ -54,9 +55,11 @@ def stochastic_round(values, dtype, bits):
                 continue
             if abs(float(toward_zero)) > abs(float(x)):
                 toward_zero = np.nextafter(toward_zero, np.float16(0))
-            ulp = abs(float(np.nextafter(toward_zero, np.float16(np.copysign(np.inf, x)))) -
-                      float(toward_zero))
-            assert abs(float(toward_zero)) >= 2.0 ** -14, "the test keeps to float16 normals"
+            ulp = abs(
+                float(np.nextafter(toward_zero, np.float16(np.copysign(np.inf, x))))
+                - float(toward_zero)
+            )
+            assert abs(float(toward_zero)) >= 2.0**-14, "the test keeps to float16 normals"
             remainder = (abs(float(x)) - abs(float(toward_zero))) / ulp * 8192
             assert remainder == int(remainder)
             random, scale = bits[j] >> 3, 8192
@@ -72,8 +75,9 @@ def stochastic_round(values, dtype, bits):
 
 
 def _ulp(x, dtype):
-    return np.abs(np.spacing(np.asarray(x, {"bfloat16": np.float32, "float16": np.float16}[
-        dtype]))).astype(np.float64) * (65536 if dtype == "bfloat16" else 1)
+    return np.abs(
+        np.spacing(np.asarray(x, {"bfloat16": np.float32, "float16": np.float16}[dtype]))
+    ).astype(np.float64) * (65536 if dtype == "bfloat16" else 1)
 
 
 def nearest_bfloat16(values):
@@ -85,8 +89,12 @@ def nearest_bfloat16(values):
 
 STEPS = [[1, 2, 3, 2], [2, 4, 5], [1, 5, 6, 6, 6], [3, 4]]
 # (emb_dtype, slot_dtype) pairs: half rows with float32 slots, bfloat16 slots with either rows.
-DTYPES = [("bfloat16", "float32"), ("float16", "float32"), ("bfloat16", "bfloat16"),
-          ("float32", "bfloat16")]
+DTYPES = [
+    ("bfloat16", "float32"),
+    ("float16", "float32"),
+    ("bfloat16", "bfloat16"),
+    ("float32", "bfloat16"),
+]
 
 
 class _Rounding:
@@ -102,13 +110,12 @@ class _Rounding:
         if dtype == "float32":
             np.testing.assert_allclose(got, wanted, rtol=1e-5, atol=1e-6, err_msg=what)
             return
-        rounded = stochastic_round(np.atleast_1d(wanted), dtype, bits[first:first + got.size])
+        rounded = stochastic_round(np.atleast_1d(wanted), dtype, bits[first : first + got.size])
         self.total += got.size
         self.mismatches += int((rounded != got).sum())
         # float32 arithmetic in the kernel may put a value one float32 ulp across a rounding
         # threshold: then it lands on the other neighbour, one ulp away.
-        assert np.all(np.abs(rounded - got) <= _ulp(rounded, dtype) * 1.01), (what, rounded,
-                                                                               got)
+        assert np.all(np.abs(rounded - got) <= _ulp(rounded, dtype) * 1.01), (what, rounded, got)
 
 
 @pytest.mark.parametrize("dtype,slot_dtype", DTYPES)
@@ -120,9 +127,15 @@ def test_optimizers_match_reference_with_stochastic_rounding(name, dtype, slot_d
     init(use_dynamic_expansion=True)
     _, by_addr, make_ref = OPTIMIZERS[name]
     ref = make_ref()
-    table = create_table(tf.int64, DIM, "half_" + name,
-                         tf.compat.v1.truncated_normal_initializer(stddev=0.5, seed=7),
-                         device_vocabulary_size=64, emb_dtype=dtype, slot_dtype=slot_dtype)
+    table = create_table(
+        tf.int64,
+        DIM,
+        "half_" + name,
+        tf.compat.v1.truncated_normal_initializer(stddev=0.5, seed=7),
+        device_vocabulary_size=64,
+        emb_dtype=dtype,
+        slot_dtype=slot_dtype,
+    )
     assert table.spec.slot_dtype == slot_dtype
     seed = table.spec.initializer["seed"]
     ids = tf.compat.v1.placeholder(tf.int64, [None])
@@ -160,15 +173,24 @@ def test_optimizers_match_reference_with_stochastic_rounding(name, dtype, slot_d
                 where = "key %d step %d" % (key, step)
                 rounding.check(values[i], wanted, dtype, bits, 0, where)
                 for s in range(ref.num_slots):
-                    rounding.check(slots[s][i], wanted_slots[s],
-                                   slot_dtype if half_slots else "float32", bits,
-                                   (s + 1) * DIM, "slot %d of %s" % (s, where))
-            before = {int(k): (values[i], [slots[s][i] for s in range(ref.num_slots)])
-                      for i, k in enumerate(keys)}
+                    rounding.check(
+                        slots[s][i],
+                        wanted_slots[s],
+                        slot_dtype if half_slots else "float32",
+                        bits,
+                        (s + 1) * DIM,
+                        "slot %d of %s" % (s, where),
+                    )
+            before = {
+                int(k): (values[i], [slots[s][i] for s in range(ref.num_slots)])
+                for i, k in enumerate(keys)
+            }
         if dtype != "float32" or (half_slots and ref.num_slots):
             assert rounding.total > 20
-        assert rounding.mismatches <= max(1, rounding.total // 50), (rounding.mismatches,
-                                                                     rounding.total)
+        assert rounding.mismatches <= max(1, rounding.total // 50), (
+            rounding.mismatches,
+            rounding.total,
+        )
 
 
 @pytest.mark.parametrize("dtype", sorted(HALF))
@@ -179,8 +201,7 @@ def test_lookups_return_rounded_float32_and_values_convert_across_checkpoints(dt
     init(use_dynamic_expansion=True)
     keys = np.array([1, 7, 1 << 40], np.int64)
     values = np.array([[0.1, -0.2, 1 / 3], [3.14159, 1e-3, -7.5], [1e4, -0.3, 0.7]], np.float32)
-    half = create_table(tf.int64, 3, "h", tf.compat.v1.zeros_initializer(),
-                        emb_dtype=HALF[dtype])
+    half = create_table(tf.int64, 3, "h", tf.compat.v1.zeros_initializer(), emb_dtype=HALF[dtype])
     wide = create_table(tf.int64, 3, "w", tf.compat.v1.zeros_initializer())
     rounded = values.astype(HALF[dtype].as_numpy_dtype).astype(np.float32)
     assert not np.array_equal(rounded, values)
@@ -206,20 +227,26 @@ def test_lookups_return_rounded_float32_and_values_convert_across_checkpoints(dt
 def test_bad_emb_dtypes_are_refused_naming_the_parameter():
     init(use_dynamic_expansion=True)
     for bad in (tf.int8, "float64", "half-ish"):
-        with pytest.raises(ValueError, match="emb_dtype must be one of float32, bfloat16, "
-                                             "float16"):
+        with pytest.raises(ValueError, match="emb_dtype must be one of float32, bfloat16, float16"):
             create_table(tf.int64, 4, "bad", tf.compat.v1.zeros_initializer(), emb_dtype=bad)
         with pytest.raises(ValueError, match="emb_dtype"):
             de.CuckooHashTableCreator(emb_dtype=bad)
     for bad in (tf.float16, "float64", tf.int32):
-        with pytest.raises(ValueError, match="slot_dtype must be one of float32, bfloat16 .*"
-                                             "float16 cannot hold squared gradients"):
+        with pytest.raises(
+            ValueError,
+            match="slot_dtype must be one of float32, bfloat16 .*"
+            "float16 cannot hold squared gradients",
+        ):
             create_table(tf.int64, 4, "bad", tf.compat.v1.zeros_initializer(), slot_dtype=bad)
         with pytest.raises(ValueError, match="slot_dtype"):
             de.CuckooHashTableCreator(slot_dtype=bad)
     with pytest.raises(ValueError, match="kv_creator's emb_dtype"):
-        de.get_variable("v", value_dtype=tf.float16, dim=2,
-                        kv_creator=de.CuckooHashTableCreator(emb_dtype=tf.bfloat16))
+        de.get_variable(
+            "v",
+            value_dtype=tf.float16,
+            dim=2,
+            kv_creator=de.CuckooHashTableCreator(emb_dtype=tf.bfloat16),
+        )
 
 
 @pytest.mark.parametrize("dtype", sorted(HALF))
@@ -227,8 +254,12 @@ def test_de_half_value_dtype_trains_and_round_trips(dtype):
     """A de.Variable of a half value_dtype stores it natively: upserted values come back bit
     for bit, lookups return value_dtype, and it trains (float32 updates, rounded)."""
     value_dtype = HALF[dtype]
-    v = de.get_variable("v_" + dtype, value_dtype=value_dtype, dim=4,
-                        initializer=tf.keras.initializers.RandomNormal(0, 0.1, seed=1))
+    v = de.get_variable(
+        "v_" + dtype,
+        value_dtype=value_dtype,
+        dim=4,
+        initializer=tf.keras.initializers.RandomNormal(0, 0.1, seed=1),
+    )
     assert v.tables[0].spec.emb_dtype == dtype
     keys = tf.constant([5, 6], tf.int64)
     values = tf.constant(np.arange(8).reshape(2, 4) / 7, value_dtype)
@@ -254,21 +285,29 @@ def test_kv_creator_emb_dtype_keeps_a_float32_variable_in_bfloat16_rows(tmp_path
     accumulators: slot_dtype), trained like float32."""
     losses = {}
     for label, creator in (
-            ("float32", None),
-            ("bfloat16", de.CuckooHashTableCreator(emb_dtype=tf.bfloat16)),
-            ("bfloat16 slots", de.CuckooHashTableCreator(emb_dtype=tf.bfloat16,
-                                                         slot_dtype=tf.bfloat16)),
-            ("tiered", de.TieredTableCreator(8, str(tmp_path), emb_dtype="bfloat16"))):
+        ("float32", None),
+        ("bfloat16", de.CuckooHashTableCreator(emb_dtype=tf.bfloat16)),
+        (
+            "bfloat16 slots",
+            de.CuckooHashTableCreator(emb_dtype=tf.bfloat16, slot_dtype=tf.bfloat16),
+        ),
+        ("tiered", de.TieredTableCreator(8, str(tmp_path), emb_dtype="bfloat16")),
+    ):
         graph = tf.Graph()
         with graph.as_default():
-            v = de.get_variable("v", dim=8, kv_creator=creator,
-                                initializer=tf.keras.initializers.RandomNormal(0, 0.1, seed=2))
+            v = de.get_variable(
+                "v",
+                dim=8,
+                kv_creator=creator,
+                initializer=tf.keras.initializers.RandomNormal(0, 0.1, seed=2),
+            )
             ids = tf.compat.v1.placeholder(tf.int64, [None])
             emb = de.embedding_lookup(v, ids)
             assert emb.dtype == tf.float32
             loss = tf.reduce_mean(tf.square(emb - tf.cast(ids % 3, tf.float32)[:, None]))
-            train = de.DynamicEmbeddingOptimizer(
-                tf.compat.v1.train.AdagradOptimizer(0.3)).minimize(loss)
+            train = de.DynamicEmbeddingOptimizer(tf.compat.v1.train.AdagradOptimizer(0.3)).minimize(
+                loss
+            )
             with new_session(graph) as sess:
                 sess.run(tf.compat.v1.global_variables_initializer())
                 batches = [np.arange(b, b + 6) for b in range(0, 24, 2)]
@@ -279,7 +318,8 @@ def test_kv_creator_emb_dtype_keeps_a_float32_variable_in_bfloat16_rows(tmp_path
                 if label != "float32":
                     assert v.tables[0].spec.emb_dtype == "bfloat16"
                 assert v.tables[0].spec.slot_dtype == (
-                    "bfloat16" if label == "bfloat16 slots" else "float32")
+                    "bfloat16" if label == "bfloat16 slots" else "float32"
+                )
     assert losses["float32"] < 0.05, losses
     assert abs(losses["bfloat16"] - losses["float32"]) < 0.01, losses
     assert abs(losses["bfloat16 slots"] - losses["float32"]) < 0.01, losses

@@ -8,6 +8,7 @@ without a restrict policy (every pair of those four options in 5 cases per key d
 tests/savedmodel_matrix_worker.py writes and loads; each writer and each loader is a process
 of its own. The rows each case stored are known (rows_of), so a loaded model that serves the
 keys' initial values (rows that did not come back) fails, as does one that does not load."""
+
 import json
 import os
 import subprocess
@@ -16,7 +17,6 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-
 from tests import savedmodel_matrix_worker as worker
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -26,11 +26,18 @@ TIMEOUT = 900
 
 
 def _run(*args):
-    result = subprocess.run([sys.executable, WORKER] + list(args), capture_output=True,
-                            text=True, timeout=TIMEOUT, check=False,
-                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-    assert result.returncode == 0, "%s failed:\n%s" % (args, result.stdout[-3000:] +
-                                                       result.stderr[-6000:])
+    result = subprocess.run(
+        [sys.executable, WORKER] + list(args),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+    )
+    assert result.returncode == 0, "%s failed:\n%s" % (
+        args,
+        result.stdout[-3000:] + result.stderr[-6000:],
+    )
     return result.stdout
 
 
@@ -42,9 +49,8 @@ def matrix(tmp_path_factory):
         _run("write", kind, root)
     loaded = {}
     for loader in ("v1", "v2"):
-        (line,) = [x for x in _run("load", loader, root).splitlines()
-                   if x.startswith("CASES ")]
-        loaded[loader] = json.loads(line[len("CASES "):])
+        (line,) = [x for x in _run("load", loader, root).splitlines() if x.startswith("CASES ")]
+        loaded[loader] = json.loads(line[len("CASES ") :])
     return loaded, root
 
 
@@ -67,8 +73,7 @@ def test_every_savedmodel_reloads_every_row(matrix, kind, loader):
         with open(os.path.join(root, case + ".json")) as f:
             written = json.load(f)
         if "error" in written:
-            failures.append("%s: not saved: %s\n%s" % (case, written["error"],
-                                                       written["trace"]))
+            failures.append("%s: not saved: %s\n%s" % (case, written["error"], written["trace"]))
             continue
         # The writing process served the rows (the case is what it claims to be) ...
         np.testing.assert_allclose(written["served"], _expected(case), err_msg=case)

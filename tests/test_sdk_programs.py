@@ -3,14 +3,18 @@ used the way they use it: ids of other dtypes cast where the pipeline inserts th
 table's size() and capacity() as Python ints, CustomizedOptimizer subclasses, shape-dependent
 initializers, and tables in a stock optimizer's compute_gradients. Each test fails without
 its behaviour; numbers are checked against NumPy or an int64 / dense-variable twin."""
+
 import math
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from rec_sdk.constants.constants import (ASCEND_SPARSE_LOOKUP_ID_OFFSET,
-                                         ASCEND_SPARSE_LOOKUP_LOCAL_EMB)
+from helpers import new_session, sorted_export
+from rec_sdk.constants.constants import (
+    ASCEND_SPARSE_LOOKUP_ID_OFFSET,
+    ASCEND_SPARSE_LOOKUP_LOCAL_EMB,
+)
 from rec_sdk.core.asc.feature_spec import FeatureSpec
 from rec_sdk.core.asc.helper import get_asc_insert_func
 from rec_sdk.core.embedding import create_table, sparse_lookup
@@ -19,8 +23,6 @@ from rec_sdk.optimizers import gradient_descent
 from rec_sdk.optimizers.base import CustomizedOptimizer
 from rec_sdk.util.initialize import get_initializer, init, terminate_config_initializer
 from rec_sdk.util.variable import get_dense_and_sparse_variable
-
-from helpers import new_session, sorted_export
 
 DIM = 4
 ROWS = 48
@@ -42,9 +44,13 @@ def _train_ids(mode, as_float, steps=6):
     the losses."""
     ids, text, labels = _records()
     init(use_dynamic=True)
-    table = create_table(tf.int64, DIM, "ids_table",
-                         tf.compat.v1.random_uniform_initializer(-0.1, 0.1, seed=3),
-                         device_vocabulary_size=1000)
+    table = create_table(
+        tf.int64,
+        DIM,
+        "ids_table",
+        tf.compat.v1.random_uniform_initializer(-0.1, 0.1, seed=3),
+        device_vocabulary_size=1000,
+    )
     data = {"ids": text if as_float else ids, "label": labels}
 
     def parse(batch):
@@ -61,11 +67,19 @@ def _train_ids(mode, as_float, steps=6):
     iterator = tf.compat.v1.data.make_initializable_iterator(dataset)
     batch = iterator.get_next()
     lookup_ids = spec if mode == "feature_spec" else batch["ids"]
-    emb = sparse_lookup(table, lookup_ids, None, is_train=True, name="ids_lookup",
-                        modify_graph=mode == "modify_graph", batch=batch)
+    emb = sparse_lookup(
+        table,
+        lookup_ids,
+        None,
+        is_train=True,
+        name="ids_lookup",
+        modify_graph=mode == "modify_graph",
+        batch=batch,
+    )
     logits = tf.reduce_sum(emb, axis=[1, 2])
-    loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=batch["label"],
-                                                                  logits=logits))
+    loss = tf.reduce_mean(
+        tf.nn.sigmoid_cross_entropy_with_logits(labels=batch["label"], logits=logits)
+    )
     train = gradient_descent.create_hash_optimizer(0.5).minimize(loss)
     if mode == "modify_graph":
         modify_graph_and_start_emb_cache()
@@ -100,11 +114,15 @@ def test_float_ids_that_are_not_keys_fail_naming_the_lookup_and_value(mode, bad,
         run = emb
     else:
         spec = FeatureSpec("clicks", table_name="t")
-        dataset = tf.data.Dataset.from_tensor_slices({"clicks": values}).batch(2).map(
-            get_asc_insert_func(tgt_key_specs=[spec], is_training=True))
+        dataset = (
+            tf.data.Dataset.from_tensor_slices({"clicks": values})
+            .batch(2)
+            .map(get_asc_insert_func(tgt_key_specs=[spec], is_training=True))
+        )
         iterator = tf.compat.v1.data.make_initializable_iterator(dataset)
-        run = sparse_lookup(table, spec, None, is_train=True, name="clicks",
-                            batch=iterator.get_next())
+        run = sparse_lookup(
+            table, spec, None, is_train=True, name="clicks", batch=iterator.get_next()
+        )
         where = "ids of FeatureSpec %s (table t)" % spec.name
     with new_session() as sess:
         if mode != "tensor":
@@ -119,8 +137,9 @@ def test_float_ids_that_are_not_keys_fail_naming_the_lookup_and_value(mode, bad,
 def test_ids_that_are_not_numbers_are_refused_at_construction():
     init(use_dynamic=True)
     table = create_table(tf.int64, DIM, "t", 0.0, device_vocabulary_size=100)
-    with pytest.raises(TypeError, match="ids of sparse_lookup 'names' of table 't' must be "
-                                        "integer .* got string"):
+    with pytest.raises(
+        TypeError, match="ids of sparse_lookup 'names' of table 't' must be integer .* got string"
+    ):
         sparse_lookup(table, tf.constant(["a"]), None, name="names")
 
 
@@ -131,8 +150,10 @@ def test_int64_ids_into_an_int32_table_are_range_checked():
     emb = sparse_lookup(table, ids, None, is_train=True, name="wide")
     with new_session() as sess:
         assert sess.run(emb, {ids: [1, 2]}).shape == (2, DIM)
-        with pytest.raises(tf.errors.InvalidArgumentError, match="in \\[-2147483648, "
-                                                                 "2147483647\\]; got.*4294967296"):
+        with pytest.raises(
+            tf.errors.InvalidArgumentError,
+            match="in \\[-2147483648, 2147483647\\]; got.*4294967296",
+        ):
             sess.run(emb, {ids: [1, 2**32]})
 
 
@@ -195,17 +216,28 @@ def _fans(rows, dim, mode):
     return {"fan_in": rows, "fan_out": dim, "fan_avg": (rows + dim) / 2.0}[mode]
 
 
-@pytest.mark.parametrize("initializer,scale,mode,distribution", [
-    (tf.compat.v1.variance_scaling_initializer(seed=1), 1.0, "fan_in", "truncated_normal"),
-    (tf.compat.v1.variance_scaling_initializer(2.0, "fan_out", "uniform", seed=1), 2.0,
-     "fan_out", "uniform"),
-    (tf.compat.v1.variance_scaling_initializer(3.0, "fan_avg", "untruncated_normal", seed=1),
-     3.0, "fan_avg", "untruncated_normal"),
-    (tf.compat.v1.glorot_uniform_initializer(seed=2), 1.0, "fan_avg", "uniform"),
-    (tf.compat.v1.glorot_normal_initializer(seed=2), 1.0, "fan_avg", "truncated_normal"),
-    (tf.keras.initializers.HeNormal(seed=4), 2.0, "fan_in", "truncated_normal"),
-    (tf.keras.initializers.HeUniform(seed=4), 2.0, "fan_in", "uniform"),
-])
+@pytest.mark.parametrize(
+    "initializer,scale,mode,distribution",
+    [
+        (tf.compat.v1.variance_scaling_initializer(seed=1), 1.0, "fan_in", "truncated_normal"),
+        (
+            tf.compat.v1.variance_scaling_initializer(2.0, "fan_out", "uniform", seed=1),
+            2.0,
+            "fan_out",
+            "uniform",
+        ),
+        (
+            tf.compat.v1.variance_scaling_initializer(3.0, "fan_avg", "untruncated_normal", seed=1),
+            3.0,
+            "fan_avg",
+            "untruncated_normal",
+        ),
+        (tf.compat.v1.glorot_uniform_initializer(seed=2), 1.0, "fan_avg", "uniform"),
+        (tf.compat.v1.glorot_normal_initializer(seed=2), 1.0, "fan_avg", "truncated_normal"),
+        (tf.keras.initializers.HeNormal(seed=4), 2.0, "fan_in", "truncated_normal"),
+        (tf.keras.initializers.HeUniform(seed=4), 2.0, "fan_in", "uniform"),
+    ],
+)
 def test_variance_scaling_rows_follow_the_distribution(initializer, scale, mode, distribution):
     rows, dim = 400, 16
     init(use_dynamic=True)
@@ -237,10 +269,18 @@ def test_variance_scaling_rows_follow_the_distribution(initializer, scale, mode,
 
 def test_variance_scaling_takes_the_rank_slice_shape_and_is_refused_without_a_shape():
     init(use_dynamic=True, use_dynamic_expansion=True)
-    with pytest.raises(ValueError, match="emb_initializer GlorotUniform depends on the table's "
-                                         "shape .* table 'grows' has none"):
-        create_table(tf.int64, DIM, "grows", tf.compat.v1.glorot_uniform_initializer(),
-                     device_vocabulary_size=10)
+    with pytest.raises(
+        ValueError,
+        match="emb_initializer GlorotUniform depends on the table's "
+        "shape .* table 'grows' has none",
+    ):
+        create_table(
+            tf.int64,
+            DIM,
+            "grows",
+            tf.compat.v1.glorot_uniform_initializer(),
+            device_vocabulary_size=10,
+        )
 
 
 # ---------------------------------------------------------------------------
@@ -285,8 +325,14 @@ class SlottedAdagrad(tf.compat.v1.train.AdagradOptimizer, CustomizedOptimizer):
         super().__init__(learning_rate, initial_accumulator_value=initial, name=self.unique_name)
 
     def initialize_slots(self, var, table_instance):
-        return [{"slot": None, "named_slot_key": (var.op.graph, var.op.name),
-                 "slot_name": "accumulator", "optimizer": self}]
+        return [
+            {
+                "slot": None,
+                "named_slot_key": (var.op.graph, var.op.name),
+                "slot_name": "accumulator",
+                "optimizer": self,
+            }
+        ]
 
     def insert_slot(self, slot, named_slots_key, slot_name):
         self._slot_dict(slot_name)[named_slots_key] = slot
@@ -299,8 +345,9 @@ def _two_lookup_model(expansion, steps_ids):
     """One table, two lookups per step (duplicates inside and across them); the loss is
     sum(emb_a * wa) + sum(emb_b * wb), so each id's gradient is its weight row."""
     init(use_dynamic=True, use_dynamic_expansion=expansion)
-    table = create_table(tf.int64, DIM, "custom", tf.compat.v1.constant_initializer(0.5),
-                         device_vocabulary_size=64)
+    table = create_table(
+        tf.int64, DIM, "custom", tf.compat.v1.constant_initializer(0.5), device_vocabulary_size=64
+    )
     ids_a = tf.compat.v1.placeholder(tf.int64, [None])
     ids_b = tf.compat.v1.placeholder(tf.int64, [None])
     emb_a = sparse_lookup(table, ids_a, None, is_train=True, name="a")
@@ -370,12 +417,17 @@ def test_customized_optimizer_slots_live_in_the_table(flow):
     table, ids_a, ids_b, _, _, loss = _two_lookup_model(flow == "by_address", STEPS)
     opt = SlottedAdagrad(lr, initial)
     if flow == "by_table":
-        train = opt.apply_gradients(zip(tf.gradients(loss, [table]), [table]),
-                                    global_step=tf.compat.v1.train.get_or_create_global_step())
+        train = opt.apply_gradients(
+            zip(tf.gradients(loss, [table]), [table]),
+            global_step=tf.compat.v1.train.get_or_create_global_step(),
+        )
     else:
-        train = opt.apply_gradients(zip(
-            tf.gradients(loss, tf.compat.v1.get_collection(ASCEND_SPARSE_LOOKUP_LOCAL_EMB)),
-            tf.compat.v1.get_collection(ASCEND_SPARSE_LOOKUP_ID_OFFSET)))
+        train = opt.apply_gradients(
+            zip(
+                tf.gradients(loss, tf.compat.v1.get_collection(ASCEND_SPARSE_LOOKUP_LOCAL_EMB)),
+                tf.compat.v1.get_collection(ASCEND_SPARSE_LOOKUP_ID_OFFSET),
+            )
+        )
 
     def adagrad(w, g, acc):
         acc = acc + g * g
@@ -398,8 +450,10 @@ def test_customized_optimizer_slot_counts_must_agree():
     del ids_a
     opt = SlottedAdagrad(0.1, 0.1)
     opt.get_slot_init_values = lambda: [0.1, 0.2]
-    with pytest.raises(ValueError, match="gives 2 initial values but initialize_slots\\(\\) "
-                                         "names 1 slots \\(accumulator\\)"):
+    with pytest.raises(
+        ValueError,
+        match="gives 2 initial values but initialize_slots\\(\\) names 1 slots \\(accumulator\\)",
+    ):
         opt.apply_gradients(zip(tf.gradients(loss, [table]), [table]))
 
 
@@ -433,9 +487,10 @@ def test_stock_compute_gradients_takes_tables_in_a_mixed_var_list():
     table_grad = grads[-1][0]
     assert isinstance(table_grad, tf.IndexedSlices)
     # The DLRM example's use: dense pairs to the dense optimizer, the table's to the sparse.
-    train = tf.group(dense_opt.apply_gradients(grads[:-1]),
-                     gradient_descent.create_hash_optimizer(0.1).apply_gradients(
-                         [(table_grad, table)]))
+    train = tf.group(
+        dense_opt.apply_gradients(grads[:-1]),
+        gradient_descent.create_hash_optimizer(0.1).apply_gradients([(table_grad, table)]),
+    )
     with new_session() as sess:
         sess.run(tf.compat.v1.global_variables_initializer())
         feed = {ids_a: STEPS[0][0], ids_b: STEPS[0][1]}
@@ -444,7 +499,10 @@ def test_stock_compute_gradients_takes_tables_in_a_mixed_var_list():
         np.testing.assert_array_equal(got[1].indices, want[1].indices)
         np.testing.assert_array_equal(got[1].values, want[1].values)
         sess.run(train, feed)
-    with pytest.raises(TypeError, match="GradientDescentOptimizer.apply_gradients got rec_sdk "
-                                        "table "
-                                        "'custom'.*CustomizedOptimizer"):
+    with pytest.raises(
+        TypeError,
+        match="GradientDescentOptimizer.apply_gradients got rec_sdk "
+        "table "
+        "'custom'.*CustomizedOptimizer",
+    ):
         tf.compat.v1.train.GradientDescentOptimizer(0.1).apply_gradients(grads)

@@ -4,6 +4,7 @@ pipeline ops (set_threshold against a NumPy admission reference), eos_map, tf_ve
 the lookup collections, FeatureSpec naming, thresholds from FeatureSpecs and configs,
 timestamps, Saver directories, padding keys, optimizer learning-rate attributes, and the
 errors for what rec_sdk does not have."""
+
 import json
 import logging
 import time
@@ -14,22 +15,22 @@ import tensorflow as tf
 
 import rec_sdk
 import rec_sdk.util as rec_util
+from helpers import new_session
+from rec_sdk.base import log
 from rec_sdk.constants import constants
 from rec_sdk.constants.constants import ApplyGradientsStrategy, BaseEnum
 from rec_sdk.core.asc.feature_spec import FeatureSpec
-from rec_sdk.distribute.ranks import shards_of
 from rec_sdk.core.asc.helper import get_asc_insert_func
 from rec_sdk.core.embedding import create_table, sparse_lookup
+from rec_sdk.distribute.ranks import shards_of
 from rec_sdk.graph.modifier import GraphModifierHook
 from rec_sdk.optimizers import adagrad, ftrl, gradient_descent, lazy_adam
 from rec_sdk.util import initialize
-from rec_sdk.base import log
 from rec_sdk.util.communication import hccl_ops
 from rec_sdk.util.initialize import ConfigInitializer, init
 from rec_sdk.util.ops import import_host_pipeline_ops
-from rec_sdk.util.tf_version_adapter import hccl_ops as npu_hccl_ops, npu_ops
-
-from helpers import new_session
+from rec_sdk.util.tf_version_adapter import hccl_ops as npu_hccl_ops
+from rec_sdk.util.tf_version_adapter import npu_ops
 
 DIM = 2
 
@@ -41,6 +42,7 @@ def _table(name="t", **kwargs):
 
 # ---- constants ---------------------------------------------------------------------------
 
+
 def test_collection_names_are_the_ones_rec_sdk_uses():
     assert rec_sdk.ASCEND_SPARSE_LOOKUP_LOCAL_EMB is constants.ASCEND_SPARSE_LOOKUP_LOCAL_EMB
     assert rec_sdk.ASCEND_SPARSE_LOOKUP_ID_OFFSET is constants.ASCEND_SPARSE_LOOKUP_ID_OFFSET
@@ -51,8 +53,10 @@ def test_collection_names_are_the_ones_rec_sdk_uses():
 
 def test_enums_and_mapping():
     assert ApplyGradientsStrategy.mapping("direct_apply") is ApplyGradientsStrategy.DIRECT_APPLY
-    assert (ApplyGradientsStrategy.mapping(ApplyGradientsStrategy.SUM_SAME_ID_GRADIENTS_AND_APPLY)
-            is ApplyGradientsStrategy.SUM_SAME_ID_GRADIENTS_AND_APPLY)
+    assert (
+        ApplyGradientsStrategy.mapping(ApplyGradientsStrategy.SUM_SAME_ID_GRADIENTS_AND_APPLY)
+        is ApplyGradientsStrategy.SUM_SAME_ID_GRADIENTS_AND_APPLY
+    )
     assert constants.All2allGradientsOp.SUM_GRADIENTS.value == "sum_gradients"
     assert constants.CacheModeEnum.mapping("SSD") is constants.CacheModeEnum.SSD
 
@@ -70,8 +74,10 @@ def test_apply_gradients_strategy_from_the_environment(monkeypatch):
     assert constants.apply_gradients_strategy() is ApplyGradientsStrategy.DIRECT_APPLY
     monkeypatch.setenv("APPLY_GRADIENTS_STRATEGY", "sum_same_id_gradients_and_apply")
     init()
-    assert (ConfigInitializer.get_instance().apply_gradients_strategy
-            is ApplyGradientsStrategy.SUM_SAME_ID_GRADIENTS_AND_APPLY)
+    assert (
+        ConfigInitializer.get_instance().apply_gradients_strategy
+        is ApplyGradientsStrategy.SUM_SAME_ID_GRADIENTS_AND_APPLY
+    )
     initialize.terminate_config_initializer()
     monkeypatch.setenv("APPLY_GRADIENTS_STRATEGY", "bogus")
     with pytest.raises(ValueError, match="APPLY_GRADIENTS_STRATEGY='bogus'"):
@@ -79,6 +85,7 @@ def test_apply_gradients_strategy_from_the_environment(monkeypatch):
 
 
 # ---- logger ------------------------------------------------------------------------------
+
 
 def test_logger_honours_mxrec_log_level(monkeypatch):
     assert log.logger.name == "rec_sdk" and isinstance(log.logger, logging.Logger)
@@ -101,11 +108,11 @@ def test_logger_honours_mxrec_log_level(monkeypatch):
 def test_rec_sdk_messages_go_through_the_logger(caplog):
     caplog.set_level(logging.INFO, logger="rec_sdk")
     init(unknown_option=3)
-    assert any(r.name == "rec_sdk" and "unknown_option" in r.getMessage()
-               for r in caplog.records)
+    assert any(r.name == "rec_sdk" and "unknown_option" in r.getMessage() for r in caplog.records)
 
 
 # ---- ranks -------------------------------------------------------------------------------
+
 
 def test_hccl_ops_rank_of_one_process():
     assert hccl_ops.get_rank_id() == 0 and hccl_ops.get_rank_size() == 1  # before init too
@@ -128,17 +135,19 @@ def test_init_takes_the_ranks_from_the_cluster(monkeypatch):
     monkeypatch.delenv("OMPI_COMM_WORLD_SIZE")
     cluster = {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2", "127.0.0.1:3"]}
     for index, rank in ((1, 2), (0, 1)):
-        monkeypatch.setenv("TF_CONFIG", json.dumps(
-            {"cluster": cluster, "task": {"type": "worker", "index": index}}))
-        with pytest.raises(ValueError, match="rank_id=0, but this process is rank %d of 3"
-                           % rank):
+        monkeypatch.setenv(
+            "TF_CONFIG",
+            json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}}),
+        )
+        with pytest.raises(ValueError, match="rank_id=0, but this process is rank %d of 3" % rank):
             init(rank_id=0)
         init(rank_size=3)
         assert (hccl_ops.get_rank_id(), hccl_ops.get_rank_size()) == (rank, 3)
         assert (initialize.get_rank_id(), ConfigInitializer.get_instance().rank_size) == (rank, 3)
         with tf.Graph().as_default():
-            table = create_table(tf.int64, 4, "t", tf.compat.v1.zeros_initializer(),
-                                 device_vocabulary_size=300)
+            table = create_table(
+                tf.int64, 4, "t", tf.compat.v1.zeros_initializer(), device_vocabulary_size=300
+            )
             assert table.ranks.rank == rank and list(shards_of(table)) == [rank]
             assert table.handle.device == "/job:worker/replica:0/task:%d/device:CPU:0" % index
             assert table.capacity_rows == 100  # the vocabulary is divided over the ranks
@@ -146,18 +155,29 @@ def test_init_takes_the_ranks_from_the_cluster(monkeypatch):
             assert reduced.op.type == "CollectiveReduceV2"
         initialize.terminate_config_initializer()
         assert hccl_ops.get_rank_size() == 1
-    monkeypatch.setenv("TF_CONFIG", json.dumps(
-        {"cluster": {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"]},
-         "task": {"type": "chief", "index": 0}}))
+    monkeypatch.setenv(
+        "TF_CONFIG",
+        json.dumps(
+            {
+                "cluster": {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"]},
+                "task": {"type": "chief", "index": 0},
+            }
+        ),
+    )
     init()
     with tf.Graph().as_default():
-        table = create_table(tf.int64, 4, "t", tf.compat.v1.zeros_initializer(),
-                             device_vocabulary_size=10)
+        table = create_table(
+            tf.int64, 4, "t", tf.compat.v1.zeros_initializer(), device_vocabulary_size=10
+        )
         assert sorted(shards_of(table)) == [0, 1]
         assert shards_of(table)[1].handle.device == "/job:worker/replica:0/task:0/device:CPU:0"
     initialize.terminate_config_initializer()
-    monkeypatch.setenv("TF_CONFIG", json.dumps(
-        {"cluster": dict(cluster, ps=["127.0.0.1:4"]), "task": {"type": "chief", "index": 0}}))
+    monkeypatch.setenv(
+        "TF_CONFIG",
+        json.dumps(
+            {"cluster": dict(cluster, ps=["127.0.0.1:4"]), "task": {"type": "chief", "index": 0}}
+        ),
+    )
     init()
     with tf.Graph().as_default(), pytest.raises(ValueError, match="the cluster has ps tasks"):
         create_table(tf.int64, 4, "t", tf.compat.v1.zeros_initializer())
@@ -165,11 +185,20 @@ def test_init_takes_the_ranks_from_the_cluster(monkeypatch):
 
 # ---- ConfigInitializer and initialize -----------------------------------------------------
 
+
 def test_config_initializer():
     with pytest.raises(RuntimeError, match="not initialised"):
         ConfigInitializer.get_instance()
-    init(train_steps=10, eval_steps=2, use_dynamic=False, use_dynamic_expansion=True,
-         if_load=False, use_hot=True, bind_cpu=False, use_lccl=False)
+    init(
+        train_steps=10,
+        eval_steps=2,
+        use_dynamic=False,
+        use_dynamic_expansion=True,
+        if_load=False,
+        use_hot=True,
+        bind_cpu=False,
+        use_lccl=False,
+    )
     config = ConfigInitializer.get_instance()
     assert config is initialize.get_config() is rec_util.ConfigInitializer.get_instance()
     assert config.use_static and not config.use_dynamic and config.use_dynamic_expansion
@@ -192,8 +221,9 @@ def test_config_initializer():
     assert params.is_graph_modify_hook_running is False
     GraphModifierHook()
     assert params.is_graph_modify_hook_running is True
-    assert config.host_pipeline_ops is initialize.get_host_pipeline_ops() \
-        is import_host_pipeline_ops()
+    assert (
+        config.host_pipeline_ops is initialize.get_host_pipeline_ops() is import_host_pipeline_ops()
+    )
 
 
 def test_init_option_checks():
@@ -216,6 +246,7 @@ def test_clear_channel_is_an_op():
 
 
 # ---- host pipeline ops ---------------------------------------------------------------------
+
 
 def test_set_threshold_changes_admission_at_run_time():
     init()
@@ -247,8 +278,9 @@ def test_set_threshold_changes_admission_at_run_time():
         with pytest.raises(tf.errors.InvalidArgumentError, match="threshold must be >= 0"):
             sess.run(set_op, {new_threshold: [-1]})
         huge = tf.compat.v1.placeholder(tf.int64, [])
-        with pytest.raises(tf.errors.InvalidArgumentError, match="threshold must be in "
-                                                                 "\\[-1, 2147483647\\]"):
+        with pytest.raises(
+            tf.errors.InvalidArgumentError, match="threshold must be in \\[-1, 2147483647\\]"
+        ):
             sess.run(table.set_access_threshold(huge), {huge: 2**40})
 
 
@@ -261,13 +293,16 @@ def test_set_threshold_errors():
         ops.set_threshold(tf.constant(3), emb_name="missing")
     with pytest.raises(ValueError, match="table 'plain' has no feature admission"):
         ops.set_threshold(tf.constant(3), emb_name="plain")
-    with pytest.raises(ValueError, match="ids_name='other' is not a lookup of table 'plain' "
-                                         "\\(its lookups: \\['plain_lookup'\\]\\)"):
+    with pytest.raises(
+        ValueError,
+        match="ids_name='other' is not a lookup of table 'plain' "
+        "\\(its lookups: \\['plain_lookup'\\]\\)",
+    ):
         ops.set_threshold(tf.constant(3), emb_name="plain", ids_name="other")
     with pytest.raises(TypeError, match="must be int32"):
         ops.set_threshold(tf.constant(3.0), emb_name="plain")
     with pytest.raises(AttributeError, match="'read_emb_key_v2' belongs to the SDK's NPU"):
-        ops.read_emb_key_v2  # pylint: disable=pointless-statement
+        ops.read_emb_key_v2  # noqa: B018  (the access raises)
     with pytest.raises(ValueError, match="so_pkg_name must be None or one of"):
         import_host_pipeline_ops("libother.so")
     assert import_host_pipeline_ops(constants.LIBREC_EOS_OPS_SO) is ops
@@ -275,8 +310,7 @@ def test_set_threshold_errors():
 
 def test_return_timestamp_in_a_dataset():
     ops = import_host_pipeline_ops()
-    dataset = tf.data.Dataset.range(3).map(
-        lambda x: {"x": x, "timestamp": ops.return_timestamp(x)})
+    dataset = tf.data.Dataset.range(3).map(lambda x: {"x": x, "timestamp": ops.return_timestamp(x)})
     batch = tf.compat.v1.data.make_one_shot_iterator(dataset).get_next()
     before = int(time.time())
     with new_session() as sess:
@@ -320,6 +354,7 @@ def test_tf_version_adapter():
 
 # ---- lookups -----------------------------------------------------------------------------
 
+
 def test_unique_keys_collection_parallels_the_lookup_collections():
     init(use_dynamic_expansion=True)
     table = _table()
@@ -341,15 +376,15 @@ def test_unique_keys_collection_parallels_the_lookup_collections():
 
 def test_same_name_feature_specs_are_distinct_lookups():
     init()
-    specs = [FeatureSpec("user_ids", table_name="user"),
-             FeatureSpec("user_ids", table_name="user")]
+    specs = [FeatureSpec("user_ids", table_name="user"), FeatureSpec("user_ids", table_name="user")]
     assert specs[0].name != specs[1].name and specs[0].name.startswith("user_ids_")
     assert specs[0].index_key == specs[1].index_key == "user_ids"
     data = {"user_ids": np.array([[1, 2], [2, 5]], np.int64)}
     dataset = tf.data.Dataset.from_tensors(data).map(get_asc_insert_func(tgt_key_specs=specs))
     batch = tf.compat.v1.data.make_one_shot_iterator(dataset).get_next()
-    table = create_table(tf.int64, DIM, "user", tf.compat.v1.constant_initializer(0.5),
-                         device_vocabulary_size=100)
+    table = create_table(
+        tf.int64, DIM, "user", tf.compat.v1.constant_initializer(0.5), device_vocabulary_size=100
+    )
     a = sparse_lookup(table, specs[0], batch=batch, name="first")
     b = sparse_lookup(table, specs[1], batch=batch, name="second")
     with new_session() as sess:
@@ -362,12 +397,17 @@ def test_feature_spec_lookup_with_access_and_evict_config():
     init()
     spec = FeatureSpec("a", access_threshold=2, faae_coefficient=1)
     dataset = tf.data.Dataset.from_tensors({"a": np.array([1, 1, 2], np.int64)}).map(
-        get_asc_insert_func(tgt_key_specs=[spec]))
+        get_asc_insert_func(tgt_key_specs=[spec])
+    )
     batch = tf.compat.v1.data.make_one_shot_iterator(dataset).get_next()
     table = _table("a")
     # The SDK's precedence: the spec's thresholds; a config saying the same is accepted.
-    emb = sparse_lookup(table, spec, batch=batch, access_and_evict_config={
-        "access_threshold": 2, "faae_coefficient": 1})
+    emb = sparse_lookup(
+        table,
+        spec,
+        batch=batch,
+        access_and_evict_config={"access_threshold": 2, "faae_coefficient": 1},
+    )
     with new_session() as sess:
         np.testing.assert_allclose(sess.run(emb), [[0.5] * DIM, [0.5] * DIM, [0.0] * DIM])
     with pytest.raises(ValueError, match="access_and_evict_config=.*says otherwise"):
@@ -375,10 +415,15 @@ def test_feature_spec_lookup_with_access_and_evict_config():
     # None and -1 both mean "off"; keys the config leaves out are the spec's.
     plain = FeatureSpec("b", faae_coefficient=4)
     dataset = tf.data.Dataset.from_tensors({"b": np.array([1], np.int64)}).map(
-        get_asc_insert_func(tgt_key_specs=[plain]))
+        get_asc_insert_func(tgt_key_specs=[plain])
+    )
     batch = tf.compat.v1.data.make_one_shot_iterator(dataset).get_next()
-    sparse_lookup(_table("b"), plain, batch=batch, access_and_evict_config={
-        "access_threshold": -1, "eviction_threshold": None})
+    sparse_lookup(
+        _table("b"),
+        plain,
+        batch=batch,
+        access_and_evict_config={"access_threshold": -1, "eviction_threshold": None},
+    )
 
 
 def test_timestamp_added_twice_and_one_per_iterator():
@@ -388,7 +433,8 @@ def test_timestamp_added_twice_and_one_per_iterator():
     for start in (100, 500):
         data = {"ids": np.array([[1], [2]], np.int64), "ts": np.array([start, start + 1])}
         batch = tf.compat.v1.data.make_one_shot_iterator(
-            tf.data.Dataset.from_tensors(data)).get_next()
+            tf.data.Dataset.from_tensors(data)
+        ).get_next()
         tf.compat.v1.add_to_collection(rec_sdk.TIMESTAMP_COLLECTION, batch["ts"])
         tf.compat.v1.add_to_collection(rec_sdk.TIMESTAMP_COLLECTION, batch["ts"])
         iterators.append(batch)
@@ -401,30 +447,45 @@ def test_timestamp_added_twice_and_one_per_iterator():
     with new_session() as sess:
         sess.run(second)
         assert sess.run(table.stats()["newest_clock"]) == 501
-    unstamped = tf.compat.v1.data.make_one_shot_iterator(tf.data.Dataset.from_tensors(
-        {"ids": np.array([[4]], np.int64)})).get_next()
-    with pytest.raises(ValueError, match="needs per-sample timestamps.*iterator the ids come "
-                                         "from: \\['IteratorGetNext_2'\\]"):
+    unstamped = tf.compat.v1.data.make_one_shot_iterator(
+        tf.data.Dataset.from_tensors({"ids": np.array([[4]], np.int64)})
+    ).get_next()
+    with pytest.raises(
+        ValueError,
+        match="needs per-sample timestamps.*iterator the ids come from: \\['IteratorGetNext_2'\\]",
+    ):
         sparse_lookup(table, unstamped["ids"], access_and_evict_config=config)
 
 
 def test_lookup_and_table_option_errors():
     init()
-    with pytest.raises(TypeError, match="create_table\\(\\) got unexpected keyword arguments "
-                                        "\\['colour'\\]"):
+    with pytest.raises(
+        TypeError, match="create_table\\(\\) got unexpected keyword arguments \\['colour'\\]"
+    ):
         _table(colour=1)
-    with pytest.raises(ValueError, match="all2all_gradients_op: All2allGradientsOp has no "
-                                         "member with value 'mean'"):
+    with pytest.raises(
+        ValueError, match="all2all_gradients_op: All2allGradientsOp has no member with value 'mean'"
+    ):
         _table(all2all_gradients_op="mean")
-    table = _table(is_dp=False, all2all_gradients_op="sum_gradients", shard_num=1, mode="ASC",
-                   apply_gradients_strategy="direct_apply", optimizer_list=[],
-                   enable_merge=False, fusion_optimizer_var=True, hashtable_threshold=0)
-    with pytest.raises(TypeError, match="sparse_lookup\\(\\) got unexpected keyword arguments "
-                                        "\\['colour'\\]"):
+    table = _table(
+        is_dp=False,
+        all2all_gradients_op="sum_gradients",
+        shard_num=1,
+        mode="ASC",
+        apply_gradients_strategy="direct_apply",
+        optimizer_list=[],
+        enable_merge=False,
+        fusion_optimizer_var=True,
+        hashtable_threshold=0,
+    )
+    with pytest.raises(
+        TypeError, match="sparse_lookup\\(\\) got unexpected keyword arguments \\['colour'\\]"
+    ):
         sparse_lookup(table, tf.constant([1], tf.int64), colour=1)
 
 
 # ---- checkpoints ---------------------------------------------------------------------------
+
 
 def test_saver_creates_a_missing_directory(tmp_path):
     init()
@@ -474,7 +535,7 @@ def test_padding_keys_are_looked_up_but_never_trained(optimizer, by_address):
             sess.run(train)
         values, _ = sess.run(table.lookup(tf.constant([7, 8, 0, -1], tf.int64)))
     np.testing.assert_allclose(values[2:], np.full((2, DIM), 0.5))  # padding rows unchanged
-    assert (np.abs(values[:2] - 0.5) > 1e-3).all()                   # the others trained
+    assert (np.abs(values[:2] - 0.5) > 1e-3).all()  # the others trained
 
 
 def test_padding_key_checks():
@@ -491,9 +552,11 @@ def test_padding_key_checks():
 
 # ---- optimizers ----------------------------------------------------------------------------
 
+
 def test_sparse_optimizers_are_tf_optimizers_with_a_scalable_learning_rate():
     init()
     from tensorflow.python.training import optimizer  # pylint: disable=import-outside-toplevel
+
     adam = lazy_adam.create_hash_optimizer(learning_rate=0.01)
     sgd = gradient_descent.create_hash_optimizer(learning_rate=0.5)
     assert isinstance(adam, optimizer.Optimizer) and isinstance(sgd, optimizer.Optimizer)

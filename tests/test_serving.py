@@ -1,6 +1,6 @@
 """Serving export: a SavedModel with only stock TensorFlow ops, loaded in a process that never
 imports rec_sdk, predicts exactly what the training graph's evaluation predicts."""
-import json
+
 import os
 import subprocess
 import sys
@@ -10,12 +10,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from helpers import new_session
 from rec_sdk.core.embedding import create_table, sparse_lookup
 from rec_sdk.optimizers import lazy_adam
 from rec_sdk.serving import export_saved_model
 from rec_sdk.util.initialize import init
-
-from helpers import new_session
 
 _LOADER = textwrap.dedent("""
     import sys
@@ -39,23 +38,42 @@ _LOADER = textwrap.dedent("""
 
 def test_saved_model_without_plugin_matches_eval(tmp_path):
     init(use_dynamic_expansion=False)
-    users = create_table(tf.int64, 4, "users", tf.compat.v1.random_uniform_initializer(
-        -0.5, 0.5, seed=1), device_vocabulary_size=100)
-    items = create_table(tf.int64, 4, "items", tf.compat.v1.random_uniform_initializer(
-        -0.5, 0.5, seed=2), device_vocabulary_size=100)
+    users = create_table(
+        tf.int64,
+        4,
+        "users",
+        tf.compat.v1.random_uniform_initializer(-0.5, 0.5, seed=1),
+        device_vocabulary_size=100,
+    )
+    items = create_table(
+        tf.int64,
+        4,
+        "items",
+        tf.compat.v1.random_uniform_initializer(-0.5, 0.5, seed=2),
+        device_vocabulary_size=100,
+    )
     user_ids = tf.compat.v1.placeholder(tf.int64, [None], name="user_ids")
     item_ids = tf.compat.v1.placeholder(tf.int32, [None, 2], name="item_ids")
     dense = tf.compat.v1.placeholder(tf.float32, [None, 3], name="dense")
-    w = tf.compat.v1.get_variable("w", [4 + 8 + 3, 1],
-                                  initializer=tf.compat.v1.glorot_uniform_initializer(seed=3))
+    w = tf.compat.v1.get_variable(
+        "w", [4 + 8 + 3, 1], initializer=tf.compat.v1.glorot_uniform_initializer(seed=3)
+    )
 
     def model(is_train):
-        u = sparse_lookup(users, user_ids, is_train=is_train,
-                          name="u_train" if is_train else "u_eval",
-                          serving_default_value=None if is_train else 0.25)
+        u = sparse_lookup(
+            users,
+            user_ids,
+            is_train=is_train,
+            name="u_train" if is_train else "u_eval",
+            serving_default_value=None if is_train else 0.25,
+        )
         # Item ids go through preprocessing ops before the lookup.
-        i = sparse_lookup(items, tf.cast(item_ids, tf.int64) + 7, is_train=is_train,
-                          name="i_train" if is_train else "i_eval")
+        i = sparse_lookup(
+            items,
+            tf.cast(item_ids, tf.int64) + 7,
+            is_train=is_train,
+            name="i_train" if is_train else "i_eval",
+        )
         x = tf.concat([u, tf.reshape(i, [-1, 8]), dense], 1)
         return tf.reshape(tf.sigmoid(tf.matmul(x, w)), [-1])
 
@@ -66,40 +84,65 @@ def test_saved_model_without_plugin_matches_eval(tmp_path):
     train = tf.group(
         tf.compat.v1.train.AdamOptimizer(0.05).minimize(loss, var_list=[w]),
         lazy_adam.create_hash_optimizer(0.05).apply_gradients(
-            zip(tf.gradients(loss, tables), tables)))
+            zip(tf.gradients(loss, tables), tables)
+        ),
+    )
     eval_probs = model(False)
     rng = np.random.RandomState(0)
     with new_session() as sess:
         sess.run(tf.compat.v1.global_variables_initializer())
         for _ in range(20):
-            sess.run(train, {user_ids: rng.randint(0, 30, 16), item_ids: rng.randint(0, 20, (16, 2)),
-                             dense: rng.rand(16, 3), labels: rng.rand(16)})
+            sess.run(
+                train,
+                {
+                    user_ids: rng.randint(0, 30, 16),
+                    item_ids: rng.randint(0, 20, (16, 2)),
+                    dense: rng.rand(16, 3),
+                    labels: rng.rand(16),
+                },
+            )
         # Evaluation batch with keys never trained (users 50.., items 40..).
-        feeds = {"user_ids": np.concatenate([rng.randint(0, 30, 6), [50, 51]]).astype(np.int64),
-                 "item_ids": np.concatenate([rng.randint(0, 20, (6, 2)), [[40, 3], [2, 41]]]
-                                            ).astype(np.int32),
-                 "dense": rng.rand(8, 3).astype(np.float32)}
-        expected = sess.run(eval_probs, {user_ids: feeds["user_ids"],
-                                         item_ids: feeds["item_ids"], dense: feeds["dense"]})
-        rows = export_saved_model(sess, str(tmp_path / "serving"),
-                                  inputs={"user_ids": user_ids, "item_ids": item_ids,
-                                          "dense": dense},
-                                  outputs={"probability": eval_probs})
+        feeds = {
+            "user_ids": np.concatenate([rng.randint(0, 30, 6), [50, 51]]).astype(np.int64),
+            "item_ids": np.concatenate([rng.randint(0, 20, (6, 2)), [[40, 3], [2, 41]]]).astype(
+                np.int32
+            ),
+            "dense": rng.rand(8, 3).astype(np.float32),
+        }
+        expected = sess.run(
+            eval_probs,
+            {user_ids: feeds["user_ids"], item_ids: feeds["item_ids"], dense: feeds["dense"]},
+        )
+        rows = export_saved_model(
+            sess,
+            str(tmp_path / "serving"),
+            inputs={"user_ids": user_ids, "item_ids": item_ids, "dense": dense},
+            outputs={"probability": eval_probs},
+        )
         assert rows == sess.run(users.size_tensor()) + sess.run(items.size_tensor())
     np.savez(str(tmp_path / "inputs.npz"), **feeds)
     script = tmp_path / "load.py"
     script.write_text(_LOADER)
-    subprocess.run([sys.executable, str(script), str(tmp_path / "serving"),
-                    str(tmp_path / "inputs.npz"), str(tmp_path / "out.npz")], check=True,
-                   env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    subprocess.run(
+        [
+            sys.executable,
+            str(script),
+            str(tmp_path / "serving"),
+            str(tmp_path / "inputs.npz"),
+            str(tmp_path / "out.npz"),
+        ],
+        check=True,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+    )
     with np.load(str(tmp_path / "out.npz")) as out:
         np.testing.assert_array_equal(out["probability"], expected)
 
 
 def test_export_rejects_feature_spec_style_graphs(tmp_path):
     init()
-    table = create_table(tf.int64, 4, "t", tf.compat.v1.constant_initializer(0.5),
-                         device_vocabulary_size=10)
+    table = create_table(
+        tf.int64, 4, "t", tf.compat.v1.constant_initializer(0.5), device_vocabulary_size=10
+    )
     ids = tf.compat.v1.placeholder(tf.int64, [None])
     emb = sparse_lookup(table, ids, is_train=False)
     # An output that reads the table another way than through an id-tensor lookup.
@@ -112,8 +155,13 @@ def test_export_rejects_feature_spec_style_graphs(tmp_path):
 
 def test_export_serves_embeddings_and_survives_name_clashes(tmp_path):
     init()
-    table = create_table(tf.int64, 3, "t", tf.compat.v1.random_uniform_initializer(0.5, 1.0, seed=1),
-                         device_vocabulary_size=10)
+    table = create_table(
+        tf.int64,
+        3,
+        "t",
+        tf.compat.v1.random_uniform_initializer(0.5, 1.0, seed=1),
+        device_vocabulary_size=10,
+    )
     # Inputs named like the export's own scopes, int32 ids cast before the lookup.
     ids = tf.compat.v1.placeholder(tf.int32, [None], name="ids")
     model = tf.compat.v1.placeholder(tf.float32, [None], name="model")
@@ -123,13 +171,19 @@ def test_export_serves_embeddings_and_survives_name_clashes(tmp_path):
         sess.run(table.upsert(tf.constant([1, 2], tf.int64), tf.ones([2, 3])))
         feed = {ids: np.array([1, 2, 7], np.int32), model: np.array([1.0, 2.0, 3.0], np.float32)}
         expected_emb, expected_score = sess.run([emb, score], feed)
-        export_saved_model(sess, str(tmp_path / "s"), {"ids": ids, "model": model},
-                           {"embedding": emb, "score": score})
+        export_saved_model(
+            sess,
+            str(tmp_path / "s"),
+            {"ids": ids, "model": model},
+            {"embedding": emb, "score": score},
+        )
     with tf.compat.v1.Session(graph=tf.Graph()) as sess:
         meta = tf.compat.v1.saved_model.loader.load(sess, ["serve"], str(tmp_path / "s"))
         sig = meta.signature_def["serving_default"]
-        out = sess.run({k: v.name for k, v in sig.outputs.items()},
-                       {sig.inputs["ids"].name: [1, 2, 7], sig.inputs["model"].name: [1.0, 2.0, 3.0]})
+        out = sess.run(
+            {k: v.name for k, v in sig.outputs.items()},
+            {sig.inputs["ids"].name: [1, 2, 7], sig.inputs["model"].name: [1.0, 2.0, 3.0]},
+        )
     np.testing.assert_array_equal(out["embedding"], expected_emb)
     np.testing.assert_array_equal(out["score"], expected_score)
 
@@ -146,8 +200,9 @@ def test_rows_served_in_float16_and_int8_within_their_stated_error(tmp_path):
     without a row read zeros."""
     init()
     dim, n = 64, 500
-    table = create_table(tf.int64, dim, "q", tf.compat.v1.zeros_initializer(),
-                         device_vocabulary_size=n)
+    table = create_table(
+        tf.int64, dim, "q", tf.compat.v1.zeros_initializer(), device_vocabulary_size=n
+    )
     ids = tf.compat.v1.placeholder(tf.int64, [None], name="ids")
     emb = sparse_lookup(table, ids, is_train=False)
     rng = np.random.default_rng(5)
@@ -159,8 +214,12 @@ def test_rows_served_in_float16_and_int8_within_their_stated_error(tmp_path):
         sess.run(table.upsert(tf.constant(keys), tf.constant(values)))
         for row_dtype in ("float32", "float16", "int8"):
             export_dir = str(tmp_path / row_dtype)
-            assert export_saved_model(sess, export_dir, {"ids": ids}, {"emb": emb},
-                                      row_dtype=row_dtype) == n
+            assert (
+                export_saved_model(
+                    sess, export_dir, {"ids": ids}, {"emb": emb}, row_dtype=row_dtype
+                )
+                == n
+            )
             sizes[row_dtype] = _variables_bytes(export_dir)
             with tf.compat.v1.Session(graph=tf.Graph()) as serving:
                 meta = tf.compat.v1.saved_model.loader.load(serving, ["serve"], export_dir)
@@ -182,8 +241,7 @@ def test_rows_served_in_float16_and_int8_within_their_stated_error(tmp_path):
     assert rows["int8"] < 0.3 * rows["float32"], sizes
     assert rows["float16"] < 0.52 * rows["float32"], sizes
     with pytest.raises(ValueError, match="row_dtype must be one of float32, float16, int8"):
-        export_saved_model(None, str(tmp_path / "x"), {"ids": ids}, {"emb": emb},
-                           row_dtype="int4")
+        export_saved_model(None, str(tmp_path / "x"), {"ids": ids}, {"emb": emb}, row_dtype="int4")
 
 
 def test_int8_rows_serve_movielens_within_0_003_auc(tmp_path):
@@ -197,39 +255,58 @@ def test_int8_rows_serve_movielens_within_0_003_auc(tmp_path):
     init()
     dim = 32
     names = ("user_id", "item_id", "genres")
-    tables = {n: create_table(tf.int64, dim, n, tf.compat.v1.truncated_normal_initializer(
-        stddev=0.05, seed=i + 1), device_vocabulary_size=2000) for i, n in enumerate(names)}
-    inputs = {n: tf.compat.v1.placeholder(tf.int64, [None] if n != "genres" else [None, 6],
-                                          name=n) for n in names}
+    tables = {
+        n: create_table(
+            tf.int64,
+            dim,
+            n,
+            tf.compat.v1.truncated_normal_initializer(stddev=0.05, seed=i + 1),
+            device_vocabulary_size=2000,
+        )
+        for i, n in enumerate(names)
+    }
+    inputs = {
+        n: tf.compat.v1.placeholder(tf.int64, [None] if n != "genres" else [None, 6], name=n)
+        for n in names
+    }
     labels = tf.compat.v1.placeholder(tf.float32, [None])
-    w1 = tf.compat.v1.get_variable("w1", [3 * dim, 32], initializer=tf.compat.v1.
-                                   glorot_uniform_initializer(seed=4))
-    w2 = tf.compat.v1.get_variable("w2", [32, 1], initializer=tf.compat.v1.
-                                   glorot_uniform_initializer(seed=5))
+    w1 = tf.compat.v1.get_variable(
+        "w1", [3 * dim, 32], initializer=tf.compat.v1.glorot_uniform_initializer(seed=4)
+    )
+    w2 = tf.compat.v1.get_variable(
+        "w2", [32, 1], initializer=tf.compat.v1.glorot_uniform_initializer(seed=5)
+    )
 
     def logits(is_train):
         parts = []
         for n in names:
-            e = sparse_lookup(tables[n], inputs[n], is_train=is_train,
-                              name=n + ("_train" if is_train else "_eval"))
+            e = sparse_lookup(
+                tables[n],
+                inputs[n],
+                is_train=is_train,
+                name=n + ("_train" if is_train else "_eval"),
+            )
             parts.append(tf.reduce_mean(e, 1) if n == "genres" else e)
         hidden = tf.nn.relu(tf.matmul(tf.concat(parts, 1), w1))
         return tf.reshape(tf.matmul(hidden, w2), [-1])
 
-    loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=labels,
-                                                                  logits=logits(True)))
+    loss = tf.reduce_mean(
+        tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits(True))
+    )
     table_list = list(tables.values())
     train = tf.group(
         tf.compat.v1.train.AdamOptimizer(3e-3).minimize(loss, var_list=[w1, w2]),
         lazy_adam.create_hash_optimizer(3e-3).apply_gradients(
-            zip(tf.gradients(loss, table_list), table_list)))
+            zip(tf.gradients(loss, table_list), table_list)
+        ),
+    )
     prob = tf.sigmoid(logits(False))
     n_train = len(train_rows["label"])
     test_feed = {n: test_rows[n] for n in names}
     aucs = {}
     with new_session() as sess:
         sess.run(tf.compat.v1.global_variables_initializer())
-        for epoch in range(2):
+        for _epoch in range(2):
             for first in range(0, n_train, 1024):
                 batch = slice(first, first + 1024)
                 feed = {inputs[n]: train_rows[n][batch] for n in names}
@@ -242,8 +319,9 @@ def test_int8_rows_serve_movielens_within_0_003_auc(tmp_path):
             with tf.compat.v1.Session(graph=tf.Graph()) as serving:
                 meta = tf.compat.v1.saved_model.loader.load(serving, ["serve"], export_dir)
                 sig = meta.signature_def["serving_default"]
-                served = serving.run(sig.outputs["prob"].name, {
-                    sig.inputs[n].name: test_feed[n] for n in names})
+                served = serving.run(
+                    sig.outputs["prob"].name, {sig.inputs[n].name: test_feed[n] for n in names}
+                )
             aucs[row_dtype] = auc(test_rows["label"], served)
             if row_dtype == "float32":
                 np.testing.assert_allclose(served, expected, rtol=1e-5, atol=1e-6)

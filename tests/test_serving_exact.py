@@ -8,6 +8,7 @@ did not hold), and late replicas catch up with at most two updates to the same r
 one version per request while updates apply, and the stock-TensorFlow sequence that stores
 a key twice in a DenseHashTable.
 """
+
 import os
 import shutil
 import threading
@@ -17,24 +18,34 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from helpers import new_session
 from rec_sdk.core.embedding import create_table, sparse_lookup
 from rec_sdk.optimizers import lazy_adam
-from rec_sdk.serving import (Pusher, ServedModel, UpdateError, export_saved_model,
-                              export_serving_model, follow, indexed, mutable)
-from rec_sdk.serving import update_files
+from rec_sdk.serving import (
+    Pusher,
+    ServedModel,
+    UpdateError,
+    export_saved_model,
+    export_serving_model,
+    follow,
+    indexed,
+    mutable,
+    update_files,
+)
 from rec_sdk.util.initialize import init
 
-from helpers import new_session
-
 DIM = 4
-STEPS_DEFAULT = 0.5   # what a key not in the "steps" table serves
+STEPS_DEFAULT = 0.5  # what a key not in the "steps" table serves
 # The served sub-tables hash an int64 key to itself: keys equal modulo the bucket count share
 # their home bucket (and probe chain).
 BUCKETS = mutable.MIN_BUCKETS
-POOL = np.concatenate([
-    home + BUCKETS * np.arange(40, dtype=np.int64) for home in (3, 77, 500)] + [
-    np.array([2**40 + BUCKETS * j for j in range(20)], np.int64),
-    np.arange(-30, 30, dtype=np.int64)])
+POOL = np.concatenate(
+    [home + BUCKETS * np.arange(40, dtype=np.int64) for home in (3, 77, 500)]
+    + [
+        np.array([2**40 + BUCKETS * j for j in range(20)], np.int64),
+        np.arange(-30, 30, dtype=np.int64),
+    ]
+)
 NEVER = np.array([9 + BUCKETS * j for j in range(10)] + [2**50], np.int64)
 
 
@@ -46,18 +57,32 @@ class _Trainer:
         init(use_dynamic_expansion=False)
         self.step = tf.compat.v1.train.get_or_create_global_step()
         self.tables = {
-            "steps": create_table(tf.int64, DIM, "steps",
-                                  tf.compat.v1.random_uniform_initializer(-1, 1, seed=1),
-                                  device_vocabulary_size=4000, servable=True, steps_to_live=3),
-            "full": create_table(tf.int64, DIM, "full",
-                                 tf.compat.v1.random_uniform_initializer(-1, 1, seed=2),
-                                 device_vocabulary_size=48, evict_when_full=True,
-                                 servable=True),
+            "steps": create_table(
+                tf.int64,
+                DIM,
+                "steps",
+                tf.compat.v1.random_uniform_initializer(-1, 1, seed=1),
+                device_vocabulary_size=4000,
+                servable=True,
+                steps_to_live=3,
+            ),
+            "full": create_table(
+                tf.int64,
+                DIM,
+                "full",
+                tf.compat.v1.random_uniform_initializer(-1, 1, seed=2),
+                device_vocabulary_size=48,
+                evict_when_full=True,
+                servable=True,
+            ),
         }
-        self.ids = {name: tf.compat.v1.placeholder(tf.int64, [None], name=name + "_ids")
-                    for name in self.tables}
-        self.targets = {name: tf.compat.v1.placeholder(tf.float32, [None, DIM])
-                        for name in self.tables}
+        self.ids = {
+            name: tf.compat.v1.placeholder(tf.int64, [None], name=name + "_ids")
+            for name in self.tables
+        }
+        self.targets = {
+            name: tf.compat.v1.placeholder(tf.float32, [None, DIM]) for name in self.tables
+        }
         loss = 0.0
         for name, table in self.tables.items():
             emb = sparse_lookup(table, self.ids[name], is_train=True, name=name + "_train")
@@ -65,12 +90,20 @@ class _Trainer:
         tables = list(self.tables.values())
         self.train = tf.group(
             lazy_adam.create_hash_optimizer(0.1).apply_gradients(
-                zip(tf.gradients(loss, tables), tables)),
-            tf.compat.v1.assign_add(self.step, 1))
+                zip(tf.gradients(loss, tables), tables)
+            ),
+            tf.compat.v1.assign_add(self.step, 1),
+        )
         self.outputs = {
-            name: sparse_lookup(table, self.ids[name], is_train=False, name=name + "_eval",
-                                serving_default_value=STEPS_DEFAULT if name == "steps" else None)
-            for name, table in self.tables.items()}
+            name: sparse_lookup(
+                table,
+                self.ids[name],
+                is_train=False,
+                name=name + "_eval",
+                serving_default_value=STEPS_DEFAULT if name == "steps" else None,
+            )
+            for name, table in self.tables.items()
+        }
         self.remove_keys = tf.compat.v1.placeholder(tf.int64, [None])
         self.removes = {name: t.remove(self.remove_keys) for name, t in self.tables.items()}
         self.evict = self.tables["steps"].evict()
@@ -97,8 +130,10 @@ class _Trainer:
 
     def truth(self, sess):
         """{table: {key: row}} of what the training tables hold."""
-        return {name: dict(zip(keys.tolist(), rows)) for name, (keys, rows) in
-                sess.run(self.exports).items()}
+        return {
+            name: dict(zip(keys.tolist(), rows))
+            for name, (keys, rows) in sess.run(self.exports).items()
+        }
 
 
 def _expected(truth, keys, default):
@@ -112,31 +147,38 @@ def _check(served, truth, label):
         want = _expected(truth[name], probe, default)
         bad = np.flatnonzero(np.any(got[name] != want, axis=1))
         assert not len(bad), "%s: table %s serves wrong rows for keys %s (got %s, want %s)" % (
-            label, name, probe[bad][:5].tolist(), got[name][bad][:2], want[bad][:2])
+            label,
+            name,
+            probe[bad][:5].tolist(),
+            got[name][bad][:2],
+            want[bad][:2],
+        )
 
 
-@pytest.mark.parametrize("layout", [
-    pytest.param("indexed, frequent rebuilds", id="indexed"),
-    pytest.param("one hash table", id="one-table"),
-    pytest.param("split, frequent rebuilds", id="split-rebuilds")])
+@pytest.mark.parametrize(
+    "layout",
+    [
+        pytest.param("indexed, frequent rebuilds", id="indexed"),
+        pytest.param("one hash table", id="one-table"),
+        pytest.param("split, frequent rebuilds", id="split-rebuilds"),
+    ],
+)
 def test_every_version_serves_exactly_the_trained_rows(tmp_path, monkeypatch, layout):
     pushes = 55
-    monkeypatch.setattr(indexed, "LAYOUT",
-                        "indexed" if layout.startswith("indexed") else "split")
+    monkeypatch.setattr(indexed, "LAYOUT", "indexed" if layout.startswith("indexed") else "split")
     if layout.startswith("indexed"):
-        monkeypatch.setattr(indexed, "MIN_SPARE", 8)         # new keys soon fill the slots
-        monkeypatch.setattr(mutable, "MIN_TOMBSTONES", 2)    # rebuilt after a few removals
+        monkeypatch.setattr(indexed, "MIN_SPARE", 8)  # new keys soon fill the slots
+        monkeypatch.setattr(mutable, "MIN_TOMBSTONES", 2)  # rebuilt after a few removals
     elif layout != "one hash table":
-        monkeypatch.setattr(mutable, "SPLIT_ROWS", 16)       # 4..8 hash tables per table
-        monkeypatch.setattr(mutable, "MIN_TOMBSTONES", 2)    # rebuilt after a few removals
+        monkeypatch.setattr(mutable, "SPLIT_ROWS", 16)  # 4..8 hash tables per table
+        monkeypatch.setattr(mutable, "MIN_TOMBSTONES", 2)  # rebuilt after a few removals
         pushes = 33  # each update rebuilds several hash tables: 2 s a push
     trainer = _Trainer()
     push_dir = str(tmp_path / "push")
     with new_session() as sess:
         sess.run(tf.compat.v1.global_variables_initializer())
         trainer.round(sess)
-        export_serving_model(sess, str(tmp_path / "export"), trainer.ids, trainer.outputs,
-                             push_dir)
+        export_serving_model(sess, str(tmp_path / "export"), trainer.ids, trainer.outputs, push_dir)
         served = ServedModel(str(tmp_path / "export"))
         _check(served, trainer.truth(sess), "the export")
         pusher = Pusher(push_dir, base_fraction=4, keep_secs=0)
@@ -164,23 +206,31 @@ def test_a_key_written_after_a_neighbours_removal_then_removed_reads_the_default
     """TensorFlow's own DenseHashTable stores a key twice in this sequence (an insert stops
     at the deleted marker its removed neighbour left); the served table reads the default."""
     init(use_dynamic_expansion=False)
-    table = create_table(tf.int64, 1, "pair", tf.compat.v1.zeros_initializer(),
-                         device_vocabulary_size=10, servable=True)
+    table = create_table(
+        tf.int64,
+        1,
+        "pair",
+        tf.compat.v1.zeros_initializer(),
+        device_vocabulary_size=10,
+        servable=True,
+    )
     ids = tf.compat.v1.placeholder(tf.int64, [None], name="ids")
     emb = sparse_lookup(table, ids, is_train=False, name="emb", serving_default_value=-1.0)
     keys = tf.compat.v1.placeholder(tf.int64, [None])
     values = tf.compat.v1.placeholder(tf.float32, [None, 1])
     upsert, remove = table.upsert(keys, values), table.remove(keys)
-    first, second = 134, 134 + BUCKETS   # one home bucket
+    first, second = 134, 134 + BUCKETS  # one home bucket
     push_dir = str(tmp_path / "push")
     with new_session() as sess:
         sess.run(upsert, {keys: [first, second], values: [[1.0], [2.0]]})
         export_serving_model(sess, str(tmp_path / "export"), {"ids": ids}, {"e": emb}, push_dir)
         served = ServedModel(str(tmp_path / "export"))
         pusher = Pusher(push_dir, base_fraction=100)
-        for op, feed in ((remove, {keys: [first]}),
-                         (upsert, {keys: [second], values: [[3.0]]}),
-                         (remove, {keys: [second]})):
+        for op, feed in (
+            (remove, {keys: [first]}),
+            (upsert, {keys: [second], values: [[3.0]]}),
+            (remove, {keys: [second]}),
+        ):
             sess.run(op, feed)
             pusher.push(sess)
             follow(push_dir, served)
@@ -195,8 +245,14 @@ def test_each_request_reads_one_version_while_updates_apply(tmp_path, monkeypatc
     monkeypatch.setattr(mutable, "SPLIT_ROWS", 16)  # split: over 4..8 hash tables
     init(use_dynamic_expansion=False)
     rows = 4000
-    table = create_table(tf.int64, 8, "wide", tf.compat.v1.zeros_initializer(),
-                         device_vocabulary_size=rows, servable=True)
+    table = create_table(
+        tf.int64,
+        8,
+        "wide",
+        tf.compat.v1.zeros_initializer(),
+        device_vocabulary_size=rows,
+        servable=True,
+    )
     ids = tf.compat.v1.placeholder(tf.int64, [None], name="ids")
     scale = tf.compat.v1.get_variable("scale", [], initializer=tf.compat.v1.ones_initializer())
     emb = sparse_lookup(table, ids, is_train=False, name="emb")
@@ -209,8 +265,9 @@ def test_each_request_reads_one_version_while_updates_apply(tmp_path, monkeypatc
     with new_session() as sess:
         sess.run(tf.compat.v1.global_variables_initializer())
         sess.run(fill, {value: 1.0})
-        export_serving_model(sess, str(tmp_path / "export"), {"ids": ids},
-                             {"e": emb, "p": scaled}, push_dir)
+        export_serving_model(
+            sess, str(tmp_path / "export"), {"ids": ids}, {"e": emb, "p": scaled}, push_dir
+        )
         pusher = Pusher(push_dir, base_fraction=1e-9)  # every update whole and self-contained
         for v in range(2, versions + 2):
             sess.run(fill, {value: float(v)})
@@ -261,8 +318,11 @@ def test_each_request_reads_one_version_while_updates_apply(tmp_path, monkeypatc
 
 def _sequence_of(served):
     """A function reading the sequence number of a loaded model's lock (apply.ModelLock)."""
-    handle = [op for op in served.graph.get_operations()
-              if op.type == "VarHandleOp" and op.name.endswith("_sequence")][0].outputs[0]
+    handle = [
+        op
+        for op in served.graph.get_operations()
+        if op.type == "VarHandleOp" and op.name.endswith("_sequence")
+    ][0].outputs[0]
     with served.graph.as_default():
         read = tf.raw_ops.ReadVariableOp(resource=handle, dtype=tf.int64)
     return lambda: int(served.sess.run(read))
@@ -272,8 +332,14 @@ def _small_model(tmp_path):
     """One servable table (dim 4) and a dense scale; returns (ids, outputs, write op, its
     feeds' placeholders, remove op)."""
     init(use_dynamic_expansion=False)
-    table = create_table(tf.int64, 4, "items", tf.compat.v1.zeros_initializer(),
-                         device_vocabulary_size=5000, servable=True)
+    table = create_table(
+        tf.int64,
+        4,
+        "items",
+        tf.compat.v1.zeros_initializer(),
+        device_vocabulary_size=5000,
+        servable=True,
+    )
     ids = tf.compat.v1.placeholder(tf.int64, [None], name="ids")
     scale = tf.compat.v1.get_variable("scale", [], initializer=tf.compat.v1.ones_initializer())
     emb = sparse_lookup(table, ids, is_train=False, name="emb")
@@ -341,23 +407,33 @@ def test_retention_never_breaks_a_replica_behind_by_less_than_its_window(tmp_pat
         push(1)  # retires the updates older than the window
         assert update_files.published_versions(push_dir) == [7]
         assert follow(push_dir, replica) == [7]  # one that is behind catches up all the same
-        np.testing.assert_array_equal(replica.predict({"ids": np.arange(100)})["p"],
-                                      sess.run(outputs["p"], {ids: np.arange(100)}))
+        np.testing.assert_array_equal(
+            replica.predict({"ids": np.arange(100)})["p"],
+            sess.run(outputs["p"], {ids: np.arange(100)}),
+        )
 
 
 def test_a_tensor_serving_default_is_served_by_both_exports(tmp_path):
     """sparse_lookup takes serving_default_value as a float tensor: the exports serve its
     value (they once failed: a tensor of another graph, or not convertible to NumPy)."""
     init(use_dynamic_expansion=False)
-    table = create_table(tf.int64, 2, "t", tf.compat.v1.zeros_initializer(),
-                         device_vocabulary_size=100, servable=True)
+    table = create_table(
+        tf.int64,
+        2,
+        "t",
+        tf.compat.v1.zeros_initializer(),
+        device_vocabulary_size=100,
+        servable=True,
+    )
     ids = tf.compat.v1.placeholder(tf.int64, [None], name="ids")
-    emb = sparse_lookup(table, ids, is_train=False, name="l",
-                        serving_default_value=tf.constant([3.0, -3.0]))
+    emb = sparse_lookup(
+        table, ids, is_train=False, name="l", serving_default_value=tf.constant([3.0, -3.0])
+    )
     with new_session() as sess:
         sess.run(table.upsert(np.array([1, 2], np.int64), tf.constant([[1.0, 1.0], [2.0, 2.0]])))
-        export_serving_model(sess, str(tmp_path / "updatable"), {"ids": ids}, {"e": emb},
-                             str(tmp_path / "push"))
+        export_serving_model(
+            sess, str(tmp_path / "updatable"), {"ids": ids}, {"e": emb}, str(tmp_path / "push")
+        )
         export_saved_model(sess, str(tmp_path / "frozen"), {"ids": ids}, {"e": emb})
     for kind in ("updatable", "frozen"):
         got = ServedModel(str(tmp_path / kind)).predict({"ids": np.array([1, 9])})["e"]

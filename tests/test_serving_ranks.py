@@ -5,14 +5,15 @@ equals one process's export of the same training at every version.
 tests/distribute/serving_rank_worker.py trains two tables over 2 or 3 ranks (processes on
 127.0.0.1, free ports, always stopped) and in one process on the global batch; both export
 (updatable and frozen) and push after every step, with evictions between pushes."""
+
 import os
 
 import numpy as np
 import pytest
 from tensorflow.core.protobuf import saved_model_pb2
+from tests.test_distribute import _env, _rank_cluster, _run_together
 
 from rec_sdk.serving import ServedModel, follow, update_files
-from tests.test_distribute import _env, _rank_cluster, _run_together
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "distribute", "serving_rank_worker.py")
@@ -28,9 +29,10 @@ def _train(out, ranks, *args):
     cluster, tasks = _rank_cluster(ranks)
     local = _env({}, "worker", 0)
     local.pop("TF_CONFIG")
-    _run_together([([WORKER, out] + list(args), _env(cluster, job, index))
-                   for job, index in tasks] +
-                  [([WORKER, out + "-local", "--local", str(ranks)] + list(args), local)])
+    _run_together(
+        [([WORKER, out] + list(args), _env(cluster, job, index)) for job, index in tasks]
+        + [([WORKER, out + "-local", "--local", str(ranks)] + list(args), local)]
+    )
 
 
 def _expected_rows(rows, t):
@@ -46,14 +48,17 @@ def _stock_ops_only(export_dir):
     with open(os.path.join(export_dir, "saved_model.pb"), "rb") as f:
         model.ParseFromString(f.read())
     ops = {node.op for graph in model.meta_graphs for node in graph.graph_def.node}
-    ops |= {node.op for graph in model.meta_graphs
-            for function in graph.graph_def.library.function for node in function.node_def}
+    ops |= {
+        node.op
+        for graph in model.meta_graphs
+        for function in graph.graph_def.library.function
+        for node in function.node_def
+    }
     assert not [op for op in ops if op.startswith("RecSdk")], sorted(ops)
 
 
 @pytest.mark.parametrize("ranks,base_fraction", [(2, 0.7), (3, 3.0)])
-def test_tables_over_ranks_serve_as_one_process_at_every_version(ranks, base_fraction,
-                                                                  tmp_path):
+def test_tables_over_ranks_serve_as_one_process_at_every_version(ranks, base_fraction, tmp_path):
     """After the export and after each of 8 pushes (cumulative updates with their step
     files, and whole ones, tables' files written by every rank, evictions between pushes;
     one process trains and pushes the ranks' global batch beside them), a model loaded
@@ -72,8 +77,7 @@ def test_tables_over_ranks_serve_as_one_process_at_every_version(ranks, base_fra
     versions = update_files.published_versions(push)
     assert versions == update_files.published_versions(os.path.join(one_process, "push"))
     assert len(versions) == 8
-    manifests = [update_files.read_manifest(update_files.manifest_path(push, v))
-                 for v in versions]
+    manifests = [update_files.read_manifest(update_files.manifest_path(push, v)) for v in versions]
     assert all(m["table_ranks"] == [ranks, ranks] for m in manifests)
     assert any(m["step_parent"] >= 0 for m in manifests)  # cumulative updates with steps
     # A small base_fraction makes some pushes whole updates (every rank's whole shard: the
@@ -89,8 +93,7 @@ def test_tables_over_ranks_serve_as_one_process_at_every_version(ranks, base_fra
         for version in [0] + versions:
             if version:
                 assert served.apply(update_files.update_dir(push, version)) == version
-                reference.apply(update_files.update_dir(
-                    os.path.join(one_process, "push"), version))
+                reference.apply(update_files.update_dir(os.path.join(one_process, "push"), version))
             got, want = served.predict(feeds), reference.predict(feeds)
             trained = np.load(os.path.join(out, "rows-%d.npz" % version))
             local = np.load(os.path.join(one_process, "rows-%d.npz" % version))
@@ -98,12 +101,15 @@ def test_tables_over_ranks_serve_as_one_process_at_every_version(ranks, base_fra
                 # Exactly the ranks' rows of that version; one process trained the same
                 # keys (rows equal up to the order in which gradients were summed).
                 expected = _expected_rows(trained, t)
-                np.testing.assert_array_equal(got["rows%d" % t], expected,
-                                              err_msg="version %d" % version)
-                np.testing.assert_array_equal(np.all(expected == DEFAULT, -1), np.all(
-                    _expected_rows(local, t) == DEFAULT, -1))
-                np.testing.assert_allclose(got["rows%d" % t], want["rows%d" % t],
-                                           rtol=TOL, atol=TOL)
+                np.testing.assert_array_equal(
+                    got["rows%d" % t], expected, err_msg="version %d" % version
+                )
+                np.testing.assert_array_equal(
+                    np.all(expected == DEFAULT, -1), np.all(_expected_rows(local, t) == DEFAULT, -1)
+                )
+                np.testing.assert_allclose(
+                    got["rows%d" % t], want["rows%d" % t], rtol=TOL, atol=TOL
+                )
             np.testing.assert_allclose(got["p"], want["p"], rtol=TOL, atol=TOL)
             if version == 0:
                 cold = frozen.predict(feeds)

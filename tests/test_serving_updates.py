@@ -3,6 +3,7 @@ exactly what the training graph's evaluation lookups read, after each of several
 (rows changed, keys removed and evicted, dense variables); updates apply in place with no torn
 row; a killed pusher, a corrupt, truncated or missing update leave the model on its last
 good version; a late replica catches up to the same rows; the model holds only stock ops."""
+
 import json
 import os
 import shutil
@@ -18,15 +19,21 @@ import pytest
 import tensorflow as tf
 
 import rec_sdk.dynamic_embedding as de
+from helpers import new_session
 from rec_sdk import serving
 from rec_sdk.core.embedding import create_table, sparse_lookup
 from rec_sdk.optimizers import lazy_adam
-from rec_sdk.serving import mutable
-from rec_sdk.serving import (PushHook, Pusher, ServedModel, UpdateError, export_serving_model,
-                             follow, update_files)
+from rec_sdk.serving import (
+    Pusher,
+    PushHook,
+    ServedModel,
+    UpdateError,
+    export_serving_model,
+    follow,
+    mutable,
+    update_files,
+)
 from rec_sdk.util.initialize import init
-
-from helpers import new_session
 from tf_serving_standin import TFServingStandIn
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -39,26 +46,40 @@ class _Model:
     def __init__(self, dim=4, steps_to_live=3):
         init(use_dynamic_expansion=False)
         self.step = tf.compat.v1.train.get_or_create_global_step()
-        self.users = create_table(tf.int64, dim, "users",
-                                  tf.compat.v1.random_uniform_initializer(-0.5, 0.5, seed=1),
-                                  device_vocabulary_size=2000, servable=True,
-                                  steps_to_live=steps_to_live)
-        self.items = create_table(tf.int32, dim, "items",
-                                  tf.compat.v1.random_uniform_initializer(-0.5, 0.5, seed=2),
-                                  device_vocabulary_size=2000, servable=True)
+        self.users = create_table(
+            tf.int64,
+            dim,
+            "users",
+            tf.compat.v1.random_uniform_initializer(-0.5, 0.5, seed=1),
+            device_vocabulary_size=2000,
+            servable=True,
+            steps_to_live=steps_to_live,
+        )
+        self.items = create_table(
+            tf.int32,
+            dim,
+            "items",
+            tf.compat.v1.random_uniform_initializer(-0.5, 0.5, seed=2),
+            device_vocabulary_size=2000,
+            servable=True,
+        )
         self.user_ids = tf.compat.v1.placeholder(tf.int64, [None], name="user_ids")
         self.item_ids = tf.compat.v1.placeholder(tf.int32, [None, 2], name="item_ids")
         self.w = tf.compat.v1.get_variable(
-            "w", [3 * dim, 1], initializer=tf.compat.v1.glorot_uniform_initializer(seed=3))
+            "w", [3 * dim, 1], initializer=tf.compat.v1.glorot_uniform_initializer(seed=3)
+        )
         probs, _, _ = self._model(True)
         self.labels = tf.compat.v1.placeholder(tf.float32, [None])
         loss = tf.reduce_mean(tf.square(probs - self.labels))
         tables = [self.users, self.items]
         self.train = tf.group(
-            tf.compat.v1.train.AdamOptimizer(0.05).minimize(loss, var_list=[self.w],
-                                                            global_step=self.step),
+            tf.compat.v1.train.AdamOptimizer(0.05).minimize(
+                loss, var_list=[self.w], global_step=self.step
+            ),
             lazy_adam.create_hash_optimizer(0.05).apply_gradients(
-                zip(tf.gradients(loss, tables), tables)))
+                zip(tf.gradients(loss, tables), tables)
+            ),
+        )
         self.probs, self.u, self.i = self._model(False)
         self.inputs = {"user_ids": self.user_ids, "item_ids": self.item_ids}
         self.outputs = {"probs": self.probs, "u": self.u, "i": self.i}
@@ -66,23 +87,34 @@ class _Model:
 
     def _model(self, train):
         suffix = "train" if train else "eval"
-        u = sparse_lookup(self.users, self.user_ids, is_train=train, name="u_" + suffix,
-                          serving_default_value=None if train else 0.25)
+        u = sparse_lookup(
+            self.users,
+            self.user_ids,
+            is_train=train,
+            name="u_" + suffix,
+            serving_default_value=None if train else 0.25,
+        )
         i = sparse_lookup(self.items, self.item_ids, is_train=train, name="i_" + suffix)
         x = tf.concat([u, tf.reshape(i, [-1, 2 * u.shape[-1]])], 1)
         return tf.reshape(tf.sigmoid(tf.matmul(x, self.w)), [-1]), u, i
 
     def run_training(self, sess, steps, users=(0, 60), items=(0, 40)):
         for _ in range(steps):
-            sess.run(self.train, {self.user_ids: self.rng.randint(*users, 16),
-                                  self.item_ids: self.rng.randint(*items, (16, 2)),
-                                  self.labels: self.rng.rand(16)})
+            sess.run(
+                self.train,
+                {
+                    self.user_ids: self.rng.randint(*users, 16),
+                    self.item_ids: self.rng.randint(*items, (16, 2)),
+                    self.labels: self.rng.rand(16),
+                },
+            )
 
     def queries(self):
         """Every key trained (and some never), with their evaluation outputs."""
         users = np.arange(-5, 130, dtype=np.int64)
-        items = np.stack([np.arange(len(users)) % 90, (np.arange(len(users)) * 7) % 90],
-                         1).astype(np.int32)
+        items = np.stack([np.arange(len(users)) % 90, (np.arange(len(users)) * 7) % 90], 1).astype(
+            np.int32
+        )
         return {"user_ids": users, "item_ids": items}
 
     def expected(self, sess):
@@ -98,8 +130,9 @@ def _assert_serves(served, model, sess):
 
 
 def _export(model, sess, root):
-    return export_serving_model(sess, str(root / "export"), model.inputs, model.outputs,
-                                str(root / "push"))
+    return export_serving_model(
+        sess, str(root / "export"), model.inputs, model.outputs, str(root / "push")
+    )
 
 
 def test_pushes_serve_the_training_tables_rows(tmp_path):
@@ -140,8 +173,9 @@ def test_pushes_serve_the_training_tables_rows(tmp_path):
         served.close()
 
 
-@pytest.mark.parametrize("split", [False, pytest.param(True, marks=pytest.mark.once)],
-                         ids=["one hash table", "split"])
+@pytest.mark.parametrize(
+    "split", [False, pytest.param(True, marks=pytest.mark.once)], ids=["one hash table", "split"]
+)
 def test_a_late_replica_catches_up_to_the_same_rows(tmp_path, monkeypatch, split):
     if split:  # small tables split as large ones do (over 4..8 hash tables)
         monkeypatch.setattr(mutable, "SPLIT_ROWS", 16)
@@ -157,8 +191,9 @@ def test_a_late_replica_catches_up_to_the_same_rows(tmp_path, monkeypatch, split
             pusher.push(sess)
             follow(str(tmp_path / "push"), early)
         late = ServedModel(str(tmp_path / "export"))
-        tables = {op.name for op in late.graph.get_operations()
-                  if op.type == "MutableDenseHashTableV2"}
+        tables = {
+            op.name for op in late.graph.get_operations() if op.type == "MutableDenseHashTableV2"
+        }
         for name in ("users", "items"):
             parts = [t for t in tables if t.startswith("rec_sdk_served_%s_" % name)]
             assert (4 <= len(parts) <= 8) if split else len(parts) == 1, tables
@@ -209,9 +244,21 @@ def test_stock_tensorflow_loads_and_applies_updates_without_rec_sdk(tmp_path):
         want = model.expected(sess)
     np.savez(tmp_path / "q.npz", **model.queries())
     env = dict(os.environ, PYTHONPATH="")
-    subprocess.run([sys.executable, "-c", _STOCK_LOADER, str(tmp_path / "export"),
-                    str(tmp_path / "push"), str(tmp_path / "q.npz"), str(tmp_path / "out.npz")],
-                   check=True, env=env, cwd=str(tmp_path), timeout=300)
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _STOCK_LOADER,
+            str(tmp_path / "export"),
+            str(tmp_path / "push"),
+            str(tmp_path / "q.npz"),
+            str(tmp_path / "out.npz"),
+        ],
+        check=True,
+        env=env,
+        cwd=str(tmp_path),
+        timeout=300,
+    )
     got = np.load(tmp_path / "out.npz")
     for name in want:
         np.testing.assert_allclose(got[name], want[name], rtol=1e-6, atol=1e-7)
@@ -224,8 +271,9 @@ def _flip_byte(path, at=3):
 
 
 @pytest.mark.parametrize("path", ["step", "cumulative"])
-@pytest.mark.parametrize("damage", ["flipped values", "truncated keys", "corrupt manifest",
-                                    "missing removed file"])
+@pytest.mark.parametrize(
+    "damage", ["flipped values", "truncated keys", "corrupt manifest", "missing removed file"]
+)
 def test_a_damaged_update_is_refused_by_name(tmp_path, damage, path):
     """A replica at the previous version applies an update's step files (the changes since
     that version), one further behind its cumulative files: damage in either is refused by
@@ -249,9 +297,12 @@ def test_a_damaged_update_is_refused_by_name(tmp_path, damage, path):
         pusher.push(sess)
     third = push_dir / "0000000003"
     step = "step." if path == "step" else ""
-    named = {"flipped values": "table0.%svalues" % step,
-             "truncated keys": "table1.%skeys" % step, "corrupt manifest": "MANIFEST",
-             "missing removed file": "table0.%sremoved" % step}[damage]
+    named = {
+        "flipped values": "table0.%svalues" % step,
+        "truncated keys": "table1.%skeys" % step,
+        "corrupt manifest": "MANIFEST",
+        "missing removed file": "table0.%sremoved" % step,
+    }[damage]
     if damage == "flipped values":
         _flip_byte(third / named)
     elif damage == "truncated keys":
@@ -287,8 +338,9 @@ def test_a_missing_whole_update_is_reported_by_name(tmp_path):
         pusher.base_fraction = 100
         model.run_training(sess, 2, users=(0, 200))
         pusher.push(sess)
-    manifests = [update_files.read_manifest(str(push_dir / ("%010d" % v) / "MANIFEST"))
-                 for v in (2, 3)]
+    manifests = [
+        update_files.read_manifest(str(push_dir / ("%010d" % v) / "MANIFEST")) for v in (2, 3)
+    ]
     assert [(m["whole"], m["base"]) for m in manifests] == [(1, 0), (0, 2)]
     shutil.rmtree(push_dir / "0000000002")
     with pytest.raises(UpdateError, match="update 2 .* is missing"):
@@ -300,8 +352,14 @@ def test_a_missing_whole_update_is_reported_by_name(tmp_path):
 def test_readers_never_see_a_torn_row_while_updates_apply(tmp_path, plugin):
     init(use_dynamic_expansion=False)
     dim, rows = 64, 20000
-    table = create_table(tf.int64, dim, "wide", tf.compat.v1.zeros_initializer(),
-                         device_vocabulary_size=rows, servable=True)
+    table = create_table(
+        tf.int64,
+        dim,
+        "wide",
+        tf.compat.v1.zeros_initializer(),
+        device_vocabulary_size=rows,
+        servable=True,
+    )
     ids = tf.compat.v1.placeholder(tf.int64, [None], name="ids")
     emb = sparse_lookup(table, ids, is_train=False, name="emb")
     keys = np.arange(rows, dtype=np.int64)
@@ -309,8 +367,14 @@ def test_readers_never_see_a_torn_row_while_updates_apply(tmp_path, plugin):
     fill = table.upsert(keys, tf.fill([rows, dim], value))
     with new_session() as sess:
         sess.run(fill, {value: 0.0})
-        export_serving_model(sess, str(tmp_path / "export"), {"ids": ids}, {"e": emb},
-                             str(tmp_path / "push"), plugin=plugin)
+        export_serving_model(
+            sess,
+            str(tmp_path / "export"),
+            {"ids": ids},
+            {"e": emb},
+            str(tmp_path / "push"),
+            plugin=plugin,
+        )
         pusher = Pusher(str(tmp_path / "push"))
         for v in range(1, 7):
             sess.run(fill, {value: float(v)})
@@ -344,9 +408,11 @@ def test_readers_never_see_a_torn_row_while_updates_apply(tmp_path, plugin):
 
 
 def _worker(root, mode, **kwargs):
-    return subprocess.Popen([sys.executable, os.path.join(_ROOT, "tests",
-                                                          "serving_pusher_worker.py"),
-                             str(root), mode], cwd=str(root), **kwargs)
+    return subprocess.Popen(
+        [sys.executable, os.path.join(_ROOT, "tests", "serving_pusher_worker.py"), str(root), mode],
+        cwd=str(root),
+        **kwargs,
+    )
 
 
 def test_a_pusher_killed_mid_write_leaves_the_last_good_version(tmp_path):
@@ -410,9 +476,17 @@ def test_pushes_of_a_table_on_the_ssd_tier_carry_its_cold_rows(tmp_path):
     """Rows that moved to the SSD tier keep their change marks: a push sends the cold rows
     changed since the last push, and only those."""
     init(use_dynamic_expansion=False)
-    table = create_table(tf.int64, 4, "tiered", tf.compat.v1.zeros_initializer(),
-                         device_vocabulary_size=9, host_vocabulary_size=1,
-                         ssd_vocabulary_size=1000, ssd_data_path=str(tmp_path), servable=True)
+    table = create_table(
+        tf.int64,
+        4,
+        "tiered",
+        tf.compat.v1.zeros_initializer(),
+        device_vocabulary_size=9,
+        host_vocabulary_size=1,
+        ssd_vocabulary_size=1000,
+        ssd_data_path=str(tmp_path),
+        servable=True,
+    )
     ids = tf.compat.v1.placeholder(tf.int64, [None], name="ids")
     emb = sparse_lookup(table, ids, is_train=False, name="serve")
     keys = tf.compat.v1.placeholder(tf.int64, [None])
@@ -421,8 +495,9 @@ def test_pushes_of_a_table_on_the_ssd_tier_carry_its_cold_rows(tmp_path):
     all_keys = np.arange(100, dtype=np.int64)
     with new_session() as sess:
         sess.run(upsert, {keys: all_keys, values: np.ones([100, 4], np.float32)})
-        export_serving_model(sess, str(tmp_path / "export"), {"ids": ids}, {"e": emb},
-                             str(tmp_path / "push"))
+        export_serving_model(
+            sess, str(tmp_path / "export"), {"ids": ids}, {"e": emb}, str(tmp_path / "push")
+        )
         pusher = Pusher(str(tmp_path / "push"), base_fraction=10)
         served = ServedModel(str(tmp_path / "export"))
         changed = np.array([3, 50, 97], np.int64)  # cold rows come back to memory
@@ -431,7 +506,8 @@ def test_pushes_of_a_table_on_the_ssd_tier_carry_its_cold_rows(tmp_path):
         assert sess.run(table.stats())["cold"] > 80
         pusher.push(sess)
         manifest = update_files.read_manifest(
-            os.path.join(update_files.update_dir(str(tmp_path / "push"), 1), "MANIFEST"))
+            os.path.join(update_files.update_dir(str(tmp_path / "push"), 1), "MANIFEST")
+        )
         assert manifest["table_rows"] == [43] and manifest["table_replace"] == [0]
         follow(str(tmp_path / "push"), served)
         q = np.arange(250, dtype=np.int64)
@@ -451,21 +527,26 @@ def test_estimator_trains_exports_and_pushes(tmp_path):
         return tf.data.Dataset.from_tensor_slices(({"ids": ids}, labels)).repeat().batch(32)
 
     def model_fn(features, labels, mode):
-        table = create_table(tf.int64, 4, "est", tf.compat.v1.zeros_initializer(),
-                             device_vocabulary_size=100, servable=True)
+        table = create_table(
+            tf.int64,
+            4,
+            "est",
+            tf.compat.v1.zeros_initializer(),
+            device_vocabulary_size=100,
+            servable=True,
+        )
         is_train = mode == tf.estimator.ModeKeys.TRAIN
         emb = sparse_lookup(table, features["ids"], is_train=is_train, name="emb")
         w = tf.compat.v1.get_variable("w", [4, 1])
         logits = tf.reshape(tf.matmul(tf.reduce_sum(emb, 1), w), [-1])
         if mode == tf.estimator.ModeKeys.PREDICT:
             return tf.estimator.EstimatorSpec(mode, predictions={"logit": logits})
-        loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=labels,
-                                                                       logits=logits))
+        loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits))
         step = tf.compat.v1.train.get_or_create_global_step()
         train_op = tf.group(
-            tf.compat.v1.train.AdamOptimizer(0.05).minimize(loss, var_list=[w],
-                                                            global_step=step),
-            lazy_adam.create_hash_optimizer(0.1).minimize(loss))
+            tf.compat.v1.train.AdamOptimizer(0.05).minimize(loss, var_list=[w], global_step=step),
+            lazy_adam.create_hash_optimizer(0.1).minimize(loss),
+        )
         return tf.estimator.EstimatorSpec(mode, loss=loss, train_op=train_op)
 
     def serving_input_receiver_fn():
@@ -475,17 +556,23 @@ def test_estimator_trains_exports_and_pushes(tmp_path):
     estimator = tf.estimator.Estimator(model_fn, model_dir=str(tmp_path / "model"))
     estimator.train(input_fn, steps=3)
     push_dir = str(tmp_path / "push")
-    serving.export_estimator_serving_model(estimator, serving_input_receiver_fn,
-                                           str(tmp_path / "export"), push_dir)
+    serving.export_estimator_serving_model(
+        estimator, serving_input_receiver_fn, str(tmp_path / "export"), push_dir
+    )
     served = ServedModel(str(tmp_path / "export"))
     hook = PushHook(push_dir, every_steps=2)
     estimator.train(input_fn, steps=5, hooks=[hook])
     assert follow(push_dir, served) == [3]
     probe = np.array([[1, 2], [3, 39], [50, 60]], np.int64)
-    expected = [p["logit"] for p in estimator.predict(
-        lambda: tf.data.Dataset.from_tensor_slices({"ids": probe}).batch(3))]
-    np.testing.assert_allclose(served.predict({"ids": probe})["logit"], expected, rtol=1e-5,
-                               atol=1e-6)
+    expected = [
+        p["logit"]
+        for p in estimator.predict(
+            lambda: tf.data.Dataset.from_tensor_slices({"ids": probe}).batch(3)
+        )
+    ]
+    np.testing.assert_allclose(
+        served.predict({"ids": probe})["logit"], expected, rtol=1e-5, atol=1e-6
+    )
 
 
 @pytest.mark.parametrize("tier", [False, True], ids=["in memory", "ssd tier"])
@@ -499,10 +586,16 @@ def test_plugin_mode_serves_and_updates_rec_sdk_tables(tmp_path, tier):
     with new_session() as sess:
         sess.run(tf.compat.v1.global_variables_initializer())
         model.run_training(sess, 5)
-        export_serving_model(sess, str(tmp_path / "export"), model.inputs, model.outputs,
-                             str(tmp_path / "push"), plugin=True,
-                             memory_rows=30 if tier else None,
-                             ssd_path=str(ssd) if tier else None)
+        export_serving_model(
+            sess,
+            str(tmp_path / "export"),
+            model.inputs,
+            model.outputs,
+            str(tmp_path / "push"),
+            plugin=True,
+            memory_rows=30 if tier else None,
+            ssd_path=str(ssd) if tier else None,
+        )
         served = ServedModel(str(tmp_path / "export"))
         ops = {op.type for op in served.graph.get_operations()}
         assert "RecSdk>EmbeddingTable" in ops and "MutableDenseHashTableV2" not in ops
@@ -521,9 +614,22 @@ def test_plugin_mode_serves_and_updates_rec_sdk_tables(tmp_path, tier):
 def _watch_once(push_dir, server):
     """python -m rec_sdk.serving.follow --once: (return code, the versions it applied or
     None, stderr)."""
-    out = subprocess.run([sys.executable, "-m", "rec_sdk.serving.follow", "--push_dir",
-                          push_dir, "--server", server, "--once"], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, timeout=300)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rec_sdk.serving.follow",
+            "--push_dir",
+            push_dir,
+            "--server",
+            server,
+            "--once",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=300,
+    )
     lines = out.stdout.strip().splitlines()
     applied = json.loads(lines[-1])["applied"] if out.returncode == 0 and lines else None
     return out.returncode, applied, out.stderr
@@ -546,8 +652,7 @@ def test_the_watcher_drives_tf_serving_through_its_predict_api(tmp_path, api):
             model.run_training(sess, 2, users=(0, 200))
             pusher.push(sess)
         with TFServingStandIn(str(tmp_path / "export"), name="ranker") as server:
-            url = (server.rest_url if api == "rest" else
-                   "grpc://%s/ranker" % server.grpc_target)
+            url = server.rest_url if api == "rest" else "grpc://%s/ranker" % server.grpc_target
             code, applied, err = _watch_once(push_dir, url)
             assert code == 0, err[-3000:]
             assert "Warning" not in err, err[-3000:]
@@ -559,16 +664,21 @@ def test_the_watcher_drives_tf_serving_through_its_predict_api(tmp_path, api):
             grpc_model = serving.GrpcModel(server.grpc_target, "ranker")
             got_grpc = grpc_model.predict(q)
             for name in want:
-                np.testing.assert_allclose(np.asarray(got[name], np.float32), want[name],
-                                           rtol=1e-6, atol=1e-7, err_msg=name)
-                np.testing.assert_allclose(got_grpc[name], want[name], rtol=1e-6, atol=1e-7,
-                                           err_msg=name)
+                np.testing.assert_allclose(
+                    np.asarray(got[name], np.float32),
+                    want[name],
+                    rtol=1e-6,
+                    atol=1e-7,
+                    err_msg=name,
+                )
+                np.testing.assert_allclose(
+                    got_grpc[name], want[name], rtol=1e-6, atol=1e-7, err_msg=name
+                )
             assert rest.version() == grpc_model.version() == (2, pusher.chain)
             model.run_training(sess, 2, users=(0, 200))
             pusher.push(sess)
             # The server is at version 2: it reads update 3's step files.
-            _flip_byte(os.path.join(update_files.update_dir(push_dir, 3),
-                                    "table1.step.values"))
+            _flip_byte(os.path.join(update_files.update_dir(push_dir, 3), "table1.step.values"))
             code, _, err = _watch_once(push_dir, url)
             assert code == 1
             assert "0000000003/table1.step.values" in err
@@ -581,8 +691,9 @@ def test_a_de_variable_in_graph_mode_is_served_and_updated(tmp_path):
     de.embedding_lookup (max_norm 1.0) and trained by DynamicEmbeddingOptimizer(Adam); the
     served model follows the pushes (missing keys read the constant initializer, as in
     training)."""
-    var = de.get_variable("served_de", dim=4, devices=["/CPU:0"] * 2, initializer=0.5,
-                          servable=True)
+    var = de.get_variable(
+        "served_de", dim=4, devices=["/CPU:0"] * 2, initializer=0.5, servable=True
+    )
     ids = tf.compat.v1.placeholder(tf.int64, [None, 2], name="ids")
     w = tf.compat.v1.get_variable("w", [8, 1])
     emb = de.embedding_lookup(var, ids, max_norm=1.0, name="lookup")
@@ -600,16 +711,21 @@ def test_a_de_variable_in_graph_mode_is_served_and_updated(tmp_path):
                 sess.run(train, {ids: rng.randint(0, 160, (16, 2)), labels: rng.rand(16)})
 
         steps(3)
-        export_serving_model(sess, str(tmp_path / "export"), {"ids": ids}, {"logits": logits},
-                             str(tmp_path / "push"))
+        export_serving_model(
+            sess, str(tmp_path / "export"), {"ids": ids}, {"logits": logits}, str(tmp_path / "push")
+        )
         served = ServedModel(str(tmp_path / "export"))
         pusher = Pusher(str(tmp_path / "push"))
         for push in (1, 2):
             steps(3)
             assert pusher.push(sess) == push
             assert follow(str(tmp_path / "push"), served) == [push]
-            np.testing.assert_allclose(served.predict({"ids": probe[ids]})["logits"],
-                                       sess.run(logits, probe), rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(
+                served.predict({"ids": probe[ids]})["logits"],
+                sess.run(logits, probe),
+                rtol=1e-5,
+                atol=1e-6,
+            )
 
 
 def test_a_failed_push_in_a_hook_is_logged_and_training_goes_on(tmp_path, monkeypatch, caplog):

@@ -1,26 +1,28 @@
 """The slicer hooks (rec_sdk.graph.hooks): key preprocessing of tensor lookups moves into the
 input pipeline, training gives the same tables as without the hooks, orphan lookups become
 traceable for graph modification, and what cannot move stays with a warning."""
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import rec_sdk_graph_rewrite as graph_rewrite
+from helpers import new_session
 from rec_sdk.core.embedding import create_table, sparse_lookup, tables_of_graph
 from rec_sdk.graph import LookupSubgraphSlicerHook, OrphanLookupKeySlicerHook
 from rec_sdk.graph.modifier import modify_graph_and_start_emb_cache
 from rec_sdk.optimizers import gradient_descent
 from rec_sdk.util.initialize import get_initializer, init, terminate_config_initializer
 
-from helpers import new_session
-
 DIM, STEPS = 3, 4
 
 
 def _iterator(one_shot):
     rng = np.random.RandomState(0)
-    data = {"ids": rng.randint(0, 50, size=(STEPS * 4, 3)).astype(np.int64),
-            "label": rng.rand(STEPS * 4).astype(np.float32)}
+    data = {
+        "ids": rng.randint(0, 50, size=(STEPS * 4, 3)).astype(np.int64),
+        "label": rng.rand(STEPS * 4).astype(np.float32),
+    }
     dataset = tf.data.Dataset.from_tensor_slices(data).batch(4)
     if one_shot:
         return None, tf.compat.v1.data.make_one_shot_iterator(dataset).get_next()
@@ -36,12 +38,18 @@ def _train(ids_fn, hooks=(), modify=False, one_shot=False):
     init()
     try:
         iterator, batch = _iterator(one_shot)
-        table = create_table(tf.int64, DIM, "t", tf.compat.v1.random_uniform_initializer(
-            0, 1, seed=2), device_vocabulary_size=1000)
+        table = create_table(
+            tf.int64,
+            DIM,
+            "t",
+            tf.compat.v1.random_uniform_initializer(0, 1, seed=2),
+            device_vocabulary_size=1000,
+        )
         emb = sparse_lookup(table, ids_fn(batch), modify_graph=modify)
         loss = tf.reduce_sum(tf.square(tf.reduce_sum(emb, [1, 2]) - batch["label"]))
         train = gradient_descent.create_hash_optimizer(learning_rate=0.05).apply_gradients(
-            zip(tf.gradients(loss, [table]), [table]))
+            zip(tf.gradients(loss, [table]), [table])
+        )
         for hook in hooks:
             hook.begin()
         if modify:
@@ -75,8 +83,12 @@ def test_lookup_subgraph_slicer_moves_string_parsing(modify, one_shot):
     # The step no longer parses strings: the lookup's ids come straight from a get_next.
     record = tables_of_graph(graph)[0].lookups.tensor[0]
     assert record["ids"].op.type == "IteratorGetNext"
-    assert not any(consumer for op in graph.get_operations() if op.type == "StringToNumber"
-                   for consumer in op.outputs[0].consumers())
+    assert not any(
+        consumer
+        for op in graph.get_operations()
+        if op.type == "StringToNumber"
+        for consumer in op.outputs[0].consumers()
+    )
 
 
 def _float_string_ids(batch):
@@ -94,8 +106,12 @@ def test_slicer_moves_float_ids_and_they_train_as_their_int64_values(modify):
     assert hook.moved == 1
     np.testing.assert_array_equal(got[0], expected[0])
     np.testing.assert_allclose(got[1], expected[1], rtol=1e-6)
-    assert not any(consumer for op in graph.get_operations() if op.type == "StringToNumber"
-                   for consumer in op.outputs[0].consumers())
+    assert not any(
+        consumer
+        for op in graph.get_operations()
+        if op.type == "StringToNumber"
+        for consumer in op.outputs[0].consumers()
+    )
 
 
 def _orphan_ids(batch):
@@ -120,8 +136,9 @@ def test_orphan_with_several_iterators_is_ambiguous():
     init()
     _iterator(False)
     _iterator(False)
-    table = create_table(tf.int64, DIM, "t", tf.compat.v1.zeros_initializer(),
-                         device_vocabulary_size=100)
+    table = create_table(
+        tf.int64, DIM, "t", tf.compat.v1.zeros_initializer(), device_vocabulary_size=100
+    )
     sparse_lookup(table, _orphan_ids(None))
     with pytest.raises(graph_rewrite.RewriteError, match="cannot tell which input pipeline"):
         OrphanLookupKeySlicerHook().begin()
@@ -130,15 +147,18 @@ def test_orphan_with_several_iterators_is_ambiguous():
 def test_ops_that_cannot_move_stay_with_a_warning(caplog):
     init()
     _, batch = _iterator(False)
-    table = create_table(tf.int64, DIM, "t", tf.compat.v1.zeros_initializer(),
-                         device_vocabulary_size=100)
+    table = create_table(
+        tf.int64, DIM, "t", tf.compat.v1.zeros_initializer(), device_vocabulary_size=100
+    )
     noise = tf.random.uniform([4, 3], 0, 5, dtype=tf.int64, seed=1)  # stateful
     sparse_lookup(table, batch["ids"] + noise)
     hook = LookupSubgraphSlicerHook(op_types=["RandomUniformInt", "AddV2"])
     hook.begin()
     assert hook.moved == 0
-    assert any("stays in the training step" in r.getMessage() and "stateful" in r.getMessage()
-               for r in caplog.records)
+    assert any(
+        "stays in the training step" in r.getMessage() and "stateful" in r.getMessage()
+        for r in caplog.records
+    )
 
 
 def test_hook_arguments():
@@ -168,8 +188,9 @@ def test_acg_push_ops_hook_moves_string_ops_and_marked_ops():
 def test_slicer_after_graph_modification_is_an_error():
     init()
     iterator, batch = _iterator(False)
-    table = create_table(tf.int64, DIM, "t", tf.compat.v1.zeros_initializer(),
-                         device_vocabulary_size=100)
+    table = create_table(
+        tf.int64, DIM, "t", tf.compat.v1.zeros_initializer(), device_vocabulary_size=100
+    )
     sparse_lookup(table, _string_ids(batch), modify_graph=True)
     modify_graph_and_start_emb_cache()
     graph = tf.compat.v1.get_default_graph()

@@ -1,5 +1,6 @@
 """No source file of the project grows past 600 lines (Python and C++, tests excluded): a file
 that does holds more than one concern and is split by concern before it lands."""
+
 import os
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -10,8 +11,9 @@ LIMIT = 600
 def _sources():
     for top in SOURCES:
         for directory, dirs, files in os.walk(os.path.join(ROOT, top)):
-            dirs[:] = [d for d in dirs if d not in ("tests", "__pycache__") and
-                       not d.endswith(".egg-info")]
+            dirs[:] = [
+                d for d in dirs if d not in ("tests", "__pycache__") and not d.endswith(".egg-info")
+            ]
             for name in files:
                 if name.endswith((".py", ".cc", ".h")) and not name.endswith("_test.cc"):
                     yield os.path.join(directory, name)

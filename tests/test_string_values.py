@@ -2,6 +2,7 @@
 upsert / remove / lookup (with and without return_exists) / export / size / clear over 3
 shards; a Saver's round trip through TFRA's checkpoint tensors; bad input. Eagerly and
 tf.train.Checkpoint: tests/tf2/test_dynamic_embedding_tf2.py."""
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -17,8 +18,15 @@ def _row(key):
 
 
 def _variable(name, key_dtype=tf.int64, **kwargs):
-    return de.get_variable(name, key_dtype=key_dtype, value_dtype=tf.string, dim=DIM,
-                           devices=["/CPU:0"] * 3, initializer="none", **kwargs)
+    return de.get_variable(
+        name,
+        key_dtype=key_dtype,
+        value_dtype=tf.string,
+        dim=DIM,
+        devices=["/CPU:0"] * 3,
+        initializer="none",
+        **kwargs,
+    )
 
 
 def _replay(run, var, key_dtype):
@@ -96,17 +104,18 @@ def test_string_tables_have_tfras_table_interface(tmp_path):
     assert table.name == "sv_tables_mht_1of3" and table.value_dtype == tf.string
     with new_session() as sess:
         sess.run(table.insert(tf.constant([3, 6], tf.int64), np.array([_row(3), _row(6)])))
-        values, exists = sess.run(table.lookup(tf.constant([3, 4], tf.int64),
-                                               return_exists=True))
+        values, exists = sess.run(table.lookup(tf.constant([3, 4], tf.int64), return_exists=True))
         assert exists.tolist() == [True, False]
         assert [x.decode() for x in values[1]] == ["none"] * DIM
-        given = sess.run(table.lookup(tf.constant([4], tf.int64),
-                                      dynamic_default_values=[["x"] * DIM]))
+        given = sess.run(
+            table.lookup(tf.constant([4], tf.int64), dynamic_default_values=[["x"] * DIM])
+        )
         assert [x.decode() for x in given[0]] == ["x"] * DIM
         assert [s.name for s in table.saveable.specs] == [
-            "sv_tables/sv_tables_mht_1of3-keys", "sv_tables/sv_tables_mht_1of3-values"]
-        sess.run(table.saveable.restore((tf.constant([9], tf.int64),
-                                         tf.constant([_row(9)])), None))
+            "sv_tables/sv_tables_mht_1of3-keys",
+            "sv_tables/sv_tables_mht_1of3-values",
+        ]
+        sess.run(table.saveable.restore((tf.constant([9], tf.int64), tf.constant([_row(9)])), None))
         assert sess.run(table.export())[0].tolist() == [9]
         sess.run(table.clear())
         assert sess.run(table.size()) == 0

@@ -1,6 +1,7 @@
 """Tests of a table's methods (lookup/upsert/remove/clear/export/import_rows, initializer
 parameters through lookups), tables per session, concurrent use, and what makes two handles
 or two admission settings one table."""
+
 import threading
 
 import numpy as np
@@ -8,13 +9,14 @@ import pytest
 import tensorflow as tf
 
 import rec_sdk
+from helpers import const_initializer as _const
+from helpers import make_table as _table
+from helpers import new_session, sorted_export
 from rec_sdk.core.embedding import create_table, sparse_lookup
-from rec_sdk.tables.initializer_spec import describe_initializer
 from rec_sdk.ops import table_ops
 from rec_sdk.optimizers import adagrad, lazy_adam
+from rec_sdk.tables.initializer_spec import describe_initializer
 from rec_sdk.util.initialize import init
-
-from helpers import const_initializer as _const, make_table as _table, new_session, sorted_export
 
 DIM = 4  # make_table's default
 
@@ -144,11 +146,17 @@ def _train_and_export(opt_module, make_optimizer, steps):
     return table, train
 
 
-@pytest.mark.parametrize("opt_module,make_optimizer,num_slots", [
-    (lazy_adam, lambda m: m.create_hash_optimizer(learning_rate=0.05), 2),
-    (adagrad, lambda m: m.create_hash_optimizer(learning_rate=0.1,
-                                                initial_accumulator_value=0.2), 1),
-])
+@pytest.mark.parametrize(
+    "opt_module,make_optimizer,num_slots",
+    [
+        (lazy_adam, lambda m: m.create_hash_optimizer(learning_rate=0.05), 2),
+        (
+            adagrad,
+            lambda m: m.create_hash_optimizer(learning_rate=0.1, initial_accumulator_value=0.2),
+            1,
+        ),
+    ],
+)
 def test_export_import_roundtrip_with_slots(initialized, opt_module, make_optimizer, num_slots):
     table, train = _train_and_export(opt_module, make_optimizer, steps=3)
     export = table.export()
@@ -173,8 +181,10 @@ def test_export_import_roundtrip_with_slots(initialized, opt_module, make_optimi
 def test_imported_slots_drive_further_training(initialized):
     """Training continued after export/import in a fresh session matches training continued in
     the original session (the optimizer uses the imported slots, not fresh ones)."""
-    make = lambda m: m.create_hash_optimizer(learning_rate=0.1,  # noqa: E731
-                                             initial_accumulator_value=0.2)
+    make = lambda m: m.create_hash_optimizer(
+        learning_rate=0.1,  # noqa: E731
+        initial_accumulator_value=0.2,
+    )
     table, train = _train_and_export(adagrad, make, steps=3)
     export = table.export()
     with new_session() as sess:
@@ -208,8 +218,9 @@ def test_import_wrong_shape_names_table(initialized):
     bad_values = table.import_rows(keys, _unknown_shape(tf.zeros([2, DIM + 1])))
     bad_count = table.import_rows(keys, _unknown_shape(tf.zeros([3, DIM])))
     bad_slots = table.import_rows(keys, tf.zeros([2, DIM]), _unknown_shape(tf.zeros([1, 3, DIM])))
-    bad_keys = table.import_rows(tf.constant([[1, 2]], tf.int64),
-                                 _unknown_shape(tf.zeros([1, 2, DIM])))
+    bad_keys = table.import_rows(
+        tf.constant([[1, 2]], tf.int64), _unknown_shape(tf.zeros([1, 2, DIM]))
+    )
     with new_session() as sess:
         for op in (bad_values, bad_count, bad_slots, bad_keys):
             with pytest.raises(tf.errors.InvalidArgumentError, match="imported"):
@@ -235,12 +246,16 @@ def test_tables_are_per_session(initialized):
             assert second.run(table.size_tensor()) == 0
 
 
-@pytest.mark.parametrize("make_initializer,low,high", [
-    (lambda: tf.compat.v1.random_uniform_initializer(seed=3), 0.0, 1.0),
-    (lambda: tf.compat.v1.random_uniform_initializer(minval=-2.0, seed=3), -2.0, 1.0),
-    (lambda: tf.random_uniform_initializer(seed=3), -0.05, 0.05),
-    (lambda: tf.keras.initializers.RandomUniform(seed=3), -0.05, 0.05),
-], ids=["v1_default_maxval", "v1_minval_only", "v2_default", "keras_default"])
+@pytest.mark.parametrize(
+    "make_initializer,low,high",
+    [
+        (lambda: tf.compat.v1.random_uniform_initializer(seed=3), 0.0, 1.0),
+        (lambda: tf.compat.v1.random_uniform_initializer(minval=-2.0, seed=3), -2.0, 1.0),
+        (lambda: tf.random_uniform_initializer(seed=3), -0.05, 0.05),
+        (lambda: tf.keras.initializers.RandomUniform(seed=3), -0.05, 0.05),
+    ],
+    ids=["v1_default_maxval", "v1_minval_only", "v2_default", "keras_default"],
+)
 def test_random_uniform_default_bounds(initialized, make_initializer, low, high):
     """Initializers with their default bounds work as in TensorFlow: tf.compat.v1's
     random_uniform_initializer has maxval=None, which TensorFlow reads as 1.0 for floats."""
@@ -253,12 +268,15 @@ def test_random_uniform_default_bounds(initialized, make_initializer, low, high)
     assert values.min() < low + 0.05 * width and values.max() > high - 0.05 * width
 
 
-@pytest.mark.parametrize("make_initializer,mean,stddev", [
-    (lambda: tf.compat.v1.truncated_normal_initializer(seed=1), 0.0, 1.0),
-    (lambda: tf.keras.initializers.TruncatedNormal(mean=1.0, stddev=0.2, seed=1), 1.0, 0.2),
-    (lambda: tf.random_normal_initializer(mean=-1.0, stddev=0.5, seed=1), -1.0, 0.5),
-    (lambda: tf.keras.initializers.RandomNormal(seed=1), 0.0, 0.05),
-])
+@pytest.mark.parametrize(
+    "make_initializer,mean,stddev",
+    [
+        (lambda: tf.compat.v1.truncated_normal_initializer(seed=1), 0.0, 1.0),
+        (lambda: tf.keras.initializers.TruncatedNormal(mean=1.0, stddev=0.2, seed=1), 1.0, 0.2),
+        (lambda: tf.random_normal_initializer(mean=-1.0, stddev=0.5, seed=1), -1.0, 0.5),
+        (lambda: tf.keras.initializers.RandomNormal(seed=1), 0.0, 0.05),
+    ],
+)
 def test_normal_initializer_parameters(initialized, make_initializer, mean, stddev):
     table = _table(dim=16, initializer=make_initializer())
     emb = sparse_lookup(table, tf.constant(np.arange(500), tf.int64))
@@ -319,10 +337,10 @@ def test_random_operations_match_a_dict(expansion):
     remove = table.remove(keys)
     looked_up = table.lookup(keys)
     rng = np.random.RandomState(5)
-    universe = np.concatenate([np.arange(3000), rng.randint(-2**62, 2**62, 500, dtype=np.int64)])
+    universe = np.concatenate([np.arange(3000), rng.randint(-(2**62), 2**62, 500, dtype=np.int64)])
     reference = {}
     with new_session() as sess:
-        for round_ in range(30):
+        for _round in range(30):
             batch = rng.choice(universe, 300, replace=False)
             if rng.rand() < 0.6:
                 vals = rng.normal(size=(len(batch), 2)).astype(np.float32)
@@ -353,11 +371,14 @@ def test_imported_slots_then_new_keys(expansion):
     init(use_dynamic_expansion=expansion)
     if expansion:
         from rec_sdk.optimizers import adagrad_by_addr
+
         make = lambda: adagrad_by_addr.create_hash_optimizer_by_address(  # noqa: E731
-            learning_rate=0.1, initial_accumulator_value=0.5)
+            learning_rate=0.1, initial_accumulator_value=0.5
+        )
     else:
         make = lambda: adagrad.create_hash_optimizer(  # noqa: E731
-            learning_rate=0.1, initial_accumulator_value=0.5)
+            learning_rate=0.1, initial_accumulator_value=0.5
+        )
 
     def build():
         table = _table(initializer=tf.compat.v1.truncated_normal_initializer(seed=21))
@@ -412,8 +433,9 @@ def test_lookups_per_table_limited(initialized):
 
 def test_static_shape_lookup_rejects_more_distinct_keys_than_send_count():
     init(use_dynamic=False)
-    table = create_table(tf.int64, 4, "static_t", tf.compat.v1.zeros_initializer(),
-                         device_vocabulary_size=100)
+    table = create_table(
+        tf.int64, 4, "static_t", tf.compat.v1.zeros_initializer(), device_vocabulary_size=100
+    )
     ids = tf.compat.v1.placeholder(tf.int64, [None])
     emb = sparse_lookup(table, ids, send_count=3, name="static_lookup")
     with tf.compat.v1.Session() as sess:
@@ -422,12 +444,13 @@ def test_static_shape_lookup_rejects_more_distinct_keys_than_send_count():
             sess.run(emb, {ids: np.arange(4)})
 
 
-
 def test_static_shape_lookup_addresses_are_known_unique():
     from rec_sdk.ops import table_ops
+
     init(use_dynamic=False)
-    table = create_table(tf.int64, 4, "static_u", tf.compat.v1.zeros_initializer(),
-                         device_vocabulary_size=100)
+    table = create_table(
+        tf.int64, 4, "static_u", tf.compat.v1.zeros_initializer(), device_vocabulary_size=100
+    )
     sparse_lookup(table, tf.constant([1, 1, 2], tf.int64), send_count=8)
     addresses = tf.compat.v1.get_collection(rec_sdk.ASCEND_SPARSE_LOOKUP_ID_OFFSET)[0]
     assert table_ops.addresses_are_unique(addresses)
@@ -435,6 +458,7 @@ def test_static_shape_lookup_addresses_are_known_unique():
 
 def test_malformed_op_inputs_are_errors_not_crashes():
     from rec_sdk.ops.loader import load_ops
+
     init()
     table = create_table(tf.int64, 4, "malformed", tf.compat.v1.zeros_initializer())
     ops = load_ops()
@@ -452,18 +476,24 @@ def test_malformed_op_inputs_are_errors_not_crashes():
 def test_concurrent_session_runs_share_a_table_safely():
     """Several Python threads train and look up through one session at once (the table's batch
     operations run concurrently): no errors, every key stored once, eval reads trained rows."""
-    import threading
 
     init(use_dynamic_expansion=True)
-    table = create_table(tf.int64, 8, "concurrent", tf.compat.v1.random_normal_initializer(seed=3),
-                         device_vocabulary_size=64)
+    table = create_table(
+        tf.int64,
+        8,
+        "concurrent",
+        tf.compat.v1.random_normal_initializer(seed=3),
+        device_vocabulary_size=64,
+    )
     ids = tf.compat.v1.placeholder(tf.int64, [None])
     emb = sparse_lookup(table, ids, is_train=True)
     loss = tf.reduce_sum(tf.square(emb))
     grads = tf.gradients(loss, tf.compat.v1.get_collection(rec_sdk.ASCEND_SPARSE_LOOKUP_LOCAL_EMB))
     from rec_sdk.optimizers import lazy_adam_by_addr
+
     train = lazy_adam_by_addr.create_hash_optimizer_by_address(0.01).apply_gradients(
-        zip(grads, tf.compat.v1.get_collection(rec_sdk.ASCEND_SPARSE_LOOKUP_ID_OFFSET)))
+        zip(grads, tf.compat.v1.get_collection(rec_sdk.ASCEND_SPARSE_LOOKUP_ID_OFFSET))
+    )
     eval_emb = sparse_lookup(table, ids, is_train=False, name="concurrent_eval")
     errors = []
     with tf.compat.v1.Session() as sess:
@@ -495,19 +525,19 @@ def test_concurrent_session_runs_share_a_table_safely():
 def test_second_handle_with_another_configuration_is_an_error():
     """Two handle ops of one table name in a session must describe the same table; each
     differing field is named with both values."""
-    spec = describe_initializer(tf.compat.v1.truncated_normal_initializer(stddev=0.1, seed=3),
-                                "t")
+    spec = describe_initializer(tf.compat.v1.truncated_normal_initializer(stddev=0.1, seed=3), "t")
     first = table_ops.create_table("t", tf.int64, 4, False, capacity=10, initializer=spec)
     same = table_ops.create_table("t", tf.int64, 4, False, capacity=10, initializer=spec)
     other_spec = dict(spec, seed=4)
-    other = table_ops.create_table("t", tf.int64, 4, False, capacity=20,
-                                   initializer=other_spec)
+    other = table_ops.create_table("t", tf.int64, 4, False, capacity=20, initializer=other_spec)
     with new_session() as sess:
         sess.run([first, same])
-        with pytest.raises(tf.errors.InvalidArgumentError,
-                           match="table 't' already exists with another configuration "
-                                 "\\(existing vs asked for\\): capacity: 10 vs 20; "
-                                 "initializer seed: 3 vs 4\n"):
+        with pytest.raises(
+            tf.errors.InvalidArgumentError,
+            match="table 't' already exists with another configuration "
+            "\\(existing vs asked for\\): capacity: 10 vs 20; "
+            "initializer seed: 3 vs 4\n",
+        ):
             sess.run(other)
 
 
@@ -527,8 +557,10 @@ def test_admission_settings_are_set_once_and_another_setting_is_an_error():
         sess.run(lower)
         sess.run(configured)  # the same settings again: the threshold stays 1
         assert (sess.run(find, {keys: [8]}) >= 0).all()
-        with pytest.raises(tf.errors.InvalidArgumentError,
-                           match="table 't' already has other admission settings \\(existing "
-                                 "vs asked for\\): access_threshold: 2 vs 3; "
-                                 "eviction_threshold: 60 vs -1; every lookup"):
+        with pytest.raises(
+            tf.errors.InvalidArgumentError,
+            match="table 't' already has other admission settings \\(existing "
+            "vs asked for\\): access_threshold: 2 vs 3; "
+            "eviction_threshold: 60 vs -1; every lookup",
+        ):
             sess.run(other)

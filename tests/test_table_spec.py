@@ -1,6 +1,7 @@
 """One table description from the API to the core: TableSpec (checked once, frozen), its op
 attributes and back, shard names formatted and parsed in one module, no module writing a
 table's configuration after construction, and the TensorFlow patches' one convention."""
+
 import ast
 import dataclasses
 import os
@@ -11,10 +12,9 @@ import tensorflow as tf
 
 import rec_sdk.dynamic_embedding as de
 from rec_sdk.base import tf_patches
-from rec_sdk.tables import shard_names
-from rec_sdk.tables import tier
-from rec_sdk.tables import table as table_module
 from rec_sdk.core.embedding import create_table
+from rec_sdk.tables import shard_names, tier
+from rec_sdk.tables import table as table_module
 from rec_sdk.tables.initializer_spec import describe_initializer
 from rec_sdk.tables.table import SparseEmbedding, table_from_op
 from rec_sdk.tables.table_spec import RankPlacement, TableSpec
@@ -35,18 +35,44 @@ def _round_trip(spec):
 def test_spec_to_op_attributes_and_back(tmp_path, kind):
     paths = (str(tmp_path),)
     spec = {
-        "fixed": TableSpec("t", tf.int64, 8, INIT, dynamic_expansion=False, capacity_rows=100,
-                           initial_rows=100, evict_when_full=True, track_changes=True),
+        "fixed": TableSpec(
+            "t",
+            tf.int64,
+            8,
+            INIT,
+            dynamic_expansion=False,
+            capacity_rows=100,
+            initial_rows=100,
+            evict_when_full=True,
+            track_changes=True,
+        ),
         "dynamic": TableSpec("t", tf.int32, 4, INIT, initial_rows=64, track_access=True),
-        "tiered bounded": TableSpec("t", tf.int64, 4, INIT, dynamic_expansion=False,
-                                    capacity_rows=30, tier=tier.make(10, 20, paths)),
-        "tiered unbounded": TableSpec("t", tf.int64, 4, INIT,
-                                      tier=tier.make(10, None, paths, True)),
+        "tiered bounded": TableSpec(
+            "t",
+            tf.int64,
+            4,
+            INIT,
+            dynamic_expansion=False,
+            capacity_rows=30,
+            tier=tier.make(10, 20, paths),
+        ),
+        "tiered unbounded": TableSpec(
+            "t", tf.int64, 4, INIT, tier=tier.make(10, None, paths, True)
+        ),
     }[kind]
     back, table = _round_trip(spec)
     assert back.op_attrs() == spec.op_attrs()
-    for field in ("name", "key_dtype", "dim", "dynamic_expansion", "capacity_rows", "tier",
-                  "evict_when_full", "track_changes", "track_access"):
+    for field in (
+        "name",
+        "key_dtype",
+        "dim",
+        "dynamic_expansion",
+        "capacity_rows",
+        "tier",
+        "evict_when_full",
+        "track_changes",
+        "track_access",
+    ):
         assert getattr(back, field) == getattr(spec, field), field
     assert table.spec is spec  # the table keeps the spec it was made from
 
@@ -75,8 +101,16 @@ def test_spec_checks_itself_once():
 def test_table_configuration_is_read_only():
     with tf.Graph().as_default():
         table = table_module.create(TableSpec("t", tf.int64, 4, INIT))
-        for field in ("dim", "table_name", "is_save", "tier", "ranks", "track_access",
-                      "padding_keys", "access_threshold"):
+        for field in (
+            "dim",
+            "table_name",
+            "is_save",
+            "tier",
+            "ranks",
+            "track_access",
+            "padding_keys",
+            "access_threshold",
+        ):
             with pytest.raises(AttributeError):
                 setattr(table, field, None)
 
@@ -94,33 +128,56 @@ def test_a_spec_holds_placement_only():
     spec = TableSpec("t", tf.int64, 4, INIT, placement=placement)
     assert spec.placement is placement
     # The initializer's description is the one dict (the op's attributes are made from it).
-    assert [f.name for f in dataclasses.fields(spec)
-            if isinstance(getattr(spec, f.name), (dict, list, set))] == ["initializer"]
+    assert [
+        f.name
+        for f in dataclasses.fields(spec)
+        if isinstance(getattr(spec, f.name), (dict, list, set))
+    ] == ["initializer"]
 
 
 # Attributes of a table that only its own module may set (every SparseEmbedding property).
-_TABLE_FIELDS = {name for name, value in vars(SparseEmbedding).items()
-                 if isinstance(value, property)}
+_TABLE_FIELDS = {
+    name
+    for cls in SparseEmbedding.__mro__
+    if cls.__module__.startswith("rec_sdk")
+    for name, value in vars(cls).items()
+    if isinstance(value, property)
+}
+# The modules of SparseEmbedding and its rec_sdk bases, which set their own fields.
+_TABLE_MODULES = ("table.py", "admission.py")
 
 
 def test_no_module_writes_a_tables_configuration():
-    """Statically: outside tables/table.py, no assignment `x.<table field> = ...` where x is not
-    `self` (a class setting its own attribute of the same name is no table)."""
+    """Statically: outside tables/table.py and tables/admission.py, no assignment `x.<table field> =
+    ...` where x is not `self` (a class setting its own attribute of the same name is no table)."""
     found = []
     for directory, _, files in os.walk(os.path.join(ROOT, "python", "rec_sdk")):
         for name in files:
             path = os.path.join(directory, name)
-            if not name.endswith(".py") or path.endswith(os.path.join("tables", "table.py")):
+            if not name.endswith(".py") or any(
+                path.endswith(os.path.join("tables", m)) for m in _TABLE_MODULES
+            ):
                 continue
             for node in ast.walk(ast.parse(open(path).read(), path)):
-                targets = node.targets if isinstance(node, ast.Assign) else \
-                    [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+                targets = (
+                    node.targets
+                    if isinstance(node, ast.Assign)
+                    else [node.target]
+                    if isinstance(node, (ast.AugAssign, ast.AnnAssign))
+                    else []
+                )
                 for target in targets:
-                    if isinstance(target, ast.Attribute) and target.attr in _TABLE_FIELDS and \
-                            not (isinstance(target.value, ast.Name) and
-                                 target.value.id in ("self", "cls")):
-                        found.append("%s:%d %s" % (os.path.relpath(path, ROOT), node.lineno,
-                                                   target.attr))
+                    if (
+                        isinstance(target, ast.Attribute)
+                        and target.attr in _TABLE_FIELDS
+                        and not (
+                            isinstance(target.value, ast.Name)
+                            and target.value.id in ("self", "cls")
+                        )
+                    ):
+                        found.append(
+                            "%s:%d %s" % (os.path.relpath(path, ROOT), node.lineno, target.attr)
+                        )
     assert not found, found
 
 
@@ -128,8 +185,9 @@ def test_create_table_and_de_variable_build_specs():
     init(use_dynamic_expansion=False)
     try:
         with tf.Graph().as_default():
-            table = create_table(tf.int64, 8, "user", 0.1, device_vocabulary_size=100,
-                                 host_vocabulary_size=20)
+            table = create_table(
+                tf.int64, 8, "user", 0.1, device_vocabulary_size=100, host_vocabulary_size=20
+            )
             assert (table.spec.capacity_rows, table.spec.initial_rows) == (120, 100)
             assert not table.spec.dynamic_expansion and table.spec.is_save
             variable = de.get_variable("emb", dim=4, devices=["/CPU:0"] * 2, init_size=64)
@@ -147,8 +205,7 @@ def test_create_table_and_de_variable_build_specs():
 
 
 def test_shard_names_format_and_parse():
-    assert shard_names.variable_shards("a.b", 3) == ["a.b_mht_1of3", "a.b_mht_2of3",
-                                                   "a.b_mht_3of3"]
+    assert shard_names.variable_shards("a.b", 3) == ["a.b_mht_1of3", "a.b_mht_2of3", "a.b_mht_3of3"]
     assert shard_names.parse_variable_shard("x_1_mht_2of4") == ("x_1", 1, 4)
     assert shard_names.parse_variable_shard("plain") is None
     assert shard_names.rank_shard("t", 1, 4) == "t@1of4"

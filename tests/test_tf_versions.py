@@ -3,6 +3,7 @@ only on 2.15, with a clear error naming the version elsewhere; Keras 2 (tf.keras
 tf_keras on >= 2.16) for de's Keras layers, and a clear error for Keras 3's optimizers.
 
 These run on whichever TensorFlow the venv has (`make test`, `make test TF=2.21`)."""
+
 import os
 import subprocess
 import sys
@@ -21,8 +22,14 @@ def _run(code, legacy_keras):
     env.pop("TF_USE_LEGACY_KERAS", None)
     if legacy_keras:
         env["TF_USE_LEGACY_KERAS"] = "1"
-    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                          text=True, timeout=300, check=False)
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
 
 def test_estimator_exists_only_on_2_15_and_else_is_a_clear_error():
@@ -33,32 +40,51 @@ def test_estimator_exists_only_on_2_15_and_else_is_a_clear_error():
         tf_compat.estimator()
     message = str(error.value)
     assert "TensorFlow %s" % tf.__version__ in message and "removed Estimator in 2.16" in message
-    assert "MonitoredTrainingSession" in message and "`pip install tensorflow-cpu==2.15.1 " \
-        "tensorflow-estimator==2.15.0`" in message
+    assert (
+        "MonitoredTrainingSession" in message
+        and "`pip install tensorflow-cpu==2.15.1 tensorflow-estimator==2.15.0`" in message
+    )
 
 
 @pytest.mark.skipif(not tf_compat.KERAS_3, reason="TensorFlow 2.15 has Estimator")
 def test_the_examples_estimator_mode_says_why_it_cannot_run():
     result = subprocess.run(
-        [sys.executable, "-m", "rec_sdk.examples.train", "--mode", "estimator", "--steps", "1",
-         "--data", "synthetic"], capture_output=True, text=True, timeout=300, check=False,
-        cwd=ROOT)
+        [
+            sys.executable,
+            "-m",
+            "rec_sdk.examples.train",
+            "--mode",
+            "estimator",
+            "--steps",
+            "1",
+            "--data",
+            "synthetic",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        cwd=ROOT,
+    )
     assert result.returncode != 0
-    assert "EstimatorUnavailableError: tf.estimator is not part of TensorFlow %s" \
-        % tf.__version__ in result.stderr, result.stderr[-2000:]
+    assert (
+        "EstimatorUnavailableError: tf.estimator is not part of TensorFlow %s" % tf.__version__
+        in result.stderr
+    ), result.stderr[-2000:]
 
 
 def test_keras_is_keras_2():
     keras = tf_compat.keras
-    assert keras.__name__ == ("tf_keras" if tf_compat.KERAS_3 else "tensorflow.keras") or \
-        keras.__name__.startswith(("keras", "tf_keras"))
+    assert keras.__name__ == (
+        "tf_keras" if tf_compat.KERAS_3 else "tensorflow.keras"
+    ) or keras.__name__.startswith(("keras", "tf_keras"))
     assert hasattr(keras.optimizers, "legacy")  # Keras 3 has no legacy optimizers
 
 
 def test_missing_tf_keras_is_a_clear_error():
     missing = tf_compat._MissingKeras("tf_keras")  # pylint: disable=protected-access
     with pytest.raises(tf_compat.KerasUnavailableError) as error:
-        missing.layers.Layer  # pylint: disable=pointless-statement
+        missing.layers.Layer  # noqa: B018  (the access raises)
     assert "pip install tf-keras==" in str(error.value)
     assert tf.__version__ in str(error.value)
 

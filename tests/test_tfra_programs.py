@@ -2,6 +2,7 @@
 used the way they use it: TF1-style SavedModels with de tables served by a process that
 loads them with either loader (every row there: served predictions equal the training
 graph's), and the warm start of de.Variables from another model's checkpoint."""
+
 import json
 import os
 import subprocess
@@ -12,9 +13,9 @@ import pytest
 import tensorflow as tf
 
 import rec_sdk.dynamic_embedding as de
+from rec_sdk.base import tf_compat
 from rec_sdk.core.embedding import create_table, sparse_lookup
 from rec_sdk.optimizers import lazy_adam
-from rec_sdk.base import tf_compat
 from rec_sdk.util.initialize import init
 
 USERS = np.array([1, 2, 3, 4, 5, 6, 7, 8], np.int64)
@@ -45,12 +46,23 @@ def _serve(export, signature, inputs):
     """Predictions of the SavedModel at `export` in a fresh process, by both loaders."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-    result = subprocess.run([sys.executable, "-c", _SERVE, export, signature,
-                             json.dumps({k: v.tolist() for k, v in inputs.items()})],
-                            capture_output=True, text=True, timeout=300, env=env)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _SERVE,
+            export,
+            signature,
+            json.dumps({k: v.tolist() for k, v in inputs.items()}),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     lines = [line for line in result.stdout.splitlines() if line.startswith("SERVED ")]
     assert lines, result.stderr[-3000:]
-    served = json.loads(lines[0][len("SERVED "):])
+    served = json.loads(lines[0][len("SERVED ") :])
     return np.array(served["v1"]), np.array(served["v2"])
 
 
@@ -65,8 +77,9 @@ def _data():
 def _model_fn(features, labels, mode, params):
     estimator = tf_compat.estimator()
     train = mode == estimator.ModeKeys.TRAIN
-    initializer = tf.keras.initializers.RandomNormal(0.0, 0.1) if train else \
-        tf.keras.initializers.Zeros()
+    initializer = (
+        tf.keras.initializers.RandomNormal(0.0, 0.1) if train else tf.keras.initializers.Zeros()
+    )
     user = de.get_variable("user_emb", dim=4, initializer=initializer)
     item = de.get_variable(params.get("item_name", "item_emb"), dim=4, initializer=initializer)
     u = de.embedding_lookup(user, features["user_id"], name="u")
@@ -74,21 +87,30 @@ def _model_fn(features, labels, mode, params):
     weights = tf.compat.v1.get_variable(params.get("dense_name", "dense"), [8, 1])
     out = tf.reshape(tf.matmul(tf.concat([u, m], 1), weights), [-1])
     if mode == estimator.ModeKeys.PREDICT:
-        return estimator.EstimatorSpec(mode, predictions={"out": out}, export_outputs={
-            "out": estimator.export.PredictOutput({"out": out})})
+        return estimator.EstimatorSpec(
+            mode,
+            predictions={"out": out},
+            export_outputs={"out": estimator.export.PredictOutput({"out": out})},
+        )
     loss = tf.reduce_mean(tf.square(out - labels))
-    opt = de.DynamicEmbeddingOptimizer(tf.compat.v1.train.AdamOptimizer(
-        params.get("learning_rate", 0.05)))
+    opt = de.DynamicEmbeddingOptimizer(
+        tf.compat.v1.train.AdamOptimizer(params.get("learning_rate", 0.05))
+    )
     return estimator.EstimatorSpec(
-        mode, loss=loss, train_op=opt.minimize(
-            loss, global_step=tf.compat.v1.train.get_or_create_global_step()),
-        training_chief_hooks=params.get("chief_hooks", []))
+        mode,
+        loss=loss,
+        train_op=opt.minimize(loss, global_step=tf.compat.v1.train.get_or_create_global_step()),
+        training_chief_hooks=params.get("chief_hooks", []),
+    )
 
 
 def _input_fn():
     users, items, labels = _data()
-    return tf.data.Dataset.from_tensor_slices(
-        ({"user_id": users, "movie_id": items}, labels)).repeat(10).batch(64)
+    return (
+        tf.data.Dataset.from_tensor_slices(({"user_id": users, "movie_id": items}, labels))
+        .repeat(10)
+        .batch(64)
+    )
 
 
 def _predict_input():
@@ -101,8 +123,9 @@ def test_an_estimators_saved_model_serves_every_row_through_both_loaders(tmp_pat
     model = estimator.Estimator(_model_fn, model_dir=str(tmp_path / "ckpt"), params={})
     model.train(_input_fn, max_steps=60)
     trained = np.array([p["out"] for p in model.predict(_predict_input)])
-    receiver = estimator.export.build_raw_serving_input_receiver_fn({
-        "user_id": tf.constant([1], tf.int64), "movie_id": tf.constant([1], tf.int64)})
+    receiver = estimator.export.build_raw_serving_input_receiver_fn(
+        {"user_id": tf.constant([1], tf.int64), "movie_id": tf.constant([1], tf.int64)}
+    )
     export = model.export_saved_model(str(tmp_path / "export"), receiver).decode()
     assert os.path.isdir(os.path.join(export, "variables", "sparse-variables"))
     v1, v2 = _serve(export, "serving_default", {"user_id": USERS, "movie_id": ITEMS})
@@ -119,11 +142,16 @@ def test_a_builders_saved_model_of_both_apis_serves_every_row(tmp_path):
     user_ids = tf.compat.v1.placeholder(tf.int64, [None], name="user_id")
     item_ids = tf.compat.v1.placeholder(tf.int64, [None], name="movie_id")
     target = tf.compat.v1.placeholder(tf.float32, [None])
-    user = de.get_variable("user_emb", dim=4,
-                           initializer=tf.keras.initializers.RandomNormal(0.0, 0.1))
-    table = create_table(tf.int64, 4, "item_table",
-                         tf.compat.v1.random_normal_initializer(0.0, 0.1, seed=1),
-                         device_vocabulary_size=100)
+    user = de.get_variable(
+        "user_emb", dim=4, initializer=tf.keras.initializers.RandomNormal(0.0, 0.1)
+    )
+    table = create_table(
+        tf.int64,
+        4,
+        "item_table",
+        tf.compat.v1.random_normal_initializer(0.0, 0.1, seed=1),
+        device_vocabulary_size=100,
+    )
     u = de.embedding_lookup(user, user_ids, name="u")
     m = sparse_lookup(table, item_ids, None, is_train=True, name="m")
     weights = tf.compat.v1.get_variable("dense", [8, 1])
@@ -131,20 +159,22 @@ def test_a_builders_saved_model_of_both_apis_serves_every_row(tmp_path):
     loss = tf.reduce_mean(tf.square(out - target))
     train = tf.group(
         de.DynamicEmbeddingOptimizer(tf.compat.v1.train.AdamOptimizer(0.05)).minimize(loss),
-        lazy_adam.create_hash_optimizer(0.05).minimize(loss, var_list=[table]))
+        lazy_adam.create_hash_optimizer(0.05).minimize(loss, var_list=[table]),
+    )
     export = str(tmp_path / "export")
     with tf.compat.v1.Session() as sess:
         sess.run(tf.compat.v1.global_variables_initializer())
         for step in range(60):
             batch = slice((step * 64) % 512, (step * 64) % 512 + 64)
-            sess.run(train, {user_ids: users[batch], item_ids: items[batch],
-                             target: labels[batch]})
+            sess.run(train, {user_ids: users[batch], item_ids: items[batch], target: labels[batch]})
         trained = sess.run(out, {user_ids: USERS, item_ids: ITEMS})
         signature = tf.compat.v1.saved_model.predict_signature_def(
-            {"user_id": user_ids, "movie_id": item_ids}, {"out": out})
+            {"user_id": user_ids, "movie_id": item_ids}, {"out": out}
+        )
         builder = tf.compat.v1.saved_model.Builder(export)
-        builder.add_meta_graph_and_variables(sess, ["serve"],
-                                             signature_def_map={"serving_default": signature})
+        builder.add_meta_graph_and_variables(
+            sess, ["serve"], signature_def_map={"serving_default": signature}
+        )
         builder.save()
     v1, v2 = _serve(export, "serving_default", {"user_id": USERS, "movie_id": ITEMS})
     assert np.std(trained) > 0.3
@@ -162,9 +192,16 @@ def test_warm_start_of_tables_from_another_models_checkpoint(tmp_path):
     first.train(_input_fn, max_steps=40)
     # The second model: other dense variables and another item table, the user table
     # warm-started (not trained: learning rate 0).
-    second = estimator.Estimator(_model_fn, model_dir=str(tmp_path / "second"), params={
-        "item_name": "other_items", "dense_name": "other_dense", "learning_rate": 0.0,
-        "chief_hooks": [de.WarmStartHook(first_dir, ["user_emb"])]})
+    second = estimator.Estimator(
+        _model_fn,
+        model_dir=str(tmp_path / "second"),
+        params={
+            "item_name": "other_items",
+            "dense_name": "other_dense",
+            "learning_rate": 0.0,
+            "chief_hooks": [de.WarmStartHook(first_dir, ["user_emb"])],
+        },
+    )
     second.train(_input_fn, max_steps=1)
 
     def rows(model_dir, name):

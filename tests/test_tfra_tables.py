@@ -4,6 +4,7 @@ cuckoo_hashtable_ops.py, v0.7.2): size() an int64 tensor placed with the table, 
 (keys, values) of that shard, lookup with dynamic_default_values and return_exists, insert /
 remove / clear / accum on that shard alone, `saveable` with `<table op>-keys` / `-values`
 specs whose restore imports (replaces the rows). Reference: a dict per shard."""
+
 import os
 import subprocess
 import sys
@@ -19,8 +20,14 @@ DIM = 2
 
 
 def _variable(name="tt", key_dtype=tf.int64, **kwargs):
-    return de.get_variable(name, key_dtype=key_dtype, dim=DIM, devices=["/CPU:0"] * 2,
-                           initializer=tf.compat.v1.constant_initializer(-1.0), **kwargs)
+    return de.get_variable(
+        name,
+        key_dtype=key_dtype,
+        dim=DIM,
+        devices=["/CPU:0"] * 2,
+        initializer=tf.compat.v1.constant_initializer(-1.0),
+        **kwargs,
+    )
 
 
 def _rows(keys):
@@ -34,8 +41,7 @@ def _as_dict(keys, values):
 def test_each_table_is_its_shard_with_tfras_methods():
     var = _variable()
     keys = np.arange(0, 12, dtype=np.int64)
-    shards = [{k: _rows([k])[0].tolist() for k in keys.tolist() if k % 2 == i}
-              for i in range(2)]
+    shards = [{k: _rows([k])[0].tolist() for k in keys.tolist() if k % 2 == i} for i in range(2)]
     tables = var.tables
     assert [t.name for t in tables] == ["tt_mht_1of2", "tt_mht_2of2"]
     assert tables[0] == var.tables[0] and tables[0] != tables[1]
@@ -127,11 +133,15 @@ def test_a_saver_of_one_table_restores_that_table(tmp_path):
             tf.compat.v1.train.Saver([var._tables[0]]).restore(sess, path)
             assert sess.run([t.size() for t in var.tables]) == [3, 1]
             assert _as_dict(*sess.run(var.tables[0].export())) == {
-                k: _rows([k])[0].tolist() for k in (0, 2, 4)}
+                k: _rows([k])[0].tolist() for k in (0, 2, 4)
+            }
 
 
 def test_string_keys_go_through_the_tables_as_strings():
-    var = _variable("st", key_dtype=tf.string, )
+    var = _variable(
+        "st",
+        key_dtype=tf.string,
+    )
     tables = var.tables
     insert = tables[1].insert(tf.constant(["apple", "fig"]), _rows([1, 2]))
     looked_up = tables[1].lookup(tf.constant(["fig", "pear"]))
@@ -139,18 +149,23 @@ def test_string_keys_go_through_the_tables_as_strings():
         sess.run(insert)
         keys, values = sess.run(tables[1].export())
         assert _as_dict(np.array([k.decode() for k in keys]), values) == {
-            "apple": [1, 10], "fig": [2, 20]}
+            "apple": [1, 10],
+            "fig": [2, 20],
+        }
         np.testing.assert_array_equal(sess.run(looked_up), [[2, 20], [-1, -1]])
         assert sess.run([t.size() for t in tables]) == [0, 2]
 
 
 def _trained_graph(name):
-    var = de.get_variable(name, dim=DIM, devices=["/CPU:0"] * 3,
-                          initializer=tf.keras.initializers.RandomNormal(seed=1))
+    var = de.get_variable(
+        name,
+        dim=DIM,
+        devices=["/CPU:0"] * 3,
+        initializer=tf.keras.initializers.RandomNormal(seed=1),
+    )
     emb = de.embedding_lookup(var, tf.range(10, dtype=tf.int64))
     loss = tf.reduce_sum(emb * emb)
-    return var, de.DynamicEmbeddingOptimizer(tf.compat.v1.train.AdamOptimizer(0.1)).minimize(
-        loss)
+    return var, de.DynamicEmbeddingOptimizer(tf.compat.v1.train.AdamOptimizer(0.1)).minimize(loss)
 
 
 def _trained_checkpoint(path, name, tfra_tensors=True):
@@ -183,10 +198,15 @@ def test_savers_write_tfras_checkpoint_tensors_and_warm_start_recipes_read_them(
         var = de.get_variable("ws", dim=DIM, devices=["/CPU:0"] * 3)
         specs = [t.saveable.specs for t in var._tables]
         tensors = tf.raw_ops.RestoreV2(
-            prefix=path, tensor_names=[s[0].name for s in specs] + [s[1].name for s in specs],
-            shape_and_slices=[""] * 6, dtypes=[tf.int64] * 3 + [tf.float32] * 3)
-        restores = [t.saveable.restore((tensors[i], tensors[3 + i]), None)
-                    for i, t in enumerate(var._tables)]
+            prefix=path,
+            tensor_names=[s[0].name for s in specs] + [s[1].name for s in specs],
+            shape_and_slices=[""] * 6,
+            dtypes=[tf.int64] * 3 + [tf.float32] * 3,
+        )
+        restores = [
+            t.saveable.restore((tensors[i], tensors[3 + i]), None)
+            for i, t in enumerate(var._tables)
+        ]
         with new_session() as sess:
             sess.run(restores)
             assert _as_dict(*sess.run(var.export())) == trained
@@ -207,8 +227,9 @@ def test_tfra_tensors_are_written_only(tmp_path):
             saver.restore(sess, old)
             assert _as_dict(*sess.run(var.export())) == trained
             saver.save(sess, str(tmp_path / "again"))
-    assert len([n for n, _ in tf.train.list_variables(str(tmp_path / "again"))
-                if "wo_mht" in n]) == 6
+    assert (
+        len([n for n, _ in tf.train.list_variables(str(tmp_path / "again")) if "wo_mht" in n]) == 6
+    )
     with pytest.raises(TypeError, match="enabled must be a bool"):
         de.enable_tfra_checkpoint_tensors("no")
 
@@ -241,13 +262,22 @@ def test_optimizers_slot_dicts_list_de_slots_as_tfra_does():
 
 def test_a_table_logs_its_creation_with_its_init_size():
     """TFRA's tables log their creation (its cuckoo test reads `init_size=` on stderr)."""
-    script = ("import tensorflow as tf, rec_sdk.dynamic_embedding as de\n"
-              "v = de.get_variable('logged', tf.int64, tf.int32, initializer=0, dim=8,"
-              " init_size=12345)\nprint(int(v.size()))")
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="0",
-               PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                            timeout=300, env=env, check=True)
+    script = (
+        "import tensorflow as tf, rec_sdk.dynamic_embedding as de\n"
+        "v = de.get_variable('logged', tf.int64, tf.int32, initializer=0, dim=8,"
+        " init_size=12345)\nprint(int(v.size()))"
+    )
+    env = dict(
+        os.environ, TF_CPP_MIN_LOG_LEVEL="0", PYTHONPATH=os.pathsep.join(p for p in sys.path if p)
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        check=True,
+    )
     assert "table 'logged_mht_1of1" in result.stderr and "CPU" in result.stderr
     assert "init_size=12345" in result.stderr, result.stderr[-2000:]
 
@@ -263,8 +293,12 @@ def test_removing_a_string_key_from_a_shard_without_it_keeps_its_string():
         sess.run(var.tables[1 - holder].insert(tf.constant(["a"]), _rows([9])))  # a copy
         sess.run(var.remove(tf.constant(["a"])))  # from its own shard: the copy lives on
         keys, values = sess.run(var.export())
-        assert _as_dict(keys, values) == {b"b": [2, 20], b"c": [3, 30], b"d": [4, 40],
-                                          b"a": [9, 90]}
+        assert _as_dict(keys, values) == {
+            b"b": [2, 20],
+            b"c": [3, 30],
+            b"d": [4, 40],
+            b"a": [9, 90],
+        }
         sess.run(var.tables[1 - holder].remove(tf.constant(["a"])))
         assert sorted(sess.run(var.export())[0].tolist()) == [b"b", b"c", b"d"]
 
@@ -272,8 +306,12 @@ def test_removing_a_string_key_from_a_shard_without_it_keeps_its_string():
 def test_accum_needs_one_exists_flag_per_key():
     var = _variable("acc")
     with pytest.raises(ValueError, match="exists of 'acc' must have the keys' shape"):
-        var.accum(tf.constant([1, 3], tf.int64), tf.zeros([2, DIM]), tf.ones([2, DIM]),
-                  tf.constant([False]))
+        var.accum(
+            tf.constant([1, 3], tf.int64),
+            tf.zeros([2, DIM]),
+            tf.ones([2, DIM]),
+            tf.constant([False]),
+        )
     flags = tf.compat.v1.placeholder(tf.bool, [None])
     accum = var.tables[0].accum(tf.constant([2, 4], tf.int64), tf.ones([2, DIM]), flags)
     with new_session() as sess:
@@ -298,8 +336,8 @@ def test_a_saver_of_de_tables_alone_writes_a_tensorflow_checkpoint(tmp_path):
                 path = saver.save(sess, directory + "/m")
                 assert tf.train.latest_checkpoint(directory) == path
                 assert sorted(dict(tf.train.list_variables(path))) == [
-                    "alone/alone_mht_%dof2-%s" % (s, w) for s in (1, 2)
-                    for w in ("keys", "values")]
+                    "alone/alone_mht_%dof2-%s" % (s, w) for s in (1, 2) for w in ("keys", "values")
+                ]
                 sess.run(var.clear())
                 saver.restore(sess, path)
                 assert _as_dict(*sess.run(var.export())) == _as_dict(keys, _rows(keys))
@@ -321,12 +359,14 @@ def test_tables_of_a_graph_not_the_default_one():
         graph = tf.Graph()
         with graph.as_default():
             var = _variable("elsewhere", key_dtype=key_dtype)
-        for made in (var.tables[0].export()[0], var.export()[0],
-                     var.tables[0].saveable.specs[0].tensor):
+        for made in (
+            var.tables[0].export()[0],
+            var.export()[0],
+            var.tables[0].saveable.specs[0].tensor,
+        ):
             assert made.graph is graph
 
 
 def test_no_devices_means_the_cpu():
     """TFRA's `devices or default devices`: a script passing devices=[] (no ps tasks)."""
-    assert de.get_variable(
-        "nodev", dim=DIM, devices=[]).devices == ["/CPU:0"]
+    assert de.get_variable("nodev", dim=DIM, devices=[]).devices == ["/CPU:0"]

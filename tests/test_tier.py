@@ -3,6 +3,7 @@ all-in-memory one through the SDK API and de.Variable, its Saver checkpoints res
 ways, a process killed in the middle of demotions and compactions restores exactly from its
 last checkpoint (and its leftover files are cleaned), and bad sizes or paths are clear
 errors."""
+
 import os
 import signal
 import subprocess
@@ -13,14 +14,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from helpers import new_session, sorted_export
 from rec_sdk import dynamic_embedding as de
 from rec_sdk.core.embedding import create_table, sparse_lookup
 from rec_sdk.core.feature_process import table_summaries
 from rec_sdk.ops import table_ops
 from rec_sdk.optimizers import adagrad, gradient_descent, lazy_adam
 from rec_sdk.util import initialize
-
-from helpers import new_session, sorted_export
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DIM = 8
@@ -39,11 +39,21 @@ def _batch(step, size=64, keys=4000):
 def _tables(ssd_dir, memory_rows, name="t", ssd_direct_io=False, **kwargs):
     """A tiered table and an all-in-memory twin (same initializer)."""
     init = tf.compat.v1.random_normal_initializer(seed=11)
-    tiered = create_table(tf.int64, DIM, name, init, device_vocabulary_size=memory_rows - 1,
-                          host_vocabulary_size=1, ssd_vocabulary_size=100000,
-                          ssd_data_path=str(ssd_dir), ssd_direct_io=ssd_direct_io, **kwargs)
-    memory = create_table(tf.int64, DIM, name + "_memory", init,
-                          device_vocabulary_size=100000, **kwargs)
+    tiered = create_table(
+        tf.int64,
+        DIM,
+        name,
+        init,
+        device_vocabulary_size=memory_rows - 1,
+        host_vocabulary_size=1,
+        ssd_vocabulary_size=100000,
+        ssd_data_path=str(ssd_dir),
+        ssd_direct_io=ssd_direct_io,
+        **kwargs,
+    )
+    memory = create_table(
+        tf.int64, DIM, name + "_memory", init, device_vocabulary_size=100000, **kwargs
+    )
     return tiered, memory
 
 
@@ -95,6 +105,7 @@ def test_a_tiered_table_trains_bit_identically_to_one_in_memory(tmp_path, optimi
 
 def test_saver_checkpoints_restore_into_any_tier_sizes(tmp_path):
     """Tiered -> all in memory -> tiered with another budget, then both train on alike."""
+
     def graph(ssd_dir, memory_rows):
         initialize.terminate_config_initializer()
         tf.compat.v1.reset_default_graph()
@@ -103,13 +114,21 @@ def test_saver_checkpoints_restore_into_any_tier_sizes(tmp_path):
         if ssd_dir is None:
             table = create_table(tf.int64, DIM, "t", init, device_vocabulary_size=100000)
         else:
-            table = create_table(tf.int64, DIM, "t", init, device_vocabulary_size=memory_rows,
-                                 host_vocabulary_size=1, ssd_vocabulary_size=100000,
-                                 ssd_data_path=str(ssd_dir))
+            table = create_table(
+                tf.int64,
+                DIM,
+                "t",
+                init,
+                device_vocabulary_size=memory_rows,
+                host_vocabulary_size=1,
+                ssd_vocabulary_size=100000,
+                ssd_data_path=str(ssd_dir),
+            )
         ids = tf.compat.v1.placeholder(tf.int64, [None])
         emb = sparse_lookup(table, ids, name="lookup")
         train = lazy_adam.create_hash_optimizer(learning_rate=0.05).minimize(
-            tf.reduce_sum(tf.square(emb - 0.3)))
+            tf.reduce_sum(tf.square(emb - 0.3))
+        )
         return table, ids, train, tf.compat.v1.train.Saver()
 
     def run(table, ids, train, sess, steps):
@@ -146,14 +165,18 @@ def test_a_process_killed_mid_training_restores_its_last_checkpoint_exactly(tmp_
     whose dead files are removed, and into memory) exactly as a replay of its steps."""
     sys.path.insert(0, HERE)
     import tier_worker  # noqa: E402 (the worker's model, for the replay)
+
     ssd = tmp_path / "ssd"
     ssd.mkdir()
     for attempt in range(3):
         checkpoints = tmp_path / ("ckpt%d" % attempt)
         checkpoints.mkdir()
-        worker = subprocess.Popen([sys.executable, os.path.join(HERE, "tier_worker.py"),
-                                   str(checkpoints), str(ssd)], stdout=subprocess.PIPE,
-                                  stderr=subprocess.DEVNULL, text=True)
+        worker = subprocess.Popen(
+            [sys.executable, os.path.join(HERE, "tier_worker.py"), str(checkpoints), str(ssd)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
         try:
             saves = 0
             deadline = time.time() + 120
@@ -191,9 +214,13 @@ def test_a_process_killed_mid_training_restores_its_last_checkpoint_exactly(tmp_
 def test_dynamic_embedding_variables_take_the_tier_through_kv_creator(tmp_path):
     ids = tf.compat.v1.placeholder(tf.int64, [None])
     init = tf.compat.v1.random_normal_initializer(seed=3)
-    tiered = de.get_variable("tiered", dim=DIM, initializer=init, devices=["/CPU:0"] * 2,
-                             kv_creator=de.TieredTableCreator(memory_rows=120,
-                                                              ssd_path=str(tmp_path)))
+    tiered = de.get_variable(
+        "tiered",
+        dim=DIM,
+        initializer=init,
+        devices=["/CPU:0"] * 2,
+        kv_creator=de.TieredTableCreator(memory_rows=120, ssd_path=str(tmp_path)),
+    )
     plain = de.get_variable("plain", dim=DIM, initializer=init, devices=["/CPU:0"] * 2)
     a = de.embedding_lookup(tiered, ids, name="a")
     b = de.embedding_lookup(plain, ids, name="b")
@@ -228,16 +255,39 @@ def test_bad_sizes_and_paths_are_clear_errors(tmp_path):
     init = tf.compat.v1.zeros_initializer()
     missing = str(tmp_path / "missing")
     with pytest.raises(ValueError, match="ssd_data_path='.*missing' is not an existing directory"):
-        create_table(tf.int64, 4, "a", init, device_vocabulary_size=10, host_vocabulary_size=10,
-                     ssd_vocabulary_size=100, ssd_data_path=missing)
+        create_table(
+            tf.int64,
+            4,
+            "a",
+            init,
+            device_vocabulary_size=10,
+            host_vocabulary_size=10,
+            ssd_vocabulary_size=100,
+            ssd_data_path=missing,
+        )
     a_file = tmp_path / "file"
     a_file.write_text("x")
     with pytest.raises(ValueError, match=r"ssd_data_path\[1\]=.*file' is not an existing"):
-        create_table(tf.int64, 4, "b", init, device_vocabulary_size=10, host_vocabulary_size=10,
-                     ssd_vocabulary_size=100, ssd_data_path=[str(tmp_path), str(a_file)])
+        create_table(
+            tf.int64,
+            4,
+            "b",
+            init,
+            device_vocabulary_size=10,
+            host_vocabulary_size=10,
+            ssd_vocabulary_size=100,
+            ssd_data_path=[str(tmp_path), str(a_file)],
+        )
     with pytest.raises(ValueError, match="ssd_vocabulary_size=100 needs host_vocabulary_size"):
-        create_table(tf.int64, 4, "c", init, device_vocabulary_size=10,
-                     ssd_vocabulary_size=100, ssd_data_path=str(tmp_path))
+        create_table(
+            tf.int64,
+            4,
+            "c",
+            init,
+            device_vocabulary_size=10,
+            ssd_vocabulary_size=100,
+            ssd_data_path=str(tmp_path),
+        )
     with pytest.raises(ValueError, match="ssd_path='.*missing' is not an existing directory"):
         de.TieredTableCreator(memory_rows=10, ssd_path=missing)
     with pytest.raises(ValueError, match="memory_rows must be in"):
@@ -249,9 +299,16 @@ def test_bad_sizes_and_paths_are_clear_errors(tmp_path):
 
 def test_an_ssd_tier_full_of_rows_is_an_error_that_keeps_the_table(tmp_path):
     initialize.init(use_dynamic_expansion=False)
-    table = create_table(tf.int64, 4, "full", tf.compat.v1.zeros_initializer(),
-                         device_vocabulary_size=19, host_vocabulary_size=1,
-                         ssd_vocabulary_size=30, ssd_data_path=str(tmp_path))
+    table = create_table(
+        tf.int64,
+        4,
+        "full",
+        tf.compat.v1.zeros_initializer(),
+        device_vocabulary_size=19,
+        host_vocabulary_size=1,
+        ssd_vocabulary_size=30,
+        ssd_data_path=str(tmp_path),
+    )
     ids = tf.compat.v1.placeholder(tf.int64, [None])
     emb = sparse_lookup(table, ids, name="lookup")
     with new_session() as sess:
@@ -292,8 +349,9 @@ def test_prefetching_the_next_batch_serves_promotions_from_memory(tmp_path, dire
         sess.run(tf.compat.v1.global_variables_initializer())
         read = 0
         for k in range(120):
-            got_a, got_b, n = sess.run([a, b, step], {ids: np.unique(_batch(k)),
-                                                     upcoming: np.unique(_batch(k + 1))})
+            got_a, got_b, n = sess.run(
+                [a, b, step], {ids: np.unique(_batch(k)), upcoming: np.unique(_batch(k + 1))}
+            )
             np.testing.assert_array_equal(got_a, got_b)
             read += n
         _assert_same(_state(sess, tiered), _state(sess, memory))
@@ -306,10 +364,13 @@ def test_prefetching_the_next_batch_serves_promotions_from_memory(tmp_path, dire
 def test_the_feature_spec_pipeline_reads_ahead_for_tiered_tables(tmp_path):
     from rec_sdk.core.asc.feature_spec import FeatureSpec
     from rec_sdk.core.asc.helper import get_asc_insert_func
+
     initialize.init(use_dynamic_expansion=False)
     tiered, memory = _tables(tmp_path, 100)
-    data = {"a": np.stack([_batch(k, 32) for k in range(200)]).reshape(-1, 4),
-            "b": np.stack([_batch(k, 32) for k in range(200)]).reshape(-1, 4)}
+    data = {
+        "a": np.stack([_batch(k, 32) for k in range(200)]).reshape(-1, 4),
+        "b": np.stack([_batch(k, 32) for k in range(200)]).reshape(-1, 4),
+    }
     specs = [FeatureSpec("a", table_name="t"), FeatureSpec("b", table_name="t_memory")]
     dataset = tf.data.Dataset.from_tensor_slices(data).batch(8)
     dataset = dataset.map(get_asc_insert_func(tgt_key_specs=specs, is_training=True))
@@ -333,8 +394,12 @@ def small_tmpfs(tmp_path):
     """A 256 KiB tmpfs (a disk that fills up); skipped where this process may not mount."""
     mount_point = tmp_path / "small"
     mount_point.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount_point)],
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount_point)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if done.returncode != 0:
         pytest.skip("cannot mount a tmpfs here: %s" % done.stderr.strip())
     try:
@@ -345,18 +410,28 @@ def small_tmpfs(tmp_path):
 
 def test_a_full_disk_fails_the_step_cleanly_and_keeps_every_row(small_tmpfs):
     initialize.init(use_dynamic_expansion=False)
-    table = create_table(tf.int64, 16, "t", tf.compat.v1.random_normal_initializer(seed=1),
-                         device_vocabulary_size=99, host_vocabulary_size=1,
-                         ssd_vocabulary_size=10**6, ssd_data_path=str(small_tmpfs))
+    table = create_table(
+        tf.int64,
+        16,
+        "t",
+        tf.compat.v1.random_normal_initializer(seed=1),
+        device_vocabulary_size=99,
+        host_vocabulary_size=1,
+        ssd_vocabulary_size=10**6,
+        ssd_data_path=str(small_tmpfs),
+    )
     ids = tf.compat.v1.placeholder(tf.int64, [None])
     emb = sparse_lookup(table, ids, name="lookup")
     train = gradient_descent.create_hash_optimizer(learning_rate=0.1).minimize(
-        tf.reduce_sum(tf.square(emb - 1.0)))
+        tf.reduce_sum(tf.square(emb - 1.0))
+    )
     with new_session() as sess:
         first = 0
-        with pytest.raises(tf.errors.ResourceExhaustedError,
-                           match=r"cannot move \d+ rows to SSD \(the step fails, no row is "
-                                 r"lost\).*No space left on device"):
+        with pytest.raises(
+            tf.errors.ResourceExhaustedError,
+            match=r"cannot move \d+ rows to SSD \(the step fails, no row is "
+            r"lost\).*No space left on device",
+        ):
             for first in range(0, 10**6, 50):
                 before = _state(sess, table)
                 sess.run(train, {ids: np.arange(first, first + 50)})
@@ -379,10 +454,18 @@ def test_serving_export_and_resharded_restore_hold_rows_of_both_tiers(tmp_path):
     """The serving SavedModel of a tiered table serves its rows on SSD too; a de.Variable of 2
     tiered shards restores into 3 shards all in memory."""
     from rec_sdk.serving import export_saved_model
+
     initialize.init(use_dynamic_expansion=False)
-    table = create_table(tf.int64, 4, "served", tf.compat.v1.zeros_initializer(),
-                         device_vocabulary_size=9, host_vocabulary_size=1,
-                         ssd_vocabulary_size=1000, ssd_data_path=str(tmp_path))
+    table = create_table(
+        tf.int64,
+        4,
+        "served",
+        tf.compat.v1.zeros_initializer(),
+        device_vocabulary_size=9,
+        host_vocabulary_size=1,
+        ssd_vocabulary_size=1000,
+        ssd_data_path=str(tmp_path),
+    )
     keys = np.arange(100, dtype=np.int64)
     values = np.arange(400, dtype=np.float32).reshape(100, 4)
     ids = tf.compat.v1.placeholder(tf.int64, [None], name="ids")
@@ -424,16 +507,22 @@ def test_a_lookup_reads_rows_from_a_large_cold_tier_without_promoting_them(tmp_p
     took a cold entry for a row id and read the chunk directory out of its bounds (a crash
     once the cold records outnumbered the memory rows' chunks)."""
     initialize.init(use_dynamic_expansion=False)
-    table = create_table(tf.int64, 4, "cold", tf.compat.v1.zeros_initializer(),
-                         device_vocabulary_size=999, host_vocabulary_size=1,
-                         ssd_vocabulary_size=100000, ssd_data_path=str(tmp_path))
+    table = create_table(
+        tf.int64,
+        4,
+        "cold",
+        tf.compat.v1.zeros_initializer(),
+        device_vocabulary_size=999,
+        host_vocabulary_size=1,
+        ssd_vocabulary_size=100000,
+        ssd_data_path=str(tmp_path),
+    )
     keys = np.arange(60000, dtype=np.int64)
     values = np.stack([keys, -keys, keys * 2, keys % 7], 1).astype(np.float32)
     with new_session() as sess:
         sess.run(table.upsert(keys, values))
         assert sess.run(table.stats())["cold"] > 50000
-        got, exists = sess.run(table_ops.lookup(table.handle, np.concatenate([keys, [-1]]),
-                                                dim=4))
+        got, exists = sess.run(table_ops.lookup(table.handle, np.concatenate([keys, [-1]]), dim=4))
         np.testing.assert_array_equal(got[:-1], values)
         assert exists[:-1].all() and not exists[-1]
         assert sess.run(table.stats())["cold"] > 50000  # read, not promoted

@@ -1,18 +1,18 @@
 """A whole SDK-style training script (tf.compat.v1.Session, tf.data, two tables, a dense MLP,
 a dense Adam and a sparse LazyAdam) learns a planted signal, with and without dynamic
 expansion."""
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import rec_sdk
+from helpers import session_config
 from rec_sdk.core.embedding import create_table, sparse_lookup
 from rec_sdk.optimizers import lazy_adam, lazy_adam_by_addr
 from rec_sdk.util import initialize
 from rec_sdk.util.initialize import init, terminate_config_initializer
 from rec_sdk.util.variable import get_dense_and_sparse_variable
-
-from helpers import session_config
 
 NUM_USERS, NUM_ITEMS, NUM_GROUPS = 300, 120, 4
 NUM_SAMPLES, BATCH, STEPS, DIM = 16384, 128, 200, 8
@@ -35,31 +35,41 @@ def _synthetic_data(seed=0):
 
 
 def _dense(x, n_in, n_out, name, rng):
-    w = tf.Variable(rng.normal(scale=np.sqrt(2.0 / n_in), size=(n_in, n_out)).astype(np.float32),
-                    name=name + "_w")
+    w = tf.Variable(
+        rng.normal(scale=np.sqrt(2.0 / n_in), size=(n_in, n_out)).astype(np.float32),
+        name=name + "_w",
+    )
     b = tf.Variable(np.zeros(n_out, np.float32), name=name + "_b")
     return tf.matmul(x, w) + b
 
 
 def _run_script(use_dynamic_expansion):
     tf.compat.v1.set_random_seed(0)
-    init(train_steps=STEPS, eval_steps=-1, save_steps=-1,
-         use_dynamic_expansion=use_dynamic_expansion)
+    init(
+        train_steps=STEPS, eval_steps=-1, save_steps=-1, use_dynamic_expansion=use_dynamic_expansion
+    )
 
     # Tables
-    user_table = create_table(key_dtype=tf.int64, dim=tf.TensorShape([DIM]), name="user_table",
-                              emb_initializer=tf.compat.v1.truncated_normal_initializer(
-                                  stddev=0.1, seed=1),
-                              device_vocabulary_size=1000)
-    item_table = create_table(key_dtype=tf.int64, dim=tf.TensorShape([DIM]), name="item_table",
-                              emb_initializer=tf.compat.v1.truncated_normal_initializer(
-                                  stddev=0.1, seed=2),
-                              device_vocabulary_size=1000)
+    user_table = create_table(
+        key_dtype=tf.int64,
+        dim=tf.TensorShape([DIM]),
+        name="user_table",
+        emb_initializer=tf.compat.v1.truncated_normal_initializer(stddev=0.1, seed=1),
+        device_vocabulary_size=1000,
+    )
+    item_table = create_table(
+        key_dtype=tf.int64,
+        dim=tf.TensorShape([DIM]),
+        name="item_table",
+        emb_initializer=tf.compat.v1.truncated_normal_initializer(stddev=0.1, seed=2),
+        device_vocabulary_size=1000,
+    )
 
     # Input pipeline
     user_ids, item_ids, labels = _synthetic_data()
     dataset = tf.data.Dataset.from_tensor_slices(
-        {"user": user_ids, "item": item_ids, "label": labels})
+        {"user": user_ids, "item": item_ids, "label": labels}
+    )
     dataset = dataset.shuffle(4096, seed=3).repeat().batch(BATCH, drop_remainder=True)
     iterator = tf.compat.v1.data.make_initializable_iterator(dataset)
     batch = iterator.get_next()
@@ -72,7 +82,8 @@ def _run_script(use_dynamic_expansion):
     hidden = tf.nn.relu(_dense(x, 3 * DIM, 32, "hidden", rng))
     logits = tf.squeeze(_dense(hidden, 32, 1, "out", rng), axis=1)
     loss = tf.reduce_mean(
-        tf.nn.sigmoid_cross_entropy_with_logits(labels=batch["label"], logits=logits))
+        tf.nn.sigmoid_cross_entropy_with_logits(labels=batch["label"], logits=logits)
+    )
 
     # Optimizers
     global_step = tf.compat.v1.train.get_or_create_global_step()
@@ -81,7 +92,8 @@ def _run_script(use_dynamic_expansion):
     assert sparse_vars == [user_table, item_table]
     dense_opt = tf.compat.v1.train.AdamOptimizer(learning_rate=0.01)
     dense_train = dense_opt.apply_gradients(
-        zip(tf.gradients(loss, dense_vars), dense_vars), global_step=global_step)
+        zip(tf.gradients(loss, dense_vars), dense_vars), global_step=global_step
+    )
     if use_dynamic_expansion:
         sparse_opt = lazy_adam_by_addr.create_hash_optimizer_by_address(learning_rate=0.02)
         local_embs = tf.compat.v1.get_collection(rec_sdk.ASCEND_SPARSE_LOOKUP_LOCAL_EMB)
@@ -90,8 +102,7 @@ def _run_script(use_dynamic_expansion):
         sparse_train = sparse_opt.apply_gradients(zip(tf.gradients(loss, local_embs), addresses))
     else:
         sparse_opt = lazy_adam.create_hash_optimizer(learning_rate=0.02)
-        sparse_train = sparse_opt.apply_gradients(
-            zip(tf.gradients(loss, sparse_vars), sparse_vars))
+        sparse_train = sparse_opt.apply_gradients(zip(tf.gradients(loss, sparse_vars), sparse_vars))
     train_op = tf.group(dense_train, sparse_train)
 
     losses = []
@@ -135,7 +146,6 @@ def test_training_script_learns(use_dynamic_expansion):
         assert all(c >= s for c, s in zip(capacities, sizes))
     else:
         assert capacities == [1000, 1000]
-
 
 
 def test_both_flows_train_identically():

@@ -15,6 +15,7 @@ logging, monitoring, CORS headers (off by default), and running Classify/Regress
 refused as TF Serving refuses them for a signature that does not fit, and answered
 UNIMPLEMENTED by the stand-in when one would fit.
 """
+
 import os
 import re
 import urllib.parse
@@ -26,36 +27,79 @@ from google.protobuf.message import DecodeError
 from tensorflow.core.framework import tensor_pb2
 from tensorflow.core.protobuf import config_pb2
 from tensorflow.python.client import pywrap_tf_session as tf_session
-from tensorflow_serving.apis import (get_model_metadata_pb2, get_model_status_pb2, model_pb2,
-                                     predict_pb2, prediction_log_pb2)
+from tensorflow_serving.apis import (
+    get_model_metadata_pb2,
+    get_model_status_pb2,
+    model_pb2,
+    predict_pb2,
+    prediction_log_pb2,
+)
 
 import tf_serving_standin_servers as servers
 from tf_serving_standin_json import invalid_argument, status_json
-from tf_serving_standin_json_tensor import (check_classify_regress_request,
-                                            fill_predict_request, predict_response_json)
+from tf_serving_standin_json_tensor import (
+    check_classify_regress_request,
+    fill_predict_request,
+    predict_response_json,
+)
 
 DEFAULT_SIGNATURE = "serving_default"  # kDefaultServingSignatureDefKey
 
 # http_server.cc ToHTTPStatusCode: absl status code -> HTTP status.
-_HTTP_STATUS = {0: 200, 1: 499, 2: 500, 3: 400, 4: 504, 5: 404, 6: 409, 7: 403, 8: 429,
-                9: 400, 10: 409, 11: 400, 12: 501, 13: 500, 14: 503, 15: 500, 16: 401}
+_HTTP_STATUS = {
+    0: 200,
+    1: 499,
+    2: 500,
+    3: 400,
+    4: 504,
+    5: 404,
+    6: 409,
+    7: 403,
+    8: 429,
+    9: 400,
+    10: 409,
+    11: 400,
+    12: 501,
+    13: 500,
+    14: 503,
+    15: 500,
+    16: 401,
+}
 
 # http_rest_api_util.cc kPredictionApiGegex and kModelStatusApiRegex (RE2, matched in full
 # against the path and query); http_rest_api_util.h kHTTPRestApiHandlerPathRegex.
-_PREDICT_PATH = re.compile(r"(?i)/v1/models/([^/:]+)(?:(?:/versions/(\d+))|"
-                           r"(?:/labels/([^/:]+)))?:(classify|regress|predict)", re.ASCII)
-_STATUS_PATH = re.compile(r"(?i)/v1/models(?:/([^/:]+))?(?:(?:/versions/(\d+))|"
-                          r"(?:/labels/([^/:]+)))?(?:\/(metadata))?", re.ASCII)
+_PREDICT_PATH = re.compile(
+    r"(?i)/v1/models/([^/:]+)(?:(?:/versions/(\d+))|"
+    r"(?:/labels/([^/:]+)))?:(classify|regress|predict)",
+    re.ASCII,
+)
+_STATUS_PATH = re.compile(
+    r"(?i)/v1/models(?:/([^/:]+))?(?:(?:/versions/(\d+))|"
+    r"(?:/labels/([^/:]+)))?(?:\/(metadata))?",
+    re.ASCII,
+)
 _REST_PATH = re.compile(r"(?i)/v1/.*", re.ASCII)
 # libevent's evhttp_send_error(req, HTTP_NOTFOUND, NULL), for paths no handler takes.
-_NOT_FOUND_PAGE = (b"<HTML><HEAD>\n<TITLE>404 Not Found</TITLE>\n</HEAD><BODY>\n"
-                   b"<H1>Not Found</H1>\n</BODY></HTML>\n")
+_NOT_FOUND_PAGE = (
+    b"<HTML><HEAD>\n<TITLE>404 Not Found</TITLE>\n</HEAD><BODY>\n"
+    b"<H1>Not Found</H1>\n</BODY></HTML>\n"
+)
 
 # tensor.cc ProtoHelper: the TensorProto field Tensor::AsProtoField fills for each dtype.
-_PROTO_FIELD = {tf.float32: "float_val", tf.float64: "double_val", tf.int32: "int_val",
-                tf.int16: "int_val", tf.int8: "int_val", tf.uint8: "int_val",
-                tf.uint16: "int_val", tf.int64: "int64_val", tf.uint32: "uint32_val",
-                tf.uint64: "uint64_val", tf.bool: "bool_val", tf.string: "string_val"}
+_PROTO_FIELD = {
+    tf.float32: "float_val",
+    tf.float64: "double_val",
+    tf.int32: "int_val",
+    tf.int16: "int_val",
+    tf.int8: "int_val",
+    tf.uint8: "int_val",
+    tf.uint16: "int_val",
+    tf.int64: "int64_val",
+    tf.uint32: "uint32_val",
+    tf.uint64: "uint64_val",
+    tf.bool: "bool_val",
+    tf.string: "string_val",
+}
 
 
 def _not_found(message):
@@ -80,7 +124,8 @@ def _as_proto_field(value, dtype):
         getattr(proto, _PROTO_FIELD[dtype]).extend(flat.tolist())
     else:
         raise tf.errors.UnimplementedError(
-            None, None, "TFServingStandIn cannot write a %s output" % dtype.name)
+            None, None, "TFServingStandIn cannot write a %s output" % dtype.name
+        )
     return proto
 
 
@@ -89,11 +134,11 @@ def _proto_json(message, preserve_names=False):
     as http_rest_api_util.cc ToJsonString prints it (the C++ printer indents by one space)."""
     options = dict(preserving_proto_field_name=preserve_names, indent=1, ensure_ascii=False)
     try:
-        return json_format.MessageToJson(message, including_default_value_fields=True,
-                                         **options)
+        return json_format.MessageToJson(message, including_default_value_fields=True, **options)
     except TypeError:  # protobuf >= 5.26 renamed the option
-        return json_format.MessageToJson(message, always_print_fields_with_no_presence=True,
-                                         **options)
+        return json_format.MessageToJson(
+            message, always_print_fields_with_no_presence=True, **options
+        )
 
 
 class _TensorParser:
@@ -101,16 +146,33 @@ class _TensorParser:
     TensorProto becomes the tensor TF Serving would feed (too few values are padded with the
     last one, too many cut), or None where FromProto refuses it."""
 
-    _DTYPES = (tf.float32, tf.float64, tf.int32, tf.uint8, tf.int16, tf.int8, tf.string,
-               tf.complex64, tf.int64, tf.bool, tf.bfloat16, tf.uint16, tf.complex128,
-               tf.float16, tf.uint32, tf.uint64)
+    _DTYPES = (
+        tf.float32,
+        tf.float64,
+        tf.int32,
+        tf.uint8,
+        tf.int16,
+        tf.int8,
+        tf.string,
+        tf.complex64,
+        tf.int64,
+        tf.bool,
+        tf.bfloat16,
+        tf.uint16,
+        tf.complex128,
+        tf.float16,
+        tf.uint32,
+        tf.uint64,
+    )
 
     def __init__(self):
         graph = tf.Graph()
         with graph.as_default():
             self._serialized = tf.compat.v1.placeholder(tf.string, [])
-            self._parsed = {dtype.as_datatype_enum: tf.io.parse_tensor(self._serialized, dtype)
-                            for dtype in self._DTYPES}
+            self._parsed = {
+                dtype.as_datatype_enum: tf.io.parse_tensor(self._serialized, dtype)
+                for dtype in self._DTYPES
+            }
         graph.finalize()
         self.session = tf.compat.v1.Session(graph=graph)
 
@@ -135,8 +197,9 @@ class TFServingStandIn:
     session, graph, signatures: the loaded model, for tests that look inside.
     """
 
-    def __init__(self, export_dir, name="model", version=1, labels=None, threads=None,
-                 rest_timeout_ms=30000):
+    def __init__(
+        self, export_dir, name="model", version=1, labels=None, threads=None, rest_timeout_ms=30000
+    ):
         self.name, self.version, self.labels = name, version, dict(labels or {})
         # server.h: grpc_max_threads and rest_api_num_threads are 4 per CPU.
         threads = threads or 4 * (os.cpu_count() or 1)
@@ -150,8 +213,9 @@ class TFServingStandIn:
             # saved_model_bundle_factory.cc: tags {"serve"} unless configured; TF's loader
             # restores the variables, then runs the main op (or legacy init op) once.
             with self.graph.as_default():
-                meta_graph = tf.compat.v1.saved_model.loader.load(self.session, ["serve"],
-                                                                  export_dir)
+                meta_graph = tf.compat.v1.saved_model.loader.load(
+                    self.session, ["serve"], export_dir
+                )
             self.signatures = dict(meta_graph.signature_def)
             self._parser = _TensorParser()
             self._run_warmup(export_dir)
@@ -163,8 +227,10 @@ class TFServingStandIn:
 
     @property
     def rest_url(self):
-        return "http://127.0.0.1:%d/v1/models/%s" % (self._rest_server.server_address[1],
-                                                    urllib.parse.quote(self.name, safe=""))
+        return "http://127.0.0.1:%d/v1/models/%s" % (
+            self._rest_server.server_address[1],
+            urllib.parse.quote(self.name, safe=""),
+        )
 
     @property
     def grpc_target(self):
@@ -201,8 +267,9 @@ class TFServingStandIn:
             # ServerCore::GetModelVersionForLabel: labels come from the model config only.
             version = self.labels.get(model_spec.version_label) if name == self.name else None
             if version is None:
-                raise invalid_argument("Unrecognized servable version label: ",
-                                       model_spec.version_label)
+                raise invalid_argument(
+                    "Unrecognized servable version label: ", model_spec.version_label
+                )
             request = "Specific(%s, %d)" % (name, version)
         elif choice == "version":
             version = model_spec.version.value
@@ -228,7 +295,8 @@ class TFServingStandIn:
         signature = self.signatures.get(signature_name)
         if signature is None:
             raise tf.errors.FailedPreconditionError(
-                None, None, 'Serving signature key "%s" not found.' % signature_name)
+                None, None, 'Serving signature key "%s" not found.' % signature_name
+            )
         response = predict_pb2.PredictResponse()
         # util.cc MakeModelSpec.
         response.model_spec.name = request.model_spec.name
@@ -258,18 +326,27 @@ class TFServingStandIn:
                 proto = signature.defaults[alias]
             else:
                 raise invalid_argument(
-                    "Signature input alias: ", alias, "(feed name: ", feed_name,
+                    "Signature input alias: ",
+                    alias,
+                    "(feed name: ",
+                    feed_name,
                     ") not found in request and no default value provided. Inputs expected to "
-                    "be in the request {", ",".join(sorted(request.inputs)),
-                    "}, or default input alias set: ", ",".join(sorted(signature.defaults)))
+                    "be in the request {",
+                    ",".join(sorted(request.inputs)),
+                    "}, or default input alias set: ",
+                    ",".join(sorted(signature.defaults)),
+                )
             value = self._parser.tensor(proto)
             if value is None:
                 raise invalid_argument("tensor parsing error: ", alias)
             feeds.append((feed_name, value))
         if request.inputs and len(used) != len(request.inputs):
-            raise invalid_argument("Inputs contains invalid name. Used request inputs: ",
-                                   ",".join(sorted(used)), ", request input: ",
-                                   ",".join(sorted(request.inputs)))
+            raise invalid_argument(
+                "Inputs contains invalid name. Used request inputs: ",
+                ",".join(sorted(used)),
+                ", request input: ",
+                ",".join(sorted(request.inputs)),
+            )
         return feeds
 
     def _run_session(self, feeds, fetch_names, run_options):
@@ -277,8 +354,9 @@ class TFServingStandIn:
         arg[0] to be float but int64 is provided") but not its shape. Python's session.run would
         cast feeds, check shapes and rewrite error messages, so it is bypassed."""
         try:
-            feed_dict = {self.graph.get_tensor_by_name(name)._as_tf_output(): value
-                         for name, value in feeds}
+            feed_dict = {
+                self.graph.get_tensor_by_name(name)._as_tf_output(): value for name, value in feeds
+            }
         except (KeyError, ValueError):
             # TF's graph/subgraph.cc FeedInputs.
             missing = [n for n, _ in feeds if not self._has_tensor(n)][0]
@@ -288,8 +366,11 @@ class TFServingStandIn:
             if not self._has_tensor(name):  # subgraph.cc FetchOutputs
                 raise _not_found("FetchOutputs node %s: not found" % name)
             fetches.append(self.graph.get_tensor_by_name(name)._as_tf_output())
-        options = (tf_session.TF_NewBufferFromString(run_options.SerializeToString())
-                   if run_options is not None else None)
+        options = (
+            tf_session.TF_NewBufferFromString(run_options.SerializeToString())
+            if run_options is not None
+            else None
+        )
         try:
             self.session._extend_graph()
             return self.session._call_tf_sessionrun(options, feed_dict, fetches, [], None)
@@ -311,7 +392,8 @@ class TFServingStandIn:
             raise invalid_argument("Missing ModelSpec")
         if not request.metadata_field:
             raise invalid_argument(
-                "GetModelMetadataRequest must specify at least one metadata_field")
+                "GetModelMetadataRequest must specify at least one metadata_field"
+            )
         for field in request.metadata_field:
             if field != "signature_def":
                 raise invalid_argument("Metadata field ", field, " is not supported")
@@ -330,13 +412,16 @@ class TFServingStandIn:
         (a version label is not resolved here: all versions are listed)."""
         if model_spec.HasField("version"):
             if (model_spec.name, model_spec.version.value) != (self.name, self.version):
-                raise _not_found("Could not find version %d of model %s"
-                                 % (model_spec.version.value, model_spec.name))
+                raise _not_found(
+                    "Could not find version %d of model %s"
+                    % (model_spec.version.value, model_spec.name)
+                )
         elif model_spec.name != self.name:
             raise _not_found("Could not find any versions of model " + model_spec.name)
         response = get_model_status_pb2.GetModelStatusResponse()
         version_status = response.model_version_status.add(
-            version=self.version, state=get_model_status_pb2.ModelVersionStatus.AVAILABLE)
+            version=self.version, state=get_model_status_pb2.ModelVersionStatus.AVAILABLE
+        )
         version_status.status.SetInParent()  # util/status_util.cc ToStatusProto: OK, no message
         return response
 
@@ -354,14 +439,17 @@ class TFServingStandIn:
             raise invalid_argument("Expected one input Tensor.")
         if verb == "classify":
             if len(signature.outputs) not in (1, 2):
-                raise invalid_argument("Expected one or two output Tensors, found ",
-                                       len(signature.outputs))
+                raise invalid_argument(
+                    "Expected one or two output Tensors, found ", len(signature.outputs)
+                )
             if "inputs" not in signature.inputs:
                 raise invalid_argument("No classification inputs found in SignatureDef: ", text)
             if "classes" not in signature.outputs and "scores" not in signature.outputs:
                 raise invalid_argument(
                     "Expected classification signature outputs to contain at least one of "
-                    '"classes" or "scores". Signature was: ', text)
+                    '"classes" or "scores". Signature was: ',
+                    text,
+                )
         else:
             if len(signature.outputs) != 1:
                 raise invalid_argument("Expected one output Tensor.")
@@ -370,8 +458,10 @@ class TFServingStandIn:
             if "outputs" not in signature.outputs:
                 raise invalid_argument("No regression outputs found in SignatureDef: ", text)
         raise tf.errors.UnimplementedError(
-            None, None, "TFServingStandIn does not run %s (signature %s would take it)"
-            % (verb, name))
+            None,
+            None,
+            "TFServingStandIn does not run %s (signature %s would take it)" % (verb, name),
+        )
 
     def _run_warmup(self, export_dir):
         """saved_model_warmup_util.cc RunSavedModelWarmup (model warmup is on by default): each
@@ -385,20 +475,25 @@ class TFServingStandIn:
             try:
                 log.ParseFromString(record)
             except DecodeError:
-                raise invalid_argument("Failed to parse warmup record: ", record, " from ",
-                                       path) from None
+                raise invalid_argument(
+                    "Failed to parse warmup record: ", record, " from ", path
+                ) from None
             kind = log.WhichOneof("log_type")
             if kind == "predict_log":  # saved_model_warmup.cc RunWarmupRequest
                 self._run_predict(log.predict_log.request, None, None)
             elif kind in ("predict_streamed_log", "session_run_log"):
                 raise tf.errors.UnimplementedError(
-                    None, None, "Unsupported log_type for warmup: %d"
-                    % log.DESCRIPTOR.fields_by_name[kind].number)
+                    None,
+                    None,
+                    "Unsupported log_type for warmup: %d"
+                    % log.DESCRIPTOR.fields_by_name[kind].number,
+                )
             elif kind is not None:
                 raise NotImplementedError("TFServingStandIn runs no %s warmup records" % kind)
             if count > 1000:  # WarmupConsts::kMaxNumRecords
-                raise invalid_argument("Number of warmup records exceeds the maximum (1000) at ",
-                                       path)
+                raise invalid_argument(
+                    "Number of warmup records exceeds the maximum (1000) at ", path
+                )
 
     # ---- REST: http_rest_api_handler.cc --------------------------------------------------------
 
@@ -413,8 +508,7 @@ class TFServingStandIn:
             return 200, "application/json", self._process_rest(method, path, body)
         except tf.errors.OpError as e:
             # HttpRestApiHandler::ProcessRequest + MakeJsonFromStatus, ToHTTPStatusCode.
-            return (_HTTP_STATUS.get(e.error_code, 500), "application/json",
-                    status_json(e.message))
+            return (_HTTP_STATUS.get(e.error_code, 500), "application/json", status_json(e.message))
         except Exception as e:  # a gap in the stand-in, not TF Serving's answer: say so
             return 500, "application/json", status_json("TFServingStandIn failed: %r" % e)
 
@@ -450,8 +544,9 @@ class TFServingStandIn:
             self._find_version(request.model_spec)
             name = signature_name or DEFAULT_SIGNATURE
             if name not in self.signatures:
-                raise invalid_argument('Serving signature name: "', name,
-                                       '" not found in signature def')
+                raise invalid_argument(
+                    'Serving signature name: "', name, '" not found in signature def'
+                )
             return self.signatures[name].inputs
 
         request_format = fill_predict_request(body, input_infos, request)
@@ -462,13 +557,19 @@ class TFServingStandIn:
         """ProcessModelMetadataRequest, and http_rest_api_util.cc ToJsonString: the model spec
         and the SignatureDefMap printed apart (field names kept) and joined by hand."""
         request = get_model_metadata_pb2.GetModelMetadataRequest(
-            model_spec=spec, metadata_field=["signature_def"])
+            model_spec=spec, metadata_field=["signature_def"]
+        )
         response = self._model_metadata(request)
         signature_map = get_model_metadata_pb2.SignatureDefMap()
         response.metadata["signature_def"].Unpack(signature_map)
-        return ("{\n\"model_spec\":" + _proto_json(response.model_spec, True) + ",\n"
-                + "\"metadata\": {\"signature_def\": " + _proto_json(signature_map, True)
-                + "}\n}\n").encode("utf-8")
+        return (
+            '{\n"model_spec":'
+            + _proto_json(response.model_spec, True)
+            + ",\n"
+            + '"metadata": {"signature_def": '
+            + _proto_json(signature_map, True)
+            + "}\n}\n"
+        ).encode("utf-8")
 
 
 def _parse_model_info(method, path):
@@ -484,7 +585,7 @@ def _parse_model_info(method, path):
     version = None
     if version_text:
         version = int(version_text)
-        if version >= 2 ** 63:
+        if version >= 2**63:
             raise invalid_argument("Failed to convert version: ", version_text, " to numeric.")
     return decode(name), version, decode(label) if label else None, last_part, bool(match)
 
@@ -495,10 +596,20 @@ def _verify_inputs_size(signature, request):
     sent, expected = set(request.inputs), set(signature.inputs)
     if len(sent) > len(expected) or (len(sent) < len(expected) and not signature.defaults):
         raise invalid_argument(
-            "input size does not match signature: ", len(sent), "!=", len(expected),
-            " len({", ",".join(sorted(sent)), "}) != len({", ",".join(sorted(expected)),
-            "}). Sent extra: {", ",".join(sorted(sent - expected)),
-            "}. Missing but required: {", ",".join(sorted(expected - sent)), "}.")
+            "input size does not match signature: ",
+            len(sent),
+            "!=",
+            len(expected),
+            " len({",
+            ",".join(sorted(sent)),
+            "}) != len({",
+            ",".join(sorted(expected)),
+            "}). Sent extra: {",
+            ",".join(sorted(sent - expected)),
+            "}. Missing but required: {",
+            ",".join(sorted(expected - sent)),
+            "}.",
+        )
 
 
 def _outputs_to_fetch(signature, request):
@@ -507,9 +618,13 @@ def _outputs_to_fetch(signature, request):
     names, aliases = [], []
     for alias in request.output_filter:
         if alias not in signature.outputs:
-            raise invalid_argument("output tensor alias not found in signature: ", alias,
-                                   " Outputs expected to be in the set {",
-                                   ",".join(sorted(signature.outputs)), "}.")
+            raise invalid_argument(
+                "output tensor alias not found in signature: ",
+                alias,
+                " Outputs expected to be in the set {",
+                ",".join(sorted(signature.outputs)),
+                "}.",
+            )
         if alias in aliases:
             raise invalid_argument("duplicate output tensor alias: ", alias)
         names.append(signature.outputs[alias].name)

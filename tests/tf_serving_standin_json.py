@@ -3,6 +3,7 @@ rapidjson Reader (kParseNanAndInfFlag) and PrettyWriter that tensorflow/serving 
 tensorflow_serving/util/json_tensor.cc uses, where a client can see the difference, and the
 errors it builds from them. A rule without a file named comes from json_tensor.cc.
 """
+
 import decimal
 import json
 import math
@@ -14,10 +15,24 @@ MISSING = object()  # what JsonObject.find returns for a name the object lacks
 
 # absl::StatusCode names, as absl::Status::ToString() prefixes a message with them.
 STATUS_CODE_NAMES = {
-    0: "OK", 1: "CANCELLED", 2: "UNKNOWN", 3: "INVALID_ARGUMENT", 4: "DEADLINE_EXCEEDED",
-    5: "NOT_FOUND", 6: "ALREADY_EXISTS", 7: "PERMISSION_DENIED", 8: "RESOURCE_EXHAUSTED",
-    9: "FAILED_PRECONDITION", 10: "ABORTED", 11: "OUT_OF_RANGE", 12: "UNIMPLEMENTED",
-    13: "INTERNAL", 14: "UNAVAILABLE", 15: "DATA_LOSS", 16: "UNAUTHENTICATED"}
+    0: "OK",
+    1: "CANCELLED",
+    2: "UNKNOWN",
+    3: "INVALID_ARGUMENT",
+    4: "DEADLINE_EXCEEDED",
+    5: "NOT_FOUND",
+    6: "ALREADY_EXISTS",
+    7: "PERMISSION_DENIED",
+    8: "RESOURCE_EXHAUSTED",
+    9: "FAILED_PRECONDITION",
+    10: "ABORTED",
+    11: "OUT_OF_RANGE",
+    12: "UNIMPLEMENTED",
+    13: "INTERNAL",
+    14: "UNAVAILABLE",
+    15: "DATA_LOSS",
+    16: "UNAUTHENTICATED",
+}
 
 
 def invalid_argument(*parts):
@@ -54,7 +69,7 @@ class _NumberTooBig(ValueError):
 def _parse_int(text):
     # rapidjson stores an integer beyond uint64's range as a double (reader.h ParseNumber).
     value = int(text)
-    return value if -2 ** 63 <= value < 2 ** 64 else _parse_float(text)
+    return value if -(2**63) <= value < 2**64 else _parse_float(text)
 
 
 def _parse_float(text):
@@ -64,8 +79,9 @@ def _parse_float(text):
     return value
 
 
-_DECODER = json.JSONDecoder(object_pairs_hook=JsonObject, parse_int=_parse_int,
-                            parse_float=_parse_float)
+_DECODER = json.JSONDecoder(
+    object_pairs_hook=JsonObject, parse_int=_parse_int, parse_float=_parse_float
+)
 
 # rapidjson's GetParseError_En for the errors Python's json module reports differently.
 _PARSE_MESSAGES = {
@@ -114,14 +130,17 @@ def parse_json(body):
             raise json.JSONDecodeError("The document is empty.", text, len(text))
         doc = _DECODER.decode(text)
     except _NumberTooBig:
-        raise invalid_argument("JSON Parse error: Number too big to be stored in double. "
-                               "at offset: 0") from None
+        raise invalid_argument(
+            "JSON Parse error: Number too big to be stored in double. at offset: 0"
+        ) from None
     except json.JSONDecodeError as e:
         message = _PARSE_MESSAGES.get(e.msg, e.msg)
         if e.msg == "Expecting ',' delimiter":
-            message = ("Missing a comma or ']' after an array element."
-                       if _innermost_container(text, e.pos) == "[" else
-                       "Missing a comma or '}' after an object member.")
+            message = (
+                "Missing a comma or ']' after an array element."
+                if _innermost_container(text, e.pos) == "["
+                else "Missing a comma or '}' after an object member."
+            )
         raise invalid_argument("JSON Parse error: %s at offset: %d" % (message, e.pos)) from None
     if not isinstance(doc, JsonObject):
         raise format_error(doc, "Is not object")
@@ -150,8 +169,15 @@ def to_bytes(text):
 
 # ---- Writing: rapidjson's PrettyWriter ----------------------------------------------------------
 
-_ESCAPES = {0x08: b"\\b", 0x09: b"\\t", 0x0A: b"\\n", 0x0C: b"\\f", 0x0D: b"\\r",
-            0x22: b'\\"', 0x5C: b"\\\\"}
+_ESCAPES = {
+    0x08: b"\\b",
+    0x09: b"\\t",
+    0x0A: b"\\n",
+    0x0C: b"\\f",
+    0x0D: b"\\r",
+    0x22: b'\\"',
+    0x5C: b"\\\\",
+}
 
 
 def _quote(data):

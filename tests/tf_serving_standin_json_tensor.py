@@ -3,6 +3,7 @@ a REST Predict request read from its body, and the response's tensors written as
 tensorflow/serving 2.15.1 does it. Each rule names its function of
 tensorflow_serving/util/json_tensor.cc at that tag.
 """
+
 import base64
 import binascii
 
@@ -10,9 +11,20 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import types_pb2
 
-from tf_serving_standin_json import (MISSING, JsonObject, PrettyWriter, decimal_text,
-                                     dtype_string, format_error, invalid_argument, json_type,
-                                     parse_json, status_string, to_bytes, value_to_string)
+from tf_serving_standin_json import (
+    MISSING,
+    JsonObject,
+    PrettyWriter,
+    decimal_text,
+    dtype_string,
+    format_error,
+    invalid_argument,
+    json_type,
+    parse_json,
+    status_string,
+    to_bytes,
+    value_to_string,
+)
 
 
 def _is_number(value):
@@ -26,8 +38,14 @@ def _is_integer_in(value, low, high):
 
 def _type_error(value, dtype):
     """TypeError."""
-    return invalid_argument("JSON Value: ", value_to_string(value), " Type: ", json_type(value),
-                            " is not of expected type: ", dtype_string(dtype))
+    return invalid_argument(
+        "JSON Value: ",
+        value_to_string(value),
+        " Type: ",
+        json_type(value),
+        " is not of expected type: ",
+        dtype_string(dtype),
+    )
 
 
 def _add_value(value, dtype, tensor):
@@ -41,9 +59,8 @@ def _add_value(value, dtype, tensor):
                 tensor.float_val.append(float(np.float32(value)))
         else:
             tensor.double_val.append(float(value))
-    elif dtype in (types_pb2.DT_INT32, types_pb2.DT_INT16, types_pb2.DT_INT8,
-                   types_pb2.DT_UINT8):
-        if not _is_integer_in(value, -2 ** 31, 2 ** 31):
+    elif dtype in (types_pb2.DT_INT32, types_pb2.DT_INT16, types_pb2.DT_INT8, types_pb2.DT_UINT8):
+        if not _is_integer_in(value, -(2**31), 2**31):
             raise _type_error(value, dtype)
         tensor.int_val.append(value)
     elif dtype == types_pb2.DT_STRING:
@@ -51,7 +68,7 @@ def _add_value(value, dtype, tensor):
             raise _type_error(value, dtype)
         tensor.string_val.append(to_bytes(value))
     elif dtype == types_pb2.DT_INT64:
-        if not _is_integer_in(value, -2 ** 63, 2 ** 63):
+        if not _is_integer_in(value, -(2**63), 2**63):
             raise _type_error(value, dtype)
         tensor.int64_val.append(value)
     elif dtype == types_pb2.DT_BOOL:
@@ -59,16 +76,20 @@ def _add_value(value, dtype, tensor):
             raise _type_error(value, dtype)
         tensor.bool_val.append(value)
     elif dtype == types_pb2.DT_UINT32:
-        if not _is_integer_in(value, 0, 2 ** 32):
+        if not _is_integer_in(value, 0, 2**32):
             raise _type_error(value, dtype)
         tensor.uint32_val.append(value)
     elif dtype == types_pb2.DT_UINT64:
-        if not _is_integer_in(value, 0, 2 ** 64):
+        if not _is_integer_in(value, 0, 2**64):
             raise _type_error(value, dtype)
         tensor.uint64_val.append(value)
     else:
-        raise tf.errors.UnimplementedError(None, None, "Conversion of JSON Value: %s to type: %s"
-                                           % (value_to_string(value), dtype_string(dtype)))
+        raise tf.errors.UnimplementedError(
+            None,
+            None,
+            "Conversion of JSON Value: %s to type: %s"
+            % (value_to_string(value), dtype_string(dtype)),
+        )
 
 
 def _dense_shape(value, shape):
@@ -82,15 +103,15 @@ def _dense_shape(value, shape):
 
 def is_base64_object(value):
     """IsValBase64Object: {"b64": "<string>"} and nothing else."""
-    return (isinstance(value, JsonObject) and len(value) == 1
-            and isinstance(value.find("b64"), str))
+    return isinstance(value, JsonObject) and len(value) == 1 and isinstance(value.find("b64"), str)
 
 
 def decode_base64_object(value):
     """JsonDecodeBase64Object (absl::Base64Unescape: standard alphabet, padding optional)."""
     if not is_base64_object(value):
-        raise invalid_argument("JSON Value: ", value_to_string(value),
-                               " not formatted correctly for base64 data")
+        raise invalid_argument(
+            "JSON Value: ", value_to_string(value), " not formatted correctly for base64 data"
+        )
     text = value.find("b64")
     try:
         if len(text) % 4 == 1:
@@ -110,9 +131,14 @@ def _fill_tensor(value, level, dtype, tensor):
     rank = len(tensor.tensor_shape.dim)
     if not _is_list(value):
         if level != rank:
-            raise invalid_argument("JSON Value: ", value_to_string(value),
-                                   " found at incorrect level: ", level + 1,
-                                   " in the JSON DOM. Expected at level: ", rank)
+            raise invalid_argument(
+                "JSON Value: ",
+                value_to_string(value),
+                " found at incorrect level: ",
+                level + 1,
+                " in the JSON DOM. Expected at level: ",
+                rank,
+            )
         if isinstance(value, JsonObject):
             if dtype != types_pb2.DT_STRING:
                 raise _type_error(value, dtype)
@@ -121,12 +147,19 @@ def _fill_tensor(value, level, dtype, tensor):
             _add_value(value, dtype, tensor)
         return 1
     if level >= rank:
-        raise invalid_argument("Encountered list at unexpected level: ", level,
-                               " expected < ", rank)
+        raise invalid_argument(
+            "Encountered list at unexpected level: ", level, " expected < ", rank
+        )
     expected = tensor.tensor_shape.dim[level].size
     if len(value) != expected:
-        raise invalid_argument("Encountered list at unexpected size: ", len(value),
-                               " at level: ", level, " expected size: ", expected)
+        raise invalid_argument(
+            "Encountered list at unexpected size: ",
+            len(value),
+            " at level: ",
+            level,
+            " expected size: ",
+            expected,
+        )
     return sum(_fill_tensor(v, level + 1, dtype, tensor) for v in value)
 
 
@@ -149,8 +182,12 @@ def _add_instance_item(item, name, input_infos, sizes, shapes, tensors):
     elif sizes[name] != size:
         raise invalid_argument("Expecting tensor size: ", sizes[name], " but got: ", size)
     elif shapes[name] != [d.size for d in tensor.tensor_shape.dim]:
-        raise invalid_argument("Expecting shape ", "[%s]" % ",".join(map(str, shapes[name])),
-                               " but got: ", _shape_string(tensor.tensor_shape))
+        raise invalid_argument(
+            "Expecting shape ",
+            "[%s]" % ",".join(map(str, shapes[name])),
+            " but got: ",
+            _shape_string(tensor.tensor_shape),
+        )
 
 
 def _fill_from_instances(instances, input_infos, tensors):
@@ -161,8 +198,10 @@ def _fill_from_instances(instances, input_infos, tensors):
     case where it matters) the sorted first name is the same name."""
     first_name = sorted(input_infos)[0]
     if not isinstance(instances[0], JsonObject) and len(input_infos) > 1:
-        raise invalid_argument("instances is a plain list, but expecting list of objects as "
-                               "multiple input tensors required as per tensorinfo_map")
+        raise invalid_argument(
+            "instances is a plain list, but expecting list of objects as "
+            "multiple input tensors required as per tensorinfo_map"
+        )
 
     def is_element_object(value):
         return isinstance(value, JsonObject) and not is_base64_object(value)
@@ -173,29 +212,44 @@ def _fill_from_instances(instances, input_infos, tensors):
     for count, element in enumerate(instances):
         if objects:
             if not is_element_object(element):
-                raise invalid_argument("Expecting object but got list at item ", count,
-                                       " of input list")
+                raise invalid_argument(
+                    "Expecting object but got list at item ", count, " of input list"
+                )
             for name, item in element:
                 try:
                     _add_instance_item(item, name, input_infos, sizes, shapes, tensors)
                 except tf.errors.OpError as e:
                     raise invalid_argument(
-                        "Failed to process element: ", count, " key: ", name,
-                        " of 'instances' list. Error: ", status_string(e)) from None
+                        "Failed to process element: ",
+                        count,
+                        " key: ",
+                        name,
+                        " of 'instances' list. Error: ",
+                        status_string(e),
+                    ) from None
             if sorted({name for name, _ in element}) != input_names:
                 raise invalid_argument(
-                    "Failed to process element: ", count, " of 'instances' list. JSON object: ",
-                    value_to_string(element), " keys must be equal to: ", ",".join(input_names))
+                    "Failed to process element: ",
+                    count,
+                    " of 'instances' list. JSON object: ",
+                    value_to_string(element),
+                    " keys must be equal to: ",
+                    ",".join(input_names),
+                )
         else:
             if is_element_object(element):
-                raise invalid_argument("Expecting value/list but got object at item ", count,
-                                       " of input list")
+                raise invalid_argument(
+                    "Expecting value/list but got object at item ", count, " of input list"
+                )
             try:
                 _add_instance_item(element, first_name, input_infos, sizes, shapes, tensors)
             except tf.errors.OpError as e:
-                raise invalid_argument("Failed to process element: ", count,
-                                       " of 'instances' list. Error: ",
-                                       status_string(e)) from None
+                raise invalid_argument(
+                    "Failed to process element: ",
+                    count,
+                    " of 'instances' list. Error: ",
+                    status_string(e),
+                ) from None
     for name in tensors:
         tensor = tensors[name]
         tensor.dtype = input_infos[name].dtype
@@ -210,8 +264,10 @@ def _fill_from_inputs(inputs, input_infos, tensors):
     of one input, else an object naming every input; members that name no input are ignored."""
     if not isinstance(inputs, JsonObject) or is_base64_object(inputs):
         if len(input_infos) > 1:
-            raise invalid_argument("inputs is a plain value/list, but expecting an object as "
-                                   "multiple input tensors required as per tensorinfo_map")
+            raise invalid_argument(
+                "inputs is a plain value/list, but expecting an object as "
+                "multiple input tensors required as per tensorinfo_map"
+            )
         named = [(sorted(input_infos)[0], inputs)]
     else:
         named = []
@@ -234,8 +290,11 @@ def fill_signature_name(doc, model_spec):
     if name is MISSING:
         return
     if not isinstance(name, str):
-        raise invalid_argument("JSON Value: ", value_to_string(doc), " not formatted correctly. "
-                               "'signature_name' key must be a string value.")
+        raise invalid_argument(
+            "JSON Value: ",
+            value_to_string(doc),
+            " not formatted correctly. 'signature_name' key must be a string value.",
+        )
     model_spec.signature_name = name
 
 
@@ -248,13 +307,17 @@ def fill_predict_request(body, input_infos_of, request):
     signature_name = request.model_spec.signature_name
     input_infos = input_infos_of(signature_name)
     if not input_infos:
-        raise invalid_argument("Failed to get input map for signature: ",
-                               signature_name or "DEFAULT")
+        raise invalid_argument(
+            "Failed to get input map for signature: ", signature_name or "DEFAULT"
+        )
     instances, inputs = doc.find("instances"), doc.find("inputs")
     if instances is not MISSING:
         if inputs is not MISSING:
-            raise format_error(doc, "Not formatted correctly expecting only one of 'inputs' or "
-                                    "'instances' keys to exist ")
+            raise format_error(
+                doc,
+                "Not formatted correctly expecting only one of 'inputs' or "
+                "'instances' keys to exist ",
+            )
         if not _is_list(instances):
             raise format_error(doc, "Expecting 'instances' to be an list/array")
         if not instances:
@@ -269,15 +332,19 @@ def fill_predict_request(body, input_infos_of, request):
 
 # ---- Reading a Classify or Regress request ------------------------------------------------------
 
+
 def _check_feature_value(value, name, kind):
     """AddValueToFeature: returns the feature's kind after this value."""
+
     def incompatible():
-        return invalid_argument("Unexpected element type in feature: ", name,
-                                " expecting type: ", kind)
+        return invalid_argument(
+            "Unexpected element type in feature: ", name, " expecting type: ", kind
+        )
 
     def unexpected():
-        return invalid_argument("Feature: ", name, " has element with unexpected JSON type: ",
-                                json_type(value))
+        return invalid_argument(
+            "Feature: ", name, " has element with unexpected JSON type: ", json_type(value)
+        )
 
     if value is None or _is_list(value):
         raise unexpected()
@@ -297,9 +364,10 @@ def _check_feature_value(value, name, kind):
         raise incompatible()
     if isinstance(value, JsonObject):
         decode_base64_object(value)
-    if new_kind == "int64" and type(value) is int and value >= 2 ** 63:
-        raise invalid_argument("Feature: ", name,
-                               " has uint64_t element. Only int64_t is supported.")
+    if new_kind == "int64" and type(value) is int and value >= 2**63:
+        raise invalid_argument(
+            "Feature: ", name, " has uint64_t element. Only int64_t is supported."
+        )
     return new_kind
 
 
@@ -309,7 +377,7 @@ def _check_example(value):
         raise invalid_argument("Example must be JSON object but got JSON ", json_type(value))
     for name, content in value:
         kind = "UNKNOWN"
-        for element in (content if _is_list(content) else [content]):
+        for element in content if _is_list(content) else [content]:
             kind = _check_feature_value(element, name, kind)
 
 
@@ -323,8 +391,9 @@ def check_classify_regress_request(body, model_spec):
         _check_example(context)
     examples = doc.find("examples")
     if examples is MISSING:
-        raise format_error(doc, "When method is classify, key 'examples' is expected and was "
-                                "not found")
+        raise format_error(
+            doc, "When method is classify, key 'examples' is expected and was not found"
+        )
     if not _is_list(examples):
         raise format_error(doc, "Expecting 'examples' value to be an list/array")
     if not examples:
@@ -334,6 +403,7 @@ def check_classify_regress_request(body, model_spec):
 
 
 # ---- Writing a Predict response -----------------------------------------------------------------
+
 
 def _proto_values(tensor):
     """The TensorProto field AddSingleValueAndAdvance reads for the dtype, and how it writes
@@ -364,8 +434,9 @@ def _write_value(writer, name, tensor, offset):
     are refused, but only once a value of them is written."""
     values, write = _proto_values(tensor)
     if values is None:
-        raise invalid_argument("Failed to write JSON value for tensor type: ",
-                               dtype_string(tensor.dtype))
+        raise invalid_argument(
+            "Failed to write JSON value for tensor type: ", dtype_string(tensor.dtype)
+        )
     value = values[offset[0]]
     if tensor.dtype == types_pb2.DT_STRING:
         if name.endswith("_bytes"):
@@ -413,8 +484,14 @@ def predict_response_json(outputs, request_format):
             if not dims:
                 raise invalid_argument("Tensor name: ", name, " has no shape information ")
             if batch_size >= 0 and batch_size != dims[0].size:
-                raise invalid_argument("Tensor name: ", name, " has inconsistent batch size: ",
-                                       dims[0].size, " expecting: ", batch_size)
+                raise invalid_argument(
+                    "Tensor name: ",
+                    name,
+                    " has inconsistent batch size: ",
+                    dims[0].size,
+                    " expecting: ",
+                    batch_size,
+                )
             batch_size = dims[0].size
         offsets = {name: [0] for name in names}
         writer.key(b"predictions")

@@ -2,6 +2,7 @@
 on 127.0.0.1, ports picked by the system, each answering from a thread pool as
 tensorflow_model_server does (tensorflow/serving 2.15.1; files named below).
 """
+
 import concurrent.futures
 import gzip
 import http.server
@@ -25,16 +26,24 @@ class GrpcServer:
     message size limit below 2 GB, grpc_max_threads workers."""
 
     def __init__(self, standin, threads):
-        self._pool = concurrent.futures.ThreadPoolExecutor(threads,
-                                                           thread_name_prefix="tf-serving-grpc")
-        limit = 2 ** 31 - 1
-        self._server = grpc.server(self._pool, options=[
-            ("grpc.max_send_message_length", limit), ("grpc.max_receive_message_length", limit)])
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            threads, thread_name_prefix="tf-serving-grpc"
+        )
+        limit = 2**31 - 1
+        self._server = grpc.server(
+            self._pool,
+            options=[
+                ("grpc.max_send_message_length", limit),
+                ("grpc.max_receive_message_length", limit),
+            ],
+        )
         try:
             prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(
-                _PredictionService(standin), self._server)
-            model_service_pb2_grpc.add_ModelServiceServicer_to_server(_ModelService(standin),
-                                                                     self._server)
+                _PredictionService(standin), self._server
+            )
+            model_service_pb2_grpc.add_ModelServiceServicer_to_server(
+                _ModelService(standin), self._server
+            )
             self.port = self._server.add_insecure_port("127.0.0.1:0")
             self._server.start()
         except BaseException:
@@ -67,8 +76,11 @@ class _PredictionService(prediction_service_pb2_grpc.PredictionServiceServicer):
     def Predict(self, request, context):
         # enforce_session_run_timeout (on by default): the call's deadline bounds Session::Run.
         remaining = context.time_remaining()
-        options = (config_pb2.RunOptions(timeout_in_ms=max(1, int(remaining * 1000)))
-                   if remaining is not None and remaining < 2 ** 31 / 1000 else None)
+        options = (
+            config_pb2.RunOptions(timeout_in_ms=max(1, int(remaining * 1000)))
+            if remaining is not None and remaining < 2**31 / 1000
+            else None
+        )
         return _grpc_answer(context, self._standin._predict, request, options)
 
     def GetModelMetadata(self, request, context):
@@ -106,8 +118,9 @@ def start_rest_server(standin, threads):
     """The HTTP server of http_server.cc CreateAndStartHttpServer, accepting connections."""
     server = _RestServer(standin, threads)
     try:
-        threading.Thread(target=server.serve_forever, name="tf-serving-rest-accept",
-                         daemon=True).start()
+        threading.Thread(
+            target=server.serve_forever, name="tf-serving-rest-accept", daemon=True
+        ).start()
     except BaseException:
         server.server_close()
         raise
@@ -121,8 +134,9 @@ class _RestServer(http.server.HTTPServer):
     def __init__(self, standin, threads):
         super().__init__(("127.0.0.1", 0), _RestHandler)
         self.standin = standin
-        self.pool = concurrent.futures.ThreadPoolExecutor(threads,
-                                                          thread_name_prefix="tf-serving-rest")
+        self.pool = concurrent.futures.ThreadPoolExecutor(
+            threads, thread_name_prefix="tf-serving-rest"
+        )
 
     def server_bind(self):
         # HTTPServer.server_bind would look the address up in DNS (socket.getfqdn).
@@ -150,12 +164,14 @@ class _RestServer(http.server.HTTPServer):
 class _RestHandler(http.server.BaseHTTPRequestHandler):
     """One HTTP request: the body read whole (gzip-encoded bodies uncompressed, as net_http's
     auto_uncompress_input does by default), then answered by the stand-in."""
+
     protocol_version = "HTTP/1.1"  # answers "Expect: 100-continue" as libevent does
     timeout = 60  # a client that stops sending must not hold a worker
 
     def _serve(self):
         status, content_type, body = self.server.standin._answer_rest(
-            self.command, self.path, self._read_body(), self.headers.get("Origin", ""))
+            self.command, self.path, self._read_body(), self.headers.get("Origin", "")
+        )
         self.send_response(status)
         if content_type:
             self.send_header("Content-Type", content_type)

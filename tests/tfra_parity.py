@@ -4,6 +4,7 @@ patches TensorFlow globally).
 
     python tests/tfra_parity.py tfra|rec_sdk
 """
+
 import json
 import sys
 
@@ -31,15 +32,20 @@ def main(library):
     keys = tf.compat.v1.placeholder(tf.int64, [None])
     values = tf.compat.v1.placeholder(tf.float32, [None, DIM])
     flags = tf.compat.v1.placeholder(tf.bool, [None])
-    ops = {"upsert": v.upsert(keys, values), "remove": v.remove(keys),
-           "accum": v.accum(keys, values * 0.0, values, flags)}
+    ops = {
+        "upsert": v.upsert(keys, values),
+        "remove": v.remove(keys),
+        "accum": v.accum(keys, values * 0.0, values, flags),
+    }
     looked, exists = v.lookup(keys, return_exists=True)
     export, size = v.export(), v.size()
     trace = []
     # 2. training on a table pre-filled with values (so initial values agree), unique ids.
-    opts = {"adam": lambda: tf.compat.v1.train.AdamOptimizer(0.05),
-            "adagrad": lambda: tf.compat.v1.train.AdagradOptimizer(0.1),
-            "sgd": lambda: tf.compat.v1.train.GradientDescentOptimizer(0.1)}
+    opts = {
+        "adam": lambda: tf.compat.v1.train.AdamOptimizer(0.05),
+        "adagrad": lambda: tf.compat.v1.train.AdagradOptimizer(0.1),
+        "sgd": lambda: tf.compat.v1.train.GradientDescentOptimizer(0.1),
+    }
     trained = {}
     for name, make in opts.items():
         t = de.Variable(dim=DIM, initializer=0.1, name="train_" + name)
@@ -57,30 +63,41 @@ def main(library):
             what = ["upsert", "remove", "accum"][step % 3]
             if what == "upsert":
                 k = np.unique(k)
-            feed = {keys: k, values: rng.normal(size=(len(k), DIM)).astype(np.float32),
-                    flags: rng.random(len(k)) < 0.5}
+            feed = {
+                keys: k,
+                values: rng.normal(size=(len(k), DIM)).astype(np.float32),
+                flags: rng.random(len(k)) < 0.5,
+            }
             if what == "accum":
                 feed[keys] = np.unique(k)
-                feed[values] = feed[values][:len(feed[keys])]
-                feed[flags] = feed[flags][:len(feed[keys])]
+                feed[values] = feed[values][: len(feed[keys])]
+                feed[flags] = feed[flags][: len(feed[keys])]
             sess.run(ops[what], feed)
             probe = np.arange(-32, 32, dtype=np.int64)
             got, ex = sess.run([looked, exists], {keys: probe})
-            trace.append({"lookup": got.round(6).tolist(), "exists": ex.tolist(),
-                          "size": int(sess.run(size)),
-                          "export": sorted_rows(*sess.run(export))})
+            trace.append(
+                {
+                    "lookup": got.round(6).tolist(),
+                    "exists": ex.tolist(),
+                    "size": int(sess.run(size)),
+                    "export": sorted_rows(*sess.run(export)),
+                }
+            )
         out["semantics"] = trace
         for name, (t, ids, target, loss, train) in trained.items():
             init = np.arange(0, 40, dtype=np.int64)
-            sess.run(t.upsert(tf.constant(init), tf.constant(
-                rng.normal(0, 0.1, size=(40, DIM)).astype(np.float32))))
+            sess.run(
+                t.upsert(
+                    tf.constant(init),
+                    tf.constant(rng.normal(0, 0.1, size=(40, DIM)).astype(np.float32)),
+                )
+            )
             losses = []
             for _ in range(15):
                 batch = rng.choice(60, size=16, replace=False).astype(np.int64)  # 40..59 new
                 feed = {ids: batch, target: (batch % 3).astype(np.float32)}
                 losses.append(float(sess.run([loss, train], feed)[0]))
-            out["train_" + name] = {"losses": losses,
-                                    "export": sorted_rows(*sess.run(t.export()))}
+            out["train_" + name] = {"losses": losses, "export": sorted_rows(*sess.run(t.export()))}
     print(json.dumps(out))
 
 

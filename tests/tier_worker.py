@@ -6,6 +6,7 @@ The model is deterministic (batch k depends on k only), so a test can replay it.
 
 Usage: python tests/tier_worker.py CHECKPOINT_DIR SSD_DIR
 """
+
 import os
 import sys
 
@@ -38,8 +39,9 @@ def build(ssd_dir=None):
         sizes["device_vocabulary_size"] = 63
     else:
         sizes["device_vocabulary_size"] = 100000
-    table = create_table(tf.int64, DIM, "tiered", tf.compat.v1.random_normal_initializer(seed=5),
-                         **sizes)
+    table = create_table(
+        tf.int64, DIM, "tiered", tf.compat.v1.random_normal_initializer(seed=5), **sizes
+    )
     ids = tf.compat.v1.placeholder(tf.int64, [None])
     emb = sparse_lookup(table, ids, name="lookup")
     loss = tf.reduce_sum(tf.square(emb - 0.25))

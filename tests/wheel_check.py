@@ -13,6 +13,7 @@ path in a .pth file), so pip checks the wheel's requirements against them instea
 installing TensorFlow again; the wheel itself is still installed by pip and imported from the
 scratch venv.
 """
+
 import argparse
 import glob
 import importlib.util
@@ -26,8 +27,13 @@ import zipfile
 
 def _release_module():
     """rec_sdk.base.release from this checkout, by path (importing rec_sdk imports TensorFlow)."""
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                        "python", "rec_sdk", "base", "release.py")
+    path = os.path.join(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        "python",
+        "rec_sdk",
+        "base",
+        "release.py",
+    )
     spec = importlib.util.spec_from_file_location("_rec_sdk_release", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -36,7 +42,7 @@ def _release_module():
 
 release = _release_module()
 
-EXAMPLE = r'''
+EXAMPLE = r"""
 import os
 import tempfile
 import numpy as np
@@ -89,14 +95,15 @@ assert last < first, (first, last)
 assert saved and os.path.exists(os.path.join(checkpoints, "graph.pbtxt")), os.listdir(checkpoints)
 print("trained from the wheel: loss %.3f -> %.3f, %d keys; saved %s" % (first, last, size,
                                                                        os.path.basename(saved)))
-'''
+"""
 
 
 def run(command, cwd, **kwargs):
     done = subprocess.run(command, cwd=cwd, capture_output=True, text=True, **kwargs)
     if done.returncode != 0 and kwargs.get("check", True):
-        sys.exit("failed: %s\n%s\n%s" % (" ".join(command), done.stdout[-3000:],
-                                         done.stderr[-3000:]))
+        sys.exit(
+            "failed: %s\n%s\n%s" % (" ".join(command), done.stdout[-3000:], done.stderr[-3000:])
+        )
     return done
 
 
@@ -112,53 +119,73 @@ def main(dist, reuse_packages=False):
         names = archive.namelist()
         built_for = archive.read("rec_sdk/ops/_rec_sdk_ops.tf_version").decode().strip()
         metadata = archive.read([n for n in names if n.endswith(".dist-info/METADATA")][0])
-    for needed in ("rec_sdk/ops/_rec_sdk_ops.so", "rec_sdk_graph_rewrite/__init__.py",
-                   "rec_sdk/dynamic_embedding/__init__.py"):
+    for needed in (
+        "rec_sdk/ops/_rec_sdk_ops.so",
+        "rec_sdk_graph_rewrite/__init__.py",
+        "rec_sdk/dynamic_embedding/__init__.py",
+    ):
         if needed not in names:
             sys.exit("%s is missing from the wheel" % needed)
     version = release.wheel_version(built_for)
     if not name.startswith("rec_sdk-%s-" % version):
         sys.exit("the wheel's version is not %s (TensorFlow %s): %s" % (version, built_for, name))
-    required = sorted(line.split(":", 1)[1].strip() for line in metadata.decode().splitlines()
-                      if line.startswith("Requires-Dist:"))
+    required = sorted(
+        line.split(":", 1)[1].strip()
+        for line in metadata.decode().splitlines()
+        if line.startswith("Requires-Dist:")
+    )
     if required != sorted(release.requirements(built_for)):
-        sys.exit("the wheel requires %s, not what TensorFlow %s needs: %s"
-                 % (required, built_for, release.requirements(built_for)))
+        sys.exit(
+            "the wheel requires %s, not what TensorFlow %s needs: %s"
+            % (required, built_for, release.requirements(built_for))
+        )
     with tempfile.TemporaryDirectory(prefix="rec_sdk_wheel_") as scratch:
         venv = os.path.join(scratch, "venv")
         python = os.path.join(venv, "bin", "python")
         run(["python3", "-m", "venv", venv], scratch)
         if reuse_packages:
-            scratch_site = run([python, "-c", "import sysconfig; print(sysconfig.get_paths()"
-                                "['purelib'])"], scratch).stdout.strip()
+            scratch_site = run(
+                [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], scratch
+            ).stdout.strip()
             with open(os.path.join(scratch_site, "rec_sdk_reused_packages.pth"), "w") as f:
                 f.write(sysconfig.get_paths()["purelib"] + "\n")
-        run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", wheel],
-            scratch)
+        run([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", wheel], scratch)
         env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH="")
-        where = run([python, "-c", "import rec_sdk; print(rec_sdk.__file__)"], scratch,
-                    env=env).stdout.strip().splitlines()[-1]
+        where = (
+            run([python, "-c", "import rec_sdk; print(rec_sdk.__file__)"], scratch, env=env)
+            .stdout.strip()
+            .splitlines()[-1]
+        )
         if not where.startswith(venv + os.sep):
             sys.exit("rec_sdk was imported from %s, not from the wheel in %s" % (where, venv))
         out = run([python, "-c", EXAMPLE], scratch, env=env)
         print(out.stdout.strip())
         # The same wheel next to another TensorFlow: its version file says so. The other is
         # a supported one, so the message names both fixes.
-        other = next(row.tensorflow for row in release.RELEASES.values()
-                     if release.minor(row.tensorflow) != release.minor(built_for))
+        other = next(
+            row.tensorflow
+            for row in release.RELEASES.values()
+            if release.minor(row.tensorflow) != release.minor(built_for)
+        )
         version_file = os.path.join(os.path.dirname(where), "ops", "_rec_sdk_ops.tf_version")
         with open(version_file, "w") as f:
             f.write(other + "\n")
         wrong = run([python, "-c", "import rec_sdk"], scratch, env=env, check=False)
-        expected = ["This rec_sdk wheel (%s) needs TensorFlow %s: `%s`" % (
-            release.wheel_version(other), other, release.install_tensorflow_command(other)),
-            "install the rec_sdk wheel for TensorFlow %s: `%s`" % (
-                release.minor(built_for), release.install_wheel_command(built_for))]
+        expected = [
+            "This rec_sdk wheel (%s) needs TensorFlow %s: `%s`"
+            % (release.wheel_version(other), other, release.install_tensorflow_command(other)),
+            "install the rec_sdk wheel for TensorFlow %s: `%s`"
+            % (release.minor(built_for), release.install_wheel_command(built_for)),
+        ]
         if wrong.returncode == 0 or not all(e in wrong.stderr for e in expected):
-            sys.exit("a wheel for another TensorFlow imported, or not with the loader's "
-                     "message (%s):\n%s" % (expected, wrong.stderr[-2000:]))
-        print("a wheel for TensorFlow %s next to TensorFlow %s: %s"
-              % (other, built_for, wrong.stderr.strip().splitlines()[-1]))
+            sys.exit(
+                "a wheel for another TensorFlow imported, or not with the loader's "
+                "message (%s):\n%s" % (expected, wrong.stderr[-2000:])
+            )
+        print(
+            "a wheel for TensorFlow %s next to TensorFlow %s: %s"
+            % (other, built_for, wrong.stderr.strip().splitlines()[-1])
+        )
     print("wheel check passed: %s" % name)
 
 

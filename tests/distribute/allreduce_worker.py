@@ -5,6 +5,7 @@ integer sums to OUT.npz.
 
     python allreduce_worker.py OUT.npz
 """
+
 import sys
 
 import numpy as np
@@ -18,15 +19,18 @@ STEPS = 20
 
 def batches(rank):
     rng = np.random.default_rng(rank)
-    return [(rng.normal(size=(8, 3)).astype(np.float32),
-             rng.normal(size=(8, 1)).astype(np.float32)) for _ in range(STEPS)]
+    return [
+        (rng.normal(size=(8, 3)).astype(np.float32), rng.normal(size=(8, 1)).astype(np.float32))
+        for _ in range(STEPS)
+    ]
 
 
 def main(out):
     server = dist.start_server(collective=True)
     task = dist.current_task()
     rank = dist.worker_devices(task).index(
-        "/job:%s/replica:0/task:%d/device:CPU:0" % (task.job_name, task.task_index))
+        "/job:%s/replica:0/task:%d/device:CPU:0" % (task.job_name, task.task_index)
+    )
     with tf.device("/job:%s/task:%d" % (task.job_name, task.task_index)):
         x = tf.compat.v1.placeholder(tf.float32, [8, 3])
         y = tf.compat.v1.placeholder(tf.float32, [8, 1])

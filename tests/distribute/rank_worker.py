@@ -21,6 +21,7 @@ saves DIR at the end (MonitoredTrainingSession's checkpoint); every rank restore
 holds a checkpoint. Writes the losses, the dense weights, an eval lookup and this process's
 shard (keys, rows, slots, admission counts) to OUT.npz.
 """
+
 import argparse
 import os
 import signal
@@ -29,7 +30,6 @@ import numpy as np
 import tensorflow as tf
 
 import rec_sdk
-from rec_sdk.util.initialize import init
 import rec_sdk.distribute as dist
 from rec_sdk.core.asc.feature_spec import FeatureSpec
 from rec_sdk.core.asc.helper import get_asc_insert_func
@@ -39,6 +39,7 @@ from rec_sdk.graph.modifier import modify_graph_and_start_emb_cache
 from rec_sdk.ops import table_ops
 from rec_sdk.optimizers.lazy_adam_by_addr import create_hash_optimizer_by_address
 from rec_sdk.util.communication import hccl_ops
+from rec_sdk.util.initialize import init
 from rec_sdk.util.tf_version_adapter import hccl_ops as hccl_adapter
 
 tf.compat.v1.disable_eager_execution()
@@ -63,8 +64,10 @@ def global_batch(ranks, step, skew=0):
     return tuple(np.concatenate(p, 0) for p in zip(*parts))
 
 
-SPECS = [FeatureSpec("ids_a", table_name="emb", access_threshold=2),
-         FeatureSpec("ids_b", table_name="emb", access_threshold=2)]
+SPECS = [
+    FeatureSpec("ids_a", table_name="emb", access_threshold=2),
+    FeatureSpec("ids_b", table_name="emb", access_threshold=2),
+]
 
 
 def inputs(args, rank):
@@ -73,16 +76,21 @@ def inputs(args, rank):
     get_asc_insert_func in FeatureSpec mode)."""
     rows = (args.local or 1) * BATCH
     skew = (args.local or args.ranks) if args.skew else 0
-    steps = [batch(rank, s, skew) if not args.local else global_batch(args.local, s, skew)
-             for s in range(max(args.steps, 1))]
+    steps = [
+        batch(rank, s, skew) if not args.local else global_batch(args.local, s, skew)
+        for s in range(max(args.steps, 1))
+    ]
     if args.input == "feed":
         ids_a = tf.compat.v1.placeholder(tf.int64, [rows, 3])
         ids_b = tf.compat.v1.placeholder(tf.int64, [rows, 2])
         labels = tf.compat.v1.placeholder(tf.float32, [rows, 1])
         return ids_a, ids_b, labels, lambda s: dict(zip((ids_a, ids_b, labels), steps[s])), None
     dataset = tf.data.Dataset.from_tensor_slices(
-        {key: np.stack([step[i] for step in steps]) for i, key in
-         enumerate(("ids_a", "ids_b", "labels"))})
+        {
+            key: np.stack([step[i] for step in steps])
+            for i, key in enumerate(("ids_a", "ids_b", "labels"))
+        }
+    )
     if args.input == "spec":
         dataset = dataset.map(get_asc_insert_func(tgt_key_specs=SPECS, is_training=True))
     got = tf.compat.v1.data.make_one_shot_iterator(dataset).get_next()
@@ -99,10 +107,12 @@ def main():
     parser.add_argument("--save-every", type=int, default=0)
     parser.add_argument("--input", choices=("feed", "spec", "modify"), default="feed")
     parser.add_argument("--table-gradients", action="store_true")
-    parser.add_argument("--skew", action="store_true",
-                        help="rank 1's keys all belong to rank 0 (see batch)")
-    parser.add_argument("--die-at", type=int, default=-1,
-                        help="rank 1 kills itself (SIGKILL) before this step")
+    parser.add_argument(
+        "--skew", action="store_true", help="rank 1's keys all belong to rank 0 (see batch)"
+    )
+    parser.add_argument(
+        "--die-at", type=int, default=-1, help="rank 1 kills itself (SIGKILL) before this step"
+    )
     args = parser.parse_args()
     server = None
     if not args.local:
@@ -112,40 +122,65 @@ def main():
     args.ranks = ranks
     ids_a, ids_b, labels, feed, batch_ = inputs(args, rank)
     step = tf.compat.v1.train.get_or_create_global_step()
-    table = create_table(tf.int64, DIM, "emb", tf.compat.v1.truncated_normal_initializer(
-        seed=3), device_vocabulary_size=1000, steps_to_live=3,
-        all2all_gradients_op="sum_gradients_and_div_by_ranksize")
+    table = create_table(
+        tf.int64,
+        DIM,
+        "emb",
+        tf.compat.v1.truncated_normal_initializer(seed=3),
+        device_vocabulary_size=1000,
+        steps_to_live=3,
+        all2all_gradients_op="sum_gradients_and_div_by_ranksize",
+    )
     admit = {"access_threshold": 2}
     if args.input == "spec":
-        emb_a, emb_b = (sparse_lookup(table, spec, batch=batch_, name="lookup_" + spec.name[-1])
-                        for spec in SPECS)
+        emb_a, emb_b = (
+            sparse_lookup(table, spec, batch=batch_, name="lookup_" + spec.name[-1])
+            for spec in SPECS
+        )
     else:
         modify = args.input == "modify"
-        emb_a = sparse_lookup(table, ids_a, name="lookup_a", access_and_evict_config=admit,
-                              modify_graph=modify, batch=batch_)
-        emb_b = sparse_lookup(table, ids_b, name="lookup_b", access_and_evict_config=admit,
-                              modify_graph=modify, batch=batch_)
+        emb_a = sparse_lookup(
+            table,
+            ids_a,
+            name="lookup_a",
+            access_and_evict_config=admit,
+            modify_graph=modify,
+            batch=batch_,
+        )
+        emb_b = sparse_lookup(
+            table,
+            ids_b,
+            name="lookup_b",
+            access_and_evict_config=admit,
+            modify_graph=modify,
+            batch=batch_,
+        )
     features = tf.concat([tf.reduce_sum(emb_a, 1), tf.reduce_sum(emb_b, 1)], 1)
     # Each rank initialises w differently: MonitoredTrainingSession's local initialisation
     # sets every rank's variables to rank 0's (rec_sdk broadcasts them).
-    w = tf.compat.v1.get_variable("w", [2 * DIM, 1],
-                                initializer=tf.compat.v1.glorot_uniform_initializer(
-                                    seed=5 + rank))
-    loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(
-        labels=labels, logits=tf.matmul(features, w)))
+    w = tf.compat.v1.get_variable(
+        "w", [2 * DIM, 1], initializer=tf.compat.v1.glorot_uniform_initializer(seed=5 + rank)
+    )
+    loss = tf.reduce_mean(
+        tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=tf.matmul(features, w))
+    )
     sparse_opt = create_hash_optimizer_by_address(learning_rate=0.05)
     if args.table_gradients:  # tf.gradients(loss, table): one IndexedSlices for both lookups
         sparse_train = sparse_opt.minimize(loss, var_list=[table])
     else:
         local_embs = tf.compat.v1.get_collection(rec_sdk.ASCEND_SPARSE_LOOKUP_LOCAL_EMB)
         addresses = tf.compat.v1.get_collection(rec_sdk.ASCEND_SPARSE_LOOKUP_ID_OFFSET)
-        sparse_train = sparse_opt.apply_gradients(zip(tf.gradients(loss, local_embs),
-                                                      addresses))
+        sparse_train = sparse_opt.apply_gradients(zip(tf.gradients(loss, local_embs), addresses))
     dense_grad = hccl_adapter.allreduce(tf.gradients(loss, w)[0], "sum") / ranks
     with tf.control_dependencies([sparse_train]):
         train = tf.group(w.assign_sub(0.1 * dense_grad), step.assign_add(1))
-    eval_emb = sparse_lookup(table, tf.constant(EVAL_IDS[rank::ranks]), is_train=False,
-                             name="eval", serving_default_value=-1.0)
+    eval_emb = sparse_lookup(
+        table,
+        tf.constant(EVAL_IDS[rank::ranks]),
+        is_train=False,
+        name="eval",
+        serving_default_value=-1.0,
+    )
     export = table.export()
     if args.input == "modify":
         modify_graph_and_start_emb_cache()
@@ -154,13 +189,19 @@ def main():
     config = dist.worker_config(server, collective=True) if server else None
     losses = []
     with tf.compat.v1.train.MonitoredTrainingSession(
-            master=server.target if server else "", is_chief=rank == 0,
-            checkpoint_dir=args.checkpoint,
-            save_checkpoint_steps=(args.save_every or args.steps) if (args.save and rank == 0)
-            else None,
-            save_checkpoint_secs=None, save_summaries_steps=None, save_summaries_secs=None,
-            log_step_count_steps=None, config=config,
-            hooks=[EvictHook(evict_enable=True, evict_step_interval=4)]) as sess:
+        master=server.target if server else "",
+        is_chief=rank == 0,
+        checkpoint_dir=args.checkpoint,
+        save_checkpoint_steps=(args.save_every or args.steps)
+        if (args.save and rank == 0)
+        else None,
+        save_checkpoint_secs=None,
+        save_summaries_steps=None,
+        save_summaries_secs=None,
+        log_step_count_steps=None,
+        config=config,
+        hooks=[EvictHook(evict_enable=True, evict_step_interval=4)],
+    ) as sess:
         for s in range(args.steps):
             if s == args.die_at and rank == 1:
                 os.kill(os.getpid(), signal.SIGKILL)
@@ -170,11 +211,23 @@ def main():
         # before its first step); the export comes after it.
         evaluated = sess.run(eval_emb)
         (keys, values, slots), (akeys, _, counts), weights, last = sess.run(
-            [export, access, w, step])
+            [export, access, w, step]
+        )
     order, aorder = np.argsort(keys), np.argsort(akeys)
-    np.savez(args.out.replace("{rank}", str(rank)), losses=np.array(losses), w=weights, eval=evaluated, keys=keys[order],
-             values=values[order], slots=slots[:, order], access_keys=akeys[aorder],
-             counts=counts[aorder], rank=rank, ranks=ranks, step=last)
+    np.savez(
+        args.out.replace("{rank}", str(rank)),
+        losses=np.array(losses),
+        w=weights,
+        eval=evaluated,
+        keys=keys[order],
+        values=values[order],
+        slots=slots[:, order],
+        access_keys=akeys[aorder],
+        counts=counts[aorder],
+        rank=rank,
+        ranks=ranks,
+        step=last,
+    )
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ per-step log of (step run, global step after it).
 
     python recover_worker.py OUT.npz CKPT_DIR
 """
+
 import os
 import sys
 import time
@@ -26,19 +27,27 @@ def main(out, ckpt_dir):
     server = rec_sdk.distribute.start_server()
     here = os.path.dirname(os.path.abspath(out))
     with tf.device("/job:worker/task:0"):
-        var = de.get_variable("emb", dim=DIM, devices=rec_sdk.distribute.ps_devices(server),
-                              initializer=0.1)
+        var = de.get_variable(
+            "emb", dim=DIM, devices=rec_sdk.distribute.ps_devices(server), initializer=0.1
+        )
         ids = tf.compat.v1.placeholder(tf.int64, [BATCH])
         loss = tf.reduce_sum(de.embedding_lookup(var, ids, name="lookup"))
         step = tf.compat.v1.train.get_or_create_global_step()
         train = de.DynamicEmbeddingOptimizer(tf.compat.v1.train.AdagradOptimizer(0.1)).minimize(
-            loss, global_step=step)
+            loss, global_step=step
+        )
         keys = var.export()[0]
     log = []
     with tf.compat.v1.train.MonitoredTrainingSession(
-            master=server.target, is_chief=True, checkpoint_dir=ckpt_dir,
-            save_checkpoint_steps=10, save_summaries_steps=None, save_summaries_secs=None,
-            log_step_count_steps=None, config=rec_sdk.distribute.worker_config(server)) as sess:
+        master=server.target,
+        is_chief=True,
+        checkpoint_dir=ckpt_dir,
+        save_checkpoint_steps=10,
+        save_summaries_steps=None,
+        save_summaries_secs=None,
+        log_step_count_steps=None,
+        config=rec_sdk.distribute.worker_config(server),
+    ) as sess:
         done = 0
         while done < 40:
             # A run that meets the dead ps is retried by MonitoredTrainingSession on a new

@@ -11,6 +11,7 @@ what every served version must read.
     serving_rank_worker.py DIR [--local N] [--steps S] [--push-every K]
                            [--base-fraction F]
 """
+
 import argparse
 import faulthandler
 import os
@@ -19,9 +20,9 @@ import numpy as np
 import tensorflow as tf
 
 import rec_sdk.distribute as dist
-from rec_sdk.distribute import ranks as ranks_module
 from rec_sdk.core.embedding import create_table, sparse_lookup
 from rec_sdk.core.feature_process import evict_tables
+from rec_sdk.distribute import ranks as ranks_module
 from rec_sdk.optimizers.lazy_adam_by_addr import create_hash_optimizer_by_address
 from rec_sdk.serving import Pusher, export_saved_model, export_serving_model
 from rec_sdk.util.communication import hccl_ops
@@ -39,8 +40,9 @@ QUIET_STEPS = (5, 6, 7, 8)
 def batch(rank, step, ranks):
     rng = np.random.default_rng(100 * step + rank)
     # Keys drift with the steps so that old ones are evicted and new ones arrive.
-    ids = [rng.integers(-8 + 3 * step, 30 + 3 * step, size=(BATCH, 2)).astype(np.int64)
-           for _ in DIMS]
+    ids = [
+        rng.integers(-8 + 3 * step, 30 + 3 * step, size=(BATCH, 2)).astype(np.int64) for _ in DIMS
+    ]
     if step in QUIET_STEPS:  # table 0's keys all owned by rank 0: the other shards get none
         ids[0] = ids[0] - np.fmod(ids[0], ranks)
     labels = (rng.random((BATCH, 1)) < 0.5).astype(np.float32)
@@ -60,35 +62,49 @@ def main():
     init(use_dynamic_expansion=True)
     rank, ranks = hccl_ops.get_rank_id(), hccl_ops.get_rank_size()
     global_step = tf.compat.v1.train.get_or_create_global_step()
-    tables = [create_table(tf.int64, dim, "emb%d" % t,
-                           tf.compat.v1.truncated_normal_initializer(seed=3 + t),
-                           device_vocabulary_size=1000, steps_to_live=2, servable=True)
-              for t, dim in enumerate(DIMS)]
-    ids = [tf.compat.v1.placeholder(tf.int64, [None, 2], name="ids%d" % t)
-           for t in range(len(DIMS))]
+    tables = [
+        create_table(
+            tf.int64,
+            dim,
+            "emb%d" % t,
+            tf.compat.v1.truncated_normal_initializer(seed=3 + t),
+            device_vocabulary_size=1000,
+            steps_to_live=2,
+            servable=True,
+        )
+        for t, dim in enumerate(DIMS)
+    ]
+    ids = [
+        tf.compat.v1.placeholder(tf.int64, [None, 2], name="ids%d" % t) for t in range(len(DIMS))
+    ]
     labels = tf.compat.v1.placeholder(tf.float32, [None, 1])
-    w = tf.compat.v1.get_variable("w", [sum(DIMS), 1],
-                                  initializer=tf.compat.v1.glorot_uniform_initializer(seed=5))
+    w = tf.compat.v1.get_variable(
+        "w", [sum(DIMS), 1], initializer=tf.compat.v1.glorot_uniform_initializer(seed=5)
+    )
 
     def model(embs):
         return tf.matmul(tf.concat([tf.reduce_sum(e, 1) for e in embs], 1), w)
 
-    embs = [sparse_lookup(t, i, name="lookup%d" % n) for n, (t, i) in
-            enumerate(zip(tables, ids))]
-    loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=labels,
-                                                                  logits=model(embs)))
+    embs = [sparse_lookup(t, i, name="lookup%d" % n) for n, (t, i) in enumerate(zip(tables, ids))]
+    loss = tf.reduce_mean(
+        tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=model(embs))
+    )
     sparse_train = create_hash_optimizer_by_address(learning_rate=0.05).minimize(
-        loss, var_list=tables)
+        loss, var_list=tables
+    )
     dense_grad = tf.gradients(loss, w)[0]
     if not args.local:
         dense_grad = hccl_adapter.allreduce(dense_grad, "sum") / ranks
     with tf.control_dependencies([sparse_train]):
         train = tf.group(w.assign_sub(0.1 * dense_grad), global_step.assign_add(1))
-    serve_ids = [tf.compat.v1.placeholder(tf.int64, [None, 2], name="serve_ids%d" % t)
-                 for t in range(len(DIMS))]
-    served = [sparse_lookup(t, i, is_train=False, name="serve%d" % n,
-                            serving_default_value=DEFAULT)
-              for n, (t, i) in enumerate(zip(tables, serve_ids))]
+    serve_ids = [
+        tf.compat.v1.placeholder(tf.int64, [None, 2], name="serve_ids%d" % t)
+        for t in range(len(DIMS))
+    ]
+    served = [
+        sparse_lookup(t, i, is_train=False, name="serve%d" % n, serving_default_value=DEFAULT)
+        for n, (t, i) in enumerate(zip(tables, serve_ids))
+    ]
     inputs = {"ids%d" % t: i for t, i in enumerate(serve_ids)}
     outputs = {"p": tf.sigmoid(model(served))}
     outputs.update({"rows%d" % t: e for t, e in enumerate(served)})
@@ -122,11 +138,11 @@ def main():
             if step % 3 == 2:
                 sess.run(evict)
             if step == EXPORT_AT:
-                export_serving_model(sess, os.path.join(out, "export"), inputs, outputs,
-                                     os.path.join(out, "push"))
+                export_serving_model(
+                    sess, os.path.join(out, "export"), inputs, outputs, os.path.join(out, "push")
+                )
                 export_saved_model(sess, os.path.join(out, "frozen"), inputs, outputs)
-                pusher = Pusher(os.path.join(out, "push"),
-                                base_fraction=args.base_fraction)
+                pusher = Pusher(os.path.join(out, "push"), base_fraction=args.base_fraction)
                 version = 0
             elif pusher is not None and (step - EXPORT_AT) % args.push_every == 0:
                 version = pusher.push(sess)

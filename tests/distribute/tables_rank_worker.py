@@ -20,6 +20,7 @@ are collectives, "eval_collectives": those of the evaluation lookups, "observes"
 size-hint observations of the graph, "observes_after_read": those ordered after their read}
 as JSON to OUT instead.
 """
+
 import argparse
 import faulthandler
 import json
@@ -65,10 +66,17 @@ TRACE = tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE)
 def collectives_run(metadata):
     """How many collective ops a traced step ran (on this process's devices), and the bytes
     their outputs hold (what this rank received)."""
-    nodes = [node for device in metadata.step_stats.dev_stats for node in device.node_stats
-             if "Collective" in node.node_name]
-    return len(nodes), sum(output.tensor_description.allocation_description.requested_bytes
-                           for node in nodes for output in node.output)
+    nodes = [
+        node
+        for device in metadata.step_stats.dev_stats
+        for node in device.node_stats
+        if "Collective" in node.node_name
+    ]
+    return len(nodes), sum(
+        output.tensor_description.allocation_description.requested_bytes
+        for node in nodes
+        for output in node.output
+    )
 
 
 def main():
@@ -85,8 +93,9 @@ def main():
     parser.add_argument("--ops", action="store_true")
     parser.add_argument("--emb-dtype", default="float32")
     parser.add_argument("--leave-before", choices=("train", "eval"))
-    parser.add_argument("--fail-at", type=int, default=-1,
-                        help="rank 1 raises an error before this step")
+    parser.add_argument(
+        "--fail-at", type=int, default=-1, help="rank 1 raises an error before this step"
+    )
     args = parser.parse_args()
     server = None
     if not args.local and not args.ops:
@@ -95,10 +104,16 @@ def main():
     rank, ranks = hccl_ops.get_rank_id(), hccl_ops.get_rank_size()
     tables, ids, embs = [], [], []
     for t in range(args.tables):
-        tables.append(create_table(
-            tf.int64, dim_of(t), "t%d" % t,
-            tf.compat.v1.random_uniform_initializer(-0.1, 0.1, seed=t),
-            device_vocabulary_size=256, emb_dtype=args.emb_dtype))
+        tables.append(
+            create_table(
+                tf.int64,
+                dim_of(t),
+                "t%d" % t,
+                tf.compat.v1.random_uniform_initializer(-0.1, 0.1, seed=t),
+                device_vocabulary_size=256,
+                emb_dtype=args.emb_dtype,
+            )
+        )
         ids.append(tf.compat.v1.placeholder(tf.int64, [None, 2], name="ids%d" % t))
         embs.append(sparse_lookup(tables[-1], ids[-1], name="lookup%d" % t))
     loss = tf.add_n([tf.reduce_sum(tf.square(e)) * (1.0 + 0.1 * t) for t, e in enumerate(embs)])
@@ -108,10 +123,11 @@ def main():
     if args.tables > 1:
         train.append(sgd.minimize(loss, var_list=tables[1::2]))
     train = tf.group(train)
-    eval_keys = [np.arange(-4, 30 + 3 * t, dtype=np.int64)[rank::ranks]
-                 for t in range(args.tables)]
-    evals = [sparse_lookup(table, tf.constant(keys), is_train=False, name="eval%d" % t)
-             for t, (table, keys) in enumerate(zip(tables, eval_keys))]
+    eval_keys = [np.arange(-4, 30 + 3 * t, dtype=np.int64)[rank::ranks] for t in range(args.tables)]
+    evals = [
+        sparse_lookup(table, tf.constant(keys), is_train=False, name="eval%d" % t)
+        for t, (table, keys) in enumerate(zip(tables, eval_keys))
+    ]
     exports = [table.export() for table in tables]
     if args.ops:
         graph = tf.compat.v1.get_default_graph()
@@ -121,22 +137,32 @@ def main():
         evaluation = step_ops(graph, evaluate)
         # Each step's hint is read before the step's need changes it (ranks.py _send_keys).
         observes = [op for op in graph.get_operations() if op.type.endswith("RankObserveSize")]
-        read_first = [op for op in observes if any(
-            c.type.endswith("RankSizeClass") and c.get_attr("hint") == op.get_attr("hint")
-            for c in op.control_inputs)]
+        read_first = [
+            op
+            for op in observes
+            if any(
+                c.type.endswith("RankSizeClass") and c.get_attr("hint") == op.get_attr("hint")
+                for c in op.control_inputs
+            )
+        ]
         with open(args.out, "w") as f:
-            json.dump({"observes": len(observes), "observes_after_read": len(read_first),
-                       "ops": len(ops),
-                       "collectives": sum(op.type.startswith("Collective") for op in ops),
-                       "eval_collectives": sum(op.type.startswith("Collective")
-                                               for op in evaluation)}, f)
+            json.dump(
+                {
+                    "observes": len(observes),
+                    "observes_after_read": len(read_first),
+                    "ops": len(ops),
+                    "collectives": sum(op.type.startswith("Collective") for op in ops),
+                    "eval_collectives": sum(op.type.startswith("Collective") for op in evaluation),
+                },
+                f,
+            )
         return
 
     def feed(step):
         out = {}
         for t, placeholder in enumerate(ids):
             full = global_ids(t, step, BATCH * (args.local or ranks))
-            parts = [full[r * BATCH:(r + 1) * BATCH] for r in range(args.local or ranks)]
+            parts = [full[r * BATCH : (r + 1) * BATCH] for r in range(args.local or ranks)]
             if 0 <= args.empty < len(parts):
                 parts[args.empty] = parts[args.empty][:0]
             out[placeholder] = np.concatenate(parts) if args.local else parts[rank]
@@ -145,17 +171,24 @@ def main():
     config = dist.worker_config(server, collective=True) if server else None
     losses = []
     with tf.compat.v1.train.MonitoredTrainingSession(
-            master=server.target if server else "", is_chief=rank == 0, config=config,
-            save_checkpoint_secs=None, save_checkpoint_steps=None, save_summaries_steps=None,
-            save_summaries_secs=None, log_step_count_steps=None) as sess:
+        master=server.target if server else "",
+        is_chief=rank == 0,
+        config=config,
+        save_checkpoint_secs=None,
+        save_checkpoint_steps=None,
+        save_summaries_steps=None,
+        save_summaries_secs=None,
+        log_step_count_steps=None,
+    ) as sess:
         leaving = rank == 1 and args.leave_before
         ran = []  # the collectives each step ran (the training steps', then the evaluation's)
         for step in range(args.steps - (leaving == "train")):
             if rank == 1 and step == args.fail_at:
                 raise RuntimeError("rank 1 fails at step %d" % step)
             metadata = tf.compat.v1.RunMetadata()
-            losses.append(sess.run([train, loss], feed(step), options=TRACE,
-                                   run_metadata=metadata)[1])
+            losses.append(
+                sess.run([train, loss], feed(step), options=TRACE, run_metadata=metadata)[1]
+            )
             ran.append(collectives_run(metadata))
         if leaving:
             print("rank 1 leaves before the others' %s" % leaving, flush=True)
@@ -165,8 +198,11 @@ def main():
             evaluated = sess.run(evals, options=TRACE, run_metadata=metadata)
             ran.append(collectives_run(metadata))
         exported = sess.run(exports)
-    out = {"losses": np.array(losses), "collectives_run": np.array([r[0] for r in ran]),
-           "received_bytes": np.array([r[1] for r in ran])}
+    out = {
+        "losses": np.array(losses),
+        "collectives_run": np.array([r[0] for r in ran]),
+        "received_bytes": np.array([r[1] for r in ran]),
+    }
     for t, ((keys, values, slots), rows_) in enumerate(zip(exported, evaluated)):
         order = np.argsort(keys)
         out["keys%d" % t], out["values%d" % t] = keys[order], values[order]

@@ -15,17 +15,24 @@ Options come from the environment, as in the SDK's run.sh:
   APPLY_GRADIENTS_STRATEGY  direct_apply | sum_same_id_gradients_and_apply (expansion mode)
 Results go to the module-level dict RESULTS (losses, table sizes, exported tables).
 """
+
 import glob
 import os
 import re
 
 import numpy as np
 import tensorflow as tf
+from demo_data import BATCH, ITEM_FEATS, ITEM_VOCAB, USER_FEATS, USER_VOCAB, make_data
 
-from rec_sdk.constants.constants import (ASCEND_SPARSE_LOOKUP_ID_OFFSET,
-                                         ASCEND_SPARSE_LOOKUP_LOCAL_EMB,
-                                         ASCEND_SPARSE_LOOKUP_UNIQUE_KEYS, ASCEND_TIMESTAMP,
-                                         ApplyGradientsStrategy, BaseEnum)
+from rec_sdk.base.log import logger
+from rec_sdk.constants.constants import (
+    ASCEND_SPARSE_LOOKUP_ID_OFFSET,
+    ASCEND_SPARSE_LOOKUP_LOCAL_EMB,
+    ASCEND_SPARSE_LOOKUP_UNIQUE_KEYS,
+    ASCEND_TIMESTAMP,
+    ApplyGradientsStrategy,
+    BaseEnum,
+)
 from rec_sdk.core.asc.feature_spec import FeatureSpec
 from rec_sdk.core.asc.helper import get_asc_insert_func
 from rec_sdk.core.asc.manager import start_asc_pipeline
@@ -34,15 +41,16 @@ from rec_sdk.graph.modifier import modify_graph_and_start_emb_cache
 from rec_sdk.optimizers.lazy_adam import create_hash_optimizer
 from rec_sdk.optimizers.lazy_adam_by_addr import create_hash_optimizer_by_address
 from rec_sdk.util.communication.hccl_ops import get_rank_id, get_rank_size
-from rec_sdk.util.initialize import (ConfigInitializer, clear_channel, init, set_if_load,
-                                     terminate_config_initializer)
-from rec_sdk.base.log import logger
+from rec_sdk.util.initialize import (
+    ConfigInitializer,
+    clear_channel,
+    init,
+    set_if_load,
+    terminate_config_initializer,
+)
 from rec_sdk.util.ops import import_host_pipeline_ops
 from rec_sdk.util.tf_version_adapter import hccl_ops
 from rec_sdk.util.variable import get_dense_and_sparse_variable
-
-from demo_data import (BATCH, ITEM_FEATS, ITEM_VOCAB, USER_FEATS, USER_VOCAB,
-                       make_data)
 
 tf.compat.v1.disable_eager_execution()
 
@@ -74,10 +82,12 @@ def make_batch_and_iterator(is_training, feature_spec_list=None):
         def add_timestamp(batch):
             batch["timestamp"] = ops.return_timestamp(tf.cast(batch["label_0"], tf.int64))
             return batch
+
         dataset = dataset.map(add_timestamp)
     if not MODIFY_GRAPH_FLAG:
-        insert_fn = get_asc_insert_func(tgt_key_specs=feature_spec_list,
-                                        is_training=is_training, dump_graph=False)
+        insert_fn = get_asc_insert_func(
+            tgt_key_specs=feature_spec_list, is_training=is_training, dump_graph=False
+        )
         dataset = dataset.map(insert_fn)
     dataset = dataset.prefetch(100)
     if USE_ONE_SHOT:
@@ -91,16 +101,19 @@ class MyModel:
     def __call__(self, embedding_list, label_0, label_1):
         x = tf.concat(embedding_list, axis=1)
         with tf.compat.v1.variable_scope("mlp", reuse=tf.compat.v1.AUTO_REUSE):
-            w = tf.compat.v1.get_variable("w", [x.shape[1], 2],
-                                          initializer=tf.compat.v1.glorot_uniform_initializer(
-                                              seed=3))
+            w = tf.compat.v1.get_variable(
+                "w", [x.shape[1], 2], initializer=tf.compat.v1.glorot_uniform_initializer(seed=3)
+            )
             b = tf.compat.v1.get_variable("b", [2], initializer=tf.zeros_initializer())
         logits = tf.matmul(x, w) + b
         self.loss_list = [
-            tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=label_0,
-                                                                   logits=logits[:, 0])),
-            tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=label_1,
-                                                                   logits=logits[:, 1]))]
+            tf.reduce_mean(
+                tf.nn.sigmoid_cross_entropy_with_logits(labels=label_0, logits=logits[:, 0])
+            ),
+            tf.reduce_mean(
+                tf.nn.sigmoid_cross_entropy_with_logits(labels=label_1, logits=logits[:, 1])
+            ),
+        ]
         return self
 
 
@@ -110,11 +123,18 @@ def model_forward(input_list, batch, is_train, modify_graph, config_dict=None):
         access_and_evict_config = None
         if isinstance(config_dict, dict):
             access_and_evict_config = config_dict.get(hash_table.table_name)
-        embedding = sparse_lookup(hash_table, feature, send_count, is_train=is_train,
-                                  access_and_evict_config=access_and_evict_config, is_grad=True,
-                                  name=hash_table.table_name + "_lookup",
-                                  modify_graph=modify_graph, batch=batch,
-                                  serving_default_value=tf.ones(shape=(DIM,)) * 2)
+        embedding = sparse_lookup(
+            hash_table,
+            feature,
+            send_count,
+            is_train=is_train,
+            access_and_evict_config=access_and_evict_config,
+            is_grad=True,
+            name=hash_table.table_name + "_lookup",
+            modify_graph=modify_graph,
+            batch=batch,
+            serving_default_value=tf.ones(shape=(DIM,)) * 2,
+        )
         embedding_list.append(tf.reduce_sum(embedding, axis=1, keepdims=False))
     return MyModel()(embedding_list, batch["label_0"], batch["label_1"])
 
@@ -131,8 +151,11 @@ def build_graph(table_list, is_train, feature_spec_list=None, config_dict=None):
             tf.compat.v1.add_to_collection(ASCEND_TIMESTAMP, batch["timestamp"])
             tf.compat.v1.add_to_collection(ASCEND_TIMESTAMP, batch["timestamp"])  # twice: still one
     else:
-        input_list = [feature_spec_list[:2 + MULTI_LOOKUP_TIMES * USE_MULTI_LOOKUP],
-                      list(table_list), send_counts]
+        input_list = [
+            feature_spec_list[: 2 + MULTI_LOOKUP_TIMES * USE_MULTI_LOOKUP],
+            list(table_list),
+            send_counts,
+        ]
         if USE_MULTI_LOOKUP:
             for part in input_list[1:]:
                 part.extend([part[0]] * MULTI_LOOKUP_TIMES)
@@ -143,25 +166,47 @@ def build_graph(table_list, is_train, feature_spec_list=None, config_dict=None):
 def create_feature_spec_list():
     access = ACCESS_THRESHOLD if USE_TIMESTAMP else None
     evict = EVICTION_THRESHOLD if USE_TIMESTAMP else None
-    specs = [FeatureSpec("user_ids", table_name="user_table", access_threshold=access,
-                         eviction_threshold=evict, faae_coefficient=1),
-             FeatureSpec("item_ids", table_name="item_table", access_threshold=access,
-                         eviction_threshold=evict, faae_coefficient=4)]
+    specs = [
+        FeatureSpec(
+            "user_ids",
+            table_name="user_table",
+            access_threshold=access,
+            eviction_threshold=evict,
+            faae_coefficient=1,
+        ),
+        FeatureSpec(
+            "item_ids",
+            table_name="item_table",
+            access_threshold=access,
+            eviction_threshold=evict,
+            faae_coefficient=4,
+        ),
+    ]
     if USE_MULTI_LOOKUP:
         for _ in range(MULTI_LOOKUP_TIMES):
-            specs.append(FeatureSpec("user_ids", table_name="user_table",
-                                     access_threshold=access, eviction_threshold=evict,
-                                     faae_coefficient=1))
+            specs.append(
+                FeatureSpec(
+                    "user_ids",
+                    table_name="user_table",
+                    access_threshold=access,
+                    eviction_threshold=evict,
+                    faae_coefficient=1,
+                )
+            )
     if USE_TIMESTAMP:
         specs.append(FeatureSpec("timestamp", is_timestamp=True))
     return specs
 
 
 class RunMode:
-    def __init__(self, table_list, optimizer_list, train_model, eval_model, train_iterator,
-                 eval_iterator):
-        self.session = tf.compat.v1.Session(config=tf.compat.v1.ConfigProto(
-            intra_op_parallelism_threads=2, inter_op_parallelism_threads=2))
+    def __init__(
+        self, table_list, optimizer_list, train_model, eval_model, train_iterator, eval_iterator
+    ):
+        self.session = tf.compat.v1.Session(
+            config=tf.compat.v1.ConfigProto(
+                intra_op_parallelism_threads=2, inter_op_parallelism_threads=2
+            )
+        )
         self.table_list = table_list
         self.optimizer_list = optimizer_list
         self.train_model, self.eval_model = train_model, eval_model
@@ -173,13 +218,21 @@ class RunMode:
     def _infer(self):
         if not USE_ONE_SHOT:
             config = ConfigInitializer.get_instance().train_params_config
-            initializer = (config.get_initializer(False) if MODIFY_GRAPH_FLAG
-                           else self.eval_iterator.initializer)
+            initializer = (
+                config.get_initializer(False)
+                if MODIFY_GRAPH_FLAG
+                else self.eval_iterator.initializer
+            )
             self.session.run(initializer)
-        channel_id = ConfigInitializer.get_instance().train_params_config \
-            .get_training_mode_channel_id(False)
-        self.session.run([clear_channel(is_train_channel=False),
-                          import_host_pipeline_ops().clear_channel(channel_id)])
+        channel_id = (
+            ConfigInitializer.get_instance().train_params_config.get_training_mode_channel_id(False)
+        )
+        self.session.run(
+            [
+                clear_channel(is_train_channel=False),
+                import_host_pipeline_ops().clear_channel(channel_id),
+            ]
+        )
         losses = []
         for _ in range(EVAL_STEPS):
             try:
@@ -190,8 +243,9 @@ class RunMode:
 
     def set_train_ops(self):
         dense_variables, sparse_variables = get_dense_and_sparse_variable()
-        for loss, (dense_optimizer, sparse_optimizer) in zip(self.train_model.loss_list,
-                                                             self.optimizer_list):
+        for loss, (dense_optimizer, sparse_optimizer) in zip(
+            self.train_model.loss_list, self.optimizer_list
+        ):
             grads = dense_optimizer.compute_gradients(loss, var_list=dense_variables)
             avg_grads = []
             for grad, var in grads:
@@ -202,20 +256,23 @@ class RunMode:
             self.train_ops.append(dense_optimizer.apply_gradients(avg_grads))
             if flag("USE_DYNAMIC_EXPANSION"):
                 train_emb_list = tf.compat.v1.get_collection(ASCEND_SPARSE_LOOKUP_LOCAL_EMB)
-                if (ApplyGradientsStrategy.mapping(os.getenv("APPLY_GRADIENTS_STRATEGY"))
-                        == ApplyGradientsStrategy.SUM_SAME_ID_GRADIENTS_AND_APPLY):
+                if (
+                    ApplyGradientsStrategy.mapping(os.getenv("APPLY_GRADIENTS_STRATEGY"))
+                    == ApplyGradientsStrategy.SUM_SAME_ID_GRADIENTS_AND_APPLY
+                ):
                     train_address_list = tf.compat.v1.get_collection(
-                        ASCEND_SPARSE_LOOKUP_UNIQUE_KEYS)
+                        ASCEND_SPARSE_LOOKUP_UNIQUE_KEYS
+                    )
                 else:
-                    train_address_list = tf.compat.v1.get_collection(
-                        ASCEND_SPARSE_LOOKUP_ID_OFFSET)
+                    train_address_list = tf.compat.v1.get_collection(ASCEND_SPARSE_LOOKUP_ID_OFFSET)
                 local_grads = tf.gradients(loss, train_emb_list)
                 grads_and_vars = list(zip(local_grads, train_address_list))
                 self.train_ops.append(sparse_optimizer.apply_gradients(grads_and_vars))
             else:
                 sparse_grads = tf.gradients(loss, sparse_variables)
-                self.train_ops.append(sparse_optimizer.apply_gradients(
-                    list(zip(sparse_grads, sparse_variables))))
+                self.train_ops.append(
+                    sparse_optimizer.apply_gradients(list(zip(sparse_grads, sparse_variables)))
+                )
 
     def train(self, if_load, model_file):
         self.set_train_ops()
@@ -223,8 +280,11 @@ class RunMode:
             modify_graph_and_start_emb_cache(dump_graph=False)
         if not USE_ONE_SHOT:
             config = ConfigInitializer.get_instance().train_params_config
-            self.session.run(config.get_initializer(True) if MODIFY_GRAPH_FLAG
-                             else self.train_iterator.initializer)
+            self.session.run(
+                config.get_initializer(True)
+                if MODIFY_GRAPH_FLAG
+                else self.train_iterator.initializer
+            )
         self.session.run(tf.compat.v1.global_variables_initializer())
         saver = tf.compat.v1.train.Saver()
         if if_load:
@@ -253,8 +313,10 @@ class RunMode:
     def change_threshold(self):
         thres_tensor = tf.constant(NEW_THRESHOLD, dtype=tf.int32)
         set_threshold_op = ConfigInitializer.get_instance().host_pipeline_ops.set_threshold(
-            thres_tensor, emb_name=self.table_list[0].table_name,
-            ids_name=self.table_list[0].table_name + "_lookup")
+            thres_tensor,
+            emb_name=self.table_list[0].table_name,
+            ids_name=self.table_list[0].table_name + "_lookup",
+        )
         RESULTS["set_threshold"] = self.session.run([set_threshold_op])[0]
 
 
@@ -277,18 +339,33 @@ def main():
         model_file = glob.glob("./saved-model/sparse-model-*")
         if not model_file:
             raise ValueError("no model file in ./saved-model")
-    init(train_steps=TRAIN_INTERVAL, eval_steps=EVAL_STEPS, save_steps=SAVE_INTERVAL,
-         max_steps=MAX_STEPS, use_dynamic=flag("USE_DYNAMIC", 1),
-         use_dynamic_expansion=use_dynamic_expansion, if_load=if_load, use_mpi=True,
-         use_hot=False, bind_cpu=True)
+    init(
+        train_steps=TRAIN_INTERVAL,
+        eval_steps=EVAL_STEPS,
+        save_steps=SAVE_INTERVAL,
+        max_steps=MAX_STEPS,
+        use_dynamic=flag("USE_DYNAMIC", 1),
+        use_dynamic_expansion=use_dynamic_expansion,
+        if_load=if_load,
+        use_mpi=True,
+        use_hot=False,
+        bind_cpu=True,
+    )
     set_if_load(if_load)
     access_and_evict = None
     if USE_TIMESTAMP:
         access_and_evict = {
-            "user_table": dict(access_threshold=ACCESS_THRESHOLD,
-                               eviction_threshold=EVICTION_THRESHOLD, faae_coefficient=1),
-            "item_table": dict(access_threshold=ACCESS_THRESHOLD,
-                               eviction_threshold=EVICTION_THRESHOLD, faae_coefficient=4)}
+            "user_table": dict(
+                access_threshold=ACCESS_THRESHOLD,
+                eviction_threshold=EVICTION_THRESHOLD,
+                faae_coefficient=1,
+            ),
+            "item_table": dict(
+                access_threshold=ACCESS_THRESHOLD,
+                eviction_threshold=EVICTION_THRESHOLD,
+                faae_coefficient=4,
+            ),
+        }
     train_specs = eval_specs = None
     if not MODIFY_GRAPH_FLAG:
         train_specs, eval_specs = create_feature_spec_list(), create_feature_spec_list()
@@ -298,23 +375,34 @@ def main():
         sparse_optimizer = create_hash_optimizer(learning_rate=0.01)
     optimizer_list = [(tf.compat.v1.train.AdamOptimizer(0.01), sparse_optimizer)]
     initializer = tf.compat.v1.truncated_normal_initializer(stddev=0.05, seed=128)
-    user_table = create_table(key_dtype=tf.int64, dim=tf.TensorShape([DIM]), name="user_table",
-                              emb_initializer=initializer,
-                              all2all_gradients_op="sum_gradients_and_div_by_ranksize",
-                              is_dp=False, device_vocabulary_size=USER_VOCAB * get_rank_size(),
-                              host_vocabulary_size=0)
-    item_table = create_table(key_dtype=tf.int64, dim=tf.TensorShape([DIM]), name="item_table",
-                              emb_initializer=initializer,
-                              device_vocabulary_size=ITEM_VOCAB * get_rank_size(),
-                              host_vocabulary_size=0)
+    user_table = create_table(
+        key_dtype=tf.int64,
+        dim=tf.TensorShape([DIM]),
+        name="user_table",
+        emb_initializer=initializer,
+        all2all_gradients_op="sum_gradients_and_div_by_ranksize",
+        is_dp=False,
+        device_vocabulary_size=USER_VOCAB * get_rank_size(),
+        host_vocabulary_size=0,
+    )
+    item_table = create_table(
+        key_dtype=tf.int64,
+        dim=tf.TensorShape([DIM]),
+        name="item_table",
+        emb_initializer=initializer,
+        device_vocabulary_size=ITEM_VOCAB * get_rank_size(),
+        host_vocabulary_size=0,
+    )
     table_list = [user_table, item_table]
     train_iterator = train_model = None
     if use_mode in (UseMode.TRAIN, UseMode.LOAD_AND_TRAIN):
-        train_iterator, train_model, _ = build_graph(table_list, True, train_specs,
-                                                     access_and_evict)
+        train_iterator, train_model, _ = build_graph(
+            table_list, True, train_specs, access_and_evict
+        )
     eval_iterator, eval_model, _ = build_graph(table_list, False, eval_specs, access_and_evict)
-    run_mode = RunMode(table_list, optimizer_list, train_model, eval_model, train_iterator,
-                       eval_iterator)
+    run_mode = RunMode(
+        table_list, optimizer_list, train_model, eval_model, train_iterator, eval_iterator
+    )
     if not MODIFY_GRAPH_FLAG:
         start_asc_pipeline()
     if MODIFY_GRAPH_FLAG and use_mode == UseMode.PREDICT:

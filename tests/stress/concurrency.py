@@ -26,6 +26,7 @@ Two scenarios, each in its own child process (a crash or a hang is counted as a 
 
 Prints one summary line; exits non-zero on any loss.
 """
+
 import argparse
 import json
 import os
@@ -42,27 +43,32 @@ BATCH = 512
 
 def _session_config():
     import tensorflow as tf
-    return tf.compat.v1.ConfigProto(intra_op_parallelism_threads=2,
-                                    inter_op_parallelism_threads=2)
+
+    return tf.compat.v1.ConfigProto(intra_op_parallelism_threads=2, inter_op_parallelism_threads=2)
 
 
 def _train_graph(table, keys, **lookup_args):
     """SGD (learning rate 1) of sum(embeddings): (train op, embeddings)."""
     import tensorflow as tf
+
     from rec_sdk.core.embedding import sparse_lookup
     from rec_sdk.optimizers import gradient_descent_by_addr
+
     emb = sparse_lookup(table, keys, **lookup_args)
-    grads = tf.gradients(tf.reduce_sum(emb),
-                         tf.compat.v1.get_collection("ASCEND_SPARSE_LOOKUP_LOCAL_EMB"))
+    grads = tf.gradients(
+        tf.reduce_sum(emb), tf.compat.v1.get_collection("ASCEND_SPARSE_LOOKUP_LOCAL_EMB")
+    )
     optimizer = gradient_descent_by_addr.create_hash_optimizer_by_addr(1.0, weight_decay=0.0)
     train = optimizer.apply_gradients(
-        zip(grads, tf.compat.v1.get_collection("ASCEND_SPARSE_LOOKUP_ID_OFFSET")))
+        zip(grads, tf.compat.v1.get_collection("ASCEND_SPARSE_LOOKUP_ID_OFFSET"))
+    )
     return train, emb
 
 
 def sessions(seconds, seed, work):
     import numpy as np
     import tensorflow as tf
+
     tf.compat.v1.disable_eager_execution()
     from rec_sdk import saver as rec_saver
     from rec_sdk.core.embedding import create_table
@@ -70,14 +76,16 @@ def sessions(seconds, seed, work):
 
     init(use_dynamic_expansion=True)
     graph = tf.compat.v1.get_default_graph()
-    table = create_table(tf.int64, DIM, "shared", tf.compat.v1.zeros_initializer(),
-                         device_vocabulary_size=KEY_SPACE)
+    table = create_table(
+        tf.int64, DIM, "shared", tf.compat.v1.zeros_initializer(), device_vocabulary_size=KEY_SPACE
+    )
     keys = tf.compat.v1.placeholder(tf.int64, [None])
     train, _ = _train_graph(table, keys)
     export = table.export()
     server = tf.distribute.Server.create_local_server()
-    sessions_ = [tf.compat.v1.Session(server.target, graph=graph, config=_session_config())
-                 for _ in range(2)]
+    sessions_ = [
+        tf.compat.v1.Session(server.target, graph=graph, config=_session_config()) for _ in range(2)
+    ]
     counts = [np.zeros(KEY_SPACE, np.int64) for _ in range(4)]
     # Steps TensorFlow's distributed runtime aborted ("The same RunGraph request was received
     # twice": its check of recent request ids, outside rec_sdk) may or may not have run.
@@ -104,8 +112,10 @@ def sessions(seconds, seed, work):
                 counts[index] += np.bincount(batch, minlength=KEY_SPACE)
                 steps[index] += 1
         except Exception as e:  # pylint: disable=broad-except
-            errors.append("trainer %d after %d steps: %s %s" % (index, steps[index],
-                                                                 type(e).__name__, str(e)[:300]))
+            errors.append(
+                "trainer %d after %d steps: %s %s"
+                % (index, steps[index], type(e).__name__, str(e)[:300])
+            )
 
     def saver():
         n = 0
@@ -135,8 +145,10 @@ def sessions(seconds, seed, work):
     lost = wrong_keys = 0
     order = np.argsort(got_keys)
     got_keys, got_values = got_keys[order], got_values[order]
-    if np.setdiff1d(expected_keys, got_keys).size or np.setdiff1d(
-            got_keys, np.flatnonzero(total + maybe)).size:
+    if (
+        np.setdiff1d(expected_keys, got_keys).size
+        or np.setdiff1d(got_keys, np.flatnonzero(total + maybe)).size
+    ):
         wrong_keys = int(len(np.setxor1d(got_keys, expected_keys)))
     else:
         # -row is the key's count over the steps that ran: exactly the certain ones, plus
@@ -150,8 +162,9 @@ def sessions(seconds, seed, work):
     tf.compat.v1.reset_default_graph()
     terminate_config_initializer()
     init(use_dynamic_expansion=True)
-    table = create_table(tf.int64, DIM, "shared", tf.compat.v1.zeros_initializer(),
-                         device_vocabulary_size=KEY_SPACE)
+    table = create_table(
+        tf.int64, DIM, "shared", tf.compat.v1.zeros_initializer(), device_vocabulary_size=KEY_SPACE
+    )
     export = table.export()
     with tf.compat.v1.Session(config=_session_config()) as sess:
         for path in saves:
@@ -164,32 +177,58 @@ def sessions(seconds, seed, work):
                 continue
             if not len(k):
                 continue  # saved before the first step
-            if k.min() < 0 or k.max() >= KEY_SPACE or np.any(v != np.round(v)) or \
-                    np.any(v > 0) or np.any(v < -(total + maybe)[k][:, None]):
+            if (
+                k.min() < 0
+                or k.max() >= KEY_SPACE
+                or np.any(v != np.round(v))
+                or np.any(v > 0)
+                or np.any(v < -(total + maybe)[k][:, None])
+            ):
                 bad_saves += 1
-    return {"steps": int(sum(steps)), "aborted": int(sum(aborted)),
-            "keys": int(len(expected_keys)), "lost_rows": lost,
-            "wrong_keys": wrong_keys, "saves": len(saves), "bad_saves": bad_saves,
-            "errors": errors[:5], "error_count": len(errors),
-            "ok": not errors and lost == 0 and wrong_keys == 0 and bad_saves == 0
-            and len(saves) > 0 and sum(steps) > 0}
+    return {
+        "steps": int(sum(steps)),
+        "aborted": int(sum(aborted)),
+        "keys": int(len(expected_keys)),
+        "lost_rows": lost,
+        "wrong_keys": wrong_keys,
+        "saves": len(saves),
+        "bad_saves": bad_saves,
+        "errors": errors[:5],
+        "error_count": len(errors),
+        "ok": not errors
+        and lost == 0
+        and wrong_keys == 0
+        and bad_saves == 0
+        and len(saves) > 0
+        and sum(steps) > 0,
+    }
 
 
 def eviction(seconds, seed, work):
     del work
     import numpy as np
     import tensorflow as tf
+
     tf.compat.v1.disable_eager_execution()
     from rec_sdk.core.embedding import create_table
     from rec_sdk.util.initialize import init
 
     init(use_dynamic_expansion=True)
-    table = create_table(tf.int64, DIM, "evicting", tf.compat.v1.zeros_initializer(),
-                         device_vocabulary_size=KEY_SPACE)
+    table = create_table(
+        tf.int64,
+        DIM,
+        "evicting",
+        tf.compat.v1.zeros_initializer(),
+        device_vocabulary_size=KEY_SPACE,
+    )
     keys = tf.compat.v1.placeholder(tf.int64, [None])
     times = tf.compat.v1.placeholder(tf.int64, [None])
-    train, emb = _train_graph(table, keys, timestamps=times, access_and_evict_config={
-        "access_threshold": 0, "eviction_threshold": 2})
+    train, emb = _train_graph(
+        table,
+        keys,
+        timestamps=times,
+        access_and_evict_config={"access_threshold": 0, "eviction_threshold": 2},
+    )
     evict = table.evict()
     b_keys = tf.compat.v1.placeholder(tf.int64, [None])
     pattern = tf.tile(tf.cast(b_keys, tf.float32)[:, None] + 0.5, [1, DIM])
@@ -198,8 +237,15 @@ def eviction(seconds, seed, work):
     remove = table.remove(b_keys)
     b_set = np.arange(10**6, 10**6 + 256, dtype=np.int64)
     clock = [0]
-    stats = {"steps": 0, "stale": 0, "evictions": 0, "rows_evicted": 0, "churns": 0,
-             "foreign_writes": 0, "foreign_reads": 0}
+    stats = {
+        "steps": 0,
+        "stale": 0,
+        "evictions": 0,
+        "rows_evicted": 0,
+        "churns": 0,
+        "foreign_writes": 0,
+        "foreign_reads": 0,
+    }
     errors = []
     deadline = time.time() + seconds
     sess = tf.compat.v1.Session(config=_session_config())
@@ -211,8 +257,7 @@ def eviction(seconds, seed, work):
                 clock[0] += 1
                 batch = rng.integers(0, KEY_SPACE, BATCH)
                 try:
-                    _, rows = sess.run([train, emb], {keys: batch,
-                                                      times: np.full(BATCH, clock[0])})
+                    _, rows = sess.run([train, emb], {keys: batch, times: np.full(BATCH, clock[0])})
                 except tf.errors.InvalidArgumentError as e:
                     if "stale" not in str(e):
                         raise
@@ -222,8 +267,10 @@ def eviction(seconds, seed, work):
                 if np.any(rows > 0) or np.any(rows != np.round(rows)):
                     stats["foreign_reads"] += 1
         except Exception as e:  # pylint: disable=broad-except
-            errors.append("trainer %d after %d steps: %s %s" % (index, stats["steps"],
-                                                                 type(e).__name__, str(e)[:300]))
+            errors.append(
+                "trainer %d after %d steps: %s %s"
+                % (index, stats["steps"], type(e).__name__, str(e)[:300])
+            )
 
     def evictor():
         try:
@@ -248,16 +295,24 @@ def eviction(seconds, seed, work):
         except Exception as e:  # pylint: disable=broad-except
             errors.append("churn: %r" % (e,))
 
-    threads = ([threading.Thread(target=trainer, args=(i,)) for i in range(2)] +
-               [threading.Thread(target=evictor), threading.Thread(target=churn)])
+    threads = [threading.Thread(target=trainer, args=(i,)) for i in range(2)] + [
+        threading.Thread(target=evictor),
+        threading.Thread(target=churn),
+    ]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     sess.close()
     stats.update(errors=errors[:5], error_count=len(errors))
-    stats["ok"] = (not errors and stats["foreign_writes"] == 0 and stats["foreign_reads"] == 0
-                   and stats["steps"] > 0 and stats["rows_evicted"] > 0 and stats["churns"] > 0)
+    stats["ok"] = (
+        not errors
+        and stats["foreign_writes"] == 0
+        and stats["foreign_reads"] == 0
+        and stats["steps"] > 0
+        and stats["rows_evicted"] > 0
+        and stats["churns"] > 0
+    )
     return stats
 
 
@@ -270,6 +325,7 @@ def child(scenario, seconds, seed):
         result = SCENARIOS[scenario](seconds, seed, work)
     finally:
         import shutil
+
         shutil.rmtree(work, ignore_errors=True)
     print("RESULT " + json.dumps(result), flush=True)
 
@@ -286,43 +342,68 @@ def main():
     start = time.time()
     parts, losses = [], 0
     for scenario in ("sessions", "eviction"):
-        command = [sys.executable, os.path.abspath(__file__), "--child", scenario,
-                   "--seconds", str(args.seconds), "--seed", str(args.seed)]
+        command = [
+            sys.executable,
+            os.path.abspath(__file__),
+            "--child",
+            scenario,
+            "--seconds",
+            str(args.seconds),
+            "--seed",
+            str(args.seed),
+        ]
         try:
-            run = subprocess.run(command, capture_output=True, text=True,
-                                 timeout=args.seconds * 4 + 120)
+            run = subprocess.run(
+                command, capture_output=True, text=True, timeout=args.seconds * 4 + 120
+            )
         except subprocess.TimeoutExpired:
-            parts.append("%s: HANG (no result within %.0f s)"
-                         % (scenario, args.seconds * 4 + 120))
+            parts.append("%s: HANG (no result within %.0f s)" % (scenario, args.seconds * 4 + 120))
             losses += 1
             continue
-        lines = [l for l in run.stdout.splitlines() if l.startswith("RESULT ")]
+        lines = [ln for ln in run.stdout.splitlines() if ln.startswith("RESULT ")]
         if run.returncode != 0 or not lines:
-            parts.append("%s: CRASH (exit %d) %s" % (scenario, run.returncode,
-                                                    run.stderr.strip()[-400:]))
+            parts.append(
+                "%s: CRASH (exit %d) %s" % (scenario, run.returncode, run.stderr.strip()[-400:])
+            )
             losses += 1
             continue
-        result = json.loads(lines[-1][len("RESULT "):])
+        result = json.loads(lines[-1][len("RESULT ") :])
         losses += not result["ok"]
         if scenario == "sessions":
             parts.append(
                 "sessions: %d steps of 4 threads in 2 sessions of one server (%d more aborted "
                 "by TensorFlow's runtime), %d keys, %d rows off their updates, %d wrong keys, "
                 "%d saves during training (%d bad)"
-                % (result["steps"], result["aborted"], result["keys"], result["lost_rows"],
-                   result["wrong_keys"], result["saves"], result["bad_saves"]))
+                % (
+                    result["steps"],
+                    result["aborted"],
+                    result["keys"],
+                    result["lost_rows"],
+                    result["wrong_keys"],
+                    result["saves"],
+                    result["bad_saves"],
+                )
+            )
         else:
             parts.append(
                 "eviction: %d steps (%d failed stale, as they must), %d evictions of %d rows, "
                 "%d churns of never-trained keys: %d foreign writes, %d foreign reads"
-                % (result["steps"], result["stale"], result["evictions"],
-                   result["rows_evicted"], result["churns"], result["foreign_writes"],
-                   result["foreign_reads"]))
+                % (
+                    result["steps"],
+                    result["stale"],
+                    result["evictions"],
+                    result["rows_evicted"],
+                    result["churns"],
+                    result["foreign_writes"],
+                    result["foreign_reads"],
+                )
+            )
         if result["error_count"]:
             parts[-1] += "; %d errors: %s" % (result["error_count"], result["errors"])
-    print("concurrency: %s; %s in %.0f s" % ("; ".join(parts),
-                                            "LOSS" if losses else "no loss",
-                                            time.time() - start))
+    print(
+        "concurrency: %s; %s in %.0f s"
+        % ("; ".join(parts), "LOSS" if losses else "no loss", time.time() - start)
+    )
     return 1 if losses else 0
 
 

@@ -8,6 +8,7 @@ half-loaded.
 The cases run in a child process (a crash is counted as a loss). Prints one summary line;
 exits non-zero on any loss.
 """
+
 import argparse
 import os
 import shutil
@@ -23,6 +24,7 @@ MODES = ("corrupt", "truncate", "delete", "swap")
 def cases(rows):
     import numpy as np
     import tensorflow as tf
+
     tf.compat.v1.disable_eager_execution()
     from rec_sdk import saver as rec_saver
     from rec_sdk.core.embedding import create_table, sparse_lookup
@@ -30,18 +32,33 @@ def cases(rows):
     from rec_sdk.util.initialize import init
 
     init(use_dynamic_expansion=True)
-    tables = [create_table(tf.int64, DIM, name, tf.compat.v1.random_uniform_initializer(seed=i),
-                           device_vocabulary_size=rows) for i, name in enumerate(("a", "b"))]
+    tables = [
+        create_table(
+            tf.int64,
+            DIM,
+            name,
+            tf.compat.v1.random_uniform_initializer(seed=i),
+            device_vocabulary_size=rows,
+        )
+        for i, name in enumerate(("a", "b"))
+    ]
     keys = tf.compat.v1.placeholder(tf.int64, [None])
     times = tf.compat.v1.placeholder(tf.int64, [None])
-    embs = [sparse_lookup(t, keys, name="lookup_" + t.table_name, timestamps=times,
-                          access_and_evict_config={"access_threshold": 2,
-                                                   "eviction_threshold": 10**9})
-            for t in tables]
+    embs = [
+        sparse_lookup(
+            t,
+            keys,
+            name="lookup_" + t.table_name,
+            timestamps=times,
+            access_and_evict_config={"access_threshold": 2, "eviction_threshold": 10**9},
+        )
+        for t in tables
+    ]
     loss = tf.add_n([tf.reduce_sum(tf.square(e)) for e in embs])
     grads = tf.gradients(loss, tf.compat.v1.get_collection("ASCEND_SPARSE_LOOKUP_LOCAL_EMB"))
     train = lazy_adam_by_addr.create_hash_optimizer_by_address(0.01).apply_gradients(
-        zip(grads, tf.compat.v1.get_collection("ASCEND_SPARSE_LOOKUP_ID_OFFSET")))
+        zip(grads, tf.compat.v1.get_collection("ASCEND_SPARSE_LOOKUP_ID_OFFSET"))
+    )
     size = tables[0].size_tensor()
     refill = tables[0].upsert(tf.constant([1, 2, 3], tf.int64), tf.ones([3, DIM]))
     looked, found = tables[0].lookup(tf.constant([1, 2, 3], tf.int64))
@@ -93,12 +110,15 @@ def cases(rows):
                     outcome, message = "LOSS", "restore succeeded"
                 except tf.errors.OpError as e:
                     lines = e.message.splitlines()
-                    after = [lines[i + 1] for i, l in enumerate(lines[:-1])
-                             if l.startswith("Node:")]
+                    after = [
+                        lines[i + 1] for i, ln in enumerate(lines[:-1]) if ln.startswith("Node:")
+                    ]
                     message = (after or [lines[-1] if lines else str(e)])[0]
                     # Another table's metadata shows as data files that do not match it.
-                    named = name in message or (name == "meta.txt" and (
-                        "metadata" in message or (mode == "swap" and ".bin" in message)))
+                    named = name in message or (
+                        name == "meta.txt"
+                        and ("metadata" in message or (mode == "swap" and ".bin" in message))
+                    )
                     # All or nothing: an error found before loading leaves the table as it
                     # was (the three rows of `refill`), one found while streaming leaves it
                     # empty; never half-loaded.
@@ -127,10 +147,14 @@ def main():
     if args.child:
         return cases(args.rows)
     start = time.time()
-    result = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", "--rows",
-                             str(args.rows)], capture_output=True, text=True, timeout=1800)
+    result = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), "--child", "--rows", str(args.rows)],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     lines = result.stdout.splitlines()
-    checked = [l.split(None, 5) for l in lines if l.startswith("CASE")]
+    checked = [ln.split(None, 5) for ln in lines if ln.startswith("CASE")]
     ran = [c for c in checked if c[1] != "n/a"]
     losses = [" ".join(c[2:]) for c in checked if c[1] == "LOSS"]
     intact = "INTACT ok" in lines
@@ -139,13 +163,23 @@ def main():
     if not intact:
         losses.append("the intact checkpoint did not restore")
     files = sorted({c[2] for c in checked})
-    print("corruption: %d of %d cases failed cleanly (error naming the file, table untouched or "
-          "empty) over %d files x %s, %d not applicable (empty or identical file), intact "
-          "checkpoint restores: %s, "
-          "rows=%d, %.0f s%s"
-          % (len(ran) - len([c for c in ran if c[1] == "LOSS"]), len(ran), len(files),
-             "/".join(MODES), len(checked) - len(ran), intact, args.rows, time.time() - start,
-             "" if not losses else "; LOSS: " + "; ".join(losses[:5])))
+    print(
+        "corruption: %d of %d cases failed cleanly (error naming the file, table untouched or "
+        "empty) over %d files x %s, %d not applicable (empty or identical file), intact "
+        "checkpoint restores: %s, "
+        "rows=%d, %.0f s%s"
+        % (
+            len(ran) - len([c for c in ran if c[1] == "LOSS"]),
+            len(ran),
+            len(files),
+            "/".join(MODES),
+            len(checked) - len(ran),
+            intact,
+            args.rows,
+            time.time() - start,
+            "" if not losses else "; LOSS: " + "; ".join(losses[:5]),
+        )
+    )
     return 0 if not losses and ran else 1
 
 

@@ -38,6 +38,7 @@ in a fresh session. At the end model-1, tables/full and model-4 restore exactly 
 
 Prints one summary line; exits non-zero on any loss.
 """
+
 import argparse
 import os
 import shutil
@@ -54,6 +55,7 @@ BATCH = 100_000
 
 # --- child ----------------------------------------------------------------------------------
 
+
 class Disk:
     """Leaves `room` bytes for the next writes: a ballast file on the tmpfs, or
     RLIMIT_FSIZE (the most one file may hold)."""
@@ -63,6 +65,7 @@ class Disk:
         self.ballast = os.path.join(root, "ballast")
         if method == "rlimit":
             import signal
+
             signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 
     def free(self):
@@ -73,12 +76,14 @@ class Disk:
         self.release()
         if self.method == "rlimit":
             import resource
+
             resource.setrlimit(resource.RLIMIT_FSIZE, (int(room), resource.RLIM_INFINITY))
             return
         size = (self.free() - int(room)) // 4096 * 4096
         if size <= 0:
-            raise RuntimeError("the tmpfs has %d bytes free, less than the %d to leave"
-                               % (self.free(), room))
+            raise RuntimeError(
+                "the tmpfs has %d bytes free, less than the %d to leave" % (self.free(), room)
+            )
         fd = os.open(self.ballast, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             os.posix_fallocate(fd, 0, size)
@@ -88,16 +93,19 @@ class Disk:
     def release(self):
         if self.method == "rlimit":
             import resource
-            resource.setrlimit(resource.RLIMIT_FSIZE,
-                               (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+
+            resource.setrlimit(
+                resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY)
+            )
         elif os.path.exists(self.ballast):
             os.remove(self.ballast)
 
     def measure(self, directory):
         """What a save of `directory`'s size needs: total bytes (tmpfs: rounded to pages),
         or its largest file (rlimit)."""
-        sizes = [os.path.getsize(os.path.join(d, f))
-                 for d, _, files in os.walk(directory) for f in files]
+        sizes = [
+            os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(directory) for f in files
+        ]
         if self.method == "rlimit":
             return max(sizes)
         return sum((s + 4095) // 4096 * 4096 for s in sizes)
@@ -106,6 +114,7 @@ class Disk:
 def child(root, method, rows):
     import numpy as np
     import tensorflow as tf
+
     tf.compat.v1.disable_eager_execution()
     from rec_sdk import saver as rec_saver
     from rec_sdk.core.embedding import create_table, sparse_lookup
@@ -122,25 +131,41 @@ def child(root, method, rows):
 
     init(use_dynamic_expansion=True, enable_incremental_checkpoint=True)
     step_var = tf.compat.v1.train.get_or_create_global_step()
-    table = create_table(tf.int64, DIM, "big", tf.compat.v1.random_uniform_initializer(
-        -0.1, 0.1, seed=1), device_vocabulary_size=rows)
+    table = create_table(
+        tf.int64,
+        DIM,
+        "big",
+        tf.compat.v1.random_uniform_initializer(-0.1, 0.1, seed=1),
+        device_vocabulary_size=rows,
+    )
     dense = tf.compat.v1.get_variable(
-        "dense", [rows * DENSE_PER_ROW], tf.float32,
-        initializer=tf.compat.v1.random_uniform_initializer(seed=2))
+        "dense",
+        [rows * DENSE_PER_ROW],
+        tf.float32,
+        initializer=tf.compat.v1.random_uniform_initializer(seed=2),
+    )
     ids = tf.compat.v1.placeholder(tf.int64, [None])
     times = tf.compat.v1.placeholder(tf.int64, [None])
-    emb = sparse_lookup(table, ids, timestamps=times, access_and_evict_config={
-        "access_threshold": 2, "eviction_threshold": 10**9})
+    emb = sparse_lookup(
+        table,
+        ids,
+        timestamps=times,
+        access_and_evict_config={"access_threshold": 2, "eviction_threshold": 10**9},
+    )
     loss = tf.reduce_mean(tf.square(emb - 0.5))
     grads = tf.gradients(loss, tf.compat.v1.get_collection("ASCEND_SPARSE_LOOKUP_LOCAL_EMB"))
-    train = tf.group(lazy_adam_by_addr.create_hash_optimizer_by_address(0.01).apply_gradients(
-        zip(grads, tf.compat.v1.get_collection("ASCEND_SPARSE_LOOKUP_ID_OFFSET"))),
-        tf.compat.v1.assign_add(step_var, 1))
+    train = tf.group(
+        lazy_adam_by_addr.create_hash_optimizer_by_address(0.01).apply_gradients(
+            zip(grads, tf.compat.v1.get_collection("ASCEND_SPARSE_LOOKUP_ID_OFFSET"))
+        ),
+        tf.compat.v1.assign_add(step_var, 1),
+    )
     bump = tf.compat.v1.assign_add(dense, tf.ones_like(dense) * 0.25)
     export, stats = table.export(), table.stats()
     saver = tf.compat.v1.train.Saver(max_to_keep=10)
-    config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=2,
-                                      inter_op_parallelism_threads=2)
+    config = tf.compat.v1.ConfigProto(
+        intra_op_parallelism_threads=2, inter_op_parallelism_threads=2
+    )
     results = []
 
     def case(name, ok, detail=""):
@@ -150,8 +175,12 @@ def child(root, method, rows):
     def snapshot(sess, tables_only=False):
         keys, values, slots = sess.run(export)
         order = np.argsort(keys, kind="stable")
-        state = {"keys": keys[order], "values": values[order], "slots": slots[:, order],
-                 "stats": {k: int(v) for k, v in sess.run(stats).items() if k != "capacity"}}
+        state = {
+            "keys": keys[order],
+            "values": values[order],
+            "slots": slots[:, order],
+            "stats": {k: int(v) for k, v in sess.run(stats).items() if k != "capacity"},
+        }
         if not tables_only:
             state["dense"], state["step"] = sess.run([dense, step_var])
         return state
@@ -199,23 +228,36 @@ def child(root, method, rows):
         finally:
             disk.release()
         after = listing()
-        litter = [os.path.join(os.path.basename(d), name)
-                  for d in after for name in sorted(set(after[d]) - set(before[d]))]
-        gone = [os.path.join(os.path.basename(d), name)
-                for d in after for name in sorted(set(before[d]) - set(after[d]))]
+        litter = [
+            os.path.join(os.path.basename(d), name)
+            for d in after
+            for name in sorted(set(after[d]) - set(before[d]))
+        ]
+        gone = [
+            os.path.join(os.path.basename(d), name)
+            for d in after
+            for name in sorted(set(before[d]) - set(after[d]))
+        ]
         # TensorFlow's bundle writer leaves "<prefix>.data-...tempstate<n>" when a write fails
         # (the stock Saver too); rec_sdk's Saver wrapper is the one that could remove it.
         by_tf = [n for n in litter if ".tempstate" in n or n.startswith("ckpt/checkpoint.tmp")]
         ours = [n for n in litter if n not in by_tf]
         latest = tf.train.latest_checkpoint(ckpt_dir)
-        ok = (error is not None and not error.startswith("UNEXPECTED") and not litter
-              and not gone and latest == prefix + "-1")
+        ok = (
+            error is not None
+            and not error.startswith("UNEXPECTED")
+            and not litter
+            and not gone
+            and latest == prefix + "-1"
+        )
         detail = "error: %s" % error if error else "the save succeeded (room %d)" % room
         if ours:
             detail += "; left behind: %s" % ours
         if by_tf:
             detail += "; left behind by TensorFlow's part of the save: %s (%d bytes)" % (
-                by_tf, sum(os.path.getsize(os.path.join(root, n)) for n in by_tf))
+                by_tf,
+                sum(os.path.getsize(os.path.join(root, n)) for n in by_tf),
+            )
         if gone:
             detail += "; removed: %s" % gone
         if latest != prefix + "-1":
@@ -240,7 +282,7 @@ def child(root, method, rows):
             counter[0] += n // 100
             parts = [new, new, pending]
             if retrain is not None:
-                parts.append(retrain[done:done + n])
+                parts.append(retrain[done : done + n])
             batch = np.concatenate(parts)
             sess.run(train, {ids: batch, times: np.full(batch.size, 1000 + step, np.int64)})
             done += n
@@ -255,15 +297,22 @@ def child(root, method, rows):
         first = saver.save(sess, prefix, global_step=1)
         s1 = snapshot(sess)
         c1 = disk.measure(rec_saver.sparse_dir(first))
-        print_info("model-1: %d rows, tables %d bytes%s, TF data %d bytes"
-                   % (len(s1["keys"]), c1, " (largest file)" if method == "rlimit" else "",
-                      os.path.getsize(first + ".data-00000-of-00001")))
+        print_info(
+            "model-1: %d rows, tables %d bytes%s, TF data %d bytes"
+            % (
+                len(s1["keys"]),
+                c1,
+                " (largest file)" if method == "rlimit" else "",
+                os.path.getsize(first + ".data-00000-of-00001"),
+            )
+        )
 
         # A: the grown table does not fit.
         grow(sess, (GROWTH - 1) * rows)
         sess.run(bump)
-        failing_save("A_saver_tables_do_not_fit",
-                     lambda: saver.save(sess, prefix, global_step=2), 1.5 * c1)
+        failing_save(
+            "A_saver_tables_do_not_fit", lambda: saver.save(sess, prefix, global_step=2), 1.5 * c1
+        )
         restores("A_model1_restores_exactly", s1, path=first)
 
         # 2, C: save_tables over an existing directory fails.
@@ -272,23 +321,30 @@ def child(root, method, rows):
         c2 = disk.measure(full)
         keys = s2["keys"]
         grow(sess, rows // 20, retrain=keys[::3])
-        failing_save("C_save_tables_over_existing",
-                     lambda: rec_saver.save_tables(sess, full), c2 // 2)
+        failing_save(
+            "C_save_tables_over_existing", lambda: rec_saver.save_tables(sess, full), c2 // 2
+        )
         restores("C_full_restores_exactly", s2, directory=full)
 
         # D: a failed delta, then the delta again.
         delta1 = os.path.join(tables_dir, "delta1")
         grow(sess, rows // 20, retrain=keys[1::3])
-        failing_save("D_delta_does_not_fit",
-                     lambda: rec_saver.save_tables(sess, delta1, delta=True),
-                     8192 if method == "tmpfs" else 4096)
+        failing_save(
+            "D_delta_does_not_fit",
+            lambda: rec_saver.save_tables(sess, delta1, delta=True),
+            8192 if method == "tmpfs" else 4096,
+        )
         try:
             rec_saver.save_tables(sess, delta1, delta=True)
             case("D_delta_saves_after_freeing_space", True)
         except (tf.errors.OpError, OSError) as e:
             case("D_delta_saves_after_freeing_space", False, _message(e))
-        restores("D_full_plus_delta1_is_the_table", snapshot(sess, tables_only=True),
-                 directory=full, deltas=[delta1])
+        restores(
+            "D_full_plus_delta1_is_the_table",
+            snapshot(sess, tables_only=True),
+            directory=full,
+            deltas=[delta1],
+        )
 
         # B: the tables fit, TensorFlow's bundle does not.
         grow(sess, rows // 20, retrain=keys[2::3])
@@ -301,20 +357,29 @@ def child(root, method, rows):
         if method == "rlimit":
             room = tables_now
             if room >= data_file:
-                raise RuntimeError("TF's data file (%d B) is not bigger than the largest table "
-                                   "file (%d B)" % (data_file, tables_now))
+                raise RuntimeError(
+                    "TF's data file (%d B) is not bigger than the largest table "
+                    "file (%d B)" % (data_file, tables_now)
+                )
         else:
             room = tables_now + data_file // 2
-        failing_save("B_saver_tensorflow_part_does_not_fit",
-                     lambda: saver.save(sess, prefix, global_step=3), room)
+        failing_save(
+            "B_saver_tensorflow_part_does_not_fit",
+            lambda: saver.save(sess, prefix, global_step=3),
+            room,
+        )
         restores("B_model1_restores_exactly", s1, path=first)
 
         # E: is the delta chain intact after the failed Saver.save?
         delta2 = os.path.join(tables_dir, "delta2")
         grow(sess, 1000, retrain=keys[:1000])
         rec_saver.save_tables(sess, delta2, delta=True)
-        restores("E_chain_after_failed_saver_save", snapshot(sess, tables_only=True),
-                 directory=full, deltas=[delta1, delta2])
+        restores(
+            "E_chain_after_failed_saver_save",
+            snapshot(sess, tables_only=True),
+            directory=full,
+            deltas=[delta1, delta2],
+        )
 
         # 3: space again.
         try:
@@ -334,15 +399,15 @@ def child(root, method, rows):
 def _message(error):
     """The line of an error that says what happened (TF errors: the one after 'Node:')."""
     text = getattr(error, "message", None) or str(error)
-    lines = [l.strip() for l in text.splitlines() if l.strip()]
-    after = [lines[i + 1] for i, l in enumerate(lines[:-1]) if l.startswith("Node:")]
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    after = [lines[i + 1] for i, ln in enumerate(lines[:-1]) if ln.startswith("Node:")]
     return ((after or lines or [""])[0])[:300]
 
 
 def _short(detail):
     """'error: InternalError: cannot write '/x/y/values.bin': No space left on device' ->
     'InternalError (values.bin: No space left on device)'."""
-    text = detail[len("error: "):]
+    text = detail[len("error: ") :]
     kind, _, message = text.partition(": ")
     names = [w.strip("'\";,:") for w in message.split() if "/" in w]
     tail = message.rsplit(": ", 1)[-1] if ": " in message else message.rsplit("; ", 1)[-1]
@@ -352,9 +417,13 @@ def _short(detail):
 
 # --- driver ---------------------------------------------------------------------------------
 
+
 def _mount(mountpoint, megabytes):
-    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=%dm,mode=0700" % megabytes,
-                             "tmpfs", mountpoint], capture_output=True, text=True)
+    result = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=%dm,mode=0700" % megabytes, "tmpfs", mountpoint],
+        capture_output=True,
+        text=True,
+    )
     return result.returncode == 0, result.stderr.strip()
 
 
@@ -400,11 +469,21 @@ def main():
             if not mounted and method == "tmpfs":
                 raise SystemExit("full_disk: mount failed: %s" % why)
             method = "tmpfs" if mounted else "rlimit"
-        command = [sys.executable, os.path.abspath(__file__), "--child", "--dir", mountpoint,
-                   "--method", method, "--rows", str(args.rows)]
+        command = [
+            sys.executable,
+            os.path.abspath(__file__),
+            "--child",
+            "--dir",
+            mountpoint,
+            "--method",
+            method,
+            "--rows",
+            str(args.rows),
+        ]
         try:
-            result = subprocess.run(command, capture_output=True, text=True,
-                                    timeout=args.timeout, cwd=work)
+            result = subprocess.run(
+                command, capture_output=True, text=True, timeout=args.timeout, cwd=work
+            )
             stdout, stderr, code = result.stdout, result.stderr, result.returncode
         except subprocess.TimeoutExpired as e:
             stdout = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
@@ -416,23 +495,42 @@ def main():
         if not _mounted(mountpoint):
             shutil.rmtree(work, ignore_errors=True)
     lines = stdout.splitlines()
-    cases = [l.split(None, 3) + [""] * (4 - len(l.split(None, 3)))
-             for l in lines if l.startswith("CASE ")]
-    info = [l[5:] for l in lines if l.startswith("INFO ")]
+    cases = [
+        ln.split(None, 3) + [""] * (4 - len(ln.split(None, 3)))
+        for ln in lines
+        if ln.startswith("CASE ")
+    ]
+    info = [ln[5:] for ln in lines if ln.startswith("INFO ")]
     failed = [c for c in cases if c[1] != "ok"]
     losses += ["%s: %s" % (c[2], c[3]) for c in failed]
     if code != 0 or "DONE" not in lines:
         losses.append("the child process failed (exit %s): %s" % (code, stderr.strip()[-600:]))
-    errors = ["%s %s" % (c[2].split("_")[0], _short(c[3])) for c in cases
-              if c[1] == "ok" and c[3].startswith("error:")]
-    how = ("tmpfs of %d MiB" % megabytes if method == "tmpfs"
-           else "RLIMIT_FSIZE per file, %s" % (
-               "mount not permitted: " + why if why else "--method rlimit"))
-    print("full_disk: %d of %d checks ok (%s), rows=%d grown %dx, %s; failed saves raised: %s; "
-          "%.0f s%s"
-          % (len(cases) - len(failed), len(cases), how, args.rows, GROWTH, "; ".join(info),
-             ", ".join(errors) or "none", time.time() - start,
-             "" if not losses else "; LOSS: " + "; ".join(losses)))
+    errors = [
+        "%s %s" % (c[2].split("_")[0], _short(c[3]))
+        for c in cases
+        if c[1] == "ok" and c[3].startswith("error:")
+    ]
+    how = (
+        "tmpfs of %d MiB" % megabytes
+        if method == "tmpfs"
+        else "RLIMIT_FSIZE per file, %s"
+        % ("mount not permitted: " + why if why else "--method rlimit")
+    )
+    print(
+        "full_disk: %d of %d checks ok (%s), rows=%d grown %dx, %s; failed saves raised: %s; "
+        "%.0f s%s"
+        % (
+            len(cases) - len(failed),
+            len(cases),
+            how,
+            args.rows,
+            GROWTH,
+            "; ".join(info),
+            ", ".join(errors) or "none",
+            time.time() - start,
+            "" if not losses else "; LOSS: " + "; ".join(losses),
+        )
+    )
     return 1 if losses or not cases else 0
 
 

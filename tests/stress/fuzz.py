@@ -58,6 +58,7 @@ with the command that replays the chunk and the last call it started. Prints one
 (with the fewest calls any op got); exits non-zero on any crash, hang, invariant violation or
 unexpected error.
 """
+
 import argparse
 import collections
 import json
@@ -70,47 +71,142 @@ import sys
 import tempfile
 import time
 
-OPS = ("ApplyAdagrad", "ApplyFtrl", "ApplyGradientDescent", "ApplyLazyAdam", "ApplyMomentum",
-       "EmbeddingTable", "GatherRowsByIndex", "KeyAccessStats", "SumRowsByIndex",
-       "TableApplyDelta", "TableCapacity", "TableClear", "TableCommitSave",
-       "TableConfigureAdmission", "TableEvict", "TableExport", "TableExportAccess",
-       "TableFindOrInsert", "TableFindOrInsertRows",
-       "TableGather", "TableImport", "TableLookup", "TableReadRows", "TableRemove",
-       "TableRestore",
-       "TableRestrict", "TableSave", "TableSetAccessThreshold", "TableSize", "TableStats",
-       "TableUpsert", "TableWriteRows", "TrainableRows", "UniqueKeys")
+OPS = (
+    "ApplyAdagrad",
+    "ApplyFtrl",
+    "ApplyGradientDescent",
+    "ApplyLazyAdam",
+    "ApplyMomentum",
+    "EmbeddingTable",
+    "GatherRowsByIndex",
+    "KeyAccessStats",
+    "SumRowsByIndex",
+    "TableApplyDelta",
+    "TableCapacity",
+    "TableClear",
+    "TableCommitSave",
+    "TableConfigureAdmission",
+    "TableEvict",
+    "TableExport",
+    "TableExportAccess",
+    "TableFindOrInsert",
+    "TableFindOrInsertRows",
+    "TableGather",
+    "TableImport",
+    "TableLookup",
+    "TableReadRows",
+    "TableRemove",
+    "TableRestore",
+    "TableRestrict",
+    "TableSave",
+    "TableSetAccessThreshold",
+    "TableSize",
+    "TableStats",
+    "TableUpsert",
+    "TableWriteRows",
+    "TrainableRows",
+    "UniqueKeys",
+)
 # Relative frequency of the ops: table creation stays a minority, checkpoint ops (file I/O)
 # and clear (it empties the table the other ops work on) are rarer; the rest are equal.
-WEIGHTS = dict({op: 1.0 for op in OPS}, EmbeddingTable=0.5, TableSave=0.6, TableRestore=0.6,
-               TableApplyDelta=0.5, TableCommitSave=0.6, TableClear=0.5, TableImport=0.7)
-CLEAN = ("InvalidArgument", "ResourceExhausted", "FailedPrecondition", "NotFound", "OutOfRange",
-         "Unimplemented", "AlreadyExists", "DataLoss", "PermissionDenied")
+WEIGHTS = dict(
+    {op: 1.0 for op in OPS},
+    EmbeddingTable=0.5,
+    TableSave=0.6,
+    TableRestore=0.6,
+    TableApplyDelta=0.5,
+    TableCommitSave=0.6,
+    TableClear=0.5,
+    TableImport=0.7,
+)
+CLEAN = (
+    "InvalidArgument",
+    "ResourceExhausted",
+    "FailedPrecondition",
+    "NotFound",
+    "OutOfRange",
+    "Unimplemented",
+    "AlreadyExists",
+    "DataLoss",
+    "PermissionDenied",
+)
 CALLS_PER_CHILD = 50_000
-RESTART_EVERY = 20_000     # at most this many calls between session replacements
-CHECK_EVERY = 300          # calls between invariant checks
-MAX_DIRS = 40              # checkpoint directories kept in the pool
+RESTART_EVERY = 20_000  # at most this many calls between session replacements
+CHECK_EVERY = 300  # calls between invariant checks
+MAX_DIRS = 40  # checkpoint directories kept in the pool
 OPTIMIZERS = ("LazyAdam", "GradientDescent", "Adagrad", "Momentum", "Ftrl")
 
 # The tables each child works on. guarded: only ever given finite, moderate floats (so the
 # NaN check applies); the others get wild values too.
 TABLES = (
     dict(name="fz_a", key_dtype="int64", dim=8, dynamic=True, guarded=True),
-    dict(name="fz_b", key_dtype="int64", dim=4, dynamic=False, capacity=300,
-         evict_when_full=True, track_access=True, guarded=True),
-    dict(name="fz_c", key_dtype="int32", dim=3, dynamic=True, track_changes=True,
-         share="trainer", guarded=True),
-    dict(name="fz_d", key_dtype="int64", dim=8, dynamic=False, capacity=64, track_changes=True,
-         guarded=False),
-    dict(name="fz_e", key_dtype="int32", dim=1, dynamic=True, initial_capacity=100,
-         share="reader", guarded=False),
-    dict(name="fz_f", key_dtype="int64", dim=8, dynamic=True, track_changes=True,
-         track_access=True, share="trainer", guarded=False),
-    dict(name="fz_g", key_dtype="int64", dim=8, dynamic=False, capacity=2000,
-         evict_when_full=True, track_changes=True, guarded=True),
-    dict(name="fz_h", key_dtype="int64", dim=37, dynamic=True, container="fz_other",
-         guarded=False),
-    dict(name="fz_a", key_dtype="int32", dim=8, dynamic=True, container="fz_other",
-         track_access=True, guarded=False),
+    dict(
+        name="fz_b",
+        key_dtype="int64",
+        dim=4,
+        dynamic=False,
+        capacity=300,
+        evict_when_full=True,
+        track_access=True,
+        guarded=True,
+    ),
+    dict(
+        name="fz_c",
+        key_dtype="int32",
+        dim=3,
+        dynamic=True,
+        track_changes=True,
+        share="trainer",
+        guarded=True,
+    ),
+    dict(
+        name="fz_d",
+        key_dtype="int64",
+        dim=8,
+        dynamic=False,
+        capacity=64,
+        track_changes=True,
+        guarded=False,
+    ),
+    dict(
+        name="fz_e",
+        key_dtype="int32",
+        dim=1,
+        dynamic=True,
+        initial_capacity=100,
+        share="reader",
+        guarded=False,
+    ),
+    dict(
+        name="fz_f",
+        key_dtype="int64",
+        dim=8,
+        dynamic=True,
+        track_changes=True,
+        track_access=True,
+        share="trainer",
+        guarded=False,
+    ),
+    dict(
+        name="fz_g",
+        key_dtype="int64",
+        dim=8,
+        dynamic=False,
+        capacity=2000,
+        evict_when_full=True,
+        track_changes=True,
+        guarded=True,
+    ),
+    dict(name="fz_h", key_dtype="int64", dim=37, dynamic=True, container="fz_other", guarded=False),
+    dict(
+        name="fz_a",
+        key_dtype="int32",
+        dim=8,
+        dynamic=True,
+        container="fz_other",
+        track_access=True,
+        guarded=False,
+    ),
 )
 
 
@@ -150,6 +246,7 @@ def _signature(message):
 def _describe(x):
     """Short description of one input array (for reports and --verbose)."""
     import numpy as np
+
     x = np.asarray(x)
     if x.dtype == object:
         values = [v[:60] + (b"..." if len(v) > 60 else b"") for v in x.reshape(-1)[:3]]
@@ -157,13 +254,18 @@ def _describe(x):
     if x.size <= 6:
         return "%s%s=%s" % (x.dtype, list(x.shape), x.reshape(-1).tolist())
     flat = x.reshape(-1)
-    return "%s%s[%s, ...] min=%s max=%s" % (x.dtype, list(x.shape),
-                                           ", ".join(str(v) for v in flat[:4].tolist()),
-                                           flat.min(), flat.max())
+    return "%s%s[%s, ...] min=%s max=%s" % (
+        x.dtype,
+        list(x.shape),
+        ", ".join(str(v) for v in flat[:4].tolist()),
+        flat.min(),
+        flat.max(),
+    )
 
 
 class Variant:
     """One op node of the graph: what to fetch, which placeholders to feed, which table."""
+
     __slots__ = ("id", "op", "fetch", "feeds", "table", "tdesc", "kd", "dim", "attrs", "desc")
 
     def __init__(self, vid, op, fetch, feeds, table, tdesc, kd=None, dim=None, attrs=None):
@@ -171,16 +273,20 @@ class Variant:
         self.table, self.tdesc, self.kd, self.dim = table, tdesc, kd, dim
         self.attrs = attrs or {}
         where = tdesc["name"] if table is not None and table >= 0 else tdesc.get("label", "-")
-        self.desc = "%s#%d on %s %s" % (op, vid, where,
-                                        " ".join("%s=%s" % kv for kv in self.attrs.items()))
+        self.desc = "%s#%d on %s %s" % (
+            op,
+            vid,
+            where,
+            " ".join("%s=%s" % kv for kv in self.attrs.items()),
+        )
 
 
 class SessionState:
     def __init__(self, sess, gen, n_tables):
         self.sess, self.gen = sess, gen
         self.callables = {}
-        self.addr = [None] * n_tables   # recent real addresses per table (numpy int64)
-        self.last = [None] * n_tables   # the addresses of the last lookup of each table
+        self.addr = [None] * n_tables  # recent real addresses per table (numpy int64)
+        self.last = [None] * n_tables  # the addresses of the last lookup of each table
         self.owner = [None] * n_tables  # the optimizer op that last trained each table
         self.save_ids = [[] for _ in range(n_tables)]
         self.taint = [False] * n_tables
@@ -190,6 +296,7 @@ class SessionState:
 class Fuzzer:
     def __init__(self, seed, chunk, calls, root, verbose=False, crumb=None):
         import numpy as np
+
         self.np = np
         self.seed, self.chunk, self.calls, self.verbose = seed, chunk, calls, verbose
         self.rng = np.random.default_rng([seed, chunk])
@@ -210,12 +317,12 @@ class Fuzzer:
         self.op_seconds = collections.Counter()
         self.build_rejected = collections.Counter()
         self.meta = collections.Counter()
-        self.history = np.zeros(0, np.int64)   # addresses seen in any session (for stale ones)
-        self.shared_taint = {}                  # tables shared between sessions
-        self.dirs = []                          # checkpoint directories: dicts
-        self.corrupted = set()                  # directories with a file changed or removed
+        self.history = np.zeros(0, np.int64)  # addresses seen in any session (for stale ones)
+        self.shared_taint = {}  # tables shared between sessions
+        self.dirs = []  # checkpoint directories: dicts
+        self.corrupted = set()  # directories with a file changed or removed
         self.fresh = 0
-        self.fresh_addresses = False   # mostly the last lookup's addresses (after a pair)
+        self.fresh_addresses = False  # mostly the last lookup's addresses (after a pair)
         self.inject, self.inject_at = None, -1
         self._prepare_paths()
 
@@ -226,12 +333,24 @@ class Fuzzer:
         os.makedirs(os.path.join(r, "metadir", "meta.txt"))
         with open(os.path.join(r, "plainfile"), "w") as f:
             f.write("not a checkpoint\n")
-        self.bad_save = [os.path.join(r, "plainfile"), os.path.join(r, "plainfile", "sub"),
-                         os.path.join(r, "emptydir"), os.path.join(r, "nope", "deeper", "x"),
-                         "", os.path.join(r, "nul\0byte"), "\0", r,
-                         os.path.join(r, "n" * 300)]
-        self.bad_read = self.bad_save + [os.path.join(r, "missing"), os.path.join(r, "metadir"),
-                                         "/", "relative/nonexistent", os.path.join(r, ".")]
+        self.bad_save = [
+            os.path.join(r, "plainfile"),
+            os.path.join(r, "plainfile", "sub"),
+            os.path.join(r, "emptydir"),
+            os.path.join(r, "nope", "deeper", "x"),
+            "",
+            os.path.join(r, "nul\0byte"),
+            "\0",
+            r,
+            os.path.join(r, "n" * 300),
+        ]
+        self.bad_read = self.bad_save + [
+            os.path.join(r, "missing"),
+            os.path.join(r, "metadir"),
+            "/",
+            "relative/nonexistent",
+            os.path.join(r, "."),
+        ]
 
     def cleanup(self):
         shutil.rmtree(self.root, ignore_errors=True)
@@ -275,18 +394,39 @@ class Fuzzer:
             return shape + (dim,)
         c = int(self.rng.integers(0, 6))
         size = int(self.np.prod(shape)) if shape else 1
-        return (shape + (dim + 1,), shape, (size + 1, dim), shape + (max(dim - 1, 0),), (dim,),
-                shape + (dim, 1))[c]
+        return (
+            shape + (dim + 1,),
+            shape,
+            (size + 1, dim),
+            shape + (max(dim - 1, 0),),
+            (dim,),
+            shape + (dim, 1),
+        )[c]
 
-    EXTREMES = (0, 1, -1, 2, 2**31 - 1, -2**31, 2**31, -2**31 - 1, 2**32, 2**40, 2**52, 2**62,
-                2**63 - 1, -2**63, -2**63 + 1)
+    EXTREMES = (
+        0,
+        1,
+        -1,
+        2,
+        2**31 - 1,
+        -(2**31),
+        2**31,
+        -(2**31) - 1,
+        2**32,
+        2**40,
+        2**52,
+        2**62,
+        2**63 - 1,
+        -(2**63),
+        -(2**63) + 1,
+    )
 
     def _keys(self, tdesc, dtype, shape):
         np, rng = self.np, self.rng
         n = int(np.prod(shape)) if shape else 1
         space = tdesc["space"]
         r = rng.random()
-        if tdesc.get("bounded"):   # a bounded number of distinct keys: rows may be large
+        if tdesc.get("bounded"):  # a bounded number of distinct keys: rows may be large
             k = rng.integers(-space // 2, space, n)
             if r < 0.2:
                 k[rng.random(n) < 0.1] = rng.choice(np.array(self.EXTREMES, np.int64))
@@ -295,7 +435,7 @@ class Fuzzer:
         elif r < 0.7:
             k = rng.integers(-space, space, n)
         elif r < 0.78:
-            k = rng.integers(-2**63, 2**63 - 1, n, dtype=np.int64, endpoint=True)
+            k = rng.integers(-(2**63), 2**63 - 1, n, dtype=np.int64, endpoint=True)
         elif r < 0.86:
             k = rng.choice(np.array(self.EXTREMES, np.int64), n)
         elif r < 0.93:
@@ -306,14 +446,24 @@ class Fuzzer:
             k[mask] = rng.choice(np.array(self.EXTREMES, np.int64), int(mask.sum()))
         return k.astype(dtype).reshape(shape)
 
-    WILD = (float("nan"), float("inf"), float("-inf"), 3.4e38, -3.4e38, 1e-45, -0.0, 1e20,
-            -1e20, 1e-38)
+    WILD = (
+        float("nan"),
+        float("inf"),
+        float("-inf"),
+        3.4e38,
+        -3.4e38,
+        1e-45,
+        -0.0,
+        1e20,
+        -1e20,
+        1e-38,
+    )
 
     def _floats(self, shape, tame):
         np, rng = self.np, self.rng
         scale = (1e-3, 1.0, 10.0, 30.0)[int(rng.integers(0, 4))]
         size = int(np.prod(shape)) if shape else 1
-        if size > 4096:   # large batches: a random block repeated (drawing them all is slow)
+        if size > 4096:  # large batches: a random block repeated (drawing them all is slow)
             x = np.resize(rng.standard_normal(4099, dtype=np.float32), shape)
         else:
             x = np.asarray(rng.standard_normal(size=shape, dtype=np.float32))
@@ -363,14 +513,17 @@ class Fuzzer:
             a[rng.random(n) < 0.5] = -1
         elif r < 0.65:
             others = [p for p in S.addr if p is not None and p.size]
-            a = rng.choice(others[int(rng.integers(0, len(others)))], n) if others else \
-                np.full(n, -1, np.int64)
+            a = (
+                rng.choice(others[int(rng.integers(0, len(others)))], n)
+                if others
+                else np.full(n, -1, np.int64)
+            )
         elif r < 0.72 and pool is not None and pool.size:
             a = rng.choice(pool, n)
             bits = rng.integers(0, 63, n).astype(np.uint64)
             a = (a.view(np.uint64) ^ (np.uint64(1) << bits)).view(np.int64)
         elif r < 0.8:
-            a = rng.integers(-2**63, 2**63 - 1, n, dtype=np.int64, endpoint=True)
+            a = rng.integers(-(2**63), 2**63 - 1, n, dtype=np.int64, endpoint=True)
         elif r < 0.86:
             a = rng.integers(-5, 1000, n)
         elif r < 0.95 and self.history.size:
@@ -425,8 +578,10 @@ class Fuzzer:
     def build(self):
         import numpy as np
         import tensorflow as tf
+
         self.tf = tf
         from rec_sdk.ops.loader import load_ops
+
         ops = load_ops()
         rng = self.rng
         self.graph = tf.Graph()
@@ -435,34 +590,50 @@ class Fuzzer:
         kinds = {"int64": tf.int64, "int32": tf.int32}
         npk = {"int64": np.int64, "int32": np.int32}
         with self.graph.as_default():
+
             def ph(dtype, i):
                 key = (dtype, i)
                 if key not in self.placeholders:
                     self.placeholders[key] = tf.compat.v1.placeholder(
-                        dtype, None, name="p_%s_%d" % (dtype.name, i))
+                        dtype, None, name="p_%s_%d" % (dtype.name, i)
+                    )
                 return self.placeholders[key]
 
             def finish(t, handle):
                 """A table's admission, destroy and check ops."""
                 t["handle"] = handle
                 thresholds = [(-1, -1)] + [
-                    (int(rng.choice([-1, 0, 1, 2, 3, 2**62])),
-                     int(rng.choice([-1, 0, 1, 10, 1000, 2**63 - 1]))) for _ in range(2)]
+                    (
+                        int(rng.choice([-1, 0, 1, 2, 3, 2**62])),
+                        int(rng.choice([-1, 0, 1, 10, 1000, 2**63 - 1])),
+                    )
+                    for _ in range(2)
+                ]
                 t["configured"] = [
-                    (ops.rec_sdk_table_configure_admission(handle, access_threshold=a,
-                                                           eviction_threshold=e), a, e)
-                    for a, e in thresholds]
-                t["destroy"] = tf.raw_ops.DestroyResourceOp(resource=handle,
-                                                            ignore_lookup_error=True)
+                    (
+                        ops.rec_sdk_table_configure_admission(
+                            handle, access_threshold=a, eviction_threshold=e
+                        ),
+                        a,
+                        e,
+                    )
+                    for a, e in thresholds
+                ]
+                t["destroy"] = tf.raw_ops.DestroyResourceOp(
+                    resource=handle, ignore_lookup_error=True
+                )
                 t["check"] = dict(
                     size=ops.rec_sdk_table_size(handle),
                     capacity=ops.rec_sdk_table_capacity(handle),
                     stats=ops.rec_sdk_table_stats(handle),
-                    export=ops.rec_sdk_table_export(handle, key_dtype=kinds[t["key_dtype"]],
-                                                    dim=t["dim"]),
-                    keys=tf.compat.v1.placeholder(kinds[t["key_dtype"]], [None]))
+                    export=ops.rec_sdk_table_export(
+                        handle, key_dtype=kinds[t["key_dtype"]], dim=t["dim"]
+                    ),
+                    keys=tf.compat.v1.placeholder(kinds[t["key_dtype"]], [None]),
+                )
                 t["check"]["lookup"] = ops.rec_sdk_table_lookup(
-                    handle, t["check"]["keys"], dim=t["dim"])
+                    handle, t["check"]["keys"], dim=t["dim"]
+                )
 
             # Main tables.
             self.tables = []
@@ -475,25 +646,40 @@ class Fuzzer:
                 t["np_kd"] = npk[t["key_dtype"]]
                 t["label"] = "%s/%s" % (t.get("container", ""), t["name"])
                 handle = ops.rec_sdk_embedding_table(
-                    table_name=t["name"], key_dtype=kinds[t["key_dtype"]], dim=t["dim"],
-                    dynamic_expansion=t["dynamic"], capacity=t["capacity"],
+                    table_name=t["name"],
+                    key_dtype=kinds[t["key_dtype"]],
+                    dim=t["dim"],
+                    dynamic_expansion=t["dynamic"],
+                    capacity=t["capacity"],
                     initial_capacity=t.get("initial_capacity", 0),
                     evict_when_full=t.get("evict_when_full", False),
                     track_changes=t.get("track_changes", False),
-                    track_access=t.get("track_access", False), share=t["share"],
-                    container=t.get("container", ""), shared_name=t["name"], name="table%d" % i,
-                    **t["init"])
+                    track_access=t.get("track_access", False),
+                    share=t["share"],
+                    container=t.get("container", ""),
+                    shared_name=t["name"],
+                    name="table%d" % i,
+                    **t["init"],
+                )
                 finish(t, handle)
                 self.tables.append(t)
 
             # Handles that are not tables of this library, or fail.
             var_handle = tf.raw_ops.VarHandleOp(dtype=tf.float32, shape=[], shared_name="fz_var")
             broken = ops.rec_sdk_embedding_table(
-                table_name="fz_broken", key_dtype=tf.int64, dim=2, dynamic_expansion=False,
-                capacity=0, initializer="constant", shared_name="fz_broken")
+                table_name="fz_broken",
+                key_dtype=tf.int64,
+                dim=2,
+                dynamic_expansion=False,
+                capacity=0,
+                initializer="constant",
+                shared_name="fz_broken",
+            )
             foreign = [(-1, var_handle, "a resource variable"), (-2, broken, "a broken table")]
-            foreign = [(idx, h, label, [(ops.rec_sdk_table_configure_admission(h), -1, -1)])
-                       for idx, h, label in foreign]
+            foreign = [
+                (idx, h, label, [(ops.rec_sdk_table_configure_admission(h), -1, -1)])
+                for idx, h, label in foreign
+            ]
 
             vid = [0]
 
@@ -513,12 +699,20 @@ class Fuzzer:
                 for i, t in enumerate(self.tables):
                     yield i, t, False
                 for k in range(extra):
-                    if k < len(foreign):   # each op once on each foreign handle
+                    if k < len(foreign):  # each op once on each foreign handle
                         idx, h, label, configured = foreign[k]
-                        desc = dict(name=label, label=label, dim=int(rng.choice([1, 4, 8])),
-                                    key_dtype=str(rng.choice(["int32", "int64"])), space=100,
-                                    guarded=False, handle=h, configured=configured,
-                                    capacity=0, dynamic=True)
+                        desc = dict(
+                            name=label,
+                            label=label,
+                            dim=int(rng.choice([1, 4, 8])),
+                            key_dtype=str(rng.choice(["int32", "int64"])),
+                            space=100,
+                            guarded=False,
+                            handle=h,
+                            configured=configured,
+                            capacity=0,
+                            dynamic=True,
+                        )
                         yield idx, desc, True
                     else:
                         i = int(rng.integers(0, len(self.tables)))
@@ -545,17 +739,27 @@ class Fuzzer:
                 if attrs["dim"] in dims or len(dims) >= 6:
                     continue
                 dims.add(attrs["dim"])
-                t = dict(name=name, key_dtype=kd, dim=attrs["dim"],
-                         dynamic=attrs["dynamic_expansion"], capacity=attrs["capacity"],
-                         initial_capacity=attrs["initial_capacity"],
-                         evict_when_full=attrs["evict_when_full"],
-                         emb_dtype=attrs.get("emb_dtype", "float32"),
-                         slot_dtype=attrs.get("slot_dtype", "float32"),
-                         track_changes=attrs["track_changes"], track_access=attrs["track_access"],
-                         share=attrs["share"], container=attrs["container"], guarded=False,
-                         pool=True, bounded=True, space=256, np_kd=npk[kd],
-                         label="%s/%s (created with random attributes)" % (attrs["container"],
-                                                                          name))
+                t = dict(
+                    name=name,
+                    key_dtype=kd,
+                    dim=attrs["dim"],
+                    dynamic=attrs["dynamic_expansion"],
+                    capacity=attrs["capacity"],
+                    initial_capacity=attrs["initial_capacity"],
+                    evict_when_full=attrs["evict_when_full"],
+                    emb_dtype=attrs.get("emb_dtype", "float32"),
+                    slot_dtype=attrs.get("slot_dtype", "float32"),
+                    track_changes=attrs["track_changes"],
+                    track_access=attrs["track_access"],
+                    share=attrs["share"],
+                    container=attrs["container"],
+                    guarded=False,
+                    pool=True,
+                    bounded=True,
+                    space=256,
+                    np_kd=npk[kd],
+                    label="%s/%s (created with random attributes)" % (attrs["container"], name),
+                )
                 finish(t, handle)
                 self.tables.append(t)
 
@@ -564,10 +768,15 @@ class Fuzzer:
                 kd = t["key_dtype"]
                 t["lookup_variant"] = add(
                     "TableFindOrInsert",
-                    ops.rec_sdk_table_find_or_insert(t["handle"], ph(kinds[kd], 0), ph(i64, 1),
-                                                     ph(i64, 2), is_train=True),
-                    [ph(kinds[kd], 0), ph(i64, 1), ph(i64, 2)], i, t, kd,
-                    attrs=dict(key_dtype=kd, is_train=True, admission="raw"))
+                    ops.rec_sdk_table_find_or_insert(
+                        t["handle"], ph(kinds[kd], 0), ph(i64, 1), ph(i64, 2), is_train=True
+                    ),
+                    [ph(kinds[kd], 0), ph(i64, 1), ph(i64, 2)],
+                    i,
+                    t,
+                    kd,
+                    attrs=dict(key_dtype=kd, is_train=True, admission="raw"),
+                )
             for i, t, rnd in pick_target(6):
                 canonical[0] = not rnd
                 h = t["handle"]
@@ -578,143 +787,343 @@ class Fuzzer:
                     conf = t["configured"][int(rng.integers(0, len(t["configured"])))]
                     use_conf = is_train and rng.random() < 0.6
                     hh = conf[0] if use_conf else h
-                    add("TableFindOrInsert",
-                        ops.rec_sdk_table_find_or_insert(hh, ph(kinds[kd], 0), ph(i64, 1),
-                                                         ph(i64, 2), is_train=is_train),
-                        [ph(kinds[kd], 0), ph(i64, 1), ph(i64, 2)], i, t, kd,
-                        attrs=dict(key_dtype=kd, is_train=is_train,
-                                   admission=(conf[1], conf[2]) if use_conf else "raw"))
+                    add(
+                        "TableFindOrInsert",
+                        ops.rec_sdk_table_find_or_insert(
+                            hh, ph(kinds[kd], 0), ph(i64, 1), ph(i64, 2), is_train=is_train
+                        ),
+                        [ph(kinds[kd], 0), ph(i64, 1), ph(i64, 2)],
+                        i,
+                        t,
+                        kd,
+                        attrs=dict(
+                            key_dtype=kd,
+                            is_train=is_train,
+                            admission=(conf[1], conf[2]) if use_conf else "raw",
+                        ),
+                    )
                     kd = kd_for(t, rnd)
                 # the one-op lookup (find_or_insert + the rows), any dim asked for
                 is_train = bool(rng.random() < 0.7)
                 dim = dim_for(t, rnd)
-                add("TableFindOrInsertRows",
-                    list(ops.rec_sdk_table_find_or_insert_rows(
-                        h, ph(kinds[kd], 0), ph(i64, 1), ph(i64, 2), is_train=is_train,
-                        dim=dim)),
-                    [ph(kinds[kd], 0), ph(i64, 1), ph(i64, 2)], i, t, kd, dim=dim,
-                    attrs=dict(key_dtype=kd, is_train=is_train, dim=dim, admission="raw"))
+                add(
+                    "TableFindOrInsertRows",
+                    list(
+                        ops.rec_sdk_table_find_or_insert_rows(
+                            h, ph(kinds[kd], 0), ph(i64, 1), ph(i64, 2), is_train=is_train, dim=dim
+                        )
+                    ),
+                    [ph(kinds[kd], 0), ph(i64, 1), ph(i64, 2)],
+                    i,
+                    t,
+                    kd,
+                    dim=dim,
+                    attrs=dict(key_dtype=kd, is_train=is_train, dim=dim, admission="raw"),
+                )
                 kd = kd_for(t, rnd)
                 conf = t["configured"][int(rng.integers(0, len(t["configured"])))]
-                add("TableConfigureAdmission", conf[0].op, [], i, t,
-                    attrs=dict(access_threshold=conf[1], eviction_threshold=conf[2]))
+                add(
+                    "TableConfigureAdmission",
+                    conf[0].op,
+                    [],
+                    i,
+                    t,
+                    attrs=dict(access_threshold=conf[1], eviction_threshold=conf[2]),
+                )
                 hc = conf[0] if rng.random() < 0.5 else h
-                add("TableSetAccessThreshold",
-                    ops.rec_sdk_table_set_access_threshold(hc, ph(i64, 0)), [ph(i64, 0)], i, t)
+                add(
+                    "TableSetAccessThreshold",
+                    ops.rec_sdk_table_set_access_threshold(hc, ph(i64, 0)),
+                    [ph(i64, 0)],
+                    i,
+                    t,
+                )
                 add("TableEvict", list(ops.rec_sdk_table_evict(hc)), [], i, t)
                 by = str(rng.choice(["last_seen", "count"]))
-                add("TableRestrict", ops.rec_sdk_table_restrict(h, ph(i64, 0), by=by),
-                    [ph(i64, 0)], i, t, attrs=dict(by=by))
-                add("TableSave", list(ops.rec_sdk_table_save(h, ph(st, 0), ph(bl, 0))),
-                    [ph(st, 0), ph(bl, 0)], i, t)
-                add("TableCommitSave", ops.rec_sdk_table_commit_save(h, ph(i64, 0)),
-                    [ph(i64, 0)], i, t)
-                add("TableApplyDelta", ops.rec_sdk_table_apply_delta(h, ph(st, 0)), [ph(st, 0)],
-                    i, t)
-                add("TableRestore",
+                add(
+                    "TableRestrict",
+                    ops.rec_sdk_table_restrict(h, ph(i64, 0), by=by),
+                    [ph(i64, 0)],
+                    i,
+                    t,
+                    attrs=dict(by=by),
+                )
+                add(
+                    "TableSave",
+                    list(ops.rec_sdk_table_save(h, ph(st, 0), ph(bl, 0))),
+                    [ph(st, 0), ph(bl, 0)],
+                    i,
+                    t,
+                )
+                add(
+                    "TableCommitSave",
+                    ops.rec_sdk_table_commit_save(h, ph(i64, 0)),
+                    [ph(i64, 0)],
+                    i,
+                    t,
+                )
+                add(
+                    "TableApplyDelta",
+                    ops.rec_sdk_table_apply_delta(h, ph(st, 0)),
+                    [ph(st, 0)],
+                    i,
+                    t,
+                )
+                add(
+                    "TableRestore",
                     list(ops.rec_sdk_table_restore(h, ph(st, 0), ph(i64, 0), ph(i64, 1))),
-                    [ph(st, 0), ph(i64, 0), ph(i64, 1)], i, t)
+                    [ph(st, 0), ph(i64, 0), ph(i64, 1)],
+                    i,
+                    t,
+                )
                 add("TableStats", ops.rec_sdk_table_stats(h), [], i, t)
                 add("TableExportAccess", list(ops.rec_sdk_table_export_access(h)), [], i, t)
                 dim = dim_for(t, rnd)
-                add("TableGather", ops.rec_sdk_table_gather(h, ph(i64, 0), dim=dim),
-                    [ph(i64, 0)], i, t, dim=dim, attrs=dict(dim=dim))
+                add(
+                    "TableGather",
+                    ops.rec_sdk_table_gather(h, ph(i64, 0), dim=dim),
+                    [ph(i64, 0)],
+                    i,
+                    t,
+                    dim=dim,
+                    attrs=dict(dim=dim),
+                )
                 # rows with an optimizer's slots by address (the generic optimizer path)
-                layout = dict(slot_optimizer=str(rng.choice(OPTIMIZERS + ("Generic", ""))),
-                              slot_initial_values=[float(x) for x in rng.choice(
-                                  [0.0, 0.0, 1.0, 0.1, float("nan")],
-                                  int(rng.choice([0, 1, 2, 2, 3, 4, 5])))])
-                add("TableReadRows", list(ops.rec_sdk_table_read_rows(h, ph(i64, 0), **layout)),
-                    [ph(i64, 0)], i, t, attrs=layout)
-                add("TableWriteRows",
+                layout = dict(
+                    slot_optimizer=str(rng.choice(OPTIMIZERS + ("Generic", ""))),
+                    slot_initial_values=[
+                        float(x)
+                        for x in rng.choice(
+                            [0.0, 0.0, 1.0, 0.1, float("nan")],
+                            int(rng.choice([0, 1, 2, 2, 3, 4, 5])),
+                        )
+                    ],
+                )
+                add(
+                    "TableReadRows",
+                    list(ops.rec_sdk_table_read_rows(h, ph(i64, 0), **layout)),
+                    [ph(i64, 0)],
+                    i,
+                    t,
+                    attrs=layout,
+                )
+                add(
+                    "TableWriteRows",
                     ops.rec_sdk_table_write_rows(h, ph(i64, 0), ph(f32, 0), ph(f32, 1), **layout),
-                    [ph(i64, 0), ph(f32, 0), ph(f32, 1)], i, t, attrs=layout)
+                    [ph(i64, 0), ph(f32, 0), ph(f32, 1)],
+                    i,
+                    t,
+                    attrs=layout,
+                )
                 for _ in range(2):
                     kd, dim = kd_for(t, rnd), dim_for(t, rnd)
                     slot = int(rng.choice([-1, -1, -1, 0, 1, 2, 3, 4, 100]))
-                    attrs = dict(key_dtype=kd, dim=dim, init_missing=bool(rng.random() < 0.4),
-                                 slot=slot,
-                                 slot_default=float(rng.choice([0.0, 1.5, float("nan"),
-                                                                float("inf")])),
-                                 slot_optimizer=str(rng.choice(("",) * 4 + OPTIMIZERS +
-                                                               ("bogus",))))
-                    add("TableLookup",
-                        list(ops.rec_sdk_table_lookup(h, ph(kinds[kd], 0), **{
-                            k: x for k, x in attrs.items() if k != "key_dtype"})),
-                        [ph(kinds[kd], 0)], i, t, kd, dim, attrs)
+                    attrs = dict(
+                        key_dtype=kd,
+                        dim=dim,
+                        init_missing=bool(rng.random() < 0.4),
+                        slot=slot,
+                        slot_default=float(rng.choice([0.0, 1.5, float("nan"), float("inf")])),
+                        slot_optimizer=str(rng.choice(("",) * 4 + OPTIMIZERS + ("bogus",))),
+                    )
+                    add(
+                        "TableLookup",
+                        list(
+                            ops.rec_sdk_table_lookup(
+                                h,
+                                ph(kinds[kd], 0),
+                                **{k: x for k, x in attrs.items() if k != "key_dtype"},
+                            )
+                        ),
+                        [ph(kinds[kd], 0)],
+                        i,
+                        t,
+                        kd,
+                        dim,
+                        attrs,
+                    )
                 kd = kd_for(t, rnd)
-                add("TableUpsert", ops.rec_sdk_table_upsert(h, ph(kinds[kd], 0), ph(f32, 0)),
-                    [ph(kinds[kd], 0), ph(f32, 0)], i, t, kd, attrs=dict(key_dtype=kd))
+                add(
+                    "TableUpsert",
+                    ops.rec_sdk_table_upsert(h, ph(kinds[kd], 0), ph(f32, 0)),
+                    [ph(kinds[kd], 0), ph(f32, 0)],
+                    i,
+                    t,
+                    kd,
+                    attrs=dict(key_dtype=kd),
+                )
                 kd = kd_for(t, rnd)
-                add("TableRemove", ops.rec_sdk_table_remove(h, ph(kinds[kd], 0)),
-                    [ph(kinds[kd], 0)], i, t, kd, attrs=dict(key_dtype=kd))
+                add(
+                    "TableRemove",
+                    ops.rec_sdk_table_remove(h, ph(kinds[kd], 0)),
+                    [ph(kinds[kd], 0)],
+                    i,
+                    t,
+                    kd,
+                    attrs=dict(key_dtype=kd),
+                )
                 add("TableSize", ops.rec_sdk_table_size(h), [], i, t)
                 add("TableCapacity", ops.rec_sdk_table_capacity(h), [], i, t)
                 add("TableClear", ops.rec_sdk_table_clear(h), [], i, t)
                 kd, dim = kd_for(t, rnd), dim_for(t, rnd)
-                add("TableExport", list(ops.rec_sdk_table_export(h, key_dtype=kinds[kd],
-                                                                 dim=dim)),
-                    [], i, t, kd, dim, dict(key_dtype=kd, dim=dim))
+                add(
+                    "TableExport",
+                    list(ops.rec_sdk_table_export(h, key_dtype=kinds[kd], dim=dim)),
+                    [],
+                    i,
+                    t,
+                    kd,
+                    dim,
+                    dict(key_dtype=kd, dim=dim),
+                )
                 kd = kd_for(t, rnd)
-                add("TableImport",
+                add(
+                    "TableImport",
                     ops.rec_sdk_table_import(h, ph(kinds[kd], 0), ph(f32, 0), ph(f32, 1)),
-                    [ph(kinds[kd], 0), ph(f32, 0), ph(f32, 1)], i, t, kd,
-                    attrs=dict(key_dtype=kd))
+                    [ph(kinds[kd], 0), ph(f32, 0), ph(f32, 1)],
+                    i,
+                    t,
+                    kd,
+                    attrs=dict(key_dtype=kd),
+                )
                 # optimizers
                 unique = bool(rng.random() < 0.3)
-                add("ApplyLazyAdam",
-                    ops.rec_sdk_apply_lazy_adam(h, ph(i64, 0), ph(f32, 0), ph(f32, 1),
-                                                ph(f32, 2), ph(f32, 3), ph(f32, 4), ph(i64, 1),
-                                                unique_addresses=unique),
-                    [ph(i64, 0), ph(f32, 0), ph(f32, 1), ph(f32, 2), ph(f32, 3), ph(f32, 4),
-                     ph(i64, 1)], i, t, attrs=dict(unique_addresses=unique))
-                add("ApplyGradientDescent",
-                    ops.rec_sdk_apply_gradient_descent(h, ph(i64, 0), ph(f32, 0), ph(f32, 1),
-                                                       ph(f32, 2), unique_addresses=unique),
-                    [ph(i64, 0), ph(f32, 0), ph(f32, 1), ph(f32, 2)], i, t,
-                    attrs=dict(unique_addresses=unique))
+                add(
+                    "ApplyLazyAdam",
+                    ops.rec_sdk_apply_lazy_adam(
+                        h,
+                        ph(i64, 0),
+                        ph(f32, 0),
+                        ph(f32, 1),
+                        ph(f32, 2),
+                        ph(f32, 3),
+                        ph(f32, 4),
+                        ph(i64, 1),
+                        unique_addresses=unique,
+                    ),
+                    [
+                        ph(i64, 0),
+                        ph(f32, 0),
+                        ph(f32, 1),
+                        ph(f32, 2),
+                        ph(f32, 3),
+                        ph(f32, 4),
+                        ph(i64, 1),
+                    ],
+                    i,
+                    t,
+                    attrs=dict(unique_addresses=unique),
+                )
+                add(
+                    "ApplyGradientDescent",
+                    ops.rec_sdk_apply_gradient_descent(
+                        h, ph(i64, 0), ph(f32, 0), ph(f32, 1), ph(f32, 2), unique_addresses=unique
+                    ),
+                    [ph(i64, 0), ph(f32, 0), ph(f32, 1), ph(f32, 2)],
+                    i,
+                    t,
+                    attrs=dict(unique_addresses=unique),
+                )
                 acc, acc_class = self._attr_float("Adagrad", t["guarded"])
-                add("ApplyAdagrad",
-                    ops.rec_sdk_apply_adagrad(h, ph(i64, 0), ph(f32, 0), ph(f32, 1),
-                                              initial_accumulator_value=acc,
-                                              unique_addresses=unique),
-                    [ph(i64, 0), ph(f32, 0), ph(f32, 1)], i, t,
-                    attrs=dict(initial_accumulator_value=acc, attr_class=acc_class,
-                               unique_addresses=unique))
+                add(
+                    "ApplyAdagrad",
+                    ops.rec_sdk_apply_adagrad(
+                        h,
+                        ph(i64, 0),
+                        ph(f32, 0),
+                        ph(f32, 1),
+                        initial_accumulator_value=acc,
+                        unique_addresses=unique,
+                    ),
+                    [ph(i64, 0), ph(f32, 0), ph(f32, 1)],
+                    i,
+                    t,
+                    attrs=dict(
+                        initial_accumulator_value=acc, attr_class=acc_class, unique_addresses=unique
+                    ),
+                )
                 nesterov = bool(rng.random() < 0.5)
-                add("ApplyMomentum",
-                    ops.rec_sdk_apply_momentum(h, ph(i64, 0), ph(f32, 0), ph(f32, 1),
-                                               ph(f32, 2), use_nesterov=nesterov,
-                                               unique_addresses=unique),
-                    [ph(i64, 0), ph(f32, 0), ph(f32, 1), ph(f32, 2)], i, t,
-                    attrs=dict(use_nesterov=nesterov, unique_addresses=unique))
+                add(
+                    "ApplyMomentum",
+                    ops.rec_sdk_apply_momentum(
+                        h,
+                        ph(i64, 0),
+                        ph(f32, 0),
+                        ph(f32, 1),
+                        ph(f32, 2),
+                        use_nesterov=nesterov,
+                        unique_addresses=unique,
+                    ),
+                    [ph(i64, 0), ph(f32, 0), ph(f32, 1), ph(f32, 2)],
+                    i,
+                    t,
+                    attrs=dict(use_nesterov=nesterov, unique_addresses=unique),
+                )
                 acc, acc_class = self._attr_float("Ftrl", t["guarded"])
-                add("ApplyFtrl",
-                    ops.rec_sdk_apply_ftrl(h, ph(i64, 0), ph(f32, 0), ph(f32, 1), ph(f32, 2),
-                                           ph(f32, 3), ph(f32, 4), ph(f32, 5),
-                                           initial_accumulator_value=acc,
-                                           unique_addresses=unique),
-                    [ph(i64, 0), ph(f32, 0), ph(f32, 1), ph(f32, 2), ph(f32, 3), ph(f32, 4),
-                     ph(f32, 5)], i, t,
-                    attrs=dict(initial_accumulator_value=acc, attr_class=acc_class,
-                               unique_addresses=unique))
-                add("TrainableRows", ops.rec_sdk_trainable_rows(h, ph(f32, 0)), [ph(f32, 0)],
-                    i, t)
+                add(
+                    "ApplyFtrl",
+                    ops.rec_sdk_apply_ftrl(
+                        h,
+                        ph(i64, 0),
+                        ph(f32, 0),
+                        ph(f32, 1),
+                        ph(f32, 2),
+                        ph(f32, 3),
+                        ph(f32, 4),
+                        ph(f32, 5),
+                        initial_accumulator_value=acc,
+                        unique_addresses=unique,
+                    ),
+                    [
+                        ph(i64, 0),
+                        ph(f32, 0),
+                        ph(f32, 1),
+                        ph(f32, 2),
+                        ph(f32, 3),
+                        ph(f32, 4),
+                        ph(f32, 5),
+                    ],
+                    i,
+                    t,
+                    attrs=dict(
+                        initial_accumulator_value=acc, attr_class=acc_class, unique_addresses=unique
+                    ),
+                )
+                add("TrainableRows", ops.rec_sdk_trainable_rows(h, ph(f32, 0)), [ph(f32, 0)], i, t)
             canonical[0] = False
             # Ops without a table.
             nodesc = dict(name="-", label="-", dim=1, space=1000, guarded=False)
             for kd in ("int64", "int32"):
-                add("UniqueKeys", list(ops.rec_sdk_unique_keys(ph(kinds[kd], 0))),
-                    [ph(kinds[kd], 0)], None, nodesc, kd, attrs=dict(T=kd))
-            add("KeyAccessStats",
-                list(ops.rec_sdk_key_access_stats(ph(i32, 0), ph(i32, 1), ph(i64, 0),
-                                                  ph(i64, 1))),
-                [ph(i32, 0), ph(i32, 1), ph(i64, 0), ph(i64, 1)], None, nodesc)
-            add("GatherRowsByIndex", ops.rec_sdk_gather_rows_by_index(ph(f32, 0), ph(i32, 0)),
-                [ph(f32, 0), ph(i32, 0)], None, nodesc)
-            add("SumRowsByIndex",
+                add(
+                    "UniqueKeys",
+                    list(ops.rec_sdk_unique_keys(ph(kinds[kd], 0))),
+                    [ph(kinds[kd], 0)],
+                    None,
+                    nodesc,
+                    kd,
+                    attrs=dict(T=kd),
+                )
+            add(
+                "KeyAccessStats",
+                list(ops.rec_sdk_key_access_stats(ph(i32, 0), ph(i32, 1), ph(i64, 0), ph(i64, 1))),
+                [ph(i32, 0), ph(i32, 1), ph(i64, 0), ph(i64, 1)],
+                None,
+                nodesc,
+            )
+            add(
+                "GatherRowsByIndex",
+                ops.rec_sdk_gather_rows_by_index(ph(f32, 0), ph(i32, 0)),
+                [ph(f32, 0), ph(i32, 0)],
+                None,
+                nodesc,
+            )
+            add(
+                "SumRowsByIndex",
                 ops.rec_sdk_sum_rows_by_index(ph(f32, 0), ph(i32, 0), ph(i32, 1)),
-                [ph(f32, 0), ph(i32, 0), ph(i32, 1)], None, nodesc)
+                [ph(f32, 0), ph(i32, 0), ph(i32, 1)],
+                None,
+                nodesc,
+            )
             # Run the tables' creation first in every session (a creation variant with the
             # same name and another configuration must not take the name first).
             self.create_all = [t["handle"].op for t in self.tables if not t.get("pool")]
@@ -727,12 +1136,17 @@ class Fuzzer:
 
     def _tame_initializer(self, dim):
         rng = self.rng
-        kind = str(rng.choice(["constant", "random_uniform", "random_normal",
-                               "truncated_normal"]))
-        init = dict(initializer=kind, init_value=float(rng.uniform(-1, 1)),
-                    init_minval=-0.5, init_maxval=0.5, init_mean=float(rng.uniform(-1, 1)),
-                    init_stddev=float(rng.uniform(0.01, 2)),
-                    init_seed=int(rng.integers(0, 2**31)), init_scale=float(rng.uniform(0.1, 2)))
+        kind = str(rng.choice(["constant", "random_uniform", "random_normal", "truncated_normal"]))
+        init = dict(
+            initializer=kind,
+            init_value=float(rng.uniform(-1, 1)),
+            init_minval=-0.5,
+            init_maxval=0.5,
+            init_mean=float(rng.uniform(-1, 1)),
+            init_stddev=float(rng.uniform(0.01, 2)),
+            init_seed=int(rng.integers(0, 2**31)),
+            init_scale=float(rng.uniform(0.1, 2)),
+        )
         if kind == "constant" and rng.random() < 0.3:
             init["init_values"] = [float(v) for v in rng.uniform(-1, 1, dim)]
         return init
@@ -740,7 +1154,7 @@ class Fuzzer:
     def _creation_attrs(self, budget):
         """Random attributes of an EmbeddingTable op: what may succeed stays small (address
         space, mappings and committed memory within `budget`), what is huge must fail."""
-        rng, np = self.rng, self.np
+        rng = self.rng
         dim = int(rng.choice([1, 1, 2, 8, 8, 64, 1000, 8192, 8193, 100000, 2**31, 2**62]))
         dynamic = bool(rng.random() < 0.5)
         r = rng.random()
@@ -752,11 +1166,15 @@ class Fuzzer:
             capacity = int(rng.choice([2**33, 2**36, 2**40 - 1, 2**40]))
         else:
             capacity = int(rng.choice([2**16, 2**20, 2**22]))
-        initial = 0 if rng.random() < 0.6 else int(rng.choice(
-            [1, 100, 5000, 2**20, 2**36, 2**40, 2**40 + 1, 2**62]))
+        initial = (
+            0
+            if rng.random() < 0.6
+            else int(rng.choice([1, 100, 5000, 2**20, 2**36, 2**40, 2**40 + 1, 2**62]))
+        )
         track_changes = bool(rng.random() < 0.3)
-        may_succeed = 1 <= dim <= 8192 and 0 <= initial <= 2**40 and (
-            dynamic or 1 <= capacity <= 2**40)
+        may_succeed = (
+            1 <= dim <= 8192 and 0 <= initial <= 2**40 and (dynamic or 1 <= capacity <= 2**40)
+        )
         if 1 <= dim <= 8192:
             shift = 4
             while shift < 19 and (1 << (shift + 1)) * dim * 4 <= (2 << 20):
@@ -769,8 +1187,11 @@ class Fuzzer:
                 # The table's reservation check: at most 2^24 chunks, 32 TiB, and half the
                 # memory mappings the process has left (fewer than vm.max_map_count).
                 limit = _max_map_count()
-                surely_fails = chunks > 2**24 or size > 2**45 or (
-                    limit is not None and 2 * chunks > limit // 2)
+                surely_fails = (
+                    chunks > 2**24
+                    or size > 2**45
+                    or (limit is not None and 2 * chunks > limit // 2)
+                )
                 if surely_fails:
                     # Should it succeed after all, it reserves address space only.
                     track_changes = False
@@ -786,23 +1207,42 @@ class Fuzzer:
         r = rng.random()
         may_succeed = may_succeed and r >= 0.25 and len(init.get("init_values", [0] * dim)) == dim
         if r < 0.1:
-            init[str(rng.choice(["init_value", "init_minval", "init_maxval", "init_mean",
-                                 "init_stddev", "init_scale"]))] = float(
-                rng.choice([float("nan"), float("inf"), -float("inf"), 3e38, -1.0, 0.0]))
+            init[
+                str(
+                    rng.choice(
+                        [
+                            "init_value",
+                            "init_minval",
+                            "init_maxval",
+                            "init_mean",
+                            "init_stddev",
+                            "init_scale",
+                        ]
+                    )
+                )
+            ] = float(rng.choice([float("nan"), float("inf"), -float("inf"), 3e38, -1.0, 0.0]))
         elif r < 0.15:
             init["initializer"] = str(rng.choice(["", "bogus", "Constant", "zeros"]))
         elif r < 0.2:
             init["init_values"] = [1.0] * int(rng.choice([1, 3, 9]))
         elif r < 0.25:
-            init["init_seed"] = int(rng.choice([-1, -2**63, 2**63 - 1]))
-        return dict(_may_succeed=may_succeed, key_dtype=str(rng.choice(["int32", "int64"])),
-                    dim=dim, dynamic_expansion=dynamic, capacity=capacity, initial_capacity=initial,
-                    evict_when_full=bool(rng.random() < 0.3), track_changes=track_changes,
-                    track_access=bool(rng.random() < 0.3),
-                    emb_dtype=str(rng.choice(["float32", "float32", "bfloat16", "float16"])),
-                    slot_dtype=str(rng.choice(["float32", "float32", "bfloat16"])),
-                    share=str(rng.choice(["", "", "reader", "trainer"])),
-                    container=str(rng.choice(["", "", "", "fz_pool"])), **init)
+            init["init_seed"] = int(rng.choice([-1, -(2**63), 2**63 - 1]))
+        return dict(
+            _may_succeed=may_succeed,
+            key_dtype=str(rng.choice(["int32", "int64"])),
+            dim=dim,
+            dynamic_expansion=dynamic,
+            capacity=capacity,
+            initial_capacity=initial,
+            evict_when_full=bool(rng.random() < 0.3),
+            track_changes=track_changes,
+            track_access=bool(rng.random() < 0.3),
+            emb_dtype=str(rng.choice(["float32", "float32", "bfloat16", "float16"])),
+            slot_dtype=str(rng.choice(["float32", "float32", "bfloat16"])),
+            share=str(rng.choice(["", "", "reader", "trainer"])),
+            container=str(rng.choice(["", "", "", "fz_pool"])),
+            **init,
+        )
 
     def _build_creations(self, ops, add, tf):
         rng = self.rng
@@ -820,48 +1260,81 @@ class Fuzzer:
             elif r < 0.8:
                 t = self.tables[int(rng.integers(0, self.main_count))]
                 name = t["name"]
-                if rng.random() < 0.5:   # the same configuration: a second handle
+                if rng.random() < 0.5:  # the same configuration: a second handle
                     attrs.pop("init_values", None)
-                    attrs.update(key_dtype=t["key_dtype"], dim=t["dim"],
-                                 dynamic_expansion=t["dynamic"], capacity=t["capacity"],
-                                 initial_capacity=t.get("initial_capacity", 0),
-                                 evict_when_full=t.get("evict_when_full", False),
-                                 track_changes=t.get("track_changes", False),
-                                 track_access=t.get("track_access", False),
-                                 emb_dtype=t.get("emb_dtype", "float32"),
-                                 slot_dtype=t.get("slot_dtype", "float32"),
-                                 share=t["share"], container=t.get("container", ""),
-                                 **t["init"])
+                    attrs.update(
+                        key_dtype=t["key_dtype"],
+                        dim=t["dim"],
+                        dynamic_expansion=t["dynamic"],
+                        capacity=t["capacity"],
+                        initial_capacity=t.get("initial_capacity", 0),
+                        evict_when_full=t.get("evict_when_full", False),
+                        track_changes=t.get("track_changes", False),
+                        track_access=t.get("track_access", False),
+                        emb_dtype=t.get("emb_dtype", "float32"),
+                        slot_dtype=t.get("slot_dtype", "float32"),
+                        share=t["share"],
+                        container=t.get("container", ""),
+                        **t["init"],
+                    )
             elif r < 0.95 and names:
                 name = names[int(rng.integers(0, len(names)))]
             else:
                 name = str(rng.choice(["", "_lead", "a/b", "x" * 1000, "nul\0name"]))
             shared = name if rng.random() < 0.9 else ""
             kd = attrs.pop("key_dtype")
-            may_succeed = attrs.pop("_may_succeed") and name.startswith("fz_pool_") and \
-                shared == name
+            may_succeed = (
+                attrs.pop("_may_succeed") and name.startswith("fz_pool_") and shared == name
+            )
             try:
                 handle = ops.rec_sdk_embedding_table(
-                    table_name=name, key_dtype=kinds[kd], shared_name=shared,
-                    name="create%d" % made, **attrs)
+                    table_name=name,
+                    key_dtype=kinds[kd],
+                    shared_name=shared,
+                    name="create%d" % made,
+                    **attrs,
+                )
             except (ValueError, TypeError, tf.errors.OpError) as e:
                 self.build_rejected["EmbeddingTable " + _kind(e)] += 1
                 continue
             names.append(name)
-            desc = dict(name=name or "''", label="create", dim=attrs["dim"], space=1,
-                        guarded=False)
-            add("EmbeddingTable", handle.op, [], None, desc, kd,
-                attrs=dict(name=name[:20], shared_name=shared[:20], key_dtype=kd,
-                           **{k: v for k, v in attrs.items() if not k.startswith("init_")}))
-            if may_succeed:   # its name is not given to another configuration
+            desc = dict(name=name or "''", label="create", dim=attrs["dim"], space=1, guarded=False)
+            add(
+                "EmbeddingTable",
+                handle.op,
+                [],
+                None,
+                desc,
+                kd,
+                attrs=dict(
+                    name=name[:20],
+                    shared_name=shared[:20],
+                    key_dtype=kd,
+                    **{k: v for k, v in attrs.items() if not k.startswith("init_")},
+                ),
+            )
+            if may_succeed:  # its name is not given to another configuration
                 candidates.append((handle, attrs, kd, name))
                 names.pop()
             made += 1
         # Attributes the op definition itself rejects (checked when the graph is built).
-        for bad in (dict(dim=0), dict(dim=-1), dict(capacity=-1), dict(share="bogus"),
-                    dict(initial_capacity=-5), dict(slot_dtype="float16")):
-            attrs = dict(table_name="fz_bad", key_dtype=tf.int64, dim=1, dynamic_expansion=True,
-                         capacity=0, initializer="constant", shared_name="fz_bad")
+        for bad in (
+            dict(dim=0),
+            dict(dim=-1),
+            dict(capacity=-1),
+            dict(share="bogus"),
+            dict(initial_capacity=-5),
+            dict(slot_dtype="float16"),
+        ):
+            attrs = dict(
+                table_name="fz_bad",
+                key_dtype=tf.int64,
+                dim=1,
+                dynamic_expansion=True,
+                capacity=0,
+                initializer="constant",
+                shared_name="fz_bad",
+            )
             attrs.update(bad)
             try:
                 ops.rec_sdk_embedding_table(**attrs)
@@ -880,30 +1353,51 @@ class Fuzzer:
     # name: (tame low, tame high, invalid values, valid but wild values)
     HYPER = {
         "LazyAdam": dict(
-            learning_rate=(1e-4, 0.5, (-1.0, float("nan"), float("inf"), -float("inf")),
-                           (1e30, 3e38, 0.0)),
+            learning_rate=(
+                1e-4,
+                0.5,
+                (-1.0, float("nan"), float("inf"), -float("inf")),
+                (1e30, 3e38, 0.0),
+            ),
             beta1=(0.5, 0.99, (0.0, 1.0, 1.5, -0.1, float("nan")), (1e-30, 0.9999999)),
             beta2=(0.5, 0.999, (-0.1, 1.01, float("nan")), (0.0, 1.0)),
-            epsilon=(1e-8, 0.1, (0.0, -1.0, 2.0, float("nan")), (1e-45, 1.0))),
+            epsilon=(1e-8, 0.1, (0.0, -1.0, 2.0, float("nan")), (1e-45, 1.0)),
+        ),
         "GradientDescent": dict(
             learning_rate=(0.0, 0.5, (-1.0, float("nan"), float("inf")), (1e30, 3e38)),
-            weight_decay=(0.0, 0.1, (-0.1, 1.1, float("nan"), float("inf")), (1.0,))),
+            weight_decay=(0.0, 0.1, (-0.1, 1.1, float("nan"), float("inf")), (1.0,)),
+        ),
         "Adagrad": dict(
             learning_rate=(0.0, 0.5, (-1.0, float("nan"), float("inf")), (1e30,)),
-            initial_accumulator_value=(0.01, 10.0, (0.0, -1.0, float("nan"), float("inf")),
-                                       (1e-45, 1e30))),
+            initial_accumulator_value=(
+                0.01,
+                10.0,
+                (0.0, -1.0, float("nan"), float("inf")),
+                (1e-45, 1e30),
+            ),
+        ),
         "Momentum": dict(
             learning_rate=(0.0, 0.5, (-1.0, float("nan"), float("inf")), (1e30,)),
-            momentum=(0.0, 0.9, (-0.5, float("nan"), float("inf")), (1.5, 1e10))),
+            momentum=(0.0, 0.9, (-0.5, float("nan"), float("inf")), (1.5, 1e10)),
+        ),
         "Ftrl": dict(
             learning_rate=(1e-3, 0.5, (0.0, -1.0, float("nan"), float("inf")), (1e30,)),
-            learning_rate_power=(-1.0, 0.0, (0.5, float("nan"), float("inf"), -float("inf")),
-                                 (-100.0, -1e10)),
+            learning_rate_power=(
+                -1.0,
+                0.0,
+                (0.5, float("nan"), float("inf"), -float("inf")),
+                (-100.0, -1e10),
+            ),
             l1=(0.0, 1.0, (-1.0, float("nan"), float("inf")), (1e30,)),
             l2=(0.0, 1.0, (-1.0, float("nan"), float("inf")), (1e30,)),
             l2_shrinkage=(0.0, 1.0, (-1.0, float("nan"), float("inf")), (1e30,)),
-            initial_accumulator_value=(0.1, 10.0, (-1.0, float("nan"), float("inf")),
-                                       (0.0, 1e-45, 1e30))),
+            initial_accumulator_value=(
+                0.1,
+                10.0,
+                (-1.0, float("nan"), float("inf")),
+                (0.0, 1e-45, 1e30),
+            ),
+        ),
     }
 
     def _hyper(self, optimizer, name, guarded, valid=False):
@@ -919,14 +1413,16 @@ class Fuzzer:
         return float(wild[int(self.rng.integers(0, len(wild)))]), "wild"
 
     def _attr_float(self, optimizer, guarded):
-        return self._hyper(optimizer, "initial_accumulator_value", guarded,
-                           valid=self.rng.random() < 0.6)
+        return self._hyper(
+            optimizer, "initial_accumulator_value", guarded, valid=self.rng.random() < 0.6
+        )
 
     # ----------------------------------------------------------------- sessions
     def new_session(self, gen):
         tf = self.tf
-        config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=2,
-                                          inter_op_parallelism_threads=1)
+        config = tf.compat.v1.ConfigProto(
+            intra_op_parallelism_threads=2, inter_op_parallelism_threads=1
+        )
         config.graph_options.rewrite_options.disable_meta_optimizer = True
         config.graph_options.optimizer_options.opt_level = tf.compat.v1.OptimizerOptions.L0
         config.graph_options.optimizer_options.do_constant_folding = False
@@ -934,7 +1430,7 @@ class Fuzzer:
         S = SessionState(sess, gen, len(self.tables))
         for i, t in enumerate(self.tables):
             if t.get("pool"):
-                S.taint[i] = True   # random initializers may give any value
+                S.taint[i] = True  # random initializers may give any value
             elif t["share"]:
                 S.taint[i] = self.shared_taint.setdefault(i, False)
         sess.run(self.create_all)
@@ -946,11 +1442,13 @@ class Fuzzer:
         fn = S.callables.get(v.id)
         if fn is None:
             from tensorflow.core.protobuf import config_pb2
+
             fetches = v.fetch if isinstance(v.fetch, list) else [v.fetch]
             options = config_pb2.CallableOptions(
                 feed=[p.name for p in v.feeds],
                 fetch=[f.name for f in fetches if isinstance(f, self.tf.Tensor)],
-                target=[f.name for f in fetches if not isinstance(f, self.tf.Tensor)])
+                target=[f.name for f in fetches if not isinstance(f, self.tf.Tensor)],
+            )
             make = getattr(S.sess, "_make_callable_from_options", None)
             if make is None:  # another TensorFlow: the public, slower API
                 fn = S.sess.make_callable(v.fetch, feed_list=v.feeds)
@@ -979,8 +1477,15 @@ class Fuzzer:
         op = v.op
         guarded = bool(t.get("guarded"))
         info = {}
-        if op in ("TableFindOrInsert", "TableFindOrInsertRows", "TableLookup", "TableRemove",
-                  "TableUpsert", "TableImport", "UniqueKeys"):
+        if op in (
+            "TableFindOrInsert",
+            "TableFindOrInsertRows",
+            "TableLookup",
+            "TableRemove",
+            "TableUpsert",
+            "TableImport",
+            "UniqueKeys",
+        ):
             n = self._n(t)
             shape = self._shape(n)
             if op == "TableImport" and rng.random() < 0.85:
@@ -999,8 +1504,10 @@ class Fuzzer:
                 elif r < 0.9:
                     counts = rng.integers(-3, 4, max(0, keys.size + int(rng.integers(-1, 2))))
                 else:
-                    counts = rng.choice(np.array([-1, 0, 2**31, 2**32 + 1, 2**62, 2**63 - 1,
-                                                  -2**63], np.int64), keys.size)
+                    counts = rng.choice(
+                        np.array([-1, 0, 2**31, 2**32 + 1, 2**62, 2**63 - 1, -(2**63)], np.int64),
+                        keys.size,
+                    )
                 r = rng.random()
                 if r < 0.4:
                     times = np.zeros([0], np.int64)
@@ -1010,11 +1517,12 @@ class Fuzzer:
                     base = int(rng.integers(0, 1000))
                     times = (base + rng.integers(0, 50, keys.size)).astype(np.int64)
                 else:
-                    times = rng.choice(np.array(self.EXTREMES, np.int64),
-                                       max(0, keys.size + int(rng.integers(-1, 3))))
+                    times = rng.choice(
+                        np.array(self.EXTREMES, np.int64),
+                        max(0, keys.size + int(rng.integers(-1, 3))),
+                    )
                 return [keys, counts.astype(np.int64), times.astype(np.int64)], info
-            dim = self.tables[v.table]["dim"] if v.table is not None and v.table >= 0 \
-                else t["dim"]
+            dim = self.tables[v.table]["dim"] if v.table is not None and v.table >= 0 else t["dim"]
             values = self._floats(self._rows_shape(keys.shape, dim), guarded)
             info["dirty_always"] = not self._is_tame(values)
             if op == "TableUpsert":
@@ -1028,43 +1536,46 @@ class Fuzzer:
                 if guarded:
                     slots = np.clip(np.abs(slots), 0.1, 100)
             else:
-                slots = self._floats((int(rng.integers(0, 3)), int(rng.integers(0, 4)), dim),
-                                     guarded)
+                slots = self._floats(
+                    (int(rng.integers(0, 3)), int(rng.integers(0, 4)), dim), guarded
+                )
                 if guarded:
                     slots = np.clip(np.abs(slots), 0.1, 100)
             info["dirty_always"] = info["dirty_always"] or not (
-                self._is_tame(slots) and (slots.size == 0 or slots.min() >= 0.1))
+                self._is_tame(slots) and (slots.size == 0 or slots.min() >= 0.1)
+            )
             return [keys, values, slots], info
         if op == "TableGather":
             return [self._addresses(S, v.table, self._shape(self._n(t)))], info
         if op in ("TableReadRows", "TableWriteRows"):
             n = self._n(t)
-            addresses = self._addresses(S, v.table, (n,) if rng.random() < 0.9 else
-                                        self._shape(n))
+            addresses = self._addresses(S, v.table, (n,) if rng.random() < 0.9 else self._shape(n))
             # Slots start at (or are read as) the layout's initial values, NaN included.
             info["dirty"] = any(x != x for x in v.attrs["slot_initial_values"])
             if op == "TableReadRows":
                 return [addresses], info
-            dim = self.tables[v.table]["dim"] if v.table is not None and v.table >= 0 \
-                else t["dim"]
+            dim = self.tables[v.table]["dim"] if v.table is not None and v.table >= 0 else t["dim"]
             k = len(v.attrs["slot_initial_values"])
             rows = addresses.shape[0] if addresses.ndim else 1
             shape = (rows, dim) if rng.random() < 0.9 else self._rows_shape(addresses.shape, dim)
             values = self._floats(shape, guarded)
-            slots = self._floats((k,) + shape if rng.random() < 0.9 else
-                                 (int(rng.integers(0, 3)),) + shape, guarded)
-            info["dirty"] = info["dirty"] or not (self._is_tame(values) and
-                                                  self._is_tame(slots))
+            slots = self._floats(
+                (k,) + shape if rng.random() < 0.9 else (int(rng.integers(0, 3)),) + shape, guarded
+            )
+            info["dirty"] = info["dirty"] or not (self._is_tame(values) and self._is_tame(slots))
             return [addresses, values, slots], info
         if op.startswith("Apply"):
-            name = {"ApplyLazyAdam": "LazyAdam", "ApplyGradientDescent": "GradientDescent",
-                    "ApplyAdagrad": "Adagrad", "ApplyMomentum": "Momentum",
-                    "ApplyFtrl": "Ftrl"}[op]
+            name = {
+                "ApplyLazyAdam": "LazyAdam",
+                "ApplyGradientDescent": "GradientDescent",
+                "ApplyAdagrad": "Adagrad",
+                "ApplyMomentum": "Momentum",
+                "ApplyFtrl": "Ftrl",
+            }[op]
             n = self._n(t)
             shape = (n,) if rng.random() < 0.9 else self._shape(n)
             addresses = self._addresses(S, v.table, shape)
-            dim = self.tables[v.table]["dim"] if v.table is not None and v.table >= 0 \
-                else t["dim"]
+            dim = self.tables[v.table]["dim"] if v.table is not None and v.table >= 0 else t["dim"]
             gshape = (n, dim) if rng.random() < 0.85 else self._rows_shape(shape, dim)
             grads = self._floats(gshape, guarded)
             classes = ["tame" if self._is_tame(grads) else "wild"]
@@ -1080,14 +1591,17 @@ class Fuzzer:
             if name == "LazyAdam":
                 r = rng.random()
                 if r < 0.9:
-                    inputs.append(self._scalar(np.int64, int(rng.integers(1, 10**6)),
-                                               0.01 if valid else 0.08))
+                    inputs.append(
+                        self._scalar(np.int64, int(rng.integers(1, 10**6)), 0.01 if valid else 0.08)
+                    )
                 else:
-                    inputs.append(self._scalar(np.int64, int(rng.choice(
-                        [0, -1, -2**63, 2**62, 2**63 - 1]))))
+                    inputs.append(
+                        self._scalar(np.int64, int(rng.choice([0, -1, -(2**63), 2**62, 2**63 - 1])))
+                    )
                     # A huge step is valid and harmless (beta ** step underflows to 0).
-                    classes.append("invalid" if inputs[-1].size and inputs[-1].flat[0] < 1
-                                   else "tame")
+                    classes.append(
+                        "invalid" if inputs[-1].size and inputs[-1].flat[0] < 1 else "tame"
+                    )
             info["dirty"] = any(c != "tame" for c in classes)
             info["invalid"] = "invalid" in classes
             return inputs, info
@@ -1101,8 +1615,10 @@ class Fuzzer:
             if rng.random() < 0.03:
                 delta = np.zeros([int(rng.integers(0, 3))], np.bool_)
             shape = () if rng.random() < 0.95 else (int(rng.integers(0, 3)),)
-            return [self._strings([info["path"]] * (int(np.prod(shape)) if shape else 1),
-                                  shape), delta], info
+            return [
+                self._strings([info["path"]] * (int(np.prod(shape)) if shape else 1), shape),
+                delta,
+            ], info
         if op == "TableCommitSave":
             ids = S.save_ids[v.table] if v.table is not None and v.table >= 0 else []
             r = rng.random()
@@ -1111,7 +1627,7 @@ class Fuzzer:
             elif r < 0.6 and ids:
                 value = ids[-1 - int(rng.integers(0, min(3, len(ids))))]
             elif r < 0.7:
-                others = [x for l in S.save_ids for x in l]
+                others = [x for ln in S.save_ids for x in ln]
                 value = others[int(rng.integers(0, len(others)))] if others else 1
             else:
                 value = self._int64_value((-2, 50))
@@ -1134,12 +1650,12 @@ class Fuzzer:
             else:
                 rank_size = self._int64_value((1, 4))
                 rank_id = self._int64_value((0, 4))
-            return [paths, self._scalar(np.int64, rank_id),
-                    self._scalar(np.int64, rank_size)], info
+            return [paths, self._scalar(np.int64, rank_id), self._scalar(np.int64, rank_size)], info
         if op == "TrainableRows":
             n = self._n(t)
-            return [self._floats(self._shape(n) + ((t["dim"],) if rng.random() < 0.7 else ()),
-                                 False)], info
+            return [
+                self._floats(self._shape(n) + ((t["dim"],) if rng.random() < 0.7 else ()), False)
+            ], info
         if op == "KeyAccessStats":
             return self._gen_key_access_stats(), info
         if op == "GatherRowsByIndex":
@@ -1170,11 +1686,11 @@ class Fuzzer:
             if r < 0.1:
                 index = self._index(int(rng.integers(0, 20)), rows)
             elif r < 0.15:
-                rows = int(rng.choice([-1, -2**31, 2**20]))
+                rows = int(rng.choice([-1, -(2**31), 2**20]))
                 if rows > 0 and dim > 16:
                     rows = 1000
             elif r < 0.17 and dim >= 1024:
-                rows = 2**31 - 1   # far beyond memory: the allocation fails cleanly
+                rows = 2**31 - 1  # far beyond memory: the allocation fails cleanly
             return [values, index, self._scalar(np.int32, rows)], info
         # Ops whose only input is the table (or nothing: creation, configure).
         return [], info
@@ -1187,15 +1703,18 @@ class Fuzzer:
             n = min(n, max(1, 2**20 // t["dim"]))
         keys = rng.integers(0, t["space"], n).astype(t["np_kd"])
         counts = np.zeros([0], np.int64) if rng.random() < 0.5 else np.full(n, 3, np.int64)
-        times = np.zeros([0], np.int64) if rng.random() < 0.5 else \
-            (int(rng.integers(0, 1000)) + rng.integers(0, 50, n)).astype(np.int64)
+        times = (
+            np.zeros([0], np.int64)
+            if rng.random() < 0.5
+            else (int(rng.integers(0, 1000)) + rng.integers(0, 50, n)).astype(np.int64)
+        )
         return [keys, counts, times], {}
 
     def _index(self, n, u):
         np, rng = self.np, self.rng
         if rng.random() < 0.8 and u > 0:
             return rng.integers(0, u, n).astype(np.int32)
-        bad = np.array([-1, u, u + 1, 2**31 - 1, -2**31], np.int32)
+        bad = np.array([-1, u, u + 1, 2**31 - 1, -(2**31)], np.int32)
         index = rng.integers(0, max(u, 1), n).astype(np.int32)
         mask = rng.random(n) < 0.3
         index[mask] = rng.choice(bad, int(mask.sum()))
@@ -1229,13 +1748,13 @@ class Fuzzer:
         elif r < 0.8:
             weights = rng.integers(0, 5, shape).astype(np.int64)
         elif r < 0.88:
-            weights = rng.integers(0, 5, max(0, n + int(rng.choice([-1, 1, 2])))).astype(
-                np.int64)
+            weights = rng.integers(0, 5, max(0, n + int(rng.choice([-1, 1, 2])))).astype(np.int64)
         elif r < 0.92:
             weights = np.zeros([0], np.int64)
         else:
-            weights = rng.choice(np.array([-1, 2**62, 2**63 - 1, -2**63], np.int64),
-                                 max(n, 1)).reshape(shape if n else (1,))
+            weights = rng.choice(
+                np.array([-1, 2**62, 2**63 - 1, -(2**63)], np.int64), max(n, 1)
+            ).reshape(shape if n else (1,))
         r = rng.random()
         if r < 0.3:
             times = np.zeros([0], np.int64)
@@ -1244,8 +1763,9 @@ class Fuzzer:
         elif r < 0.9:
             times = rng.integers(0, 1000, samples).astype(np.int64)
         else:
-            times = rng.choice(np.array(self.EXTREMES, np.int64),
-                               max(0, samples + int(rng.choice([-1, 1, 3]))))
+            times = rng.choice(
+                np.array(self.EXTREMES, np.int64), max(0, samples + int(rng.choice([-1, 1, 3])))
+            )
         return [inverse, self._scalar(np.int32, num_unique), weights, times]
 
     # ----------------------------------------------------------------- after a call
@@ -1253,8 +1773,12 @@ class Fuzzer:
         t = v.table
         ok = error is None
         if t is not None and t >= 0:
-            if ok and v.op in ("TableClear", "TableRestore", "TableImport") and \
-                    not self.tables[t]["share"] and not self.tables[t].get("pool"):
+            if (
+                ok
+                and v.op in ("TableClear", "TableRestore", "TableImport")
+                and not self.tables[t]["share"]
+                and not self.tables[t].get("pool")
+            ):
                 # The table's rows (and slots) are now only what the call gave it.
                 S.taint[t] = False
             if info.get("dirty_always") or (ok and info.get("dirty")):
@@ -1281,8 +1805,12 @@ class Fuzzer:
         if v.op == "TableSave" and t is not None and t >= 0:
             S.save_ids[t] = (S.save_ids[t] + [int(result[1])])[-8:]
         if v.op == "TableSave" and "path" in info and os.path.isdir(info["path"]):
-            self._add_dir(info["path"], t, S.taint[t] if t is not None and t >= 0 else True,
-                          bool(inputs[1].any()) if inputs[1].size else False)
+            self._add_dir(
+                info["path"],
+                t,
+                S.taint[t] if t is not None and t >= 0 else True,
+                bool(inputs[1].any()) if inputs[1].size else False,
+            )
 
     def _add_dir(self, path, table, taint, delta=False):
         if any(d["path"] == path for d in self.dirs):
@@ -1309,8 +1837,9 @@ class Fuzzer:
         d = self.dirs[int(rng.integers(0, len(self.dirs)))]
         d["taint"] = True
         try:
-            names = sorted(n for n in os.listdir(d["path"])
-                           if os.path.isfile(os.path.join(d["path"], n)))
+            names = sorted(
+                n for n in os.listdir(d["path"]) if os.path.isfile(os.path.join(d["path"], n))
+            )
         except OSError:
             return
         if not names:
@@ -1342,8 +1871,11 @@ class Fuzzer:
                 if not lines:
                     return
                 i = int(rng.integers(0, len(lines)))
-                lines[i] = lines[i].split(" ")[0] + " " + str(
-                    int(rng.choice([-1, 0, 2**63 - 1, 99999999999])))
+                lines[i] = (
+                    lines[i].split(" ")[0]
+                    + " "
+                    + str(int(rng.choice([-1, 0, 2**63 - 1, 99999999999])))
+                )
                 with open(meta, "w") as f:
                     f.write("\n".join(lines) + "\n")
         except OSError:
@@ -1362,8 +1894,7 @@ class Fuzzer:
         i = int(rng.integers(0, self.main_count))
         t = self.tables[i]
         canon = t["canon"]
-        target = self.sessions[1] if self.sessions[1] is not None and rng.random() < 0.5 \
-            else S
+        target = self.sessions[1] if self.sessions[1] is not None and rng.random() < 0.5 else S
         made = [0]
         failed = []
 
@@ -1371,8 +1902,9 @@ class Fuzzer:
             kind, result, error = self.call_op(call + made[0], Sx, v, inputs, info or {})
             made[0] += 1
             if kind != "ok":
-                failed.append("%s -> %s: %s" % (v.op, kind, _signature(
-                    getattr(error, "message", str(error)))))
+                failed.append(
+                    "%s -> %s: %s" % (v.op, kind, _signature(getattr(error, "message", str(error))))
+                )
             return kind == "ok", result
 
         def export(Sx):
@@ -1386,8 +1918,12 @@ class Fuzzer:
         def save(delta):
             self.fresh += 1
             path = os.path.join(self.root, "s%d" % self.fresh)
-            ok, result = step(S, canon["TableSave"], [self._strings([path], ()),
-                                                      np.asarray(delta)], dict(path=path))
+            ok, result = step(
+                S,
+                canon["TableSave"],
+                [self._strings([path], ()), np.asarray(delta)],
+                dict(path=path),
+            )
             if ok:
                 step(S, canon["TableCommitSave"], [np.asarray(int(result[1]), np.int64)])
             return path if ok else None
@@ -1403,43 +1939,67 @@ class Fuzzer:
             delta = save(True)
         taint_full = S.taint[i]
         before = len(failed)
-        ok, result = step(target, canon["TableRestore"],
-                          [self._strings([full], ()), np.asarray(0, np.int64),
-                           np.asarray(1, np.int64)], dict(dirty=taint_full))
+        ok, result = step(
+            target,
+            canon["TableRestore"],
+            [self._strings([full], ()), np.asarray(0, np.int64), np.asarray(1, np.int64)],
+            dict(dirty=taint_full),
+        )
         restore_error = None
         if not ok and "DataLoss" in failed[before]:
             restore_error = failed[before]
         if ok and delta is not None:
-            step(target, canon["TableApplyDelta"], [self._strings([delta], ())],
-                 dict(dirty=S.taint[i]))
+            step(
+                target,
+                canon["TableApplyDelta"],
+                [self._strings([delta], ())],
+                dict(dirty=S.taint[i]),
+            )
         got = export(target)
         self.meta["checkpoint round trips"] += 1
         if restore_error:
             # A checkpoint the table has just written must restore.
             if (target.gen, i) not in target.violated:
                 target.violated.add((target.gen, i))
-                self.violations.append(dict(
-                    table=t["label"], session=target.gen,
-                    where="round trip at call %d" % call,
-                    problems=["its own fresh checkpoint does not restore: " + restore_error],
-                    recent=list(self.table_log[i])))
+                self.violations.append(
+                    dict(
+                        table=t["label"],
+                        session=target.gen,
+                        where="round trip at call %d" % call,
+                        problems=["its own fresh checkpoint does not restore: " + restore_error],
+                        recent=list(self.table_log[i]),
+                    )
+                )
             return made[0]
         if failed:
             self.notes["round trip of %s: %s" % (t["label"], "; ".join(failed))] += 1
             return made[0]
-        same = expected is not None and got is not None and \
-            np.array_equal(expected[0], got[0]) and \
-            np.array_equal(expected[1], got[1], equal_nan=True)
+        same = (
+            expected is not None
+            and got is not None
+            and np.array_equal(expected[0], got[0])
+            and np.array_equal(expected[1], got[1], equal_nan=True)
+        )
         if not same and (target.gen, i) not in target.violated:
             target.violated.add((target.gen, i))
-            self.violations.append(dict(
-                table=t["label"], session=target.gen, where="round trip at call %d" % call,
-                problems=["after save%s and restore%s the table holds %s keys, not the %s "
-                          "it had" % (" + delta" if delta else "",
-                                      " + apply_delta" if delta else "",
-                                      got[0].size if got else "?",
-                                      expected[0].size if expected else "?")],
-                recent=list(self.table_log[i])))
+            self.violations.append(
+                dict(
+                    table=t["label"],
+                    session=target.gen,
+                    where="round trip at call %d" % call,
+                    problems=[
+                        "after save%s and restore%s the table holds %s keys, not the %s "
+                        "it had"
+                        % (
+                            " + delta" if delta else "",
+                            " + apply_delta" if delta else "",
+                            got[0].size if got else "?",
+                            expected[0].size if expected else "?",
+                        )
+                    ],
+                    recent=list(self.table_log[i]),
+                )
+            )
         return made[0]
 
     # ----------------------------------------------------------------- invariants
@@ -1451,7 +2011,7 @@ class Fuzzer:
             c = t["check"]
             problems = []
             if t.get("pool"):
-                try:   # a table created with random attributes may not exist
+                try:  # a table created with random attributes may not exist
                     S.sess.run(c["size"])
                 except self.tf.errors.OpError:
                     continue
@@ -1463,43 +2023,55 @@ class Fuzzer:
                 keys, values, slots = S.sess.run(c["export"])
                 found_values, exists = S.sess.run(c["lookup"], {c["keys"]: keys})
             except Exception as e:  # noqa: BLE001 -- any failure of a check is a violation
-                problems.append("a check op failed: %s: %s" % (_kind(e), _signature(
-                    getattr(e, "message", str(e)))))
+                problems.append(
+                    "a check op failed: %s: %s"
+                    % (_kind(e), _signature(getattr(e, "message", str(e))))
+                )
             else:
                 n = keys.shape[0]
                 if size != n:
                     problems.append("size %d but %d keys exported" % (size, n))
-                if values.shape != (n, t["dim"]) or (slots.size and slots.shape[1:] !=
-                                                     (n, t["dim"])):
+                if values.shape != (n, t["dim"]) or (
+                    slots.size and slots.shape[1:] != (n, t["dim"])
+                ):
                     problems.append("export shapes %s %s" % (values.shape, slots.shape))
                 if np.unique(keys).size != n:
-                    problems.append("exported keys are not unique (%d distinct of %d)"
-                                    % (np.unique(keys).size, n))
+                    problems.append(
+                        "exported keys are not unique (%d distinct of %d)"
+                        % (np.unique(keys).size, n)
+                    )
                 if not exists.all():
                     problems.append("lookup misses %d exported keys" % int((~exists).sum()))
                 elif not np.array_equal(found_values, values, equal_nan=True):
                     problems.append("lookup values differ from exported values")
                 if stats[0] != size or stats[1] != capacity:
-                    problems.append("stats size/capacity %d/%d vs size %d capacity %d"
-                                    % (stats[0], stats[1], size, capacity))
+                    problems.append(
+                        "stats size/capacity %d/%d vs size %d capacity %d"
+                        % (stats[0], stats[1], size, capacity)
+                    )
                 if size > capacity:
                     problems.append("size %d > capacity %d" % (size, capacity))
                 if not t["dynamic"] and capacity != t["capacity"]:
-                    problems.append("capacity %d of a fixed table of %d"
-                                    % (capacity, t["capacity"]))
+                    problems.append(
+                        "capacity %d of a fixed table of %d" % (capacity, t["capacity"])
+                    )
                 if (stats[2:6] < 0).any():
                     problems.append("negative counters %s" % stats.tolist())
                 if not S.taint[i]:
                     self.nan_checks += 1
-                if not S.taint[i] and not (np.isfinite(values).all() and
-                                           np.isfinite(slots).all()):
-                    problems.append("NaN/Inf in rows or slots of a table only given tame "
-                                    "values")
+                if not S.taint[i] and not (np.isfinite(values).all() and np.isfinite(slots).all()):
+                    problems.append("NaN/Inf in rows or slots of a table only given tame values")
             if problems:
                 S.violated.add((S.gen, i))
-                self.violations.append(dict(
-                    table=t["label"], session=S.gen, where=where, problems=problems,
-                    recent=list(self.table_log[i])))
+                self.violations.append(
+                    dict(
+                        table=t["label"],
+                        session=S.gen,
+                        where=where,
+                        problems=problems,
+                        recent=list(self.table_log[i]),
+                    )
+                )
 
     def _inject(self):
         """--inject: a deliberate loss, to check that the harness counts it."""
@@ -1510,21 +2082,33 @@ class Fuzzer:
         elif self.inject == "error":
             self.unexpected["(injected) Internal: a deliberate unexpected error"] += 1
         elif self.inject == "violation":
-            self.violations.append(dict(table="(injected)", session=0, where="injected",
-                                        problems=["a deliberate violation"], recent=[]))
+            self.violations.append(
+                dict(
+                    table="(injected)",
+                    session=0,
+                    where="injected",
+                    problems=["a deliberate violation"],
+                    recent=[],
+                )
+            )
 
     # ----------------------------------------------------------------- main loop
     def call_op(self, call, S, v, inputs, info):
         tf, op = self.tf, v.op
-        if self.crumb_fd is not None:   # survives a crash: names the call that was running
+        if self.crumb_fd is not None:  # survives a crash: names the call that was running
             crumb = "call %d session %d %s <- %s\n" % (
-                call, S.gen, v.desc, ", ".join("%s%s" % (x.dtype, list(x.shape))
-                                               for x in inputs))
+                call,
+                S.gen,
+                v.desc,
+                ", ".join("%s%s" % (x.dtype, list(x.shape)) for x in inputs),
+            )
             os.pwrite(self.crumb_fd, crumb.encode()[:1000].ljust(1000), 0)
         if self.verbose:
-            print("call %d session %d %s <- %s" % (call, S.gen, v.desc,
-                                                   ", ".join(_describe(x) for x in inputs)),
-                  flush=True)
+            print(
+                "call %d session %d %s <- %s"
+                % (call, S.gen, v.desc, ", ".join(_describe(x) for x in inputs)),
+                flush=True,
+            )
         result, error = None, None
         began = time.perf_counter()
         try:
@@ -1543,11 +2127,18 @@ class Fuzzer:
         self.outcomes[kind] += 1
         self.op_outcomes[op][kind] += 1
         if self.verbose:
-            print("    -> %s %s" % (kind, "" if error is None else _signature(
-                getattr(error, "message", str(error)))), flush=True)
+            print(
+                "    -> %s %s"
+                % (
+                    kind,
+                    "" if error is None else _signature(getattr(error, "message", str(error))),
+                ),
+                flush=True,
+            )
         if error is not None and self.verbose_errors:
-            self.error_sigs["%s %s: %s" % (op, kind, _signature(
-                getattr(error, "message", str(error))))] += 1
+            self.error_sigs[
+                "%s %s: %s" % (op, kind, _signature(getattr(error, "message", str(error))))
+            ] += 1
         if v.table is not None and v.table >= 0:
             self.table_log[v.table].append("%d s%d %s -> %s" % (call, S.gen, v.desc, kind))
         if kind != "ok" and kind not in CLEAN:
@@ -1556,9 +2147,12 @@ class Fuzzer:
             self.unexpected[sig] += 1
             if sig not in self.unexpected_examples:
                 self.unexpected_examples[sig] = dict(
-                    call=call, session=S.gen, variant=v.desc,
+                    call=call,
+                    session=S.gen,
+                    variant=v.desc,
                     inputs=[_describe(x) for x in inputs],
-                    message=_first_line(message)[:300])
+                    message=_first_line(message)[:300],
+                )
         self.post(v, S, inputs, info, result, error)
         if op == "TableSave" and error is not None:
             self.after_failed_save(info)
@@ -1568,7 +2162,7 @@ class Fuzzer:
         self.build()
         tf = self.tf
         rng = self.rng
-        self.sessions = [None, None]   # current, previous
+        self.sessions = [None, None]  # current, previous
         gen = 0
         self.sessions[0] = self.new_session(gen)
         op_index = rng.choice(len(OPS), size=self.calls, p=self.op_weights)
@@ -1609,18 +2203,29 @@ class Fuzzer:
                     self.meta["tables destroyed under their handles"] += 1
                 except tf.errors.OpError as e:
                     self.notes["destroying and re-creating a table failed: %s" % _kind(e)] += 1
-            S = self.sessions[1] if (self.sessions[1] is not None and rng.random() < 0.1) \
+            S = (
+                self.sessions[1]
+                if (self.sessions[1] is not None and rng.random() < 0.1)
                 else self.sessions[0]
+            )
             op = OPS[op_index[call]]
             choices = self.variants[op]
             if op.startswith("Apply") and rng.random() < 0.7:
                 # Mostly a table this optimizer may train (one sparse optimizer per table).
-                mine = [c for c in choices if c.table is not None and c.table >= 0 and
-                        S.owner[c.table] in (None, op)]
+                mine = [
+                    c
+                    for c in choices
+                    if c.table is not None and c.table >= 0 and S.owner[c.table] in (None, op)
+                ]
                 choices = mine or choices
             v = choices[int(rng.integers(0, len(choices)))]
-            if (op == "TableGather" or op.startswith("Apply")) and v.table is not None and \
-                    v.table >= 0 and call + 1 < self.calls and rng.random() < 0.4:
+            if (
+                (op == "TableGather" or op.startswith("Apply"))
+                and v.table is not None
+                and v.table >= 0
+                and call + 1 < self.calls
+                and rng.random() < 0.4
+            ):
                 # A training lookup of the table first, as a training step does: its
                 # addresses are fresh (the counted call is a find_or_insert).
                 pair = self.tables[v.table]["lookup_variant"]
@@ -1635,23 +2240,34 @@ class Fuzzer:
             if S is not None:
                 self.check(S, "end")
                 S.sess.close()
-        return dict(calls=self.calls, seconds=time.time() - start, counts=dict(self.counts),
-                    outcomes=dict(self.outcomes),
-                    op_outcomes={k: dict(c) for k, c in self.op_outcomes.items()},
-                    unexpected=dict(self.unexpected), examples=self.unexpected_examples,
-                    violations=self.violations, checks=self.checks,
-                    nan_checks=self.nan_checks, taint_reasons=dict(self.taint_reasons),
-                    notes=dict(self.notes), build_rejected=dict(self.build_rejected),
-                    meta=dict(self.meta), error_sigs=dict(self.error_sigs),
-                    op_seconds=dict(self.op_seconds),
-                    variants=sum(len(v) for v in self.variants.values()))
+        return dict(
+            calls=self.calls,
+            seconds=time.time() - start,
+            counts=dict(self.counts),
+            outcomes=dict(self.outcomes),
+            op_outcomes={k: dict(c) for k, c in self.op_outcomes.items()},
+            unexpected=dict(self.unexpected),
+            examples=self.unexpected_examples,
+            violations=self.violations,
+            checks=self.checks,
+            nan_checks=self.nan_checks,
+            taint_reasons=dict(self.taint_reasons),
+            notes=dict(self.notes),
+            build_rejected=dict(self.build_rejected),
+            meta=dict(self.meta),
+            error_sigs=dict(self.error_sigs),
+            op_seconds=dict(self.op_seconds),
+            variants=sum(len(v) for v in self.variants.values()),
+        )
 
 
 def run_chunk(args, root=None):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import warnings
+
     import numpy as np
     import tensorflow as tf
+
     warnings.filterwarnings("ignore")
     np.seterr(all="ignore")
     tf.compat.v1.disable_eager_execution()
@@ -1690,23 +2306,39 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=1_000_000)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--children", type=int, default=None,
-                        help="chunks (child processes); default: one per %d calls"
-                        % CALLS_PER_CHILD)
-    parser.add_argument("--chunk", type=int, default=None,
-                        help="run only this chunk, in this process (to reproduce a loss)")
+    parser.add_argument(
+        "--children",
+        type=int,
+        default=None,
+        help="chunks (child processes); default: one per %d calls" % CALLS_PER_CHILD,
+    )
+    parser.add_argument(
+        "--chunk",
+        type=int,
+        default=None,
+        help="run only this chunk, in this process (to reproduce a loss)",
+    )
     parser.add_argument("--verbose", action="store_true", help="with --chunk: print every call")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--root", help=argparse.SUPPRESS)
     parser.add_argument("--crumb", help=argparse.SUPPRESS)
-    parser.add_argument("--inject", choices=["crash", "hang", "error", "violation"],
-                        help=argparse.SUPPRESS)  # a deliberate loss in chunk 0 (self-test)
+    parser.add_argument(
+        "--inject", choices=["crash", "hang", "error", "violation"], help=argparse.SUPPRESS
+    )  # a deliberate loss in chunk 0 (self-test)
     parser.add_argument("--timeout", type=float, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.children = args.children or default_children(args.calls)
     me = os.path.abspath(__file__)
-    base = [sys.executable, me, "--calls", str(args.calls), "--seed", str(args.seed),
-            "--children", str(args.children)]
+    base = [
+        sys.executable,
+        me,
+        "--calls",
+        str(args.calls),
+        "--seed",
+        str(args.seed),
+        "--children",
+        str(args.children),
+    ]
     if args.chunk is not None:
         result = run_chunk(args, args.root if args.child else None)
         if args.child:
@@ -1726,10 +2358,14 @@ def main():
             inject = ["--inject", args.inject] if args.inject else []
             env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
             try:
-                done = subprocess.run(command + ["--child", "--root", root, "--crumb", crumb]
-                                      + inject,
-                                      capture_output=True, text=True, timeout=limit, env=env)
-                lines = [l for l in done.stdout.splitlines() if l.startswith("RESULT ")]
+                done = subprocess.run(
+                    command + ["--child", "--root", root, "--crumb", crumb] + inject,
+                    capture_output=True,
+                    text=True,
+                    timeout=limit,
+                    env=env,
+                )
+                lines = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
                 if done.returncode == 0 and lines:
                     results.append(json.loads(lines[-1][7:]))
                     continue
@@ -1739,28 +2375,31 @@ def main():
                     except ValueError:
                         what = "crash (signal %d)" % -done.returncode
                 else:
-                    what = "child failed (exit %d: %s)" % (done.returncode,
-                                                   done.stderr.strip()[-300:].replace("\n", " | "))
+                    what = "child failed (exit %d: %s)" % (
+                        done.returncode,
+                        done.stderr.strip()[-300:].replace("\n", " | "),
+                    )
                 losses.append(("crash", i, what, command, crumb))
             except subprocess.TimeoutExpired:
                 losses.append(("hang", i, "no result within %d s" % limit, command, crumb))
     finally:
         crumbs = {}
-        for kind, i, what, command, crumb in losses:
+        for _kind, i, _what, _command, crumb in losses:
             try:
                 with open(crumb, "rb") as f:
                     crumbs[i] = f.read().rstrip(b" \0\n").decode(errors="replace")
             except OSError:
                 crumbs[i] = "unknown"
         shutil.rmtree(root, ignore_errors=True)
-    losses = [(kind, i, what + "; last call started: " + crumbs.get(i, "unknown"), command)
-              for kind, i, what, command, crumb in losses]
+    losses = [
+        (kind, i, what + "; last call started: " + crumbs.get(i, "unknown"), command)
+        for kind, i, what, command, crumb in losses
+    ]
     return report(args, results, losses, start, me)
 
 
 def report(args, results, losses, start, me):
-    counts, outcomes, unexpected, notes, rejected, meta = (collections.Counter()
-                                                           for _ in range(6))
+    counts, outcomes, unexpected, notes, rejected, meta = (collections.Counter() for _ in range(6))
     op_outcomes = collections.defaultdict(collections.Counter)
     examples, violations, checks, nan_checks = {}, [], 0, 0
     for r in results:
@@ -1779,19 +2418,35 @@ def report(args, results, losses, start, me):
         nan_checks += r["nan_checks"]
     calls = sum(counts.values())
     least = min(OPS, key=lambda op: counts.get(op, 0))
-    crashes = [l for l in losses if l[0] == "crash"]
-    hangs = [l for l in losses if l[0] == "hang"]
+    crashes = [ln for ln in losses if ln[0] == "crash"]
+    hangs = [ln for ln in losses if ln[0] == "hang"]
     for kind, i, what, command in losses:
         print("LOSS %s in chunk %d: %s\n    reproduce: %s" % (kind, i, what, " ".join(command)))
     for v in violations:
-        print("INVARIANT %s (session %d, %s): %s\n    recent calls on it:\n      %s"
-              % (v["table"], v["session"], v["where"], "; ".join(v["problems"]),
-                 "\n      ".join(v["recent"][-10:])))
+        print(
+            "INVARIANT %s (session %d, %s): %s\n    recent calls on it:\n      %s"
+            % (
+                v["table"],
+                v["session"],
+                v["where"],
+                "; ".join(v["problems"]),
+                "\n      ".join(v["recent"][-10:]),
+            )
+        )
     for sig, n in unexpected.most_common():
         ex = examples.get(sig, {})
-        print("UNEXPECTED x%d %s\n    e.g. chunk %s call %s: %s <- %s\n    message: %s"
-              % (n, sig, ex.get("chunk"), ex.get("call"), ex.get("variant"),
-                 ", ".join(ex.get("inputs", [])), ex.get("message")))
+        print(
+            "UNEXPECTED x%d %s\n    e.g. chunk %s call %s: %s <- %s\n    message: %s"
+            % (
+                n,
+                sig,
+                ex.get("chunk"),
+                ex.get("call"),
+                ex.get("variant"),
+                ", ".join(ex.get("inputs", [])),
+                ex.get("message"),
+            )
+        )
     for note, n in notes.most_common():
         print("NOTE x%d %s" % (n, note))
     if os.environ.get("FUZZ_PER_OP"):
@@ -1805,30 +2460,53 @@ def report(args, results, losses, start, me):
         print("guarded tables given wild values by:", dict(reasons))
         for op in OPS:
             print("OP %-24s %5.1f s %s" % (op, seconds[op], dict(op_outcomes[op].most_common())))
-            for sig, n in sorted(((s, n) for s, n in sigs.items() if s.startswith(op + " ")),
-                                 key=lambda x: -x[1])[:6]:
-                print("      %6d %s" % (n, sig[len(op) + 1:]))
-    print("also: %s; rejected when the graph was built: %s" % (
-        ", ".join("%s %s" % (format(n, ","), k) for k, n in sorted(meta.items())),
-        ", ".join("%s %s" % (format(n, ","), k) for k, n in sorted(rejected.items()))))
-    print("calls per op: " + ", ".join("%s=%s" % (op, format(counts.get(op, 0), ","))
-                                       for op in OPS))
+            for sig, n in sorted(
+                ((s, n) for s, n in sigs.items() if s.startswith(op + " ")), key=lambda x: -x[1]
+            )[:6]:
+                print("      %6d %s" % (n, sig[len(op) + 1 :]))
+    print(
+        "also: %s; rejected when the graph was built: %s"
+        % (
+            ", ".join("%s %s" % (format(n, ","), k) for k, n in sorted(meta.items())),
+            ", ".join("%s %s" % (format(n, ","), k) for k, n in sorted(rejected.items())),
+        )
+    )
+    print(
+        "calls per op: " + ", ".join("%s=%s" % (op, format(counts.get(op, 0), ",")) for op in OPS)
+    )
     bad = len(losses) + len(violations) + sum(unexpected.values())
-    print("fuzz: %s calls of %d ops (seed %d, %d chunks) in %.0f s: %d crashes, %d hangs, "
-          "%d invariant violations (%s table checks, %s with the NaN check), %d unexpected "
-          "errors; min calls per op %s (%s); "
-          "outcomes %s%s"
-          % (format(calls, ",") if calls == args.calls or args.chunk is not None else
-             "%s of %s" % (format(calls, ","), format(args.calls, ",")),
-             len(OPS), args.seed, args.children if args.chunk is None
-             else 1, time.time() - start, len(crashes), len(hangs), len(violations),
-             format(checks, ","), format(nan_checks, ","), sum(unexpected.values()),
-             format(counts.get(least, 0), ","), least,
-             ", ".join("%s=%s" % (k, format(n, ",")) for k, n in outcomes.most_common()),
-             "" if not bad else "; LOSS: " + "; ".join(
-                 ["%s in chunk %d" % (l[0], l[1]) for l in losses[:3]] +
-                 ["invariant %s" % v["table"] for v in violations[:3]] +
-                 ["%dx %s" % (n, s[:100]) for s, n in unexpected.most_common(3)])))
+    print(
+        "fuzz: %s calls of %d ops (seed %d, %d chunks) in %.0f s: %d crashes, %d hangs, "
+        "%d invariant violations (%s table checks, %s with the NaN check), %d unexpected "
+        "errors; min calls per op %s (%s); "
+        "outcomes %s%s"
+        % (
+            format(calls, ",")
+            if calls == args.calls or args.chunk is not None
+            else "%s of %s" % (format(calls, ","), format(args.calls, ",")),
+            len(OPS),
+            args.seed,
+            args.children if args.chunk is None else 1,
+            time.time() - start,
+            len(crashes),
+            len(hangs),
+            len(violations),
+            format(checks, ","),
+            format(nan_checks, ","),
+            sum(unexpected.values()),
+            format(counts.get(least, 0), ","),
+            least,
+            ", ".join("%s=%s" % (k, format(n, ",")) for k, n in outcomes.most_common()),
+            ""
+            if not bad
+            else "; LOSS: "
+            + "; ".join(
+                ["%s in chunk %d" % (ln[0], ln[1]) for ln in losses[:3]]
+                + ["invariant %s" % v["table"] for v in violations[:3]]
+                + ["%dx %s" % (n, s[:100]) for s, n in unexpected.most_common(3)]
+            ),
+        )
+    )
     return 1 if bad or len(results) == 0 else 0
 
 

@@ -13,6 +13,7 @@ writer outlives that restore.
 
 Prints one summary line; exits non-zero on any loss.
 """
+
 import argparse
 import glob
 import os
@@ -31,13 +32,15 @@ def _graph(rows):
     """The writer's and verifier's graph: (ops dict, saver)."""
     import numpy as np
     import tensorflow as tf
+
     from rec_sdk.core.embedding import create_table, sparse_lookup
     from rec_sdk.optimizers import lazy_adam_by_addr
     from rec_sdk.util.initialize import init
 
     init(use_dynamic_expansion=True)
-    table = create_table(tf.int64, DIM, "stress", tf.compat.v1.zeros_initializer(),
-                         device_vocabulary_size=rows)
+    table = create_table(
+        tf.int64, DIM, "stress", tf.compat.v1.zeros_initializer(), device_vocabulary_size=rows
+    )
     # Rows come from import_rows; the keys of a training lookup that have no row stay pending
     # admission (their counts stay below the threshold); nothing is evicted (no evict op).
     config = {"access_threshold": 10**6, "eviction_threshold": 10**9}
@@ -52,23 +55,37 @@ def _graph(rows):
     seen = tf.concat([keys, _pending_keys(rows)], 0)
     counts, clocks = _counts_and_clocks(seen, step_value)
     touch = table.find_or_insert(seen, True, counts=counts, times=clocks, name="touch")
-    emb = sparse_lookup(table, tf.constant([0], tf.int64), name="attach",
-                        access_and_evict_config=config, timestamps=tf.zeros([1], tf.int64))
+    emb = sparse_lookup(
+        table,
+        tf.constant([0], tf.int64),
+        name="attach",
+        access_and_evict_config=config,
+        timestamps=tf.zeros([1], tf.int64),
+    )
     addresses = tf.compat.v1.get_collection("ASCEND_SPARSE_LOOKUP_ID_OFFSET")
-    grads = tf.gradients(tf.reduce_sum(emb),
-                         tf.compat.v1.get_collection("ASCEND_SPARSE_LOOKUP_LOCAL_EMB"))
+    grads = tf.gradients(
+        tf.reduce_sum(emb), tf.compat.v1.get_collection("ASCEND_SPARSE_LOOKUP_LOCAL_EMB")
+    )
     attach = lazy_adam_by_addr.create_hash_optimizer_by_address(0.1).apply_gradients(
-        zip(grads, addresses))
-    write = tf.group(table.import_rows(keys, values, slots),
-                     tf.compat.v1.assign(step, step_value))
-    ops = {"attach": attach, "write": write, "touch": touch, "step": step,
-           "step_value": step_value, "export": table.export(), "keys": keys}
+        zip(grads, addresses)
+    )
+    write = tf.group(table.import_rows(keys, values, slots), tf.compat.v1.assign(step, step_value))
+    ops = {
+        "attach": attach,
+        "write": write,
+        "touch": touch,
+        "step": step,
+        "step_value": step_value,
+        "export": table.export(),
+        "keys": keys,
+    }
     return ops, tf.compat.v1.train.Saver(max_to_keep=2)
 
 
 def _pending_keys(rows):
     """Keys counting towards admission (none is a key of a row: another residue mod 7)."""
     import numpy as np
+
     return np.arange(rows // 10, dtype=np.int64) * 7 - rows + 3
 
 
@@ -82,12 +99,17 @@ def _counts_and_clocks(keys, step):
 
 def _session():
     import tensorflow as tf
-    return tf.compat.v1.Session(config=tf.compat.v1.ConfigProto(
-        intra_op_parallelism_threads=2, inter_op_parallelism_threads=2))
+
+    return tf.compat.v1.Session(
+        config=tf.compat.v1.ConfigProto(
+            intra_op_parallelism_threads=2, inter_op_parallelism_threads=2
+        )
+    )
 
 
 def writer(directory, rows, first_step):
     import tensorflow as tf
+
     tf.compat.v1.disable_eager_execution()
     ops, saver = _graph(rows)
     with _session() as sess:
@@ -106,7 +128,9 @@ def verifier(directory, rows):
     """Exit 0 when latest_checkpoint restores exactly; prints the step."""
     import numpy as np
     import tensorflow as tf
+
     from rec_sdk.saver import save_tables
+
     tf.compat.v1.disable_eager_execution()
     ops, saver = _graph(rows)
     path = tf.train.latest_checkpoint(directory)
@@ -128,22 +152,27 @@ def verifier(directory, rows):
     shutil.rmtree(again)
     pending = pending[np.argsort(pending[:, 0])]
     want_counts, want_clocks = _counts_and_clocks(pending[:, 0], step)
-    counts_ok = (np.array_equal(pending[:, 0], np.sort(_pending_keys(rows))) and
-                 np.array_equal(pending[:, 1], want_counts) and
-                 np.array_equal(pending[:, 2], want_clocks) and
-                 not np.any(saved_counts) and
-                 np.array_equal(saved_clocks, _counts_and_clocks(saved_keys, step)[1]))
+    counts_ok = (
+        np.array_equal(pending[:, 0], np.sort(_pending_keys(rows)))
+        and np.array_equal(pending[:, 1], want_counts)
+        and np.array_equal(pending[:, 2], want_clocks)
+        and not np.any(saved_counts)
+        and np.array_equal(saved_clocks, _counts_and_clocks(saved_keys, step)[1])
+    )
     order = np.argsort(keys)
     keys, values, slots = keys[order], values[order], slots[:, order]
     expected_keys = np.sort(np.arange(rows, dtype=np.int64) * 7 - rows)
-    base = (np.float32(step) + (expected_keys % 997).astype(np.float32) / np.float32(1000.0))
+    base = np.float32(step) + (expected_keys % 997).astype(np.float32) / np.float32(1000.0)
     want = np.tile(base[:, None], [1, DIM]).astype(np.float32)
-    ok = (counts_ok and np.array_equal(keys, expected_keys) and np.array_equal(values, want)
-          and np.array_equal(slots[0], want + np.float32(0.25))
-          and np.array_equal(slots[1], want + np.float32(0.5)))
+    ok = (
+        counts_ok
+        and np.array_equal(keys, expected_keys)
+        and np.array_equal(values, want)
+        and np.array_equal(slots[0], want + np.float32(0.25))
+        and np.array_equal(slots[1], want + np.float32(0.5))
+    )
     leftovers = glob.glob(os.path.join(directory, "*.tmp-*"))
-    print("RESTORED", step, "EXACT" if ok else "MISMATCH", "LEFTOVERS", len(leftovers),
-          flush=True)
+    print("RESTORED", step, "EXACT" if ok else "MISMATCH", "LEFTOVERS", len(leftovers), flush=True)
     return 0 if ok and not leftovers else 1
 
 
@@ -168,10 +197,12 @@ def main():
     with tempfile.TemporaryDirectory(prefix="rec_sdk_kill_") as directory:
         next_step = 1
         for kill in range(args.kills):
-            child = subprocess.Popen(me + ["--role", "writer", "--dir", directory,
-                                           "--first-step", str(next_step)],
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                     text=True)
+            child = subprocess.Popen(
+                me + ["--role", "writer", "--dir", directory, "--first-step", str(next_step)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+            )
             try:
                 # Let it save at least once, then kill it at a random moment of a later save.
                 first = child.stdout.readline()
@@ -182,10 +213,16 @@ def main():
             finally:
                 child.send_signal(signal.SIGKILL)
                 child.wait()
-            check = subprocess.run(me + ["--role", "verifier", "--dir", directory],
-                                   capture_output=True, text=True, timeout=600)
-            line = ([l for l in check.stdout.splitlines() if l.startswith("RESTORED")]
-                    or [check.stdout.strip() or check.stderr.strip()[-500:]])[0]
+            check = subprocess.run(
+                me + ["--role", "verifier", "--dir", directory],
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
+            line = (
+                [ln for ln in check.stdout.splitlines() if ln.startswith("RESTORED")]
+                or [check.stdout.strip() or check.stderr.strip()[-500:]]
+            )[0]
             if check.returncode != 0:
                 problems.append("after kill %d: %s" % (kill, line))
                 continue
@@ -193,10 +230,19 @@ def main():
             steps.append(int(line.split()[1]))
             next_step = steps[-1] + 1
     seconds = time.time() - start
-    print("kill_during_save: %d of %d kills survived (latest checkpoint restored exactly: "
-          "rows, slots, counts and clocks; no leftover temporary directory), rows=%d with 2 slots, steps restored %s, %.0f s%s"
-          % (survived, args.kills, args.rows, steps, seconds,
-             "" if not problems else "; LOSS: " + "; ".join(problems)))
+    print(
+        "kill_during_save: %d of %d kills survived (latest checkpoint restored exactly: "
+        "rows, slots, counts and clocks; no leftover temporary directory), rows=%d with 2 slots, "
+        "steps restored %s, %.0f s%s"
+        % (
+            survived,
+            args.kills,
+            args.rows,
+            steps,
+            seconds,
+            "" if not problems else "; LOSS: " + "; ".join(problems),
+        )
+    )
     return 0 if survived == args.kills else 1
 
 

@@ -45,6 +45,7 @@ table's capacity can take even after eviction").
 Each part runs in its own child process (a crash or hang is counted as a loss). Prints one
 summary line; exits non-zero on any loss.
 """
+
 import argparse
 import json
 import os
@@ -84,6 +85,7 @@ def _keys(start, count):
     """`count` distinct non-negative int64 keys for stream positions start.. (a bijection of
     the position onto [0, 2^63), so they are spread over the key space)."""
     import numpy as np
+
     positions = np.arange(start, start + count, dtype=np.uint64)
     with np.errstate(over="ignore"):
         mixed = positions * np.uint64(0x9E3779B97F4A7C15)
@@ -93,6 +95,7 @@ def _keys(start, count):
 def part_a(args):
     import numpy as np
     import tensorflow as tf
+
     tf.compat.v1.disable_eager_execution()
     from rec_sdk.core.embedding import create_table, sparse_lookup
     from rec_sdk.core.feature_process import EvictHook
@@ -105,23 +108,37 @@ def part_a(args):
     warm = max(30, steps // 10)
     init(use_dynamic_expansion=True)
     step_var = tf.compat.v1.train.get_or_create_global_step()
-    table = create_table(tf.int64, DIM, "stream", tf.compat.v1.random_uniform_initializer(
-        -0.1, 0.1, seed=1), device_vocabulary_size=min(held_bound, 10**6))
+    table = create_table(
+        tf.int64,
+        DIM,
+        "stream",
+        tf.compat.v1.random_uniform_initializer(-0.1, 0.1, seed=1),
+        device_vocabulary_size=min(held_bound, 10**6),
+    )
     ids = tf.compat.v1.placeholder(tf.int64, [None])
     times = tf.compat.v1.placeholder(tf.int64, [None])
-    emb = sparse_lookup(table, ids, timestamps=times, access_and_evict_config={
-        "access_threshold": 2, "eviction_threshold": args.evict_age * TICK})
+    emb = sparse_lookup(
+        table,
+        ids,
+        timestamps=times,
+        access_and_evict_config={
+            "access_threshold": 2,
+            "eviction_threshold": args.evict_age * TICK,
+        },
+    )
     loss = tf.reduce_mean(tf.square(emb - 0.5))
     grads = tf.gradients(loss, tf.compat.v1.get_collection("ASCEND_SPARSE_LOOKUP_LOCAL_EMB"))
     train = lazy_adam_by_addr.create_hash_optimizer_by_address(0.01).apply_gradients(
-        zip(grads, tf.compat.v1.get_collection("ASCEND_SPARSE_LOOKUP_ID_OFFSET")))
+        zip(grads, tf.compat.v1.get_collection("ASCEND_SPARSE_LOOKUP_ID_OFFSET"))
+    )
     with tf.control_dependencies([train]):
         train = tf.compat.v1.assign_add(step_var, 1)
         stats = table.stats()
     final_stats = table.stats()
     hook = EvictHook(evict_enable=True, evict_step_interval=args.evict_every)
-    config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=2,
-                                      inter_op_parallelism_threads=2)
+    config = tf.compat.v1.ConfigProto(
+        intra_op_parallelism_threads=2, inter_op_parallelism_threads=2
+    )
     creator = tf.compat.v1.train.ChiefSessionCreator(config=config)
     start = time.time()
     held = []  # size + pending before each step's eviction
@@ -133,9 +150,9 @@ def part_a(args):
     with tf.compat.v1.train.MonitoredSession(session_creator=creator, hooks=[hook]) as sess:
         for step in range(steps):
             fresh = _keys(step * batch_size, batch_size)
-            parts = [fresh, fresh[:batch_size // 10]]  # 10%: twice in the batch
+            parts = [fresh, fresh[: batch_size // 10]]  # 10%: twice in the batch
             if previous is not None:  # 10% of the previous step's keys come back
-                parts.append(previous[batch_size // 10: batch_size // 5])
+                parts.append(previous[batch_size // 10 : batch_size // 5])
             batch = np.concatenate(parts)
             stamp = np.full(batch.size, T0 + step * TICK, np.int64)
             _, value, values = sess.run([train, loss, stats], {ids: batch, times: stamp})
@@ -151,15 +168,27 @@ def part_a(args):
         end_status = _status()  # the table still alive
     half = warm + (steps - warm) // 2
     result = {
-        "keys": steps * batch_size, "steps": steps, "warm": warm, "bound": held_bound,
-        "peak_size": peak_size, "peak_pending": peak_pending, "peak_held": max(held),
-        "peak_held_first": max(held[warm:half]), "peak_held_second": max(held[half:]),
-        "size": int(final["size"]), "pending": int(final["pending"]),
-        "evicted": int(final["evicted"]), "admitted": int(final["admitted"]),
-        "evictions": hook.evictions, "bad_loss": bad_loss,
-        "rss_warm": warm_status["VmRSS"], "rss_end": end_status["VmRSS"],
-        "hwm": end_status["VmHWM"], "hwm_reset": peak_reset,
-        "seconds": round(time.time() - start, 1)}
+        "keys": steps * batch_size,
+        "steps": steps,
+        "warm": warm,
+        "bound": held_bound,
+        "peak_size": peak_size,
+        "peak_pending": peak_pending,
+        "peak_held": max(held),
+        "peak_held_first": max(held[warm:half]),
+        "peak_held_second": max(held[half:]),
+        "size": int(final["size"]),
+        "pending": int(final["pending"]),
+        "evicted": int(final["evicted"]),
+        "admitted": int(final["admitted"]),
+        "evictions": hook.evictions,
+        "bad_loss": bad_loss,
+        "rss_warm": warm_status["VmRSS"],
+        "rss_end": end_status["VmRSS"],
+        "hwm": end_status["VmHWM"],
+        "hwm_reset": peak_reset,
+        "seconds": round(time.time() - start, 1),
+    }
     print("RESULT", json.dumps(result), flush=True)
     return 0
 
@@ -167,26 +196,34 @@ def part_a(args):
 def part_b(args):
     import numpy as np
     import tensorflow as tf
+
     tf.compat.v1.disable_eager_execution()
     from rec_sdk.core.embedding import create_table, sparse_lookup
     from rec_sdk.optimizers import lazy_adam
     from rec_sdk.util.initialize import init
 
     init(use_dynamic_expansion=False)
-    table = create_table(tf.int64, DIM, "full", tf.compat.v1.random_uniform_initializer(
-        -0.1, 0.1, seed=2), device_vocabulary_size=args.capacity, evict_when_full=True)
+    table = create_table(
+        tf.int64,
+        DIM,
+        "full",
+        tf.compat.v1.random_uniform_initializer(-0.1, 0.1, seed=2),
+        device_vocabulary_size=args.capacity,
+        evict_when_full=True,
+    )
     first = tf.compat.v1.placeholder(tf.int64, [None])
     second = tf.compat.v1.placeholder(tf.int64, [None])
     emb1 = sparse_lookup(table, first, name="feature_1")
     emb2 = sparse_lookup(table, second, name="feature_2")
-    loss = (tf.reduce_mean(tf.square(emb1 - 0.5)) + tf.reduce_mean(tf.square(emb2 + 0.5)))
+    loss = tf.reduce_mean(tf.square(emb1 - 0.5)) + tf.reduce_mean(tf.square(emb2 + 0.5))
     train = lazy_adam.create_hash_optimizer(0.01).minimize(loss)
     with tf.control_dependencies([train]):
         stats = table.stats()
     hot = _keys(10**15, HOT)
     read_hot = table.lookup(tf.constant(hot))
-    config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=2,
-                                      inter_op_parallelism_threads=2)
+    config = tf.compat.v1.ConfigProto(
+        intra_op_parallelism_threads=2, inter_op_parallelism_threads=2
+    )
     n = args.b_keys
     start = time.time()
     ok = failed = bad_loss = over = 0
@@ -198,19 +235,24 @@ def part_b(args):
         for step in range(args.b_steps):
             fresh = _keys(step * 2 * n, 2 * n)  # half shared, then the second's own
             own = _keys(10**12 + step * n, n)
-            feed = {first: np.concatenate([fresh[:n], fresh[n:], hot]),
-                    second: np.concatenate([fresh[n:], own, hot])}
+            feed = {
+                first: np.concatenate([fresh[:n], fresh[n:], hot]),
+                second: np.concatenate([fresh[n:], own, hot]),
+            }
             streamed += 3 * n
             try:
                 _, value, values = sess.run([train, loss, stats], feed)
             except tf.errors.OpError as e:
                 failed += 1
                 if not errors:
-                    lines = [l.strip() for l in e.message.splitlines() if l.strip()]
-                    after = [lines[i + 1] for i, l in enumerate(lines[:-1])
-                             if l.startswith("Node:")]
-                    errors.append("step %d: %s: %s" % (step, type(e).__name__,
-                                                       (after or lines or [""])[0][:300]))
+                    lines = [ln.strip() for ln in e.message.splitlines() if ln.strip()]
+                    after = [
+                        lines[i + 1] for i, ln in enumerate(lines[:-1]) if ln.startswith("Node:")
+                    ]
+                    errors.append(
+                        "step %d: %s: %s"
+                        % (step, type(e).__name__, (after or lines or [""])[0][:300])
+                    )
             else:
                 ok += 1
                 bad_loss += not np.isfinite(value)
@@ -219,15 +261,26 @@ def part_b(args):
                 found_values, found = sess.run(read_hot)
                 hot_values.append(found_values if found.all() else None)
         final = sess.run(table.stats())
-    moved = [a is not None and b is not None and not np.array_equal(a, b)
-             for a, b in zip(hot_values, hot_values[1:])]
-    result = {"steps": args.b_steps, "ok": ok, "failed": failed, "errors": errors,
-              "bad_loss": bad_loss, "over_capacity": over, "keys": streamed,
-              "capacity": args.capacity, "size": int(final["size"]),
-              "final_over": int(final["size"]) > args.capacity,
-              "evicted": int(final["evicted"]),
-              "hot_kept": all(v is not None for v in hot_values) and len(hot_values) == 3,
-              "hot_moved": len(moved) == 2 and all(moved), "seconds": round(time.time() - start, 1)}
+    moved = [
+        a is not None and b is not None and not np.array_equal(a, b)
+        for a, b in zip(hot_values, hot_values[1:])
+    ]
+    result = {
+        "steps": args.b_steps,
+        "ok": ok,
+        "failed": failed,
+        "errors": errors,
+        "bad_loss": bad_loss,
+        "over_capacity": over,
+        "keys": streamed,
+        "capacity": args.capacity,
+        "size": int(final["size"]),
+        "final_over": int(final["size"]) > args.capacity,
+        "evicted": int(final["evicted"]),
+        "hot_kept": all(v is not None for v in hot_values) and len(hot_values) == 3,
+        "hot_moved": len(moved) == 2 and all(moved),
+        "seconds": round(time.time() - start, 1),
+    }
     print("RESULT", json.dumps(result), flush=True)
     return 0
 
@@ -239,15 +292,19 @@ def _run_child(args, part, limit, b_keys=None):
     command += ["--b-keys", str(b_keys or 1)]
     with tempfile.TemporaryDirectory(prefix="rec_sdk_memory_") as work:
         try:  # the child works in a scratch directory: nothing it writes lands in the tree
-            result = subprocess.run(command, capture_output=True, text=True, timeout=limit,
-                                    cwd=work)
+            result = subprocess.run(
+                command, capture_output=True, text=True, timeout=limit, cwd=work
+            )
         except subprocess.TimeoutExpired:
             return None, "part %s: no result within %d s" % (part, limit)
-    lines = [l for l in result.stdout.splitlines() if l.startswith("RESULT ")]
+    lines = [ln for ln in result.stdout.splitlines() if ln.startswith("RESULT ")]
     if result.returncode != 0 or not lines:
         return None, "part %s: the child process failed (exit %d): %s" % (
-            part, result.returncode, result.stderr.strip()[-500:])
-    return json.loads(lines[-1][len("RESULT "):]), None
+            part,
+            result.returncode,
+            result.stderr.strip()[-500:],
+        )
+    return json.loads(lines[-1][len("RESULT ") :]), None
 
 
 def _check_a(args, losses):
@@ -260,29 +317,51 @@ def _check_a(args, losses):
     growth_end = a["rss_end"] - a["rss_warm"]
     growth_peak = a["hwm"] - a["rss_warm"]
     if a["peak_held"] > a["bound"]:
-        losses.append("A: keys held (size + pending) reached %d, bound %d"
-                      % (a["peak_held"], a["bound"]))
+        losses.append(
+            "A: keys held (size + pending) reached %d, bound %d" % (a["peak_held"], a["bound"])
+        )
     if a["peak_held_second"] > 1.1 * a["peak_held_first"]:
-        losses.append("A: keys held grow with the stream: peak %d in the first half, %d "
-                      "in the second" % (a["peak_held_first"], a["peak_held_second"]))
+        losses.append(
+            "A: keys held grow with the stream: peak %d in the first half, %d "
+            "in the second" % (a["peak_held_first"], a["peak_held_second"])
+        )
     if growth_end > limit:
-        losses.append("A: RSS grew %.0f MiB after warm-up, bound %.0f MiB"
-                      % (growth_end / mib, limit / mib))
+        losses.append(
+            "A: RSS grew %.0f MiB after warm-up, bound %.0f MiB" % (growth_end / mib, limit / mib)
+        )
     if a["hwm_reset"] and growth_peak > limit:
-        losses.append("A: peak RSS %.0f MiB above RSS at warm-up, bound %.0f MiB"
-                      % (growth_peak / mib, limit / mib))
+        losses.append(
+            "A: peak RSS %.0f MiB above RSS at warm-up, bound %.0f MiB"
+            % (growth_peak / mib, limit / mib)
+        )
     if a["bad_loss"]:
         losses.append("A: %d steps with a non-finite loss" % a["bad_loss"])
     if a["evicted"] == 0 or a["admitted"] == 0:
         losses.append("A: nothing admitted or evicted (%d, %d)" % (a["admitted"], a["evicted"]))
-    return ("A: %d new keys in %d steps of %d, end size %d pending %d (peaks %d / %d, size + "
-            "pending <= %d), admitted %d evicted %d in %d evictions, RSS warm-up %.0f MiB end "
-            "%.0f MiB peak%s %.0f MiB (growth bound %.0f MiB), %.1f s"
-            % (a["keys"], a["steps"], args.batch, a["size"], a["pending"], a["peak_size"],
-               a["peak_pending"], a["bound"], a["admitted"], a["evicted"], a["evictions"],
-               a["rss_warm"] / mib, a["rss_end"] / mib,
-               " after warm-up" if a["hwm_reset"] else " (process)", a["hwm"] / mib,
-               limit / mib, a["seconds"]))
+    return (
+        "A: %d new keys in %d steps of %d, end size %d pending %d (peaks %d / %d, size + "
+        "pending <= %d), admitted %d evicted %d in %d evictions, RSS warm-up %.0f MiB end "
+        "%.0f MiB peak%s %.0f MiB (growth bound %.0f MiB), %.1f s"
+        % (
+            a["keys"],
+            a["steps"],
+            args.batch,
+            a["size"],
+            a["pending"],
+            a["peak_size"],
+            a["peak_pending"],
+            a["bound"],
+            a["admitted"],
+            a["evicted"],
+            a["evictions"],
+            a["rss_warm"] / mib,
+            a["rss_end"] / mib,
+            " after warm-up" if a["hwm_reset"] else " (process)",
+            a["hwm"] / mib,
+            limit / mib,
+            a["seconds"],
+        )
+    )
 
 
 def _check_b(args, b_keys, losses):
@@ -292,19 +371,30 @@ def _check_b(args, b_keys, losses):
         losses.append(where + ": " + error)
         return where + ": no result"
     if b["failed"]:
-        losses.append("%s: %d of %d steps failed: %s" % (where, b["failed"], b["steps"],
-                                                        "; ".join(b["errors"])))
+        losses.append(
+            "%s: %d of %d steps failed: %s"
+            % (where, b["failed"], b["steps"], "; ".join(b["errors"]))
+        )
     if b["over_capacity"] or b["final_over"]:
         losses.append("%s: size above capacity in %d steps" % (where, b["over_capacity"]))
     if b["bad_loss"]:
         losses.append("%s: %d steps with a non-finite loss" % (where, b["bad_loss"]))
     if not b["hot_kept"] or not b["hot_moved"]:
-        losses.append("%s: hot keys' rows lost or not trained (kept %s, changing %s)"
-                      % (where, b["hot_kept"], b["hot_moved"]))
+        losses.append(
+            "%s: hot keys' rows lost or not trained (kept %s, changing %s)"
+            % (where, b["hot_kept"], b["hot_moved"])
+        )
     if b["evicted"] == 0:
         losses.append(where + ": nothing evicted")
-    return ("%s: %d of %d steps ok, %d new keys, size %d, evicted %d, %.1f s"
-            % (where, b["ok"], b["steps"], b["keys"], b["size"], b["evicted"], b["seconds"]))
+    return "%s: %d of %d steps ok, %d new keys, size %d, evicted %d, %.1f s" % (
+        where,
+        b["ok"],
+        b["steps"],
+        b["keys"],
+        b["size"],
+        b["evicted"],
+        b["seconds"],
+    )
 
 
 def main():
@@ -316,8 +406,11 @@ def main():
     parser.add_argument("--bytes-per-key", type=int, default=512)
     parser.add_argument("--slack-mb", type=int, default=64)
     parser.add_argument("--capacity", type=int, default=20_000)
-    parser.add_argument("--b-keys", default="1000,1500",
-                        help="part B loads: new keys per feature and step, comma-separated")
+    parser.add_argument(
+        "--b-keys",
+        default="1000,1500",
+        help="part B loads: new keys per feature and step, comma-separated",
+    )
     parser.add_argument("--b-steps", type=int, default=2_000)
     parser.add_argument("--timeout", type=int, default=1200, help="seconds per child")
     parser.add_argument("--child", choices=["a", "b"])
@@ -336,8 +429,14 @@ def main():
     loads = [int(k) for k in args.b_keys.split(",") if k.strip()]
     texts.append("B: evict_when_full capacity %d, 2 lookups per step" % args.capacity)
     texts += [_check_b(args, k, losses) for k in loads]
-    print("memory: %s; %.0f s%s" % ("; ".join(texts), time.time() - start,
-                                    "" if not losses else "; LOSS: " + "; ".join(losses)))
+    print(
+        "memory: %s; %.0f s%s"
+        % (
+            "; ".join(texts),
+            time.time() - start,
+            "" if not losses else "; LOSS: " + "; ".join(losses),
+        )
+    )
     return 1 if losses else 0
 
 

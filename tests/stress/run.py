@@ -6,6 +6,7 @@ and prints their summary lines. `make stress` runs the full suite; `--quick` is 
 
 Exits non-zero when any script reports a loss, crashes or runs out of time.
 """
+
 import argparse
 import os
 import subprocess
@@ -16,8 +17,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 # (script, full arguments, quick arguments, time limit in seconds for the full run)
 SCRIPTS = [
-    ("kill_during_save.py", ["--rows", "3000000", "--kills", "20"],
-     ["--rows", "100000", "--kills", "3"], 3600),
+    (
+        "kill_during_save.py",
+        ["--rows", "3000000", "--kills", "20"],
+        ["--rows", "100000", "--kills", "3"],
+        3600,
+    ),
     ("corruption.py", ["--rows", "3000000"], ["--rows", "100000"], 1800),
     ("full_disk.py", ["--rows", "1000000"], ["--rows", "100000"], 600),
     ("memory.py", [], ["--keys", "300000", "--b-steps", "50"], 600),
@@ -35,17 +40,20 @@ def main():
     for script, full, quick, limit in SCRIPTS:
         command = [sys.executable, os.path.join(HERE, script)] + (quick if args.quick else full)
         try:
-            result = subprocess.run(command, capture_output=True, text=True,
-                                    timeout=limit if not args.quick else 170)
-            lines = [l for l in result.stdout.splitlines() if l.strip()]
+            result = subprocess.run(
+                command, capture_output=True, text=True, timeout=limit if not args.quick else 170
+            )
+            lines = [ln for ln in result.stdout.splitlines() if ln.strip()]
             summary = lines[-1] if lines else result.stderr.strip()[-1000:]
             ok = result.returncode == 0
         except subprocess.TimeoutExpired:
             summary, ok = "%s: no result within %d s" % (script, limit), False
         failed += not ok
         print(("PASS " if ok else "FAIL ") + summary, flush=True)
-    print("stress: %d of %d scripts passed in %.0f s"
-          % (len(SCRIPTS) - failed, len(SCRIPTS), time.time() - start))
+    print(
+        "stress: %d of %d scripts passed in %.0f s"
+        % (len(SCRIPTS) - failed, len(SCRIPTS), time.time() - start)
+    )
     return 1 if failed else 0
 
 

@@ -1,5 +1,6 @@
 """TF2 tests (eager, tf.function, Keras): run in a process of their own by tests/test_tf2.py,
 since the main suite runs graph mode (tests/conftest.py) and TensorFlow cannot switch back."""
+
 import importlib.util
 import os
 

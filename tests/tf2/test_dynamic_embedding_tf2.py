@@ -1,5 +1,6 @@
 """rec_sdk.dynamic_embedding in TF2: eager, tf.function and Keras, against NumPy references
 and against dense tf.Variables trained by the same optimizer."""
+
 import subprocess
 import sys
 import threading
@@ -160,8 +161,10 @@ def test_generic_path_over_two_tables_follows_learning_rate_changes(name):
     """Two de tables trained by one generic-path optimizer as two dense tables are, with the
     learning rate changed (as a Keras callback does) after two steps: the private copies take
     the new rate, and Nadam's momentum cache advances once per step, not once per table."""
-    make = {"legacy.Nadam": lambda: K.legacy.Nadam(0.1),
-            "keras.RMSprop": lambda: K.RMSprop(0.1, momentum=0.5)}[name]
+    make = {
+        "legacy.Nadam": lambda: K.legacy.Nadam(0.1),
+        "keras.RMSprop": lambda: K.RMSprop(0.1, momentum=0.5),
+    }[name]
     tag = name.replace(".", "_")
     tables = [_variable("lr_a_" + tag), _variable("lr_b_" + tag)]
     dense = [tf.Variable(_initial()), tf.Variable(_initial())]
@@ -169,14 +172,16 @@ def test_generic_path_over_two_tables_follows_learning_rate_changes(name):
     dense_opt = make()
 
     def de_loss():
-        return sum(_loss_of(de.embedding_lookup(t, IDS, name="emb")) * (i + 1)
-                   for i, t in enumerate(tables))
+        return sum(
+            _loss_of(de.embedding_lookup(t, IDS, name="emb")) * (i + 1)
+            for i, t in enumerate(tables)
+        )
 
     def dense_loss():
-        return sum(_loss_of(tf.nn.embedding_lookup(t, IDS)) * (i + 1)
-                   for i, t in enumerate(dense))
+        return sum(_loss_of(tf.nn.embedding_lookup(t, IDS)) * (i + 1) for i, t in enumerate(dense))
 
     var_list = [t.get_trainable_by_name("emb") for t in tables]
+
     @tf.function
     def step():
         de_opt.minimize(de_loss, var_list=var_list)
@@ -231,8 +236,9 @@ def test_gradient_tape_with_dense_variables_and_v1_optimizer():
     grads = tape.gradient(loss, [shadow, dense])
     opt.apply_gradients(zip(grads, [shadow, dense]))
     x = _initial()
-    np.testing.assert_allclose(dense.numpy()[:, 0], [1, 2, 3] - 0.1 * x[IDS[:, 0]].sum(0),
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        dense.numpy()[:, 0], [1, 2, 3] - 0.1 * x[IDS[:, 0]].sum(0), rtol=1e-6
+    )
     expected = x.copy()
     for k in IDS[:, 0]:
         expected[k] -= 0.1 * np.array([1.0, 2.0, 3.0])
@@ -269,8 +275,7 @@ def test_keras_layers_fit_evaluate_predict():
     inputs = tf.keras.layers.Input(shape=(None,), dtype=tf.int64)
     x = tf.keras.layers.GlobalAveragePooling1D()(layer(inputs))
     model = tf.keras.Model(inputs, tf.keras.layers.Dense(1, activation="sigmoid")(x))
-    model.compile(optimizer=de.DynamicEmbeddingOptimizer(K.Adam(0.05)),
-                  loss="binary_crossentropy")
+    model.compile(optimizer=de.DynamicEmbeddingOptimizer(K.Adam(0.05)), loss="binary_crossentropy")
     assert layer.shadow in model.trainable_weights
     rng = np.random.RandomState(0)
     features = rng.randint(0, 50, (256, 4)).astype(np.int64)
@@ -285,13 +290,15 @@ def test_keras_layers_fit_evaluate_predict():
 
 
 def test_squashed_and_field_wise_embedding():
-    squashed = de.keras.layers.SquashedEmbedding(2, initializer=tf.keras.initializers.Zeros(),
-                                                 key_dtype=tf.int32, name="sq")
+    squashed = de.keras.layers.SquashedEmbedding(
+        2, initializer=tf.keras.initializers.Zeros(), key_dtype=tf.int32, name="sq"
+    )
     squashed.params.upsert(tf.constant([3, 0, 1]), tf.ones([3, 2]))
     np.testing.assert_array_equal(squashed(tf.constant([3, 0, 1, 2])), [3.0, 3.0])
     np.testing.assert_array_equal(squashed(tf.constant([[3, 0], [1, 2]])), [[2, 2], [1, 1]])
-    fields = de.keras.layers.FieldWiseEmbedding(2, 3, lambda x: tf.math.floormod(x, 3),
-                                                initializer=1.0, name="fw")
+    fields = de.keras.layers.FieldWiseEmbedding(
+        2, 3, lambda x: tf.math.floormod(x, 3), initializer=1.0, name="fw"
+    )
     ids = np.array([[0, 1, 3, 4], [2, 5, 8, 6]], np.int64)
     out = fields(ids).numpy()
     counts = np.stack([np.bincount(row % 3, minlength=3) for row in ids])
@@ -301,7 +308,7 @@ def test_squashed_and_field_wise_embedding():
 def test_documented_example_runs_as_written():
     init = tf.keras.initializers.RandomNormal()
     params = de.get_variable("doc_example_foo", dim=4, initializer=init)
-    optimizer = tf.keras.optimizers.Adam(1E-3)
+    optimizer = tf.keras.optimizers.Adam(1e-3)
     optimizer = de.DynamicEmbeddingOptimizer(optimizer)
     ids = tf.constant([[1, 2], [3, 4]], tf.int64)
 
@@ -314,11 +321,12 @@ def test_documented_example_runs_as_written():
 
     before = params.lookup(tf.constant([1, 2, 3, 4], tf.int64)).numpy()
     for _ in range(10):
-        optimizer.minimize(lambda: loss_fn(ids),
-                           var_list=[params.get_eager_trainable_by_name("user_embedding")])
+        optimizer.minimize(
+            lambda: loss_fn(ids), var_list=[params.get_eager_trainable_by_name("user_embedding")]
+        )
     after = params.lookup(tf.constant([1, 2, 3, 4], tf.int64)).numpy()
     # d loss / d row = 1 / 2 for every element: Adam moves each by lr per step
-    np.testing.assert_allclose(before - after, np.full((4, 4), 10 * 1E-3), rtol=1e-3)
+    np.testing.assert_allclose(before - after, np.full((4, 4), 10 * 1e-3), rtol=1e-3)
 
 
 def _kernel_rows(dim=2):
@@ -336,8 +344,9 @@ def test_adagrad_epsilon_forms_against_numpy(inside_sqrt):
     rng = np.random.RandomState(3)
     for _ in range(3):
         g = rng.randn(3, 2).astype(np.float32)
-        optimizer_ops.apply_adagrad(table.handle, addresses, g, 0.1, 0.0, epsilon=0.01,
-                                    epsilon_inside_sqrt=inside_sqrt)
+        optimizer_ops.apply_adagrad(
+            table.handle, addresses, g, 0.1, 0.0, epsilon=0.01, epsilon_inside_sqrt=inside_sqrt
+        )
         a += g.astype(np.float64) ** 2
         w -= 0.1 * g / (np.sqrt(a + 0.01) if inside_sqrt else np.sqrt(a) + 0.01)
     np.testing.assert_allclose(var.lookup(keys).numpy(), w, rtol=1e-5)
@@ -350,8 +359,9 @@ def test_keras_momentum_velocity_against_numpy(nesterov):
     rng = np.random.RandomState(4)
     for lr in (0.1, 0.05, 0.2):  # a changing rate: velocity differs from accumulation
         g = rng.randn(3, 2).astype(np.float32)
-        optimizer_ops.apply_momentum(table.handle, addresses, g, lr, 0.9,
-                                     use_nesterov=nesterov, velocity=True)
+        optimizer_ops.apply_momentum(
+            table.handle, addresses, g, lr, 0.9, use_nesterov=nesterov, velocity=True
+        )
         v = 0.9 * v - lr * g
         w += 0.9 * v - lr * g if nesterov else v
     np.testing.assert_allclose(var.lookup(keys).numpy(), w, rtol=1e-5)
@@ -369,8 +379,10 @@ def test_keras_optimizer_with_factored_slots_is_a_clear_error():
     var = _variable("factored")
     opt = de.DynamicEmbeddingOptimizer(K.Adafactor(0.1))
     with pytest.raises(NotImplementedError, match="Adafactor"):
-        opt.minimize(lambda: _loss_of(de.embedding_lookup(var, IDS, name="f")),
-                     var_list=[var.get_trainable_by_name("f")])
+        opt.minimize(
+            lambda: _loss_of(de.embedding_lookup(var, IDS, name="f")),
+            var_list=[var.get_trainable_by_name("f")],
+        )
 
 
 def test_use_ema_is_a_clear_error():
@@ -401,15 +413,14 @@ def test_shadow_prefetch_size_unique_and_ragged_lookups():
     np.testing.assert_array_equal(out.flat_values, ref([2, 3, 9, 2, 1]))
     np.testing.assert_array_equal(out.row_lengths(), [2, 3])
     base = de.shadow_ops.embedding_lookup_unique_base(
-        ragged, 2, lambda ids: tf.gather(tf.constant(_initial(2)), ids % 4), True)
+        ragged, 2, lambda ids: tf.gather(tf.constant(_initial(2)), ids % 4), True
+    )
     np.testing.assert_array_equal(base.flat_values, _initial(2)[[2, 3, 1, 2, 1]])
 
     sparse = de.embedding_lookup_sparse(var, ragged, None, combiner="sum")
-    np.testing.assert_allclose(sparse, [ref([2, 3]).sum(0), ref([9, 2, 1]).sum(0)],
-                               rtol=1e-6)
+    np.testing.assert_allclose(sparse, [ref([2, 3]).sum(0), ref([9, 2, 1]).sum(0)], rtol=1e-6)
     safe = de.safe_embedding_lookup_sparse(shadow, ragged, combiner="mean")
-    np.testing.assert_allclose(safe, [ref([2, 3]).mean(0), ref([9, 2, 1]).mean(0)],
-                               rtol=1e-6)
+    np.testing.assert_allclose(safe, [ref([2, 3]).mean(0), ref([9, 2, 1]).mean(0)], rtol=1e-6)
     np.testing.assert_array_equal(shadow.ids.numpy(), [2, 3, 9, 1])  # trained through it
 
 
@@ -436,8 +447,9 @@ def test_ragged_safe_lookup_fills_empty_rows_against_numpy():
         for r, w in zip(ids, weights):
             kept = [(k, x) for k, x in zip(r, w) if combiner == "sum" or x > 0]
             if not kept:
-                out.append(rows.get(default_id, [0.5, 0.5]) if default_id is not None
-                           else [0.0, 0.0])
+                out.append(
+                    rows.get(default_id, [0.5, 0.5]) if default_id is not None else [0.0, 0.0]
+                )
                 continue
             emb = np.array([rows.get(k, [0.5, 0.5]) for k, _ in kept], np.float64)
             x = np.array([x for _, x in kept])[:, None]
@@ -448,10 +460,12 @@ def test_ragged_safe_lookup_fills_empty_rows_against_numpy():
     r_ids = tf.ragged.constant(ids, dtype=tf.int64, ragged_rank=1)
     r_w = tf.ragged.constant(weights, dtype=tf.float32, ragged_rank=1)
     for combiner, default_id in (("sum", None), ("mean", None), ("mean", 3)):
-        got = de.safe_embedding_lookup_sparse(var, r_ids, r_w, combiner=combiner,
-                                              default_id=default_id)
-        via_sparse = de.safe_embedding_lookup_sparse(var, r_ids.to_sparse(), r_w.to_sparse(),
-                                                     combiner=combiner, default_id=default_id)
+        got = de.safe_embedding_lookup_sparse(
+            var, r_ids, r_w, combiner=combiner, default_id=default_id
+        )
+        via_sparse = de.safe_embedding_lookup_sparse(
+            var, r_ids.to_sparse(), r_w.to_sparse(), combiner=combiner, default_id=default_id
+        )
         np.testing.assert_allclose(got, ref(combiner, default_id), rtol=1e-6)
         np.testing.assert_allclose(got, via_sparse, rtol=1e-6)
 
@@ -460,8 +474,11 @@ def test_ragged_safe_lookup_fills_empty_rows_against_numpy():
         shadow = de.shadow_ops.ShadowVariable(var, name="ragged_safe_s%d" % sparse)
         with tf.GradientTape() as tape:
             out = de.safe_embedding_lookup_sparse(
-                shadow, r_ids.to_sparse() if sparse else r_ids,
-                r_w.to_sparse() if sparse else r_w, combiner="mean")
+                shadow,
+                r_ids.to_sparse() if sparse else r_ids,
+                r_w.to_sparse() if sparse else r_w,
+                combiner="mean",
+            )
             loss = tf.reduce_sum(out * tf.constant([[1.0, 2.0]]))
         grad = tape.gradient(loss, shadow)
         order = np.argsort(shadow.ids.numpy())
@@ -480,8 +497,12 @@ class _Ranker(tf.Module):
         self.opt = de.DynamicEmbeddingOptimizer(K.legacy.Adam(0.1))
 
     def train(self, ids):
-        self.opt.minimize(lambda: tf.reduce_sum(tf.square(
-            de.shadow_ops.embedding_lookup(self.shadow, ids) - 1.0)), [self.shadow])
+        self.opt.minimize(
+            lambda: tf.reduce_sum(
+                tf.square(de.shadow_ops.embedding_lookup(self.shadow, ids) - 1.0)
+            ),
+            [self.shadow],
+        )
 
 
 def _rows_and_slots(module, keys):
@@ -549,8 +570,9 @@ def test_saved_model_whitelist_without_rec_sdk_namespace_is_refused(tmp_path):
     model, _ = _keras_model("refused_emb")
     model.predict(np.array([[1]], np.int64), verbose=0)
     with pytest.raises(ValueError, match="RecSdk"):
-        model.save(str(tmp_path / "m"),
-                   options=tf.saved_model.SaveOptions(namespace_whitelist=["Other"]))
+        model.save(
+            str(tmp_path / "m"), options=tf.saved_model.SaveOptions(namespace_whitelist=["Other"])
+        )
 
 
 _PLAIN_LOADER = """
@@ -572,9 +594,17 @@ def _served(tmp_path, probe):
     np.save(str(tmp_path / "probe.npy"), probe)
     script = tmp_path / "load.py"
     script.write_text(_PLAIN_LOADER)
-    subprocess.run([sys.executable, str(script), str(tmp_path / "serving"),
-                    str(tmp_path / "probe.npy"), str(tmp_path / "out.npy")], check=True,
-                   env={"PATH": "/usr/bin:/bin", "TF_CPP_MIN_LOG_LEVEL": "2"})
+    subprocess.run(
+        [
+            sys.executable,
+            str(script),
+            str(tmp_path / "serving"),
+            str(tmp_path / "probe.npy"),
+            str(tmp_path / "out.npy"),
+        ],
+        check=True,
+        env={"PATH": "/usr/bin:/bin", "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
     return np.load(str(tmp_path / "out.npy"))
 
 
@@ -620,12 +650,15 @@ def test_one_lookup_name_used_three_times_in_a_step(function):
     parts = [IDS[:1], IDS[1:], IDS[::-1]]
 
     def loss():
-        return sum(_loss_of(de.embedding_lookup(var, p, name="same")) * (i + 1)
-                   for i, p in enumerate(parts))
+        return sum(
+            _loss_of(de.embedding_lookup(var, p, name="same")) * (i + 1)
+            for i, p in enumerate(parts)
+        )
 
     def dense_loss():
-        return sum(_loss_of(tf.nn.embedding_lookup(dense, p)) * (i + 1)
-                   for i, p in enumerate(parts))
+        return sum(
+            _loss_of(tf.nn.embedding_lookup(dense, p)) * (i + 1) for i, p in enumerate(parts)
+        )
 
     fn = tf.function(loss) if function else loss
     var_list = [var.get_trainable_by_name("same")]
@@ -638,6 +671,7 @@ def test_one_lookup_name_used_three_times_in_a_step(function):
 def test_keras_de_layer_shared_by_two_inputs():
     """One de Embedding layer called on two inputs of a model (a shared embedding), trained
     by fit as the same model with a dense Embedding layer (SGD: lazy and dense agree)."""
+
     def model_of(embedding):
         a = tf.keras.layers.Input(shape=(2,), dtype=tf.int64)
         b = tf.keras.layers.Input(shape=(3,), dtype=tf.int64)
@@ -648,7 +682,8 @@ def test_keras_de_layer_shared_by_two_inputs():
 
     de_layer = de.keras.layers.Embedding(2, initializer=0.2, name="shared_emb")
     dense_layer = tf.keras.layers.Embedding(
-        10, 2, embeddings_initializer=tf.keras.initializers.Constant(0.2))
+        10, 2, embeddings_initializer=tf.keras.initializers.Constant(0.2)
+    )
     de_model, dense_model = model_of(de_layer), model_of(dense_layer)
     de_model.compile(optimizer=de.DynamicEmbeddingOptimizer(K.legacy.SGD(0.1)), loss="mse")
     dense_model.compile(optimizer=K.legacy.SGD(0.1), loss="mse")
@@ -658,8 +693,9 @@ def test_keras_de_layer_shared_by_two_inputs():
     for model in (de_model, dense_model):
         model.fit([a, b], y, batch_size=2, epochs=4, verbose=0, shuffle=False)
     keys = np.arange(1, 7, dtype=np.int64)
-    np.testing.assert_allclose(de_layer.params.lookup(keys).numpy(),
-                               dense_layer.embeddings.numpy()[1:7], atol=1e-6)
+    np.testing.assert_allclose(
+        de_layer.params.lookup(keys).numpy(), dense_layer.embeddings.numpy()[1:7], atol=1e-6
+    )
 
 
 def test_model_checkpoint_callback_and_trainable_wrapper_class(tmp_path):
@@ -668,8 +704,13 @@ def test_model_checkpoint_callback_and_trainable_wrapper_class(tmp_path):
     model, emb = _keras_model("cb_emb")
     ids = np.array([[1, 2], [3, 1], [4, 5]], np.int64)
     path = str(tmp_path / "weights")
-    model.fit(ids, np.ones([3, 1], np.float32), epochs=2, verbose=0, callbacks=[
-        de.keras.callbacks.ModelCheckpoint(path, save_weights_only=True)])
+    model.fit(
+        ids,
+        np.ones([3, 1], np.float32),
+        epochs=2,
+        verbose=0,
+        callbacks=[de.keras.callbacks.ModelCheckpoint(path, save_weights_only=True)],
+    )
     expected = model.predict(ids, verbose=0)
     new_model, _ = _keras_model("cb_emb")
     new_model.load_weights(path).expect_partial()  # the optimizer's state is not needed
@@ -679,8 +720,9 @@ def test_model_checkpoint_callback_and_trainable_wrapper_class(tmp_path):
         de.keras.callbacks.DEHvdModelCheckpoint(path)
 
 
-@pytest.mark.parametrize("shards,optimizer", [(5, "adam"), (2, "adam"), (1, "adam"),
-                                              (2, "rowwise_adagrad")])
+@pytest.mark.parametrize(
+    "shards,optimizer", [(5, "adam"), (2, "adam"), (1, "adam"), (2, "rowwise_adagrad")]
+)
 def test_checkpoint_restores_into_another_number_of_shards(tmp_path, shards, optimizer):
     """A tf.train.Checkpoint of a 3-shard variable, one shard never trained (no slots),
     read into 5, 2 and 1 shards: every key with its row and Adam slots (or row-wise Adagrad's
@@ -689,16 +731,18 @@ def test_checkpoint_restores_into_another_number_of_shards(tmp_path, shards, opt
 
     def module(count):
         m = tf.Module()
-        m.params = de.Variable(name="reshard", dim=2, initializer=0.0,
-                               devices=["/CPU:0"] * count)
+        m.params = de.Variable(name="reshard", dim=2, initializer=0.0, devices=["/CPU:0"] * count)
         m.opt = de.DynamicEmbeddingOptimizer(
-            K.legacy.Adam(0.1) if optimizer == "adam" else de.RowwiseAdagradOptimizer(0.1))
+            K.legacy.Adam(0.1) if optimizer == "adam" else de.RowwiseAdagradOptimizer(0.1)
+        )
         m.shadow = de.shadow_ops.ShadowVariable(m.params, name="reshard-shadow")
         return m
 
     def train(m, ids):
-        m.opt.minimize(lambda: tf.reduce_sum(tf.square(
-            de.shadow_ops.embedding_lookup(m.shadow, ids) - 1.0)), var_list=[m.shadow])
+        m.opt.minimize(
+            lambda: tf.reduce_sum(tf.square(de.shadow_ops.embedding_lookup(m.shadow, ids) - 1.0)),
+            var_list=[m.shadow],
+        )
 
     first = module(3)
     first.params.upsert(keys, tf.constant(_initial(2, seed=3).repeat(4, 0)[:15]))
@@ -706,26 +750,34 @@ def test_checkpoint_restores_into_another_number_of_shards(tmp_path, shards, opt
     assert int(first.params.size()) == 15
     path = de.train.DECheckpoint(m=first, opt=first.opt).save(str(tmp_path / "c"))
     want = [first.params.lookup(keys).numpy()] + [
-        s.lookup(keys).numpy() for s in first.params.get_slot_variables(first.opt)]
+        s.lookup(keys).numpy() for s in first.params.get_slot_variables(first.opt)
+    ]
 
     second = module(shards)
     tf.train.Checkpoint(m=second, opt=second.opt).read(path).assert_existing_objects_matched()
     train(second, tf.constant([], tf.int64))  # attaches the optimizer's slots
     got = [second.params.lookup(keys).numpy()] + [
-        s.lookup(keys).numpy() for s in second.params.get_slot_variables(second.opt)]
+        s.lookup(keys).numpy() for s in second.params.get_slot_variables(second.opt)
+    ]
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
     assert [int(second.params.size(i)) for i in range(shards)] == [
-        int(np.sum(np.mod(np.arange(-5, 10), shards) == i)) for i in range(shards)]
+        int(np.sum(np.mod(np.arange(-5, 10), shards) == i)) for i in range(shards)
+    ]
 
 
 def test_checkpoint_keeps_restrict_policy_statistics(tmp_path):
     """Access counts and last-seen clocks survive a tf.train.Checkpoint (into another
     number of shards too), and training after the restore is newer than anything restored."""
+
     def variable(count):
         m = tf.Module()
-        m.params = de.Variable(name="stats", dim=1, devices=["/CPU:0"] * count,
-                               restrict_policy=de.FrequencyRestrictPolicy)
+        m.params = de.Variable(
+            name="stats",
+            dim=1,
+            devices=["/CPU:0"] * count,
+            restrict_policy=de.FrequencyRestrictPolicy,
+        )
         return m
 
     first = variable(2)
@@ -755,8 +807,13 @@ def test_string_keys_in_tf2_train_checkpoint_and_saved_model(tmp_path):
     ints = [0, 1, 2, 0, 3]
     made = {}
     for kind, ids in (("s", tf.constant(words)), ("i", tf.constant(ints, tf.int64))):
-        var = de.Variable(key_dtype=ids.dtype, dim=2, initializer=0.25, name="skeys_" + kind,
-                          devices=["/CPU:0"] * 3)
+        var = de.Variable(
+            key_dtype=ids.dtype,
+            dim=2,
+            initializer=0.25,
+            name="skeys_" + kind,
+            devices=["/CPU:0"] * 3,
+        )
         opt = de.DynamicEmbeddingOptimizer(K.Adam(0.1))
 
         @tf.function
@@ -772,12 +829,14 @@ def test_string_keys_in_tf2_train_checkpoint_and_saved_model(tmp_path):
     s_keys, s_rows = made["s"][0].export()
     i_keys, i_rows = made["i"][0].export()
     by_word = dict(zip((k.decode() for k in s_keys.numpy()), s_rows.numpy().tolist()))
-    assert by_word == {w: i_rows.numpy()[list(i_keys.numpy()).index(i)].tolist()
-                       for w, i in zip(words, ints)}
+    assert by_word == {
+        w: i_rows.numpy()[list(i_keys.numpy()).index(i)].tolist() for w, i in zip(words, ints)
+    }
 
     path = tf.train.Checkpoint(v=made["s"][0]).save(str(tmp_path / "ckpt"))
-    again = de.Variable(key_dtype=tf.string, dim=2, initializer=0.0, name="skeys_s",
-                        devices=["/CPU:0"] * 2)
+    again = de.Variable(
+        key_dtype=tf.string, dim=2, initializer=0.0, name="skeys_s", devices=["/CPU:0"] * 2
+    )
     again.upsert(["stale"], [[9.0, 9.0]])
     tf.train.Checkpoint(v=again).restore(path).expect_partial()
     keys, rows = again.export()
@@ -785,8 +844,7 @@ def test_string_keys_in_tf2_train_checkpoint_and_saved_model(tmp_path):
 
     inputs = tf.keras.Input((2,), dtype=tf.string)
     layer = de.keras.layers.Embedding(3, key_dtype=tf.string, initializer=0.1, name="semb")
-    model = tf.keras.Model(inputs, tf.keras.layers.Dense(1)(
-        tf.reshape(layer(inputs), [-1, 6])))
+    model = tf.keras.Model(inputs, tf.keras.layers.Dense(1)(tf.reshape(layer(inputs), [-1, 6])))
     model.compile(optimizer=de.DynamicEmbeddingOptimizer(K.Adam(0.05)), loss="mse")
     x = tf.constant([["a", "b"], ["c", "a"]])
     model.fit(x, tf.constant([[1.0], [0.0]]), epochs=2, verbose=0)
@@ -796,17 +854,23 @@ def test_string_keys_in_tf2_train_checkpoint_and_saved_model(tmp_path):
     np.testing.assert_allclose(loaded(x), model(x), rtol=1e-6, atol=1e-6)  # float rounding near 0
 
 
-@pytest.mark.parametrize("value_dtype,creator_dtype", [(tf.bfloat16, None),
-                                                       (tf.float32, "float16")])
+@pytest.mark.parametrize(
+    "value_dtype,creator_dtype", [(tf.bfloat16, None), (tf.float32, "float16")]
+)
 def test_half_precision_rows_train_in_tf_function_and_restore_into_float32(
-        value_dtype, creator_dtype, tmp_path):
+    value_dtype, creator_dtype, tmp_path
+):
     """A bfloat16 variable (and a float32 one with float16 rows) trains in a tf.function
     through its shadow; its tf.train.Checkpoint restores into a float32 variable, which then
     holds exactly the half-precision values."""
     creator = de.CuckooHashTableCreator(emb_dtype=creator_dtype) if creator_dtype else None
-    var = de.get_variable("half_%s" % value_dtype.name, value_dtype=value_dtype, dim=4,
-                          initializer=tf.keras.initializers.RandomNormal(0, 0.1, seed=1),
-                          kv_creator=creator)
+    var = de.get_variable(
+        "half_%s" % value_dtype.name,
+        value_dtype=value_dtype,
+        dim=4,
+        initializer=tf.keras.initializers.RandomNormal(0, 0.1, seed=1),
+        kv_creator=creator,
+    )
     assert var.tables[0].spec.emb_dtype == (creator_dtype or value_dtype.name)
     opt = de.DynamicEmbeddingOptimizer(K.legacy.Adam(0.1))
     ids = tf.constant([1, 2, 3, 2], tf.int64)
@@ -827,5 +891,4 @@ def test_half_precision_rows_train_in_tf_function_and_restore_into_float32(
     values = var.lookup(ids).numpy()
     np.testing.assert_array_equal(wide.lookup(ids).numpy(), values.astype(np.float32))
     half = np.float16 if creator_dtype == "float16" else value_dtype.as_numpy_dtype
-    np.testing.assert_array_equal(values.astype(half).astype(np.float32),
-                                  values.astype(np.float32))
+    np.testing.assert_array_equal(values.astype(half).astype(np.float32), values.astype(np.float32))

@@ -3,6 +3,7 @@ own tables save them as key and value files with the model (Model.save, save_wei
 var.save_to_file_system, and Model.load_weights gives each process the keys of its rank, for
 any number of processes. Several "processes" are models built one after another here, against
 a dict of every key."""
+
 import os
 
 import numpy as np
@@ -18,8 +19,9 @@ def _model(size, rank):
     keras.backend.clear_session()
     ids = keras.layers.Input(shape=(1,), dtype=tf.int64)
     saver = de.FileSystemSaver(proc_size=size, proc_rank=rank)
-    out = de.keras.layers.Embedding(1, initializer=0.0, name="fs_emb",
-                                    kv_creator=de.CuckooHashTableCreator(saver=saver))(ids)
+    out = de.keras.layers.Embedding(
+        1, initializer=0.0, name="fs_emb", kv_creator=de.CuckooHashTableCreator(saver=saver)
+    )(ids)
     plain = de.keras.layers.Embedding(1, initializer=0.0, name="plain_emb")(ids)
     return keras.Model(ids, tf.concat([out, plain], 1))
 
@@ -34,14 +36,15 @@ def _save_from_3_processes(path, save):
     de_dir = os.path.join(path, "variables", "TFRADynamicEmbedding")
     for rank in range(3):
         model = _model(3, rank)
-        mine = KEYS[rank * 10:(rank + 1) * 10]
+        mine = KEYS[rank * 10 : (rank + 1) * 10]
         model.get_layer("fs_emb").params.upsert(mine, mine[:, None].astype(np.float32))
         if rank == 0:
             model.get_layer("plain_emb").params.upsert(mine, -mine[:, None].astype(np.float32))
             save(model)
         else:
-            model.get_layer("fs_emb").params.save_to_file_system(de_dir, proc_size=3,
-                                                                  proc_rank=rank)
+            model.get_layer("fs_emb").params.save_to_file_system(
+                de_dir, proc_size=3, proc_rank=rank
+            )
 
 
 def test_each_process_loads_its_ranks_keys_for_any_process_count(tmp_path):
@@ -66,7 +69,8 @@ def test_save_weights_writes_the_files_beside_the_checkpoint(tmp_path):
     model.get_layer("fs_emb").params.upsert(KEYS, KEYS[:, None].astype(np.float32))
     model.save_weights(prefix)
     assert model.get_layer("fs_emb").params.saved_files(
-        str(tmp_path / "weights" / "TFRADynamicEmbedding"))
+        str(tmp_path / "weights" / "TFRADynamicEmbedding")
+    )
     fresh = _model(1, 0)
     fresh.load_weights(prefix)
     assert _table(fresh) == {k: float(k) for k in KEYS.tolist()}

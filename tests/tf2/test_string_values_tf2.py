@@ -1,5 +1,6 @@
 """de.Variables of string values eagerly, against a dict, and through tf.train.Checkpoint
 into another number of shards and a SavedModel (graph mode: tests/test_string_values.py)."""
+
 import numpy as np
 import tensorflow as tf
 
@@ -17,8 +18,9 @@ def _as_dict(keys, values):
 
 
 def test_string_values_eagerly_against_a_dict():
-    var = de.Variable(value_dtype=tf.string, dim=DIM, devices=["/CPU:0"] * 3,
-                      initializer="?", name="sv_eager")
+    var = de.Variable(
+        value_dtype=tf.string, dim=DIM, devices=["/CPU:0"] * 3, initializer="?", name="sv_eager"
+    )
     rng = np.random.RandomState(1)
     reference = {}
     for _ in range(5):
@@ -33,7 +35,8 @@ def test_string_values_eagerly_against_a_dict():
         values, exists = var.lookup(probe, return_exists=True)
         assert exists.numpy().tolist() == [int(k) in reference for k in probe]
         assert [[x.decode() for x in v] for v in values.numpy()] == [
-            reference.get(int(k), ["?"] * DIM) for k in probe]
+            reference.get(int(k), ["?"] * DIM) for k in probe
+        ]
         assert _as_dict(*var.export()) == reference
         assert int(var.size()) == len(reference)
 
@@ -49,8 +52,9 @@ def test_string_values_through_a_checkpoint_and_a_saved_model(tmp_path):
 
     module = tf.Module()
     module.var = other
-    module.read = tf.function(lambda keys: other.lookup(keys),
-                              input_signature=[tf.TensorSpec([None], tf.int64)])
+    module.read = tf.function(
+        lambda keys: other.lookup(keys), input_signature=[tf.TensorSpec([None], tf.int64)]
+    )
     tf.saved_model.save(module, str(tmp_path / "sm"))
     loaded = tf.saved_model.load(str(tmp_path / "sm"))
     got = loaded.read(tf.constant([2, 3, 4], tf.int64)).numpy()

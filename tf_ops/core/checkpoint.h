@@ -40,7 +40,7 @@ Status ApplyDeltaFiles(EmbeddingTable* table, const std::string& dir, int64_t* r
 Status ReadCheckpointId(const std::string& dir, int64_t* save_id, bool* delta);
 
 struct RestoreOptions {
-  int64_t rank_id = 0;    // keep keys with abs(key % rank_size) == rank_id
+  int64_t rank_id = 0;  // keep keys with abs(key % rank_size) == rank_id
   int64_t rank_size = 1;
   bool int32_keys = false;  // the table takes int32 keys: larger keys are an error
 };

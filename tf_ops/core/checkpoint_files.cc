@@ -75,8 +75,10 @@ Status ReadMeta(const std::string& dir, Meta* meta) {
   meta->path = Join(dir, "meta.txt");
   const int fd = ::open(meta->path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    return Status::NotFound(Errno("cannot open checkpoint metadata (an incomplete or missing "
-                                  "save?)", meta->path));
+    return Status::NotFound(
+        Errno("cannot open checkpoint metadata (an incomplete or missing "
+              "save?)",
+              meta->path));
   }
   std::string text;
   char buf[4096];
@@ -114,7 +116,8 @@ Status CheckFile(const std::string& dir, const Meta& meta, const std::string& na
                             std::to_string(expected_bytes));
   }
   struct stat st;
-  if (::stat(path.c_str(), &st) != 0) return Status::NotFound(Errno("missing checkpoint file", path));
+  if (::stat(path.c_str(), &st) != 0)
+    return Status::NotFound(Errno("missing checkpoint file", path));
   if (static_cast<uint64_t>(st.st_size) != expected_bytes) {
     return Status::DataLoss("checkpoint file '" + path + "' has " + std::to_string(st.st_size) +
                             " bytes, expected " + std::to_string(expected_bytes) +

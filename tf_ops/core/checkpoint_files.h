@@ -1,6 +1,6 @@
-// The file layer of table checkpoints (see checkpoint_format.h for the format): buffered, checksummed
-// sequential writers and readers, the metadata file, and the checks of a file against it.
-// Internal to the core: checkpoint.cc streams tables through it.
+// The file layer of table checkpoints (see checkpoint_format.h for the format): buffered,
+// checksummed sequential writers and readers, the metadata file, and the checks of a file against
+// it. Internal to the core: checkpoint.cc streams tables through it.
 #ifndef REC_SDK_CORE_CHECKPOINT_FILES_H_
 #define REC_SDK_CORE_CHECKPOINT_FILES_H_
 
@@ -139,7 +139,8 @@ class Reader {
   Status Skip(uint64_t total) {
     while (consumed_ < total) {
       if (pos_ == filled_) REC_SDK_RETURN_IF_ERROR(Fill());
-      const size_t take = static_cast<size_t>(std::min<uint64_t>(filled_ - pos_, total - consumed_));
+      const size_t take =
+          static_cast<size_t>(std::min<uint64_t>(filled_ - pos_, total - consumed_));
       pos_ += take;
       consumed_ += take;
     }
@@ -200,7 +201,6 @@ struct Meta {
     return Status::Ok();
   }
 };
-
 
 // A file of a table directory, as the metadata describes it.
 struct FileInfo {

@@ -64,8 +64,10 @@ Status ColdStore::Open(const Options& options, std::unique_ptr<ColdStore>* out) 
     return Status::InvalidArgument("cold store: records_per_segment must be >= 1, got 0");
   }
   if (options.prefix.empty() || options.prefix.find('/') != std::string::npos) {
-    return Status::InvalidArgument("cold store: prefix must be a non-empty file name part, "
-                                   "got '" + options.prefix + "'");
+    return Status::InvalidArgument(
+        "cold store: prefix must be a non-empty file name part, "
+        "got '" +
+        options.prefix + "'");
   }
   if (options.directories.empty()) {
     return Status::InvalidArgument("cold store: at least one directory is needed");
@@ -110,7 +112,8 @@ ColdStore::ColdStore(const Options& options, uint64_t store_id)
 ColdStore::~ColdStore() { Clear(); }
 
 uint64_t ColdStore::SlotOffset(uint32_t slot) const {
-  if (per_block_ > 0) return uint64_t{slot / per_block_} * kBlock + (slot % per_block_) * slot_bytes();
+  if (per_block_ > 0)
+    return uint64_t{slot / per_block_} * kBlock + (slot % per_block_) * slot_bytes();
   return uint64_t{slot} * stride_;
 }
 
@@ -337,8 +340,7 @@ Status ColdStore::ReadPinned(const Pinned& pinned, void* record, uint64_t* key) 
   thread_local AlignedBuffer buffer;
   uint8_t* data = buffer.Get(pinned.span_bytes);
   if (data == nullptr) return Status::ResourceExhausted("cold store: out of memory for a read");
-  if (!ReadAll(pinned.file->fd, data, pinned.span_bytes,
-               static_cast<off_t>(pinned.span_offset))) {
+  if (!ReadAll(pinned.file->fd, data, pinned.span_bytes, static_cast<off_t>(pinned.span_offset))) {
     return checkpoint_files::IoError("cold store: cannot read", segment_path(pinned.segment));
   }
   bytes_read_.fetch_add(pinned.span_bytes, std::memory_order_relaxed);
@@ -427,9 +429,9 @@ void ColdStore::ForEachLiveTag(const std::function<void(Location, int64_t)>& fn)
 
 Status ColdStore::ForEachLive(const RecordFn& fn) const {
   constexpr size_t kReadBytes = size_t{4} << 20;
-  const uint32_t per_read = static_cast<uint32_t>(per_block_ > 0
-                                                     ? kReadBytes / kBlock * per_block_
-                                                     : std::max<size_t>(1, kReadBytes / stride_));
+  const uint32_t per_read =
+      static_cast<uint32_t>(per_block_ > 0 ? kReadBytes / kBlock * per_block_
+                                           : std::max<size_t>(1, kReadBytes / stride_));
   for (uint32_t segment = 0; segment < segments_.size(); ++segment) {
     const Segment& s = segments_[segment];
     if (s.file == nullptr || s.stale == s.used) continue;
@@ -454,14 +456,14 @@ Status ColdStore::Compact(const MoveFn& moved) {
     const size_t bytes = record_bytes_;
     Status status = ScanSlots(segment, 0, segments_[segment].used,
                               [&](uint64_t key, Location where, const void* r) {
-      keys.push_back(key);
-      const uint8_t* record = static_cast<const uint8_t*>(r);
-      records.insert(records.end(), record, record + bytes);
-      from.push_back(where);
-      tags.push_back(segments_[segment].tags[where.slot]);
-      marks.push_back(this->marks(where));
-      return Status::Ok();
-    });
+                                keys.push_back(key);
+                                const uint8_t* record = static_cast<const uint8_t*>(r);
+                                records.insert(records.end(), record, record + bytes);
+                                from.push_back(where);
+                                tags.push_back(segments_[segment].tags[where.slot]);
+                                marks.push_back(this->marks(where));
+                                return Status::Ok();
+                              });
     if (!status.ok()) return status;
     std::vector<const void*> pointers(keys.size());
     for (size_t i = 0; i < keys.size(); ++i) pointers[i] = records.data() + i * bytes;

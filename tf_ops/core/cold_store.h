@@ -58,7 +58,7 @@ class ColdStore {
     std::string prefix = "rec_sdk";  // file names: <prefix>-<pid>-<store>-<segment>.seg
     size_t record_bytes = 0;         // payload bytes per record, >= 1
     uint32_t records_per_segment = 1 << 16;
-    bool direct_io = false;          // O_DIRECT files (see above)
+    bool direct_io = false;  // O_DIRECT files (see above)
   };
 
   // A record's file and place, readable without the store (see ReadPinned).
@@ -68,7 +68,7 @@ class ColdStore {
     uint32_t segment = 0;
     uint64_t span_offset = 0;  // the aligned bytes that hold the record
     size_t span_bytes = 0;
-    size_t in_span = 0;        // where the record (its key first) starts in them
+    size_t in_span = 0;  // where the record (its key first) starts in them
   };
 
   struct Stats {
@@ -105,8 +105,7 @@ class ColdStore {
   Status Pin(Location where, Pinned* pinned) const;
   Status ReadPinned(const Pinned& pinned, void* record, uint64_t* key) const;
   // ReadMany of pinned records (no store state is used: callable without the table's lock).
-  Status ReadManyPinned(size_t n, const Pinned* pinned, void* const* records,
-                        uint64_t* keys) const;
+  Status ReadManyPinned(size_t n, const Pinned* pinned, void* const* records, uint64_t* keys) const;
   Status ReadKey(Location where, uint64_t* key) const;
   // Marks the record at `where` stale.
   Status Remove(Location where);
@@ -163,10 +162,10 @@ class ColdStore {
   static constexpr uint8_t kMarkMask = (1 << kMarkBits) - 1;
   struct Segment {
     std::shared_ptr<SegmentFile> file;  // null: deleted
-    uint32_t used = 0;            // slots written
-    uint32_t stale = 0;           // of them, removed
-    std::vector<uint8_t> flags;   // per slot: kLive, then the mark bits
-    std::vector<int64_t> tags;    // per slot
+    uint32_t used = 0;                  // slots written
+    uint32_t stale = 0;                 // of them, removed
+    std::vector<uint8_t> flags;         // per slot: kLive, then the mark bits
+    std::vector<int64_t> tags;          // per slot
   };
 
   ColdStore(const Options& options, uint64_t store_id);
@@ -189,9 +188,9 @@ class ColdStore {
   void MarkStale(Location where);
 
   Options options_;
-  size_t align_;        // 1, or the block size with direct I/O
-  size_t per_block_;    // direct I/O: records per block when a slot fits in one, else 0
-  size_t stride_;       // bytes per slot when slots are not packed into blocks
+  size_t align_;      // 1, or the block size with direct I/O
+  size_t per_block_;  // direct I/O: records per block when a slot fits in one, else 0
+  size_t stride_;     // bytes per slot when slots are not packed into blocks
   size_t record_bytes_;
   uint32_t records_per_segment_;
   uint64_t store_id_;
@@ -199,7 +198,7 @@ class ColdStore {
   uint32_t current_ = 0;           // the segment appended to
   bool has_current_ = false;
   uint64_t live_ = 0, stale_ = 0, segment_count_ = 0;
-  uint64_t half_stale_ = 0;        // segments (not current) more than half stale
+  uint64_t half_stale_ = 0;  // segments (not current) more than half stale
   uint64_t bytes_written_ = 0, compactions_ = 0;
   mutable std::atomic<uint64_t> bytes_read_{0};
 };

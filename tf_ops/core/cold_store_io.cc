@@ -51,7 +51,6 @@ bool ReadAll(int fd, uint8_t* data, size_t size, off_t offset) {
   return true;
 }
 
-
 IoPool& IoPool::Get() {
   static IoPool* pool = new IoPool(64);  // never destroyed: its threads outlive main
   return *pool;

@@ -7,8 +7,8 @@
 // A record is a row's bytes as the table lays them out (record_bytes) stored with its key,
 // named by an id below kMaxIds that the table keeps in the key's index entry; an id is never
 // reused for another record while the tier lives. Per live record the tier also keeps a tag
-// (the row's last-seen clock) and mark bits (changed since the last save, or push), readable without
-// disk access.
+// (the row's last-seen clock) and mark bits (changed since the last save, or push), readable
+// without disk access.
 //
 // Concurrency: the const methods may run in many threads at once; the others need the tier
 // to themselves (the table calls them under its exclusive lock). Records pinned by PinMany
@@ -31,12 +31,12 @@ class ColdTier {
   static constexpr uint64_t kMaxIds = uint64_t{1} << 40;  // fits a row address's row bits
 
   struct Stats {
-    uint64_t live = 0;           // records that can be read
-    uint64_t stale = 0;          // removed records still taking space
+    uint64_t live = 0;   // records that can be read
+    uint64_t stale = 0;  // removed records still taking space
     uint64_t bytes_written = 0;
     uint64_t bytes_read = 0;
-    uint64_t file_bytes = 0;     // space taken on disk
-    uint64_t memory_bytes = 0;   // the tier's own bookkeeping in memory
+    uint64_t file_bytes = 0;    // space taken on disk
+    uint64_t memory_bytes = 0;  // the tier's own bookkeeping in memory
   };
   // Records read later without the table's lock (see PinMany).
   class Pinned {
@@ -66,10 +66,8 @@ class ColdTier {
   virtual Status ReadMany(size_t n, const uint64_t* ids, void* const* records,
                           uint64_t* keys) const = 0;
   // Pins n live records for ReadPinned (which reads them all, as ReadMany).
-  virtual Status PinMany(size_t n, const uint64_t* ids,
-                         std::unique_ptr<Pinned>* pinned) const = 0;
-  virtual Status ReadPinned(const Pinned& pinned, void* const* records,
-                            uint64_t* keys) const = 0;
+  virtual Status PinMany(size_t n, const uint64_t* ids, std::unique_ptr<Pinned>* pinned) const = 0;
+  virtual Status ReadPinned(const Pinned& pinned, void* const* records, uint64_t* keys) const = 0;
   virtual Status Remove(uint64_t id) = 0;
   // Gives back the space of removed records when there is enough of it to be worth it;
   // moved() learns each record that got a new id. All or nothing per unit of work: a

@@ -72,38 +72,43 @@ Status EmbeddingTable::Create(const TableConfig& config, std::unique_ptr<Embeddi
                                    std::to_string(config.capacity));
   }
   if (config.initial_capacity < 0 || config.initial_capacity > kMaxCapacity) {
-    return Status::InvalidArgument("table '" + config.name +
-                                   "': initial_capacity must be in [0, " +
+    return Status::InvalidArgument("table '" + config.name + "': initial_capacity must be in [0, " +
                                    std::to_string(kMaxCapacity) + "], got " +
                                    std::to_string(config.initial_capacity));
   }
   if (config.slot_dtype == RowDtype::kFloat16) {
-    return Status::InvalidArgument("table '" + config.name + "': slot_dtype must be float32 or "
+    return Status::InvalidArgument("table '" + config.name +
+                                   "': slot_dtype must be float32 or "
                                    "bfloat16, got float16 (squared gradients below 6e-8 would "
                                    "vanish in optimizer accumulators)");
   }
   REC_SDK_RETURN_IF_ERROR(config.initializer.Validate());
   if (!config.initializer.values.empty() &&
       config.initializer.values.size() != static_cast<size_t>(config.dim)) {
-    return Status::InvalidArgument("table '" + config.name + "': the constant initializer's init_values has " +
+    return Status::InvalidArgument("table '" + config.name +
+                                   "': the constant initializer's init_values has " +
                                    std::to_string(config.initializer.values.size()) +
                                    " values, the table's dim is " + std::to_string(config.dim));
   }
   if (config.tiered()) {
     if (config.index_layout == TableConfig::IndexLayout::kCompact) {
-      return Status::InvalidArgument("table '" + config.name + "': index_layout \"compact\" "
+      return Status::InvalidArgument("table '" + config.name +
+                                     "': index_layout \"compact\" "
                                      "needs a table without an SSD tier (ssd_paths): a compact "
                                      "index reads keys back from rows, and cold keys have none; "
                                      "use \"auto\" or \"full\"");
     }
     if (config.dynamic_expansion) {
-      return Status::InvalidArgument("table '" + config.name + "': an SSD tier needs a fixed "
+      return Status::InvalidArgument("table '" + config.name +
+                                     "': an SSD tier needs a fixed "
                                      "number of rows in memory (capacity); it cannot be used "
                                      "with dynamic expansion");
     }
     if (config.ssd_rows < 0) {
-      return Status::InvalidArgument("table '" + config.name + "': ssd_rows must be >= 0 (0: "
-                                     "no bound), got " + std::to_string(config.ssd_rows));
+      return Status::InvalidArgument("table '" + config.name +
+                                     "': ssd_rows must be >= 0 (0: "
+                                     "no bound), got " +
+                                     std::to_string(config.ssd_rows));
     }
   }
   std::unique_ptr<EmbeddingTable> t(new EmbeddingTable(config));
@@ -147,7 +152,8 @@ Status EmbeddingTable::DecodeAddress(int64_t address, int64_t* row) const {
   }
   if (generation == kColdGeneration) {
     return Status::InvalidArgument("address " + std::to_string(address) + " of table '" +
-                                   config_.name + "' names a row on SSD (an evaluation "
+                                   config_.name +
+                                   "' names a row on SSD (an evaluation "
                                    "lookup's address): it can be gathered, not updated");
   }
   if (r >= allocated_rows_.load(std::memory_order_acquire)) {
@@ -176,8 +182,8 @@ std::string EmbeddingTable::FullMessage() const {
   }
   if (config_.dynamic_expansion) {
     return "table '" + config_.name + "' cannot grow past " + std::to_string(Capacity()) +
-           " rows: out of memory (or at the limit of " +
-           std::to_string(kMaxPages * kPageSize) + " chunks)";
+           " rows: out of memory (or at the limit of " + std::to_string(kMaxPages * kPageSize) +
+           " chunks)";
   }
   return "table '" + config_.name + "' is full: it holds its capacity of " +
          std::to_string(config_.capacity) +
@@ -243,9 +249,9 @@ int64_t EmbeddingTable::ClockForNewRows() const {
   return newest == kNoClock ? 0 : newest;
 }
 
-Status EmbeddingTable::FindOrInsert(const int64_t* keys, int64_t n, bool insert,
-                                    int64_t* addresses, const ParallelRunner& run,
-                                    const KeyAccess& access, float* rows) {
+Status EmbeddingTable::FindOrInsert(const int64_t* keys, int64_t n, bool insert, int64_t* addresses,
+                                    const ParallelRunner& run, const KeyAccess& access,
+                                    float* rows) {
   ChangeScope change(&changes_, insert);
   if (!insert) {
     std::shared_lock<std::shared_mutex> structure(structure_mu_);
@@ -257,28 +263,28 @@ Status EmbeddingTable::FindOrInsert(const int64_t* keys, int64_t n, bool insert,
         keys, n, rows == nullptr ? 60 : 60 + 2 * dim,
         [&](HashIndex::Shard& shard, const int64_t* positions, int64_t count,
             const uint64_t* hashes) {
-          HashIndex::FindInOrder(shard, keys, positions, count, hashes, [&](int64_t i,
-                                                                             int64_t entry) {
-            if (entry < 0) {
-              addresses[i] = -1;
-            } else {
-              addresses[i] = TableTier::IsCold(entry) ? ColdAddress(entry) : (tag_bits | entry);
-            }
-            if (rows == nullptr) return;
-            // The row is copied where the key is found (a cold row: read from its record).
-            float* dst = rows + i * dim;
-            if (entry < 0) {
-              std::fill_n(dst, dim, 0.0f);
-            } else if (TableTier::IsCold(entry)) {
-              Status s = tier_.GatherCold(addresses[i], dst);
-              if (!s.ok()) {
-                std::lock_guard<std::mutex> lock(error_mu);
-                if (error.ok()) error = s;
-              }
-            } else {
-              ReadEmbedding(RecordOf(RowOfEntry(entry)), dst);
-            }
-          });
+          HashIndex::FindInOrder(
+              shard, keys, positions, count, hashes, [&](int64_t i, int64_t entry) {
+                if (entry < 0) {
+                  addresses[i] = -1;
+                } else {
+                  addresses[i] = TableTier::IsCold(entry) ? ColdAddress(entry) : (tag_bits | entry);
+                }
+                if (rows == nullptr) return;
+                // The row is copied where the key is found (a cold row: read from its record).
+                float* dst = rows + i * dim;
+                if (entry < 0) {
+                  std::fill_n(dst, dim, 0.0f);
+                } else if (TableTier::IsCold(entry)) {
+                  Status s = tier_.GatherCold(addresses[i], dst);
+                  if (!s.ok()) {
+                    std::lock_guard<std::mutex> lock(error_mu);
+                    if (error.ok()) error = s;
+                  }
+                } else {
+                  ReadEmbedding(RecordOf(RowOfEntry(entry)), dst);
+                }
+              });
         },
         run);
     return error;
@@ -323,7 +329,8 @@ Status EmbeddingTable::FindOrInsert(const int64_t* keys, int64_t n, bool insert,
     if (unplaced == 0 && rows != nullptr) CopyRowsLocked(addresses, n, rows, run);
   }
   if (unplaced > 0) {
-    return Status::ResourceExhausted(FullMessage() + " (a batch holds more new keys than the "
+    return Status::ResourceExhausted(FullMessage() +
+                                     " (a batch holds more new keys than the "
                                      "table's capacity can take even after eviction)");
   }
   return Status::Ok();
@@ -477,8 +484,7 @@ Status EmbeddingTable::ApplyUpdate(const SlotLayout& layout, const int64_t* addr
   std::unique_lock<std::shared_mutex> structure(structure_mu_);
   std::vector<int64_t> rows(n);
   REC_SDK_RETURN_IF_ERROR(DecodeAddresses(addresses, n, rows.data(), run));
-  REC_SDK_RETURN_IF_ERROR(EnsureSlotsLocked(layout.optimizer, layout.initial_values,
-                                            layout.width));
+  REC_SDK_RETURN_IF_ERROR(EnsureSlotsLocked(layout.optimizer, layout.initial_values, layout.width));
   WriteRowsLocked(rows.data(), n, cost_per_row, update, run);
   return Status::Ok();
 }
@@ -501,9 +507,8 @@ Status EmbeddingTable::DecodeAddresses(const int64_t* addresses, int64_t n, int6
   return error;
 }
 
-Status EmbeddingTable::UpdateRowsLocked(const int64_t* addresses, int64_t n,
-                                        int64_t cost_per_row, const RowUpdate& update,
-                                        const ParallelRunner& run) {
+Status EmbeddingTable::UpdateRowsLocked(const int64_t* addresses, int64_t n, int64_t cost_per_row,
+                                        const RowUpdate& update, const ParallelRunner& run) {
   std::vector<int64_t> rows(n);
   REC_SDK_RETURN_IF_ERROR(DecodeAddresses(addresses, n, rows.data(), run));
   WriteRowsLocked(rows.data(), n, cost_per_row, update, run);

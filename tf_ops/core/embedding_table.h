@@ -409,13 +409,13 @@ class EmbeddingTable {
 
   std::mutex alloc_mu_;
   std::unique_ptr<std::atomic<DirectoryPage*>[]> pages_;
-  int64_t num_chunks_ = 0;                   // guarded by alloc_mu_
-  std::atomic<int64_t> allocated_rows_{0};   // rows backed by chunks
-  int64_t next_row_ = 0;                     // rows handed out since the last Clear; alloc_mu_
+  int64_t num_chunks_ = 0;                  // guarded by alloc_mu_
+  std::atomic<int64_t> allocated_rows_{0};  // rows backed by chunks
+  int64_t next_row_ = 0;                    // rows handed out since the last Clear; alloc_mu_
   // Rows ever handed out (Clear does not reset it): their headers keep the generations that
   // make old addresses stale, so a re-layout copies all of them. Guarded by alloc_mu_.
   int64_t rows_touched_ = 0;
-  std::vector<int64_t> free_rows_;           // guarded by alloc_mu_
+  std::vector<int64_t> free_rows_;  // guarded by alloc_mu_
   std::atomic<int64_t> size_{0};
 
   // Admission and eviction (table_admission.h). pending_.shard(s) is guarded by
@@ -427,7 +427,7 @@ class EmbeddingTable {
   // directory pages_, the chunk size and the record size), num_slots_, slot_width_.
   RowDirectory dir_;
   int num_slots_ = 0;
-  int slot_width_;  // dim until an optimizer with one float per row attaches its slots
+  int slot_width_;    // dim until an optimizer with one float per row attaches its slots
   TableSlots slots_;  // the slots' optimizer and initial values (table_slots.h)
   // Changes since the last save (delta checkpoints, HoldsCheckpoint) and push.
   TableChangeSet changes_;
@@ -452,8 +452,7 @@ class EmbeddingTable {
            (entry & ~TableTier::kColdEntry);
   }
   bool IsColdAddress(int64_t address) const {
-    return address >= 0 &&
-           static_cast<uint32_t>(address >> (kRowBits + kGenerationBits)) == tag_ &&
+    return address >= 0 && static_cast<uint32_t>(address >> (kRowBits + kGenerationBits)) == tag_ &&
            ((address >> kRowBits) & ((int64_t{1} << kGenerationBits) - 1)) == kColdGeneration;
   }
   int64_t& TickOf(int64_t row) const { return ChunkOf(row)->ticks[OffsetOf(row)]; }

@@ -38,9 +38,7 @@ class FileColdTier : public ColdTier {
   Status Read(uint64_t id, void* record, uint64_t* key) const override {
     return store_->Read(At(id), record, key);
   }
-  Status ReadKey(uint64_t id, uint64_t* key) const override {
-    return store_->ReadKey(At(id), key);
-  }
+  Status ReadKey(uint64_t id, uint64_t* key) const override { return store_->ReadKey(At(id), key); }
   Status ReadMany(size_t n, const uint64_t* ids, void* const* records,
                   uint64_t* keys) const override {
     std::vector<ColdStore::Location> where(n);

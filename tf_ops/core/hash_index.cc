@@ -29,8 +29,8 @@ int64_t HashIndex::Shard::FindCompact(int64_t key, uint64_t hash, int64_t* value
   }
 }
 
-void HashIndex::Shard::MatchEntries(const int64_t* positions, int64_t count,
-                                    const uint64_t* hashes, int64_t* matches) const {
+void HashIndex::Shard::MatchEntries(const int64_t* positions, int64_t count, const uint64_t* hashes,
+                                    int64_t* matches) const {
   for (int64_t j = 0; j < count; ++j) {
     if (j + kPrefetchDistance < count) Prefetch(hashes[positions[j + kPrefetchDistance]]);
     const uint64_t hash = hashes[positions[j]];
@@ -262,8 +262,7 @@ void HashIndex::ForEachKeyByShard(const int64_t* keys, int64_t n, int64_t cost_p
   ForEachShard(
       keys, n, cost_per_key,
       [&](Shard& shard, const int64_t* positions, int64_t count, const uint64_t* hashes) {
-        ProbeInOrder(shard, positions, count, hashes,
-                     [&](int64_t i) { fn(shard, i, hashes[i]); });
+        ProbeInOrder(shard, positions, count, hashes, [&](int64_t i) { fn(shard, i, hashes[i]); });
       },
       run);
 }

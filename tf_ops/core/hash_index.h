@@ -149,7 +149,7 @@ class HashIndex {
     void Rehash(size_t slots);
 
     std::mutex mu_;
-    std::vector<Entry> entries_;    // full layout
+    std::vector<Entry> entries_;     // full layout
     std::vector<uint64_t> compact_;  // compact layout
     const RowDirectory* rows_ = nullptr;
     size_t mask_;
@@ -166,14 +166,13 @@ class HashIndex {
   // Hash(keys[i], seed). Large batches are split into parts counted and scattered in parallel.
   static void BucketByShard(const int64_t* keys, int64_t n, uint64_t seed,
                             std::vector<uint64_t>* hashes, std::vector<int64_t>* order,
-                            std::vector<int64_t>* begin,
-                            const ParallelRunner& run = SerialRunner);
+                            std::vector<int64_t>* begin, const ParallelRunner& run = SerialRunner);
 
   // Buckets keys by shard and runs fn(shard, positions, count, hashes) once per shard that has
   // keys, in parallel, with the shard's lock held; positions are in batch order and
   // hashes[i] is the hash of keys[i].
-  using ShardBatchFn = std::function<void(Shard&, const int64_t* positions, int64_t count,
-                                          const uint64_t* hashes)>;
+  using ShardBatchFn =
+      std::function<void(Shard&, const int64_t* positions, int64_t count, const uint64_t* hashes)>;
   void ForEachShard(const int64_t* keys, int64_t n, int64_t cost_per_key, const ShardBatchFn& fn,
                     const ParallelRunner& run);
   // Runs fn(shard, i, hash) for every key position i, shard by shard, in parallel, with the

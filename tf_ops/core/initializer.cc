@@ -93,12 +93,14 @@ Status InitializerSpec::Validate() const {
     }
   }
   if (!values.empty() && kind != InitializerKind::kConstant) {
-    return Status::InvalidArgument("init_values (per-element initial values) are for the "
-                                   "constant initializer");
+    return Status::InvalidArgument(
+        "init_values (per-element initial values) are for the "
+        "constant initializer");
   }
   if (kind == InitializerKind::kRandomUniform && !(minval <= maxval)) {
-    return Status::InvalidArgument("random_uniform initializer needs minval <= maxval, got minval=" +
-                                   std::to_string(minval) + " maxval=" + std::to_string(maxval));
+    return Status::InvalidArgument(
+        "random_uniform initializer needs minval <= maxval, got minval=" + std::to_string(minval) +
+        " maxval=" + std::to_string(maxval));
   }
   if ((kind == InitializerKind::kRandomNormal || kind == InitializerKind::kTruncatedNormal) &&
       stddev < 0.0f) {
@@ -125,7 +127,8 @@ void InitializeRow(const InitializerSpec& spec, int64_t key, int dim, float* out
       for (int i = 0; i < dim; ++i) {
         float v = spec.minval + width * rng.Uniform();
         // Rounding can reach maxval; keep the interval half-open.
-        if (v >= spec.maxval && spec.maxval > spec.minval) v = std::nextafter(spec.maxval, spec.minval);
+        if (v >= spec.maxval && spec.maxval > spec.minval)
+          v = std::nextafter(spec.maxval, spec.minval);
         out[i] = v * spec.scale;
       }
       return;

@@ -18,14 +18,14 @@ enum class InitializerKind { kConstant, kRandomUniform, kRandomNormal, kTruncate
 
 struct InitializerSpec {
   InitializerKind kind = InitializerKind::kConstant;
-  float value = 0.0f;   // kConstant
+  float value = 0.0f;         // kConstant
   std::vector<float> values;  // kConstant with one value per element (dim values), if set
-  float minval = 0.0f;  // kRandomUniform: [minval, maxval)
+  float minval = 0.0f;        // kRandomUniform: [minval, maxval)
   float maxval = 1.0f;
   float mean = 0.0f;    // kRandomNormal / kTruncatedNormal
   float stddev = 1.0f;  // kTruncatedNormal redraws values beyond 2 stddev, as TensorFlow does
   uint64_t seed = 0;
-  float scale = 1.0f;   // the SDK's init_param: multiplies every initial value
+  float scale = 1.0f;  // the SDK's init_param: multiplies every initial value
 
   // Parses the kind name used by the op attribute ("constant", "random_uniform",
   // "random_normal", "truncated_normal").

@@ -10,8 +10,8 @@ void DecodeFloat16Scalar(const uint16_t* h, int n, float* out) {
   for (int j = 0; j < n; ++j) out[j] = precision::Float16ToFloat(h[j]);
 }
 
-void EncodeFloat16StochasticScalar(const float* in, int n, const RoundingBits& bits,
-                                   int64_t first, uint16_t* out) {
+void EncodeFloat16StochasticScalar(const float* in, int n, const RoundingBits& bits, int64_t first,
+                                   uint16_t* out) {
   ForEachRandom(bits, first, n, [&](int j, uint32_t random) {
     out[j] = precision::Float16Stochastic(in[j], random);
   });
@@ -21,8 +21,7 @@ void EncodeFloat16StochasticScalar(const float* in, int n, const RoundingBits& b
 
 namespace {
 
-__attribute__((target("avx2,f16c"))) void DecodeFloat16Simd(const uint16_t* h, int n,
-                                                            float* out) {
+__attribute__((target("avx2,f16c"))) void DecodeFloat16Simd(const uint16_t* h, int n, float* out) {
   int j = 0;
   for (; j + 8 <= n; j += 8) {
     const __m128i halves = _mm_loadu_si128(reinterpret_cast<const __m128i*>(h + j));
@@ -35,8 +34,9 @@ __attribute__((target("avx2,f16c"))) void DecodeFloat16Simd(const uint16_t* h, i
 // dropped bits of the significand, then truncate. A group with a lane below float16's
 // smallest normal (2^-14), or that rounds past 65504 (or is infinite or NaN), is done by
 // the scalar code.
-__attribute__((target("avx2"))) void EncodeFloat16StochasticSimd(
-    const float* in, int n, const RoundingBits& bits, int64_t first, uint16_t* out) {
+__attribute__((target("avx2"))) void EncodeFloat16StochasticSimd(const float* in, int n,
+                                                                 const RoundingBits& bits,
+                                                                 int64_t first, uint16_t* out) {
   const __m256i abs_mask = _mm256_set1_epi32(0x7FFFFFFF);
   const __m256i smallest_normal = _mm256_set1_epi32(113 << 23);  // abs below: subnormal
   // r above: rounds past 65504 (abs above too: also NaN and infinity, and r cannot wrap).
@@ -49,8 +49,8 @@ __attribute__((target("avx2"))) void EncodeFloat16StochasticSimd(
     ForEachRandom(bits, element, 8, [&](int k, uint32_t r) { random[k] = r >> 3; });
     const __m256i a = _mm256_castps_si256(_mm256_loadu_ps(in + j));
     const __m256i abs = _mm256_and_si256(a, abs_mask);
-    const __m256i r = _mm256_add_epi32(abs, _mm256_load_si256(
-                                                reinterpret_cast<const __m256i*>(random)));
+    const __m256i r =
+        _mm256_add_epi32(abs, _mm256_load_si256(reinterpret_cast<const __m256i*>(random)));
     const __m256i outside = _mm256_or_si256(
         _mm256_cmpgt_epi32(smallest_normal, abs),
         _mm256_or_si256(_mm256_cmpgt_epi32(abs, largest), _mm256_cmpgt_epi32(r, largest)));
@@ -59,11 +59,10 @@ __attribute__((target("avx2"))) void EncodeFloat16StochasticSimd(
       continue;
     }
     const __m256i sign = _mm256_srli_epi32(_mm256_andnot_si256(abs_mask, a), 16);
-    const __m256i h = _mm256_or_si256(sign,
-                                      _mm256_sub_epi32(_mm256_srli_epi32(r, 13), rebias));
+    const __m256i h = _mm256_or_si256(sign, _mm256_sub_epi32(_mm256_srli_epi32(r, 13), rebias));
     // 32-bit lanes to 16 bits (each fits): pack within 128-bit halves, then join them.
-    const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(h),
-                                            _mm256_extracti128_si256(h, 1));
+    const __m128i packed =
+        _mm_packus_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out + j), packed);
   }
   EncodeFloat16StochasticScalar(in + j, n - j, bits, element, out + j);

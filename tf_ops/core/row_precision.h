@@ -166,8 +166,8 @@ void EncodeFloat16Stochastic(const float* in, int n, const RoundingBits& bits, i
                              uint16_t* out);
 // The element-at-a-time versions (and whether the bulk ones use F16C / AVX2 here).
 void DecodeFloat16Scalar(const uint16_t* h, int n, float* out);
-void EncodeFloat16StochasticScalar(const float* in, int n, const RoundingBits& bits,
-                                   int64_t first, uint16_t* out);
+void EncodeFloat16StochasticScalar(const float* in, int n, const RoundingBits& bits, int64_t first,
+                                   uint16_t* out);
 bool Float16UsesSimd();
 
 // Decodes n elements of `dtype` at src into float32.

@@ -15,8 +15,8 @@ Status CheckIndex(const int32_t* index, int64_t n, int dim, int64_t num_rows) {
   if (dim < 1) return Status::InvalidArgument("dim must be >= 1, got " + std::to_string(dim));
   for (int64_t i = 0; i < n; ++i) {
     if (index[i] < 0 || index[i] >= num_rows) {
-      return Status::InvalidArgument("index[" + std::to_string(i) + "] = " +
-                                     std::to_string(index[i]) + " is not in [0, " +
+      return Status::InvalidArgument("index[" + std::to_string(i) +
+                                     "] = " + std::to_string(index[i]) + " is not in [0, " +
                                      std::to_string(num_rows) + ")");
     }
   }

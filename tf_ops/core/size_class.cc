@@ -6,9 +6,7 @@
 
 namespace rec_sdk {
 
-int64_t SizeClassRows(int index) {
-  return static_cast<int64_t>(4 + index % 4) << (index / 4);
-}
+int64_t SizeClassRows(int index) { return static_cast<int64_t>(4 + index % 4) << (index / 4); }
 
 int SizeClassOf(int64_t rows) {
   if (rows < 0 || rows > SizeClassRows(kSizeClasses - 1)) return -1;

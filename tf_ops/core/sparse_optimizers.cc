@@ -10,8 +10,8 @@
 namespace rec_sdk {
 namespace {
 
-Status CheckRange(const char* optimizer, const char* name, double value, double low,
-                  bool low_open, double high, bool high_open) {
+Status CheckRange(const char* optimizer, const char* name, double value, double low, bool low_open,
+                  double high, bool high_open) {
   const bool ok = std::isfinite(value) && (low_open ? value > low : value >= low) &&
                   (high_open ? value < high : value <= high);
   if (ok) return Status::Ok();
@@ -25,9 +25,10 @@ constexpr double kInf = INFINITY;
 
 }  // namespace
 
-Status ApplyLazyAdam(EmbeddingTable* table, const int64_t* addresses, const float* grads,
-                     int64_t n, const LazyAdamParams& p, const ParallelRunner& run) {
-  REC_SDK_RETURN_IF_ERROR(CheckRange("LazyAdam", "learning_rate", p.learning_rate, 0, false, kInf, true));
+Status ApplyLazyAdam(EmbeddingTable* table, const int64_t* addresses, const float* grads, int64_t n,
+                     const LazyAdamParams& p, const ParallelRunner& run) {
+  REC_SDK_RETURN_IF_ERROR(
+      CheckRange("LazyAdam", "learning_rate", p.learning_rate, 0, false, kInf, true));
   REC_SDK_RETURN_IF_ERROR(CheckRange("LazyAdam", "beta1", p.beta1, 0, true, 1, true));
   REC_SDK_RETURN_IF_ERROR(CheckRange("LazyAdam", "beta2", p.beta2, 0, false, 1, false));
   REC_SDK_RETURN_IF_ERROR(CheckRange("LazyAdam", "epsilon", p.epsilon, 0, true, 1, false));
@@ -35,10 +36,10 @@ Status ApplyLazyAdam(EmbeddingTable* table, const int64_t* addresses, const floa
     return Status::InvalidArgument("LazyAdam: step must be >= 1, got " + std::to_string(p.step));
   }
   const double t = static_cast<double>(p.step);
-  const float lr_t =
-      p.bias_corrected ? p.learning_rate
-                       : static_cast<float>(p.learning_rate * std::sqrt(1.0 - std::pow(p.beta2, t)) /
-                                            (1.0 - std::pow(p.beta1, t)));
+  const float lr_t = p.bias_corrected ? p.learning_rate
+                                      : static_cast<float>(p.learning_rate *
+                                                           std::sqrt(1.0 - std::pow(p.beta2, t)) /
+                                                           (1.0 - std::pow(p.beta1, t)));
   const int dim = table->dim();
   const float b1 = p.beta1, b2 = p.beta2, eps = p.epsilon;
   return table->ApplyUpdate(
@@ -58,8 +59,10 @@ Status ApplyLazyAdam(EmbeddingTable* table, const int64_t* addresses, const floa
 
 Status ApplyGradientDescent(EmbeddingTable* table, const int64_t* addresses, const float* grads,
                             int64_t n, const GradientDescentParams& p, const ParallelRunner& run) {
-  REC_SDK_RETURN_IF_ERROR(CheckRange("GradientDescent", "learning_rate", p.learning_rate, 0, false, kInf, true));
-  REC_SDK_RETURN_IF_ERROR(CheckRange("GradientDescent", "weight_decay", p.weight_decay, 0, false, 1, false));
+  REC_SDK_RETURN_IF_ERROR(
+      CheckRange("GradientDescent", "learning_rate", p.learning_rate, 0, false, kInf, true));
+  REC_SDK_RETURN_IF_ERROR(
+      CheckRange("GradientDescent", "weight_decay", p.weight_decay, 0, false, 1, false));
   const int dim = table->dim();
   const float lr = p.learning_rate, wd = p.weight_decay;
   return table->ApplyUpdate(
@@ -71,9 +74,10 @@ Status ApplyGradientDescent(EmbeddingTable* table, const int64_t* addresses, con
       run);
 }
 
-Status ApplyAdagrad(EmbeddingTable* table, const int64_t* addresses, const float* grads,
-                    int64_t n, const AdagradParams& p, const ParallelRunner& run) {
-  REC_SDK_RETURN_IF_ERROR(CheckRange("Adagrad", "learning_rate", p.learning_rate, 0, false, kInf, true));
+Status ApplyAdagrad(EmbeddingTable* table, const int64_t* addresses, const float* grads, int64_t n,
+                    const AdagradParams& p, const ParallelRunner& run) {
+  REC_SDK_RETURN_IF_ERROR(
+      CheckRange("Adagrad", "learning_rate", p.learning_rate, 0, false, kInf, true));
   REC_SDK_RETURN_IF_ERROR(CheckRange("Adagrad", "epsilon", p.epsilon, 0, false, 1, false));
   // A zero accumulator is allowed where epsilon keeps the first step finite.
   REC_SDK_RETURN_IF_ERROR(CheckRange("Adagrad", "initial_accumulator_value",
@@ -103,8 +107,7 @@ Status ApplyRowwiseAdagrad(EmbeddingTable* table, const int64_t* addresses, cons
                            int64_t n, const RowwiseAdagradParams& p, const ParallelRunner& run) {
   REC_SDK_RETURN_IF_ERROR(
       CheckRange("RowwiseAdagrad", "learning_rate", p.learning_rate, 0, false, kInf, true));
-  REC_SDK_RETURN_IF_ERROR(
-      CheckRange("RowwiseAdagrad", "epsilon", p.epsilon, 0, false, 1, false));
+  REC_SDK_RETURN_IF_ERROR(CheckRange("RowwiseAdagrad", "epsilon", p.epsilon, 0, false, 1, false));
   REC_SDK_RETURN_IF_ERROR(CheckRange("RowwiseAdagrad", "initial_accumulator_value",
                                      p.initial_accumulator_value, 0, p.epsilon == 0.0f, kInf,
                                      true));
@@ -125,9 +128,10 @@ Status ApplyRowwiseAdagrad(EmbeddingTable* table, const int64_t* addresses, cons
       run);
 }
 
-Status ApplyMomentum(EmbeddingTable* table, const int64_t* addresses, const float* grads,
-                     int64_t n, const MomentumParams& p, const ParallelRunner& run) {
-  REC_SDK_RETURN_IF_ERROR(CheckRange("Momentum", "learning_rate", p.learning_rate, 0, false, kInf, true));
+Status ApplyMomentum(EmbeddingTable* table, const int64_t* addresses, const float* grads, int64_t n,
+                     const MomentumParams& p, const ParallelRunner& run) {
+  REC_SDK_RETURN_IF_ERROR(
+      CheckRange("Momentum", "learning_rate", p.learning_rate, 0, false, kInf, true));
   REC_SDK_RETURN_IF_ERROR(CheckRange("Momentum", "momentum", p.momentum, 0, false, kInf, true));
   const int dim = table->dim();
   const float lr = p.learning_rate;
@@ -161,9 +165,12 @@ Status ApplyMomentum(EmbeddingTable* table, const int64_t* addresses, const floa
 
 Status ApplyFtrl(EmbeddingTable* table, const int64_t* addresses, const float* grads, int64_t n,
                  const FtrlParams& p, const ParallelRunner& run) {
-  REC_SDK_RETURN_IF_ERROR(CheckRange("Ftrl", "learning_rate", p.learning_rate, 0, true, kInf, true));
-  REC_SDK_RETURN_IF_ERROR(CheckRange("Ftrl", "learning_rate_power", p.learning_rate_power, -kInf, true, 0, false));
-  REC_SDK_RETURN_IF_ERROR(CheckRange("Ftrl", "initial_accumulator_value", p.initial_accumulator_value, 0, false, kInf, true));
+  REC_SDK_RETURN_IF_ERROR(
+      CheckRange("Ftrl", "learning_rate", p.learning_rate, 0, true, kInf, true));
+  REC_SDK_RETURN_IF_ERROR(
+      CheckRange("Ftrl", "learning_rate_power", p.learning_rate_power, -kInf, true, 0, false));
+  REC_SDK_RETURN_IF_ERROR(CheckRange("Ftrl", "initial_accumulator_value",
+                                     p.initial_accumulator_value, 0, false, kInf, true));
   REC_SDK_RETURN_IF_ERROR(CheckRange("Ftrl", "l1", p.l1, 0, false, kInf, true));
   REC_SDK_RETURN_IF_ERROR(CheckRange("Ftrl", "l2", p.l2, 0, false, kInf, true));
   REC_SDK_RETURN_IF_ERROR(CheckRange("Ftrl", "l2_shrinkage", p.l2_shrinkage, 0, false, kInf, true));
@@ -182,7 +189,8 @@ Status ApplyFtrl(EmbeddingTable* table, const int64_t* addresses, const float* g
           const double new_accum = old_accum + grad * grad;
           const double shrunk = grad + 2.0 * q.l2_shrinkage * var;
           const double power = -q.learning_rate_power;
-          const double sigma = (std::pow(new_accum, power) - std::pow(old_accum, power)) / q.learning_rate;
+          const double sigma =
+              (std::pow(new_accum, power) - std::pow(old_accum, power)) / q.learning_rate;
           const double lin = linear[d] + shrunk - sigma * var;
           const double quadratic = std::pow(new_accum, power) / q.learning_rate + 2.0 * q.l2;
           linear[d] = static_cast<float>(lin);
@@ -201,7 +209,8 @@ Status ReadRowsWithSlots(EmbeddingTable* table, const EmbeddingTable::SlotLayout
   const int dim = table->dim();
   const size_t k = layout.initial_values.size();
   std::fill_n(values, n * dim, 0.0f);
-  for (size_t s = 0; s < k; ++s) std::fill_n(slots + s * n * dim, n * dim, layout.initial_values[s]);
+  for (size_t s = 0; s < k; ++s)
+    std::fill_n(slots + s * n * dim, n * dim, layout.initial_values[s]);
   return table->ApplyUpdate(
       layout, addresses, n, 2 * dim * (1 + k),
       [=](int64_t i, float* w, float* const* row_slots) {

@@ -7,8 +7,8 @@
 //   LazyAdam   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
 //              w -= lr sqrt(1-b2^t)/(1-b1^t) * m / (sqrt(v) + eps)          slots: m, v
 //   SGD        w -= lr (g + weight_decay w)                                   slots: none
-//   Adagrad    a += g^2;  w -= lr g / sqrt(a)  (Keras: / (sqrt(a) + eps), / sqrt(a + eps))  slots: a
-//   RowwiseAdagrad  a += mean over the row's elements of g^2;  w -= lr g / (sqrt(a) + eps)
+//   Adagrad    a += g^2;  w -= lr g / sqrt(a)  (Keras: / (sqrt(a) + eps), / sqrt(a + eps))  slots:
+//   a RowwiseAdagrad  a += mean over the row's elements of g^2;  w -= lr g / (sqrt(a) + eps)
 //              (TorchRec/FBGEMM's EXACT_ROWWISE_ADAGRAD)              slots: a, 1 float per row
 //   FTRL       TensorFlow's ApplyFtrlV2 (l1, l2, l2_shrinkage, lr_power)      slots: accum, linear
 //   Momentum   a = momentum a + g;  w -= lr a  (Nesterov: w -= lr (g + momentum a))  slots: a
@@ -77,20 +77,20 @@ struct FtrlParams {
 
 // Each Apply* validates its hyperparameters, attaches its slots to the table on first use and
 // updates the rows. grads has shape [n, table->dim()].
-Status ApplyLazyAdam(EmbeddingTable* table, const int64_t* addresses, const float* grads,
-                     int64_t n, const LazyAdamParams& params, const ParallelRunner& run);
+Status ApplyLazyAdam(EmbeddingTable* table, const int64_t* addresses, const float* grads, int64_t n,
+                     const LazyAdamParams& params, const ParallelRunner& run);
 Status ApplyGradientDescent(EmbeddingTable* table, const int64_t* addresses, const float* grads,
                             int64_t n, const GradientDescentParams& params,
                             const ParallelRunner& run);
-Status ApplyAdagrad(EmbeddingTable* table, const int64_t* addresses, const float* grads,
-                    int64_t n, const AdagradParams& params, const ParallelRunner& run);
+Status ApplyAdagrad(EmbeddingTable* table, const int64_t* addresses, const float* grads, int64_t n,
+                    const AdagradParams& params, const ParallelRunner& run);
 Status ApplyRowwiseAdagrad(EmbeddingTable* table, const int64_t* addresses, const float* grads,
                            int64_t n, const RowwiseAdagradParams& params,
                            const ParallelRunner& run);
 Status ApplyFtrl(EmbeddingTable* table, const int64_t* addresses, const float* grads, int64_t n,
                  const FtrlParams& params, const ParallelRunner& run);
-Status ApplyMomentum(EmbeddingTable* table, const int64_t* addresses, const float* grads,
-                     int64_t n, const MomentumParams& params, const ParallelRunner& run);
+Status ApplyMomentum(EmbeddingTable* table, const int64_t* addresses, const float* grads, int64_t n,
+                     const MomentumParams& params, const ParallelRunner& run);
 
 // values [n, dim] and slots [layout slots][n][dim] of the rows at `addresses`; address -1
 // reads zeros and the slots' initial values. Attaches the layout's slots if needed (all or

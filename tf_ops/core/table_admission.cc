@@ -4,9 +4,9 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
+#include <cstdint>
 #include <string>
 #include <utility>
-#include <cstdint>
 #include <vector>
 
 #include "tf_ops/core/embedding_table.h"
@@ -28,18 +28,21 @@ class EmbeddingTable::ShardInsert {
     int64_t* addresses;
     const KeyAccess& access;
     int64_t tick;
-    bool count;          // counts grow (false: a retry of the same batch)
-    int64_t threshold;   // the admission threshold for this pass
+    bool count;         // counts grow (false: a retry of the same batch)
+    int64_t threshold;  // the admission threshold for this pass
     int64_t tag_bits;
-    bool touch_rows;     // found rows get their last-seen clock
-    bool count_rows;     // found rows get their access count
-    bool clocked;        // the pass raises the table's newest clock
+    bool touch_rows;  // found rows get their last-seen clock
+    bool count_rows;  // found rows get their access count
+    bool clocked;     // the pass raises the table's newest clock
   };
 
   // hashes: per key position of the pass; first: the position of one key of this shard.
   ShardInsert(EmbeddingTable* table, const Pass& pass, HashIndex::Shard& shard,
               const uint64_t* hashes, int64_t first)
-      : t_(table), pass_(pass), shard_(shard), hashes_(hashes),
+      : t_(table),
+        pass_(pass),
+        shard_(shard),
+        hashes_(hashes),
         pending_(table->pending_.ShardFor(hashes[first])) {}
 
   // Returns the number of keys admitted but left without a row (a full table).
@@ -64,21 +67,21 @@ class EmbeddingTable::ShardInsert {
   void Probe(const int64_t* positions, int64_t n) {
     const bool touch_now = shard_.compact();
     int64_t newest = kNoClock;
-    HashIndex::FindInOrder(shard_, pass_.keys, positions, n, hashes_, [&](int64_t i,
-                                                                         int64_t entry) {
-      if (entry >= 0) {
-        pass_.addresses[i] = pass_.tag_bits | entry;
-        if (pass_.touch_rows && touch_now) {
-          TouchRow(t_->RowOfEntry(entry), i);
-        } else if (pass_.touch_rows) {
-          found_.push_back(t_->RowOfEntry(entry));
-          found_at_.push_back(i);
-        }
-      } else {
-        missing_.push_back(i);
-      }
-      if (pass_.clocked) newest = std::max(newest, Clock(i));
-    });
+    HashIndex::FindInOrder(shard_, pass_.keys, positions, n, hashes_,
+                           [&](int64_t i, int64_t entry) {
+                             if (entry >= 0) {
+                               pass_.addresses[i] = pass_.tag_bits | entry;
+                               if (pass_.touch_rows && touch_now) {
+                                 TouchRow(t_->RowOfEntry(entry), i);
+                               } else if (pass_.touch_rows) {
+                                 found_.push_back(t_->RowOfEntry(entry));
+                                 found_at_.push_back(i);
+                               }
+                             } else {
+                               missing_.push_back(i);
+                             }
+                             if (pass_.clocked) newest = std::max(newest, Clock(i));
+                           });
     if (pass_.clocked) t_->RaiseNewestClock(newest);
   }
 
@@ -188,10 +191,10 @@ class EmbeddingTable::ShardInsert {
   HashIndex::Shard& shard_;
   const uint64_t* hashes_;
   PendingShard& pending_;
-  std::vector<int64_t> missing_;   // positions of keys the shard does not hold
-  std::vector<int64_t> found_;     // rows of keys it holds (when touching rows)
-  std::vector<int64_t> found_at_;  // their positions
-  std::vector<int64_t> admit_;     // positions of missing keys admitted
+  std::vector<int64_t> missing_;      // positions of keys the shard does not hold
+  std::vector<int64_t> found_;        // rows of keys it holds (when touching rows)
+  std::vector<int64_t> found_at_;     // their positions
+  std::vector<int64_t> admit_;        // positions of missing keys admitted
   std::vector<int64_t> admit_count_;  // their admission counts
 };
 
@@ -200,8 +203,7 @@ void EmbeddingTable::InsertPass(const int64_t* keys, int64_t n, int64_t* address
                                 int64_t* unplaced, const ParallelRunner& run) {
   // Rows of keys seen again get their last-seen clock only when eviction reads it; a row's
   // count is the one it was admitted with.
-  const bool touch_rows =
-      eviction_threshold() >= 0 || config_.evict_when_full || track_access();
+  const bool touch_rows = eviction_threshold() >= 0 || config_.evict_when_full || track_access();
   const ShardInsert::Pass pass{keys,
                                addresses,
                                access,
@@ -230,8 +232,9 @@ void EmbeddingTable::InsertPass(const int64_t* keys, int64_t n, int64_t* address
 }
 
 Status EmbeddingTable::ConfigureAdmission(const AdmissionConfig& wanted) {
-  for (const auto& [field, value] : {std::make_pair("access_threshold", wanted.access_threshold),
-                                     std::make_pair("eviction_threshold", wanted.eviction_threshold)}) {
+  for (const auto& [field, value] :
+       {std::make_pair("access_threshold", wanted.access_threshold),
+        std::make_pair("eviction_threshold", wanted.eviction_threshold)}) {
     if (value < -1) {
       return Status::InvalidArgument("table '" + config_.name + "': " + field +
                                      " must be >= -1, got " + std::to_string(value));
@@ -350,7 +353,7 @@ Status EmbeddingTable::Evict(int64_t* rows_evicted, int64_t* pending_evicted,
 }
 
 void EmbeddingTable::EvictLeastRecentLocked(int64_t count, const int64_t* keys, int64_t n,
-                                      int64_t tick) {
+                                            int64_t tick) {
   std::vector<int64_t> batch(keys, keys + n);
   std::sort(batch.begin(), batch.end());
   std::lock_guard<std::mutex> lock(alloc_mu_);
@@ -392,8 +395,8 @@ void EmbeddingTable::EvictLeastRecentLocked(int64_t count, const int64_t* keys, 
 
 Status EmbeddingTable::Restrict(int64_t keep, RestrictBy by, int64_t* removed) {
   if (keep < 0) {
-    return Status::InvalidArgument("table '" + config_.name +
-                                   "': num_reserved must be >= 0, got " + std::to_string(keep));
+    return Status::InvalidArgument("table '" + config_.name + "': num_reserved must be >= 0, got " +
+                                   std::to_string(keep));
   }
   if (by == RestrictBy::kCount && !track_access()) {
     return Status::InvalidArgument("table '" + config_.name +
@@ -407,7 +410,7 @@ Status EmbeddingTable::Restrict(int64_t keep, RestrictBy by, int64_t* removed) {
   std::lock_guard<std::mutex> lock(alloc_mu_);
   struct Candidate {
     int64_t primary, secondary, key, row;  // row -1: a cold key
-    int64_t entry;                          // its index entry (cold keys)
+    int64_t entry;                         // its index entry (cold keys)
   };
   std::vector<Candidate> rows;
   rows.reserve(size_.load());
@@ -421,8 +424,8 @@ Status EmbeddingTable::Restrict(int64_t keep, RestrictBy by, int64_t* removed) {
     }
   }
   if (tier_.store != nullptr) {
-    REC_SDK_RETURN_IF_ERROR(tier_.store->ForEachLive(
-        [&](uint64_t key, uint64_t id, const void* record) {
+    REC_SDK_RETURN_IF_ERROR(
+        tier_.store->ForEachLive([&](uint64_t key, uint64_t id, const void* record) {
           const RowMeta& meta = *static_cast<const RowMeta*>(record);
           const int64_t k = static_cast<int64_t>(key);
           if (by == RestrictBy::kCount) {

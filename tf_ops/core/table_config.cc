@@ -32,17 +32,20 @@ std::string Show(RowDtype dtype) { return RowDtypeName(dtype); }
 
 std::string Show(InitializerKind kind) {
   switch (kind) {
-    case InitializerKind::kConstant: return "constant";
-    case InitializerKind::kRandomUniform: return "random_uniform";
-    case InitializerKind::kRandomNormal: return "random_normal";
-    case InitializerKind::kTruncatedNormal: return "truncated_normal";
+    case InitializerKind::kConstant:
+      return "constant";
+    case InitializerKind::kRandomUniform:
+      return "random_uniform";
+    case InitializerKind::kRandomNormal:
+      return "random_normal";
+    case InitializerKind::kTruncatedNormal:
+      return "truncated_normal";
   }
   return "unknown";
 }
 
 template <typename T>
-void Compare(const char* field, const T& existing, const T& wanted,
-             std::vector<std::string>* out) {
+void Compare(const char* field, const T& existing, const T& wanted, std::vector<std::string>* out) {
   if (!(existing == wanted)) {
     out->push_back(std::string(field) + ": " + Show(existing) + " vs " + Show(wanted));
   }
@@ -64,9 +67,12 @@ Status IndexLayoutFromName(const std::string& name, TableConfig::IndexLayout* la
 
 const char* IndexLayoutName(TableConfig::IndexLayout layout) {
   switch (layout) {
-    case TableConfig::IndexLayout::kAuto: return "auto";
-    case TableConfig::IndexLayout::kFull: return "full";
-    case TableConfig::IndexLayout::kCompact: return "compact";
+    case TableConfig::IndexLayout::kAuto:
+      return "auto";
+    case TableConfig::IndexLayout::kFull:
+      return "full";
+    case TableConfig::IndexLayout::kCompact:
+      return "compact";
   }
   return "unknown";
 }

@@ -19,10 +19,10 @@ Status EmbeddingTable::ImportAccess(const int64_t* keys, const int64_t* last_see
   int64_t newest = -1;
   for (int64_t i = 0; i < n; ++i) {
     if (last_seen[i] < 0 || counts[i] < 0) {
-      return Status::InvalidArgument(
-          "access statistics of table '" + config_.name + "': key " + std::to_string(keys[i]) +
-          " has last_seen " + std::to_string(last_seen[i]) + " and count " +
-          std::to_string(counts[i]) + "; both must be >= 0");
+      return Status::InvalidArgument("access statistics of table '" + config_.name + "': key " +
+                                     std::to_string(keys[i]) + " has last_seen " +
+                                     std::to_string(last_seen[i]) + " and count " +
+                                     std::to_string(counts[i]) + "; both must be >= 0");
     }
     newest = std::max(newest, last_seen[i]);
   }
@@ -34,8 +34,8 @@ Status EmbeddingTable::ImportAccess(const int64_t* keys, const int64_t* last_see
     HashIndex::Shard& shard = index_.shard(HashIndex::ShardOf(hash));
     const int64_t entry = shard.Find(keys[i], hash);
     if (entry < 0) continue;
-    const uint32_t count = static_cast<uint32_t>(
-        std::min<int64_t>(counts[i], std::numeric_limits<uint32_t>::max()));
+    const uint32_t count =
+        static_cast<uint32_t>(std::min<int64_t>(counts[i], std::numeric_limits<uint32_t>::max()));
     if (TableTier::IsCold(entry)) {
       // A cold row's record is rewritten with the statistics (its tag is its clock).
       std::vector<char> record(dir_.row_bytes);
@@ -44,8 +44,8 @@ Status EmbeddingTable::ImportAccess(const int64_t* keys, const int64_t* last_see
       meta.last_seen = last_seen[i];
       meta.count = count;
       uint64_t where;
-      REC_SDK_RETURN_IF_ERROR(tier_.store->Append(static_cast<uint64_t>(keys[i]), record.data(),
-                                            last_seen[i], &where));
+      REC_SDK_RETURN_IF_ERROR(
+          tier_.store->Append(static_cast<uint64_t>(keys[i]), record.data(), last_seen[i], &where));
       tier_.store->Remove(TableTier::IdOf(entry));
       if (config_.track_changes) tier_.store->set_marks(where, kAllChanges);
       shard.Set(keys[i], hash, TableTier::ColdEntry(where));
@@ -54,8 +54,8 @@ Status EmbeddingTable::ImportAccess(const int64_t* keys, const int64_t* last_see
     const int64_t row = RowOfEntry(entry);
     RowMeta& meta = MetaOf(row);
     meta.last_seen = last_seen[i];
-    meta.count = static_cast<uint32_t>(
-        std::min<int64_t>(counts[i], std::numeric_limits<uint32_t>::max()));
+    meta.count =
+        static_cast<uint32_t>(std::min<int64_t>(counts[i], std::numeric_limits<uint32_t>::max()));
     MarkChanged(row);
   }
   if (newest >= 0) {
@@ -68,7 +68,7 @@ Status EmbeddingTable::ImportAccess(const int64_t* keys, const int64_t* last_see
 }
 
 Status EmbeddingTable::ExportAccess(std::vector<int64_t>* keys, std::vector<int64_t>* last_seen,
-                                 std::vector<int64_t>* counts) {
+                                    std::vector<int64_t>* counts) {
   std::unique_lock<std::shared_mutex> structure(structure_mu_);
   std::lock_guard<std::mutex> lock(alloc_mu_);
   const int64_t n = size_.load();
@@ -136,14 +136,14 @@ Status EmbeddingTable::Import(const int64_t* keys, const float* values, const fl
   int width;
   REC_SDK_RETURN_IF_ERROR(ResolveSlotWidth(slot_width, "import", &width));
   if (slots != nullptr && (num_slots < 0 || num_slots > kMaxSlots)) {
-    return Status::InvalidArgument("import into table '" + config_.name + "': " +
-                                   std::to_string(num_slots) + " slot arrays given, at most " +
-                                   std::to_string(kMaxSlots) + " allowed");
+    return Status::InvalidArgument(
+        "import into table '" + config_.name + "': " + std::to_string(num_slots) +
+        " slot arrays given, at most " + std::to_string(kMaxSlots) + " allowed");
   }
   if (slots == nullptr) num_slots = 0;
-  const int64_t limit = !tiered() ? max_rows_
-                       : config_.ssd_rows > 0 ? max_rows_ + config_.ssd_rows
-                                              : std::numeric_limits<int64_t>::max();
+  const int64_t limit = !tiered()              ? max_rows_
+                        : config_.ssd_rows > 0 ? max_rows_ + config_.ssd_rows
+                                               : std::numeric_limits<int64_t>::max();
   if (n > limit) {
     return Status::ResourceExhausted("import of " + std::to_string(n) + " rows into table '" +
                                      config_.name + "' exceeds its capacity of " +
@@ -151,13 +151,12 @@ Status EmbeddingTable::Import(const int64_t* keys, const float* values, const fl
   }
   // One exclusive section: no other operation sees a half-imported table.
   std::unique_lock<std::shared_mutex> structure(structure_mu_);
-  if (num_slots > 0 && slots_.values_known &&
-      (num_slots != num_slots_ || width != slot_width_)) {
-    return Status::InvalidArgument(
-        "import into table '" + config_.name + "': " + std::to_string(num_slots) +
-        " slot arrays of " + std::to_string(width) + " floats given but its optimizer '" +
-        slots_.optimizer + "' has " + std::to_string(num_slots_) + " of " +
-        std::to_string(slot_width_));
+  if (num_slots > 0 && slots_.values_known && (num_slots != num_slots_ || width != slot_width_)) {
+    return Status::InvalidArgument("import into table '" + config_.name +
+                                   "': " + std::to_string(num_slots) + " slot arrays of " +
+                                   std::to_string(width) + " floats given but its optimizer '" +
+                                   slots_.optimizer + "' has " + std::to_string(num_slots_) +
+                                   " of " + std::to_string(slot_width_));
   }
   if (num_slots > num_slots_ || (num_slots > 0 && width != slot_width_)) {
     std::lock_guard<std::mutex> lock(alloc_mu_);
@@ -196,8 +195,7 @@ Status EmbeddingTable::Import(const int64_t* keys, const float* values, const fl
         const bool slots_unset =
             num_slots_ > 0 && !slots_.values_known && !(num_slots > 0 && num_slots == num_slots_);
         tier_.FillRecord(cold_records.data() + at->second * dir_.row_bytes, keys[i],
-                         ClockForNewRows(), 0, values + i * dim, slot_values.data(),
-                         slots_unset);
+                         ClockForNewRows(), 0, values + i * dim, slot_values.data(), slots_unset);
         continue;
       }
       if (used == rows.size()) {

@@ -117,7 +117,6 @@ Status EmbeddingTable::CheckReservation(int64_t rows) const {
       "expansion");
 }
 
-
 bool EmbeddingTable::AddChunkLocked() {
   if (num_chunks_ >= kMaxPages * kPageSize) return false;
   const int64_t rows = rows_per_chunk();

@@ -73,8 +73,7 @@ int64_t TableRegistry::Users(const EmbeddingTable& table) {
   return user == users_.end() ? 0 : user->second;
 }
 
-void TableRegistry::HandOver(const EmbeddingTable& current, EmbeddingTable* next,
-                             ShareMode share) {
+void TableRegistry::HandOver(const EmbeddingTable& current, EmbeddingTable* next, ShareMode share) {
   if (share == ShareMode::kReader || next == &current) return;
   next->ResetAdmission();
   if (current.admission_configured()) {

@@ -67,9 +67,9 @@ class TableRegistry {
   };
 
   std::mutex mu_;
-  std::map<int64_t, Noted> noted_;                                 // by save id
-  std::map<const EmbeddingTable*, int64_t> users_;                 // attached sessions
-  std::map<std::string, std::shared_ptr<EmbeddingTable>> kept_;    // by table name
+  std::map<int64_t, Noted> noted_;                               // by save id
+  std::map<const EmbeddingTable*, int64_t> users_;               // attached sessions
+  std::map<std::string, std::shared_ptr<EmbeddingTable>> kept_;  // by table name
 };
 
 }  // namespace rec_sdk

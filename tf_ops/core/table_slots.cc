@@ -22,8 +22,7 @@ Status EmbeddingTable::EnsureSlots(const std::string& optimizer,
 }
 
 bool EmbeddingTable::SlotsReadyLocked(const std::string& optimizer,
-                                      const std::vector<float>& initial_values,
-                                      int width) const {
+                                      const std::vector<float>& initial_values, int width) const {
   int resolved;
   return slots_.values_known && !slots_.from_checkpoint && slots_.optimizer == optimizer &&
          num_slots_ == static_cast<int>(initial_values.size()) &&
@@ -32,8 +31,7 @@ bool EmbeddingTable::SlotsReadyLocked(const std::string& optimizer,
          std::equal(initial_values.begin(), initial_values.end(), slots_.initial_values);
 }
 
-Status EmbeddingTable::ResolveSlotWidth(int requested, const std::string& what,
-                                        int* width) const {
+Status EmbeddingTable::ResolveSlotWidth(int requested, const std::string& what, int* width) const {
   *width = requested == 0 ? config_.dim : requested;
   if (*width == config_.dim || *width == 1) return Status::Ok();
   return Status::InvalidArgument(what + " on table '" + config_.name + "': slots of " +
@@ -42,8 +40,7 @@ Status EmbeddingTable::ResolveSlotWidth(int requested, const std::string& what,
 }
 
 Status EmbeddingTable::EnsureSlotsLocked(const std::string& optimizer,
-                                         const std::vector<float>& initial_values,
-                                         int width) {
+                                         const std::vector<float>& initial_values, int width) {
   const int wanted = static_cast<int>(initial_values.size());
   if (wanted > kMaxSlots) {
     return Status::InvalidArgument("optimizer '" + optimizer + "' asks for " +
@@ -75,8 +72,9 @@ Status EmbeddingTable::EnsureSlotsLocked(const std::string& optimizer,
     {
       std::lock_guard<std::mutex> notice_lock(slots_.notice_mu);
       slots_.notice = "table '" + config_.name + "': the checkpoint's slots of optimizer '" +
-                slots_.optimizer + "' were dropped; optimizer '" + optimizer + "' starts its " +
-                std::to_string(wanted) + " slot(s) from their initial values";
+                      slots_.optimizer + "' were dropped; optimizer '" + optimizer +
+                      "' starts its " + std::to_string(wanted) +
+                      " slot(s) from their initial values";
     }
     for (int s = 0; s < wanted; ++s) slots_.initial_values[s] = initial_values[s];
     slots_.optimizer = optimizer;
@@ -95,9 +93,8 @@ Status EmbeddingTable::EnsureSlotsLocked(const std::string& optimizer,
       return Status::Ok();
     }
     return Status::FailedPrecondition(
-        "table '" + config_.name + "' is already trained by sparse optimizer '" +
-        slots_.optimizer + "'; it cannot also be trained by '" + optimizer +
-        "' (one sparse optimizer per table)");
+        "table '" + config_.name + "' is already trained by sparse optimizer '" + slots_.optimizer +
+        "'; it cannot also be trained by '" + optimizer + "' (one sparse optimizer per table)");
   }
   std::lock_guard<std::mutex> lock(alloc_mu_);
   if (num_slots_ > 0 && (num_slots_ != wanted || slot_width_ != width)) {

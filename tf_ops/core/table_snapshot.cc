@@ -19,8 +19,9 @@ namespace {
 // Ids of saves: random, positive, never 0.
 int64_t NewSaveId() {
   static std::mutex mu;
-  static std::mt19937_64 rng(std::random_device{}() ^ static_cast<uint64_t>(
-                                 std::chrono::steady_clock::now().time_since_epoch().count()));
+  static std::mt19937_64 rng(
+      std::random_device{}() ^
+      static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()));
   std::lock_guard<std::mutex> lock(mu);
   int64_t id;
   do {
@@ -34,7 +35,8 @@ Status EmbeddingTable::CommitSave(int64_t save_id) {
   std::unique_lock<std::shared_mutex> structure(structure_mu_);
   if (save_id != changes_.snapshot_id) {
     return Status::FailedPrecondition("table '" + config_.name + "': save " +
-                                      std::to_string(save_id) + " is not the table's last "
+                                      std::to_string(save_id) +
+                                      " is not the table's last "
                                       "snapshot; it cannot be committed");
   }
   ResetChangesLocked(kCheckpointChanges);
@@ -105,7 +107,8 @@ Status EmbeddingTable::TakeChanges(bool full, const TakeChangesFn& fn, int64_t* 
                                    int64_t* id) {
   std::unique_lock<std::shared_mutex> structure(structure_mu_);
   if (!config_.track_changes) {
-    return Status::FailedPrecondition("table '" + config_.name + "' does not track changes: "
+    return Status::FailedPrecondition("table '" + config_.name +
+                                      "' does not track changes: "
                                       "create it with track_changes to push its updates");
   }
   // A first push, or one after the table was cleared or replaced, is of every row.
@@ -214,9 +217,10 @@ class EmbeddingTable::RowSink : public RestoreSink {
         return AddCold(lane, key, value, slots, count, last_seen);
       }
       if (rows_.empty()) {
-        return Status::ResourceExhausted(
-            "restore into table '" + t_->config_.name + "': the checkpoint has more rows "
-            "than the table's capacity of " + std::to_string(t_->Capacity()) + " rows");
+        return Status::ResourceExhausted("restore into table '" + t_->config_.name +
+                                         "': the checkpoint has more rows "
+                                         "than the table's capacity of " +
+                                         std::to_string(t_->Capacity()) + " rows");
       }
     }
     const int64_t row = rows_[next_++];
@@ -265,8 +269,8 @@ class EmbeddingTable::RowSink : public RestoreSink {
     const size_t bytes = t_->dir_.row_bytes;
     batch.records.resize((batch.keys.size() + 1) * bytes);
     const float* const* kept = keep_slots_ ? slots : nullptr;
-    t_->tier_.FillRecord(batch.records.data() + batch.keys.size() * bytes, key, last_seen,
-                         count, value, kept, false);
+    t_->tier_.FillRecord(batch.records.data() + batch.keys.size() * bytes, key, last_seen, count,
+                         value, kept, false);
     batch.keys.push_back(static_cast<uint64_t>(key));
     batch.tags.push_back(last_seen);
     if (batch.keys.size() >= kColdBatch) return FlushCold(lane);
@@ -280,17 +284,17 @@ class EmbeddingTable::RowSink : public RestoreSink {
     {
       std::lock_guard<std::mutex> lock(cold_mu_);
       const int64_t ssd_rows = t_->config_.ssd_rows;
-      if (ssd_rows > 0 &&
-          static_cast<int64_t>(t_->tier_.store->live() + n) > ssd_rows) {
-        return Status::ResourceExhausted(
-            "restore into table '" + t_->config_.name + "': the checkpoint has more rows than "
-            "the table holds: " + std::to_string(t_->config_.capacity) + " in memory and " +
-            std::to_string(ssd_rows) + " on SSD");
+      if (ssd_rows > 0 && static_cast<int64_t>(t_->tier_.store->live() + n) > ssd_rows) {
+        return Status::ResourceExhausted("restore into table '" + t_->config_.name +
+                                         "': the checkpoint has more rows than "
+                                         "the table holds: " +
+                                         std::to_string(t_->config_.capacity) + " in memory and " +
+                                         std::to_string(ssd_rows) + " on SSD");
       }
       std::vector<const void*> records(n);
       for (size_t j = 0; j < n; ++j) records[j] = batch.records.data() + j * t_->dir_.row_bytes;
       REC_SDK_RETURN_IF_ERROR(t_->tier_.store->AppendBatch(n, batch.keys.data(), records.data(),
-                                                     batch.tags.data(), where.data()));
+                                                           batch.tags.data(), where.data()));
     }
     for (size_t j = 0; j < n; ++j) {
       const int64_t key = static_cast<int64_t>(batch.keys[j]);
@@ -349,12 +353,11 @@ class EmbeddingTable::RowSink : public RestoreSink {
 };
 
 Status EmbeddingTable::Restore(const CheckpointInfo& info,
-                               const std::function<Status(RestoreSink*)>& feed,
-                               std::string* note) {
+                               const std::function<Status(RestoreSink*)>& feed, std::string* note) {
   if (info.num_slots < 0 || info.num_slots > kMaxSlots ||
       static_cast<int>(info.slot_initial.size()) != info.num_slots) {
-    return Status::InvalidArgument("restore into table '" + config_.name + "': " +
-                                   std::to_string(info.num_slots) + " slots (at most " +
+    return Status::InvalidArgument("restore into table '" + config_.name +
+                                   "': " + std::to_string(info.num_slots) + " slots (at most " +
                                    std::to_string(kMaxSlots) + ")");
   }
   int width;
@@ -420,24 +423,28 @@ Status EmbeddingTable::ApplyDelta(const CheckpointInfo& info, bool cleared,
   std::unique_lock<std::shared_mutex> structure(structure_mu_);
   if (info.num_slots != num_slots_ || (info.num_slots > 0 && info.optimizer != slots_.optimizer)) {
     return Status::FailedPrecondition(
-        "delta checkpoint for table '" + config_.name + "' has " +
-        std::to_string(info.num_slots) + " slots of optimizer '" + info.optimizer +
-        "' but the table has " + std::to_string(num_slots_) + " of '" + slots_.optimizer +
+        "delta checkpoint for table '" + config_.name + "' has " + std::to_string(info.num_slots) +
+        " slots of optimizer '" + info.optimizer + "' but the table has " +
+        std::to_string(num_slots_) + " of '" + slots_.optimizer +
         "': apply deltas onto the full checkpoint they follow, restored into a table of the "
         "same optimizer (a restore into a table of another optimizer drops the slots)");
   }
   if (info.parent_id != changes_.checkpoint_id) {
-    return Status::FailedPrecondition(
-        "delta checkpoint " + std::to_string(info.save_id) + " of table '" + config_.name +
-        "' follows checkpoint " + std::to_string(info.parent_id) + " but the table holds " +
-        std::to_string(changes_.checkpoint_id) + ": restore the full checkpoint it follows and apply "
-        "every delta in order");
+    return Status::FailedPrecondition("delta checkpoint " + std::to_string(info.save_id) +
+                                      " of table '" + config_.name + "' follows checkpoint " +
+                                      std::to_string(info.parent_id) + " but the table holds " +
+                                      std::to_string(changes_.checkpoint_id) +
+                                      ": restore the full checkpoint it follows and apply "
+                                      "every delta in order");
   }
   if (changes_.version.load(std::memory_order_relaxed) != changes_.committed_version) {
     return Status::FailedPrecondition(
         "table '" + config_.name + "' changed after it got checkpoint " +
-        std::to_string(changes_.checkpoint_id) + " (a training lookup, update, upsert, removal or "
-        "eviction): delta checkpoint " + std::to_string(info.save_id) + " applies only onto "
+        std::to_string(changes_.checkpoint_id) +
+        " (a training lookup, update, upsert, removal or "
+        "eviction): delta checkpoint " +
+        std::to_string(info.save_id) +
+        " applies only onto "
         "that checkpoint unchanged; restore it again and apply the deltas before training");
   }
   if (cleared) ClearLocked();

@@ -51,7 +51,7 @@ struct TableCheckpointInfo {
   int64_t rows = 0;
   int64_t pending = 0;
   int num_slots = 0;
-  int slot_width = 0;               // floats per slot (dim unless the optimizer is row-wise)
+  int slot_width = 0;  // floats per slot (dim unless the optimizer is row-wise)
   RowDtype emb_dtype = RowDtype::kFloat32;  // the embeddings' element type
   // The update step of stochastic rounding (row_precision.h), continued after a restore.
   int64_t update_step = 0;

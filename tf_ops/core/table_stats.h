@@ -25,12 +25,12 @@ struct KeyAccess {
 
 // Counters of one table since it was created (or last cleared, for size and pending).
 struct TableStats {
-  int64_t size = 0;       // keys with a row (in memory or on SSD)
-  int64_t capacity = 0;   // as Capacity()
-  int64_t admitted = 0;   // keys that got a row in a training lookup
-  int64_t rejected = 0;   // training lookups of a key left without a row by admission
-  int64_t evicted = 0;    // rows dropped by eviction (age or full table)
-  int64_t pending = 0;    // keys counting towards admission, without a row yet
+  int64_t size = 0;          // keys with a row (in memory or on SSD)
+  int64_t capacity = 0;      // as Capacity()
+  int64_t admitted = 0;      // keys that got a row in a training lookup
+  int64_t rejected = 0;      // training lookups of a key left without a row by admission
+  int64_t evicted = 0;       // rows dropped by eviction (age or full table)
+  int64_t pending = 0;       // keys counting towards admission, without a row yet
   int64_t newest_clock = 0;  // the newest clock value seen (0 before any)
   // The SSD tier (zero for tables without one): rows in memory and on SSD, rows moved each
   // way since the table was created, bytes the tier read and wrote, and bytes its files take.
@@ -46,15 +46,37 @@ struct TableStats {
   // The counters in the order the TableStats op returns them, and their names (the op's
   // stat_names attribute, which Python reads): the one place that fixes the order.
   static constexpr int kCount = 15;
-  static constexpr std::array<const char*, kCount> kNames = {
-      "size",      "capacity",   "admitted",       "rejected",          "evicted",
-      "pending",   "newest_clock", "hot",          "cold",              "promotions",
-      "demotions", "ssd_bytes_read", "ssd_bytes_written", "ssd_file_bytes",
-      "prefetch_hits"};
+  static constexpr std::array<const char*, kCount> kNames = {"size",
+                                                             "capacity",
+                                                             "admitted",
+                                                             "rejected",
+                                                             "evicted",
+                                                             "pending",
+                                                             "newest_clock",
+                                                             "hot",
+                                                             "cold",
+                                                             "promotions",
+                                                             "demotions",
+                                                             "ssd_bytes_read",
+                                                             "ssd_bytes_written",
+                                                             "ssd_file_bytes",
+                                                             "prefetch_hits"};
   std::array<int64_t, kCount> Values() const {
-    return {size,      capacity,       admitted,          rejected,      evicted,
-            pending,   newest_clock,   hot,               cold,          promotions,
-            demotions, ssd_bytes_read, ssd_bytes_written, ssd_file_bytes, prefetch_hits};
+    return {size,
+            capacity,
+            admitted,
+            rejected,
+            evicted,
+            pending,
+            newest_clock,
+            hot,
+            cold,
+            promotions,
+            demotions,
+            ssd_bytes_read,
+            ssd_bytes_written,
+            ssd_file_bytes,
+            prefetch_hits};
   }
 };
 

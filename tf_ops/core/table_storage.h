@@ -49,7 +49,7 @@ static_assert(sizeof(RowMeta) == 24, "the row header is 24 bytes");
 
 // rows_per_chunk() consecutive rows.
 struct Chunk {
-  char* rows = nullptr;  // rows_per_chunk() records of row_bytes_ bytes
+  char* rows = nullptr;                // rows_per_chunk() records of row_bytes_ bytes
   std::unique_ptr<uint8_t[]> changed;  // per row, with track_changes: changed since the save
   // Per row, tiered tables: the last tier tick that used it (spares it from demotion), and
   // its place in the demotion order (see TableTier::kProbationTicks).
@@ -81,8 +81,10 @@ struct RowDirectory {
 
   Chunk* ChunkOf(int64_t row) const {
     const int64_t c = row >> chunk_shift;
-    return pages[c >> kPageBits].load(std::memory_order_acquire)->chunks[c & (kPageSize - 1)].load(
-        std::memory_order_acquire);
+    return pages[c >> kPageBits]
+        .load(std::memory_order_acquire)
+        ->chunks[c & (kPageSize - 1)]
+        .load(std::memory_order_acquire);
   }
   int64_t OffsetOf(int64_t row) const { return row & ((int64_t{1} << chunk_shift) - 1); }
   char* RecordOf(int64_t row) const { return ChunkOf(row)->rows + OffsetOf(row) * row_bytes; }

@@ -65,7 +65,8 @@ Status TableTier::GatherCold(int64_t address, float* out) const {
   const uint64_t id = static_cast<uint64_t>(address & (t_->kMaxRows - 1));
   if (!store->IsLive(id)) {
     return Status::InvalidArgument("address " + std::to_string(address) + " of table '" +
-                                   t_->config_.name + "' is stale: its row left the SSD tier after "
+                                   t_->config_.name +
+                                   "' is stale: its row left the SSD tier after "
                                    "the address was looked up");
   }
   thread_local std::vector<char> record;
@@ -92,8 +93,7 @@ Status TableTier::ForEachColdRecord(
 }
 
 void TableTier::FillRecord(char* record, int64_t key, int64_t last_seen, uint32_t count,
-                           const float* value, const float* const* slots,
-                           bool slots_unset) const {
+                           const float* value, const float* const* slots, bool slots_unset) const {
   std::memset(record, 0, t_->dir_.row_bytes);
   RowMeta* meta = reinterpret_cast<RowMeta*>(record);
   meta->key = key;
@@ -141,8 +141,10 @@ Status TableTier::TieredFindOrInsert(const int64_t* keys, int64_t n, int64_t* ad
   }
   if (unplaced > 0) {
     return Status::ResourceExhausted(
-        "table '" + t_->config_.name + "': a batch holds more keys than the table keeps in "
-        "memory (" + std::to_string(t_->config_.capacity) + " rows, " + std::to_string(unplaced) +
+        "table '" + t_->config_.name +
+        "': a batch holds more keys than the table keeps in "
+        "memory (" +
+        std::to_string(t_->config_.capacity) + " rows, " + std::to_string(unplaced) +
         " keys left without one); raise device_vocabulary_size + host_vocabulary_size or use "
         "smaller batches");
   }
@@ -189,8 +191,11 @@ Status TableTier::PromoteLocked(const int64_t* keys, int64_t n, int64_t tick,
   if (static_cast<int64_t>(rows.size()) < m) {
     t_->ReleaseRows(rows.data(), rows.size());
     return Status::ResourceExhausted(
-        "table '" + t_->config_.name + "': a batch holds " + std::to_string(m) + " keys on SSD "
-        "and the table keeps " + std::to_string(t_->config_.capacity) + " rows in memory; raise "
+        "table '" + t_->config_.name + "': a batch holds " + std::to_string(m) +
+        " keys on SSD "
+        "and the table keeps " +
+        std::to_string(t_->config_.capacity) +
+        " rows in memory; raise "
         "device_vocabulary_size + host_vocabulary_size or use smaller batches");
   }
   // Fill the rows (free: nothing else reads them) from the records read ahead, and read the
@@ -233,8 +238,7 @@ Status TableTier::PromoteLocked(const int64_t* keys, int64_t n, int64_t tick,
     t_->TickOf(row) = tick;
     t_->PriorityOf(row) = tick - kProbationTicks;
     const uint64_t hash = t_->index_.Hash(key);
-    t_->index_.shard(HashIndex::ShardOf(hash))
-        .Set(key, hash, t_->IndexEntry(row, meta.generation));
+    t_->index_.shard(HashIndex::ShardOf(hash)).Set(key, hash, t_->IndexEntry(row, meta.generation));
     store->Remove(where);
   }
   promotions.fetch_add(m, std::memory_order_relaxed);
@@ -246,9 +250,8 @@ bool TableTier::TakeStaged(int64_t key, int64_t entry, char* record) {
   std::lock_guard<std::mutex> lock(staging_mu);
   auto found = staged.find(key);
   if (found == staged.end()) return false;
-  const bool valid =
-      found->second.number == IdOf(entry) &&
-      found->second.generation == staging_generation.load(std::memory_order_relaxed);
+  const bool valid = found->second.number == IdOf(entry) &&
+                     found->second.generation == staging_generation.load(std::memory_order_relaxed);
   if (valid) std::memcpy(record, found->second.record.data(), t_->dir_.row_bytes);
   staged.erase(found);  // used, or stale (the key moved since it was read)
   return valid;
@@ -386,8 +389,10 @@ Status TableTier::DemoteLocked(int64_t needed, int64_t extra, int64_t tick) {
   Status status = store->AppendBatch(m, keys.data(), records.data(), tags.data(), where.data());
   if (!status.ok()) {
     return Status(status.code(), "table '" + t_->config_.name + "': cannot move " +
-                                     std::to_string(m) + " rows to SSD (the step fails, no "
-                                     "row is lost): " + status.message());
+                                     std::to_string(m) +
+                                     " rows to SSD (the step fails, no "
+                                     "row is lost): " +
+                                     status.message());
   }
   std::lock_guard<std::mutex> lock(t_->alloc_mu_);
   for (size_t j = 0; j < m; ++j) {
@@ -422,8 +427,8 @@ Status TableTier::ColdRoomLocked(int64_t count) {
   for (int64_t j = 0; j < want; ++j) {
     uint64_t key = 0;
     REC_SDK_RETURN_IF_ERROR(store->ReadKey(oldest[j].second, &key));
-    RemoveColdLocked(static_cast<int64_t>(key),
-                     kColdEntry | static_cast<int64_t>(oldest[j].second), /*evicted=*/true);
+    RemoveColdLocked(static_cast<int64_t>(key), kColdEntry | static_cast<int64_t>(oldest[j].second),
+                     /*evicted=*/true);
   }
   if (live - want + count > t_->config_.ssd_rows) {
     return Status::ResourceExhausted(t_->FullMessage());
@@ -468,8 +473,7 @@ Status TableTier::RelayoutColdLocked(int num_slots, int width, const float* init
   std::vector<char> record(new_bytes);
   std::vector<std::pair<int64_t, uint64_t>> moved;
   moved.reserve(store->live());
-  Status status = store->ForEachLive([&](uint64_t key, uint64_t from,
-                                         const void* old) -> Status {
+  Status status = store->ForEachLive([&](uint64_t key, uint64_t from, const void* old) -> Status {
     std::memcpy(record.data(), old, kept_bytes);
     for (int s = kept; s < num_slots; ++s) {
       FillRow(t_->SlotDtypeFor(width), initial_values[s], width,

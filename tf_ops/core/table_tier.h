@@ -134,8 +134,8 @@ class TableTier {
       const std::function<Status(int64_t key, const char* record, uint8_t marks)>& fn) const;
   // Lays out a row record (row_bytes_ bytes) for the store; null slots (or null entries) get
   // the slots' initial values.
-  void FillRecord(char* record, int64_t key, int64_t last_seen, uint32_t count,
-                  const float* value, const float* const* slots, bool slots_unset) const;
+  void FillRecord(char* record, int64_t key, int64_t last_seen, uint32_t count, const float* value,
+                  const float* const* slots, bool slots_unset) const;
   // Takes the staged record of (key, entry) into `record` (row_bytes_); false when none.
   bool TakeStaged(int64_t key, int64_t entry, char* record);
   // Forgets every staged record (the store was cleared or replaced).

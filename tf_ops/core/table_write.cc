@@ -63,9 +63,7 @@ Status EmbeddingTable::ApplyRows(const int64_t* keys, const float* values, int64
     // Every stored key that is not among the update's rows goes.
     std::vector<int64_t> wanted(keys, keys + n);
     std::sort(wanted.begin(), wanted.end());
-    auto keep = [&](int64_t key) {
-      return std::binary_search(wanted.begin(), wanted.end(), key);
-    };
+    auto keep = [&](int64_t key) { return std::binary_search(wanted.begin(), wanted.end(), key); };
     {
       std::lock_guard<std::mutex> lock(alloc_mu_);
       for (int64_t row = 0; row < next_row_; ++row) {

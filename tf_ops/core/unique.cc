@@ -60,8 +60,8 @@ void DeduplicateSerially(const int64_t* keys, int64_t n, std::vector<int64_t>* u
 
 }  // namespace
 
-void DeduplicateKeys(const int64_t* keys, int64_t n, std::vector<int64_t>* unique,
-                     int32_t* inverse, const ParallelRunner& run) {
+void DeduplicateKeys(const int64_t* keys, int64_t n, std::vector<int64_t>* unique, int32_t* inverse,
+                     const ParallelRunner& run) {
   if (n <= kSerialLimit) {
     DeduplicateSerially(keys, n, unique, inverse);
     return;

@@ -18,8 +18,8 @@ namespace rec_sdk {
 
 // Writes the distinct keys of keys[0, n) to *unique and, for every i, inverse[i] = the position
 // of keys[i] in *unique (so unique[inverse[i]] == keys[i]).
-void DeduplicateKeys(const int64_t* keys, int64_t n, std::vector<int64_t>* unique,
-                     int32_t* inverse, const ParallelRunner& run);
+void DeduplicateKeys(const int64_t* keys, int64_t n, std::vector<int64_t>* unique, int32_t* inverse,
+                     const ParallelRunner& run);
 
 }  // namespace rec_sdk
 

@@ -11,8 +11,7 @@ namespace rec_sdk {
 
 class TableConfigureAdmissionOp : public TableOpKernel {
  public:
-  explicit TableConfigureAdmissionOp(OpKernelConstruction* ctx)
-      : TableOpKernel(ctx, kWritesTable) {
+  explicit TableConfigureAdmissionOp(OpKernelConstruction* ctx) : TableOpKernel(ctx, kWritesTable) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("access_threshold", &admission_.access_threshold));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("eviction_threshold", &admission_.eviction_threshold));
   }
@@ -28,7 +27,8 @@ class TableConfigureAdmissionOp : public TableOpKernel {
 
 class TableSetAccessThresholdOp : public TableOpKernel {
  public:
-  explicit TableSetAccessThresholdOp(OpKernelConstruction* ctx) : TableOpKernel(ctx, kWritesTable) {}
+  explicit TableSetAccessThresholdOp(OpKernelConstruction* ctx)
+      : TableOpKernel(ctx, kWritesTable) {}
 
   void ComputeWithTable(OpKernelContext* ctx, TableResource* table) override {
     int64_t threshold;

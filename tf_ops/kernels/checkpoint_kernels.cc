@@ -6,37 +6,12 @@
 #include <string>
 #include <vector>
 
-#include "tf_ops/core/checkpoint.h"
 #include "tensorflow/core/framework/op_kernel.h"
+#include "tf_ops/core/checkpoint.h"
 #include "tf_ops/kernels/table_resource.h"
 #include "tf_ops/ops/op_prefix.h"
 
 namespace rec_sdk {
-
-namespace {
-
-// A checkpoint path from a string tensor: a NUL byte would silently cut it short where the
-// operating system reads it, so it is an error.
-absl::Status CheckPath(const char* name, const std::string& path) {
-  const size_t nul = path.find('\0');
-  if (nul != std::string::npos) {
-    return errors::InvalidArgument(name, " must not contain a NUL byte, got '",
-                                   path.substr(0, nul), "\\0...' (", path.size(), " bytes)");
-  }
-  if (path.empty()) return errors::InvalidArgument(name, " must not be empty");
-  return absl::OkStatus();
-}
-
-// Reads scalar string input `index` as a checked checkpoint path.
-absl::Status GetPathInput(OpKernelContext* ctx, int index, const char* name,
-                                std::string* path) {
-  tensorflow::tstring value;
-  TF_RETURN_IF_ERROR(GetScalarInput(ctx, index, name, &value));
-  *path = std::string(value);
-  return CheckPath(name, *path);
-}
-
-}  // namespace
 
 class TableSaveOp : public TableOpKernel {
  public:
@@ -127,91 +102,12 @@ class TableRestoreOp : public TableOpKernel {
         OP_REQUIRES_OK(ctx, ToTfStatus(EmbeddingTable::Create(table->table()->config(), &own)));
         table->Adopt(std::shared_ptr<EmbeddingTable>(std::move(own)));
       }
-      OP_REQUIRES_OK(ctx, ToTfStatus(RestoreTableFiles(table->table(), directories, options,
-                                                       &rows, &note)));
+      OP_REQUIRES_OK(
+          ctx, ToTfStatus(RestoreTableFiles(table->table(), directories, options, &rows, &note)));
       table->NoteCheckpoint();
     }
     OP_REQUIRES_OK(ctx, SetScalarOutput(ctx, 0, rows));
     OP_REQUIRES_OK(ctx, SetScalarOutput(ctx, 1, tensorflow::tstring(note)));
-  }
-};
-
-class TableTakeChangesOp : public TableOpKernel {
- public:
-  explicit TableTakeChangesOp(OpKernelConstruction* ctx) : TableOpKernel(ctx, kReadsTable) {
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("dim", &dim_));
-  }
-
-  void ComputeWithTable(OpKernelContext* ctx, TableResource* table) override {
-    EmbeddingTable* t = table->table();
-    OP_REQUIRES(ctx, dim_ == t->dim(),
-                errors::InvalidArgument("taking the changes of table '", t->name(),
-                                        "' asks for dim ", dim_, "; the table has dim ",
-                                        t->dim()));
-    bool full;
-    OP_REQUIRES_OK(ctx, GetScalarInput(ctx, 1, "full", &full));
-    std::vector<int64_t> keys, removed;
-    std::vector<float> values;
-    bool replace = false;
-    int64_t since = 0, id = 0;
-    OP_REQUIRES_OK(ctx, ToTfStatus(t->TakeChanges(
-                            full,
-                            [&](const EmbeddingTable::SnapshotView& view,
-                                bool whole) -> Status {
-                              replace = whole;
-                              keys.clear();
-                              values.clear();
-                              const Status s = view.ForEachRow(
-                                  [&](int64_t key, const char* record, uint32_t, int64_t) {
-                                    keys.push_back(key);
-                                    values.resize(values.size() + dim_);
-                                    view.ReadEmbedding(record, values.data() + values.size() -
-                                                                   dim_);
-                                    return Status::Ok();
-                                  },
-                                  /*changed_only=*/!replace);
-                              if (!replace) removed = view.removed_keys();
-                              return s;
-                            },
-                            &since, &id)));
-    const int64_t n = static_cast<int64_t>(keys.size());
-    const bool int32_keys = table->key_dtype() == tensorflow::DT_INT32;
-    Tensor* out;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({n}), &out));
-    CopyKeys(keys, int32_keys, out);
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({n, dim_}), &out));
-    if (n > 0) std::memcpy(out->flat<float>().data(), values.data(), values.size() * 4);
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(
-                            2, TensorShape({static_cast<int64_t>(removed.size())}), &out));
-    CopyKeys(removed, int32_keys, out);
-    OP_REQUIRES_OK(ctx, SetScalarOutput(ctx, 3, replace));
-    OP_REQUIRES_OK(ctx, SetScalarOutput(ctx, 4, since));
-    OP_REQUIRES_OK(ctx, SetScalarOutput(ctx, 5, id));
-  }
-
- private:
-  static void CopyKeys(const std::vector<int64_t>& keys, bool int32_keys, Tensor* out) {
-    if (int32_keys) {
-      auto flat = out->flat<int32_t>();
-      for (size_t i = 0; i < keys.size(); ++i) flat(i) = static_cast<int32_t>(keys[i]);
-    } else if (!keys.empty()) {
-      std::memcpy(out->flat<int64_t>().data(), keys.data(), keys.size() * 8);
-    }
-  }
-  int64_t dim_;
-};
-
-// Writes a tensor's bytes to a file, durably (a serving update's file).
-class WriteUpdateFileOp : public OpKernel {
- public:
-  explicit WriteUpdateFileOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
-
-  void Compute(OpKernelContext* ctx) override {
-    std::string path;
-    OP_REQUIRES_OK(ctx, GetPathInput(ctx, 0, "path", &path));
-    const tensorflow::StringPiece data = ctx->input(1).tensor_data();
-    OP_REQUIRES_OK(ctx, ToTfStatus(WriteUpdateFile(path, data.data(), data.size())));
-    OP_REQUIRES_OK(ctx, SetScalarOutput(ctx, 0, static_cast<int64_t>(data.size())));
   }
 };
 
@@ -221,15 +117,5 @@ REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableApplyDelta)).Device(DEVICE_CPU
                         TableApplyDeltaOp);
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableCommitSave)).Device(DEVICE_CPU),
                         TableCommitSaveOp);
-
-REGISTER_KERNEL_BUILDER(
-    Name(REC_SDK_OP_NAME(TableTakeChanges)).Device(DEVICE_CPU).TypeConstraint<int32_t>("key_dtype"),
-    TableTakeChangesOp);
-REGISTER_KERNEL_BUILDER(
-    Name(REC_SDK_OP_NAME(TableTakeChanges)).Device(DEVICE_CPU).TypeConstraint<int64_t>("key_dtype"),
-    TableTakeChangesOp);
-
-REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(WriteUpdateFile)).Device(DEVICE_CPU),
-                        WriteUpdateFileOp);
 
 }  // namespace rec_sdk

@@ -33,8 +33,8 @@ class ApplyOpBase : public TableOpKernel {
                 grads.dims() == 2 && grads.dim_size(0) == addresses.dim_size(0) &&
                     grads.dim_size(1) == t->dim(),
                 errors::InvalidArgument(type_string(), " on table '", t->name(),
-                                        "': grads must have shape [", addresses.dim_size(0),
-                                        ", ", t->dim(), "], got ", grads.shape().DebugString()));
+                                        "': grads must have shape [", addresses.dim_size(0), ", ",
+                                        t->dim(), "], got ", grads.shape().DebugString()));
     const int64_t* address_data =
         reinterpret_cast<const int64_t*>(addresses.flat<int64_t>().data());
     const float* grad_data = grads.flat<float>().data();
@@ -52,9 +52,9 @@ class ApplyOpBase : public TableOpKernel {
       DeduplicateKeys(address_data, n, &unique, inverse.data(), MakeRunner(ctx));
       if (static_cast<int64_t>(unique.size()) < n) {
         summed.resize(unique.size() * t->dim());
-        OP_REQUIRES_OK(ctx, ToTfStatus(SumRowsByIndex(grad_data, inverse.data(), n, t->dim(),
-                                                      unique.size(), summed.data(),
-                                                      MakeRunner(ctx))));
+        OP_REQUIRES_OK(
+            ctx, ToTfStatus(SumRowsByIndex(grad_data, inverse.data(), n, t->dim(), unique.size(),
+                                           summed.data(), MakeRunner(ctx))));
         address_data = unique.data();
         grad_data = summed.data();
         n = static_cast<int64_t>(unique.size());
@@ -226,8 +226,10 @@ class RowsWithSlotsOpBase : public TableOpKernel {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("slot_initial_values", &layout_.initial_values));
     for (const float v : layout_.initial_values) {
       OP_REQUIRES(ctx, std::isfinite(v),
-                  errors::InvalidArgument(type_string(), ": slot_initial_values must be "
-                                          "finite, got ", v));
+                  errors::InvalidArgument(type_string(),
+                                          ": slot_initial_values must be "
+                                          "finite, got ",
+                                          v));
     }
   }
 
@@ -243,8 +245,8 @@ class RowsWithSlotsOpBase : public TableOpKernel {
   }
 
  protected:
-  virtual void Run(OpKernelContext* ctx, EmbeddingTable* t, const int64_t* addresses,
-                   int64_t n, int64_t k) = 0;
+  virtual void Run(OpKernelContext* ctx, EmbeddingTable* t, const int64_t* addresses, int64_t n,
+                   int64_t k) = 0;
 
   EmbeddingTable::SlotLayout layout_;
 };
@@ -260,10 +262,9 @@ class TableReadRowsOp : public RowsWithSlotsOpBase {
     Tensor* slots;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({n, t->dim()}), &values));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({k, n, t->dim()}), &slots));
-    OP_REQUIRES_OK(ctx, ToTfStatus(ReadRowsWithSlots(t, layout_, addresses, n,
-                                                     values->flat<float>().data(),
-                                                     slots->flat<float>().data(),
-                                                     MakeRunner(ctx))));
+    OP_REQUIRES_OK(
+        ctx, ToTfStatus(ReadRowsWithSlots(t, layout_, addresses, n, values->flat<float>().data(),
+                                          slots->flat<float>().data(), MakeRunner(ctx))));
   }
 };
 
@@ -278,16 +279,15 @@ class TableWriteRowsOp : public RowsWithSlotsOpBase {
     const Tensor& slots = ctx->input(3);
     OP_REQUIRES(ctx, values.shape() == TensorShape({n, t->dim()}),
                 errors::InvalidArgument(type_string(), " on table '", t->name(),
-                                        "': values must have shape [", n, ", ", t->dim(),
-                                        "], got ", values.shape().DebugString()));
+                                        "': values must have shape [", n, ", ", t->dim(), "], got ",
+                                        values.shape().DebugString()));
     OP_REQUIRES(ctx, slots.shape() == TensorShape({k, n, t->dim()}),
                 errors::InvalidArgument(type_string(), " on table '", t->name(),
-                                        "': slots must have shape [", k, ", ", n, ", ",
-                                        t->dim(), "], got ", slots.shape().DebugString()));
-    OP_REQUIRES_OK(ctx, ToTfStatus(WriteRowsWithSlots(t, layout_, addresses, n,
-                                                      values.flat<float>().data(),
-                                                      slots.flat<float>().data(),
-                                                      MakeRunner(ctx))));
+                                        "': slots must have shape [", k, ", ", n, ", ", t->dim(),
+                                        "], got ", slots.shape().DebugString()));
+    OP_REQUIRES_OK(
+        ctx, ToTfStatus(WriteRowsWithSlots(t, layout_, addresses, n, values.flat<float>().data(),
+                                           slots.flat<float>().data(), MakeRunner(ctx))));
   }
 };
 
@@ -300,7 +300,6 @@ REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(ApplyRowwiseAdagrad)).Device(DEVICE
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(ApplyFtrl)).Device(DEVICE_CPU), ApplyFtrlOp);
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(ApplyMomentum)).Device(DEVICE_CPU), ApplyMomentumOp);
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableReadRows)).Device(DEVICE_CPU), TableReadRowsOp);
-REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableWriteRows)).Device(DEVICE_CPU),
-                        TableWriteRowsOp);
+REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableWriteRows)).Device(DEVICE_CPU), TableWriteRowsOp);
 
 }  // namespace rec_sdk

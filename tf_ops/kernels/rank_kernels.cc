@@ -10,12 +10,12 @@
 namespace rec_sdk {
 
 using tensorflow::AsyncOpKernel;
+using tensorflow::DEVICE_CPU;
 using tensorflow::OpKernel;
 using tensorflow::OpKernelConstruction;
 using tensorflow::OpKernelContext;
 using tensorflow::Tensor;
 using tensorflow::TensorShape;
-using tensorflow::DEVICE_CPU;
 namespace errors = tensorflow::errors;
 
 namespace {
@@ -72,10 +72,9 @@ class RankWaitForStepsOp : public AsyncOpKernel {
       : AsyncOpKernel(ctx), counter_(Named<StepCounter>(ctx, "counter")) {}
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     const Tensor& target = ctx->input(0);
-    OP_REQUIRES_ASYNC(ctx, target.NumElements() == 1 && target.flat<int64_t>()(0) >= 0,
-                      errors::InvalidArgument("target must be a scalar >= 0, got ",
-                                              target.DebugString()),
-                      done);
+    OP_REQUIRES_ASYNC(
+        ctx, target.NumElements() == 1 && target.flat<int64_t>()(0) >= 0,
+        errors::InvalidArgument("target must be a scalar >= 0, got ", target.DebugString()), done);
     counter_->WhenReached(target.flat<int64_t>()(0), std::move(done));
   }
 

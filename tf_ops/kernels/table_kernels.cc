@@ -65,7 +65,8 @@ class EmbeddingTableOp : public OpKernel {
                                         EmbeddingTable::kMaxDim, "], got ", dim));
     config_.dim = static_cast<int>(dim);
     config_.initializer.seed = static_cast<uint64_t>(seed);
-    OP_REQUIRES_OK(ctx, ToTfStatus(InitializerSpec::KindFromName(initializer, &config_.initializer.kind)));
+    OP_REQUIRES_OK(
+        ctx, ToTfStatus(InitializerSpec::KindFromName(initializer, &config_.initializer.kind)));
     if (shared_name_.empty()) shared_name_ = name();
   }
 
@@ -73,32 +74,31 @@ class EmbeddingTableOp : public OpKernel {
     auto* rm = ctx->resource_manager();
     const std::string container = container_.empty() ? rm->default_container() : container_;
     TableResource* resource = nullptr;
-    OP_REQUIRES_OK(ctx, rm->LookupOrCreate<TableResource>(
-                            container, shared_name_, &resource,
-                            [this, ctx](TableResource** created) -> absl::Status {
-                              std::unique_ptr<EmbeddingTable> table;
-                              TF_RETURN_IF_ERROR(ToTfStatus(EmbeddingTable::Create(config_, &table)));
-                              // One line per table, as TFRA's tables log theirs.
-                              LOG(INFO) << "rec_sdk: table '" << shared_name_ << "' created on "
-                                        << ctx->device()->attributes().device_type()
-                                        << ": dim=" << config_.dim
-                                        << ", init_size=" << config_.initial_capacity;
-                              *created = new TableResource(
-                                  std::shared_ptr<EmbeddingTable>(std::move(table)), key_dtype_,
-                                  share_);
-                              return absl::OkStatus();
-                            }));
+    OP_REQUIRES_OK(
+        ctx, rm->LookupOrCreate<TableResource>(
+                 container, shared_name_, &resource,
+                 [this, ctx](TableResource** created) -> absl::Status {
+                   std::unique_ptr<EmbeddingTable> table;
+                   TF_RETURN_IF_ERROR(ToTfStatus(EmbeddingTable::Create(config_, &table)));
+                   // One line per table, as TFRA's tables log theirs.
+                   LOG(INFO) << "rec_sdk: table '" << shared_name_ << "' created on "
+                             << ctx->device()->attributes().device_type() << ": dim=" << config_.dim
+                             << ", init_size=" << config_.initial_capacity;
+                   *created = new TableResource(std::shared_ptr<EmbeddingTable>(std::move(table)),
+                                                key_dtype_, share_);
+                   return absl::OkStatus();
+                 }));
     ScopedUnref unref(resource);
     // A second handle (same shared name) must ask for the table that exists.
-    std::vector<std::string> differences =
-        ConfigDifferences(resource->table()->config(), config_);
+    std::vector<std::string> differences = ConfigDifferences(resource->table()->config(), config_);
     if (resource->key_dtype() != key_dtype_) {
       differences.insert(differences.begin(),
                          "key_dtype: " + tensorflow::DataTypeString(resource->key_dtype()) +
                              " vs " + tensorflow::DataTypeString(key_dtype_));
     }
     OP_REQUIRES(ctx, differences.empty(),
-                errors::InvalidArgument("table '", shared_name_, "' already exists with "
+                errors::InvalidArgument("table '", shared_name_,
+                                        "' already exists with "
                                         "another configuration (existing vs asked for): ",
                                         absl::StrJoin(differences, "; ")));
     Tensor* handle;
@@ -119,8 +119,7 @@ class EmbeddingTableOp : public OpKernel {
 template <bool kWithRows>
 class TableFindOrInsertOp : public TableOpKernel {
  public:
-  explicit TableFindOrInsertOp(OpKernelConstruction* ctx)
-      : TableOpKernel(ctx, kReadsTable) {
+  explicit TableFindOrInsertOp(OpKernelConstruction* ctx) : TableOpKernel(ctx, kReadsTable) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("is_train", &is_train_));
     if (kWithRows) OP_REQUIRES_OK(ctx, ctx->GetAttr("dim", &dim_));
     set_writes_table(is_train_);  // training lookups insert keys and count them
@@ -137,25 +136,22 @@ class TableFindOrInsertOp : public TableOpKernel {
     KeyAccess access;
     if (counts.NumElements() > 0) {
       OP_REQUIRES(ctx, counts.NumElements() == n,
-                  errors::InvalidArgument("counts of a lookup of table '",
-                                          table->table()->name(), "' must have ", n,
-                                          " elements (one per key) or none, got ",
-                                          counts.NumElements()));
+                  errors::InvalidArgument(
+                      "counts of a lookup of table '", table->table()->name(), "' must have ", n,
+                      " elements (one per key) or none, got ", counts.NumElements()));
       access.counts = reinterpret_cast<const int64_t*>(counts.flat<int64_t>().data());
       for (int64_t i = 0; i < n; ++i) {
-        OP_REQUIRES(ctx, access.counts[i] >= 0,
-                    errors::InvalidArgument("counts of a lookup of table '",
-                                            table->table()->name(),
-                                            "' must be >= 0, got ", access.counts[i],
-                                            " at position ", i));
+        OP_REQUIRES(
+            ctx, access.counts[i] >= 0,
+            errors::InvalidArgument("counts of a lookup of table '", table->table()->name(),
+                                    "' must be >= 0, got ", access.counts[i], " at position ", i));
       }
     }
     if (times.NumElements() > 0) {
       OP_REQUIRES(ctx, times.NumElements() == n || times.NumElements() == 1,
-                  errors::InvalidArgument("times of a lookup of table '",
-                                          table->table()->name(), "' must have ", n,
-                                          " elements (one per key), one or none, got ",
-                                          times.NumElements()));
+                  errors::InvalidArgument(
+                      "times of a lookup of table '", table->table()->name(), "' must have ", n,
+                      " elements (one per key), one or none, got ", times.NumElements()));
       access.times = reinterpret_cast<const int64_t*>(times.flat<int64_t>().data());
       access.times_per_key = times.NumElements() == n && n != 1;
     }
@@ -163,10 +159,10 @@ class TableFindOrInsertOp : public TableOpKernel {
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, keys.shape(), &addresses));
     float* rows = nullptr;
     if (kWithRows) {
-      OP_REQUIRES(ctx, dim_ == table->table()->dim(),
-                  errors::InvalidArgument("a lookup of table '", table->table()->name(),
-                                          "' asks for dim ", dim_, "; the table has dim ",
-                                          table->table()->dim()));
+      OP_REQUIRES(
+          ctx, dim_ == table->table()->dim(),
+          errors::InvalidArgument("a lookup of table '", table->table()->name(), "' asks for dim ",
+                                  dim_, "; the table has dim ", table->table()->dim()));
       TensorShape shape = keys.shape();
       shape.AddDim(dim_);
       Tensor* values;
@@ -197,19 +193,6 @@ class TableStatsOp : public TableOpKernel {
   }
 };
 
-// Checks that `values` has shape keys.shape + [dim].
-static absl::Status CheckRowsShape(const char* what, const Tensor& values,
-                                         const TensorShape& keys_shape, EmbeddingTable* table) {
-  TensorShape expected = keys_shape;
-  expected.AddDim(table->dim());
-  if (values.shape() != expected) {
-    return errors::InvalidArgument(what, " of table '", table->name(), "' must have shape ",
-                                   expected.DebugString(), " (keys shape + [dim]), got ",
-                                   values.shape().DebugString());
-  }
-  return absl::OkStatus();
-}
-
 class TableGatherOp : public TableOpKernel {
  public:
   explicit TableGatherOp(OpKernelConstruction* ctx) : TableOpKernel(ctx, kReadsTable) {
@@ -217,19 +200,19 @@ class TableGatherOp : public TableOpKernel {
   }
 
   void ComputeWithTable(OpKernelContext* ctx, TableResource* table) override {
-    OP_REQUIRES(ctx, dim_ == table->table()->dim(),
-                errors::InvalidArgument("gather of table '", table->table()->name(),
-                                        "' asks for dim ", dim_, " but the table has dim ",
-                                        table->table()->dim()));
+    OP_REQUIRES(
+        ctx, dim_ == table->table()->dim(),
+        errors::InvalidArgument("gather of table '", table->table()->name(), "' asks for dim ",
+                                dim_, " but the table has dim ", table->table()->dim()));
     const Tensor& addresses = ctx->input(1);
     TensorShape shape = addresses.shape();
     shape.AddDim(dim_);
     Tensor* values;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, shape, &values));
-    OP_REQUIRES_OK(ctx, ToTfStatus(table->table()->Gather(
-                            reinterpret_cast<const int64_t*>(addresses.flat<int64_t>().data()),
-                            addresses.NumElements(), values->flat<float>().data(),
-                            MakeRunner(ctx))));
+    OP_REQUIRES_OK(ctx,
+                   ToTfStatus(table->table()->Gather(
+                       reinterpret_cast<const int64_t*>(addresses.flat<int64_t>().data()),
+                       addresses.NumElements(), values->flat<float>().data(), MakeRunner(ctx))));
   }
 
  private:
@@ -247,16 +230,15 @@ class TableLookupOp : public TableOpKernel {
   }
 
   void ComputeWithTable(OpKernelContext* ctx, TableResource* table) override {
-    OP_REQUIRES(ctx, dim_ == table->table()->dim(),
-                errors::InvalidArgument("lookup of table '", table->table()->name(),
-                                        "' asks for dim ", dim_, " but the table has dim ",
-                                        table->table()->dim()));
+    OP_REQUIRES(
+        ctx, dim_ == table->table()->dim(),
+        errors::InvalidArgument("lookup of table '", table->table()->name(), "' asks for dim ",
+                                dim_, " but the table has dim ", table->table()->dim()));
     const std::string& owner = table->table()->slot_optimizer();
-    OP_REQUIRES(ctx, slot_ < 0 || slot_optimizer_.empty() || owner.empty() ||
-                         owner == slot_optimizer_,
-                errors::InvalidArgument("the slots of table '", table->table()->name(),
-                                        "' belong to optimizer ", owner, ", not ",
-                                        slot_optimizer_));
+    OP_REQUIRES(
+        ctx, slot_ < 0 || slot_optimizer_.empty() || owner.empty() || owner == slot_optimizer_,
+        errors::InvalidArgument("the slots of table '", table->table()->name(),
+                                "' belong to optimizer ", owner, ", not ", slot_optimizer_));
     const Tensor& keys = ctx->input(1);
     std::vector<int64_t> scratch;
     const int64_t* key_data;
@@ -267,10 +249,10 @@ class TableLookupOp : public TableOpKernel {
     Tensor* exists;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, shape, &values));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, keys.shape(), &exists));
-    OP_REQUIRES_OK(ctx, ToTfStatus(table->table()->Lookup(
-                            key_data, keys.NumElements(), init_missing_,
-                            values->flat<float>().data(), exists->flat<bool>().data(),
-                            MakeRunner(ctx), slot_, slot_default_)));
+    OP_REQUIRES_OK(ctx,
+                   ToTfStatus(table->table()->Lookup(
+                       key_data, keys.NumElements(), init_missing_, values->flat<float>().data(),
+                       exists->flat<bool>().data(), MakeRunner(ctx), slot_, slot_default_)));
   }
 
  private:
@@ -294,31 +276,6 @@ class TableUpsertOp : public TableOpKernel {
     OP_REQUIRES_OK(ctx, KeysAsInt64(keys, table, &scratch, &key_data));
     OP_REQUIRES_OK(ctx, ToTfStatus(table->table()->Upsert(key_data, values.flat<float>().data(),
                                                           keys.NumElements(), MakeRunner(ctx))));
-  }
-};
-
-class TableApplyRowsOp : public TableOpKernel {
- public:
-  explicit TableApplyRowsOp(OpKernelConstruction* ctx) : TableOpKernel(ctx, kWritesTable) {}
-
-  void ComputeWithTable(OpKernelContext* ctx, TableResource* table) override {
-    const Tensor& keys = ctx->input(1);
-    const Tensor& values = ctx->input(2);
-    OP_REQUIRES(ctx, keys.dims() == 1,
-                errors::InvalidArgument("keys of an update must be a vector, got shape ",
-                                        keys.shape().DebugString()));
-    OP_REQUIRES_OK(ctx, CheckRowsShape("update values", values, keys.shape(), table->table()));
-    bool replace;
-    OP_REQUIRES_OK(ctx, GetScalarInput(ctx, 4, "replace", &replace));
-    std::vector<int64_t> key_scratch, removed_scratch;
-    const int64_t* key_data;
-    const int64_t* removed_data;
-    OP_REQUIRES_OK(ctx, KeysAsInt64(keys, table, &key_scratch, &key_data));
-    OP_REQUIRES_OK(ctx, KeysAsInt64(ctx->input(3), table, &removed_scratch, &removed_data));
-    OP_REQUIRES_OK(ctx, ToTfStatus(table->table()->ApplyRows(
-                            key_data, values.flat<float>().data(), keys.NumElements(),
-                            removed_data, ctx->input(3).NumElements(), replace,
-                            MakeRunner(ctx))));
   }
 };
 
@@ -378,8 +335,8 @@ class TablePrefetchColdByNameOp : public OpKernel {
       std::vector<int64_t> scratch;
       const int64_t* key_data;
       OP_REQUIRES_OK(ctx, KeysAsInt64(keys, table, &scratch, &key_data));
-      OP_REQUIRES_OK(ctx, ToTfStatus(table->table()->PrefetchCold(
-                              key_data, keys.NumElements(), &count, MakeRunner(ctx))));
+      OP_REQUIRES_OK(ctx, ToTfStatus(table->table()->PrefetchCold(key_data, keys.NumElements(),
+                                                                  &count, MakeRunner(ctx))));
     }
     OP_REQUIRES_OK(ctx, SetScalarOutput<int64_t>(ctx, 0, count));
   }
@@ -432,29 +389,29 @@ class TableExportOp : public TableOpKernel {
     const bool int32_keys = table->key_dtype() == tensorflow::DT_INT32;
     std::vector<int64_t> wide_keys;
     Tensor* keys_out = nullptr;
-    OP_REQUIRES_OK(
-        ctx, ToTfStatus(t->Export([&](int64_t n, int64_t** keys, float** values,
-                                      float** slots) -> Status {
-          Tensor* values_out;
-          Tensor* slots_out;
-          auto s = ctx->allocate_output(0, TensorShape({n}), &keys_out);
-          if (s.ok()) s = ctx->allocate_output(1, TensorShape({n, dim}), &values_out);
-          // [num_slots, n, slot_width]: a row-wise optimizer's slots are 1 float per row.
-          if (s.ok()) {
-            s = ctx->allocate_output(2, TensorShape({t->num_slots(), n, t->slot_width()}),
-                                     &slots_out);
-          }
-          if (!s.ok()) return Status::ResourceExhausted(std::string(s.message()));
-          if (int32_keys) {
-            wide_keys.resize(n);
-            *keys = wide_keys.data();
-          } else {
-            *keys = reinterpret_cast<int64_t*>(keys_out->flat<int64_t>().data());
-          }
-          *values = values_out->flat<float>().data();
-          *slots = slots_out->flat<float>().data();
-          return Status::Ok();
-        })));
+    OP_REQUIRES_OK(ctx, ToTfStatus(t->Export([&](int64_t n, int64_t** keys, float** values,
+                                                 float** slots) -> Status {
+                     Tensor* values_out;
+                     Tensor* slots_out;
+                     auto s = ctx->allocate_output(0, TensorShape({n}), &keys_out);
+                     if (s.ok()) s = ctx->allocate_output(1, TensorShape({n, dim}), &values_out);
+                     // [num_slots, n, slot_width]: a row-wise optimizer's slots are 1 float per
+                     // row.
+                     if (s.ok()) {
+                       s = ctx->allocate_output(
+                           2, TensorShape({t->num_slots(), n, t->slot_width()}), &slots_out);
+                     }
+                     if (!s.ok()) return Status::ResourceExhausted(std::string(s.message()));
+                     if (int32_keys) {
+                       wide_keys.resize(n);
+                       *keys = wide_keys.data();
+                     } else {
+                       *keys = reinterpret_cast<int64_t*>(keys_out->flat<int64_t>().data());
+                     }
+                     *values = values_out->flat<float>().data();
+                     *slots = slots_out->flat<float>().data();
+                     return Status::Ok();
+                   })));
     if (int32_keys) {
       auto flat = keys_out->flat<int32_t>();
       for (size_t i = 0; i < wide_keys.size(); ++i) flat(i) = static_cast<int32_t>(wide_keys[i]);
@@ -472,8 +429,8 @@ class TableExportAccessOp : public TableOpKernel {
 
   void ComputeWithTable(OpKernelContext* ctx, TableResource* table) override {
     std::vector<int64_t> columns[3];
-    OP_REQUIRES_OK(ctx, ToTfStatus(table->table()->ExportAccess(&columns[0], &columns[1],
-                                                                 &columns[2])));
+    OP_REQUIRES_OK(ctx,
+                   ToTfStatus(table->table()->ExportAccess(&columns[0], &columns[1], &columns[2])));
     for (int i = 0; i < 3; ++i) {
       Tensor* out;
       OP_REQUIRES_OK(ctx, ctx->allocate_output(
@@ -491,14 +448,14 @@ class TableImportAccessOp : public TableOpKernel {
     const Tensor& keys = ctx->input(1);
     const Tensor& last_seen = ctx->input(2);
     const Tensor& counts = ctx->input(3);
-    OP_REQUIRES(ctx,
-                keys.dims() == 1 && last_seen.shape() == keys.shape() &&
-                    counts.shape() == keys.shape(),
-                errors::InvalidArgument("access statistics of table '", table->table()->name(),
-                                        "': keys, last_seen and counts must be vectors of one "
-                                        "length, got shapes ", keys.shape().DebugString(), ", ",
-                                        last_seen.shape().DebugString(), " and ",
-                                        counts.shape().DebugString()));
+    OP_REQUIRES(
+        ctx,
+        keys.dims() == 1 && last_seen.shape() == keys.shape() && counts.shape() == keys.shape(),
+        errors::InvalidArgument("access statistics of table '", table->table()->name(),
+                                "': keys, last_seen and counts must be vectors of one "
+                                "length, got shapes ",
+                                keys.shape().DebugString(), ", ", last_seen.shape().DebugString(),
+                                " and ", counts.shape().DebugString()));
     OP_REQUIRES_OK(ctx, ToTfStatus(table->table()->ImportAccess(
                             keys.flat<int64_t>().data(), last_seen.flat<int64_t>().data(),
                             counts.flat<int64_t>().data(), keys.NumElements())));
@@ -514,10 +471,10 @@ class TableImportOp : public TableOpKernel {
     const Tensor& keys = ctx->input(1);
     const Tensor& values = ctx->input(2);
     const Tensor& slots = ctx->input(3);
-    OP_REQUIRES(ctx, keys.dims() == 1,
-                errors::InvalidArgument("import keys of table '", t->name(),
-                                        "' must be a vector, got shape ",
-                                        keys.shape().DebugString()));
+    OP_REQUIRES(
+        ctx, keys.dims() == 1,
+        errors::InvalidArgument("import keys of table '", t->name(),
+                                "' must be a vector, got shape ", keys.shape().DebugString()));
     OP_REQUIRES_OK(ctx, CheckRowsShape("import values", values, keys.shape(), t));
     const int64_t n = keys.NumElements();
     const bool has_slots = slots.NumElements() > 0;
@@ -526,25 +483,19 @@ class TableImportOp : public TableOpKernel {
                                (slots.dim_size(2) == t->dim() || slots.dim_size(2) == 1)),
                 errors::InvalidArgument("import slots of table '", t->name(),
                                         "' must have shape [num_slots, ", n, ", ", t->dim(),
-                                        "] (or [num_slots, ", n, ", 1] for a row-wise "
-                                        "optimizer's), got ", slots.shape().DebugString()));
+                                        "] (or [num_slots, ", n,
+                                        ", 1] for a row-wise "
+                                        "optimizer's), got ",
+                                        slots.shape().DebugString()));
     std::vector<int64_t> scratch;
     const int64_t* key_data;
     OP_REQUIRES_OK(ctx, KeysAsInt64(keys, table, &scratch, &key_data));
-    OP_REQUIRES_OK(ctx, ToTfStatus(t->Import(
-                            key_data, values.flat<float>().data(),
-                            has_slots ? slots.flat<float>().data() : nullptr,
-                            has_slots ? static_cast<int>(slots.dim_size(0)) : 0, n,
-                            has_slots ? static_cast<int>(slots.dim_size(2)) : 0)));
+    OP_REQUIRES_OK(ctx, ToTfStatus(t->Import(key_data, values.flat<float>().data(),
+                                             has_slots ? slots.flat<float>().data() : nullptr,
+                                             has_slots ? static_cast<int>(slots.dim_size(0)) : 0, n,
+                                             has_slots ? static_cast<int>(slots.dim_size(2)) : 0)));
   }
 };
-
-#define REC_SDK_REGISTER_KEYED(op, kernel)                                                   \
-  REGISTER_KERNEL_BUILDER(                                                                   \
-      Name(REC_SDK_OP_NAME(op)).Device(DEVICE_CPU).TypeConstraint<int32_t>("key_dtype"),     \
-      kernel);                                                                               \
-  REGISTER_KERNEL_BUILDER(                                                                   \
-      Name(REC_SDK_OP_NAME(op)).Device(DEVICE_CPU).TypeConstraint<int64_t>("key_dtype"), kernel)
 
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(EmbeddingTable)).Device(DEVICE_CPU), EmbeddingTableOp);
 REC_SDK_REGISTER_KEYED(TableFindOrInsert, TableFindOrInsertOp<false>);
@@ -553,7 +504,6 @@ REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableGather)).Device(DEVICE_CPU), T
 REC_SDK_REGISTER_KEYED(TableLookup, TableLookupOp);
 REC_SDK_REGISTER_KEYED(TableUpsert, TableUpsertOp);
 REC_SDK_REGISTER_KEYED(TableRemove, TableRemoveOp);
-REC_SDK_REGISTER_KEYED(TableApplyRows, TableApplyRowsOp);
 REC_SDK_REGISTER_KEYED(TablePrefetchCold, TablePrefetchColdOp);
 REC_SDK_REGISTER_KEYED(TablePrefetchColdByName, TablePrefetchColdByNameOp);
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(TableSize)).Device(DEVICE_CPU), TableSizeOp);
@@ -575,8 +525,8 @@ REC_SDK_REGISTER_KEYED(TableImport, TableImportOp);
 // holds such a table. The SDK's table.size() / capacity() return Python ints this way, with no
 // op added to the user's graph and no session needed.
 extern "C" __attribute__((visibility("default"))) int rec_sdk_table_size(const char* name,
-                                                                          int64_t* size,
-                                                                          int64_t* capacity) {
+                                                                         int64_t* size,
+                                                                         int64_t* capacity) {
   if (name == nullptr || size == nullptr || capacity == nullptr) return 0;
   return rec_sdk::TableResource::LiveSizeOf(name, size, capacity) ? 1 : 0;
 }

@@ -30,10 +30,10 @@ using tensorflow::TensorShape;
 // The kernels' error statuses, built with absl (TensorFlow >= 2.16 deprecates
 // tensorflow::errors::*; absl's constructors exist in the headers of 2.15 and 2.21 alike).
 namespace errors {
-#define REC_SDK_ERROR(Name)                                            \
-  template <typename... Args>                                          \
-  absl::Status Name(const Args&... args) {                       \
-    return absl::Name##Error(absl::StrCat(args...));                   \
+#define REC_SDK_ERROR(Name)                          \
+  template <typename... Args>                        \
+  absl::Status Name(const Args&... args) {           \
+    return absl::Name##Error(absl::StrCat(args...)); \
   }
 REC_SDK_ERROR(DataLoss)
 REC_SDK_ERROR(FailedPrecondition)
@@ -122,9 +122,7 @@ class TableResource : public tensorflow::ResourceBase {
     return "rec_sdk table '" + t->name() + "' (dim " + std::to_string(t->dim()) + ", " +
            std::to_string(t->Size()) + " keys)";
   }
-  int64_t MemoryUsed() const override {
-    return shared_table()->MemoryBytes();
-  }
+  int64_t MemoryUsed() const override { return shared_table()->MemoryBytes(); }
 
  private:
   // Every TableResource alive in the process, in creation order (guarded by LiveMutex()).
@@ -184,14 +182,14 @@ inline absl::Status GetTable(tensorflow::OpKernelContext* ctx, TableResource** t
 
 // Resolves input 0 for a kernel that changes the table. A reader (an evaluation or prediction
 // graph sharing a table, see ShareMode) may not change a table other sessions use.
-inline absl::Status GetWritableTable(tensorflow::OpKernelContext* ctx,
-                                           TableResource** table) {
+inline absl::Status GetWritableTable(tensorflow::OpKernelContext* ctx, TableResource** table) {
   TF_RETURN_IF_ERROR(GetTable(ctx, table));
   if ((*table)->share() == ShareMode::kReader && (*table)->UsedByOthers()) {
     const std::string name = (*table)->table()->name();
     (*table)->Unref();
     return errors::FailedPrecondition(
-        "table '", name, "' of this graph reads the in-memory table of another session (it "
+        "table '", name,
+        "' of this graph reads the in-memory table of another session (it "
         "restored the checkpoint that table holds; the graph has no training lookups of it, "
         "see share_tables): it cannot be changed here");
   }
@@ -236,24 +234,58 @@ absl::Status SetScalarOutput(tensorflow::OpKernelContext* ctx, int index, const 
 // Reads scalar input `index` (named `name` in the error when it is not a scalar).
 template <typename T>
 absl::Status GetScalarInput(tensorflow::OpKernelContext* ctx, int index, const char* name,
-                                  T* value) {
+                            T* value) {
   const tensorflow::Tensor& t = ctx->input(index);
   if (t.NumElements() != 1) {
-    return errors::InvalidArgument(name, " must be a scalar, got shape ",
-                                               t.shape().DebugString());
+    return errors::InvalidArgument(name, " must be a scalar, got shape ", t.shape().DebugString());
   }
   *value = t.flat<T>()(0);
   return absl::OkStatus();
 }
 
+// A checkpoint path from a string tensor: a NUL byte would silently cut it short where the
+// operating system reads it, so it is an error.
+inline absl::Status CheckPath(const char* name, const std::string& path) {
+  const size_t nul = path.find('\0');
+  if (nul != std::string::npos) {
+    return tensorflow::errors::InvalidArgument(name, " must not contain a NUL byte, got '",
+                                               path.substr(0, nul), "\\0...' (", path.size(),
+                                               " bytes)");
+  }
+  if (path.empty()) return tensorflow::errors::InvalidArgument(name, " must not be empty");
+  return absl::OkStatus();
+}
+
+// Reads scalar string input `index` as a checked checkpoint path.
+inline absl::Status GetPathInput(tensorflow::OpKernelContext* ctx, int index, const char* name,
+                                 std::string* path) {
+  tensorflow::tstring value;
+  TF_RETURN_IF_ERROR(GetScalarInput(ctx, index, name, &value));
+  *path = std::string(value);
+  return CheckPath(name, *path);
+}
+
+// Checks that `values` has shape keys.shape + [dim].
+inline absl::Status CheckRowsShape(const char* what, const tensorflow::Tensor& values,
+                                   const tensorflow::TensorShape& keys_shape,
+                                   EmbeddingTable* table) {
+  tensorflow::TensorShape expected = keys_shape;
+  expected.AddDim(table->dim());
+  if (values.shape() != expected) {
+    return tensorflow::errors::InvalidArgument(
+        what, " of table '", table->name(), "' must have shape ", expected.DebugString(),
+        " (keys shape + [dim]), got ", values.shape().DebugString());
+  }
+  return absl::OkStatus();
+}
+
 // Copies keys of the table's key dtype into int64 (the core's key type).
 inline absl::Status KeysAsInt64(const tensorflow::Tensor& keys, TableResource* table,
-                                      std::vector<int64_t>* scratch, const int64_t** out) {
+                                std::vector<int64_t>* scratch, const int64_t** out) {
   if (keys.dtype() != table->key_dtype()) {
-    return errors::InvalidArgument(
-        "keys of table '", table->table()->name(), "' must be ",
-        tensorflow::DataTypeString(table->key_dtype()), ", got ",
-        tensorflow::DataTypeString(keys.dtype()));
+    return errors::InvalidArgument("keys of table '", table->table()->name(), "' must be ",
+                                   tensorflow::DataTypeString(table->key_dtype()), ", got ",
+                                   tensorflow::DataTypeString(keys.dtype()));
   }
   if (keys.dtype() == tensorflow::DT_INT64) {
     *out = reinterpret_cast<const int64_t*>(keys.flat<int64_t>().data());
@@ -264,6 +296,13 @@ inline absl::Status KeysAsInt64(const tensorflow::Tensor& keys, TableResource* t
   *out = scratch->data();
   return absl::OkStatus();
 }
+
+// Registers `kernel` for op `op` with int32 and with int64 keys (attribute key_dtype).
+#define REC_SDK_REGISTER_KEYED(op, kernel)                                                        \
+  REGISTER_KERNEL_BUILDER(                                                                        \
+      Name(REC_SDK_OP_NAME(op)).Device(DEVICE_CPU).TypeConstraint<int32_t>("key_dtype"), kernel); \
+  REGISTER_KERNEL_BUILDER(                                                                        \
+      Name(REC_SDK_OP_NAME(op)).Device(DEVICE_CPU).TypeConstraint<int64_t>("key_dtype"), kernel)
 
 }  // namespace rec_sdk
 

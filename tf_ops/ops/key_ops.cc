@@ -124,8 +124,8 @@ REGISTER_OP(REC_SDK_OP_NAME(SplitRows))
       ShapeHandle packed;
       TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 2, &packed));
       for (int i = 0; i < c->num_outputs(); ++i) {
-        c->set_output(i, dims[i] == 0 ? c->Vector(c->UnknownDim())
-                                      : c->Matrix(c->UnknownDim(), dims[i]));
+        c->set_output(
+            i, dims[i] == 0 ? c->Vector(c->UnknownDim()) : c->Matrix(c->UnknownDim(), dims[i]));
       }
       return absl::OkStatus();
     })

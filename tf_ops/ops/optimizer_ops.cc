@@ -41,7 +41,9 @@ REGISTER_OP(REC_SDK_OP_NAME(ApplyGradientDescent))
     .Attr("unique_addresses: bool = false")
     .SetIsStateful()
     .SetShapeFn(tensorflow::shape_inference::NoOutputs)
-    .Doc("w -= learning_rate * (grad + weight_decay * w) on the rows at `addresses` (duplicates summed unless unique_addresses).");
+    .Doc(
+        "w -= learning_rate * (grad + weight_decay * w) on the rows at `addresses` (duplicates "
+        "summed unless unique_addresses).");
 
 REGISTER_OP(REC_SDK_OP_NAME(ApplyAdagrad))
     .Input("table: resource")
@@ -54,7 +56,10 @@ REGISTER_OP(REC_SDK_OP_NAME(ApplyAdagrad))
     .Attr("unique_addresses: bool = false")
     .SetIsStateful()
     .SetShapeFn(tensorflow::shape_inference::NoOutputs)
-    .Doc("Adagrad on the rows at `addresses` (duplicates summed unless unique_addresses); accumulators start at initial_accumulator_value. With epsilon, Keras' forms: w -= lr g / (sqrt(a) + epsilon), or / sqrt(a + epsilon) with epsilon_inside_sqrt.");
+    .Doc(
+        "Adagrad on the rows at `addresses` (duplicates summed unless unique_addresses); "
+        "accumulators start at initial_accumulator_value. With epsilon, Keras' forms: w -= lr g / "
+        "(sqrt(a) + epsilon), or / sqrt(a + epsilon) with epsilon_inside_sqrt.");
 
 REGISTER_OP(REC_SDK_OP_NAME(ApplyRowwiseAdagrad))
     .Input("table: resource")
@@ -66,7 +71,10 @@ REGISTER_OP(REC_SDK_OP_NAME(ApplyRowwiseAdagrad))
     .Attr("unique_addresses: bool = false")
     .SetIsStateful()
     .SetShapeFn(tensorflow::shape_inference::NoOutputs)
-    .Doc("Row-wise Adagrad on the rows at `addresses` (duplicates summed unless unique_addresses): one accumulator per row, a += mean(g^2) over the row, w -= lr g / (sqrt(a) + epsilon); accumulators start at initial_accumulator_value.");
+    .Doc(
+        "Row-wise Adagrad on the rows at `addresses` (duplicates summed unless unique_addresses): "
+        "one accumulator per row, a += mean(g^2) over the row, w -= lr g / (sqrt(a) + epsilon); "
+        "accumulators start at initial_accumulator_value.");
 
 REGISTER_OP(REC_SDK_OP_NAME(ApplyMomentum))
     .Input("table: resource")
@@ -79,7 +87,10 @@ REGISTER_OP(REC_SDK_OP_NAME(ApplyMomentum))
     .Attr("unique_addresses: bool = false")
     .SetIsStateful()
     .SetShapeFn(tensorflow::shape_inference::NoOutputs)
-    .Doc("Momentum (TensorFlow's MomentumOptimizer) on the rows at `addresses` (duplicates summed unless unique_addresses); with velocity, Keras' SGD momentum (the slot holds -lr-scaled velocity).");
+    .Doc(
+        "Momentum (TensorFlow's MomentumOptimizer) on the rows at `addresses` (duplicates summed "
+        "unless unique_addresses); with velocity, Keras' SGD momentum (the slot holds -lr-scaled "
+        "velocity).");
 
 REGISTER_OP(REC_SDK_OP_NAME(ApplyFtrl))
     .Input("table: resource")
@@ -94,7 +105,9 @@ REGISTER_OP(REC_SDK_OP_NAME(ApplyFtrl))
     .Attr("unique_addresses: bool = false")
     .SetIsStateful()
     .SetShapeFn(tensorflow::shape_inference::NoOutputs)
-    .Doc("FTRL-proximal (TensorFlow's ApplyFtrlV2) on the rows at `addresses` (duplicates summed unless unique_addresses).");
+    .Doc(
+        "FTRL-proximal (TensorFlow's ApplyFtrlV2) on the rows at `addresses` (duplicates summed "
+        "unless unique_addresses).");
 
 REGISTER_OP(REC_SDK_OP_NAME(TableReadRows))
     .Input("table: resource")
@@ -109,8 +122,8 @@ REGISTER_OP(REC_SDK_OP_NAME(TableReadRows))
       TF_RETURN_IF_ERROR(c->GetAttr("slot_initial_values", &initial));
       auto n = c->Dim(c->input(1), 0);
       c->set_output(0, c->Matrix(n, c->UnknownDim()));
-      c->set_output(1, c->MakeShape({c->MakeDim(static_cast<int64_t>(initial.size())), n,
-                                     c->UnknownDim()}));
+      c->set_output(
+          1, c->MakeShape({c->MakeDim(static_cast<int64_t>(initial.size())), n, c->UnknownDim()}));
       return absl::OkStatus();
     })
     .Doc(R"doc(

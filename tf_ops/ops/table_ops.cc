@@ -39,9 +39,7 @@ std::string StatNamesAttr() {
   return spec + "]";
 }
 
-std::string MaxDimAttr() {
-  return "max_dim: int = " + std::to_string(EmbeddingTable::kMaxDim);
-}
+std::string MaxDimAttr() { return "max_dim: int = " + std::to_string(EmbeddingTable::kMaxDim); }
 
 }  // namespace
 
@@ -191,21 +189,6 @@ REGISTER_OP(REC_SDK_OP_NAME(TableUpsert))
     .SetShapeFn(tensorflow::shape_inference::NoOutputs)
     .Doc("Inserts or overwrites the embeddings of keys with values (keys.shape + [dim]).");
 
-REGISTER_OP(REC_SDK_OP_NAME(TableApplyRows))
-    .Input("table: resource")
-    .Input("keys: key_dtype")
-    .Input("values: float")
-    .Input("removed: key_dtype")
-    .Input("replace: bool")
-    .Attr("key_dtype: {int32, int64}")
-    .SetIsStateful()
-    .SetShapeFn(tensorflow::shape_inference::NoOutputs)
-    .Doc(R"doc(
-Applies a serving update as one change (lookups see the table all before or all after it):
-removes the keys `removed` (or, with replace, every key not among `keys`), then writes the
-rows values [n, dim] of keys [n].
-)doc");
-
 REGISTER_OP(REC_SDK_OP_NAME(TableRemove))
     .Input("table: resource")
     .Input("keys: key_dtype")
@@ -253,8 +236,9 @@ REGISTER_OP(REC_SDK_OP_NAME(TableCapacity))
     .Output("capacity: int64")
     .SetIsStateful()
     .SetShapeFn(tensorflow::shape_inference::ScalarShape)
-    .Doc("Rows the table holds without allocating: its fixed capacity, or in dynamic-expansion "
-         "mode the rows allocated so far.");
+    .Doc(
+        "Rows the table holds without allocating: its fixed capacity, or in dynamic-expansion "
+        "mode the rows allocated so far.");
 
 REGISTER_OP(REC_SDK_OP_NAME(TableClear))
     .Input("table: resource")

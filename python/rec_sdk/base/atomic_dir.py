@@ -4,6 +4,7 @@ fsync'ed, then renamed into place and the parent fsync'ed. Temporaries name thei
 process id, so what a killed writer left can go once that process is gone (never a live
 writer's). The table checkpoints (rec_sdk.saver.tables) and the serving update chain
 (rec_sdk.serving.update_files) publish through these functions."""
+
 import os
 import shutil
 

@@ -1,4 +1,5 @@
 """Where graph dumps go (dump_graph=True): ./rec_sdk_dump/<kind>_<n>, numbered per kind."""
+
 import collections
 import os
 import threading

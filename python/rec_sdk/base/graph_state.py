@@ -7,6 +7,7 @@ converted variables, de.Variables and their lookups) are plain objects of the mo
 make them, except TableLookups (what a graph's lookups did with each table), defined here.
 A graph that is dropped takes its state along (a weak-keyed map).
 """
+
 import threading
 import weakref
 
@@ -93,7 +94,6 @@ def state_of(graph):
         if state is None:
             state = _states[graph] = GraphState()
         return state
-
 
 
 def modified_iterators(graph=None, is_training=None):

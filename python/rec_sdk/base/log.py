@@ -6,6 +6,7 @@ import. Records go to stderr as "[rec_sdk][time] [LEVEL] message", and also prop
 root logger: when the root logger has handlers of its own (logging.basicConfig, pytest), they
 print the record and rec_sdk's handler stays silent, so nothing is printed twice.
 """
+
 import logging
 import os
 
@@ -19,8 +20,9 @@ def _level_from_env():
     name = EnvOption.MXREC_LOG_LEVEL.value
     value = os.environ.get(name, RecPyLogLevel.INFO.value)
     if value not in LEVELS:
-        raise ValueError("environment variable %s=%r: allowed values are %s"
-                         % (name, value, list(LEVELS)))
+        raise ValueError(
+            "environment variable %s=%r: allowed values are %s" % (name, value, list(LEVELS))
+        )
     return value
 
 
@@ -35,12 +37,18 @@ def get_logger(log_level=None):
     if level not in LEVELS:
         raise ValueError("log_level must be one of %s, got %r" % (list(LEVELS), level))
     rec_logger = logging.getLogger(LOGGER_NAME)
-    if not any(isinstance(h, logging.StreamHandler) and any(
-            isinstance(f, _UnlessRootPrints) for f in h.filters) for h in rec_logger.handlers):
+    if not any(
+        isinstance(h, logging.StreamHandler)
+        and any(isinstance(f, _UnlessRootPrints) for f in h.filters)
+        for h in rec_logger.handlers
+    ):
         handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter(
-            fmt="[rec_sdk][%(asctime)s] [%(levelname)s] %(message)s",
-            datefmt="%m/%d/%Y %H:%M:%S"))
+        handler.setFormatter(
+            logging.Formatter(
+                fmt="[rec_sdk][%(asctime)s] [%(levelname)s] %(message)s",
+                datefmt="%m/%d/%Y %H:%M:%S",
+            )
+        )
         handler.addFilter(_UnlessRootPrints())
         rec_logger.addHandler(handler)
     rec_logger.setLevel(level)

@@ -6,6 +6,7 @@ This module imports nothing (setup.py loads it by path before TensorFlow is impo
 requirements-tf<minor>.txt files pin each version's development venv (tests check they agree
 with this table).
 """
+
 import collections
 
 VERSION = "0.1.0"
@@ -18,18 +19,21 @@ VERSION = "0.1.0"
 # pins: what else a wheel must hold back. TensorFlow 2.20 requires protobuf >= 5.28 with no
 # upper bound, and its tf.io.write_graph (which MonitoredTrainingSession's checkpoint hook
 # calls) passes text_format.MessageToString a float_format that protobuf 7.34 removed.
-Release = collections.namedtuple("Release",
-                                 ["tensorflow", "package", "tf_keras", "estimator", "pins"])
+Release = collections.namedtuple(
+    "Release", ["tensorflow", "package", "tf_keras", "estimator", "pins"]
+)
 
-RELEASES = collections.OrderedDict((
-    ("2.15", Release("2.15.1", "tensorflow-cpu", None, "2.15.0", ())),
-    ("2.16", Release("2.16.2", "tensorflow", "2.16.0", None, ())),
-    ("2.17", Release("2.17.1", "tensorflow", "2.17.0", None, ())),
-    ("2.18", Release("2.18.1", "tensorflow", "2.18.0", None, ())),
-    ("2.19", Release("2.19.1", "tensorflow", "2.19.0", None, ())),
-    ("2.20", Release("2.20.0", "tensorflow", "2.20.1", None, ("protobuf<7.34",))),
-    ("2.21", Release("2.21.0", "tensorflow", "2.21.0", None, ())),
-))
+RELEASES = collections.OrderedDict(
+    (
+        ("2.15", Release("2.15.1", "tensorflow-cpu", None, "2.15.0", ())),
+        ("2.16", Release("2.16.2", "tensorflow", "2.16.0", None, ())),
+        ("2.17", Release("2.17.1", "tensorflow", "2.17.0", None, ())),
+        ("2.18", Release("2.18.1", "tensorflow", "2.18.0", None, ())),
+        ("2.19", Release("2.19.1", "tensorflow", "2.19.0", None, ())),
+        ("2.20", Release("2.20.0", "tensorflow", "2.20.1", None, ("protobuf<7.34",))),
+        ("2.21", Release("2.21.0", "tensorflow", "2.21.0", None, ())),
+    )
+)
 OLDEST, NEWEST = next(iter(RELEASES)), next(reversed(RELEASES))
 
 
@@ -72,8 +76,11 @@ def install_tensorflow_command(tf_version):
     row = release(tf_version)
     if row is None:
         return "pip install tensorflow-cpu==%s" % tf_version
-    extra = (" tf-keras==%s" % row.tf_keras if row.tf_keras
-             else " tensorflow-estimator==%s" % row.estimator)
+    extra = (
+        " tf-keras==%s" % row.tf_keras
+        if row.tf_keras
+        else " tensorflow-estimator==%s" % row.estimator
+    )
     extra += "".join(" '%s'" % pin for pin in row.pins)
     return "pip install %s==%s%s" % (row.package, tf_version, extra)
 
@@ -82,7 +89,9 @@ def install_wheel_command(tf_version, folder=None):
     """The pip command that installs rec_sdk's wheel for `tf_version`'s minor version from the
     folder `make wheels` writes it to (dist/<minor>/)."""
     return 'pip install --find-links %s "rec_sdk==%s"' % (
-        folder or "dist/" + minor(tf_version), wheel_version(tf_version))
+        folder or "dist/" + minor(tf_version),
+        wheel_version(tf_version),
+    )
 
 
 def supported():

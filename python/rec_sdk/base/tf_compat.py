@@ -9,6 +9,7 @@ Estimator). Which versions those are and what each pins: rec_sdk.base.release.
 * `estimator()`: tf.estimator, or EstimatorUnavailableError naming the TensorFlow version
   (Estimator was removed in 2.16).
 """
+
 import importlib
 import types
 
@@ -37,8 +38,13 @@ def estimator():
             "tf.estimator is not part of TensorFlow %s: TensorFlow removed Estimator in 2.16. "
             "Use tf.compat.v1.train.MonitoredTrainingSession with rec_sdk's hooks (the same "
             "graph modification, Saver and EvictHook), or TensorFlow %s (`%s`) to run "
-            "Estimator models." % (TF_VERSION, release.OLDEST, release.install_tensorflow_command(
-                release.RELEASES[release.OLDEST].tensorflow)))
+            "Estimator models."
+            % (
+                TF_VERSION,
+                release.OLDEST,
+                release.install_tensorflow_command(release.RELEASES[release.OLDEST].tensorflow),
+            )
+        )
     return module
 
 
@@ -52,8 +58,9 @@ class _MissingKeras(types.ModuleType):
             "rec_sdk's Keras API (de.keras layers, Keras optimizers) needs Keras 2, which is "
             "the tf_keras package on TensorFlow %s (tf.keras is Keras 3 there): `pip install "
             "tf-keras==%s.*`, and build models with tf_keras (or set "
-            "TF_USE_LEGACY_KERAS=1 so tf.keras is tf_keras)." % (TF_VERSION,
-                                                                 release.minor(TF_VERSION)))
+            "TF_USE_LEGACY_KERAS=1 so tf.keras is tf_keras)."
+            % (TF_VERSION, release.minor(TF_VERSION))
+        )
 
 
 def _keras():

@@ -12,6 +12,7 @@ Session's in rec_sdk.ops.loader, ...) and each owner installs its patches when i
 this module knows only where TensorFlow keeps each attribute. `installed()` lists what a
 process has patched (tests check the table against it).
 """
+
 import collections
 import functools
 import sys
@@ -27,71 +28,127 @@ CHECKED = "2.15.1 to 2.21.0"  # the whole suite runs on 2.15 and 2.21, its smoke
 
 Patch = collections.namedtuple("Patch", ["name", "owner", "attr", "does", "why"])
 
-PATCHES = {p.name: p for p in (
-    Patch("Saver.__init__", lambda: tf.compat.v1.train.Saver, "__init__",
-          "takes rec_sdk tables (and de.Variables) in var_list: they are saved by rec_sdk, "
-          "the rest goes to TensorFlow (rec_sdk.saver.patches)",
-          "Saver has no extension point for objects that are not variables or "
-          "SaveableObjects; a table's files are not tensors"),
-    Patch("Saver.save", lambda: tf.compat.v1.train.Saver, "save",
-          "writes the tables' files beside the TensorFlow checkpoint, atomically, before "
-          "it; deletes them with the checkpoints max_to_keep drops (rec_sdk.saver.patches)",
-          "MonitoredTrainingSession and Estimator call Saver.save themselves; users expect "
-          "their checkpoints to hold the tables with no extra code"),
-    Patch("Saver.restore", lambda: tf.compat.v1.train.Saver, "restore",
-          "restores the tables from the directory beside the checkpoint (rec_sdk.saver.patches)",
-          "as Saver.save"),
-    Patch("SavedModelBuilder._maybe_create_saver", lambda: builder_impl._SavedModelBuilder,  # pylint: disable=protected-access
-          "_maybe_create_saver",
-          "the Saver of a SavedModel restores the tables in its restore op, so loaders "
-          "that only run that op get every row (rec_sdk.saver.patches.restore_tables_in_graph)",
-          "SavedModel loaders run saver_def.restore_op_name and nothing else; the builder "
-          "makes its Saver internally (Estimator.export_saved_model)"),
-    Patch("Session.run", lambda: tf.compat.v1.Session, "run",
-          "re-raises a missing op library, a lost rank or a restarted task as an error "
-          "saying what happened and what to do (rec_sdk.ops.loader)",
-          "TensorFlow offers no hook on a session's errors; MonitoredTrainingSession and "
-          "Estimator run the session themselves"),
-    Patch("Scaffold.finalize", lambda: tf.compat.v1.train.Scaffold, "finalize",
-          "with tables sharded over ranks, batches the lookups no optimizer batched into "
-          "one exchange and adds the broadcast of rank 0's variables to the local init op "
-          "(rec_sdk.distribute.ranks)",
-          "MonitoredTrainingSession and Estimator build the Scaffold; its local_init_op "
-          "can only be replaced, not extended, from outside"),
-    Patch("optimizer._get_processor", lambda: tf_optimizer, "_get_processor",
-          "tf.compat.v1 optimizers take rec_sdk tables and de trainables in var_list "
-          "(rec_sdk.base.tf_processors)",
-          "compute_gradients picks a processor per variable with this private function "
-          "and refuses any type it does not know"),
-    Patch("checkpoint.util.serialize_slot_variables", lambda: checkpoint_util,
-          "serialize_slot_variables",
-          "marks the thread while TensorFlow lists optimizers' slot variables, so de "
-          "optimizers leave their per-lookup slots out of TF2 checkpoints "
-          "(rec_sdk.dynamic_embedding.optimizer)",
-          "slot variables are listed by this function only; the optimizers' public API "
-          "has no way to hide a slot from checkpoints"),
-    Patch("saved_model.save._verify_ops", lambda: saved_model_save, "_verify_ops",
-          "a SavedModel namespace whitelist naming TFRA's op namespace accepts rec_sdk's "
-          "(rec_sdk.dynamic_embedding.train)",
-          "TFRA scripts pass namespace_whitelist=['TFRA']; the check reads it as given"),
-    Patch("keras.Model.save", lambda: _keras_model(), "save",
-          "also writes the tables of de.Variables whose kv_creator has a FileSystemSaver to "
-          "TFRA's key and value files, <SavedModel>/variables/TFRADynamicEmbedding "
-          "(rec_sdk.dynamic_embedding.keras.file_system)",
-          "TFRA's FileSystemSaver is defined by where Keras saves; Keras has no hook on it"),
-    Patch("keras.Model.save_weights", lambda: _keras_model(), "save_weights",
-          "as keras.Model.save, beside the weights' checkpoint", "as keras.Model.save"),
-    Patch("keras.Model.load_weights", lambda: _keras_model(), "load_weights",
-          "loads those tables back from the files, each process the keys of its rank (TFRA's "
-          "FileSystemSaver(proc_size, proc_rank))", "as keras.Model.save"),
-    Patch("Dataset.eos_map", lambda: tf.data.Dataset, "eos_map",
-          "the SDK's dataset.eos_map(...) (rec_sdk.util.ops): added, TensorFlow has none",
-          "the SDK's scripts call it as a Dataset method"),
-)}
+PATCHES = {
+    p.name: p
+    for p in (
+        Patch(
+            "Saver.__init__",
+            lambda: tf.compat.v1.train.Saver,
+            "__init__",
+            "takes rec_sdk tables (and de.Variables) in var_list: they are saved by rec_sdk, "
+            "the rest goes to TensorFlow (rec_sdk.saver.patches)",
+            "Saver has no extension point for objects that are not variables or "
+            "SaveableObjects; a table's files are not tensors",
+        ),
+        Patch(
+            "Saver.save",
+            lambda: tf.compat.v1.train.Saver,
+            "save",
+            "writes the tables' files beside the TensorFlow checkpoint, atomically, before "
+            "it; deletes them with the checkpoints max_to_keep drops (rec_sdk.saver.patches)",
+            "MonitoredTrainingSession and Estimator call Saver.save themselves; users expect "
+            "their checkpoints to hold the tables with no extra code",
+        ),
+        Patch(
+            "Saver.restore",
+            lambda: tf.compat.v1.train.Saver,
+            "restore",
+            "restores the tables from the directory beside the checkpoint (rec_sdk.saver.patches)",
+            "as Saver.save",
+        ),
+        Patch(
+            "SavedModelBuilder._maybe_create_saver",
+            lambda: builder_impl._SavedModelBuilder,  # pylint: disable=protected-access
+            "_maybe_create_saver",
+            "the Saver of a SavedModel restores the tables in its restore op, so loaders "
+            "that only run that op get every row (rec_sdk.saver.patches.restore_tables_in_graph)",
+            "SavedModel loaders run saver_def.restore_op_name and nothing else; the builder "
+            "makes its Saver internally (Estimator.export_saved_model)",
+        ),
+        Patch(
+            "Session.run",
+            lambda: tf.compat.v1.Session,
+            "run",
+            "re-raises a missing op library, a lost rank or a restarted task as an error "
+            "saying what happened and what to do (rec_sdk.ops.loader)",
+            "TensorFlow offers no hook on a session's errors; MonitoredTrainingSession and "
+            "Estimator run the session themselves",
+        ),
+        Patch(
+            "Scaffold.finalize",
+            lambda: tf.compat.v1.train.Scaffold,
+            "finalize",
+            "with tables sharded over ranks, batches the lookups no optimizer batched into "
+            "one exchange and adds the broadcast of rank 0's variables to the local init op "
+            "(rec_sdk.distribute.ranks)",
+            "MonitoredTrainingSession and Estimator build the Scaffold; its local_init_op "
+            "can only be replaced, not extended, from outside",
+        ),
+        Patch(
+            "optimizer._get_processor",
+            lambda: tf_optimizer,
+            "_get_processor",
+            "tf.compat.v1 optimizers take rec_sdk tables and de trainables in var_list "
+            "(rec_sdk.base.tf_processors)",
+            "compute_gradients picks a processor per variable with this private function "
+            "and refuses any type it does not know",
+        ),
+        Patch(
+            "checkpoint.util.serialize_slot_variables",
+            lambda: checkpoint_util,
+            "serialize_slot_variables",
+            "marks the thread while TensorFlow lists optimizers' slot variables, so de "
+            "optimizers leave their per-lookup slots out of TF2 checkpoints "
+            "(rec_sdk.dynamic_embedding.optimizer)",
+            "slot variables are listed by this function only; the optimizers' public API "
+            "has no way to hide a slot from checkpoints",
+        ),
+        Patch(
+            "saved_model.save._verify_ops",
+            lambda: saved_model_save,
+            "_verify_ops",
+            "a SavedModel namespace whitelist naming TFRA's op namespace accepts rec_sdk's "
+            "(rec_sdk.dynamic_embedding.train)",
+            "TFRA scripts pass namespace_whitelist=['TFRA']; the check reads it as given",
+        ),
+        Patch(
+            "keras.Model.save",
+            lambda: _keras_model(),
+            "save",
+            "also writes the tables of de.Variables whose kv_creator has a FileSystemSaver to "
+            "TFRA's key and value files, <SavedModel>/variables/TFRADynamicEmbedding "
+            "(rec_sdk.dynamic_embedding.keras.file_system)",
+            "TFRA's FileSystemSaver is defined by where Keras saves; Keras has no hook on it",
+        ),
+        Patch(
+            "keras.Model.save_weights",
+            lambda: _keras_model(),
+            "save_weights",
+            "as keras.Model.save, beside the weights' checkpoint",
+            "as keras.Model.save",
+        ),
+        Patch(
+            "keras.Model.load_weights",
+            lambda: _keras_model(),
+            "load_weights",
+            "loads those tables back from the files, each process the keys of its rank (TFRA's "
+            "FileSystemSaver(proc_size, proc_rank))",
+            "as keras.Model.save",
+        ),
+        Patch(
+            "Dataset.eos_map",
+            lambda: tf.data.Dataset,
+            "eos_map",
+            "the SDK's dataset.eos_map(...) (rec_sdk.util.ops): added, TensorFlow has none",
+            "the SDK's scripts call it as a Dataset method",
+        ),
+    )
+}
 
 
 class _NoKeras:
     """Stands for Keras 2's Model where it is not installed: its patches are not installed."""
+
     save = save_weights = load_weights = None
 
 
@@ -112,8 +169,9 @@ def _patch(name):
     try:
         return PATCHES[name]
     except KeyError:
-        raise KeyError("no TensorFlow patch %r; the patches are %s"
-                       % (name, sorted(PATCHES))) from None
+        raise KeyError(
+            "no TensorFlow patch %r; the patches are %s" % (name, sorted(PATCHES))
+        ) from None
 
 
 def install(name, hook):
@@ -145,5 +203,8 @@ def add(name, value):
 
 def installed():
     """The names of the patches installed in this process."""
-    return sorted(name for name, p in PATCHES.items()
-                  if getattr(getattr(p.owner(), p.attr, None), PATCH_MARK, None) == name)
+    return sorted(
+        name
+        for name, p in PATCHES.items()
+        if getattr(getattr(p.owner(), p.attr, None), PATCH_MARK, None) == name
+    )

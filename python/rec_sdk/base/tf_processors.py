@@ -7,6 +7,7 @@ apply_gradients updates it (update_op). rec_sdk's objects that stand where varia
 is patched once, here (rec_sdk.base.tf_patches), and each kind registers a function giving
 its processor (or None).
 """
+
 from rec_sdk.base import tf_patches
 
 _factories = []

@@ -1,5 +1,6 @@
 """Argument checks shared by the public API: every error names the parameter, the value and
 what is allowed."""
+
 import numbers
 
 import tensorflow as tf
@@ -10,8 +11,10 @@ from rec_sdk.constants.constants import MAX_INT32 as INT32_MAX  # noqa: F401 (re
 def check_int(name, value, low, high):
     """value must be an int (not bool) in [low, high]."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError("%s must be an int in [%d, %d], got %r (%s)"
-                        % (name, low, high, value, type(value).__name__))
+        raise TypeError(
+            "%s must be an int in [%d, %d], got %r (%s)"
+            % (name, low, high, value, type(value).__name__)
+        )
     if not low <= value <= high:
         raise ValueError("%s must be in [%d, %d], got %d" % (name, low, high, value))
     return int(value)
@@ -34,9 +37,10 @@ def check_float(name, value, low, high, low_open=False, high_open=False):
     above = value > low if low_open else value >= low
     below = value < high if high_open else value <= high
     if not (above and below):
-        raise ValueError("%s must be in %s%g, %g%s, got %r"
-                         % (name, "(" if low_open else "[", low, high, ")" if high_open else "]",
-                            value))
+        raise ValueError(
+            "%s must be in %s%g, %g%s, got %r"
+            % (name, "(" if low_open else "[", low, high, ")" if high_open else "]", value)
+        )
     return float(value)
 
 
@@ -54,6 +58,7 @@ def check_dtype_name(name, value, allowed, what):
     except TypeError:
         dtype = None
     if dtype not in allowed:
-        raise ValueError("%s must be one of %s (%s), got %r"
-                         % (name, ", ".join(allowed), what, value))
+        raise ValueError(
+            "%s must be one of %s (%s), got %r" % (name, ", ".join(allowed), what, value)
+        )
     return dtype

@@ -5,6 +5,7 @@ This module is the one place that holds these facts; `rec_sdk` re-exports the co
 names, and the rest of the package imports them from here. It imports nothing heavy, so
 scripts may read it before TensorFlow is configured.
 """
+
 import enum
 import os
 
@@ -31,14 +32,17 @@ ASCEND_CUTTING_POINT_INITIALIZER = "ASCEND_CUTTING_POINT_INITIALIZER"
 # Every rec_sdk table (SparseEmbedding object) of a graph.
 TABLE_COLLECTION = "REC_SDK_TABLES"
 # The graph-collection pairs one training lookup fills, in this order, at the same index.
-LOOKUP_COLLECTIONS = (ASCEND_SPARSE_LOOKUP_LOCAL_EMB, ASCEND_SPARSE_LOOKUP_ID_OFFSET,
-                      ASCEND_SPARSE_LOOKUP_UNIQUE_KEYS)
+LOOKUP_COLLECTIONS = (
+    ASCEND_SPARSE_LOOKUP_LOCAL_EMB,
+    ASCEND_SPARSE_LOOKUP_ID_OFFSET,
+    ASCEND_SPARSE_LOOKUP_UNIQUE_KEYS,
+)
 
 # ----------------------------------------------------------------------------------------
 # Limits.
 MAX_INT32 = 2**31 - 1
 MAX_INT64 = 2**63 - 1
-MIN_INT64 = -2**63
+MIN_INT64 = -(2**63)
 MAX_VOCABULARY_SIZE = 10**9
 MAX_DEVICE_VOCABULARY_SIZE = 10**9
 # Lookups of one table (the SDK's MULTI_LOOKUP_TIMES).
@@ -54,8 +58,9 @@ TRAIN_CHANNEL_ID = 0
 EVAL_CHANNEL_ID = 1
 HASHTABLE_COLLECTION_NAME_LENGTH = 30
 EMPTY_STR = ""
-GET_CONFIG_INSTANCE_ERR_MSG = ("rec_sdk is not initialised: call "
-                               "rec_sdk.util.initialize.init(...) first")
+GET_CONFIG_INSTANCE_ERR_MSG = (
+    "rec_sdk is not initialised: call rec_sdk.util.initialize.init(...) first"
+)
 # Prefix of the identity ops the SDK puts on lookup ids not computed from a dataset.
 ORPHAN_LOOKUP_KEY_PREFIX = "orphan"
 ANCHOR_DATASET_NAME = "PrefetchDataset"
@@ -85,8 +90,10 @@ class BaseEnum(enum.Enum):
         for member in cls:
             if member.value == value:
                 return member
-        raise KeyError("%s has no member with value %r (%s); choose one of %s"
-                       % (cls.__name__, key, type(key).__name__, [m.value for m in cls]))
+        raise KeyError(
+            "%s has no member with value %r (%s); choose one of %s"
+            % (cls.__name__, key, type(key).__name__, [m.value for m in cls])
+        )
 
 
 class ApplyGradientsStrategy(BaseEnum):
@@ -94,6 +101,7 @@ class ApplyGradientsStrategy(BaseEnum):
     APPLY_GRADIENTS_STRATEGY). rec_sdk sums the gradients of the same key before every update
     in both cases; the choice says which collection a script reads the addresses from
     (ASCEND_SPARSE_LOOKUP_ID_OFFSET or ASCEND_SPARSE_LOOKUP_UNIQUE_KEYS; both are filled)."""
+
     DIRECT_APPLY = "direct_apply"
     SUM_SAME_ID_GRADIENTS_AND_APPLY = "sum_same_id_gradients_and_apply"
 
@@ -101,18 +109,21 @@ class ApplyGradientsStrategy(BaseEnum):
 class All2allGradientsOp(BaseEnum):
     """create_table(all2all_gradients_op=...): how gradients of keys owned by another rank are
     combined (sum, or sum divided by the number of ranks)."""
+
     SUM_GRADIENTS = "sum_gradients"
     SUM_GRADIENTS_AND_DIV_BY_RANKSIZE = "sum_gradients_and_div_by_ranksize"
 
 
 class MxRecMode(BaseEnum):
     """The SDK's table mode (create_table(mode=...)); ASC, host hash tables, is the only one."""
+
     ASC = "ASC"
 
 
 class CacheModeEnum(BaseEnum):
     """Where a table's rows live in the SDK: HBM (device only), DDR (device + host memory),
     SSD (device + host + disk). On CPU, HBM and DDR are both main memory."""
+
     HBM = "HBM"
     DDR = "DDR"
     SSD = "SSD"
@@ -136,6 +147,7 @@ class EnvOption(enum.Enum):
     APPLY_GRADIENTS_STRATEGY (validated by init); init refuses a job whose
     OMPI_COMM_WORLD_SIZE (mpirun) is above 1, as rec_sdk trains in one process. The others
     configure NPU devices and the SDK's C++ threads and have no effect on CPU."""
+
     MXREC_LOG_LEVEL = "MXREC_LOG_LEVEL"
     APPLY_GRADIENTS_STRATEGY = "APPLY_GRADIENTS_STRATEGY"
     SAVE_EASY = "SAVE_EASY"
@@ -162,6 +174,7 @@ class EnvOption(enum.Enum):
 
 class RecPyLogLevel(enum.Enum):
     """The values MXREC_LOG_LEVEL accepts."""
+
     DEBUG = "DEBUG"
     INFO = "INFO"
     ERROR = "ERROR"
@@ -189,6 +202,7 @@ class Flag(enum.Enum):
 
 class DataName(enum.Enum):
     """Names of the per-table data a checkpoint holds."""
+
     KEY = "key"
     EMBEDDING = "embedding"
     FEATURE_MAPPING = "feature_mapping"
@@ -209,5 +223,7 @@ def apply_gradients_strategy():
     try:
         return ApplyGradientsStrategy.mapping(value)
     except KeyError:
-        raise ValueError("environment variable %s=%r: allowed values are %s"
-                         % (name, value, [m.value for m in ApplyGradientsStrategy])) from None
+        raise ValueError(
+            "environment variable %s=%r: allowed values are %s"
+            % (name, value, [m.value for m in ApplyGradientsStrategy])
+        ) from None

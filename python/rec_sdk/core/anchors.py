@@ -6,12 +6,26 @@ back to the iterator), its per-step dedup results (row addresses, rows, inverse 
 the rebuilt input pipeline replaces, and what the pipeline needs to redo the work (table,
 mode, admission weight, timestamps, send_count).
 """
+
 from rec_sdk.base.graph_state import state_of
 
 
 class Anchor:
-    def __init__(self, name, table, ids, is_train, send_count, coefficient, timestamps,
-                 addresses, local_emb, inverse, batch, trained_addresses=None):
+    def __init__(
+        self,
+        name,
+        table,
+        ids,
+        is_train,
+        send_count,
+        coefficient,
+        timestamps,
+        addresses,
+        local_emb,
+        inverse,
+        batch,
+        trained_addresses=None,
+    ):
         self.name = name
         self.table = table
         self.ids = ids

@@ -7,24 +7,24 @@ reads the rows, and registers the embeddings and addresses in the graph collecti
 "by address" training flow uses. The gradient of a lookup with respect to the table is an
 IndexedSlices keyed by row address, so `tf.gradients(loss, table)` works too.
 """
+
 import numpy as np
 import tensorflow as tf
-from tensorflow.core.framework import attr_value_pb2
-from tensorflow.python.framework import tensor_util
 
-from rec_sdk_graph_rewrite.iterator_sources import GET_NEXT_OPS
-from rec_sdk.constants.constants import (ASCEND_SPARSE_LOOKUP_ENTRANCE, ASCEND_TIMESTAMP,
-                                         LOOKUP_COLLECTIONS, MULTI_LOOKUP_TIMES)
-from rec_sdk.core import anchors
-from rec_sdk.distribute import ranks
+from rec_sdk.base.validation import INT32_MAX, check_bool, check_int
+from rec_sdk.constants.constants import (
+    ASCEND_SPARSE_LOOKUP_ENTRANCE,
+    ASCEND_TIMESTAMP,
+    MULTI_LOOKUP_TIMES,
+)
+from rec_sdk.core import anchors, lookup_rows
 from rec_sdk.core.asc import helper
 from rec_sdk.core.asc.feature_spec import FeatureSpec, check_thresholds
 from rec_sdk.core.sdk_table import as_dim, create_table  # noqa: F401 (create_table: the SDK's path)
-from rec_sdk.tables.table import (SparseEmbedding, table_of,  # noqa: F401 (re-exported)
-                                tables_of_graph)
 from rec_sdk.ops import table_ops
+from rec_sdk.tables.table import SparseEmbedding, table_of, tables_of_graph  # noqa: F401 (re-exported)
 from rec_sdk.util import initialize
-from rec_sdk.base.validation import INT32_MAX, check_bool, check_int
+from rec_sdk_graph_rewrite.iterator_sources import GET_NEXT_OPS
 
 MAX_LOOKUPS_PER_TABLE = MULTI_LOOKUP_TIMES
 
@@ -35,29 +35,23 @@ def _parse_access_and_evict_config(config, where):
     if config is None:
         return None, None, 1
     if not isinstance(config, dict):
-        raise TypeError("%s: access_and_evict_config must be a dict with keys "
-                        "access_threshold, eviction_threshold, faae_coefficient; got %r"
-                        % (where, config))
-    unknown = sorted(set(config) - {"access_threshold", "eviction_threshold",
-                                    "faae_coefficient"})
+        raise TypeError(
+            "%s: access_and_evict_config must be a dict with keys "
+            "access_threshold, eviction_threshold, faae_coefficient; got %r" % (where, config)
+        )
+    unknown = sorted(set(config) - {"access_threshold", "eviction_threshold", "faae_coefficient"})
     if unknown:
-        raise ValueError("%s: access_and_evict_config has unknown keys %s; allowed: "
-                         "access_threshold, eviction_threshold, faae_coefficient"
-                         % (where, unknown))
-    access, evict = check_thresholds(config.get("access_threshold"),
-                                     config.get("eviction_threshold"), where)
-    coefficient = check_int("%s faae_coefficient" % where, config.get("faae_coefficient", 1),
-                            1, INT32_MAX)
+        raise ValueError(
+            "%s: access_and_evict_config has unknown keys %s; allowed: "
+            "access_threshold, eviction_threshold, faae_coefficient" % (where, unknown)
+        )
+    access, evict = check_thresholds(
+        config.get("access_threshold"), config.get("eviction_threshold"), where
+    )
+    coefficient = check_int(
+        "%s faae_coefficient" % where, config.get("faae_coefficient", 1), 1, INT32_MAX
+    )
     return access, evict, coefficient
-
-
-def _global_step_clock(table, where):
-    step = tf.compat.v1.train.get_global_step()
-    if step is None:
-        raise ValueError("%s: table %r evicts by steps_to_live, which needs a global step; "
-                         "create it with tf.compat.v1.train.get_or_create_global_step() "
-                         "before the lookup" % (where, table.table_name))
-    return tf.reshape(tf.cast(tf.convert_to_tensor(step), tf.int64), [1])
 
 
 def _iterators_of(tensor):
@@ -92,13 +86,16 @@ def _timestamps_of_lookup(timestamps, ids, where):
     if len(registered) == 1:
         return registered[0]
     if not registered:
-        raise ValueError("%s: eviction by eviction_threshold needs per-sample timestamps: pass "
-                         "timestamps=<tensor> or add the tensor to the %r collection (from the "
-                         "iterator the ids come from: %s)"
-                         % (where, ASCEND_TIMESTAMP, sorted(sources) or "none"))
-    raise ValueError("%s: the %r collection holds %d tensors from the iterator of the ids; "
-                     "pass timestamps= to say which one this lookup uses"
-                     % (where, ASCEND_TIMESTAMP, len(registered)))
+        raise ValueError(
+            "%s: eviction by eviction_threshold needs per-sample timestamps: pass "
+            "timestamps=<tensor> or add the tensor to the %r collection (from the "
+            "iterator the ids come from: %s)" % (where, ASCEND_TIMESTAMP, sorted(sources) or "none")
+        )
+    raise ValueError(
+        "%s: the %r collection holds %d tensors from the iterator of the ids; "
+        "pass timestamps= to say which one this lookup uses"
+        % (where, ASCEND_TIMESTAMP, len(registered))
+    )
 
 
 def _check_timestamp_shape(shape, ids_shape, where):
@@ -107,76 +104,32 @@ def _check_timestamp_shape(shape, ids_shape, where):
     if shape.rank is None:
         return
     if shape.rank > 2 or (shape.rank == 2 and shape[1] not in (None, 1)):
-        raise ValueError("%s: timestamps must have shape [batch] or [batch, 1] (one per sample) "
-                         "or be a scalar, got %s" % (where, shape))
+        raise ValueError(
+            "%s: timestamps must have shape [batch] or [batch, 1] (one per sample) "
+            "or be a scalar, got %s" % (where, shape)
+        )
     batch = ids_shape[0] if ids_shape.rank else None
     if shape.rank >= 1 and None not in (shape[0], batch) and shape[0] not in (1, batch):
-        raise ValueError("%s: timestamps has %d values, the ids' batch has %d samples"
-                         % (where, shape[0], batch))
+        raise ValueError(
+            "%s: timestamps has %d values, the ids' batch has %d samples" % (where, shape[0], batch)
+        )
 
 
-def _send_count_check(table, lookup_name, num_unique, send_count):
-    """Static shape: an assert that a step's distinct keys fit in send_count. Returns
-    (assert op, the Const holding the limit) so that later lookups sharing the keys can
-    raise the limit (the send counts of a table's lookups add up)."""
-    limit = tf.constant(send_count, tf.int32, name="send_count")
-    check = tf.debugging.Assert(
-        tf.less_equal(num_unique, limit),
-        [tf.strings.format("sparse_lookup %s on table %s: {} distinct keys in the batch, "
-                           "more than send_count={}; raise send_count"
-                           % (lookup_name, table.table_name), (num_unique, limit))],
-        name="check_send_count")
-    return check, limit
-
-
-def _raise_limit(limit, total):
-    limit.op._set_attr("value", attr_value_pb2.AttrValue(  # pylint: disable=protected-access
-        tensor=tensor_util.make_tensor_proto(total, tf.int32)))
-
-
-def _gather(table, keys, addresses, is_train):
-    """(rows of the unique keys [n, dim], the addresses their gradients go to). With padding
-    keys (padding_keys_mask) in training, a padding key's row is read as any row but its
-    gradient address is -1, which the optimizers skip: the row, and its slots, never change."""
-    if not (table.padding_keys_mask and is_train):
-        return table_ops.gather(table.handle, addresses, table.dim, name="gather"), addresses
-    pad = tf.reduce_any(tf.equal(tf.expand_dims(tf.cast(keys, tf.int64), 1),
-                                 tf.constant(table.padding_keys, tf.int64)), 1)
-    trained = tf.where(pad, tf.constant(-1, tf.int64), addresses, name="trained_addresses")
-    table.lookups.trained_address_names.add(trained.name)
-    rows = table_ops.gather(table.handle, trained, table.dim, name="gather")
-    frozen = tf.stop_gradient(table_ops.gather(table.handle, addresses, table.dim,
-                                               name="gather_padding"))
-    return tf.where(tf.expand_dims(pad, 1), frozen, rows), trained
-
-
-def _finish(table, local_emb, addresses, inverse, ids, is_train, is_grad,
-            serving_default_value, register, trained_addresses=None):
-    """Embeddings of the ids (ids.shape + [dim]) from the rows of their unique keys.
-    `trained_addresses` (default: addresses) are those the lookup collections pair with the
-    rows for the optimizers."""
-    if register and is_train and is_grad:
-        # The addresses are those of distinct keys already, so the SDK's "unique keys" entry
-        # is the same tensor as its "id offsets" entry.
-        trained = addresses if trained_addresses is None else trained_addresses
-        for collection, value in zip(LOOKUP_COLLECTIONS, (local_emb, trained, trained)):
-            tf.compat.v1.add_to_collection(collection, value)
-    if not is_grad:
-        local_emb = tf.stop_gradient(local_emb)
-    if serving_default_value is not None:
-        default = tf.broadcast_to(tf.cast(serving_default_value, tf.float32), [table.dim])
-        missing = tf.expand_dims(tf.equal(addresses, -1), 1)
-        local_emb = tf.where(missing, default[tf.newaxis, :], local_emb)
-    out_shape = tf.concat([tf.shape(inverse, out_type=tf.int32), [table.dim]], 0)
-    embeddings = tf.reshape(table_ops.gather_rows(local_emb, tf.reshape(inverse, [-1])),
-                            out_shape, name="embeddings")
-    embeddings.set_shape(ids.shape.concatenate([table.dim]))
-    return embeddings
-
-
-def sparse_lookup(hash_table, ids, send_count=None, is_train=True, name=None,
-                  modify_graph=False, batch=None, access_and_evict_config=None, is_grad=True,
-                  serving_default_value=None, dim=None, timestamps=None, **kwargs):
+def sparse_lookup(
+    hash_table,
+    ids,
+    send_count=None,
+    is_train=True,
+    name=None,
+    modify_graph=False,
+    batch=None,
+    access_and_evict_config=None,
+    is_grad=True,
+    serving_default_value=None,
+    dim=None,
+    timestamps=None,
+    **kwargs,
+):
     """Looks up the embeddings of `ids` in `hash_table`.
 
     `ids` is a tf.Tensor of any shape, or a FeatureSpec whose preprocessed keys come from
@@ -225,19 +178,24 @@ def sparse_lookup(hash_table, ids, send_count=None, is_train=True, name=None,
         raise ValueError("name must be a non-empty string, got %r" % (name,))
     where = "sparse_lookup %r" % lookup_name
     is_spec = isinstance(ids, FeatureSpec)
-    if not is_spec and not isinstance(ids, (tf.Tensor, tf.SparseTensor)) and hasattr(
-            ids, "table_name"):
-        raise TypeError("%s: ids must be a tf.Tensor or a rec_sdk FeatureSpec, got %r"
-                        % (where, ids))
+    if (
+        not is_spec
+        and not isinstance(ids, (tf.Tensor, tf.SparseTensor))
+        and hasattr(ids, "table_name")
+    ):
+        raise TypeError(
+            "%s: ids must be a tf.Tensor or a rec_sdk FeatureSpec, got %r" % (where, ids)
+        )
     if isinstance(ids, tf.SparseTensor):
-        raise TypeError("%s: ids must be a dense tf.Tensor (SparseTensor is not supported)"
-                        % where)
+        raise TypeError("%s: ids must be a dense tf.Tensor (SparseTensor is not supported)" % where)
     check_bool("is_train", is_train)
     check_bool("modify_graph", modify_graph)
     check_bool("is_grad", is_grad)
     if dim is not None and as_dim(dim) != hash_table.dim:
-        raise ValueError("%s: dim=%r does not match the dim %d of table %r"
-                         % (where, dim, hash_table.dim, hash_table.table_name))
+        raise ValueError(
+            "%s: dim=%r does not match the dim %d of table %r"
+            % (where, dim, hash_table.dim, hash_table.table_name)
+        )
     _check_serving_default(serving_default_value, hash_table.dim, where)
     static = not initialize.get_use_dynamic()
     if static and hash_table.padding_keys_mask:
@@ -245,23 +203,43 @@ def sparse_lookup(hash_table, ids, send_count=None, is_train=True, name=None,
     if send_count is not None:
         check_int("send_count", send_count, 1, INT32_MAX)
     elif static:
-        raise ValueError("%s: send_count is required in static-shape mode "
-                         "(init(use_dynamic=False)); got None" % where)
+        raise ValueError(
+            "%s: send_count is required in static-shape mode "
+            "(init(use_dynamic=False)); got None" % where
+        )
     if hash_table.graph is not tf.compat.v1.get_default_graph():
-        raise ValueError("%s: table %r belongs to another graph"
-                         % (where, hash_table.table_name))
+        raise ValueError("%s: table %r belongs to another graph" % (where, hash_table.table_name))
     if hash_table.lookups.count >= MAX_LOOKUPS_PER_TABLE:
-        raise ValueError("table %r already has %d lookups, the most allowed"
-                         % (hash_table.table_name, MAX_LOOKUPS_PER_TABLE))
+        raise ValueError(
+            "table %r already has %d lookups, the most allowed"
+            % (hash_table.table_name, MAX_LOOKUPS_PER_TABLE)
+        )
     if is_spec:
         _check_spec_against_config(ids, access_and_evict_config, where)
-        result = _feature_spec_lookup(hash_table, ids, send_count if static else None,
-                                      is_train, lookup_name, batch, is_grad,
-                                      serving_default_value)
+        result = _feature_spec_lookup(
+            hash_table,
+            ids,
+            send_count if static else None,
+            is_train,
+            lookup_name,
+            batch,
+            is_grad,
+            serving_default_value,
+        )
     else:
-        result = _tensor_lookup(hash_table, ids, send_count if static else None, is_train,
-                                lookup_name, access_and_evict_config, is_grad,
-                                serving_default_value, timestamps, modify_graph, batch)
+        result = _tensor_lookup(
+            hash_table,
+            ids,
+            send_count if static else None,
+            is_train,
+            lookup_name,
+            access_and_evict_config,
+            is_grad,
+            serving_default_value,
+            timestamps,
+            modify_graph,
+            batch,
+        )
     hash_table.lookups.count += 1
     hash_table.lookups.training += int(is_train)
     hash_table.lookups.names.add(lookup_name)
@@ -275,17 +253,23 @@ def _check_serving_default(value, dim, where):
     if isinstance(value, (tf.Tensor, tf.Variable)):
         shape = value.shape
         if not value.dtype.is_floating and not value.dtype.is_integer:
-            raise TypeError("%s: serving_default_value must be a number or a [%d] float vector, "
-                            "got a %s tensor" % (where, dim, value.dtype.name))
+            raise TypeError(
+                "%s: serving_default_value must be a number or a [%d] float vector, "
+                "got a %s tensor" % (where, dim, value.dtype.name)
+            )
     else:
         try:
             shape = tf.TensorShape(np.shape(np.asarray(value, np.float32)))
         except (TypeError, ValueError):
-            raise TypeError("%s: serving_default_value must be a number or a [%d] float vector, "
-                            "got %r" % (where, dim, value)) from None
+            raise TypeError(
+                "%s: serving_default_value must be a number or a [%d] float vector, "
+                "got %r" % (where, dim, value)
+            ) from None
     if shape.rank is not None and not (shape.rank == 0 or shape.is_compatible_with([dim])):
-        raise ValueError("%s: serving_default_value must be a number or a [%d] vector (the "
-                         "table's dim), got shape %s" % (where, dim, shape))
+        raise ValueError(
+            "%s: serving_default_value must be a number or a [%d] vector (the "
+            "table's dim), got shape %s" % (where, dim, shape)
+        )
 
 
 def _check_spec_against_config(spec, config, where):
@@ -300,20 +284,36 @@ def _check_spec_against_config(spec, config, where):
     def off(value):  # None and -1 both mean "off"
         return -1 if value is None else value
 
-    given = [(key in config, a, b) for key, a, b in (
-        ("access_threshold", off(access), off(mine[0])),
-        ("eviction_threshold", off(evict), off(mine[1])),
-        ("faae_coefficient", coefficient, mine[2]))]
+    given = [
+        (key in config, a, b)
+        for key, a, b in (
+            ("access_threshold", off(access), off(mine[0])),
+            ("eviction_threshold", off(evict), off(mine[1])),
+            ("faae_coefficient", coefficient, mine[2]),
+        )
+    ]
     if any(present and a != b for present, a, b in given):
         raise ValueError(
             "%s: a FeatureSpec lookup takes its thresholds from FeatureSpec %r "
             "(access_threshold=%r, eviction_threshold=%r, faae_coefficient=%r); "
             "access_and_evict_config=%r says otherwise. Set them on the FeatureSpec (or "
-            "pass the same values)" % (where, spec.name, mine[0], mine[1], mine[2], config))
+            "pass the same values)" % (where, spec.name, mine[0], mine[1], mine[2], config)
+        )
 
 
-def _tensor_lookup(table, ids, send_count, is_train, lookup_name, access_and_evict_config,
-                   is_grad, serving_default_value, timestamps, modify_graph=False, batch=None):
+def _tensor_lookup(
+    table,
+    ids,
+    send_count,
+    is_train,
+    lookup_name,
+    access_and_evict_config,
+    is_grad,
+    serving_default_value,
+    timestamps,
+    modify_graph=False,
+    batch=None,
+):
     where = "sparse_lookup %r" % lookup_name
     access, evict, coefficient = _parse_access_and_evict_config(access_and_evict_config, where)
     if access_and_evict_config is not None:
@@ -336,150 +336,107 @@ def _tensor_lookup(table, ids, send_count, is_train, lookup_name, access_and_evi
             if by_timestamp:
                 sample_times = _timestamps_of_lookup(timestamps, ids, where)
                 if not sample_times.dtype.is_integer:
-                    raise TypeError("%s: timestamps must be integers (seconds), got %s"
-                                    % (where, sample_times.dtype.name))
+                    raise TypeError(
+                        "%s: timestamps must be integers (seconds), got %s"
+                        % (where, sample_times.dtype.name)
+                    )
                 _check_timestamp_shape(sample_times.shape, ids.shape, where)
-            counts, newest = table_ops.key_access_stats(tf.reshape(inverse, tf.shape(ids)),
-                                                        tf.size(unique_ids),
-                                                        coefficient, sample_times,
-                                                        name="access_stats")
+            counts, newest = table_ops.key_access_stats(
+                tf.reshape(inverse, tf.shape(ids)),
+                tf.size(unique_ids),
+                coefficient,
+                sample_times,
+                name="access_stats",
+            )
             counts = counts if table.admission else None
             times = newest if by_timestamp else None
         if is_train and table.clock == "step":
-            times = _global_step_clock(table, where)
-        rows = _rows(table, unique_ids, is_train, counts, times, send_count, lookup_name)
+            times = lookup_rows.global_step_clock(table, where)
+        rows = lookup_rows.lookup_rows(
+            table, unique_ids, is_train, counts, times, send_count, lookup_name
+        )
         local_emb, addresses, trained = rows["emb"], rows["addresses"], rows["trained"]
         inverse = tf.reshape(inverse, tf.shape(ids))
-        embeddings = _finish(table, local_emb, addresses, inverse, ids, is_train,
-                             is_grad, serving_default_value, register=True,
-                             trained_addresses=trained)
+        embeddings = lookup_rows.finish_lookup(
+            table,
+            local_emb,
+            addresses,
+            inverse,
+            ids,
+            is_train,
+            is_grad,
+            serving_default_value,
+            register=True,
+            trained_addresses=trained,
+        )
         # What a serving export needs to replace this lookup with stock TensorFlow ops.
-        table.lookups.tensor.append({"ids": given_ids, "embeddings": embeddings,
-                                     "serving_default_value": serving_default_value,
-                                     "addresses": addresses, "inverse": inverse,
-                                     "name": lookup_name, "is_train": is_train})
+        table.lookups.tensor.append(
+            {
+                "ids": given_ids,
+                "embeddings": embeddings,
+                "serving_default_value": serving_default_value,
+                "addresses": addresses,
+                "inverse": inverse,
+                "name": lookup_name,
+                "is_train": is_train,
+            }
+        )
         tf.compat.v1.add_to_collection(ASCEND_SPARSE_LOOKUP_ENTRANCE, given_ids)
         if modify_graph:
-            anchors.record(table.graph, anchors.Anchor(
-                lookup_name, table, given_ids, is_train, send_count, coefficient, sample_times,
-                addresses, local_emb, inverse, batch, trained))
+            anchors.record(
+                table.graph,
+                anchors.Anchor(
+                    lookup_name,
+                    table,
+                    given_ids,
+                    is_train,
+                    send_count,
+                    coefficient,
+                    sample_times,
+                    addresses,
+                    local_emb,
+                    inverse,
+                    batch,
+                    trained,
+                ),
+            )
         return embeddings
 
 
-def _pipeline_thresholds(table, spec):
-    """(access, eviction) thresholds of a table in FeatureSpec mode: the spec's, or those of
-    the table's specs in the graph's insert functions."""
-    if spec.access_threshold is not None:
-        return spec.access_threshold, spec.eviction_threshold
-    for specs, _ in helper.registered_specs(table.graph):
-        for other in specs:
-            if other.table_name == table.table_name and other.access_threshold is not None:
-                return other.access_threshold, other.eviction_threshold
-    return None
-
-
-def _pipeline_keys(table, unique):
-    """The pipeline's unique keys (int64) in the table's key dtype; an int32 table fails at run
-    time on a key outside the int32 range rather than wrapping it."""
-    if table.key_dtype == tf.int64:
-        return unique
-    check = tf.debugging.Assert(
-        tf.reduce_all((unique >= -INT32_MAX - 1) & (unique <= INT32_MAX)),
-        ["table %r has int32 keys; the batch holds a key outside the int32 range"
-         % table.table_name], name="check_int32_keys")
-    with tf.control_dependencies([check]):
-        return tf.cast(unique, tf.int32)
-
-
-def pipeline_rows(table, entries, is_train, send_count, lookup_name):
-    """Maps a batch's preprocessed unique keys of `table` (from get_asc_insert_func) to rows:
-    one find_or_insert (with the batch's admission counts and timestamps in training) and one
-    gather. Shared by every lookup of the table on that batch (FeatureSpec lookups, and tensor
-    lookups after graph modification). Returns {"emb", "addresses", "limit", "send_count",
-    "registered"}."""
-    where = "sparse_lookup %r" % lookup_name
-    unique = entries[helper.unique_key(table.table_name)]
-    counts = entries.get(helper.counts_key(table.table_name)) if is_train else None
-    times = None
-    if is_train and table.admission and counts is None:
-        raise ValueError("%s: table %r has feature admission but the batch comes from "
-                         "get_asc_insert_func(is_training=False); use is_training=True "
-                         "for training datasets" % (where, table.table_name))
-    if is_train and table.clock == "timestamp":
-        times = entries.get(helper.times_key(table.table_name))
-        if times is None:
-            raise ValueError("%s: table %r evicts by timestamp but the batch has none; "
-                             "add a FeatureSpec with is_timestamp=True to the "
-                             "training tgt_key_specs" % (where, table.table_name))
-    elif is_train and table.clock == "step":
-        times = _global_step_clock(table, where)
-    keys = _pipeline_keys(table, unique)
-    table_ops.mark_keys_unique(keys)
-    rows = _rows(table, keys, is_train, counts, times, send_count, lookup_name)
-    rows.update(send_count=send_count or 0, registered=False)
-    return rows
-
-
-def _rows(table, keys, is_train, counts, times, send_count, lookup_name):
-    """The one lookup core, for id-tensor and pipeline lookups alike: distinct `keys` ->
-    (static shape: a check that they fit send_count) -> find_or_insert (with admission
-    counts and clocks in training) -> the rows. Returns {"emb" (rows), "addresses",
-    "trained" (the addresses gradients go to), "limit" (the send_count constant, or None)}."""
-    checks, limit = [], None
-    if send_count is not None:
-        check, limit = _send_count_check(table, lookup_name, tf.size(keys), send_count)
-        checks.append(check)
-    with tf.control_dependencies(checks):
-        if table.ranks is None:
-            rows = _shard_rows(table, keys, is_train, counts, times, lookup_name)
-        else:
-            # A table sharded over ranks: the owners of the keys look them up.
-            rows = ranks.exchange_rows(
-                table, keys, counts, times, table.clock == "timestamp",
-                lambda owned, owned_counts, owned_times: _shard_rows(
-                    table, owned, is_train, owned_counts, owned_times, lookup_name),
-                is_train=is_train)
-    rows["limit"] = limit
-    return rows
-
-
-def _shard_rows(table, keys, is_train, counts, times, lookup_name):
-    """find_or_insert and gather in this process's table (or shard), one op unless padding
-    keys need their own gather: {"emb", "addresses", "trained"}."""
-    if not (table.padding_keys_mask and is_train):
-        addresses, local_emb = table.find_or_insert_rows(
-            keys, is_train, counts=counts, times=times, name="find_or_insert",
-            lookup=lookup_name)
-        return {"emb": local_emb, "addresses": addresses, "trained": addresses}
-    addresses = table.find_or_insert(keys, is_train, counts=counts, times=times,
-                                     name="find_or_insert", lookup=lookup_name)
-    local_emb, trained = _gather(table, keys, addresses, is_train)
-    return {"emb": local_emb, "addresses": addresses, "trained": trained}
-
-
-def _feature_spec_lookup(table, spec, send_count, is_train, lookup_name, batch, is_grad,
-                         serving_default_value):
+def _feature_spec_lookup(
+    table, spec, send_count, is_train, lookup_name, batch, is_grad, serving_default_value
+):
     where = "sparse_lookup %r" % lookup_name
     if spec.is_timestamp:
-        raise ValueError("%s: FeatureSpec %r is a timestamp spec (is_timestamp=True); it is "
-                         "not looked up" % (where, spec.name))
+        raise ValueError(
+            "%s: FeatureSpec %r is a timestamp spec (is_timestamp=True); it is "
+            "not looked up" % (where, spec.name)
+        )
     if spec.table_name != table.table_name:
-        raise ValueError("%s: FeatureSpec %r has table_name=%r, not this table's %r"
-                         % (where, spec.name, spec.table_name, table.table_name))
+        raise ValueError(
+            "%s: FeatureSpec %r has table_name=%r, not this table's %r"
+            % (where, spec.name, spec.table_name, table.table_name)
+        )
     if batch is None:
-        raise ValueError("%s: FeatureSpec ids need batch=<the batch from iterator.get_next()> "
-                         "of a dataset mapped with get_asc_insert_func" % where)
+        raise ValueError(
+            "%s: FeatureSpec ids need batch=<the batch from iterator.get_next()> "
+            "of a dataset mapped with get_asc_insert_func" % where
+        )
     entries = helper.pipeline_dict(batch)
     if entries is None or helper.unique_key(table.table_name) not in entries:
-        raise ValueError("%s: the batch has no preprocessed keys for table %r; map the dataset "
-                         "with get_asc_insert_func(tgt_key_specs=[...]) including FeatureSpec "
-                         "%r before making the iterator" % (where, table.table_name, spec.name))
+        raise ValueError(
+            "%s: the batch has no preprocessed keys for table %r; map the dataset "
+            "with get_asc_insert_func(tgt_key_specs=[...]) including FeatureSpec "
+            "%r before making the iterator" % (where, table.table_name, spec.name)
+        )
     if helper.inverse_key(spec.name) not in entries:
-        raise ValueError("%s: FeatureSpec %r was not among the tgt_key_specs of the "
-                         "get_asc_insert_func that made this batch" % (where, spec.name))
+        raise ValueError(
+            "%s: FeatureSpec %r was not among the tgt_key_specs of the "
+            "get_asc_insert_func that made this batch" % (where, spec.name)
+        )
     ids = helper.feature_of(batch, spec.index_key, "FeatureSpec %r" % spec.name)
     table.lookups.specs.add((spec.name, is_train))
-    thresholds = _pipeline_thresholds(table, spec)
+    thresholds = lookup_rows.pipeline_thresholds(table, spec)
     if thresholds is not None:
         table.configure_admission(where, *thresholds)
     unique = entries[helper.unique_key(table.table_name)]
@@ -487,17 +444,29 @@ def _feature_spec_lookup(table, spec, send_count, is_train, lookup_name, batch, 
     shared = table.lookups.shared_rows.get(key)
     with tf.name_scope(table_ops.op_scope_name(lookup_name)):
         if shared is None:
-            shared = pipeline_rows(table, entries, is_train, send_count, lookup_name)
+            shared = lookup_rows.pipeline_rows(table, entries, is_train, send_count, lookup_name)
             table.lookups.shared_rows[key] = shared
         elif send_count is not None:
             if shared["limit"] is None:
-                raise ValueError("%s: every lookup of table %r on one batch needs a send_count "
-                                 "in static-shape mode" % (where, table.table_name))
+                raise ValueError(
+                    "%s: every lookup of table %r on one batch needs a send_count "
+                    "in static-shape mode" % (where, table.table_name)
+                )
             shared["send_count"] += send_count
-            _raise_limit(shared["limit"], min(shared["send_count"], INT32_MAX))
+            lookup_rows.raise_limit(shared["limit"], min(shared["send_count"], INT32_MAX))
         register = is_train and is_grad and not shared["registered"]
         if register:
             shared["registered"] = True
         inverse = entries[helper.inverse_key(spec.name)]
-        return _finish(table, shared["emb"], shared["addresses"], inverse, ids, is_train,
-                       is_grad, serving_default_value, register, shared["trained"])
+        return lookup_rows.finish_lookup(
+            table,
+            shared["emb"],
+            shared["addresses"],
+            inverse,
+            ids,
+            is_train,
+            is_grad,
+            serving_default_value,
+            register,
+            shared["trained"],
+        )

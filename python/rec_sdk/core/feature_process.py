@@ -3,18 +3,19 @@
 EvictHook runs eviction during training; TableStatsHook writes each table's counters as
 TensorBoard scalars. evict_tables() is the module-level way to evict without a hook.
 """
+
 import numbers
 import time
 
 import tensorflow as tf
 
+from rec_sdk.base.log import logger
+from rec_sdk.base.validation import INT32_MAX, check_bool, check_int
 from rec_sdk.constants.constants import DEFAULT_EVICT_TIME_INTERVAL
-from rec_sdk.tables.table import tables_of_graph
-from rec_sdk.tables.tier import TIER_STATS
 from rec_sdk.distribute import ranks
 from rec_sdk.ops import table_ops
-from rec_sdk.base.validation import INT32_MAX, check_bool, check_int
-from rec_sdk.base.log import logger
+from rec_sdk.tables.table import tables_of_graph
+from rec_sdk.tables.tier import TIER_STATS
 
 
 def evictable_tables(graph=None):
@@ -47,10 +48,11 @@ class EvictHook(tf.compat.v1.train.SessionRunHook):
     since the last eviction (or since the session started), or when the global step reaches
     a multiple of `evict_step_interval` (once per multiple; not at the first step seen). In
     MonitoredTrainingSession (and tf.estimator) the default hooks run first, so an eviction at
-    the step of a checkpoint comes after it: that checkpoint holds the rows before it. Each evictable table (an eviction_threshold from its
-    FeatureSpecs or access_and_evict_config, or steps_to_live) drops the keys whose age reached
-    its threshold: their rows, optimizer slots and admission counts. Use it in training only
-    (MonitoredTrainingSession hooks, or tf.estimator train hooks).
+    the step of a checkpoint comes after it: that checkpoint holds the rows before it. Each
+    evictable table (an eviction_threshold from its FeatureSpecs or access_and_evict_config, or
+    steps_to_live) drops the keys whose age reached its threshold: their rows, optimizer slots and
+    admission counts. Use it in training only (MonitoredTrainingSession hooks, or tf.estimator train
+    hooks).
 
     Args:
       evict_enable: False makes the hook do nothing.
@@ -60,14 +62,19 @@ class EvictHook(tf.compat.v1.train.SessionRunHook):
       time_fn: the wall clock (for tests); default time.time.
     """
 
-    def __init__(self, evict_enable=False, evict_time_interval=DEFAULT_EVICT_TIME_INTERVAL,
-                 evict_step_interval=None, time_fn=None):
+    def __init__(
+        self,
+        evict_enable=False,
+        evict_time_interval=DEFAULT_EVICT_TIME_INTERVAL,
+        evict_step_interval=None,
+        time_fn=None,
+    ):
         self._enable = check_bool("evict_enable", evict_enable)
-        self._time_interval = check_int("evict_time_interval", evict_time_interval, 1,
-                                        INT32_MAX)
+        self._time_interval = check_int("evict_time_interval", evict_time_interval, 1, INT32_MAX)
         if evict_step_interval is not None:
-            evict_step_interval = check_int("evict_step_interval", evict_step_interval, 1,
-                                            INT32_MAX)
+            evict_step_interval = check_int(
+                "evict_step_interval", evict_step_interval, 1, INT32_MAX
+            )
         self._step_interval = evict_step_interval
         self._time_fn = time_fn or time.time
         self._evict_ops = None
@@ -82,14 +89,17 @@ class EvictHook(tf.compat.v1.train.SessionRunHook):
             return
         tables = evictable_tables()
         if not tables:
-            logger.warning("EvictHook: no table has an eviction_threshold or steps_to_live; "
-                            "nothing will be evicted")
+            logger.warning(
+                "EvictHook: no table has an eviction_threshold or steps_to_live; "
+                "nothing will be evicted"
+            )
         self._evict_ops = evict_tables(tables)
         self._global_step = tf.compat.v1.train.get_global_step()
         if self._step_interval is not None and self._global_step is None:
-            raise ValueError("EvictHook: evict_step_interval=%d needs a global step; create "
-                             "it with tf.compat.v1.train.get_or_create_global_step()"
-                             % self._step_interval)
+            raise ValueError(
+                "EvictHook: evict_step_interval=%d needs a global step; create "
+                "it with tf.compat.v1.train.get_or_create_global_step()" % self._step_interval
+            )
 
     def after_create_session(self, session, coord):
         del session, coord
@@ -113,8 +123,10 @@ class EvictHook(tf.compat.v1.train.SessionRunHook):
             # after its increment: near a multiple of the interval, read it again, now that
             # the step is done, and fire when it enters a new multiple.
             step = int(step)
-            if self._last_bucket is not None and \
-                    (step + 1) // self._step_interval > self._last_bucket:
+            if (
+                self._last_bucket is not None
+                and (step + 1) // self._step_interval > self._last_bucket
+            ):
                 step = int(run_context.session.run(self._global_step))
             bucket = step // self._step_interval
             if self._last_bucket is not None and bucket > self._last_bucket:
@@ -132,16 +144,20 @@ class EvictHook(tf.compat.v1.train.SessionRunHook):
         result = session.run(self._evict_ops)
         self.evictions += 1
         self.last_result = {name: (int(r), int(p)) for name, (r, p) in result.items()}
-        logger.info("EvictHook: evicted %s", ", ".join(
-            "%s: %d rows, %d pending keys" % (n, r, p) for n, (r, p) in self.last_result.items()))
+        logger.info(
+            "EvictHook: evicted %s",
+            ", ".join(
+                "%s: %d rows, %d pending keys" % (n, r, p) for n, (r, p) in self.last_result.items()
+            ),
+        )
         return self.last_result
 
 
 def table_summaries(tables=None, family="rec_sdk", collections=None):
     """tf.compat.v1.summary scalar ops for each table's counters (size, capacity, admitted,
     rejected, evicted, pending; with an SSD tier also hot, cold, promotions, demotions and the
-    tier's bytes read, written and on disk), named <family>/<table>/<counter>. By default they join the
-    SUMMARIES collection, so tf.estimator and MonitoredTrainingSession save them with other
+    tier's bytes read, written and on disk), named <family>/<table>/<counter>. By default they join
+    the SUMMARIES collection, so tf.estimator and MonitoredTrainingSession save them with other
     summaries; `collections` picks others ([] for none)."""
     tables = tables_of_graph() if tables is None else list(tables)
     ops = []
@@ -152,8 +168,13 @@ def table_summaries(tables=None, family="rec_sdk", collections=None):
                 continue
             if key in TIER_STATS and getattr(table, "tier", None) is None:
                 continue  # the SSD tier's counters, of a table without one
-            ops.append(tf.compat.v1.summary.scalar("%s/%s/%s" % (family, table.table_name, key),
-                                                   stats[key], collections=collections))
+            ops.append(
+                tf.compat.v1.summary.scalar(
+                    "%s/%s/%s" % (family, table.table_name, key),
+                    stats[key],
+                    collections=collections,
+                )
+            )
     return ops
 
 

@@ -1,6 +1,7 @@
 """The SDK's `create_table` (public as rec_sdk.core.embedding.create_table): its arguments,
 checked as the SDK names them, become a TableSpec (rec_sdk.tables.table_spec) and the table
 (rec_sdk.tables.table.create); over several ranks, a shard per rank (rec_sdk.distribute.ranks)."""
+
 import math
 import numbers
 import os
@@ -8,19 +9,28 @@ import re
 
 import tensorflow as tf
 
-from rec_sdk.constants.constants import (MAX_VOCABULARY_SIZE, All2allGradientsOp,
-                                         ApplyGradientsStrategy, MxRecMode)
+from rec_sdk.base.validation import INT32_MAX, check_bool, check_float, check_int
+from rec_sdk.constants.constants import (
+    MAX_VOCABULARY_SIZE,
+    All2allGradientsOp,
+    ApplyGradientsStrategy,
+    MxRecMode,
+)
+from rec_sdk.distribute import cluster
+from rec_sdk.distribute.ranks import set_shards
+from rec_sdk.ops import table_ops
 from rec_sdk.tables import table as table_module
 from rec_sdk.tables import tier
 from rec_sdk.tables.initializer_spec import describe_initializer
-from rec_sdk.distribute.ranks import set_shards
 from rec_sdk.tables.table import tables_of_graph
-from rec_sdk.tables.table_spec import (RankPlacement, TableSpec, emb_dtype_name, index_layout_name,
-                                     slot_dtype_name)
-from rec_sdk.ops import table_ops
+from rec_sdk.tables.table_spec import (
+    RankPlacement,
+    TableSpec,
+    emb_dtype_name,
+    index_layout_name,
+    slot_dtype_name,
+)
 from rec_sdk.util import initialize
-from rec_sdk.distribute import cluster
-from rec_sdk.base.validation import INT32_MAX, check_bool, check_float, check_int
 
 _NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.]{1,100}$")
 
@@ -36,20 +46,40 @@ def as_dim(dim):
     """dim as an int (the table's spec checks its range)."""
     if isinstance(dim, tf.TensorShape):
         if dim.rank != 1 or dim[0] is None:
-            raise ValueError("dim must be an int or a rank-1 TensorShape with a known size in "
-                             "[1, %d], got %s" % (table_ops.max_dim(), dim))
+            raise ValueError(
+                "dim must be an int or a rank-1 TensorShape with a known size in "
+                "[1, %d], got %s" % (table_ops.max_dim(), dim)
+            )
         dim = dim[0]
     if isinstance(dim, bool) or not isinstance(dim, numbers.Integral):
-        raise TypeError("dim must be an int in [1, %d], got %r (%s)"
-                        % (table_ops.max_dim(), dim, type(dim).__name__))
+        raise TypeError(
+            "dim must be an int in [1, %d], got %r (%s)"
+            % (table_ops.max_dim(), dim, type(dim).__name__)
+        )
     return int(dim)
 
 
-def create_table(key_dtype, dim, name, emb_initializer, device_vocabulary_size=1,
-                 host_vocabulary_size=0, ssd_vocabulary_size=0, ssd_data_path=(os.getcwd(),),
-                 is_save=True, init_param=1.0, value_dtype=tf.float32, steps_to_live=None,
-                 evict_when_full=False, ssd_direct_io=False, servable=False,
-                 emb_dtype=tf.float32, slot_dtype=tf.float32, index_layout="auto", **kwargs):
+def create_table(
+    key_dtype,
+    dim,
+    name,
+    emb_initializer,
+    device_vocabulary_size=1,
+    host_vocabulary_size=0,
+    ssd_vocabulary_size=0,
+    ssd_data_path=None,
+    is_save=True,
+    init_param=1.0,
+    value_dtype=tf.float32,
+    steps_to_live=None,
+    evict_when_full=False,
+    ssd_direct_io=False,
+    servable=False,
+    emb_dtype=tf.float32,
+    slot_dtype=tf.float32,
+    index_layout="auto",
+    **kwargs,
+):
     """Creates a sparse embedding table.
 
     Args:
@@ -70,9 +100,9 @@ def create_table(key_dtype, dim, name, emb_initializer, device_vocabulary_size=1
         memory when a training lookup needs them. It trains exactly as an all-in-memory
         table would.
       ssd_data_path: the SSD level's directories (a path or a list of paths; the record
-        files are spread over them): each must exist and be writable when ssd_vocabulary_size
-        > 0. The files are scratch space, deleted with the table; checkpoints hold every
-        row of both levels.
+        files are spread over them; default: the working directory): each must exist and be
+        writable when ssd_vocabulary_size > 0. The files are scratch space, deleted with the table;
+        checkpoints hold every row of both levels.
       is_save: whether checkpoints include this table.
       init_param: in [-10, 10]; multiplies every initial value.
       value_dtype: tf.float32 (the only supported value type).
@@ -121,25 +151,33 @@ def create_table(key_dtype, dim, name, emb_initializer, device_vocabulary_size=1
     for table in tables_of_graph():
         if table.table_name == name:
             raise ValueError("name %r is already used by another table in this graph" % name)
-    device_vocabulary_size = check_int("device_vocabulary_size", device_vocabulary_size, 0,
-                                       MAX_VOCABULARY_SIZE)
-    host_vocabulary_size = check_int("host_vocabulary_size", host_vocabulary_size, 0,
-                                     MAX_VOCABULARY_SIZE)
-    ssd_vocabulary_size = check_int("ssd_vocabulary_size", ssd_vocabulary_size, 0,
-                                    MAX_VOCABULARY_SIZE)
+    device_vocabulary_size = check_int(
+        "device_vocabulary_size", device_vocabulary_size, 0, MAX_VOCABULARY_SIZE
+    )
+    host_vocabulary_size = check_int(
+        "host_vocabulary_size", host_vocabulary_size, 0, MAX_VOCABULARY_SIZE
+    )
+    ssd_vocabulary_size = check_int(
+        "ssd_vocabulary_size", ssd_vocabulary_size, 0, MAX_VOCABULARY_SIZE
+    )
     if ssd_vocabulary_size > 0 and host_vocabulary_size == 0:
-        raise ValueError("ssd_vocabulary_size=%d needs host_vocabulary_size > 0"
-                         % ssd_vocabulary_size)
-    ssd_data_path = tier.check_paths("ssd_data_path", ssd_data_path,
-                                     must_exist=ssd_vocabulary_size > 0)
+        raise ValueError(
+            "ssd_vocabulary_size=%d needs host_vocabulary_size > 0" % ssd_vocabulary_size
+        )
+    if ssd_data_path is None:  # the SDK's default: the working directory at the call
+        ssd_data_path = (os.getcwd(),)
+    ssd_data_path = tier.check_paths(
+        "ssd_data_path", ssd_data_path, must_exist=ssd_vocabulary_size > 0
+    )
     check_bool("is_save", is_save)
     check_bool("servable", servable)
     init_param = check_float("init_param", init_param, -10.0, 10.0)
     if tf.as_dtype(value_dtype) != tf.float32:
         raise ValueError("value_dtype must be tf.float32, got %r" % (value_dtype,))
     if emb_initializer is None:
-        raise ValueError("emb_initializer is required, e.g. "
-                         "tf.compat.v1.truncated_normal_initializer()")
+        raise ValueError(
+            "emb_initializer is required, e.g. tf.compat.v1.truncated_normal_initializer()"
+        )
     if steps_to_live is not None:
         steps_to_live = check_int("steps_to_live", steps_to_live, 1, 2**62)
     check_bool("evict_when_full", evict_when_full)
@@ -149,31 +187,44 @@ def create_table(key_dtype, dim, name, emb_initializer, device_vocabulary_size=1
 
     # The sizes are per level over all ranks; each rank holds its share of each.
     rank_size = config.rank_size
-    device_rows, host_rows, ssd_rows = (math.ceil(size / rank_size) for size in (
-        device_vocabulary_size, host_vocabulary_size, ssd_vocabulary_size))
+    device_rows, host_rows, ssd_rows = (
+        math.ceil(size / rank_size)
+        for size in (device_vocabulary_size, host_vocabulary_size, ssd_vocabulary_size)
+    )
     dynamic_expansion = config.use_dynamic_expansion
     table_tier = None
     if ssd_rows > 0:
         # device + host rows in memory, the rest on SSD (unbounded with dynamic expansion).
-        table_tier = tier.make(device_rows + host_rows, None if dynamic_expansion else ssd_rows,
-                               ssd_data_path, ssd_direct_io,
-                               names=("device_vocabulary_size + host_vocabulary_size",
-                                      "ssd_vocabulary_size"))
+        table_tier = tier.make(
+            device_rows + host_rows,
+            None if dynamic_expansion else ssd_rows,
+            ssd_data_path,
+            ssd_direct_io,
+            names=("device_vocabulary_size + host_vocabulary_size", "ssd_vocabulary_size"),
+        )
     else:
         check_bool("ssd_direct_io", ssd_direct_io)
     # The shape the SDK gives a table's variable in HBM mode, [device rows of this rank, dim]:
     # what shape-dependent initializers (variance scaling) take their fans from.
     shape = None if dynamic_expansion else (device_rows or host_rows + ssd_rows, dim)
     spec = TableSpec(
-        name, key_dtype, dim, describe_initializer(emb_initializer, name, scale=init_param,
-                                                   shape=shape),
+        name,
+        key_dtype,
+        dim,
+        describe_initializer(emb_initializer, name, scale=init_param, shape=shape),
         dynamic_expansion=dynamic_expansion,
         capacity_rows=None if dynamic_expansion else device_rows + host_rows + ssd_rows,
-        initial_rows=device_rows, tier=table_tier, is_save=is_save,
-        steps_to_live=steps_to_live, evict_when_full=evict_when_full,
-        track_changes=config.is_incremental_checkpoint or servable, emb_dtype=emb_dtype,
-        slot_dtype=slot_dtype, index_layout=index_layout,
-        **options["padding"])
+        initial_rows=device_rows,
+        tier=table_tier,
+        is_save=is_save,
+        steps_to_live=steps_to_live,
+        evict_when_full=evict_when_full,
+        track_changes=config.is_incremental_checkpoint or servable,
+        emb_dtype=emb_dtype,
+        slot_dtype=slot_dtype,
+        index_layout=index_layout,
+        **options["padding"],
+    )
     placement = _placement(name, rank_size, options["divide_gradients"])
     if placement is None:
         return table_module.create(spec)
@@ -200,14 +251,17 @@ def _placement(name, rank_size, divide_gradients):
         return None
     task = cluster.training_task()
     if task is None:
-        raise ValueError("create_table(name=%r): init() found %d ranks but this process is not "
-                         "a training task of a cluster (TF_CONFIG)" % (name, rank_size))
+        raise ValueError(
+            "create_table(name=%r): init() found %d ranks but this process is not "
+            "a training task of a cluster (TF_CONFIG)" % (name, rank_size)
+        )
     if "ps" in task.cluster.jobs:
         raise ValueError(
             "create_table(name=%r): the cluster has ps tasks; tables of the SDK API are "
             "sharded over the ranks (the chief and worker tasks) and trained synchronously. "
             "Use a cluster without ps tasks, or de.Variable(devices=rec_sdk.distribute."
-            "ps_devices(server)) to shard over ps tasks" % name)
+            "ps_devices(server)) to shard over ps tasks" % name
+        )
     rank, size = cluster.rank_of(task)
     return RankPlacement(task, rank, size, cluster.worker_devices(task), divide_gradients)
 
@@ -219,15 +273,19 @@ def _table_options(name, options):
     if "is_dp" in options:
         check_bool("is_dp", options.pop("is_dp"))
     chosen = {}
-    for key, enum_class in (("all2all_gradients_op", All2allGradientsOp), ("mode", MxRecMode),
-                            ("apply_gradients_strategy", ApplyGradientsStrategy)):
+    for key, enum_class in (
+        ("all2all_gradients_op", All2allGradientsOp),
+        ("mode", MxRecMode),
+        ("apply_gradients_strategy", ApplyGradientsStrategy),
+    ):
         if key in options:
             try:
                 chosen[key] = enum_class.mapping(options.pop(key))
             except KeyError as error:
                 raise ValueError("%s: %s: %s" % (where, key, error.args[0])) from None
-    divide = (chosen.get("all2all_gradients_op") ==
-              All2allGradientsOp.SUM_GRADIENTS_AND_DIV_BY_RANKSIZE)
+    divide = (
+        chosen.get("all2all_gradients_op") == All2allGradientsOp.SUM_GRADIENTS_AND_DIV_BY_RANKSIZE
+    )
     if "shard_num" in options:
         check_int("shard_num", options.pop("shard_num"), 1, INT32_MAX)
     for key in ("enable_merge", "fusion_optimizer_var"):
@@ -237,8 +295,9 @@ def _table_options(name, options):
         check_int("hashtable_threshold", options.pop("hashtable_threshold"), 0, INT32_MAX)
     optimizers = options.pop("optimizer_list", None)
     if optimizers is not None and not isinstance(optimizers, (list, tuple)):
-        raise TypeError("%s: optimizer_list must be a list of sparse optimizers, got %r"
-                        % (where, optimizers))
+        raise TypeError(
+            "%s: optimizer_list must be a list of sparse optimizers, got %r" % (where, optimizers)
+        )
     keys = options.pop("padding_keys", None)
     mask = check_bool("padding_keys_mask", options.pop("padding_keys_mask", False))
     length = options.pop("padding_keys_len", None)
@@ -252,17 +311,28 @@ def _table_options(name, options):
         return {"padding": {}, "divide_gradients": divide}
     if isinstance(keys, numbers.Integral) and not isinstance(keys, bool):
         keys = [keys]
-    if not isinstance(keys, (list, tuple)) or not keys or not all(
-            isinstance(k, numbers.Integral) and not isinstance(k, bool) for k in keys):
-        raise TypeError("%s: padding_keys must be an int or a non-empty list of ints, got %r"
-                        % (where, keys))
+    if (
+        not isinstance(keys, (list, tuple))
+        or not keys
+        or not all(isinstance(k, numbers.Integral) and not isinstance(k, bool) for k in keys)
+    ):
+        raise TypeError(
+            "%s: padding_keys must be an int or a non-empty list of ints, got %r" % (where, keys)
+        )
     for key in keys:
-        check_int("padding_keys", key, -2**63, 2**63 - 1)
+        check_int("padding_keys", key, -(2**63), 2**63 - 1)
     if not mask:
         raise ValueError("%s: padding_keys=%r needs padding_keys_mask=True" % (where, keys))
     if length is None:
-        raise ValueError("%s: padding_keys=%r needs padding_keys_len (the keys per step in "
-                         "static-shape mode)" % (where, keys))
-    return {"padding": {"padding_keys": tuple(sorted({int(k) for k in keys})),
-                        "padding_keys_mask": True, "padding_keys_len": length},
-            "divide_gradients": divide}
+        raise ValueError(
+            "%s: padding_keys=%r needs padding_keys_len (the keys per step in "
+            "static-shape mode)" % (where, keys)
+        )
+    return {
+        "padding": {
+            "padding_keys": tuple(sorted({int(k) for k in keys})),
+            "padding_keys_mask": True,
+            "padding_keys_len": length,
+        },
+        "divide_gradients": divide,
+    }

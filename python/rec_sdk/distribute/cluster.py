@@ -19,6 +19,7 @@ with `all_reduce` (TensorFlow's CollectiveReduceV2 over the same runtime).
 TF_CONFIG is TensorFlow's: {"cluster": {"ps": ["host:port", ...], "worker": [...],
 "chief": [...]}, "task": {"type": "ps", "index": 0}}.
 """
+
 import json
 import math
 import os
@@ -30,10 +31,24 @@ import tensorflow as tf
 
 from rec_sdk.ops.loader import load_ops
 
-__all__ = ["ClusterTask", "task_from_tf_config", "start_server", "current_task", "training_task",
-           "rank_of", "ps_devices", "worker_devices", "worker_config", "all_reduce",
-           "all_reduce_many", "all_gather", "all_gather_blocks", "all_to_all_blocks",
-           "all_to_all_in_class", "CollectiveGroup"]
+__all__ = [
+    "ClusterTask",
+    "task_from_tf_config",
+    "start_server",
+    "current_task",
+    "training_task",
+    "rank_of",
+    "ps_devices",
+    "worker_devices",
+    "worker_config",
+    "all_reduce",
+    "all_reduce_many",
+    "all_gather",
+    "all_gather_blocks",
+    "all_to_all_blocks",
+    "all_to_all_in_class",
+    "CollectiveGroup",
+]
 
 _current = [None]  # the ClusterTask whose server this process started
 # Collective instance keys used so far, per graph: the n-th collective built in a graph gets
@@ -42,8 +57,13 @@ _instances = weakref.WeakKeyDictionary()
 _instances_lock = threading.Lock()
 _graphs = [0]  # graphs of this process that built collectives
 _KEYS_PER_GRAPH = 1 << 20
-_REDUCTIONS = {"sum": ("Add", "Id"), "mean": ("Add", "Div"), "max": ("Max", "Id"),
-               "min": ("Min", "Id"), "prod": ("Mul", "Id")}
+_REDUCTIONS = {
+    "sum": ("Add", "Id"),
+    "mean": ("Add", "Div"),
+    "max": ("Max", "Id"),
+    "min": ("Min", "Id"),
+    "prod": ("Mul", "Id"),
+}
 
 
 class ClusterTask:
@@ -54,23 +74,35 @@ class ClusterTask:
             try:
                 cluster = tf.train.ClusterSpec(cluster)
             except (TypeError, ValueError) as e:
-                raise ValueError("cluster must be a tf.train.ClusterSpec or a dict "
-                                 "{job: [\"host:port\", ...]}, got %r (%s)" % (cluster, e)) from None
+                raise ValueError(
+                    "cluster must be a tf.train.ClusterSpec or a dict "
+                    '{job: ["host:port", ...]}, got %r (%s)' % (cluster, e)
+                ) from None
         if job_name not in cluster.jobs:
-            raise ValueError("job_name %r is not a job of the cluster (jobs: %s)"
-                             % (job_name, ", ".join(sorted(cluster.jobs))))
+            raise ValueError(
+                "job_name %r is not a job of the cluster (jobs: %s)"
+                % (job_name, ", ".join(sorted(cluster.jobs)))
+            )
         tasks = cluster.num_tasks(job_name)
-        if isinstance(task_index, bool) or not isinstance(task_index, int) or \
-                not 0 <= task_index < tasks:
-            raise ValueError("task_index must be an integer in [0, %d) (job %r has %d tasks), "
-                             "got %r" % (tasks, job_name, tasks, task_index))
+        if (
+            isinstance(task_index, bool)
+            or not isinstance(task_index, int)
+            or not 0 <= task_index < tasks
+        ):
+            raise ValueError(
+                "task_index must be an integer in [0, %d) (job %r has %d tasks), "
+                "got %r" % (tasks, job_name, tasks, task_index)
+            )
         self.cluster = cluster
         self.job_name = job_name
         self.task_index = task_index
 
     def __repr__(self):
         return "<ClusterTask /job:%s/task:%d of %s>" % (
-            self.job_name, self.task_index, self.cluster.as_dict())
+            self.job_name,
+            self.task_index,
+            self.cluster.as_dict(),
+        )
 
 
 def task_from_tf_config(tf_config=None):
@@ -79,18 +111,25 @@ def task_from_tf_config(tf_config=None):
     if tf_config is None:
         tf_config = os.environ.get("TF_CONFIG")
         if not tf_config:
-            raise ValueError("TF_CONFIG is not set: give the cluster and task explicitly or set "
-                             "TF_CONFIG='{\"cluster\": {\"ps\": [\"host:port\"], \"worker\": "
-                             "[...]}, \"task\": {\"type\": \"ps\", \"index\": 0}}'")
+            raise ValueError(
+                "TF_CONFIG is not set: give the cluster and task explicitly or set "
+                'TF_CONFIG=\'{"cluster": {"ps": ["host:port"], "worker": '
+                '[...]}, "task": {"type": "ps", "index": 0}}\''
+            )
     if isinstance(tf_config, str):
         try:
             tf_config = json.loads(tf_config)
         except ValueError as e:
             raise ValueError("TF_CONFIG is not JSON (%s): %r" % (e, tf_config)) from None
-    if not isinstance(tf_config, dict) or not isinstance(tf_config.get("cluster"), dict) \
-            or not isinstance(tf_config.get("task"), dict):
-        raise ValueError("TF_CONFIG must have a \"cluster\" dict and a \"task\" dict "
-                         "({\"type\": job, \"index\": i}), got %r" % (tf_config,))
+    if (
+        not isinstance(tf_config, dict)
+        or not isinstance(tf_config.get("cluster"), dict)
+        or not isinstance(tf_config.get("task"), dict)
+    ):
+        raise ValueError(
+            'TF_CONFIG must have a "cluster" dict and a "task" dict '
+            '({"type": job, "index": i}), got %r' % (tf_config,)
+        )
     task = tf_config["task"]
     return ClusterTask(tf_config["cluster"], task.get("type"), task.get("index", 0))
 
@@ -105,10 +144,13 @@ def start_server(cluster=None, job_name=None, task_index=None, config=None, coll
     else:
         task = ClusterTask(cluster, job_name, 0 if task_index is None else task_index)
     load_ops()  # before the server starts: its graphs may hold rec_sdk ops
-    server = tf.distribute.Server(task.cluster, job_name=task.job_name,
-                                  task_index=task.task_index,
-                                  config=config or worker_config(task, collective),
-                                  start=True)
+    server = tf.distribute.Server(
+        task.cluster,
+        job_name=task.job_name,
+        task_index=task.task_index,
+        config=config or worker_config(task, collective),
+        start=True,
+    )
     server.rec_sdk_task = task
     _current[0] = task
     return server
@@ -122,8 +164,7 @@ def current_task():
 def _task_of(where):
     task = getattr(where, "rec_sdk_task", where)
     if not isinstance(task, ClusterTask):
-        raise TypeError("expected a server from start_server or a ClusterTask, got %r"
-                        % (where,))
+        raise TypeError("expected a server from start_server or a ClusterTask, got %r" % (where,))
     return task
 
 
@@ -137,8 +178,12 @@ def _device(job, index):
 
 def _training_tasks(cluster):
     """[(job, index)] of the training tasks in rank order: the chief (if any), the workers."""
-    return [(job, i) for job in ("chief", "worker") if job in cluster.jobs
-            for i in cluster.task_indices(job)]
+    return [
+        (job, i)
+        for job in ("chief", "worker")
+        if job in cluster.jobs
+        for i in cluster.task_indices(job)
+    ]
 
 
 def ps_devices(where, job_name="ps"):
@@ -147,8 +192,9 @@ def ps_devices(where, job_name="ps"):
     ClusterTask or a tf.train.ClusterSpec."""
     cluster = _cluster_of(where)
     if job_name not in cluster.jobs:
-        raise ValueError("the cluster has no %r job (jobs: %s)"
-                         % (job_name, ", ".join(sorted(cluster.jobs))))
+        raise ValueError(
+            "the cluster has no %r job (jobs: %s)" % (job_name, ", ".join(sorted(cluster.jobs)))
+        )
     return [_device(job_name, i) for i in cluster.task_indices(job_name)]
 
 
@@ -213,8 +259,9 @@ class CollectiveGroup:
 
     def __init__(self, key, devices, index, count):
         if key <= 1:
-            raise ValueError("a CollectiveGroup's key must be > 1 (1 is every training "
-                             "task's), got %d" % key)
+            raise ValueError(
+                "a CollectiveGroup's key must be > 1 (1 is every training task's), got %d" % key
+            )
         self.key, self.devices, self.index, self.count = key, list(devices), index, count
 
     def __repr__(self):
@@ -232,8 +279,9 @@ def _collective_call(task, name, keys=1, group=None):
         return None
     own = _device(task.job_name, task.task_index)
     if own not in devices:
-        raise ValueError("%s runs in the training tasks (%s), not in %s"
-                         % (name, ", ".join(devices), own))
+        raise ValueError(
+            "%s runs in the training tasks (%s), not in %s" % (name, ", ".join(devices), own)
+        )
     if group is not None:
         if own not in group.devices:
             raise ValueError("%s of %r runs in its tasks, not in %s" % (name, group, own))
@@ -252,15 +300,18 @@ def _reserve(name, keys):
             # e.g. an Estimator's evaluation, must not reuse the first's keys). Every task
             # builds its graphs in the same order, so the ranges match.
             if (_graphs[0] + 2) * _KEYS_PER_GRAPH > 2**31:
-                raise ValueError("%s: more than %d graphs of this process built collectives "
-                                 "(their instance keys are int32)" % (name, _graphs[0]))
+                raise ValueError(
+                    "%s: more than %d graphs of this process built collectives "
+                    "(their instance keys are int32)" % (name, _graphs[0])
+                )
             _graphs[0] += 1
             _instances[graph] = _graphs[0] * _KEYS_PER_GRAPH
         instance = _instances[graph] + 1
         _instances[graph] += keys
         if _instances[graph] >= (_graphs[0] + 1) * _KEYS_PER_GRAPH:
-            raise ValueError("%s: more than %d collective instance keys in one graph"
-                             % (name, _KEYS_PER_GRAPH))
+            raise ValueError(
+                "%s: more than %d collective instance keys in one graph" % (name, _KEYS_PER_GRAPH)
+            )
     return instance
 
 
@@ -279,8 +330,9 @@ def all_reduce(tensor, reduction="sum", task=None, name=None):
     training task; with one training task (or none) the tensor itself. The task's server and
     sessions need worker_config(task, collective=True)."""
     if reduction not in _REDUCTIONS:
-        raise ValueError("reduction must be one of %s, got %r" % (", ".join(_REDUCTIONS),
-                                                                 reduction))
+        raise ValueError(
+            "reduction must be one of %s, got %r" % (", ".join(_REDUCTIONS), reduction)
+        )
     call = _collective_call(task, "all_reduce")
     if call is None:
         return tf.identity(tensor, name=name)
@@ -288,9 +340,14 @@ def all_reduce(tensor, reduction="sum", task=None, name=None):
     merge, final = _REDUCTIONS[reduction]
     with tf.device(own), tf.name_scope(name or "all_reduce"):
         return tf.raw_ops.CollectiveReduceV2(
-            input=tf.convert_to_tensor(tensor), group_size=tf.constant(size),
-            group_key=tf.constant(1), instance_key=tf.constant(instance), ordering_token=[],
-            merge_op=merge, final_op=final)
+            input=tf.convert_to_tensor(tensor),
+            group_size=tf.constant(size),
+            group_key=tf.constant(1),
+            instance_key=tf.constant(instance),
+            ordering_token=[],
+            merge_op=merge,
+            final_op=final,
+        )
 
 
 def all_reduce_many(tensors, reduction="sum", task=None, name=None):
@@ -306,8 +363,7 @@ def all_reduce_many(tensors, reduction="sum", task=None, name=None):
         flat = tf.concat([tf.reshape(t, [-1]) for t in tensors], 0)
         reduced = all_reduce(flat, reduction, task=task)
         sizes = [tf.size(t) for t in tensors]
-        return [tf.reshape(part, tf.shape(t))
-                for part, t in zip(tf.split(reduced, sizes), tensors)]
+        return [tf.reshape(part, tf.shape(t)) for part, t in zip(tf.split(reduced, sizes), tensors)]
 
 
 def all_gather(tensor, task=None, name=None, group=None):
@@ -321,9 +377,12 @@ def all_gather(tensor, task=None, name=None, group=None):
     own, size, instance, group_key = call
     with tf.device(own), tf.name_scope(name or "all_gather"):
         return tf.raw_ops.CollectiveGatherV2(
-            input=tf.convert_to_tensor(tensor), group_size=tf.constant(size),
-            group_key=tf.constant(group_key), instance_key=tf.constant(instance),
-            ordering_token=[])
+            input=tf.convert_to_tensor(tensor),
+            group_size=tf.constant(size),
+            group_key=tf.constant(group_key),
+            instance_key=tf.constant(instance),
+            ordering_token=[],
+        )
 
 
 _SIZE_CLASSES = 32  # powers of two: what all_gather_blocks pads to
@@ -332,10 +391,10 @@ _SIZE_CLASSES = 32  # powers of two: what all_gather_blocks pads to
 def _power_of_two(count):
     """(k, 2**k) as int64 scalars for the least power of two >= max(count, 1)."""
     count = tf.maximum(tf.cast(count, tf.int64), 1)
-    power = tf.cast(tf.math.ceil(tf.math.log(tf.cast(count, tf.float64)) / math.log(2.0)),
-                    tf.int64)
-    power += tf.cast(tf.bitwise.left_shift(tf.constant(1, tf.int64), power) < count,
-                     tf.int64)  # a log rounded down
+    power = tf.cast(tf.math.ceil(tf.math.log(tf.cast(count, tf.float64)) / math.log(2.0)), tf.int64)
+    power += tf.cast(
+        tf.bitwise.left_shift(tf.constant(1, tf.int64), power) < count, tf.int64
+    )  # a log rounded down
     return power, tf.bitwise.left_shift(tf.constant(1, tf.int64), power)
 
 
@@ -344,8 +403,9 @@ def _size_class(width, first, what):
     power of two (the first of the site's _SIZE_CLASSES keys is `first`), and that padded
     width as int32."""
     power, total = _power_of_two(width)
-    check = tf.debugging.assert_less(power, tf.constant(_SIZE_CLASSES - 1, tf.int64),
-                                     message="%s: over 2**30 values" % what)
+    check = tf.debugging.assert_less(
+        power, tf.constant(_SIZE_CLASSES - 1, tf.int64), message="%s: over 2**30 values" % what
+    )
     with tf.control_dependencies([check]):
         return tf.cast(power, tf.int32) + first, tf.cast(total, tf.int32)
 
@@ -356,7 +416,7 @@ def _cut(per_task, tensors, rows, inner_from):
     out, offset = [], tf.constant(0, tf.int32)
     for t, r in zip(tensors, rows):
         length = r * int(np.prod(t.shape[inner_from:].as_list(), dtype=np.int64))
-        out.append(per_task[:, offset:offset + length])
+        out.append(per_task[:, offset : offset + length])
         offset += length
     return out
 
@@ -374,21 +434,28 @@ def all_gather_blocks(blocks, task=None, name=None):
     with tf.name_scope(name or "all_gather_blocks"):
         tensors = [tf.convert_to_tensor(t) for t, _ in blocks]
         rows = [tf.cast(width, tf.int32) for _, width in blocks]
-        padded = [tf.pad(t, [[0, r - tf.shape(t)[0]]] + [[0, 0]] * (t.shape.rank - 1))
-                  for t, r in zip(tensors, rows)]
+        padded = [
+            tf.pad(t, [[0, r - tf.shape(t)[0]]] + [[0, 0]] * (t.shape.rank - 1))
+            for t, r in zip(tensors, rows)
+        ]
         if call is None:
             return list(zip(padded, rows))
         own, size, first, _ = call
         with tf.device(own):
             flat = tf.concat([tf.reshape(t, [-1]) for t in padded], 0)
-            key, total = _size_class(tf.size(flat, out_type=tf.int64), first,
-                                     "all_gather_blocks")
+            key, total = _size_class(tf.size(flat, out_type=tf.int64), first, "all_gather_blocks")
             gathered = tf.raw_ops.CollectiveGatherV2(
-                input=tf.pad(flat, [[0, total - tf.size(flat)]]), group_size=tf.constant(size),
-                group_key=tf.constant(1), instance_key=key, ordering_token=[])
+                input=tf.pad(flat, [[0, total - tf.size(flat)]]),
+                group_size=tf.constant(size),
+                group_key=tf.constant(1),
+                instance_key=key,
+                ordering_token=[],
+            )
             parts = _cut(tf.reshape(gathered, [size, -1]), tensors, rows, 1)
-            return [(tf.reshape(part, [size * r] + t.shape[1:].as_list()), r)
-                    for part, t, r in zip(parts, tensors, rows)]
+            return [
+                (tf.reshape(part, [size * r] + t.shape[1:].as_list()), r)
+                for part, t, r in zip(parts, tensors, rows)
+            ]
 
 
 def all_to_all_blocks(blocks, task=None, name=None):
@@ -408,8 +475,10 @@ def all_to_all_blocks(blocks, task=None, name=None):
     with tf.name_scope(name or "all_to_all_blocks"):
         tensors = [tf.convert_to_tensor(t) for t, _ in blocks]
         caps = [tf.cast(cap, tf.int32) for _, cap in blocks]
-        padded = [tf.pad(t, [[0, 0], [0, c - tf.shape(t)[1]]] + [[0, 0]] * (t.shape.rank - 2))
-                  for t, c in zip(tensors, caps)]
+        padded = [
+            tf.pad(t, [[0, 0], [0, c - tf.shape(t)[1]]] + [[0, 0]] * (t.shape.rank - 2))
+            for t, c in zip(tensors, caps)
+        ]
         if call is None:
             return padded
         own, size, first, _ = call
@@ -418,10 +487,16 @@ def all_to_all_blocks(blocks, task=None, name=None):
             width = tf.shape(flat)[1]
             key, total = _size_class(tf.cast(width, tf.int64), first, "all_to_all_blocks")
             received = tf.raw_ops.CollectiveAllToAllV2(
-                input=tf.pad(flat, [[0, 0], [0, total - width]]), group_size=tf.constant(size),
-                group_key=tf.constant(1), instance_key=key, ordering_token=[])
-            return [tf.reshape(part, [size, c] + t.shape[2:].as_list())
-                    for part, t, c in zip(_cut(received, tensors, caps, 2), tensors, caps)]
+                input=tf.pad(flat, [[0, 0], [0, total - width]]),
+                group_size=tf.constant(size),
+                group_key=tf.constant(1),
+                instance_key=key,
+                ordering_token=[],
+            )
+            return [
+                tf.reshape(part, [size, c] + t.shape[2:].as_list())
+                for part, t, c in zip(_cut(received, tensors, caps, 2), tensors, caps)
+            ]
 
 
 def all_to_all_in_class(tensor, size_class, classes, task=None, name=None, group=None):
@@ -439,5 +514,9 @@ def all_to_all_in_class(tensor, size_class, classes, task=None, name=None, group
     own, size, first, group_key = call
     with tf.device(own), tf.name_scope(name or "all_to_all_in_class"):
         return tf.raw_ops.CollectiveAllToAllV2(
-            input=tensor, group_size=tf.constant(size), group_key=tf.constant(group_key),
-            instance_key=tf.cast(size_class, tf.int32) + first, ordering_token=[])
+            input=tensor,
+            group_size=tf.constant(size),
+            group_key=tf.constant(group_key),
+            instance_key=tf.cast(size_class, tf.int32) + first,
+            ordering_token=[],
+        )

@@ -11,6 +11,7 @@ worker has exited (or one failed: the others are stopped), stops the ps tasks an
 the first failing worker's code, else 0. On several machines, start the same processes by
 hand with TF_CONFIG naming the real hosts (see docs/DISTRIBUTED.md).
 """
+
 import argparse
 import json
 import os
@@ -52,12 +53,14 @@ def _pump(process, prefix, out):
 
 
 def _start(command, cluster, job, index, out):
-    env = dict(os.environ, TF_CONFIG=json.dumps(
-        {"cluster": cluster, "task": {"type": job, "index": index}}))
-    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True)
-    threading.Thread(target=_pump, args=(process, "%s %d" % (job, index), out),
-                     daemon=True).start()
+    env = dict(
+        os.environ,
+        TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": job, "index": index}}),
+    )
+    process = subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    threading.Thread(target=_pump, args=(process, "%s %d" % (job, index), out), daemon=True).start()
     return process
 
 
@@ -68,8 +71,10 @@ def launch(command, num_ps=2, num_workers=2, out=None):
         raise ValueError("command is empty: give the worker's command after --")
     out = out or sys.stdout
     cluster = local_cluster(num_ps, num_workers)
-    ps = [_start([sys.executable, "-m", "rec_sdk.distribute.server"], cluster, "ps", i, out)
-          for i in range(num_ps)]
+    ps = [
+        _start([sys.executable, "-m", "rec_sdk.distribute.server"], cluster, "ps", i, out)
+        for i in range(num_ps)
+    ]
     workers = []
     try:
         workers = [_start(command, cluster, "worker", i, out) for i in range(num_workers)]
@@ -97,8 +102,10 @@ def launch(command, num_ps=2, num_workers=2, out=None):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if "--" not in argv:
-        print("usage: python -m rec_sdk.distribute.launch [--ps N] [--workers N] -- COMMAND...",
-              file=sys.stderr)
+        print(
+            "usage: python -m rec_sdk.distribute.launch [--ps N] [--workers N] -- COMMAND...",
+            file=sys.stderr,
+        )
         return 2
     split = argv.index("--")
     parser = argparse.ArgumentParser(prog="python -m rec_sdk.distribute.launch")
@@ -106,9 +113,10 @@ def main(argv=None):
     parser.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
     args = parser.parse_args(argv[:split])
     if args.ps < 0 or args.workers < 1:
-        parser.error("--ps must be >= 0 and --workers >= 1, got %d and %d"
-                     % (args.ps, args.workers))
-    return launch(argv[split + 1:], args.ps, args.workers)
+        parser.error(
+            "--ps must be >= 0 and --workers >= 1, got %d and %d" % (args.ps, args.workers)
+        )
+    return launch(argv[split + 1 :], args.ps, args.workers)
 
 
 if __name__ == "__main__":

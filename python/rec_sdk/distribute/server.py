@@ -7,6 +7,7 @@
 It prints "rec_sdk server /job:<job>/task:<i> at <target>" once serving, and serves until the
 process is stopped (SIGTERM).
 """
+
 import argparse
 import json
 import os
@@ -19,10 +20,12 @@ from rec_sdk.distribute import ClusterTask, start_server, task_from_tf_config  #
 
 def parse(argv):
     """The ClusterTask the command line (or TF_CONFIG) names."""
-    parser = argparse.ArgumentParser(prog="python -m rec_sdk.distribute.server",
-                                     description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cluster", help="the cluster as JSON {job: [\"host:port\", ...]} "
-                        "(default: TF_CONFIG's)")
+    parser = argparse.ArgumentParser(
+        prog="python -m rec_sdk.distribute.server", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument(
+        "--cluster", help='the cluster as JSON {job: ["host:port", ...]} (default: TF_CONFIG\'s)'
+    )
     parser.add_argument("--job", help="this task's job (default: TF_CONFIG's task type)")
     parser.add_argument("--task", type=int, help="this task's index in its job")
     args = parser.parse_args(argv)
@@ -42,8 +45,10 @@ def parse(argv):
 def main(argv=None):
     task = parse(sys.argv[1:] if argv is None else argv)
     server = start_server(task.cluster, task.job_name, task.task_index)
-    print("rec_sdk server /job:%s/task:%d at %s" % (task.job_name, task.task_index,
-                                                    server.target), flush=True)
+    print(
+        "rec_sdk server /job:%s/task:%d at %s" % (task.job_name, task.task_index, server.target),
+        flush=True,
+    )
     server.join()
 
 

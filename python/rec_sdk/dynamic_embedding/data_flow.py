@@ -1,5 +1,6 @@
 """TFRA's `de.data_flow`: dynamic_partition and dynamic_stitch. TFRA gives them GPU kernels;
 on CPU they are TensorFlow's own ops (gradients included), which these names call."""
+
 import tensorflow as tf
 
 

@@ -4,20 +4,25 @@ run on variables of any row count (see KerasRows)."""
 import numpy as np
 import tensorflow as tf
 
+from rec_sdk.base.tf_compat import keras
 from rec_sdk.dynamic_embedding.optimizer_kinds import legacy_var_key, private_state
 from rec_sdk.optimizers.row_update import row_variable, through_variables
-from rec_sdk.base.tf_compat import keras
 
 
 def _constant_initial(initializer, dtype):
     """The one value a slot initializer fills with (zeros, ones, a constant)."""
     if isinstance(initializer, str):
         initializer = keras.initializers.get(initializer)
-    value = tf.get_static_value(initializer(shape=[1], dtype=dtype)) if callable(initializer) \
+    value = (
+        tf.get_static_value(initializer(shape=[1], dtype=dtype))
+        if callable(initializer)
         else tf.get_static_value(tf.convert_to_tensor(initializer))
+    )
     if value is None:
-        raise NotImplementedError("a slot initializer of rows trained by the generic path must "
-                                  "be constant, got %r" % (initializer,))
+        raise NotImplementedError(
+            "a slot initializer of rows trained by the generic path must "
+            "be constant, got %r" % (initializer,)
+        )
     return float(np.asarray(value).reshape(-1)[0])
 
 
@@ -44,8 +49,7 @@ class KerasRows:
                         return slots[slot_name]
                     self._check_shape(optimizer, shape)
                     slot = row_variable(dim, "%s/%s" % (name, slot_name))
-                    self.slots.append((slot_name, slot, _constant_initial(initializer,
-                                                                          tf.float32)))
+                    self.slots.append((slot_name, slot, _constant_initial(initializer, tf.float32)))
                     slots[slot_name] = slot
                     slot_names = private_state(inner, "_slot_names")
                     if slot_name not in slot_names:
@@ -55,13 +59,18 @@ class KerasRows:
                 inner.add_slot = add_slot
                 inner._create_all_weights([self.rows])  # pylint: disable=protected-access
             else:
-                def add_variable_from_reference(model_variable, variable_name, shape=None,
-                                                initial_value=None):
+
+                def add_variable_from_reference(
+                    model_variable, variable_name, shape=None, initial_value=None
+                ):
                     del model_variable
                     self._check_shape(optimizer, shape)
                     slot = row_variable(dim, "%s/%s" % (name, variable_name))
-                    initial = 0.0 if initial_value is None else _constant_initial(
-                        initial_value, tf.float32)
+                    initial = (
+                        0.0
+                        if initial_value is None
+                        else _constant_initial(initial_value, tf.float32)
+                    )
                     self.slots.append((variable_name, slot, initial))
                     private_state(inner, "_variables").append(slot)
                     return slot
@@ -81,7 +90,8 @@ class KerasRows:
             raise NotImplementedError(
                 "%s keeps slots of their own shape (factored), which rows of a "
                 "dynamic embedding cannot have; use another optimizer for de.Variables"
-                % type(optimizer).__name__)
+                % type(optimizer).__name__
+            )
 
     def slot_info(self):
         return [(name, initial) for name, _, initial in self.slots]
@@ -89,14 +99,17 @@ class KerasRows:
     def state(self):
         """The copy's own variables that are neither slots nor rows nor hyperparameters nor
         the iteration count (e.g. Nadam's momentum cache): state of the optimizer as a whole,
-        which every table's copy shares (see _RowUpdate._keras_generic)."""
+        which every table's copy shares (see optimizer_rows.RowUpdate._keras_generic)."""
         inner = self.inner
         skip = {id(v) for _, v, _ in self.slots} | {id(self.rows), id(inner.iterations)}
         if self.legacy:
             skip |= {id(v) for v in private_state(inner, "_hyper").values()}
             return [w for w in private_state(inner, "_weights") if id(w) not in skip]
-        return [v for v in inner.variables if id(v) not in skip and
-                v is not getattr(inner, "_learning_rate", None)]
+        return [
+            v
+            for v in inner.variables
+            if id(v) not in skip and v is not getattr(inner, "_learning_rate", None)
+        ]
 
     def sync(self, optimizer):
         """Ops giving the copy the wrapped optimizer's iteration and current hyperparameters
@@ -107,17 +120,23 @@ class KerasRows:
             for name, var in private_state(inner, "_hyper").items():
                 value = optimizer._get_hyper(name)  # pylint: disable=protected-access
                 if isinstance(var, tf.Variable) and not isinstance(
-                        value, keras.optimizers.schedules.LearningRateSchedule):
+                    value, keras.optimizers.schedules.LearningRateSchedule
+                ):
                     ops.append(var.assign(tf.cast(value, var.dtype), read_value=False))
         else:
             lr = getattr(inner, "_learning_rate", None)
             if isinstance(lr, tf.Variable):
-                ops.append(lr.assign(tf.cast(optimizer.learning_rate, lr.dtype),
-                                     read_value=False))
+                ops.append(lr.assign(tf.cast(optimizer.learning_rate, lr.dtype), read_value=False))
         return ops
 
     def apply(self, table, addresses, grads, owner, loads):
         return through_variables(
-            table, addresses, owner, [value for _, _, value in self.slots], self.rows,
+            table,
+            addresses,
+            owner,
+            [value for _, _, value in self.slots],
+            self.rows,
             [var for _, var, _ in self.slots],
-            lambda: self.inner.apply_gradients([(grads, self.rows)]), loads)
+            lambda: self.inner.apply_gradients([(grads, self.rows)]),
+            loads,
+        )

@@ -9,6 +9,7 @@ upsert, an accum or a training lookup wrote, so exports give the strings back. T
 with one fingerprint would share a row: with n keys the chance that any two do is about
 n**2 / 2**64 (1e-4 for 10^8 keys).
 """
+
 import contextlib
 
 import tensorflow as tf
@@ -35,7 +36,8 @@ class KeyStrings:
     def __init__(self, name, checkpoint):
         with tf.init_scope():
             self.table = tf.lookup.experimental.MutableHashTable(
-                tf.int64, tf.string, default_value="", name=name, checkpoint=checkpoint)
+                tf.int64, tf.string, default_value="", name=name, checkpoint=checkpoint
+            )
             if checkpoint and not tf.executing_eagerly():
                 _name_saveable_by_its_op(self.table)
 
@@ -48,11 +50,15 @@ class KeyStrings:
         # The raw op with a default built here (in the keys' graph, which need not be the
         # default one): the table's own default is an eager tensor, which a SavedModel's
         # save graph cannot capture.
-        in_graph = hashed.graph.as_default() if not tf.executing_eagerly() and \
-            hasattr(hashed, "graph") else contextlib.nullcontext()
+        in_graph = (
+            hashed.graph.as_default()
+            if not tf.executing_eagerly() and hasattr(hashed, "graph")
+            else contextlib.nullcontext()
+        )
         with in_graph:
-            return tf.raw_ops.LookupTableFindV2(table_handle=self.table.resource_handle,
-                                                keys=hashed, default_value=tf.constant(""))
+            return tf.raw_ops.LookupTableFindV2(
+                table_handle=self.table.resource_handle, keys=hashed, default_value=tf.constant("")
+            )
 
     def remove(self, hashed):
         return self.table.remove(tf.reshape(hashed, [-1]))

@@ -3,9 +3,10 @@ statistics of a key in one row): the CPU creators TFRA scripts pass (`CuckooHash
 its config and `FileSystemSaver`) are accepted and map onto it; the back ends rec_sdk does not
 have (Redis, HKV on GPU) are names whose construction says so. `TieredTableCreator` (rec_sdk's
 own) gives a variable tables larger than memory, with an SSD tier."""
+
+from rec_sdk.base.validation import check_int
 from rec_sdk.tables import tier
 from rec_sdk.tables.table_spec import emb_dtype_name, index_layout_name, slot_dtype_name
-from rec_sdk.base.validation import check_int
 
 
 class KVCreator:
@@ -50,10 +51,15 @@ class CuckooHashTableCreator(KVCreator):
     """TFRA's CPU hash table: a de.Variable given it uses rec_sdk's table, as with no
     creator."""
 
-    def __init__(self, config=None, saver=None, emb_dtype=None, slot_dtype=None,
-                 index_layout="auto"):
-        super().__init__(config if config is not None else CuckooHashTableConfig(), emb_dtype,
-                         slot_dtype, index_layout)
+    def __init__(
+        self, config=None, saver=None, emb_dtype=None, slot_dtype=None, index_layout="auto"
+    ):
+        super().__init__(
+            config if config is not None else CuckooHashTableConfig(),
+            emb_dtype,
+            slot_dtype,
+            index_layout,
+        )
         self.saver = saver
 
 
@@ -78,18 +84,22 @@ class TieredTableCreator(KVCreator):
     lookup reads rows on SSD where they are.
     """
 
-    def __init__(self, memory_rows, ssd_path, ssd_rows=0, direct_io=False, emb_dtype=None,
-                 slot_dtype=None):
+    def __init__(
+        self, memory_rows, ssd_path, ssd_rows=0, direct_io=False, emb_dtype=None, slot_dtype=None
+    ):
         super().__init__(None, emb_dtype, slot_dtype)
         ssd_rows = check_int("ssd_rows", ssd_rows, 0, tier.MAX_ROWS)
-        self.tier = tier.make(memory_rows, ssd_rows or None,
-                              tier.check_paths("ssd_path", ssd_path), direct_io)
+        self.tier = tier.make(
+            memory_rows, ssd_rows or None, tier.check_paths("ssd_path", ssd_path), direct_io
+        )
 
 
 def _not_here(what, instead):
     class Missing:
         __doc__ = "%s: not part of rec_sdk (%s); the name exists so that imports work." % (
-            what, instead)
+            what,
+            instead,
+        )
 
         def __init__(self, *args, **kwargs):
             del args, kwargs
@@ -99,11 +109,15 @@ def _not_here(what, instead):
     return Missing
 
 
-_CPU = ("rec_sdk's tables live in this process's memory; use de.Variable without kv_creator "
-        "(or with CuckooHashTableCreator)")
+_CPU = (
+    "rec_sdk's tables live in this process's memory; use de.Variable without kv_creator "
+    "(or with CuckooHashTableCreator)"
+)
 RedisTableConfig = _not_here("de.RedisTableConfig", "the Redis back end is out of scope; " + _CPU)
 RedisTableCreator = _not_here("de.RedisTableCreator", "the Redis back end is out of scope; " + _CPU)
-HkvHashTableConfig = _not_here("de.HkvHashTableConfig",
-                               "HKV is a GPU back end, out of scope on CPU; " + _CPU)
-HkvHashTableCreator = _not_here("de.HkvHashTableCreator",
-                                "HKV is a GPU back end, out of scope on CPU; " + _CPU)
+HkvHashTableConfig = _not_here(
+    "de.HkvHashTableConfig", "HKV is a GPU back end, out of scope on CPU; " + _CPU
+)
+HkvHashTableCreator = _not_here(
+    "de.HkvHashTableCreator", "HKV is a GPU back end, out of scope on CPU; " + _CPU
+)

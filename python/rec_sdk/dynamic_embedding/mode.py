@@ -8,6 +8,7 @@ threads may run it at once. Set the mode before building the graph, as in TFRA.
 
 class ModelMode:
     """The process-wide model mode (TFRA's `de.ModelMode`)."""
+
     TRAIN = "train"
     INFERENCE = "inference"
     CURRENT_SETTING = TRAIN
@@ -24,7 +25,7 @@ def enable_inference_mode():
 
 
 def get_model_mode():
-    """"train" or "inference"."""
+    """ "train" or "inference"."""
     return ModelMode.CURRENT_SETTING
 
 

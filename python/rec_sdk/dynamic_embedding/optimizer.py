@@ -29,251 +29,24 @@ optimizer's generic path runs a private copy of the optimizer (same class and co
 once per table on variables of any row count, at the wrapped optimizer's iteration and
 current hyperparameters; optimizer-wide state (Nadam's momentum cache) advances once per step.
 """
+
 import threading
 import weakref
 
 import tensorflow as tf
 from tensorflow.python.training.optimizer import _var_key  # pylint: disable=protected-access
 
-from rec_sdk.dynamic_embedding.keras_rows import KerasRows
-from rec_sdk.dynamic_embedding.lookup import LookupRecord, record_of
-from rec_sdk.dynamic_embedding.optimizer_kinds import (family, hyper, initial_accumulator,
-                                                        kind, legacy_var_key, name_of,
-                                                        private_state, slot_info)
-from rec_sdk.ops import optimizer_ops, table_ops
-from rec_sdk.optimizers.row_update import row_variable, through_variables
-from rec_sdk.base import tf_patches
-from rec_sdk.base import tf_processors
+from rec_sdk.base import tf_patches, tf_processors
 from rec_sdk.base.graph_state import state_of
-
-
-def _outer_graph():
-    """What optimizer state lives as long as: the default graph in graph mode; in TF2 the
-    eager program (None), one for all tf.functions and their retracing."""
-    if tf.compat.v1.executing_eagerly_outside_functions():
-        return None
-    return tf.compat.v1.get_default_graph()
-
-
-class _RowUpdate:
-    """Applies one stock optimizer's update to de rows: rec_sdk's fused kernels where the
-    optimizer's update is one of them, else the optimizer's own update on gathered rows."""
-
-    def __init__(self, optimizer):
-        self.family = family(optimizer)
-        self.kind, self.slot_names = kind(optimizer)
-        self.optimizer = optimizer
-        self._name = name_of(optimizer)
-        # outer graph -> Adam's float32 beta powers (v1: one optimizer, many graphs)
-        self._beta_powers = {}
-        self._generic_locals = {}  # (outer graph, table name) -> the generic path's state
-        self._shared_state = {}  # outer graph -> the Keras copy holding optimizer-wide state
-        self._keras_slots = None
-
-    # --- the step's hyperparameters ---
-    def _v1_params(self):
-        """Hyperparameters of a tf.compat.v1.train optimizer, as the kernels take them."""
-        o = self.optimizer
-        if self.kind != "adam":
-            params = {key: _ATTR_TYPES.get(key, _f)(private_state(o, attribute))
-                      for key, attribute in _V1_PARAMS.get(self.kind, _V1_PARAMS["sgd"])}
-            if self.kind == "adagrad":
-                params["epsilon"] = 0.0
-            if self.kind == "ftrl":
-                params["beta"] = _f(hyper(getattr(o, "_beta", None)) or 0.0)
-            return params
-        # As TensorFlow's AdamOptimizer: float32 beta1_power and beta2_power, multiplied by
-        # beta1 and beta2 after each step, give the bias-corrected rate, so that a de.Variable
-        # trains exactly as a dense variable with the same optimizer (a step count and double
-        # precision would differ from it by ~1e-6 after a few steps).
-        adam = {key: private_state(o, attribute) for key, attribute in _V1_PARAMS["adam"]}
-        graph = _outer_graph()
-        if graph not in self._beta_powers:
-            with tf.init_scope():
-                self._beta_powers[graph] = tuple(
-                    tf.compat.v1.Variable(tf.cast(hyper(adam[which]), tf.float32),
-                                          trainable=False,
-                                          name="%s_de_%s_power" % (self._name, which))
-                    for which in ("beta1", "beta2"))
-                # The optimizer's own variables (its variables() and TF2 checkpoints list
-                # them), keyed as tf.compat.v1 optimizers key theirs: (name, graph).
-                eager = tf.compat.v1.executing_eagerly_outside_functions()
-                for which, power in zip(("beta1", "beta2"), self._beta_powers[graph]):
-                    private_state(o, "_non_slot_dict")[
-                        ("de_%s_power" % which, None if eager else power.graph)] = power
-        powers = self._beta_powers[graph]
-        beta1_power, beta2_power = (p.read_value() for p in powers)
-        return {"powers": powers, "lr": _f(adam["lr"]) * tf.sqrt(1.0 - beta2_power) /
-                (1.0 - beta1_power), "beta1": _f(adam["beta1"]), "beta2": _f(adam["beta2"]),
-                "epsilon": _f(adam["epsilon"])}
-
-    def _keras_params(self):
-        """Hyperparameters of a Keras optimizer (both families) at its current iteration."""
-        o = self.optimizer
-        if self.family == "legacy":
-            lr = o._decayed_lr(tf.float32)  # pylint: disable=protected-access
-
-            def get(name):
-                return o._get_hyper(name, tf.float32)  # pylint: disable=protected-access
-            shrinkage = getattr(o, "_l2_shrinkage_regularization_strength", 0.0)
-        else:
-            o._compute_current_learning_rate()  # pylint: disable=protected-access
-            lr = tf.cast(o.learning_rate, tf.float32)
-
-            def get(name):
-                return tf.cast(getattr(o, name), tf.float32)
-            shrinkage = getattr(o, "l2_shrinkage_regularization_strength", 0.0)
-        p = {"lr": lr}
-        if self.kind == "adam":
-            step = tf.cast(o.iterations + 1, tf.float32)
-            beta1, beta2 = get("beta_1"), get("beta_2")
-            p.update(lr=lr * tf.sqrt(1.0 - tf.pow(beta2, step)) / (1.0 - tf.pow(beta1, step)),
-                     beta1=beta1, beta2=beta2, epsilon=_f(o.epsilon))
-        elif self.kind == "adagrad":
-            p.update(epsilon=float(o.epsilon))
-        elif self.kind == "momentum":
-            p.update(momentum=get("momentum"), nesterov=bool(o.nesterov))
-        elif self.kind == "ftrl":
-            p.update(lr_power=get("learning_rate_power"),
-                     l1=get("l1_regularization_strength"),
-                     l2=get("l2_regularization_strength"), beta=get("beta"),
-                     l2_shrinkage=_f(shrinkage))
-        return p
-
-    # --- the update ---
-    def apply(self, triples):
-        """Update op(s) of [(table, unique addresses, gradient rows)]."""
-        if self.kind == "generic" and self.family == "v1":
-            self.optimizer._prepare()  # pylint: disable=protected-access
-        params = {}
-        if self.kind != "generic":
-            params = self._v1_params() if self.family == "v1" else self._keras_params()
-        if self.kind == "generic" and self.family != "v1":
-            return self._keras_generic(triples)
-        updates = []
-        for table, addresses, rows in triples:
-            with tf.name_scope(table_ops.op_scope_name(table.table_name)):
-                updates.append(self._apply(table, addresses, rows, params))
-        if "powers" not in params:
-            return updates
-        with tf.control_dependencies(updates):
-            return [power.assign(power * params[beta]) for power, beta in
-                    zip(params["powers"], ("beta1", "beta2"))]
-
-    def generic_slots(self, optimizer):
-        """[(slot name, initial value)] of a generic Keras optimizer (built once to see)."""
-        if self._keras_slots is None:
-            self._keras_slots = KerasRows(optimizer, self.family, 1,
-                                           "%s_de_probe" % self._name).slot_info()
-        return self._keras_slots
-
-    def _locals(self, table, slot_names):
-        """The resource variables the v1 generic path runs the optimizer's kernel on: one for
-        the rows of a step and one per slot, registered as the optimizer's slots of the first
-        (per graph and table)."""
-        key = (_outer_graph(), table.table_name)
-        if key not in self._generic_locals:
-            with tf.init_scope(), tf.compat.v1.variable_scope(
-                    None, default_name=table_ops.op_scope_name(table.table_name) + "_" +
-                    self._name + "_rows"):
-                rows = row_variable(table.dim, "rows")
-                slots = [row_variable(table.dim, name) for name in slot_names]
-            for name, slot in zip(slot_names, slots):
-                slot_dict = private_state(self.optimizer, "_slots").setdefault(name, {})
-                slot_dict[_var_key(rows)] = slot
-            self._generic_locals[key] = (rows, slots)
-        return self._generic_locals[key]
-
-    def _keras_generic(self, triples):
-        """The generic path of a Keras optimizer: per table a private copy (see KerasRows)
-        at the wrapped optimizer's iteration and hyperparameters; the copies' optimizer-wide
-        state (Nadam's momentum cache) is one, kept in the first copy made in this program,
-        loaded into every copy of the step before any update and taken back from the first
-        one after the step, so that it advances once per step as with dense variables."""
-        graph = _outer_graph()
-        copies = []
-        for table, _, _ in triples:
-            key = (graph, table.table_name)
-            if key not in self._generic_locals:
-                self._generic_locals[key] = KerasRows(
-                    self.optimizer, self.family, table.dim,
-                    "%s_%s_rows" % (table_ops.op_scope_name(table.table_name), self._name))
-            copies.append(self._generic_locals[key])
-        shared = self._shared_state.setdefault(graph, copies[0])
-        start = [v.read_value() for v in shared.state()]
-        updates = []
-        for (table, addresses, grads), copy in zip(triples, copies):
-            with tf.control_dependencies(start), \
-                    tf.name_scope(table_ops.op_scope_name(table.table_name)):
-                loads = copy.sync(self.optimizer) + [
-                    v.assign(value, read_value=False) for v, value in zip(copy.state(), start)
-                    if copy is not shared]
-                updates.append(copy.apply(table, addresses, grads,
-                                          "Keras" + type(self.optimizer).__name__, loads))
-        if copies[0] is shared:
-            return updates
-        with tf.control_dependencies(updates):
-            return updates + [v.assign(new.read_value(), read_value=False)
-                              for v, new in zip(shared.state(), copies[0].state())]
-
-    def _apply_generic(self, table, addresses, grads):
-        slots, kernel = slot_info(self.optimizer)
-        rows, slot_vars = self._locals(table, [name for name, _ in slots])
-        return through_variables(
-            table, addresses, kernel, [value for _, value in slots], rows, slot_vars,
-            lambda: self.optimizer._resource_apply_dense(grads, rows))  # pylint: disable=protected-access
-
-    def _apply(self, table, addresses, grads, p):
-        if self.kind == "generic":
-            return self._apply_generic(table, addresses, grads)
-        keras = self.family != "v1"
-        if self.kind == "adam":
-            return optimizer_ops.apply_lazy_adam(
-                table.handle, addresses, grads, p["lr"], p["beta1"], p["beta2"],
-                p["epsilon"], tf.constant(1, tf.int64), unique_addresses=True,
-                bias_corrected=True)
-        if self.kind == "adagrad":
-            return optimizer_ops.apply_adagrad(
-                table.handle, addresses, grads, p["lr"], initial_accumulator(self.optimizer),
-                unique_addresses=True, epsilon=p["epsilon"],
-                epsilon_inside_sqrt=self.family == "keras")
-        if self.kind == "rowwise_adagrad":
-            return optimizer_ops.apply_rowwise_adagrad(
-                table.handle, addresses, grads, p["lr"], initial_accumulator(self.optimizer),
-                p["epsilon"], unique_addresses=True)
-        if self.kind == "momentum":
-            return optimizer_ops.apply_momentum(
-                table.handle, addresses, grads, p["lr"], p["momentum"],
-                use_nesterov=p["nesterov"], unique_addresses=True, velocity=keras)
-        if self.kind == "ftrl":
-            return optimizer_ops.apply_ftrl(
-                table.handle, addresses, grads, p["lr"], p["lr_power"], p["l1"],
-                p["l2"] + p["beta"] / (2.0 * p["lr"]), p["l2_shrinkage"],
-                initial_accumulator(self.optimizer), unique_addresses=True)
-        return optimizer_ops.apply_gradient_descent(table.handle, addresses, grads, p["lr"],
-                                                    0.0, unique_addresses=True)
-
-
-# The hyperparameters each fused kernel takes from a tf.compat.v1.train optimizer, and the
-# private attributes they are kept in: {kind: ((parameter, attribute), ...)} (see
-# optimizer_kinds.private_state; "sgd" also stands for the kinds that take only a rate).
-_V1_PARAMS = {
-    "sgd": (("lr", "_learning_rate"),),
-    "adagrad": (("lr", "_learning_rate"),),
-    "rowwise_adagrad": (("lr", "_learning_rate"), ("epsilon", "_epsilon")),
-    "momentum": (("lr", "_learning_rate"), ("momentum", "_momentum"),
-                 ("nesterov", "_use_nesterov")),
-    "ftrl": (("lr", "_learning_rate"), ("lr_power", "_learning_rate_power"),
-             ("l1", "_l1_regularization_strength"), ("l2", "_l2_regularization_strength"),
-             ("l2_shrinkage", "_l2_shrinkage_regularization_strength")),
-    "adam": (("lr", "_lr"), ("beta1", "_beta1"), ("beta2", "_beta2"), ("epsilon", "_epsilon")),
-}
-# Parameters the kernels take as attributes (the others: float32 tensors, see _f).
-_ATTR_TYPES = {"epsilon": float, "nesterov": bool}
-
-
-def _f(value):
-    return tf.cast(hyper(value), tf.float32)
+from rec_sdk.dynamic_embedding.lookup import LookupRecord, record_of
+from rec_sdk.dynamic_embedding.optimizer_kinds import (
+    family,
+    legacy_var_key,
+    name_of,
+    private_state,
+)
+from rec_sdk.dynamic_embedding.optimizer_rows import RowUpdate
+from rec_sdk.ops import table_ops
 
 
 def _rows_of(grad, record):
@@ -282,11 +55,13 @@ def _rows_of(grad, record):
     dim = record.params.dim
     if isinstance(grad, tf.IndexedSlices):
         indices = grad.indices
-        if not tf.executing_eagerly() and indices.op.type == "Range" and \
-                indices.op.name in state_of(indices.graph).row_ranges:
+        if (
+            not tf.executing_eagerly()
+            and indices.op.type == "Range"
+            and indices.op.name in state_of(indices.graph).row_ranges
+        ):
             return tf.reshape(grad.values, [-1, dim])
-        return table_ops.sum_rows(tf.reshape(grad.values, [-1, dim]),
-                                  tf.cast(indices, tf.int32), n)
+        return table_ops.sum_rows(tf.reshape(grad.values, [-1, dim]), tf.cast(indices, tf.int32), n)
     return tf.reshape(tf.convert_to_tensor(grad), [-1, dim])
 
 
@@ -304,14 +79,14 @@ def _shard_triples(params, grads_and_records):
     parts, shard_keys, _ = params.split_keys(keys)
     shard_rows = params.by_shard(parts, rows)
     triples = []
-    with tf.control_dependencies([r.read for _, r in grads_and_records if r.read is not None] +
-                                 params.access_tracking):
+    with tf.control_dependencies(
+        [r.read for _, r in grads_and_records if r.read is not None] + params.access_tracking
+    ):
         for table, k, r in zip(params.shards, shard_keys, shard_rows):
             if not tf.executing_eagerly():
                 table_ops.mark_keys_unique(k)
                 table.lookups.training += 1  # this graph trains the table (see share_tables)
-            triples.append((table, table.find_or_insert(k, is_train=True, lookup=params.name),
-                            r))
+            triples.append((table, table.find_or_insert(k, is_train=True, lookup=params.name), r))
     return triples
 
 
@@ -340,10 +115,10 @@ def _keyed(grad, record):
             "the gradient of de lookup %r reached the optimizer as a dense %r: under "
             "ParameterServerStrategy the gradient carries the keys of its rows, so it must "
             "stay tf.IndexedSlices (do not convert or densify it before apply_gradients)"
-            % (shadow.name, grad))
+            % (shadow.name, grad)
+        )
     keys, index = table_ops.unique_keys(grad.indices)
-    return (tf.IndexedSlices(grad.values, index),
-            LookupRecord(record.params, keys, None))
+    return (tf.IndexedSlices(grad.values, index), LookupRecord(record.params, keys, None))
 
 
 def _de_update(row_update, de_pairs):
@@ -353,8 +128,12 @@ def _de_update(row_update, de_pairs):
         for params, pairs in de_pairs.items():
             triples.extend(_shard_triples(params, pairs))
         updates = [u for u in tf.nest.flatten(row_update.apply(triples)) if u is not None]
-        shadows = {id(r.shadow): r.shadow for pairs in de_pairs.values() for _, r in pairs
-                   if r.shadow is not None}
+        shadows = {
+            id(r.shadow): r.shadow
+            for pairs in de_pairs.values()
+            for _, r in pairs
+            if r.shadow is not None
+        }
         if shadows:
             with tf.control_dependencies(updates):
                 refreshed = [shadow.refresh() for shadow in shadows.values()]
@@ -392,8 +171,7 @@ def _list_slots(optimizer, fam, grads_and_vars):
                 slots.setdefault(key, {}).setdefault(view.slot_name, TrainableSlot(view))
 
 
-def _apply_gradients(optimizer, row_update, original, grads_and_vars, global_step=None,
-                     name=None):
+def _apply_gradients(optimizer, row_update, original, grads_and_vars, global_step=None, name=None):
     """apply_gradients of a wrapped tf.compat.v1.train optimizer."""
     grads_and_vars = list(grads_and_vars)
     _list_slots(optimizer, "v1", grads_and_vars)
@@ -417,8 +195,7 @@ def _apply_gradients(optimizer, row_update, original, grads_and_vars, global_ste
 def _keras_clipped(optimizer, fam, pairs):
     """The de (gradient, variable) pairs clipped as the Keras optimizer clips gradients
     (clipnorm, clipvalue, global_clipnorm over these pairs)."""
-    if not any(getattr(optimizer, a, None) for a in ("clipnorm", "clipvalue",
-                                                     "global_clipnorm")):
+    if not any(getattr(optimizer, a, None) for a in ("clipnorm", "clipvalue", "global_clipnorm")):
         return pairs
     if fam == "legacy":
         return list(optimizer._transform_gradients(pairs))  # pylint: disable=protected-access
@@ -426,8 +203,9 @@ def _keras_clipped(optimizer, fam, pairs):
     return list(zip(grads, [v for _, v in pairs]))
 
 
-def _keras_apply_gradients(optimizer, fam, row_update, original, grads_and_vars, name=None,
-                           **kwargs):
+def _keras_apply_gradients(
+    optimizer, fam, row_update, original, grads_and_vars, name=None, **kwargs
+):
     """apply_gradients of a wrapped Keras optimizer (both families): the de pairs by
     row_update at the optimizer's current iteration, then the others by the optimizer itself,
     which counts the step (or the step is counted here when there are no others)."""
@@ -469,7 +247,8 @@ class _UnwrappedTrainable:
             "DynamicEmbeddingOptimizer: wrap the optimizer (opt = "
             "de.DynamicEmbeddingOptimizer(opt)) or leave de trainables out of its var_list "
             "(rec_sdk.util.variable.get_dense_and_sparse_variable()[0] does)"
-            % (type(optimizer).__name__, self._v.name, params.name))
+            % (type(optimizer).__name__, self._v.name, params.name)
+        )
 
 
 _checkpoint_listing = threading.local()  # depth > 0: TensorFlow is listing slot variables
@@ -554,27 +333,32 @@ def DynamicEmbeddingOptimizer(self, bp_v2=False, synchronous=False, **kwargs):  
     """
     del bp_v2, kwargs
     if synchronous:
-        raise ValueError("DynamicEmbeddingOptimizer(synchronous=True) (Horovod) is not "
-                         "supported by rec_sdk")
+        raise ValueError(
+            "DynamicEmbeddingOptimizer(synchronous=True) (Horovod) is not supported by rec_sdk"
+        )
     fam = family(self)
     if getattr(self.apply_gradients, "rec_sdk_row_update", None) is not None:
         return self  # wrapped already
     if fam == "keras" and getattr(self, "use_ema", False):
-        raise ValueError("DynamicEmbeddingOptimizer: use_ema=True (moving averages of every "
-                         "variable) is not supported for dynamic embeddings")
-    row_update = _RowUpdate(self)
+        raise ValueError(
+            "DynamicEmbeddingOptimizer: use_ema=True (moving averages of every "
+            "variable) is not supported for dynamic embeddings"
+        )
+    row_update = RowUpdate(self)
     original = self.apply_gradients
     if fam != "keras":
         _add_slot_views(self, row_update.slot_names or ())
 
     if fam == "v1":
+
         def apply_gradients(grads_and_vars, global_step=None, name=None):
-            return _apply_gradients(self, row_update, original, grads_and_vars, global_step,
-                                    name)
+            return _apply_gradients(self, row_update, original, grads_and_vars, global_step, name)
     else:
+
         def apply_gradients(grads_and_vars, name=None, **kwargs):
-            return _keras_apply_gradients(self, fam, row_update, original, grads_and_vars,
-                                          name, **kwargs)
+            return _keras_apply_gradients(
+                self, fam, row_update, original, grads_and_vars, name, **kwargs
+            )
 
     apply_gradients.__doc__ = original.__doc__
     apply_gradients.rec_sdk_row_update = row_update

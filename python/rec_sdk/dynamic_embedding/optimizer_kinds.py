@@ -10,11 +10,11 @@ Each optimizer gets a kind: a rec_sdk fused kernel ("adam", "adagrad", "momentum
 step's rows and slots, gathered from and written back to the table). `kind` and `slot_info`
 are what de.Variable.get_slot_variables and DynamicEmbeddingOptimizer use.
 """
+
 import numbers
 import sys
 
 import numpy as np
-
 import tensorflow as tf
 
 from rec_sdk.dynamic_embedding.rowwise_adagrad import RowwiseAdagradOptimizer
@@ -28,11 +28,13 @@ def private_state(owner, attribute):
     the tf.compat.v1.train optimizers' hyperparameters (_learning_rate, _lr, _beta1, _beta2,
     _epsilon, _momentum, _use_nesterov, _learning_rate_power, _l1/_l2_regularization_strength,
     _l2_shrinkage_regularization_strength, _initial_accumulator_value,
-    _initial_gradient_squared_accumulator_value, _centered), their slot dict _slots and their non-slot variables' _non_slot_dict;
-    legacy Keras optimizers' (OptimizerV2) _momentum, _slots, _slot_names, _hyper, _weights
-    and their module's _var_key; Keras 2 optimizers' _variables. The de optimizer's generic
-    path reads and extends them to run an optimizer's own update on a table's rows."""
+    _initial_gradient_squared_accumulator_value, _centered), their slot dict _slots and their
+    non-slot variables' _non_slot_dict; legacy Keras optimizers' (OptimizerV2) _momentum, _slots,
+    _slot_names, _hyper, _weights and their module's _var_key; Keras 2 optimizers' _variables. The
+    de optimizer's generic path reads and extends them to run an optimizer's own update on a table's
+    rows."""
     return getattr(owner, attribute)
+
 
 # (class, kernel kind, slot names), most specific first.
 _KINDS = (
@@ -47,26 +49,52 @@ _KINDS = (
 # and slots. (class, slot names with their initial values), as each class's _create_slots.
 _GENERIC = (
     (_V1.AdadeltaOptimizer, lambda o: (("accum", 0.0), ("accum_update", 0.0))),
-    (_V1.AdagradDAOptimizer, lambda o: (
-        ("gradient_accumulator", 0.0),
-        ("gradient_squared_accumulator", float(private_state(o, "_initial_gradient_squared_accumulator_value"))))),
-    (_V1.ProximalAdagradOptimizer, lambda o: (
-        ("accumulator", float(hyper(private_state(o, "_initial_accumulator_value")))),)),
+    (
+        _V1.AdagradDAOptimizer,
+        lambda o: (
+            ("gradient_accumulator", 0.0),
+            (
+                "gradient_squared_accumulator",
+                float(private_state(o, "_initial_gradient_squared_accumulator_value")),
+            ),
+        ),
+    ),
+    (
+        _V1.ProximalAdagradOptimizer,
+        lambda o: (("accumulator", float(hyper(private_state(o, "_initial_accumulator_value")))),),
+    ),
     (_V1.ProximalGradientDescentOptimizer, lambda o: ()),
-    (_V1.RMSPropOptimizer, lambda o: (("rms", 1.0),) + (
-        (("mg", 0.0),) if private_state(o, "_centered") else ()) + (("momentum", 0.0),)),
+    (
+        _V1.RMSPropOptimizer,
+        lambda o: (
+            (("rms", 1.0),)
+            + ((("mg", 0.0),) if private_state(o, "_centered") else ())
+            + (("momentum", 0.0),)
+        ),
+    ),
 )
 # The name under which each kernel attaches its slots to a table (sparse_optimizers.cc).
-_KERNEL_NAMES = {"adam": "LazyAdam", "adagrad": "Adagrad", "rowwise_adagrad": "RowwiseAdagrad",
-                 "momentum": "Momentum",
-                 "ftrl": "Ftrl", "sgd": "GradientDescent"}
+_KERNEL_NAMES = {
+    "adam": "LazyAdam",
+    "adagrad": "Adagrad",
+    "rowwise_adagrad": "RowwiseAdagrad",
+    "momentum": "Momentum",
+    "ftrl": "Ftrl",
+    "sgd": "GradientDescent",
+}
 # Keras classes (both families) with a fused kernel, by class name, and their slot names.
-_KERAS_FUSED = {"Adam": ("adam", ("m", "v")), "Adagrad": ("adagrad", ("accumulator",)),
-                "Ftrl": ("ftrl", ("accumulator", "linear")), "SGD": ("sgd", ())}
+_KERAS_FUSED = {
+    "Adam": ("adam", ("m", "v")),
+    "Adagrad": ("adagrad", ("accumulator",)),
+    "Ftrl": ("ftrl", ("accumulator", "linear")),
+    "SGD": ("sgd", ()),
+}
 _KERAS_MODULES = ("keras.", "tensorflow.python.keras.", "tf_keras.")
-SUPPORTED = ("tf.compat.v1.train optimizers (%s), Keras optimizers (tf.keras.optimizers and "
-             "tf.keras.optimizers.legacy)" % ", ".join(
-                 [c.__name__ for c, _, _ in _KINDS] + [c.__name__ for c, _ in _GENERIC]))
+SUPPORTED = (
+    "tf.compat.v1.train optimizers (%s), Keras optimizers (tf.keras.optimizers and "
+    "tf.keras.optimizers.legacy)"
+    % ", ".join([c.__name__ for c, _, _ in _KINDS] + [c.__name__ for c, _ in _GENERIC])
+)
 
 
 def legacy_var_key(optimizer):
@@ -76,7 +104,7 @@ def legacy_var_key(optimizer):
 
 
 def family(optimizer):
-    """"v1", "legacy" or "keras"; TypeError for anything else."""
+    """ "v1", "legacy" or "keras"; TypeError for anything else."""
     if isinstance(optimizer, tf.compat.v1.train.Optimizer):
         return "v1"
     for cls in type(optimizer).__mro__:
@@ -90,9 +118,12 @@ def family(optimizer):
                 "%s), which cannot train rows of rec_sdk tables: use Keras 2's, "
                 "tf_keras.optimizers (or set TF_USE_LEGACY_KERAS=1 before importing "
                 "TensorFlow so that tf.keras is tf_keras), or a tf.compat.v1.train optimizer"
-                % (optimizer, tf.__version__))
-    raise TypeError("DynamicEmbeddingOptimizer: the optimizer it wraps must be one of %s; "
-                    "got %r" % (SUPPORTED, optimizer))
+                % (optimizer, tf.__version__)
+            )
+    raise TypeError(
+        "DynamicEmbeddingOptimizer: the optimizer it wraps must be one of %s; "
+        "got %r" % (SUPPORTED, optimizer)
+    )
 
 
 def _generic_slots(optimizer):
@@ -156,8 +187,9 @@ def kind(optimizer):
     generic = _generic_slots(optimizer)
     if generic is not None:
         return "generic", tuple(name for name, _ in generic)
-    raise TypeError("DynamicEmbeddingOptimizer supports %s; got %s"
-                    % (SUPPORTED, type(optimizer).__name__))
+    raise TypeError(
+        "DynamicEmbeddingOptimizer supports %s; got %s" % (SUPPORTED, type(optimizer).__name__)
+    )
 
 
 def kernel_name(optimizer, kernel):

@@ -9,6 +9,7 @@ DynamicEmbeddingOptimizer maps the shadow back to `ids` and updates the rows in 
 (fused kernel or generic path), then re-reads them into the shadow, so that the shadow always
 holds the current values of its ids.
 """
+
 import tensorflow as tf
 from tensorflow.python.eager import record as tape_record
 from tensorflow.python.ops import resource_variable_ops
@@ -44,12 +45,18 @@ class ShadowVariable(TrainableWrapper):
     `ids` (a variable) holds the keys of the rows the shadow holds.
     """
 
-    def __init__(self, params, name="ShadowVariable", max_norm=None, trainable=True,
-                 distribute_strategy=None, **kwargs):
+    def __init__(
+        self,
+        params,
+        name="ShadowVariable",
+        max_norm=None,
+        trainable=True,
+        distribute_strategy=None,
+        **kwargs,
+    ):
         del distribute_strategy, kwargs
         if type(params).__name__ != "Variable" or not hasattr(params, "trainable_store"):
-            raise TypeError("params of a ShadowVariable must be a de.Variable, got %r"
-                            % (params,))
+            raise TypeError("params of a ShadowVariable must be a de.Variable, got %r" % (params,))
         if not isinstance(name, str) or not name:
             raise ValueError("name must be a non-empty string, got %r" % (name,))
         self.params = params
@@ -64,21 +71,30 @@ class ShadowVariable(TrainableWrapper):
         with tf.init_scope():
             super().__init__(
                 initial_value=tf.zeros([0, params.dim], params.row_dtype),
-                shape=tf.TensorShape([None, params.dim]), dtype=params.row_dtype,
-                trainable=bool(trainable) and params.trainable, name=name)
+                shape=tf.TensorShape([None, params.dim]),
+                dtype=params.row_dtype,
+                trainable=bool(trainable) and params.trainable,
+                name=name,
+            )
             # The keys as the tables index them (string keys: their fingerprints). Made as
             # the shadow itself is, not through a distribution strategy's variable creator:
             # under ParameterServerStrategy that would place a variable of unknown shape on
             # a ps task, and TensorFlow aborts the workers that assign it ("Check failed:
             # size >= 0"). Like the shadow, it lives with the coordinator.
             self.ids = resource_variable_ops.ResourceVariable(
-                tf.zeros([0], params.table_key_dtype), trainable=False,
-                shape=tf.TensorShape([None]), name=name + "-ids")
+                tf.zeros([0], params.table_key_dtype),
+                trainable=False,
+                shape=tf.TensorShape([None]),
+                name=name + "-ids",
+            )
         self._track_trackable(self.ids, name="ids")  # SavedModel functions capture it
 
     def __repr__(self):
         return "<de.shadow_ops.ShadowVariable %r of %r dim=%d>" % (
-            self.name, self.params.name, self.params.dim)
+            self.name,
+            self.params.name,
+            self.params.dim,
+        )
 
     @property
     def exists(self):
@@ -109,8 +125,11 @@ class ShadowVariable(TrainableWrapper):
             self.keys_in_gradient = True
             return table_ops.trainable_rows(self.handle, values, keys=unique)
         key = self._step_key()
-        previous = self._segment if self._segment is not None and key is not None and \
-            self._segment[0] == key else None
+        previous = (
+            self._segment
+            if self._segment is not None and key is not None and self._segment[0] == key
+            else None
+        )
         if previous is None:
             self.ids.assign(unique, read_value=False)
             self.assign(values, read_value=False)
@@ -125,7 +144,7 @@ class ShadowVariable(TrainableWrapper):
         # Zeros in place of the earlier lookups' rows: this lookup's gradient lands on its own
         # rows of the shadow (offset past the earlier ones).
         padded = tf.concat([tf.zeros_like(rows), values], 0)
-        return table_ops.trainable_rows(self.handle, padded)[tf.shape(rows)[0]:]
+        return table_ops.trainable_rows(self.handle, padded)[tf.shape(rows)[0] :]
 
     def step_keys(self):
         """The keys of this step's lookups through the shadow (all of them, in the order of
@@ -201,8 +220,9 @@ def unique_lookup(params, ids, shadow, max_norm=None):
         values = shadow.rows(unique, values)
     if max_norm is not None:
         values = tf.clip_by_norm(values, max_norm, axes=[1])
-    return shaped(tf.cast(table_ops.gather_rows(values, inverse), params.value_dtype), ids,
-                  params.dim)
+    return shaped(
+        tf.cast(table_ops.gather_rows(values, inverse), params.value_dtype), ids, params.dim
+    )
 
 
 def shaped(flat_values, keys, dim):
@@ -222,8 +242,10 @@ def embedding_lookup(shadow, ids, partition_strategy=None, name=None, validate_i
     params = shadow.params
     ids = tf.convert_to_tensor(ids)
     if ids.dtype != params.key_dtype:
-        raise TypeError("ids must be %s (the key_dtype of %r), got %s"
-                        % (params.key_dtype.name, params.name, ids.dtype.name))
+        raise TypeError(
+            "ids must be %s (the key_dtype of %r), got %s"
+            % (params.key_dtype.name, params.name, ids.dtype.name)
+        )
     ids = params.table_keys(ids, record=shadow.trainable and mode.training())
     with tf.name_scope(name or "shadow_embedding_lookup"):
         return unique_lookup(params, ids, shadow, shadow.max_norm)
@@ -238,14 +260,16 @@ def embedding_lookup_unique(shadow, ids, embedding_size=None, with_unique=True, 
         raise TypeError("shadow must be a de.shadow_ops.ShadowVariable, got %r" % (shadow,))
     dim = shadow.params.dim
     if embedding_size is not None and embedding_size != dim:
-        raise ValueError("embedding_size (%r) must be the dim of %r (%d)"
-                         % (embedding_size, shadow.params.name, dim))
-    return embedding_lookup_unique_base(ids, dim, lambda k: embedding_lookup(shadow, k),
-                                        False, name)
+        raise ValueError(
+            "embedding_size (%r) must be the dim of %r (%d)"
+            % (embedding_size, shadow.params.name, dim)
+        )
+    return embedding_lookup_unique_base(
+        ids, dim, lambda k: embedding_lookup(shadow, k), False, name
+    )
 
 
-def embedding_lookup_unique_base(ids, embedding_size, lookup_function, with_unique=True,
-                                 name=None):
+def embedding_lookup_unique_base(ids, embedding_size, lookup_function, with_unique=True, name=None):
     """lookup_function(flat ids) -> rows [n, embedding_size], applied to ids of any shape
     (-> ids.shape + [embedding_size]) or to a RaggedTensor of ids (-> a RaggedTensor of
     rows with ids' row lengths); with_unique calls it once per distinct id."""
@@ -269,5 +293,7 @@ class HvdVariable:  # pylint: disable=too-few-public-methods
 
     def __init__(self, *args, **kwargs):
         del args, kwargs
-        raise NotImplementedError("de.shadow_ops.HvdVariable needs Horovod, which rec_sdk does "
-                                  "not support; see docs/DYNAMIC_EMBEDDING.md")
+        raise NotImplementedError(
+            "de.shadow_ops.HvdVariable needs Horovod, which rec_sdk does "
+            "not support; see docs/DYNAMIC_EMBEDDING.md"
+        )

@@ -1,6 +1,7 @@
 """How a de.Variable's shards are made: their table names, the rows each reserves, the row
 initialiser of its initializer, which keys each shard keeps (default_partition_fn,
 ShardKeys), and the initial values of variables of other value dtypes."""
+
 import os
 
 import numpy as np
@@ -44,8 +45,9 @@ def init_rows(init_size, shard_num):
         try:
             rows = int(env) if env else DEFAULT_INIT_SIZE
         except ValueError:
-            raise ValueError("environment variable TF_HASHTABLE_INIT_SIZE must be an integer, "
-                             "got %r" % env) from None
+            raise ValueError(
+                "environment variable TF_HASHTABLE_INIT_SIZE must be an integer, got %r" % env
+            ) from None
     return max(rows, 1)
 
 
@@ -55,12 +57,17 @@ def describe(initializer, dim, table_name):
     if initializer is None:
         initializer = 0.0
     if isinstance(initializer, (tf.Tensor, np.ndarray, list, tuple)) and not isinstance(
-            initializer, bool):
-        value = tf.get_static_value(initializer) if isinstance(initializer, tf.Tensor) else \
-            np.asarray(initializer)
+        initializer, bool
+    ):
+        value = (
+            tf.get_static_value(initializer)
+            if isinstance(initializer, tf.Tensor)
+            else np.asarray(initializer)
+        )
         if value is None:
-            raise ValueError("initializer: a tensor initializer must be a constant, got %r"
-                             % (initializer,))
+            raise ValueError(
+                "initializer: a tensor initializer must be a constant, got %r" % (initializer,)
+            )
         value = np.asarray(value, dtype=np.float64).reshape(-1)
         if value.size == 1:
             initializer = float(value[0])
@@ -69,12 +76,16 @@ def describe(initializer, dim, table_name):
             spec["values"] = [float(v) for v in value]
             return spec
         else:
-            raise ValueError("initializer: an array must hold 1 or dim=%d values, got shape %s"
-                             % (dim, np.shape(initializer)))
+            raise ValueError(
+                "initializer: an array must hold 1 or dim=%d values, got shape %s"
+                % (dim, np.shape(initializer))
+            )
     if callable(initializer) and not hasattr(initializer, "get_config"):
-        raise ValueError("initializer: %r cannot be run per key by rec_sdk; use a number, an "
-                         "array of dim values or a tf initializer (truncated/random normal, "
-                         "random uniform, constant, zeros, ones)" % (initializer,))
+        raise ValueError(
+            "initializer: %r cannot be run per key by rec_sdk; use a number, an "
+            "array of dim values or a tf initializer (truncated/random normal, "
+            "random uniform, constant, zeros, ones)" % (initializer,)
+        )
     return describe_initializer(initializer, table_name, param_name="initializer")
 
 
@@ -107,18 +118,26 @@ def defaults_of(initializer, dtype, dim):
         return None
     if callable(initializer) and not isinstance(initializer, (tf.Tensor, np.ndarray)):
         if not hasattr(initializer, "get_config"):
-            raise ValueError("initializer: %r cannot be run per key by rec_sdk; use a value, "
-                             "an array of dim values or a tf initializer" % (initializer,))
+            raise ValueError(
+                "initializer: %r cannot be run per key by rec_sdk; use a value, "
+                "an array of dim values or a tf initializer" % (initializer,)
+            )
         return lambda n: tf.cast(initializer(shape=tf.stack([n, dim]), dtype=dtype), dtype)
-    value = tf.get_static_value(initializer) if isinstance(initializer, tf.Tensor) else \
-        np.asarray(initializer)
+    value = (
+        tf.get_static_value(initializer)
+        if isinstance(initializer, tf.Tensor)
+        else np.asarray(initializer)
+    )
     if value is None:
-        raise ValueError("initializer: a tensor initializer must be a constant, got %r"
-                         % (initializer,))
+        raise ValueError(
+            "initializer: a tensor initializer must be a constant, got %r" % (initializer,)
+        )
     value = np.asarray(value).astype(dtype.as_numpy_dtype).reshape(-1)
     if value.size not in (1, dim):
-        raise ValueError("initializer: an array must hold 1 or dim=%d values, got shape %s"
-                         % (dim, np.shape(initializer)))
+        raise ValueError(
+            "initializer: an array must hold 1 or dim=%d values, got shape %s"
+            % (dim, np.shape(initializer))
+        )
     if not value.any():
         return None
     row = tf.constant(value if value.size == dim else np.repeat(value, dim), dtype)

@@ -2,6 +2,7 @@
 (SlotVariable) and restrict policies with their status (the access statistics each row keeps).
 Duck-typed on de.Variable (rec_sdk.dynamic_embedding.variable imports this module).
 """
+
 import numbers
 
 import tensorflow as tf
@@ -43,8 +44,13 @@ class SlotVariable:
         p = self.params
         keys = p.checked_keys(keys)
         with tf.name_scope(name or "%s_lookup" % self.slot_name):
-            return p.lookup_rows(keys, return_exists, slot=self.slot_index,
-                             slot_default=self.initial_value, slot_optimizer=self._owner)
+            return p.lookup_rows(
+                keys,
+                return_exists,
+                slot=self.slot_index,
+                slot_default=self.initial_value,
+                slot_optimizer=self._owner,
+            )
 
     def export(self, name=None):
         """(keys, slot values) of every stored key, in the order of params.export()."""
@@ -57,10 +63,16 @@ class SlotVariable:
                 k = p.public_keys(k)
                 s = tf.transpose(s, [1, 0, 2])
                 # Before the optimizer first ran the table has no slots: initial values.
-                shards.append((k, tf.cond(tf.shape(s)[0] > self.slot_index,
-                                          lambda s=s: s[self.slot_index],
-                                          lambda v=values: tf.fill(tf.shape(v),
-                                                                   self.initial_value))))
+                shards.append(
+                    (
+                        k,
+                        tf.cond(
+                            tf.shape(s)[0] > self.slot_index,
+                            lambda s=s: s[self.slot_index],
+                            lambda v=values: tf.fill(tf.shape(v), self.initial_value),
+                        ),
+                    )
+                )
             return joined(shards)
 
     def size(self, index=None, name=None):
@@ -96,8 +108,9 @@ class PolicyStatus:
             shards = []
             for t in var.shards:
                 keys, last_seen, counts = by_key(*table_ops.export_access(t.handle))
-                shards.append((var.public_keys(keys),
-                               last_seen if self._policy.by == "last_seen" else counts))
+                shards.append(
+                    (var.public_keys(keys), last_seen if self._policy.by == "last_seen" else counts)
+                )
             return joined(shards)
 
 
@@ -122,12 +135,18 @@ class RestrictPolicy:
         var = self.var
         var.note_writes()
         keys = var.checked_keys(ids)
-        with tf.name_scope("%s_status_update" % var.name.split("/")[-1]), \
-                tf.control_dependencies(var.access_tracking):
+        with (
+            tf.name_scope("%s_status_update" % var.name.split("/")[-1]),
+            tf.control_dependencies(var.access_tracking),
+        ):
             unique, _ = table_ops.unique_keys(tf.reshape(keys, [-1]))
             _, shard_keys, _ = var.split_keys(unique)
-            return tf.group([t.find_or_insert(k, is_train=True, lookup=var.name)
-                             for t, k in zip(var.shards, shard_keys)])
+            return tf.group(
+                [
+                    t.find_or_insert(k, is_train=True, lookup=var.name)
+                    for t, k in zip(var.shards, shard_keys)
+                ]
+            )
 
     def apply_restriction(self, num_reserved, trigger=None, **kwargs):
         """When the variable holds more than `trigger` keys (default num_reserved), keeps
@@ -135,8 +154,9 @@ class RestrictPolicy:
         Returns the op."""
         del kwargs
         for arg, value in (("num_reserved", num_reserved), ("trigger", trigger)):
-            if value is not None and (isinstance(value, bool) or
-                                      not isinstance(value, numbers.Integral)):
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, numbers.Integral)
+            ):
                 raise TypeError("%s must be an int, got %r" % (arg, value))
         if num_reserved < 0:
             raise ValueError("num_reserved must be >= 0, got %d" % num_reserved)
@@ -144,11 +164,16 @@ class RestrictPolicy:
         var = self.var
         var.note_writes()
         per_shard = int(num_reserved / var.shard_num)
-        with tf.name_scope("%s_restrict" % var.name.split("/")[-1]), \
-                tf.control_dependencies(var.access_tracking):
+        with (
+            tf.name_scope("%s_restrict" % var.name.split("/")[-1]),
+            tf.control_dependencies(var.access_tracking),
+        ):
+
             def restrict():
-                return tf.group([table_ops.restrict(t.handle, per_shard, self.by)
-                                 for t in var.shards])
+                return tf.group(
+                    [table_ops.restrict(t.handle, per_shard, self.by) for t in var.shards]
+                )
+
             return tf.cond(var.size() > trigger, restrict, tf.no_op)
 
 

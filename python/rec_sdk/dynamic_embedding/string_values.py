@@ -9,18 +9,19 @@ TensorFlow tables (size(), lookup, insert, remove, export: TFRA's table interfac
 saveables a tf.compat.v1.train.Saver saves and restores as `<table op>-keys` / `-values`, as
 TFRA's are; tf.train.Checkpoint saves the variable's keys and values together.
 """
+
 import copy
 import numbers
 
 import numpy as np
 import tensorflow as tf
 
+from rec_sdk.base.validation import check_bool
 from rec_sdk.dynamic_embedding import variable as variable_module
 from rec_sdk.dynamic_embedding.shadow_ops import shaped
 from rec_sdk.dynamic_embedding.shards import default_partition_fn, table_names
 from rec_sdk.dynamic_embedding.slots_and_policies import joined
 from rec_sdk.dynamic_embedding.tfra_table import TableSaveable
-from rec_sdk.base.validation import check_bool
 
 # A lookup's default for keys not stored: no stored row equals it (it tells exists apart).
 _ABSENT = "\x00rec_sdk:absent\x00"
@@ -30,23 +31,40 @@ class StringValues(variable_module.Variable):
     """A de.Variable whose value_dtype is tf.string (see the module docstring); created by
     de.Variable / de.get_variable when value_dtype is tf.string."""
 
-    def __init__(self, key_dtype=tf.int64, value_dtype=tf.string, dim=1, devices=None,
-                 partitioner=default_partition_fn, shared_name=None,
-                 name="DynamicEmbedding_Variable", initializer=None, trainable=True,
-                 checkpoint=True, init_size=0, kv_creator=None, restrict_policy=None,
-                 bp_v2=False, servable=False):
+    def __init__(
+        self,
+        key_dtype=tf.int64,
+        value_dtype=tf.string,
+        dim=1,
+        devices=None,
+        partitioner=default_partition_fn,
+        shared_name=None,
+        name="DynamicEmbedding_Variable",
+        initializer=None,
+        trainable=True,
+        checkpoint=True,
+        init_size=0,
+        kv_creator=None,
+        restrict_policy=None,
+        bp_v2=False,
+        servable=False,
+    ):
         # pylint: disable=super-init-not-called  (no rec_sdk table: TensorFlow's tables)
         del trainable, init_size, kv_creator, bp_v2
         key_dtype = tf.as_dtype(key_dtype)
         if key_dtype not in (tf.int64, tf.int32):
-            raise TypeError("key-value dtype (%s-string) is not supported: string values take "
-                            "tf.int64 or tf.int32 keys" % key_dtype.name)
+            raise TypeError(
+                "key-value dtype (%s-string) is not supported: string values take "
+                "tf.int64 or tf.int32 keys" % key_dtype.name
+            )
         if isinstance(dim, bool) or not isinstance(dim, numbers.Integral) or dim < 1:
             raise ValueError("dim must be an integer >= 1, got %r" % (dim,))
         for what, value in (("restrict_policy", restrict_policy), ("servable", servable)):
             if value:
-                raise ValueError("%s: de.Variable %r holds string values, which are not "
-                                 "trained or served; got %r" % (what, name, value))
+                raise ValueError(
+                    "%s: de.Variable %r holds string values, which are not "
+                    "trained or served; got %r" % (what, name, value)
+                )
         check_bool("checkpoint", checkpoint)
         self.key_dtype, self.table_key_dtype = key_dtype, tf.int64
         self.value_dtype, self.dim = tf.string, int(dim)
@@ -65,14 +83,16 @@ class StringValues(variable_module.Variable):
             for device, table_name in zip(self.devices, table_names(name, self.shard_num)):
                 with tf.device(device):
                     table = tf.lookup.experimental.MutableHashTable(
-                        tf.int64, tf.string, self._default, name=table_name, checkpoint=False)
+                        tf.int64, tf.string, self._default, name=table_name, checkpoint=False
+                    )
                 self._tables_of_values.append(table)
                 # Saved and restored by Savers under TFRA's name: <scope>/<table name>.
                 shard = StringTable(self, table, table_name, scope + table_name)
                 self._string_tables.append(shard)
                 if checkpoint and not self.eager:
-                    tf.compat.v1.add_to_collection(tf.compat.v1.GraphKeys.SAVEABLE_OBJECTS,
-                                                   shard.saveable)
+                    tf.compat.v1.add_to_collection(
+                        tf.compat.v1.GraphKeys.SAVEABLE_OBJECTS, shard.saveable
+                    )
 
     # --- TFRA's API ---
     @property
@@ -86,15 +106,18 @@ class StringValues(variable_module.Variable):
         if keys.dtype != self.key_dtype:
             raise variable_module.DtypeError(
                 "keys of %r must be %s (the key_dtype), got %s"
-                % (self.name, self.key_dtype.name, keys.dtype.name))
+                % (self.name, self.key_dtype.name, keys.dtype.name)
+            )
         return tf.cast(keys, tf.int64)
 
     def _values(self, values, keys, what="values"):
-        if not isinstance(values, (tf.Tensor, tf.Variable)) and \
-                np.asarray(values).dtype.kind not in ("U", "S", "O"):
+        if not isinstance(values, (tf.Tensor, tf.Variable)) and np.asarray(
+            values
+        ).dtype.kind not in ("U", "S", "O"):
             raise variable_module.DtypeError(
                 "%s of %r must be strings (the value_dtype), got %s"
-                % (what, self.name, np.asarray(values).dtype))
+                % (what, self.name, np.asarray(values).dtype)
+            )
         return super()._values(values, keys, what)
 
     def lookup(self, keys, return_exists=False, name=None):
@@ -110,9 +133,11 @@ class StringValues(variable_module.Variable):
             else:
                 values = tf.dynamic_stitch(positions, [v for v, _ in found])
                 exists = tf.dynamic_stitch(positions, [e for _, e in found])
-            values = shaped(tf.where(exists[:, None], values,
-                                     tf.broadcast_to(self._default, tf.shape(values))),
-                            keys, self.dim)
+            values = shaped(
+                tf.where(exists[:, None], values, tf.broadcast_to(self._default, tf.shape(values))),
+                keys,
+                self.dim,
+            )
             return (values, tf.reshape(exists, tf.shape(keys))) if return_exists else values
 
     def upsert(self, keys, values, name=None):
@@ -122,8 +147,9 @@ class StringValues(variable_module.Variable):
         with tf.name_scope(name or "%s_upsert" % self.name.split("/")[-1]):
             parts, shard_keys, _ = self.split_keys(tf.reshape(keys, [-1]))
             rows = self.by_shard(parts, tf.reshape(values, [-1, self.dim]))
-            return tf.group([t.insert(k, v) for t, k, v in zip(
-                self._tables_of_values, shard_keys, rows)])
+            return tf.group(
+                [t.insert(k, v) for t, k, v in zip(self._tables_of_values, shard_keys, rows)]
+            )
 
     def remove(self, keys, name=None):
         """Removes keys (absent keys are ignored)."""
@@ -133,15 +159,17 @@ class StringValues(variable_module.Variable):
             return tf.group([t.remove(k) for t, k in zip(self._tables_of_values, shard_keys)])
 
     def accum(self, keys, old_values, new_values, exists, name=None):
-        raise TypeError("accum: de.Variable %r holds string values, which cannot be added"
-                        % self.name)
+        raise TypeError(
+            "accum: de.Variable %r holds string values, which cannot be added" % self.name
+        )
 
     def export(self, name=None):
         """(keys [n], values [n, dim]) of every stored key, shard after shard."""
         with tf.name_scope(name or "%s_export" % self.name.split("/")[-1]):
             exports = [t.export() for t in self._tables_of_values]
-            return joined([(tf.cast(k, self.key_dtype), tf.reshape(v, [-1, self.dim]))
-                           for k, v in exports])
+            return joined(
+                [(tf.cast(k, self.key_dtype), tf.reshape(v, [-1, self.dim])) for k, v in exports]
+            )
 
     def clear(self, name=None):
         """Removes every key of every shard."""
@@ -154,20 +182,26 @@ class StringValues(variable_module.Variable):
         return self._tables_of_values[index].size()
 
     def read_rows(self, flat, name="lookup", as_rows=False, **lookup_args):
-        raise TypeError("de.Variable %r holds string values: they are looked up with "
-                        "lookup(), not embedded or trained" % self.name)
+        raise TypeError(
+            "de.Variable %r holds string values: they are looked up with "
+            "lookup(), not embedded or trained" % self.name
+        )
 
     def note_writes(self):
         pass
 
     def save_to_file_system(self, dirpath, *args, **kwargs):
-        raise TypeError("save_to_file_system: de.Variable %r holds string values, which the "
-                        "key and value files cannot hold; use a Saver, tf.train.Checkpoint or "
-                        "export()" % self.name)
+        raise TypeError(
+            "save_to_file_system: de.Variable %r holds string values, which the "
+            "key and value files cannot hold; use a Saver, tf.train.Checkpoint or "
+            "export()" % self.name
+        )
 
     def load_from_file_system(self, dirpath, *args, **kwargs):
-        raise TypeError("load_from_file_system: de.Variable %r holds string values, which the "
-                        "key and value files cannot hold" % self.name)
+        raise TypeError(
+            "load_from_file_system: de.Variable %r holds string values, which the "
+            "key and value files cannot hold" % self.name
+        )
 
     load_from_file_system_with_restore_function = load_from_file_system
 
@@ -238,9 +272,11 @@ class StringTable:
         with tf.name_scope(name or "%s_lookup" % self.name):
             flat = tf.reshape(keys, [-1])
             values, exists = _find(self.table, flat, dim)
-            default = tf.reshape(dynamic_default_values, [-1, dim]) \
-                if dynamic_default_values is not None else \
-                tf.broadcast_to(self._variable._default, tf.shape(values))  # pylint: disable=protected-access
+            default = (
+                tf.reshape(dynamic_default_values, [-1, dim])
+                if dynamic_default_values is not None
+                else tf.broadcast_to(self._variable._default, tf.shape(values))
+            )  # pylint: disable=protected-access
             values = shaped(tf.where(exists[:, None], values, default), keys, dim)
             return (values, tf.reshape(exists, tf.shape(keys))) if return_exists else values
 
@@ -250,8 +286,9 @@ class StringTable:
     def insert(self, keys, values, name=None):
         keys = self._variable._keys(keys)  # pylint: disable=protected-access
         values = self._variable._values(values, keys)  # pylint: disable=protected-access
-        return self.table.insert(tf.reshape(keys, [-1]),
-                                 tf.reshape(values, [-1, self._variable.dim]), name=name)
+        return self.table.insert(
+            tf.reshape(keys, [-1]), tf.reshape(values, [-1, self._variable.dim]), name=name
+        )
 
     def remove(self, keys, name=None):
         keys = self._variable._keys(keys)  # pylint: disable=protected-access
@@ -271,8 +308,7 @@ class StringTable:
         return tf.cast(keys, self.key_dtype), values
 
     def accum(self, *args, **kwargs):
-        raise TypeError("accum: table %r holds string values, which cannot be added"
-                        % self.name)
+        raise TypeError("accum: table %r holds string values, which cannot be added" % self.name)
 
 
 def _default_row(initializer, dim, name):
@@ -281,12 +317,16 @@ def _default_row(initializer, dim, name):
     if initializer is None:
         return tf.constant([""] * dim)
     if callable(initializer):
-        raise TypeError("initializer of de.Variable %r (string values) must be a string or an "
-                        "array of strings, got %r" % (name, initializer))
+        raise TypeError(
+            "initializer of de.Variable %r (string values) must be a string or an "
+            "array of strings, got %r" % (name, initializer)
+        )
     row = np.asarray(initializer).reshape([-1])
     if row.size not in (1, dim) or row.dtype.kind not in ("U", "S", "O"):
-        raise ValueError("initializer of de.Variable %r must be a string or 1 or %d (dim) "
-                         "strings, got %r" % (name, dim, initializer))
+        raise ValueError(
+            "initializer of de.Variable %r must be a string or 1 or %d (dim) "
+            "strings, got %r" % (name, dim, initializer)
+        )
     return tf.constant(np.broadcast_to(row, [dim]).tolist(), tf.string)
 
 

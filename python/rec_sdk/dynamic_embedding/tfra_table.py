@@ -11,6 +11,7 @@ rec_sdk's own code uses the shards themselves (de.Variable.shards: rec_sdk table
 SDK-style methods differ, e.g. size() is a Python int); any attribute this class does not
 define is the shard's.
 """
+
 import weakref
 
 import tensorflow as tf
@@ -78,7 +79,8 @@ class TfraTable:
             # TFRA's table op: <the variable's name scope>/<table name>.
             scope = self.resource_handle.op.name.rpartition("/")[0]
             found = _saveables[self._shard] = TableSaveable(
-                self, scope + "/" + self.name if scope else self.name)
+                self, scope + "/" + self.name if scope else self.name
+            )
         return found
 
     def __getitem__(self, keys):
@@ -95,8 +97,9 @@ class TfraTable:
         """Checked values of keys as the shard stores them ([n, stored words])."""
         variable = self._variable
         values = variable._values(values, keys, what)  # pylint: disable=protected-access
-        return value_codec.encode(tf.reshape(values, [-1, variable.dim]), variable.value_dtype,
-                                  variable.dim)
+        return value_codec.encode(
+            tf.reshape(values, [-1, variable.dim]), variable.value_dtype, variable.dim
+        )
 
     def size(self, name=None):
         """Scalar int64 tensor: the keys this shard holds, computed where it lives."""
@@ -111,14 +114,18 @@ class TfraTable:
         keys = variable.checked_keys(keys)
         with self._scope(name, "lookup"), self._colocated():
             flat = tf.reshape(keys, [-1])
-            rows, exists = table_ops.lookup(self.resource_handle, flat,
-                                            variable._stored_dim,  # pylint: disable=protected-access
-                                            init_missing=True)
+            rows, exists = table_ops.lookup(
+                self.resource_handle,
+                flat,
+                variable._stored_dim,  # pylint: disable=protected-access
+                init_missing=True,
+            )
             values = value_codec.decode(rows, variable.value_dtype, variable.dim)
             defaults = variable._defaults  # pylint: disable=protected-access
             if dynamic_default_values is not None:
-                given = tf.reshape(tf.cast(dynamic_default_values, values.dtype),
-                                   [-1, variable.dim])
+                given = tf.reshape(
+                    tf.cast(dynamic_default_values, values.dtype), [-1, variable.dim]
+                )
                 values = tf.where(exists[:, None], values, given)
             elif defaults is not None:
                 values = tf.where(exists[:, None], values, defaults(tf.size(flat)))
@@ -138,8 +145,10 @@ class TfraTable:
         """Op removing keys from this shard (absent keys are ignored). keys must be a tensor
         of the key_dtype (TFRA's rule: TypeError otherwise)."""
         if not isinstance(keys, (tf.Tensor, tf.Variable)) or keys.dtype != self.key_dtype:
-            raise TypeError("keys of table %r must be a tensor of %s (the key_dtype), got %r"
-                            % (self.name, self.key_dtype.name, keys))
+            raise TypeError(
+                "keys of table %r must be a tensor of %s (the key_dtype), got %r"
+                % (self.name, self.key_dtype.name, keys)
+            )
         variable = self._variable
         variable.note_writes()
         with self._scope(name, "remove"):
@@ -158,13 +167,21 @@ class TfraTable:
         not exists and the key is absent, inserts values_or_deltas; else leaves it."""
         variable = self._variable
         keys = variable.checked_keys(keys, record=True)
-        given = tf.reshape(variable._values(values_or_deltas, keys),  # pylint: disable=protected-access
-                           [-1, variable.dim])
+        given = tf.reshape(
+            variable._values(values_or_deltas, keys),  # pylint: disable=protected-access
+            [-1, variable.dim],
+        )
         exists = variable.checked_exists(exists, keys)
         variable.note_writes()
         with self._scope(name, "accum"), self._colocated():
-            return accum_rows(variable, self.resource_handle, tf.reshape(keys, [-1]), given,
-                              given, tf.reshape(exists, [-1]))
+            return accum_rows(
+                variable,
+                self.resource_handle,
+                tf.reshape(keys, [-1]),
+                given,
+                given,
+                tf.reshape(exists, [-1]),
+            )
 
     def export(self, name=None):
         """(keys [n], values [n, dim]) of this shard, in ascending key order."""
@@ -186,10 +203,13 @@ class TfraTable:
 def export_rows(variable, handle):
     """(keys [n], values [n, dim]) of the variable's shard `handle`, in ascending key order,
     as the variable's keys and values (the shards' part of de.Variable.export)."""
-    keys, rows = by_key(*table_ops.export(handle, variable.table_key_dtype,
-                                          variable._stored_dim)[:2])  # pylint: disable=protected-access
-    return (variable.public_keys(keys),
-            value_codec.decode(rows, variable.value_dtype, variable.dim))
+    keys, rows = by_key(
+        *table_ops.export(handle, variable.table_key_dtype, variable._stored_dim)[:2]
+    )  # pylint: disable=protected-access
+    return (
+        variable.public_keys(keys),
+        value_codec.decode(rows, variable.value_dtype, variable.dim),
+    )
 
 
 def accum_rows(variable, handle, keys, deltas, new_rows, exists):
@@ -200,8 +220,9 @@ def accum_rows(variable, handle, keys, deltas, new_rows, exists):
     current = value_codec.decode(current, variable.value_dtype, variable.dim)
     add = tf.logical_and(exists, present)
     insert = tf.logical_and(tf.logical_not(exists), tf.logical_not(present))
-    target = value_codec.encode(tf.where(add[:, None], current + deltas, new_rows),
-                                variable.value_dtype, variable.dim)
+    target = value_codec.encode(
+        tf.where(add[:, None], current + deltas, new_rows), variable.value_dtype, variable.dim
+    )
     keep = tf.logical_or(add, insert)
     return table_ops.upsert(handle, tf.boolean_mask(keys, keep), tf.boolean_mask(target, keep))
 
@@ -217,8 +238,10 @@ class TableSaveable(saveable_object.SaveableObject):
 
     def __init__(self, table, name):
         keys, values = table.export()
-        specs = [saveable_object.SaveSpec(keys, "", name + "-keys"),
-                 saveable_object.SaveSpec(values, "", name + "-values")]
+        specs = [
+            saveable_object.SaveSpec(keys, "", name + "-keys"),
+            saveable_object.SaveSpec(values, "", name + "-values"),
+        ]
         super().__init__(table, specs, name)
 
     def restore(self, restored_tensors, restored_shapes, name=None):

@@ -10,10 +10,11 @@ with tf.saved_model.SaveOptions(namespace_whitelist=["RecSdk"]), or no whitelist
 script's whitelist of "TFRA" (its ops' namespace) is taken to mean rec_sdk's ops too, so that
 such scripts port unchanged.
 """
+
 import tensorflow as tf
 
-from rec_sdk.ops.table_ops import OP_NAMESPACE
 from rec_sdk.base import tf_patches
+from rec_sdk.ops.table_ops import OP_NAMESPACE
 
 TFRA_NAMESPACE = "TFRA"
 
@@ -31,8 +32,10 @@ class DEHvdSaver:  # pylint: disable=too-few-public-methods
 
     def __init__(self, *args, **kwargs):
         del args, kwargs
-        raise NotImplementedError("de.train.DEHvdSaver needs Horovod, which rec_sdk does not "
-                                  "support; use tf.compat.v1.train.Saver or DECheckpoint")
+        raise NotImplementedError(
+            "de.train.DEHvdSaver needs Horovod, which rec_sdk does not "
+            "support; use tf.compat.v1.train.Saver or DECheckpoint"
+        )
 
 
 def _verify_ops(original, graph_def, namespace_whitelist):

@@ -12,18 +12,31 @@ float16 and bfloat16 are the exception: the tables store them natively (half-pre
 tf_ops/core/row_precision.h), so their rows are one element per value, initialized by the
 table's initializer and trained (in float32, rounded stochastically into the rows).
 """
+
 import tensorflow as tf
 
-VALUE_DTYPES = (tf.float32, tf.float64, tf.float16, tf.bfloat16, tf.int64, tf.int32, tf.int16,
-                tf.int8, tf.uint8, tf.bool)
+VALUE_DTYPES = (
+    tf.float32,
+    tf.float64,
+    tf.float16,
+    tf.bfloat16,
+    tf.int64,
+    tf.int32,
+    tf.int16,
+    tf.int8,
+    tf.uint8,
+    tf.bool,
+)
 
 
 def check(value_dtype):
     """value_dtype as a tf.DType, or a TypeError naming the dtypes rec_sdk stores."""
     value_dtype = tf.as_dtype(value_dtype)
     if value_dtype not in VALUE_DTYPES:
-        raise TypeError("value_dtype %s is not supported: rec_sdk stores %s values"
-                        % (value_dtype.name, ", ".join(d.name for d in VALUE_DTYPES)))
+        raise TypeError(
+            "value_dtype %s is not supported: rec_sdk stores %s values"
+            % (value_dtype.name, ", ".join(d.name for d in VALUE_DTYPES))
+        )
     return value_dtype
 
 
@@ -82,6 +95,7 @@ def decode(rows, dtype, dim):
     if size == 4:
         return tf.bitcast(rows, dtype)
     narrow = tf.uint8 if dtype == tf.bool else dtype
-    values = tf.reshape(tf.bitcast(rows, narrow), [-1, stored_dim(dtype, dim) *
-                                                   _per_word(dtype)])[:, :dim]
+    values = tf.reshape(tf.bitcast(rows, narrow), [-1, stored_dim(dtype, dim) * _per_word(dtype)])[
+        :, :dim
+    ]
     return tf.not_equal(values, 0) if dtype == tf.bool else values

@@ -5,31 +5,39 @@ One rec_sdk table per entry of `devices` (a shard); keys are routed by
 keeps its embedding, the optimizer's slots and the restrict policy's access statistics in one
 row per key (one hash probe for all of them), unlike TFRA's one hash table per slot.
 """
+
 import numbers
 
 import numpy as np
 import tensorflow as tf
 
-from rec_sdk.tables import shard_names
-from rec_sdk.tables import tier
-from rec_sdk.tables import table as table_module
-from rec_sdk.tables.table_spec import TableSpec
-from rec_sdk.dynamic_embedding import key_codec, value_codec
-from rec_sdk.dynamic_embedding.shards import (ShardKeys, default_partition_fn,  # noqa: F401
-                                              defaults_of, describe, init_rows, table_names)
-from rec_sdk.dynamic_embedding.variable_checkpoint import VariableCheckpoint
-from rec_sdk.dynamic_embedding.variable_files import KeyValueFiles
-from rec_sdk.dynamic_embedding.kv_creator import KVCreator, TieredTableCreator
-from rec_sdk.dynamic_embedding.optimizer_kinds import name_of, slot_info
-from rec_sdk.dynamic_embedding.shadow_ops import shadow_of, shaped
-from rec_sdk.dynamic_embedding.slots_and_policies import (RestrictPolicy, SlotVariable, by_key,
-                                                            joined)
-from rec_sdk.dynamic_embedding.tfra_table import TfraTable, accum_rows, export_rows
-from rec_sdk.ops import table_ops
 from rec_sdk.base.graph_state import state_of
 from rec_sdk.base.log import logger
 from rec_sdk.base.validation import check_bool
-
+from rec_sdk.dynamic_embedding import key_codec, value_codec
+from rec_sdk.dynamic_embedding.kv_creator import KVCreator, TieredTableCreator
+from rec_sdk.dynamic_embedding.optimizer_kinds import name_of, slot_info
+from rec_sdk.dynamic_embedding.shadow_ops import shadow_of
+from rec_sdk.dynamic_embedding.shards import (  # noqa: F401
+    ShardKeys,
+    default_partition_fn,
+    defaults_of,
+    describe,
+    init_rows,
+    table_names,
+)
+from rec_sdk.dynamic_embedding.slots_and_policies import (
+    RestrictPolicy,
+    SlotVariable,
+)
+from rec_sdk.dynamic_embedding.tfra_table import TfraTable
+from rec_sdk.dynamic_embedding.variable_checkpoint import VariableCheckpoint
+from rec_sdk.dynamic_embedding.variable_files import KeyValueFiles
+from rec_sdk.dynamic_embedding.variable_ops import VariableOps
+from rec_sdk.ops import table_ops
+from rec_sdk.tables import shard_names, tier
+from rec_sdk.tables import table as table_module
+from rec_sdk.tables.table_spec import TableSpec
 
 _KEY_DTYPES = (tf.int64, tf.int32, tf.string)
 # {value dtype: the Variable subclass of variables of those values} (string_values fills it).
@@ -40,10 +48,15 @@ def _shape_checked(x, want, message):
     """x, once an assertion that its shape is `want` (an int64 vector) passed when it runs."""
     got = tf.shape(x, out_type=tf.int64)
     rank = tf.maximum(tf.size(got), tf.size(want))  # ranks may differ: pad unequally
-    check = tf.debugging.Assert(tf.reduce_all(tf.equal(
-        tf.pad(got, [[0, rank - tf.size(got)]], constant_values=-1),
-        tf.pad(want, [[0, rank - tf.size(want)]], constant_values=-2))),
-        [message + ", got", got])
+    check = tf.debugging.Assert(
+        tf.reduce_all(
+            tf.equal(
+                tf.pad(got, [[0, rank - tf.size(got)]], constant_values=-1),
+                tf.pad(want, [[0, rank - tf.size(want)]], constant_values=-2),
+            )
+        ),
+        [message + ", got", got],
+    )
     with tf.control_dependencies([check]):
         return tf.identity(x)
 
@@ -57,8 +70,7 @@ def checked_devices(devices):
         devices = [devices]
     devices = list(devices)
     if not devices or not all(isinstance(d, str) for d in devices):
-        raise ValueError("devices must be a non-empty list of device names, got %r"
-                         % (devices,))
+        raise ValueError("devices must be a non-empty list of device names, got %r" % (devices,))
     return devices
 
 
@@ -75,7 +87,7 @@ class ShapeError(ValueError, tf.errors.InvalidArgumentError):
         tf.errors.InvalidArgumentError.__init__(self, None, None, message)
 
 
-class Variable(KeyValueFiles, VariableCheckpoint, tf.__internal__.tracking.Trackable):
+class Variable(VariableOps, KeyValueFiles, VariableCheckpoint, tf.__internal__.tracking.Trackable):
     """A dynamic embedding variable (TFRA's `dynamic_embedding.Variable`) on rec_sdk tables.
 
     See the module docstring of rec_sdk.dynamic_embedding for the arguments and where this
@@ -88,53 +100,92 @@ class Variable(KeyValueFiles, VariableCheckpoint, tf.__internal__.tracking.Track
         """A variable of values with their own class (string values) is made of that class."""
         value_dtype = kwargs.get("value_dtype", args[1] if len(args) > 1 else None)
         try:
-            special = VALUE_DTYPE_CLASSES.get(tf.as_dtype(value_dtype)) if cls is Variable \
-                and value_dtype is not None else None
+            special = (
+                VALUE_DTYPE_CLASSES.get(tf.as_dtype(value_dtype))
+                if cls is Variable and value_dtype is not None
+                else None
+            )
         except TypeError:
             special = None  # __init__ names the bad dtype
         return super().__new__(special or cls)
 
-    def __init__(self, key_dtype=tf.int64, value_dtype=tf.float32, dim=1, devices=None,
-                 partitioner=default_partition_fn, shared_name=None,
-                 name="DynamicEmbedding_Variable", initializer=None, trainable=True,
-                 checkpoint=True, init_size=0, kv_creator=None, restrict_policy=None,
-                 bp_v2=False, servable=False):
+    def __init__(
+        self,
+        key_dtype=tf.int64,
+        value_dtype=tf.float32,
+        dim=1,
+        devices=None,
+        partitioner=default_partition_fn,
+        shared_name=None,
+        name="DynamicEmbedding_Variable",
+        initializer=None,
+        trainable=True,
+        checkpoint=True,
+        init_size=0,
+        kv_creator=None,
+        restrict_policy=None,
+        bp_v2=False,
+        servable=False,
+    ):
         try:
             key_dtype, value_dtype = tf.as_dtype(key_dtype), tf.as_dtype(value_dtype)
         except TypeError as e:
             raise TypeError("key_dtype / value_dtype: %s" % e) from None
         if key_dtype not in _KEY_DTYPES:
-            raise TypeError("key-value dtype (%s-%s) is not supported: key_dtype must be "
-                            "tf.int64, tf.int32 or tf.string" % (key_dtype.name,
-                                                                 value_dtype.name))
+            raise TypeError(
+                "key-value dtype (%s-%s) is not supported: key_dtype must be "
+                "tf.int64, tf.int32 or tf.string" % (key_dtype.name, value_dtype.name)
+            )
         value_dtype = value_codec.check(value_dtype)
-        max_dim = table_ops.max_dim() if value_codec.native(value_dtype) else \
-            table_ops.max_dim() * 4 // (1 if value_dtype == tf.bool else value_dtype.size)
-        if isinstance(dim, bool) or not isinstance(dim, numbers.Integral) or \
-                not 1 <= dim <= max_dim:
-            raise ValueError("dim must be an integer in [1, %d] (for %s values), got %r"
-                             % (max_dim, value_dtype.name, dim))
+        max_dim = (
+            table_ops.max_dim()
+            if value_codec.native(value_dtype)
+            else table_ops.max_dim() * 4 // (1 if value_dtype == tf.bool else value_dtype.size)
+        )
+        if (
+            isinstance(dim, bool)
+            or not isinstance(dim, numbers.Integral)
+            or not 1 <= dim <= max_dim
+        ):
+            raise ValueError(
+                "dim must be an integer in [1, %d] (for %s values), got %r"
+                % (max_dim, value_dtype.name, dim)
+            )
         devices = checked_devices(devices)
         if not callable(partitioner):
-            raise TypeError("partitioner must be a function (keys, shard_num) -> shard of each "
-                            "key, got %r" % (partitioner,))
-        if isinstance(init_size, bool) or not isinstance(init_size, numbers.Integral) or \
-                init_size < 0:
+            raise TypeError(
+                "partitioner must be a function (keys, shard_num) -> shard of each "
+                "key, got %r" % (partitioner,)
+            )
+        if (
+            isinstance(init_size, bool)
+            or not isinstance(init_size, numbers.Integral)
+            or init_size < 0
+        ):
             raise ValueError("init_size must be an integer >= 0, got %r" % (init_size,))
         if restrict_policy is not None and not (
-                isinstance(restrict_policy, type) and issubclass(restrict_policy, RestrictPolicy)
-                and restrict_policy.by in ("last_seen", "count")):
-            raise TypeError("restrict_policy must be de.TimestampRestrictPolicy, "
-                            "de.FrequencyRestrictPolicy or a subclass, got %r"
-                            % (restrict_policy,))
+            isinstance(restrict_policy, type)
+            and issubclass(restrict_policy, RestrictPolicy)
+            and restrict_policy.by in ("last_seen", "count")
+        ):
+            raise TypeError(
+                "restrict_policy must be de.TimestampRestrictPolicy, "
+                "de.FrequencyRestrictPolicy or a subclass, got %r" % (restrict_policy,)
+            )
         if not isinstance(name, str) or not name:
             raise ValueError("name must be a non-empty string, got %r" % (name,))
-        for flag, value in (("trainable", trainable), ("checkpoint", checkpoint),
-                            ("bp_v2", bp_v2), ("servable", servable)):
+        for flag, value in (
+            ("trainable", trainable),
+            ("checkpoint", checkpoint),
+            ("bp_v2", bp_v2),
+            ("servable", servable),
+        ):
             check_bool(flag, value)
         if kv_creator is not None and not isinstance(kv_creator, KVCreator):
-            raise TypeError("kv_creator must be None or a de.KVCreator (e.g. "
-                            "de.CuckooHashTableCreator()), got %r" % (kv_creator,))
+            raise TypeError(
+                "kv_creator must be None or a de.KVCreator (e.g. "
+                "de.CuckooHashTableCreator()), got %r" % (kv_creator,)
+            )
         self.key_dtype = key_dtype
         self.table_key_dtype = key_codec.table_dtype(key_dtype)  # what the tables index
         self.value_dtype = value_dtype
@@ -158,47 +209,73 @@ class Variable(KeyValueFiles, VariableCheckpoint, tf.__internal__.tracking.Track
         native = value_codec.native(value_dtype)
         self._defaults = None if native else defaults_of(initializer, value_dtype, self.dim)
         # The rows' element type: a half value_dtype's own, else the creator's (float32).
-        self.emb_dtype = value_dtype.name if native and value_dtype != tf.float32 else (
-            getattr(kv_creator, "emb_dtype", None) or "float32")
+        self.emb_dtype = (
+            value_dtype.name
+            if native and value_dtype != tf.float32
+            else (getattr(kv_creator, "emb_dtype", None) or "float32")
+        )
         if value_dtype != tf.float32 and getattr(kv_creator, "emb_dtype", None) not in (
-                None, value_dtype.name):
-            raise ValueError("kv_creator's emb_dtype (%s) is for float32 variables; this one "
-                             "holds %s values, stored as they are"
-                             % (kv_creator.emb_dtype, value_dtype.name))
+            None,
+            value_dtype.name,
+        ):
+            raise ValueError(
+                "kv_creator's emb_dtype (%s) is for float32 variables; this one "
+                "holds %s values, stored as they are" % (kv_creator.emb_dtype, value_dtype.name)
+            )
         self._trainable_store = {}
         self._access_ops = []  # see access_tracking
         self._size_ops = {}  # (graph, shard index or None) -> size op
         self.graph = tf.compat.v1.get_default_graph()
         rows = init_rows(self.init_size, self.shard_num)
-        shard_tier = tier.split(kv_creator.tier, self.shard_num) \
-            if isinstance(kv_creator, TieredTableCreator) else None
+        shard_tier = (
+            tier.split(kv_creator.tier, self.shard_num)
+            if isinstance(kv_creator, TieredTableCreator)
+            else None
+        )
         self._shards = []
         # Tables outlive any tf.function: one created while tracing is created eagerly.
         with tf.init_scope(), tf.name_scope(name.split("/")[-1]):
             self.eager = tf.executing_eagerly()
-            for i, (device, table_name) in enumerate(zip(devices, table_names(
-                    name, self.shard_num))):
+            for i, (device, table_name) in enumerate(
+                zip(devices, table_names(name, self.shard_num))
+            ):
                 spec = TableSpec(
-                    table_name, self.table_key_dtype, self._stored_dim,
-                    describe(initializer, self.dim, table_name) if native
+                    table_name,
+                    self.table_key_dtype,
+                    self._stored_dim,
+                    describe(initializer, self.dim, table_name)
+                    if native
                     else describe(0.0, self._stored_dim, table_name),
                     dynamic_expansion=shard_tier is None or shard_tier.ssd_rows is None,
-                    capacity_rows=None if shard_tier is None or shard_tier.ssd_rows is None
+                    capacity_rows=None
+                    if shard_tier is None or shard_tier.ssd_rows is None
                     else shard_tier.memory_rows + shard_tier.ssd_rows,
-                    initial_rows=rows, tier=shard_tier, is_save=self.checkpoint,
-                    saved_by_owner=True, track_access=restrict_policy is not None,
-                    track_changes=servable, emb_dtype=self.emb_dtype,
+                    initial_rows=rows,
+                    tier=shard_tier,
+                    is_save=self.checkpoint,
+                    saved_by_owner=True,
+                    track_access=restrict_policy is not None,
+                    track_changes=servable,
+                    emb_dtype=self.emb_dtype,
                     slot_dtype=getattr(kv_creator, "slot_dtype", None) or "float32",
                     index_layout=getattr(kv_creator, "index_layout", "auto"),
-                    shard_keys_filter=ShardKeys(partitioner, self.table_key_dtype,
-                                                 self.shard_num, i))
+                    shard_keys_filter=ShardKeys(
+                        partitioner, self.table_key_dtype, self.shard_num, i
+                    ),
+                )
                 with tf.device(device):
                     self._shards.append(table_module.create(spec))
             # String keys: the fingerprint -> string dictionary (see key_codec).
-            self._key_strings = key_codec.KeyStrings(
-                shard_names.key_strings_name(
-                    shard_names.parse_variable_shard(table_names(name, 1)[0])[0]),
-                self.checkpoint) if key_dtype == tf.string else None
+            self._key_strings = (
+                key_codec.KeyStrings(
+                    shard_names.key_strings_name(
+                        shard_names.parse_variable_shard(table_names(name, 1)[0])[0]
+                    ),
+                    self.checkpoint,
+                )
+                if key_dtype == tf.string
+                else None
+            )
         self._restrict_policy = restrict_policy(self) if restrict_policy is not None else None
         if not self.eager:
             state_of(self.graph).all_de_variables.append(self)
@@ -251,8 +328,10 @@ class Variable(KeyValueFiles, VariableCheckpoint, tf.__internal__.tracking.Track
         record, remembering their strings when the fingerprints are used)."""
         keys = self._converted(keys, self.key_dtype, integer=True)
         if keys.dtype != self.key_dtype:
-            raise DtypeError("%s of %r must be %s (the key_dtype), got %s"
-                            % (what, self.name, self.key_dtype.name, keys.dtype.name))
+            raise DtypeError(
+                "%s of %r must be %s (the key_dtype), got %s"
+                % (what, self.name, self.key_dtype.name, keys.dtype.name)
+            )
         return self.table_keys(keys, record)
 
     def table_keys(self, keys, record=False):
@@ -273,28 +352,37 @@ class Variable(KeyValueFiles, VariableCheckpoint, tf.__internal__.tracking.Track
 
     def _no_string_keys(self, what):
         if self._key_strings is not None:
-            raise TypeError("%s: de.Variable %r has string keys, which these files cannot hold "
-                            "(they store the keys' int64 fingerprints); use a Saver, "
-                            "tf.train.Checkpoint or export()" % (what, self.name))
+            raise TypeError(
+                "%s: de.Variable %r has string keys, which these files cannot hold "
+                "(they store the keys' int64 fingerprints); use a Saver, "
+                "tf.train.Checkpoint or export()" % (what, self.name)
+            )
 
     def _values(self, values, keys, what="values"):
         """values of `keys`, checked: the value_dtype, shaped keys.shape + [dim] (when the op
         is built, ShapeError; or, for shapes known only then, when it runs)."""
         values = self._converted(values, self.value_dtype, integer=False)
         if values.dtype != self.value_dtype:
-            raise DtypeError("%s of %r must be %s (the value_dtype), got %s"
-                            % (what, self.name, self.value_dtype.name, values.dtype.name))
+            raise DtypeError(
+                "%s of %r must be %s (the value_dtype), got %s"
+                % (what, self.name, self.value_dtype.name, values.dtype.name)
+            )
         expected = keys.shape.concatenate([self.dim])
         message = "%s of %r: Expected shape keys.shape + [dim] = %s" % (
-            what, self.name, expected.as_list() if expected.rank is not None
-            else "[..., %d]" % self.dim)
+            what,
+            self.name,
+            expected.as_list() if expected.rank is not None else "[..., %d]" % self.dim,
+        )
         if not values.shape.is_compatible_with(expected):
-            raise ShapeError("%s, got %s" % (
-                message, values.shape.as_list() if values.shape.rank is not None else "?"))
+            raise ShapeError(
+                "%s, got %s"
+                % (message, values.shape.as_list() if values.shape.rank is not None else "?")
+            )
         if values.shape.is_fully_defined() and expected.is_fully_defined():
             return values
-        return _shape_checked(values, tf.concat([tf.shape(keys, out_type=tf.int64), [self.dim]],
-                                                0), message)
+        return _shape_checked(
+            values, tf.concat([tf.shape(keys, out_type=tf.int64), [self.dim]], 0), message
+        )
 
     def checked_exists(self, exists, keys):
         """accum's exists: a bool tensor of keys' shape (ShapeError when built, or when it
@@ -303,7 +391,9 @@ class Variable(KeyValueFiles, VariableCheckpoint, tf.__internal__.tracking.Track
         if exists.dtype != tf.bool:
             raise TypeError("exists must be a bool tensor, got %s" % exists.dtype.name)
         message = "exists of %r must have the keys' shape %s" % (
-            self.name, keys.shape.as_list() if keys.shape.rank is not None else "?")
+            self.name,
+            keys.shape.as_list() if keys.shape.rank is not None else "?",
+        )
         if not exists.shape.is_compatible_with(keys.shape):
             raise ShapeError("%s, got %s" % (message, exists.shape))
         if exists.shape.is_fully_defined() and keys.shape.is_fully_defined():
@@ -330,159 +420,6 @@ class Variable(KeyValueFiles, VariableCheckpoint, tf.__internal__.tracking.Track
         return [x] if parts is None else tf.dynamic_partition(x, parts, self.shard_num)
 
     @property
-    def row_dtype(self):
-        """The dtype training sees the rows in: float32 for float32 and half-precision
-        variables (whose rows the optimizers train in float32), else value_dtype."""
-        return tf.float32 if value_codec.native(self.value_dtype) else self.value_dtype
-
-    def read_rows(self, flat, name="lookup", as_rows=False, **lookup_args):
-        """Values [n, dim] (missing keys: initial values) and exists [n] of flat keys;
-        lookup_args go to table_ops.lookup (e.g. a slot, which is float32). as_rows: in
-        row_dtype (what lookups train), not value_dtype."""
-        _, keys, positions = self.split_keys(flat)
-        values, exists = [], []
-        for table, k in zip(self._shards, keys):
-            v, e = table_ops.lookup(table.handle, k, self._stored_dim, init_missing=True,
-                                    name=name, **lookup_args)
-            values.append(v)
-            exists.append(e)
-        if positions is None:
-            values, exists = values[0], exists[0]
-        else:
-            values = tf.dynamic_stitch(positions, values)
-            exists = tf.dynamic_stitch(positions, exists)
-        if "slot" in lookup_args or (as_rows and self.row_dtype == tf.float32):
-            return values, exists
-        values = value_codec.decode(values, self.value_dtype, self.dim)
-        if self._defaults is not None:
-            values = tf.where(exists[:, None], values, self._defaults(tf.size(flat)))
-        return values, exists
-
-    def lookup_rows(self, keys, return_exists, **lookup_args):
-        """lookup() of checked keys, reading each distinct key once (batches repeat popular
-        keys)."""
-        unique, inverse = table_ops.unique_keys(tf.reshape(keys, [-1]))
-        values, exists = self.read_rows(unique, **lookup_args)
-        values = shaped(table_ops.gather_rows(values, inverse), keys, self.dim)
-        if not return_exists:
-            return values
-        exists = tf.reshape(tf.gather(exists, inverse), tf.shape(keys))
-        exists.set_shape(keys.shape)
-        return values, exists
-
-
-    # --- TFRA methods ---
-    def lookup(self, keys, return_exists=False, name=None):
-        """Values of keys (any shape) -> keys.shape + [dim]; missing keys get the initializer's
-        values and are not inserted. With return_exists, also a bool tensor of keys.shape."""
-        keys = self.checked_keys(keys)
-        with tf.name_scope(name or "%s_lookup" % self.name.split("/")[-1]):
-            return self.lookup_rows(keys, return_exists)
-
-    def upsert(self, keys, values, name=None):
-        """Inserts or overwrites keys (any shape) with values (keys.shape + [dim])."""
-        keys = self.checked_keys(keys, record=True)
-        values = self._values(values, keys)
-        self.note_writes()
-        with tf.name_scope(name or "%s_upsert" % self.name.split("/")[-1]):
-            flat = tf.reshape(keys, [-1])
-            rows = value_codec.encode(tf.reshape(values, [-1, self.dim]), self.value_dtype,
-                                      self.dim)
-            parts, shard_keys, _ = self.split_keys(flat)
-            return tf.group([table_ops.upsert(t.handle, k, v) for t, k, v in zip(
-                self._shards, shard_keys, self.by_shard(parts, rows))])
-
-    def remove(self, keys, name=None):
-        """Removes keys (absent keys are ignored), with their slots and statistics."""
-        keys = self.checked_keys(keys)
-        self.note_writes()
-        with tf.name_scope(name or "%s_remove" % self.name.split("/")[-1]):
-            flat = tf.reshape(keys, [-1])
-            _, shard_keys, _ = self.split_keys(flat)
-            removed = [table_ops.remove(t.handle, k) for t, k in zip(self._shards, shard_keys)]
-            return tf.group(removed + self.forget_strings(flat, removed))
-
-    def forget_strings(self, flat, removed):
-        """[op] dropping from the string-key dictionary the keys of `flat` (table keys) that
-        no shard holds once `removed` ran ([] for other keys): a key inserted into another
-        shard through its table keeps its string while that copy lives."""
-        if self._key_strings is None:
-            return []
-        with tf.control_dependencies(removed):
-            held = tf.reduce_any(tf.stack([table_ops.lookup(t.handle, flat, self._stored_dim)[1]
-                                           for t in self._shards]), 0)
-        return [self._key_strings.remove(tf.boolean_mask(flat, tf.logical_not(held)))]
-
-    def accum(self, keys, old_values, new_values, exists, name=None):
-        """Per key: if exists and the key is stored, adds new_values - old_values to it; if not
-        exists and the key is absent, inserts new_values; otherwise leaves it alone."""
-        keys = self.checked_keys(keys, record=True)
-        old_values = self._values(old_values, keys, "old_values")
-        new_values = self._values(new_values, keys, "new_values")
-        exists = self.checked_exists(exists, keys)
-        self.note_writes()
-        with tf.name_scope(name or "%s_accum" % self.name.split("/")[-1]):
-            flat = tf.reshape(keys, [-1])
-            rows = tf.reshape(new_values - old_values, [-1, self.dim])
-            new_rows = tf.reshape(new_values, [-1, self.dim])
-            flags = tf.reshape(exists, [-1])
-            parts, shard_keys, _ = self.split_keys(flat)
-            return tf.group([accum_rows(self, t.handle, k, delta, new, flag)
-                             for t, k, delta, new, flag in zip(
-                                 self._shards, shard_keys, self.by_shard(parts, rows),
-                                 self.by_shard(parts, new_rows), self.by_shard(parts, flags))])
-
-    def export(self, name=None):
-        """(keys [n], values [n, dim]) of every stored key, shard after shard, each shard's
-        in ascending key order (the same order for the slots' and the status' exports)."""
-        with tf.name_scope(name or "%s_export" % self.name.split("/")[-1]):
-            return joined([export_rows(self, t.handle) for t in self._shards])
-
-    def clear(self, name=None):
-        """Removes every key of every shard."""
-        self.note_writes()
-        with tf.name_scope(name or "%s_clear" % self.name.split("/")[-1]):
-            return tf.group([table_ops.clear(t.handle) for t in self._shards] +
-                            ([self._key_strings.clear()] if self._key_strings else []))
-
-    def size(self, index=None, name=None):
-        """Keys stored in shard `index`, or in all shards (int64 scalar). Once the graph is
-        finalized (e.g. by MonitoredTrainingSession), the last size op built at its top level
-        (no control dependency, no control flow) is returned, as TFRA's scripts expect."""
-        graph = tf.compat.v1.get_default_graph()
-        key = (graph, index)
-        if graph.finalized and key in self._size_ops:
-            return self._size_ops[key]
-        size = self._build_size(index, name)
-        top_level = (not getattr(graph, "_control_dependencies_stack", True) and
-                     graph._get_control_flow_context() is None)  # pylint: disable=protected-access
-        if top_level and not tf.executing_eagerly():
-            self._size_ops[key] = size
-        return size
-
-    def _build_size(self, index, name):
-        with tf.name_scope(name or "%s_size" % self.name.split("/")[-1]):
-            if index is not None:
-                if isinstance(index, bool) or not isinstance(index, numbers.Integral) or \
-                        not 0 <= index < self.shard_num:
-                    raise ValueError("index must be a shard number in [0, %d), got %r"
-                                     % (self.shard_num, index))
-                return self._shard_size(index)
-            return tf.add_n([self._shard_size(i) for i in range(self.shard_num)])
-
-    def _shard_size(self, index):
-        return table_ops.size(self._shards[index].handle)
-
-    def export_keys_and_scores(self, split_size=None, name=None):
-        """(keys [n], scores [n] int64) of every stored key, shard after shard: the score is
-        the key's last-seen clock (the statistic TFRA's HKV tables score keys by)."""
-        del split_size
-        with tf.name_scope(name or "%s_export_keys_and_scores" % self.name.split("/")[-1]):
-            return joined([
-                (self.public_keys(k), seen) for k, seen, _ in
-                (by_key(*table_ops.export_access(t.handle)) for t in self._shards)])
-
-    @property
     def access_tracking(self):
         """Graph-mode ops turning access statistics on in tables created without them (a
         restrict policy given to the variable later): updates that count run after them."""
@@ -500,20 +437,23 @@ class Variable(KeyValueFiles, VariableCheckpoint, tf.__internal__.tracking.Track
         """Keeps about num_reserved keys by the restrict policy (see RestrictPolicy); None
         (with a warning) when the variable has no policy."""
         if self._restrict_policy is None:
-            logger.warning("de.Variable %r has no restrict_policy: restrict() does nothing",
-                         self.name)
+            logger.warning(
+                "de.Variable %r has no restrict_policy: restrict() does nothing", self.name
+            )
             return None
         return self._restrict_policy.apply_restriction(num_reserved, **kwargs)
 
     def get_slot_variables(self, optimizer):
         """The optimizer's slots of this variable (views of the slot values kept in the
         variable's rows), one per slot name; [] for an optimizer without slots."""
-        row_update = getattr(getattr(optimizer, "apply_gradients", None),
-                             "rec_sdk_row_update", None)
-        slots, owner = slot_info(optimizer, row_update.generic_slots if row_update else
-                                 _unwrapped)
-        return [SlotVariable(self, name_of(optimizer), name, i, initial, owner)
-                for i, (name, initial) in enumerate(slots)]
+        row_update = getattr(
+            getattr(optimizer, "apply_gradients", None), "rec_sdk_row_update", None
+        )
+        slots, owner = slot_info(optimizer, row_update.generic_slots if row_update else _unwrapped)
+        return [
+            SlotVariable(self, name_of(optimizer), name, i, initial, owner)
+            for i, (name, initial) in enumerate(slots)
+        ]
 
     def get_trainable_by_name(self, name):
         """The trainable of embedding_lookup(..., name=name) on this variable (what stock
@@ -523,8 +463,7 @@ class Variable(KeyValueFiles, VariableCheckpoint, tf.__internal__.tracking.Track
         if not isinstance(name, str):
             raise TypeError("name must be a string, got %r" % (name,))
         found = self._trainable_store.get(name)
-        if found is None and self.trainable and \
-                tf.compat.v1.executing_eagerly_outside_functions():
+        if found is None and self.trainable and tf.compat.v1.executing_eagerly_outside_functions():
             scope = tf.compat.v1.get_variable_scope().name
             found = shadow_of(self, name, (scope + "/" if scope else "") + name)
         return found
@@ -533,14 +472,29 @@ class Variable(KeyValueFiles, VariableCheckpoint, tf.__internal__.tracking.Track
 
 
 def _unwrapped(optimizer):
-    raise TypeError("get_slot_variables: wrap %r with de.DynamicEmbeddingOptimizer first (its "
-                    "slots are known once it is)" % (optimizer,))
+    raise TypeError(
+        "get_slot_variables: wrap %r with de.DynamicEmbeddingOptimizer first (its "
+        "slots are known once it is)" % (optimizer,)
+    )
 
 
-def get_variable(name, key_dtype=tf.int64, value_dtype=tf.float32, dim=1, devices=None,
-                 partitioner=default_partition_fn, shared_name="get_variable", initializer=None,
-                 trainable=True, checkpoint=True, init_size=0, kv_creator=None,
-                 restrict_policy=None, bp_v2=False, servable=False):
+def get_variable(
+    name,
+    key_dtype=tf.int64,
+    value_dtype=tf.float32,
+    dim=1,
+    devices=None,
+    partitioner=default_partition_fn,
+    shared_name="get_variable",
+    initializer=None,
+    trainable=True,
+    checkpoint=True,
+    init_size=0,
+    kv_creator=None,
+    restrict_policy=None,
+    bp_v2=False,
+    servable=False,
+):
     """The de.Variable `name` under the current variable scope: created when absent; when it
     exists, returned if the scope reuses variables and a ValueError otherwise."""
     if not isinstance(name, str) or not name:
@@ -550,13 +504,27 @@ def get_variable(name, key_dtype=tf.int64, value_dtype=tf.float32, dim=1, device
     store = state_of(tf.compat.v1.get_default_graph()).de_variables
     if full_name in store:
         if scope.reuse is False or scope.reuse is None:
-            raise ValueError("Variable %s already exists, disallowed. Did you mean to set "
-                             "reuse=True or reuse=tf.AUTO_REUSE in VarScope?" % full_name)
+            raise ValueError(
+                "Variable %s already exists, disallowed. Did you mean to set "
+                "reuse=True or reuse=tf.AUTO_REUSE in VarScope?" % full_name
+            )
         return store[full_name]
-    var = Variable(key_dtype=key_dtype, value_dtype=value_dtype, dim=dim, devices=devices,
-                   partitioner=partitioner, shared_name=shared_name, name=full_name,
-                   initializer=initializer, trainable=trainable, checkpoint=checkpoint,
-                   init_size=init_size, kv_creator=kv_creator, restrict_policy=restrict_policy,
-                   bp_v2=bp_v2, servable=servable)
+    var = Variable(
+        key_dtype=key_dtype,
+        value_dtype=value_dtype,
+        dim=dim,
+        devices=devices,
+        partitioner=partitioner,
+        shared_name=shared_name,
+        name=full_name,
+        initializer=initializer,
+        trainable=trainable,
+        checkpoint=checkpoint,
+        init_size=init_size,
+        kv_creator=kv_creator,
+        restrict_policy=restrict_policy,
+        bp_v2=bp_v2,
+        servable=servable,
+    )
     store[full_name] = var
     return var

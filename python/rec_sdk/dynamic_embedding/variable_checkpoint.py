@@ -2,6 +2,7 @@
 tensors whatever the number of shards (keys, rows, which rows have slots and those slots, the
 restrict policies' statistics), so that a checkpoint restores into any number of shards; the
 tables are the SavedModel's resources."""
+
 import copy
 
 import tensorflow as tf
@@ -20,29 +21,41 @@ class VariableCheckpoint:
         optimizer's instead of dim), and every key's access statistics
         ("access_keys", "last_seen", "counts"): one set of tensors whatever the number of
         shards, so that a checkpoint restores into any number of shards."""
-        exports = [table_ops.export(t.handle, self.table_key_dtype, self._stored_dim)
-                   for t in self._shards]
+        exports = [
+            table_ops.export(t.handle, self.table_key_dtype, self._stored_dim) for t in self._shards
+        ]
         num_slots = tf.reduce_max(tf.stack([tf.shape(s)[0] for _, _, s in exports]))
         full_shards = [tf.equal(tf.shape(s)[0], num_slots) for _, _, s in exports]
         # Floats per slot of the trained shards (dim, or 1 for a row-wise optimizer).
-        width = tf.reduce_max(tf.stack([tf.where(full, tf.shape(s)[2], 0) for full, (_, _, s)
-                                        in zip(full_shards, exports)]))
+        width = tf.reduce_max(
+            tf.stack(
+                [tf.where(full, tf.shape(s)[2], 0) for full, (_, _, s) in zip(full_shards, exports)]
+            )
+        )
         has_slots, slots = [], []
         for full, (keys, _, shard_slots) in zip(full_shards, exports):
             has_slots.append(tf.fill(tf.shape(keys), full))
-            slots.append(tf.cond(full, lambda s=shard_slots: s, lambda: tf.zeros(
-                tf.stack([num_slots, 0, width]))))
+            slots.append(
+                tf.cond(
+                    full, lambda s=shard_slots: s, lambda: tf.zeros(tf.stack([num_slots, 0, width]))
+                )
+            )
         access = [table_ops.export_access(t.handle) for t in self._shards]
         keys = tf.concat([k for k, _, _ in exports], 0)
-        strings = {} if self._key_strings is None else {
-            "key_strings": self._key_strings.strings(keys)}  # the string of each key
-        return {"keys": keys, **strings,
-                "values": tf.concat([v for _, v, _ in exports], 0),
-                "has_slots": tf.concat(has_slots, 0), "slots": tf.concat(slots, 1),
-                # Restrict policies' statistics, by key (int64).
-                "access_keys": tf.concat([k for k, _, _ in access], 0),
-                "last_seen": tf.concat([s for _, s, _ in access], 0),
-                "counts": tf.concat([c for _, _, c in access], 0)}
+        strings = (
+            {} if self._key_strings is None else {"key_strings": self._key_strings.strings(keys)}
+        )  # the string of each key
+        return {
+            "keys": keys,
+            **strings,
+            "values": tf.concat([v for _, v, _ in exports], 0),
+            "has_slots": tf.concat(has_slots, 0),
+            "slots": tf.concat(slots, 1),
+            # Restrict policies' statistics, by key (int64).
+            "access_keys": tf.concat([k for k, _, _ in access], 0),
+            "last_seen": tf.concat([s for _, s, _ in access], 0),
+            "counts": tf.concat([c for _, _, c in access], 0),
+        }
 
     def _trackable_children(self, save_type="checkpoint", **kwargs):
         """The tables and the lookups' shadow variables, for SavedModels (their functions
@@ -50,8 +63,11 @@ class VariableCheckpoint:
         into any number of shards."""
         del kwargs
         if save_type == "savedmodel":
-            shadows = {"shadow_" + name: shadow for name, shadow in self._trainable_store.items()
-                       if isinstance(shadow, tf.Variable)}
+            shadows = {
+                "shadow_" + name: shadow
+                for name, shadow in self._trainable_store.items()
+                if isinstance(shadow, tf.Variable)
+            }
             return {**self._resources(), **shadows}
         return {}
 
@@ -75,8 +91,9 @@ class VariableCheckpoint:
         exported._shards = [object_map.get(t, t) for t in self._shards]
         if self._key_strings is not None:
             exported._key_strings = copy.copy(self._key_strings)
-            exported._key_strings.table = object_map.get(self._key_strings.table,
-                                                         self._key_strings.table)
+            exported._key_strings.table = object_map.get(
+                self._key_strings.table, self._key_strings.table
+            )
         object_map[self] = exported
         return []
 
@@ -90,31 +107,47 @@ class VariableCheckpoint:
         rows = tf.reshape(restored_tensors["values"], [-1, self._stored_dim])
         has_slots = tf.reshape(restored_tensors["has_slots"], [-1])
         all_slots = restored_tensors["slots"]
-        all_slots = tf.reshape(all_slots, tf.stack([tf.shape(all_slots)[0], -1,
-                                                    tf.shape(all_slots)[-1]]))
+        all_slots = tf.reshape(
+            all_slots, tf.stack([tf.shape(all_slots)[0], -1, tf.shape(all_slots)[-1]])
+        )
         slot_index = tf.cumsum(tf.cast(has_slots, tf.int32)) - 1  # row -> its slots' column
         parts, shard_keys, _ = self.split_keys(keys)
         ops = []
-        for table, k, r, h, i in zip(self._shards, shard_keys, self.by_shard(parts, rows),
-                                     self.by_shard(parts, has_slots),
-                                     self.by_shard(parts, slot_index)):
+        for table, k, r, h, i in zip(
+            self._shards,
+            shard_keys,
+            self.by_shard(parts, rows),
+            self.by_shard(parts, has_slots),
+            self.by_shard(parts, slot_index),
+        ):
             slots = tf.gather(all_slots, tf.boolean_mask(i, h), axis=1)
-            imported = table_ops.import_rows(table.handle, tf.boolean_mask(k, h),
-                                             tf.boolean_mask(r, h), slots)
+            imported = table_ops.import_rows(
+                table.handle, tf.boolean_mask(k, h), tf.boolean_mask(r, h), slots
+            )
             with tf.control_dependencies([imported]):
                 rest = tf.logical_not(h)
-                ops.append(table_ops.upsert(table.handle, tf.boolean_mask(k, rest),
-                                            tf.boolean_mask(r, rest)))
+                ops.append(
+                    table_ops.upsert(
+                        table.handle, tf.boolean_mask(k, rest), tf.boolean_mask(r, rest)
+                    )
+                )
         access_keys = tf.reshape(restored_tensors["access_keys"], [-1])
-        access_parts, access_keys_of, _ = self.split_keys(tf.cast(access_keys,
-                                                              self.table_key_dtype))
+        access_parts, access_keys_of, _ = self.split_keys(
+            tf.cast(access_keys, self.table_key_dtype)
+        )
         if self._key_strings is not None:
             ops.append(self._key_strings.record(restored_tensors["key_strings"], keys))
         with tf.control_dependencies(ops):  # the statistics of the rows just restored
-            return tf.group([table_ops.import_access(t.handle, tf.cast(k, tf.int64), s, c)
-                             for t, k, s, c in zip(
-                                 self._shards, access_keys_of,
-                                 self.by_shard(access_parts,
-                                                tf.reshape(restored_tensors["last_seen"], [-1])),
-                                 self.by_shard(access_parts,
-                                                tf.reshape(restored_tensors["counts"], [-1])))])
+            return tf.group(
+                [
+                    table_ops.import_access(t.handle, tf.cast(k, tf.int64), s, c)
+                    for t, k, s, c in zip(
+                        self._shards,
+                        access_keys_of,
+                        self.by_shard(
+                            access_parts, tf.reshape(restored_tensors["last_seen"], [-1])
+                        ),
+                        self.by_shard(access_parts, tf.reshape(restored_tensors["counts"], [-1])),
+                    )
+                ]
+            )

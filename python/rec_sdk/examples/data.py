@@ -55,16 +55,23 @@ def _default_ml100k_cache_dir():
 def _download_recbole_wheel(dest_dir):
     """Downloads the RecBole wheel into ``dest_dir`` and returns its path."""
     cmd = [
-        sys.executable, "-m", "pip", "download", "--no-deps",
-        "--only-binary=:all:", "--quiet", _RECBOLE_REQUIREMENT, "-d", dest_dir,
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--quiet",
+        _RECBOLE_REQUIREMENT,
+        "-d",
+        dest_dir,
     ]
     try:
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, check=False)
+        proc = subprocess.run(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, check=False
+        )
     except OSError as e:
-        raise RuntimeError(
-            f"Could not run {' '.join(cmd)!r} to fetch MovieLens-100k: {e}"
-        ) from e
+        raise RuntimeError(f"Could not run {' '.join(cmd)!r} to fetch MovieLens-100k: {e}") from e
     if proc.returncode != 0:
         detail = (proc.stderr or proc.stdout or "").strip()[-2000:]
         raise RuntimeError(
@@ -83,8 +90,7 @@ def _download_recbole_wheel(dest_dir):
 def _write_atomically(path, payload):
     """Writes bytes to ``path`` so readers never observe a partial file."""
     directory = os.path.dirname(path)
-    fd, tmp = tempfile.mkstemp(dir=directory,
-                               prefix="." + os.path.basename(path) + ".")
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix="." + os.path.basename(path) + ".")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(payload)
@@ -113,8 +119,7 @@ def _ensure_ml100k_files(cache_dir):
                     payload = zf.read(_ML100K_MEMBER_DIR + name)
                 except KeyError as e:
                     raise RuntimeError(
-                        f"{os.path.basename(wheel)} does not contain "
-                        f"{_ML100K_MEMBER_DIR + name}."
+                        f"{os.path.basename(wheel)} does not contain {_ML100K_MEMBER_DIR + name}."
                     ) from e
                 _write_atomically(paths[name], payload)
     return paths
@@ -147,9 +152,7 @@ def _read_atomic_file(path):
 def _require_columns(columns, required, path):
     missing = [c for c in required if c not in columns]
     if missing:
-        raise ValueError(
-            f"{path}: missing column(s) {missing}; found {list(columns)}"
-        )
+        raise ValueError(f"{path}: missing column(s) {missing}; found {list(columns)}")
 
 
 def _sorted_vocab(tokens):
@@ -167,8 +170,7 @@ def _sorted_vocab(tokens):
 def _encode(tokens, vocab):
     """Maps tokens to int64 ids 1..len(vocab) given a vocab list."""
     index = {t: i + 1 for i, t in enumerate(vocab)}
-    return np.fromiter((index[t] for t in tokens), dtype=np.int64,
-                       count=len(tokens))
+    return np.fromiter((index[t] for t in tokens), dtype=np.int64, count=len(tokens))
 
 
 def load_movielens_100k(cache_dir=None):
@@ -214,10 +216,8 @@ def load_movielens_100k(cache_dir=None):
     inter = _read_atomic_file(inter_path)
     users = _read_atomic_file(user_path)
     items = _read_atomic_file(item_path)
-    _require_columns(inter, ("user_id", "item_id", "rating", "timestamp"),
-                     inter_path)
-    _require_columns(users, ("user_id", "age", "gender", "occupation",
-                             "zip_code"), user_path)
+    _require_columns(inter, ("user_id", "item_id", "rating", "timestamp"), inter_path)
+    _require_columns(users, ("user_id", "age", "gender", "occupation", "zip_code"), user_path)
     _require_columns(items, ("item_id", "class"), item_path)
 
     # Vocabularies of user/item ids cover the side tables as well as the
@@ -243,11 +243,13 @@ def load_movielens_100k(cache_dir=None):
     # gather by each rating's user.
     missing_users = np.setdiff1d(np.unique(rating_user), table_user)
     if missing_users.size:
-        raise ValueError(
-            f"{user_path}: {missing_users.size} rated user(s) have no profile"
-        )
-    for field, column in (("occupation", "occupation"), ("zip", "zip_code"),
-                          ("age", "age"), ("gender", "gender")):
+        raise ValueError(f"{user_path}: {missing_users.size} rated user(s) have no profile")
+    for field, column in (
+        ("occupation", "occupation"),
+        ("zip", "zip_code"),
+        ("age", "age"),
+        ("gender", "gender"),
+    ):
         vocab = _sorted_vocab(users[column])
         lookup = np.full(n_users + 1, -1, dtype=np.int64)
         lookup[table_user] = _encode(users[column], vocab)
@@ -256,27 +258,33 @@ def load_movielens_100k(cache_dir=None):
 
     missing_items = np.setdiff1d(np.unique(rating_item), table_item)
     if missing_items.size:
-        raise ValueError(
-            f"{item_path}: {missing_items.size} rated item(s) have no entry"
-        )
+        raise ValueError(f"{item_path}: {missing_items.size} rated item(s) have no entry")
     item_genres = [g.split() for g in items["class"]]
     genre_vocab = sorted({g for gs in item_genres for g in gs})
     genre_index = {g: i + 1 for i, g in enumerate(genre_vocab)}
     max_genres = max((len(gs) for gs in item_genres), default=0)
     genre_lookup = np.full((n_items + 1, max_genres), -1, dtype=np.int64)
     for row, gs in zip(table_item, item_genres):
-        genre_lookup[row, :len(gs)] = [genre_index[g] for g in gs]
+        genre_lookup[row, : len(gs)] = [genre_index[g] for g in gs]
     features["genres"] = genre_lookup[rating_item]
     vocab_sizes["genres"] = len(genre_vocab)
 
     ratings = np.asarray(inter["rating"], dtype=np.float64)
     features["label"] = (ratings >= 4.0).astype(np.float32)
     # Timestamps are typed "float" in the header but hold whole seconds.
-    features["timestamp"] = np.asarray(
-        [int(float(t)) for t in inter["timestamp"]], dtype=np.int64)
+    features["timestamp"] = np.asarray([int(float(t)) for t in inter["timestamp"]], dtype=np.int64)
 
-    order = ("user_id", "item_id", "occupation", "zip", "age", "gender",
-             "genres", "label", "timestamp")
+    order = (
+        "user_id",
+        "item_id",
+        "occupation",
+        "zip",
+        "age",
+        "gender",
+        "genres",
+        "label",
+        "timestamp",
+    )
     return {k: features[k] for k in order}, vocab_sizes
 
 
@@ -302,16 +310,14 @@ def train_test_split(features, test_fraction=0.2, seed=0):
       ``(train, test)``, two dicts with the same keys as ``features``.
     """
     if not 0.0 < test_fraction < 1.0:
-        raise ValueError(
-            f"test_fraction must be in (0, 1), got {test_fraction}")
+        raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
     if not features:
         raise ValueError("features is empty")
     arrays = {k: np.asarray(v) for k, v in features.items()}
     lengths = {k: (a.shape[0] if a.ndim else None) for k, a in arrays.items()}
     n = next(iter(lengths.values()))
     if n is None or any(length != n for length in lengths.values()):
-        raise ValueError(f"all features need the same number of rows, got "
-                         f"{lengths}")
+        raise ValueError(f"all features need the same number of rows, got {lengths}")
     n_test = int(round(n * test_fraction))
     perm = np.random.default_rng(seed).permutation(n)
     test_idx = np.sort(perm[:n_test])
@@ -335,8 +341,7 @@ _CRITEO_FIELD_SHIFT = 40
 # int()/float() would also accept spaces, underscores, "nan", "0x..." etc.;
 # these patterns keep the accepted syntax to plain numbers and hex digits.
 _INT_RE = re.compile(rb"[+-]?[0-9]+")
-_NUMBER_RE = re.compile(
-    rb"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+_NUMBER_RE = re.compile(rb"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 _HEX_RE = re.compile(rb"[0-9a-fA-F]{1,8}")
 
 _DECIMAL_CHARS = b"0123456789+-"
@@ -357,8 +362,7 @@ def _diagnose_criteo_line(line):
     """Describes what is wrong with a malformed Criteo line (for errors)."""
     fields = line.split(b"\t")
     if len(fields) != _CRITEO_NUM_FIELDS:
-        return (f"expected {_CRITEO_NUM_FIELDS} tab-separated fields, "
-                f"got {len(fields)}")
+        return f"expected {_CRITEO_NUM_FIELDS} tab-separated fields, got {len(fields)}"
     if not _NUMBER_RE.fullmatch(fields[0]):
         return f"label is not a number: {fields[0]!r}"
     for i in range(CRITEO_NUM_DENSE):
@@ -427,9 +431,9 @@ def read_criteo_tsv(path, max_rows=None):
     def fail(lineno, problem):
         raise ValueError(f"{fpath}: line {lineno}: {problem}")
 
-    field_offsets = np.array([(f + 1) << _CRITEO_FIELD_SHIFT
-                              for f in range(CRITEO_NUM_CATEGORICAL)],
-                             dtype=np.int64)
+    field_offsets = np.array(
+        [(f + 1) << _CRITEO_FIELD_SHIFT for f in range(CRITEO_NUM_CATEGORICAL)], dtype=np.int64
+    )
     labels, denses, cats = [], [], []
     # Rows of the chunk being filled; categorical tokens are decoded per
     # chunk with NumPy, which is far faster than int(tok, 16) per field.
@@ -455,14 +459,16 @@ def read_criteo_tsv(path, max_rows=None):
             if len(fields) != _CRITEO_NUM_FIELDS:
                 fail(lineno, _diagnose_criteo_line(line))
             label_tok = fields[0]
-            dense_toks = fields[1:1 + CRITEO_NUM_DENSE]
-            cat_toks = fields[1 + CRITEO_NUM_DENSE:]
+            dense_toks = fields[1 : 1 + CRITEO_NUM_DENSE]
+            cat_toks = fields[1 + CRITEO_NUM_DENSE :]
             # Cheap whole-line character checks first; int() rejects the
             # remaining bad shapes such as "1-2" or "+".
-            if (not _NUMBER_RE.fullmatch(label_tok)
-                    or b"".join(dense_toks).translate(None, _DECIMAL_CHARS)
-                    or b"".join(cat_toks).translate(None, _HEX_CHARS)
-                    or max(map(len, cat_toks)) > 8):
+            if (
+                not _NUMBER_RE.fullmatch(label_tok)
+                or b"".join(dense_toks).translate(None, _DECIMAL_CHARS)
+                or b"".join(cat_toks).translate(None, _HEX_CHARS)
+                or max(map(len, cat_toks)) > 8
+            ):
                 fail(lineno, _diagnose_criteo_line(line))
             try:
                 dense_row = [int(t) if t else 0 for t in dense_toks]
@@ -524,18 +530,22 @@ def write_criteo_tsv(path, label, dense_int, categorical_hex):
     if len(dense_int) != n or len(categorical_hex) != n:
         raise ValueError(
             f"label, dense_int and categorical_hex need the same number of "
-            f"rows, got {n}, {len(dense_int)} and {len(categorical_hex)}")
+            f"rows, got {n}, {len(dense_int)} and {len(categorical_hex)}"
+        )
     opener = gzip.open if os.fspath(path).endswith(".gz") else open
     with opener(path, "wt", encoding="ascii", newline="\n") as f:
         for r in range(n):
             d_row = list(dense_int[r])
             c_row = list(categorical_hex[r])
             if len(d_row) != CRITEO_NUM_DENSE:
-                raise ValueError(f"row {r}: expected {CRITEO_NUM_DENSE} "
-                                 f"integer fields, got {len(d_row)}")
+                raise ValueError(
+                    f"row {r}: expected {CRITEO_NUM_DENSE} integer fields, got {len(d_row)}"
+                )
             if len(c_row) != CRITEO_NUM_CATEGORICAL:
-                raise ValueError(f"row {r}: expected {CRITEO_NUM_CATEGORICAL} "
-                                 f"categorical fields, got {len(c_row)}")
+                raise ValueError(
+                    f"row {r}: expected {CRITEO_NUM_CATEGORICAL} "
+                    f"categorical fields, got {len(c_row)}"
+                )
             cells = [_format_field(label[r])]
             cells += [_format_field(v) for v in d_row]
             cells += ["" if v is None else str(v) for v in c_row]

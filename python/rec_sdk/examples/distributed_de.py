@@ -10,6 +10,7 @@ both fields up in one de.Variable on the ps tasks, trains a small MLP with
 DynamicEmbeddingOptimizer(Adam) under MonitoredTrainingSession, and prints its loss and
 accuracy; the chief (worker 0) saves checkpoints with --checkpoint-dir.
 """
+
 import argparse
 import os
 
@@ -33,31 +34,39 @@ def batch(rng, size):
 
 
 def _dense(x, units, name):
-    w = tf.compat.v1.get_variable(name + "_w", [x.shape[-1], units],
-                                  initializer=tf.compat.v1.glorot_uniform_initializer(seed=2))
+    w = tf.compat.v1.get_variable(
+        name + "_w",
+        [x.shape[-1], units],
+        initializer=tf.compat.v1.glorot_uniform_initializer(seed=2),
+    )
     b = tf.compat.v1.get_variable(name + "_b", [units], initializer=tf.zeros_initializer())
     return tf.matmul(x, w) + b
 
 
 def model(ids, labels, devices):
     """-> (loss, accuracy, train op) of the ids' embeddings through an MLP."""
-    table = de.get_variable("user_item", dim=DIM, devices=devices,
-                            initializer=tf.compat.v1.random_normal_initializer(0, 0.1, seed=1))
+    table = de.get_variable(
+        "user_item",
+        dim=DIM,
+        devices=devices,
+        initializer=tf.compat.v1.random_normal_initializer(0, 0.1, seed=1),
+    )
     emb = tf.reshape(de.embedding_lookup(table, ids, name="user_item_lookup"), [-1, 2 * DIM])
     hidden = tf.nn.relu(_dense(emb, 16, "hidden"))
     logits = _dense(hidden, 1, "logits")
-    loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=labels,
-                                                                  logits=logits))
+    loss = tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits))
     accuracy = tf.reduce_mean(tf.cast(tf.equal(logits > 0, labels > 0.5), tf.float32))
     step = tf.compat.v1.train.get_or_create_global_step()
     train = de.DynamicEmbeddingOptimizer(tf.compat.v1.train.AdamOptimizer(0.01)).minimize(
-        loss, global_step=step)
+        loss, global_step=step
+    )
     return loss, accuracy, train
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m rec_sdk.examples.distributed_de",
-                                     description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m rec_sdk.examples.distributed_de", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--steps", type=int, default=300, help="steps of this worker")
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--checkpoint-dir", help="where the chief saves checkpoints")
@@ -70,7 +79,8 @@ def main(argv=None):
         config = dist.worker_config(server)
         devices = dist.ps_devices(server) if "ps" in task.cluster.jobs else ["/CPU:0"]
         placement = tf.compat.v1.train.replica_device_setter(
-            worker_device="/job:worker/task:%d" % index, cluster=task.cluster)
+            worker_device="/job:worker/task:%d" % index, cluster=task.cluster
+        )
     else:
         index, chief, target, config = 0, True, "", None
         devices, placement = ["/CPU:0", "/CPU:0"], None
@@ -81,18 +91,25 @@ def main(argv=None):
     rng = np.random.default_rng(index)
     seen = []
     with tf.compat.v1.train.MonitoredTrainingSession(
-            master=target, is_chief=chief, config=config,
-            checkpoint_dir=args.checkpoint_dir if chief else None,
-            save_summaries_steps=None, save_summaries_secs=None,
-            log_step_count_steps=None) as sess:
+        master=target,
+        is_chief=chief,
+        config=config,
+        checkpoint_dir=args.checkpoint_dir if chief else None,
+        save_summaries_steps=None,
+        save_summaries_secs=None,
+        log_step_count_steps=None,
+    ) as sess:
         for i in range(1, args.steps + 1):
             x, y = batch(rng, args.batch)
             value, acc, _ = sess.run([loss, accuracy, train], {ids: x, labels: y})
             seen.append((value, acc))
             if i % 100 == 0 or i == args.steps:
                 recent = np.mean(seen[-50:], axis=0)
-                print("worker %d step %d: loss %.4f accuracy %.3f (last 50 steps)"
-                      % (index, i, recent[0], recent[1]), flush=True)
+                print(
+                    "worker %d step %d: loss %.4f accuracy %.3f (last 50 steps)"
+                    % (index, i, recent[0], recent[1]),
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ builds the same input pipeline, so both modes train identically.
     python -m rec_sdk.examples.feature_spec_demo [--steps 600] [--static] [--access-threshold 2]
                                                  [--modify-graph]
 """
+
 import argparse
 import os
 import sys
@@ -54,8 +55,12 @@ from rec_sdk.examples.models import dense_layer  # noqa: E402
 from rec_sdk.examples.progress import Progress  # noqa: E402
 from rec_sdk.graph.modifier import modify_graph_and_start_emb_cache  # noqa: E402
 from rec_sdk.optimizers import lazy_adam  # noqa: E402
-from rec_sdk.util.initialize import (get_initializer, get_target_batch,  # noqa: E402
-                                     init, terminate_config_initializer)
+from rec_sdk.util.initialize import (  # noqa: E402
+    get_initializer,
+    get_target_batch,
+    init,
+    terminate_config_initializer,
+)
 from rec_sdk.util.variable import get_dense_and_sparse_variable  # noqa: E402
 
 DIM = 16
@@ -69,8 +74,13 @@ def load_inputs(seed=0, test_fraction=0.2):
     """MovieLens-100k as (train, test, vocab_sizes): dicts of NumPy arrays whose sparse
     features already hold the int64 keys of their table."""
     raw, vocab_sizes = datasets.load_movielens_100k()
-    user_side = np.stack([field_keys(raw[name], USER_SIDE_FIRST_FIELD + i)
-                          for i, name in enumerate(USER_SIDE_FIELDS)], axis=1)
+    user_side = np.stack(
+        [
+            field_keys(raw[name], USER_SIDE_FIRST_FIELD + i)
+            for i, name in enumerate(USER_SIDE_FIELDS)
+        ],
+        axis=1,
+    )
     genres = np.where(raw["genres"] >= 0, field_keys(raw["genres"], GENRE_FIELD), -1)
     features = {
         "user_id": field_keys(raw["user_id"], USER_ID_FIELD),
@@ -132,19 +142,28 @@ def build_model(tables, specs, batch, batch_size, is_train, modify_graph=False):
         if modify_graph:
             ids = batch[spec.index_key]
             if spec.access_threshold is not None:
-                config = {"access_threshold": spec.access_threshold,
-                          "eviction_threshold": spec.eviction_threshold}
+                config = {
+                    "access_threshold": spec.access_threshold,
+                    "eviction_threshold": spec.eviction_threshold,
+                }
         embeddings[spec.index_key] = sparse_lookup(
-            tables[spec.table_name], ids, send_count=batch_size * ids_per_sample,
-            is_train=is_train, name="%s_lookup_%s" % (spec.index_key, suffix), batch=batch,
-            modify_graph=modify_graph, access_and_evict_config=config)
+            tables[spec.table_name],
+            ids,
+            send_count=batch_size * ids_per_sample,
+            is_train=is_train,
+            name="%s_lookup_%s" % (spec.index_key, suffix),
+            batch=batch,
+            modify_graph=modify_graph,
+            access_and_evict_config=config,
+        )
 
-    user = embeddings["user_id"]                                        # [batch, dim]
+    user = embeddings["user_id"]  # [batch, dim]
     user_side = tf.reshape(embeddings["user_side"], [-1, len(USER_SIDE_FIELDS) * DIM])
-    item = embeddings["item_id"]                                        # [batch, dim]
-    mask = tf.cast(batch["genres"] >= 0, tf.float32)[..., tf.newaxis]   # padding -> 0
-    genres = (tf.reduce_sum(embeddings["genres"] * mask, axis=1)
-              / tf.maximum(tf.reduce_sum(mask, axis=1), 1.0))           # [batch, dim]
+    item = embeddings["item_id"]  # [batch, dim]
+    mask = tf.cast(batch["genres"] >= 0, tf.float32)[..., tf.newaxis]  # padding -> 0
+    genres = tf.reduce_sum(embeddings["genres"] * mask, axis=1) / tf.maximum(
+        tf.reduce_sum(mask, axis=1), 1.0
+    )  # [batch, dim]
 
     x = tf.concat([user, user_side, item, genres, user * item], axis=1)
     x = dense_layer(x, 64, "mlp_1", tf.nn.relu)
@@ -155,9 +174,22 @@ def build_model(tables, specs, batch, batch_size, is_train, modify_graph=False):
     return tf.sigmoid(logits), labels, loss
 
 
-def run(steps=600, batch_size=256, use_dynamic=True, eval_every=200, access_threshold=None,
-        seed=0, log=print, eviction_threshold=None, learning_rate=0.002, eval_batch_size=1000,
-        show_progress=False, session_config=None, modify_graph=False, export_tables=False):
+def run(
+    steps=600,
+    batch_size=256,
+    use_dynamic=True,
+    eval_every=200,
+    access_threshold=None,
+    seed=0,
+    log=print,
+    eviction_threshold=None,
+    learning_rate=0.002,
+    eval_batch_size=1000,
+    show_progress=False,
+    session_config=None,
+    modify_graph=False,
+    export_tables=False,
+):
     """Trains for `steps` steps (re-reading the training data as needed), evaluating on the
     test split every `eval_every` steps (0: only at the end). modify_graph: write the model
     in graph-modification mode instead of FeatureSpec mode (see the module doc).
@@ -179,8 +211,9 @@ def run(steps=600, batch_size=256, use_dynamic=True, eval_every=200, access_thre
         # 2. Datasets whose batches carry the deduplicated keys of every table.
         pipeline_specs = None if modify_graph else specs
         train_iterator, train_batch = make_iterator(train, batch_size, pipeline_specs, True, seed)
-        eval_iterator, eval_batch = make_iterator(test, eval_batch_size, pipeline_specs, False,
-                                                  seed)
+        eval_iterator, eval_batch = make_iterator(
+            test, eval_batch_size, pipeline_specs, False, seed
+        )
         if modify_graph:
             # Tensor lookups that evict by age read the samples' timestamps from here.
             tf.compat.v1.add_to_collection(rec_sdk.TIMESTAMP_COLLECTION, train_batch["timestamp"])
@@ -189,26 +222,34 @@ def run(steps=600, batch_size=256, use_dynamic=True, eval_every=200, access_thre
         tables = {}
         for name, seed_offset in (("user", 1), ("item", 2)):
             tables[name] = create_table(
-                key_dtype=tf.int64, dim=tf.TensorShape([DIM]), name=name,
+                key_dtype=tf.int64,
+                dim=tf.TensorShape([DIM]),
+                name=name,
                 emb_initializer=tf.compat.v1.truncated_normal_initializer(
-                    stddev=0.05, seed=seed + seed_offset),
-                device_vocabulary_size=5000)
+                    stddev=0.05, seed=seed + seed_offset
+                ),
+                device_vocabulary_size=5000,
+            )
 
         # 4. The model, built once on the training batch and once on the evaluation batch.
-        _, _, loss = build_model(tables, specs, train_batch, batch_size, is_train=True,
-                                 modify_graph=modify_graph)
-        eval_probs, eval_labels, _ = build_model(tables, specs, eval_batch, eval_batch_size,
-                                                 is_train=False, modify_graph=modify_graph)
+        _, _, loss = build_model(
+            tables, specs, train_batch, batch_size, is_train=True, modify_graph=modify_graph
+        )
+        eval_probs, eval_labels, _ = build_model(
+            tables, specs, eval_batch, eval_batch_size, is_train=False, modify_graph=modify_graph
+        )
 
         # 5. Optimizers: Adam for the dense layers, LazyAdam on the table rows in the batch.
         dense_variables, sparse_variables = get_dense_and_sparse_variable()
         global_step = tf.compat.v1.train.get_or_create_global_step()
         dense_optimizer = tf.compat.v1.train.AdamOptimizer(learning_rate)
         sparse_optimizer = lazy_adam.create_hash_optimizer(learning_rate=learning_rate)
-        dense_train = dense_optimizer.minimize(loss, global_step=global_step,
-                                               var_list=dense_variables)
+        dense_train = dense_optimizer.minimize(
+            loss, global_step=global_step, var_list=dense_variables
+        )
         sparse_train = sparse_optimizer.apply_gradients(
-            zip(tf.gradients(loss, sparse_variables), sparse_variables))
+            zip(tf.gradients(loss, sparse_variables), sparse_variables)
+        )
         train_op = tf.group(dense_train, sparse_train)
 
         # 6. The graph is complete: check the pipeline against the tables (FeatureSpec mode),
@@ -259,13 +300,22 @@ def run(steps=600, batch_size=256, use_dynamic=True, eval_every=200, access_thre
                         sess.run(evict_op)
                     test_auc, test_loss = evaluate_model(sess)
                     history.append((step, test_auc, test_loss))
-                    log("step %d (epoch %.2f): train loss %.4f  test AUC %.4f  test loss %.4f"
-                        % (step, step / steps_per_epoch, float(np.mean(losses[-50:])),
-                           test_auc, test_loss))
+                    log(
+                        "step %d (epoch %.2f): train loss %.4f  test AUC %.4f  test loss %.4f"
+                        % (
+                            step,
+                            step / steps_per_epoch,
+                            float(np.mean(losses[-50:])),
+                            test_auc,
+                            test_loss,
+                        )
+                    )
             test_auc, test_loss = evaluate_model(sess)
             history.append((step, test_auc, test_loss))
-            table_stats = {name: {k: int(v) for k, v in values.items()}
-                           for name, values in sess.run(stats).items()}
+            table_stats = {
+                name: {k: int(v) for k, v in values.items()}
+                for name, values in sess.run(stats).items()
+            }
             elapsed = time.perf_counter() - start
             exported = {}
             if export_tables:
@@ -275,35 +325,65 @@ def run(steps=600, batch_size=256, use_dynamic=True, eval_every=200, access_thre
     finally:
         terminate_config_initializer()
 
-    log("final (step %d, %s shapes, %s): test AUC %.4f  test loss %.4f  (%.1f s)"
-        % (step, "dynamic" if use_dynamic else "static",
-           "graph modification" if modify_graph else "FeatureSpec mode", test_auc, test_loss,
-           elapsed))
+    log(
+        "final (step %d, %s shapes, %s): test AUC %.4f  test loss %.4f  (%.1f s)"
+        % (
+            step,
+            "dynamic" if use_dynamic else "static",
+            "graph modification" if modify_graph else "FeatureSpec mode",
+            test_auc,
+            test_loss,
+            elapsed,
+        )
+    )
     for name, values in table_stats.items():
         log("table %-5s %s" % (name, "  ".join("%s=%d" % kv for kv in values.items())))
-    return {"test_auc": test_auc, "test_loss": test_loss, "train_steps": step,
-            "train_loss": float(np.mean(losses[-50:])), "losses": losses, "history": history,
-            "tables": table_stats, "elapsed_s": elapsed, "exported": exported}
+    return {
+        "test_auc": test_auc,
+        "test_loss": test_loss,
+        "train_steps": step,
+        "train_loss": float(np.mean(losses[-50:])),
+        "losses": losses,
+        "history": history,
+        "tables": table_stats,
+        "elapsed_s": elapsed,
+        "exported": exported,
+    }
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--steps", type=int, default=600, help="training steps")
     parser.add_argument("--batch-size", type=int, default=256)
-    parser.add_argument("--eval-every", type=int, default=200,
-                        help="evaluate every N steps (0: only at the end)")
-    parser.add_argument("--static", action="store_true",
-                        help="static-shape mode: init(use_dynamic=False), lookups bounded by "
-                        "send_count")
-    parser.add_argument("--access-threshold", type=int, default=None,
-                        help="feature admission: a key gets a row once seen this many times")
-    parser.add_argument("--eviction-threshold", type=int, default=None,
-                        help="with --access-threshold: evict keys not seen for this many "
-                        "seconds of data time (at every evaluation)")
-    parser.add_argument("--modify-graph", action="store_true",
-                        help="write the model with id-tensor lookups and graph modification "
-                        "instead of FeatureSpecs")
+    parser.add_argument(
+        "--eval-every", type=int, default=200, help="evaluate every N steps (0: only at the end)"
+    )
+    parser.add_argument(
+        "--static",
+        action="store_true",
+        help="static-shape mode: init(use_dynamic=False), lookups bounded by send_count",
+    )
+    parser.add_argument(
+        "--access-threshold",
+        type=int,
+        default=None,
+        help="feature admission: a key gets a row once seen this many times",
+    )
+    parser.add_argument(
+        "--eviction-threshold",
+        type=int,
+        default=None,
+        help="with --access-threshold: evict keys not seen for this many "
+        "seconds of data time (at every evaluation)",
+    )
+    parser.add_argument(
+        "--modify-graph",
+        action="store_true",
+        help="write the model with id-tensor lookups and graph modification "
+        "instead of FeatureSpecs",
+    )
     parser.add_argument("--learning-rate", type=float, default=0.002)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
@@ -311,12 +391,19 @@ def main(argv=None):
         parser.error("--eviction-threshold needs --access-threshold (-1: no admission)")
 
     tf.compat.v1.disable_eager_execution()
-    return run(steps=args.steps, batch_size=args.batch_size, use_dynamic=not args.static,
-               eval_every=args.eval_every, access_threshold=args.access_threshold,
-               seed=args.seed, eviction_threshold=args.eviction_threshold,
-               learning_rate=args.learning_rate, show_progress=True,
-               modify_graph=args.modify_graph,
-               log=lambda line: print(line, file=sys.stderr))
+    return run(
+        steps=args.steps,
+        batch_size=args.batch_size,
+        use_dynamic=not args.static,
+        eval_every=args.eval_every,
+        access_threshold=args.access_threshold,
+        seed=args.seed,
+        eviction_threshold=args.eviction_threshold,
+        learning_rate=args.learning_rate,
+        show_progress=True,
+        modify_graph=args.modify_graph,
+        log=lambda line: print(line, file=sys.stderr),
+    )
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
 """Evaluation metrics computed in NumPy (no TensorFlow streaming state)."""
+
 import numpy as np
 
 
@@ -19,8 +20,9 @@ def auc(labels, scores):
     ends = np.concatenate([boundaries, [scores.size]])
     for start, end in zip(starts, ends):
         ranks[order[start:end]] = (start + end + 1) / 2.0
-    return float((ranks[labels].sum() - positives * (positives + 1) / 2.0)
-                 / (positives * negatives))
+    return float(
+        (ranks[labels].sum() - positives * (positives + 1) / 2.0) / (positives * negatives)
+    )
 
 
 def log_loss(labels, probabilities, eps=1e-7):

@@ -7,6 +7,7 @@ tf.Variables, TFRA) is the caller's business, so the same model code is measured
 embedding library. Dense layers are created with tf.compat.v1.AUTO_REUSE under the model's
 scope, so a training and an evaluation graph built in one tf.Graph share them.
 """
+
 import tensorflow as tf
 
 MODELS = ("wide_deep", "dlrm", "dcn_v2")
@@ -16,8 +17,10 @@ def dense_layer(x, units, name, activation=None):
     """A fully connected layer whose variables are shared by every call with the same name."""
     with tf.compat.v1.variable_scope(name, reuse=tf.compat.v1.AUTO_REUSE):
         w = tf.compat.v1.get_variable(
-            "kernel", [x.shape[-1], units],
-            initializer=tf.compat.v1.glorot_uniform_initializer(seed=7))
+            "kernel",
+            [x.shape[-1], units],
+            initializer=tf.compat.v1.glorot_uniform_initializer(seed=7),
+        )
         b = tf.compat.v1.get_variable("bias", [units], initializer=tf.zeros_initializer())
     y = tf.matmul(x, w) + b
     return activation(y) if activation else y
@@ -56,8 +59,8 @@ def dlrm(embeddings, dense, dim, top=(256, 128)):
         if dense is not None:
             bottom = mlp(dense, [64, dim], "bottom")
             vectors = [bottom] + vectors
-        stacked = tf.stack(vectors, axis=1)                          # [batch, n, dim]
-        dots = tf.matmul(stacked, stacked, transpose_b=True)         # [batch, n, n]
+        stacked = tf.stack(vectors, axis=1)  # [batch, n, dim]
+        dots = tf.matmul(stacked, stacked, transpose_b=True)  # [batch, n, n]
         n = len(vectors)
         rows, cols = zip(*[(i, j) for i in range(n) for j in range(i)])
         index = tf.constant([i * n + j for i, j in zip(rows, cols)], tf.int32)

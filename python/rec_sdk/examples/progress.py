@@ -1,4 +1,5 @@
 """A small terminal progress display: a bar on a TTY, periodic lines otherwise (CI logs)."""
+
 import sys
 import time
 
@@ -29,7 +30,13 @@ class Progress:
         bar = "#" * filled + "-" * (self.width - filled)
         extra = " ".join("%s=%.4f" % (k, v) for k, v in fields.items())
         text = "%s [%s] %d/%d  %.0f samples/s  %s" % (
-            self.label, bar, self.done, self.total, self.samples / elapsed, extra)
+            self.label,
+            bar,
+            self.done,
+            self.total,
+            self.samples / elapsed,
+            extra,
+        )
         if self.tty:
             self.stream.write("\r" + text + ("\n" if finished else ""))
         else:

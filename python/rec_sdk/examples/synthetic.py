@@ -15,6 +15,7 @@ than memory are written chunk by chunk.
     python -m rec_sdk.examples.synthetic --rows 1000000 --out criteo_synth.tfrecord
     python -m rec_sdk.examples.synthetic --rows 100000 --out criteo_synth.tsv --scale 0.01
 """
+
 import argparse
 import os
 import sys
@@ -29,9 +30,34 @@ NUM_CATEGORICAL = 26
 CHUNK_ROWS = 1 << 16
 MAX_CARDINALITY = 10_000_000
 # Distinct values per categorical field in Criteo's 7-day Kaggle data (C1..C26).
-CRITEO_CARDINALITIES = (1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683,
-                        8351593, 3194, 27, 14992, 5461306, 10, 5652, 2173, 4, 7046547, 18, 15,
-                        286181, 105, 142572)
+CRITEO_CARDINALITIES = (
+    1460,
+    583,
+    10131227,
+    2202608,
+    305,
+    24,
+    12517,
+    633,
+    3,
+    93145,
+    5683,
+    8351593,
+    3194,
+    27,
+    14992,
+    5461306,
+    10,
+    5652,
+    2173,
+    4,
+    7046547,
+    18,
+    15,
+    286181,
+    105,
+    142572,
+)
 ZIPF_EXPONENT = 1.1
 _MIX = np.uint64(0x9E3779B97F4A7C15)
 
@@ -40,8 +66,7 @@ def cardinalities(scale=1.0):
     """Per-field cardinalities: Criteo's times `scale`, in [2, MAX_CARDINALITY]."""
     if not scale > 0:
         raise ValueError("scale must be > 0, got %r" % (scale,))
-    return tuple(int(min(MAX_CARDINALITY, max(2, round(c * scale))))
-                 for c in CRITEO_CARDINALITIES)
+    return tuple(int(min(MAX_CARDINALITY, max(2, round(c * scale)))) for c in CRITEO_CARDINALITIES)
 
 
 def _hash(values, salt):
@@ -106,9 +131,12 @@ class Generator:
             hi = min(start + count - index * CHUNK_ROWS, CHUNK_ROWS)
             parts.append({k: v[lo:hi] for k, v in chunk.items()})
         if not parts:
-            return {"label": np.zeros(0, np.float32), "dense": np.zeros((0, NUM_DENSE), np.int64),
-                    "categorical": np.zeros((0, NUM_CATEGORICAL), np.int64),
-                    "logit": np.zeros(0)}
+            return {
+                "label": np.zeros(0, np.float32),
+                "dense": np.zeros((0, NUM_DENSE), np.int64),
+                "categorical": np.zeros((0, NUM_CATEGORICAL), np.int64),
+                "logit": np.zeros(0),
+            }
         return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
     def chunks(self, rows, start=0):
@@ -124,9 +152,12 @@ def features(rows, field_shift=40):
     """Model inputs from generated rows: label float32 [n], dense float32 [n, 13] =
     log1p(dense), categorical int64 [n, 26] with the field number in the high bits
     ((f + 1) << field_shift), so the fields never share keys."""
-    offsets = (np.arange(1, NUM_CATEGORICAL + 1, dtype=np.int64) << field_shift)
-    return {"label": rows["label"], "dense": np.log1p(rows["dense"]).astype(np.float32),
-            "categorical": rows["categorical"] + offsets}
+    offsets = np.arange(1, NUM_CATEGORICAL + 1, dtype=np.int64) << field_shift
+    return {
+        "label": rows["label"],
+        "dense": np.log1p(rows["dense"]).astype(np.float32),
+        "categorical": rows["categorical"] + offsets,
+    }
 
 
 def bayes_auc(generator, rows=CHUNK_ROWS, start=0):
@@ -142,14 +173,21 @@ def write_tfrecord(path, generator, rows, start=0):
     with tf.io.TFRecordWriter(tmp) as writer:
         for chunk in generator.chunks(rows, start):
             for i in range(len(chunk["label"])):
-                example = tf.train.Example(features=tf.train.Features(feature={
-                    "label": tf.train.Feature(float_list=tf.train.FloatList(
-                        value=[chunk["label"][i]])),
-                    "dense": tf.train.Feature(int64_list=tf.train.Int64List(
-                        value=chunk["dense"][i])),
-                    "categorical": tf.train.Feature(int64_list=tf.train.Int64List(
-                        value=chunk["categorical"][i])),
-                }))
+                example = tf.train.Example(
+                    features=tf.train.Features(
+                        feature={
+                            "label": tf.train.Feature(
+                                float_list=tf.train.FloatList(value=[chunk["label"][i]])
+                            ),
+                            "dense": tf.train.Feature(
+                                int64_list=tf.train.Int64List(value=chunk["dense"][i])
+                            ),
+                            "categorical": tf.train.Feature(
+                                int64_list=tf.train.Int64List(value=chunk["categorical"][i])
+                            ),
+                        }
+                    )
+                )
                 writer.write(example.SerializeToString())
     os.replace(tmp, path)
     return path
@@ -162,8 +200,13 @@ def write_tsv(path, generator, rows, start=0):
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="ascii", newline="\n") as f:
         for chunk in generator.chunks(rows, start):
-            hashed = np.stack([_hash(chunk["categorical"][:, c], 3000 + c) & np.uint64(0xFFFFFFFF)
-                               for c in range(NUM_CATEGORICAL)], axis=1)
+            hashed = np.stack(
+                [
+                    _hash(chunk["categorical"][:, c], 3000 + c) & np.uint64(0xFFFFFFFF)
+                    for c in range(NUM_CATEGORICAL)
+                ],
+                axis=1,
+            )
             lines = []
             for i in range(len(chunk["label"])):
                 cells = ["%d" % chunk["label"][i]]
@@ -176,13 +219,15 @@ def write_tsv(path, generator, rows, start=0):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rows", type=int, required=True)
     parser.add_argument("--out", required=True, help="a .tfrecord or .tsv file")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--scale", type=float, default=1.0,
-                        help="multiplies Criteo's per-field cardinalities")
+    parser.add_argument(
+        "--scale", type=float, default=1.0, help="multiplies Criteo's per-field cardinalities"
+    )
     parser.add_argument("--start", type=int, default=0, help="first row")
     args = parser.parse_args(argv)
     generator = Generator(seed=args.seed, scale=args.scale)
@@ -192,8 +237,11 @@ def main(argv=None):
         write_tfrecord(args.out, generator, args.rows, args.start)
     else:
         parser.error("--out must end with .tsv or .tfrecord")
-    print("wrote %d rows to %s (the planted logit's AUC: %.3f)"
-          % (args.rows, args.out, bayes_auc(generator)), file=sys.stderr)
+    print(
+        "wrote %d rows to %s (the planted logit's AUC: %.3f)"
+        % (args.rows, args.out, bayes_auc(generator)),
+        file=sys.stderr,
+    )
 
 
 if __name__ == "__main__":

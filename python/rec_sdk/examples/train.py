@@ -26,6 +26,7 @@ evaluating the whole evaluation set:
     python -m rec_sdk.distribute.launch --workers 2 -- \
         python -m rec_sdk.examples.train --model dlrm --data synthetic
 """
+
 import argparse
 import collections
 import os
@@ -39,23 +40,20 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from rec_sdk import distribute  # noqa: E402
-from rec_sdk import dynamic_embedding as rec_sdk_de  # noqa: E402
-from rec_sdk.core.embedding import create_table, sparse_lookup  # noqa: E402
+from rec_sdk.base import tf_compat  # noqa: E402
 from rec_sdk.core.feature_process import TableStatsHook  # noqa: E402
 from rec_sdk.examples import feature_spec_demo, inputs, synthetic  # noqa: E402
 from rec_sdk.examples.demo import evaluate  # noqa: E402
+from rec_sdk.examples.embeddings import make_embeddings  # noqa: E402
 from rec_sdk.examples.models import MODELS, logits  # noqa: E402
 from rec_sdk.examples.progress import Progress  # noqa: E402
 from rec_sdk.graph.modifier import GraphModifierHook  # noqa: E402
-from rec_sdk.optimizers import lazy_adam  # noqa: E402
 from rec_sdk.util.initialize import init, terminate_config_initializer  # noqa: E402
-from rec_sdk.base import tf_compat  # noqa: E402
 from rec_sdk.util.variable import get_dense_and_sparse_variable  # noqa: E402
 
 # A sparse field: ids = batch[key] (or its column `column`); multi: [batch, k] ids padded
 # with -1, mean-pooled.
 Field = collections.namedtuple("Field", ["name", "table", "key", "column", "multi"])
-WIDE_SHIFT = 56  # wide-table keys: the field number above the keys' own field bits
 
 
 class Source:
@@ -82,15 +80,23 @@ class Source:
 
 def _movielens(seed):
     train, test, _ = feature_spec_demo.load_inputs(seed=seed)
-    fields = [Field("user_id", "user", "user_id", None, False),
-              Field("item_id", "item", "item_id", None, False),
-              Field("genres", "item", "genres", None, True)]
-    fields += [Field(name, "user", "user_side", i, False)
-               for i, name in enumerate(feature_spec_demo.USER_SIDE_FIELDS)]
+    fields = [
+        Field("user_id", "user", "user_id", None, False),
+        Field("item_id", "item", "item_id", None, False),
+        Field("genres", "item", "genres", None, True),
+    ]
+    fields += [
+        Field(name, "user", "user_side", i, False)
+        for i, name in enumerate(feature_spec_demo.USER_SIDE_FIELDS)
+    ]
     return Source(
-        "movielens", fields, False,
+        "movielens",
+        fields,
+        False,
         lambda b, s: inputs.array_dataset(train, b, shuffle=True, seed=s, repeat=True),
-        lambda b: inputs.array_dataset(test, b), {"user": 5000, "item": 5000})
+        lambda b: inputs.array_dataset(test, b),
+        {"user": 5000, "item": 5000},
+    )
 
 
 def _criteo_fields(names):
@@ -103,14 +109,22 @@ def _synthetic(rows, scale, seed):
     test = synthetic.features(generator.rows(rows, max(rows // 10, 4096)))
     names = ["C%d" % (i + 1) for i in range(synthetic.NUM_CATEGORICAL)]
     vocabulary = dict(zip(names, generator.cardinalities))
-    return Source("synthetic", _criteo_fields(names), True,
-                  lambda b, s: inputs.array_dataset(train, b, shuffle=True, seed=s, repeat=True),
-                  lambda b: inputs.array_dataset(test, b), vocabulary)
+    return Source(
+        "synthetic",
+        _criteo_fields(names),
+        True,
+        lambda b, s: inputs.array_dataset(train, b, shuffle=True, seed=s, repeat=True),
+        lambda b: inputs.array_dataset(test, b),
+        vocabulary,
+    )
 
 
 def _files(kind, paths, eval_paths, eval_batches):
-    reader = {"criteo": inputs.criteo_tsv_dataset, "avazu": inputs.avazu_csv_dataset,
-              "tfrecord": inputs.tfrecord_dataset}[kind]
+    reader = {
+        "criteo": inputs.criteo_tsv_dataset,
+        "avazu": inputs.avazu_csv_dataset,
+        "tfrecord": inputs.tfrecord_dataset,
+    }[kind]
     if kind == "avazu":
         names = list(inputs.AVAZU_CATEGORICAL)
     else:
@@ -118,8 +132,7 @@ def _files(kind, paths, eval_paths, eval_batches):
 
     def train(batch_size, seed):
         if eval_paths:
-            return reader(paths, batch_size, shuffle_buffer=16 * batch_size, seed=seed,
-                          repeat=True)
+            return reader(paths, batch_size, shuffle_buffer=16 * batch_size, seed=seed, repeat=True)
         # The held-out batches come first in file order: train on the rest, unshuffled.
         return reader(paths, batch_size).skip(eval_batches).repeat()
 
@@ -128,8 +141,14 @@ def _files(kind, paths, eval_paths, eval_batches):
             return reader(eval_paths, batch_size)
         return reader(paths, batch_size).take(eval_batches)
 
-    return Source(kind, _criteo_fields(names), kind != "avazu", train, evaluation,
-                  {name: 1 << 22 for name in names})
+    return Source(
+        kind,
+        _criteo_fields(names),
+        kind != "avazu",
+        train,
+        evaluation,
+        {name: 1 << 22 for name in names},
+    )
 
 
 def make_source(spec, rows=500_000, scale=0.05, seed=0, eval_data=None, eval_batches=10):
@@ -140,187 +159,12 @@ def make_source(spec, rows=500_000, scale=0.05, seed=0, eval_data=None, eval_bat
         return _synthetic(rows, scale, seed)
     kind, _, paths = spec.partition(":")
     if kind not in ("criteo", "avazu", "tfrecord") or not paths:
-        raise ValueError("--data must be movielens, synthetic, criteo:PATH, avazu:PATH or "
-                         "tfrecord:PATH, got %r" % spec)
+        raise ValueError(
+            "--data must be movielens, synthetic, criteo:PATH, avazu:PATH or "
+            "tfrecord:PATH, got %r" % spec
+        )
     eval_paths = eval_data.split(",") if eval_data else None
     return _files(kind, paths.split(","), eval_paths, eval_batches)
-
-
-class Embeddings:
-    """Per-field embeddings of a batch. Subclasses (an embedding library each) implement
-    lookup(field, ids, is_train, name) -> ids.shape + [dim], and for Wide&Deep
-    lookup_wide(keys, is_train, name) -> keys.shape + [1]; embed() does the rest (field
-    columns, pooling of multi-valued fields, wide keys) the same way for every library."""
-
-    source = None
-    has_wide = False
-
-    def embed(self, batch, is_train):
-        """(per-field embeddings [batch, dim], per-field wide weights [batch] or None)."""
-        suffix = "train" if is_train else "eval"
-        embeddings, wide = [], []
-        for index, field in enumerate(self.source.fields):
-            ids = batch[field.key] if field.column is None else batch[field.key][:, field.column]
-            emb = self.lookup(field, ids, is_train, "%s_%s" % (field.name, suffix))
-            mask = None
-            if field.multi:
-                mask = tf.cast(ids >= 0, tf.float32)[..., tf.newaxis]
-                emb = tf.reduce_sum(emb * mask, axis=1) / tf.maximum(
-                    tf.reduce_sum(mask, axis=1), 1.0)
-            embeddings.append(emb)
-            if self.has_wide:
-                keys = ids + tf.constant((index + 1) << WIDE_SHIFT, tf.int64)
-                w = self.lookup_wide(keys, is_train, "wide_%s_%s" % (field.name, suffix))
-                w = w * mask if mask is not None else w
-                wide.append(tf.reshape(tf.reduce_sum(w, axis=list(range(1, w.shape.rank))),
-                                       [-1]))
-        return embeddings, (wide if self.has_wide else None)
-
-    def lookup(self, field, ids, is_train, name):
-        raise NotImplementedError
-
-    def lookup_wide(self, keys, is_train, name):
-        raise NotImplementedError
-
-    def gradient_targets(self):
-        """What the loss is differentiated against for the embeddings' update."""
-        raise NotImplementedError
-
-    def apply_gradients(self, grads, targets):
-        """The embeddings' own update from the gradients of gradient_targets()."""
-        raise NotImplementedError
-
-    def train_op(self, loss, dense_variables, dense_optimizer, global_step=None,
-                 reduce_dense=None):
-        """One backward pass for the dense layers and the embeddings: the dense layers
-        are updated by dense_optimizer (on their gradients as the list reduce_dense makes of
-        them, when given), the embeddings by their own update. (Two minimize() calls would build, and
-        run, the model's backward pass twice.)"""
-        dense_variables = list(dense_variables)
-        targets = self.gradient_targets()
-        grads = tf.gradients(loss, dense_variables + targets)
-        n = len(dense_variables)
-        dense_grads = grads[:n] if reduce_dense is None else reduce_dense(grads[:n])
-        return tf.group(
-            dense_optimizer.apply_gradients(zip(dense_grads, dense_variables),
-                                            global_step=global_step),
-            self.apply_gradients(grads[n:], targets))
-
-
-class RecSdkEmbeddings(Embeddings):
-    """The model's embeddings from rec_sdk tables: one table per table name of the source
-    (dim `dim`), plus a dim-1 "wide" table for Wide&Deep; trained by LazyAdam. emb_dtype,
-    slot_dtype: the tables' row and slot dtypes (create_table's)."""
-
-    def __init__(self, source, dim, learning_rate, wide, access_threshold=None, seed=0,
-                 emb_dtype="float32", slot_dtype="float32"):
-        initializer = tf.compat.v1.truncated_normal_initializer(stddev=0.05, seed=seed + 1)
-        self.source = source
-        self.has_wide = wide
-        self.learning_rate = learning_rate
-        self.config = ({"access_threshold": access_threshold}
-                       if access_threshold is not None else None)
-        # Over several ranks each key's gradient is averaged over them, as the dense ones are.
-        mean = {"all2all_gradients_op": "sum_gradients_and_div_by_ranksize"}
-        self.tables = {name: create_table(tf.int64, dim, name, initializer,
-                                          device_vocabulary_size=_capacity(source, name),
-                                          emb_dtype=emb_dtype, slot_dtype=slot_dtype,
-                                          **mean)
-                       for name in source.tables}
-        if wide:
-            rows = sum(_capacity(source, name) for name in source.tables)
-            self.tables["wide"] = create_table(tf.int64, 1, "wide",
-                                               tf.compat.v1.zeros_initializer(),
-                                               device_vocabulary_size=rows,
-                                               emb_dtype=emb_dtype, slot_dtype=slot_dtype,
-                                               **mean)
-
-    def lookup(self, field, ids, is_train, name):
-        return sparse_lookup(self.tables[field.table], ids, is_train=is_train, name=name,
-                             access_and_evict_config=self.config)
-
-    def lookup_wide(self, keys, is_train, name):
-        return sparse_lookup(self.tables["wide"], keys, is_train=is_train, name=name)
-
-    def gradient_targets(self):
-        return list(get_dense_and_sparse_variable()[1])
-
-    def apply_gradients(self, grads, targets):
-        return lazy_adam.create_hash_optimizer(learning_rate=self.learning_rate).apply_gradients(
-            zip(grads, targets))
-
-
-class DynamicEmbeddings(Embeddings):
-    """The model's embeddings from dynamic_embedding variables (rec_sdk.dynamic_embedding, or
-    TFRA's module with the same API, for comparisons): one variable per table name of the
-    source (plus a dim-1 "wide" one for Wide&Deep), trained by
-    DynamicEmbeddingOptimizer(AdamOptimizer)."""
-
-    def __init__(self, source, dim, learning_rate, wide, de=None, seed=0, devices=None,
-                 emb_dtype="float32", slot_dtype="float32"):
-        de = rec_sdk_de if de is None else de
-        # Half-precision rows and slots of float32 variables: rec_sdk creator options (TFRA
-        # has none).
-        creator = None if (emb_dtype, slot_dtype) == ("float32", "float32") else \
-            de.CuckooHashTableCreator(emb_dtype=emb_dtype, slot_dtype=slot_dtype)
-        self.de = de
-        self.source = source
-        self.has_wide = wide
-        self.learning_rate = learning_rate
-        initializer = tf.compat.v1.truncated_normal_initializer(stddev=0.05, seed=seed + 1)
-        names = list(source.tables) + (["wide"] if wide else [])
-        self.variables = {name: de.get_variable(
-            "de_" + name, key_dtype=tf.int64, value_dtype=tf.float32,
-            dim=1 if name == "wide" else dim, devices=devices,
-            initializer=0.0 if name == "wide" else initializer, kv_creator=creator)
-            for name in names}
-        self.trainables = []
-
-    @property
-    def tables(self):
-        """{name: rec_sdk table} of every shard (rec_sdk's module only)."""
-        return {"%s_%d" % (name, i): t for name, v in self.variables.items()
-                for i, t in enumerate(getattr(v, "tables", []))}
-
-    def _lookup(self, var, ids, is_train, name):
-        emb, trainable = self.de.embedding_lookup(var, ids, name=name, return_trainable=True)
-        if is_train and trainable is not None:
-            self.trainables.append(trainable)
-        return emb
-
-    def lookup(self, field, ids, is_train, name):
-        return self._lookup(self.variables[field.table], ids, is_train, name)
-
-    def lookup_wide(self, keys, is_train, name):
-        return self._lookup(self.variables["wide"], keys, is_train, name)
-
-    def gradient_targets(self):
-        return list(self.trainables)
-
-    def apply_gradients(self, grads, targets):
-        opt = self.de.DynamicEmbeddingOptimizer(tf.compat.v1.train.AdamOptimizer(
-            self.learning_rate))
-        return opt.apply_gradients(zip(grads, targets))
-
-    def keys(self, sess):
-        return int(sum(sess.run([v.size() for v in self.variables.values()])))
-
-
-def make_embeddings(args, source, devices=None):
-    """The embeddings the command line asks for (--api); devices: the shards' (a cluster's
-    ps tasks)."""
-    if args.api == "dynamic_embedding":
-        return DynamicEmbeddings(source, args.dim, args.learning_rate,
-                                 args.model == "wide_deep", seed=args.seed, devices=devices,
-                                 emb_dtype=args.emb_dtype, slot_dtype=args.slot_dtype)
-    return RecSdkEmbeddings(source, args.dim, args.learning_rate, args.model == "wide_deep",
-                            args.access_threshold, args.seed, args.emb_dtype, args.slot_dtype)
-
-
-def _capacity(source, table):
-    """Rows for a table: its keys (all fields that use it) with room to spare."""
-    fields = [f for f in source.fields if f.table == table]
-    return int(min(10**9, max(1024, source.vocabulary.get(table, 1 << 20) * 1.25 + len(fields))))
 
 
 def build(model, source, embeddings, batch, is_train, dim, dlrm_top=(256, 128)):
@@ -336,16 +180,26 @@ def build(model, source, embeddings, batch, is_train, dim, dlrm_top=(256, 128)):
 def _scalars(writer, step, values):
     if writer is None:
         return
-    writer.add_summary(tf.compat.v1.Summary(value=[
-        tf.compat.v1.Summary.Value(tag=k, simple_value=float(v)) for k, v in values.items()]),
-        step)
+    writer.add_summary(
+        tf.compat.v1.Summary(
+            value=[
+                tf.compat.v1.Summary.Value(tag=k, simple_value=float(v)) for k, v in values.items()
+            ]
+        ),
+        step,
+    )
 
 
 def _train_op(args, embeddings, loss, reduce_dense=None):
     """TF Adam on the model's dense layers and the embeddings' own sparse update."""
     dense, _ = get_dense_and_sparse_variable()
-    return embeddings.train_op(loss, dense, tf.compat.v1.train.AdamOptimizer(args.learning_rate),
-                               tf.compat.v1.train.get_or_create_global_step(), reduce_dense)
+    return embeddings.train_op(
+        loss,
+        dense,
+        tf.compat.v1.train.AdamOptimizer(args.learning_rate),
+        tf.compat.v1.train.get_or_create_global_step(),
+        reduce_dense,
+    )
 
 
 def _cluster():
@@ -368,8 +222,10 @@ def run_session(args, source, log):
     if task is not None and "ps" not in task.cluster.jobs:
         # The SDK API over the ranks: tables sharded by key, synchronous steps.
         if args.api == "dynamic_embedding":
-            raise ValueError("in a cluster without ps tasks this example trains --api sdk "
-                             "over the ranks; --api dynamic_embedding needs ps tasks")
+            raise ValueError(
+                "in a cluster without ps tasks this example trains --api sdk "
+                "over the ranks; --api dynamic_embedding needs ps tasks"
+            )
         rank, ranks = distribute.rank_of(task)
         placement = distribute.worker_devices(task)[rank]
         target, config = server.target, distribute.worker_config(server, collective=True)
@@ -377,28 +233,36 @@ def run_session(args, source, log):
 
         def reduce_dense(grads):
             present = [g for g in grads if g is not None]
-            reduced = iter(distribute.all_reduce_many(
-                [tf.convert_to_tensor(g) for g in present], "mean", name="dense_all_reduce"))
+            reduced = iter(
+                distribute.all_reduce_many(
+                    [tf.convert_to_tensor(g) for g in present], "mean", name="dense_all_reduce"
+                )
+            )
             return [None if g is None else next(reduced) for g in grads]
     elif task is not None:
         if args.api != "dynamic_embedding":
-            raise ValueError("in a cluster with ps tasks this example trains --api "
-                             "dynamic_embedding (shards on the ps tasks); the SDK API "
-                             "trains over the ranks of a cluster without ps tasks")
+            raise ValueError(
+                "in a cluster with ps tasks this example trains --api "
+                "dynamic_embedding (shards on the ps tasks); the SDK API "
+                "trains over the ranks of a cluster without ps tasks"
+            )
         devices = distribute.ps_devices(server)
         placement = tf.compat.v1.train.replica_device_setter(
-            worker_device="/job:worker/task:%d" % task.task_index, cluster=task.cluster)
+            worker_device="/job:worker/task:%d" % task.task_index, cluster=task.cluster
+        )
         target, config = server.target, distribute.worker_config(server)
         workers = task.cluster.num_tasks("worker")
         train_data = train_data.shard(workers, task.task_index)
     with tf.compat.v1.device(placement):
         train_it = tf.compat.v1.data.make_one_shot_iterator(train_data.prefetch(4))
         eval_it = tf.compat.v1.data.make_initializable_iterator(
-            source.eval_dataset(args.eval_batch_size).prefetch(2))
+            source.eval_dataset(args.eval_batch_size).prefetch(2)
+        )
         embeddings = make_embeddings(args, source, devices)
         _, _, loss = build(args.model, source, embeddings, train_it.get_next(), True, args.dim)
-        eval_probs, eval_labels, _ = build(args.model, source, embeddings, eval_it.get_next(),
-                                           False, args.dim)
+        eval_probs, eval_labels, _ = build(
+            args.model, source, embeddings, eval_it.get_next(), False, args.dim
+        )
         train_op = _train_op(args, embeddings, loss, reduce_dense)
     stats = {name: t.stats() for name, t in embeddings.tables.items()}
     writer = tf.compat.v1.summary.FileWriter(args.logdir) if args.logdir else None
@@ -416,25 +280,50 @@ def run_session(args, source, log):
             losses.append(value)
             progress.update(1, samples=args.batch_size, loss=float(np.mean(losses[-50:])))
             if i % 50 == 0 or i == args.steps:
-                _scalars(writer, i, {"loss": np.mean(losses[-50:]), "step_time_ms": dt * 1e3,
-                                     "samples_per_s": args.batch_size / dt})
+                _scalars(
+                    writer,
+                    i,
+                    {
+                        "loss": np.mean(losses[-50:]),
+                        "step_time_ms": dt * 1e3,
+                        "samples_per_s": args.batch_size / dt,
+                    },
+                )
             if i % args.eval_every == 0 or i == args.steps:
                 test_auc, test_loss = evaluate(sess, eval_it.initializer, eval_probs, eval_labels)
                 history.append((i, test_auc, test_loss))
                 table_stats = sess.run(stats)
                 _scalars(writer, i, {"eval/auc": test_auc, "eval/log_loss": test_loss})
                 for name, values in table_stats.items():
-                    _scalars(writer, i, {"tables/%s/%s" % (name, k): values[k]
-                                         for k in ("size", "admitted", "evicted", "rejected")})
-                log("step %d: train loss %.4f  eval AUC %.4f  log loss %.4f  keys %d"
-                    % (i, float(np.mean(losses[-50:])), test_auc, test_loss,
-                       sum(v["size"] for v in table_stats.values())))
+                    _scalars(
+                        writer,
+                        i,
+                        {
+                            "tables/%s/%s" % (name, k): values[k]
+                            for k in ("size", "admitted", "evicted", "rejected")
+                        },
+                    )
+                log(
+                    "step %d: train loss %.4f  eval AUC %.4f  log loss %.4f  keys %d"
+                    % (
+                        i,
+                        float(np.mean(losses[-50:])),
+                        test_auc,
+                        test_loss,
+                        sum(v["size"] for v in table_stats.values()),
+                    )
+                )
         elapsed = time.perf_counter() - start
     if writer is not None:
         writer.close()
-    return {"history": history, "test_auc": history[-1][1], "test_loss": history[-1][2],
-            "samples_per_s": args.steps * args.batch_size / train_time, "elapsed_s": elapsed,
-            "tables": {k: {s: int(v) for s, v in d.items()} for k, d in table_stats.items()}}
+    return {
+        "history": history,
+        "test_auc": history[-1][1],
+        "test_loss": history[-1][2],
+        "samples_per_s": args.steps * args.batch_size / train_time,
+        "elapsed_s": elapsed,
+        "tables": {k: {s: int(v) for s, v in d.items()} for k, d in table_stats.items()},
+    }
 
 
 class _ProgressHook(tf.compat.v1.train.SessionRunHook):
@@ -455,38 +344,64 @@ def run_estimator(args, source, log):
         del labels
         is_train = mode == tfe.ModeKeys.TRAIN
         embeddings = make_embeddings(args, source)
-        probs, labels_, loss = build(args.model, source, embeddings, features, is_train,
-                                     args.dim)
+        probs, labels_, loss = build(args.model, source, embeddings, features, is_train, args.dim)
         if mode == tfe.ModeKeys.PREDICT:
             return tfe.EstimatorSpec(mode, predictions={"probability": probs})
         if mode == tfe.ModeKeys.EVAL:
-            return tfe.EstimatorSpec(mode, loss=loss, eval_metric_ops={
-                "auc": tf.compat.v1.metrics.auc(labels_, probs, num_thresholds=2000,
-                                                summation_method="careful_interpolation")})
-        return tfe.EstimatorSpec(mode, loss=loss,
-                                          train_op=_train_op(args, embeddings, loss))
+            return tfe.EstimatorSpec(
+                mode,
+                loss=loss,
+                eval_metric_ops={
+                    "auc": tf.compat.v1.metrics.auc(
+                        labels_,
+                        probs,
+                        num_thresholds=2000,
+                        summation_method="careful_interpolation",
+                    )
+                },
+            )
+        return tfe.EstimatorSpec(mode, loss=loss, train_op=_train_op(args, embeddings, loss))
 
     model_dir = args.logdir or _temp_dir()
-    estimator = tfe.Estimator(model_fn, model_dir=model_dir, config=tfe.RunConfig(
-        tf_random_seed=args.seed, save_checkpoints_steps=args.eval_every,
-        save_summary_steps=50, log_step_count_steps=None))
+    estimator = tfe.Estimator(
+        model_fn,
+        model_dir=model_dir,
+        config=tfe.RunConfig(
+            tf_random_seed=args.seed,
+            save_checkpoints_steps=args.eval_every,
+            save_summary_steps=50,
+            log_step_count_steps=None,
+        ),
+    )
     progress = Progress(args.steps, "%s on %s (estimator)" % (args.model, source.name))
     history, done, start, train_time = [], 0, time.perf_counter(), 0.0
     while done < args.steps:
         chunk = min(args.eval_every, args.steps - done)
         t0 = time.perf_counter()
-        estimator.train(lambda: source.train_dataset(args.batch_size, args.seed + done),
-                        steps=chunk, hooks=[GraphModifierHook(), _ProgressHook(
-                            progress, args.batch_size), TableStatsHook(model_dir, 50)])
+        estimator.train(
+            lambda done=done: source.train_dataset(args.batch_size, args.seed + done),
+            steps=chunk,
+            hooks=[
+                GraphModifierHook(),
+                _ProgressHook(progress, args.batch_size),
+                TableStatsHook(model_dir, 50),
+            ],
+        )
         train_time += time.perf_counter() - t0
         done += chunk
-        metrics = estimator.evaluate(lambda: source.eval_dataset(args.eval_batch_size),
-                                     hooks=[GraphModifierHook()])
+        metrics = estimator.evaluate(
+            lambda: source.eval_dataset(args.eval_batch_size), hooks=[GraphModifierHook()]
+        )
         history.append((done, float(metrics["auc"]), float(metrics["loss"])))
         log("step %d: eval AUC %.4f  loss %.4f" % history[-1])
-    return {"history": history, "test_auc": history[-1][1], "test_loss": history[-1][2],
-            "samples_per_s": args.steps * args.batch_size / train_time,
-            "elapsed_s": time.perf_counter() - start, "model_dir": model_dir}
+    return {
+        "history": history,
+        "test_auc": history[-1][1],
+        "test_loss": history[-1][2],
+        "samples_per_s": args.steps * args.batch_size / train_time,
+        "elapsed_s": time.perf_counter() - start,
+        "model_dir": model_dir,
+    }
 
 
 def _temp_dir():
@@ -494,13 +409,18 @@ def _temp_dir():
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--model", choices=MODELS, default="dlrm")
     parser.add_argument("--data", default="movielens")
     parser.add_argument("--eval-data", default=None, help="files to evaluate on (file sources)")
-    parser.add_argument("--eval-batches", type=int, default=10,
-                        help="file sources without --eval-data: batches held out")
+    parser.add_argument(
+        "--eval-batches",
+        type=int,
+        default=10,
+        help="file sources without --eval-data: batches held out",
+    )
     parser.add_argument("--mode", choices=("session", "estimator"), default="session")
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--batch-size", type=int, default=512)
@@ -509,28 +429,45 @@ def parse_args(argv=None):
     parser.add_argument("--dim", type=int, default=16)
     parser.add_argument("--learning-rate", type=float, default=0.001)
     parser.add_argument("--access-threshold", type=int, default=None)
-    parser.add_argument("--api", choices=("rec_sdk", "dynamic_embedding"), default="rec_sdk",
-                        help="rec_sdk tables (create_table + sparse_lookup) or TFRA-style "
-                        "rec_sdk.dynamic_embedding variables")
+    parser.add_argument(
+        "--api",
+        choices=("rec_sdk", "dynamic_embedding"),
+        default="rec_sdk",
+        help="rec_sdk tables (create_table + sparse_lookup) or TFRA-style "
+        "rec_sdk.dynamic_embedding variables",
+    )
     parser.add_argument("--rows", type=int, default=500_000, help="synthetic: training rows")
-    parser.add_argument("--scale", type=float, default=0.05,
-                        help="synthetic: multiplies Criteo's per-field cardinalities")
-    parser.add_argument("--logdir", default=None,
-                        help="TensorBoard event files (and Estimator checkpoints)")
+    parser.add_argument(
+        "--scale",
+        type=float,
+        default=0.05,
+        help="synthetic: multiplies Criteo's per-field cardinalities",
+    )
+    parser.add_argument(
+        "--logdir", default=None, help="TensorBoard event files (and Estimator checkpoints)"
+    )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--emb-dtype", choices=("float32", "bfloat16", "float16"),
-                        default="float32", help="the tables' row dtype (half: stochastic "
-                        "rounding on update)")
-    parser.add_argument("--slot-dtype", choices=("float32", "bfloat16"), default="float32",
-                        help="the tables' optimizer slot dtype (bfloat16: stochastic rounding "
-                        "on update)")
+    parser.add_argument(
+        "--emb-dtype",
+        choices=("float32", "bfloat16", "float16"),
+        default="float32",
+        help="the tables' row dtype (half: stochastic rounding on update)",
+    )
+    parser.add_argument(
+        "--slot-dtype",
+        choices=("float32", "bfloat16"),
+        default="float32",
+        help="the tables' optimizer slot dtype (bfloat16: stochastic rounding on update)",
+    )
     args = parser.parse_args(argv)
     for name in ("steps", "batch_size", "eval_batch_size", "eval_every", "dim", "rows"):
         if getattr(args, name) < 1:
             parser.error("--%s must be >= 1" % name.replace("_", "-"))
     if args.api == "dynamic_embedding" and args.access_threshold is not None:
-        parser.error("--access-threshold is for --api rec_sdk (dynamic_embedding variables "
-                     "have no feature admission)")
+        parser.error(
+            "--access-threshold is for --api rec_sdk (dynamic_embedding variables "
+            "have no feature admission)"
+        )
     return args
 
 
@@ -539,16 +476,24 @@ def main(argv=None, log=None):
     log = log or (lambda line: print(line, file=sys.stderr))
     tf.compat.v1.disable_eager_execution()
     tf.compat.v1.logging.set_verbosity(tf.compat.v1.logging.ERROR)
-    source = make_source(args.data, rows=args.rows, scale=args.scale, seed=args.seed,
-                         eval_data=args.eval_data, eval_batches=args.eval_batches)
+    source = make_source(
+        args.data,
+        rows=args.rows,
+        scale=args.scale,
+        seed=args.seed,
+        eval_data=args.eval_data,
+        eval_batches=args.eval_batches,
+    )
     init(train_steps=args.steps)
     try:
         run = run_estimator if args.mode == "estimator" else run_session
         results = run(args, source, log)
     finally:
         terminate_config_initializer()
-    log("final: eval AUC %.4f  log loss %.4f  %.0f samples/s of training"
-        % (results["test_auc"], results["test_loss"], results["samples_per_s"]))
+    log(
+        "final: eval AUC %.4f  log loss %.4f  %.0f samples/s of training"
+        % (results["test_auc"], results["test_loss"], results["samples_per_s"])
+    )
     return results
 
 

@@ -29,24 +29,25 @@ restored with the graph's variables by tf.compat.v1.train.Saver (so by Monitored
 and tf.estimator checkpoints); the old variables stay in the graph (initialised and saved, no
 longer read or updated by the train op).
 """
+
 import copy
 import re
 
 import tensorflow as tf
 
 import rec_sdk_graph_rewrite as graph_rewrite
-from rec_sdk_graph_rewrite.embedding_variables import find_embedding_variables
-from rec_sdk.constants.constants import MAX_VOCABULARY_SIZE
-from rec_sdk.core.embedding import create_table, sparse_lookup
-from rec_sdk.tables.table import tables_of_graph
-from rec_sdk.ops import table_ops
-from rec_sdk.optimizers import lazy_adam, lazy_adam_by_addr
-from rec_sdk.optimizers.base import SparseOptimizer
-from rec_sdk.util import initialize
 from rec_sdk.base.dump import next_dump_path
 from rec_sdk.base.graph_state import state_of
 from rec_sdk.base.log import logger
 from rec_sdk.base.validation import check_bool, check_float
+from rec_sdk.constants.constants import MAX_VOCABULARY_SIZE
+from rec_sdk.core.embedding import create_table, sparse_lookup
+from rec_sdk.ops import table_ops
+from rec_sdk.optimizers import lazy_adam, lazy_adam_by_addr
+from rec_sdk.optimizers.base import SparseOptimizer
+from rec_sdk.tables.table import tables_of_graph
+from rec_sdk.util import initialize
+from rec_sdk_graph_rewrite.embedding_variables import find_embedding_variables
 
 DEFAULT_LEARNING_RATE = 0.001
 DEFAULT_CAPACITY_FACTOR = 4.0
@@ -71,7 +72,10 @@ class ConvertedVariable:
 
     def __repr__(self):
         return "<converted variable %r -> table %r (%s)>" % (
-            self.name, self.table.table_name, "trained" if self.trained else "lookups only")
+            self.name,
+            self.table.table_name,
+            "trained" if self.trained else "lookups only",
+        )
 
 
 class Conversion:
@@ -127,11 +131,14 @@ def _train_ops(graph, train_op):
             if isinstance(item, tf.Tensor):
                 item = item.op
             if not isinstance(item, tf.Operation):
-                raise TypeError("train_op must be a tf.Operation, tf.Tensor or op name, got %r"
-                                % (item,))
+                raise TypeError(
+                    "train_op must be a tf.Operation, tf.Tensor or op name, got %r" % (item,)
+                )
             if item.graph is not graph:
-                raise ValueError("train_op %r belongs to another graph; pass its name for "
-                                 "models that build several graphs (tf.estimator)" % item.name)
+                raise ValueError(
+                    "train_op %r belongs to another graph; pass its name for "
+                    "models that build several graphs (tf.estimator)" % item.name
+                )
             ops.append(item.name)
         return ops
     names = []
@@ -156,21 +163,29 @@ def _make_optimizer(spec, graph):
                 raise ValueError(
                     "optimizer %r already trains tables of another graph; for models that "
                     "build several graphs (tf.estimator) pass a callable returning a new "
-                    "optimizer, e.g. optimizer=lambda: create_hash_optimizer(0.01)"
-                    % spec.name)
+                    "optimizer, e.g. optimizer=lambda: create_hash_optimizer(0.01)" % spec.name
+                )
         optimizer = copy.copy(spec)  # the hook's template stays unused across graphs
     else:
         optimizer = spec()
         if not isinstance(optimizer, SparseOptimizer):
-            raise TypeError("optimizer() must return a rec_sdk sparse optimizer "
-                            "(rec_sdk.optimizers.*), got %r" % (optimizer,))
+            raise TypeError(
+                "optimizer() must return a rec_sdk sparse optimizer "
+                "(rec_sdk.optimizers.*), got %r" % (optimizer,)
+            )
     if optimizer.by_address != expansion:
         raise ValueError(
             "optimizer %r is for %s tables, but rec_sdk is initialised with "
-            "use_dynamic_expansion=%s; use %s" % (
-                optimizer.name, "dynamic-expansion" if optimizer.by_address else "fixed-capacity",
-                expansion, "a *_by_addr optimizer (create_hash_optimizer_by_address)"
-                if expansion else "create_hash_optimizer"))
+            "use_dynamic_expansion=%s; use %s"
+            % (
+                optimizer.name,
+                "dynamic-expansion" if optimizer.by_address else "fixed-capacity",
+                expansion,
+                "a *_by_addr optimizer (create_hash_optimizer_by_address)"
+                if expansion
+                else "create_hash_optimizer",
+            )
+        )
     return optimizer
 
 
@@ -185,20 +200,27 @@ def _initializer_for(var, emb_initializer):
     if desc is not None:
         kind = desc["kind"]
         if kind == "random_uniform":
-            return (tf.compat.v1.random_uniform_initializer(desc["minval"], desc["maxval"]),
-                    "the variable's random_uniform(%g, %g)" % (desc["minval"], desc["maxval"]))
+            return (
+                tf.compat.v1.random_uniform_initializer(desc["minval"], desc["maxval"]),
+                "the variable's random_uniform(%g, %g)" % (desc["minval"], desc["maxval"]),
+            )
         if kind == "random_normal":
-            return (tf.compat.v1.random_normal_initializer(desc["mean"], desc["stddev"]),
-                    "the variable's random_normal(%g, %g)" % (desc["mean"], desc["stddev"]))
+            return (
+                tf.compat.v1.random_normal_initializer(desc["mean"], desc["stddev"]),
+                "the variable's random_normal(%g, %g)" % (desc["mean"], desc["stddev"]),
+            )
         if kind == "truncated_normal":
-            return (tf.compat.v1.truncated_normal_initializer(desc["mean"], desc["stddev"]),
-                    "the variable's truncated_normal(%g, %g)" % (desc["mean"], desc["stddev"]))
+            return (
+                tf.compat.v1.truncated_normal_initializer(desc["mean"], desc["stddev"]),
+                "the variable's truncated_normal(%g, %g)" % (desc["mean"], desc["stddev"]),
+            )
         if kind == "constant":
             return desc["value"], "the variable's constant %g" % desc["value"]
     low, high = _FALLBACK_INITIALIZER
-    return (tf.compat.v1.random_uniform_initializer(low, high),
-            "random_uniform(%g, %g) (the variable's initializer was not recognised)"
-            % (low, high))
+    return (
+        tf.compat.v1.random_uniform_initializer(low, high),
+        "random_uniform(%g, %g) (the variable's initializer was not recognised)" % (low, high),
+    )
 
 
 def _table_name(var_name, taken):
@@ -206,7 +228,7 @@ def _table_name(var_name, taken):
     name, n = base, 1
     while name in taken:
         suffix = "_%d" % n
-        name = base[:100 - len(suffix)] + suffix
+        name = base[: 100 - len(suffix)] + suffix
         n += 1
     return name
 
@@ -217,15 +239,19 @@ def _lookup_parts(table, embeddings):
     for record in table.lookups.tensor:
         if record["embeddings"] is embeddings:
             return record["inverse"], record["addresses"]
-    raise RuntimeError("table %r has no record of the lookup returning %s"
-                       % (table.table_name, embeddings.name))
+    raise RuntimeError(
+        "table %r has no record of the lookup returning %s" % (table.table_name, embeddings.name)
+    )
 
 
 def _keys_tensor(graph, name, var):
     keys = graph.get_tensor_by_name(name)
     if not keys.dtype.is_integer:
-        raise graph_rewrite.RewriteError(_PASS_NAME, [keys.op.name], "the keys of variable %r "
-                                         "are %s, not integers" % (var, keys.dtype.name))
+        raise graph_rewrite.RewriteError(
+            _PASS_NAME,
+            [keys.op.name],
+            "the keys of variable %r are %s, not integers" % (var, keys.dtype.name),
+        )
     if keys.dtype not in (tf.int32, tf.int64):
         keys = tf.cast(keys, tf.int64)
     return keys
@@ -237,9 +263,12 @@ def _send_count(keys, var):
     count = keys.shape.num_elements()
     if count is None:
         raise graph_rewrite.RewriteError(
-            _PASS_NAME, [keys.op.name], "rec_sdk is initialised with use_dynamic=False (static "
+            _PASS_NAME,
+            [keys.op.name],
+            "rec_sdk is initialised with use_dynamic=False (static "
             "shapes), which needs a send_count per lookup, but the keys of variable %r have "
-            "the unknown shape %s" % (var, keys.shape))
+            "the unknown shape %s" % (var, keys.shape),
+        )
     return max(int(count), 1)
 
 
@@ -257,14 +286,21 @@ def _select(analysis, names, done):
         elif name not in found and name not in done:
             problems.append("%s: not a resource variable read through gathers" % name)
     if problems:
-        raise graph_rewrite.RewriteError(_PASS_NAME, problems, "these variables cannot be "
-                                         "converted to rec_sdk tables")
+        raise graph_rewrite.RewriteError(
+            _PASS_NAME, problems, "these variables cannot be converted to rec_sdk tables"
+        )
     return [found[n] for n in names if n in found and n not in done], skipped
 
 
-def convert_embedding_variables(graph=None, optimizer=None, emb_initializer=None,
-                                variables=None, train_op=None, dump_graph=False,
-                                capacity_factor=DEFAULT_CAPACITY_FACTOR):
+def convert_embedding_variables(
+    graph=None,
+    optimizer=None,
+    emb_initializer=None,
+    variables=None,
+    train_op=None,
+    dump_graph=False,
+    capacity_factor=DEFAULT_CAPACITY_FACTOR,
+):
     """Converts the embedding variables of `graph` (default: the default graph) into rec_sdk
     tables (see the module doc). Returns a Conversion. Call it after the model, optimizer and
     train op are built and before the graph is finalized or run; DynamicEmbeddingHook calls it
@@ -293,25 +329,34 @@ def convert_embedding_variables(graph=None, optimizer=None, emb_initializer=None
         raise TypeError("graph must be a tf.Graph or None, got %r" % (graph,))
     if graph.finalized:
         raise graph_rewrite.RewriteError(
-            _PASS_NAME, [], "the graph is finalized; convert the variables before a "
+            _PASS_NAME,
+            [],
+            "the graph is finalized; convert the variables before a "
             "MonitoredSession or Estimator finalizes it (DynamicEmbeddingHook does it in "
-            "begin())")
-    if optimizer is not None and not (isinstance(optimizer, SparseOptimizer) or
-                                      callable(optimizer)):
-        raise TypeError("optimizer must be a rec_sdk sparse optimizer or a callable returning "
-                        "one, got %r" % (optimizer,))
+            "begin())",
+        )
+    if optimizer is not None and not (
+        isinstance(optimizer, SparseOptimizer) or callable(optimizer)
+    ):
+        raise TypeError(
+            "optimizer must be a rec_sdk sparse optimizer or a callable returning "
+            "one, got %r" % (optimizer,)
+        )
     names = _variable_names(variables)
     if not initialize.is_initialized():
         initialize.init(use_dynamic_expansion=True)
-        logger.info("rec_sdk: initialised with use_dynamic_expansion=True for converted "
-                     "embedding variables (tables grow without bound)")
+        logger.info(
+            "rec_sdk: initialised with use_dynamic_expansion=True for converted "
+            "embedding variables (tables grow without bound)"
+        )
     expansion = initialize.get_use_dynamic_expansion()
     done = converted_variables(graph)
     analysis = find_embedding_variables(graph.as_graph_def())
     todo, skipped = _select(analysis, names, done)
     for item in skipped:
-        logger.warning("rec_sdk: embedding variable %r is not converted: %s", item.name,
-                        item.reason)
+        logger.warning(
+            "rec_sdk: embedding variable %r is not converted: %s", item.name, item.reason
+        )
     if not todo:
         logger.info("rec_sdk: no embedding variable to convert")
         return Conversion([], skipped, None, [])
@@ -319,25 +364,38 @@ def convert_embedding_variables(graph=None, optimizer=None, emb_initializer=None
 
     converted, mapping, control_mapping, pairs = [], {}, {}, []
     with graph.as_default():
-        sparse_optimizer = (_make_optimizer(optimizer, graph)
-                            if any(v.trained for v in todo) else None)
+        sparse_optimizer = (
+            _make_optimizer(optimizer, graph) if any(v.trained for v in todo) else None
+        )
         taken = {t.table_name for t in tables_of_graph(graph)}
         for var in todo:
             initializer, described = _initializer_for(var, emb_initializer)
             table_name = _table_name(var.name, taken)
             taken.add(table_name)
-            rows = (var.rows if expansion else
-                    int(min(MAX_VOCABULARY_SIZE, round(var.rows * capacity_factor))))
-            table = create_table(tf.int64, var.dim, table_name, initializer,
-                                 device_vocabulary_size=min(rows, MAX_VOCABULARY_SIZE))
+            rows = (
+                var.rows
+                if expansion
+                else int(min(MAX_VOCABULARY_SIZE, round(var.rows * capacity_factor)))
+            )
+            table = create_table(
+                tf.int64,
+                var.dim,
+                table_name,
+                initializer,
+                device_vocabulary_size=min(rows, MAX_VOCABULARY_SIZE),
+            )
             lookups, keys_of, hashed = {}, {}, {}
             with tf.name_scope(table_ops.op_scope_name("rec_sdk_convert_" + table_name)):
                 for i, gather in enumerate(var.gathers):
                     keys = _keys_tensor(graph, gather.keys, var.name)
-                    name = table_name + ("_lookup" if len(var.gathers) == 1
-                                         else "_lookup%d" % i)
-                    emb = sparse_lookup(table, keys, send_count=_send_count(keys, var.name),
-                                        is_train=var.trained, name=name)
+                    name = table_name + ("_lookup" if len(var.gathers) == 1 else "_lookup%d" % i)
+                    emb = sparse_lookup(
+                        table,
+                        keys,
+                        send_count=_send_count(keys, var.name),
+                        is_train=var.trained,
+                        name=name,
+                    )
                     lookups[gather.op] = emb
                     keys_of[gather.op] = gather.keys
                     hashed[gather.op] = gather.modulus
@@ -350,17 +408,31 @@ def convert_embedding_variables(graph=None, optimizer=None, emb_initializer=None
                     # The rows are read before the update writes them.
                     with tf.control_dependencies([emb]):
                         rows_grad = table_ops.sum_rows(
-                            tf.reshape(grad, [-1, var.dim]), tf.reshape(inverse, [-1]),
-                            tf.size(addresses), name="gradient_rows")
+                            tf.reshape(grad, [-1, var.dim]),
+                            tf.reshape(inverse, [-1]),
+                            tf.size(addresses),
+                            name="gradient_rows",
+                        )
                     pairs.append((rows_grad, addresses))
-            converted.append(ConvertedVariable(var.name, table, lookups, keys_of, hashed,
-                                               var.trained))
-            logger.info("rec_sdk: embedding variable %r [%d, %d] -> table %r (%s; %d "
-                         "gather(s), keys %s; initializer %s)", var.name, var.rows, var.dim,
-                         table_name, "trained" if var.trained else "lookups only",
-                         len(var.gathers), ", ".join(
-                             "%s%s" % (g.keys, " (hashing trick %% %d undone)" % g.modulus
-                                       if g.modulus else "") for g in var.gathers), described)
+            converted.append(
+                ConvertedVariable(var.name, table, lookups, keys_of, hashed, var.trained)
+            )
+            logger.info(
+                "rec_sdk: embedding variable %r [%d, %d] -> table %r (%s; %d "
+                "gather(s), keys %s; initializer %s)",
+                var.name,
+                var.rows,
+                var.dim,
+                table_name,
+                "trained" if var.trained else "lookups only",
+                len(var.gathers),
+                ", ".join(
+                    "%s%s"
+                    % (g.keys, " (hashing trick %% %d undone)" % g.modulus if g.modulus else "")
+                    for g in var.gathers
+                ),
+                described,
+            )
         update = None
         if pairs:
             with tf.name_scope("rec_sdk_convert_update"):
@@ -379,26 +451,35 @@ def convert_embedding_variables(graph=None, optimizer=None, emb_initializer=None
         targets = train_ops or freed
         if not targets:
             raise graph_rewrite.RewriteError(
-                _PASS_NAME, [v.name for v in todo if v.trained], "no train op found to run the "
+                _PASS_NAME,
+                [v.name for v in todo if v.trained],
+                "no train op found to run the "
                 "tables' sparse update: the TRAIN_OP collection is empty and no op runs the "
-                "variables' updates; pass train_op=")
+                "variables' updates; pass train_op=",
+            )
         add = graph_rewrite.AddControlInputs({t: [update.name] for t in targets})
         graph_def, more = graph_rewrite.run_passes(graph_def, [add], dump_dir)
         passes.append(add)
         results.extend(more)
     edited = graph_rewrite.update_live_graph(graph, graph_def)
     for var in todo:
-        if var.trained and with_updates and not any(
-                m[0] == var.name for m in results[1].matches):
-            logger.warning("rec_sdk: no train op runs the dense updates of variable %r; "
-                            "nothing was dropped", var.name)
+        if var.trained and with_updates and not any(m[0] == var.name for m in results[1].matches):
+            logger.warning(
+                "rec_sdk: no train op runs the dense updates of variable %r; nothing was dropped",
+                var.name,
+            )
     state = state_of(graph)
     with state.lock:
         for item in converted:
             state.converted[item.name] = item
-    logger.info("rec_sdk: converted %d embedding variable(s) to rec_sdk tables, skipped %d "
-                 "(%d ops rewired; passes: %s)", len(converted), len(skipped), edited,
-                 ", ".join("%s %d" % (p.name, len(r.matches)) for p, r in zip(passes, results)))
+    logger.info(
+        "rec_sdk: converted %d embedding variable(s) to rec_sdk tables, skipped %d "
+        "(%d ops rewired; passes: %s)",
+        len(converted),
+        len(skipped),
+        edited,
+        ", ".join("%s %d" % (p.name, len(r.matches)) for p, r in zip(passes, results)),
+    )
     return Conversion(converted, skipped, update, targets)
 
 
@@ -409,14 +490,24 @@ class DynamicEmbeddingHook(tf.compat.v1.train.SessionRunHook):
     (every graph that reads the tables needs it). After begin(), `conversion` holds what was
     converted and skipped."""
 
-    def __init__(self, optimizer=None, emb_initializer=None, variables=None, dump_graph=False,
-                 train_op=None, capacity_factor=DEFAULT_CAPACITY_FACTOR):
+    def __init__(
+        self,
+        optimizer=None,
+        emb_initializer=None,
+        variables=None,
+        dump_graph=False,
+        train_op=None,
+        capacity_factor=DEFAULT_CAPACITY_FACTOR,
+    ):
         self._dump_graph = check_bool("dump_graph", dump_graph)
         self._capacity_factor = check_float("capacity_factor", capacity_factor, 1.0, 1e6)
-        if optimizer is not None and not (isinstance(optimizer, SparseOptimizer) or
-                                          callable(optimizer)):
-            raise TypeError("optimizer must be a rec_sdk sparse optimizer or a callable "
-                            "returning one, got %r" % (optimizer,))
+        if optimizer is not None and not (
+            isinstance(optimizer, SparseOptimizer) or callable(optimizer)
+        ):
+            raise TypeError(
+                "optimizer must be a rec_sdk sparse optimizer or a callable "
+                "returning one, got %r" % (optimizer,)
+            )
         self._optimizer = optimizer
         self._emb_initializer = emb_initializer
         self._variables = _variable_names(variables)
@@ -425,7 +516,11 @@ class DynamicEmbeddingHook(tf.compat.v1.train.SessionRunHook):
 
     def begin(self):
         self.conversion = convert_embedding_variables(
-            tf.compat.v1.get_default_graph(), optimizer=self._optimizer,
-            emb_initializer=self._emb_initializer, variables=self._variables,
-            train_op=self._train_op, dump_graph=self._dump_graph,
-            capacity_factor=self._capacity_factor)
+            tf.compat.v1.get_default_graph(),
+            optimizer=self._optimizer,
+            emb_initializer=self._emb_initializer,
+            variables=self._variables,
+            train_op=self._train_op,
+            dump_graph=self._dump_graph,
+            capacity_factor=self._capacity_factor,
+        )

@@ -5,6 +5,7 @@ rec_sdk.graph.slicers). Put them before GraphModifierHook in an Estimator's hook
     hooks = [OrphanLookupKeySlicerHook(), LookupSubgraphSlicerHook(op_types=["StringToNumber"]),
              GraphModifierHook()]
 """
+
 import tensorflow as tf
 
 from rec_sdk.graph import slicers
@@ -26,10 +27,14 @@ class LookupSubgraphSlicerHook(tf.compat.v1.train.SessionRunHook):
     """
 
     def __init__(self, op_types, full_graph=None):
-        if not isinstance(op_types, (list, tuple)) or not op_types or not all(
-                isinstance(t, str) and t for t in op_types):
-            raise ValueError("op_types must be a non-empty list of op type names, got %r"
-                             % (op_types,))
+        if (
+            not isinstance(op_types, (list, tuple))
+            or not op_types
+            or not all(isinstance(t, str) and t for t in op_types)
+        ):
+            raise ValueError(
+                "op_types must be a non-empty list of op type names, got %r" % (op_types,)
+            )
         self._op_types = frozenset(op_types)
         self._graph = _graph(full_graph)
         self.moved = 0  # tensors moved by the last begin()
@@ -76,5 +81,6 @@ class ACGPushOpsToDatasetHook(LookupSubgraphSlicerHook):
 
     def begin(self):
         graph = self._graph or tf.compat.v1.get_default_graph()
-        self.moved = slicers.slice_lookup_subgraphs(graph, self._op_types, self.NAME_MARKER,
-                                                    hook="ACGPushOpsToDatasetHook")
+        self.moved = slicers.slice_lookup_subgraphs(
+            graph, self._op_types, self.NAME_MARKER, hook="ACGPushOpsToDatasetHook"
+        )

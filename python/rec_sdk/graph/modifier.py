@@ -23,6 +23,7 @@ pipeline, as FeatureSpec mode does, without the user writing FeatureSpecs:
 return the new iterators' initializer and batch; `GraphModifierHook` does all of it for
 tf.estimator.
 """
+
 import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2
 from tensorflow.python.data.util import structure as data_structure
@@ -30,19 +31,19 @@ from tensorflow.python.framework import function
 from tensorflow.python.ops import gen_dataset_ops, gen_functional_ops
 
 import rec_sdk_graph_rewrite as graph_rewrite
+from rec_sdk.base import graph_state
+from rec_sdk.base.dump import next_dump_path
+from rec_sdk.base.log import logger
+from rec_sdk.base.validation import INT32_MAX, check_bool
 from rec_sdk.constants.constants import ASCEND_CUTTING_POINT_INITIALIZER, LOOKUP_COLLECTIONS
 from rec_sdk.core import anchors as anchor_registry
-from rec_sdk.core import embedding
+from rec_sdk.core import embedding, lookup_rows
 from rec_sdk.core.asc import helper
 from rec_sdk.core.asc.feature_spec import FeatureSpec
 from rec_sdk.core.asc.manager import start_asc_pipeline
 from rec_sdk.distribute import ranks
 from rec_sdk.ops import table_ops
 from rec_sdk.util import initialize
-from rec_sdk.base import graph_state
-from rec_sdk.base.dump import next_dump_path
-from rec_sdk.base.log import logger
-from rec_sdk.base.validation import INT32_MAX, check_bool
 
 PREFETCH = 10
 _MAX_POSITIONS = 256  # FeatureSpec index_key positions
@@ -57,16 +58,18 @@ class ModifiedIterator:
         self.kind = kind
         self.initializer = initializer  # None for one-shot iterators
         self.old_get_next = old_get_next
-        self.new_flat = new_flat        # the new get_next's tensors for the old outputs
-        self.batches = batches          # the batch= structures passed to the lookups
+        self.new_flat = new_flat  # the new get_next's tensors for the old outputs
+        self.batches = batches  # the batch= structures passed to the lookups
 
     def batch(self):
         """The new batch: the structure given as batch= to the lookups (or the get_next
         outputs as a tuple), holding the new iterator's tensors."""
+
         def swap(tensor):
             if isinstance(tensor, tf.Tensor) and tensor.op is self.old_get_next:
                 return self.new_flat[tensor.value_index]
             return tensor
+
         if self.batches:
             return tf.nest.map_structure(swap, self.batches[0])
         return tuple(self.new_flat)
@@ -86,9 +89,12 @@ def flat_structure(source):
         dtype = tf.as_dtype(dtype)
         if dtype == tf.variant:
             raise graph_rewrite.RewriteError(
-                "modify_graph", [source.get_next], "the iterator yields a sparse or ragged "
+                "modify_graph",
+                [source.get_next],
+                "the iterator yields a sparse or ragged "
                 "component (a variant tensor); graph modification supports datasets of dense "
-                "tensors")
+                "tensors",
+            )
         specs.append(tf.TensorSpec(tf.TensorShape(shape), dtype))
     return tuple(specs)
 
@@ -103,7 +109,7 @@ class _Group:
     def __init__(self, get_next):
         self.get_next = get_next
         self.anchors = []
-        self.traces = []       # per anchor: ids Trace
+        self.traces = []  # per anchor: ids Trace
         self.time_traces = {}  # table name -> timestamps Trace
 
 
@@ -120,23 +126,33 @@ def _group_anchors(graph_def, todo):
             ts_trace = graph_rewrite.trace_to_iterator(graph_def, anchor.timestamps.name, what)
             if ts_trace.get_next != trace.get_next:
                 raise graph_rewrite.RewriteError(
-                    "modify_graph", [trace.get_next, ts_trace.get_next], "%s come from another "
-                    "iterator than its ids" % what)
+                    "modify_graph",
+                    [trace.get_next, ts_trace.get_next],
+                    "%s come from another iterator than its ids" % what,
+                )
             table = anchor.table.table_name
             known = group.time_traces.get(table)
             if known is not None and known.target != ts_trace.target:
                 raise graph_rewrite.RewriteError(
-                    "modify_graph", [known.target, ts_trace.target], "the lookups of table "
-                    "%r on one batch use different timestamp tensors; a table has one" % table)
+                    "modify_graph",
+                    [known.target, ts_trace.target],
+                    "the lookups of table "
+                    "%r on one batch use different timestamp tensors; a table has one" % table,
+                )
             group.time_traces[table] = ts_trace
     for group in groups.values():
         modes = {a.is_train for a in group.anchors}
         if len(modes) > 1:
             raise graph_rewrite.RewriteError(
-                "modify_graph", [group.get_next] + [a.name for a in group.anchors],
+                "modify_graph",
+                [group.get_next] + [a.name for a in group.anchors],
                 "one iterator feeds both training lookups %s and evaluation lookups %s; use one "
-                "iterator per mode" % ([a.name for a in group.anchors if a.is_train],
-                                       [a.name for a in group.anchors if not a.is_train]))
+                "iterator per mode"
+                % (
+                    [a.name for a in group.anchors if a.is_train],
+                    [a.name for a in group.anchors if not a.is_train],
+                ),
+            )
     return list(groups.values())
 
 
@@ -152,18 +168,34 @@ def _feature_specs(group, n_flat):
         if anchor.is_train and table.clock == "timestamp":
             evict = table.eviction_threshold
             access = table.access_threshold
-        specs.append(FeatureSpec("lookup%d" % j, table_name=table.table_name,
-                                 index_key=n_flat + j, access_threshold=access,
-                                 eviction_threshold=evict, faae_coefficient=anchor.coefficient))
+        specs.append(
+            FeatureSpec(
+                "lookup%d" % j,
+                table_name=table.table_name,
+                index_key=n_flat + j,
+                access_threshold=access,
+                eviction_threshold=evict,
+                faae_coefficient=anchor.coefficient,
+            )
+        )
         targets.append(trace)
     for table, trace in sorted(group.time_traces.items()):
-        specs.append(FeatureSpec("timestamps_%s" % table, table_name=table,
-                                 index_key=n_flat + len(targets), is_timestamp=True))
+        specs.append(
+            FeatureSpec(
+                "timestamps_%s" % table,
+                table_name=table,
+                index_key=n_flat + len(targets),
+                is_timestamp=True,
+            )
+        )
         targets.append(trace)
     if n_flat + len(targets) > _MAX_POSITIONS:
         raise graph_rewrite.RewriteError(
-            "modify_graph", [group.get_next], "the iterator has %d outputs and %d lookups; at "
-            "most %d fit in one input pipeline" % (n_flat, len(targets), _MAX_POSITIONS))
+            "modify_graph",
+            [group.get_next],
+            "the iterator has %d outputs and %d lookups; at "
+            "most %d fit in one input pipeline" % (n_flat, len(targets), _MAX_POSITIONS),
+        )
     return specs, targets
 
 
@@ -179,8 +211,9 @@ def replay_fn(graph_def, get_next, targets):
         values = {}
         if computed:
             input_map = {"%s:%d" % (get_next, i): flat[i] for i in used}
-            found = tf.compat.v1.import_graph_def(subgraph, input_map=input_map,
-                                                  return_elements=computed, name="replay")
+            found = tf.compat.v1.import_graph_def(
+                subgraph, input_map=input_map, return_elements=computed, name="replay"
+            )
             values = dict(zip(computed, found))
         return [values[t.target] if t.nodes else flat[t.outputs[0]] for t in targets]
 
@@ -195,7 +228,8 @@ def _one_shot_iterator(source, make_dataset):
     @function.Defun()
     def factory():
         original = gen_functional_ops.stateful_partitioned_call(
-            args=[], Tout=[tf.variant], f=attr_value_pb2.NameAttrList(name=source.factory))[0]
+            args=[], Tout=[tf.variant], f=attr_value_pb2.NameAttrList(name=source.factory)
+        )[0]
         dataset = make_dataset(original)
         holder["spec"] = dataset.element_spec
         return dataset._variant_tensor  # pylint: disable=protected-access
@@ -204,10 +238,12 @@ def _one_shot_iterator(source, make_dataset):
     spec = holder["spec"]
     types = data_structure.get_flat_tensor_types(spec)
     shapes = data_structure.get_flat_tensor_shapes(spec)
-    resource = gen_dataset_ops.one_shot_iterator(dataset_factory=factory, output_types=types,
-                                                 output_shapes=shapes, name="iterator")
-    flat = gen_dataset_ops.iterator_get_next(resource, output_types=types,
-                                             output_shapes=shapes, name="get_next")
+    resource = gen_dataset_ops.one_shot_iterator(
+        dataset_factory=factory, output_types=types, output_shapes=shapes, name="iterator"
+    )
+    flat = gen_dataset_ops.iterator_get_next(
+        resource, output_types=types, output_shapes=shapes, name="get_next"
+    )
     return tf.nest.pack_sequence_as(spec, flat, expand_composites=True)
 
 
@@ -216,8 +252,7 @@ def new_iterator(graph, source, make_dataset):
     make_dataset(variant of the original dataset), built in the current name scope:
     -> (its initializer, or None for a one-shot iterator; its get_next structure)."""
     if source.kind == "initializable":
-        dataset = make_dataset(graph.get_tensor_by_name(graph_rewrite.tensor_name(
-            source.dataset)))
+        dataset = make_dataset(graph.get_tensor_by_name(graph_rewrite.tensor_name(source.dataset)))
         iterator = tf.compat.v1.data.make_initializable_iterator(dataset)
         return iterator.initializer, iterator.get_next()
     return None, _one_shot_iterator(source, make_dataset)
@@ -233,8 +268,9 @@ def _rebuild(graph, graph_def, group, dump_graph):
     specs, targets = _feature_specs(group, n_flat)
     replay = replay_fn(graph_def, group.get_next, targets)
     with graph.as_default():
-        insert = helper.get_asc_insert_func(tgt_key_specs=specs, is_training=is_training,
-                                            dump_graph=dump_graph)
+        insert = helper.get_asc_insert_func(
+            tgt_key_specs=specs, is_training=is_training, dump_graph=dump_graph
+        )
 
     def pipeline(*flat):
         mapped = insert(*(tuple(flat) + tuple(replay(flat))))
@@ -264,8 +300,9 @@ def _rebuild(graph, graph_def, group, dump_graph):
                 if all(s is not None for s in send_counts):
                     send_count = min(sum(send_counts), INT32_MAX)
                 with tf.name_scope(table_ops.op_scope_name(table.table_name)):
-                    rows = embedding.pipeline_rows(table, entries, is_training, send_count,
-                                                   anchor.name)
+                    rows = lookup_rows.pipeline_rows(
+                        table, entries, is_training, send_count, anchor.name
+                    )
                 shared[table.table_name] = rows
             mapping[anchor.addresses.name] = rows["addresses"].name
             mapping[anchor.trained_addresses.name] = rows["trained"].name
@@ -279,8 +316,9 @@ def _rebuild(graph, graph_def, group, dump_graph):
     if initializer is not None:
         additions[source.initializer] = [initializer.name]
     anchors_batches = [a.batch for a in group.anchors if a.batch is not None]
-    modified = ModifiedIterator(is_training, source.kind, initializer, old_get_next, new_flat,
-                                anchors_batches)
+    modified = ModifiedIterator(
+        is_training, source.kind, initializer, old_get_next, new_flat, anchors_batches
+    )
     return modified, mapping, control, additions
 
 
@@ -289,9 +327,10 @@ def _replace_in_collections(graph, anchor, rows):
     table and batch, as FeatureSpec lookups register them), for optimizers built after the
     modification."""
     for collection, old, new in zip(
-            LOOKUP_COLLECTIONS,
-            (anchor.local_emb, anchor.trained_addresses, anchor.trained_addresses),
-            (rows["emb"], rows["trained"], rows["trained"])):
+        LOOKUP_COLLECTIONS,
+        (anchor.local_emb, anchor.trained_addresses, anchor.trained_addresses),
+        (rows["emb"], rows["trained"], rows["trained"]),
+    ):
         entries = graph.get_collection_ref(collection)
         for i, entry in enumerate(entries):
             if entry is old:
@@ -308,10 +347,10 @@ def modify_graph_and_start_emb_cache(full_graph=None, dump_graph=False):
 
     Call it after the model is built (the optimizer and train op may come before or after)
     and before the first session.run of the graph (a session that already ran the graph keeps
-    running the old edges); then run `get_initializer(True/False)` (or the old iterators' initializers,
-    which now also initialise the new iterators). Calling it again only handles lookups added
-    since. Errors (ids fed by a placeholder, stateful preprocessing, unsupported iterators) are
-    graph_rewrite.RewriteError (a ValueError) naming the ops.
+    running the old edges); then run `get_initializer(True/False)` (or the old iterators'
+    initializers, which now also initialise the new iterators). Calling it again only handles
+    lookups added since. Errors (ids fed by a placeholder, stateful preprocessing, unsupported
+    iterators) are graph_rewrite.RewriteError (a ValueError) naming the ops.
 
     Args:
       full_graph: the tf.Graph to modify (default: the default graph).
@@ -326,24 +365,30 @@ def modify_graph_and_start_emb_cache(full_graph=None, dump_graph=False):
     if todo:
         if graph.finalized:
             raise graph_rewrite.RewriteError(
-                "modify_graph", [], "the graph is finalized; call "
+                "modify_graph",
+                [],
+                "the graph is finalized; call "
                 "modify_graph_and_start_emb_cache before creating a MonitoredSession, or use "
-                "GraphModifierHook in tf.estimator")
+                "GraphModifierHook in tf.estimator",
+            )
         graph_def = graph.as_graph_def()
         groups = _group_anchors(graph_def, todo)
         done_before = {m.old_get_next.name for m in modified_iterators(graph)}
         for group in groups:
             if group.get_next in done_before:
                 raise graph_rewrite.RewriteError(
-                    "modify_graph", [group.get_next] + [a.name for a in group.anchors],
+                    "modify_graph",
+                    [group.get_next] + [a.name for a in group.anchors],
                     "the iterator of these lookups was already modified by an earlier call; "
                     "a second pipeline over its dataset would feed them other samples than "
                     "the first: build every lookup of an iterator before calling "
-                    "modify_graph_and_start_emb_cache")
+                    "modify_graph_and_start_emb_cache",
+                )
         mapping, control, additions, done = {}, {}, {}, []
         for group in groups:
             modified, group_mapping, group_control, group_additions = _rebuild(
-                graph, graph_def, group, dump_graph)
+                graph, graph_def, group, dump_graph
+            )
             mapping.update(group_mapping)
             control.update(group_control)
             additions.update(group_additions)
@@ -351,19 +396,23 @@ def modify_graph_and_start_emb_cache(full_graph=None, dump_graph=False):
         passes = [graph_rewrite.RerouteInputs(mapping, control)]
         if additions:
             passes.append(graph_rewrite.AddControlInputs(additions))
-        final, results = graph_rewrite.run_passes(graph.as_graph_def(), passes,
-                                                  dump_dir=_dump_dir(dump_graph))
+        final, results = graph_rewrite.run_passes(
+            graph.as_graph_def(), passes, dump_dir=_dump_dir(dump_graph)
+        )
         edited = graph_rewrite.update_live_graph(graph, final)
         for anchor in todo:
             anchor.modified = True
         state = graph_state.state_of(graph)
         with state.lock:
             state.modified_iterators.extend(done)
-        logger.info("rec_sdk: graph modified: %d lookup(s) on %d iterator(s) now take their "
-                     "keys from the input pipeline (%d ops rewired; passes: %s)", len(todo),
-                     len(groups), edited,
-                     ", ".join("%s %d" % (p.name, len(r.matches))
-                               for p, r in zip(passes, results)))
+        logger.info(
+            "rec_sdk: graph modified: %d lookup(s) on %d iterator(s) now take their "
+            "keys from the input pipeline (%d ops rewired; passes: %s)",
+            len(todo),
+            len(groups),
+            edited,
+            ", ".join("%s %d" % (p.name, len(r.matches)) for p, r in zip(passes, results)),
+        )
     start_asc_pipeline(graph)
 
 
@@ -401,8 +450,9 @@ class GraphModifierHook(tf.compat.v1.train.SessionRunHook):
         else:
             start_asc_pipeline(graph)
         share_tables(graph)
-        self._initializers = [m.initializer for m in modified_iterators(graph)
-                              if m.initializer is not None]
+        self._initializers = [
+            m.initializer for m in modified_iterators(graph) if m.initializer is not None
+        ]
 
     def after_create_session(self, session, coord):
         del coord

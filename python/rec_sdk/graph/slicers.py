@@ -20,21 +20,21 @@ Which tensors move:
 Ops that cannot run inside tf.data (stateful ops, placeholders, variables) are not moved: a
 warning names them. The old iterator's initializer also initialises the new one.
 """
+
 import tensorflow as tf
 
 import rec_sdk_graph_rewrite as graph_rewrite
+from rec_sdk.base.log import logger
 from rec_sdk.constants.constants import ASCEND_SPARSE_LOOKUP_ENTRANCE, ASCEND_TIMESTAMP
 from rec_sdk.core import anchors as anchor_registry
-from rec_sdk.tables.table import tables_of_graph
 from rec_sdk.graph import modifier
 from rec_sdk.ops import table_ops
-from rec_sdk.base.log import logger
+from rec_sdk.tables.table import tables_of_graph
 
 
 def _tensor_lookups(graph):
     """[(table, record)] of the graph's tensor lookups (see SparseEmbedding.lookups.tensor)."""
-    return [(table, record) for table in tables_of_graph(graph)
-            for record in table.lookups.tensor]
+    return [(table, record) for table in tables_of_graph(graph) for record in table.lookups.tensor]
 
 
 def _consumers(graph_def):
@@ -57,8 +57,7 @@ def _try_trace(graph_def, tensor, what, hook):
         return None
 
 
-def slice_lookup_subgraphs(graph, op_types, name_marker=None,
-                           hook="LookupSubgraphSlicerHook"):
+def slice_lookup_subgraphs(graph, op_types, name_marker=None, hook="LookupSubgraphSlicerHook"):
     """Moves the ops of `op_types` (or whose name contains `name_marker`) feeding tensor
     lookups' ids into the input pipeline (see the module doc); returns the number of tensors
     moved."""
@@ -68,8 +67,9 @@ def slice_lookup_subgraphs(graph, op_types, name_marker=None,
     moved = {}  # get_next -> {target tensor: Trace}
     for _, record in _tensor_lookups(graph):
         above, _ = graph_rewrite.upstream_ops(graph_def, record["ids"].name)
-        chosen = sorted(n for n in above if nodes[n].op in op_types
-                        or (name_marker and name_marker in n))
+        chosen = sorted(
+            n for n in above if nodes[n].op in op_types or (name_marker and name_marker in n)
+        )
         traces = []
         for op in chosen:
             what = "op %r (%s) of lookup %r" % (op, nodes[op].op, record["name"])
@@ -86,8 +86,9 @@ def slice_lookup_subgraphs(graph, op_types, name_marker=None,
             for index in range(len(graph.get_operation_by_name(op).outputs)):
                 tensor = "%s:%d" % (op, index)
                 if consumers.get(tensor, set()) - inside:
-                    target = _try_trace(graph_def, tensor, "tensor %r of lookup %r"
-                                        % (tensor, record["name"]), hook)
+                    target = _try_trace(
+                        graph_def, tensor, "tensor %r of lookup %r" % (tensor, record["name"]), hook
+                    )
                     if target is not None:
                         moved.setdefault(target.get_next, {})[tensor] = target
     return _move(graph, graph_def, moved, hook)
@@ -98,17 +99,24 @@ def _orphan_get_next(graph_def, is_train, sources_by_mode, lookup):
     lookups of its mode, else the graph's only iterator."""
     candidates = sources_by_mode.get(is_train, set())
     if len(candidates) != 1:
-        candidates = {n.name for n in graph_def.node
-                      if n.op in graph_rewrite.iterator_sources.GET_NEXT_OPS}
+        candidates = {
+            n.name for n in graph_def.node if n.op in graph_rewrite.iterator_sources.GET_NEXT_OPS
+        }
     if len(candidates) != 1:
         raise graph_rewrite.RewriteError(
-            "OrphanLookupKeySlicerHook", sorted(candidates) or [lookup],
+            "OrphanLookupKeySlicerHook",
+            sorted(candidates) or [lookup],
             "cannot tell which input pipeline the ids of %s lookup %r (computed without an "
             "iterator) belong to: the graph has %d iterators and its other %s lookups read "
-            "%d; give the lookup ids from its batch" % (
-                "training" if is_train else "evaluation", lookup, len(candidates),
+            "%d; give the lookup ids from its batch"
+            % (
                 "training" if is_train else "evaluation",
-                len(sources_by_mode.get(is_train, ()))))
+                lookup,
+                len(candidates),
+                "training" if is_train else "evaluation",
+                len(sources_by_mode.get(is_train, ())),
+            ),
+        )
     return next(iter(candidates))
 
 
@@ -132,7 +140,8 @@ def slice_orphan_lookup_keys(graph):
             continue
         get_next = _orphan_get_next(graph_def, record["is_train"], sources, record["name"])
         moved.setdefault(get_next, {})[trace.target] = graph_rewrite.Trace(
-            trace.target, get_next, trace.nodes, [])
+            trace.target, get_next, trace.nodes, []
+        )
     return _move(graph, graph_def, moved, hook)
 
 
@@ -142,14 +151,18 @@ def _move(graph, graph_def, moved, hook):
     if not moved:
         return 0
     if graph.finalized:
-        raise graph_rewrite.RewriteError(hook, [], "the graph is finalized; run the hook's "
-                                         "begin() before the session is created")
+        raise graph_rewrite.RewriteError(
+            hook, [], "the graph is finalized; run the hook's begin() before the session is created"
+        )
     done = [m.old_get_next.name for m in modifier.modified_iterators(graph)]
     if done:
         raise graph_rewrite.RewriteError(
-            hook, done, "graph modification already rebuilt these iterators; the slicer hooks "
+            hook,
+            done,
+            "graph modification already rebuilt these iterators; the slicer hooks "
             "must run first: list them before GraphModifierHook (or call them before "
-            "modify_graph_and_start_emb_cache)")
+            "modify_graph_and_start_emb_cache)",
+        )
     mapping, control, additions = {}, {}, {}
     for get_next, by_target in sorted(moved.items()):
         traces = [by_target[t] for t in sorted(by_target)]
@@ -160,10 +173,13 @@ def _move(graph, graph_def, moved, hook):
         def make_dataset(variant, structure=structure, replay=replay):
             dataset = tf.data.experimental.from_variant(variant, structure)
             return dataset.map(lambda *flat: tuple(flat) + tuple(replay(flat))).prefetch(
-                modifier.PREFETCH)
+                modifier.PREFETCH
+            )
 
-        with graph.as_default(), tf.name_scope(table_ops.op_scope_name(
-                "rec_sdk_sliced_" + get_next)):
+        with (
+            graph.as_default(),
+            tf.name_scope(table_ops.op_scope_name("rec_sdk_sliced_" + get_next)),
+        ):
             initializer, batch = modifier.new_iterator(graph, source, make_dataset)
         n_flat = len(structure)
         for i in range(n_flat):
@@ -173,8 +189,13 @@ def _move(graph, graph_def, moved, hook):
         control[get_next] = batch[0].op.name
         if initializer is not None:
             additions[source.initializer] = [initializer.name]
-        logger.info("%s: %d tensor(s) now come from the input pipeline of %s: %s", hook,
-                    len(traces), get_next, ", ".join(t.target for t in traces))
+        logger.info(
+            "%s: %d tensor(s) now come from the input pipeline of %s: %s",
+            hook,
+            len(traces),
+            get_next,
+            ", ".join(t.target for t in traces),
+        )
     passes = [graph_rewrite.RerouteInputs(mapping, control)]
     if additions:
         passes.append(graph_rewrite.AddControlInputs(additions))
@@ -187,6 +208,7 @@ def _move(graph, graph_def, moved, hook):
 def _remap_recorded(graph, mapping):
     """Tensors that rec_sdk recorded for later passes (lookup ids, timestamps, batches)
     name the new ones."""
+
     def swap(value):
         if isinstance(value, tf.Tensor) and value.name in mapping:
             return graph.get_tensor_by_name(mapping[value.name])

@@ -6,6 +6,7 @@ symbols differ), so the error names both versions and the rebuild command. A pro
 cluster that runs rec_sdk's ops without the library (a bare tf.distribute.Server) fails the
 session's run with an error that says to load rec_sdk there (explain_missing_library).
 """
+
 import ctypes
 import logging
 import os
@@ -14,12 +15,12 @@ import threading
 
 import tensorflow as tf
 
-from rec_sdk.base import release
-from rec_sdk.base import tf_patches
+from rec_sdk.base import release, tf_patches
 
 LIBRARY_FILE = "_rec_sdk_ops.so"
 VERSION_FILE = "_rec_sdk_ops.tf_version"
 LIBRARY_ENV = "REC_SDK_OPS_LIBRARY"
+
 
 def _rebuild_command():
     """The Makefile's build command for the installed TensorFlow: 2.15 is the default, other
@@ -56,8 +57,7 @@ def _built_tf_version(path):
 def _in_checkout(path):
     """Whether the library sits in a rec_sdk source checkout (python/rec_sdk/ops beside
     tf_ops/), rather than in an installed wheel."""
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
-        os.path.abspath(path)))))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(path)))))
     return os.path.isdir(os.path.join(root, "tf_ops"))
 
 
@@ -69,16 +69,29 @@ def _remedy(path, built):
     if built == tf.__version__:
         return "Reinstall the rec_sdk wheel (`pip install --force-reinstall` it)."
     fix = "This rec_sdk wheel (%s) needs TensorFlow %s: `%s`" % (
-        release.wheel_version(built), built, release.install_tensorflow_command(built))
+        release.wheel_version(built),
+        built,
+        release.install_tensorflow_command(built),
+    )
     if release.minor(built) == release.minor(tf.__version__):
         return fix + "."
     if release.release(tf.__version__) is None:
         return "%s. rec_sdk has wheels for TensorFlow %s; %s is not one of them." % (
-            fix, release.supported(), tf.__version__)
-    return ("%s; or install the rec_sdk wheel for TensorFlow %s: `%s` (`make wheel TF=%s` in "
-            "a rec_sdk checkout builds it into dist/%s/)." % (
-                fix, release.minor(tf.__version__), release.install_wheel_command(tf.__version__),
-                release.minor(tf.__version__), release.minor(tf.__version__)))
+            fix,
+            release.supported(),
+            tf.__version__,
+        )
+    return (
+        "%s; or install the rec_sdk wheel for TensorFlow %s: `%s` (`make wheel TF=%s` in "
+        "a rec_sdk checkout builds it into dist/%s/)."
+        % (
+            fix,
+            release.minor(tf.__version__),
+            release.install_wheel_command(tf.__version__),
+            release.minor(tf.__version__),
+            release.minor(tf.__version__),
+        )
+    )
 
 
 def check_built_version():
@@ -89,7 +102,8 @@ def check_built_version():
     if os.path.exists(path) and built is not None and built != tf.__version__:
         raise OpLibraryError(
             "rec_sdk's op library %s was built for TensorFlow %s but TensorFlow %s is "
-            "installed. %s" % (path, built, tf.__version__, _remedy(path, built)))
+            "installed. %s" % (path, built, tf.__version__, _remedy(path, built))
+        )
 
 
 def _load():
@@ -97,7 +111,8 @@ def _load():
     if not os.path.exists(path):
         raise OpLibraryError(
             "rec_sdk's op library is missing (%s). Build it for the installed TensorFlow %s "
-            "with `%s` in the rec_sdk checkout." % (path, tf.__version__, REBUILD_COMMAND))
+            "with `%s` in the rec_sdk checkout." % (path, tf.__version__, REBUILD_COMMAND)
+        )
     check_built_version()
     built = _built_tf_version(path)
     try:
@@ -105,8 +120,8 @@ def _load():
     except (tf.errors.NotFoundError, OSError) as e:
         raise OpLibraryError(
             "cannot load rec_sdk's op library %s (built for TensorFlow %s) into TensorFlow %s: "
-            "%s. %s" % (path, built or "unknown", tf.__version__, e,
-                        _remedy(path, built))) from e
+            "%s. %s" % (path, built or "unknown", tf.__version__, e, _remedy(path, built))
+        ) from e
 
 
 def load_ops_if_built():
@@ -144,12 +159,15 @@ def live_table_size(name):
                 lib = ctypes.CDLL(library_path())  # the library loaded above (same handle)
                 lib.rec_sdk_table_size.restype = ctypes.c_int
                 lib.rec_sdk_table_size.argtypes = [
-                    ctypes.c_char_p, ctypes.POINTER(ctypes.c_int64),
-                    ctypes.POINTER(ctypes.c_int64)]
+                    ctypes.c_char_p,
+                    ctypes.POINTER(ctypes.c_int64),
+                    ctypes.POINTER(ctypes.c_int64),
+                ]
                 _c_library = lib
     size, capacity = ctypes.c_int64(0), ctypes.c_int64(0)
-    if not _c_library.rec_sdk_table_size(name.encode("utf-8"), ctypes.byref(size),
-                                         ctypes.byref(capacity)):
+    if not _c_library.rec_sdk_table_size(
+        name.encode("utf-8"), ctypes.byref(size), ctypes.byref(capacity)
+    ):
         return None
     return size.value, capacity.value
 
@@ -168,12 +186,18 @@ def explain_missing_library(error):
         return None
     where = _REMOTE.search(message)
     return type(error)(
-        getattr(error, "node_def", None), getattr(error, "op", None),
+        getattr(error, "node_def", None),
+        getattr(error, "op", None),
         "rec_sdk's op library is not loaded in %s, which runs rec_sdk's op %s: start every ps "
         "and worker task of the cluster with `python -m rec_sdk.distribute.server` or "
         "rec_sdk.distribute.start_server() (they load it), not a bare tf.distribute.Server. "
-        "TensorFlow said: %s" % ("task " + where.group(1).rstrip(":") if where
-                                 else "a process of the cluster", found.group(1), message))
+        "TensorFlow said: %s"
+        % (
+            "task " + where.group(1).rstrip(":") if where else "a process of the cluster",
+            found.group(1),
+            message,
+        ),
+    )
 
 
 class RankLostError(tf.errors.FailedPreconditionError):
@@ -181,8 +205,11 @@ class RankLostError(tf.errors.FailedPreconditionError):
     because a training task of the cluster is gone: synchronous training cannot go on."""
 
 
-_COLLECTIVE_FAILURE = re.compile(r"Collective ops is aborted|Ring(Gather|Reducer)|collective|"
-                                 r"just restarted", re.IGNORECASE)
+_COLLECTIVE_FAILURE = re.compile(
+    r"Collective ops is aborted|Ring(Gather|Reducer)|collective|"
+    r"just restarted",
+    re.IGNORECASE,
+)
 _REASON = re.compile(r"aborted by|connect|socket|unavailable", re.IGNORECASE)
 
 
@@ -194,22 +221,27 @@ def explain_lost_rank(error, graph):
     and waits for the task), while TensorFlow's collectives in this process cannot be reset:
     the error it raises instead ends the training clearly."""
     message = getattr(error, "message", str(error))
-    if not isinstance(error, (tf.errors.UnavailableError, tf.errors.AbortedError,
-                              tf.errors.CancelledError)) or \
-            not _COLLECTIVE_FAILURE.search(message) or not any(
-                op.type.startswith("Collective") for op in graph.get_operations()):
+    if (
+        not isinstance(
+            error, (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.CancelledError)
+        )
+        or not _COLLECTIVE_FAILURE.search(message)
+        or not any(op.type.startswith("Collective") for op in graph.get_operations())
+    ):
         return None
     where = _REMOTE.search(message)
     lines = [line for line in message.splitlines() if line.strip()]
     reason = next((line for line in lines if _REASON.search(line)), lines[0] if lines else "")
     return RankLostError(
-        getattr(error, "node_def", None), getattr(error, "op", None),
+        getattr(error, "node_def", None),
+        getattr(error, "op", None),
         "a training task of this synchronous cluster stopped or failed (%s): the ranks train "
         "in lockstep and cannot go on without it, and TensorFlow's collectives cannot be "
         "reset in a running process. Stop every training task and start them all again: "
         "they restore the last checkpoint (rank 0 restores every rank's table shard). "
-        "TensorFlow said: %s" % ("task " + where.group(1).rstrip(":") if where
-                                 else "a peer task", reason.strip()))
+        "TensorFlow said: %s"
+        % ("task " + where.group(1).rstrip(":") if where else "a peer task", reason.strip()),
+    )
 
 
 _RESTARTED = re.compile(r"ABORTED: .*Session handle is not found|just restarted")
@@ -225,8 +257,9 @@ def explain_restarted_task(error):
     message = getattr(error, "message", str(error))
     if not isinstance(error, tf.errors.CancelledError) or not _RESTARTED.search(message):
         return None
-    return tf.errors.AbortedError(getattr(error, "node_def", None), getattr(error, "op", None),
-                                  message)
+    return tf.errors.AbortedError(
+        getattr(error, "node_def", None), getattr(error, "op", None), message
+    )
 
 
 _PS_TARGET = re.compile(r"(/job:ps/replica:\d+/task:\d+)")
@@ -246,7 +279,9 @@ def warn_unreachable_ps(error):
         "rec_sdk: ps task %s stopped or restarted (%s). Restart it with the same TF_CONFIG "
         "(python -m rec_sdk.distribute.server): MonitoredTrainingSession waits for it, then "
         "restores the last checkpoint and trains on; a plain Session fails here.",
-        found.group(1), type(error).__name__)
+        found.group(1),
+        type(error).__name__,
+    )
     return found.group(1)
 
 

@@ -3,15 +3,15 @@
 Arguments are checked by the public API (rec_sdk.core.embedding); these functions only build
 the ops.
 """
-import collections
+
 import functools
 
 import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2
 from tensorflow.python.framework import op_def_registry
 
-from rec_sdk.ops.loader import OP_NAMESPACE, load_ops
 from rec_sdk.base.graph_state import state_of
+from rec_sdk.ops.loader import OP_NAMESPACE, load_ops
 
 GATHER_OP = OP_NAMESPACE + ">TableGather"
 FIND_OR_INSERT_OP = OP_NAMESPACE + ">TableFindOrInsert"
@@ -24,11 +24,25 @@ TRAINABLE_ROWS_OP = OP_NAMESPACE + ">TrainableRows"
 RESTORE_OP = OP_NAMESPACE + ">TableRestore"
 
 
-def create_table(table_name, key_dtype, dim, dynamic_expansion, capacity, initializer,
-                 initial_capacity=0, evict_when_full=False, track_changes=False,
-                 track_access=False, shared_name=None, ssd_paths=(), ssd_rows=0,
-                 ssd_direct_io=False, emb_dtype="float32", slot_dtype="float32",
-                 index_layout="auto"):
+def create_table(
+    table_name,
+    key_dtype,
+    dim,
+    dynamic_expansion,
+    capacity,
+    initializer,
+    initial_capacity=0,
+    evict_when_full=False,
+    track_changes=False,
+    track_access=False,
+    shared_name=None,
+    ssd_paths=(),
+    ssd_rows=0,
+    ssd_direct_io=False,
+    emb_dtype="float32",
+    slot_dtype="float32",
+    index_layout="auto",
+):
     """Builds the op that creates (on first run) the table and returns its resource handle.
 
     `initializer` is a dict from rec_sdk.tables.initializer_spec.describe_initializer. Admission
@@ -65,7 +79,8 @@ def create_table(table_name, key_dtype, dim, dynamic_expansion, capacity, initia
         ssd_direct_io=ssd_direct_io,
         index_layout=index_layout,
         shared_name=shared_name or table_name,
-        name=op_scope_name(table_name + "_handle"))
+        name=op_scope_name(table_name + "_handle"),
+    )
 
 
 def op_scope_name(name):
@@ -86,8 +101,8 @@ def configure_admission(table, access_threshold, eviction_threshold, name=None):
     for the ops that read them (training find_or_insert, evict, set_access_threshold): the
     first run sets them, a later run with other values fails."""
     return load_ops().rec_sdk_table_configure_admission(
-        table, access_threshold=access_threshold, eviction_threshold=eviction_threshold,
-        name=name)
+        table, access_threshold=access_threshold, eviction_threshold=eviction_threshold, name=name
+    )
 
 
 def _empty_int64():
@@ -104,8 +119,9 @@ def find_or_insert(table, keys, is_train, counts=None, times=None, name=None):
     """
     counts = _empty_int64() if counts is None else tf.cast(counts, tf.int64)
     times = _empty_int64() if times is None else tf.reshape(tf.cast(times, tf.int64), [-1])
-    return load_ops().rec_sdk_table_find_or_insert(table, keys, counts, times,
-                                                   is_train=is_train, name=name)
+    return load_ops().rec_sdk_table_find_or_insert(
+        table, keys, counts, times, is_train=is_train, name=name
+    )
 
 
 def find_or_insert_rows(table, keys, is_train, dim, counts=None, times=None, name=None):
@@ -114,13 +130,15 @@ def find_or_insert_rows(table, keys, is_train, dim, counts=None, times=None, nam
     the table as those of gather do."""
     counts = _empty_int64() if counts is None else tf.cast(counts, tf.int64)
     times = _empty_int64() if times is None else tf.reshape(tf.cast(times, tf.int64), [-1])
-    return load_ops().rec_sdk_table_find_or_insert_rows(table, keys, counts, times,
-                                                        is_train=is_train, dim=dim, name=name)
+    return load_ops().rec_sdk_table_find_or_insert_rows(
+        table, keys, counts, times, is_train=is_train, dim=dim, name=name
+    )
 
 
 def set_access_threshold(table, threshold, name=None):
     return load_ops().rec_sdk_table_set_access_threshold(
-        table, tf.cast(threshold, tf.int64), name=name)
+        table, tf.cast(threshold, tf.int64), name=name
+    )
 
 
 def track_access(table, name=None):
@@ -186,25 +204,26 @@ def gather(table, addresses, dim, name=None):
     return load_ops().rec_sdk_table_gather(table, addresses, dim=dim, name=name)
 
 
-def lookup(table, keys, dim, init_missing=False, slot=-1, slot_default=0.0, slot_optimizer="",
-           name=None):
+def lookup(
+    table, keys, dim, init_missing=False, slot=-1, slot_default=0.0, slot_optimizer="", name=None
+):
     """keys -> (values, exists) without inserting; slot >= 0 reads that optimizer slot
     (slot_default before any optimizer attached slots; slot_optimizer: the owner it must
     have)."""
-    return load_ops().rec_sdk_table_lookup(table, keys, dim=dim, init_missing=init_missing,
-                                           slot=slot, slot_default=slot_default,
-                                           slot_optimizer=slot_optimizer, name=name)
+    return load_ops().rec_sdk_table_lookup(
+        table,
+        keys,
+        dim=dim,
+        init_missing=init_missing,
+        slot=slot,
+        slot_default=slot_default,
+        slot_optimizer=slot_optimizer,
+        name=name,
+    )
 
 
 def upsert(table, keys, values, name=None):
     return load_ops().rec_sdk_table_upsert(table, keys, values, name=name)
-
-
-def apply_rows(table, keys, values, removed, replace, name=None):
-    """Op applying a serving update as one change (exclusive): removes `removed` (with
-    replace: every key not among `keys`), then writes the rows."""
-    return load_ops().rec_sdk_table_apply_rows(table, keys, values, removed, replace,
-                                               name=name)
 
 
 def remove(table, keys, name=None):
@@ -220,8 +239,7 @@ def prefetch_cold(table, keys, name=None):
 def prefetch_cold_by_name(shared_name, keys, name=None):
     """prefetch_cold of the table `shared_name` found at run time (inside tf.data, which
     cannot capture the table op); reads nothing while the table does not exist."""
-    return load_ops().rec_sdk_table_prefetch_cold_by_name(keys, shared_name=shared_name,
-                                                          name=name)
+    return load_ops().rec_sdk_table_prefetch_cold_by_name(keys, shared_name=shared_name, name=name)
 
 
 def size(table, name=None):
@@ -234,27 +252,6 @@ def capacity(table, name=None):
 
 def clear(table, name=None):
     return load_ops().rec_sdk_table_clear(table, name=name)
-
-
-# What a table's TakeChanges returns: rows changed and keys removed since its last take,
-# whether the rows are the whole table, the push id the changes start from and the one they
-# end at (session.run of a Changes of tensors gives a Changes of arrays).
-Changes = collections.namedtuple("Changes", "keys values removed replace since push_id")
-
-
-def take_changes(table, key_dtype, dim, full=False, name=None):
-    """The table's changes since its last push, for a serving update (track_changes tables):
-    Changes(keys [n], values [n, dim], removed keys [m], replace, since, push_id): replace
-    when the rows are the whole table, since the push id they follow (0 then)."""
-    return Changes(*load_ops().rec_sdk_table_take_changes(table, full, key_dtype=key_dtype,
-                                                          dim=dim, name=name))
-
-
-def write_update_file(path, data, name=None):
-    """Op writing the raw bytes of `data` (int32, int64 or float32; little-endian,
-    row-major) to `path` (created or truncated), the file and its directory fsync'ed: a
-    serving update's file, written on the task the op is placed on. -> bytes written."""
-    return load_ops().rec_sdk_write_update_file(path, data, name=name)
 
 
 def export(table, key_dtype, dim, name=None):
@@ -276,8 +273,9 @@ def export_access(table, name=None):
 def restrict(table, num_reserved, by, name=None):
     """Keeps the num_reserved rows seen last (by="last_seen") or most often (by="count");
     -> rows removed."""
-    return load_ops().rec_sdk_table_restrict(table, tf.cast(num_reserved, tf.int64), by=by,
-                                             name=name)
+    return load_ops().rec_sdk_table_restrict(
+        table, tf.cast(num_reserved, tf.int64), by=by, name=name
+    )
 
 
 def trainable_rows(trainable, rows, keys=None, name=None):
@@ -311,14 +309,17 @@ def key_access_stats(inverse, num_unique, weights=1, sample_times=None, name=Non
     is the newest of sample_times (one per sample: `inverse` has the ids' shape and its
     leading dimension is the sample; one value for every id; or None) of the samples u
     appears in. Another number of timestamps fails when the op runs."""
-    sample_times = (tf.zeros([0], tf.int64) if sample_times is None
-                    else tf.reshape(tf.cast(sample_times, tf.int64), [-1]))
+    sample_times = (
+        tf.zeros([0], tf.int64)
+        if sample_times is None
+        else tf.reshape(tf.cast(sample_times, tf.int64), [-1])
+    )
     inverse = tf.convert_to_tensor(inverse)
     if inverse.shape.rank == 0:
         inverse = tf.reshape(inverse, [1])
     return load_ops().rec_sdk_key_access_stats(
-        inverse, tf.cast(num_unique, tf.int32), tf.cast(weights, tf.int64), sample_times,
-        name=name)
+        inverse, tf.cast(num_unique, tf.int32), tf.cast(weights, tf.int64), sample_times, name=name
+    )
 
 
 def gather_rows(values, index, name=None):
@@ -334,8 +335,9 @@ def gather_rows(values, index, name=None):
 def sum_rows(values, index, num_rows, name=None):
     """sums[r] = sum of values[i] with index[i] == r ([num_rows, dim]); the parallel C++
     replacement of tf.math.unsorted_segment_sum for the backward pass of lookups."""
-    return load_ops().rec_sdk_sum_rows_by_index(values, index, tf.cast(num_rows, tf.int32),
-                                                name=name)
+    return load_ops().rec_sdk_sum_rows_by_index(
+        values, index, tf.cast(num_rows, tf.int32), name=name
+    )
 
 
 def pack_rows(values, width, name=None):
@@ -368,8 +370,7 @@ def rank_steps(name=None):
 
 def rank_wait_for_steps(target, name=None):
     """Op finishing once this process's count of finished update steps reaches `target`."""
-    return load_ops().rec_sdk_rank_wait_for_steps(target, counter=RANK_STEPS_COUNTER,
-                                                  name=name)
+    return load_ops().rec_sdk_rank_wait_for_steps(target, counter=RANK_STEPS_COUNTER, name=name)
 
 
 # The size classes of the exchanges over ranks: class i holds (4 + i % 4) << (i / 4) rows
@@ -398,8 +399,9 @@ def rank_size_class(hint, name=None):
 def rank_observe_size(need, hint, name=None):
     """Records a step's largest need (rows, the same on every rank) in the hint named `hint`;
     -> the smallest size class holding it (index, rows: int32 scalars)."""
-    return tuple(load_ops().rec_sdk_rank_observe_size(tf.cast(need, tf.int64), hint=hint,
-                                                      name=name))
+    return tuple(
+        load_ops().rec_sdk_rank_observe_size(tf.cast(need, tf.int64), hint=hint, name=name)
+    )
 
 
 def dedup_rows(addresses, values):
@@ -456,8 +458,9 @@ def _rows_gradient(dim, addresses, grad):
         addresses = tf.reshape(addresses, [-1])
     if isinstance(grad, tf.IndexedSlices):
         # Sum the slices onto the gathered rows; cheaper than a dense conversion.
-        values = sum_rows(tf.reshape(grad.values, [-1, dim]), tf.cast(grad.indices, tf.int32),
-                          tf.size(addresses))
+        values = sum_rows(
+            tf.reshape(grad.values, [-1, dim]), tf.cast(grad.indices, tf.int32), tf.size(addresses)
+        )
     else:
         values = tf.reshape(grad, [-1, dim])
     return tf.IndexedSlices(values, addresses)
@@ -505,10 +508,20 @@ def _configure_admission_grad(op, grad):
     return [grad]
 
 
-for _op in ("RecSdk>TableSetAccessThreshold", "RecSdk>TableEvict",
-            "RecSdk>TableTrackAccess", "RecSdk>TableStats",
-            "RecSdk>KeyAccessStats", "RecSdk>TableSave", "RecSdk>TableRestore",
-            "RecSdk>TableApplyDelta", "RecSdk>TableCommitSave", "RecSdk>TableRestrict",
-            "RecSdk>TableLookup", "RecSdk>TableExport", "RecSdk>TableImportAccess"):
+for _op in (
+    "RecSdk>TableSetAccessThreshold",
+    "RecSdk>TableEvict",
+    "RecSdk>TableTrackAccess",
+    "RecSdk>TableStats",
+    "RecSdk>KeyAccessStats",
+    "RecSdk>TableSave",
+    "RecSdk>TableRestore",
+    "RecSdk>TableApplyDelta",
+    "RecSdk>TableCommitSave",
+    "RecSdk>TableRestrict",
+    "RecSdk>TableLookup",
+    "RecSdk>TableExport",
+    "RecSdk>TableImportAccess",
+):
     tf.no_gradient(_op)
 tf.no_gradient("RecSdk>SumRowsByIndex")

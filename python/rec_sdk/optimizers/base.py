@@ -19,17 +19,18 @@ Two kinds of optimizers use it:
     from and written back to the table (rec_sdk.optimizers.row_update), in both of the SDK's
     flows.
 """
+
 import collections
 
 import tensorflow as tf
 from tensorflow.python.training.optimizer import _var_key  # pylint: disable=protected-access
 
-from rec_sdk.tables.table import SparseEmbedding, table_of, tables_of_graph
+from rec_sdk.base.validation import check_float
 from rec_sdk.distribute import ranks
 from rec_sdk.ops import table_ops
 from rec_sdk.optimizers.row_update import row_variable, through_variables
+from rec_sdk.tables.table import SparseEmbedding, table_of, tables_of_graph
 from rec_sdk.util import initialize
-from rec_sdk.base.validation import check_float
 
 
 def _rows(where, grad, var):
@@ -38,31 +39,44 @@ def _rows(where, grad, var):
     None) per lookup (apply_table_gradients sends those to the owners, all at once)."""
     table = table_of(var)
     if table is None:
-        raise TypeError("%s.apply_gradients: %r is neither a rec_sdk table nor addresses from "
-                        "a rec_sdk sparse_lookup" % (where, var))
+        raise TypeError(
+            "%s.apply_gradients: %r is neither a rec_sdk table nor addresses from "
+            "a rec_sdk sparse_lookup" % (where, var)
+        )
     if isinstance(var, SparseEmbedding) or var is table.handle:
         if not isinstance(grad, tf.IndexedSlices):
-            raise TypeError("%s.apply_gradients: the gradient of table %r must be the "
-                            "IndexedSlices from tf.gradients(loss, table), got %r"
-                            % (where, table.table_name, grad))
+            raise TypeError(
+                "%s.apply_gradients: the gradient of table %r must be the "
+                "IndexedSlices from tf.gradients(loss, table), got %r"
+                % (where, table.table_name, grad)
+            )
         if table.ranks is not None:
             lookups = ranks.split_table_gradient(grad)
             if lookups is None:
                 raise TypeError(
                     "%s.apply_gradients: the gradient of table %r (sharded over %d ranks) "
                     "must come from tf.gradients(loss, table) over its lookups' rows; this "
-                    "IndexedSlices is not keyed by its lookups" % (
-                        where, table.table_name, table.ranks.size))
+                    "IndexedSlices is not keyed by its lookups"
+                    % (where, table.table_name, table.ranks.size)
+                )
             return [(table, token, rows, None) for token, rows in lookups]
-        return [(table, tf.reshape(grad.indices, [-1]),
-                 tf.reshape(grad.values, [-1, table.dim]),
-                 table_ops.addresses_are_unique(grad.indices))]
+        return [
+            (
+                table,
+                tf.reshape(grad.indices, [-1]),
+                tf.reshape(grad.values, [-1, table.dim]),
+                table_ops.addresses_are_unique(grad.indices),
+            )
+        ]
     unique = table_ops.addresses_are_unique(var)
     addresses = tf.reshape(var, [-1])
     if isinstance(grad, tf.IndexedSlices):
         # Gradient of a tf.gather over the looked-up rows: sum it onto those rows.
-        rows = table_ops.sum_rows(tf.reshape(grad.values, [-1, table.dim]),
-                                  tf.cast(grad.indices, tf.int32), tf.size(addresses))
+        rows = table_ops.sum_rows(
+            tf.reshape(grad.values, [-1, table.dim]),
+            tf.cast(grad.indices, tf.int32),
+            tf.size(addresses),
+        )
     else:
         rows = tf.reshape(tf.convert_to_tensor(grad), [-1, table.dim])
     if ranks.lookup_of(var) is not None:
@@ -74,11 +88,13 @@ def is_table_pair(var):
     """Whether `var` of a (gradient, variable) pair is a rec_sdk table, its handle or the
     addresses of one of its lookups."""
     return isinstance(var, SparseEmbedding) or (
-        isinstance(var, tf.Tensor) and table_of(var) is not None)
+        isinstance(var, tf.Tensor) and table_of(var) is not None
+    )
 
 
-def apply_table_gradients(where, grads_and_vars, prepare, apply, finish, global_step=None,
-                          name=None):
+def apply_table_gradients(
+    where, grads_and_vars, prepare, apply, finish, global_step=None, name=None
+):
     """Applies the gradients of rec_sdk tables (see the module doc): prepare() once,
     apply(table, unique addresses, summed gradient rows) -> the op updating one table,
     finish(update ops, name scope) -> the ops ending the step; returns the training op."""
@@ -86,8 +102,10 @@ def apply_table_gradients(where, grads_and_vars, prepare, apply, finish, global_
     entries, sharded = [], []
     for pair in grads_and_vars:
         if not isinstance(pair, (tuple, list)) or len(pair) != 2:
-            raise TypeError("%s.apply_gradients: grads_and_vars must be (gradient, variable) "
-                            "pairs, got %r" % (where, pair))
+            raise TypeError(
+                "%s.apply_gradients: grads_and_vars must be (gradient, variable) "
+                "pairs, got %r" % (where, pair)
+            )
         grad, var = pair
         if grad is None:
             continue
@@ -98,8 +116,10 @@ def apply_table_gradients(where, grads_and_vars, prepare, apply, finish, global_
         # their gradients go to the keys' owners (one all-to-all for the batch), which sum
         # them over the ranks; this rank updates the keys it owns.
         owned = ranks.owner_gradients([(token, rows) for _, token, rows, _ in sharded])
-        entries.extend((table, addresses, rows, True)
-                       for (table, _, _, _), (addresses, rows) in zip(sharded, owned))
+        entries.extend(
+            (table, addresses, rows, True)
+            for (table, _, _, _), (addresses, rows) in zip(sharded, owned)
+        )
     for table, addresses, rows, unique in entries:
         group = by_table.setdefault(table.table_name, (table, [], [], []))
         group[1].append(addresses)
@@ -115,8 +135,9 @@ def apply_table_gradients(where, grads_and_vars, prepare, apply, finish, global_
                 if len(addresses) == 1 and unique[0]:
                     addresses, rows = addresses[0], rows[0]
                 else:
-                    addresses, rows = table_ops.dedup_rows(tf.concat(addresses, 0),
-                                                           tf.concat(rows, 0))
+                    addresses, rows = table_ops.dedup_rows(
+                        tf.concat(addresses, 0), tf.concat(rows, 0)
+                    )
                 updates.append(apply(table, addresses, rows))
         finished = finish(updates, scope)
         sharded = [t.ranks for t, _, _, _ in by_table.values() if t.ranks is not None]
@@ -162,22 +183,27 @@ class CustomizedOptimizer:
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         # rec_sdk's own optimizers (rec_sdk_tables) apply table gradients themselves.
-        if issubclass(cls, tf.compat.v1.train.Optimizer) and not getattr(
-                cls, "rec_sdk_tables", False) and not getattr(
-                    cls.apply_gradients, "rec_sdk_tables", False):
+        if (
+            issubclass(cls, tf.compat.v1.train.Optimizer)
+            and not getattr(cls, "rec_sdk_tables", False)
+            and not getattr(cls.apply_gradients, "rec_sdk_tables", False)
+        ):
             cls.apply_gradients = _with_tables(cls.apply_gradients)
 
     def initialize_slots(self, var, table_instance):
-        raise NotImplementedError("Please define a specific realization on %s"
-                                  % self.__class__.__name__)
+        raise NotImplementedError(
+            "Please define a specific realization on %s" % self.__class__.__name__
+        )
 
     def insert_slot(self, slot, named_slots_key, slot_name):
-        raise NotImplementedError("Please define a specific realization on %s"
-                                  % self.__class__.__name__)
+        raise NotImplementedError(
+            "Please define a specific realization on %s" % self.__class__.__name__
+        )
 
     def get_slot_init_values(self):
-        raise NotImplementedError("Please define a specific realization on %s"
-                                  % self.__class__.__name__)
+        raise NotImplementedError(
+            "Please define a specific realization on %s" % self.__class__.__name__
+        )
 
     def _get_name(self, name="CustomizedOptimizer"):
         """Sets unique_name to <name>_<n> (n counts the optimizers named `name` in this
@@ -194,8 +220,10 @@ class _CustomizedRows:
     step's rows and one variable per slot, registered as the slots of the rows variable."""
 
     def __init__(self, optimizer, table):
-        scope = "%s_%s_rows" % (table_ops.op_scope_name(table.table_name),
-                                table_ops.op_scope_name(optimizer.get_name()))
+        scope = "%s_%s_rows" % (
+            table_ops.op_scope_name(table.table_name),
+            table_ops.op_scope_name(optimizer.get_name()),
+        )
         with tf.init_scope(), tf.compat.v1.variable_scope(None, default_name=scope):
             self.rows = row_variable(table.dim, "rows")
             names = _slot_names(optimizer, table)
@@ -204,7 +232,8 @@ class _CustomizedRows:
                 raise ValueError(
                     "%s: get_slot_init_values() gives %d initial values but initialize_slots() "
                     "names %d slots (%s); give one value per slot"
-                    % (type(optimizer).__name__, len(values), len(names), ", ".join(names)))
+                    % (type(optimizer).__name__, len(values), len(names), ", ".join(names))
+                )
             self.slots = [row_variable(table.dim, name) for name in names]
             self.initial = values
             for name, slot in zip(names, self.slots):
@@ -224,9 +253,11 @@ def _slot_names(optimizer, table):
     names = []
     for spec in specs:
         if not isinstance(spec, dict) or "slot_name" not in spec:
-            raise TypeError("%s.initialize_slots must return a list of dicts with a "
-                            "'slot_name' (as the SDK's optimizers do), got %r"
-                            % (type(optimizer).__name__, spec))
+            raise TypeError(
+                "%s.initialize_slots must return a list of dicts with a "
+                "'slot_name' (as the SDK's optimizers do), got %r"
+                % (type(optimizer).__name__, spec)
+            )
         names.append(spec["slot_name"])
     return names
 
@@ -241,8 +272,10 @@ def _resource_path(cls):
         if klass.__module__.startswith("tensorflow.") or klass is CustomizedOptimizer:
             continue
         defined = klass.__dict__
-        if "_resource_apply_sparse_duplicate_indices" in defined or \
-                "_resource_apply_sparse" in defined:
+        if (
+            "_resource_apply_sparse_duplicate_indices" in defined
+            or "_resource_apply_sparse" in defined
+        ):
             return True
         if "_apply_sparse_duplicate_indices" in defined or "_apply_sparse" in defined:
             return False
@@ -255,8 +288,9 @@ def _with_tables(original):
 
     def apply_gradients(self, grads_and_vars, global_step=None, name=None):
         pairs = list(grads_and_vars)
-        tables = [p for p in pairs if isinstance(p, (tuple, list)) and len(p) == 2
-                  and is_table_pair(p[1])]
+        tables = [
+            p for p in pairs if isinstance(p, (tuple, list)) and len(p) == 2 and is_table_pair(p[1])
+        ]
         if not tables:
             return original(self, pairs, global_step=global_step, name=name)
         others = [p for p in pairs if not any(p is t for t in tables)]
@@ -277,12 +311,13 @@ def _with_tables(original):
                 grad = tf.IndexedSlices(grads, indices, tf.shape(grads, out_type=tf.int32))
                 return self._apply_sparse_duplicate_indices(grad, rows)
 
-            return through_variables(table, addresses, state.owner, state.initial, rows,
-                                     state.slots, update)
+            return through_variables(
+                table, addresses, state.owner, state.initial, rows, state.slots, update
+            )
 
         train = apply_table_gradients(
-            self.get_name(), tables, self._prepare, apply,
-            self._finish, name=name)
+            self.get_name(), tables, self._prepare, apply, self._finish, name=name
+        )
         if others:
             train = tf.group(train, original(self, others, name=name))
         if global_step is None:
@@ -320,11 +355,13 @@ class SparseOptimizer(tf.compat.v1.train.Optimizer, CustomizedOptimizer):
         if by_address and not expansion:
             raise ValueError(
                 "%s: the *_by_addr optimizers need init(use_dynamic_expansion=True); "
-                "use create_hash_optimizer() for fixed-capacity tables" % name)
+                "use create_hash_optimizer() for fixed-capacity tables" % name
+            )
         if by_address is False and expansion:
             raise ValueError(
                 "%s: with init(use_dynamic_expansion=True) use the *_by_addr optimizers "
-                "(create_hash_optimizer_by_address)" % name)
+                "(create_hash_optimizer_by_address)" % name
+            )
         self._name = name
         self.by_address = by_address
 
@@ -376,8 +413,15 @@ class SparseOptimizer(tf.compat.v1.train.Optimizer, CustomizedOptimizer):
 
     def apply_gradients(self, grads_and_vars, global_step=None, name=None):
         """Updates the rows of every table in grads_and_vars; returns the training op."""
-        return apply_table_gradients(self._name, grads_and_vars, self._prepare, self._apply,
-                                     self._finish, global_step=global_step, name=name)
+        return apply_table_gradients(
+            self._name,
+            grads_and_vars,
+            self._prepare,
+            self._apply,
+            self._finish,
+            global_step=global_step,
+            name=name,
+        )
 
     def compute_gradients(self, loss, var_list=None):
         """[(gradient, table)] for var_list (default: every table of the graph)."""
@@ -387,8 +431,9 @@ class SparseOptimizer(tf.compat.v1.train.Optimizer, CustomizedOptimizer):
 
     def minimize(self, loss, global_step=None, var_list=None, name=None):
         """compute_gradients then apply_gradients, for the tables in var_list (default all)."""
-        return self.apply_gradients(self.compute_gradients(loss, var_list),
-                                    global_step=global_step, name=name)
+        return self.apply_gradients(
+            self.compute_gradients(loss, var_list), global_step=global_step, name=name
+        )
 
 
 def check_learning_rate(name, value, high=None, positive=False):
@@ -396,5 +441,6 @@ def check_learning_rate(name, value, high=None, positive=False):
     tensor (a schedule, checked by the kernel when it runs)."""
     if isinstance(value, (tf.Tensor, tf.Variable)):
         return value
-    return check_float(name, value, 0.0, high if high is not None else float("inf"),
-                       low_open=positive)
+    return check_float(
+        name, value, 0.0, high if high is not None else float("inf"), low_open=positive
+    )

@@ -1,9 +1,10 @@
 """Sparse gradient descent with optional weight decay: w -= lr * (g + weight_decay * w)."""
+
 import tensorflow as tf
 
+from rec_sdk.base.validation import check_float
 from rec_sdk.ops import optimizer_ops
 from rec_sdk.optimizers.base import SparseOptimizer, check_learning_rate
-from rec_sdk.base.validation import check_float
 
 
 class GradientDescentOptimizer(SparseOptimizer):
@@ -14,8 +15,13 @@ class GradientDescentOptimizer(SparseOptimizer):
 
     def _apply(self, table, addresses, grads):
         return optimizer_ops.apply_gradient_descent(
-            table.handle, addresses, grads, tf.cast(self.learning_rate, tf.float32),
-            float(self.weight_decay or 0.0), unique_addresses=True)
+            table.handle,
+            addresses,
+            grads,
+            tf.cast(self.learning_rate, tf.float32),
+            float(self.weight_decay or 0.0),
+            unique_addresses=True,
+        )
 
 
 def create_hash_optimizer(learning_rate, weight_decay=None, name="GradientDescent"):

@@ -4,6 +4,7 @@ the results are written back (TableReadRows / TableWriteRows). What trains table
 optimizers that have no fused rec_sdk kernel: de.DynamicEmbeddingOptimizer's generic path
 and the SDK's CustomizedOptimizer subclasses. Three ops, so unlike the fused kernels not
 atomic against another thread training the same table at once."""
+
 import tensorflow as tf
 
 from rec_sdk.ops import optimizer_ops
@@ -14,9 +15,13 @@ def row_variable(dim, name, trainable=False):
     unknown row count, so that no shape inference takes a step's rows for the initial 0
     rows. A local variable: the rows live in the table, which checkpoints them."""
     return tf.compat.v1.Variable(
-        tf.zeros([0, dim]), trainable=trainable, use_resource=True,
+        tf.zeros([0, dim]),
+        trainable=trainable,
+        use_resource=True,
         shape=tf.TensorShape([None, dim]),
-        collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES], name=name)
+        collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES],
+        name=name,
+    )
 
 
 def through_variables(table, addresses, owner, initial, rows, slots, update, loads=()):
@@ -24,16 +29,23 @@ def through_variables(table, addresses, owner, initial, rows, slots, update, loa
     loaded into the variables `rows` and `slots`, the optimizer's `update()` run on them,
     and the results written back. Returns the write op."""
     values, slot_values = optimizer_ops.read_rows(table.handle, addresses, owner, initial)
-    loads = list(loads) + [rows.assign(values, read_value=False)] + [
-        var.assign(slot_values[i], read_value=False) for i, var in enumerate(slots)]
+    loads = (
+        list(loads)
+        + [rows.assign(values, read_value=False)]
+        + [var.assign(slot_values[i], read_value=False) for i, var in enumerate(slots)]
+    )
     with tf.control_dependencies(loads):
         op = update()
     with tf.control_dependencies(_ops_of(op)):
         new_values = rows.read_value()
-        new_slots = (tf.stack([var.read_value() for var in slots]) if slots else
-                     tf.zeros([0, tf.shape(addresses)[0], table.dim]))
-        return optimizer_ops.write_rows(table.handle, addresses, new_values, new_slots, owner,
-                                        initial)
+        new_slots = (
+            tf.stack([var.read_value() for var in slots])
+            if slots
+            else tf.zeros([0, tf.shape(addresses)[0], table.dim])
+        )
+        return optimizer_ops.write_rows(
+            table.handle, addresses, new_values, new_slots, owner, initial
+        )
 
 
 def _ops_of(result):

@@ -3,6 +3,7 @@ writes and reads the tables' directories): Saver.save writes the tables beside T
 checkpoint, Saver.restore restores them, a Saver's var_list may name tables and de.Variables,
 and the Saver of a SavedModel restores the tables in its restore op (restore_tables_in_graph),
 also when the graph has no TensorFlow variable to save."""
+
 import contextlib
 import glob
 import numbers
@@ -14,14 +15,21 @@ import tensorflow as tf
 from tensorflow.core.protobuf import saver_pb2
 from tensorflow.python.training import saver as tf_saver  # BulkSaverBuilder: no public name
 
-from rec_sdk.distribute import ranks
-from rec_sdk.tables.table import SparseEmbedding, tables_of_graph
 from rec_sdk.base import tf_patches
-from rec_sdk.ops import table_ops
-from rec_sdk.saver.tables import (SPARSE_PREFIX, commit_tables, existing_save, restore_tables,
-                           sparse_dir, tables_of_session, write_tables)
 from rec_sdk.base.graph_state import state_of
 from rec_sdk.base.log import logger
+from rec_sdk.distribute import ranks
+from rec_sdk.ops import table_ops
+from rec_sdk.saver.tables import (
+    SPARSE_PREFIX,
+    commit_tables,
+    existing_save,
+    restore_tables,
+    sparse_dir,
+    tables_of_session,
+    write_tables,
+)
+from rec_sdk.tables.table import SparseEmbedding, tables_of_graph
 
 # The name of the restore op of a Saver whose restore also restores the graph's tables, from
 # the table directory beside the checkpoint it is given (see restore_tables_in_graph).
@@ -38,8 +46,11 @@ def restore_tables_in_graph(saver, graph=None):
     saver_def = saver.saver_def
     if saver_def is not None and saver_def.restore_op_name.split("/")[-1] == _IN_GRAPH_RESTORE:
         return saver
-    tables = [t for t in tables_of_graph(graph)
-              if t.is_save and t.checkpoint_ops is not None and t.ranks is None]
+    tables = [
+        t
+        for t in tables_of_graph(graph)
+        if t.is_save and t.checkpoint_ops is not None and t.ranks is None
+    ]
     if not tables:
         return saver
     if saver_def is None:
@@ -50,15 +61,24 @@ def restore_tables_in_graph(saver, graph=None):
         saver.saver_def = saver_def
     filename = graph.as_graph_element(saver_def.filename_tensor_name)
     restore = graph.as_graph_element(saver_def.restore_op_name)
-    with graph.as_default(), tf.compat.v1.name_scope(None), \
-            tf.compat.v1.name_scope("rec_sdk_tables_restore"):
+    with (
+        graph.as_default(),
+        tf.compat.v1.name_scope(None),
+        tf.compat.v1.name_scope("rec_sdk_tables_restore"),
+    ):
         directory = tf.strings.regex_replace(filename, "([^/]*)$", SPARSE_PREFIX + "\\1")
         restores = []
         for i, table in enumerate(tables):
             path = tf.strings.join([directory, table.table_name], separator="/")
-            restores.append(table_ops.restore(
-                table.handle, tf.reshape(path, [1]), tf.constant(0, tf.int64),
-                tf.constant(1, tf.int64), name="table_%d" % i)[0])
+            restores.append(
+                table_ops.restore(
+                    table.handle,
+                    tf.reshape(path, [1]),
+                    tf.constant(0, tf.int64),
+                    tf.constant(1, tf.int64),
+                    name="table_%d" % i,
+                )[0]
+            )
         combined = tf.group(restore, *restores, name=_IN_GRAPH_RESTORE)
     saver_def.restore_op_name = combined.name
     return saver
@@ -72,25 +92,35 @@ def _tables_only_saver_def(graph):
     """A SaverDef of no TensorFlow variable: its filename tensor (the loaders feed the
     variables path), a save tensor that only returns it, and a restore op doing nothing (the
     tables' restores join it)."""
-    with graph.as_default(), tf.compat.v1.name_scope(None), \
-            tf.compat.v1.name_scope(_TABLES_ONLY_SCOPE):
+    with (
+        graph.as_default(),
+        tf.compat.v1.name_scope(None),
+        tf.compat.v1.name_scope(_TABLES_ONLY_SCOPE),
+    ):
         filename = tf.compat.v1.placeholder_with_default("model", [], name="filename")
         # A checkpoint of one marker tensor: loaders (TensorFlow Serving's among them) run
         # the restore op only when the variables' checkpoint exists.
-        written = tf.raw_ops.SaveV2(prefix=filename, tensor_names=[TABLES_ONLY_MARKER],
-                                    shape_and_slices=[""], tensors=[tf.constant(True)])
+        written = tf.raw_ops.SaveV2(
+            prefix=filename,
+            tensor_names=[TABLES_ONLY_MARKER],
+            shape_and_slices=[""],
+            tensors=[tf.constant(True)],
+        )
         with tf.control_dependencies([written]):
             saved = tf.identity(filename, name="save")
         nothing = tf.no_op(name="restore")
-    return saver_pb2.SaverDef(filename_tensor_name=filename.name,
-                              save_tensor_name=saved.name, restore_op_name=nothing.name,
-                              sharded=True, version=saver_pb2.SaverDef.V2)
+    return saver_pb2.SaverDef(
+        filename_tensor_name=filename.name,
+        save_tensor_name=saved.name,
+        restore_op_name=nothing.name,
+        sharded=True,
+        version=saver_pb2.SaverDef.V2,
+    )
 
 
 def _restores_tables_in_graph(saver):
     saver_def = saver.saver_def
-    return saver_def is not None and \
-        saver_def.restore_op_name.split("/")[-1] == _IN_GRAPH_RESTORE
+    return saver_def is not None and saver_def.restore_op_name.split("/")[-1] == _IN_GRAPH_RESTORE
 
 
 def _tables_held(item):
@@ -101,8 +131,11 @@ def _tables_held(item):
     if isinstance(getattr(type(item), "shard", None), property):  # a de.Variable's table
         return [item.shard]
     held = getattr(item, "shards", None)  # a de.Variable (or its slot): its shards
-    if isinstance(held, (list, tuple)) and held and all(
-            isinstance(t, SparseEmbedding) for t in held):
+    if (
+        isinstance(held, (list, tuple))
+        and held
+        and all(isinstance(t, SparseEmbedding) for t in held)
+    ):
         return list(held)
     return None
 
@@ -130,8 +163,13 @@ def _tfra_saveables(items):
     de.Variables and de tables among `items` that are checkpointed in this process."""
     found = {}
     for item in items:
-        tables = [item] if isinstance(getattr(type(item), "shard", None), property) else \
-            getattr(item, "tables", None) if hasattr(item, "shards") else None
+        tables = (
+            [item]
+            if isinstance(getattr(type(item), "shard", None), property)
+            else getattr(item, "tables", None)
+            if hasattr(item, "shards")
+            else None
+        )
         for table in tables or ():
             shard = getattr(table, "shard", None)  # de.TfraTable (TensorFlow's tables: None)
             if shard is not None and shard.is_save and shard.ranks is None:
@@ -179,13 +217,19 @@ class _TfraTensorsBuilder(tf_saver.BulkSaverBuilder):
         """The written-only saveables of the de tables this Saver saves ([] when off)."""
         if not _write_tfra_tensors[0]:
             return []
-        items = self._items if self._items is not None else \
-            state_of(tf.compat.v1.get_default_graph()).all_de_variables
+        items = (
+            self._items
+            if self._items is not None
+            else state_of(tf.compat.v1.get_default_graph()).all_de_variables
+        )
         return [_WrittenOnly(s) for s in _tfra_saveables(items)]
 
     def _build_internal(self, names_to_saveables, *args, **kwargs):
-        present = set(names_to_saveables) if isinstance(names_to_saveables, dict) else {
-            s.name for s in names_to_saveables if isinstance(s, _WrittenOnly)}
+        present = (
+            set(names_to_saveables)
+            if isinstance(names_to_saveables, dict)
+            else {s.name for s in names_to_saveables if isinstance(s, _WrittenOnly)}
+        )
         extra = [s for s in self.written() if s.name not in present]
         if extra and isinstance(names_to_saveables, dict):
             names_to_saveables = dict(names_to_saveables, **{s.name: s for s in extra})
@@ -218,19 +262,29 @@ def _saver_init(original, self, var_list=None, *args, **kwargs):
     """Saver.__init__: tables (de.Variables, create_table tables) named in var_list are the
     ones this Saver saves and restores; the rest of var_list goes to TensorFlow's Saver."""
     tables = None
-    named = None if var_list is None else list(
-        var_list.values() if isinstance(var_list, dict) else var_list)
+    named = (
+        None
+        if var_list is None
+        else list(var_list.values() if isinstance(var_list, dict) else var_list)
+    )
     if var_list is not None:
         var_list, tables = _split_var_list(var_list)
         if not var_list:
             kwargs["allow_empty"] = True
-    if len(args) < 7 and kwargs.get("builder") is None and kwargs.get("saver_def") is None \
-            and kwargs.get("write_version", saver_pb2.SaverDef.V2) == saver_pb2.SaverDef.V2 \
-            and not tf.executing_eagerly():
+    if (
+        len(args) < 7
+        and kwargs.get("builder") is None
+        and kwargs.get("saver_def") is None
+        and kwargs.get("write_version", saver_pb2.SaverDef.V2) == saver_pb2.SaverDef.V2
+        and not tf.executing_eagerly()
+    ):
         builder = kwargs["builder"] = _TfraTensorsBuilder(saver_pb2.SaverDef.V2, named)
         if not kwargs.get("defer_build") and not (
-                var_list if var_list is not None else tf.compat.v1.global_variables() +
-                tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.SAVEABLE_OBJECTS)):
+            var_list
+            if var_list is not None
+            else tf.compat.v1.global_variables()
+            + tf.compat.v1.get_collection(tf.compat.v1.GraphKeys.SAVEABLE_OBJECTS)
+        ):
             # Nothing of TensorFlow's to save but de tables (TFRA's Saver saves them): the
             # TF checkpoint holds their TFRA tensors, so that it exists (with its state file
             # for latest_checkpoint) as TFRA's does.
@@ -257,12 +311,15 @@ def _saver_save(original, self, sess, save_path, global_step=None, *args, **kwar
     before = [p for p, _ in getattr(self, "_last_checkpoints", [])]
     try:
         result = original(self, sess, save_path, global_step, *args, **kwargs)
-        if tables and result is None and self.saver_def is not None and \
-                self.saver_def.filename_tensor_name.startswith(_TABLES_ONLY_SCOPE + "/"):
+        if (
+            tables
+            and result is None
+            and self.saver_def is not None
+            and self.saver_def.filename_tensor_name.startswith(_TABLES_ONLY_SCOPE + "/")
+        ):
             # A Saver of tables alone with a SaverDef (restore_tables_in_graph): its
             # checkpoint's marker, which loaders look for before they restore.
-            sess.run(self.saver_def.save_tensor_name,
-                     {self.saver_def.filename_tensor_name: path})
+            sess.run(self.saver_def.save_tensor_name, {self.saver_def.filename_tensor_name: path})
     except BaseException:
         if tables:
             # TensorFlow's part failed (a full disk, say): the tables written for this
@@ -270,8 +327,9 @@ def _saver_save(original, self, sess, save_path, global_step=None, *args, **kwar
             # delta still follows the previous save. TensorFlow leaves its temporary
             # files of the failed save behind: they go too.
             shutil.rmtree(sparse_dir(path), ignore_errors=True)
-            for leftover in (glob.glob(glob.escape(path) + ".data-*.tempstate*") +
-                             glob.glob(glob.escape(path) + ".index.tempstate*")):
+            for leftover in glob.glob(glob.escape(path) + ".data-*.tempstate*") + glob.glob(
+                glob.escape(path) + ".index.tempstate*"
+            ):
                 with contextlib.suppress(OSError):
                     os.remove(leftover)
         raise
@@ -304,8 +362,11 @@ def _saver_restore(original, self, sess, save_path):
     if self in chosen and existing_save(os.path.abspath(sparse_dir(save_path))) is None:
         # A Saver of chosen variables (e.g. warm-starting dense layers) restoring a
         # checkpoint without tables: the tables keep their contents.
-        logger.warning("rec_sdk: checkpoint %r has no tables (%s); tables not restored",
-                       save_path, sparse_dir(save_path))
+        logger.warning(
+            "rec_sdk: checkpoint %r has no tables (%s); tables not restored",
+            save_path,
+            sparse_dir(save_path),
+        )
         return result
     restore_tables(sess, sparse_dir(save_path), tables)
     return result

@@ -16,6 +16,7 @@ Checkpoints that the Saver deletes (`max_to_keep`) lose their table directories 
 Also here: save_tables / restore_tables for explicit use (and restoring the directories of
 several ranks into a different number of ranks), export_npz / import_npz for NumPy files.
 """
+
 import os
 import re
 import shutil
@@ -24,12 +25,12 @@ import uuid
 import numpy as np
 import tensorflow as tf
 
-from rec_sdk.tables import shard_names
-from rec_sdk.tables.table import SparseEmbedding, tables_of_graph
-from rec_sdk.distribute import ranks
 from rec_sdk.base import atomic_dir
 from rec_sdk.base.log import logger
 from rec_sdk.base.validation import check_bool, check_int
+from rec_sdk.distribute import ranks
+from rec_sdk.tables import shard_names
+from rec_sdk.tables.table import SparseEmbedding, tables_of_graph
 
 SPARSE_PREFIX = "sparse-"
 _TMP_MARK = ".tmp-"
@@ -50,12 +51,12 @@ def tables_of_session(sess, tables):
     is_save), less those this process does not manage (shards of other ranks' tables: rank
     0 saves them)."""
     if tables is None:
-        return [t for t in tables_of_graph(sess.graph)
-                if t.is_save and ranks.managed_shards(t)]
+        return [t for t in tables_of_graph(sess.graph) if t.is_save and ranks.managed_shards(t)]
     if isinstance(tables, SparseEmbedding):
         tables = [tables]
     if not isinstance(tables, (list, tuple)) or not all(
-            isinstance(t, SparseEmbedding) for t in tables):
+        isinstance(t, SparseEmbedding) for t in tables
+    ):
         raise TypeError("tables must be a list of tables from create_table, got %r" % (tables,))
     return [t for t in tables if ranks.managed_shards(t)]
 
@@ -66,7 +67,8 @@ def _refuse_sharded(tables, what):
             raise ValueError(
                 "%s: table %r is sharded over %d ranks; %s works on tables of one process. "
                 "Use Saver.save / restore (or save_tables / restore_tables), which handle "
-                "every rank's shard" % (what, table.table_name, table.ranks.size, what))
+                "every rank's shard" % (what, table.table_name, table.ranks.size, what)
+            )
 
 
 def save_tables(sess, directory, tables=None, delta=False):
@@ -120,8 +122,10 @@ def write_tables(sess, directory, tables, delta=False):
             rows[table.table_name] = 0
             for unit, shard, _, _ in ranks.managed_shards(table):
                 ops = shard.checkpoint_ops
-                count, save_id = sess.run([ops["save"], ops["save_id"]], {
-                    ops["save_dir"]: os.path.join(tmp, unit), ops["delta"]: delta})
+                count, save_id = sess.run(
+                    [ops["save"], ops["save_id"]],
+                    {ops["save_dir"]: os.path.join(tmp, unit), ops["delta"]: delta},
+                )
                 rows[table.table_name] += int(count)
                 save_ids[unit] = int(save_id)
         old = directory + _OLD_MARK + nonce
@@ -140,25 +144,31 @@ def _checked_directory(directory):
         raise TypeError("save_tables: directory must be a path (str), got %r" % (directory,))
     path = os.fspath(directory)
     if not path or "\0" in path:
-        raise ValueError("save_tables: directory must be a non-empty path without NUL bytes, "
-                         "got %r" % (path,))
+        raise ValueError(
+            "save_tables: directory must be a non-empty path without NUL bytes, got %r" % (path,)
+        )
     path = os.path.abspath(path)
     if not os.path.lexists(path):
         return path
     if not os.path.isdir(path) or os.path.islink(path):
-        raise ValueError("save_tables: directory %r exists and is not a directory; a save "
-                         "writes a new directory or replaces an earlier checkpoint" % path)
+        raise ValueError(
+            "save_tables: directory %r exists and is not a directory; a save "
+            "writes a new directory or replaces an earlier checkpoint" % path
+        )
     for entry in os.listdir(path):
         if not os.path.isfile(os.path.join(path, entry, TABLE_META_FILE)):
             raise ValueError(
                 "save_tables: directory %r exists and is not a rec_sdk checkpoint (%r is not a "
                 "table directory); a save replaces only an earlier checkpoint or an empty "
-                "directory: choose another directory" % (path, entry))
+                "directory: choose another directory" % (path, entry)
+            )
     return path
 
 
-_LEFTOVER = re.compile(r"^(?P<name>.+)(?P<mark>%s(?P<pid>\d+)-[0-9a-f]{8}|%s[0-9]+-[0-9a-f]{8})$"
-                       % (re.escape(_TMP_MARK), re.escape(_OLD_MARK)))
+_LEFTOVER = re.compile(
+    r"^(?P<name>.+)(?P<mark>%s(?P<pid>\d+)-[0-9a-f]{8}|%s[0-9]+-[0-9a-f]{8})$"
+    % (re.escape(_TMP_MARK), re.escape(_OLD_MARK))
+)
 
 
 def remove_leftovers(parent):
@@ -166,10 +176,14 @@ def remove_leftovers(parent):
     they were writing: temporary directories whose writer process is gone (never those of a
     live writer), and copies moved aside once the directory they were copies of exists.
     Called by every save and restore, so a crash loop cannot fill the disk."""
+
     def writer_of(entry):
         match = _LEFTOVER.match(entry)
-        if match is None or match.group("pid") is None or \
-                not os.path.isdir(os.path.join(parent, entry)):
+        if (
+            match is None
+            or match.group("pid") is None
+            or not os.path.isdir(os.path.join(parent, entry))
+        ):
             return None
         return int(match.group("pid"))
 
@@ -178,9 +192,12 @@ def remove_leftovers(parent):
         return
     for entry in os.listdir(parent):
         match = _LEFTOVER.match(entry)
-        if match is not None and match.group("pid") is None and \
-                os.path.isdir(os.path.join(parent, entry)) and \
-                os.path.isdir(os.path.join(parent, match.group("name"))):
+        if (
+            match is not None
+            and match.group("pid") is None
+            and os.path.isdir(os.path.join(parent, entry))
+            and os.path.isdir(os.path.join(parent, match.group("name")))
+        ):
             shutil.rmtree(os.path.join(parent, entry), ignore_errors=True)
 
 
@@ -190,8 +207,9 @@ def existing_save(directory):
         return directory
     parent, name = os.path.split(directory)
     if os.path.isdir(parent):
-        aside = [os.path.join(parent, e) for e in os.listdir(parent)
-                 if e.startswith(name + _OLD_MARK)]
+        aside = [
+            os.path.join(parent, e) for e in os.listdir(parent) if e.startswith(name + _OLD_MARK)
+        ]
         if aside:
             return max(aside, key=os.path.getmtime)  # the newest copy moved aside
     return None
@@ -209,18 +227,24 @@ def restore_tables(sess, directories, tables=None, rank_id=None, rank_size=None,
     corrupted file (the table is then left empty)."""
     if isinstance(directories, (str, bytes, os.PathLike)):
         directories = [directories]
-    if not isinstance(directories, (list, tuple)) or not directories or not all(
-            isinstance(d, (str, bytes, os.PathLike)) for d in directories):
-        raise TypeError("restore_tables: directories must be a checkpoint directory or a "
-                        "non-empty list of them, got %r" % (directories,))
+    if (
+        not isinstance(directories, (list, tuple))
+        or not directories
+        or not all(isinstance(d, (str, bytes, os.PathLike)) for d in directories)
+    ):
+        raise TypeError(
+            "restore_tables: directories must be a checkpoint directory or a "
+            "non-empty list of them, got %r" % (directories,)
+        )
     if rank_size is not None or rank_id is not None:
-        rank_size = check_int("rank_size", 1 if rank_size is None else rank_size, 1,
-                              2**31 - 1)
+        rank_size = check_int("rank_size", 1 if rank_size is None else rank_size, 1, 2**31 - 1)
         rank_id = check_int("rank_id", 0 if rank_id is None else rank_id, 0, rank_size - 1)
     if deltas and (rank_size not in (None, 1) or len(directories) != 1):
-        raise ValueError("restore_tables: deltas apply to one full checkpoint restored whole "
-                         "(rank_size=1, one directory), got rank_size=%r and %d directories"
-                         % (rank_size, len(directories)))
+        raise ValueError(
+            "restore_tables: deltas apply to one full checkpoint restored whole "
+            "(rank_size=1, one directory), got rank_size=%r and %d directories"
+            % (rank_size, len(directories))
+        )
     tables = tables_of_session(sess, tables)
     if not tables:
         return {}
@@ -231,9 +255,12 @@ def restore_tables(sess, directories, tables=None, rank_id=None, rank_size=None,
         existing = existing_save(os.path.abspath(directory))
         if existing is None:
             raise tf.errors.NotFoundError(
-                None, None, "rec_sdk checkpoint directory %r does not exist (was the checkpoint "
+                None,
+                None,
+                "rec_sdk checkpoint directory %r does not exist (was the checkpoint "
                 "saved by a graph with these tables? tables created with is_save=False are not "
-                "saved)" % directory)
+                "saved)" % directory,
+            )
         found.append(existing)
     for parent in {os.path.dirname(d) for d in found}:
         remove_leftovers(parent)
@@ -248,19 +275,29 @@ def restore_tables(sess, directories, tables=None, rank_id=None, rank_size=None,
                 other_shards = _other_shard_dirs(found, table, shard_count, deltas)
                 if other_shards is None:
                     raise tf.errors.NotFoundError(
-                        None, None, "table %r is not in the rec_sdk checkpoint %s"
-                        % (table.table_name, ", ".join(map(repr, found))))
+                        None,
+                        None,
+                        "table %r is not in the rec_sdk checkpoint %s"
+                        % (table.table_name, ", ".join(map(repr, found))),
+                    )
                 rows[table.table_name] += _restore_resharded(sess, table, other_shards)
                 continue
-            rows[table.table_name] += _restore_shard(sess, shard, table_dirs, shard_rank,
-                                                     shard_count)
+            rows[table.table_name] += _restore_shard(
+                sess, shard, table_dirs, shard_rank, shard_count
+            )
         for delta in deltas:
             path = os.path.join(os.path.abspath(delta), table.table_name)
             if not os.path.isdir(path):
-                raise tf.errors.NotFoundError(None, None, "table %r is not in the delta "
-                                              "checkpoint %r" % (table.table_name, delta))
-            rows[table.table_name] += int(sess.run(table.checkpoint_ops["apply_delta"],
-                                                   {table.checkpoint_ops["save_dir"]: path}))
+                raise tf.errors.NotFoundError(
+                    None,
+                    None,
+                    "table %r is not in the delta checkpoint %r" % (table.table_name, delta),
+                )
+            rows[table.table_name] += int(
+                sess.run(
+                    table.checkpoint_ops["apply_delta"], {table.checkpoint_ops["save_dir"]: path}
+                )
+            )
     return rows
 
 
@@ -268,8 +305,10 @@ def _restore_shard(sess, shard, table_dirs, rank, ranks):
     """Runs a table's (or shard's) restore op on `table_dirs` keeping the keys of `rank` of
     `ranks`; logs the op's note. Returns the rows restored."""
     ops = shard.checkpoint_ops
-    count, note = sess.run([ops["restore"], ops["restore_note"]], {
-        ops["restore_dirs"]: table_dirs, ops["rank_id"]: rank, ops["rank_size"]: ranks})
+    count, note = sess.run(
+        [ops["restore"], ops["restore_note"]],
+        {ops["restore_dirs"]: table_dirs, ops["rank_id"]: rank, ops["rank_size"]: ranks},
+    )
     note = note.decode() if isinstance(note, bytes) else note
     if note:
         logger.info("rec_sdk: table %r: %s", shard.table_name, note)
@@ -288,12 +327,16 @@ def _saved_dirs(found, table_name):
         if os.path.isdir(own):
             dirs.append(own)
             continue
-        counts = {parsed[2] for parsed in map(shard_names.parse_rank_shard,
-                                              os.listdir(directory))
-                  if parsed is not None and parsed[0] == table_name}
+        counts = {
+            parsed[2]
+            for parsed in map(shard_names.parse_rank_shard, os.listdir(directory))
+            if parsed is not None and parsed[0] == table_name
+        }
         for count in sorted(counts):
-            shards = [os.path.join(directory, shard_names.rank_shard(table_name, rank, count))
-                      for rank in range(count)]
+            shards = [
+                os.path.join(directory, shard_names.rank_shard(table_name, rank, count))
+                for rank in range(count)
+            ]
             if all(os.path.isdir(d) for d in shards):
                 dirs.extend(shards)
                 break
@@ -312,11 +355,17 @@ def _other_shard_dirs(found, table, rank_size, deltas):
         return None
     base = parsed[0]
     for directory in found:
-        counts = {p[2] for p in map(shard_names.parse_variable_shard, os.listdir(directory))
-                  if p is not None and p[0] == base}
+        counts = {
+            p[2]
+            for p in map(shard_names.parse_variable_shard, os.listdir(directory))
+            if p is not None and p[0] == base
+        }
         for count in sorted(counts):
-            dirs = [os.path.join(d, name) for d in found
-                    for name in shard_names.variable_shards(base, count)]
+            dirs = [
+                os.path.join(d, name)
+                for d in found
+                for name in shard_names.variable_shards(base, count)
+            ]
             if all(os.path.isdir(d) for d in dirs):
                 return dirs
     return None
@@ -327,14 +376,18 @@ def _restore_resharded(sess, table, dirs):
     rows, slots), then removes the keys that the variable's partitioner sends to its other
     shards. Returns the rows kept."""
     ops = table.checkpoint_ops
-    sess.run(ops["restore"], {ops["restore_dirs"]: dirs, ops["rank_id"]: 0,
-                              ops["rank_size"]: 1})
+    sess.run(ops["restore"], {ops["restore_dirs"]: dirs, ops["rank_id"]: 0, ops["rank_size"]: 1})
     keys = sess.run(ops["keys"]).astype(table.key_dtype.as_numpy_dtype)
     keep = table.shard_keys_filter(keys)
     sess.run(ops["remove"], {ops["remove_keys"]: keys[~keep]})
-    logger.info("rec_sdk: table %r restored from %d shards of another shard count (%d of %d "
-                "keys are this shard's)", table.table_name, len(dirs), int(keep.sum()),
-                len(keys))
+    logger.info(
+        "rec_sdk: table %r restored from %d shards of another shard count (%d of %d "
+        "keys are this shard's)",
+        table.table_name,
+        len(dirs),
+        int(keep.sum()),
+        len(keys),
+    )
     return int(keep.sum())
 
 
@@ -377,8 +430,10 @@ def import_npz(sess, path, tables=None, slots=True):
         for table in tables:
             name = table.table_name
             if name + "/keys" not in data:
-                raise KeyError("table %r is not in %r; it holds %s" % (
-                    name, path, sorted({k.split("/")[0] for k in data.files})))
+                raise KeyError(
+                    "table %r is not in %r; it holds %s"
+                    % (name, path, sorted({k.split("/")[0] for k in data.files}))
+                )
             keys, values = data[name + "/keys"], data[name + "/values"]
             table_slots = data[name + "/slots"] if slots else None
             if table_slots is not None and table_slots.shape[0] == 0:

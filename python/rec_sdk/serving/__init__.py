@@ -9,16 +9,29 @@
   Pushers (push.py) publish (update_files.py); replica.py applies them to a served model,
   and `python -m rec_sdk.serving.follow` (follow.py) beside TensorFlow Serving.
 """
+
 from rec_sdk.serving.export import export_estimator_serving_model, export_serving_model
 from rec_sdk.serving.keras_export import export_keras_serving_model
+from rec_sdk.serving.push import PushCallback, Pusher, PushHook, push_after_save
 from rec_sdk.serving.replica import GrpcModel, RestModel, ServedModel, follow, watch
-from rec_sdk.serving.push import PushCallback, PushHook, Pusher, push_after_save
 from rec_sdk.serving.static import ServingGraph, export_keras_model, export_saved_model
 from rec_sdk.serving.update_files import UpdateError
 
 __all__ = [
-    "GrpcModel", "PushCallback", "PushHook", "Pusher", "RestModel", "ServedModel",
-    "ServingGraph", "UpdateError", "export_estimator_serving_model", "export_keras_model",
-    "export_keras_serving_model", "export_saved_model", "export_serving_model", "follow",
-    "push_after_save", "watch",
+    "GrpcModel",
+    "PushCallback",
+    "PushHook",
+    "Pusher",
+    "RestModel",
+    "ServedModel",
+    "ServingGraph",
+    "UpdateError",
+    "export_estimator_serving_model",
+    "export_keras_model",
+    "export_keras_serving_model",
+    "export_saved_model",
+    "export_serving_model",
+    "follow",
+    "push_after_save",
+    "watch",
 ]

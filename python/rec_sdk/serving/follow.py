@@ -7,6 +7,7 @@ polls the push directory and applies each new update through the server's REST o
 Predict API (replica.follow, RestModel, GrpcModel). The package does not import this module, so that
 `python -m` runs it without a warning.
 """
+
 import argparse
 import json
 import sys
@@ -17,11 +18,15 @@ from rec_sdk.serving.update_files import UpdateError
 
 def main(argv=None):
     parser = argparse.ArgumentParser(
-        description="Applies a push directory's updates to a model TensorFlow Serving serves.")
+        description="Applies a push directory's updates to a model TensorFlow Serving serves."
+    )
     parser.add_argument("--push_dir", required=True)
-    parser.add_argument("--server", required=True,
-                        help="the model in TensorFlow Serving: its REST URL, "
-                             "http://HOST:8501/v1/models/NAME, or grpc://HOST:8500/NAME")
+    parser.add_argument(
+        "--server",
+        required=True,
+        help="the model in TensorFlow Serving: its REST URL, "
+        "http://HOST:8501/v1/models/NAME, or grpc://HOST:8500/NAME",
+    )
     parser.add_argument("--interval", type=float, default=5.0)
     parser.add_argument("--once", action="store_true", help="apply what is there and exit")
     args = parser.parse_args(argv)

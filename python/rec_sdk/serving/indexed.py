@@ -19,21 +19,35 @@ layout, DenseHashTable.remove is never used and no key is ever stored twice. The
 never shrinks: a request that read a slot before a rebuild still gathers inside it (and the
 model's seqlock then discards what it read, apply.ModelLock.read).
 """
+
 import numpy as np
 import tensorflow as tf
 from tensorflow.python.ops import gen_resource_variable_ops  # ResourceScatterUpdate, shape
 
 from rec_sdk.serving import mutable
-from rec_sdk.serving.mutable import (ABSENT_KEY, DELETED_KEY, EMPTY_KEY, MAX_LOAD,
-                                     MIN_BUCKETS, ServedTable, default_of, empty_buckets,
-                                     is_default, isin, pow2_at_least, stream_rows,
-                                     track_asset_files, without_default_rows, write_rows)
+from rec_sdk.serving.mutable import (
+    ABSENT_KEY,
+    DELETED_KEY,
+    EMPTY_KEY,
+    MAX_LOAD,
+    MIN_BUCKETS,
+    ServedTable,
+    default_of,
+    empty_buckets,
+    is_default,
+    isin,
+    pow2_at_least,
+    stream_rows,
+    track_asset_files,
+    without_default_rows,
+    write_rows,
+)
 
-MIN_SPARE = 64     # unused slots a table has at least: new keys fill them before a rebuild
-SPARE_SHARE = 16   # and a 16th of its rows
-LAYOUT = None      # "indexed" or "split" for every table (tests); None: choose_layout
-SLOT_BYTES = 12    # a bucket of the index: an int64 key and an int32 slot
-MAX_MEMORY = 1.5   # of the payload: an indexed table's most
+MIN_SPARE = 64  # unused slots a table has at least: new keys fill them before a rebuild
+SPARE_SHARE = 16  # and a 16th of its rows
+LAYOUT = None  # "indexed" or "split" for every table (tests); None: choose_layout
+SLOT_BYTES = 12  # a bucket of the index: an int64 key and an int32 slot
+MAX_MEMORY = 1.5  # of the payload: an indexed table's most
 
 
 def capacity_for(rows, maximum=max):
@@ -47,15 +61,18 @@ def index_buckets(rows):
 
 
 def choose_layout(rows, dim):
-    """"indexed" or "split": the index when its memory (buckets and slots) stays within
+    """ "indexed" or "split": the index when its memory (buckets and slots) stays within
     MAX_MEMORY of the payload (an 8-byte key and the row) or below the split layout's."""
     if LAYOUT is not None:
         return LAYOUT
     payload = rows * (8 + 4 * dim)
     indexed = index_buckets(rows) * SLOT_BYTES + capacity_for(rows) * 4 * dim
     parts, buckets = mutable.memory_layout(rows)
-    return ("indexed" if indexed <= max(MAX_MEMORY * payload, parts * buckets * (8 + 4 * dim))
-            else "split")
+    return (
+        "indexed"
+        if indexed <= max(MAX_MEMORY * payload, parts * buckets * (8 + 4 * dim))
+        else "split"
+    )
 
 
 def served_table(name, dim, keys, values, staging, index, default=None):
@@ -81,9 +98,16 @@ class _AssetFilledIndex(tf.lookup.experimental.DenseHashTable):
         self._keys_file, self._values_file = track_asset_files(self, keys_file, values_file)
 
     def _initialize(self):
-        return self._owner.fill(self, [(tf.convert_to_tensor(self._keys_file),
-                                        tf.convert_to_tensor(self._values_file),
-                                        self._owner.rows)])
+        return self._owner.fill(
+            self,
+            [
+                (
+                    tf.convert_to_tensor(self._keys_file),
+                    tf.convert_to_tensor(self._values_file),
+                    self._owner.rows,
+                )
+            ],
+        )
 
 
 class IndexedTable:
@@ -118,25 +142,35 @@ class IndexedTable:
         self.rows = sum(rows for _, _, rows in files)
         self.capacity = capacity_for(self.rows)
         label = "rec_sdk_served_%s" % name.replace("/", "_")
-        kwargs = dict(key_dtype=tf.int64, value_dtype=tf.int32, default_value=0,
-                      empty_key=EMPTY_KEY, deleted_key=DELETED_KEY,
-                      initial_num_buckets=index_buckets(self.rows), checkpoint=False,
-                      name=label + "_index")
+        kwargs = dict(
+            key_dtype=tf.int64,
+            value_dtype=tf.int32,
+            default_value=0,
+            empty_key=EMPTY_KEY,
+            deleted_key=DELETED_KEY,
+            initial_num_buckets=index_buckets(self.rows),
+            checkpoint=False,
+            name=label + "_index",
+        )
         eager = tf.executing_eagerly()
         if eager and len(files) != 1:
-            raise ValueError("served table %r: a table filled from several files is for "
-                             "tf.compat.v1 graphs" % name)
+            raise ValueError(
+                "served table %r: a table filled from several files is for "
+                "tf.compat.v1 graphs" % name
+            )
 
         def variable(value, suffix, shape=None):
             # Saved with the model: the slots' counts as of the export, the default row
             # alone for the rows (filled from the assets at load).
             if eager:
                 return tf.Variable(value, trainable=False, shape=shape, name=label + suffix)
-            return tf.compat.v1.Variable(value, trainable=False, use_resource=True,
-                                         shape=shape, name=label + suffix)
+            return tf.compat.v1.Variable(
+                value, trainable=False, use_resource=True, shape=shape, name=label + suffix
+            )
+
         self.values = variable(default[None], "_rows", tf.TensorShape([None, dim]))
         self.used = variable(np.int64(self.rows + 1), "_used")  # slots taken, slot 0's too
-        self.stale = variable(np.int64(0), "_stale")            # taken slots no key maps to
+        self.stale = variable(np.int64(0), "_stale")  # taken slots no key maps to
         if eager:
             keys_file, values_file, _ = files[0]
             self.index = _AssetFilledIndex(self, keys_file, values_file, **kwargs)
@@ -149,19 +183,24 @@ class IndexedTable:
         """Op filling the rows and the index from files [(keys path, values path, rows)]."""
         # Zeros, then the default row into slot 0 in place (a concatenation would hold the
         # rows twice while it runs).
-        done = self.values.assign(tf.zeros(_dynamic([self.capacity, self.dim]), tf.float32),
-                                  read_value=False)
+        done = self.values.assign(
+            tf.zeros(_dynamic([self.capacity, self.dim]), tf.float32), read_value=False
+        )
         with tf.control_dependencies([done]):
             done = gen_resource_variable_ops.resource_scatter_update(
-                self.values.handle, tf.constant([0], tf.int64), self.default[None])
+                self.values.handle, tf.constant([0], tf.int64), self.default[None]
+            )
         first = 1
         for keys_path, values_path, rows in files:
+
             def write(keys, values, at):
                 slots = at + tf.range(tf.size(keys, out_type=tf.int64))
                 written = gen_resource_variable_ops.resource_scatter_update(
-                    self.values.handle, slots, values)
+                    self.values.handle, slots, values
+                )
                 with tf.control_dependencies([written]):
                     return index.insert(keys, tf.cast(slots, tf.int32))
+
             with tf.control_dependencies([done]):
                 done = stream_rows(keys_path, values_path, self.dim, rows, write, first)
             first += rows
@@ -170,8 +209,10 @@ class IndexedTable:
     def load_op(self):
         """(tf.compat.v1 graphs) The op filling the table from its asset files (the file
         paths are registered as the graph's assets)."""
-        return self.fill(self.index, [(mutable.asset_path(k), mutable.asset_path(v), rows)
-                                      for k, v, rows in self.files[0]])
+        return self.fill(
+            self.index,
+            [(mutable.asset_path(k), mutable.asset_path(v), rows) for k, v, rows in self.files[0]],
+        )
 
     def lookup(self, ids):
         """Rows of int64 ids (any shape): [..., dim]; keys not stored (and the reserved
@@ -199,36 +240,49 @@ class IndexedTable:
         used, stale = self.used.read_value(), self.stale.read_value()
         capacity = gen_resource_variable_ops.variable_shape(self.values.handle, tf.int64)[0]
         full = used + tf.size(new_keys, out_type=tf.int64) > capacity
-        crowded = (stale + tf.size(buried, out_type=tf.int64) >
-                   tf.maximum(np.int64(mutable.MIN_TOMBSTONES),
-                              (used - 1 - stale) // mutable.TOMBSTONE_SHARE))
-        return {"whole": replace, "rebuild": tf.reduce_any([replace, full, crowded]),
-                "new_keys": new_keys, "new_rows": tf.boolean_mask(values, fresh),
-                "old_slots": tf.boolean_mask(slots, stored),
-                "old_rows": tf.boolean_mask(values, stored), "buried": buried,
-                "keys": keys, "values": values, "removed": removed,
-                "all_keys": all_keys, "all_values": all_values}
+        crowded = stale + tf.size(buried, out_type=tf.int64) > tf.maximum(
+            np.int64(mutable.MIN_TOMBSTONES), (used - 1 - stale) // mutable.TOMBSTONE_SHARE
+        )
+        return {
+            "whole": replace,
+            "rebuild": tf.reduce_any([replace, full, crowded]),
+            "new_keys": new_keys,
+            "new_rows": tf.boolean_mask(values, fresh),
+            "old_slots": tf.boolean_mask(slots, stored),
+            "old_rows": tf.boolean_mask(values, stored),
+            "buried": buried,
+            "keys": keys,
+            "values": values,
+            "removed": removed,
+            "all_keys": all_keys,
+            "all_values": all_values,
+        }
 
     def write(self, plan):
         """Op carrying out plan()'s changes (holding the model's lock): rows in place and new
         slots, or a rebuild."""
-        return tf.cond(plan["rebuild"], lambda: self._rebuild(plan),
-                       lambda: self._write(plan))
+        return tf.cond(plan["rebuild"], lambda: self._rebuild(plan), lambda: self._write(plan))
 
     def _write(self, plan):
-        new_slots = self.used.read_value() + tf.range(
-            tf.size(plan["new_keys"], out_type=tf.int64))
-        written = [gen_resource_variable_ops.resource_scatter_update(
-                       self.values.handle, plan["old_slots"], plan["old_rows"]),
-                   gen_resource_variable_ops.resource_scatter_update(
-                       self.values.handle, new_slots, plan["new_rows"])]
+        new_slots = self.used.read_value() + tf.range(tf.size(plan["new_keys"], out_type=tf.int64))
+        written = [
+            gen_resource_variable_ops.resource_scatter_update(
+                self.values.handle, plan["old_slots"], plan["old_rows"]
+            ),
+            gen_resource_variable_ops.resource_scatter_update(
+                self.values.handle, new_slots, plan["new_rows"]
+            ),
+        ]
         with tf.control_dependencies(written):
-            indexed = [self.index.insert(plan["new_keys"], tf.cast(new_slots, tf.int32)),
-                       self.index.insert(plan["buried"], tf.zeros_like(plan["buried"],
-                                                                       tf.int32))]
+            indexed = [
+                self.index.insert(plan["new_keys"], tf.cast(new_slots, tf.int32)),
+                self.index.insert(plan["buried"], tf.zeros_like(plan["buried"], tf.int32)),
+            ]
         with tf.control_dependencies(indexed):
-            counted = [self.used.assign_add(tf.size(new_slots, out_type=tf.int64)),
-                       self.stale.assign_add(tf.size(plan["buried"], out_type=tf.int64))]
+            counted = [
+                self.used.assign_add(tf.size(new_slots, out_type=tf.int64)),
+                self.stale.assign_add(tf.size(plan["buried"], out_type=tf.int64)),
+            ]
         with tf.control_dependencies(counted):
             return self.used.read_value()
 
@@ -236,31 +290,47 @@ class IndexedTable:
         """Refills the table with its live rows and the update's (or the update's alone,
         when it is the whole table): the rows into a fresh value of the variable (never
         fewer slots than it has), the index from empty buckets."""
+
         def kept_rows():
             keys, slots = self.index.export()
             keys, slots = tf.reshape(keys, [-1]), tf.reshape(slots, [-1])
-            kept = tf.logical_and(tf.logical_and(keys > DELETED_KEY, slots > 0),
-                                  tf.logical_not(isin(keys, tf.concat(
-                                      [plan["keys"], plan["removed"]], 0))))
-            return tf.boolean_mask(keys, kept), tf.gather(self.values,
-                                                          tf.boolean_mask(slots, kept))
+            kept = tf.logical_and(
+                tf.logical_and(keys > DELETED_KEY, slots > 0),
+                tf.logical_not(isin(keys, tf.concat([plan["keys"], plan["removed"]], 0))),
+            )
+            return tf.boolean_mask(keys, kept), tf.gather(self.values, tf.boolean_mask(slots, kept))
+
         def whole():  # the update's rows are the whole table (all of them, changed or not)
-            return (tf.zeros([0], tf.int64), tf.zeros([0, self.dim], tf.float32),
-                    plan["all_keys"], plan["all_values"])
+            return (
+                tf.zeros([0], tf.int64),
+                tf.zeros([0, self.dim], tf.float32),
+                plan["all_keys"],
+                plan["all_values"],
+            )
+
         old_keys, old_rows, new_keys, new_rows = tf.cond(
-            plan["whole"], whole, lambda: kept_rows() + (plan["keys"], plan["values"]))
+            plan["whole"], whole, lambda: kept_rows() + (plan["keys"], plan["values"])
+        )
         written = tf.logical_not(is_default(new_rows, self.default, self.dim))
         keys = tf.concat([old_keys, tf.boolean_mask(new_keys, written)], 0)
         rows = tf.concat([old_rows, tf.boolean_mask(new_rows, written)], 0)
         n = tf.size(keys, out_type=tf.int64)
         capacity = tf.maximum(
             capacity_for(n, tf.maximum),
-            gen_resource_variable_ops.variable_shape(self.values.handle, tf.int64)[0])
+            gen_resource_variable_ops.variable_shape(self.values.handle, tf.int64)[0],
+        )
         with tf.control_dependencies([keys, rows]):  # copied out before anything changes
-            assigned = self.values.assign(tf.concat([
-                self.default[None], rows,
-                tf.zeros(tf.stack([capacity - 1 - n, np.int64(self.dim)]), tf.float32)], 0),
-                read_value=False)
+            assigned = self.values.assign(
+                tf.concat(
+                    [
+                        self.default[None],
+                        rows,
+                        tf.zeros(tf.stack([capacity - 1 - n, np.int64(self.dim)]), tf.float32),
+                    ],
+                    0,
+                ),
+                read_value=False,
+            )
             emptied = empty_buckets(self.index, n, 1, tf.int32)
         with tf.control_dependencies([assigned, emptied]):
             filled = self.index.insert(keys, tf.cast(1 + tf.range(n), tf.int32))

@@ -22,6 +22,7 @@ The three smallest int64 keys are reserved: the hash tables' empty and deleted k
 key never stored that lookups read in their place. They cannot be served: they read the
 default, and exports and pushes leave them out with a warning.
 """
+
 import numpy as np
 import tensorflow as tf
 from tensorflow.python.ops import gen_lookup_ops  # LookupTableImportV2: no public wrapper
@@ -31,9 +32,9 @@ from rec_sdk.base.log import logger
 EMPTY_KEY = np.iinfo(np.int64).min
 DELETED_KEY = EMPTY_KEY + 1
 ABSENT_KEY = EMPTY_KEY + 2  # never stored: the reserved keys are looked up as this one
-MAX_LOAD = 0.8           # DenseHashTable's own max_load_factor
+MAX_LOAD = 0.8  # DenseHashTable's own max_load_factor
 MIN_BUCKETS = 1024
-SPLIT_ROWS = 1 << 16     # from this many rows a table is split (memory_layout)
+SPLIT_ROWS = 1 << 16  # from this many rows a table is split (memory_layout)
 # A sub-table is rebuilt when its tombstones pass both of these: a share of its live rows
 # (a quarter: tombstones hold buckets that new keys and probe chains would use) and a floor
 # (small tables are not rebuilt for a few removals).
@@ -64,8 +65,12 @@ def without_reserved_keys(name, keys, *columns):
     bad = keys <= ABSENT_KEY
     if not bad.any():
         return (keys,) + columns
-    logger.warning("table '%s': key(s) %s are reserved by the served hash table and are not "
-                   "served (they read the default)", name, sorted(set(keys[bad].tolist())))
+    logger.warning(
+        "table '%s': key(s) %s are reserved by the served hash table and are not "
+        "served (they read the default)",
+        name,
+        sorted(set(keys[bad].tolist())),
+    )
     return (keys[~bad],) + tuple(np.asarray(c)[~bad] for c in columns)
 
 
@@ -82,8 +87,10 @@ def track_asset_files(resource, keys_file, values_file):
     maps the paths its initializer captures to the files copied into the SavedModel's
     assets. Returns the two Assets."""
     track = resource._track_trackable  # pylint: disable=protected-access
-    return (track(tf.saved_model.Asset(keys_file), "_keys_file"),
-            track(tf.saved_model.Asset(values_file), "_values_file"))
+    return (
+        track(tf.saved_model.Asset(keys_file), "_keys_file"),
+        track(tf.saved_model.Asset(values_file), "_values_file"),
+    )
 
 
 def part_of(keys, parts):
@@ -100,8 +107,9 @@ def part_of_op(keys, parts):
 
 def default_of(default, dim):
     """A served table's default row [dim] (zeros when None)."""
-    return np.broadcast_to(np.asarray(0.0 if default is None else default, np.float32),
-                           [dim]).copy()
+    return np.broadcast_to(
+        np.asarray(0.0 if default is None else default, np.float32), [dim]
+    ).copy()
 
 
 class _AssetFilledTable(tf.lookup.experimental.DenseHashTable):
@@ -115,9 +123,13 @@ class _AssetFilledTable(tf.lookup.experimental.DenseHashTable):
         self._keys_file, self._values_file = track_asset_files(self, keys_file, values_file)
 
     def _initialize(self):
-        return stream_rows(tf.convert_to_tensor(self._keys_file),
-                           tf.convert_to_tensor(self._values_file), self._dim, self._rows,
-                           lambda keys, values, _: self.insert(keys, values))
+        return stream_rows(
+            tf.convert_to_tensor(self._keys_file),
+            tf.convert_to_tensor(self._values_file),
+            self._dim,
+            self._rows,
+            lambda keys, values, _: self.insert(keys, values),
+        )
 
 
 LOAD_BATCH = 1 << 16
@@ -142,18 +154,23 @@ def stream_rows(keys_path, values_path, dim, rows, write, first=0):
     LOAD_BATCH rows at a time (the files never sit in memory whole): write(keys, values,
     position) is the op adding one batch, position the number of its first row counted from
     `first`. Returns the rows added."""
-    batches = tf.data.Dataset.zip((
-        tf.data.FixedLengthRecordDataset(keys_path, 8 * LOAD_BATCH),
-        tf.data.FixedLengthRecordDataset(values_path, 4 * dim * LOAD_BATCH)))
+    batches = tf.data.Dataset.zip(
+        (
+            tf.data.FixedLengthRecordDataset(keys_path, 8 * LOAD_BATCH),
+            tf.data.FixedLengthRecordDataset(values_path, 4 * dim * LOAD_BATCH),
+        )
+    )
     end = tf.cast(first, tf.int64) + rows
 
     def add(total, batch):
         valid = tf.minimum(np.int64(LOAD_BATCH), end - total)
         keys = tf.io.decode_raw(batch[0], tf.int64, little_endian=True)[:valid]
-        values = tf.reshape(tf.io.decode_raw(batch[1], tf.float32, little_endian=True),
-                            [-1, dim])[:valid]
+        values = tf.reshape(tf.io.decode_raw(batch[1], tf.float32, little_endian=True), [-1, dim])[
+            :valid
+        ]
         with tf.control_dependencies([write(keys, values, total)]):
             return total + valid
+
     return batches.reduce(tf.cast(first, tf.int64), add) - tf.cast(first, tf.int64)
 
 
@@ -203,24 +220,32 @@ class ServedTable:
         self.rows = sum(rows for part in files for _, _, rows in part)
         self._eager = tf.executing_eagerly()
         if self._eager and any(len(part) != 1 for part in files):
-            raise ValueError("served table %r: sub-tables filled from several files are for "
-                             "tf.compat.v1 graphs" % name)
+            raise ValueError(
+                "served table %r: sub-tables filled from several files are for "
+                "tf.compat.v1 graphs" % name
+            )
         self.tables, self.tombstones = [], []
         for p, part in enumerate(files):
             label = "rec_sdk_served_%s_%d" % (name.replace("/", "_"), p)
-            kwargs = dict(key_dtype=tf.int64, value_dtype=tf.float32, default_value=default,
-                          empty_key=EMPTY_KEY, deleted_key=DELETED_KEY,
-                          initial_num_buckets=buckets, checkpoint=False, name=label)
+            kwargs = dict(
+                key_dtype=tf.int64,
+                value_dtype=tf.float32,
+                default_value=default,
+                empty_key=EMPTY_KEY,
+                deleted_key=DELETED_KEY,
+                initial_num_buckets=buckets,
+                checkpoint=False,
+                name=label,
+            )
             if self._eager:
                 keys_file, values_file, rows = part[0]
                 table = _AssetFilledTable(keys_file, values_file, dim, rows, **kwargs)
-                tombstones = tf.Variable(np.int64(0), trainable=False,
-                                         name=label + "_tombstones")
+                tombstones = tf.Variable(np.int64(0), trainable=False, name=label + "_tombstones")
             else:
                 table = tf.lookup.experimental.DenseHashTable(**kwargs)
-                tombstones = tf.compat.v1.Variable(np.int64(0), trainable=False,
-                                                   use_resource=True,
-                                                   name=label + "_tombstones")
+                tombstones = tf.compat.v1.Variable(
+                    np.int64(0), trainable=False, use_resource=True, name=label + "_tombstones"
+                )
             self.tables.append(table)
             self.tombstones.append(tombstones)
         self.variables = self.tombstones  # the table's variables (export initialises them)
@@ -232,9 +257,13 @@ class ServedTable:
         for table, part in zip(self.tables, self.files):
             for keys_file, values_file, rows in part:
                 with tf.control_dependencies([done]):
-                    done = stream_rows(asset_path(keys_file), asset_path(values_file),
-                                       self.dim, rows,
-                                       lambda keys, values, _, t=table: t.insert(keys, values))
+                    done = stream_rows(
+                        asset_path(keys_file),
+                        asset_path(values_file),
+                        self.dim,
+                        rows,
+                        lambda keys, values, _, t=table: t.insert(keys, values),
+                    )
         return done
 
     def _part_of(self, keys):
@@ -278,8 +307,10 @@ class ServedTable:
         applied one at a time, apply.py), and requests go on meanwhile."""
         parts = self._split(keys, values)
         gone = self._split(removed)
-        return [self._plan_part(p, k, v, r, replace)
-                for p, ((k, v), (r,)) in enumerate(zip(parts, gone))]
+        return [
+            self._plan_part(p, k, v, r, replace)
+            for p, ((k, v), (r,)) in enumerate(zip(parts, gone))
+        ]
 
     def write(self, plans):
         """Op carrying out plan()'s changes (holding the model's lock): each sub-table takes
@@ -287,12 +318,18 @@ class ServedTable:
         tombstones pass TOMBSTONE_SHARE of its live rows, or an insert would grow it)."""
         done = []
         for p, plan in enumerate(plans):
+
             def rebuild(p=p, plan=plan):
                 rows = (plan["keys"], plan["values"])
-                return tf.cond(plan["whole"], lambda: self._rebuild(p, *rows),
-                               lambda: self._rebuild(p, pending=rows))
-            done.append(tf.cond(plan["rebuild"], rebuild,
-                                lambda p=p, plan=plan: self._write_part(p, plan)))
+                return tf.cond(
+                    plan["whole"],
+                    lambda: self._rebuild(p, *rows),
+                    lambda: self._rebuild(p, pending=rows),
+                )
+
+            done.append(
+                tf.cond(plan["rebuild"], rebuild, lambda p=p, plan=plan: self._write_part(p, plan))
+            )
         return tf.group(*done)
 
     def _is_default(self, rows):
@@ -314,8 +351,7 @@ class ServedTable:
         keys, values = tf.boolean_mask(keys, changed), tf.boolean_mask(values, changed)
         maybe_new = self._is_default(tf.boolean_mask(current, changed))  # or a tombstone
         # A removed key that still reads a row gets the default row: a tombstone.
-        buried = tf.boolean_mask(removed,
-                                 tf.logical_not(self._is_default(table.lookup(removed))))
+        buried = tf.boolean_mask(removed, tf.logical_not(self._is_default(table.lookup(removed))))
         stored = tf.logical_not(maybe_new)
         new_keys = tf.boolean_mask(keys, maybe_new)
         old_keys = tf.concat([tf.boolean_mask(keys, stored), buried], 0)
@@ -324,27 +360,43 @@ class ServedTable:
         tombstones = self.tombstones[p].read_value()
         limit = MAX_LOAD * tf.cast(buckets, tf.float64)
         # The second insert (old_keys) counts the first one's new entries too.
-        would_grow = tf.cast(entries + tf.size(new_keys, out_type=tf.int64) +
-                             tf.size(old_keys, out_type=tf.int64), tf.float64) > limit
-        crowded = (tombstones + tf.size(buried, out_type=tf.int64) >
-                   tf.maximum(np.int64(MIN_TOMBSTONES),
-                              (entries - tombstones) // TOMBSTONE_SHARE))
+        would_grow = (
+            tf.cast(
+                entries
+                + tf.size(new_keys, out_type=tf.int64)
+                + tf.size(old_keys, out_type=tf.int64),
+                tf.float64,
+            )
+            > limit
+        )
+        crowded = tombstones + tf.size(buried, out_type=tf.int64) > tf.maximum(
+            np.int64(MIN_TOMBSTONES), (entries - tombstones) // TOMBSTONE_SHARE
+        )
         # Tombstones are the entries whose row is the default. Of the keys that read the
         # default, those that were stored were tombstones and are rows now; keys written
         # with the default row and buried keys are tombstones now.
         new_rows = tf.boolean_mask(values, maybe_new)
-        old_rows = tf.concat([tf.boolean_mask(values, stored),
-                              self.default_rows(tf.size(buried))], 0)
-        return {"whole": whole, "rebuild": tf.reduce_any([whole, crowded, would_grow]),
-                "new_keys": new_keys, "new_rows": new_rows,
-                "old_keys": old_keys, "old_rows": old_rows,
-                # What a rebuild writes: the whole table's rows, or those over its own.
-                "keys": tf.cond(whole, lambda: all_keys,
-                                lambda: tf.concat([new_keys, old_keys], 0)),
-                "values": tf.cond(whole, lambda: all_values,
-                                  lambda: tf.concat([new_rows, old_rows], 0)),
-                "tombstones": (tf.size(buried, out_type=tf.int64) +
-                               _count(self._is_default(values)) - _count(maybe_new))}
+        old_rows = tf.concat(
+            [tf.boolean_mask(values, stored), self.default_rows(tf.size(buried))], 0
+        )
+        return {
+            "whole": whole,
+            "rebuild": tf.reduce_any([whole, crowded, would_grow]),
+            "new_keys": new_keys,
+            "new_rows": new_rows,
+            "old_keys": old_keys,
+            "old_rows": old_rows,
+            # What a rebuild writes: the whole table's rows, or those over its own.
+            "keys": tf.cond(whole, lambda: all_keys, lambda: tf.concat([new_keys, old_keys], 0)),
+            "values": tf.cond(
+                whole, lambda: all_values, lambda: tf.concat([new_rows, old_rows], 0)
+            ),
+            "tombstones": (
+                tf.size(buried, out_type=tf.int64)
+                + _count(self._is_default(values))
+                - _count(maybe_new)
+            ),
+        }
 
     def _write_part(self, p, plan):
         table = self.tables[p]
@@ -370,24 +422,26 @@ class ServedTable:
             stored_keys, stored_rows = table.export()
             stored_keys = tf.reshape(stored_keys, [-1])
             stored_rows = tf.reshape(stored_rows, [-1, self.dim])
-            kept = tf.logical_and(stored_keys > DELETED_KEY,
-                                  tf.logical_not(self._is_default(stored_rows)))
+            kept = tf.logical_and(
+                stored_keys > DELETED_KEY, tf.logical_not(self._is_default(stored_rows))
+            )
             pending_keys, pending_rows = pending
             kept = tf.logical_and(kept, tf.logical_not(isin(stored_keys, pending_keys)))
             written = tf.logical_not(self._is_default(pending_rows))
             # The export aliases the table's buffers: the kept rows are copied out (gather)
             # before the import below replaces them.
-            keys = tf.concat([tf.boolean_mask(stored_keys, kept),
-                              tf.boolean_mask(pending_keys, written)], 0)
-            values = tf.concat([tf.boolean_mask(stored_rows, kept),
-                                tf.boolean_mask(pending_rows, written)], 0)
+            keys = tf.concat(
+                [tf.boolean_mask(stored_keys, kept), tf.boolean_mask(pending_keys, written)], 0
+            )
+            values = tf.concat(
+                [tf.boolean_mask(stored_rows, kept), tf.boolean_mask(pending_rows, written)], 0
+            )
         else:  # the rows of a whole table: those equal to the default read as not stored
             values = tf.reshape(values, [-1, self.dim])
             written = tf.logical_not(self._is_default(values))
             keys, values = tf.boolean_mask(keys, written), tf.boolean_mask(values, written)
         with tf.control_dependencies([keys, values]):
-            emptied = empty_buckets(table, tf.size(keys, out_type=tf.int64), self.dim,
-                                    tf.float32)
+            emptied = empty_buckets(table, tf.size(keys, out_type=tf.int64), self.dim, tf.float32)
         with tf.control_dependencies([emptied]):
             filled = table.insert(keys, values)
         with tf.control_dependencies([filled]):
@@ -426,18 +480,23 @@ def empty_buckets(table, n, width, dtype):
     # Fill's output is a new buffer each run (its shape is computed at run time), and the
     # import makes it the table's: it must not be a constant that the table would write.
     empty_keys = tf.compat.v1.placeholder_with_default(
-        tf.fill(tf.stack([buckets, 1]), EMPTY_KEY), None)
+        tf.fill(tf.stack([buckets, 1]), EMPTY_KEY), None
+    )
     return gen_lookup_ops.lookup_table_import_v2(
-        table.resource_handle, empty_keys, tf.zeros(tf.stack([buckets, np.int64(width)]), dtype))
+        table.resource_handle, empty_keys, tf.zeros(tf.stack([buckets, np.int64(width)]), dtype)
+    )
 
 
 def buckets_for(n):
     """Op: the power-of-two bucket count (at least MIN_BUCKETS) holding n entries under
     MAX_LOAD (so that inserting them does not grow the table)."""
     want = tf.cast(tf.math.ceil(tf.cast(n, tf.float64) / MAX_LOAD), tf.float64)
-    buckets = tf.cast(tf.pow(np.float64(2), tf.math.ceil(
-        tf.math.log(tf.maximum(want, 1.0)) / np.log(2.0))), tf.int64)
+    buckets = tf.cast(
+        tf.pow(np.float64(2), tf.math.ceil(tf.math.log(tf.maximum(want, 1.0)) / np.log(2.0))),
+        tf.int64,
+    )
     # Rounding in log: make sure the count is enough.
-    buckets = tf.where(tf.cast(buckets, tf.float64) * MAX_LOAD < tf.cast(n, tf.float64),
-                       buckets * 2, buckets)
+    buckets = tf.where(
+        tf.cast(buckets, tf.float64) * MAX_LOAD < tf.cast(n, tf.float64), buckets * 2, buckets
+    )
     return tf.maximum(buckets, np.int64(MIN_BUCKETS))

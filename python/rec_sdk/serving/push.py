@@ -14,6 +14,7 @@ PushHook pushes every N seconds or steps from a MonitoredSession (Estimator); pu
 makes a CheckpointSaverListener that pushes after each save; PushCallback pushes from Keras'
 fit() every N seconds or batches. In these a failed push is logged and training goes on.
 """
+
 import os
 import threading
 import time
@@ -21,23 +22,25 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from rec_sdk.ops.table_ops import Changes
-from rec_sdk.tables.table import tables_of_graph
-from rec_sdk.serving import update_files
-from rec_sdk.serving.update_files import UpdateError
-from rec_sdk.serving.mutable import without_reserved_keys
-from rec_sdk.serving.rank_parts import RankParts, is_over_ranks, push_over_ranks
-from rec_sdk.serving.static import dense_variables, serving_layers
 from rec_sdk.base.graph_state import state_of
 from rec_sdk.base.log import logger
 from rec_sdk.base.tf_compat import keras
+from rec_sdk.ops.serving_ops import Changes
+from rec_sdk.serving import update_files
+from rec_sdk.serving.mutable import without_reserved_keys
+from rec_sdk.serving.rank_parts import RankParts, is_over_ranks, push_over_ranks
+from rec_sdk.serving.static import dense_variables, serving_layers
+from rec_sdk.serving.update_files import UpdateError
+from rec_sdk.tables.table import tables_of_graph
 
 
 def _find(names, available, what, push_dir):
     missing = [n for n in names if n not in available]
     if missing:
-        raise ValueError("the update chain in %s serves %s %s, which this program does not "
-                         "have" % (push_dir, what, missing))
+        raise ValueError(
+            "the update chain in %s serves %s %s, which this program does not "
+            "have" % (push_dir, what, missing)
+        )
     return [available[n] for n in names]
 
 
@@ -50,8 +53,9 @@ def merge_shards(name, shards):
     keys, values = without_reserved_keys(name, keys, values)
     # A key removed and then written again since the last push is not removed.
     removed = without_reserved_keys(name, np.setdiff1d(removed, keys))[0]
-    return update_files.TableUpdate(name, keys, values, removed, replace,
-                                    [int(s.push_id) for s in shards])
+    return update_files.TableUpdate(
+        name, keys, values, removed, replace, [int(s.push_id) for s in shards]
+    )
 
 
 def accumulate(prior, new):
@@ -61,9 +65,13 @@ def accumulate(prior, new):
     kept = ~np.isin(prior.keys, later)
     removed = np.union1d(np.setdiff1d(prior.removed, new.keys), new.removed)
     return update_files.TableUpdate(
-        new.name, np.concatenate([prior.keys[kept], new.keys]),
-        np.concatenate([prior.values[kept], new.values]), removed, prior.replace,
-        new.push_ids)
+        new.name,
+        np.concatenate([prior.keys[kept], new.keys]),
+        np.concatenate([prior.values[kept], new.values]),
+        removed,
+        prior.replace,
+        new.push_ids,
+    )
 
 
 def _finite_number(x):
@@ -71,8 +79,14 @@ def _finite_number(x):
 
 
 def _empty(name, dim):
-    return update_files.TableUpdate(name, np.zeros([0], np.int64), np.zeros([0, dim], np.float32),
-                                    np.zeros([0], np.int64), False, [])
+    return update_files.TableUpdate(
+        name,
+        np.zeros([0], np.int64),
+        np.zeros([0, dim], np.float32),
+        np.zeros([0], np.int64),
+        False,
+        [],
+    )
 
 
 class Pusher:
@@ -100,15 +114,16 @@ class Pusher:
         if not _finite_number(base_fraction) or not 0 < base_fraction:
             raise ValueError("base_fraction must be a number > 0, got %r" % (base_fraction,))
         if not _finite_number(keep_secs) or keep_secs < 0:
-            raise ValueError("keep_secs must be a number >= 0 (seconds), got %r"
-                             % (keep_secs,))
+            raise ValueError("keep_secs must be a number >= 0 (seconds), got %r" % (keep_secs,))
         self.push_dir = push_dir
         self.base_fraction, self.keep_secs = base_fraction, keep_secs
         head = update_files.chain_head(push_dir)
         if head is None:
-            raise ValueError("%s holds no update chain: export the model with "
-                             "export_serving_model (or export_keras_serving_model) and "
-                             "push_dir=%r first" % (push_dir, push_dir))
+            raise ValueError(
+                "%s holds no update chain: export the model with "
+                "export_serving_model (or export_keras_serving_model) and "
+                "push_dir=%r first" % (push_dir, push_dir)
+            )
         self.chain = head["chain"]
         self.table_names = head["table_names"]
         self.dense_names = head["dense_names"]
@@ -124,7 +139,7 @@ class Pusher:
         self._error = None
         self.pushes = 0
         self.whole_updates = 0  # pushes that wrote every table whole
-        self.whole_tables = 0   # tables taken whole because their changes could not follow
+        self.whole_tables = 0  # tables taken whole because their changes could not follow
         self.failures = 0  # pushes that failed in hooks and callbacks (push_logging_errors)
 
     def push(self, sess=None, wait=True):
@@ -141,16 +156,19 @@ class Pusher:
             raise ValueError("the update chain in %s changed under this pusher" % self.push_dir)
         published = update_files.published_versions(self.push_dir)
         if published and published[-1] > head["version"]:
-            raise UpdateError("update %d in %s cannot be read (its MANIFEST is missing or "
-                              "corrupt): the chain cannot go on past it; export the model "
-                              "again with a new push_dir" % (published[-1], self.push_dir))
+            raise UpdateError(
+                "update %d in %s cannot be read (its MANIFEST is missing or "
+                "corrupt): the chain cannot go on past it; export the model "
+                "again with a new push_dir" % (published[-1], self.push_dir)
+            )
         if self._expected is not None and self._expected[0] == head["version"]:
             expected = self._expected[1]
         else:  # first push, or another pusher published since: follow the chain's head
             expected = update_files.shard_push_ids(head)
         if self._source.parts is not None:  # tables over ranks: each rank writes its rows
-            return push_over_ranks(self, self._source.parts, sess, head, expected,
-                                   *self._dense_now(sess))
+            return push_over_ranks(
+                self, self._source.parts, sess, head, expected, *self._dense_now(sess)
+            )
         taken = [[Changes(*s) for s in shards] for shards in self._source.take(sess)]
         whole = False
         for shards, want in zip(taken, expected):
@@ -162,8 +180,11 @@ class Pusher:
                 whole = True
         dense_values, dense_changed = self._dense_now(sess)
         tables = [merge_shards(name, shards) for name, shards in zip(self.table_names, taken)]
-        if not whole and not dense_changed and not any(
-                len(t.keys) or len(t.removed) for t in tables):
+        if (
+            not whole
+            and not dense_changed
+            and not any(len(t.keys) or len(t.removed) for t in tables)
+        ):
             self._expected = (head["version"], [t.push_ids for t in tables])  # nothing new
             return None
         # The changes since the last update alone, for replicas at its version (unknown when
@@ -178,20 +199,24 @@ class Pusher:
                 prior = None
         if prior is None:
             # A whole update: every table whole (a full take resets the tables' tracking).
-            tables = [merge_shards(name, [Changes(*s) for s in self._source.take_table(sess, i)])
-                      for i, name in enumerate(self.table_names)]
+            tables = [
+                merge_shards(name, [Changes(*s) for s in self._source.take_table(sess, i)])
+                for i, name in enumerate(self.table_names)
+            ]
             dense = list(zip(self.dense_names, dense_values))
             base = 0
         else:
-            dense = [(name, value if dense_changed or old is not None else None)
-                     for name, value, (_, old) in zip(self.dense_names, dense_values,
-                                                      prior_dense)]
+            dense = [
+                (name, value if dense_changed or old is not None else None)
+                for name, value, (_, old) in zip(self.dense_names, dense_values, prior_dense)
+            ]
         ids = [t.push_ids for t in tables]
         version = head["version"] + 1
 
         def write():
-            update_files.write_update(self.push_dir, version, base, self.chain, tables, dense,
-                                      steps)
+            update_files.write_update(
+                self.push_dir, version, base, self.chain, tables, dense, steps
+            )
             self._expected = (version, ids)
             self._last_dense = dense_values
             self.pushes += 1
@@ -201,11 +226,13 @@ class Pusher:
         if wait:
             write()
         else:
+
             def run():
                 try:
                     write()
                 except Exception as e:  # reported by the next push or wait()
                     self._error = e
+
             self._writer = threading.Thread(target=run, name="rec_sdk_push", daemon=True)
             self._writer.start()
         return version
@@ -214,7 +241,8 @@ class Pusher:
         """(the dense variables' values, whether they changed since the last push)."""
         values = self._source.dense(sess)
         changed = self._last_dense is None or any(
-            not np.array_equal(a, b) for a, b in zip(values, self._last_dense))
+            not np.array_equal(a, b) for a, b in zip(values, self._last_dense)
+        )
         return values, changed
 
     def _since_base(self, head):
@@ -224,19 +252,29 @@ class Pusher:
         dims = self._source.dims
         dtypes = self._source.dense_dtypes
         if head["whole"]:
-            return ([_empty(n, d) for n, d in zip(self.table_names, dims)],
-                    [(n, None) for n in self.dense_names], head["version"],
-                    sum(head["table_rows"]))
+            return (
+                [_empty(n, d) for n, d in zip(self.table_names, dims)],
+                [(n, None) for n in self.dense_names],
+                head["version"],
+                sum(head["table_rows"]),
+            )
         try:
             tables, dense = update_files.read_update(self.push_dir, head, dims, dtypes)
             base = head["base"]
             base_manifest = update_files.read_manifest(
-                os.path.join(self.push_dir, update_files.BASE) if base == 0 else
-                os.path.join(update_files.update_dir(self.push_dir, base),
-                             update_files.MANIFEST))
+                os.path.join(self.push_dir, update_files.BASE)
+                if base == 0
+                else os.path.join(
+                    update_files.update_dir(self.push_dir, base), update_files.MANIFEST
+                )
+            )
         except (UpdateError, OSError) as e:
-            logger.warning("serving push: the newest update in %s cannot be read (%s): "
-                           "this push is a whole update", self.push_dir, e)
+            logger.warning(
+                "serving push: the newest update in %s cannot be read (%s): "
+                "this push is a whole update",
+                self.push_dir,
+                e,
+            )
             return None
         return tables, dense, base, sum(base_manifest["table_rows"])
 
@@ -271,13 +309,15 @@ class _GraphSource:
         over_ranks = [ts[0] for ts in shards if is_over_ranks(ts[0])]
         self.parts = None
         if over_ranks and len(over_ranks) != len(shards):
-            raise ValueError("the update chain in %s serves tables over ranks (%s) and others: "
-                             "one served model takes tables over ranks or none"
-                             % (pusher.push_dir, [t.table_name for t in over_ranks]))
-        variables = {v.op.name: v for v in
-                     graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)}
-        self.variables = _find(pusher.dense_names, variables, "dense variables",
-                               pusher.push_dir)
+            raise ValueError(
+                "the update chain in %s serves tables over ranks (%s) and others: "
+                "one served model takes tables over ranks or none"
+                % (pusher.push_dir, [t.table_name for t in over_ranks])
+            )
+        variables = {
+            v.op.name: v for v in graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_VARIABLES)
+        }
+        self.variables = _find(pusher.dense_names, variables, "dense variables", pusher.push_dir)
         self.dims = [ts[0].dim for ts in shards]
         self.dense_dtypes = [v.dtype.base_dtype.as_numpy_dtype for v in self.variables]
         self.inactive = bool(over_ranks) and over_ranks[0].ranks.rank != 0
@@ -306,13 +346,22 @@ class _EagerSource:
 
     def __init__(self, pusher, model):
         layers = serving_layers(model)
-        self.variables = _find(pusher.dense_names,
-                               {v.name: v for v in dense_variables(model, layers)},
-                               "dense variables", pusher.push_dir)
+        self.variables = _find(
+            pusher.dense_names,
+            {v.name: v for v in dense_variables(model, layers)},
+            "dense variables",
+            pusher.push_dir,
+        )
         self.parts, self.inactive = None, False
-        self.tables = [v.shards for v in _find(pusher.table_names,
-                                               {l.params.name: l.params for l in layers},
-                                               "tables", pusher.push_dir)]
+        self.tables = [
+            v.shards
+            for v in _find(
+                pusher.table_names,
+                {ln.params.name: ln.params for ln in layers},
+                "tables",
+                pusher.push_dir,
+            )
+        ]
         self.dims = [shards[0].dim for shards in self.tables]
         self.dense_dtypes = [v.dtype.base_dtype.as_numpy_dtype for v in self.variables]
 
@@ -321,8 +370,7 @@ class _EagerSource:
         return Changes(*(np.asarray(x) for x in taken))
 
     def take(self, sess):
-        return [[self._numpy(t.take_changes(full=False)) for t in shards]
-                for shards in self.tables]
+        return [[self._numpy(t.take_changes(full=False)) for t in shards] for shards in self.tables]
 
     def take_table(self, sess, i):
         return [self._numpy(t.take_changes(full=True)) for t in self.tables[i]]
@@ -338,8 +386,11 @@ def push_logging_errors(pusher, sess=None, wait=True):
         return pusher.push(sess, wait=wait)
     except (UpdateError, OSError, tf.errors.OpError, ValueError) as e:
         pusher.failures += 1
-        logger.error("serving push to %s failed: %s; training goes on, the next push sends "
-                     "the tables whole", pusher.push_dir, e)
+        logger.error(
+            "serving push to %s failed: %s; training goes on, the next push sends the tables whole",
+            pusher.push_dir,
+            e,
+        )
         return None
 
 
@@ -362,8 +413,11 @@ class PushHook(tf.compat.v1.train.SessionRunHook):
 
     def after_run(self, run_context, run_values):
         self._steps += 1
-        due = (self._steps >= self.every_steps if self.every_steps else
-               time.monotonic() - self._last >= self.every_secs)
+        due = (
+            self._steps >= self.every_steps
+            if self.every_steps
+            else time.monotonic() - self._last >= self.every_secs
+        )
         if due:
             self._steps = 0
             self._last = time.monotonic()
@@ -414,8 +468,11 @@ class PushCallback(keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         self._batches += 1
-        due = (self._batches >= self.every_batches if self.every_batches else
-               time.monotonic() - self._last >= self.every_secs)
+        due = (
+            self._batches >= self.every_batches
+            if self.every_batches
+            else time.monotonic() - self._last >= self.every_secs
+        )
         if due:
             self._batches = 0
             self._last = time.monotonic()

@@ -6,6 +6,7 @@ of the row; a value is off by at most scale / 2 = (max - min) / 510 of its row (
 rounding). At dim 64 a row takes 72 bytes instead of 256 (0.28x), at dim 16 24 instead of 64.
 The export measures the largest error over all rows and logs it.
 """
+
 import numpy as np
 import tensorflow as tf
 
@@ -63,9 +64,13 @@ class StoredRows:
             served = values
         self.max_error = float(np.max(np.abs(served - values))) if values.size else 0.0
         if row_dtype != "float32":
-            logger.info("serving export: %s rows of %s: largest error %.3g (largest |value| "
-                        "%.3g)", row_dtype, what, self.max_error,
-                        float(np.max(np.abs(values))) if values.size else 0.0)
+            logger.info(
+                "serving export: %s rows of %s: largest error %.3g (largest |value| %.3g)",
+                row_dtype,
+                what,
+                self.max_error,
+                float(np.max(np.abs(values))) if values.size else 0.0,
+            )
 
     def rows(self, gathered):
         """float32 rows from the arrays gathered at the same rows."""

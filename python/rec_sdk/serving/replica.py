@@ -13,6 +13,7 @@ gRPC API: the model's "version" and "apply_update" signatures through Predict).
 (follow.py) is the small watcher to run beside a TensorFlow Serving process: it polls the
 push directory and applies each new update through the server's Predict API.
 """
+
 import json
 import os
 import time
@@ -24,16 +25,17 @@ import tensorflow as tf
 
 try:  # GrpcModel's protos: the optional tensorflow-serving-api package
     from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_service_pb2_grpc
+
     _SERVING_API_MISSING = None
 except ImportError as e:
     model_pb2 = predict_pb2 = prediction_service_pb2_grpc = None
     _SERVING_API_MISSING = str(e)
 
+from rec_sdk.base.log import logger
 from rec_sdk.ops.loader import load_ops_if_built
 from rec_sdk.serving import update_files
 from rec_sdk.serving.export import APPLY_SIGNATURE, VERSION_INPUT, VERSION_SIGNATURE
 from rec_sdk.serving.update_files import UpdateError
-from rec_sdk.base.log import logger
 
 
 class ServedModel:
@@ -45,19 +47,23 @@ class ServedModel:
         self.graph = tf.Graph()
         self.sess = tf.compat.v1.Session(graph=self.graph)
         with self.graph.as_default():
-            meta = tf.compat.v1.saved_model.loader.load(self.sess, [tf.saved_model.SERVING],
-                                                        export_dir)
+            meta = tf.compat.v1.saved_model.loader.load(
+                self.sess, [tf.saved_model.SERVING], export_dir
+            )
         self.signatures = meta.signature_def
 
     def run(self, signature, feeds=None):
         if signature not in self.signatures:
-            raise ValueError("the model has no signature %r (it has %s)"
-                             % (signature, sorted(self.signatures)))
+            raise ValueError(
+                "the model has no signature %r (it has %s)" % (signature, sorted(self.signatures))
+            )
         sig = self.signatures[signature]
         unknown = sorted(set(feeds or {}) - set(sig.inputs))
         if unknown:
-            raise ValueError("signature %r has no inputs %s (its inputs: %s)"
-                             % (signature, unknown, sorted(sig.inputs)))
+            raise ValueError(
+                "signature %r has no inputs %s (its inputs: %s)"
+                % (signature, unknown, sorted(sig.inputs))
+            )
         feed = {sig.inputs[k].name: v for k, v in (feeds or {}).items()}
         return self.sess.run({k: v.name for k, v in sig.outputs.items()}, feed)
 
@@ -89,17 +95,25 @@ class RestModel:
         """Predict of `signature` with `inputs` ({name: value}, in TF Serving's columnar
         "inputs" format); returns its "outputs" as TF Serving writes them: a dict by output
         name, or the value itself when the signature has one output."""
-        body = json.dumps({"signature_name": signature, "inputs": {
-            k: np.asarray(v).tolist() if isinstance(v, np.ndarray) else v
-            for k, v in inputs.items()}}).encode()
-        request = urllib.request.Request(self.url + ":predict", body,
-                                         {"Content-Type": "application/json"})
+        body = json.dumps(
+            {
+                "signature_name": signature,
+                "inputs": {
+                    k: np.asarray(v).tolist() if isinstance(v, np.ndarray) else v
+                    for k, v in inputs.items()
+                },
+            }
+        ).encode()
+        request = urllib.request.Request(
+            self.url + ":predict", body, {"Content-Type": "application/json"}
+        )
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
                 return json.loads(response.read())["outputs"]
         except urllib.error.HTTPError as e:
-            raise UpdateError("%s (%s): %s" % (signature, self.url,
-                                               e.read().decode(errors="replace"))) from None
+            raise UpdateError(
+                "%s (%s): %s" % (signature, self.url, e.read().decode(errors="replace"))
+            ) from None
 
     def predict(self, feeds):
         return self.run("serving_default", feeds)
@@ -120,24 +134,30 @@ class GrpcModel:
 
     def __init__(self, target, name, timeout=600):
         if _SERVING_API_MISSING:
-            raise ImportError("GrpcModel needs the tensorflow-serving-api package: pip install "
-                              "--no-deps tensorflow-serving-api (%s)" % _SERVING_API_MISSING)
+            raise ImportError(
+                "GrpcModel needs the tensorflow-serving-api package: pip install "
+                "--no-deps tensorflow-serving-api (%s)" % _SERVING_API_MISSING
+            )
         self.target, self.name, self.timeout = target, name, timeout
-        self._channel = grpc.insecure_channel(target, options=[
-            ("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)])
+        self._channel = grpc.insecure_channel(
+            target,
+            options=[("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)],
+        )
         self._stub = prediction_service_pb2_grpc.PredictionServiceStub(self._channel)
 
     def run(self, signature, inputs):
         """Predict of `signature` with `inputs` ({name: array}); returns {output: array}."""
-        request = predict_pb2.PredictRequest(model_spec=model_pb2.ModelSpec(
-            name=self.name, signature_name=signature))
+        request = predict_pb2.PredictRequest(
+            model_spec=model_pb2.ModelSpec(name=self.name, signature_name=signature)
+        )
         for key, value in inputs.items():
             request.inputs[key].CopyFrom(tf.make_tensor_proto(value))
         try:
             response = self._stub.Predict(request, timeout=self.timeout)
         except grpc.RpcError as e:
-            raise UpdateError("%s (%s, model %s): %s" % (signature, self.target, self.name,
-                                                         e.details())) from None
+            raise UpdateError(
+                "%s (%s, model %s): %s" % (signature, self.target, self.name, e.details())
+            ) from None
         return {key: tf.make_ndarray(value) for key, value in response.outputs.items()}
 
     def predict(self, feeds):
@@ -158,14 +178,16 @@ def model_at(url):
     """The model a watcher drives: http://HOST:PORT/v1/models/NAME (TensorFlow Serving's
     REST API) or grpc://HOST:PORT/NAME (its gRPC API)."""
     if url.startswith("grpc://"):
-        target, _, name = url[len("grpc://"):].partition("/")
+        target, _, name = url[len("grpc://") :].partition("/")
         if not target or not name or "/" in name:
             raise ValueError("a gRPC server is grpc://HOST:PORT/MODEL_NAME, got %r" % url)
         return GrpcModel(target, name)
     if url.startswith(("http://", "https://")):
         return RestModel(url)
-    raise ValueError("--server must be http://HOST:PORT/v1/models/NAME (REST) or "
-                     "grpc://HOST:PORT/NAME (gRPC), got %r" % url)
+    raise ValueError(
+        "--server must be http://HOST:PORT/v1/models/NAME (REST) or "
+        "grpc://HOST:PORT/NAME (gRPC), got %r" % url
+    )
 
 
 def _manifest(push_dir, version, what):
@@ -183,23 +205,32 @@ def follow(push_dir, model):
     version, chain = model.version()
     base = os.path.join(push_dir, update_files.BASE)
     if not os.path.exists(base):
-        raise UpdateError("%s holds no update chain (no %s): the export's push_dir is where "
-                          "its updates are published" % (push_dir, update_files.BASE))
+        raise UpdateError(
+            "%s holds no update chain (no %s): the export's push_dir is where "
+            "its updates are published" % (push_dir, update_files.BASE)
+        )
     base_chain = update_files.read_manifest(base)["chain"]
     if base_chain != chain:
-        raise UpdateError("%s is the push directory of another export (chain %s); the model "
-                          "serves chain %s" % (push_dir, base_chain, chain))
+        raise UpdateError(
+            "%s is the push directory of another export (chain %s); the model "
+            "serves chain %s" % (push_dir, base_chain, chain)
+        )
     published = update_files.published_versions(push_dir)
     if not published or published[-1] <= version:
         return []
     newest = _manifest(push_dir, published[-1], "the newest")
     plan = [newest["version"]]
     if newest["base"] > version:
-        whole = _manifest(push_dir, newest["base"],
-                          "the whole update that update %d builds on" % newest["version"])
+        whole = _manifest(
+            push_dir,
+            newest["base"],
+            "the whole update that update %d builds on" % newest["version"],
+        )
         if not whole["whole"]:
-            raise UpdateError("update %d in %s is not a whole update, yet update %d builds on "
-                              "it" % (whole["version"], push_dir, newest["version"]))
+            raise UpdateError(
+                "update %d in %s is not a whole update, yet update %d builds on "
+                "it" % (whole["version"], push_dir, newest["version"])
+            )
         plan.insert(0, whole["version"])
     applied = []
     for published_version in plan:

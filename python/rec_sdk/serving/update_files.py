@@ -31,6 +31,7 @@ float32 [rows, dim], removed int64, little-endian. A served model checks all of 
 stock ops before it changes anything (serving/apply.py), so a truncated, corrupt or partial
 update is refused by the name of its file.
 """
+
 import collections
 import os
 import shutil
@@ -49,20 +50,30 @@ FINGERPRINT_BYTES = 8
 
 # The Example's features: name -> (dtype, fixed length or None for a list).
 MANIFEST_FEATURES = {
-    "version": tf.int64, "base": tf.int64, "whole": tf.int64, "step_parent": tf.int64,
+    "version": tf.int64,
+    "base": tf.int64,
+    "whole": tf.int64,
+    "step_parent": tf.int64,
     "chain": tf.string,
-    "table_names": tf.string, "table_rows": tf.int64, "table_removed": tf.int64,
-    "table_replace": tf.int64, "table_shards": tf.int64, "table_push_ids": tf.int64,
-    "files": tf.string, "file_sizes": tf.int64, "file_fingerprints": tf.int64,
-    "dense_names": tf.string, "dense_present": tf.int64, "table_ranks": tf.int64,
+    "table_names": tf.string,
+    "table_rows": tf.int64,
+    "table_removed": tf.int64,
+    "table_replace": tf.int64,
+    "table_shards": tf.int64,
+    "table_push_ids": tf.int64,
+    "files": tf.string,
+    "file_sizes": tf.int64,
+    "file_fingerprints": tf.int64,
+    "dense_names": tf.string,
+    "dense_present": tf.int64,
+    "table_ranks": tf.int64,
 }
 _SCALARS = ("version", "base", "whole", "step_parent", "chain")
 
 
 # One table's part of an update: rows [n] and values [n, dim], removed keys, whether the rows
 # are the whole table, and the push id each of its shards' changes end at.
-TableUpdate = collections.namedtuple("TableUpdate",
-                                     "name keys values removed replace push_ids")
+TableUpdate = collections.namedtuple("TableUpdate", "name keys values removed replace push_ids")
 
 
 class UpdateError(ValueError):
@@ -80,15 +91,25 @@ TableSummary = collections.namedtuple("TableSummary", "name rows removed replace
 
 def summary(table):
     """The TableSummary of a TableUpdate (written by this process: one rank)."""
-    return TableSummary(table.name, len(table.keys), len(table.removed), bool(table.replace),
-                        list(table.push_ids), 1)
+    return TableSummary(
+        table.name,
+        len(table.keys),
+        len(table.removed),
+        bool(table.replace),
+        list(table.push_ids),
+        1,
+    )
 
 
 def table_file(i, kind, step=False, rank=None):
     """The name of table i's file of `kind` (keys, values or removed); step: of the changes
     since the previous version alone; rank: the part rank `rank` wrote (tables over ranks)."""
-    return "table%d.%s%s%s" % (i, "step." if step else "",
-                               "" if rank is None else "rank%d." % rank, kind)
+    return "table%d.%s%s%s" % (
+        i,
+        "step." if step else "",
+        "" if rank is None else "rank%d." % rank,
+        kind,
+    )
 
 
 def table_files(i, kind, ranks, step=False):
@@ -147,11 +168,15 @@ def _example(manifest):
         if name in _SCALARS:
             values = [values]
         if dtype == tf.string:
-            feature[name] = tf.train.Feature(bytes_list=tf.train.BytesList(
-                value=[v.encode() if isinstance(v, str) else bytes(v) for v in values]))
+            feature[name] = tf.train.Feature(
+                bytes_list=tf.train.BytesList(
+                    value=[v.encode() if isinstance(v, str) else bytes(v) for v in values]
+                )
+            )
         else:
-            feature[name] = tf.train.Feature(int64_list=tf.train.Int64List(
-                value=[int(v) for v in values]))
+            feature[name] = tf.train.Feature(
+                int64_list=tf.train.Int64List(value=[int(v) for v in values])
+            )
     return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
 
 
@@ -191,8 +216,9 @@ class StagedUpdate:
         self.push_dir, self.version = push_dir, version
         self.final = update_dir(push_dir, version)
         if os.path.exists(self.final):
-            raise UpdateError("%s already exists: update %d was published before"
-                              % (self.final, version))
+            raise UpdateError(
+                "%s already exists: update %d was published before" % (self.final, version)
+            )
         remove_stale_temporaries(push_dir)
         self.path = os.path.join(push_dir, ".tmp-%d-%d" % (version, os.getpid()))
         if os.path.exists(self.path):
@@ -227,17 +253,21 @@ class StagedUpdate:
             if value is not None:
                 self.put(dense_file(j), np.asarray(value))
         manifest = {
-            "version": self.version, "base": base, "chain": chain,
+            "version": self.version,
+            "base": base,
+            "chain": chain,
             "step_parent": self.version - 1 if steps else -1,
-            "whole": int(all(t.replace for t in tables) and
-                         all(v is not None for _, v in dense)),
-            "table_names": [t.name for t in tables], "table_rows": [t.rows for t in tables],
+            "whole": int(all(t.replace for t in tables) and all(v is not None for _, v in dense)),
+            "table_names": [t.name for t in tables],
+            "table_rows": [t.rows for t in tables],
             "table_removed": [t.removed for t in tables],
             "table_replace": [int(bool(t.replace)) for t in tables],
             "table_shards": [len(t.push_ids) for t in tables],
             "table_push_ids": [int(i) for t in tables for i in t.push_ids],
             "table_ranks": [int(t.ranks) for t in tables],
-            "files": self.files, "file_sizes": self.sizes, "file_fingerprints": self.prints,
+            "files": self.files,
+            "file_sizes": self.sizes,
+            "file_fingerprints": self.prints,
             "dense_names": [d[0] for d in dense],
             "dense_present": [int(d[1] is not None) for d in dense],
         }
@@ -268,8 +298,9 @@ def read_update(push_dir, manifest, dims, dense_dtypes):
     `manifest`, every file checked against it (UpdateError naming the file otherwise).
     dims: each table's row width; dense_dtypes: each dense variable's NumPy dtype."""
     where = update_dir(push_dir, manifest["version"])
-    listed = dict(zip(manifest["files"], zip(manifest["file_sizes"],
-                                              manifest["file_fingerprints"])))
+    listed = dict(
+        zip(manifest["files"], zip(manifest["file_sizes"], manifest["file_fingerprints"]))
+    )
 
     def load(name, dtype):
         path = os.path.join(where, name)
@@ -291,13 +322,20 @@ def read_update(push_dir, manifest, dims, dense_dtypes):
 
     tables = []
     for i, name in enumerate(manifest["table_names"]):
-        tables.append(TableUpdate(
-            name, load_all(i, "keys", "<i8"),
-            load_all(i, "values", "<f4").reshape(-1, dims[i]),
-            load_all(i, "removed", "<i8"), bool(manifest["table_replace"][i]),
-            shard_push_ids(manifest)[i]))
-    dense = [(name, load(dense_file(j), dtype) if manifest["dense_present"][j] else None)
-             for j, (name, dtype) in enumerate(zip(manifest["dense_names"], dense_dtypes))]
+        tables.append(
+            TableUpdate(
+                name,
+                load_all(i, "keys", "<i8"),
+                load_all(i, "values", "<f4").reshape(-1, dims[i]),
+                load_all(i, "removed", "<i8"),
+                bool(manifest["table_replace"][i]),
+                shard_push_ids(manifest)[i],
+            )
+        )
+    dense = [
+        (name, load(dense_file(j), dtype) if manifest["dense_present"][j] else None)
+        for j, (name, dtype) in enumerate(zip(manifest["dense_names"], dense_dtypes))
+    ]
     return tables, dense
 
 
@@ -331,6 +369,7 @@ def retire_old_updates(push_dir, keep_secs, now=None):
 
 def remove_stale_temporaries(push_dir):
     """Deletes the temporary directories of pushers that are gone (killed mid-write)."""
+
     def writer_of(name):
         parts = name.split("-")
         if name.startswith((".tmp-", ".retired-")) and len(parts) == 3 and parts[2].isdigit():
@@ -346,14 +385,22 @@ def write_base(push_dir, chain, table_names, push_ids, dense_names, table_rows, 
     table_ranks: how many ranks write each table's files (default 1 each)."""
     os.makedirs(push_dir, exist_ok=True)
     manifest = {
-        "version": 0, "base": 0, "whole": 1, "step_parent": -1, "chain": chain,
+        "version": 0,
+        "base": 0,
+        "whole": 1,
+        "step_parent": -1,
+        "chain": chain,
         "table_names": list(table_names),
-        "table_rows": [int(n) for n in table_rows], "table_removed": [0] * len(table_names),
+        "table_rows": [int(n) for n in table_rows],
+        "table_removed": [0] * len(table_names),
         "table_replace": [1] * len(table_names),
         "table_shards": [len(ids) for ids in push_ids],
         "table_push_ids": [int(i) for ids in push_ids for i in ids],
-        "files": [], "file_sizes": [], "file_fingerprints": [],
-        "dense_names": list(dense_names), "dense_present": [0] * len(dense_names),
+        "files": [],
+        "file_sizes": [],
+        "file_fingerprints": [],
+        "dense_names": list(dense_names),
+        "dense_present": [0] * len(dense_names),
         "table_ranks": [int(r) for r in (table_ranks or [1] * len(table_names))],
     }
     atomic_dir.replace_file(os.path.join(push_dir, BASE), encode_manifest(manifest))
@@ -375,7 +422,7 @@ def shard_push_ids(manifest):
     """[[push id of each shard] of each table] of a manifest."""
     out, at = [], 0
     for n in manifest["table_shards"]:
-        out.append(manifest["table_push_ids"][at:at + n])
+        out.append(manifest["table_push_ids"][at : at + n])
         at += n
     return out
 

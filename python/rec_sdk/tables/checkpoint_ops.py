@@ -4,17 +4,29 @@ commit, restore (from one or several directories, re-sharding), the stored keys,
 keys, and applying a delta. rec_sdk.saver runs them; a graph loaded from a MetaGraph finds them
 by name (`find`).
 """
+
 import tensorflow as tf
 
 from rec_sdk.ops import table_ops
 
 # {key: name in the table's checkpoint scope} (":<i>" for a tensor, else an op).
 _NAMES = {
-    "keys": "keys:0", "remove_keys": "remove_keys:0", "remove": "remove",
-    "save_dir": "save_dir:0", "delta": "delta:0", "save": "save:0", "save_id": "save:1",
-    "commit_id": "commit_id:0", "commit": "commit", "apply_delta": "apply_delta:0",
-    "restore_dirs": "restore_dirs:0", "rank_id": "rank_id:0", "rank_size": "rank_size:0",
-    "restore": "restore:0", "restore_note": "restore:1"}
+    "keys": "keys:0",
+    "remove_keys": "remove_keys:0",
+    "remove": "remove",
+    "save_dir": "save_dir:0",
+    "delta": "delta:0",
+    "save": "save:0",
+    "save_id": "save:1",
+    "commit_id": "commit_id:0",
+    "commit": "commit",
+    "apply_delta": "apply_delta:0",
+    "restore_dirs": "restore_dirs:0",
+    "rank_id": "rank_id:0",
+    "rank_size": "rank_size:0",
+    "restore": "restore:0",
+    "restore_note": "restore:1",
+}
 
 
 def build(handle, table_name, key_dtype):
@@ -24,10 +36,12 @@ def build(handle, table_name, key_dtype):
         save_dir = tf.compat.v1.placeholder(tf.string, [], name="save_dir")
         delta = tf.compat.v1.placeholder_with_default(False, [], name="delta")
         restore_dirs = tf.compat.v1.placeholder(tf.string, [None], name="restore_dirs")
-        rank_id = tf.compat.v1.placeholder_with_default(tf.constant(0, tf.int64), [],
-                                                        name="rank_id")
-        rank_size = tf.compat.v1.placeholder_with_default(tf.constant(1, tf.int64), [],
-                                                          name="rank_size")
+        rank_id = tf.compat.v1.placeholder_with_default(
+            tf.constant(0, tf.int64), [], name="rank_id"
+        )
+        rank_size = tf.compat.v1.placeholder_with_default(
+            tf.constant(1, tf.int64), [], name="rank_size"
+        )
         table_ops.restore(handle, restore_dirs, rank_id, rank_size, name="restore")
         table_ops.save(handle, save_dir, delta, name="save")
         commit_id = tf.compat.v1.placeholder(tf.int64, [], name="commit_id")
@@ -48,5 +62,5 @@ def find(op):
     MetaGraph: found by name), or None (a table saved by no checkpoint)."""
     for consumer in op.outputs[0].consumers():
         if consumer.type == table_ops.RESTORE_OP and consumer.name.endswith("/restore"):
-            return _found(op.graph, consumer.name[:-len("restore")])
+            return _found(op.graph, consumer.name[: -len("restore")])
     return None

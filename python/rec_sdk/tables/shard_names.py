@@ -7,6 +7,7 @@
 * A table of the SDK API sharded over N ranks keeps rank r's shard in checkpoints as the
   directory `<table>@<r>of<N>`.
 """
+
 import re
 import zlib
 

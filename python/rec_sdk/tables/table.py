@@ -6,21 +6,21 @@ by `create`; it owns its handle op, its checkpoint ops (rec_sdk.tables.checkpoin
 thresholds its lookups configured; what the lookups did is recorded in the graph's GraphState
 (`table.lookups`).
 """
+
 import threading
 
 import tensorflow as tf
 from tensorflow.core.framework.attr_value_pb2 import NameAttrList
 from tensorflow.python.framework import ops as framework_ops
 
-from rec_sdk.constants.constants import TABLE_COLLECTION
-from rec_sdk.tables import checkpoint_ops
-from rec_sdk.tables import table_files
-from rec_sdk.tables.keys import as_keys
-from rec_sdk.tables.table_spec import TableSpec
-from rec_sdk.ops import loader, table_ops
 from rec_sdk.base import tf_processors
 from rec_sdk.base.graph_state import state_of
-from rec_sdk.base.validation import THRESHOLD_RANGE, check_threshold
+from rec_sdk.constants.constants import TABLE_COLLECTION
+from rec_sdk.ops import loader, serving_ops, table_ops
+from rec_sdk.tables import checkpoint_ops, table_files
+from rec_sdk.tables.admission import TableAdmission
+from rec_sdk.tables.keys import as_keys
+from rec_sdk.tables.table_spec import TableSpec
 
 _uid_lock = threading.Lock()
 _next_uid = [0]
@@ -37,7 +37,7 @@ def _from_spec(field, doc):
     return property(lambda self: getattr(self.spec, field), doc=doc)
 
 
-class SparseEmbedding(tf.saved_model.experimental.TrackableResource):
+class SparseEmbedding(TableAdmission, tf.saved_model.experimental.TrackableResource):
     """A rec_sdk embedding table, as returned by `create_table`.
 
     Attributes: table_name, key_dtype, dim, value_dtype, is_save, capacity_rows (the fixed
@@ -55,14 +55,7 @@ class SparseEmbedding(tf.saved_model.experimental.TrackableResource):
     def __init__(self, spec, handle=None):
         self.spec = spec
         self.graph = tf.compat.v1.get_default_graph()
-        # Admission and eviction, fixed by the first lookup that configures them; they reach
-        # the C++ table through one TableConfigureAdmission op (configured_handle), built
-        # with the first op that reads them. A rank's shard held by rank 0 follows the
-        # thresholds of the table it is a shard of (see follow_admission).
-        self._thresholds = (-1, -1 if spec.steps_to_live is None else spec.steps_to_live)
-        self._admission_source = None
-        self._admission_owner = None
-        self._configured = None  # (configured handle, what built it)
+        self._init_admission(spec)
         self._tracking_access = spec.track_access  # turned on later by start_tracking_access
         super().__init__()
         self.eager = tf.executing_eagerly()
@@ -74,8 +67,9 @@ class SparseEmbedding(tf.saved_model.experimental.TrackableResource):
         if handle is not None:
             self.checkpoint_ops = checkpoint_ops.find(handle.op)
         elif not self.eager:
-            self.checkpoint_ops = checkpoint_ops.build(self._resource_handle, spec.name,
-                                                       spec.key_dtype)
+            self.checkpoint_ops = checkpoint_ops.build(
+                self._resource_handle, spec.name, spec.key_dtype
+            )
         else:
             self.checkpoint_ops = None  # TF2: tf.train.Checkpoint saves the object
 
@@ -84,24 +78,31 @@ class SparseEmbedding(tf.saved_model.experimental.TrackableResource):
     dim = _from_spec("dim", "Floats per row of embedding.")
     initializer_spec = _from_spec("initializer", "The C++ row initialiser (a dict).")
     dynamic_expansion = _from_spec("dynamic_expansion", "The table grows without bound.")
-    capacity_rows = _from_spec("capacity_rows",
-                               "The fixed capacity (None in dynamic-expansion mode).")
+    capacity_rows = _from_spec(
+        "capacity_rows", "The fixed capacity (None in dynamic-expansion mode)."
+    )
     device_vocabulary_size = _from_spec("initial_rows", "Rows reserved up front.")
     tier = _from_spec("tier", "The SSD tier (rec_sdk.tables.tier.TierConfig), or None.")
     is_save = _from_spec("is_save", "Checkpoints include the table.")
     saved_by_owner = _from_spec(
-        "saved_by_owner", "A de.Variable's shard: the variable serializes its shards together "
-        "(so that a checkpoint restores into another number of shards).")
+        "saved_by_owner",
+        "A de.Variable's shard: the variable serializes its shards together "
+        "(so that a checkpoint restores into another number of shards).",
+    )
     steps_to_live = _from_spec("steps_to_live", "Evict keys not trained for this many steps.")
     evict_when_full = _from_spec("evict_when_full", "A full table evicts instead of failing.")
     track_changes = _from_spec("track_changes", "Changed keys are kept for delta checkpoints.")
     padding_keys = _from_spec("padding_keys", "The SDK's padding keys (never trained).")
     padding_keys_mask = _from_spec("padding_keys_mask", "Whether padding keys are masked.")
     padding_keys_len = _from_spec("padding_keys_len", "Keys per step with padding keys.")
-    shard_keys_filter = _from_spec("shard_keys_filter",
-                                   "keys -> which of them a de.Variable's shard keeps.")
-    ranks = _from_spec("placement", "Where the shards of a table sharded over ranks are "
-                       "(a RankPlacement), or None in one process.")
+    shard_keys_filter = _from_spec(
+        "shard_keys_filter", "keys -> which of them a de.Variable's shard keeps."
+    )
+    ranks = _from_spec(
+        "placement",
+        "Where the shards of a table sharded over ranks are "
+        "(a RankPlacement), or None in one process.",
+    )
     value_dtype = tf.float32
 
     @property
@@ -128,31 +129,44 @@ class SparseEmbedding(tf.saved_model.experimental.TrackableResource):
         """Frees an eagerly created table when its object goes (graph-mode tables belong to
         their sessions)."""
         if self.eager and tf.executing_eagerly():
-            tf.raw_ops.DestroyResourceOp(resource=self._resource_handle,
-                                         ignore_lookup_error=True)
+            tf.raw_ops.DestroyResourceOp(resource=self._resource_handle, ignore_lookup_error=True)
 
     # --- key and value files (TFRA's save_to_file_system; see rec_sdk.tables.table_files) ---
-    def save_to_file_system(self, dirpath, file_name=None,
-                            dirpath_env=table_files.DIRPATH_ENV, append_to_file=False,
-                            buffer_size=None, name=None):
+    def save_to_file_system(
+        self,
+        dirpath,
+        file_name=None,
+        dirpath_env=table_files.DIRPATH_ENV,
+        append_to_file=False,
+        buffer_size=None,
+        name=None,
+    ):
         """Op writing the table's keys and rows to `<dirpath>/<file_name>-keys` / `-values`
         (file_name: the table_name; the environment variable dirpath_env, when set, replaces
         dirpath); returns the number of keys written. buffer_size is accepted for TFRA."""
         del buffer_size
         path = table_files.directory(dirpath, dirpath_env)
         keys, rows, _ = table_ops.export(self.resource_handle, self.key_dtype, self.dim)
-        return table_files.save_op((keys, rows), path, file_name or self.table_name,
-                                   append_to_file, name)
+        return table_files.save_op(
+            (keys, rows), path, file_name or self.table_name, append_to_file, name
+        )
 
-    def load_from_file_system(self, dirpath, file_name=None,
-                              dirpath_env=table_files.DIRPATH_ENV, load_entire_dir=False,
-                              buffer_size=None, name=None):
+    def load_from_file_system(
+        self,
+        dirpath,
+        file_name=None,
+        dirpath_env=table_files.DIRPATH_ENV,
+        load_entire_dir=False,
+        buffer_size=None,
+        name=None,
+    ):
         """Op upserting the keys and rows saved by save_to_file_system under file_name (or,
         with load_entire_dir, of every table saved in dirpath)."""
         del buffer_size
         path = table_files.directory(dirpath, dirpath_env)
-        keys, rows = table_files.load_tensors(path, file_name or self.table_name,
-                                              self.key_dtype, self.dim, load_entire_dir, name)
+        keys, rows = table_files.load_tensors(
+            path, file_name or self.table_name, self.key_dtype, self.dim, load_entire_dir, name
+        )
         return table_ops.upsert(self.resource_handle, keys, rows)
 
     # --- tf.train.Checkpoint / SavedModel (the graph-mode Saver uses rec_sdk.saver) ---
@@ -169,8 +183,12 @@ class SparseEmbedding(tf.saved_model.experimental.TrackableResource):
         lookup sees a half-restored table)."""
         if self.saved_by_owner or "keys" not in restored_tensors:
             return tf.no_op()
-        return table_ops.import_rows(self.resource_handle, restored_tensors["keys"],
-                                     restored_tensors["values"], restored_tensors["slots"])
+        return table_ops.import_rows(
+            self.resource_handle,
+            restored_tensors["keys"],
+            restored_tensors["values"],
+            restored_tensors["slots"],
+        )
 
     @property
     def handle(self):
@@ -205,7 +223,8 @@ class SparseEmbedding(tf.saved_model.experimental.TrackableResource):
             "beside the TF checkpoint, not keys/values tensors in it. To restore de.Variables "
             "from another model's checkpoint (warm start), use de.WarmStartHook(ckpt_path, "
             "[variables or name patterns]) (e.g. in an Estimator's training_chief_hooks) or "
-            "the op de.warm_start(ckpt_path, vars_to_warm_start)" % self.table_name)
+            "the op de.warm_start(ckpt_path, vars_to_warm_start)" % self.table_name
+        )
 
     @property
     def device(self):
@@ -232,7 +251,11 @@ class SparseEmbedding(tf.saved_model.experimental.TrackableResource):
         else:
             size = "capacity=%d" % self.capacity_rows
         return "<rec_sdk table %r dim=%d key_dtype=%s %s>" % (
-            self.table_name, self.dim, self.key_dtype.name, size)
+            self.table_name,
+            self.dim,
+            self.key_dtype.name,
+            size,
+        )
 
     def size(self):
         """The number of keys stored, a Python int, as the SDK's table.size() gives it: read
@@ -281,19 +304,24 @@ class SparseEmbedding(tf.saved_model.experimental.TrackableResource):
         """values of keys: float, shaped keys.shape + [dim] (checked where shapes are known)."""
         values = tf.convert_to_tensor(values)
         if not values.dtype.is_floating:
-            raise TypeError("%s of table '%s' must be float32, got %s"
-                            % (param, self.table_name, values.dtype.name))
+            raise TypeError(
+                "%s of table '%s' must be float32, got %s"
+                % (param, self.table_name, values.dtype.name)
+            )
         expected = keys.shape.concatenate([self.dim])
         if not values.shape.is_compatible_with(expected):
-            raise ValueError("%s of table '%s' must have shape keys.shape + [dim] = %s, got %s"
-                             % (param, self.table_name, expected, values.shape))
+            raise ValueError(
+                "%s of table '%s' must have shape keys.shape + [dim] = %s, got %s"
+                % (param, self.table_name, expected, values.shape)
+            )
         return tf.cast(values, tf.float32)
 
     def lookup(self, keys, init_missing=False, name=None):
         """(values, exists) for keys of any shape, without inserting. Missing keys read zeros,
         or with init_missing=True the values the initializer would give them."""
-        return table_ops.lookup(self.handle, self.checked_keys(keys), self.dim, init_missing,
-                                name=name)
+        return table_ops.lookup(
+            self.handle, self.checked_keys(keys), self.dim, init_missing, name=name
+        )
 
     def upsert(self, keys, values, name=None):
         """Op that inserts or overwrites the embeddings of keys with values (keys.shape+[dim])."""
@@ -307,153 +335,29 @@ class SparseEmbedding(tf.saved_model.experimental.TrackableResource):
     def clear(self, name=None):
         return table_ops.clear(self.handle, name=name)
 
-    def _admission(self):
-        """(access threshold, eviction threshold, what configured them or None): the table's
-        own, or those of the table it follows (follow_admission)."""
-        if self._admission_owner is not None:
-            return self._admission_owner._admission()
-        return self._thresholds + (self._admission_source,)
-
-    @property
-    def access_threshold(self):
-        """The admission threshold its lookups configured (-1: off)."""
-        return self._admission()[0]
-
-    @property
-    def eviction_threshold(self):
-        """The eviction threshold its lookups configured, or steps_to_live (-1: off)."""
-        return self._admission()[1]
-
-    def follow_admission(self, table):
-        """Makes this table (a shard of `table` on another rank, held by rank 0 for
-        checkpoints and eviction) take `table`'s admission and eviction thresholds, as its
-        lookups configure them."""
-        self._admission_owner = table
-
-    @property
-    def admission(self):
-        """True when lookups count keys for feature admission."""
-        return self._admission()[2] is not None and self.access_threshold >= 0
-
-    @property
-    def clock(self):
-        """What eviction ages are measured in: "timestamp" (data seconds), "step" (global
-        steps, with steps_to_live) or None."""
-        if self.steps_to_live is not None:
-            return "step"
-        if self.eviction_threshold >= 0:
-            return "timestamp"
-        return None
-
-    def configure_admission(self, where, access_threshold, eviction_threshold):
-        """Sets the table's admission and eviction thresholds (None: -1) from a lookup; every
-        lookup that configures them must agree."""
-        access = -1 if access_threshold is None else access_threshold
-        evict = -1 if eviction_threshold is None else eviction_threshold
-        if self.steps_to_live is not None and evict >= 0:
-            raise ValueError("%s: table %r evicts by steps_to_live=%d; it cannot also take "
-                             "eviction_threshold=%d (timestamps)"
-                             % (where, self.table_name, self.steps_to_live, evict))
-        if self.steps_to_live is not None:
-            evict = self.steps_to_live
-        if self._admission_source is not None:
-            if (access, evict) != (self.access_threshold, self.eviction_threshold):
-                raise ValueError(
-                    "%s: table %r already has access_threshold=%d, eviction_threshold=%d "
-                    "(from %s); every lookup of a table must use the same thresholds, got "
-                    "%d and %d" % (where, self.table_name, self.access_threshold,
-                                   self.eviction_threshold, self._admission_source, access,
-                                   evict))
-            return
-        if (access >= 0 or evict >= 0) and self.lookups.uncounted_training:
-            raise ValueError(
-                "%s: table %r gets admission or eviction here, but its training lookups %s "
-                "were built without it (they neither count keys nor pass timestamps); give "
-                "every training lookup of a table the same access_and_evict_config"
-                % (where, self.table_name, self.lookups.uncounted_training))
-        if self._configured is not None and (access, evict) != (self.access_threshold,
-                                                                self.eviction_threshold):
-            raise ValueError(
-                "%s: table %r got its thresholds (access_threshold=%d, eviction_threshold=%d) "
-                "when %s was built, before this lookup asked for %d and %d; build the lookups "
-                "that configure a table before its other ops"
-                % (where, self.table_name, self.access_threshold, self.eviction_threshold,
-                   self._configured[1], access, evict))
-        self._thresholds = (access, evict)
-        self._admission_source = where
-
-    def configured_handle(self, user):
-        """The table's handle after its TableConfigureAdmission op, which gives the C++ table
-        the thresholds configured so far: the table input of every op that reads them. Built
-        once per table (by `user`, named in errors) at the graph's top level, so that a first
-        use inside a control-flow branch or under control dependencies does not capture it."""
-        if self._configured is None and self.eager:
-            with tf.init_scope():  # once, eagerly; tf.functions capture the result
-                handle = table_ops.configure_admission(
-                    self.handle, self.access_threshold, self.eviction_threshold)
-            self._configured = (handle, user)
-        if self._configured is None:
-            graph = self.handle.graph
-            with graph.as_default(), graph.control_dependencies(None), \
-                    graph.name_scope(None), graph.colocate_with(self.handle.op):
-                handle = table_ops.configure_admission(
-                    self.handle, self.access_threshold, self.eviction_threshold,
-                    name=table_ops.op_scope_name(self.table_name + "_admission"))
-            self._configured = (handle, user)
-        return self._configured[0]
-
     def find_or_insert(self, keys, is_train, counts=None, times=None, name=None, lookup=None):
         """keys (this table's key dtype, any shape) -> int64 row addresses; in training new keys
         get rows (subject to admission), in eval they map to -1. See table_ops.find_or_insert
         for counts and times; `lookup` names the lookup in errors."""
-        table = self.configured_handle("training lookup %r" % (lookup or name)) if is_train \
+        table = (
+            self.configured_handle("training lookup %r" % (lookup or name))
+            if is_train
             else self.handle
-        return table_ops.find_or_insert(table, keys, is_train, counts=counts, times=times,
-                                        name=name)
+        )
+        return table_ops.find_or_insert(
+            table, keys, is_train, counts=counts, times=times, name=name
+        )
 
-    def find_or_insert_rows(self, keys, is_train, counts=None, times=None, name=None,
-                            lookup=None):
+    def find_or_insert_rows(self, keys, is_train, counts=None, times=None, name=None, lookup=None):
         """find_or_insert and the rows of its addresses in one op: -> (addresses, rows)."""
-        table = self.configured_handle("training lookup %r" % (lookup or name)) if is_train \
+        table = (
+            self.configured_handle("training lookup %r" % (lookup or name))
+            if is_train
             else self.handle
-        return table_ops.find_or_insert_rows(table, keys, is_train, self.dim, counts=counts,
-                                             times=times, name=name)
-
-    def set_access_threshold(self, threshold, session=None, name=None):
-        """Changes the admission threshold for later steps: returns the op, or runs it when
-        `session` is given. `threshold` is an int in [-1, 2**31-1] or an integer scalar tensor
-        (read when the op runs; the op fails outside that range). -1 turns admission off;
-        keys already admitted keep their rows. The table must have been given admission by
-        its lookups (so that they count keys)."""
-        if isinstance(threshold, (tf.Tensor, tf.Variable)):
-            if not threshold.dtype.is_integer or threshold.shape.rank not in (None, 0):
-                raise TypeError("threshold must be an int or an integer scalar tensor, got %r"
-                                % (threshold,))
-            threshold = tf.cast(threshold, tf.int64)
-            low, high = THRESHOLD_RANGE
-            check = tf.debugging.Assert(
-                (threshold >= low) & (threshold <= high),
-                [tf.strings.format("set_access_threshold: table %s: threshold must be in "
-                                   "[%d, %d], got {}" % (self.table_name, low, high),
-                                   threshold)], name="check_threshold")
-            with tf.control_dependencies([check]):
-                threshold = tf.identity(threshold)
-        else:
-            threshold = check_threshold("threshold", threshold)
-        if not self.admission:
-            raise ValueError("set_access_threshold: table %r has no feature admission; give "
-                             "its lookups an access_threshold (FeatureSpec or "
-                             "access_and_evict_config) first" % self.table_name)
-        op = table_ops.set_access_threshold(self.configured_handle("set_access_threshold"),
-                                            threshold, name=name)
-        if session is not None:
-            session.run(op)
-        return op
-
-    def evict(self, name=None):
-        """Op evicting the keys whose age reached the eviction threshold (rows, slots and
-        counts); returns (rows evicted, pending counts evicted) as int64 scalars."""
-        return table_ops.evict(self.configured_handle("evict()"), name=name)
+        )
+        return table_ops.find_or_insert_rows(
+            table, keys, is_train, self.dim, counts=counts, times=times, name=name
+        )
 
     def stats(self, name=None):
         """Dict of int64 scalar tensors: size, capacity, admitted, rejected (training lookups
@@ -471,14 +375,16 @@ class SparseEmbedding(tf.saved_model.experimental.TrackableResource):
         return table_ops.export(self.handle, self.key_dtype, self.dim, name=name)
 
     def take_changes(self, full=False, name=None):
-        """table_ops.Changes(keys, values, removed, replace, since, push_id): the rows changed
-        and the keys removed since the last push (all rows, replace=True, when `full`, at the first push
-        or after a clear or restore), taken atomically; see rec_sdk.serving.push."""
+        """serving_ops.Changes(keys, values, removed, replace, since, push_id): the rows changed
+        and the keys removed since the last push (all rows, replace=True, when `full`, at the first
+        push or after a clear or restore), taken atomically; see rec_sdk.serving.push."""
         if not self.spec.track_changes:
-            raise ValueError("table '%s' does not track changes: create it with "
-                             "track_changes=True (or is_incremental_checkpoint) to push "
-                             "serving updates" % self.table_name)
-        return table_ops.take_changes(self.handle, self.key_dtype, self.dim, full, name=name)
+            raise ValueError(
+                "table '%s' does not track changes: create it with "
+                "track_changes=True (or is_incremental_checkpoint) to push "
+                "serving updates" % self.table_name
+            )
+        return serving_ops.take_changes(self.handle, self.key_dtype, self.dim, full, name=name)
 
     def import_rows(self, keys, values, slots=None, name=None):
         """Op replacing the table's contents; slots [num_slots, n, dim] (or [num_slots, n, 1],
@@ -489,15 +395,21 @@ class SparseEmbedding(tf.saved_model.experimental.TrackableResource):
             slots = tf.zeros([0, 0, self.dim], tf.float32)
         slots = tf.convert_to_tensor(slots)
         if not slots.dtype.is_floating:
-            raise TypeError("slots of table '%s' must be float32, got %s"
-                            % (self.table_name, slots.dtype.name))
-        if not (slots.shape.is_compatible_with([None, None, self.dim]) or
-                slots.shape.is_compatible_with([None, None, 1])):
-            raise ValueError("slots of table '%s' must have shape [num_slots, keys, %d] (or "
-                             "[num_slots, keys, 1] for a row-wise optimizer's), got %s"
-                             % (self.table_name, self.dim, slots.shape))
-        return table_ops.import_rows(self.handle, keys, values, tf.cast(slots, tf.float32),
-                                     name=name)
+            raise TypeError(
+                "slots of table '%s' must be float32, got %s" % (self.table_name, slots.dtype.name)
+            )
+        if not (
+            slots.shape.is_compatible_with([None, None, self.dim])
+            or slots.shape.is_compatible_with([None, None, 1])
+        ):
+            raise ValueError(
+                "slots of table '%s' must have shape [num_slots, keys, %d] (or "
+                "[num_slots, keys, 1] for a row-wise optimizer's), got %s"
+                % (self.table_name, self.dim, slots.shape)
+            )
+        return table_ops.import_rows(
+            self.handle, keys, values, tf.cast(slots, tf.float32), name=name
+        )
 
 
 class _TableProcessor:
@@ -519,11 +431,11 @@ class _TableProcessor:
             "its rows. Train tables with a rec_sdk sparse optimizer (rec_sdk.optimizers.*."
             "create_hash_optimizer) or a subclass of rec_sdk.optimizers.base."
             "CustomizedOptimizer, and give this optimizer only the dense variables"
-            % (type(optimizer).__name__, self._v.table_name))
+            % (type(optimizer).__name__, self._v.table_name)
+        )
 
 
-tf_processors.register(lambda v: _TableProcessor(v) if isinstance(v, SparseEmbedding)
-                       else None)
+tf_processors.register(lambda v: _TableProcessor(v) if isinstance(v, SparseEmbedding) else None)
 
 
 def _table_to_tensor(table, dtype=None, name=None, as_ref=False):
@@ -539,8 +451,7 @@ tf.register_tensor_conversion_function(SparseEmbedding, _table_to_tensor)
 def tables_of_graph(graph=None):
     """Every rec_sdk table created in `graph` (default: the default graph)."""
     graph = graph or tf.compat.v1.get_default_graph()
-    return [t for t in graph.get_collection(TABLE_COLLECTION)
-            if isinstance(t, SparseEmbedding)]
+    return [t for t in graph.get_collection(TABLE_COLLECTION) if isinstance(t, SparseEmbedding)]
 
 
 def create(spec, register=True):
@@ -559,8 +470,9 @@ def table_from_op(op):
     include it when the graph has its checkpoint ops."""
     with op.graph.as_default():
         found = checkpoint_ops.find(op)
-        return SparseEmbedding(TableSpec.from_op(op, is_save=found is not None),
-                               handle=op.outputs[0])
+        return SparseEmbedding(
+            TableSpec.from_op(op, is_save=found is not None), handle=op.outputs[0]
+        )
 
 
 def _table_to_proto(table, export_scope=None):
@@ -573,12 +485,19 @@ def _table_to_proto(table, export_scope=None):
 
 def _table_from_proto(proto, import_scope=None):
     """The table object of an imported MetaGraph's table op (import_meta_graph)."""
-    return table_from_op(tf.compat.v1.get_default_graph().get_operation_by_name(
-        framework_ops.prepend_name_scope(proto.name, import_scope)))
+    return table_from_op(
+        tf.compat.v1.get_default_graph().get_operation_by_name(
+            framework_ops.prepend_name_scope(proto.name, import_scope)
+        )
+    )
 
 
-framework_ops.register_proto_function(TABLE_COLLECTION, proto_type=NameAttrList,
-                                      to_proto=_table_to_proto, from_proto=_table_from_proto)
+framework_ops.register_proto_function(
+    TABLE_COLLECTION,
+    proto_type=NameAttrList,
+    to_proto=_table_to_proto,
+    from_proto=_table_from_proto,
+)
 
 
 def table_of(value):
@@ -592,7 +511,10 @@ def table_of(value):
         if handle.op.type == table_ops.CONFIGURE_ADMISSION_OP:
             handle = handle.op.inputs[0]
         for table in tables_of_graph(value.graph):
-            if (table.handle is handle or table.handle.name == handle.name
-                    or value.name in table.lookups.trained_address_names):
+            if (
+                table.handle is handle
+                or table.handle.name == handle.name
+                or value.name in table.lookups.trained_address_names
+            ):
                 return table
     return None

@@ -9,6 +9,7 @@ or the new file, never a half-written one. Loading upserts the keys (keys the ta
 the files do not are kept). Optimizer slots and access statistics are not in these files:
 checkpoints (Saver, tf.train.Checkpoint) keep those.
 """
+
 import os
 import uuid
 
@@ -70,8 +71,10 @@ def read_pair(base, key_dtype, dim):
     with tf.io.gfile.GFile(base + VALUES_SUFFIX, "rb") as f:
         rows = _parsed(f.read(), tf.float32)
     if rows.ndim != 2 or rows.shape[1] != dim or rows.shape[0] != keys.shape[0]:
-        raise ValueError("%s%s holds rows of shape %s for %d keys; the table wants [%d, %d]"
-                         % (base, VALUES_SUFFIX, rows.shape, keys.shape[0], keys.shape[0], dim))
+        raise ValueError(
+            "%s%s holds rows of shape %s for %d keys; the table wants [%d, %d]"
+            % (base, VALUES_SUFFIX, rows.shape, keys.shape[0], keys.shape[0], dim)
+        )
     return keys, rows
 
 
@@ -79,8 +82,9 @@ def saved_bases(dirpath, prefix=""):
     """The paths (without suffix) of the tables saved in dirpath whose names start with
     prefix."""
     root = dirpath.rstrip("/") + "/"
-    return sorted(p[:-len(KEYS_SUFFIX)] for p in tf.io.gfile.glob(
-        root + prefix + "*" + KEYS_SUFFIX))
+    return sorted(
+        p[: -len(KEYS_SUFFIX)] for p in tf.io.gfile.glob(root + prefix + "*" + KEYS_SUFFIX)
+    )
 
 
 def read(dirpath, name, key_dtype, dim, entire_dir=False, prefix=""):
@@ -92,8 +96,12 @@ def read(dirpath, name, key_dtype, dim, entire_dir=False, prefix=""):
     else:
         bases = [root + name]
     if not bases or not all(tf.io.gfile.exists(b + KEYS_SUFFIX) for b in bases):
-        raise tf.errors.NotFoundError(None, None, "no saved table %r in %s (files <name>%s and "
-                                      "<name>%s)" % (name, dirpath, KEYS_SUFFIX, VALUES_SUFFIX))
+        raise tf.errors.NotFoundError(
+            None,
+            None,
+            "no saved table %r in %s (files <name>%s and "
+            "<name>%s)" % (name, dirpath, KEYS_SUFFIX, VALUES_SUFFIX),
+        )
     pairs = [read_pair(b, key_dtype, dim) for b in bases]
     keys = np.concatenate([k for k, _ in pairs]).astype(tf.as_dtype(key_dtype).as_numpy_dtype)
     rows = np.concatenate([r for _, r in pairs]).reshape(-1, dim)
@@ -114,6 +122,7 @@ def save_op(export, dirpath, name, append=False, op_name=None):
 def load_tensors(dirpath, name, key_dtype, dim, entire_dir=False, op_name=None, prefix=""):
     """(keys, rows) tensors read from the files of `name` (or of the whole directory, the
     tables whose names start with prefix)."""
+
     def run():
         return read(dirpath, name, key_dtype, dim, entire_dir, prefix)
 

@@ -10,16 +10,17 @@ when made, so each rule is written once, here.
 What lookups decide later (admission and eviction thresholds) is not part of the spec: the
 table keeps it (SparseEmbedding.configure_admission).
 """
+
 import dataclasses
 from typing import Any, Callable, Mapping, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
 
+from rec_sdk.base.validation import check_dtype_name, check_int
+from rec_sdk.ops import table_ops
 from rec_sdk.tables import shard_names
 from rec_sdk.tables.tier import MAX_ROWS, TierConfig
-from rec_sdk.ops import table_ops
-from rec_sdk.base.validation import check_dtype_name, check_int
 
 KEY_DTYPES = (tf.int64, tf.int32)
 # The element types a table can store its embeddings in (tf_ops/core/row_precision.h), and
@@ -41,30 +42,40 @@ def emb_dtype_name(value, parameter="emb_dtype"):
 def slot_dtype_name(value, parameter="slot_dtype"):
     """The slot dtype `value` names as one of SLOT_DTYPES; a ValueError naming `parameter`
     (and why float16 is not one) for anything else."""
-    return check_dtype_name(parameter, value, SLOT_DTYPES,
-                            "the element type of optimizer slots of dim values per row; "
-                            "float16 cannot hold squared gradients below 6e-8")
+    return check_dtype_name(
+        parameter,
+        value,
+        SLOT_DTYPES,
+        "the element type of optimizer slots of dim values per row; "
+        "float16 cannot hold squared gradients below 6e-8",
+    )
 
 
 def index_layout_name(value, parameter="index_layout", tiered=False):
     """`value` as one of INDEX_LAYOUTS; a ValueError naming `parameter` for anything else, and
     for "compact" on a table with an SSD tier (`tiered`)."""
     if value not in INDEX_LAYOUTS:
-        raise ValueError("%s must be one of %s (the hash index's entries: \"full\" 16 bytes "
-                         "with the key, \"compact\" 8 bytes with the key read back from the "
-                         "row, \"auto\" compact for half-precision rows), got %r"
-                         % (parameter, ", ".join(repr(v) for v in INDEX_LAYOUTS), value))
+        raise ValueError(
+            '%s must be one of %s (the hash index\'s entries: "full" 16 bytes '
+            'with the key, "compact" 8 bytes with the key read back from the '
+            'row, "auto" compact for half-precision rows), got %r'
+            % (parameter, ", ".join(repr(v) for v in INDEX_LAYOUTS), value)
+        )
     if value == "compact" and tiered:
-        raise ValueError("%s=\"compact\" needs a table without an SSD tier: a compact index "
-                         "reads keys back from rows in memory, and a tiered table's cold keys "
-                         "have none; use \"auto\" or \"full\"" % parameter)
+        raise ValueError(
+            '%s="compact" needs a table without an SSD tier: a compact index '
+            "reads keys back from rows in memory, and a tiered table's cold keys "
+            'have none; use "auto" or "full"' % parameter
+        )
     return value
 
 
 def _as_attr_values(initializer):
     """The initializer as the op's attributes hold it (floats of 32 bits, a list of values)."""
-    out = {key: float(np.float32(value)) if isinstance(value, float) else value
-           for key, value in initializer.items()}
+    out = {
+        key: float(np.float32(value)) if isinstance(value, float) else value
+        for key, value in initializer.items()
+    }
     out["values"] = [float(np.float32(v)) for v in initializer.get("values", [])]
     return out
 
@@ -76,6 +87,7 @@ class RankPlacement:
     `devices[r]` holds rank r's shard. `divide_gradients`: divide the summed gradients by the
     rank count. Fixed when the table is made; the shards' table objects are the ranks'
     (rec_sdk.distribute.ranks.shards_of)."""
+
     task: Any
     rank: int
     size: int
@@ -85,9 +97,10 @@ class RankPlacement:
     def __post_init__(self):
         object.__setattr__(self, "devices", tuple(self.devices))
         if not 0 <= self.rank < self.size == len(self.devices):
-            raise ValueError("a table's placement needs 0 <= rank < size == len(devices), got "
-                             "rank=%r, size=%r and %d devices"
-                             % (self.rank, self.size, len(self.devices)))
+            raise ValueError(
+                "a table's placement needs 0 <= rank < size == len(devices), got "
+                "rank=%r, size=%r and %d devices" % (self.rank, self.size, len(self.devices))
+            )
 
     @property
     def device(self):
@@ -139,6 +152,7 @@ class TableSpec:  # pylint: disable=too-many-instance-attributes
       not with a tier) or "auto" (compact for half-precision rows, full otherwise; a tiered
       table's index is always full).
     """
+
     name: str
     key_dtype: tf.DType
     dim: int
@@ -173,35 +187,49 @@ class TableSpec:  # pylint: disable=too-many-instance-attributes
         check_int("dim", self.dim, 1, table_ops.max_dim())
         for field, allowed in (("emb_dtype", EMB_DTYPES), ("slot_dtype", SLOT_DTYPES)):
             if getattr(self, field) not in allowed:
-                raise ValueError("%s: %s must be one of %s, got %r"
-                                 % (where, field, ", ".join(allowed), getattr(self, field)))
+                raise ValueError(
+                    "%s: %s must be one of %s, got %r"
+                    % (where, field, ", ".join(allowed), getattr(self, field))
+                )
         index_layout_name(self.index_layout, "%s: index_layout" % where, self.tier is not None)
         if self.tier is not None and self.dynamic_expansion != (self.tier.ssd_rows is None):
-            raise ValueError("%s: a tiered table grows without bound exactly when its SSD "
-                             "rows are unbounded (ssd_rows=None), got dynamic_expansion=%r "
-                             "and ssd_rows=%r" % (where, self.dynamic_expansion,
-                                                  self.tier.ssd_rows))
+            raise ValueError(
+                "%s: a tiered table grows without bound exactly when its SSD "
+                "rows are unbounded (ssd_rows=None), got dynamic_expansion=%r "
+                "and ssd_rows=%r" % (where, self.dynamic_expansion, self.tier.ssd_rows)
+            )
         if self.dynamic_expansion:
             if self.capacity_rows is not None:
-                raise ValueError("%s grows without bound: capacity_rows must be None, got %r"
-                                 % (where, self.capacity_rows))
+                raise ValueError(
+                    "%s grows without bound: capacity_rows must be None, got %r"
+                    % (where, self.capacity_rows)
+                )
             if self.evict_when_full:
-                raise ValueError("evict_when_full=True is for fixed-capacity tables; %s grows "
-                                 "without bound (init(use_dynamic_expansion=True))" % where)
-        elif not isinstance(self.capacity_rows, int) or \
-                not 1 <= self.capacity_rows <= MAX_ROWS * 2:
-            raise ValueError("%s needs a capacity of at least one row without dynamic "
-                             "expansion (capacity_rows in [1, %d]; create_table: "
-                             "device_vocabulary_size + host_vocabulary_size >= 1), got %r"
-                             % (where, MAX_ROWS * 2, self.capacity_rows))
-        if self.tier is not None and not self.dynamic_expansion and \
-                self.capacity_rows != self.tier.memory_rows + self.tier.ssd_rows:
-            raise ValueError("%s: capacity_rows (%d) must be the tier's memory_rows + ssd_rows "
-                             "(%d)" % (where, self.capacity_rows,
-                                       self.tier.memory_rows + self.tier.ssd_rows))
+                raise ValueError(
+                    "evict_when_full=True is for fixed-capacity tables; %s grows "
+                    "without bound (init(use_dynamic_expansion=True))" % where
+                )
+        elif not isinstance(self.capacity_rows, int) or not 1 <= self.capacity_rows <= MAX_ROWS * 2:
+            raise ValueError(
+                "%s needs a capacity of at least one row without dynamic "
+                "expansion (capacity_rows in [1, %d]; create_table: "
+                "device_vocabulary_size + host_vocabulary_size >= 1), got %r"
+                % (where, MAX_ROWS * 2, self.capacity_rows)
+            )
+        if (
+            self.tier is not None
+            and not self.dynamic_expansion
+            and self.capacity_rows != self.tier.memory_rows + self.tier.ssd_rows
+        ):
+            raise ValueError(
+                "%s: capacity_rows (%d) must be the tier's memory_rows + ssd_rows "
+                "(%d)" % (where, self.capacity_rows, self.tier.memory_rows + self.tier.ssd_rows)
+            )
         if not isinstance(self.initial_rows, int) or not 0 <= self.initial_rows <= MAX_ROWS:
-            raise ValueError("%s: initial_rows must be an int in [0, %d], got %r"
-                             % (where, MAX_ROWS, self.initial_rows))
+            raise ValueError(
+                "%s: initial_rows must be an int in [0, %d], got %r"
+                % (where, MAX_ROWS, self.initial_rows)
+            )
 
     def replace(self, **changes):
         """A copy with `changes` (checked as a new spec)."""
@@ -210,20 +238,36 @@ class TableSpec:  # pylint: disable=too-many-instance-attributes
     def op_attrs(self):
         """The keyword arguments of table_ops.create_table (the table op's attributes) that
         this spec gives, shared_name aside."""
-        attrs = dict(table_name=self.name, key_dtype=self.key_dtype, dim=self.dim,
-                     emb_dtype=self.emb_dtype, slot_dtype=self.slot_dtype,
-                     index_layout=self.index_layout, initializer=_as_attr_values(self.initializer),
-                     evict_when_full=self.evict_when_full,
-                     track_changes=self.track_changes, track_access=self.track_access)
+        attrs = dict(
+            table_name=self.name,
+            key_dtype=self.key_dtype,
+            dim=self.dim,
+            emb_dtype=self.emb_dtype,
+            slot_dtype=self.slot_dtype,
+            index_layout=self.index_layout,
+            initializer=_as_attr_values(self.initializer),
+            evict_when_full=self.evict_when_full,
+            track_changes=self.track_changes,
+            track_access=self.track_access,
+        )
         if self.tier is not None:  # a fixed number of rows in memory, the others on SSD
-            attrs.update(dynamic_expansion=False, capacity=self.tier.memory_rows,
-                         initial_capacity=0, ssd_paths=tuple(self.tier.paths),
-                         ssd_rows=self.tier.ssd_rows or 0, ssd_direct_io=self.tier.direct_io)
+            attrs.update(
+                dynamic_expansion=False,
+                capacity=self.tier.memory_rows,
+                initial_capacity=0,
+                ssd_paths=tuple(self.tier.paths),
+                ssd_rows=self.tier.ssd_rows or 0,
+                ssd_direct_io=self.tier.direct_io,
+            )
         else:
-            attrs.update(dynamic_expansion=self.dynamic_expansion,
-                         capacity=0 if self.dynamic_expansion else self.capacity_rows,
-                         initial_capacity=self.initial_rows if self.dynamic_expansion else 0,
-                         ssd_paths=(), ssd_rows=0, ssd_direct_io=False)
+            attrs.update(
+                dynamic_expansion=self.dynamic_expansion,
+                capacity=0 if self.dynamic_expansion else self.capacity_rows,
+                initial_capacity=self.initial_rows if self.dynamic_expansion else 0,
+                ssd_paths=(),
+                ssd_rows=0,
+                ssd_direct_io=False,
+            )
         return attrs
 
     @classmethod
@@ -232,28 +276,46 @@ class TableSpec:  # pylint: disable=too-many-instance-attributes
         not Python objects): what its attributes hold; is_save as given."""
         attr = op.get_attr
         kind = attr("initializer")
-        initializer = {"kind": kind.decode() if isinstance(kind, bytes) else kind,
-                       "value": attr("init_value"), "values": list(attr("init_values")),
-                       "minval": attr("init_minval"), "maxval": attr("init_maxval"),
-                       "mean": attr("init_mean"), "stddev": attr("init_stddev"),
-                       "seed": attr("init_seed"), "scale": attr("init_scale")}
+        initializer = {
+            "kind": kind.decode() if isinstance(kind, bytes) else kind,
+            "value": attr("init_value"),
+            "values": list(attr("init_values")),
+            "minval": attr("init_minval"),
+            "maxval": attr("init_maxval"),
+            "mean": attr("init_mean"),
+            "stddev": attr("init_stddev"),
+            "seed": attr("init_seed"),
+            "scale": attr("init_scale"),
+        }
         paths = tuple(p.decode() for p in attr("ssd_paths"))
-        tier = TierConfig(attr("capacity"), attr("ssd_rows") or None, paths,
-                          attr("ssd_direct_io")) if paths else None
+        tier = (
+            TierConfig(attr("capacity"), attr("ssd_rows") or None, paths, attr("ssd_direct_io"))
+            if paths
+            else None
+        )
         if tier is not None:
             dynamic = tier.ssd_rows is None
             capacity = None if dynamic else tier.memory_rows + tier.ssd_rows
         else:
             dynamic = attr("dynamic_expansion")
             capacity = None if dynamic else attr("capacity")
-        return cls(attr("table_name").decode(), tf.as_dtype(attr("key_dtype")), attr("dim"),
-                   initializer, dynamic_expansion=dynamic, capacity_rows=capacity,
-                   initial_rows=attr("initial_capacity") if dynamic and tier is None else 0,
-                   tier=tier, is_save=is_save, evict_when_full=attr("evict_when_full"),
-                   track_changes=attr("track_changes"), track_access=attr("track_access"),
-                   emb_dtype=_dtype_attr(op, "emb_dtype"),
-                   slot_dtype=_dtype_attr(op, "slot_dtype"),
-                   index_layout=_dtype_attr(op, "index_layout", "auto"))
+        return cls(
+            attr("table_name").decode(),
+            tf.as_dtype(attr("key_dtype")),
+            attr("dim"),
+            initializer,
+            dynamic_expansion=dynamic,
+            capacity_rows=capacity,
+            initial_rows=attr("initial_capacity") if dynamic and tier is None else 0,
+            tier=tier,
+            is_save=is_save,
+            evict_when_full=attr("evict_when_full"),
+            track_changes=attr("track_changes"),
+            track_access=attr("track_access"),
+            emb_dtype=_dtype_attr(op, "emb_dtype"),
+            slot_dtype=_dtype_attr(op, "slot_dtype"),
+            index_layout=_dtype_attr(op, "index_layout", "auto"),
+        )
 
 
 def _dtype_attr(op, name, default="float32"):

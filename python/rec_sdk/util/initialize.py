@@ -6,20 +6,26 @@ the SDK; the module-level getters read it. The rank comes from
 rec_sdk.util.communication.hccl_ops, the one place that knows it: rec_sdk trains in one
 process (rank 0 of 1).
 """
+
 import atexit
 import os
 import threading
 
 import tensorflow as tf
 
-from rec_sdk.constants.constants import (EVAL_CHANNEL_ID, GET_CONFIG_INSTANCE_ERR_MSG,
-                                         TRAIN_CHANNEL_ID, EnvOption, apply_gradients_strategy)
-from rec_sdk.distribute import cluster
 from rec_sdk.base import graph_state
-from rec_sdk.util.communication import hccl_ops
 from rec_sdk.base.log import logger
-from rec_sdk.util.ops import import_host_pipeline_ops
 from rec_sdk.base.validation import INT32_MAX, check_bool, check_int
+from rec_sdk.constants.constants import (
+    EVAL_CHANNEL_ID,
+    GET_CONFIG_INSTANCE_ERR_MSG,
+    TRAIN_CHANNEL_ID,
+    EnvOption,
+    apply_gradients_strategy,
+)
+from rec_sdk.distribute import cluster
+from rec_sdk.util.communication import hccl_ops
+from rec_sdk.util.ops import import_host_pipeline_ops
 
 _lock = threading.Lock()
 _atexit_registered = False
@@ -32,15 +38,20 @@ _BOOL_OPTIONS = ("if_load", "enable_incremental_checkpoint", "is_incremental_che
 # Options whose behaviour rec_sdk does not have: refused unless left at their "off" value.
 _UNSUPPORTED_OPTIONS = {
     "save_checkpoint_due_time": "timed checkpoints: save with tf.compat.v1.train.Saver or "
-                                "CheckpointSaverHook(save_secs=...)",
+    "CheckpointSaverHook(save_secs=...)",
     "save_delta_checkpoints_secs": "timed incremental checkpoints: call "
-                                   "rec_sdk.saver.save_tables(sess, dir, delta=True)",
+    "rec_sdk.saver.save_tables(sess, dir, delta=True)",
     "restore_model_version": "restoring a chosen checkpoint version: pass its path to "
-                             "Saver.restore",
+    "Saver.restore",
 }
 # Options of earlier SDK versions with no meaning here (accepted as the SDK accepts them).
-_OBSOLETE_OPTIONS = ("prefetch_batch_number", "train_interval", "save_delta_steps",
-                     "save_delta_model", "recent_key_count_threshold")
+_OBSOLETE_OPTIONS = (
+    "prefetch_batch_number",
+    "train_interval",
+    "save_delta_steps",
+    "save_delta_model",
+    "recent_key_count_threshold",
+)
 
 
 class TrainParamsConfig:
@@ -89,10 +100,22 @@ class ConfigInitializer:
 
     _single_instance = None
 
-    def __init__(self, max_steps, train_steps, eval_steps, save_steps, use_dynamic,
-                 use_dynamic_expansion, options):
-        self._steps = {"max_steps": max_steps, "train_steps": train_steps,
-                       "eval_steps": eval_steps, "save_steps": save_steps}
+    def __init__(
+        self,
+        max_steps,
+        train_steps,
+        eval_steps,
+        save_steps,
+        use_dynamic,
+        use_dynamic_expansion,
+        options,
+    ):
+        self._steps = {
+            "max_steps": max_steps,
+            "train_steps": train_steps,
+            "eval_steps": eval_steps,
+            "save_steps": save_steps,
+        }
         self.use_dynamic = use_dynamic
         self.use_dynamic_expansion = use_dynamic_expansion
         self.options = options
@@ -115,6 +138,7 @@ class ConfigInitializer:
 
         def set_(self, value):
             self._steps[name] = _checked_step(name, value)
+
         return property(get, set_)
 
     max_steps = _step_property("max_steps")
@@ -141,8 +165,10 @@ class ConfigInitializer:
 
     @property
     def is_incremental_checkpoint(self):
-        return bool(self.options.get("enable_incremental_checkpoint")
-                    or self.options.get("is_incremental_checkpoint"))
+        return bool(
+            self.options.get("enable_incremental_checkpoint")
+            or self.options.get("is_incremental_checkpoint")
+        )
 
     @property
     def rank_id(self):
@@ -159,21 +185,27 @@ def _ranks(options):
     given, must say the same."""
     world = os.environ.get(EnvOption.OMPI_COMM_WORLD_SIZE.value)
     if world is not None and world.strip() not in ("", "1"):
-        raise ValueError("this process was started as one of %s=%s MPI ranks; rec_sdk's ranks "
-                         "are the training tasks of a TensorFlow cluster: start each with "
-                         "TF_CONFIG (see rec_sdk.distribute.launch) instead of mpirun"
-                         % (EnvOption.OMPI_COMM_WORLD_SIZE.value, world))
+        raise ValueError(
+            "this process was started as one of %s=%s MPI ranks; rec_sdk's ranks "
+            "are the training tasks of a TensorFlow cluster: start each with "
+            "TF_CONFIG (see rec_sdk.distribute.launch) instead of mpirun"
+            % (EnvOption.OMPI_COMM_WORLD_SIZE.value, world)
+        )
     task = cluster.training_task()
     rank, size = cluster.rank_of(task) if task is not None else (0, 1)
     rank_id = options.pop("rank_id", None)
     rank_size = options.pop("rank_size", None)
     if rank_size is not None and check_int("rank_size", rank_size, 1, INT32_MAX) != size:
-        raise ValueError("rank_size=%d, but this process is one of %d training processes (%s); "
-                         "the ranks are the chief and worker tasks of TF_CONFIG's cluster"
-                         % (rank_size, size, "a cluster" if task else "no TF_CONFIG cluster"))
+        raise ValueError(
+            "rank_size=%d, but this process is one of %d training processes (%s); "
+            "the ranks are the chief and worker tasks of TF_CONFIG's cluster"
+            % (rank_size, size, "a cluster" if task else "no TF_CONFIG cluster")
+        )
     if rank_id is not None and check_int("rank_id", rank_id, 0, INT32_MAX) != rank:
-        raise ValueError("rank_id=%d, but this process is rank %d of %d (its place among the "
-                         "chief and worker tasks of TF_CONFIG's cluster)" % (rank_id, rank, size))
+        raise ValueError(
+            "rank_id=%d, but this process is rank %d of %d (its place among the "
+            "chief and worker tasks of TF_CONFIG's cluster)" % (rank_id, rank, size)
+        )
     return rank, size
 
 
@@ -183,8 +215,9 @@ def _check_options(options):
             check_bool(key, value)
         elif key in _UNSUPPORTED_OPTIONS:
             if value is not None:
-                raise ValueError("init(%s=%r): rec_sdk has no %s" % (key, value,
-                                                                     _UNSUPPORTED_OPTIONS[key]))
+                raise ValueError(
+                    "init(%s=%r): rec_sdk has no %s" % (key, value, _UNSUPPORTED_OPTIONS[key])
+                )
         elif key in _OBSOLETE_OPTIONS:
             logger.info("init: option %s=%r of earlier SDK versions has no effect", key, value)
         else:
@@ -192,8 +225,15 @@ def _check_options(options):
     return options
 
 
-def init(max_steps=-1, train_steps=-1, eval_steps=-1, save_steps=-1, use_dynamic=True,
-         use_dynamic_expansion=False, **kwargs):
+def init(
+    max_steps=-1,
+    train_steps=-1,
+    eval_steps=-1,
+    save_steps=-1,
+    use_dynamic=True,
+    use_dynamic_expansion=False,
+    **kwargs,
+):
     """Initialises rec_sdk for this process. A second call raises until
     `terminate_config_initializer()` is called.
 
@@ -220,8 +260,12 @@ def init(max_steps=-1, train_steps=-1, eval_steps=-1, save_steps=-1, use_dynamic
     """
     global _atexit_registered
     steps = {}
-    for name, value in (("max_steps", max_steps), ("train_steps", train_steps),
-                        ("eval_steps", eval_steps), ("save_steps", save_steps)):
+    for name, value in (
+        ("max_steps", max_steps),
+        ("train_steps", train_steps),
+        ("eval_steps", eval_steps),
+        ("save_steps", save_steps),
+    ):
         steps[name] = _checked_step(name, value)
     if steps["max_steps"] == 0 and steps["train_steps"] == 0 and steps["eval_steps"] == 0:
         raise ValueError("max_steps, train_steps and eval_steps may not all be 0")
@@ -232,12 +276,17 @@ def init(max_steps=-1, train_steps=-1, eval_steps=-1, save_steps=-1, use_dynamic
     options = _check_options(options)
     with _lock:
         if ConfigInitializer._single_instance is not None:
-            raise RuntimeError("rec_sdk is already initialised: init() may be called once; "
-                               "call terminate_config_initializer() before calling it again")
+            raise RuntimeError(
+                "rec_sdk is already initialised: init() may be called once; "
+                "call terminate_config_initializer() before calling it again"
+            )
         hccl_ops.set_rank_info(*ranks)
         ConfigInitializer._single_instance = ConfigInitializer(
-            use_dynamic=use_dynamic, use_dynamic_expansion=use_dynamic_expansion,
-            options=options, **steps)
+            use_dynamic=use_dynamic,
+            use_dynamic_expansion=use_dynamic_expansion,
+            options=options,
+            **steps,
+        )
         if not _atexit_registered:
             atexit.register(terminate_config_initializer)
             _atexit_registered = True
@@ -339,10 +388,12 @@ def _modified(is_training, what):
         raise TypeError("%s: is_training must be a bool, got %r" % (what, is_training))
     found = graph_state.modified_iterators(is_training=is_training)
     if not found:
-        raise ValueError("%s(%r): no %s iterator was modified in the default graph; call "
-                         "rec_sdk.graph.modifier.modify_graph_and_start_emb_cache() after "
-                         "building the model with sparse_lookup(..., modify_graph=True)"
-                         % (what, is_training, "training" if is_training else "evaluation"))
+        raise ValueError(
+            "%s(%r): no %s iterator was modified in the default graph; call "
+            "rec_sdk.graph.modifier.modify_graph_and_start_emb_cache() after "
+            "building the model with sparse_lookup(..., modify_graph=True)"
+            % (what, is_training, "training" if is_training else "evaluation")
+        )
     return found
 
 
@@ -369,7 +420,8 @@ def get_target_batch(is_training):
     a tuple), holding the new iterator's tensors."""
     found = _modified(is_training, "get_target_batch")
     if len(found) > 1:
-        raise ValueError("get_target_batch(%r): %d iterators were modified for this mode; "
-                         "use rec_sdk.graph.modifier.modified_iterators()" % (is_training,
-                                                                               len(found)))
+        raise ValueError(
+            "get_target_batch(%r): %d iterators were modified for this mode; "
+            "use rec_sdk.graph.modifier.modified_iterators()" % (is_training, len(found))
+        )
     return found[0].batch()

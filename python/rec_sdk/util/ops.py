@@ -23,14 +23,21 @@ max_train_steps=-1, max_eval_steps=-1)` (see eos_map below).
 Other ops of the SDK's NPU data channel (read_emb_key_v2, embedding_lookup_by_address, ...)
 have no CPU counterpart: asking for one is an AttributeError that says what to use instead.
 """
+
 import tensorflow as tf
 
-from rec_sdk.constants.constants import (EVAL_CHANNEL_ID, LIBASC_OPS_SO, LIBREC_EOS_OPS_SO,
-                                         LIBREC_TF_REC_V1_CPU_SO, MAX_INT32, TABLE_COLLECTION,
-                                         TRAIN_CHANNEL_ID)
 from rec_sdk.base import tf_patches
 from rec_sdk.base.log import logger
 from rec_sdk.base.validation import check_int
+from rec_sdk.constants.constants import (
+    EVAL_CHANNEL_ID,
+    LIBASC_OPS_SO,
+    LIBREC_EOS_OPS_SO,
+    LIBREC_TF_REC_V1_CPU_SO,
+    MAX_INT32,
+    TABLE_COLLECTION,
+    TRAIN_CHANNEL_ID,
+)
 
 _SDK_LIBRARIES = (None, LIBASC_OPS_SO, LIBREC_EOS_OPS_SO, LIBREC_TF_REC_V1_CPU_SO)
 
@@ -45,24 +52,36 @@ class HostPipelineOps:
             raise TypeError("set_threshold: ids_name must be a str, got %r" % (ids_name,))
         threshold = tf.convert_to_tensor(input)
         if not threshold.dtype.is_integer:
-            raise TypeError("set_threshold: the threshold tensor must be int32 (or int64), got "
-                            "%s" % threshold.dtype.name)
+            raise TypeError(
+                "set_threshold: the threshold tensor must be int32 (or int64), got "
+                "%s" % threshold.dtype.name
+            )
         graph = tf.compat.v1.get_default_graph()
         tables = {t.table_name: t for t in graph.get_collection(TABLE_COLLECTION)}
         if emb_name not in tables:
-            raise ValueError("set_threshold: emb_name=%r is not a table of this graph; the "
-                             "tables are %s" % (emb_name, sorted(tables)))
+            raise ValueError(
+                "set_threshold: emb_name=%r is not a table of this graph; the "
+                "tables are %s" % (emb_name, sorted(tables))
+            )
         names = tables[emb_name].lookups.names
         if ids_name and ids_name not in names:
-            raise ValueError("set_threshold: ids_name=%r is not a lookup of table %r (its "
-                             "lookups: %s); the threshold is the table's, for all its lookups"
-                             % (ids_name, emb_name, sorted(names)))
+            raise ValueError(
+                "set_threshold: ids_name=%r is not a lookup of table %r (its "
+                "lookups: %s); the threshold is the table's, for all its lookups"
+                % (ids_name, emb_name, sorted(names))
+            )
         with tf.name_scope(name or "set_threshold"):
             value = tf.reshape(tf.cast(threshold, tf.int64), [-1])[0]
             check = tf.debugging.Assert(
-                value >= 0, [tf.strings.format(
-                    "set_threshold: table %s: the threshold must be >= 0, got {}" % emb_name,
-                    value)], name="check_threshold")
+                value >= 0,
+                [
+                    tf.strings.format(
+                        "set_threshold: table %s: the threshold must be >= 0, got {}" % emb_name,
+                        value,
+                    )
+                ],
+                name="check_threshold",
+            )
             with tf.control_dependencies([check]):
                 update = tables[emb_name].set_access_threshold(value)
             logger.debug("set_threshold op for table %s (lookup %s)", emb_name, ids_name)
@@ -85,13 +104,16 @@ class HostPipelineOps:
             "host pipeline op %r belongs to the SDK's NPU data channel and has no CPU "
             "counterpart in rec_sdk: keys are preprocessed in tf.data (get_asc_insert_func) "
             "and rows are read and updated by sparse_lookup and the sparse optimizers. "
-            "Available: set_threshold, return_timestamp, clear_channel" % op_name)
+            "Available: set_threshold, return_timestamp, clear_channel" % op_name
+        )
 
 
 def _check_channel(where, channel_id):
     if isinstance(channel_id, bool) or channel_id not in (TRAIN_CHANNEL_ID, EVAL_CHANNEL_ID):
-        raise ValueError("%s: channel_id must be %d (training) or %d (evaluation), got %r"
-                         % (where, TRAIN_CHANNEL_ID, EVAL_CHANNEL_ID, channel_id))
+        raise ValueError(
+            "%s: channel_id must be %d (training) or %d (evaluation), got %r"
+            % (where, TRAIN_CHANNEL_ID, EVAL_CHANNEL_ID, channel_id)
+        )
 
 
 _HOST_PIPELINE_OPS = HostPipelineOps()
@@ -101,8 +123,10 @@ def import_host_pipeline_ops(so_pkg_name=None):
     """rec_sdk's host pipeline ops (see the module doc). so_pkg_name may name one of the
     SDK's op libraries (they are all rec_sdk's one library here)."""
     if so_pkg_name not in _SDK_LIBRARIES:
-        raise ValueError("so_pkg_name must be None or one of %s, got %r"
-                         % (list(_SDK_LIBRARIES[1:]), so_pkg_name))
+        raise ValueError(
+            "so_pkg_name must be None or one of %s, got %r"
+            % (list(_SDK_LIBRARIES[1:]), so_pkg_name)
+        )
     return _HOST_PIPELINE_OPS
 
 
@@ -112,8 +136,10 @@ def eos_map(dataset, librec, channel_id, max_train_steps=-1, max_eval_steps=-1):
     (evaluation); -1 does not limit. The SDK also ends every rank's dataset when the first
     rank's ends; one process has nothing to synchronise."""
     if not isinstance(librec, HostPipelineOps):
-        raise TypeError("eos_map: librec must come from "
-                        "rec_sdk.util.ops.import_host_pipeline_ops(...), got %r" % (librec,))
+        raise TypeError(
+            "eos_map: librec must come from "
+            "rec_sdk.util.ops.import_host_pipeline_ops(...), got %r" % (librec,)
+        )
     _check_channel("eos_map", channel_id)
     limit = max_train_steps if channel_id == TRAIN_CHANNEL_ID else max_eval_steps
     name = "max_train_steps" if channel_id == TRAIN_CHANNEL_ID else "max_eval_steps"

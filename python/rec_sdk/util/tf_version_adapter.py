@@ -8,6 +8,7 @@
 * `npu_ops.dropout(x, keep_prob, ...)`: dropout keeping each element with probability
   keep_prob and scaling kept ones by 1 / keep_prob (tf.nn.dropout with rate 1 - keep_prob).
 """
+
 import types
 
 import tensorflow as tf
@@ -21,8 +22,9 @@ _REDUCTIONS = ("sum", "max", "min", "prod")
 def _allreduce(tensor, reduction, fusion=1, fusion_id=-1, group="hccl_world_group"):
     del fusion, fusion_id, group
     if reduction not in _REDUCTIONS:
-        raise ValueError("allreduce: reduction must be one of %s, got %r"
-                         % (list(_REDUCTIONS), reduction))
+        raise ValueError(
+            "allreduce: reduction must be one of %s, got %r" % (list(_REDUCTIONS), reduction)
+        )
     if _ranks.get_rank_size() == 1:
         return tf.identity(tensor)
     return cluster.all_reduce(tensor, reduction)

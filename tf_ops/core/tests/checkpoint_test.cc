@@ -75,18 +75,20 @@ std::unique_ptr<EmbeddingTable> Trained() {
   access.counts = counts.data();
   const int64_t clock = 1000;
   access.times = &clock;
-  EXPECT_TRUE(t->FindOrInsert(keys.data(), keys.size(), true, addresses.data(), SerialRunner,
-                              access).ok());
+  EXPECT_TRUE(
+      t->FindOrInsert(keys.data(), keys.size(), true, addresses.data(), SerialRunner, access).ok());
   std::vector<int64_t> live(addresses.begin(), addresses.begin() + 50);
-  EXPECT_TRUE(t->UpdateRows(live.data(), live.size(), 1,
-                            [](int64_t i, float* v, float* const* slots) {
-                              for (int d = 0; d < 3; ++d) {
-                                v[d] = i + 0.25f * d;
-                                slots[0][d] = -i;
-                                slots[1][d] = i * 2.0f + d;
-                              }
-                            },
-                            SerialRunner).ok());
+  EXPECT_TRUE(t->UpdateRows(
+                   live.data(), live.size(), 1,
+                   [](int64_t i, float* v, float* const* slots) {
+                     for (int d = 0; d < 3; ++d) {
+                       v[d] = i + 0.25f * d;
+                       slots[0][d] = -i;
+                       slots[1][d] = i * 2.0f + d;
+                     }
+                   },
+                   SerialRunner)
+                  .ok());
   return t;
 }
 
@@ -98,13 +100,15 @@ std::map<int64_t, Row> Read(EmbeddingTable* t, int64_t from, int64_t to) {
     EXPECT_TRUE(t->FindOrInsert(&k, 1, false, &address, SerialRunner).ok());
     if (address < 0) continue;
     Row r;
-    EXPECT_TRUE(t->UpdateRows(&address, 1, 1,
-                              [&](int64_t, float* v, float* const* slots) {
-                                r.value.assign(v, v + t->dim());
-                                if (t->num_slots() > 0) r.slot0.assign(slots[0], slots[0] + t->dim());
-                                if (t->num_slots() > 1) r.slot1.assign(slots[1], slots[1] + t->dim());
-                              },
-                              SerialRunner).ok());
+    EXPECT_TRUE(t->UpdateRows(
+                     &address, 1, 1,
+                     [&](int64_t, float* v, float* const* slots) {
+                       r.value.assign(v, v + t->dim());
+                       if (t->num_slots() > 0) r.slot0.assign(slots[0], slots[0] + t->dim());
+                       if (t->num_slots() > 1) r.slot1.assign(slots[1], slots[1] + t->dim());
+                     },
+                     SerialRunner)
+                    .ok());
     out[k] = r;
   }
   return out;
@@ -186,8 +190,8 @@ TEST(CheckpointTest, AnotherOptimizerReinitialisesSlotsWithANotice) {
 // A row-wise optimizer's slots (1 float per row) survive a save and restore, and a table of an
 // element-wise optimizer drops them with a notice.
 TEST(CheckpointTest, RowWiseSlotsRoundTrip) {
-  using table_test::Exported;
   using table_test::ExportAll;
+  using table_test::Exported;
   using table_test::ToMap;
   auto t = Make(Config());
   std::vector<int64_t> keys, counts(40, 3);
@@ -195,15 +199,17 @@ TEST(CheckpointTest, RowWiseSlotsRoundTrip) {
   std::vector<int64_t> addresses(keys.size());
   KeyAccess access;
   access.counts = counts.data();
-  ASSERT_TRUE(t->FindOrInsert(keys.data(), keys.size(), true, addresses.data(), SerialRunner,
-                              access).ok());
+  ASSERT_TRUE(
+      t->FindOrInsert(keys.data(), keys.size(), true, addresses.data(), SerialRunner, access).ok());
   std::vector<float> grads(keys.size() * 3);
   for (size_t i = 0; i < grads.size(); ++i) grads[i] = 0.01f * static_cast<float>(i % 17);
   ASSERT_TRUE(ApplyRowwiseAdagrad(t.get(), addresses.data(), grads.data(), keys.size(),
-                                  {0.1f, 0.0f, 1e-8f}, SerialRunner).ok());
+                                  {0.1f, 0.0f, 1e-8f}, SerialRunner)
+                  .ok());
   const std::string dir = TempDir() + "/rowwise";
   ASSERT_TRUE(SaveTableFiles(t.get(), dir, nullptr).ok());
-  std::ifstream slot_file(dir + "/" + checkpoint_files::SlotFile(0), std::ios::binary | std::ios::ate);
+  std::ifstream slot_file(dir + "/" + checkpoint_files::SlotFile(0),
+                          std::ios::binary | std::ios::ate);
   ASSERT_TRUE(slot_file.good());
   EXPECT_EQ(static_cast<int64_t>(slot_file.tellg()), 40 * 4);  // one float per row
   auto u = Make(Config());
@@ -211,8 +217,9 @@ TEST(CheckpointTest, RowWiseSlotsRoundTrip) {
   EXPECT_EQ(u->slot_width(), 1);
   const Exported before = ExportAll(t.get()), after = ExportAll(u.get());
   EXPECT_EQ(ToMap(after, 3), ToMap(before, 3));
-  ASSERT_TRUE(ApplyRowwiseAdagrad(u.get(), addresses.data(), grads.data(), 0,
-                                  {0.1f, 0.0f, 1e-8f}, SerialRunner).ok());
+  ASSERT_TRUE(ApplyRowwiseAdagrad(u.get(), addresses.data(), grads.data(), 0, {0.1f, 0.0f, 1e-8f},
+                                  SerialRunner)
+                  .ok());
   EXPECT_EQ(u->TakeNotice(), "");
   // Element-wise Adagrad takes the restored table over with fresh dim-wide slots.
   auto w = Make(Config());
@@ -236,8 +243,8 @@ void FlipByte(const std::string& path, long offset) {
 
 TEST(CheckpointTest, CorruptedTruncatedAndIncompleteFilesAreNamed) {
   auto t = Trained();
-  for (const std::string file : {"keys.bin", "values.bin", "slot1.bin", "counts.bin",
-                                 "last_seen.bin", "pending.bin"}) {
+  for (const std::string file :
+       {"keys.bin", "values.bin", "slot1.bin", "counts.bin", "last_seen.bin", "pending.bin"}) {
     const std::string dir = TempDir() + "/t";
     ASSERT_TRUE(SaveTableFiles(t.get(), dir, nullptr).ok());
     FlipByte(dir + "/" + file, 5);
@@ -305,8 +312,9 @@ TEST(CheckpointTest, ReshardsOneToTwoToOne) {
   }
   auto merged = Make(Config());
   int64_t rows = 0;
-  ASSERT_TRUE(RestoreTableFiles(merged.get(), {root + "/rank0", root + "/rank1"},
-                                RestoreOptions(), &rows, nullptr).ok());
+  ASSERT_TRUE(RestoreTableFiles(merged.get(), {root + "/rank0", root + "/rank1"}, RestoreOptions(),
+                                &rows, nullptr)
+                  .ok());
   EXPECT_EQ(rows, 50);
   EXPECT_EQ(Read(merged.get(), 0, 200), all);
   EXPECT_EQ(merged->Stats().pending, 5);
@@ -339,19 +347,22 @@ void Touch(EmbeddingTable* t, const std::vector<int64_t>& keys, float add, int64
   KeyAccess access;
   access.counts = counts.data();
   access.times = &clock;
-  ASSERT_TRUE(t->FindOrInsert(keys.data(), keys.size(), true, addresses.data(), SerialRunner,
-                              access).ok());
+  ASSERT_TRUE(
+      t->FindOrInsert(keys.data(), keys.size(), true, addresses.data(), SerialRunner, access).ok());
   std::vector<int64_t> live;
-  for (int64_t a : addresses) if (a >= 0) live.push_back(a);
-  ASSERT_TRUE(t->UpdateRows(live.data(), live.size(), 1,
-                            [add](int64_t, float* v, float* const* slots) {
-                              for (int d = 0; d < 3; ++d) {
-                                v[d] += add;
-                                slots[0][d] += 2 * add;
-                                slots[1][d] -= add;
-                              }
-                            },
-                            SerialRunner).ok());
+  for (int64_t a : addresses)
+    if (a >= 0) live.push_back(a);
+  ASSERT_TRUE(t->UpdateRows(
+                   live.data(), live.size(), 1,
+                   [add](int64_t, float* v, float* const* slots) {
+                     for (int d = 0; d < 3; ++d) {
+                       v[d] += add;
+                       slots[0][d] += 2 * add;
+                       slots[1][d] -= add;
+                     }
+                   },
+                   SerialRunner)
+                  .ok());
 }
 
 TEST(DeltaCheckpointTest, FullPlusDeltasEqualsAFullSave) {
@@ -392,7 +403,8 @@ TEST(DeltaCheckpointTest, FullPlusDeltasEqualsAFullSave) {
   save("/full_now", false, nullptr);
 
   auto a = Make(Config());
-  ASSERT_TRUE(RestoreTableFiles(a.get(), {root + "/full"}, RestoreOptions(), nullptr, nullptr).ok());
+  ASSERT_TRUE(
+      RestoreTableFiles(a.get(), {root + "/full"}, RestoreOptions(), nullptr, nullptr).ok());
   for (const char* d : {"/delta1", "/delta2", "/delta3"}) {
     ASSERT_TRUE(ApplyDeltaFiles(a.get(), root + d, nullptr).ok()) << d;
   }
@@ -406,7 +418,8 @@ TEST(DeltaCheckpointTest, FullPlusDeltasEqualsAFullSave) {
 
   // Deltas apply only in order onto the checkpoint they follow.
   auto c2 = Make(Config());
-  ASSERT_TRUE(RestoreTableFiles(c2.get(), {root + "/full"}, RestoreOptions(), nullptr, nullptr).ok());
+  ASSERT_TRUE(
+      RestoreTableFiles(c2.get(), {root + "/full"}, RestoreOptions(), nullptr, nullptr).ok());
   Status skipped = ApplyDeltaFiles(c2.get(), root + "/delta2", nullptr);
   EXPECT_EQ(skipped.code(), StatusCode::kFailedPrecondition) << skipped.message();
   EXPECT_NE(skipped.message().find("follows checkpoint"), std::string::npos);
@@ -546,8 +559,7 @@ TEST(CheckpointTest, AKeyStoredInOneDirectoryAndPendingInAnotherIsAnError) {
   std::vector<int64_t> key = {100}, counts = {3}, address(1);
   KeyAccess access;
   access.counts = counts.data();
-  ASSERT_TRUE(
-      other->FindOrInsert(key.data(), 1, true, address.data(), SerialRunner, access).ok());
+  ASSERT_TRUE(other->FindOrInsert(key.data(), 1, true, address.data(), SerialRunner, access).ok());
   ASSERT_GE(address[0], 0);
   ASSERT_TRUE(SaveTableFiles(other.get(), root + "/stored", nullptr).ok());
   for (const auto& dirs : {std::vector<std::string>{root + "/pending", root + "/stored"},
@@ -571,16 +583,22 @@ struct Served {
     std::vector<int64_t> removed;
     bool replace = false;
     int64_t since = -1, id = -1;
-    EXPECT_TRUE(t->TakeChanges(full, [&](const EmbeddingTable::SnapshotView& view, bool whole) {
-      replace = whole;
-      if (!whole) removed = view.removed_keys();
-      return view.ForEachRow([&](int64_t key, const char* r, uint32_t, int64_t) {
-        std::vector<float> row(t->dim());
-        view.ReadEmbedding(r, row.data());
-        changed.emplace_back(key, row);
-        return Status::Ok();
-      }, /*changed_only=*/!whole);
-    }, &since, &id).ok());
+    EXPECT_TRUE(t->TakeChanges(
+                     full,
+                     [&](const EmbeddingTable::SnapshotView& view, bool whole) {
+                       replace = whole;
+                       if (!whole) removed = view.removed_keys();
+                       return view.ForEachRow(
+                           [&](int64_t key, const char* r, uint32_t, int64_t) {
+                             std::vector<float> row(t->dim());
+                             view.ReadEmbedding(r, row.data());
+                             changed.emplace_back(key, row);
+                             return Status::Ok();
+                           },
+                           /*changed_only=*/!whole);
+                     },
+                     &since, &id)
+                    .ok());
     EXPECT_NE(id, 0);
     EXPECT_EQ(since, replace ? 0 : last_id);  // a chain: each push follows the last one
     last_id = id;
@@ -631,16 +649,18 @@ TEST(PushChangesTest, PushesReplayedInOrderEqualTheTableWhateverTheCheckpointsDo
   ASSERT_TRUE(SaveTableFiles(t.get(), root + "/delta", &delta_rows, true, &save_id).ok());
   ASSERT_TRUE(t->CommitSave(save_id).ok());
   auto b = Make(Config());
-  ASSERT_TRUE(RestoreTableFiles(b.get(), {root + "/full"}, RestoreOptions(), nullptr, nullptr).ok());
+  ASSERT_TRUE(
+      RestoreTableFiles(b.get(), {root + "/full"}, RestoreOptions(), nullptr, nullptr).ok());
   ASSERT_TRUE(ApplyDeltaFiles(b.get(), root + "/delta", nullptr).ok());
   EXPECT_EQ(Embeddings(b.get()), Embeddings(t.get()));
   // Nothing changed: an empty push. A failed take restarts nothing.
   EXPECT_FALSE(served.Push(t.get()));
   Touch(t.get(), {7}, 1.0f, 260);
   int64_t since = 0, id = 0;
-  Status failed = t->TakeChanges(false, [](const EmbeddingTable::SnapshotView&, bool) {
-    return Status::Internal("disk full");
-  }, &since, &id);
+  Status failed = t->TakeChanges(
+      false,
+      [](const EmbeddingTable::SnapshotView&, bool) { return Status::Internal("disk full"); },
+      &since, &id);
   EXPECT_FALSE(failed.ok());
   std::map<int64_t, std::vector<float>> before = served.rows;
   EXPECT_FALSE(served.Push(t.get()));
@@ -651,16 +671,16 @@ TEST(PushChangesTest, PushesReplayedInOrderEqualTheTableWhateverTheCheckpointsDo
   Touch(t.get(), {1, 2}, 2.0f, 300);
   EXPECT_TRUE(served.Push(t.get()));
   EXPECT_EQ(served.rows, Embeddings(t.get()));
-  ASSERT_TRUE(RestoreTableFiles(t.get(), {root + "/full"}, RestoreOptions(), nullptr, nullptr).ok());
+  ASSERT_TRUE(
+      RestoreTableFiles(t.get(), {root + "/full"}, RestoreOptions(), nullptr, nullptr).ok());
   EXPECT_TRUE(served.Push(t.get()));
   EXPECT_EQ(served.rows, Embeddings(t.get()));
   EXPECT_TRUE(served.Push(t.get(), /*full=*/true));
   EXPECT_EQ(served.rows, Embeddings(t.get()));
   // Tables without change tracking cannot push.
   auto u = Make(Config());
-  Status refused = u->TakeChanges(false, [](const EmbeddingTable::SnapshotView&, bool) {
-    return Status::Ok();
-  }, &since, &id);
+  Status refused = u->TakeChanges(
+      false, [](const EmbeddingTable::SnapshotView&, bool) { return Status::Ok(); }, &since, &id);
   EXPECT_FALSE(refused.ok());
   EXPECT_NE(std::string(refused.message()).find("track_changes"), std::string::npos);
 }
@@ -675,8 +695,8 @@ TEST(PushChangesTest, ApplyRowsRemovesThenWritesOrReplacesTheTable) {
   std::vector<int64_t> update = {2, 5};
   std::vector<float> rows = {7, 7, 7, 8, 8, 8};
   std::vector<int64_t> gone = {1, 2, 9};
-  ASSERT_TRUE(t->ApplyRows(update.data(), rows.data(), 2, gone.data(), 3, false,
-                           SerialRunner).ok());
+  ASSERT_TRUE(
+      t->ApplyRows(update.data(), rows.data(), 2, gone.data(), 3, false, SerialRunner).ok());
   auto now = Embeddings(t.get());
   EXPECT_EQ(now.size(), 4u);  // 2, 3, 4, 5
   EXPECT_EQ(now.count(1), 0u);

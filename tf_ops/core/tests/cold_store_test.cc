@@ -29,9 +29,7 @@ class ColdStoreTest : public ::testing::Test {
     ASSERT_NE(::mkdtemp(pattern), nullptr);
     dir_ = pattern;
   }
-  void TearDown() override {
-    EXPECT_EQ(std::system(("rm -rf '" + dir_ + "'").c_str()), 0);
-  }
+  void TearDown() override { EXPECT_EQ(std::system(("rm -rf '" + dir_ + "'").c_str()), 0); }
 
   std::vector<std::string> Files() const {
     std::vector<std::string> names;
@@ -108,12 +106,13 @@ TEST_P(ColdStoreMapTest, AppendsReadsRemovesAndCompactsAgainstAMap) {
     }
     if (round % 97 == 0) {
       int moves = 0;
-      ASSERT_TRUE(store->Compact([&](uint64_t k, ColdStore::Location from,
-                                     ColdStore::Location to) {
-                         ASSERT_TRUE(where.at(k).first == from);
-                         where[k].first = to;
-                         ++moves;
-                       }).ok());
+      ASSERT_TRUE(store
+                      ->Compact([&](uint64_t k, ColdStore::Location from, ColdStore::Location to) {
+                        ASSERT_TRUE(where.at(k).first == from);
+                        where[k].first = to;
+                        ++moves;
+                      })
+                      .ok());
       EXPECT_LE(store->space_amplification(), direct ? 400.0 : 16.0);
     }
   }
@@ -146,14 +145,17 @@ TEST_F(ColdStoreTest, CompactionReportsMovesAndDeletesTheOldFile) {
   ASSERT_TRUE(store->Remove(at[0]).ok());
   ASSERT_TRUE(store->Remove(at[1]).ok());
   // Half stale is not more than half: nothing moves.
-  ASSERT_TRUE(store->Compact([](uint64_t, ColdStore::Location, ColdStore::Location) {
-                FAIL() << "nothing should move";
-              }).ok());
+  ASSERT_TRUE(store
+                  ->Compact([](uint64_t, ColdStore::Location, ColdStore::Location) {
+                    FAIL() << "nothing should move";
+                  })
+                  .ok());
   ASSERT_TRUE(store->Remove(at[2]).ok());
   std::map<uint64_t, ColdStore::Location> moved;
-  ASSERT_TRUE(store->Compact([&](uint64_t k, ColdStore::Location, ColdStore::Location to) {
-                moved[k] = to;
-              }).ok());
+  ASSERT_TRUE(
+      store
+          ->Compact([&](uint64_t k, ColdStore::Location, ColdStore::Location to) { moved[k] = to; })
+          .ok());
   ASSERT_EQ(moved.size(), 1u);
   ASSERT_EQ(moved.count(3), 1u);
   uint64_t value = 0, key = 0;
@@ -184,9 +186,9 @@ TEST_F(ColdStoreTest, FilesGoWithTheStoreAndDeadProcessesFilesAreCleaned) {
   auto store = Make(4, 2);
   auto files = Files();
   std::sort(files.begin(), files.end());
-  EXPECT_EQ(files, (std::vector<std::string>{"other-999999999-1-0.seg",
-                                             "rec_sdk-" + std::to_string(::getpid()) +
-                                                 "-999-0.seg"}));
+  EXPECT_EQ(files,
+            (std::vector<std::string>{"other-999999999-1-0.seg",
+                                      "rec_sdk-" + std::to_string(::getpid()) + "-999-0.seg"}));
 }
 
 TEST_F(ColdStoreTest, BadArgumentsAndLocationsAreErrors) {
@@ -280,28 +282,30 @@ TEST_F(ColdStoreTest, BatchesTagsMarksScansAndDirectories) {
   for (int k : {4, 6, 7}) ASSERT_TRUE(store->Remove(at[k]).ok());
   EXPECT_TRUE(store->NeedsCompaction());
   ColdStore::Location moved_to;
-  ASSERT_TRUE(store->Compact([&](uint64_t key, ColdStore::Location from,
-                                 ColdStore::Location to) {
-                EXPECT_EQ(key, 105u);
-                EXPECT_EQ(from, at[5]);
-                moved_to = to;
-              }).ok());
+  ASSERT_TRUE(store
+                  ->Compact([&](uint64_t key, ColdStore::Location from, ColdStore::Location to) {
+                    EXPECT_EQ(key, 105u);
+                    EXPECT_EQ(from, at[5]);
+                    moved_to = to;
+                  })
+                  .ok());
   EXPECT_FALSE(store->NeedsCompaction());
   EXPECT_EQ(store->tag(moved_to), -5);
   EXPECT_EQ(store->marks(moved_to), 2);
   at[5] = moved_to;
   // A scan sees every live record once, with its bytes.
   std::map<uint64_t, uint64_t> seen;
-  ASSERT_TRUE(store->ForEachLive([&](uint64_t key, ColdStore::Location where,
-                                     const void* record) {
-                uint64_t value;
-                std::memcpy(&value, record, sizeof(value));
-                EXPECT_TRUE(seen.emplace(key, value).second);
-                EXPECT_EQ(where, at[key - 100]);
-                return Status::Ok();
-              }).ok());
-  EXPECT_EQ(seen, (std::map<uint64_t, uint64_t>{{100, 0}, {101, 3}, {102, 6}, {103, 9},
-                                                {105, 15}, {108, 24}, {109, 27}}));
+  ASSERT_TRUE(store
+                  ->ForEachLive([&](uint64_t key, ColdStore::Location where, const void* record) {
+                    uint64_t value;
+                    std::memcpy(&value, record, sizeof(value));
+                    EXPECT_TRUE(seen.emplace(key, value).second);
+                    EXPECT_EQ(where, at[key - 100]);
+                    return Status::Ok();
+                  })
+                  .ok());
+  EXPECT_EQ(seen, (std::map<uint64_t, uint64_t>{
+                      {100, 0}, {101, 3}, {102, 6}, {103, 9}, {105, 15}, {108, 24}, {109, 27}}));
   // Clearing one mark bit keeps the other.
   store->ClearMarks(1);
   EXPECT_EQ(store->marks(at[5]), 2);

@@ -59,8 +59,10 @@ TEST(EmbeddingTableCreateTest, RejectsBadConfigs) {
   tiered_compact.index_layout = TableConfig::IndexLayout::kCompact;
   s = EmbeddingTable::Create(tiered_compact, &t);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
-  EXPECT_TRUE(Contains(s.message(), "index_layout \"compact\" needs a table without an SSD "
-                                    "tier")) << s.message();
+  EXPECT_TRUE(Contains(s.message(),
+                       "index_layout \"compact\" needs a table without an SSD "
+                       "tier"))
+      << s.message();
   EXPECT_EQ(t, nullptr);
 }
 
@@ -152,7 +154,8 @@ TEST(EmbeddingTableTest, EmptyBatchesAreFine) {
   EXPECT_EQ(t->Size(), 0);
 }
 
-// --- Lookup and Upsert ----------------------------------------------------------------------------
+// --- Lookup and Upsert
+// ----------------------------------------------------------------------------
 
 TEST(EmbeddingTableTest, LookupReportsExistenceAndNeverInserts) {
   auto t = MakeTable(Dynamic("lookup", 6));
@@ -161,14 +164,13 @@ TEST(EmbeddingTableTest, LookupReportsExistenceAndNeverInserts) {
   for (bool init_missing : {false, true}) {
     std::vector<float> out(keys.size() * 6, std::nanf(""));
     bool exists[5];
-    ASSERT_TRUE(t->Lookup(keys.data(), keys.size(), init_missing, out.data(), exists,
-                          SerialRunner).ok());
+    ASSERT_TRUE(
+        t->Lookup(keys.data(), keys.size(), init_missing, out.data(), exists, SerialRunner).ok());
     const bool want[] = {true, false, true, false, true};
     for (size_t i = 0; i < keys.size(); ++i) {
       EXPECT_EQ(exists[i], want[i]) << "key " << keys[i];
-      std::vector<float> expected = (want[i] || init_missing)
-                                        ? InitialRow(*t, Normal(), keys[i])
-                                        : std::vector<float>(6, 0.0f);
+      std::vector<float> expected = (want[i] || init_missing) ? InitialRow(*t, Normal(), keys[i])
+                                                              : std::vector<float>(6, 0.0f);
       EXPECT_EQ(RowOf(out, i, 6), expected) << "key " << keys[i] << " init " << init_missing;
     }
     EXPECT_EQ(t->Size(), 2);
@@ -239,7 +241,8 @@ TEST(EmbeddingTableTest, RemoveAllowsNullCountAndThreads) {
   std::iota(keys.begin(), keys.end(), -1000);
   FindOrInsert(t.get(), keys, true);
   std::vector<int64_t> odd;
-  for (int64_t k : keys) if (k % 2 != 0) odd.push_back(k);
+  for (int64_t k : keys)
+    if (k % 2 != 0) odd.push_back(k);
   int64_t removed = 0;
   ASSERT_TRUE(t->Remove(odd.data(), odd.size(), &removed, ThreadedRunner()).ok());
   EXPECT_EQ(removed, 1000);
@@ -256,13 +259,21 @@ TEST(EmbeddingTableTest, GarbageAddressesAreRejectedNotFollowed) {
   std::vector<int64_t> good = FindOrInsert(t.get(), {1, 2, 3}, true);
   const int64_t unused_row = t->Capacity() - 1;  // allocated but never handed out
   const std::vector<int64_t> bad = {
-      0, 1, 5, 1LL << 39, -2, -7, kMin, kMax, kMax - 1,
-      good[0] + t->Capacity(),                // right tag, row past the allocated rows
-      t->EncodeAddress(unused_row, 0),       // right tag, row never used
+      0,
+      1,
+      5,
+      1LL << 39,
+      -2,
+      -7,
+      kMin,
+      kMax,
+      kMax - 1,
+      good[0] + t->Capacity(),          // right tag, row past the allocated rows
+      t->EncodeAddress(unused_row, 0),  // right tag, row never used
       t->EncodeAddress(t->Capacity(), 0),
       t->EncodeAddress(EmbeddingTable::kMaxRows - 1, 0),
-      good[0] ^ (int64_t{1} << 40),          // right row, wrong generation
-      good[0] | (int64_t{1} << 62),          // another tag
+      good[0] ^ (int64_t{1} << 40),  // right row, wrong generation
+      good[0] | (int64_t{1} << 62),  // another tag
   };
   for (int64_t a : bad) {
     Status s;
@@ -272,9 +283,13 @@ TEST(EmbeddingTableTest, GarbageAddressesAreRejectedNotFollowed) {
     // UpdateRows rejects it too and touches no row.
     const std::vector<int64_t> batch = {good[0], good[1], a, good[2]};
     int calls = 0;
-    s = t->UpdateRows(batch.data(), batch.size(), 1,
-                      [&](int64_t, float* v, float* const*) { ++calls; v[0] = 1e9f; },
-                      SerialRunner);
+    s = t->UpdateRows(
+        batch.data(), batch.size(), 1,
+        [&](int64_t, float* v, float* const*) {
+          ++calls;
+          v[0] = 1e9f;
+        },
+        SerialRunner);
     EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << "address " << a;
     EXPECT_EQ(calls, 0);
   }
@@ -296,7 +311,8 @@ TEST(EmbeddingTableTest, AddressOfAnotherTableIsRejected) {
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
 }
 
-// --- Fixed capacity -------------------------------------------------------------------------------
+// --- Fixed capacity
+// -------------------------------------------------------------------------------
 
 TEST(EmbeddingTableTest, FixedCapacityFullIsResourceExhausted) {
   auto t = MakeTable(Fixed("small_fixed", 4, 10));
@@ -381,7 +397,8 @@ TEST(EmbeddingTableTest, FixedCapacityPartialBatch) {
   EXPECT_EQ(got, 1);
 }
 
-// --- Dynamic expansion ------------------------------------------------------------------------------
+// --- Dynamic expansion
+// ------------------------------------------------------------------------------
 
 TEST(EmbeddingTableTest, DynamicExpansionKeepsEarlierRows) {
   const int dim = 1024;  // small chunks, so growth spans many of them
@@ -394,8 +411,8 @@ TEST(EmbeddingTableTest, DynamicExpansionKeepsEarlierRows) {
   std::iota(first_keys.begin(), first_keys.end(), 1000000);
   std::vector<float> first_values(first_keys.size() * dim);
   for (size_t i = 0; i < first_values.size(); ++i) first_values[i] = 0.001f * (i % 9973);
-  ASSERT_TRUE(t->Upsert(first_keys.data(), first_values.data(), first_keys.size(),
-                        SerialRunner).ok());
+  ASSERT_TRUE(
+      t->Upsert(first_keys.data(), first_values.data(), first_keys.size(), SerialRunner).ok());
   std::vector<int64_t> first_addr = FindOrInsert(t.get(), first_keys, false);
   std::vector<float> before = Gather(t.get(), first_addr);
   EXPECT_EQ(before, first_values);
@@ -419,7 +436,8 @@ TEST(EmbeddingTableTest, DynamicExpansionKeepsEarlierRows) {
   for (int i = 0; i < 3; ++i) EXPECT_EQ(RowOf(rows, i, dim), InitialRow(*t, Normal(), sample[i]));
 }
 
-// --- Clear ---------------------------------------------------------------------------------------------
+// --- Clear
+// ---------------------------------------------------------------------------------------------
 
 TEST(EmbeddingTableTest, ClearEmptiesTableAndStalesAddresses) {
   auto t = MakeTable(Fixed("clear", 4, 8));

@@ -310,8 +310,7 @@ TEST_P(HashIndexLayoutTest, BackwardShiftAcrossWrapAroundAtSeveralSizes) {
 TEST_P(HashIndexLayoutTest, RandomOpsOnWrappingClusterMatchModel) {
   const int shard = 17;
   const size_t slots = 16;
-  std::vector<int64_t> pool =
-      KeysWithHomes(shard, slots, {13, 14, 15, 0, 1, 2}, 3, -3000000);
+  std::vector<int64_t> pool = KeysWithHomes(shard, slots, {13, 14, 15, 0, 1, 2}, 3, -3000000);
   ModelChecker m = Make();
   std::mt19937 rng(3);
   int64_t row = 0;
@@ -403,7 +402,8 @@ void CheckBuckets(const std::vector<int64_t>& keys) {
 
   // Reference: positions of each shard, in their original order.
   std::vector<std::vector<int64_t>> expected(HashIndex::kNumShards);
-  for (int64_t i = 0; i < n; ++i) expected[HashIndex::ShardOf(HashIndex::Hash(keys[i], 0))].push_back(i);
+  for (int64_t i = 0; i < n; ++i)
+    expected[HashIndex::ShardOf(HashIndex::Hash(keys[i], 0))].push_back(i);
   std::vector<int> seen(keys.size(), 0);
   for (int s = 0; s < HashIndex::kNumShards; ++s) {
     ASSERT_LE(begin[s], begin[s + 1]);

@@ -145,9 +145,9 @@ TEST(InitializerTest, UniformWithinRangeWithRightMoments) {
     ASSERT_LT(v, s.maxval);
   }
   const double width = s.maxval - s.minval;
-  EXPECT_NEAR(m.mean, 0.5, 0.01);                    // standard error ~0.0016
-  EXPECT_NEAR(m.var, width * width / 12, 0.01);      // 1/3, standard error ~0.0012
-  EXPECT_LT(m.min, s.minval + 0.001);                // the whole range is used
+  EXPECT_NEAR(m.mean, 0.5, 0.01);                // standard error ~0.0016
+  EXPECT_NEAR(m.var, width * width / 12, 0.01);  // 1/3, standard error ~0.0012
+  EXPECT_LT(m.min, s.minval + 0.001);            // the whole range is used
   EXPECT_GT(m.max, s.maxval - 0.001);
   // Roughly flat: each quarter of the range holds ~25% of the values.
   std::vector<int> quarter(4, 0);
@@ -168,8 +168,8 @@ TEST(InitializerTest, NormalMeanAndStddev) {
   s.stddev = 2.0f;
   s.seed = 3;
   Moments m = Sample(s, 4000, 32);
-  EXPECT_NEAR(m.mean, 1.0, 0.03);             // standard error ~0.0056
-  EXPECT_NEAR(std::sqrt(m.var), 2.0, 0.03);   // standard error ~0.004
+  EXPECT_NEAR(m.mean, 1.0, 0.03);            // standard error ~0.0056
+  EXPECT_NEAR(std::sqrt(m.var), 2.0, 0.03);  // standard error ~0.004
   // Not truncated: about 4.55% of the values lie beyond 2 stddev.
   int64_t beyond = 0;
   for (float v : m.all) beyond += std::fabs(v - 1.0f) > 4.0f;

@@ -23,7 +23,8 @@ TEST(KeyStatsTest, CountsAndNewestTimesMatchReference) {
     for (auto& t : times) t = static_cast<int64_t>(rng() % 1000) - 500;
     std::vector<int64_t> counts(unique), newest(unique);
     ASSERT_TRUE(AggregateKeyAccess(inverse.data(), n, unique, weights.data(), 0, times.data(),
-                                   samples, counts.data(), newest.data()).ok());
+                                   samples, counts.data(), newest.data())
+                    .ok());
     std::vector<int64_t> want_counts(unique, 0),
         want_newest(unique, std::numeric_limits<int64_t>::min());
     for (int64_t i = 0; i < n; ++i) {
@@ -33,8 +34,9 @@ TEST(KeyStatsTest, CountsAndNewestTimesMatchReference) {
     EXPECT_EQ(counts, want_counts);
     EXPECT_EQ(newest, want_newest);
     // One weight for all, no times.
-    ASSERT_TRUE(AggregateKeyAccess(inverse.data(), n, unique, nullptr, 2, nullptr, 0,
-                                   counts.data(), nullptr).ok());
+    ASSERT_TRUE(AggregateKeyAccess(inverse.data(), n, unique, nullptr, 2, nullptr, 0, counts.data(),
+                                   nullptr)
+                    .ok());
     for (int64_t u = 0; u < unique; ++u) {
       EXPECT_EQ(counts[u], 2 * std::count(inverse.begin(), inverse.end(), u));
     }
@@ -44,15 +46,19 @@ TEST(KeyStatsTest, CountsAndNewestTimesMatchReference) {
 TEST(KeyStatsTest, RejectsBadInput) {
   std::vector<int32_t> inverse = {0, 3};
   std::vector<int64_t> counts(2), newest(2), times = {1, 2, 3};
-  EXPECT_FALSE(AggregateKeyAccess(inverse.data(), 2, 2, nullptr, 1, nullptr, 0, counts.data(),
-                                  nullptr).ok());
+  EXPECT_FALSE(
+      AggregateKeyAccess(inverse.data(), 2, 2, nullptr, 1, nullptr, 0, counts.data(), nullptr)
+          .ok());
   inverse = {0, 1};
-  EXPECT_FALSE(AggregateKeyAccess(inverse.data(), 2, 2, nullptr, 1, times.data(), 3,
-                                  counts.data(), newest.data()).ok());
-  EXPECT_FALSE(AggregateKeyAccess(inverse.data(), 2, 2, nullptr, 1, times.data(), 0,
-                                  counts.data(), newest.data()).ok());
-  EXPECT_TRUE(AggregateKeyAccess(inverse.data(), 0, 0, nullptr, 1, times.data(), 0,
-                                 counts.data(), newest.data()).ok());
+  EXPECT_FALSE(AggregateKeyAccess(inverse.data(), 2, 2, nullptr, 1, times.data(), 3, counts.data(),
+                                  newest.data())
+                   .ok());
+  EXPECT_FALSE(AggregateKeyAccess(inverse.data(), 2, 2, nullptr, 1, times.data(), 0, counts.data(),
+                                  newest.data())
+                   .ok());
+  EXPECT_TRUE(AggregateKeyAccess(inverse.data(), 0, 0, nullptr, 1, times.data(), 0, counts.data(),
+                                 newest.data())
+                  .ok());
 }
 
 }  // namespace

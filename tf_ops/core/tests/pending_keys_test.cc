@@ -46,11 +46,13 @@ TEST(PendingShardTest, ReusesFreedRecordsAndForEachSkipsThem) {
   shard.Add(100, HashOf(100), 5)->count = 7;
   shard.Add(101, HashOf(101), 6)->count = 8;
   std::map<int64_t, int64_t> seen;
-  ASSERT_TRUE(shard.ForEach([&](const PendingKey& p) {
-    seen[p.key] = p.count;
-    return Status::Ok();
-  }).ok());
-  const std::map<int64_t, int64_t> expected = {{1, 2}, {3, 4},   {5, 6},  {7, 8},
+  ASSERT_TRUE(shard
+                  .ForEach([&](const PendingKey& p) {
+                    seen[p.key] = p.count;
+                    return Status::Ok();
+                  })
+                  .ok());
+  const std::map<int64_t, int64_t> expected = {{1, 2},  {3, 4},   {5, 6},  {7, 8},
                                                {9, 10}, {100, 7}, {101, 8}};
   EXPECT_EQ(seen, expected);
   EXPECT_EQ(shard.size(), 7);
@@ -119,10 +121,12 @@ TEST(PendingKeysTest, ShardsByHashAndCountsTheTotal) {
   EXPECT_EQ(pending.RemoveSeenAtOrBefore(499), 500);
   EXPECT_EQ(pending.size(), 1500);
   std::map<int64_t, int64_t> left;
-  ASSERT_TRUE(pending.ForEach([&](const PendingKey& p) {
-    left[p.key] = p.last_seen;
-    return Status::Ok();
-  }).ok());
+  ASSERT_TRUE(pending
+                  .ForEach([&](const PendingKey& p) {
+                    left[p.key] = p.last_seen;
+                    return Status::Ok();
+                  })
+                  .ok());
   std::map<int64_t, int64_t> expected;
   for (const auto& [key, clock] : model) {
     if (clock > 499) expected[key] = clock;
@@ -139,10 +143,12 @@ TEST(PendingKeysTest, ShardsByHashAndCountsTheTotal) {
   pending.ResetSize();
   EXPECT_EQ(pending.size(), 0);
   int visited = 0;
-  ASSERT_TRUE(pending.ForEach([&](const PendingKey&) {
-    ++visited;
-    return Status::Ok();
-  }).ok());
+  ASSERT_TRUE(pending
+                  .ForEach([&](const PendingKey&) {
+                    ++visited;
+                    return Status::Ok();
+                  })
+                  .ok());
   EXPECT_EQ(visited, 0);
 }
 

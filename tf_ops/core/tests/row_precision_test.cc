@@ -162,9 +162,22 @@ TEST(RowPrecisionTest, BulkFloat16ConversionsEqualTheScalarOnes) {
     }
   }
   std::mt19937_64 rng(11);
-  const float edges[] = {0.0f, -0.0f, 6.103515625e-05f, 6.1035149e-05f, -6.1035156e-05f,
-                         65504.0f, 65519.0f, 65520.0f, -65535.0f, 1e-9f, 3e38f, INFINITY,
-                         -INFINITY, NAN, 1.0f, -2.5f};
+  const float edges[] = {0.0f,
+                         -0.0f,
+                         6.103515625e-05f,
+                         6.1035149e-05f,
+                         -6.1035156e-05f,
+                         65504.0f,
+                         65519.0f,
+                         65520.0f,
+                         -65535.0f,
+                         1e-9f,
+                         3e38f,
+                         INFINITY,
+                         -INFINITY,
+                         NAN,
+                         1.0f,
+                         -2.5f};
   std::uniform_real_distribution<float> log2(-30.0f, 17.0f);
   for (int round = 0; round < 3000; ++round) {
     const int n = 1 + static_cast<int>(rng() % 41);
@@ -215,7 +228,8 @@ TEST_P(HalfTableTest, StoresRoundedValuesAndReadsThemAsFloat32) {
   // of a missing key with init_missing reads exactly what the row would hold.
   const std::vector<int64_t> keys = {3, -7, 1 << 20};
   std::vector<float> missing(keys.size() * dim);
-  ASSERT_TRUE(t->Lookup(keys.data(), keys.size(), true, missing.data(), nullptr, SerialRunner).ok());
+  ASSERT_TRUE(
+      t->Lookup(keys.data(), keys.size(), true, missing.data(), nullptr, SerialRunner).ok());
   auto addr = table_test::FindOrInsert(t.get(), keys, true);
   const std::vector<float> rows = table_test::Gather(t.get(), addr);
   EXPECT_EQ(rows, missing);
@@ -230,7 +244,8 @@ TEST_P(HalfTableTest, StoresRoundedValuesAndReadsThemAsFloat32) {
   for (size_t i = 0; i < values.size(); ++i) values[i] = 0.1f * (i + 1) - 0.77f;
   ASSERT_TRUE(t->Upsert(keys.data(), values.data(), keys.size(), SerialRunner).ok());
   std::vector<float> looked(values.size());
-  ASSERT_TRUE(t->Lookup(keys.data(), keys.size(), false, looked.data(), nullptr, SerialRunner).ok());
+  ASSERT_TRUE(
+      t->Lookup(keys.data(), keys.size(), false, looked.data(), nullptr, SerialRunner).ok());
   EXPECT_EQ(looked, Rounded(dtype, values));
   EXPECT_EQ(table_test::Gather(t.get(), addr), Rounded(dtype, values));
   auto exported = ToMap(ExportAll(t.get()), dim);
@@ -279,11 +294,12 @@ TEST_P(HalfTableTest, SmallStepsAccumulateInExpectation) {
   auto t = MakeTable(c);
   auto addr = table_test::FindOrInsert(t.get(), {5}, true);
   for (int step = 0; step < 2000; ++step) {
-    ASSERT_TRUE(t->UpdateRows(addr.data(), 1, 1,
-                              [&](int64_t, float* value, float* const*) {
-                                for (int d = 0; d < dim; ++d) value[d] += 2e-4f;
-                              },
-                              SerialRunner)
+    ASSERT_TRUE(t->UpdateRows(
+                     addr.data(), 1, 1,
+                     [&](int64_t, float* value, float* const*) {
+                       for (int d = 0; d < dim; ++d) value[d] += 2e-4f;
+                     },
+                     SerialRunner)
                     .ok());
   }
   const std::vector<float> row = table_test::Gather(t.get(), addr);
@@ -356,9 +372,11 @@ TEST(HalfCheckpointTest, EveryDtypeRestoresIntoEveryOther) {
         auto addr_u = table_test::FindOrInsert(u.get(), keys, true);
         auto addr_t = table_test::FindOrInsert(t.get(), keys, true);
         ASSERT_TRUE(ApplyLazyAdam(u.get(), addr_u.data(), grads.data(), keys.size(),
-                                  {0.01f, 0.9f, 0.999f, 1e-8f, 2}, SerialRunner).ok());
+                                  {0.01f, 0.9f, 0.999f, 1e-8f, 2}, SerialRunner)
+                        .ok());
         ASSERT_TRUE(ApplyLazyAdam(t.get(), addr_t.data(), grads.data(), keys.size(),
-                                  {0.01f, 0.9f, 0.999f, 1e-8f, 2}, SerialRunner).ok());
+                                  {0.01f, 0.9f, 0.999f, 1e-8f, 2}, SerialRunner)
+                        .ok());
         EXPECT_TRUE(ToMap(ExportAll(u.get()), dim) == ToMap(ExportAll(t.get()), dim));
       }
     }
@@ -449,14 +467,16 @@ TEST(HalfSlotsTest, AdagradAccumulatorsRoundStochasticallyAfterTheEmbedding) {
     auto before = ToMap(ExportAll(t.get()), dim);
     for (uint64_t step = 1; step <= 3; ++step) {
       ASSERT_TRUE(ApplyAdagrad(t.get(), addr.data(), grads.data(), addr.size(),
-                               {0.1f, 0.1f, 1e-7f, false}, SerialRunner).ok());
+                               {0.1f, 0.1f, 1e-7f, false}, SerialRunner)
+                      .ok());
       auto after = ToMap(ExportAll(t.get()), dim);
       for (size_t i = 0; i < keys.size(); ++i) {
         const RoundingBits bits(42, keys[i], step);
         std::vector<float> acc(dim), w(dim);
         for (int d = 0; d < dim; ++d) {
           const float g = grads[i * dim + d];
-          acc[d] = (step == 1 ? Rounded(RowDtype::kBFloat16, {0.1f})[0] : before[keys[i]][1][d]) + g * g;
+          acc[d] =
+              (step == 1 ? Rounded(RowDtype::kBFloat16, {0.1f})[0] : before[keys[i]][1][d]) + g * g;
           w[d] = before[keys[i]][0][d] - 0.1f * g / (std::sqrt(acc[d]) + 1e-7f);
         }
         std::vector<uint16_t> stored(dim);
@@ -486,7 +506,8 @@ TEST(HalfSlotsTest, CheckpointsHoldFloat32SlotsAndRestoreIntoEitherSlotDtype) {
     auto t = MakeTable(c);
     auto addr = table_test::FindOrInsert(t.get(), keys, true);
     ASSERT_TRUE(ApplyLazyAdam(t.get(), addr.data(), grads.data(), addr.size(),
-                              {0.01f, 0.9f, 0.999f, 1e-8f, 1}, SerialRunner).ok());
+                              {0.01f, 0.9f, 0.999f, 1e-8f, 1}, SerialRunner)
+                    .ok());
     const std::string dir = TempDir() + "/t";
     ASSERT_TRUE(SaveTableFiles(t.get(), dir, nullptr).ok());
     std::ifstream slot(dir + "/slot0.bin", std::ios::binary | std::ios::ate);
@@ -515,8 +536,9 @@ TEST(HalfSlotsTest, OneFloatPerRowStaysFloat32AndFloat16IsRefused) {
   auto t = MakeTable(c);
   auto addr = table_test::FindOrInsert(t.get(), {7}, true);
   std::vector<float> grads(8, 0.001f);
-  ASSERT_TRUE(ApplyRowwiseAdagrad(t.get(), addr.data(), grads.data(), 1, {0.1f, 0.1f, 1e-8f},
-                                  SerialRunner).ok());
+  ASSERT_TRUE(
+      ApplyRowwiseAdagrad(t.get(), addr.data(), grads.data(), 1, {0.1f, 0.1f, 1e-8f}, SerialRunner)
+          .ok());
   const auto rows = ToMap(ExportAll(t.get()), 8);
   // 0.1 + 1e-6 is not a bfloat16 value (nor 0.1): the float32 accumulator keeps it.
   EXPECT_EQ(rows.at(7)[1][0], 0.1f + 1e-6f);
@@ -526,7 +548,8 @@ TEST(HalfSlotsTest, OneFloatPerRowStaysFloat32AndFloat16IsRefused) {
   Status s = EmbeddingTable::Create(f, &u);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("slot_dtype must be float32 or bfloat16, got float16"),
-            std::string::npos) << s.message();
+            std::string::npos)
+      << s.message();
 }
 
 TEST(HalfSlotsTest, Bfloat16SlotsHalveTheSlotBytes) {
@@ -537,9 +560,9 @@ TEST(HalfSlotsTest, Bfloat16SlotsHalveTheSlotBytes) {
     TableConfig c = Config(RowDtype::kFloat32, 16);
     c.slot_dtype = slots;
     per_row.push_back(BytesPerRow(c, [](EmbeddingTable* t, const auto& addr, const auto& grads) {
-      return ApplyLazyAdam(t, addr.data(), grads.data(), addr.size(),
-                           {0.01f, 0.9f, 0.999f, 1e-8f, 1}, SerialRunner);
-    }).rows);
+                        return ApplyLazyAdam(t, addr.data(), grads.data(), addr.size(),
+                                             {0.01f, 0.9f, 0.999f, 1e-8f, 1}, SerialRunner);
+                      }).rows);
   }
   EXPECT_NEAR(per_row[0] - per_row[1], 64, 4) << per_row[0] << " vs " << per_row[1];
 }

@@ -35,9 +35,11 @@ TEST(RowSumTest, MatchesReferenceForManyShapes) {
       for (int64_t i = 0; i < n; ++i) {
         for (int d = 0; d < dim; ++d) expected[index[i] * dim + d] += values[i * dim + d];
       }
-      for (const ParallelRunner& run : {ParallelRunner(SerialRunner), ParallelRunner(ThreeThreads)}) {
+      for (const ParallelRunner& run :
+           {ParallelRunner(SerialRunner), ParallelRunner(ThreeThreads)}) {
         std::vector<float> out(rows * dim, 123.0f);
-        ASSERT_TRUE(SumRowsByIndex(values.data(), index.data(), n, dim, rows, out.data(), run).ok());
+        ASSERT_TRUE(
+            SumRowsByIndex(values.data(), index.data(), n, dim, rows, out.data(), run).ok());
         for (size_t k = 0; k < out.size(); ++k) {
           ASSERT_NEAR(out[k], expected[k], 1e-4) << "dim " << dim << " rows " << rows << " k " << k;
         }

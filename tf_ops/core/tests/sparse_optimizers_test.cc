@@ -57,7 +57,8 @@ void RefLazyAdam(Row& r, const float* g, const LazyAdamParams& p) {
 
 void RefGradientDescent(Row& r, const float* g, const GradientDescentParams& p) {
   for (int d = 0; d < kDim; ++d) {
-    r.w[d] = static_cast<float>(r.w[d] - double(p.learning_rate) * (g[d] + double(p.weight_decay) * r.w[d]));
+    r.w[d] = static_cast<float>(r.w[d] -
+                                double(p.learning_rate) * (g[d] + double(p.weight_decay) * r.w[d]));
   }
 }
 
@@ -84,8 +85,9 @@ void RefRowwiseAdagrad(Row& r, const float* g, const RowwiseAdagradParams& p) {
 void RefMomentum(Row& r, const float* g, const MomentumParams& p) {
   for (int d = 0; d < kDim; ++d) {
     const double a = double(r.slots[0][d]) * p.momentum + g[d];
-    const double step = p.use_nesterov ? g[d] * double(p.learning_rate) + a * p.momentum * p.learning_rate
-                                       : double(p.learning_rate) * a;
+    const double step = p.use_nesterov
+                            ? g[d] * double(p.learning_rate) + a * p.momentum * p.learning_rate
+                            : double(p.learning_rate) * a;
     r.w[d] = static_cast<float>(r.w[d] - step);
     r.slots[0][d] = static_cast<float>(a);
   }
@@ -101,8 +103,9 @@ void RefFtrl(Row& r, const float* g, const FtrlParams& p) {
     const double sigma = (std::pow(n_new, -power) - std::pow(n, -power)) / lr;
     const double z = r.slots[1][d] + g_s - sigma * w;
     const double sign = z < 0 ? -1.0 : 1.0;
-    const double w_new =
-        std::fabs(z) <= p.l1 ? 0.0 : (sign * p.l1 - z) / (std::pow(n_new, -power) / lr + 2.0 * p.l2);
+    const double w_new = std::fabs(z) <= p.l1
+                             ? 0.0
+                             : (sign * p.l1 - z) / (std::pow(n_new, -power) / lr + 2.0 * p.l2);
     r.w[d] = static_cast<float>(w_new);
     r.slots[0][d] = static_cast<float>(n_new);
     r.slots[1][d] = static_cast<float>(z);
@@ -129,8 +132,8 @@ class SparseOptimizerTest : public ::testing::Test {
     ASSERT_TRUE(EmbeddingTable::Create(c, &table_).ok());
     keys_ = {11, -3, 0, std::numeric_limits<int64_t>::max(), 12345, 7};
     addr_.resize(keys_.size());
-    ASSERT_TRUE(table_->FindOrInsert(keys_.data(), keys_.size(), true, addr_.data(),
-                                     SerialRunner).ok());
+    ASSERT_TRUE(
+        table_->FindOrInsert(keys_.data(), keys_.size(), true, addr_.data(), SerialRunner).ok());
   }
 
   // The model's starting point: each key's initializer values and the given slot values.
@@ -204,8 +207,7 @@ class SparseOptimizerTest : public ::testing::Test {
   // rows bit-for-bit unchanged.
   void RunAndCompare(int steps, const std::vector<float>& slot_init,
                      const std::function<Status(const Batch&, int)>& apply,
-                     const std::function<void(Row&, const float*, int)>& reference,
-                     unsigned seed) {
+                     const std::function<void(Row&, const float*, int)>& reference, unsigned seed) {
     std::vector<Row> model = InitialModel(slot_init);
     std::mt19937 rng(seed);
     std::vector<Row> before = Snapshot();
@@ -300,8 +302,8 @@ TEST_F(SparseOptimizerTest, GradientDescentWithWeightDecayMatchesReference) {
     RunAndCompare(
         8, {},
         [&](const Batch& b, int) {
-          return ApplyGradientDescent(table_.get(), b.addr.data(), b.grads.data(), b.addr.size(),
-                                      p, SerialRunner);
+          return ApplyGradientDescent(table_.get(), b.addr.data(), b.grads.data(), b.addr.size(), p,
+                                      SerialRunner);
         },
         [&](Row& r, const float* g, int) { RefGradientDescent(r, g, p); }, 3);
   }
@@ -328,8 +330,8 @@ TEST_F(SparseOptimizerTest, RowwiseAdagradMatchesReferenceWithOneFloatPerRow) {
     RunAndCompare(
         10, {initial},
         [&](const Batch& b, int) {
-          return ApplyRowwiseAdagrad(table_.get(), b.addr.data(), b.grads.data(),
-                                     b.addr.size(), p, SerialRunner);
+          return ApplyRowwiseAdagrad(table_.get(), b.addr.data(), b.grads.data(), b.addr.size(), p,
+                                     SerialRunner);
         },
         [&](Row& r, const float* g, int) { RefRowwiseAdagrad(r, g, p); }, 6);
     EXPECT_EQ(table_->slot_optimizer(), "RowwiseAdagrad");
@@ -344,9 +346,11 @@ TEST_F(SparseOptimizerTest, RowwiseAdagradMatchesReferenceWithOneFloatPerRow) {
 TEST_F(SparseOptimizerTest, RowwiseAdagradHyperparametersAndOtherOptimizers) {
   const int64_t a = addr_[0];
   const float g[kDim] = {1, 1, 1, 1};
-  EXPECT_FALSE(ApplyRowwiseAdagrad(table_.get(), &a, g, 1, {-0.1f, 0.1f, 1e-8f}, SerialRunner).ok());
+  EXPECT_FALSE(
+      ApplyRowwiseAdagrad(table_.get(), &a, g, 1, {-0.1f, 0.1f, 1e-8f}, SerialRunner).ok());
   EXPECT_FALSE(ApplyRowwiseAdagrad(table_.get(), &a, g, 1, {0.1f, 0.0f, 0.0f}, SerialRunner).ok());
-  EXPECT_FALSE(ApplyRowwiseAdagrad(table_.get(), &a, g, 1, {0.1f, -1.0f, 1e-8f}, SerialRunner).ok());
+  EXPECT_FALSE(
+      ApplyRowwiseAdagrad(table_.get(), &a, g, 1, {0.1f, -1.0f, 1e-8f}, SerialRunner).ok());
   ASSERT_TRUE(ApplyRowwiseAdagrad(table_.get(), &a, g, 1, {0.1f, 0.0f, 1e-8f}, SerialRunner).ok());
   // One sparse optimizer per table: element-wise Adagrad cannot take over.
   Status s = ApplyAdagrad(table_.get(), &a, g, 1, {0.1f, 0.1f}, SerialRunner);
@@ -457,19 +461,24 @@ TEST_F(SparseOptimizerTest, InvalidAddressUpdatesNoRow) {
 
   using Apply = std::function<Status(const int64_t*, const float*, int64_t, const ParallelRunner&)>;
   const std::vector<std::pair<std::string, Apply>> optimizers = {
-      {"LazyAdam", [&](const int64_t* a, const float* g, int64_t n, const ParallelRunner& run) {
+      {"LazyAdam",
+       [&](const int64_t* a, const float* g, int64_t n, const ParallelRunner& run) {
          return ApplyLazyAdam(table_.get(), a, g, n, {0.1f, 0.9f, 0.999f, 1e-7f, 1}, run);
        }},
-      {"GradientDescent", [&](const int64_t* a, const float* g, int64_t n, const ParallelRunner& run) {
+      {"GradientDescent",
+       [&](const int64_t* a, const float* g, int64_t n, const ParallelRunner& run) {
          return ApplyGradientDescent(table_.get(), a, g, n, {0.1f, 0.01f}, run);
        }},
-      {"Adagrad", [&](const int64_t* a, const float* g, int64_t n, const ParallelRunner& run) {
+      {"Adagrad",
+       [&](const int64_t* a, const float* g, int64_t n, const ParallelRunner& run) {
          return ApplyAdagrad(table_.get(), a, g, n, {0.1f, 0.1f}, run);
        }},
-      {"Ftrl", [&](const int64_t* a, const float* g, int64_t n, const ParallelRunner& run) {
+      {"Ftrl",
+       [&](const int64_t* a, const float* g, int64_t n, const ParallelRunner& run) {
          return ApplyFtrl(table_.get(), a, g, n, {0.1f, -0.5f, 0.1f, 0.0f, 0.0f, 0.0f}, run);
        }},
-      {"Momentum", [&](const int64_t* a, const float* g, int64_t n, const ParallelRunner& run) {
+      {"Momentum",
+       [&](const int64_t* a, const float* g, int64_t n, const ParallelRunner& run) {
          return ApplyMomentum(table_.get(), a, g, n, {0.1f, 0.9f, true}, run);
        }},
   };
@@ -486,7 +495,8 @@ TEST_F(SparseOptimizerTest, InvalidAddressUpdatesNoRow) {
       for (size_t pos : {size_t{0}, addr_.size() / 2, addr_.size()}) {
         std::vector<int64_t> batch = addr_;
         batch.insert(batch.begin() + pos, bad);
-        for (const ParallelRunner& run : {ParallelRunner(SerialRunner), ParallelRunner(ThreadedRunner)}) {
+        for (const ParallelRunner& run :
+             {ParallelRunner(SerialRunner), ParallelRunner(ThreadedRunner)}) {
           Status s = apply(batch.data(), grads.data(), batch.size(), run);
           EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << "bad " << bad << " at " << pos;
         }
@@ -514,26 +524,95 @@ TEST_F(SparseOptimizerTest, HyperparameterErrorsNameTheParameter) {
     return params;
   };
   const std::vector<Case> cases = {
-      {"learning_rate", [&] { return ApplyLazyAdam(table_.get(), a, g.data(), n, with(adam, &LazyAdamParams::learning_rate, -0.1f), SerialRunner); }},
-      {"learning_rate", [&] { return ApplyLazyAdam(table_.get(), a, g.data(), n, with(adam, &LazyAdamParams::learning_rate, nan), SerialRunner); }},
-      {"beta1", [&] { return ApplyLazyAdam(table_.get(), a, g.data(), n, with(adam, &LazyAdamParams::beta1, 1.0f), SerialRunner); }},
-      {"beta1", [&] { return ApplyLazyAdam(table_.get(), a, g.data(), n, with(adam, &LazyAdamParams::beta1, -0.5f), SerialRunner); }},
-      {"beta2", [&] { return ApplyLazyAdam(table_.get(), a, g.data(), n, with(adam, &LazyAdamParams::beta2, 1.5f), SerialRunner); }},
-      {"epsilon", [&] { return ApplyLazyAdam(table_.get(), a, g.data(), n, with(adam, &LazyAdamParams::epsilon, 0.0f), SerialRunner); }},
-      {"step", [&] { return ApplyLazyAdam(table_.get(), a, g.data(), n, with(adam, &LazyAdamParams::step, int64_t{0}), SerialRunner); }},
-      {"learning_rate", [&] { return ApplyGradientDescent(table_.get(), a, g.data(), n, {-1.0f, 0.0f}, SerialRunner); }},
-      {"weight_decay", [&] { return ApplyGradientDescent(table_.get(), a, g.data(), n, {0.1f, -0.1f}, SerialRunner); }},
-      {"weight_decay", [&] { return ApplyGradientDescent(table_.get(), a, g.data(), n, {0.1f, 2.0f}, SerialRunner); }},
-      {"learning_rate", [&] { return ApplyAdagrad(table_.get(), a, g.data(), n, {-0.1f, 0.1f}, SerialRunner); }},
-      {"initial_accumulator_value", [&] { return ApplyAdagrad(table_.get(), a, g.data(), n, {0.1f, 0.0f}, SerialRunner); }},
-      {"learning_rate", [&] { return ApplyMomentum(table_.get(), a, g.data(), n, {-0.1f, 0.9f, false}, SerialRunner); }},
-      {"momentum", [&] { return ApplyMomentum(table_.get(), a, g.data(), n, {0.1f, -0.9f, false}, SerialRunner); }},
-      {"learning_rate", [&] { return ApplyFtrl(table_.get(), a, g.data(), n, with(ftrl, &FtrlParams::learning_rate, 0.0f), SerialRunner); }},
-      {"learning_rate_power", [&] { return ApplyFtrl(table_.get(), a, g.data(), n, with(ftrl, &FtrlParams::learning_rate_power, 0.5f), SerialRunner); }},
-      {"initial_accumulator_value", [&] { return ApplyFtrl(table_.get(), a, g.data(), n, with(ftrl, &FtrlParams::initial_accumulator_value, -1.0f), SerialRunner); }},
-      {"l1", [&] { return ApplyFtrl(table_.get(), a, g.data(), n, with(ftrl, &FtrlParams::l1, -0.1f), SerialRunner); }},
-      {"l2", [&] { return ApplyFtrl(table_.get(), a, g.data(), n, with(ftrl, &FtrlParams::l2, -0.1f), SerialRunner); }},
-      {"l2_shrinkage", [&] { return ApplyFtrl(table_.get(), a, g.data(), n, with(ftrl, &FtrlParams::l2_shrinkage, -0.1f), SerialRunner); }},
+      {"learning_rate",
+       [&] {
+         return ApplyLazyAdam(table_.get(), a, g.data(), n,
+                              with(adam, &LazyAdamParams::learning_rate, -0.1f), SerialRunner);
+       }},
+      {"learning_rate",
+       [&] {
+         return ApplyLazyAdam(table_.get(), a, g.data(), n,
+                              with(adam, &LazyAdamParams::learning_rate, nan), SerialRunner);
+       }},
+      {"beta1",
+       [&] {
+         return ApplyLazyAdam(table_.get(), a, g.data(), n,
+                              with(adam, &LazyAdamParams::beta1, 1.0f), SerialRunner);
+       }},
+      {"beta1",
+       [&] {
+         return ApplyLazyAdam(table_.get(), a, g.data(), n,
+                              with(adam, &LazyAdamParams::beta1, -0.5f), SerialRunner);
+       }},
+      {"beta2",
+       [&] {
+         return ApplyLazyAdam(table_.get(), a, g.data(), n,
+                              with(adam, &LazyAdamParams::beta2, 1.5f), SerialRunner);
+       }},
+      {"epsilon",
+       [&] {
+         return ApplyLazyAdam(table_.get(), a, g.data(), n,
+                              with(adam, &LazyAdamParams::epsilon, 0.0f), SerialRunner);
+       }},
+      {"step",
+       [&] {
+         return ApplyLazyAdam(table_.get(), a, g.data(), n,
+                              with(adam, &LazyAdamParams::step, int64_t{0}), SerialRunner);
+       }},
+      {"learning_rate",
+       [&] {
+         return ApplyGradientDescent(table_.get(), a, g.data(), n, {-1.0f, 0.0f}, SerialRunner);
+       }},
+      {"weight_decay",
+       [&] {
+         return ApplyGradientDescent(table_.get(), a, g.data(), n, {0.1f, -0.1f}, SerialRunner);
+       }},
+      {"weight_decay",
+       [&] {
+         return ApplyGradientDescent(table_.get(), a, g.data(), n, {0.1f, 2.0f}, SerialRunner);
+       }},
+      {"learning_rate",
+       [&] { return ApplyAdagrad(table_.get(), a, g.data(), n, {-0.1f, 0.1f}, SerialRunner); }},
+      {"initial_accumulator_value",
+       [&] { return ApplyAdagrad(table_.get(), a, g.data(), n, {0.1f, 0.0f}, SerialRunner); }},
+      {"learning_rate",
+       [&] {
+         return ApplyMomentum(table_.get(), a, g.data(), n, {-0.1f, 0.9f, false}, SerialRunner);
+       }},
+      {"momentum",
+       [&] {
+         return ApplyMomentum(table_.get(), a, g.data(), n, {0.1f, -0.9f, false}, SerialRunner);
+       }},
+      {"learning_rate",
+       [&] {
+         return ApplyFtrl(table_.get(), a, g.data(), n,
+                          with(ftrl, &FtrlParams::learning_rate, 0.0f), SerialRunner);
+       }},
+      {"learning_rate_power",
+       [&] {
+         return ApplyFtrl(table_.get(), a, g.data(), n,
+                          with(ftrl, &FtrlParams::learning_rate_power, 0.5f), SerialRunner);
+       }},
+      {"initial_accumulator_value",
+       [&] {
+         return ApplyFtrl(table_.get(), a, g.data(), n,
+                          with(ftrl, &FtrlParams::initial_accumulator_value, -1.0f), SerialRunner);
+       }},
+      {"l1",
+       [&] {
+         return ApplyFtrl(table_.get(), a, g.data(), n, with(ftrl, &FtrlParams::l1, -0.1f),
+                          SerialRunner);
+       }},
+      {"l2",
+       [&] {
+         return ApplyFtrl(table_.get(), a, g.data(), n, with(ftrl, &FtrlParams::l2, -0.1f),
+                          SerialRunner);
+       }},
+      {"l2_shrinkage",
+       [&] {
+         return ApplyFtrl(table_.get(), a, g.data(), n,
+                          with(ftrl, &FtrlParams::l2_shrinkage, -0.1f), SerialRunner);
+       }},
   };
   const std::vector<Row> before = Snapshot();
   for (const Case& c : cases) {
@@ -550,11 +629,12 @@ TEST_F(SparseOptimizerTest, HyperparameterErrorsNameTheParameter) {
 
 TEST_F(SparseOptimizerTest, SecondOptimizerOnATableIsRejected) {
   std::vector<float> g(addr_.size() * kDim, 0.5f);
-  ASSERT_TRUE(ApplyGradientDescent(table_.get(), addr_.data(), g.data(), addr_.size(),
-                                   {0.1f, 0.0f}, SerialRunner).ok());
+  ASSERT_TRUE(ApplyGradientDescent(table_.get(), addr_.data(), g.data(), addr_.size(), {0.1f, 0.0f},
+                                   SerialRunner)
+                  .ok());
   const std::vector<Row> before = Snapshot();
-  Status s = ApplyAdagrad(table_.get(), addr_.data(), g.data(), addr_.size(), {0.1f, 0.1f},
-                          SerialRunner);
+  Status s =
+      ApplyAdagrad(table_.get(), addr_.data(), g.data(), addr_.size(), {0.1f, 0.1f}, SerialRunner);
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
   EXPECT_TRUE(Snapshot() == before);
 }
@@ -563,7 +643,8 @@ TEST_F(SparseOptimizerTest, OnlyMinusOneAddressesIsANoOp) {
   const std::vector<Row> before = Snapshot();
   const std::vector<int64_t> none = {-1, -1};
   const std::vector<float> g(2 * kDim, kNaN);
-  ASSERT_TRUE(ApplyAdagrad(table_.get(), none.data(), g.data(), 2, {0.1f, 0.1f}, SerialRunner).ok());
+  ASSERT_TRUE(
+      ApplyAdagrad(table_.get(), none.data(), g.data(), 2, {0.1f, 0.1f}, SerialRunner).ok());
   ASSERT_TRUE(ApplyAdagrad(table_.get(), nullptr, nullptr, 0, {0.1f, 0.1f}, SerialRunner).ok());
   std::vector<Row> after = Snapshot();
   for (size_t r = 0; r < after.size(); ++r) {
@@ -593,7 +674,8 @@ TEST_F(SparseOptimizerTest, AFailedFirstUpdateLeavesTheTableUnbound) {
   EXPECT_TRUE(Snapshot() == before);
   // Not bound to LazyAdam: Adagrad may train it.
   EXPECT_TRUE(ApplyAdagrad(table_.get(), addr_.data(), grads.data(), addr_.size(), {0.1f, 0.1f},
-                           SerialRunner).ok());
+                           SerialRunner)
+                  .ok());
   EXPECT_EQ(table_->slot_optimizer(), "Adagrad");
 }
 

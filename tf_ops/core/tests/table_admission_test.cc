@@ -63,15 +63,15 @@ std::vector<int64_t> Train(EmbeddingTable* t, const std::vector<int64_t>& keys,
   KeyAccess access;
   access.counts = counts.data();
   access.times = &clock;
-  EXPECT_TRUE(t->FindOrInsert(keys.data(), keys.size(), true, addresses.data(), SerialRunner,
-                              access).ok());
+  EXPECT_TRUE(
+      t->FindOrInsert(keys.data(), keys.size(), true, addresses.data(), SerialRunner, access).ok());
   return addresses;
 }
 
 std::vector<int64_t> Find(EmbeddingTable* t, const std::vector<int64_t>& keys) {
   std::vector<int64_t> addresses(keys.size());
-  EXPECT_TRUE(t->FindOrInsert(keys.data(), keys.size(), false, addresses.data(),
-                              SerialRunner).ok());
+  EXPECT_TRUE(
+      t->FindOrInsert(keys.data(), keys.size(), false, addresses.data(), SerialRunner).ok());
   return addresses;
 }
 
@@ -149,14 +149,16 @@ TEST(EvictionTest, EvictedRowIsReinitialisedWithFreshSlotsAndStaleAddress) {
   const int64_t old_address = Train(t.get(), {9}, {1}, 1)[0];
   std::vector<float> initial(4);
   ASSERT_TRUE(t->Gather(&old_address, 1, initial.data(), SerialRunner).ok());
-  ASSERT_TRUE(t->UpdateRows(&old_address, 1, 1,
-                            [](int64_t, float* v, float* const* slots) {
-                              for (int d = 0; d < 4; ++d) {
-                                v[d] += 3;
-                                slots[0][d] = 7;
-                              }
-                            },
-                            SerialRunner).ok());
+  ASSERT_TRUE(t->UpdateRows(
+                   &old_address, 1, 1,
+                   [](int64_t, float* v, float* const* slots) {
+                     for (int d = 0; d < 4; ++d) {
+                       v[d] += 3;
+                       slots[0][d] = 7;
+                     }
+                   },
+                   SerialRunner)
+                  .ok());
   Train(t.get(), {10}, {1}, 6);
   int64_t rows = 0;
   ASSERT_TRUE(t->Evict(&rows, nullptr, SerialRunner).ok());
@@ -166,11 +168,13 @@ TEST(EvictionTest, EvictedRowIsReinitialisedWithFreshSlotsAndStaleAddress) {
   const int64_t address = Train(t.get(), {9}, {1}, 7)[0];
   ASSERT_TRUE(t->Gather(&address, 1, out.data(), SerialRunner).ok());
   EXPECT_EQ(out, initial);
-  ASSERT_TRUE(t->UpdateRows(&address, 1, 1,
-                            [](int64_t, float*, float* const* slots) {
-                              for (int d = 0; d < 4; ++d) EXPECT_EQ(slots[0][d], 0.5f);
-                            },
-                            SerialRunner).ok());
+  ASSERT_TRUE(t->UpdateRows(
+                   &address, 1, 1,
+                   [](int64_t, float*, float* const* slots) {
+                     for (int d = 0; d < 4; ++d) EXPECT_EQ(slots[0][d], 0.5f);
+                   },
+                   SerialRunner)
+                  .ok());
 }
 
 TEST(EvictionTest, PerKeyClocksKeepTheNewest) {
@@ -291,12 +295,12 @@ TEST(AdmissionTest, RandomBatchesMatchTheModel) {
   }
 }
 
-
 TEST(EvictionTest, FullTableNeverEvictsTheBatchItPlaces) {
   auto t = EvictingWhenFull(10);
   for (int64_t k = 0; k < 10; ++k) Train(t.get(), {k}, {1}, k);
   // Keys 0..7 are the oldest, but this batch uses them: only 8 and 9 may go.
-  const std::vector<int64_t> a = Train(t.get(), {0, 1, 2, 3, 4, 5, 6, 7, 100}, std::vector<int64_t>(9, 1), 50);
+  const std::vector<int64_t> a =
+      Train(t.get(), {0, 1, 2, 3, 4, 5, 6, 7, 100}, std::vector<int64_t>(9, 1), 50);
   for (int64_t x : a) EXPECT_GE(x, 0);
   for (int64_t k = 0; k < 8; ++k) EXPECT_GE(Find(t.get(), {k})[0], 0);
   EXPECT_GE(Find(t.get(), {100})[0], 0);
@@ -360,14 +364,15 @@ TEST(ConfigureAdmissionTest, FirstConfigurationHoldsAndAnotherIsAnError) {
   const Status other = fresh->ConfigureAdmission(AdmissionConfig{5, -1});
   EXPECT_EQ(other.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(other.message().find("table 't' already has other admission settings"),
-            std::string::npos) << other.message();
+            std::string::npos)
+      << other.message();
   EXPECT_NE(other.message().find("access_threshold: 3 vs 5; eviction_threshold: 50 vs -1"),
-            std::string::npos) << other.message();
+            std::string::npos)
+      << other.message();
   EXPECT_EQ(fresh->access_threshold(), 3);  // unchanged by the refused configuration
   EXPECT_EQ(fresh->eviction_threshold(), 50);
   EXPECT_EQ(t->ConfigureAdmission(AdmissionConfig{0, -1}).code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(t->ConfigureAdmission(AdmissionConfig{-2, -1}).code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(t->ConfigureAdmission(AdmissionConfig{-2, -1}).code(), StatusCode::kInvalidArgument);
 }
 
 TEST(ConfigureAdmissionTest, RunTimeThresholdChangesSurviveTheSameConfiguration) {
@@ -528,8 +533,8 @@ TEST(EvictionTest, ConcurrentLookupsOfAFullTableNeverTakeEachOthersRows) {
       std::vector<int64_t> keys(100);
       for (auto& k : keys) k = next_key.fetch_add(1) * 2 + (rng() % 2);
       std::vector<int64_t> addresses(keys.size());
-      const Status s = t->FindOrInsert(keys.data(), keys.size(), true, addresses.data(),
-                                       ThreadedRunner(2));
+      const Status s =
+          t->FindOrInsert(keys.data(), keys.size(), true, addresses.data(), ThreadedRunner(2));
       if (!s.ok() && failures.fetch_add(1) < 3) ADD_FAILURE() << s.message();
     }
   };
@@ -551,8 +556,8 @@ TEST(EvictionTest, AFullTableTakesAnyBatchThatFits) {
       std::vector<int64_t> keys(batch);
       for (auto& k : keys) k = next_key++;
       std::vector<int64_t> addresses(keys.size());
-      const Status s = t->FindOrInsert(keys.data(), keys.size(), true, addresses.data(),
-                                       ThreadedRunner(2));
+      const Status s =
+          t->FindOrInsert(keys.data(), keys.size(), true, addresses.data(), ThreadedRunner(2));
       ASSERT_TRUE(s.ok()) << "batch of " << batch << ", step " << step << ": " << s.message();
       EXPECT_LE(t->Size(), 1000);
       for (int64_t a : addresses) ASSERT_GE(a, 0);
@@ -562,8 +567,7 @@ TEST(EvictionTest, AFullTableTakesAnyBatchThatFits) {
   std::vector<int64_t> keys(1001);
   for (auto& k : keys) k = next_key++;
   std::vector<int64_t> addresses(keys.size());
-  EXPECT_EQ(t->FindOrInsert(keys.data(), keys.size(), true, addresses.data(), SerialRunner)
-                .code(),
+  EXPECT_EQ(t->FindOrInsert(keys.data(), keys.size(), true, addresses.data(), SerialRunner).code(),
             StatusCode::kResourceExhausted);
 }
 

@@ -25,7 +25,8 @@ namespace {
 
 using namespace table_test;  // NOLINT(build/namespaces): the shared test helpers
 
-// --- Concurrency ----------------------------------------------------------------------------------
+// --- Concurrency
+// ----------------------------------------------------------------------------------
 
 // Several threads, each owning a disjoint key range, mix FindOrInsert, Upsert, Remove, Lookup
 // and Gather on one table (the table's own work also split over threads). Every call must
@@ -78,7 +79,8 @@ TEST(EmbeddingTableConcurrencyTest, DisjointKeyRangesMatchModels) {
           Status s = t->Remove(keys.data(), keys.size(), &removed, run);
           if (!s.ok()) fail("Remove: " + s.message());
           std::set<int64_t> distinct_present;
-          for (int64_t k : keys) if (model.count(k)) distinct_present.insert(k);
+          for (int64_t k : keys)
+            if (model.count(k)) distinct_present.insert(k);
           if (removed != static_cast<int64_t>(distinct_present.size())) fail("removed count");
           for (int64_t k : keys) model.erase(k);
           for (int64_t a : addr) {

@@ -105,7 +105,9 @@ TEST(IndexLayoutTest, NamesRoundTripAndOthersAreRefused) {
   Status s = IndexLayoutFromName("small", &parsed);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("index_layout must be \"auto\", \"full\" or \"compact\", got "
-                             "\"small\""), std::string::npos) << s.message();
+                             "\"small\""),
+            std::string::npos)
+      << s.message();
 }
 
 TEST(AdmissionDifferencesTest, NamesEachDifferingThresholdWithBothValues) {

@@ -24,7 +24,8 @@ namespace {
 
 using namespace table_test;  // NOLINT(build/namespaces): the shared test helpers
 
-// --- Slots ------------------------------------------------------------------------------------------------
+// --- Slots
+// ------------------------------------------------------------------------------------------------
 
 TEST(EmbeddingTableTest, EnsureSlotsIsPerOptimizer) {
   auto t = MakeTable(Dynamic("slots", 4));
@@ -40,8 +41,7 @@ TEST(EmbeddingTableTest, EnsureSlotsIsPerOptimizer) {
 
   Status s = t->EnsureSlots("LazyAdam", {0.0f, 0.0f});
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
-  EXPECT_TRUE(Contains(s.message(), "Adagrad") && Contains(s.message(), "LazyAdam"))
-      << s.message();
+  EXPECT_TRUE(Contains(s.message(), "Adagrad") && Contains(s.message(), "LazyAdam")) << s.message();
   EXPECT_FALSE(t->EnsureSlots("Other", {0.1f}).ok());  // same slot count, other optimizer
   EXPECT_EQ(t->slot_optimizer(), "Adagrad");
   EXPECT_EQ(t->num_slots(), 1);

@@ -25,7 +25,8 @@ namespace {
 
 using namespace table_test;  // NOLINT(build/namespaces): the shared test helpers
 
-// --- Export / Import --------------------------------------------------------------------------------
+// --- Export / Import
+// --------------------------------------------------------------------------------
 
 TEST(EmbeddingTableTest, ExportImportRoundTripWithSlots) {
   const int dim = 5;
@@ -65,8 +66,8 @@ TEST(EmbeddingTableTest, ExportImportRoundTripWithSlots) {
     }
   }
   auto dst = MakeTable(Dynamic("dst", dim));
-  ASSERT_TRUE(dst->Import(shuffled.keys.data(), shuffled.values.data(), shuffled.slots.data(), 2,
-                          n).ok());
+  ASSERT_TRUE(
+      dst->Import(shuffled.keys.data(), shuffled.values.data(), shuffled.slots.data(), 2, n).ok());
   EXPECT_EQ(dst->Size(), n);
   EXPECT_EQ(dst->num_slots(), 2);
   EXPECT_EQ(ToMap(ExportAll(dst.get()), dim), expected);
@@ -78,13 +79,13 @@ TEST(EmbeddingTableTest, ExportImportRoundTripWithSlots) {
   EXPECT_EQ(ToMap(ExportAll(dst.get()), dim), expected);
 
   // Importing again into the trained source table replaces its contents.
-  ASSERT_TRUE(src->Import(shuffled.keys.data(), shuffled.values.data(), shuffled.slots.data(), 2,
-                          n).ok());
+  ASSERT_TRUE(
+      src->Import(shuffled.keys.data(), shuffled.values.data(), shuffled.slots.data(), 2, n).ok());
   EXPECT_EQ(ToMap(ExportAll(src.get()), dim), expected);
   // A slot count that does not match the table's optimizer is rejected.
-  EXPECT_EQ(src->Import(shuffled.keys.data(), shuffled.values.data(), shuffled.slots.data(), 1,
-                        n).code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      src->Import(shuffled.keys.data(), shuffled.values.data(), shuffled.slots.data(), 1, n).code(),
+      StatusCode::kInvalidArgument);
   EXPECT_EQ(ToMap(ExportAll(src.get()), dim), expected);  // and leaves the table as it was
 }
 
@@ -135,7 +136,6 @@ TEST(EmbeddingTableTest, ImportRejectsTooManyRowsForFixedTable) {
   EXPECT_TRUE(t->Import(keys.data(), values.data(), nullptr, 0, 2).ok());
   EXPECT_EQ(t->Size(), 2);
 }
-
 
 TEST(EmbeddingTableConcurrencyTest, ImportRacingRemoveAndInsert) {
   const int dim = 4;

@@ -8,8 +8,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
 #include <limits>
 #include <map>
@@ -87,7 +87,8 @@ inline std::unique_ptr<EmbeddingTable> MakeTable(const TableConfig& config) {
   return t;
 }
 
-inline std::vector<float> InitialRow(const EmbeddingTable& t, const InitializerSpec& spec, int64_t key) {
+inline std::vector<float> InitialRow(const EmbeddingTable& t, const InitializerSpec& spec,
+                                     int64_t key) {
   std::vector<float> out(t.dim());
   InitializeRow(spec, key, t.dim(), out.data());
   return out;
@@ -95,8 +96,8 @@ inline std::vector<float> InitialRow(const EmbeddingTable& t, const InitializerS
 
 // Thin vector wrappers around the pointer API.
 inline std::vector<int64_t> FindOrInsert(EmbeddingTable* t, const std::vector<int64_t>& keys,
-                                  bool insert, Status* status = nullptr,
-                                  const ParallelRunner& run = SerialRunner) {
+                                         bool insert, Status* status = nullptr,
+                                         const ParallelRunner& run = SerialRunner) {
   std::vector<int64_t> addr(keys.size(), 12345);
   Status s = t->FindOrInsert(keys.data(), keys.size(), insert, addr.data(), run);
   if (status != nullptr) {
@@ -108,7 +109,8 @@ inline std::vector<int64_t> FindOrInsert(EmbeddingTable* t, const std::vector<in
 }
 
 inline std::vector<float> Gather(EmbeddingTable* t, const std::vector<int64_t>& addr,
-                          Status* status = nullptr, const ParallelRunner& run = SerialRunner) {
+                                 Status* status = nullptr,
+                                 const ParallelRunner& run = SerialRunner) {
   std::vector<float> out(addr.size() * t->dim(), std::nanf(""));
   Status s = t->Gather(addr.data(), addr.size(), out.data(), run);
   if (status != nullptr) {
@@ -161,7 +163,7 @@ inline std::map<int64_t, RowContents> ToMap(const Exported& e, int dim) {
 
 // Sets the value and slots of the rows at `addr` to f(key index, slot, element).
 inline void WriteRows(EmbeddingTable* t, const std::vector<int64_t>& addr,
-               const std::function<float(int64_t, int, int)>& f) {
+                      const std::function<float(int64_t, int, int)>& f) {
   Status s = t->UpdateRows(
       addr.data(), addr.size(), 1,
       [&](int64_t i, float* value, float* const* slots) {
@@ -177,7 +179,6 @@ inline void WriteRows(EmbeddingTable* t, const std::vector<int64_t>& addr,
 inline bool Contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
 }
-
 
 // Keys whose unseeded hashes (HashIndex::Hash(key, 0)) all fall in shard 0 and share their
 // low 20 bits, as an attacker who knows the hash function would craft them: the mix is
@@ -210,8 +211,8 @@ inline double FastestSeconds(int runs, const std::function<void()>& f) {
   for (int r = 0; r < runs; ++r) {
     const auto start = std::chrono::steady_clock::now();
     f();
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                                        start).count());
+    best = std::min(
+        best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
   return best;
 }

@@ -35,8 +35,8 @@ std::string TempDir(const std::string& name) {
   return pattern;
 }
 
-TableConfig Tiered(const std::string& name, int dim, int64_t memory_rows,
-                   const std::string& dir, int64_t ssd_rows = 0) {
+TableConfig Tiered(const std::string& name, int dim, int64_t memory_rows, const std::string& dir,
+                   int64_t ssd_rows = 0) {
   TableConfig c = Fixed(name, dim, memory_rows);
   c.ssd_paths = {dir};
   c.ssd_rows = ssd_rows;
@@ -102,8 +102,8 @@ Status Apply(Optimizer o, EmbeddingTable* t, const std::vector<int64_t>& address
     case Optimizer::kAdagrad:
       return ApplyAdagrad(t, addresses.data(), grads.data(), n, {0.1f, 0.1f}, run);
     case Optimizer::kLazyAdam:
-      return ApplyLazyAdam(t, addresses.data(), grads.data(), n,
-                           {0.01f, 0.9f, 0.999f, 1e-8f, step}, run);
+      return ApplyLazyAdam(t, addresses.data(), grads.data(), n, {0.01f, 0.9f, 0.999f, 1e-8f, step},
+                           run);
     case Optimizer::kFtrl:
       return ApplyFtrl(t, addresses.data(), grads.data(), n,
                        {0.1f, -0.5f, 0.1f, 0.01f, 0.01f, 0.0f}, run);
@@ -199,8 +199,7 @@ struct Trainer {
   }
 };
 
-class TierEquivalenceTest
-    : public ::testing::TestWithParam<std::tuple<Optimizer, int, bool>> {};
+class TierEquivalenceTest : public ::testing::TestWithParam<std::tuple<Optimizer, int, bool>> {};
 
 TEST_P(TierEquivalenceTest, TrainsBitIdenticalToAllInMemory) {
   const auto [optimizer, percent, admission] = GetParam();
@@ -228,9 +227,9 @@ TEST_P(TierEquivalenceTest, TrainsBitIdenticalToAllInMemory) {
 
 INSTANTIATE_TEST_SUITE_P(
     Optimizers, TierEquivalenceTest,
-    ::testing::Combine(::testing::Values(Optimizer::kSgd, Optimizer::kAdagrad,
-                                         Optimizer::kLazyAdam, Optimizer::kFtrl,
-                                         Optimizer::kMomentum, Optimizer::kRowwiseAdagrad),
+    ::testing::Combine(::testing::Values(Optimizer::kSgd, Optimizer::kAdagrad, Optimizer::kLazyAdam,
+                                         Optimizer::kFtrl, Optimizer::kMomentum,
+                                         Optimizer::kRowwiseAdagrad),
                        ::testing::Values(1, 10, 50), ::testing::Bool()));
 
 // Half-precision rows through the tier: records carry the table's element type, training
@@ -258,8 +257,8 @@ TEST(TierTest, HalfPrecisionRowsTrainIdenticallyThroughTheTier) {
     EXPECT_GT(tiered->Stats().cold, 0);
     ASSERT_TRUE(SaveTableFiles(tiered.get(), files + "/t", nullptr).ok());
     auto wide = MakeTable(Fixed("wide", 8, 40000));
-    ASSERT_TRUE(RestoreTableFiles(wide.get(), {files + "/t"}, RestoreOptions(), nullptr,
-                                  nullptr).ok());
+    ASSERT_TRUE(
+        RestoreTableFiles(wide.get(), {files + "/t"}, RestoreOptions(), nullptr, nullptr).ok());
     ExpectSame(StateOf(wide.get()), StateOf(memory.get()), "restored into float32");
     tiered.reset();
     EXPECT_EQ(std::system(("rm -rf '" + files + "' '" + dir + "'").c_str()), 0);
@@ -282,10 +281,11 @@ TEST(TierTest, CheckpointsRestoreBothWaysAndTrainingGoesOnIdentically) {
   ASSERT_TRUE(SaveTableFiles(memory.get(), files + "/from_memory", nullptr).ok());
   auto memory2 = MakeTable(Fixed("m2", 4, 40000));
   auto tiered2 = MakeTable(Tiered("t2", 4, 300, dir));
-  ASSERT_TRUE(RestoreTableFiles(memory2.get(), {files + "/from_tiered"}, RestoreOptions(),
-                                nullptr, nullptr).ok());
-  Status s = RestoreTableFiles(tiered2.get(), {files + "/from_memory"}, RestoreOptions(),
-                               nullptr, nullptr);
+  ASSERT_TRUE(
+      RestoreTableFiles(memory2.get(), {files + "/from_tiered"}, RestoreOptions(), nullptr, nullptr)
+          .ok());
+  Status s = RestoreTableFiles(tiered2.get(), {files + "/from_memory"}, RestoreOptions(), nullptr,
+                               nullptr);
   ASSERT_TRUE(s.ok()) << s.message();
   EXPECT_EQ(tiered2->Stats().hot, 300);
   ExpectSame(StateOf(memory2.get()), StateOf(memory.get()), "tiered -> memory");
@@ -321,8 +321,8 @@ TEST(TierTest, DeltaCheckpointsCarryChangesOfColdRows) {
   ASSERT_TRUE(tiered->Remove(gone.data(), gone.size(), nullptr, SerialRunner).ok());
   ASSERT_TRUE(SaveTableFiles(tiered.get(), files + "/delta", nullptr, /*delta=*/true).ok());
   auto memory = MakeTable(Fixed("m", 4, 40000));
-  ASSERT_TRUE(RestoreTableFiles(memory.get(), {files + "/full"}, RestoreOptions(), nullptr,
-                                nullptr).ok());
+  ASSERT_TRUE(
+      RestoreTableFiles(memory.get(), {files + "/full"}, RestoreOptions(), nullptr, nullptr).ok());
   Status s = ApplyDeltaFiles(memory.get(), files + "/delta", nullptr);
   ASSERT_TRUE(s.ok()) << s.message();
   ASSERT_GT(tiered->Stats().cold, 0);
@@ -357,8 +357,8 @@ TEST(TierTest, EvaluationReadsColdRowsWithoutPromotingThem) {
     if (a >= 0 && ((a >> EmbeddingTable::kRowBits) & 0xfff) == 0xfff) cold_address = a;
   }
   ASSERT_GE(cold_address, 0);
-  Status s = t->UpdateRows(&cold_address, 1, 1, [](int64_t, float*, float* const*) {},
-                           SerialRunner);
+  Status s =
+      t->UpdateRows(&cold_address, 1, 1, [](int64_t, float*, float* const*) {}, SerialRunner);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(table_test::Contains(s.message(), "on SSD")) << s.message();
   // Removing cold keys deletes their records; Restrict ranks both tiers.

@@ -15,7 +15,9 @@ namespace {
 
 void TwoThreads(int64_t total, int64_t, const std::function<void(int64_t, int64_t)>& work) {
   const int64_t mid = total / 2;
-  std::thread other([&] { if (mid < total) work(mid, total); });
+  std::thread other([&] {
+    if (mid < total) work(mid, total);
+  });
   if (mid > 0) work(0, mid);
   other.join();
 }

@@ -5,6 +5,7 @@ the batch (`index_key`), which table they are looked up in (`table_name`), and t
 feature admission and eviction thresholds. A spec with `is_timestamp=True` names instead the
 batch's per-sample timestamp feature, used for eviction.
 """
+
 import itertools
 import numbers
 import threading
@@ -28,8 +29,10 @@ def check_thresholds(access_threshold, eviction_threshold, where):
     if eviction_threshold is not None:
         check_threshold("%s eviction_threshold" % where, eviction_threshold)
         if access_threshold is None:
-            raise ValueError("%s: eviction_threshold=%d needs an access_threshold too (use -1 "
-                             "for eviction without admission)" % (where, eviction_threshold))
+            raise ValueError(
+                "%s: eviction_threshold=%d needs an access_threshold too (use -1 "
+                "for eviction without admission)" % (where, eviction_threshold)
+            )
     return access_threshold, eviction_threshold
 
 
@@ -56,22 +59,33 @@ class FeatureSpec:
         to the key's admission count.
     """
 
-    def __init__(self, name, table_name=None, index_key=None, access_threshold=None,
-                 eviction_threshold=None, is_timestamp=None, batch_size=None,
-                 faae_coefficient=1):
+    def __init__(
+        self,
+        name,
+        table_name=None,
+        index_key=None,
+        access_threshold=None,
+        eviction_threshold=None,
+        is_timestamp=None,
+        batch_size=None,
+        faae_coefficient=1,
+    ):
         if not isinstance(name, str) or not name:
             raise ValueError("FeatureSpec name must be a non-empty string, got %r" % (name,))
         where = "FeatureSpec %r:" % name
         if table_name is None:
             table_name = name
         if not isinstance(table_name, str) or not table_name:
-            raise ValueError("%s table_name must be a non-empty string, got %r"
-                             % (where, table_name))
+            raise ValueError(
+                "%s table_name must be a non-empty string, got %r" % (where, table_name)
+            )
         if index_key is None:
             index_key = name
         if isinstance(index_key, bool) or not isinstance(index_key, (str, numbers.Integral)):
-            raise TypeError("%s index_key must be a batch dict key (str) or a tuple index "
-                            "(int in [0, %d]), got %r" % (where, MAX_TUPLE_INDEX, index_key))
+            raise TypeError(
+                "%s index_key must be a batch dict key (str) or a tuple index "
+                "(int in [0, %d]), got %r" % (where, MAX_TUPLE_INDEX, index_key)
+            )
         if isinstance(index_key, numbers.Integral):
             index_key = check_int("%s index_key" % where, index_key, 0, MAX_TUPLE_INDEX)
         elif not index_key:
@@ -81,8 +95,7 @@ class FeatureSpec:
             check_bool("%s is_timestamp" % where, is_timestamp)
         if batch_size is not None:
             check_int("%s batch_size" % where, batch_size, 1, INT32_MAX)
-        faae_coefficient = check_int("%s faae_coefficient" % where, faae_coefficient, 1,
-                                     INT32_MAX)
+        faae_coefficient = check_int("%s faae_coefficient" % where, faae_coefficient, 1, INT32_MAX)
         with _ids_lock:
             self.name = "%s_%d" % (name, next(_ids))
         self.table_name = table_name
@@ -99,7 +112,16 @@ class FeatureSpec:
         return self.access_threshold is not None and self.access_threshold >= 0
 
     def __repr__(self):
-        return ("FeatureSpec(name=%r, table_name=%r, index_key=%r, access_threshold=%r, "
-                "eviction_threshold=%r, is_timestamp=%r, faae_coefficient=%r)"
-                % (self.name, self.table_name, self.index_key, self.access_threshold,
-                   self.eviction_threshold, self.is_timestamp, self.faae_coefficient))
+        return (
+            "FeatureSpec(name=%r, table_name=%r, index_key=%r, access_threshold=%r, "
+            "eviction_threshold=%r, is_timestamp=%r, faae_coefficient=%r)"
+            % (
+                self.name,
+                self.table_name,
+                self.index_key,
+                self.access_threshold,
+                self.eviction_threshold,
+                self.is_timestamp,
+                self.faae_coefficient,
+            )
+        )

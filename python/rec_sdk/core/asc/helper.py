@@ -12,22 +12,23 @@ The added entries live under keys starting with PREFIX, in the batch dict (or, f
 batches, in a dict appended to the tuple, or the tuple's first dict when str index keys are
 used).
 """
+
 import os
 
 import tensorflow as tf
 
-from rec_sdk.core.asc.feature_spec import FeatureSpec
-from rec_sdk.tables.keys import as_keys
-from rec_sdk.tables.table import tables_of_graph
-from rec_sdk.ops import table_ops
-from rec_sdk.ops.loader import load_ops
 from rec_sdk.base.dump import next_dump_path
 from rec_sdk.base.graph_state import state_of
 from rec_sdk.base.log import logger
 from rec_sdk.base.validation import check_bool
+from rec_sdk.core.asc.feature_spec import FeatureSpec
+from rec_sdk.ops import table_ops
+from rec_sdk.ops.loader import load_ops
+from rec_sdk.tables.admission import check_thresholds_agree
+from rec_sdk.tables.keys import as_keys
+from rec_sdk.tables.table import tables_of_graph
 
 PREFIX = "__rec_sdk__/"
-
 
 
 def unique_key(table_name):
@@ -76,14 +77,19 @@ def feature_of(batch, index_key, where):
                 if isinstance(item, dict) and index_key in item:
                     return item[index_key]
         keys = sorted(k for k in _dict_keys(batch) if not k.startswith(PREFIX))
-        raise KeyError("%s: index_key %r is not in the batch; its keys are %s"
-                       % (where, index_key, keys))
+        raise KeyError(
+            "%s: index_key %r is not in the batch; its keys are %s" % (where, index_key, keys)
+        )
     if not isinstance(batch, (tuple, list)):
-        raise TypeError("%s: index_key %d is a tuple position but the batch is a %s"
-                        % (where, index_key, type(batch).__name__))
+        raise TypeError(
+            "%s: index_key %d is a tuple position but the batch is a %s"
+            % (where, index_key, type(batch).__name__)
+        )
     if index_key >= len(batch):
-        raise IndexError("%s: index_key %d is past the batch tuple's %d elements"
-                         % (where, index_key, len(batch)))
+        raise IndexError(
+            "%s: index_key %d is past the batch tuple's %d elements"
+            % (where, index_key, len(batch))
+        )
     return batch[index_key]
 
 
@@ -113,24 +119,32 @@ def _with_entries(batch, entries):
 
 def _specs_from_args(args_index_list, table_names):
     if table_names is None or len(table_names) != len(args_index_list):
-        raise ValueError("get_asc_insert_func: args_index_list needs table_names of the same "
-                         "length, got %r and %r" % (args_index_list, table_names))
-    return [FeatureSpec("arg%d_%s" % (index, table), table_name=table, index_key=index)
-            for index, table in zip(args_index_list, table_names)]
+        raise ValueError(
+            "get_asc_insert_func: args_index_list needs table_names of the same "
+            "length, got %r and %r" % (args_index_list, table_names)
+        )
+    return [
+        FeatureSpec("arg%d_%s" % (index, table), table_name=table, index_key=index)
+        for index, table in zip(args_index_list, table_names)
+    ]
 
 
 def _check_specs(specs):
     if not isinstance(specs, (list, tuple)) or not specs:
-        raise ValueError("get_asc_insert_func: tgt_key_specs must be a non-empty list of "
-                         "FeatureSpec, got %r" % (specs,))
+        raise ValueError(
+            "get_asc_insert_func: tgt_key_specs must be a non-empty list of "
+            "FeatureSpec, got %r" % (specs,)
+        )
     names = set()
     for spec in specs:
         if not isinstance(spec, FeatureSpec):
-            raise TypeError("get_asc_insert_func: tgt_key_specs must hold FeatureSpec objects, "
-                            "got %r" % (spec,))
+            raise TypeError(
+                "get_asc_insert_func: tgt_key_specs must hold FeatureSpec objects, got %r" % (spec,)
+            )
         if spec.name in names:
-            raise ValueError("get_asc_insert_func: FeatureSpec %r is listed twice in "
-                             "tgt_key_specs" % spec.name)
+            raise ValueError(
+                "get_asc_insert_func: FeatureSpec %r is listed twice in tgt_key_specs" % spec.name
+            )
         names.add(spec.name)
     lookups = [s for s in specs if not s.is_timestamp]
     if not lookups:
@@ -139,12 +153,15 @@ def _check_specs(specs):
     for spec in lookups:
         by_table.setdefault(spec.table_name, []).append(spec)
     for table, table_specs in by_table.items():
-        settings = {(s.access_threshold, s.eviction_threshold) for s in table_specs
-                    if s.access_threshold is not None}
-        if len(settings) > 1:
-            raise ValueError("get_asc_insert_func: the FeatureSpecs of table %r disagree on "
-                             "(access_threshold, eviction_threshold): %s; a table has one "
-                             "setting" % (table, sorted(settings)))
+        check_thresholds_agree(
+            "get_asc_insert_func: the FeatureSpecs",
+            table,
+            [
+                (s.access_threshold, s.eviction_threshold)
+                for s in table_specs
+                if s.access_threshold is not None
+            ],
+        )
     timestamps = {}
     for spec in specs:
         if not spec.is_timestamp:
@@ -152,15 +169,20 @@ def _check_specs(specs):
         targets = [spec.table_name] if spec.table_name in by_table else list(by_table)
         for table in targets:
             if table in timestamps:
-                raise ValueError("get_asc_insert_func: table %r has two timestamp specs, %r "
-                                 "and %r; one per table" % (table, timestamps[table].name,
-                                                            spec.name))
+                raise ValueError(
+                    "get_asc_insert_func: table %r has two timestamp specs, %r "
+                    "and %r; one per table" % (table, timestamps[table].name, spec.name)
+                )
             timestamps[table] = spec
     for table, table_specs in by_table.items():
-        if any(s.eviction_threshold is not None and s.eviction_threshold >= 0
-               for s in table_specs) and table not in timestamps:
-            raise ValueError("get_asc_insert_func: table %r has an eviction_threshold but no "
-                             "FeatureSpec with is_timestamp=True names its timestamps" % table)
+        if (
+            any(s.eviction_threshold is not None and s.eviction_threshold >= 0 for s in table_specs)
+            and table not in timestamps
+        ):
+            raise ValueError(
+                "get_asc_insert_func: table %r has an eviction_threshold but no "
+                "FeatureSpec with is_timestamp=True names its timestamps" % table
+            )
     return by_table, timestamps
 
 
@@ -176,8 +198,14 @@ def per_key_times(timestamps, ids, where):
     return tf.reshape(tf.broadcast_to(ts, tf.shape(ids, out_type=tf.int64)), [-1])
 
 
-def get_asc_insert_func(tgt_key_specs=None, args_index_list=None, table_names=None,
-                        is_training=True, dump_graph=False, **kwargs):
+def get_asc_insert_func(
+    tgt_key_specs=None,
+    args_index_list=None,
+    table_names=None,
+    is_training=True,
+    dump_graph=False,
+    **kwargs,
+):
     """Returns the key preprocessing function to `dataset.map(...)` before `prefetch`.
 
     Args:
@@ -194,8 +222,10 @@ def get_asc_insert_func(tgt_key_specs=None, args_index_list=None, table_names=No
     check_bool("dump_graph", dump_graph)
     if tgt_key_specs is None:
         if args_index_list is None:
-            raise ValueError("get_asc_insert_func needs tgt_key_specs (a list of FeatureSpec) "
-                             "or args_index_list with table_names")
+            raise ValueError(
+                "get_asc_insert_func needs tgt_key_specs (a list of FeatureSpec) "
+                "or args_index_list with table_names"
+            )
         tgt_key_specs = _specs_from_args(args_index_list, table_names)
         flat_positions = True
     else:
@@ -214,8 +244,11 @@ def get_asc_insert_func(tgt_key_specs=None, args_index_list=None, table_names=No
         entries = {}
         # Tables with an SSD tier read the batch's rows on SSD here, ahead of its training
         # step (tables created by now: before the dataset is built, or by graph modification).
-        tiered = {t.table_name: t for t in tables_of_graph(graph)
-                  if t.tier is not None} if is_training else {}
+        tiered = (
+            {t.table_name: t for t in tables_of_graph(graph) if t.tier is not None}
+            if is_training
+            else {}
+        )
         with tf.name_scope("rec_sdk_insert"):
             for table, table_specs in by_table.items():
                 where = "get_asc_insert_func, table %r" % table
@@ -224,15 +257,19 @@ def get_asc_insert_func(tgt_key_specs=None, args_index_list=None, table_names=No
                     value = feature_of(source, spec.index_key, "FeatureSpec %r" % spec.name)
                     # Ids of other dtypes are cast here, where the pipeline inserts them, as
                     # in the SDK (tf.strings.to_number gives float32), with a check.
-                    ids.append(as_keys(value, tf.int64, "ids of FeatureSpec %r (table %r)"
-                                       % (spec.name, table)))
+                    ids.append(
+                        as_keys(
+                            value, tf.int64, "ids of FeatureSpec %r (table %r)" % (spec.name, table)
+                        )
+                    )
                 flat = [tf.reshape(v, [-1]) for v in ids]
                 all_ids = flat[0] if len(flat) == 1 else tf.concat(flat, 0)
                 unique, inverse = table_ops.unique_keys(all_ids)
                 if table in tiered:
                     owner = tiered[table]
                     read = table_ops.prefetch_cold_by_name(
-                        owner.shared_name, tf.cast(unique, owner.key_dtype))
+                        owner.shared_name, tf.cast(unique, owner.key_dtype)
+                    )
                     with tf.control_dependencies([read]):
                         unique = tf.identity(unique)
                 entries[unique_key(table)] = unique
@@ -246,8 +283,13 @@ def get_asc_insert_func(tgt_key_specs=None, args_index_list=None, table_names=No
                 if len(set(coefficients)) == 1:
                     weights = coefficients[0]
                 else:
-                    weights = tf.concat([tf.fill([n], tf.constant(c, tf.int64))
-                                         for n, c in zip(sizes, coefficients)], 0)
+                    weights = tf.concat(
+                        [
+                            tf.fill([n], tf.constant(c, tf.int64))
+                            for n, c in zip(sizes, coefficients)
+                        ],
+                        0,
+                    )
                 sample_times = None
                 shaped = inverse  # one sample per id, unless one feature takes the timestamps
                 if table in timestamps:
@@ -258,8 +300,9 @@ def get_asc_insert_func(tgt_key_specs=None, args_index_list=None, table_names=No
                         shaped = tf.reshape(inverse, tf.shape(ids[0]))
                     else:
                         sample_times = tf.concat([per_key_times(ts, v, where) for v in ids], 0)
-                counts, newest = table_ops.key_access_stats(shaped, tf.size(unique), weights,
-                                                            sample_times)
+                counts, newest = table_ops.key_access_stats(
+                    shaped, tf.size(unique), weights, sample_times
+                )
                 entries[counts_key(table)] = counts
                 if sample_times is not None:
                     entries[times_key(table)] = newest

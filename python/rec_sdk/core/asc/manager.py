@@ -8,10 +8,10 @@ that exists, and a table's specs agree on its admission and eviction thresholds.
 
 import tensorflow as tf
 
+from rec_sdk.base.log import logger
 from rec_sdk.core.asc import helper
 from rec_sdk.tables.table import tables_of_graph
 from rec_sdk.util import initialize
-from rec_sdk.base.log import logger
 
 
 def start_asc_pipeline(graph=None):
@@ -26,14 +26,22 @@ def start_asc_pipeline(graph=None):
             if spec.is_timestamp:
                 continue
             if spec.table_name not in tables:
-                raise ValueError("FeatureSpec %r names table %r, which does not exist; the "
-                                 "tables are %s" % (spec.name, spec.table_name, sorted(tables)))
+                raise ValueError(
+                    "FeatureSpec %r names table %r, which does not exist; the "
+                    "tables are %s" % (spec.name, spec.table_name, sorted(tables))
+                )
             table = tables[spec.table_name]
             if training and table.lookups.specs and (spec.name, True) not in table.lookups.specs:
                 logger.warning(
                     "FeatureSpec %r of a training pipeline has no training sparse_lookup; its "
                     "keys are still counted and inserted into table %r with the table's other "
                     "features (they are deduplicated together), and count against the send "
-                    "counts of its lookups", spec.name, spec.table_name)
-    logger.info("rec_sdk: FeatureSpec pipeline ready: %d insert function(s), tables %s",
-                 len(pipelines), sorted(tables))
+                    "counts of its lookups",
+                    spec.name,
+                    spec.table_name,
+                )
+    logger.info(
+        "rec_sdk: FeatureSpec pipeline ready: %d insert function(s), tables %s",
+        len(pipelines),
+        sorted(tables),
+    )

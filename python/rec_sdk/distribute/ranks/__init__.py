@@ -47,11 +47,15 @@ ranks of a place across the hosts (to the owner); gradients are summed at each l
 Every rank must build the same graph (the same lookups and optimizer calls in the same order:
 the n-th collective of each graph meets the n-th of the others) and run the same steps.
 """
-from rec_sdk.distribute.ranks.routes import RANKS_PER_HOST_ENV, ranks_per_host  # noqa: F401
-from rec_sdk.distribute.ranks.batching import (batch_lookups, batch_pending_lookups,  # noqa: F401
-                                         lookup_of, replace_lookups)
+
+from rec_sdk.distribute.ranks.batching import (  # noqa: F401
+    batch_lookups,
+    batch_pending_lookups,
+    lookup_of,
+    replace_lookups,
+)
 from rec_sdk.distribute.ranks.exchange import exchange_rows  # noqa: F401
 from rec_sdk.distribute.ranks.gradients import owner_gradients, split_table_gradient  # noqa: F401
 from rec_sdk.distribute.ranks.placement import owner_of, set_shards, shards_of  # noqa: F401
-from rec_sdk.distribute.ranks.sync import (broadcast_variables, fence, managed_shards,  # noqa: F401
-                                     step_done)
+from rec_sdk.distribute.ranks.routes import RANKS_PER_HOST_ENV, ranks_per_host  # noqa: F401
+from rec_sdk.distribute.ranks.sync import broadcast_variables, fence, managed_shards, step_done  # noqa: F401

@@ -1,11 +1,12 @@
 """Batching lookups into one exchange (a graph pass over the lookups' tokens): the lookups an
 optimizer trains, and the graph's other lookups when the graph is finalized."""
+
 import tensorflow as tf
 
 import rec_sdk_graph_rewrite as graph_rewrite
-from rec_sdk.distribute.ranks.exchange import batch_gradients, exchange_batch
 from rec_sdk.base.graph_state import state_of
 from rec_sdk.base.log import logger
+from rec_sdk.distribute.ranks.exchange import batch_gradients, exchange_batch
 
 
 def lookup_of(token):
@@ -14,7 +15,6 @@ def lookup_of(token):
     if not isinstance(token, tf.Tensor):
         return None
     return state_of(token.graph).rank_lookups.get(token.name)
-
 
 
 def replace_lookups(pairs):
@@ -40,8 +40,10 @@ def replace_lookups(pairs):
         for lookup in old_batch.lookups:
             target = replaced.get(lookup, lookup)
             if target.batch is not None and target.batch is not old_batch:
-                raise ValueError("graph modification: lookup of table %r is in two batches "
-                                 "of lookups over ranks" % target.table.table_name)
+                raise ValueError(
+                    "graph modification: lookup of table %r is in two batches "
+                    "of lookups over ranks" % target.table.table_name
+                )
             if target not in targets:
                 targets.append(target)
             where.append(targets.index(target))
@@ -49,8 +51,12 @@ def replace_lookups(pairs):
             target.batch = None
         ranks = old_batch.ranks
         graph = old_batch.cap.graph
-        with graph.as_default(), graph.control_dependencies(None), \
-                tf.device(ranks.device), tf.name_scope("rank_batch"):
+        with (
+            graph.as_default(),
+            graph.control_dependencies(None),
+            tf.device(ranks.device),
+            tf.name_scope("rank_batch"),
+        ):
             batch = exchange_batch(targets)
             for i, j in enumerate(where):
                 for field in ("emb", "addresses", "trained"):
@@ -108,21 +114,26 @@ def batch_lookups(tokens, graph=None):
     graph = graph or lookups[0].columns.graph
     # Outside any control dependencies of the caller (e.g. minimize() under UPDATE_OPS): the
     # lookups' forward pass must not wait for ops that depend on it.
-    with graph.as_default(), graph.control_dependencies(None), tf.device(ranks.device), \
-            tf.name_scope("rank_batch"):
+    with (
+        graph.as_default(),
+        graph.control_dependencies(None),
+        tf.device(ranks.device),
+        tf.name_scope("rank_batch"),
+    ):
         batch = exchange_batch(lookups)
     mapping = {}
     for i, lookup in enumerate(lookups):
         for field in ("emb", "addresses", "trained"):
             mapping[lookup.outputs[field].name] = batch.outputs[i][field].name
     _register(batch, graph)
-    final, _ = graph_rewrite.run_passes(graph.as_graph_def(),
-                                        [graph_rewrite.RerouteInputs(mapping, {})])
+    final, _ = graph_rewrite.run_passes(
+        graph.as_graph_def(), [graph_rewrite.RerouteInputs(mapping, {})]
+    )
     graph_rewrite.update_live_graph(graph, final, "batch_lookups")
-    logger.info("rec_sdk: %d lookups over %d ranks batched into one exchange", len(lookups),
-                ranks.size)
+    logger.info(
+        "rec_sdk: %d lookups over %d ranks batched into one exchange", len(lookups), ranks.size
+    )
     return len(lookups)
-
 
 
 def batch_pending_lookups(graph):
@@ -131,11 +142,13 @@ def batch_pending_lookups(graph):
     MonitoredTrainingSession or Estimator finalizes the graph. Returns the number batched."""
     state = state_of(graph)
     with state.lock:
-        pending = [(name, lookup) for name, lookup in state.rank_lookups.items()
-                   if lookup.batch is None and lookup.outputs["trained"].name == name]
+        pending = [
+            (name, lookup)
+            for name, lookup in state.rank_lookups.items()
+            if lookup.batch is None and lookup.outputs["trained"].name == name
+        ]
     done = 0
     for is_train in (False, True):
-        tokens = [lookup.outputs["trained"] for _, lookup in pending
-                  if lookup.is_train == is_train]
+        tokens = [lookup.outputs["trained"] for _, lookup in pending if lookup.is_train == is_train]
         done += batch_lookups(tokens, graph) if tokens else 0
     return done

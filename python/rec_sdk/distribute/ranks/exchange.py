@@ -1,14 +1,14 @@
 """The forward exchange of a batch of lookups over the ranks: keys sorted by owner, sent in
 size-classed all-to-alls, looked up once per key by their owners, rows sent back
 (exchange_rows), and the gradient of the rows op that feeds the owners' updates."""
+
 import tensorflow as tf
 
+from rec_sdk.base.graph_state import state_of
+from rec_sdk.distribute.cluster import all_gather, all_to_all_in_class, next_instance_key
 from rec_sdk.distribute.ranks.placement import owner_of
 from rec_sdk.distribute.ranks.placement import routes as placement_routes
 from rec_sdk.ops import table_ops
-from rec_sdk.distribute.cluster import all_gather, all_to_all_in_class, next_instance_key
-from rec_sdk.base.graph_state import state_of
-
 
 _ROWS_GRADIENT = "RecSdkRankRows"
 
@@ -27,8 +27,9 @@ def _rows_gradient(op, *grads):
             continue
         if isinstance(grad_rows, tf.IndexedSlices):
             grad_rows = tf.convert_to_tensor(grad_rows)
-        out[segments + i] = tf.IndexedSlices(grad_rows, op.outputs[2 * segments + i],
-                                             tf.shape(grad_rows, out_type=tf.int64))
+        out[segments + i] = tf.IndexedSlices(
+            grad_rows, op.outputs[2 * segments + i], tf.shape(grad_rows, out_type=tf.int64)
+        )
     return out
 
 
@@ -36,8 +37,9 @@ class _Lookup:
     """One lookup of a table sharded over ranks: what its exchange needs, and (once its
     lookups were batched: batch_lookups) the batch serving it."""
 
-    def __init__(self, table, columns, has_counts, times_per_key, times, owner_rows,
-                 is_train, outputs):
+    def __init__(
+        self, table, columns, has_counts, times_per_key, times, owner_rows, is_train, outputs
+    ):
         self.table = table
         self.columns = columns  # [n, w] int64: the distinct keys (then counts, then times)
         self.has_counts = has_counts
@@ -54,8 +56,21 @@ class _Batch:
     """The one exchange of a batch of lookups (of any tables and dims): what the backward
     pass needs from the forward one."""
 
-    def __init__(self, lookups, ranks, slots, cap, size_class, valid_at, index, owned_count,
-                 owned_sizes, owned_segment, trained, outputs):
+    def __init__(
+        self,
+        lookups,
+        ranks,
+        slots,
+        cap,
+        size_class,
+        valid_at,
+        index,
+        owned_count,
+        owned_sizes,
+        owned_segment,
+        trained,
+        outputs,
+    ):
         self.lookups = lookups
         self.ranks = ranks
         self.slots = slots  # [n]: each key's slot in the [N * cap] parts (packed order)
@@ -93,8 +108,7 @@ def padded_parts(values, slots, size, cap):
     """values [n, w] placed at `slots` of [size * cap, w] (zeros elsewhere), as [size, cap,
     w]: part d holds what goes to rank d."""
     width = tf.shape(values)[1]
-    placed = tf.scatter_nd(tf.reshape(slots, [-1, 1]), values,
-                           tf.stack([size * cap, width]))
+    placed = tf.scatter_nd(tf.reshape(slots, [-1, 1]), values, tf.stack([size * cap, width]))
     return tf.reshape(placed, tf.stack([size, cap, width]))
 
 
@@ -116,12 +130,21 @@ def exchange_rows(table, keys, counts, times, times_per_key, owner_rows, is_trai
         has_counts = counts is not None
         per_key = times is not None and times_per_key
         if has_counts or per_key:
-            columns.append(tf.cast(tf.reshape(counts, [-1]), tf.int64) if has_counts
-                           else tf.zeros_like(keys64))
+            columns.append(
+                tf.cast(tf.reshape(counts, [-1]), tf.int64) if has_counts else tf.zeros_like(keys64)
+            )
         if per_key:
             columns.append(tf.cast(tf.reshape(times, [-1]), tf.int64))
-        lookup = _Lookup(table, tf.stack(columns, 1), has_counts, per_key,
-                         None if per_key else times, owner_rows, is_train, None)
+        lookup = _Lookup(
+            table,
+            tf.stack(columns, 1),
+            has_counts,
+            per_key,
+            None if per_key else times,
+            owner_rows,
+            is_train,
+            None,
+        )
         if has_counts:
             lookup.counts_dtype = counts.dtype
         if per_key:
@@ -151,8 +174,9 @@ def exchange_batch(lookups, level=0):
         packed = lookups[0].columns
         sizes = tf.reshape(tf.shape(packed, out_type=tf.int32)[0], [1])
     else:
-        packed, sizes = table_ops.pack_rows([lookup.columns for lookup in lookups], width,
-                                            name="pack_keys")
+        packed, sizes = table_ops.pack_rows(
+            [lookup.columns for lookup in lookups], width, name="pack_keys"
+        )
     count = tf.shape(packed, out_type=tf.int32)[0]
     order, per_owner, sorted_owners, within, owners = _by_owner(packed[:, 0], ranks, route)
     inverse = tf.math.invert_permutation(order)
@@ -164,15 +188,17 @@ def exchange_batch(lookups, level=0):
         segment = tf.searchsorted(tf.cumsum(sizes), tf.range(count), side="right")
         position = tf.range(count) - tf.gather(tf.cumsum(sizes, exclusive=True), segment)
         per_lookup = tf.reshape(
-            _bincount(owners * segments + segment, size * segments, tf.int64),
-            [size, segments])
-    received, cap, size_class = _send_keys(packed, per_owner, sorted_owners, within, inverse,
-                                           per_lookup, ranks, route)
+            _bincount(owners * segments + segment, size * segments, tf.int64), [size, segments]
+        )
+    received, cap, size_class = _send_keys(
+        packed, per_owner, sorted_owners, within, inverse, per_lookup, ranks, route
+    )
     slots = tf.gather(sorted_owners * cap + within, inverse)
     # Each part: its keys per lookup, then the keys lookup by lookup.
     from_lookup = received[:, :segments, 0]
     received_valid = tf.reshape(
-        tf.sequence_mask(tf.cast(tf.reduce_sum(from_lookup, 1), tf.int32), cap), [-1])
+        tf.sequence_mask(tf.cast(tf.reduce_sum(from_lookup, 1), tf.int32), cap), [-1]
+    )
     valid_at = tf.cast(tf.where(received_valid)[:, 0], tf.int32)
     asked = tf.gather(tf.reshape(received[:, segments:], [size * cap, width]), valid_at)
     if segments == 1:
@@ -186,13 +212,16 @@ def exchange_batch(lookups, level=0):
         # The owner's side: the keys every rank asked this rank for, each once per lookup.
         slot_segment = tf.searchsorted(
             tf.cumsum(from_lookup, axis=1),
-            tf.tile(tf.range(tf.cast(cap, tf.int64))[tf.newaxis], [size, 1]), side="right")
+            tf.tile(tf.range(tf.cast(cap, tf.int64))[tf.newaxis], [size, 1]),
+            side="right",
+        )
         asked_segment = tf.gather(tf.reshape(slot_segment, [-1]), valid_at)
         # (lookup, key) pairs, each once: keys are deduplicated, then pairs of (key's
         # position, lookup), ordered by lookup.
         distinct, key_index = table_ops.unique_keys(asked[:, 0])
         pair_ids, pair_index = table_ops.unique_keys(
-            tf.cast(key_index, tf.int64) * segments + tf.cast(asked_segment, tf.int64))
+            tf.cast(key_index, tf.int64) * segments + tf.cast(asked_segment, tf.int64)
+        )
         by_segment = tf.argsort(tf.cast(pair_ids % segments, tf.int32), stable=True)
         pair_ids = tf.gather(pair_ids, by_segment)
         index = tf.gather(tf.math.invert_permutation(by_segment), pair_index)
@@ -202,11 +231,13 @@ def exchange_batch(lookups, level=0):
         owned_keys = _split(tf.gather(distinct, pair_ids // segments), owned_sizes, segments)
     owned_counts = owned_times = [None] * segments
     if any(lookup.has_counts for lookup in lookups):
-        owned_counts = _split(tf.math.unsorted_segment_sum(asked[:, 1], index, owned_count),
-                              owned_sizes, segments)
+        owned_counts = _split(
+            tf.math.unsorted_segment_sum(asked[:, 1], index, owned_count), owned_sizes, segments
+        )
     if any(lookup.times_per_key for lookup in lookups):
-        owned_times = _split(tf.math.unsorted_segment_max(asked[:, 2], index, owned_count),
-                             owned_sizes, segments)
+        owned_times = _split(
+            tf.math.unsorted_segment_max(asked[:, 2], index, owned_count), owned_sizes, segments
+        )
     inner = None
     if route.last:
         local = []
@@ -218,13 +249,19 @@ def exchange_batch(lookups, level=0):
                 times = tf.cast(owned_times[i], lookup.times_dtype)
             elif lookup.times is not None:
                 times = lookup.times
-            local.append(lookup.owner_rows(tf.cast(owned_keys[i], lookup.table.key_dtype),
-                                           counts, times))
+            local.append(
+                lookup.owner_rows(tf.cast(owned_keys[i], lookup.table.key_dtype), counts, times)
+            )
     else:
         # This rank holds its host's distinct keys of one place: they go on to their owners
         # (the next level), as one batch.
-        inner = exchange_batch([_passed_on(lookup, owned_keys[i], owned_counts[i], owned_times[i])
-                           for i, lookup in enumerate(lookups)], level + 1)
+        inner = exchange_batch(
+            [
+                _passed_on(lookup, owned_keys[i], owned_counts[i], owned_times[i])
+                for i, lookup in enumerate(lookups)
+            ],
+            level + 1,
+        )
         local = inner.outputs
     # The rows (and whether each key has one) back to the ranks that asked, in the slots
     # their keys came in.
@@ -233,13 +270,12 @@ def exchange_batch(lookups, level=0):
     else:
         rows, _ = table_ops.pack_rows([out["emb"] for out in local], dim, name="pack_rows")
         found = tf.concat([out["addresses"] for out in local], 0) >= 0
-    payload = tf.gather(tf.concat([rows, tf.cast(found, tf.float32)[:, tf.newaxis]], 1),
-                        index)
-    back = all_to_all(padded_parts(payload, valid_at, size, cap), size_class, task, route,
-                       "exchange_rows")
+    payload = tf.gather(tf.concat([rows, tf.cast(found, tf.float32)[:, tf.newaxis]], 1), index)
+    back = all_to_all(
+        padded_parts(payload, valid_at, size, cap), size_class, task, route, "exchange_rows"
+    )
     back = tf.gather(tf.reshape(back, [size * cap, dim + 1]), slots)
-    addresses = tf.where(back[:, dim] > 0.5, tf.cast(position, tf.int64),
-                         tf.constant(-1, tf.int64))
+    addresses = tf.where(back[:, dim] > 0.5, tf.cast(position, tf.int64), tf.constant(-1, tf.int64))
     if segments == 1:
         embs = [back[:, :dim]]
     else:
@@ -247,15 +283,29 @@ def exchange_batch(lookups, level=0):
     addresses = _split(addresses, sizes, segments)
     # The rows, the tables and the tokens in one op whose gradient gives each table an
     # IndexedSlices keyed by its token: tf.gradients(loss, table) works as in one process.
-    with tf.compat.v1.get_default_graph().gradient_override_map(
-            {"IdentityN": _ROWS_GRADIENT}):
-        outs = tf.identity_n(list(embs) + [lookup.table.handle for lookup in lookups]
-                             + list(addresses), name="rows")
-    outputs = [{"emb": outs[i], "addresses": addresses[i], "trained": outs[2 * segments + i]}
-               for i in range(segments)]
+    with tf.compat.v1.get_default_graph().gradient_override_map({"IdentityN": _ROWS_GRADIENT}):
+        outs = tf.identity_n(
+            list(embs) + [lookup.table.handle for lookup in lookups] + list(addresses), name="rows"
+        )
+    outputs = [
+        {"emb": outs[i], "addresses": addresses[i], "trained": outs[2 * segments + i]}
+        for i in range(segments)
+    ]
     trained = inner.trained if inner else [out["trained"] for out in local]
-    batch = _Batch(lookups, ranks, slots, cap, size_class, valid_at, index, owned_count,
-                   owned_sizes, owned_segment, trained, outputs)
+    batch = _Batch(
+        lookups,
+        ranks,
+        slots,
+        cap,
+        size_class,
+        valid_at,
+        index,
+        owned_count,
+        owned_sizes,
+        owned_segment,
+        trained,
+        outputs,
+    )
     batch.route, batch.inner = route, inner
     return batch
 
@@ -268,9 +318,16 @@ def _passed_on(lookup, keys, counts, times):
         columns.append(counts if lookup.has_counts else tf.zeros_like(keys))
     if lookup.times_per_key:
         columns.append(times)
-    passed = _Lookup(lookup.table, tf.stack(columns, 1), lookup.has_counts,
-                     lookup.times_per_key, lookup.times, lookup.owner_rows, lookup.is_train,
-                     None)
+    passed = _Lookup(
+        lookup.table,
+        tf.stack(columns, 1),
+        lookup.has_counts,
+        lookup.times_per_key,
+        lookup.times,
+        lookup.owner_rows,
+        lookup.is_train,
+        None,
+    )
     for attribute in ("counts_dtype", "times_dtype"):
         if hasattr(lookup, attribute):
             setattr(passed, attribute, getattr(lookup, attribute))
@@ -304,8 +361,11 @@ def _send_keys(packed, per_owner, sorted_owners, within, inverse, per_lookup, ra
         return tf.concat([head, keys], 1)
 
     size_class, cap = table_ops.rank_size_class(hint)
-    largest = tf.reduce_max(all_gather(tf.reshape(tf.cast(most, tf.int64), [1]), task=task,
-                                       name="gather_needs", group=group))
+    largest = tf.reduce_max(
+        all_gather(
+            tf.reshape(tf.cast(most, tf.int64), [1]), task=task, name="gather_needs", group=group
+        )
+    )
     with tf.control_dependencies([largest]):
         sent = all_to_all(part(cap), size_class, task, route, "exchange_keys")
     # The hint changes only after this step read it: a rank whose read ran after its
@@ -319,14 +379,14 @@ def _send_keys(packed, per_owner, sorted_owners, within, inverse, per_lookup, ra
     kept = [_switch(t, overflow)[0] for t in (sent, cap, size_class)]
     again = [_switch(t, overflow)[1] for t in (exact_cap, exact_class)]
     resent = all_to_all(part(again[0]), again[1], task, route, "resend_keys")
-    return tuple(tf.raw_ops.Merge(inputs=[a, b]).output
-                 for a, b in zip(kept, [resent] + again))
+    return tuple(tf.raw_ops.Merge(inputs=[a, b]).output for a, b in zip(kept, [resent] + again))
 
 
 def all_to_all(parts, size_class, task, route, name):
     """The all-to-all of [route.size, ...] parts in a size class, in the route's group."""
-    return all_to_all_in_class(parts, size_class, table_ops.SIZE_CLASSES, task, name,
-                               group=route.group)
+    return all_to_all_in_class(
+        parts, size_class, table_ops.SIZE_CLASSES, task, name, group=route.group
+    )
 
 
 def _switch(value, pred):
@@ -336,8 +396,9 @@ def _switch(value, pred):
 
 def _bincount(values, length, dtype):
     """[length] counts of each value of int32 `values` in [0, length) (one op)."""
-    return tf.raw_ops.Bincount(arr=values, size=tf.constant(length, tf.int32),
-                               weights=tf.constant([], dtype))
+    return tf.raw_ops.Bincount(
+        arr=values, size=tf.constant(length, tf.int32), weights=tf.constant([], dtype)
+    )
 
 
 def _split(values, sizes, parts):
@@ -355,19 +416,25 @@ def batch_gradients(batch, by_segment, pairs_out=True):
     size = route.size
     with tf.device(ranks.device), tf.name_scope("rank_gradients"):
         grads = []
-        for i, lookup in enumerate(batch.lookups):
+        for i, _lookup in enumerate(batch.lookups):
             grad = by_segment.get(i)
             if grad is None:  # a lookup of the batch that this optimizer does not train
                 grad = tf.zeros_like(batch.outputs[i]["emb"])
             grads.append(grad)
         packed, _ = table_ops.pack_rows(grads, batch.width, name="pack_gradients")
-        received = all_to_all(padded_parts(packed, batch.slots, size, batch.cap),
-                               batch.size_class, ranks.task, route, "exchange_gradients")
-        received = tf.gather(tf.reshape(received, [size * batch.cap, batch.width]),
-                             batch.valid_at)
+        received = all_to_all(
+            padded_parts(packed, batch.slots, size, batch.cap),
+            batch.size_class,
+            ranks.task,
+            route,
+            "exchange_gradients",
+        )
+        received = tf.gather(tf.reshape(received, [size * batch.cap, batch.width]), batch.valid_at)
         owned = table_ops.sum_rows(received, batch.index, batch.owned_count)
-        scale = [1.0 / ranks.size if lookup.table.ranks.divide_gradients and route.last
-                 else 1.0 for lookup in batch.lookups]
+        scale = [
+            1.0 / ranks.size if lookup.table.ranks.divide_gradients and route.last else 1.0
+            for lookup in batch.lookups
+        ]
         if len(set(scale)) == 1 and scale[0] != 1.0:
             owned = owned * scale[0]
         elif len(set(scale)) > 1:
@@ -375,12 +442,12 @@ def batch_gradients(batch, by_segment, pairs_out=True):
         if len(batch.lookups) == 1:
             per_lookup = [owned]
         else:
-            per_lookup = table_ops.split_rows(owned, batch.owned_sizes, batch.dims,
-                                              name="split_gradients")
+            per_lookup = table_ops.split_rows(
+                owned, batch.owned_sizes, batch.dims, name="split_gradients"
+            )
         if batch.inner is not None:
             # This rank's host's sums of one place's keys: on to their owners.
-            out = batch_gradients(batch.inner, {i: per_lookup[i] for i in by_segment},
-                                   pairs_out)
+            out = batch_gradients(batch.inner, {i: per_lookup[i] for i in by_segment}, pairs_out)
             batch.gradients = (dict(by_segment), batch.inner.gradients[1])
             return out
         batch.gradients = (dict(by_segment), {i: per_lookup[i] for i in by_segment})

@@ -1,5 +1,6 @@
 """The gradients of a batch of lookups sent back to the keys' owners, summed per key over
 the ranks (owner_gradients, split_table_gradient)."""
+
 import tensorflow as tf
 
 from rec_sdk.distribute.ranks.batching import batch_lookups, lookup_of
@@ -24,8 +25,6 @@ def owner_gradients(pairs):
     for batch, by_segment in by_batch.values():
         out.extend(batch_gradients(batch, by_segment))
     return out
-
-
 
 
 def split_table_gradient(grad):

@@ -1,6 +1,7 @@
 """Where a table sharded over ranks lives: its placement (the TableSpec's RankPlacement: rank,
 rank count, devices), the routes of its exchanges, the table objects of its shards (shards_of)
 and the owner of each key."""
+
 import functools
 import weakref
 

@@ -1,9 +1,10 @@
 """The levels of an exchange of tables sharded over ranks (rec_sdk.distribute.ranks): direct, or
 two levels with per-host dedup (REC_SDK_RANKS_PER_HOST)."""
+
 import os
 
-from rec_sdk.distribute.cluster import CollectiveGroup
 from rec_sdk.base.log import logger
+from rec_sdk.distribute.cluster import CollectiveGroup
 
 
 class Route:
@@ -13,8 +14,7 @@ class Route:
     whose destinations own the keys."""
 
     def __init__(self, group, size, index, owner, last):
-        self.group, self.size, self.index, self.owner, self.last = (group, size, index, owner,
-                                                                    last)
+        self.group, self.size, self.index, self.owner, self.last = (group, size, index, owner, last)
 
 
 # Ranks per host for per-host dedup: "auto" (hosts from the cluster's addresses), a number
@@ -37,9 +37,12 @@ def ranks_per_host(devices, addresses=None):
         per_host = hosts.count(hosts[0])
         consecutive = all(hosts[r] == hosts[r - r % per_host] for r in range(ranks))
         if not consecutive or ranks % per_host or len(set(hosts)) != ranks // per_host:
-            logger.warning("rec_sdk: %s=auto: the training tasks are not the same number of "
-                           "consecutive tasks per host (%s): no per-host dedup",
-                           RANKS_PER_HOST_ENV, ", ".join(hosts))
+            logger.warning(
+                "rec_sdk: %s=auto: the training tasks are not the same number of "
+                "consecutive tasks per host (%s): no per-host dedup",
+                RANKS_PER_HOST_ENV,
+                ", ".join(hosts),
+            )
             return 0
     else:
         try:
@@ -47,8 +50,10 @@ def ranks_per_host(devices, addresses=None):
         except ValueError:
             per_host = -1
         if per_host < 0 or per_host and ranks % per_host:
-            raise ValueError("%s must be auto, 0 or a divisor of the rank count (%d), got %r"
-                             % (RANKS_PER_HOST_ENV, ranks, value))
+            raise ValueError(
+                "%s must be auto, 0 or a divisor of the rank count (%d), got %r"
+                % (RANKS_PER_HOST_ENV, ranks, value)
+            )
     return per_host if 1 < per_host < ranks else 0
 
 
@@ -65,8 +70,11 @@ def routes(rank, devices, addresses=None):
         return [Route(None, size, rank, lambda owners: owners, True)]
     hosts = size // per_host
     host, place = divmod(rank, per_host)
-    on_host = CollectiveGroup(2 + host, devices[host * per_host:(host + 1) * per_host],
-                              host, hosts)
+    on_host = CollectiveGroup(
+        2 + host, devices[host * per_host : (host + 1) * per_host], host, hosts
+    )
     across = CollectiveGroup(2 + hosts + place, devices[place::per_host], place, per_host)
-    return [Route(on_host, per_host, place, lambda owners: owners % per_host, False),
-            Route(across, hosts, host, lambda owners: owners // per_host, True)]
+    return [
+        Route(on_host, per_host, place, lambda owners: owners % per_host, False),
+        Route(across, hosts, host, lambda owners: owners // per_host, True),
+    ]

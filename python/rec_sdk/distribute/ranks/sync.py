@@ -1,16 +1,17 @@
 """What keeps ranks in step: rank 0's variables broadcast in the session's local
 initialisation, each rank's count of finished update steps and rank 0's wait for it
 (fence) before it saves or evicts a shard."""
+
 import tensorflow as tf
 
 from rec_sdk.base import tf_patches
-from rec_sdk.distribute.ranks.batching import batch_pending_lookups
-from rec_sdk.distribute.ranks.placement import shards_of
-from rec_sdk.tables.table import tables_of_graph
-from rec_sdk.ops import table_ops
-from rec_sdk.distribute.cluster import next_instance_key, rank_of, worker_devices
 from rec_sdk.base.graph_state import state_of
 from rec_sdk.base.log import logger
+from rec_sdk.distribute.cluster import next_instance_key, rank_of, worker_devices
+from rec_sdk.distribute.ranks.batching import batch_pending_lookups
+from rec_sdk.distribute.ranks.placement import shards_of
+from rec_sdk.ops import table_ops
+from rec_sdk.tables.table import tables_of_graph
 
 
 def broadcast_variables(variables, task):
@@ -21,8 +22,10 @@ def broadcast_variables(variables, task):
     by_dtype = {}
     for variable in variables:
         if not variable.shape.is_fully_defined():
-            raise ValueError("variable %s has shape %s; broadcasting rank 0's values needs "
-                             "fully defined shapes" % (variable.name, variable.shape))
+            raise ValueError(
+                "variable %s has shape %s; broadcasting rank 0's values needs "
+                "fully defined shapes" % (variable.name, variable.shape)
+            )
         by_dtype.setdefault(variable.dtype.base_dtype, []).append(variable)
     assigns = []
     with tf.device(worker_devices(task)[rank]), tf.name_scope("broadcast_variables"):
@@ -32,13 +35,19 @@ def broadcast_variables(variables, task):
             if rank == 0:
                 flat = tf.concat([tf.reshape(tf.convert_to_tensor(v), [-1]) for v in group], 0)
                 values = tf.raw_ops.CollectiveBcastSendV2(
-                    input=flat, group_size=tf.constant(size), group_key=tf.constant(1),
-                    instance_key=tf.constant(instance))
+                    input=flat,
+                    group_size=tf.constant(size),
+                    group_key=tf.constant(1),
+                    instance_key=tf.constant(instance),
+                )
             else:
                 values = tf.raw_ops.CollectiveBcastRecvV2(
-                    group_size=tf.constant(size), group_key=tf.constant(1),
-                    instance_key=tf.constant(instance), shape=tf.constant([sum(sizes)]),
-                    T=dtype)
+                    group_size=tf.constant(size),
+                    group_key=tf.constant(1),
+                    instance_key=tf.constant(instance),
+                    shape=tf.constant([sum(sizes)]),
+                    T=dtype,
+                )
             for variable, part in zip(group, tf.split(values, sizes)):
                 assigns.append(tf.compat.v1.assign(variable, tf.reshape(part, variable.shape)))
     return tf.group(assigns)
@@ -58,15 +67,19 @@ def _broadcasting_finalize(original, self):
     graph = tf.compat.v1.get_default_graph()
     tables = [t for t in tables_of_graph(graph) if t.ranks is not None]
     keys = tf.compat.v1.GraphKeys
-    custom = (self._local_init_op is not None  # pylint: disable=protected-access
-              or self._ready_for_local_init_op is not None  # pylint: disable=protected-access
-              or graph.get_collection(keys.LOCAL_INIT_OP)
-              or graph.get_collection(keys.READY_FOR_LOCAL_INIT_OP))
+    custom = (
+        self._local_init_op is not None  # pylint: disable=protected-access
+        or self._ready_for_local_init_op is not None  # pylint: disable=protected-access
+        or graph.get_collection(keys.LOCAL_INIT_OP)
+        or graph.get_collection(keys.READY_FOR_LOCAL_INIT_OP)
+    )
     if tables and not graph.finalized and custom:
-        logger.warning("rec_sdk: the scaffold sets its own local_init_op or "
-                       "ready_for_local_init_op: rank 0's variables are not broadcast; "
-                       "add rec_sdk.distribute.broadcast_variables to it, or start "
-                       "every rank's variables equal")
+        logger.warning(
+            "rec_sdk: the scaffold sets its own local_init_op or "
+            "ready_for_local_init_op: rank 0's variables are not broadcast; "
+            "add rec_sdk.distribute.broadcast_variables to it, or start "
+            "every rank's variables equal"
+        )
     if tables and not graph.finalized:
         batch_pending_lookups(graph)
     if tables and not graph.finalized and not custom:
@@ -74,9 +87,11 @@ def _broadcasting_finalize(original, self):
         self._local_init_op = tf.group(  # pylint: disable=protected-access
             tf.compat.v1.train.Scaffold.default_local_init_op(),
             broadcast_variables(tf.compat.v1.global_variables(), task),
-            name="rec_sdk_local_init_and_broadcast")
+            name="rec_sdk_local_init_and_broadcast",
+        )
         self._ready_for_local_init_op = tf.constant(  # pylint: disable=protected-access
-            [], tf.string, name="rec_sdk_ready_for_broadcast")
+            [], tf.string, name="rec_sdk_ready_for_broadcast"
+        )
     return original(self)
 
 
@@ -88,8 +103,10 @@ def step_done(updates, task):
     this process's count of finished update steps goes up by one (no collective: the next
     step's exchange cannot start on any rank before every rank finished this step; rank 0
     waits for the count before it saves or evicts a shard: fence)."""
-    with tf.control_dependencies(tf.nest.flatten(updates)), \
-            tf.device(worker_devices(task)[rank_of(task)[0]]):
+    with (
+        tf.control_dependencies(tf.nest.flatten(updates)),
+        tf.device(worker_devices(task)[rank_of(task)[0]]),
+    ):
         return table_ops.rank_step_done(name="rank_step_done")
 
 
@@ -120,6 +137,7 @@ def fence(table):
         state.rank_fence = built
     return built
 
+
 def managed_shards(table):
     """[(label, table object, rank, ranks)]: what a process saves, restores and evicts of
     `table`. One process: the table itself, labelled with its name. A table sharded over
@@ -134,6 +152,7 @@ def managed_shards(table):
         fence(table)
     out = []
     for rank, shard in sorted(shards_of(table).items()):
-        out.append((table.ranks.checkpoint_dir_name(table.table_name, rank), shard, rank,
-                    table.ranks.size))
+        out.append(
+            (table.ranks.checkpoint_dir_name(table.table_name, rank), shard, rank, table.ranks.size)
+        )
     return out

@@ -9,14 +9,15 @@ of its rank, partitioner(key, proc_size) == proc_rank, in any number of processe
 reloads across a change of process count. The checkpoint still holds the tables as tensors
 (a process without the saver restores those); with the files present, they replace them.
 """
+
 import os
 
 import tensorflow as tf
 
 from rec_sdk.base import tf_patches
+from rec_sdk.base.tf_compat import KerasUnavailableError, keras
 from rec_sdk.dynamic_embedding.kv_creator import FileSystemSaver
 from rec_sdk.dynamic_embedding.variable import Variable
-from rec_sdk.base.tf_compat import KerasUnavailableError, keras
 
 DIRECTORY = "TFRADynamicEmbedding"
 
@@ -27,8 +28,11 @@ def file_system_variables(model):
     for module in [model] + list(model.submodules):
         var = getattr(module, "params", None)
         saver = getattr(getattr(var, "kv_creator", None), "saver", None)
-        if isinstance(var, Variable) and isinstance(saver, FileSystemSaver) and \
-                all(var is not v for v, _ in found):
+        if (
+            isinstance(var, Variable)
+            and isinstance(saver, FileSystemSaver)
+            and all(var is not v for v, _ in found)
+        ):
             found.append((var, saver))
     return found
 
@@ -83,7 +87,7 @@ def _loading(original, self, filepath, *args, **kwargs):
 
 
 try:
-    keras.Model  # pylint: disable=pointless-statement
+    keras.Model  # noqa: B018  (the attribute's access is what fails without Keras)
 except KerasUnavailableError:
     pass  # no Keras 2 here: nothing to patch
 else:

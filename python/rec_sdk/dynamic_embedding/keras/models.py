@@ -6,17 +6,32 @@ model.load_weights(path) into a model built by the same code, or tf.saved_model.
 a process that imports rec_sdk. For serving without the rec_sdk plugin, use
 rec_sdk.serving.export_keras_model.
 """
-from rec_sdk.dynamic_embedding.keras import file_system
+
 from rec_sdk.base.tf_compat import keras
+from rec_sdk.dynamic_embedding.keras import file_system
 
 
-def de_save_model(model, filepath, overwrite=True, include_optimizer=True, signatures=None,
-                  options=None, save_traces=True):
+def de_save_model(
+    model,
+    filepath,
+    overwrite=True,
+    include_optimizer=True,
+    signatures=None,
+    options=None,
+    save_traces=True,
+):
     """tf.keras.models.save_model in the SavedModel format, TFRA's arguments (with the
     FileSystemSaver variables' files, see de.keras.file_system)."""
     result = keras.models.save_model(
-        model, filepath, overwrite=overwrite, include_optimizer=include_optimizer,
-        save_format="tf", signatures=signatures, options=options, save_traces=save_traces)
+        model,
+        filepath,
+        overwrite=overwrite,
+        include_optimizer=include_optimizer,
+        save_format="tf",
+        signatures=signatures,
+        options=options,
+        save_traces=save_traces,
+    )
     file_system.save_tables(model, filepath)
     return result
 

@@ -7,6 +7,7 @@ In a cluster (rec_sdk.distribute: TF_CONFIG or start_server), init() sets the ra
 process's place among the training tasks (chief first, then the workers) and the size to
 their number.
 """
+
 import threading
 
 _lock = threading.Lock()
