@@ -76,7 +76,7 @@ Status EmbeddingTable::Create(const TableConfig& config, std::unique_ptr<Embeddi
                                    std::to_string(kMaxCapacity) + "], got " +
                                    std::to_string(config.initial_capacity));
   }
-  if (config.slot_dtype == RowDtype::kFloat16) {
+  if (!IsSlotDtype(config.slot_dtype)) {
     return Status::InvalidArgument("table '" + config.name +
                                    "': slot_dtype must be float32 or "
                                    "bfloat16, got float16 (squared gradients below 6e-8 would "

@@ -122,8 +122,15 @@ const char* RowDtypeName(RowDtype dtype) {
   return "float32";
 }
 
+bool IsSlotDtype(RowDtype dtype) {
+  for (RowDtype d : kSlotDtypes) {
+    if (d == dtype) return true;
+  }
+  return false;
+}
+
 Status RowDtypeFromName(const std::string& name, RowDtype* dtype) {
-  for (RowDtype d : {RowDtype::kFloat32, RowDtype::kBFloat16, RowDtype::kFloat16}) {
+  for (RowDtype d : kRowDtypes) {
     if (name == RowDtypeName(d)) {
       *dtype = d;
       return Status::Ok();

@@ -24,6 +24,15 @@ namespace rec_sdk {
 
 enum class RowDtype : uint8_t { kFloat32 = 0, kBFloat16 = 1, kFloat16 = 2 };
 
+// The element types a table stores its embeddings in, and its optimizer slots of dim values
+// per row in (float16 cannot hold the squared gradients that Adam's, Adagrad's and FTRL's
+// accumulators sum: below 6e-8 they vanish). The op's emb_dtype and slot_dtype attributes
+// allow these (ops/table_ops.cc), and Python reads them from the op definition.
+inline constexpr RowDtype kRowDtypes[] = {RowDtype::kFloat32, RowDtype::kBFloat16,
+                                          RowDtype::kFloat16};
+inline constexpr RowDtype kSlotDtypes[] = {RowDtype::kFloat32, RowDtype::kBFloat16};
+bool IsSlotDtype(RowDtype dtype);
+
 // "float32", "bfloat16", "float16": the names of the op attribute and checkpoint metadata.
 const char* RowDtypeName(RowDtype dtype);
 Status RowDtypeFromName(const std::string& name, RowDtype* dtype);

@@ -54,8 +54,7 @@ void Compare(const char* field, const T& existing, const T& wanted, std::vector<
 }  // namespace
 
 Status IndexLayoutFromName(const std::string& name, TableConfig::IndexLayout* layout) {
-  for (auto l : {TableConfig::IndexLayout::kAuto, TableConfig::IndexLayout::kFull,
-                 TableConfig::IndexLayout::kCompact}) {
+  for (auto l : kIndexLayouts) {
     if (name == IndexLayoutName(l)) {
       *layout = l;
       return Status::Ok();

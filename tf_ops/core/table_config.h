@@ -58,6 +58,11 @@ struct TableConfig {
   }
 };
 
+// The layouts of a table's hash index; the op's index_layout attribute allows these.
+inline constexpr TableConfig::IndexLayout kIndexLayouts[] = {TableConfig::IndexLayout::kAuto,
+                                                             TableConfig::IndexLayout::kFull,
+                                                             TableConfig::IndexLayout::kCompact};
+
 // "auto", "full", "compact" <-> TableConfig::IndexLayout; InvalidArgument for other names.
 Status IndexLayoutFromName(const std::string& name, TableConfig::IndexLayout* layout);
 const char* IndexLayoutName(TableConfig::IndexLayout layout);

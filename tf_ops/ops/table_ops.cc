@@ -41,6 +41,16 @@ std::string StatNamesAttr() {
 
 std::string MaxDimAttr() { return "max_dim: int = " + std::to_string(EmbeddingTable::kMaxDim); }
 
+// "attr: {'a', 'b'} = 'a'": a string attribute allowing the names of the core's `values`
+// (the first is the default), so the op definition lists what the core accepts.
+template <typename T, size_t N, typename NameOf>
+std::string NamesAttr(const char* attr, const T (&values)[N], NameOf name_of) {
+  std::string spec = std::string(attr) + ": {";
+  for (size_t i = 0; i < N; ++i)
+    spec += std::string(i ? ", " : "") + "'" + name_of(values[i]) + "'";
+  return spec + "} = '" + name_of(values[0]) + "'";
+}
+
 }  // namespace
 
 REGISTER_OP(REC_SDK_OP_NAME(EmbeddingTable))
@@ -48,9 +58,9 @@ REGISTER_OP(REC_SDK_OP_NAME(EmbeddingTable))
     .Attr("table_name: string")
     .Attr("key_dtype: {int32, int64}")
     .Attr("dim: int >= 1")
-    .Attr("emb_dtype: {'float32', 'bfloat16', 'float16'} = 'float32'")
-    .Attr("slot_dtype: {'float32', 'bfloat16'} = 'float32'")
-    .Attr("index_layout: {'auto', 'full', 'compact'} = 'auto'")
+    .Attr(NamesAttr("emb_dtype", kRowDtypes, RowDtypeName))
+    .Attr(NamesAttr("slot_dtype", kSlotDtypes, RowDtypeName))
+    .Attr(NamesAttr("index_layout", kIndexLayouts, IndexLayoutName))
     .Attr(MaxDimAttr())
     .Attr("dynamic_expansion: bool")
     .Attr("capacity: int >= 0")

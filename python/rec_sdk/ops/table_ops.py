@@ -189,6 +189,17 @@ def stat_names():
 
 
 @functools.lru_cache(maxsize=None)
+@functools.cache
+def allowed_values(attr, op_name="RecSdk>EmbeddingTable"):
+    """The values a string attribute of one of the library's ops allows, in the order the op
+    definition lists them (the first is its default): the core's names, written once, in C++."""
+    load_ops()
+    for item in op_def_registry.get(op_name).attr:
+        if item.name == attr:
+            return tuple(v.decode() for v in item.allowed_values.list.s)
+    raise KeyError("op %s has no attribute %r" % (op_name, attr))
+
+
 def max_dim():
     """The largest embedding dim a table may have."""
     return int(_default_of("RecSdk>EmbeddingTable", "max_dim").i)

@@ -23,43 +23,51 @@ from rec_sdk.tables import shard_names
 from rec_sdk.tables.tier import MAX_ROWS, TierConfig
 
 KEY_DTYPES = (tf.int64, tf.int32)
-# The element types a table can store its embeddings in (tf_ops/core/row_precision.h), and
-# its optimizer slots of dim values in (float16 cannot hold the squared gradients that
-# Adam's, Adagrad's and FTRL's accumulators sum: below 6e-8 they vanish). Lookups return
-# float32.
-EMB_DTYPES = ("float32", "bfloat16", "float16")
-SLOT_DTYPES = ("float32", "bfloat16")
-# The layouts of a table's hash index (TableConfig::IndexLayout, table_config.h).
-INDEX_LAYOUTS = ("auto", "full", "compact")
+
+
+# What the table op allows, read from its definition (written once, in the C++ core): the
+# element types a table can store its embeddings in and its optimizer slots of dim values in
+# (tf_ops/core/row_precision.h: kRowDtypes, kSlotDtypes; lookups return float32), and the
+# layouts of its hash index (table_config.h: kIndexLayouts).
+def emb_dtypes():
+    return table_ops.allowed_values("emb_dtype")
+
+
+def slot_dtypes():
+    return table_ops.allowed_values("slot_dtype")
+
+
+def index_layouts():
+    return table_ops.allowed_values("index_layout")
 
 
 def emb_dtype_name(value, parameter="emb_dtype"):
-    """The row dtype `value` names (a tf.DType, NumPy dtype or name) as one of EMB_DTYPES;
+    """The row dtype `value` names (a tf.DType, NumPy dtype or name) as one of emb_dtypes();
     a ValueError naming `parameter` for anything else."""
-    return check_dtype_name(parameter, value, EMB_DTYPES, "the element type of the rows")
+    return check_dtype_name(parameter, value, emb_dtypes(), "the element type of the rows")
 
 
 def slot_dtype_name(value, parameter="slot_dtype"):
-    """The slot dtype `value` names as one of SLOT_DTYPES; a ValueError naming `parameter`
+    """The slot dtype `value` names as one of slot_dtypes(); a ValueError naming `parameter`
     (and why float16 is not one) for anything else."""
     return check_dtype_name(
         parameter,
         value,
-        SLOT_DTYPES,
+        slot_dtypes(),
         "the element type of optimizer slots of dim values per row; "
         "float16 cannot hold squared gradients below 6e-8",
     )
 
 
 def index_layout_name(value, parameter="index_layout", tiered=False):
-    """`value` as one of INDEX_LAYOUTS; a ValueError naming `parameter` for anything else, and
+    """`value` as one of index_layouts(); a ValueError naming `parameter` for anything else, and
     for "compact" on a table with an SSD tier (`tiered`)."""
-    if value not in INDEX_LAYOUTS:
+    if value not in index_layouts():
         raise ValueError(
             '%s must be one of %s (the hash index\'s entries: "full" 16 bytes '
             'with the key, "compact" 8 bytes with the key read back from the '
             'row, "auto" compact for half-precision rows), got %r'
-            % (parameter, ", ".join(repr(v) for v in INDEX_LAYOUTS), value)
+            % (parameter, ", ".join(repr(v) for v in index_layouts()), value)
         )
     if value == "compact" and tiered:
         raise ValueError(
@@ -141,12 +149,12 @@ class TableSpec:  # pylint: disable=too-many-instance-attributes
       variable's partitioner sends to this shard (restores of another shard count), or None.
     placement: where the shards of a table of the SDK API are over the ranks of a cluster
       (a RankPlacement), or None in one process.
-    emb_dtype: the element type of the stored embeddings, one of EMB_DTYPES (half-precision
+    emb_dtype: the element type of the stored embeddings, one of emb_dtypes() (half-precision
       rows round stochastically on update).
     slot_dtype: the element type of optimizer slots of dim values per row, one of
-      SLOT_DTYPES (bfloat16 slots round stochastically on update); slots of one float per
+      slot_dtypes() (bfloat16 slots round stochastically on update); slots of one float per
       row (row-wise Adagrad's) stay float32.
-    index_layout: the hash index's entries, one of INDEX_LAYOUTS: "full" (16 bytes a slot:
+    index_layout: the hash index's entries, one of index_layouts(): "full" (16 bytes a slot:
       the key and the row), "compact" (8 bytes: the row and 12 bits of the key's hash, the
       key read back from the row; about 17 bytes less per key at a slower training probe;
       not with a tier) or "auto" (compact for half-precision rows, full otherwise; a tiered
@@ -185,7 +193,7 @@ class TableSpec:  # pylint: disable=too-many-instance-attributes
         if self.key_dtype not in KEY_DTYPES:
             raise ValueError("key_dtype must be tf.int32 or tf.int64, got %r" % (self.key_dtype,))
         check_int("dim", self.dim, 1, table_ops.max_dim())
-        for field, allowed in (("emb_dtype", EMB_DTYPES), ("slot_dtype", SLOT_DTYPES)):
+        for field, allowed in (("emb_dtype", emb_dtypes()), ("slot_dtype", slot_dtypes())):
             if getattr(self, field) not in allowed:
                 raise ValueError(
                     "%s: %s must be one of %s, got %r"
