@@ -2,8 +2,8 @@
 
 Each pass is a pure function of a GraphDef (the input is never mutated) with a declared
 pattern, a rewrite, and checks of the graph's invariants before and after; see core.GraphPass.
-Analyses (iterator_sources) only read a GraphDef. update_live_graph applies a pass's result
-back onto the tf.Graph a TF1 session runs.
+Analyses (iterator_sources) only read a GraphDef. rec_sdk.base.live_graph.update_live_graph
+applies a pass's result back onto the tf.Graph a TF1 session runs.
 """
 
 from rec_sdk_graph_rewrite.add_control_inputs import AddControlInputs
@@ -14,7 +14,6 @@ from rec_sdk_graph_rewrite.core import (
     check_graph,
     import_graph,
     run_passes,
-    update_live_graph,
 )
 from rec_sdk_graph_rewrite.drop_variable_updates import DropVariableUpdates
 from rec_sdk_graph_rewrite.embedding_variables import (
@@ -51,7 +50,6 @@ __all__ = [
     "run_passes",
     "trace_to_iterator",
     "upstream_ops",
-    "update_live_graph",
     "DropVariableUpdates",
     "EmbeddingVariable",
     "EmbeddingVariables",

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from rec_sdk.base.live_graph import update_live_graph
 from rec_sdk_graph_rewrite import (
     AddControlInputs,
     RerouteInputs,
@@ -16,7 +17,6 @@ from rec_sdk_graph_rewrite import (
     iterator_source,
     run_passes,
     trace_to_iterator,
-    update_live_graph,
 )
 
 

@@ -208,3 +208,80 @@ def installed():
         for name, p in PATCHES.items()
         if getattr(getattr(p.owner(), p.attr, None), PATCH_MARK, None) == name
     )
+
+
+# TensorFlow's private members that rec_sdk reads or calls where no public API serves, each
+# named once, here (checked on TensorFlow 2.15 and 2.21, as the patches). The stock
+# optimizers' private state has its own documented reader:
+# rec_sdk.dynamic_embedding.optimizer_kinds.private_state / private_call.
+
+
+def set_op_attr(op, name, attr_value):
+    """Sets attribute `name` of a graph op to an AttrValue proto (Operation._set_attr): the
+    value of a constant, or a table op's share mode, decided after the op was built."""
+    op._set_attr(name, attr_value)
+
+
+def update_op_input(op, index, tensor):
+    """Rewires data input `index` of a graph op to `tensor` (Operation._update_input)."""
+    op._update_input(index, tensor)
+
+
+def set_control_inputs(op, ops):
+    """Replaces a graph op's control inputs by `ops` (Operation._remove_all_control_inputs,
+    _add_control_inputs)."""
+    op._remove_all_control_inputs()
+    op._add_control_inputs(list(ops))
+
+
+def dataset_variant(dataset):
+    """The variant tensor of a tf.data.Dataset (DatasetV2._variant_tensor)."""
+    return dataset._variant_tensor
+
+
+def at_graph_top_level(graph):
+    """Whether ops built now in `graph` are under no control dependency and no control flow
+    context (Graph._control_dependencies_stack, _get_control_flow_context)."""
+    return (
+        not getattr(graph, "_control_dependencies_stack", True)
+        and graph._get_control_flow_context() is None
+    )
+
+
+def track_trackable(parent, child, name):
+    """Makes `child` a dependency of the Trackable `parent` under `name`
+    (Trackable._track_trackable): SavedModel then saves and restores it with `parent`."""
+    return parent._track_trackable(child, name)
+
+
+def last_checkpoints(saver):
+    """The checkpoint prefixes a tf.compat.v1.train.Saver keeps (Saver._last_checkpoints;
+    last_checkpoints is public but drops the times)."""
+    return [path for path, _ in getattr(saver, "_last_checkpoints", [])]
+
+
+def scaffold_local_init(scaffold):
+    """(local_init_op, ready_for_local_init_op) a tf.compat.v1.train.Scaffold was given (its
+    private _local_init_op, _ready_for_local_init_op, set only by its constructor)."""
+    return scaffold._local_init_op, scaffold._ready_for_local_init_op
+
+
+def set_scaffold_local_init(scaffold, local_init_op, ready_for_local_init_op):
+    """Sets a Scaffold's local_init_op and ready_for_local_init_op before it finalizes."""
+    scaffold._local_init_op = local_init_op
+    scaffold._ready_for_local_init_op = ready_for_local_init_op
+
+
+def var_key(variable):
+    """The key of `variable` in a tf.compat.v1.train.Optimizer's slot dicts (optimizer._var_key)."""
+    return tf_optimizer._var_key(variable)
+
+
+def v1_slot_dict(optimizer, slot_name):
+    """A tf.compat.v1.train.Optimizer's dict of slot `slot_name` (Optimizer._slot_dict)."""
+    return optimizer._slot_dict(slot_name)
+
+
+def v1_create_slots(optimizer, var_list):
+    """Creates a tf.compat.v1.train.Optimizer's slots of `var_list` (Optimizer._create_slots)."""
+    optimizer._create_slots(var_list)

@@ -7,6 +7,7 @@ import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2
 from tensorflow.python.framework import tensor_util
 
+from rec_sdk.base import tf_patches
 from rec_sdk.base.validation import INT32_MAX
 from rec_sdk.constants.constants import (
     LOOKUP_COLLECTIONS,
@@ -49,11 +50,10 @@ def send_count_check(table, lookup_name, num_unique, send_count):
 
 
 def raise_limit(limit, total):
-    limit.op._set_attr(
+    tf_patches.set_op_attr(
+        limit.op,
         "value",
-        attr_value_pb2.AttrValue(  # pylint: disable=protected-access
-            tensor=tensor_util.make_tensor_proto(total, tf.int32)
-        ),
+        attr_value_pb2.AttrValue(tensor=tensor_util.make_tensor_proto(total, tf.int32)),
     )
 
 

@@ -5,7 +5,7 @@ import numpy as np
 import tensorflow as tf
 
 from rec_sdk.base.tf_compat import keras
-from rec_sdk.dynamic_embedding.optimizer_kinds import legacy_var_key, private_state
+from rec_sdk.dynamic_embedding.optimizer_kinds import legacy_var_key, private_call, private_state
 from rec_sdk.optimizers.row_update import row_variable, through_variables
 
 
@@ -57,7 +57,7 @@ class KerasRows:
                     return slot
 
                 inner.add_slot = add_slot
-                inner._create_all_weights([self.rows])  # pylint: disable=protected-access
+                private_call(inner, "_create_all_weights", [self.rows])
             else:
 
                 def add_variable_from_reference(
@@ -108,7 +108,7 @@ class KerasRows:
         return [
             v
             for v in inner.variables
-            if id(v) not in skip and v is not getattr(inner, "_learning_rate", None)
+            if id(v) not in skip and v is not private_state(inner, "_learning_rate", None)
         ]
 
     def sync(self, optimizer):
@@ -118,13 +118,13 @@ class KerasRows:
         ops = [inner.iterations.assign(optimizer.iterations, read_value=False)]
         if self.legacy:
             for name, var in private_state(inner, "_hyper").items():
-                value = optimizer._get_hyper(name)  # pylint: disable=protected-access
+                value = private_call(optimizer, "_get_hyper", name)
                 if isinstance(var, tf.Variable) and not isinstance(
                     value, keras.optimizers.schedules.LearningRateSchedule
                 ):
                     ops.append(var.assign(tf.cast(value, var.dtype), read_value=False))
         else:
-            lr = getattr(inner, "_learning_rate", None)
+            lr = private_state(inner, "_learning_rate", None)
             if isinstance(lr, tf.Variable):
                 ops.append(lr.assign(tf.cast(optimizer.learning_rate, lr.dtype), read_value=False))
         return ops

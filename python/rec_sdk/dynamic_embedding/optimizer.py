@@ -34,7 +34,6 @@ import threading
 import weakref
 
 import tensorflow as tf
-from tensorflow.python.training.optimizer import _var_key  # pylint: disable=protected-access
 
 from rec_sdk.base import tf_patches, tf_processors
 from rec_sdk.base.graph_state import state_of
@@ -43,6 +42,7 @@ from rec_sdk.dynamic_embedding.optimizer_kinds import (
     family,
     legacy_var_key,
     name_of,
+    private_call,
     private_state,
 )
 from rec_sdk.dynamic_embedding.optimizer_rows import RowUpdate
@@ -160,7 +160,7 @@ def _list_slots(optimizer, fam, grads_and_vars):
         record = record_of(var)
         if grad is None or record is None or not record.params.trainable:
             continue
-        key = _var_key(var) if fam == "v1" else legacy_var_key(optimizer)(var)
+        key = tf_patches.var_key(var) if fam == "v1" else legacy_var_key(optimizer)(var)
         if key in listed:
             continue  # listed at an earlier step (eagerly: every step applies)
         listed.add(key)
@@ -198,8 +198,8 @@ def _keras_clipped(optimizer, fam, pairs):
     if not any(getattr(optimizer, a, None) for a in ("clipnorm", "clipvalue", "global_clipnorm")):
         return pairs
     if fam == "legacy":
-        return list(optimizer._transform_gradients(pairs))  # pylint: disable=protected-access
-    grads = optimizer._clip_gradients([g for g, _ in pairs])  # pylint: disable=protected-access
+        return list(private_call(optimizer, "_transform_gradients", pairs))
+    grads = private_call(optimizer, "_clip_gradients", [g for g, _ in pairs])
     return list(zip(grads, [v for _, v in pairs]))
 
 

@@ -22,7 +22,10 @@ from rec_sdk.dynamic_embedding.rowwise_adagrad import RowwiseAdagradOptimizer
 _V1 = tf.compat.v1.train
 
 
-def private_state(owner, attribute):
+_REQUIRED = object()  # private_state without a default: the attribute must exist
+
+
+def private_state(owner, attribute, default=_REQUIRED):
     """State of a stock optimizer that TensorFlow keeps only in private attributes, read here,
     by name, so that one place knows they are private (checked on TensorFlow 2.15 and 2.21):
     the tf.compat.v1.train optimizers' hyperparameters (_learning_rate, _lr, _beta1, _beta2,
@@ -33,7 +36,17 @@ def private_state(owner, attribute):
     _slot_names, _hyper, _weights and their module's _var_key; Keras 2 optimizers' _variables. The
     de optimizer's generic path reads and extends them to run an optimizer's own update on a table's
     rows."""
-    return getattr(owner, attribute)
+    if default is _REQUIRED:
+        return getattr(owner, attribute)
+    return getattr(owner, attribute, default)
+
+
+def private_call(owner, method, *args, **kwargs):
+    """Calls a private method of a stock optimizer, by name, here for the same reason as
+    private_state: Keras optimizers' _create_all_weights, _get_hyper, _decayed_lr, _prepare,
+    _resource_apply_dense, _transform_gradients, _clip_gradients; the v1 FTRL's
+    _compute_current_learning_rate."""
+    return getattr(owner, method)(*args, **kwargs)
 
 
 # (class, kernel kind, slot names), most specific first.
@@ -232,4 +245,4 @@ def name_of(optimizer):
     """An optimizer's name in any family."""
     if isinstance(optimizer, tf.compat.v1.train.Optimizer):
         return optimizer.get_name()
-    return getattr(optimizer, "_name", None) or optimizer.name
+    return private_state(optimizer, "_name", None) or optimizer.name

@@ -5,8 +5,8 @@ step's rows and slots (read from the table and written back; Keras optimizers th
 keras_rows.KerasRows). rec_sdk.dynamic_embedding.optimizer wires it into apply_gradients."""
 
 import tensorflow as tf
-from tensorflow.python.training.optimizer import _var_key  # pylint: disable=protected-access
 
+from rec_sdk.base import tf_patches
 from rec_sdk.dynamic_embedding.keras_rows import KerasRows
 from rec_sdk.dynamic_embedding.optimizer_kinds import (
     family,
@@ -14,6 +14,7 @@ from rec_sdk.dynamic_embedding.optimizer_kinds import (
     initial_accumulator,
     kind,
     name_of,
+    private_call,
     private_state,
     slot_info,
 )
@@ -56,7 +57,7 @@ class RowUpdate:
             if self.kind == "adagrad":
                 params["epsilon"] = 0.0
             if self.kind == "ftrl":
-                params["beta"] = _f(hyper(getattr(o, "_beta", None)) or 0.0)
+                params["beta"] = _f(hyper(private_state(o, "_beta", None)) or 0.0)
             return params
         # As TensorFlow's AdamOptimizer: float32 beta1_power and beta2_power, multiplied by
         # beta1 and beta2 after each step, give the bias-corrected rate, so that a de.Variable
@@ -95,14 +96,14 @@ class RowUpdate:
         """Hyperparameters of a Keras optimizer (both families) at its current iteration."""
         o = self.optimizer
         if self.family == "legacy":
-            lr = o._decayed_lr(tf.float32)  # pylint: disable=protected-access
+            lr = private_call(o, "_decayed_lr", tf.float32)
 
             def get(name):
-                return o._get_hyper(name, tf.float32)  # pylint: disable=protected-access
+                return private_call(o, "_get_hyper", name, tf.float32)
 
-            shrinkage = getattr(o, "_l2_shrinkage_regularization_strength", 0.0)
+            shrinkage = private_state(o, "_l2_shrinkage_regularization_strength", 0.0)
         else:
-            o._compute_current_learning_rate()  # pylint: disable=protected-access
+            private_call(o, "_compute_current_learning_rate")
             lr = tf.cast(o.learning_rate, tf.float32)
 
             def get(name):
@@ -137,7 +138,7 @@ class RowUpdate:
     def apply(self, triples):
         """Update op(s) of [(table, unique addresses, gradient rows)]."""
         if self.kind == "generic" and self.family == "v1":
-            self.optimizer._prepare()  # pylint: disable=protected-access
+            private_call(self.optimizer, "_prepare")
         params = {}
         if self.kind != "generic":
             params = self._v1_params() if self.family == "v1" else self._keras_params()
@@ -183,7 +184,7 @@ class RowUpdate:
                 slots = [row_variable(table.dim, name) for name in slot_names]
             for name, slot in zip(slot_names, slots):
                 slot_dict = private_state(self.optimizer, "_slots").setdefault(name, {})
-                slot_dict[_var_key(rows)] = slot
+                slot_dict[tf_patches.var_key(rows)] = slot
             self._generic_locals[key] = (rows, slots)
         return self._generic_locals[key]
 
@@ -241,8 +242,8 @@ class RowUpdate:
             [value for _, value in slots],
             rows,
             slot_vars,
-            lambda: self.optimizer._resource_apply_dense(grads, rows),
-        )  # pylint: disable=protected-access
+            lambda: private_call(self.optimizer, "_resource_apply_dense", grads, rows),
+        )
 
     def _apply(self, table, addresses, grads, p):
         if self.kind == "generic":

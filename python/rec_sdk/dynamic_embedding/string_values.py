@@ -73,8 +73,8 @@ class StringValues(variable_module.Variable):
         self.partition_fn, self.shared_name, self.name = partitioner, shared_name, name
         self.trainable, self.checkpoint, self.initializer = False, checkpoint, initializer
         self.init_size, self.kv_creator, self.bp_v2, self.servable = 0, None, False, False
-        self._default = _default_row(initializer, self.dim, name)
-        self._shards, self._key_strings, self._restrict_policy = [], None, None
+        self.default_value = _default_row(initializer, self.dim, name)
+        self._shards, self.key_strings, self._restrict_policy = [], None, None
         self._trainable_store, self._size_ops, self._access_ops = {}, {}, []
         self.graph = tf.compat.v1.get_default_graph()
         self._tables_of_values, self._string_tables = [], []
@@ -83,7 +83,7 @@ class StringValues(variable_module.Variable):
             for device, table_name in zip(self.devices, table_names(name, self.shard_num)):
                 with tf.device(device):
                     table = tf.lookup.experimental.MutableHashTable(
-                        tf.int64, tf.string, self._default, name=table_name, checkpoint=False
+                        tf.int64, tf.string, self.default_value, name=table_name, checkpoint=False
                     )
                 self._tables_of_values.append(table)
                 # Saved and restored by Savers under TFRA's name: <scope>/<table name>.
@@ -101,7 +101,7 @@ class StringValues(variable_module.Variable):
         MutableHashTable)."""
         return list(self._string_tables)
 
-    def _keys(self, keys):
+    def checked_value_keys(self, keys):
         keys = self._converted(keys, self.key_dtype, integer=True)
         if keys.dtype != self.key_dtype:
             raise variable_module.DtypeError(
@@ -110,7 +110,7 @@ class StringValues(variable_module.Variable):
             )
         return tf.cast(keys, tf.int64)
 
-    def _values(self, values, keys, what="values"):
+    def checked_values(self, values, keys, what="values"):
         if not isinstance(values, (tf.Tensor, tf.Variable)) and np.asarray(
             values
         ).dtype.kind not in ("U", "S", "O"):
@@ -118,12 +118,12 @@ class StringValues(variable_module.Variable):
                 "%s of %r must be strings (the value_dtype), got %s"
                 % (what, self.name, np.asarray(values).dtype)
             )
-        return super()._values(values, keys, what)
+        return super().checked_values(values, keys, what)
 
     def lookup(self, keys, return_exists=False, name=None):
         """Values of keys (any shape) -> keys.shape + [dim] strings; keys not stored get the
         initializer's strings (not inserted)."""
-        keys = self._keys(keys)
+        keys = self.checked_value_keys(keys)
         with tf.name_scope(name or "%s_lookup" % self.name.split("/")[-1]):
             flat = tf.reshape(keys, [-1])
             _, shard_keys, positions = self.split_keys(flat)
@@ -134,7 +134,9 @@ class StringValues(variable_module.Variable):
                 values = tf.dynamic_stitch(positions, [v for v, _ in found])
                 exists = tf.dynamic_stitch(positions, [e for _, e in found])
             values = shaped(
-                tf.where(exists[:, None], values, tf.broadcast_to(self._default, tf.shape(values))),
+                tf.where(
+                    exists[:, None], values, tf.broadcast_to(self.default_value, tf.shape(values))
+                ),
                 keys,
                 self.dim,
             )
@@ -142,8 +144,8 @@ class StringValues(variable_module.Variable):
 
     def upsert(self, keys, values, name=None):
         """Inserts or overwrites keys (any shape) with values (keys.shape + [dim] strings)."""
-        keys = self._keys(keys)
-        values = self._values(values, keys)
+        keys = self.checked_value_keys(keys)
+        values = self.checked_values(values, keys)
         with tf.name_scope(name or "%s_upsert" % self.name.split("/")[-1]):
             parts, shard_keys, _ = self.split_keys(tf.reshape(keys, [-1]))
             rows = self.by_shard(parts, tf.reshape(values, [-1, self.dim]))
@@ -153,7 +155,7 @@ class StringValues(variable_module.Variable):
 
     def remove(self, keys, name=None):
         """Removes keys (absent keys are ignored)."""
-        keys = self._keys(keys)
+        keys = self.checked_value_keys(keys)
         with tf.name_scope(name or "%s_remove" % self.name.split("/")[-1]):
             _, shard_keys, _ = self.split_keys(tf.reshape(keys, [-1]))
             return tf.group([t.remove(k) for t, k in zip(self._tables_of_values, shard_keys)])
@@ -226,7 +228,7 @@ class StringValues(variable_module.Variable):
     def _export_to_saved_model_graph(self, object_map, tensor_map, options, **kwargs):
         del tensor_map, options, kwargs
         exported = copy.copy(self)
-        exported._tables_of_values = [object_map.get(t, t) for t in self._tables_of_values]  # pylint: disable=protected-access
+        exported._tables_of_values = [object_map.get(t, t) for t in self._tables_of_values]
         object_map[self] = exported
         return []
 
@@ -267,7 +269,7 @@ class StringTable:
     def lookup(self, keys, dynamic_default_values=None, return_exists=False, name=None):
         """[dim] strings of each key (any shape): stored ones, else dynamic_default_values
         (keys.shape + [dim]) when given, else the variable's default."""
-        keys = self._variable._keys(keys)  # pylint: disable=protected-access
+        keys = self._variable.checked_value_keys(keys)
         dim = self._variable.dim
         with tf.name_scope(name or "%s_lookup" % self.name):
             flat = tf.reshape(keys, [-1])
@@ -275,8 +277,8 @@ class StringTable:
             default = (
                 tf.reshape(dynamic_default_values, [-1, dim])
                 if dynamic_default_values is not None
-                else tf.broadcast_to(self._variable._default, tf.shape(values))
-            )  # pylint: disable=protected-access
+                else tf.broadcast_to(self._variable.default_value, tf.shape(values))
+            )
             values = shaped(tf.where(exists[:, None], values, default), keys, dim)
             return (values, tf.reshape(exists, tf.shape(keys))) if return_exists else values
 
@@ -284,14 +286,14 @@ class StringTable:
         return self.lookup(keys)
 
     def insert(self, keys, values, name=None):
-        keys = self._variable._keys(keys)  # pylint: disable=protected-access
-        values = self._variable._values(values, keys)  # pylint: disable=protected-access
+        keys = self._variable.checked_value_keys(keys)
+        values = self._variable.checked_values(values, keys)
         return self.table.insert(
             tf.reshape(keys, [-1]), tf.reshape(values, [-1, self._variable.dim]), name=name
         )
 
     def remove(self, keys, name=None):
-        keys = self._variable._keys(keys)  # pylint: disable=protected-access
+        keys = self._variable.checked_value_keys(keys)
         return self.table.remove(tf.reshape(keys, [-1]), name=name)
 
     def clear(self, name=None):

@@ -96,7 +96,7 @@ class TfraTable:
     def _rows(self, values, keys, what="values"):
         """Checked values of keys as the shard stores them ([n, stored words])."""
         variable = self._variable
-        values = variable._values(values, keys, what)  # pylint: disable=protected-access
+        values = variable.checked_values(values, keys, what)
         return value_codec.encode(
             tf.reshape(values, [-1, variable.dim]), variable.value_dtype, variable.dim
         )
@@ -117,11 +117,11 @@ class TfraTable:
             rows, exists = table_ops.lookup(
                 self.resource_handle,
                 flat,
-                variable._stored_dim,  # pylint: disable=protected-access
+                variable.stored_dim,
                 init_missing=True,
             )
             values = value_codec.decode(rows, variable.value_dtype, variable.dim)
-            defaults = variable._defaults  # pylint: disable=protected-access
+            defaults = variable.default_rows
             if dynamic_default_values is not None:
                 given = tf.reshape(
                     tf.cast(dynamic_default_values, values.dtype), [-1, variable.dim]
@@ -168,7 +168,7 @@ class TfraTable:
         variable = self._variable
         keys = variable.checked_keys(keys, record=True)
         given = tf.reshape(
-            variable._values(values_or_deltas, keys),  # pylint: disable=protected-access
+            variable.checked_values(values_or_deltas, keys),
             [-1, variable.dim],
         )
         exists = variable.checked_exists(exists, keys)
@@ -204,8 +204,8 @@ def export_rows(variable, handle):
     """(keys [n], values [n, dim]) of the variable's shard `handle`, in ascending key order,
     as the variable's keys and values (the shards' part of de.Variable.export)."""
     keys, rows = by_key(
-        *table_ops.export(handle, variable.table_key_dtype, variable._stored_dim)[:2]
-    )  # pylint: disable=protected-access
+        *table_ops.export(handle, variable.table_key_dtype, variable.stored_dim)[:2]
+    )
     return (
         variable.public_keys(keys),
         value_codec.decode(rows, variable.value_dtype, variable.dim),
@@ -216,7 +216,7 @@ def accum_rows(variable, handle, keys, deltas, new_rows, exists):
     """Op on the variable's shard `handle` (flat table keys, [n, dim] values, [n] flags):
     where exists and the key is stored its row gets deltas added; where not exists and it is
     absent it is inserted with new_rows; other keys are left (TFRA's accum)."""
-    current, present = table_ops.lookup(handle, keys, variable._stored_dim)  # pylint: disable=protected-access
+    current, present = table_ops.lookup(handle, keys, variable.stored_dim)
     current = value_codec.decode(current, variable.value_dtype, variable.dim)
     add = tf.logical_and(exists, present)
     insert = tf.logical_and(tf.logical_not(exists), tf.logical_not(present))

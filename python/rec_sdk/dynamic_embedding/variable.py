@@ -205,9 +205,9 @@ class Variable(VariableOps, KeyValueFiles, VariableCheckpoint, tf.__internal__.t
         # Beyond TFRA: the shards track their changes for serving pushes (rec_sdk.serving).
         self.servable = servable
         self.initializer = initializer
-        self._stored_dim = value_codec.stored_dim(value_dtype, self.dim)
+        self.stored_dim = value_codec.stored_dim(value_dtype, self.dim)
         native = value_codec.native(value_dtype)
-        self._defaults = None if native else defaults_of(initializer, value_dtype, self.dim)
+        self.default_rows = None if native else defaults_of(initializer, value_dtype, self.dim)
         # The rows' element type: a half value_dtype's own, else the creator's (float32).
         self.emb_dtype = (
             value_dtype.name
@@ -242,10 +242,10 @@ class Variable(VariableOps, KeyValueFiles, VariableCheckpoint, tf.__internal__.t
                 spec = TableSpec(
                     table_name,
                     self.table_key_dtype,
-                    self._stored_dim,
+                    self.stored_dim,
                     describe(initializer, self.dim, table_name)
                     if native
-                    else describe(0.0, self._stored_dim, table_name),
+                    else describe(0.0, self.stored_dim, table_name),
                     dynamic_expansion=shard_tier is None or shard_tier.ssd_rows is None,
                     capacity_rows=None
                     if shard_tier is None or shard_tier.ssd_rows is None
@@ -266,7 +266,7 @@ class Variable(VariableOps, KeyValueFiles, VariableCheckpoint, tf.__internal__.t
                 with tf.device(device):
                     self._shards.append(table_module.create(spec))
             # String keys: the fingerprint -> string dictionary (see key_codec).
-            self._key_strings = (
+            self.key_strings = (
                 key_codec.KeyStrings(
                     shard_names.key_strings_name(
                         shard_names.parse_variable_shard(table_names(name, 1)[0])[0]
@@ -336,29 +336,29 @@ class Variable(VariableOps, KeyValueFiles, VariableCheckpoint, tf.__internal__.t
 
     def table_keys(self, keys, record=False):
         """Checked keys as the tables index them (see _keys)."""
-        if self._key_strings is None:
+        if self.key_strings is None:
             return keys
         hashed = key_codec.fingerprints(keys)
         if not record:
             return hashed
-        with tf.control_dependencies([self._key_strings.record(keys, hashed)]):
+        with tf.control_dependencies([self.key_strings.record(keys, hashed)]):
             return tf.identity(hashed)
 
     def public_keys(self, keys):
         """Keys of the tables as the variable's keys (string keys: their strings)."""
-        if self._key_strings is None:
+        if self.key_strings is None:
             return tf.cast(keys, self.key_dtype)
-        return self._key_strings.strings(keys)
+        return self.key_strings.strings(keys)
 
     def _no_string_keys(self, what):
-        if self._key_strings is not None:
+        if self.key_strings is not None:
             raise TypeError(
                 "%s: de.Variable %r has string keys, which these files cannot hold "
                 "(they store the keys' int64 fingerprints); use a Saver, "
                 "tf.train.Checkpoint or export()" % (what, self.name)
             )
 
-    def _values(self, values, keys, what="values"):
+    def checked_values(self, values, keys, what="values"):
         """values of `keys`, checked: the value_dtype, shaped keys.shape + [dim] (when the op
         is built, ShapeError; or, for shapes known only then, when it runs)."""
         values = self._converted(values, self.value_dtype, integer=False)

@@ -12,7 +12,7 @@ from rec_sdk.ops import table_ops
 
 class VariableCheckpoint:
     """The TensorFlow trackable methods of de.Variable (a base class of it: they use its
-    shards, `_shards`, its string keys `_key_strings` and its protocol)."""
+    shards, `_shards`, its string keys `key_strings` and its protocol)."""
 
     def _serialize_to_tensors(self):
         """Every shard's keys and rows ("keys", "values"), which rows have optimizer slots
@@ -22,7 +22,7 @@ class VariableCheckpoint:
         ("access_keys", "last_seen", "counts"): one set of tensors whatever the number of
         shards, so that a checkpoint restores into any number of shards."""
         exports = [
-            table_ops.export(t.handle, self.table_key_dtype, self._stored_dim) for t in self._shards
+            table_ops.export(t.handle, self.table_key_dtype, self.stored_dim) for t in self._shards
         ]
         num_slots = tf.reduce_max(tf.stack([tf.shape(s)[0] for _, _, s in exports]))
         full_shards = [tf.equal(tf.shape(s)[0], num_slots) for _, _, s in exports]
@@ -43,7 +43,7 @@ class VariableCheckpoint:
         access = [table_ops.export_access(t.handle) for t in self._shards]
         keys = tf.concat([k for k, _, _ in exports], 0)
         strings = (
-            {} if self._key_strings is None else {"key_strings": self._key_strings.strings(keys)}
+            {} if self.key_strings is None else {"key_strings": self.key_strings.strings(keys)}
         )  # the string of each key
         return {
             "keys": keys,
@@ -74,8 +74,8 @@ class VariableCheckpoint:
     def _resources(self):
         """{name: resource} of the tables (and the string-key dictionary)."""
         found = {"table_%d" % i: t for i, t in enumerate(self._shards)}
-        if self._key_strings is not None:
-            found["key_strings"] = self._key_strings.table
+        if self.key_strings is not None:
+            found["key_strings"] = self.key_strings.table
         return found
 
     def _deserialization_dependencies(self, children):
@@ -89,10 +89,10 @@ class VariableCheckpoint:
         del tensor_map, options, kwargs
         exported = copy.copy(self)
         exported._shards = [object_map.get(t, t) for t in self._shards]
-        if self._key_strings is not None:
-            exported._key_strings = copy.copy(self._key_strings)
-            exported._key_strings.table = object_map.get(
-                self._key_strings.table, self._key_strings.table
+        if self.key_strings is not None:
+            exported.key_strings = copy.copy(self.key_strings)
+            exported.key_strings.table = object_map.get(
+                self.key_strings.table, self.key_strings.table
             )
         object_map[self] = exported
         return []
@@ -104,7 +104,7 @@ class VariableCheckpoint:
         values when it next trains them)."""
         # Ranks are unknown where a SavedModel traces this function.
         keys = tf.reshape(restored_tensors["keys"], [-1])
-        rows = tf.reshape(restored_tensors["values"], [-1, self._stored_dim])
+        rows = tf.reshape(restored_tensors["values"], [-1, self.stored_dim])
         has_slots = tf.reshape(restored_tensors["has_slots"], [-1])
         all_slots = restored_tensors["slots"]
         all_slots = tf.reshape(
@@ -135,8 +135,8 @@ class VariableCheckpoint:
         access_parts, access_keys_of, _ = self.split_keys(
             tf.cast(access_keys, self.table_key_dtype)
         )
-        if self._key_strings is not None:
-            ops.append(self._key_strings.record(restored_tensors["key_strings"], keys))
+        if self.key_strings is not None:
+            ops.append(self.key_strings.record(restored_tensors["key_strings"], keys))
         with tf.control_dependencies(ops):  # the statistics of the rows just restored
             return tf.group(
                 [

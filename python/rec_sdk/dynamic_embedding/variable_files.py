@@ -117,7 +117,7 @@ class KeyValueFiles:
                 table_files.directory(dirpath, dirpath_env),
                 None,
                 self.table_key_dtype,
-                self._stored_dim,
+                self.stored_dim,
                 entire_dir=True,
                 prefix=prefix,
             )

@@ -6,6 +6,7 @@ import numbers
 
 import tensorflow as tf
 
+from rec_sdk.base import tf_patches
 from rec_sdk.dynamic_embedding import value_codec
 from rec_sdk.dynamic_embedding.shadow_ops import shaped
 from rec_sdk.dynamic_embedding.slots_and_policies import by_key, joined
@@ -30,7 +31,7 @@ class VariableOps:
         values, exists = [], []
         for table, k in zip(self._shards, keys):
             v, e = table_ops.lookup(
-                table.handle, k, self._stored_dim, init_missing=True, name=name, **lookup_args
+                table.handle, k, self.stored_dim, init_missing=True, name=name, **lookup_args
             )
             values.append(v)
             exists.append(e)
@@ -42,8 +43,8 @@ class VariableOps:
         if "slot" in lookup_args or (as_rows and self.row_dtype == tf.float32):
             return values, exists
         values = value_codec.decode(values, self.value_dtype, self.dim)
-        if self._defaults is not None:
-            values = tf.where(exists[:, None], values, self._defaults(tf.size(flat)))
+        if self.default_rows is not None:
+            values = tf.where(exists[:, None], values, self.default_rows(tf.size(flat)))
         return values, exists
 
     def lookup_rows(self, keys, return_exists, **lookup_args):
@@ -69,7 +70,7 @@ class VariableOps:
     def upsert(self, keys, values, name=None):
         """Inserts or overwrites keys (any shape) with values (keys.shape + [dim])."""
         keys = self.checked_keys(keys, record=True)
-        values = self._values(values, keys)
+        values = self.checked_values(values, keys)
         self.note_writes()
         with tf.name_scope(name or "%s_upsert" % self.name.split("/")[-1]):
             flat = tf.reshape(keys, [-1])
@@ -98,23 +99,23 @@ class VariableOps:
         """[op] dropping from the string-key dictionary the keys of `flat` (table keys) that
         no shard holds once `removed` ran ([] for other keys): a key inserted into another
         shard through its table keeps its string while that copy lives."""
-        if self._key_strings is None:
+        if self.key_strings is None:
             return []
         with tf.control_dependencies(removed):
             held = tf.reduce_any(
                 tf.stack(
-                    [table_ops.lookup(t.handle, flat, self._stored_dim)[1] for t in self._shards]
+                    [table_ops.lookup(t.handle, flat, self.stored_dim)[1] for t in self._shards]
                 ),
                 0,
             )
-        return [self._key_strings.remove(tf.boolean_mask(flat, tf.logical_not(held)))]
+        return [self.key_strings.remove(tf.boolean_mask(flat, tf.logical_not(held)))]
 
     def accum(self, keys, old_values, new_values, exists, name=None):
         """Per key: if exists and the key is stored, adds new_values - old_values to it; if not
         exists and the key is absent, inserts new_values; otherwise leaves it alone."""
         keys = self.checked_keys(keys, record=True)
-        old_values = self._values(old_values, keys, "old_values")
-        new_values = self._values(new_values, keys, "new_values")
+        old_values = self.checked_values(old_values, keys, "old_values")
+        new_values = self.checked_values(new_values, keys, "new_values")
         exists = self.checked_exists(exists, keys)
         self.note_writes()
         with tf.name_scope(name or "%s_accum" % self.name.split("/")[-1]):
@@ -148,7 +149,7 @@ class VariableOps:
         with tf.name_scope(name or "%s_clear" % self.name.split("/")[-1]):
             return tf.group(
                 [table_ops.clear(t.handle) for t in self._shards]
-                + ([self._key_strings.clear()] if self._key_strings else [])
+                + ([self.key_strings.clear()] if self.key_strings else [])
             )
 
     def size(self, index=None, name=None):
@@ -160,10 +161,7 @@ class VariableOps:
         if graph.finalized and key in self._size_ops:
             return self._size_ops[key]
         size = self._build_size(index, name)
-        top_level = (
-            not getattr(graph, "_control_dependencies_stack", True)
-            and graph._get_control_flow_context() is None
-        )  # pylint: disable=protected-access
+        top_level = tf_patches.at_graph_top_level(graph)
         if top_level and not tf.executing_eagerly():
             self._size_ops[key] = size
         return size

@@ -36,6 +36,7 @@ import re
 import tensorflow as tf
 
 import rec_sdk_graph_rewrite as graph_rewrite
+from rec_sdk.base import live_graph
 from rec_sdk.base.dump import next_dump_path
 from rec_sdk.base.graph_state import state_of
 from rec_sdk.base.log import logger
@@ -461,7 +462,7 @@ def convert_embedding_variables(
         graph_def, more = graph_rewrite.run_passes(graph_def, [add], dump_dir)
         passes.append(add)
         results.extend(more)
-    edited = graph_rewrite.update_live_graph(graph, graph_def)
+    edited = live_graph.update_live_graph(graph, graph_def)
     for var in todo:
         if var.trained and with_updates and not any(m[0] == var.name for m in results[1].matches):
             logger.warning(

@@ -31,7 +31,7 @@ from tensorflow.python.framework import function
 from tensorflow.python.ops import gen_dataset_ops, gen_functional_ops
 
 import rec_sdk_graph_rewrite as graph_rewrite
-from rec_sdk.base import graph_state
+from rec_sdk.base import graph_state, live_graph, tf_patches
 from rec_sdk.base.dump import next_dump_path
 from rec_sdk.base.log import logger
 from rec_sdk.base.validation import INT32_MAX, check_bool
@@ -232,7 +232,7 @@ def _one_shot_iterator(source, make_dataset):
         )[0]
         dataset = make_dataset(original)
         holder["spec"] = dataset.element_spec
-        return dataset._variant_tensor  # pylint: disable=protected-access
+        return tf_patches.dataset_variant(dataset)
 
     factory.add_to_graph(tf.compat.v1.get_default_graph())
     spec = holder["spec"]
@@ -399,7 +399,7 @@ def modify_graph_and_start_emb_cache(full_graph=None, dump_graph=False):
         final, results = graph_rewrite.run_passes(
             graph.as_graph_def(), passes, dump_dir=_dump_dir(dump_graph)
         )
-        edited = graph_rewrite.update_live_graph(graph, final)
+        edited = live_graph.update_live_graph(graph, final)
         for anchor in todo:
             anchor.modified = True
         state = graph_state.state_of(graph)

@@ -24,6 +24,7 @@ warning names them. The old iterator's initializer also initialises the new one.
 import tensorflow as tf
 
 import rec_sdk_graph_rewrite as graph_rewrite
+from rec_sdk.base import live_graph
 from rec_sdk.base.log import logger
 from rec_sdk.constants.constants import ASCEND_SPARSE_LOOKUP_ENTRANCE, ASCEND_TIMESTAMP
 from rec_sdk.core import anchors as anchor_registry
@@ -200,7 +201,7 @@ def _move(graph, graph_def, moved, hook):
     if additions:
         passes.append(graph_rewrite.AddControlInputs(additions))
     final, _ = graph_rewrite.run_passes(graph.as_graph_def(), passes)
-    graph_rewrite.update_live_graph(graph, final)
+    live_graph.update_live_graph(graph, final)
     _remap_recorded(graph, mapping)
     return sum(len(v) for v in moved.values())
 

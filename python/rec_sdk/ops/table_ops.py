@@ -10,6 +10,7 @@ import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2
 from tensorflow.python.framework import op_def_registry
 
+from rec_sdk.base import tf_patches
 from rec_sdk.base.graph_state import state_of
 from rec_sdk.ops.loader import OP_NAMESPACE, load_ops
 
@@ -93,7 +94,7 @@ def set_share_attr(handle, share):
     """How the table may share its storage with other sessions of the process ("": never,
     "reader": a graph that only reads it, "trainer": a graph that trains it); see
     TableResource in tf_ops/kernels/table_resource.h. Graph construction only."""
-    handle.op._set_attr("share", attr_value_pb2.AttrValue(s=share.encode()))  # pylint: disable=protected-access
+    tf_patches.set_op_attr(handle.op, "share", attr_value_pb2.AttrValue(s=share.encode()))
 
 
 def configure_admission(table, access_threshold, eviction_threshold, name=None):

@@ -23,8 +23,8 @@ Two kinds of optimizers use it:
 import collections
 
 import tensorflow as tf
-from tensorflow.python.training.optimizer import _var_key  # pylint: disable=protected-access
 
+from rec_sdk.base import tf_patches
 from rec_sdk.base.validation import check_float
 from rec_sdk.distribute import ranks
 from rec_sdk.ops import table_ops
@@ -237,9 +237,9 @@ class _CustomizedRows:
             self.slots = [row_variable(table.dim, name) for name in names]
             self.initial = values
             for name, slot in zip(names, self.slots):
-                optimizer._slot_dict(name)[_var_key(self.rows)] = slot  # pylint: disable=protected-access
+                tf_patches.v1_slot_dict(optimizer, name)[tf_patches.var_key(self.rows)] = slot
             # The optimizer's own non-slot state (e.g. Adam's beta powers).
-            optimizer._create_slots([self.rows])  # pylint: disable=protected-access
+            tf_patches.v1_create_slots(optimizer, [self.rows])
         # The table's slots belong to this optimizer class (a table is trained by one).
         self.owner = type(optimizer).__name__
 

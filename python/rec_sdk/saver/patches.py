@@ -151,7 +151,7 @@ def _split_var_list(var_list):
             rest.append((key, value))
         else:
             tables.extend(t for t in held if t not in tables)
-            strings = getattr(value, "_key_strings", None)  # a de.Variable's string keys
+            strings = getattr(value, "key_strings", None)  # a de.Variable's string keys
             if strings is not None:
                 rest.append((None if key is None else key + "/key_strings", strings.table))
     rest = dict(rest) if named else [v for _, v in rest]
@@ -308,7 +308,7 @@ def _saver_save(original, self, sess, save_path, global_step=None, *args, **kwar
             global_step = tf.compat.v1.train.global_step(sess, global_step)
         path = save_path if global_step is None else "%s-%d" % (save_path, global_step)
         _, save_ids = write_tables(sess, sparse_dir(path), tables)
-    before = [p for p, _ in getattr(self, "_last_checkpoints", [])]
+    before = tf_patches.last_checkpoints(self)
     try:
         result = original(self, sess, save_path, global_step, *args, **kwargs)
         if (
@@ -339,7 +339,7 @@ def _saver_save(original, self, sess, save_path, global_step=None, *args, **kwar
             # A Saver of tables only: TensorFlow saved nothing and says None; the
             # checkpoint is the tables' (restore it with this path).
             result = path
-    after = {p for p, _ in getattr(self, "_last_checkpoints", [])}
+    after = set(tf_patches.last_checkpoints(self))
     for path in before:
         # Checkpoints the Saver deleted (max_to_keep) lose their tables too.
         if path not in after and not os.path.exists(path + ".index"):

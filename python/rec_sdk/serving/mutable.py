@@ -27,6 +27,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.python.ops import gen_lookup_ops  # LookupTableImportV2: no public wrapper
 
+from rec_sdk.base import tf_patches
 from rec_sdk.base.log import logger
 
 EMPTY_KEY = np.iinfo(np.int64).min
@@ -86,10 +87,9 @@ def track_asset_files(resource, keys_file, values_file):
     """Tracks a TF2 resource's asset files (a resource does not track its attributes): saving
     maps the paths its initializer captures to the files copied into the SavedModel's
     assets. Returns the two Assets."""
-    track = resource._track_trackable  # pylint: disable=protected-access
     return (
-        track(tf.saved_model.Asset(keys_file), "_keys_file"),
-        track(tf.saved_model.Asset(values_file), "_values_file"),
+        tf_patches.track_trackable(resource, tf.saved_model.Asset(keys_file), "_keys_file"),
+        tf_patches.track_trackable(resource, tf.saved_model.Asset(values_file), "_values_file"),
     )
 
 

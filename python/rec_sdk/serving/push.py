@@ -142,6 +142,14 @@ class Pusher:
         self.whole_tables = 0  # tables taken whole because their changes could not follow
         self.failures = 0  # pushes that failed in hooks and callbacks (push_logging_errors)
 
+    def took(self, version, push_ids, dense_values=None):
+        """Records where this pusher's take ended: the chain's newest version then and the push
+        ids of each table's shards (an empty take publishes nothing but moves them), and,
+        after a publish, the dense values it wrote."""
+        self._expected = (version, push_ids)
+        if dense_values is not None:
+            self._last_dense = dense_values
+
     def push(self, sess=None, wait=True):
         """Takes the changes and publishes them as the next update. With wait=False the files
         are written by a background thread (the next push waits for it). Returns the version
@@ -185,7 +193,7 @@ class Pusher:
             and not dense_changed
             and not any(len(t.keys) or len(t.removed) for t in tables)
         ):
-            self._expected = (head["version"], [t.push_ids for t in tables])  # nothing new
+            self.took(head["version"], [t.push_ids for t in tables])  # nothing new
             return None
         # The changes since the last update alone, for replicas at its version (unknown when
         # the changes do not follow it).
@@ -217,8 +225,7 @@ class Pusher:
             update_files.write_update(
                 self.push_dir, version, base, self.chain, tables, dense, steps
             )
-            self._expected = (version, ids)
-            self._last_dense = dense_values
+            self.took(version, ids, dense_values)
             self.pushes += 1
             self.whole_updates += int(prior is None)
             update_files.retire_old_updates(self.push_dir, self.keep_secs)

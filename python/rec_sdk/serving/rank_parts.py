@@ -335,10 +335,7 @@ def push_over_ranks(pusher, parts, sess, head, expected, dense_values, dense_cha
                 and not dense_changed
                 and not any(int(p.step_rows) or int(p.step_removed) for s in reports for p in s)
             ):
-                pusher._expected = (
-                    head["version"],  # nothing new
-                    [[int(p.push_id) for p in s] for s in reports],
-                )
+                pusher.took(head["version"], [[int(p.push_id) for p in s] for s in reports])
                 staged.discard()
                 return None
         if whole:
@@ -354,7 +351,7 @@ def push_over_ranks(pusher, parts, sess, head, expected, dense_values, dense_cha
                 for name, value in zip(pusher.dense_names, dense_values)
             ]
         tables = []
-        for _i, (name, shards) in enumerate(zip(pusher.table_names, reports)):
+        for name, shards in zip(pusher.table_names, reports):
             for p in shards:
                 for file_name, (size, print_) in sorted(p.files.items()):
                     if size >= 0:
@@ -373,8 +370,7 @@ def push_over_ranks(pusher, parts, sess, head, expected, dense_values, dense_cha
     except BaseException:
         staged.discard()
         raise
-    pusher._expected = (version, [t.push_ids for t in tables])
-    pusher._last_dense = dense_values
+    pusher.took(version, [t.push_ids for t in tables], dense_values)
     pusher.pushes += 1
     pusher.whole_updates += int(whole)
     update_files.retire_old_updates(push_dir, pusher.keep_secs)

@@ -4,6 +4,7 @@ optimizer trains, and the graph's other lookups when the graph is finalized."""
 import tensorflow as tf
 
 import rec_sdk_graph_rewrite as graph_rewrite
+from rec_sdk.base import live_graph
 from rec_sdk.base.graph_state import state_of
 from rec_sdk.base.log import logger
 from rec_sdk.distribute.ranks.exchange import batch_gradients, exchange_batch
@@ -129,7 +130,7 @@ def batch_lookups(tokens, graph=None):
     final, _ = graph_rewrite.run_passes(
         graph.as_graph_def(), [graph_rewrite.RerouteInputs(mapping, {})]
     )
-    graph_rewrite.update_live_graph(graph, final, "batch_lookups")
+    live_graph.update_live_graph(graph, final, "batch_lookups")
     logger.info(
         "rec_sdk: %d lookups over %d ranks batched into one exchange", len(lookups), ranks.size
     )

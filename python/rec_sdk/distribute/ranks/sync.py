@@ -68,8 +68,7 @@ def _broadcasting_finalize(original, self):
     tables = [t for t in tables_of_graph(graph) if t.ranks is not None]
     keys = tf.compat.v1.GraphKeys
     custom = (
-        self._local_init_op is not None  # pylint: disable=protected-access
-        or self._ready_for_local_init_op is not None  # pylint: disable=protected-access
+        any(op is not None for op in tf_patches.scaffold_local_init(self))
         or graph.get_collection(keys.LOCAL_INIT_OP)
         or graph.get_collection(keys.READY_FOR_LOCAL_INIT_OP)
     )
@@ -84,13 +83,14 @@ def _broadcasting_finalize(original, self):
         batch_pending_lookups(graph)
     if tables and not graph.finalized and not custom:
         task = tables[0].ranks.task
-        self._local_init_op = tf.group(  # pylint: disable=protected-access
-            tf.compat.v1.train.Scaffold.default_local_init_op(),
-            broadcast_variables(tf.compat.v1.global_variables(), task),
-            name="rec_sdk_local_init_and_broadcast",
-        )
-        self._ready_for_local_init_op = tf.constant(  # pylint: disable=protected-access
-            [], tf.string, name="rec_sdk_ready_for_broadcast"
+        tf_patches.set_scaffold_local_init(
+            self,
+            tf.group(
+                tf.compat.v1.train.Scaffold.default_local_init_op(),
+                broadcast_variables(tf.compat.v1.global_variables(), task),
+                name="rec_sdk_local_init_and_broadcast",
+            ),
+            tf.constant([], tf.string, name="rec_sdk_ready_for_broadcast"),
         )
     return original(self)
 
