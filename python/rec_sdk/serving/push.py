@@ -211,12 +211,14 @@ class Pusher:
                 merge_shards(name, [Changes(*s) for s in self._source.take_table(sess, i)])
                 for i, name in enumerate(self.table_names)
             ]
-            dense = list(zip(self.dense_names, dense_values))
+            dense = [update_files.DenseUpdate(*d) for d in zip(self.dense_names, dense_values)]
             base = 0
         else:
             dense = [
-                (name, value if dense_changed or old is not None else None)
-                for name, value, (_, old) in zip(self.dense_names, dense_values, prior_dense)
+                update_files.DenseUpdate(
+                    name, value if dense_changed or old.value is not None else None
+                )
+                for name, value, old in zip(self.dense_names, dense_values, prior_dense)
             ]
         ids = [t.push_ids for t in tables]
         version = head["version"] + 1

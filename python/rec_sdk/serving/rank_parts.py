@@ -342,12 +342,14 @@ def push_over_ranks(pusher, parts, sess, head, expected, dense_values, dense_cha
             staged.discard()
             staged = update_files.StagedUpdate(push_dir, version)
             reports = parts.run(sess, push_dir, staged.path, None, full=True)
-            dense = list(zip(pusher.dense_names, dense_values))
+            dense = [update_files.DenseUpdate(*d) for d in zip(pusher.dense_names, dense_values)]
             base = 0
         else:
             present = dict(zip(head["dense_names"], head["dense_present"])) if prior else {}
             dense = [
-                (name, value if dense_changed or present.get(name) else None)
+                update_files.DenseUpdate(
+                    name, value if dense_changed or present.get(name) else None
+                )
                 for name, value in zip(pusher.dense_names, dense_values)
             ]
         tables = []

@@ -71,6 +71,10 @@ MANIFEST_FEATURES = {
 _SCALARS = ("version", "base", "whole", "step_parent", "chain")
 
 
+# A dense variable's part of an update: its name and its value (an array, or None when the
+# update does not carry it).
+DenseUpdate = collections.namedtuple("DenseUpdate", "name value")
+
 # One table's part of an update: rows [n] and values [n, dim], removed keys, whether the rows
 # are the whole table, and the push id each of its shards' changes end at.
 TableUpdate = collections.namedtuple("TableUpdate", "name keys values removed replace push_ids")
@@ -247,17 +251,19 @@ class StagedUpdate:
 
     def publish(self, base, chain, tables, dense, steps):
         """Writes the MANIFEST and publishes the update. tables: [TableSummary]; dense:
-        [(name, array or None)] (the arrays are written here); steps: whether the update
+        [DenseUpdate] (the arrays are written here); steps: whether the update
         holds the changes since version - 1 alone. Returns its directory."""
-        for j, (_, value) in enumerate(dense):
-            if value is not None:
-                self.put(dense_file(j), np.asarray(value))
+        for j, d in enumerate(dense):
+            if d.value is not None:
+                self.put(dense_file(j), np.asarray(d.value))
         manifest = {
             "version": self.version,
             "base": base,
             "chain": chain,
             "step_parent": self.version - 1 if steps else -1,
-            "whole": int(all(t.replace for t in tables) and all(v is not None for _, v in dense)),
+            "whole": int(
+                all(t.replace for t in tables) and all(d.value is not None for d in dense)
+            ),
             "table_names": [t.name for t in tables],
             "table_rows": [t.rows for t in tables],
             "table_removed": [t.removed for t in tables],
@@ -268,8 +274,8 @@ class StagedUpdate:
             "files": self.files,
             "file_sizes": self.sizes,
             "file_fingerprints": self.prints,
-            "dense_names": [d[0] for d in dense],
-            "dense_present": [int(d[1] is not None) for d in dense],
+            "dense_names": [d.name for d in dense],
+            "dense_present": [int(d.value is not None) for d in dense],
         }
         atomic_dir.write_file(os.path.join(self.path, MANIFEST), encode_manifest(manifest))
         atomic_dir.publish_dir(self.path, self.final)
@@ -283,7 +289,7 @@ def write_update(push_dir, version, base, chain, tables, dense, steps=None):
     """Publishes update `version` atomically; returns its directory.
 
     base: the oldest model version it applies onto (0 for a whole update). tables:
-    [TableUpdate] in the served model's order; dense: [(name, array or None)] (None: not in
+    [TableUpdate] in the served model's order; dense: [DenseUpdate] (value None: not in
     this update). steps: [TableUpdate] of the changes since version - 1 alone (a model at
     version - 1 applies those instead of `tables`), or None when they are not known.
     """
@@ -333,7 +339,7 @@ def read_update(push_dir, manifest, dims, dense_dtypes):
             )
         )
     dense = [
-        (name, load(dense_file(j), dtype) if manifest["dense_present"][j] else None)
+        DenseUpdate(name, load(dense_file(j), dtype) if manifest["dense_present"][j] else None)
         for j, (name, dtype) in enumerate(zip(manifest["dense_names"], dense_dtypes))
     ]
     return tables, dense
