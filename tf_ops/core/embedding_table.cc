@@ -90,14 +90,13 @@ Status EmbeddingTable::Create(const TableConfig& config, std::unique_ptr<Embeddi
                                    std::to_string(config.initializer.values.size()) +
                                    " values, the table's dim is " + std::to_string(config.dim));
   }
-  if (config.tiered()) {
-    if (config.index_layout == TableConfig::IndexLayout::kCompact) {
+  {
+    const Status layout = CheckIndexLayout(config);
+    if (!layout.ok())
       return Status::InvalidArgument("table '" + config.name +
-                                     "': index_layout \"compact\" "
-                                     "needs a table without an SSD tier (ssd_paths): a compact "
-                                     "index reads keys back from rows, and cold keys have none; "
-                                     "use \"auto\" or \"full\"");
-    }
+                                     "': index_layout=" + layout.message());
+  }
+  if (config.tiered()) {
     if (config.dynamic_expansion) {
       return Status::InvalidArgument("table '" + config.name +
                                      "': an SSD tier needs a fixed "

@@ -64,6 +64,15 @@ Status IndexLayoutFromName(const std::string& name, TableConfig::IndexLayout* la
                                  name + "\"");
 }
 
+Status CheckIndexLayout(const TableConfig& config) {
+  if (config.tiered() && config.index_layout == TableConfig::IndexLayout::kCompact) {
+    return Status::InvalidArgument(
+        "\"compact\" needs a table without an SSD tier: a compact index reads keys back from "
+        "rows in memory, and a tiered table's cold keys have none; use \"auto\" or \"full\"");
+  }
+  return Status::Ok();
+}
+
 const char* IndexLayoutName(TableConfig::IndexLayout layout) {
   switch (layout) {
     case TableConfig::IndexLayout::kAuto:

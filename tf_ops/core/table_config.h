@@ -63,6 +63,13 @@ inline constexpr TableConfig::IndexLayout kIndexLayouts[] = {TableConfig::IndexL
                                                              TableConfig::IndexLayout::kFull,
                                                              TableConfig::IndexLayout::kCompact};
 
+// The rule of the index layout: "compact" needs a table without an SSD tier (a compact index
+// reads keys back from rows, and cold keys have none). InvalidArgument otherwise, its message
+// the layout's value and why (the caller names the table or parameter: index_layout=...). The one
+// statement of the rule: EmbeddingTable::Create checks it, and Python asks it when a table is
+// configured (rec_sdk_index_layout_error).
+Status CheckIndexLayout(const TableConfig& config);
+
 // "auto", "full", "compact" <-> TableConfig::IndexLayout; InvalidArgument for other names.
 Status IndexLayoutFromName(const std::string& name, TableConfig::IndexLayout* layout);
 const char* IndexLayoutName(TableConfig::IndexLayout layout);

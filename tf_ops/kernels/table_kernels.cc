@@ -524,6 +524,29 @@ REC_SDK_REGISTER_KEYED(TableImport, TableImportOp);
 // this process created last and still holds. Returns 1 and sets both, or 0 when no session
 // holds such a table. The SDK's table.size() / capacity() return Python ints this way, with no
 // op added to the user's graph and no session needed.
+// A C entry point (ctypes, rec_sdk/ops/loader.py): whether index layout `layout` may serve a
+// table with (`tiered` != 0) or without an SSD tier, by the core's rule (CheckIndexLayout).
+// Returns 0 when it may; else 1, with the reason in `message` (NUL-terminated, cut to `size`).
+extern "C" __attribute__((visibility("default"))) int rec_sdk_index_layout_error(const char* layout,
+                                                                                 int tiered,
+                                                                                 char* message,
+                                                                                 int size) {
+  rec_sdk::TableConfig config;
+  rec_sdk::Status status = layout == nullptr
+                               ? rec_sdk::Status::InvalidArgument("index_layout must be a name")
+                               : rec_sdk::IndexLayoutFromName(layout, &config.index_layout);
+  if (status.ok() && tiered) config.ssd_paths.push_back("/");
+  if (status.ok()) status = rec_sdk::CheckIndexLayout(config);
+  if (status.ok()) return 0;
+  if (message != nullptr && size > 0) {
+    const std::string text = status.message();
+    const size_t n = std::min(text.size(), static_cast<size_t>(size - 1));
+    text.copy(message, n);
+    message[n] = '\0';
+  }
+  return 1;
+}
+
 extern "C" __attribute__((visibility("default"))) int rec_sdk_table_size(const char* name,
                                                                          int64_t* size,
                                                                          int64_t* capacity) {

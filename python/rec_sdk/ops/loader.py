@@ -147,25 +147,50 @@ def load_ops():
 _c_library = None
 
 
-def live_table_size(name):
-    """(size, capacity) of the table named `name` that a session of this process created last
-    and still holds, or None when none does: read in C (the library's rec_sdk_table_size,
-    through ctypes) without a session or an op."""
+def _c_entry_points():
+    """The library's C entry points, through ctypes (the library loaded by load_ops, same
+    handle): rec_sdk_table_size and rec_sdk_index_layout_error."""
     global _c_library
     load_ops()
     if _c_library is None:
         with _lock:
             if _c_library is None:
-                lib = ctypes.CDLL(library_path())  # the library loaded above (same handle)
+                lib = ctypes.CDLL(library_path())
                 lib.rec_sdk_table_size.restype = ctypes.c_int
                 lib.rec_sdk_table_size.argtypes = [
                     ctypes.c_char_p,
                     ctypes.POINTER(ctypes.c_int64),
                     ctypes.POINTER(ctypes.c_int64),
                 ]
+                lib.rec_sdk_index_layout_error.restype = ctypes.c_int
+                lib.rec_sdk_index_layout_error.argtypes = [
+                    ctypes.c_char_p,
+                    ctypes.c_int,
+                    ctypes.c_char_p,
+                    ctypes.c_int,
+                ]
                 _c_library = lib
+    return _c_library
+
+
+def index_layout_error(layout, tiered):
+    """Why the core refuses index layout `layout` (a name) for a table with (`tiered`) or
+    without an SSD tier, or None when it takes it: the core's rule, asked in C (the library's
+    rec_sdk_index_layout_error), so Python refuses a table when it is configured."""
+    message = ctypes.create_string_buffer(512)
+    if _c_entry_points().rec_sdk_index_layout_error(
+        layout.encode("utf-8"), int(bool(tiered)), message, len(message)
+    ):
+        return message.value.decode("utf-8", "replace")
+    return None
+
+
+def live_table_size(name):
+    """(size, capacity) of the table named `name` that a session of this process created last
+    and still holds, or None when none does: read in C (the library's rec_sdk_table_size,
+    through ctypes) without a session or an op."""
     size, capacity = ctypes.c_int64(0), ctypes.c_int64(0)
-    if not _c_library.rec_sdk_table_size(
+    if not _c_entry_points().rec_sdk_table_size(
         name.encode("utf-8"), ctypes.byref(size), ctypes.byref(capacity)
     ):
         return None

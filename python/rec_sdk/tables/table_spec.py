@@ -18,7 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 from rec_sdk.base.validation import check_dtype_name, check_int
-from rec_sdk.ops import table_ops
+from rec_sdk.ops import loader, table_ops
 from rec_sdk.tables import shard_names
 from rec_sdk.tables.tier import MAX_ROWS, TierConfig
 
@@ -69,12 +69,9 @@ def index_layout_name(value, parameter="index_layout", tiered=False):
             'row, "auto" compact for half-precision rows), got %r'
             % (parameter, ", ".join(repr(v) for v in index_layouts()), value)
         )
-    if value == "compact" and tiered:
-        raise ValueError(
-            '%s="compact" needs a table without an SSD tier: a compact index '
-            "reads keys back from rows in memory, and a tiered table's cold keys "
-            'have none; use "auto" or "full"' % parameter
-        )
+    refused = loader.index_layout_error(value, tiered)  # the core's rule
+    if refused is not None:
+        raise ValueError("%s=%s" % (parameter, refused))
     return value
 
 

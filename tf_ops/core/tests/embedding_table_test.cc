@@ -60,7 +60,7 @@ TEST(EmbeddingTableCreateTest, RejectsBadConfigs) {
   s = EmbeddingTable::Create(tiered_compact, &t);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(Contains(s.message(),
-                       "index_layout \"compact\" needs a table without an SSD "
+                       "index_layout=\"compact\" needs a table without an SSD "
                        "tier"))
       << s.message();
   EXPECT_EQ(t, nullptr);
