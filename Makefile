@@ -92,7 +92,8 @@ smoke: build
 # TensorFlow (setup.py, python/rec_sdk/base/release.py).
 DIST := dist/$(TF)
 wheel: build
-	rm -rf $(DIST)
+	# setuptools' build/lib keeps modules since moved or deleted: a wheel is built from scratch.
+	rm -rf $(DIST) build/lib build/bdist.*
 	$(PY) -m pip wheel -q --disable-pip-version-check --no-deps --no-build-isolation -w $(DIST) .
 
 # The wheel installed into a scratch venv (TensorFlow from PyPI) and used from outside the

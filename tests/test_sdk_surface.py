@@ -7,6 +7,9 @@ errors for what rec_sdk does not have."""
 
 import json
 import logging
+import os
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -16,7 +19,6 @@ import tensorflow as tf
 import rec_sdk
 import rec_sdk.util as rec_util
 from helpers import new_session
-from rec_sdk.base import log
 from rec_sdk.constants import constants
 from rec_sdk.constants.constants import ApplyGradientsStrategy, BaseEnum
 from rec_sdk.core.asc.feature_spec import FeatureSpec
@@ -25,7 +27,7 @@ from rec_sdk.core.embedding import create_table, sparse_lookup
 from rec_sdk.distribute.ranks import shards_of
 from rec_sdk.graph.modifier import GraphModifierHook
 from rec_sdk.optimizers import adagrad, ftrl, gradient_descent, lazy_adam
-from rec_sdk.util import initialize
+from rec_sdk.util import initialize, log
 from rec_sdk.util.communication import hccl_ops
 from rec_sdk.util.initialize import ConfigInitializer, init
 from rec_sdk.util.ops import import_host_pipeline_ops
@@ -571,3 +573,21 @@ def test_sparse_optimizers_are_tf_optimizers_with_a_scalable_learning_rate():
         sess.run(train)
         values, _ = sess.run(table.lookup(tf.constant([1], tf.int64)))
     np.testing.assert_allclose(values, [[0.5 - 0.5] * DIM], atol=1e-7)
+
+
+def test_importing_rec_sdk_gives_the_sdk_surface():
+    """As importing mx_rec: `import rec_sdk` alone adds Dataset.eos_map and makes
+    rec_sdk.util (init, ...) and the logger's SDK path available."""
+    code = (
+        "import tensorflow as tf\n"
+        "import rec_sdk\n"
+        "assert hasattr(tf.data.Dataset, 'eos_map')\n"
+        "assert callable(rec_sdk.util.initialize.init)\n"
+        "from rec_sdk.util.log import LEVELS, LOGGER_NAME, get_logger, logger\n"
+        "assert get_logger() is logger and LOGGER_NAME == 'rec_sdk'\n"
+    )
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    result = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-2000:]

@@ -173,6 +173,36 @@ def test_pushes_serve_the_training_tables_rows(tmp_path):
         served.close()
 
 
+def test_a_push_of_rows_alone_after_a_whole_update_keeps_the_dense_variables(tmp_path):
+    """Rows change, the dense variables do not: after a whole update (more new keys than
+    base_fraction of the model), the next update carries a few rows and no dense value, and
+    the served model keeps its dense values."""
+    model = _Model()
+    with new_session() as sess:
+        sess.run(tf.compat.v1.global_variables_initializer())
+        model.run_training(sess, 3)
+        _export(model, sess, tmp_path)
+        pusher = Pusher(str(tmp_path / "push"))
+        served = ServedModel(str(tmp_path / "export"))
+        many = tf.constant(np.arange(1000, 1600), tf.int64)
+        sess.run(model.users.upsert(many, tf.fill([600, 4], 0.125)))
+        assert pusher.push(sess) == 1
+        assert pusher.whole_updates == 1  # 600 new rows: more than a quarter of the model
+        assert follow(str(tmp_path / "push"), served) == [1]
+        sess.run(model.users.upsert(tf.constant([7, 1700], tf.int64), tf.fill([2, 4], 0.5)))
+        assert pusher.push(sess) == 2
+        assert pusher.whole_updates == 1
+        assert follow(str(tmp_path / "push"), served) == [2]
+        _assert_serves(served, model, sess)
+        np.testing.assert_allclose(
+            served.predict({"user_ids": np.array([1700]), "item_ids": np.zeros([1, 2], np.int32)})[
+                "u"
+            ],
+            [[0.5] * 4],
+        )
+        served.close()
+
+
 @pytest.mark.parametrize(
     "split", [False, pytest.param(True, marks=pytest.mark.once)], ids=["one hash table", "split"]
 )

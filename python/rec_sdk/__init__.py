@@ -25,6 +25,10 @@ def version():
     return __version__
 
 
+# The SDK's process API (mx_rec.util: init, ...); importing it adds Dataset.eos_map, as
+# importing mx_rec does.
+from rec_sdk import util  # noqa: E402,F401  pylint: disable=wrong-import-position
+
 # Checkpoints: TensorFlow's Saver saves and restores the tables of every process that uses
 # rec_sdk (rec_sdk.saver.patches installs its hooks when imported).
 from rec_sdk.saver import patches as _saver_patches  # noqa: E402,F401  pylint: disable=wrong-import-position

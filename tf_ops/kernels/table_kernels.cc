@@ -519,11 +519,6 @@ REC_SDK_REGISTER_KEYED(TableImport, TableImportOp);
 
 }  // namespace rec_sdk
 
-// A C entry point of the op library (Python reaches it with ctypes, see
-// rec_sdk/ops/loader.py): the size and capacity of the table named `name` that a session of
-// this process created last and still holds. Returns 1 and sets both, or 0 when no session
-// holds such a table. The SDK's table.size() / capacity() return Python ints this way, with no
-// op added to the user's graph and no session needed.
 // A C entry point (ctypes, rec_sdk/ops/loader.py): whether index layout `layout` may serve a
 // table with (`tiered` != 0) or without an SSD tier, by the core's rule (CheckIndexLayout).
 // Returns 0 when it may; else 1, with the reason in `message` (NUL-terminated, cut to `size`).
@@ -547,6 +542,11 @@ extern "C" __attribute__((visibility("default"))) int rec_sdk_index_layout_error
   return 1;
 }
 
+// A C entry point of the op library (Python reaches it with ctypes, see
+// rec_sdk/ops/loader.py): the size and capacity of the table named `name` that a session of
+// this process created last and still holds. Returns 1 and sets both, or 0 when no session
+// holds such a table. The SDK's table.size() / capacity() return Python ints this way, with no
+// op added to the user's graph and no session needed.
 extern "C" __attribute__((visibility("default"))) int rec_sdk_table_size(const char* name,
                                                                          int64_t* size,
                                                                          int64_t* capacity) {

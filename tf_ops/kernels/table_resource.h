@@ -248,11 +248,10 @@ absl::Status GetScalarInput(tensorflow::OpKernelContext* ctx, int index, const c
 inline absl::Status CheckPath(const char* name, const std::string& path) {
   const size_t nul = path.find('\0');
   if (nul != std::string::npos) {
-    return tensorflow::errors::InvalidArgument(name, " must not contain a NUL byte, got '",
-                                               path.substr(0, nul), "\\0...' (", path.size(),
-                                               " bytes)");
+    return errors::InvalidArgument(name, " must not contain a NUL byte, got '", path.substr(0, nul),
+                                   "\\0...' (", path.size(), " bytes)");
   }
-  if (path.empty()) return tensorflow::errors::InvalidArgument(name, " must not be empty");
+  if (path.empty()) return errors::InvalidArgument(name, " must not be empty");
   return absl::OkStatus();
 }
 
@@ -272,9 +271,9 @@ inline absl::Status CheckRowsShape(const char* what, const tensorflow::Tensor& v
   tensorflow::TensorShape expected = keys_shape;
   expected.AddDim(table->dim());
   if (values.shape() != expected) {
-    return tensorflow::errors::InvalidArgument(
-        what, " of table '", table->name(), "' must have shape ", expected.DebugString(),
-        " (keys shape + [dim]), got ", values.shape().DebugString());
+    return errors::InvalidArgument(what, " of table '", table->name(), "' must have shape ",
+                                   expected.DebugString(), " (keys shape + [dim]), got ",
+                                   values.shape().DebugString());
   }
   return absl::OkStatus();
 }

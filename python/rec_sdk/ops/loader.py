@@ -106,6 +106,9 @@ def check_built_version():
         )
 
 
+_loaded_path = []  # the absolute path of the library _load loaded
+
+
 def _load():
     path = library_path()
     if not os.path.exists(path):
@@ -116,7 +119,9 @@ def _load():
     check_built_version()
     built = _built_tf_version(path)
     try:
-        return tf.load_op_library(path)
+        library = tf.load_op_library(path)
+        _loaded_path.append(os.path.abspath(path))
+        return library
     except (tf.errors.NotFoundError, OSError) as e:
         raise OpLibraryError(
             "cannot load rec_sdk's op library %s (built for TensorFlow %s) into TensorFlow %s: "
@@ -155,7 +160,16 @@ def _c_entry_points():
     if _c_library is None:
         with _lock:
             if _c_library is None:
-                lib = ctypes.CDLL(library_path())
+                # The library load_ops loaded (the same handle), whatever the environment or the
+                # working directory says now.
+                lib = ctypes.CDLL(_loaded_path[-1])
+                for symbol in ("rec_sdk_table_size", "rec_sdk_index_layout_error"):
+                    if not hasattr(lib, symbol):
+                        raise OpLibraryError(
+                            "the op library %s has no %s: it was built from older sources. "
+                            "Rebuild it with `%s` in the rec_sdk checkout."
+                            % (_loaded_path[-1], symbol, REBUILD_COMMAND)
+                        )
                 lib.rec_sdk_table_size.restype = ctypes.c_int
                 lib.rec_sdk_table_size.argtypes = [
                     ctypes.c_char_p,

@@ -263,7 +263,7 @@ class Pusher:
         if head["whole"]:
             return (
                 [_empty(n, d) for n, d in zip(self.table_names, dims)],
-                [(n, None) for n in self.dense_names],
+                [update_files.DenseUpdate(n, None) for n in self.dense_names],
                 head["version"],
                 sum(head["table_rows"]),
             )

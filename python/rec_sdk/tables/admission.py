@@ -9,16 +9,17 @@ from rec_sdk.base.validation import THRESHOLD_RANGE, check_threshold
 from rec_sdk.ops import table_ops
 
 
-def check_thresholds_agree(where, table_name, settings):
+def check_thresholds_agree(where, table_name, settings, what="lookups"):
     """The one (access_threshold, eviction_threshold) of `settings` (pairs, each from one
-    lookup or FeatureSpec of table `table_name`, -1 or None for off); a ValueError naming
-    `where`, the table and the settings when they differ: a table has one setting."""
+    of the `what` - lookups or FeatureSpecs - of table `table_name`; -1 or None for off); a
+    ValueError naming `where`, the table and the settings when they differ: a table has one
+    setting."""
     agreed = {(-1 if a is None else a, -1 if e is None else e) for a, e in settings}
     if len(agreed) > 1:
         raise ValueError(
-            "%s: the lookups of table %r disagree on (access_threshold, eviction_threshold): "
-            "%s; every lookup of a table must use the same thresholds (a table has one "
-            "setting)" % (where, table_name, sorted(agreed))
+            "%s: the %s of table %r disagree on (access_threshold, eviction_threshold): "
+            "%s; all of a table's must use the same thresholds (a table has one setting)"
+            % (where, what, table_name, sorted(agreed))
         )
     return agreed.pop() if agreed else (-1, -1)
 

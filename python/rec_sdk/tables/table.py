@@ -56,6 +56,9 @@ class SparseEmbedding(TableAdmission, tf.saved_model.experimental.TrackableResou
         self.spec = spec
         self.graph = tf.compat.v1.get_default_graph()
         self._init_admission(spec)
+        # A table over ranks: {rank: the table object of that rank's shard}, set by the ranks
+        # (rec_sdk.distribute.ranks.set_shards, shards_of); None in one process.
+        self.rank_shards = None
         self._tracking_access = spec.track_access  # turned on later by start_tracking_access
         super().__init__()
         self.eager = tf.executing_eagerly()

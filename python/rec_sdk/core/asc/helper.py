@@ -154,13 +154,14 @@ def _check_specs(specs):
         by_table.setdefault(spec.table_name, []).append(spec)
     for table, table_specs in by_table.items():
         check_thresholds_agree(
-            "get_asc_insert_func: the FeatureSpecs",
+            "get_asc_insert_func",
             table,
             [
                 (s.access_threshold, s.eviction_threshold)
                 for s in table_specs
                 if s.access_threshold is not None
             ],
+            what="FeatureSpecs",
         )
     timestamps = {}
     for spec in specs:
