@@ -14,7 +14,7 @@ variable graph_rewrite.find_embedding_variables accepts (read only through gathe
 3. the gradient TensorFlow already built for the gather, dL/d(gather output), is summed onto
    the lookup's unique rows (by its inverse indices) and applied by a rec_sdk sparse optimizer
    at the lookup's row addresses (default LazyAdam, learning rate 0.001);
-4. graph_rewrite passes, applied to the live graph (graph_rewrite.update_live_graph), reroute
+4. graph_rewrite passes, applied to the live graph (base.live_graph.update_live_graph), reroute
    the gathers' consumers to the lookups (RerouteInputs), stop the train op from running the
    variables' dense updates (DropVariableUpdates) and make it run the sparse update instead
    (AddControlInputs): the train op is `train_op`, else the ops in the TRAIN_OP collection

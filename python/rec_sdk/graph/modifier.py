@@ -15,7 +15,7 @@ pipeline, as FeatureSpec mode does, without the user writing FeatureSpecs:
 4. graph_rewrite passes reroute every consumer of the old get_next outputs (labels and dense
    features too) to the new iterator, and the lookups' rows, addresses and inverse indices to
    the shared ones; the old iterator's initializer also initialises the new one. The result is
-   applied to the live graph (graph_rewrite.update_live_graph), so the user's train op,
+   applied to the live graph (rec_sdk.base.live_graph.update_live_graph), so the user's train op,
    tensors and hooks keep working;
 5. the pipeline is checked (start_asc_pipeline).
 
