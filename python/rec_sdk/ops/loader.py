@@ -106,10 +106,11 @@ def check_built_version():
         )
 
 
-_loaded_path = []  # the absolute path of the library _load loaded
+_loaded_path = None  # the absolute path of the library _load loaded
 
 
 def _load():
+    global _loaded_path
     path = library_path()
     if not os.path.exists(path):
         raise OpLibraryError(
@@ -120,7 +121,7 @@ def _load():
     built = _built_tf_version(path)
     try:
         library = tf.load_op_library(path)
-        _loaded_path.append(os.path.abspath(path))
+        _loaded_path = os.path.abspath(path)
         return library
     except (tf.errors.NotFoundError, OSError) as e:
         raise OpLibraryError(
@@ -162,13 +163,13 @@ def _c_entry_points():
             if _c_library is None:
                 # The library load_ops loaded (the same handle), whatever the environment or the
                 # working directory says now.
-                lib = ctypes.CDLL(_loaded_path[-1])
+                lib = ctypes.CDLL(_loaded_path)
                 for symbol in ("rec_sdk_table_size", "rec_sdk_index_layout_error"):
                     if not hasattr(lib, symbol):
                         raise OpLibraryError(
                             "the op library %s has no %s: it was built from older sources. "
                             "Rebuild it with `%s` in the rec_sdk checkout."
-                            % (_loaded_path[-1], symbol, REBUILD_COMMAND)
+                            % (_loaded_path, symbol, REBUILD_COMMAND)
                         )
                 lib.rec_sdk_table_size.restype = ctypes.c_int
                 lib.rec_sdk_table_size.argtypes = [

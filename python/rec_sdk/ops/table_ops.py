@@ -173,37 +173,35 @@ def restore(table, directories, rank_id, rank_size, name=None):
     return load_ops().rec_sdk_table_restore(table, directories, rank_id, rank_size, name=name)
 
 
-def _default_of(op_name, attr):
-    """The default value of an attribute of one of the library's ops: how the core's limits
-    and names reach Python (written once, in C++)."""
+def _attr_def(op_name, attr):
+    """The definition of an attribute of one of the library's ops: how the core's limits and
+    names reach Python (written once, in C++)."""
     load_ops()
     for item in op_def_registry.get(op_name).attr:
         if item.name == attr:
-            return item.default_value
+            return item
     raise KeyError("op %s has no attribute %r" % (op_name, attr))
 
 
 @functools.lru_cache(maxsize=None)
 def stat_names():
     """The names of the counters RecSdk>TableStats returns, in its order."""
-    return tuple(n.decode() for n in _default_of("RecSdk>TableStats", "stat_names").list.s)
+    return tuple(
+        n.decode() for n in _attr_def("RecSdk>TableStats", "stat_names").default_value.list.s
+    )
 
 
 @functools.lru_cache(maxsize=None)
-@functools.cache
 def allowed_values(attr, op_name="RecSdk>EmbeddingTable"):
     """The values a string attribute of one of the library's ops allows, in the order the op
-    definition lists them (the first is its default): the core's names, written once, in C++."""
-    load_ops()
-    for item in op_def_registry.get(op_name).attr:
-        if item.name == attr:
-            return tuple(v.decode() for v in item.allowed_values.list.s)
-    raise KeyError("op %s has no attribute %r" % (op_name, attr))
+    definition lists them (the first is its default)."""
+    return tuple(v.decode() for v in _attr_def(op_name, attr).allowed_values.list.s)
 
 
+@functools.lru_cache(maxsize=None)
 def max_dim():
     """The largest embedding dim a table may have."""
-    return int(_default_of("RecSdk>EmbeddingTable", "max_dim").i)
+    return int(_attr_def("RecSdk>EmbeddingTable", "max_dim").default_value.i)
 
 
 def stats(table, name=None):

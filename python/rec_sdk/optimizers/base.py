@@ -26,7 +26,7 @@ import tensorflow as tf
 
 from rec_sdk.base import tf_patches
 from rec_sdk.base.validation import check_float
-from rec_sdk.distribute.ranks.optimizer_entry import OptimizerRanks
+from rec_sdk.distribute.ranks import optimizer_entry as over_ranks
 from rec_sdk.ops import table_ops
 from rec_sdk.optimizers.row_update import row_variable, through_variables
 from rec_sdk.tables.table import SparseEmbedding, table_of, tables_of_graph
@@ -51,7 +51,7 @@ def _rows(where, grad, var):
                 % (where, table.table_name, grad)
             )
         if table.ranks is not None:
-            lookups = OptimizerRanks(where).lookup_pairs(table, grad)
+            lookups = over_ranks.lookup_pairs(where, table, grad)
             return [(table, token, rows, None) for token, rows in lookups]
         return [
             (
@@ -72,7 +72,7 @@ def _rows(where, grad, var):
         )
     else:
         rows = tf.reshape(tf.convert_to_tensor(grad), [-1, table.dim])
-    if OptimizerRanks.is_lookup(var):
+    if over_ranks.is_lookup(var):
         return [(table, var, rows, None)]
     return [(table, addresses, rows, unique)]
 
@@ -108,7 +108,7 @@ def apply_table_gradients(
         # Lookups of tables sharded over ranks: they are batched into one exchange, and
         # their gradients go to the keys' owners (one all-to-all for the batch), which sum
         # them over the ranks; this rank updates the keys it owns.
-        owned = OptimizerRanks.owned([(token, rows) for _, token, rows, _ in sharded])
+        owned = over_ranks.owned([(token, rows) for _, token, rows, _ in sharded])
         entries.extend(
             (table, addresses, rows, True)
             for (table, _, _, _), (addresses, rows) in zip(sharded, owned)
@@ -134,7 +134,7 @@ def apply_table_gradients(
                 updates.append(apply(table, addresses, rows))
         finished = finish(updates, scope)
         # This rank's shards are updated: rank 0 waits for that before it saves.
-        finished = OptimizerRanks.step_done(finished, [t for t, _, _, _ in by_table.values()])
+        finished = over_ranks.step_done(finished, [t for t, _, _, _ in by_table.values()])
         if global_step is not None:
             with tf.control_dependencies(tf.nest.flatten(finished)):
                 return tf.compat.v1.assign_add(global_step, 1).op

@@ -20,7 +20,6 @@ import numpy as np
 import tensorflow as tf
 
 from rec_sdk.base.graph_state import state_of
-from rec_sdk.ops.serving_ops import Changes
 from rec_sdk.serving import update_files
 from rec_sdk.serving.apply import ModelLock, apply_update_op
 from rec_sdk.serving.indexed import served_table
@@ -185,7 +184,7 @@ def export_serving_model(
                 return lambda ids, _: served.lookup(ids)
             with sess.graph.as_default():
                 takes = [shard.take_changes(full=True) for shard in table.shards]
-            whole = merge_shards(table.table_name, [Changes(*t) for t in sess.run(takes)])
+            whole = merge_shards(table.table_name, sess.run(takes))
             keys, values, ids = whole.keys, whole.values, whole.push_ids
             if plugin:
                 served = PluginTable(

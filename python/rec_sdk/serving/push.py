@@ -177,7 +177,7 @@ class Pusher:
             return push_over_ranks(
                 self, self._source.parts, sess, head, expected, *self._dense_now(sess)
             )
-        taken = [[Changes(*s) for s in shards] for shards in self._source.take(sess)]
+        taken = self._source.take(sess)
         whole = False
         for shards, want in zip(taken, expected):
             replaced = [bool(s.replace) for s in shards]
@@ -208,7 +208,7 @@ class Pusher:
         if prior is None:
             # A whole update: every table whole (a full take resets the tables' tracking).
             tables = [
-                merge_shards(name, [Changes(*s) for s in self._source.take_table(sess, i)])
+                merge_shards(name, self._source.take_table(sess, i))
                 for i, name in enumerate(self.table_names)
             ]
             dense = [update_files.DenseUpdate(*d) for d in zip(self.dense_names, dense_values)]
