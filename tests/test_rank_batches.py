@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from tests.helpers import new_session
-from tests.test_distribute import _env, _rank_cluster, _run_together
+from tests.rank_runs import run_ranks
+from tests.test_distribute import _env, _rank_cluster
 
 from rec_sdk.distribute import ranks as ranks_module
 from rec_sdk.distribute.ranks import routes as rank_routes
@@ -138,33 +139,27 @@ def test_a_steps_op_count_over_ranks_is_flat_in_the_table_count():
         # gather, the keys all-to-all, the rows all-to-all; a second keys all-to-all
         # when keys did not fit the size class: it runs on such steps only, see below).
         assert ranked["eval_collectives"] == 4, (tables, ranked)
-    # One optimizer (one batch) for one table, two for more; 14 more tables add no op (the
+    # One optimizer for one table, two for more: the second adds its gradient all-to-all
+    # only (the optimizers share the step's forward exchange); 14 more tables add no op (the
     # ops per table are those one process runs: the table's own lookup and update).
     assert extra[20][0] <= extra[6][0], extra
-    assert extra[6][1] == extra[20][1] == 2 * extra[1][1], extra
+    assert extra[6][1] == extra[20][1] == extra[1][1] + 1, extra
 
 
 def _tables_over_ranks(tmp_path, ranks, *args, env=None):
-    for attempt in (1, 2):
-        cluster, tasks = _rank_cluster(ranks)
-        try:
-            _run_together(
-                [
-                    (
-                        [TABLES_WORKER, str(tmp_path / "rank-{rank}.npz")] + list(args),
-                        dict(_env(cluster, job, index), **(env or {})),
-                    )
-                    for job, index in tasks
-                ]
+    cluster, tasks = _rank_cluster(ranks)
+    outputs = run_ranks(
+        [
+            (
+                [TABLES_WORKER, str(tmp_path / "rank-{rank}.npz")] + list(args),
+                dict(_env(cluster, job, index), **(env or {})),
             )
-            break
-        except AssertionError as e:
-            # Under a loaded machine the 3-rank run has hung (every rank alive, waiting) about
-            # once in ten suite runs; a second hang in a row fails the test. The first one's
-            # report (each rank's Python stacks after 240 s) is printed for diagnosis.
-            if attempt == 2 or "still running" not in str(e):
-                raise
-            print("rank workers hung; running them again. First run:\n%s" % e)
+            for job, index in tasks
+        ],
+        timeout=300,
+    )
+    for rank, (code, out) in enumerate(outputs):
+        assert code == 0, "rank %d exited with %s:\n%s" % (rank, code, out[-4000:])
     shards = [dict(np.load(str(tmp_path / ("rank-%d.npz" % r)))) for r in range(ranks)]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     env.pop("TF_CONFIG", None)
@@ -204,19 +199,19 @@ def _assert_ranks_equal_local(shards, local, tables, rtol=1e-5):
 
 @pytest.mark.stress
 def test_forty_tables_of_mixed_dims_over_three_ranks_train_as_one_process(tmp_path):
-    """40 tables (dims 4 to 16, lazy Adam and SGD) over 3 ranks (each optimizer's lookups in
-    one exchange, the evaluation lookups in another) == one process on the global batch."""
+    """40 tables (dims 4 to 16, lazy Adam and SGD) over 3 ranks (the training lookups in one
+    exchange, the evaluation lookups in another) == one process on the global batch."""
     shards, local = _tables_over_ranks(tmp_path, 3, "--tables", 40, "--steps", 4)
     _assert_ranks_equal_local(shards, local, 40)
     # The collectives each step ran, on every rank: once the size classes are known (after
-    # the first step; the first evaluation), a training step runs per batch of lookups (two
-    # optimizers: two) the needs gather, the keys all-to-all, the rows all-to-all and the
-    # gradient one, nothing else.
+    # the first step; the first evaluation), a training step runs the header (which carries
+    # the needs), the keys all-to-all and the rows all-to-all of its one batch of lookups
+    # (both optimizers'), and one gradient all-to-all per optimizer, nothing else.
     # An evaluation runs three. The first of each also sent the keys again, in a larger
     # class.
     for shard in shards:
         ran = list(shard["collectives_run"])
-        assert ran == [2 * 5, 2 * 4, 2 * 4, 2 * 4, 4, 3], ran
+        assert ran == [6, 5, 5, 5, 4, 3], ran
 
 
 def test_half_precision_tables_over_two_ranks_train_as_one_process(tmp_path):
@@ -240,11 +235,11 @@ def test_per_host_dedup_over_two_hosts_of_two_ranks_trains_as_one_process(tmp_pa
     _assert_ranks_equal_local(shards, local, 8)
     for shard in shards:
         ran = list(shard["collectives_run"])
-        # Two levels of (needs gather, keys, rows, gradients) per optimizer's batch (two);
-        # the first step also resends at each level, the first evaluation where its keys
-        # outgrew the level's class.
-        assert ran[:3] == [2 * 2 * 5, 2 * 2 * 4, 2 * 2 * 4] and ran[4] == 2 * 3, ran
-        assert 2 * 3 <= ran[3] <= 2 * 4, ran
+        # The step header, then two levels of (needs gather, keys, rows, lazy Adam's and
+        # SGD's gradients) of the one batch of training lookups; the first step also resends
+        # at each level, the first evaluation where its keys outgrew the level's class.
+        assert ran[:3] == [1 + 2 * 6, 1 + 2 * 5, 1 + 2 * 5] and ran[4] == 1 + 2 * 3, ran
+        assert 1 + 2 * 3 <= ran[3] <= 1 + 2 * 4, ran
 
 
 def test_ranks_per_host_from_the_setting_and_the_addresses(monkeypatch):
@@ -299,13 +294,14 @@ def _worker_module():
 
 
 def _expected_received_bytes(ranks, tables, steps):
-    """What each rank receives per traced step of tables_rank_worker.py (the training steps,
-    then the two evaluations), from its data and the exchange's formula: per batch of T
-    lookups (dims up to D, one key column), the needs gather N x 8 bytes, the keys
-    all-to-all N x (T + cap) x 8, the rows N x cap x (D + 1) x 4, the gradients N x cap x D x
-    4, with cap the rows of the batch's size class: the hint (class 0 at first; one class
-    above a need that outgrew it), or, in a step whose need outgrew the hint, the need's class
-    after a second keys all-to-all in it."""
+    """What each rank receives per traced step of tables_rank_worker.py (the training steps, then
+    the two evaluations), from its data and the exchange's formula: per batch of T lookups
+    (dims up to D, one key column), the step header N x 8 x 8 bytes, the keys all-to-all N x
+    (T + cap) x 8, the rows N x cap x (D + 1) x 4, each optimizer's gradients N x cap x D x
+    4 (the training lookups of both optimizers are one batch), with cap the rows of the
+    batch's size class: the hint (class 0 at first; one class above a need that outgrew it),
+    or, in a step whose need outgrew the hint, the need's class after a second keys all-to-
+    all in it."""
     worker = _worker_module()
     rows, class_of = table_ops.size_class_rows, table_ops.size_class_of
     hints = {}
@@ -313,12 +309,12 @@ def _expected_received_bytes(ranks, tables, steps):
     def exchange(name, need, lookups, dim, gradients):
         hint = hints.get(name, 0)
         cap = rows(hint)
-        total = ranks * 8 + ranks * (lookups + cap) * 8
+        total = ranks * 8 * 8 + ranks * (lookups + cap) * 8
         if need > cap:
             cap = rows(class_of(need))
             total += ranks * (lookups + cap) * 8
             hints[name] = class_of(need) + 1
-        return total + ranks * cap * (dim + 1) * 4 + (ranks * cap * dim * 4 if gradients else 0)
+        return total + ranks * cap * (dim + 1) * 4 + gradients * ranks * cap * dim * 4
 
     def need(keys_of):  # keys_of(t, r) -> rank r's keys of table t
         return max(
@@ -330,20 +326,18 @@ def _expected_received_bytes(ranks, tables, steps):
         )
 
     out = []
-    for step in range(steps):
-        total = 0
-        for name, batch in (("adam", range(0, tables, 2)), ("sgd", range(1, tables, 2))):
-            if len(batch):
-                ids = {t: worker.global_ids(t, step, worker.BATCH * ranks) for t in batch}
-                total += exchange(
-                    name,
-                    need(lambda t, r, ids=ids: ids[t][r * worker.BATCH : (r + 1) * worker.BATCH]),
-                    len(batch),
-                    max(map(worker.dim_of, batch)),
-                    True,
-                )
-        out.append(total)
     batch = range(tables)
+    for step in range(steps):
+        ids = {t: worker.global_ids(t, step, worker.BATCH * ranks) for t in batch}
+        out.append(
+            exchange(
+                "train",
+                need(lambda t, r, ids=ids: ids[t][r * worker.BATCH : (r + 1) * worker.BATCH]),
+                tables,
+                max(map(worker.dim_of, batch)),
+                min(tables, 2),  # lazy Adam's gradients, then SGD's
+            )
+        )
     for _ in range(2):
         out.append(
             exchange(
@@ -351,7 +345,7 @@ def _expected_received_bytes(ranks, tables, steps):
                 need(lambda t, r: np.arange(-4, 30 + 3 * t)[r::ranks]),
                 tables,
                 max(map(worker.dim_of, batch)),
-                False,
+                0,
             )
         )
     return out
@@ -395,56 +389,27 @@ def test_a_rank_with_empty_batches_trains_with_the_others(tmp_path):
 )
 def test_a_rank_that_runs_a_step_another_left_fails_clearly(tmp_path, how, args, says):
     """Ranks must run the same steps, evaluation included: when rank 1 leaves one training
-    step or the evaluation early, or fails, rank 0's step fails at once with RankLostError
-    naming rank 1's task, instead of waiting for it."""
+    step or the evaluation early, or fails, its session's close sends its leave header and
+    rank 0's next step fails at once, saying that rank 1 closed its session while rank 0 runs
+    another step, instead of waiting for it. No retry: a hang fails the test."""
     del how
-    for attempt in (1, 2):
-        cluster, tasks = _rank_cluster(2)
-        workers = [
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    TABLES_WORKER,
-                    str(tmp_path / "rank-{rank}.npz"),
-                    "--tables",
-                    "2",
-                    "--steps",
-                    "3",
-                ]
+    cluster, tasks = _rank_cluster(2)
+    outputs = run_ranks(
+        [
+            (
+                [TABLES_WORKER, str(tmp_path / "rank-{rank}.npz"), "--tables", "2", "--steps", "3"]
                 + args,
-                env=_env(cluster, job, index),
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
+                _env(cluster, job, index),
             )
             for job, index in tasks
-        ]
-        hung = False
-        try:
-            outputs = []
-            for w in workers:
-                try:
-                    outputs.append(w.communicate(timeout=300)[0])
-                except subprocess.TimeoutExpired:
-                    hung = True
-                    w.kill()
-                    outputs.append(w.communicate()[0])  # with the stacks dumped after 240 s
-        finally:
-            for w in workers:
-                if w.poll() is None:
-                    w.kill()
-                    w.wait()
-        if not hung:
-            break
-        # Both ranks have been seen waiting in a step's collectives before rank 1's failure
-        # (once in about ten suite runs, like _tables_over_ranks' hang): run again, and fail
-        # on a second hang in a row. The report shows each rank's Python stacks.
-        report = "\n".join("--- rank %d:\n%s" % (r, out[-6000:]) for r, out in enumerate(outputs))
-        assert attempt == 1, "rank workers hung twice; second run:\n" + report
-        print("rank workers hung; running them again. First run:\n" + report)
-    assert says in outputs[1], outputs[1][-3000:]
-    assert workers[0].returncode != 0, outputs[0][-3000:]
-    assert "RankLostError" in outputs[0] and "task:1" in outputs[0], outputs[0][-3000:]
+        ],
+        timeout=120,
+    )
+    assert says in outputs[1][1], outputs[1][1][-3000:]
+    code, out = outputs[0]
+    assert code != 0, out[-3000:]
+    assert "FailedPreconditionError" in out, out[-3000:]
+    assert "rank 1 closed its session while rank 0 runs another step" in out, out[-3000:]
 
 
 def test_size_classes_and_the_hint_every_rank_keeps_equal():

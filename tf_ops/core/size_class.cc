@@ -1,8 +1,8 @@
 #include "tf_ops/core/size_class.h"
 
 #include <algorithm>
-#include <map>
-#include <memory>
+
+#include "tf_ops/core/process_wide.h"
 
 namespace rec_sdk {
 
@@ -18,14 +18,7 @@ int SizeClassOf(int64_t rows) {
   return m == 8 ? 4 * (shift + 1) : 4 * shift + static_cast<int>(m) - 4;
 }
 
-SizeHint* SizeHint::Get(const std::string& name) {
-  static std::mutex registry_mu;
-  static auto* registry = new std::map<std::string, std::unique_ptr<SizeHint>>();
-  std::lock_guard<std::mutex> lock(registry_mu);
-  auto& slot = (*registry)[name];
-  if (!slot) slot.reset(new SizeHint());
-  return slot.get();
-}
+SizeHint* SizeHint::Get(const std::string& name) { return ProcessWide<SizeHint>(name); }
 
 int SizeHint::Current() {
   std::lock_guard<std::mutex> lock(mu_);

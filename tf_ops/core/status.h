@@ -17,6 +17,7 @@ enum class StatusCode {
   kDataLoss,            // a checkpoint file is truncated or corrupted
   kPermissionDenied,    // the file system refused access to a checkpoint path
   kInternal,            // an I/O call failed otherwise
+  kOutOfRange,          // a rank's input ended (step headers: every rank stops)
 };
 
 class Status {

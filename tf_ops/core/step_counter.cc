@@ -1,19 +1,13 @@
 #include "tf_ops/core/step_counter.h"
 
-#include <memory>
 #include <utility>
 #include <vector>
 
+#include "tf_ops/core/process_wide.h"
+
 namespace rec_sdk {
 
-StepCounter* StepCounter::Get(const std::string& name) {
-  static std::mutex registry_mu;
-  static auto* registry = new std::map<std::string, std::unique_ptr<StepCounter>>();
-  std::lock_guard<std::mutex> lock(registry_mu);
-  auto& slot = (*registry)[name];
-  if (!slot) slot.reset(new StepCounter());
-  return slot.get();
-}
+StepCounter* StepCounter::Get(const std::string& name) { return ProcessWide<StepCounter>(name); }
 
 int64_t StepCounter::Count() {
   std::lock_guard<std::mutex> lock(mu_);

@@ -1,10 +1,15 @@
-// Kernels of the rank ops: thin wrappers of core/step_counter.h and core/size_class.h.
+// Kernels of the rank ops: thin wrappers of core/step_counter.h, core/size_class.h and
+// core/step_header.h.
+#include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tf_ops/core/size_class.h"
 #include "tf_ops/core/step_counter.h"
+#include "tf_ops/core/step_header.h"
+#include "tf_ops/kernels/table_resource.h"
 #include "tf_ops/ops/op_prefix.h"
 
 namespace rec_sdk {
@@ -16,7 +21,6 @@ using tensorflow::OpKernelConstruction;
 using tensorflow::OpKernelContext;
 using tensorflow::Tensor;
 using tensorflow::TensorShape;
-namespace errors = tensorflow::errors;
 
 namespace {
 
@@ -38,6 +42,28 @@ void SetClass(OpKernelContext* ctx, int index) {
   out->scalar<int32_t>()() = index;
   OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({}), &out));
   out->scalar<int32_t>()() = static_cast<int32_t>(SizeClassRows(index));
+}
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// The position of `batch` in a step's plan (0 when the plan is empty or lacks it).
+int PositionIn(const Tensor& plan, int64_t batch) {
+  auto ids = plan.flat<int64_t>();
+  for (int64_t i = 0; i < ids.size(); ++i) {
+    if (ids(i) == batch) return static_cast<int>(i);
+  }
+  return 0;
+}
+
+void SetVector(OpKernelContext* ctx, int index, const std::vector<int64_t>& values) {
+  Tensor* out;
+  OP_REQUIRES_OK(
+      ctx, ctx->allocate_output(index, TensorShape({static_cast<int64_t>(values.size())}), &out));
+  for (size_t i = 0; i < values.size(); ++i) out->flat<int64_t>()(i) = values[i];
 }
 
 }  // namespace
@@ -112,6 +138,139 @@ class RankObserveSizeOp : public OpKernel {
   SizeHint* hint_;
 };
 
+class RankStepHeaderOp : public AsyncOpKernel {
+ public:
+  explicit RankStepHeaderOp(OpKernelConstruction* ctx)
+      : AsyncOpKernel(ctx), headers_(Named<StepHeaders>(ctx, "headers")) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("batch", &batch_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("phase", &phase_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("restart", &restart_));
+  }
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    const Tensor& plan = ctx->input(0);
+    const Tensor& need = ctx->input(1);
+    OP_REQUIRES_ASYNC(
+        ctx, plan.dims() == 1 && plan.NumElements() <= kMaxPlanPositions,
+        errors::InvalidArgument("plan must be a vector of at most ", kMaxPlanPositions,
+                                " batch ids, got shape ", plan.shape().DebugString()),
+        done);
+    OP_REQUIRES_ASYNC(
+        ctx, need.NumElements() == 1 && need.flat<int64_t>()(0) >= 0,
+        errors::InvalidArgument("need must be a scalar >= 0, got ", need.DebugString()), done);
+    const int position = PositionIn(plan, batch_);
+    const int64_t step_id = ctx->step_id();
+    std::vector<int64_t> header(kHeaderWidth, 0);
+    header[kHeaderVersion] = kHeaderFormat;
+    header[kHeaderStep] = headers_->Begin(step_id, phase_, NowMs());
+    header[kHeaderPhase] = phase_;
+    header[kHeaderRestart] = restart_;
+    header[kHeaderHasData] = 1;
+    header[kHeaderPlan] =
+        PlanDigest(plan.flat<int64_t>().data(), static_cast<int>(plan.NumElements()));
+    header[kHeaderBatch] = batch_;
+    header[kHeaderNeed] = need.flat<int64_t>()(0);
+    auto* cancellation = ctx->cancellation_manager();
+    auto token = cancellation->get_cancellation_token();
+    StepHeaders* headers = headers_;
+    bool registered =
+        cancellation->RegisterCallback(token, [headers, step_id] { headers->CancelRun(step_id); });
+    if (!registered) headers->CancelRun(step_id);  // cancelled already
+    headers_->WhenTurn(step_id, position, [=](bool ok) {
+      if (registered) cancellation->TryDeregisterCallback(token);
+      if (!ok) {
+        ctx->SetStatus(errors::Cancelled("the step was cancelled before batch ", batch_,
+                                         " could send its header"));
+        done();
+        return;
+      }
+      Tensor* key;
+      OP_REQUIRES_OK_ASYNC(ctx, ctx->allocate_output(0, TensorShape({}), &key), done);
+      key->scalar<int32_t>()() = kFirstHeaderKey + position;
+      SetVector(ctx, 1, header);
+      Tensor* at;
+      OP_REQUIRES_OK_ASYNC(ctx, ctx->allocate_output(2, TensorShape({}), &at), done);
+      at->scalar<int32_t>()() = position;
+      done();
+    });
+  }
+
+ private:
+  StepHeaders* headers_;
+  int64_t batch_;
+  int64_t phase_;
+  int64_t restart_;
+};
+
+class RankCheckHeadersOp : public OpKernel {
+ public:
+  explicit RankCheckHeadersOp(OpKernelConstruction* ctx)
+      : OpKernel(ctx), headers_(Named<StepHeaders>(ctx, "headers")) {}
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& gathered = ctx->input(0);
+    const Tensor& position = ctx->input(1);
+    OP_REQUIRES(
+        ctx,
+        gathered.dims() == 1 && gathered.NumElements() > 0 &&
+            gathered.NumElements() % kHeaderWidth == 0,
+        errors::InvalidArgument("gathered must be a vector of ", kHeaderWidth,
+                                " values per rank, got shape ", gathered.shape().DebugString()));
+    OP_REQUIRES(ctx, position.NumElements() == 1,
+                errors::InvalidArgument("position must be a scalar, got ", position.DebugString()));
+    int64_t need = 0;
+    OP_REQUIRES_OK(ctx, ToTfStatus(CheckHeaders(
+                            gathered.flat<int64_t>().data(),
+                            static_cast<int>(gathered.NumElements() / kHeaderWidth), &need)));
+    headers_->Checked(ctx->step_id(), position.flat<int32_t>()(0), NowMs());
+    Tensor* out;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &out));
+    out->scalar<int64_t>()() = need;
+  }
+
+ private:
+  StepHeaders* headers_;
+};
+
+class RankLeaveHeaderOp : public OpKernel {
+ public:
+  explicit RankLeaveHeaderOp(OpKernelConstruction* ctx)
+      : OpKernel(ctx), headers_(Named<StepHeaders>(ctx, "headers")) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("restart", &restart_));
+  }
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& phase = ctx->input(0);
+    OP_REQUIRES(ctx,
+                phase.NumElements() == 1 && (phase.flat<int64_t>()(0) == kPhaseLeft ||
+                                             phase.flat<int64_t>()(0) == kPhaseEnded),
+                errors::InvalidArgument("phase must be ", kPhaseLeft, " (left) or ", kPhaseEnded,
+                                        " (input ended), got ", phase.DebugString()));
+    const int64_t leave = phase.flat<int64_t>()(0);
+    std::vector<int64_t> header(kHeaderWidth, 0);
+    header[kHeaderVersion] = kHeaderFormat;
+    header[kHeaderStep] = headers_->Leave(leave, NowMs());
+    header[kHeaderPhase] = leave;
+    header[kHeaderRestart] = restart_;
+    header[kHeaderBatch] = -1;
+    SetVector(ctx, 0, header);
+  }
+
+ private:
+  StepHeaders* headers_;
+  int64_t restart_;
+};
+
+class RankHeaderActivityOp : public OpKernel {
+ public:
+  explicit RankHeaderActivityOp(OpKernelConstruction* ctx)
+      : OpKernel(ctx), headers_(Named<StepHeaders>(ctx, "headers")) {}
+  void Compute(OpKernelContext* ctx) override {
+    StepHeaders::Activity a = headers_->Current();
+    SetVector(ctx, 0, {a.step, a.phase, a.began_ms, a.checked_ms, a.left, NowMs()});
+  }
+
+ private:
+  StepHeaders* headers_;
+};
+
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(RankStepDone)).Device(DEVICE_CPU), RankStepDoneOp);
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(RankSteps)).Device(DEVICE_CPU), RankStepsOp);
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(RankWaitForSteps)).Device(DEVICE_CPU),
@@ -119,5 +278,12 @@ REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(RankWaitForSteps)).Device(DEVICE_CP
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(RankSizeClass)).Device(DEVICE_CPU), RankSizeClassOp);
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(RankObserveSize)).Device(DEVICE_CPU),
                         RankObserveSizeOp);
+REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(RankStepHeader)).Device(DEVICE_CPU), RankStepHeaderOp);
+REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(RankCheckHeaders)).Device(DEVICE_CPU),
+                        RankCheckHeadersOp);
+REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(RankLeaveHeader)).Device(DEVICE_CPU),
+                        RankLeaveHeaderOp);
+REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(RankHeaderActivity)).Device(DEVICE_CPU),
+                        RankHeaderActivityOp);
 
 }  // namespace rec_sdk

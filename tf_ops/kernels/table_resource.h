@@ -35,11 +35,13 @@ namespace errors {
   absl::Status Name(const Args&... args) {           \
     return absl::Name##Error(absl::StrCat(args...)); \
   }
+REC_SDK_ERROR(Cancelled)
 REC_SDK_ERROR(DataLoss)
 REC_SDK_ERROR(FailedPrecondition)
 REC_SDK_ERROR(Internal)
 REC_SDK_ERROR(InvalidArgument)
 REC_SDK_ERROR(NotFound)
+REC_SDK_ERROR(OutOfRange)
 REC_SDK_ERROR(PermissionDenied)
 REC_SDK_ERROR(ResourceExhausted)
 #undef REC_SDK_ERROR
@@ -160,6 +162,8 @@ inline absl::Status ToTfStatus(const Status& s) {
       return errors::PermissionDenied(s.message());
     case StatusCode::kInternal:
       return errors::Internal(s.message());
+    case StatusCode::kOutOfRange:
+      return errors::OutOfRange(s.message());
   }
   return errors::Internal(s.message());
 }

@@ -77,6 +77,8 @@ class GraphState:
         self.rank_lookups = {}
         # Rank 0's wait for every rank's finished update steps (rec_sdk.distribute.ranks.fence)
         self.rank_fence = None
+        # The steps' headers of the graph's batches over ranks (rec_sdk.distribute.ranks.headers)
+        self.rank_headers = None
 
     def lookups_of(self, table_name):
         """The TableLookups of table `table_name` (made on first use)."""

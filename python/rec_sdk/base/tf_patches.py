@@ -75,6 +75,16 @@ PATCHES = {
             "Estimator run the session themselves",
         ),
         Patch(
+            "Session.close",
+            lambda: tf.compat.v1.Session,
+            "close",
+            "a session that ran steps over ranks first sends the rank's leave header, so a "
+            "rank still running steps fails saying so instead of waiting "
+            "(rec_sdk.distribute.ranks.headers)",
+            "MonitoredTrainingSession, Estimator and `with Session()` close the session "
+            "themselves; TensorFlow has no hook on it",
+        ),
+        Patch(
             "Scaffold.finalize",
             lambda: tf.compat.v1.train.Scaffold,
             "finalize",
@@ -214,6 +224,11 @@ def installed():
 # named once, here (checked on TensorFlow 2.15 and 2.21, as the patches). The stock
 # optimizers' private state has its own documented reader:
 # rec_sdk.dynamic_embedding.optimizer_kinds.private_state / private_call.
+
+
+def session_closed(session):
+    """Whether a tf.compat.v1.Session was closed (BaseSession._closed)."""
+    return getattr(session, "_closed", True)
 
 
 def set_op_attr(op, name, attr_value):

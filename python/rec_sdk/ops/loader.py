@@ -8,6 +8,7 @@ session's run with an error that says to load rec_sdk there (explain_missing_lib
 """
 
 import ctypes
+import functools
 import logging
 import os
 import re
@@ -325,13 +326,33 @@ def warn_unreachable_ps(error):
     return found.group(1)
 
 
+_run_wrappers = []
+
+
+def wrap_session_runs(wrapper):
+    """Makes every tf.compat.v1.Session.run go through wrapper(run, session, fetches,
+    feed_dict, options, run_metadata), which calls run(session, fetches, feed_dict, options,
+    run_metadata) (once per process per wrapper; wrappers added later run inside earlier
+    ones, and all inside the error explanations below). Layers above the op library use it
+    (rec_sdk.distribute.ranks.headers feeds a step's plan)."""
+    if wrapper not in _run_wrappers:
+        _run_wrappers.append(wrapper)
+
+
+def _wrapped_run(run, session, fetches, feed_dict=None, options=None, run_metadata=None):
+    call = run
+    for wrapper in reversed(_run_wrappers):
+        call = functools.partial(wrapper, call)
+    return call(session, fetches, feed_dict, options, run_metadata)
+
+
 def _explained_run(run, self, *args, **kwargs):
     """tf.compat.v1.Session.run re-raises a missing-library error as explain_missing_library
     words it, a collective's failure when a task is gone as explain_lost_rank does, and a
     cancelled step of a restarted task as explain_restarted_task does (other errors and
     results pass through untouched)."""
     try:
-        return run(self, *args, **kwargs)
+        return _wrapped_run(run, self, *args, **kwargs)
     except tf.errors.NotFoundError as e:
         clear = explain_missing_library(e)
         if clear is None:

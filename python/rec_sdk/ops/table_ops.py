@@ -414,6 +414,53 @@ def rank_observe_size(need, hint, name=None):
     )
 
 
+# The steps' headers (tf_ops/core/step_header.h; tests/test_step_headers.py checks these agree
+# with the kernels): the process-wide record of a process's steps, the phases a header
+# carries, and the collective instance key of the first position in a step's plan.
+STEP_HEADERS = "rec_sdk_steps"
+PHASE_TRAIN, PHASE_EVAL, PHASE_LEFT, PHASE_ENDED = 1, 2, 3, 4
+PHASE_NAMES = {0: "unknown", 1: "train", 2: "eval", 3: "left", 4: "input ended"}
+FIRST_HEADER_KEY = 1
+MAX_PLAN_POSITIONS = 64
+
+
+def rank_step_header(plan, need, batch, phase, restart, name=None):
+    """This rank's header of batch `batch` in this step -> (collective instance key, header
+    [8] int64, position in the plan): see the op's doc (RankStepHeader)."""
+    return tuple(
+        load_ops().rec_sdk_rank_step_header(
+            plan,
+            tf.cast(need, tf.int64),
+            headers=STEP_HEADERS,
+            batch=batch,
+            phase=phase,
+            restart=restart,
+            name=name,
+        )
+    )
+
+
+def rank_check_headers(gathered, position, name=None):
+    """Checks the ranks' gathered headers -> the largest need (int64 scalar); fails the step
+    (OutOfRange: a rank's input ended; FailedPrecondition: they differ) otherwise."""
+    return load_ops().rec_sdk_rank_check_headers(
+        gathered, position, headers=STEP_HEADERS, name=name
+    )
+
+
+def rank_leave_header(phase, restart, name=None):
+    """The header [8] a rank sends when it leaves (phase PHASE_LEFT or PHASE_ENDED)."""
+    return load_ops().rec_sdk_rank_leave_header(
+        tf.cast(phase, tf.int64), headers=STEP_HEADERS, restart=restart, name=name
+    )
+
+
+def rank_header_activity(name=None):
+    """What this process's steps are doing: [step, phase, began ms, checked ms (0: not yet),
+    leave phase (0: none), now ms] int64."""
+    return load_ops().rec_sdk_rank_header_activity(headers=STEP_HEADERS, name=name)
+
+
 def dedup_rows(addresses, values):
     """Sums the rows of `values` [n, dim] that share an address; -> (unique addresses, sums).
 

@@ -137,6 +137,20 @@ def batch_lookups(tokens, graph=None):
     return len(lookups)
 
 
+def pending_train_tokens(tokens):
+    """The tokens of the training lookups over ranks of the graph of `tokens` that are not
+    batched yet (in build order)."""
+    if not tokens:
+        return []
+    state = state_of(tokens[0].graph)
+    with state.lock:
+        return [
+            lookup.outputs["trained"]
+            for name, lookup in state.rank_lookups.items()
+            if lookup.batch is None and lookup.is_train and lookup.outputs["trained"].name == name
+        ]
+
+
 def batch_pending_lookups(graph):
     """Batches the lookups over ranks of `graph` that no optimizer batched (evaluation
     lookups, and training lookups nothing trains): one batch of each kind. Called when

@@ -6,6 +6,7 @@ import tensorflow as tf
 
 from rec_sdk.base.graph_state import state_of
 from rec_sdk.distribute.cluster import all_gather, all_to_all_in_class, next_instance_key
+from rec_sdk.distribute.ranks.headers import checked_need
 from rec_sdk.distribute.ranks.placement import owner_of
 from rec_sdk.distribute.ranks.placement import routes as placement_routes
 from rec_sdk.ops import table_ops
@@ -88,6 +89,7 @@ class _Batch:
         self.gradients = None  # ({segment: gradient rows sent}, {segment: owned sums})
         self.route = None  # the level of the exchange (rank_routes.Route)
         self.inner = None  # with per-host dedup, the next level's _Batch
+        self.last_gradients = None  # the last gradient all-to-all built (the next waits for it)
 
 
 def _by_owner(keys, ranks, route):
@@ -190,8 +192,9 @@ def exchange_batch(lookups, level=0):
         per_lookup = tf.reshape(
             _bincount(owners * segments + segment, size * segments, tf.int64), [size, segments]
         )
+    phase = table_ops.PHASE_TRAIN if any(lk.is_train for lk in lookups) else table_ops.PHASE_EVAL
     received, cap, size_class = _send_keys(
-        packed, per_owner, sorted_owners, within, inverse, per_lookup, ranks, route
+        packed, per_owner, sorted_owners, within, inverse, per_lookup, ranks, route, level, phase
     )
     slots = tf.gather(sorted_owners * cap + within, inverse)
     # Each part: its keys per lookup, then the keys lookup by lookup.
@@ -334,9 +337,12 @@ def _passed_on(lookup, keys, counts, times):
     return passed
 
 
-def _send_keys(packed, per_owner, sorted_owners, within, inverse, per_lookup, ranks, route):
+def _send_keys(
+    packed, per_owner, sorted_owners, within, inverse, per_lookup, ranks, route, level, phase
+):
     """The keys all-to-all of a batch: -> (received [N, T + cap, width], cap: keys per part,
-    its size class).
+    its size class). At the first level the needs travel in the step's headers
+    (rec_sdk.distribute.ranks.headers: checked before any other collective of the batch).
 
     Each part holds a header (how many of the part's keys are of each of the T lookups) and
     `cap` rows of keys, cap a size class (rec_sdk.ops.table_ops.SIZE_CLASSES) no rank has to
@@ -361,11 +367,13 @@ def _send_keys(packed, per_owner, sorted_owners, within, inverse, per_lookup, ra
         return tf.concat([head, keys], 1)
 
     size_class, cap = table_ops.rank_size_class(hint)
-    largest = tf.reduce_max(
-        all_gather(
-            tf.reshape(tf.cast(most, tf.int64), [1]), task=task, name="gather_needs", group=group
-        )
-    )
+    need = tf.cast(most, tf.int64)
+    largest = checked_need(ranks, need, phase) if level == 0 else None
+    if group is not None:  # a level of per-host dedup: the needs in its group, after the header
+        with tf.control_dependencies([] if largest is None else [largest]):
+            largest = tf.reduce_max(
+                all_gather(tf.reshape(need, [1]), task=task, name="gather_needs", group=group)
+            )
     with tf.control_dependencies([largest]):
         sent = all_to_all(part(cap), size_class, task, route, "exchange_keys")
     # The hint changes only after this step read it: a rank whose read ran after its
@@ -422,13 +430,18 @@ def batch_gradients(batch, by_segment, pairs_out=True):
                 grad = tf.zeros_like(batch.outputs[i]["emb"])
             grads.append(grad)
         packed, _ = table_ops.pack_rows(grads, batch.width, name="pack_gradients")
-        received = all_to_all(
-            padded_parts(packed, batch.slots, size, batch.cap),
-            batch.size_class,
-            ranks.task,
-            route,
-            "exchange_gradients",
-        )
+        # Optimizers of one batch send their gradients one after the other, in the order
+        # they were built: the same on every rank.
+        previous = [] if batch.last_gradients is None else [batch.last_gradients]
+        with tf.control_dependencies(previous):
+            received = all_to_all(
+                padded_parts(packed, batch.slots, size, batch.cap),
+                batch.size_class,
+                ranks.task,
+                route,
+                "exchange_gradients",
+            )
+        batch.last_gradients = received
         received = tf.gather(tf.reshape(received, [size * batch.cap, batch.width]), batch.valid_at)
         owned = table_ops.sum_rows(received, batch.index, batch.owned_count)
         scale = [

@@ -3,7 +3,7 @@ the ranks (owner_gradients, split_table_gradient)."""
 
 import tensorflow as tf
 
-from rec_sdk.distribute.ranks.batching import batch_lookups, lookup_of
+from rec_sdk.distribute.ranks.batching import batch_lookups, lookup_of, pending_train_tokens
 from rec_sdk.distribute.ranks.exchange import batch_gradients
 
 
@@ -12,8 +12,11 @@ def owner_gradients(pairs):
     this rank's shard, the gradients summed over every rank's lookups of the same keys)] for
     the keys this rank owns, per lookup: each rank sends each owner the gradients of the keys
     it asked that owner for, those of a whole batch of lookups in one all-to-all. Batches the
-    lookups first (batch_lookups) if they were not."""
-    batch_lookups([token for token, _ in pairs])
+    lookups first (batch_lookups) if they were not, with every other training lookup of the
+    graph not batched yet: the optimizers of a step share one forward exchange (their
+    gradients go one optimizer after the other)."""
+    tokens = [token for token, _ in pairs]
+    batch_lookups(tokens + pending_train_tokens(tokens))
     by_batch = {}
     for token, grads in pairs:
         lookup = lookup_of(token)

@@ -1,0 +1,281 @@
+"""The steps' headers: what keeps ranks from waiting for each other forever.
+
+The first collective of every batch of lookups is its header: each rank's step number,
+phase (train or eval), restart id, the step's plan (the batches it exchanges, in order) and
+the batch's need (its largest count of keys for one rank), gathered over every rank and
+checked alike by each (tf_ops/core/step_header.h). The headers of every graph share one
+collective instance key per position in a plan, so ranks that run different steps, phases,
+batches or graphs meet there and fail together with an error naming the ranks and what each
+runs, before any other collective of the step started (a collective that fails or is
+cancelled cannot be reused in its process). A header runs once the batch's keys exist: a
+rank whose input ended never sends it.
+
+Around every session run (rec_sdk.ops.loader.wrap_session_runs) a graph with headers gets
+the run's plan fed: the batches its fetches reach, in the order they were built, the same on
+every rank that runs the same fetches; the batch at position p starts its header once
+position p - 1 was checked. A rank leaves with a leave header at the first position:
+when its input ends (an OutOfRangeError out of a run that did not come from a header), so
+that the others' step fails with OutOfRangeError and every rank stops at the same step; and
+when it closes its session after running steps, so that a rank still running steps fails
+with an error saying so. A rank that saw a peer leave sends none.
+"""
+
+import inspect
+import os
+import re
+import sys
+import threading
+import weakref
+
+import numpy as np
+import tensorflow as tf
+
+from rec_sdk.base import tf_patches
+from rec_sdk.base.graph_state import state_of
+from rec_sdk.base.log import logger
+from rec_sdk.distribute.cluster import rank_of, worker_devices
+from rec_sdk.ops import loader, table_ops
+
+RESTART_ENV = "REC_SDK_RESTART"  # the restart id rec_sdk.distribute.launch gives each rank
+LEAVE_TIMEOUT_ENV = "REC_SDK_RANK_LEAVE_TIMEOUT_S"
+_HEADER_OP = "RankStepHeader"
+_FROM_HEADERS = re.compile(r"rank_check_headers")
+
+
+def restart_id():
+    """This process's restart id (RESTART_ENV, 0 when unset)."""
+    value = os.environ.get(RESTART_ENV, "0")
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError("%s must be an integer, got %r" % (RESTART_ENV, value)) from None
+
+
+def _leave_timeout_ms():
+    value = os.environ.get(LEAVE_TIMEOUT_ENV, "600")
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise ValueError(
+            "%s must be a number of seconds, got %r" % (LEAVE_TIMEOUT_ENV, value)
+        ) from None
+    return max(1, int(seconds * 1000))
+
+
+class StepHeaders:
+    """The headers of one graph: the plan fed to its runs, the batch ids it gave, the leave
+    header, and whether this process left (or saw a peer leave) since its last good step."""
+
+    def __init__(self, graph, ranks):
+        self.task, self.size = ranks.task, ranks.size
+        self.rank = rank_of(ranks.task)[0]
+        self.restart = restart_id()
+        self.batches = 0
+        self.plans = {}  # {run signature: plan (np.int64 array) or None: no header}
+        self.left = False
+        self.lock = threading.Lock()
+        with (
+            graph.as_default(),
+            graph.control_dependencies(None),
+            tf.device(worker_devices(ranks.task)[self.rank]),
+            tf.name_scope("rec_sdk_step_headers"),
+        ):
+            self.plan = tf.compat.v1.placeholder_with_default(
+                tf.constant([], tf.int64), [None], name="plan"
+            )
+            self.leave_phase = tf.compat.v1.placeholder(tf.int64, [], name="leave_phase")
+            self.leave_header = _gather(
+                table_ops.rank_leave_header(self.leave_phase, self.restart),
+                tf.constant(table_ops.FIRST_HEADER_KEY),
+                self.size,
+            )
+
+    def new_batch(self):
+        with self.lock:
+            self.batches += 1
+            return self.batches
+
+    def plan_of(self, graph, fetches, feed_dict):
+        """The plan of a run of `fetches` (np.int64 batch ids in build order), None when it
+        runs no header."""
+        leaves = _leaves(fetches)
+        fed = [] if not feed_dict else list(feed_dict)
+        key = (tuple(_name(x) for x in leaves), tuple(sorted(_name(x) for x in fed)))
+        with self.lock:
+            if key in self.plans:
+                return self.plans[key]
+        plan = _reached_headers(graph, leaves, fed)
+        with self.lock:
+            self.plans[key] = plan
+        return plan
+
+    def leave(self, session, phase):
+        """Sends this rank's leave header (once; none after a peer left)."""
+        with self.lock:
+            if self.left:
+                return
+            self.left = True
+        options = tf.compat.v1.RunOptions(timeout_in_ms=_leave_timeout_ms())
+        try:
+            session.run(self.leave_header, {self.leave_phase: phase}, options=options)
+        except tf.errors.OpError as e:
+            # The peers are gone or never came (nothing waits for this rank any more).
+            logger.info(
+                "rec_sdk: rank %d left (%s) without meeting every rank: %s",
+                self.rank,
+                table_ops.PHASE_NAMES[phase],
+                type(e).__name__,
+            )
+
+
+def _gather(header, instance_key, size):
+    return tf.raw_ops.CollectiveGatherV2(
+        input=header,
+        group_size=tf.constant(size),
+        group_key=tf.constant(1),
+        instance_key=instance_key,
+        ordering_token=[],
+    )
+
+
+def _leaves(fetches):
+    """The fetches in a structure of lists, tuples and dicts (MonitoredSession keys its dicts
+    by hooks, which tf.nest cannot sort), in order."""
+    if isinstance(fetches, dict):
+        return [leaf for value in fetches.values() for leaf in _leaves(value)]
+    if isinstance(fetches, (list, tuple)):
+        return [leaf for value in fetches for leaf in _leaves(value)]
+    return [fetches]
+
+
+def _name(x):
+    """A fetch's or feed key's name for the plans' cache (the object itself if it has none)."""
+    if isinstance(x, (tf.Tensor, tf.Operation, str)):
+        return x if isinstance(x, str) else x.name
+    name = getattr(x, "name", None)
+    return name if isinstance(name, str) else ("<%s %x>" % (type(x).__name__, id(x)))
+
+
+def _elements(graph, leaves):
+    """The ops and tensors of fetches or feed keys (names, tensors, ops, sparse tensors)."""
+    out = []
+    for leaf in leaves:
+        if isinstance(leaf, (tf.SparseTensor, tf.compat.v1.SparseTensorValue)):
+            out.extend([leaf.indices, leaf.values, leaf.dense_shape])
+            continue
+        if isinstance(leaf, str):
+            try:
+                leaf = graph.as_graph_element(leaf)
+            except (KeyError, ValueError, TypeError):
+                continue
+        if isinstance(leaf, (tf.Tensor, tf.Operation)):
+            out.append(leaf)
+    return out
+
+
+def _reached_headers(graph, fetches, fed):
+    fed_names = {t.name for t in _elements(graph, fed) if isinstance(t, tf.Tensor)}
+    todo = [x if isinstance(x, tf.Operation) else x.op for x in _elements(graph, fetches)]
+    seen, batches = set(), []
+    while todo:
+        op = todo.pop()
+        if op.name in seen:
+            continue
+        seen.add(op.name)
+        if op.type.endswith(_HEADER_OP):
+            batches.append(op.get_attr("batch"))
+        todo.extend(t.op for t in op.inputs if t.name not in fed_names)
+        todo.extend(op.control_inputs)
+    if not batches:
+        return None
+    if len(batches) > table_ops.MAX_PLAN_POSITIONS:
+        raise ValueError(
+            "a session run exchanges %d batches of lookups over ranks; at most %d are allowed "
+            "in one run" % (len(batches), table_ops.MAX_PLAN_POSITIONS)
+        )
+    return np.array(sorted(batches), np.int64)
+
+
+def headers_of(graph, ranks=None):
+    """The StepHeaders of `graph` (made for `ranks`, a RankPlacement, when given and none
+    exists), or None."""
+    state = state_of(graph)
+    with state.lock:
+        headers = state.rank_headers
+    if headers is None and ranks is not None:
+        headers = StepHeaders(graph, ranks)
+        with state.lock:
+            if state.rank_headers is None:
+                state.rank_headers = headers
+            headers = state.rank_headers
+    return headers
+
+
+def checked_need(ranks, need, phase):
+    """The step header of a new batch of lookups (this rank's `need`: its largest count of
+    keys for one rank), gathered over every rank and checked: -> the largest need of any
+    rank. Built in the default graph, on this rank's device."""
+    graph = tf.compat.v1.get_default_graph()
+    headers = headers_of(graph, ranks)
+    instance, header, position = table_ops.rank_step_header(
+        headers.plan, need, headers.new_batch(), phase, headers.restart, name="rank_step_header"
+    )
+    gathered = _gather(header, instance, headers.size)
+    return table_ops.rank_check_headers(gathered, position, name="rank_check_headers")
+
+
+_ran = weakref.WeakSet()  # sessions that ran a header
+
+
+def _run_with_plan(run, session, fetches, feed_dict, options, run_metadata):
+    """A session run with its plan fed when it exchanges rows over ranks (see the module
+    doc); every other run as it is."""
+    headers = headers_of(session.graph)
+    plan = None if headers is None else headers.plan_of(session.graph, fetches, feed_dict)
+    if plan is None:
+        return run(session, fetches, feed_dict, options, run_metadata)
+    feed = dict(feed_dict or {})
+    feed[headers.plan] = plan
+    _ran.add(session)
+    try:
+        out = run(session, fetches, feed, options, run_metadata)
+    except tf.errors.OutOfRangeError as e:
+        if _FROM_HEADERS.search(getattr(e, "message", "")):
+            headers.left = True  # a peer left: every rank knows
+        else:
+            headers.leave(session, table_ops.PHASE_ENDED)
+        raise
+    except tf.errors.FailedPreconditionError as e:
+        if _FROM_HEADERS.search(getattr(e, "message", "")):
+            headers.left = True  # every rank saw the same headers and fails alike
+        raise
+    headers.left = False
+    return out
+
+
+def _leaving_close(original, session):
+    """tf.compat.v1.Session.close: a session that ran steps over ranks first sends this
+    rank's leave header (not from __del__ or at interpreter exit: a collective must not run
+    from the garbage collector)."""
+    headers = headers_of(session.graph) if session in _ran else None
+    if (
+        headers is not None
+        and not tf_patches.session_closed(session)
+        and not sys.is_finalizing()
+        and not _from_del()
+    ):
+        headers.leave(session, table_ops.PHASE_LEFT)
+    return original(session)
+
+
+def _from_del():
+    """Whether the session's close was called by its __del__ (frames: this function,
+    _leaving_close, the patch's wrapper, its caller)."""
+    frame = inspect.currentframe()
+    for _ in range(3):
+        frame = frame.f_back if frame is not None else None
+    return frame is not None and frame.f_code.co_name == "__del__"
+
+
+loader.wrap_session_runs(_run_with_plan)
+tf_patches.install("Session.close", _leaving_close)
