@@ -19,7 +19,7 @@ class Rank:
             text=True,
         )
         self.lines = []
-        self.ended_at = None
+        self.ended_at = None  # time.time() when its exit was seen
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
 
@@ -33,7 +33,7 @@ class Rank:
     def poll(self):
         code = self.process.poll()
         if code is not None and self.ended_at is None:
-            self.ended_at = time.monotonic()
+            self.ended_at = time.time()
         return code
 
     def stop(self):
@@ -54,7 +54,8 @@ def report(ranks):
 
 def wait_all(ranks, timeout):
     """Waits until every rank exited; kills them all and fails (showing each one's output)
-    when one still runs after `timeout` seconds. -> [(exit code, output)]."""
+    when one still runs after `timeout` seconds. -> [(exit code, output)] (each Rank's
+    ended_at tells when it exited)."""
     deadline = time.monotonic() + timeout
     try:
         while time.monotonic() < deadline:

@@ -31,6 +31,11 @@ OWN_CLASS = {
     # Served tables made by their own classmethods (cls.__new__, then _make).
     ("python/rec_sdk/serving/mutable.py", "table._make"),
     ("python/rec_sdk/serving/indexed.py", "table._make"),
+    # Python's documented API, not a class's private members: a namedtuple's fields (a
+    # fetch structure rebuilt as TensorFlow's session does), and the exit of a rank that
+    # cannot end its step otherwise.
+    ("python/rec_sdk/distribute/ranks/input_end.py", "hasattr(fetches, '_fields')"),
+    ("python/rec_sdk/distribute/ranks/watchdog.py", "os._exit"),
 }
 
 

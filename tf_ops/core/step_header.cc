@@ -27,7 +27,7 @@ std::string Describe(const int64_t* row) {
   std::ostringstream out;
   if (row[kHeaderPhase] == kPhaseLeft) {
     out << "closed its session after step " << row[kHeaderStep] - 1;
-  } else if (row[kHeaderPhase] == kPhaseEnded) {
+  } else if (row[kHeaderPhase] == kPhaseEnded || row[kHeaderHasData] == 0) {
     out << "ran out of input before step " << row[kHeaderStep];
   } else {
     out << "step " << row[kHeaderStep] << " (" << PhaseName(row[kHeaderPhase]) << ", plan "
@@ -96,7 +96,9 @@ Status CheckHeaders(const int64_t* rows, int ranks, int64_t* need) {
   for (int r = 0; r < ranks; ++r) {
     const int64_t* row = rows + r * kHeaderWidth;
     if (row[kHeaderVersion] != kHeaderFormat) other_format.push_back(r);
-    if (row[kHeaderPhase] == kPhaseEnded) ended.push_back(r);
+    if (row[kHeaderPhase] == kPhaseEnded || (!IsLeave(row) && row[kHeaderHasData] == 0)) {
+      ended.push_back(r);
+    }
     if (row[kHeaderPhase] == kPhaseLeft) left.push_back(r);
     if (!IsLeave(row)) running.push_back(r);
     *need = std::max(*need, row[kHeaderNeed]);
@@ -107,7 +109,7 @@ Status CheckHeaders(const int64_t* rows, int ranks, int64_t* need) {
         Ranks(other_format) + " sent a step header of another rec_sdk release (every rank " +
         "must run the same rec_sdk): " + each);
   }
-  if (running.empty()) return Status::Ok();  // every rank leaves
+  if (running.empty()) return Status::Ok();  // every rank leaves (leave headers only)
   if (!ended.empty()) {
     return Status(StatusCode::kOutOfRange,
                   Ranks(ended) + " ran out of input: every rank stops at this step (the ranks " +

@@ -149,6 +149,7 @@ class RankStepHeaderOp : public AsyncOpKernel {
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     const Tensor& plan = ctx->input(0);
     const Tensor& need = ctx->input(1);
+    const Tensor& has_data = ctx->input(2);
     OP_REQUIRES_ASYNC(
         ctx, plan.dims() == 1 && plan.NumElements() <= kMaxPlanPositions,
         errors::InvalidArgument("plan must be a vector of at most ", kMaxPlanPositions,
@@ -157,6 +158,9 @@ class RankStepHeaderOp : public AsyncOpKernel {
     OP_REQUIRES_ASYNC(
         ctx, need.NumElements() == 1 && need.flat<int64_t>()(0) >= 0,
         errors::InvalidArgument("need must be a scalar >= 0, got ", need.DebugString()), done);
+    OP_REQUIRES_ASYNC(
+        ctx, has_data.NumElements() == 1,
+        errors::InvalidArgument("has_data must be a scalar, got ", has_data.DebugString()), done);
     const int position = PositionIn(plan, batch_);
     const int64_t step_id = ctx->step_id();
     std::vector<int64_t> header(kHeaderWidth, 0);
@@ -164,7 +168,7 @@ class RankStepHeaderOp : public AsyncOpKernel {
     header[kHeaderStep] = headers_->Begin(step_id, phase_, NowMs());
     header[kHeaderPhase] = phase_;
     header[kHeaderRestart] = restart_;
-    header[kHeaderHasData] = 1;
+    header[kHeaderHasData] = has_data.flat<bool>()(0) ? 1 : 0;
     header[kHeaderPlan] =
         PlanDigest(plan.flat<int64_t>().data(), static_cast<int>(plan.NumElements()));
     header[kHeaderBatch] = batch_;

@@ -71,6 +71,7 @@ the hint named `hint`, and returns the smallest size class holding it (index, ro
 REGISTER_OP(REC_SDK_OP_NAME(RankStepHeader))
     .Input("plan: int64")
     .Input("need: int64")
+    .Input("has_data: bool")
     .Output("instance_key: int32")
     .Output("header: int64")
     .Output("position: int32")
@@ -89,8 +90,9 @@ REGISTER_OP(REC_SDK_OP_NAME(RankStepHeader))
 This rank's header of batch `batch` in this step: [format, step number, phase, restart, has
 data, plan digest, batch, need] (core/step_header.h), the collective instance key of its
 position in the step's plan (`plan`: the batch ids the step exchanges, in order; empty: the
-batch alone, position 0), and that position. A position after the first starts once the
-one before it was checked, so a step's collectives wait for its first header's check.
+batch alone, position 0), and that position. `has_data` false: this rank's input ended (the
+check stops every rank). A position after the first starts once the one before it was
+checked, so a step's collectives wait for its first header's check.
 )doc");
 
 REGISTER_OP(REC_SDK_OP_NAME(RankCheckHeaders))

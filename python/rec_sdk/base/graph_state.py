@@ -79,6 +79,13 @@ class GraphState:
         self.rank_fence = None
         # The steps' headers of the graph's batches over ranks (rec_sdk.distribute.ranks.headers)
         self.rank_headers = None
+        # IteratorGetNext reads rewired to optional ones (rec_sdk.distribute.ranks.input_end):
+        # the has_data tensors not wired yet [(stub, keys)], {old op name: (has value, new
+        # tensors, read op)}, {new tensor's op name: old op}, {old tensor name: new tensor}
+        self.rank_input_stubs = []
+        self.rank_input_ends = {}
+        self.rank_read_of = {}
+        self.rank_rewired = {}
 
     def lookups_of(self, table_name):
         """The TableLookups of table `table_name` (made on first use)."""

@@ -252,19 +252,25 @@ _COLLECTIVE_FAILURE = re.compile(
     re.IGNORECASE,
 )
 _REASON = re.compile(r"aborted by|connect|socket|unavailable", re.IGNORECASE)
+# A peer's step that failed while this rank's collective waited for it ("Delete called on
+# non-empty BufRendezvous"): TensorFlow reports an InternalError.
+_ABORTED = re.compile(r"Collective ops is aborted")
 
 
 def explain_lost_rank(error, graph):
     """For an UnavailableError, AbortedError or CancelledError of a collective of `graph` (a
-    task of the cluster stopped), a RankLostError saying so and what to do; None for any
-    other error.
+    task of the cluster stopped), or an InternalError of an aborted collective (a peer's
+    step failed while this rank's collective waited for it), a RankLostError saying so and
+    what to do; None for any other error.
     MonitoredTrainingSession retries those two error types forever (it recreates its session
     and waits for the task), while TensorFlow's collectives in this process cannot be reset:
     the error it raises instead ends the training clearly."""
     message = getattr(error, "message", str(error))
+    lost_types = (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.CancelledError)
     if (
-        not isinstance(
-            error, (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.CancelledError)
+        not (
+            isinstance(error, lost_types)
+            or (isinstance(error, tf.errors.InternalError) and _ABORTED.search(message))
         )
         or not _COLLECTIVE_FAILURE.search(message)
         or not any(op.type.startswith("Collective") for op in graph.get_operations())
@@ -358,10 +364,11 @@ def _explained_run(run, self, *args, **kwargs):
         if clear is None:
             raise
         raise clear from e
-    except (tf.errors.UnavailableError, tf.errors.AbortedError) as e:
+    except (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.InternalError) as e:
         clear = explain_lost_rank(e, self.graph)
         if clear is None:
-            warn_unreachable_ps(e)
+            if not isinstance(e, tf.errors.InternalError):
+                warn_unreachable_ps(e)
             raise
         raise clear from e
     except tf.errors.CancelledError as e:

@@ -424,13 +424,14 @@ FIRST_HEADER_KEY = 1
 MAX_PLAN_POSITIONS = 64
 
 
-def rank_step_header(plan, need, batch, phase, restart, name=None):
+def rank_step_header(plan, need, has_data, batch, phase, restart, name=None):
     """This rank's header of batch `batch` in this step -> (collective instance key, header
     [8] int64, position in the plan): see the op's doc (RankStepHeader)."""
     return tuple(
         load_ops().rec_sdk_rank_step_header(
             plan,
             tf.cast(need, tf.int64),
+            has_data,
             headers=STEP_HEADERS,
             batch=batch,
             phase=phase,

@@ -80,6 +80,17 @@ TEST(StepHeaderTest, AnEndedInputStopsEveryRankAndALeftRankFailsThem) {
       << s.message();
   EXPECT_NE(s.message().find("closed its session after step 4"), std::string::npos);
 
+  // A step header without data (the rank's input ended in that step) stops every rank, also
+  // when every rank's input ended at once.
+  std::vector<int64_t> empty = Row(5, kPhaseTrain);
+  empty[kHeaderHasData] = 0;
+  s = Check({Row(5, kPhaseTrain), empty}, &need);
+  EXPECT_EQ(s.code(), StatusCode::kOutOfRange);
+  EXPECT_NE(s.message().find("rank 1: ran out of input before step 5"), std::string::npos)
+      << s.message();
+  s = Check({empty, empty}, &need);
+  EXPECT_EQ(s.code(), StatusCode::kOutOfRange);
+
   // Every rank leaving (all closed, or all out of input at once) is no error.
   s = Check({Row(5, kPhaseLeft, 0, -1, 0), Row(5, kPhaseEnded, 0, -1, 0)}, &need);
   EXPECT_TRUE(s.ok()) << s.message();

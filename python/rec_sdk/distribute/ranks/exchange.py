@@ -6,6 +6,7 @@ import tensorflow as tf
 
 from rec_sdk.base.graph_state import state_of
 from rec_sdk.distribute.cluster import all_gather, all_to_all_in_class, next_instance_key
+from rec_sdk.distribute.ranks import input_end
 from rec_sdk.distribute.ranks.headers import checked_need
 from rec_sdk.distribute.ranks.placement import owner_of
 from rec_sdk.distribute.ranks.placement import routes as placement_routes
@@ -368,7 +369,9 @@ def _send_keys(
 
     size_class, cap = table_ops.rank_size_class(hint)
     need = tf.cast(most, tf.int64)
-    largest = checked_need(ranks, need, phase) if level == 0 else None
+    largest = None
+    if level == 0:
+        largest = checked_need(ranks, need, input_end.has_data([packed]), phase)
     if group is not None:  # a level of per-host dedup: the needs in its group, after the header
         with tf.control_dependencies([] if largest is None else [largest]):
             largest = tf.reduce_max(

@@ -7,17 +7,19 @@ checked alike by each (tf_ops/core/step_header.h). The headers of every graph sh
 collective instance key per position in a plan, so ranks that run different steps, phases,
 batches or graphs meet there and fail together with an error naming the ranks and what each
 runs, before any other collective of the step started (a collective that fails or is
-cancelled cannot be reused in its process). A header runs once the batch's keys exist: a
-rank whose input ended never sends it.
+cancelled cannot be reused in its process). A header runs once the batch's keys exist and
+carries whether the rank's input had an element (rec_sdk.distribute.ranks.input_end): at the
+end of one rank's input every rank's step fails with OutOfRangeError after the header, so
+that the ranks stop together at the end of the shortest input.
 
 Around every session run (rec_sdk.ops.loader.wrap_session_runs) a graph with headers gets
 the run's plan fed: the batches its fetches reach, in the order they were built, the same on
 every rank that runs the same fetches; the batch at position p starts its header once
-position p - 1 was checked. A rank leaves with a leave header at the first position:
-when its input ends (an OutOfRangeError out of a run that did not come from a header), so
-that the others' step fails with OutOfRangeError and every rank stops at the same step; and
-when it closes its session after running steps, so that a rank still running steps fails
-with an error saying so. A rank that saw a peer leave sends none.
+position p - 1 was checked. A rank leaves with a leave header at the first position: when
+it closes its session after running steps, so that a rank still running steps fails with an
+error saying so; and when its input ended in a way the headers did not see (an
+OutOfRangeError out of a run that did not come from a header). A rank that saw a peer leave
+sends none.
 """
 
 import inspect
@@ -34,6 +36,7 @@ from rec_sdk.base import tf_patches
 from rec_sdk.base.graph_state import state_of
 from rec_sdk.base.log import logger
 from rec_sdk.distribute.cluster import rank_of, worker_devices
+from rec_sdk.distribute.ranks import input_end, watchdog
 from rec_sdk.ops import loader, table_ops
 
 RESTART_ENV = "REC_SDK_RESTART"  # the restart id rec_sdk.distribute.launch gives each rank
@@ -69,10 +72,17 @@ class StepHeaders:
     def __init__(self, graph, ranks):
         self.task, self.size = ranks.task, ranks.size
         self.rank = rank_of(ranks.task)[0]
+        devices = worker_devices(ranks.task)
+        # "/job:worker/replica:0/task:1/" of each other rank: ops a run places on its task
+        self.peer_tasks = [
+            d.rsplit("device:", 1)[0] for i, d in enumerate(devices) if i != self.rank
+        ]
         self.restart = restart_id()
         self.batches = 0
+        self.phases = {}  # {batch id: its phase}
         self.plans = {}  # {run signature: plan (np.int64 array) or None: no header}
         self.left = False
+        self.ran = False  # whether a session ran the graph
         self.lock = threading.Lock()
         with (
             graph.as_default(),
@@ -90,24 +100,34 @@ class StepHeaders:
                 self.size,
             )
 
-    def new_batch(self):
+    def new_batch(self, phase):
         with self.lock:
             self.batches += 1
+            self.phases[self.batches] = phase
             return self.batches
 
+    def describe(self, plan):
+        """What a run of `plan` is, for the watchdog's messages."""
+        train = any(self.phases.get(int(b)) == table_ops.PHASE_TRAIN for b in plan)
+        return "%s step over ranks (%d batch%s of lookups)" % (
+            "a training" if train else "an evaluation",
+            len(plan),
+            "" if len(plan) == 1 else "es",
+        )
+
     def plan_of(self, graph, fetches, feed_dict):
-        """The plan of a run of `fetches` (np.int64 batch ids in build order), None when it
-        runs no header."""
+        """(the plan of a run of `fetches`: np.int64 batch ids in build order, or None when
+        it runs no header; whether it runs ops on another rank's task)."""
         leaves = _leaves(fetches)
         fed = [] if not feed_dict else list(feed_dict)
         key = (tuple(_name(x) for x in leaves), tuple(sorted(_name(x) for x in fed)))
         with self.lock:
             if key in self.plans:
                 return self.plans[key]
-        plan = _reached_headers(graph, leaves, fed)
+        found = _reached(graph, leaves, fed, self.peer_tasks)
         with self.lock:
-            self.plans[key] = plan
-        return plan
+            self.plans[key] = found
+        return found
 
     def leave(self, session, phase):
         """Sends this rank's leave header (once; none after a peer left)."""
@@ -116,16 +136,21 @@ class StepHeaders:
                 return
             self.left = True
         options = tf.compat.v1.RunOptions(timeout_in_ms=_leave_timeout_ms())
+        dog = watchdog.watch(self.task)
+        dog.enter("its leave header (%s)" % table_ops.PHASE_NAMES[phase])
         try:
             session.run(self.leave_header, {self.leave_phase: phase}, options=options)
         except tf.errors.OpError as e:
             # The peers are gone or never came (nothing waits for this rank any more).
-            logger.info(
-                "rec_sdk: rank %d left (%s) without meeting every rank: %s",
+            logger.warning(
+                "rec_sdk: rank %d left (%s) without meeting every rank: %s: %s",
                 self.rank,
                 table_ops.PHASE_NAMES[phase],
                 type(e).__name__,
+                _first_line(e),
             )
+        finally:
+            dog.leave()
 
 
 def _gather(header, instance_key, size):
@@ -173,10 +198,10 @@ def _elements(graph, leaves):
     return out
 
 
-def _reached_headers(graph, fetches, fed):
+def _reached(graph, fetches, fed, peer_tasks):
     fed_names = {t.name for t in _elements(graph, fed) if isinstance(t, tf.Tensor)}
     todo = [x if isinstance(x, tf.Operation) else x.op for x in _elements(graph, fetches)]
-    seen, batches = set(), []
+    seen, batches, remote = set(), [], False
     while todo:
         op = todo.pop()
         if op.name in seen:
@@ -184,16 +209,17 @@ def _reached_headers(graph, fetches, fed):
         seen.add(op.name)
         if op.type.endswith(_HEADER_OP):
             batches.append(op.get_attr("batch"))
+        remote = remote or any(task in op.device for task in peer_tasks)
         todo.extend(t.op for t in op.inputs if t.name not in fed_names)
         todo.extend(op.control_inputs)
     if not batches:
-        return None
+        return None, remote
     if len(batches) > table_ops.MAX_PLAN_POSITIONS:
         raise ValueError(
             "a session run exchanges %d batches of lookups over ranks; at most %d are allowed "
             "in one run" % (len(batches), table_ops.MAX_PLAN_POSITIONS)
         )
-    return np.array(sorted(batches), np.int64)
+    return np.array(sorted(batches), np.int64), remote
 
 
 def headers_of(graph, ranks=None):
@@ -211,14 +237,21 @@ def headers_of(graph, ranks=None):
     return headers
 
 
-def checked_need(ranks, need, phase):
+def checked_need(ranks, need, has_data, phase):
     """The step header of a new batch of lookups (this rank's `need`: its largest count of
-    keys for one rank), gathered over every rank and checked: -> the largest need of any
-    rank. Built in the default graph, on this rank's device."""
+    keys for one rank; `has_data`: whether its input had an element, input_end.has_data),
+    gathered over every rank and checked: -> the largest need of any rank. Built in the
+    default graph, on this rank's device."""
     graph = tf.compat.v1.get_default_graph()
     headers = headers_of(graph, ranks)
     instance, header, position = table_ops.rank_step_header(
-        headers.plan, need, headers.new_batch(), phase, headers.restart, name="rank_step_header"
+        headers.plan,
+        need,
+        has_data,
+        headers.new_batch(phase),
+        phase,
+        headers.restart,
+        name="rank_step_header",
     )
     gathered = _gather(header, instance, headers.size)
     return table_ops.rank_check_headers(gathered, position, name="rank_check_headers")
@@ -231,17 +264,33 @@ def _run_with_plan(run, session, fetches, feed_dict, options, run_metadata):
     """A session run with its plan fed when it exchanges rows over ranks (see the module
     doc); every other run as it is."""
     headers = headers_of(session.graph)
-    plan = None if headers is None else headers.plan_of(session.graph, fetches, feed_dict)
-    if plan is None:
+    if headers is None:
         return run(session, fetches, feed_dict, options, run_metadata)
+    if not headers.ran:  # the graph's first run: its inputs' ends are wired now
+        input_end.prepare(session.graph, every_read=True)
+        headers.ran = True
+    fetches, feed_dict = input_end.fetches_and_feeds(session.graph, fetches, feed_dict)
+    plan, remote = headers.plan_of(session.graph, fetches, feed_dict)
+    if plan is None and not remote:
+        return run(session, fetches, feed_dict, options, run_metadata)
+    dog = watchdog.watch(headers.task)
+    if plan is None:  # ops on other ranks' tasks (rank 0's saves): watched, no header
+        dog.enter("a run of ops on other ranks' tasks")
+        try:
+            return run(session, fetches, feed_dict, options, run_metadata)
+        finally:
+            dog.leave()
     feed = dict(feed_dict or {})
     feed[headers.plan] = plan
     _ran.add(session)
+    dog.enter(headers.describe(plan))
     try:
         out = run(session, fetches, feed, options, run_metadata)
     except tf.errors.OutOfRangeError as e:
         if _FROM_HEADERS.search(getattr(e, "message", "")):
             headers.left = True  # a peer left: every rank knows
+            # MonitoredTrainingSession and Estimator end quietly on OutOfRangeError: say why.
+            logger.warning("rec_sdk: %s", _first_line(e))
         else:
             headers.leave(session, table_ops.PHASE_ENDED)
         raise
@@ -249,8 +298,20 @@ def _run_with_plan(run, session, fetches, feed_dict, options, run_metadata):
         if _FROM_HEADERS.search(getattr(e, "message", "")):
             headers.left = True  # every rank saw the same headers and fails alike
         raise
+    except tf.errors.OpError:
+        dog.explain_failure()
+        raise
+    finally:
+        dog.leave()
     headers.left = False
     return out
+
+
+def _first_line(error):
+    """The line of an error's message that says what happened."""
+    lines = [line for line in getattr(error, "message", str(error)).splitlines() if line.strip()]
+    found = [line for line in lines if "ran out of input" in line or "task " in line]
+    return (found or lines or [""])[0].strip()
 
 
 def _leaving_close(original, session):
@@ -265,7 +326,15 @@ def _leaving_close(original, session):
         and not _from_del()
     ):
         headers.leave(session, table_ops.PHASE_LEFT)
-    return original(session)
+    if headers is None:
+        return original(session)
+    # Closing deregisters the session's graphs on the other ranks' tasks: watched.
+    dog = watchdog.watch(headers.task)
+    dog.enter("closing its session")
+    try:
+        return original(session)
+    finally:
+        dog.leave()
 
 
 def _from_del():

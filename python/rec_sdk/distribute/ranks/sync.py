@@ -8,6 +8,7 @@ from rec_sdk.base import tf_patches
 from rec_sdk.base.graph_state import state_of
 from rec_sdk.base.log import logger
 from rec_sdk.distribute.cluster import next_instance_key, rank_of, worker_devices
+from rec_sdk.distribute.ranks import input_end
 from rec_sdk.distribute.ranks.batching import batch_pending_lookups
 from rec_sdk.distribute.ranks.placement import shards_of
 from rec_sdk.ops import table_ops
@@ -54,16 +55,17 @@ def broadcast_variables(variables, task):
 
 
 def _broadcasting_finalize(original, self):
-    """tf.compat.v1.train.Scaffold.finalize, in a graph with tables sharded over ranks: batches
-    the lookups no optimizer batched (batch_pending_lookups: evaluation lookups), and adds
+    """tf.compat.v1.train.Scaffold.finalize, in a graph with tables sharded over ranks: batches the
+    lookups no optimizer batched (batch_pending_lookups: evaluation lookups), and adds
     broadcast_variables of every global variable to the local_init_op (and makes it ready to
-    run at once), unless the scaffold or the graph's collections set those ops.
-    MonitoredTrainingSession and tf.estimator then need no chief for the other ranks'
-    variables: the chief (rank 0) initialises or restores its variables, then sends them;
-    every other rank, chief or not, receives them in its local initialisation, so all ranks
-    start from the same values (those of a restored checkpoint too). Scaffold keeps the two
-    ops in its private _local_init_op and _ready_for_local_init_op (TensorFlow 2.15, 2.21),
-    set only by its constructor."""
+    run at once), unless the scaffold or the graph's collections set those ops. It also
+    wires the ends of the ranks' inputs (input_end.prepare) and builds rank 0's fence (its
+    wait before it saves). MonitoredTrainingSession and tf.estimator then need no chief for
+    the other ranks' variables: the chief (rank 0) initialises or restores its variables,
+    then sends them; every other rank, chief or not, receives them in its local
+    initialisation, so all ranks start from the same values (those of a restored checkpoint
+    too). Scaffold keeps the two ops in its private _local_init_op and
+    _ready_for_local_init_op (TensorFlow 2.15, 2.21), set only by its constructor."""
     graph = tf.compat.v1.get_default_graph()
     tables = [t for t in tables_of_graph(graph) if t.ranks is not None]
     keys = tf.compat.v1.GraphKeys
@@ -81,6 +83,11 @@ def _broadcasting_finalize(original, self):
         )
     if tables and not graph.finalized:
         batch_pending_lookups(graph)
+        input_end.prepare(graph, every_read=True)
+        # Rank 0's wait before a save, built now: MonitoredTrainingSession's first
+        # checkpoint is saved after the graph is finalized.
+        for table in tables:
+            fence(table)
     if tables and not graph.finalized and not custom:
         task = tables[0].ranks.task
         tf_patches.set_scaffold_local_init(
