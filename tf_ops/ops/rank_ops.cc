@@ -5,6 +5,7 @@
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/shape_inference.h"
+#include "tf_ops/core/step_header.h"
 #include "tf_ops/ops/op_prefix.h"
 
 namespace rec_sdk {
@@ -37,6 +38,13 @@ Finishes once this process's count of finished update steps named `counter` reac
 `target` (a scalar >= 0), without holding a thread while it waits. Rank 0 runs it on each
 rank's task before saving or evicting that rank's shard, with its own count as the target.
 )doc");
+
+// An op whose output `index` is a vector of `size` values.
+absl::Status VectorOutput(tensorflow::shape_inference::InferenceContext* c, int index,
+                          int64_t size) {
+  c->set_output(index, c->Vector(size));
+  return absl::OkStatus();
+}
 
 // A size class's outputs: its index and its rows, both scalars.
 absl::Status SizeClassShape(tensorflow::shape_inference::InferenceContext* c) {
@@ -82,7 +90,7 @@ REGISTER_OP(REC_SDK_OP_NAME(RankStepHeader))
     .SetIsStateful()
     .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
       c->set_output(0, c->Scalar());
-      c->set_output(1, c->Vector(8));
+      c->set_output(1, c->Vector(kHeaderWidth));
       c->set_output(2, c->Scalar());
       return absl::OkStatus();
     })
@@ -115,8 +123,7 @@ REGISTER_OP(REC_SDK_OP_NAME(RankLeaveHeader))
     .Attr("restart: int")
     .SetIsStateful()
     .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
-      c->set_output(0, c->Vector(8));
-      return absl::OkStatus();
+      return VectorOutput(c, 0, kHeaderWidth);
     })
     .Doc(R"doc(
 The header a rank sends when it leaves (`phase`: 3, its session closed; 4, its input
@@ -128,8 +135,7 @@ REGISTER_OP(REC_SDK_OP_NAME(RankHeaderActivity))
     .Attr("headers: string")
     .SetIsStateful()
     .SetShapeFn([](tensorflow::shape_inference::InferenceContext* c) {
-      c->set_output(0, c->Vector(6));
-      return absl::OkStatus();
+      return VectorOutput(c, 0, 6);  // StepHeaders::Activity's five fields, and the time
     })
     .Doc(R"doc(
 What this process's steps are doing: [last step begun, its phase, when its header began,

@@ -11,9 +11,10 @@ its shard in its own process. A lookup on rank r:
    all-to-all (TensorFlow's CollectiveAllToAllV2 over the cluster's gRPC runtime), each part
    padded to a size class every rank already knows: the batch's hint, one class above the
    largest count any rank sent any rank in earlier steps (tf_ops/core/size_class.h). Before
-   it, every rank gathers each rank's largest count (a few bytes), so all keep the same hint
-   and a rank that is gone fails the step at once; in a step whose keys did not fit the
-   hint's class, all send them again in a class that holds them;
+   it, every rank gathers each rank's step header, which carries its largest count
+   (rec_sdk.distribute.ranks.headers), so all keep the same hint, ranks in different steps
+   fail together and a rank that is gone fails the step at once; in a step whose keys did
+   not fit the hint's class, all send them again in a class that holds them;
 3. each owner deduplicates the keys it was sent, sums each key's counts over the ranks
    (admission sees the count of the whole global batch), takes the newest clock, and runs
    find-or-insert and gather on its own shard, once per key;
