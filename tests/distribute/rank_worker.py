@@ -5,7 +5,7 @@ layer by gradient descent on gradients summed with hccl_ops.allreduce, in
 MonitoredTrainingSession.
 
     python rank_worker.py OUT.npz [--local N] [--steps S] [--checkpoint DIR] [--save]
-                          [--save-every K] [--die-at STEP]
+                          [--save-every K] [--die-at STEP] [--last-step N]
                           [--input feed|spec|modify] [--table-gradients] [--skew]
 
 "{rank}" in OUT is replaced by the rank. --input: fed placeholders (default), FeatureSpec
@@ -18,8 +18,11 @@ With TF_CONFIG this process is one rank of the cluster's training tasks; it trai
 batches. With --local N one process trains on the batches of all N ranks at once (their
 concatenation: the global batch). --steps 0 restores DIR and exports only. --save: rank 0
 saves DIR at the end (MonitoredTrainingSession's checkpoint); every rank restores DIR when it
-holds a checkpoint. Writes the losses, the dense weights, an eval lookup and this process's
-shard (keys, rows, slots, admission counts) to OUT.npz.
+holds a checkpoint. --last-step N: train from the restored global step up to step N, on the
+batches of those steps (a resumed run goes on where it stopped; prints "RESUMED <step>"), and
+--die-at fires only in the first start (REC_SDK_RESTART unset or 0). Writes the losses, the
+dense weights, an eval lookup and this process's shard (keys, rows, slots, admission counts)
+to OUT.npz.
 """
 
 import argparse
@@ -113,7 +116,12 @@ def main():
     parser.add_argument(
         "--die-at", type=int, default=-1, help="rank 1 kills itself (SIGKILL) before this step"
     )
+    parser.add_argument("--last-step", type=int, default=0)
     args = parser.parse_args()
+    if args.last_step:
+        args.steps = args.last_step
+        if int(os.environ.get("REC_SDK_RESTART", "0")):
+            args.die_at = -1
     server = None
     if not args.local:
         server = dist.start_server(collective=True)
@@ -202,7 +210,11 @@ def main():
         config=config,
         hooks=[EvictHook(evict_enable=True, evict_step_interval=4)],
     ) as sess:
-        for s in range(args.steps):
+        first = 0
+        if args.last_step:
+            first = sess.run(step)
+            print("RESUMED %d" % first, flush=True)
+        for s in range(first, args.steps):
             if s == args.die_at and rank == 1:
                 os.kill(os.getpid(), signal.SIGKILL)
             _, value = sess.run([train, loss], feed(s))

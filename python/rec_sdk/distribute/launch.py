@@ -10,6 +10,14 @@ Every output line is prefixed with its task ("[worker 1] ..."). The launch ends 
 worker has exited (or one failed: the others are stopped), stops the ps tasks and exits with
 the first failing worker's code, else 0. On several machines, start the same processes by
 hand with TF_CONFIG naming the real hosts (see docs/DISTRIBUTED.md).
+
+With `--max-restarts N`, a failed worker (any exit code but 0, a signal included) makes the
+launch stop every task and start them all again, on new ports, up to N times, as torchelastic
+does: every task of restart k gets REC_SDK_RESTART=k (the restart id the ranks' step headers
+compare, so a task left over from an earlier start cannot join a later one). A training script
+that restores its checkpoint directory when it starts (MonitoredTrainingSession,
+tf.estimator, a Saver's latest_checkpoint) resumes from the last checkpoint; what it trains
+from there equals what an uninterrupted run restored from that checkpoint trains.
 """
 
 import argparse
@@ -20,8 +28,12 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 
 from rec_sdk.distribute import ClusterTask
+from rec_sdk.distribute.ranks.headers import RESTART_ENV
+
+STOP_GRACE_S = 20  # seconds a stopped task has to exit after SIGTERM, then SIGKILL
 
 
 def free_ports(count):
@@ -52,11 +64,12 @@ def _pump(process, prefix, out):
         out.flush()
 
 
-def _start(command, cluster, job, index, out):
+def _start(command, cluster, job, index, out, restart):
     env = dict(
         os.environ,
         TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": job, "index": index}}),
     )
+    env[RESTART_ENV] = str(restart)
     process = subprocess.Popen(
         command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
@@ -64,21 +77,31 @@ def _start(command, cluster, job, index, out):
     return process
 
 
-def launch(command, num_ps=2, num_workers=2, out=None):
-    """Runs `command` (a list) as num_workers workers beside num_ps ps tasks; returns the exit
-    code (0 when every worker succeeded)."""
-    if not command:
-        raise ValueError("command is empty: give the worker's command after --")
-    out = out or sys.stdout
+def _stop(processes):
+    """SIGTERM to every process still running, SIGKILL to those still running STOP_GRACE_S
+    later; waits for all."""
+    for process in processes:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + STOP_GRACE_S
+    for process in processes:
+        try:
+            process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _run_once(command, num_ps, num_workers, out, restart):
+    """Starts the cluster once -> (exit code, index of the first failed worker or None)."""
     cluster = local_cluster(num_ps, num_workers)
     ps = [
-        _start([sys.executable, "-m", "rec_sdk.distribute.server"], cluster, "ps", i, out)
+        _start([sys.executable, "-m", "rec_sdk.distribute.server"], cluster, "ps", i, out, restart)
         for i in range(num_ps)
     ]
     workers = []
     try:
-        workers = [_start(command, cluster, "worker", i, out) for i in range(num_workers)]
-        code = 0
+        workers = [_start(command, cluster, "worker", i, out, restart) for i in range(num_workers)]
         pending = list(workers)
         while pending:
             for process in list(pending):
@@ -87,11 +110,10 @@ def launch(command, num_ps=2, num_workers=2, out=None):
                 except subprocess.TimeoutExpired:
                     continue
                 pending.remove(process)
-                if result != 0 and code == 0:
-                    code = result
-                    for other in pending:
-                        other.send_signal(signal.SIGTERM)
-        return code
+                if result != 0:
+                    _stop(pending)
+                    return result, workers.index(process)
+        return 0, None
     finally:
         for process in ps + workers:
             if process.poll() is None:
@@ -99,11 +121,43 @@ def launch(command, num_ps=2, num_workers=2, out=None):
             process.wait()
 
 
+def launch(command, num_ps=2, num_workers=2, out=None, max_restarts=0):
+    """Runs `command` (a list) as num_workers workers beside num_ps ps tasks, starting them
+    all again (at most max_restarts times) when a worker fails; returns the exit code (0 when
+    every worker of the last start succeeded, else the first failed worker's code)."""
+    if not command:
+        raise ValueError("command is empty: give the worker's command after --")
+    if max_restarts < 0:
+        raise ValueError("max_restarts must be >= 0, got %d" % max_restarts)
+    out = out or sys.stdout
+    for restart in range(max_restarts + 1):
+        code, failed = _run_once(command, num_ps, num_workers, out, restart)
+        if code == 0:
+            return 0
+        what = "worker %d %s" % (
+            failed,
+            "was killed by signal %d" % -code if code < 0 else "exited with code %d" % code,
+        )
+        if restart == max_restarts:
+            if max_restarts:
+                out.write(
+                    "[launch] %s; no restart left (--max-restarts %d)\n" % (what, max_restarts)
+                )
+            return code
+        out.write(
+            "[launch] %s; every task stopped, starting them all again from the last "
+            "checkpoint (restart %d of %d)\n" % (what, restart + 1, max_restarts)
+        )
+        out.flush()
+    return code
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if "--" not in argv:
         print(
-            "usage: python -m rec_sdk.distribute.launch [--ps N] [--workers N] -- COMMAND...",
+            "usage: python -m rec_sdk.distribute.launch [--ps N] [--workers N] [--max-restarts N] "
+            "-- COMMAND...",
             file=sys.stderr,
         )
         return 2
@@ -111,12 +165,19 @@ def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m rec_sdk.distribute.launch")
     parser.add_argument("--ps", type=int, default=2, help="ps tasks (default 2)")
     parser.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
+    parser.add_argument(
+        "--max-restarts",
+        type=int,
+        default=0,
+        help="start every task again when a worker fails, at most N times (default 0)",
+    )
     args = parser.parse_args(argv[:split])
-    if args.ps < 0 or args.workers < 1:
+    if args.ps < 0 or args.workers < 1 or args.max_restarts < 0:
         parser.error(
-            "--ps must be >= 0 and --workers >= 1, got %d and %d" % (args.ps, args.workers)
+            "--ps and --max-restarts must be >= 0 and --workers >= 1, got %d, %d and %d"
+            % (args.ps, args.max_restarts, args.workers)
         )
-    return launch(argv[split + 1 :], args.ps, args.workers)
+    return launch(argv[split + 1 :], args.ps, args.workers, max_restarts=args.max_restarts)
 
 
 if __name__ == "__main__":
