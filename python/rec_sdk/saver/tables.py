@@ -117,17 +117,20 @@ def write_tables(sess, directory, tables, delta=False):
         fences = {ranks.fence(table) for table in tables} - {None}
         if fences:
             sess.run(list(fences))
-        rows, save_ids = {}, {}
+        # One run saves every table and shard: each shard's save op runs on its own rank's
+        # task, so the ranks write their shards at once (as TensorFlow's sharded Saver has
+        # each device write its own part).
+        fetches, feed = {}, {}
         for table in tables:
-            rows[table.table_name] = 0
             for unit, shard, _, _ in ranks.managed_shards(table):
                 ops = shard.checkpoint_ops
-                count, save_id = sess.run(
-                    [ops["save"], ops["save_id"]],
-                    {ops["save_dir"]: os.path.join(tmp, unit), ops["delta"]: delta},
-                )
-                rows[table.table_name] += int(count)
-                save_ids[unit] = int(save_id)
+                fetches[(table.table_name, unit)] = (ops["save"], ops["save_id"])
+                feed[ops["save_dir"]] = os.path.join(tmp, unit)
+                feed[ops["delta"]] = delta
+        rows, save_ids = {t.table_name: 0 for t in tables}, {}
+        for (name, unit), (count, save_id) in sess.run(fetches, feed).items():
+            rows[name] += int(count)
+            save_ids[unit] = int(save_id)
         old = directory + _OLD_MARK + nonce
         atomic_dir.publish_dir(tmp, directory, aside=old)
     except BaseException:
@@ -264,27 +267,28 @@ def restore_tables(sess, directories, tables=None, rank_id=None, rank_size=None,
         found.append(existing)
     for parent in {os.path.dirname(d) for d in found}:
         remove_leftovers(parent)
-    rows = {}
+    rows = {t.table_name: 0 for t in tables}
+    restores = []  # (table, shard, its directories, rank, ranks): restored in one run
     for table in tables:
-        rows[table.table_name] = 0
         for _, shard, shard_rank, shard_count in ranks.managed_shards(table):
             if table.ranks is None and rank_size is not None:
                 shard_rank, shard_count = rank_id, rank_size
             table_dirs = _saved_dirs(found, table.table_name)
-            if table_dirs is None:
-                other_shards = _other_shard_dirs(found, table, shard_count, deltas)
-                if other_shards is None:
-                    raise tf.errors.NotFoundError(
-                        None,
-                        None,
-                        "table %r is not in the rec_sdk checkpoint %s"
-                        % (table.table_name, ", ".join(map(repr, found))),
-                    )
-                rows[table.table_name] += _restore_resharded(sess, table, other_shards)
+            if table_dirs is not None:
+                restores.append((table, shard, table_dirs, shard_rank, shard_count))
                 continue
-            rows[table.table_name] += _restore_shard(
-                sess, shard, table_dirs, shard_rank, shard_count
-            )
+            other_shards = _other_shard_dirs(found, table, shard_count, deltas)
+            if other_shards is None:
+                raise tf.errors.NotFoundError(
+                    None,
+                    None,
+                    "table %r is not in the rec_sdk checkpoint %s"
+                    % (table.table_name, ", ".join(map(repr, found))),
+                )
+            rows[table.table_name] += _restore_resharded(sess, table, other_shards)
+    for table, count in _restore_shards(sess, restores):
+        rows[table.table_name] += count
+    for table in tables:
         for delta in deltas:
             path = os.path.join(os.path.abspath(delta), table.table_name)
             if not os.path.isdir(path):
@@ -301,20 +305,28 @@ def restore_tables(sess, directories, tables=None, rank_id=None, rank_size=None,
     return rows
 
 
-def _restore_shard(sess, shard, table_dirs, rank, ranks):
-    """Runs a table's (or shard's) restore op on `table_dirs` keeping the keys of `rank` of
-    `ranks`; logs the op's note. Returns the rows restored."""
-    ops = shard.checkpoint_ops
-    count, note = sess.run(
-        [ops["restore"], ops["restore_note"]],
-        {ops["restore_dirs"]: table_dirs, ops["rank_id"]: rank, ops["rank_size"]: ranks},
-    )
-    note = note.decode() if isinstance(note, bytes) else note
-    if note:
-        logger.info("rec_sdk: table %r: %s", shard.table_name, note)
-        if "dropped" in note:
-            logger.warning("rec_sdk: table %r: %s", shard.table_name, note)
-    return int(count)
+def _restore_shards(sess, restores):
+    """Runs the restore ops of [(table, shard, directories, rank, ranks)] in one run (each
+    shard's on its own rank's task, so the ranks read their shards at once), each keeping the
+    keys of `rank` of `ranks`; logs the ops' notes. -> [(table, rows restored)]."""
+    if not restores:
+        return []
+    fetches, feed = [], {}
+    for _, shard, table_dirs, rank, count in restores:
+        ops = shard.checkpoint_ops
+        fetches.append((ops["restore"], ops["restore_note"]))
+        feed.update(
+            {ops["restore_dirs"]: table_dirs, ops["rank_id"]: rank, ops["rank_size"]: count}
+        )
+    out = []
+    for (table, shard, _, _, _), (count, note) in zip(restores, sess.run(fetches, feed)):
+        note = note.decode() if isinstance(note, bytes) else note
+        if note:
+            logger.info("rec_sdk: table %r: %s", shard.table_name, note)
+            if "dropped" in note:
+                logger.warning("rec_sdk: table %r: %s", shard.table_name, note)
+        out.append((table, int(count)))
+    return out
 
 
 def _saved_dirs(found, table_name):
