@@ -51,19 +51,26 @@ from rec_sdk.util.initialize import init  # noqa: E402
 
 tf.compat.v1.disable_eager_execution()
 DLRM_BATCH = 2048
+DLRM_PINNED_BATCH = 1024  # per rank, --pinned
 
 
-def table_steps(steps, warmup):
+def table_steps(steps, warmup, weak=False, trace=False):
     """One rank (TF_CONFIG) or one process: -> {"ms": median ms per step, "bytes": loopback
-    bytes per timed step}."""
+    bytes per timed step} (trace: and "stages", the CPU per step of each stage of the exchange
+    on this rank: stage_ms). weak: each rank's batch is a whole batch of the table benchmark
+    (rank r of N takes batch s * N + r at step s), else its 1/N of the step's batch."""
     server = dist.start_server(collective=True) if os.environ.get("TF_CONFIG") else None
     init(use_dynamic_expansion=True)
     rank, ranks = hccl_ops.get_rank_id(), hccl_ops.get_rank_size()
-    per_rank = BATCH // ranks  # (3 ranks: the global batch's last key is left out)
-    batches = [b[rank * per_rank : (rank + 1) * per_rank] for b in zipf_batches(steps + warmup)]
+    if weak:
+        per_rank = BATCH
+        batches = zipf_batches((steps + warmup) * ranks)[rank::ranks]
+    else:
+        per_rank = BATCH // ranks  # (3 ranks: the global batch's last key is left out)
+        batches = [b[rank * per_rank : (rank + 1) * per_rank] for b in zipf_batches(steps + warmup)]
     device = dist.worker_devices(dist.current_task())[rank] if server else "/CPU:0"
     with tf.device(device):
-        keys = tf.compat.v1.placeholder(tf.int64, [BATCH // ranks])
+        keys = tf.compat.v1.placeholder(tf.int64, [per_rank])
         table = create_table(
             tf.int64,
             DIM,
@@ -81,17 +88,65 @@ def table_steps(steps, warmup):
                 tf.compat.v1.get_collection(rec_sdk.ASCEND_SPARSE_LOOKUP_ID_OFFSET),
             )
         )
-    times, sent = [], 0
-    config = dist.worker_config(server, collective=True) if server else None
+    times, cpu, sent = [], [], 0
+    config = dist.worker_config(server, collective=True) if server else dist.pinned_config()
     with tf.compat.v1.Session(server.target if server else "", config=config) as sess:
         sess.run(tf.compat.v1.global_variables_initializer())
         for i, batch in enumerate(batches):
-            before, start = _tx_bytes(), time.perf_counter()
+            before, start, used = _tx_bytes(), time.perf_counter(), time.process_time()
             sess.run(train, {keys: batch})
             if i >= warmup:
                 times.append(time.perf_counter() - start)
+                cpu.append(time.process_time() - used)
                 sent += _tx_bytes() - before
-    return {"ms": float(np.median(times)) * 1e3, "bytes": sent / len(times)}
+        out = {
+            "ms": float(np.median(times)) * 1e3,
+            "bytes": sent / len(times),
+            "cpu_ms": float(np.median(cpu)) * 1e3,  # every thread of the process
+        }
+        if trace:
+            out["stages"] = stage_ms(sess, train, [{keys: b} for b in batches[-TRACED:]])
+    return out
+
+
+TRACED = 5  # steps traced for the stage figures (after the timed ones)
+# The stages of a step, by the names of its ops (rec_sdk.distribute.ranks.exchange's name
+# scopes; the first match wins). The collectives' own time is mostly waiting for the other
+# ranks: reported apart.
+STAGES = [
+    ("collectives (waiting included)", r"Collective|RecvBuf"),
+    ("step header, size class", r"rank_step_header|rank_check_headers|RankObserveSize|RankSize"),
+    ("keys: route to owners, pack", r"route_keys/"),
+    ("owner: received keys, dedup", r"owner_keys/"),
+    ("rows: pack, send back, unpack", r"rows_back/"),
+    ("gradients: pack, send", r"rank_gradients/send/"),
+    ("gradients: owners' sums", r"rank_gradients/"),
+    ("table: dedup, find or insert, rows", r"find_or_insert|GatherRowsByIndex$|/unique$"),
+    ("table: gradient sums, lazy Adam", r"GatherRowsByIndex_grad|LazyAdam"),
+    ("model: loss, its gradients", r"^gradients/|Square|^Sum"),
+]
+
+
+def stage_ms(sess, fetch, feeds):
+    """{stage: ms per step} of this process's ops over the traced steps (RunMetadata, each
+    op's own time; ops of no stage: "other")."""
+    totals, steps = {}, 0
+    patterns = [(name, re.compile(pattern)) for name, pattern in STAGES]
+    for feed in feeds:
+        meta = tf.compat.v1.RunMetadata()
+        sess.run(
+            fetch,
+            feed,
+            options=tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE),
+            run_metadata=meta,
+        )
+        steps += 1
+        for device in meta.step_stats.dev_stats:
+            for node in device.node_stats:
+                stage = next((n for n, p in patterns if p.search(node.node_name)), "other")
+                micros = node.all_end_rel_micros or node.op_end_rel_micros
+                totals[stage] = totals.get(stage, 0.0) + micros / 1e3
+    return {stage: ms / steps for stage, ms in totals.items()}
 
 
 def _tx_bytes():
@@ -160,12 +215,25 @@ def _netns_down(ranks):
     subprocess.run(["ip", "link", "del", NETNS + "br"], stderr=subprocess.DEVNULL)
 
 
-def _table_over_ranks(ranks, steps, warmup, netns=None, per_host=1, dedup=False):
-    """table_steps in `ranks` processes of a local cluster -> rank 0's result (netns: in
-    network namespaces of `per_host` ranks each, with every namespace's bytes; dedup: with
-    per-host dedup)."""
+def _worker_command(args):
+    """This file's command line running table_steps as `args` says."""
+    command = [sys.executable, os.path.abspath(__file__), "--rank-worker"]
+    command += ["--steps", str(args.steps), "--warmup", str(args.warmup)]
+    return command + ["--weak"] * args.pinned + ["--trace"] * args.stages
+
+
+def _pin(rank):
+    """The command prefix pinning a process to core `rank` (modulo the cores)."""
+    return ["taskset", "-c", str(rank % os.cpu_count())]
+
+
+def _table_over_ranks(ranks, args, dedup=False):
+    """table_steps in `ranks` processes of a local cluster -> rank 0's result (--netns: in
+    network namespaces of --per-host ranks each, with every namespace's bytes; dedup: with
+    per-host dedup; --pinned: rank i on core i)."""
+    netns, per_host = args.netns, args.per_host
     cluster = local_cluster(0, ranks)
-    prefixes = [[] for _ in range(ranks)]
+    prefixes = [_pin(i) if args.pinned else [] for i in range(ranks)]
     hosts = ranks // per_host
     if netns:
         cluster = {
@@ -175,15 +243,7 @@ def _table_over_ranks(ranks, steps, warmup, netns=None, per_host=1, dedup=False)
             ]
         }
         prefixes = [prefix for prefix in _netns(hosts, netns) for _ in range(per_host)]
-    command = [
-        sys.executable,
-        os.path.abspath(__file__),
-        "--rank-worker",
-        "--steps",
-        str(steps),
-        "--warmup",
-        str(warmup),
-    ]
+    command = _worker_command(args)
     processes = []
     try:
         for i in range(ranks):
@@ -224,10 +284,21 @@ def _table_over_ranks(ranks, steps, warmup, netns=None, per_host=1, dedup=False)
     return results[0]
 
 
-def _dlrm_samples_per_s(ranks, steps):
-    """The example trainer's DLRM at a global batch of DLRM_BATCH: samples/s of training
-    (in a cluster: every rank's samples)."""
-    train = [
+# Runs its arguments as a command pinned to the core of the process's rank (TF_CONFIG's task
+# index, 0 without one): launch starts every rank with the same command.
+PIN_BY_RANK = (
+    "import json, os, sys; c = os.environ.get('TF_CONFIG'); "
+    "i = json.loads(c)['task']['index'] if c else 0; "
+    "os.sched_setaffinity(0, {i % os.cpu_count()}); os.execv(sys.argv[1], sys.argv[1:])"
+)
+
+
+def _dlrm_samples_per_s(ranks, steps, pinned=False):
+    """The example trainer's DLRM: samples/s of training (in a cluster: every rank's
+    samples), at a global batch of DLRM_BATCH, or (pinned) at DLRM_PINNED_BATCH per rank with
+    rank i pinned to core i."""
+    train = [sys.executable, "-c", PIN_BY_RANK] if pinned else []
+    train += [
         sys.executable,
         "-m",
         "rec_sdk.examples.train",
@@ -244,7 +315,7 @@ def _dlrm_samples_per_s(ranks, steps):
         "--eval-batches",
         "2",
         "--batch-size",
-        str(DLRM_BATCH // ranks),
+        str(DLRM_PINNED_BATCH if pinned else DLRM_BATCH // ranks),
     ]
     if ranks == 1:
         out = _run(train, dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
@@ -269,6 +340,37 @@ def _dlrm_samples_per_s(ranks, steps):
     return min(rates) * ranks  # the ranks go in lockstep: the slowest sets the pace
 
 
+def _weak_unique(ranks, args):
+    """The distinct keys of a weak-scaling step's global batch (every rank's), on average."""
+    batches = zipf_batches((args.steps + args.warmup) * ranks)
+    steps = range(args.warmup, args.steps + args.warmup)
+    return float(
+        np.mean(
+            [np.unique(np.concatenate(batches[s * ranks : (s + 1) * ranks])).size for s in steps]
+        )
+    )
+
+
+def _print_stages(results):
+    """The stage table: {label: table_steps result with "stages"} side by side."""
+    labels = list(results)
+    print("\nCPU per step by stage (ms; rank 0's ops, traced, %d steps):\n" % TRACED)
+    print("| stage | %s |" % " | ".join(labels))
+    print("|---|%s" % ("---|" * len(labels)))
+    for stage in [name for name, _ in STAGES] + ["other"]:
+        cells = ["%.2f" % results[label]["stages"].get(stage, 0.0) for label in labels]
+        print("| %s | %s |" % (stage, " | ".join(cells)))
+    for key, label in (("ms", "step, wall"), ("cpu_ms", "step, process CPU")):
+        print("| %s | %s |" % (label, " | ".join("%.2f" % r[key] for r in results.values())))
+    print(
+        "| all but the collectives | %s |"
+        % " | ".join(
+            "%.2f" % (sum(r["stages"].values()) - r["stages"].get(STAGES[0][0], 0.0))
+            for r in results.values()
+        )
+    )
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=30)
@@ -277,6 +379,14 @@ def main():
     parser.add_argument("--dlrm-steps", type=int, default=150)
     parser.add_argument("--no-table", action="store_true", help="the DLRM table only")
     parser.add_argument("--rank-worker", action="store_true")
+    parser.add_argument("--weak", action="store_true", help="(a rank worker) a whole batch")
+    parser.add_argument("--trace", action="store_true", help="(a rank worker) stage figures")
+    parser.add_argument(
+        "--pinned",
+        action="store_true",
+        help="weak scaling: rank i pinned to core i, each rank a whole batch",
+    )
+    parser.add_argument("--stages", action="store_true", help="the CPU of each stage")
     parser.add_argument("--json", help="write the figures here (for rank_model.py)")
     parser.add_argument("--netns", help="rate of each rank's veth (tc tbf), e.g. 1gbit")
     parser.add_argument(
@@ -287,9 +397,11 @@ def main():
     )
     args = parser.parse_args()
     if args.rank_worker:
-        print(json.dumps(table_steps(args.steps, args.warmup)), flush=True)
+        print(json.dumps(table_steps(args.steps, args.warmup, args.weak, args.trace)), flush=True)
         return
     counts = [int(n) for n in args.ranks.split(",")]
+    if args.pinned and (args.netns or max(counts) > os.cpu_count()):
+        parser.error("--pinned needs a core per rank (%d cores) and no --netns" % os.cpu_count())
     print(
         "machine: %s, %d cores, TensorFlow %s"
         % (platform.processor() or platform.machine(), os.cpu_count(), tf.__version__)
@@ -298,8 +410,16 @@ def main():
         np.mean([np.unique(b).size for b in zipf_batches(args.steps + args.warmup)[args.warmup :]])
     )
     print(
-        "global batch %d keys (%.0f unique), dim %d, %d timed steps after %d"
-        % (BATCH, unique, DIM, args.steps, args.warmup)
+        "%s %d keys (%.0f unique), dim %d, %d timed steps after %d%s"
+        % (
+            "batch per rank" if args.pinned else "global batch",
+            BATCH,
+            unique,
+            DIM,
+            args.steps,
+            args.warmup,
+            "; weak scaling, rank i pinned to core i, one process to core 0" if args.pinned else "",
+        )
     )
     one = None
     figures = {
@@ -307,26 +427,25 @@ def main():
         "table": {"batch": BATCH, "unique": unique, "dim": DIM, "ms": {}, "bytes": {}},
         "dlrm": {"batch": DLRM_BATCH, "samples_per_s": {}},
         "netns": args.netns,
+        "pinned": args.pinned,
     }
+    stages = {}
     if not args.no_table:
         one = json.loads(
             _run(
-                [
-                    sys.executable,
-                    os.path.abspath(__file__),
-                    "--rank-worker",
-                    "--steps",
-                    str(args.steps),
-                    "--warmup",
-                    str(args.warmup),
-                ],
+                (_pin(0) if args.pinned else []) + _worker_command(args),
                 dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
             ).splitlines()[-1]
         )
+        stages["1 process"] = one
     if one is not None:
         print(
-            "\n| processes | ms per step | steps/s vs 1 process | %s bytes/step | "
-            "bytes per unique key |" % ("between hosts:" if args.netns else "loopback")
+            "\n| processes | ms per step | %s | %s bytes/step | "
+            "bytes per unique key |"
+            % (
+                "efficiency (keys/s / N x 1 process)" if args.pinned else "steps/s vs 1 process",
+                "between hosts:" if args.netns else "loopback",
+            )
         )
         print("|---|---|---|---|---|")
         print("| 1 | %.2f | 1.00x | - | - |" % one["ms"])
@@ -335,7 +454,7 @@ def main():
         parser.error("--per-host needs --netns and rank counts it divides")
     for n in counts if one is not None else []:
         for dedup in (False, True) if args.per_host > 1 else (False,):
-            got = _table_over_ranks(n, args.steps, args.warmup, args.netns, args.per_host, dedup)
+            got = _table_over_ranks(n, args, dedup)
             label = "%d%s" % (
                 n,
                 (" (%d hosts, %s)" % (n // args.per_host, "per-host dedup" if dedup else "direct"))
@@ -344,8 +463,11 @@ def main():
             )
             if not dedup:
                 figures["table"]["ms"][n], figures["table"]["bytes"][n] = (got["ms"], got["bytes"])
+                stages["%d ranks" % n] = got
             else:
                 figures["table"].setdefault("host_dedup", {})[n] = got
+            # Weak scaling: every rank's batch is one process's, so the keys/s ratio is the
+            # step time's.
             print(
                 "| %s | %.2f | %.2fx | %.2f MB | %.0f |"
                 % (
@@ -353,21 +475,29 @@ def main():
                     got["ms"],
                     one["ms"] / got["ms"],
                     got["bytes"] / 1e6,
-                    got["bytes"] / unique,
+                    got["bytes"] / (_weak_unique(n, args) if args.pinned else unique),
                 ),
                 flush=True,
             )
+    if args.stages and stages:
+        _print_stages(stages)
     if args.dlrm_steps:
-        print("\nDLRM (26 tables, global batch %d):\n" % DLRM_BATCH)
-        print("| processes | samples/s | vs 1 process |")
+        batch = (
+            "%d per rank, rank i pinned to core i" % DLRM_PINNED_BATCH
+            if args.pinned
+            else "global batch %d" % DLRM_BATCH
+        )
+        print("\nDLRM (26 tables, %s):\n" % batch)
+        print("| processes | samples/s | %s |" % ("efficiency" if args.pinned else "vs 1 process"))
         print("|---|---|---|")
-        base = _dlrm_samples_per_s(1, args.dlrm_steps)
+        base = _dlrm_samples_per_s(1, args.dlrm_steps, args.pinned)
         print("| 1 | %.0f | 1.00x |" % base, flush=True)
         figures["dlrm"]["samples_per_s"][1] = base
         for n in counts:
-            rate = _dlrm_samples_per_s(n, args.dlrm_steps)
+            rate = _dlrm_samples_per_s(n, args.dlrm_steps, args.pinned)
             figures["dlrm"]["samples_per_s"][n] = rate
-            print("| %d | %.0f | %.2fx |" % (n, rate, rate / base), flush=True)
+            share = rate / (base * n) if args.pinned else rate / base
+            print("| %d | %.0f | %.2fx |" % (n, rate, share), flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(figures, f, indent=1)

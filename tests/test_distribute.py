@@ -989,6 +989,43 @@ def test_cluster_task_tf_config_and_devices(monkeypatch):
         server_main.parse(["--job", "ps"])
 
 
+def test_a_process_pinned_to_fewer_cores_gets_as_many_threads(monkeypatch):
+    """pinned_config: a process whose affinity allows fewer CPUs than the machine has gets
+    TensorFlow thread pools of that size (a copy; thread counts the config sets are kept);
+    on every core, the config is returned as it is (None included). worker_config too."""
+    cores = os.cpu_count()
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)))
+    assert dist.pinned_config() is None
+    given = tf.compat.v1.ConfigProto(device_filters=["/job:ps"])
+    assert dist.pinned_config(given) is given
+    monkeypatch.setattr(os, "cpu_count", lambda: cores + 3)
+    got = dist.pinned_config(given)
+    assert got is not given and not given.intra_op_parallelism_threads
+    assert (got.intra_op_parallelism_threads, got.inter_op_parallelism_threads) == (cores, cores)
+    assert list(got.device_filters) == ["/job:ps"]
+    given.inter_op_parallelism_threads = 7
+    assert dist.pinned_config(given).inter_op_parallelism_threads == 7
+    task = dist.ClusterTask({"worker": ["127.0.0.1:3"]}, "worker", 0)
+    assert dist.worker_config(task).intra_op_parallelism_threads == cores
+    # A real pinned process (taskset): one core, one thread per pool.
+    result = subprocess.run(
+        [
+            "taskset",
+            "-c",
+            "0",
+            sys.executable,
+            "-c",
+            "import rec_sdk.distribute as d; c = d.pinned_config(); "
+            "print(c and (c.intra_op_parallelism_threads, c.inter_op_parallelism_threads))",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        timeout=120,
+    )
+    assert result.stdout.strip().endswith("None" if cores == 1 else "(1, 1)"), result.stdout
+
+
 PSS_CHIEF = os.path.join(HERE, "distribute", "pss_chief.py")
 
 

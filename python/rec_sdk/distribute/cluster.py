@@ -41,6 +41,7 @@ __all__ = [
     "ps_devices",
     "worker_devices",
     "worker_config",
+    "pinned_config",
     "all_reduce",
     "all_reduce_many",
     "all_gather",
@@ -148,7 +149,7 @@ def start_server(cluster=None, job_name=None, task_index=None, config=None, coll
         task.cluster,
         job_name=task.job_name,
         task_index=task.task_index,
-        config=config or worker_config(task, collective),
+        config=pinned_config(config) if config else worker_config(task, collective),
         start=True,
     )
     server.rec_sdk_task = task
@@ -222,9 +223,30 @@ def worker_config(where, collective=False):
         filters += ["/job:%s/task:%d" % t for t in training]
     else:
         filters.append("/job:%s/task:%d" % (task.job_name, task.task_index))
-    config = tf.compat.v1.ConfigProto(device_filters=filters)
+    config = pinned_config(tf.compat.v1.ConfigProto(device_filters=filters))
     if collective and training:
         config.experimental.collective_group_leader = "/job:%s/replica:0/task:%d" % training[0]
+    return config
+
+
+def pinned_config(config=None):
+    """`config` (a tf.compat.v1.ConfigProto, or None) with TensorFlow's intra- and inter-op
+    thread counts set to the CPUs this process may run on, when it is pinned to fewer than
+    the machine has (taskset, sched_setaffinity: one rank per core) and `config` does not set
+    them (a copy: `config` is left as it is). TensorFlow sizes its pools by the machine's
+    cores whatever the process's affinity: a process pinned to one core of two then runs two
+    spinning pools on it, and a step of the table benchmark takes 11-33 ms instead of 5.
+    Returns `config` unchanged (None included) when the process may run on every core."""
+    allowed = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0
+    if not allowed or allowed >= (os.cpu_count() or 0):
+        return config
+    given, config = config, tf.compat.v1.ConfigProto()
+    if given is not None:
+        config.CopyFrom(given)
+    if not config.intra_op_parallelism_threads:
+        config.intra_op_parallelism_threads = allowed
+    if not config.inter_op_parallelism_threads:
+        config.inter_op_parallelism_threads = allowed
     return config
 
 

@@ -217,7 +217,8 @@ def run_session(args, source, log):
     worker's slice of the training data, the shards on the ps tasks)."""
     tf.compat.v1.set_random_seed(args.seed)
     server, task = _cluster()
-    placement, devices, target, config, reduce_dense = None, None, "", None, None
+    placement, devices, target, reduce_dense = None, None, "", None
+    config = distribute.pinned_config()
     train_data = source.train_dataset(args.batch_size, args.seed)
     if task is not None and "ps" not in task.cluster.jobs:
         # The SDK API over the ranks: tables sharded by key, synchronous steps.

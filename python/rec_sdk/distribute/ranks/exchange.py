@@ -180,68 +180,81 @@ def exchange_batch(lookups, level=0):
         packed, sizes = table_ops.pack_rows(
             [lookup.columns for lookup in lookups], width, name="pack_keys"
         )
-    count = tf.shape(packed, out_type=tf.int32)[0]
-    order, per_owner, sorted_owners, within, owners = _by_owner(packed[:, 0], ranks, route)
-    inverse = tf.math.invert_permutation(order)
-    if segments == 1:
-        segment = None
-        position = tf.range(count)
-        per_lookup = tf.cast(per_owner, tf.int64)[:, tf.newaxis]
-    else:
-        segment = tf.searchsorted(tf.cumsum(sizes), tf.range(count), side="right")
-        position = tf.range(count) - tf.gather(tf.cumsum(sizes, exclusive=True), segment)
-        per_lookup = tf.reshape(
-            _bincount(owners * segments + segment, size * segments, tf.int64), [size, segments]
+    with tf.name_scope("route_keys"):
+        count = tf.shape(packed, out_type=tf.int32)[0]
+        order, per_owner, sorted_owners, within, owners = _by_owner(packed[:, 0], ranks, route)
+        inverse = tf.math.invert_permutation(order)
+        if segments == 1:
+            segment = None
+            position = tf.range(count)
+            per_lookup = tf.cast(per_owner, tf.int64)[:, tf.newaxis]
+        else:
+            segment = tf.searchsorted(tf.cumsum(sizes), tf.range(count), side="right")
+            position = tf.range(count) - tf.gather(tf.cumsum(sizes, exclusive=True), segment)
+            per_lookup = tf.reshape(
+                _bincount(owners * segments + segment, size * segments, tf.int64), [size, segments]
+            )
+        phase = (
+            table_ops.PHASE_TRAIN if any(lk.is_train for lk in lookups) else table_ops.PHASE_EVAL
         )
-    phase = table_ops.PHASE_TRAIN if any(lk.is_train for lk in lookups) else table_ops.PHASE_EVAL
-    received, cap, size_class = _send_keys(
-        packed, per_owner, sorted_owners, within, inverse, per_lookup, ranks, route, level, phase
-    )
-    slots = tf.gather(sorted_owners * cap + within, inverse)
-    # Each part: its keys per lookup, then the keys lookup by lookup.
-    from_lookup = received[:, :segments, 0]
-    received_valid = tf.reshape(
-        tf.sequence_mask(tf.cast(tf.reduce_sum(from_lookup, 1), tf.int32), cap), [-1]
-    )
-    valid_at = tf.cast(tf.where(received_valid)[:, 0], tf.int32)
-    asked = tf.gather(tf.reshape(received[:, segments:], [size * cap, width]), valid_at)
-    if segments == 1:
-        # The owner's side: the keys every rank asked this rank for, each once.
-        owned_keys, index = table_ops.unique_keys(asked[:, 0])
-        owned_count = tf.size(owned_keys, out_type=tf.int32)
-        owned_sizes = tf.reshape(owned_count, [1])
-        owned_segment = None
-        owned_keys = [owned_keys]
-    else:
-        # The owner's side: the keys every rank asked this rank for, each once per lookup.
-        slot_segment = tf.searchsorted(
-            tf.cumsum(from_lookup, axis=1),
-            tf.tile(tf.range(tf.cast(cap, tf.int64))[tf.newaxis], [size, 1]),
-            side="right",
+        received, cap, size_class = _send_keys(
+            packed,
+            per_owner,
+            sorted_owners,
+            within,
+            inverse,
+            per_lookup,
+            ranks,
+            route,
+            level,
+            phase,
         )
-        asked_segment = tf.gather(tf.reshape(slot_segment, [-1]), valid_at)
-        # (lookup, key) pairs, each once: keys are deduplicated, then pairs of (key's
-        # position, lookup), ordered by lookup.
-        distinct, key_index = table_ops.unique_keys(asked[:, 0])
-        pair_ids, pair_index = table_ops.unique_keys(
-            tf.cast(key_index, tf.int64) * segments + tf.cast(asked_segment, tf.int64)
+        slots = tf.gather(sorted_owners * cap + within, inverse)
+    with tf.name_scope("owner_keys"):
+        # Each part: its keys per lookup, then the keys lookup by lookup.
+        from_lookup = received[:, :segments, 0]
+        received_valid = tf.reshape(
+            tf.sequence_mask(tf.cast(tf.reduce_sum(from_lookup, 1), tf.int32), cap), [-1]
         )
-        by_segment = tf.argsort(tf.cast(pair_ids % segments, tf.int32), stable=True)
-        pair_ids = tf.gather(pair_ids, by_segment)
-        index = tf.gather(tf.math.invert_permutation(by_segment), pair_index)
-        owned_segment = tf.cast(pair_ids % segments, tf.int32)
-        owned_count = tf.size(pair_ids, out_type=tf.int32)
-        owned_sizes = _bincount(owned_segment, segments, tf.int32)
-        owned_keys = _split(tf.gather(distinct, pair_ids // segments), owned_sizes, segments)
-    owned_counts = owned_times = [None] * segments
-    if any(lookup.has_counts for lookup in lookups):
-        owned_counts = _split(
-            tf.math.unsorted_segment_sum(asked[:, 1], index, owned_count), owned_sizes, segments
-        )
-    if any(lookup.times_per_key for lookup in lookups):
-        owned_times = _split(
-            tf.math.unsorted_segment_max(asked[:, 2], index, owned_count), owned_sizes, segments
-        )
+        valid_at = tf.cast(tf.where(received_valid)[:, 0], tf.int32)
+        asked = tf.gather(tf.reshape(received[:, segments:], [size * cap, width]), valid_at)
+        if segments == 1:
+            # The owner's side: the keys every rank asked this rank for, each once.
+            owned_keys, index = table_ops.unique_keys(asked[:, 0])
+            owned_count = tf.size(owned_keys, out_type=tf.int32)
+            owned_sizes = tf.reshape(owned_count, [1])
+            owned_segment = None
+            owned_keys = [owned_keys]
+        else:
+            # The owner's side: the keys every rank asked this rank for, each once per lookup.
+            slot_segment = tf.searchsorted(
+                tf.cumsum(from_lookup, axis=1),
+                tf.tile(tf.range(tf.cast(cap, tf.int64))[tf.newaxis], [size, 1]),
+                side="right",
+            )
+            asked_segment = tf.gather(tf.reshape(slot_segment, [-1]), valid_at)
+            # (lookup, key) pairs, each once: keys are deduplicated, then pairs of (key's
+            # position, lookup), ordered by lookup.
+            distinct, key_index = table_ops.unique_keys(asked[:, 0])
+            pair_ids, pair_index = table_ops.unique_keys(
+                tf.cast(key_index, tf.int64) * segments + tf.cast(asked_segment, tf.int64)
+            )
+            by_segment = tf.argsort(tf.cast(pair_ids % segments, tf.int32), stable=True)
+            pair_ids = tf.gather(pair_ids, by_segment)
+            index = tf.gather(tf.math.invert_permutation(by_segment), pair_index)
+            owned_segment = tf.cast(pair_ids % segments, tf.int32)
+            owned_count = tf.size(pair_ids, out_type=tf.int32)
+            owned_sizes = _bincount(owned_segment, segments, tf.int32)
+            owned_keys = _split(tf.gather(distinct, pair_ids // segments), owned_sizes, segments)
+        owned_counts = owned_times = [None] * segments
+        if any(lookup.has_counts for lookup in lookups):
+            owned_counts = _split(
+                tf.math.unsorted_segment_sum(asked[:, 1], index, owned_count), owned_sizes, segments
+            )
+        if any(lookup.times_per_key for lookup in lookups):
+            owned_times = _split(
+                tf.math.unsorted_segment_max(asked[:, 2], index, owned_count), owned_sizes, segments
+            )
     inner = None
     if route.last:
         local = []
@@ -267,24 +280,27 @@ def exchange_batch(lookups, level=0):
             level + 1,
         )
         local = inner.outputs
-    # The rows (and whether each key has one) back to the ranks that asked, in the slots
-    # their keys came in.
-    if segments == 1:
-        rows, found = local[0]["emb"], local[0]["addresses"] >= 0
-    else:
-        rows, _ = table_ops.pack_rows([out["emb"] for out in local], dim, name="pack_rows")
-        found = tf.concat([out["addresses"] for out in local], 0) >= 0
-    payload = tf.gather(tf.concat([rows, tf.cast(found, tf.float32)[:, tf.newaxis]], 1), index)
-    back = all_to_all(
-        padded_parts(payload, valid_at, size, cap), size_class, task, route, "exchange_rows"
-    )
-    back = tf.gather(tf.reshape(back, [size * cap, dim + 1]), slots)
-    addresses = tf.where(back[:, dim] > 0.5, tf.cast(position, tf.int64), tf.constant(-1, tf.int64))
-    if segments == 1:
-        embs = [back[:, :dim]]
-    else:
-        embs = table_ops.split_rows(back, sizes, dims, name="split_rows")
-    addresses = _split(addresses, sizes, segments)
+    with tf.name_scope("rows_back"):
+        # The rows (and whether each key has one) back to the ranks that asked, in the slots
+        # their keys came in.
+        if segments == 1:
+            rows, found = local[0]["emb"], local[0]["addresses"] >= 0
+        else:
+            rows, _ = table_ops.pack_rows([out["emb"] for out in local], dim, name="pack_rows")
+            found = tf.concat([out["addresses"] for out in local], 0) >= 0
+        payload = tf.gather(tf.concat([rows, tf.cast(found, tf.float32)[:, tf.newaxis]], 1), index)
+        back = all_to_all(
+            padded_parts(payload, valid_at, size, cap), size_class, task, route, "exchange_rows"
+        )
+        back = tf.gather(tf.reshape(back, [size * cap, dim + 1]), slots)
+        addresses = tf.where(
+            back[:, dim] > 0.5, tf.cast(position, tf.int64), tf.constant(-1, tf.int64)
+        )
+        if segments == 1:
+            embs = [back[:, :dim]]
+        else:
+            embs = table_ops.split_rows(back, sizes, dims, name="split_rows")
+        addresses = _split(addresses, sizes, segments)
     # The rows, the tables and the tokens in one op whose gradient gives each table an
     # IndexedSlices keyed by its token: tf.gradients(loss, table) works as in one process.
     with tf.compat.v1.get_default_graph().gradient_override_map({"IdentityN": _ROWS_GRADIENT}):
@@ -432,18 +448,19 @@ def batch_gradients(batch, by_segment, pairs_out=True):
             if grad is None:  # a lookup of the batch that this optimizer does not train
                 grad = tf.zeros_like(batch.outputs[i]["emb"])
             grads.append(grad)
-        packed, _ = table_ops.pack_rows(grads, batch.width, name="pack_gradients")
-        # Optimizers of one batch send their gradients one after the other, in the order
-        # they were built: the same on every rank.
-        previous = [] if batch.last_gradients is None else [batch.last_gradients]
-        with tf.control_dependencies(previous):
-            received = all_to_all(
-                padded_parts(packed, batch.slots, size, batch.cap),
-                batch.size_class,
-                ranks.task,
-                route,
-                "exchange_gradients",
-            )
+        with tf.name_scope("send"):
+            packed, _ = table_ops.pack_rows(grads, batch.width, name="pack_gradients")
+            # Optimizers of one batch send their gradients one after the other, in the order
+            # they were built: the same on every rank.
+            previous = [] if batch.last_gradients is None else [batch.last_gradients]
+            with tf.control_dependencies(previous):
+                received = all_to_all(
+                    padded_parts(packed, batch.slots, size, batch.cap),
+                    batch.size_class,
+                    ranks.task,
+                    route,
+                    "exchange_gradients",
+                )
         batch.last_gradients = received
         received = tf.gather(tf.reshape(received, [size * batch.cap, batch.width]), batch.valid_at)
         owned = table_ops.sum_rows(received, batch.index, batch.owned_count)
