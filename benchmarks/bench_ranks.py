@@ -111,10 +111,14 @@ def table_steps(steps, warmup, weak=False, trace=False):
 
 TRACED = 5  # steps traced for the stage figures (after the timed ones)
 # The stages of a step, by the names of its ops (rec_sdk.distribute.ranks.exchange's name
-# scopes; the first match wins). The collectives' own time is mostly waiting for the other
-# ranks: reported apart.
+# scopes; the first match wins). The collectives' own time (each op's span) is mostly waiting
+# for the other ranks: reported apart (WAITING).
 STAGES = [
-    ("collectives (waiting included)", r"Collective|RecvBuf"),
+    ("collective: step header gather, reductions", r"CollectiveGather|CollectiveReduce"),
+    ("collective: keys all-to-all", r"(exchange|resend)_keys/Collective"),
+    ("collective: rows all-to-all", r"exchange_rows/Collective"),
+    ("collective: gradients all-to-all", r"exchange_gradients/Collective"),
+    ("gRPC receives (RecvBuf)", r"RecvBuf"),
     ("step header, size class", r"rank_step_header|rank_check_headers|RankObserveSize|RankSize"),
     ("keys: route to owners, pack", r"route_keys/"),
     ("owner: received keys, dedup", r"owner_keys/"),
@@ -125,6 +129,9 @@ STAGES = [
     ("table: gradient sums, lazy Adam", r"GatherRowsByIndex_grad|LazyAdam"),
     ("model: loss, its gradients", r"^gradients/|Square|^Sum"),
 ]
+
+
+WAITING = {name for name, _ in STAGES[:5]}  # the collectives: mostly waiting for the others
 
 
 def stage_ms(sess, fetch, feeds):
@@ -365,7 +372,7 @@ def _print_stages(results):
     print(
         "| all but the collectives | %s |"
         % " | ".join(
-            "%.2f" % (sum(r["stages"].values()) - r["stages"].get(STAGES[0][0], 0.0))
+            "%.2f" % sum(ms for stage, ms in r["stages"].items() if stage not in WAITING)
             for r in results.values()
         )
     )

@@ -2,10 +2,12 @@
 // core/step_header.h.
 #include <chrono>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "tensorflow/core/framework/op_kernel.h"
+#include "tf_ops/core/rank_parts.h"
 #include "tf_ops/core/size_class.h"
 #include "tf_ops/core/step_counter.h"
 #include "tf_ops/core/step_header.h"
@@ -21,6 +23,7 @@ using tensorflow::OpKernelConstruction;
 using tensorflow::OpKernelContext;
 using tensorflow::Tensor;
 using tensorflow::TensorShape;
+using tensorflow::TensorShapeUtils;
 
 namespace {
 
@@ -275,6 +278,94 @@ class RankHeaderActivityOp : public OpKernel {
   StepHeaders* headers_;
 };
 
+// Routes keys to the parts of an exchange; see the op's doc.
+class RankRouteKeysOp : public OpKernel {
+ public:
+  explicit RankRouteKeysOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("parts", &parts_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& keys = ctx->input(0);
+    const Tensor& owners = ctx->input(1);
+    OP_REQUIRES(ctx, keys.dims() == 1 && owners.dims() == 1 && owners.NumElements() > 0,
+                tensorflow::errors::InvalidArgument(
+                    "keys and dest_of_owner must be vectors, dest_of_owner not empty; got "
+                    "shapes ",
+                    keys.shape().DebugString(), " and ", owners.shape().DebugString()));
+    OP_REQUIRES(
+        ctx, keys.NumElements() <= std::numeric_limits<int32_t>::max(),
+        tensorflow::errors::InvalidArgument("at most 2^31-1 keys, got ", keys.NumElements()));
+    Tensor *dest, *within, *per_dest;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, keys.shape(), &dest));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, keys.shape(), &within));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(2, TensorShape({parts_}), &per_dest));
+    OP_REQUIRES_OK(
+        ctx, ToTfStatus(RouteKeys(
+                 keys.flat<int64_t>().data(), keys.NumElements(), owners.flat<int32_t>().data(),
+                 owners.NumElements(), static_cast<int32_t>(parts_), dest->flat<int32_t>().data(),
+                 within->flat<int32_t>().data(), per_dest->flat<int32_t>().data())));
+  }
+
+ private:
+  int64_t parts_;
+};
+
+// Fills the parts an exchange sends; see the op's doc.
+template <typename T>
+class RankFillPartsOp : public OpKernel {
+ public:
+  explicit RankFillPartsOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("parts", &parts_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& values = ctx->input(0);
+    const Tensor& take = ctx->input(1);
+    const Tensor& dest = ctx->input(2);
+    const Tensor& within = ctx->input(3);
+    const Tensor& head = ctx->input(4);
+    const Tensor& cap = ctx->input(5);
+    OP_REQUIRES(ctx,
+                values.dims() == 2 && head.dims() == 3 && TensorShapeUtils::IsScalar(cap.shape()),
+                tensorflow::errors::InvalidArgument(
+                    "values must be a matrix, head [parts, rows, width], cap a scalar; got "
+                    "shapes ",
+                    values.shape().DebugString(), ", ", head.shape().DebugString(), ", ",
+                    cap.shape().DebugString()));
+    const int64_t width = values.dim_size(1);
+    OP_REQUIRES(ctx, head.dim_size(0) == parts_ && head.dim_size(2) == width,
+                tensorflow::errors::InvalidArgument("head must be [", parts_, ", rows, ", width,
+                                                    "], got ", head.shape().DebugString()));
+    const int64_t n = dest.NumElements();
+    OP_REQUIRES(ctx,
+                dest.dims() == 1 && within.dims() == 1 && within.NumElements() == n &&
+                    take.dims() == 1 && (take.NumElements() == 0 || take.NumElements() == n),
+                tensorflow::errors::InvalidArgument(
+                    "dest, within (and take, unless empty) must be vectors of one length; got "
+                    "shapes ",
+                    dest.shape().DebugString(), ", ", within.shape().DebugString(), ", ",
+                    take.shape().DebugString()));
+    const int64_t rows = cap.scalar<int32_t>()();
+    OP_REQUIRES(ctx, rows >= 0,
+                tensorflow::errors::InvalidArgument("cap must be >= 0, got ", rows));
+    const int64_t head_rows = head.dim_size(1);
+    Tensor* out;
+    OP_REQUIRES_OK(ctx,
+                   ctx->allocate_output(0, TensorShape({parts_, head_rows + rows, width}), &out));
+    const bool taken = take.NumElements() > 0;
+    OP_REQUIRES_OK(
+        ctx, ToTfStatus(FillParts<T>(values.flat<T>().data(), values.dim_size(0), width,
+                                     taken ? take.flat<int32_t>().data() : nullptr,
+                                     dest.flat<int32_t>().data(), within.flat<int32_t>().data(), n,
+                                     head.flat<T>().data(), head_rows, static_cast<int32_t>(parts_),
+                                     rows, out->flat<T>().data())));
+  }
+
+ private:
+  int64_t parts_;
+};
+
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(RankStepDone)).Device(DEVICE_CPU), RankStepDoneOp);
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(RankSteps)).Device(DEVICE_CPU), RankStepsOp);
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(RankWaitForSteps)).Device(DEVICE_CPU),
@@ -289,5 +380,13 @@ REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(RankLeaveHeader)).Device(DEVICE_CPU
                         RankLeaveHeaderOp);
 REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(RankHeaderActivity)).Device(DEVICE_CPU),
                         RankHeaderActivityOp);
+
+REGISTER_KERNEL_BUILDER(Name(REC_SDK_OP_NAME(RankRouteKeys)).Device(DEVICE_CPU), RankRouteKeysOp);
+REGISTER_KERNEL_BUILDER(
+    Name(REC_SDK_OP_NAME(RankFillParts)).Device(DEVICE_CPU).TypeConstraint<float>("T"),
+    RankFillPartsOp<float>);
+REGISTER_KERNEL_BUILDER(
+    Name(REC_SDK_OP_NAME(RankFillParts)).Device(DEVICE_CPU).TypeConstraint<int64_t>("T"),
+    RankFillPartsOp<int64_t>);
 
 }  // namespace rec_sdk

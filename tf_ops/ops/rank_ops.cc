@@ -1,7 +1,8 @@
 // Op definitions of the rank ops (kernels/rank_kernels.cc): a process's count of finished
 // update steps of tables sharded over ranks, a wait for it, the size class a batch of
-// lookups exchanges its keys in (core/size_class.h), and the steps' headers
-// (core/step_header.h).
+// lookups exchanges its keys in (core/size_class.h), the steps' headers
+// (core/step_header.h), and the routing and packing of the exchanged parts
+// (core/rank_parts.h).
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/shape_inference.h"
@@ -9,6 +10,9 @@
 #include "tf_ops/ops/op_prefix.h"
 
 namespace rec_sdk {
+
+using tensorflow::shape_inference::InferenceContext;
+using tensorflow::shape_inference::ShapeHandle;
 
 REGISTER_OP(REC_SDK_OP_NAME(RankStepDone))
     .Attr("counter: string")
@@ -141,6 +145,58 @@ REGISTER_OP(REC_SDK_OP_NAME(RankHeaderActivity))
 What this process's steps are doing: [last step begun, its phase, when its header began,
 when it was checked (0: not yet), the phase of the leave header sent (0: none), now], times
 in ms since the epoch (peers' watchdogs read it).
+)doc");
+
+REGISTER_OP(REC_SDK_OP_NAME(RankRouteKeys))
+    .Input("keys: int64")
+    .Input("dest_of_owner: int32")
+    .Output("dest: int32")
+    .Output("within: int32")
+    .Output("per_dest: int32")
+    .Attr("parts: int >= 1")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle keys, owners;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 1, &keys));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, &owners));
+      int64_t parts;
+      TF_RETURN_IF_ERROR(c->GetAttr("parts", &parts));
+      c->set_output(0, keys);
+      c->set_output(1, keys);
+      c->set_output(2, c->Vector(parts));
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+Routes keys to the parts of an exchange between ranks, in one pass: the owner of a key is
+abs(key % R) (C's remainder; R = the length of dest_of_owner), its part
+dest[i] = dest_of_owner[owner], within[i] its slot in that part (the keys before it with the
+same part: a stable sort by part), per_dest the keys of each part.
+)doc");
+
+REGISTER_OP(REC_SDK_OP_NAME(RankFillParts))
+    .Input("values: T")
+    .Input("take: int32")
+    .Input("dest: int32")
+    .Input("within: int32")
+    .Input("head: T")
+    .Input("cap: int32")
+    .Output("parts_out: T")
+    .Attr("T: {float, int64}")
+    .Attr("parts: int >= 1")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle values, head;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 2, &values));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(4), 3, &head));
+      int64_t parts;
+      TF_RETURN_IF_ERROR(c->GetAttr("parts", &parts));
+      c->set_output(0, c->MakeShape({c->MakeDim(parts), c->UnknownDim(), c->Dim(values, 1)}));
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+The parts an exchange between ranks sends, in one pass: parts_out [parts, H + cap, width]
+holds head [parts, H, width] in each part's first H rows, then values[take[i]] (values[i]
+when take is empty) at row H + within[i] of part dest[i] for every entry i whose slot
+within[i] < cap; zeros elsewhere. Entries that do not fit are left out (the exchange sends
+them again in larger parts).
 )doc");
 
 }  // namespace rec_sdk

@@ -2,13 +2,13 @@
 size-classed all-to-alls, looked up once per key by their owners, rows sent back
 (exchange_rows), and the gradient of the rows op that feeds the owners' updates."""
 
+import numpy as np
 import tensorflow as tf
 
 from rec_sdk.base.graph_state import state_of
 from rec_sdk.distribute.cluster import all_gather, all_to_all_in_class, next_instance_key
 from rec_sdk.distribute.ranks import input_end
 from rec_sdk.distribute.ranks.headers import checked_need
-from rec_sdk.distribute.ranks.placement import owner_of
 from rec_sdk.distribute.ranks.placement import routes as placement_routes
 from rec_sdk.ops import table_ops
 
@@ -93,28 +93,6 @@ class _Batch:
         self.last_gradients = None  # the last gradient all-to-all built (the next waits for it)
 
 
-def _by_owner(keys, ranks, route):
-    """(order, [N] keys per destination, destinations in that order, each key's slot in its
-    destination's part, destinations) of distinct keys at a level of the exchange (`route`;
-    N its size): `order` sorts them by destination (stable)."""
-    size = route.size
-    owners = tf.cast(route.owner(owner_of(keys, ranks.size)), tf.int32)
-    order = tf.argsort(owners, stable=True)
-    per_owner = _bincount(owners, size, tf.int32)
-    sorted_owners = tf.gather(owners, order)
-    starts = tf.cumsum(per_owner, exclusive=True)
-    within = tf.range(tf.size(keys, out_type=tf.int32)) - tf.gather(starts, sorted_owners)
-    return order, per_owner, sorted_owners, within, owners
-
-
-def padded_parts(values, slots, size, cap):
-    """values [n, w] placed at `slots` of [size * cap, w] (zeros elsewhere), as [size, cap,
-    w]: part d holds what goes to rank d."""
-    width = tf.shape(values)[1]
-    placed = tf.scatter_nd(tf.reshape(slots, [-1, 1]), values, tf.stack([size * cap, width]))
-    return tf.reshape(placed, tf.stack([size, cap, width]))
-
-
 def exchange_rows(table, keys, counts, times, times_per_key, owner_rows, is_train=True):
     """The rows of this rank's distinct `keys` [n] (see the module doc).
 
@@ -182,8 +160,9 @@ def exchange_batch(lookups, level=0):
         )
     with tf.name_scope("route_keys"):
         count = tf.shape(packed, out_type=tf.int32)[0]
-        order, per_owner, sorted_owners, within, owners = _by_owner(packed[:, 0], ranks, route)
-        inverse = tf.math.invert_permutation(order)
+        # Each key's part (its owner's place in the route) and slot there, in one op.
+        dest_of_owner = np.asarray(route.owner(np.arange(ranks.size)), np.int32)
+        dest, within, per_owner = table_ops.rank_route_keys(packed[:, 0], dest_of_owner, size)
         if segments == 1:
             segment = None
             position = tf.range(count)
@@ -192,24 +171,15 @@ def exchange_batch(lookups, level=0):
             segment = tf.searchsorted(tf.cumsum(sizes), tf.range(count), side="right")
             position = tf.range(count) - tf.gather(tf.cumsum(sizes, exclusive=True), segment)
             per_lookup = tf.reshape(
-                _bincount(owners * segments + segment, size * segments, tf.int64), [size, segments]
+                _bincount(dest * segments + segment, size * segments, tf.int64), [size, segments]
             )
         phase = (
             table_ops.PHASE_TRAIN if any(lk.is_train for lk in lookups) else table_ops.PHASE_EVAL
         )
         received, cap, size_class = _send_keys(
-            packed,
-            per_owner,
-            sorted_owners,
-            within,
-            inverse,
-            per_lookup,
-            ranks,
-            route,
-            level,
-            phase,
+            packed, per_owner, dest, within, per_lookup, ranks, route, level, phase
         )
-        slots = tf.gather(sorted_owners * cap + within, inverse)
+        slots = dest * cap + within
     with tf.name_scope("owner_keys"):
         # Each part: its keys per lookup, then the keys lookup by lookup.
         from_lookup = received[:, :segments, 0]
@@ -288,10 +258,16 @@ def exchange_batch(lookups, level=0):
         else:
             rows, _ = table_ops.pack_rows([out["emb"] for out in local], dim, name="pack_rows")
             found = tf.concat([out["addresses"] for out in local], 0) >= 0
-        payload = tf.gather(tf.concat([rows, tf.cast(found, tf.float32)[:, tf.newaxis]], 1), index)
-        back = all_to_all(
-            padded_parts(payload, valid_at, size, cap), size_class, task, route, "exchange_rows"
+        # Each received key's row, in the part and slot the key came in (one op).
+        parts = table_ops.rank_fill_parts(
+            tf.concat([rows, tf.cast(found, tf.float32)[:, tf.newaxis]], 1),
+            valid_at // cap,
+            valid_at % cap,
+            cap,
+            size,
+            take=tf.cast(index, tf.int32),
         )
+        back = all_to_all(parts, size_class, task, route, "exchange_rows")
         back = tf.gather(tf.reshape(back, [size * cap, dim + 1]), slots)
         addresses = tf.where(
             back[:, dim] > 0.5, tf.cast(position, tf.int64), tf.constant(-1, tf.int64)
@@ -327,6 +303,7 @@ def exchange_batch(lookups, level=0):
         outputs,
     )
     batch.route, batch.inner = route, inner
+    batch.dest, batch.within = dest, within  # each key's part and slot (the gradients')
     return batch
 
 
@@ -354,9 +331,7 @@ def _passed_on(lookup, keys, counts, times):
     return passed
 
 
-def _send_keys(
-    packed, per_owner, sorted_owners, within, inverse, per_lookup, ranks, route, level, phase
-):
+def _send_keys(packed, per_owner, dest, within, per_lookup, ranks, route, level, phase):
     """The keys all-to-all of a batch: -> (received [N, T + cap, width], cap: keys per part,
     its size class). At the first level the needs travel in the step's headers
     (rec_sdk.distribute.ranks.headers: checked before any other collective of the batch).
@@ -376,12 +351,10 @@ def _send_keys(
     width = int(packed.shape[1])
     hint = "rec_sdk_exchange_%d" % next_instance_key(task)  # the same name on every rank
     most = tf.reduce_max(per_owner)
-    full = padded_parts(packed, tf.gather(sorted_owners * most + within, inverse), size, most)
     head = tf.pad(per_lookup[:, :, tf.newaxis], [[0, 0], [0, 0], [0, width - 1]])
 
-    def part(cap):  # [N, T + cap, width]: the keys cut or padded to cap per part
-        keys = tf.pad(full, [[0, 0], [0, tf.maximum(cap - most, 0)], [0, 0]])[:, :cap]
-        return tf.concat([head, keys], 1)
+    def part(cap):  # [N, T + cap, width]: each part's header, then its keys that fit in cap
+        return table_ops.rank_fill_parts(packed, dest, within, cap, size, head=head)
 
     size_class, cap = table_ops.rank_size_class(hint)
     need = tf.cast(most, tf.int64)
@@ -455,7 +428,7 @@ def batch_gradients(batch, by_segment, pairs_out=True):
             previous = [] if batch.last_gradients is None else [batch.last_gradients]
             with tf.control_dependencies(previous):
                 received = all_to_all(
-                    padded_parts(packed, batch.slots, size, batch.cap),
+                    table_ops.rank_fill_parts(packed, batch.dest, batch.within, batch.cap, size),
                     batch.size_class,
                     ranks.task,
                     route,
