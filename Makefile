@@ -178,6 +178,8 @@ bench: build
 	mkdir -p build
 	$(PY) benchmarks/bench_ranks.py --ranks 2,3,4 --json build/bench_ranks.json
 	$(PY) benchmarks/rank_model.py --measured build/bench_ranks.json
+	$(PY) benchmarks/bench_ranks.py --pinned --stages --ranks 2 --json build/bench_ranks_pinned.json
+	$(PY) benchmarks/rank_model.py --measured build/bench_ranks_pinned.json
 	$(PY) -m rec_sdk.distribute.launch --ps 0 --workers 2 -- $(PY) benchmarks/rank_overlap.py
 	$(PY) benchmarks/bench_pipeline.py
 	$(PY) benchmarks/bench_checkpoint.py

@@ -14,7 +14,16 @@ data, 26 tables) at a global batch of 2,048: samples/s of training over N ranks 
 process.
 
     .venv/bin/python benchmarks/bench_ranks.py [--ranks 2,4] [--steps 30] [--dlrm-steps 150]
-        [--json OUT] [--netns RATE [--per-host L]]
+        [--json OUT] [--netns RATE [--per-host L]] [--pinned [--rounds R]] [--stages]
+
+--pinned: weak scaling with one core per rank: rank i pinned to core i (taskset; TensorFlow's
+pools sized to it by rec_sdk.distribute.pinned_config), one process pinned to core 0; each
+rank trains a whole batch of the table workload (65,536 keys; rank r of N takes batch
+s * N + r at step s) and DLRM at 1,024 samples per rank; efficiency = global keys (samples)
+per second / (N x one process's). One process and N ranks are alternated --rounds times
+(default 3) and the medians reported. --stages: rank 0 traces 5 steps and reports the CPU of
+each stage of the step (the exchange's name scopes; each collective's span apart: mostly
+waiting) and the process's CPU per step beside its wall time.
 
 --json OUT writes the figures for benchmarks/rank_model.py. --netns RATE (root, Linux): the
 table workload's ranks run in network namespaces of their own, joined by veth pairs to a
@@ -358,6 +367,19 @@ def _weak_unique(ranks, args):
     )
 
 
+def _median_result(results):
+    """table_steps results of several rounds -> one, each figure the rounds' median."""
+    out = dict(results[0])
+    for key in ("ms", "cpu_ms", "bytes"):
+        out[key] = float(np.median([r[key] for r in results]))
+    if results[0].get("stages") is not None:
+        names = set().union(*(r["stages"] for r in results))
+        out["stages"] = {
+            name: float(np.median([r["stages"].get(name, 0.0) for r in results])) for name in names
+        }
+    return out
+
+
 def _print_stages(results):
     """The stage table: {label: table_steps result with "stages"} side by side."""
     labels = list(results)
@@ -394,6 +416,9 @@ def main():
         help="weak scaling: rank i pinned to core i, each rank a whole batch",
     )
     parser.add_argument("--stages", action="store_true", help="the CPU of each stage")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="--pinned: rounds of 1 process and N ranks"
+    )
     parser.add_argument("--json", help="write the figures here (for rank_model.py)")
     parser.add_argument("--netns", help="rate of each rank's veth (tc tbf), e.g. 1gbit")
     parser.add_argument(
@@ -431,19 +456,50 @@ def main():
     one = None
     figures = {
         "machine": {"cores": os.cpu_count(), "tensorflow": tf.__version__},
-        "table": {"batch": BATCH, "unique": unique, "dim": DIM, "ms": {}, "bytes": {}},
-        "dlrm": {"batch": DLRM_BATCH, "samples_per_s": {}},
+        "table": {
+            "batch": BATCH,
+            "unique": unique,
+            "dim": DIM,
+            "ms": {},
+            "cpu_ms": {},
+            "bytes": {},
+            "stages": {},
+        },
+        "dlrm": {"batch": DLRM_BATCH, "pinned_batch": DLRM_PINNED_BATCH, "samples_per_s": {}},
         "netns": args.netns,
         "pinned": args.pinned,
     }
     stages = {}
+    measured = {}  # pinned: {n: the median of --rounds rounds}
     if not args.no_table:
-        one = json.loads(
-            _run(
-                (_pin(0) if args.pinned else []) + _worker_command(args),
-                dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
-            ).splitlines()[-1]
-        )
+        ones, rounds = [], {n: [] for n in counts}
+        # Pinned: one process and N ranks alternated --rounds times (this machine's speed
+        # drifts within minutes: each round's ratio is of figures taken seconds apart).
+        for _ in range(args.rounds if args.pinned else 1):
+            ones.append(
+                json.loads(
+                    _run(
+                        (_pin(0) if args.pinned else []) + _worker_command(args),
+                        dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+                    ).splitlines()[-1]
+                )
+            )
+            for n in counts if args.pinned else []:
+                rounds[n].append(_table_over_ranks(n, args))
+        if args.pinned and args.rounds > 1:
+            for n in counts:
+                print(
+                    "%d ranks, each round's efficiency: %s"
+                    % (
+                        n,
+                        ", ".join(
+                            "%.2f (%.2f / %.2f ms)" % (o["ms"] / g["ms"], o["ms"], g["ms"])
+                            for o, g in zip(ones, rounds[n])
+                        ),
+                    )
+                )
+        one = _median_result(ones)
+        measured = {n: _median_result(got) for n, got in rounds.items() if got}
         stages["1 process"] = one
     if one is not None:
         print(
@@ -456,12 +512,13 @@ def main():
         )
         print("|---|---|---|---|---|")
         print("| 1 | %.2f | 1.00x | - | - |" % one["ms"])
-        figures["table"]["ms"][1] = one["ms"]
+        figures["table"]["ms"][1], figures["table"]["cpu_ms"][1] = one["ms"], one["cpu_ms"]
+        figures["table"]["stages"][1] = one.get("stages")
     if args.per_host > 1 and (not args.netns or any(n % args.per_host for n in counts)):
         parser.error("--per-host needs --netns and rank counts it divides")
     for n in counts if one is not None else []:
         for dedup in (False, True) if args.per_host > 1 else (False,):
-            got = _table_over_ranks(n, args, dedup)
+            got = measured[n] if n in measured else _table_over_ranks(n, args, dedup)
             label = "%d%s" % (
                 n,
                 (" (%d hosts, %s)" % (n // args.per_host, "per-host dedup" if dedup else "direct"))
@@ -470,6 +527,8 @@ def main():
             )
             if not dedup:
                 figures["table"]["ms"][n], figures["table"]["bytes"][n] = (got["ms"], got["bytes"])
+                figures["table"]["cpu_ms"][n] = got["cpu_ms"]
+                figures["table"]["stages"][n] = got.get("stages")
                 stages["%d ranks" % n] = got
             else:
                 figures["table"].setdefault("host_dedup", {})[n] = got
@@ -497,14 +556,25 @@ def main():
         print("\nDLRM (26 tables, %s):\n" % batch)
         print("| processes | samples/s | %s |" % ("efficiency" if args.pinned else "vs 1 process"))
         print("|---|---|---|")
-        base = _dlrm_samples_per_s(1, args.dlrm_steps, args.pinned)
+        # Pinned: one process and N ranks alternated --rounds times, the medians reported.
+        bases, rates = [], {n: [] for n in counts}
+        for _ in range(args.rounds if args.pinned else 1):
+            bases.append(_dlrm_samples_per_s(1, args.dlrm_steps, args.pinned))
+            for n in counts:
+                rates[n].append(_dlrm_samples_per_s(n, args.dlrm_steps, args.pinned))
+        base = float(np.median(bases))
         print("| 1 | %.0f | 1.00x |" % base, flush=True)
         figures["dlrm"]["samples_per_s"][1] = base
         for n in counts:
-            rate = _dlrm_samples_per_s(n, args.dlrm_steps, args.pinned)
+            rate = float(np.median(rates[n]))
             figures["dlrm"]["samples_per_s"][n] = rate
             share = rate / (base * n) if args.pinned else rate / base
             print("| %d | %.0f | %.2fx |" % (n, rate, share), flush=True)
+            if len(bases) > 1:
+                print(
+                    "\n%d ranks, each round's efficiency: %s\n"
+                    % (n, ", ".join("%.2f" % (r / (b * n)) for b, r in zip(bases, rates[n])))
+                )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(figures, f, indent=1)

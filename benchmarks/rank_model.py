@@ -3,7 +3,7 @@ against bench_ranks.py's figures on this machine and used to predict 8, 32 and 1
 
 Per step and rank it computes, from the workload's real keys (each rank's slice of the
 global batch, deduplicated per table, sent to owner abs(key % N)):
-  * the bytes each rank sends: the needs all-gather, the keys all-to-all (a header of T
+  * the bytes each rank sends: the step headers' all-gather, the keys all-to-all (a header of T
     counts and the parts padded to the batch's size class: one class above the largest
     pair count of the steps, as the hint of rec_sdk.distribute.ranks holds it), the rows (dim + 1
     floats per key) and the gradients (dim floats) in the same class, and for DLRM the dense
@@ -26,6 +26,14 @@ Hot keys: what a cache of the hottest rows on every rank, or a per-host dedup, w
     .venv/bin/python benchmarks/rank_model.py --measured FIGURES.json [--gbps 25]
 
 FIGURES.json: `bench_ranks.py --ranks 2,3,4 --json FIGURES.json`.
+
+Pinned figures (`bench_ranks.py --pinned --stages --ranks 2 --json FIGURES.json`: one core
+per rank, a whole batch per rank) calibrate the cluster form directly on a rank's own
+measured split (pinned): its CPU beyond one process's is per byte it sends (the exchange's
+packing, gRPC's framing and copies), its wall time beyond its CPU is per collective stage
+(waiting for the other rank's part of each stage). That reproduces 2 ranks by construction
+(this machine has no third core to check it on); DLRM at 2 ranks is then predicted with the
+table's constants and compared with its measured pinned efficiency.
 """
 
 import argparse
@@ -40,6 +48,7 @@ from bench_table import BATCH, DIM, zipf_batches  # noqa: E402
 from rec_sdk.ops.table_ops import size_class_of, size_class_rows  # noqa: E402
 
 DLRM_TABLES, DLRM_DIM, DLRM_DENSE = 26, 16, 13
+HEADER_BYTES = 64  # a rank's step header (tf_ops/core/step_header.h: 8 int64)
 
 
 def table_batches(steps, batch):
@@ -85,7 +94,7 @@ def exchange(batches, ranks, dim, dense_params=0):
     per_dest = (cap + tables) * key_width * 8 + cap * (dim + 1) * 4 + cap * dim * 4
     for counts, pairs in steps:
         exact = counts.sum(1) - np.diag(counts)  # keys each rank sends to others
-        sent.append((ranks - 1) * per_dest + (ranks - 1) * 8)
+        sent.append((ranks - 1) * per_dest + (ranks - 1) * HEADER_BYTES)
         owned.append(
             int(np.bincount(np.abs(np.fmod(pairs & ((1 << 40) - 1), ranks)), minlength=ranks).max())
         )
@@ -200,6 +209,49 @@ def _cluster_ms(t1, ex, k, ranks, gbps, rtt_us):
     return t1 / ranks + ex["stages"] * (k[0] + rtt_us / 1e3) + k[1] * ex["bytes"] + wire
 
 
+def pinned(measured, args, make_dlrm, dense):
+    """The pinned calibration (see the module doc) and its predictions for 8-128 ranks, per-rank
+    batch fixed, one rank per machine."""
+    table = measured["table"]
+    n = max(int(k) for k in table["ms"])
+    t1, wall, cpu = table["ms"]["1"], table["ms"][str(n)], table["cpu_ms"][str(n)]
+    ex = exchange(table_batches(args.steps, BATCH * n), n, DIM)
+    per_byte = max(0.0, cpu - t1) / ex["bytes"]
+    stage = max(0.0, wall - cpu) / ex["stages"]
+    print(
+        "Pinned: %d ranks, one core each, %d keys per rank: one process %.2f ms; a rank %.2f ms "
+        "(CPU %.2f ms, %.0f KB sent): %.2f ns per byte sent, %.2f ms waiting per collective "
+        "stage (%d stages)\n"
+        % (n, BATCH, t1, wall, cpu, ex["bytes"] / 1e3, per_byte * 1e6, stage, ex["stages"])
+    )
+    rate = {int(k): v for k, v in measured["dlrm"]["samples_per_s"].items()}
+    batch = measured["dlrm"].get("pinned_batch", 1024)
+    workloads = [("table", lambda r: table_batches(args.steps, BATCH * r), DIM, 0, BATCH, t1)]
+    if 1 in rate:
+        workloads.append(
+            ("dlrm", lambda r: make_dlrm(args.steps, batch * r), DLRM_DIM, dense, batch,
+             batch / rate[1] * 1e3)
+        )  # fmt: skip
+    print("| workload | ranks | bytes/rank/step | step ms | wire ms | efficiency | measured |")
+    print("|---|---|---|---|---|---|---|")
+    for name, make, dim, dense_params, per_rank, one in workloads:
+        for ranks in (n, 8, 32, 128):
+            e = exchange(make(ranks), ranks, dim, dense_params)
+            wire = e["bytes"] * 8 / (args.gbps * 1e9) * 1e3 if ranks > n else 0.0
+            rtt = args.rtt_us / 1e3 if ranks > n else 0.0
+            step = one + e["stages"] * (stage + rtt) + per_byte * e["bytes"] + wire
+            got = "-"
+            if ranks == n and name == "table":
+                got = "%.2f" % (t1 / wall)
+            elif ranks == n and ranks in rate:
+                got = "%.2f" % (rate[ranks] / (rate[1] * ranks))
+            print(
+                "| %s (%d per rank) | %d | %.0f KB | %.2f | %.2f | %.2f | %s |"
+                % (name, per_rank, ranks, e["bytes"] / 1e3, step, wire, one / step, got)
+            )
+    print()
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--measured", required=True, help="bench_ranks.py --json output")
@@ -209,10 +261,6 @@ def main():
     args = parser.parse_args()
     with open(args.measured) as f:
         measured = json.load(f)
-    table_ms = {int(n): v for n, v in measured["table"]["ms"].items()}
-    table_bytes = {int(n): v for n, v in measured["table"]["bytes"].items()}
-    dlrm_rate = {int(n): v for n, v in measured["dlrm"]["samples_per_s"].items()}
-    dlrm_batch = measured["dlrm"]["batch"]
     dense = (
         DLRM_DENSE * 64
         + 64
@@ -225,6 +273,13 @@ def main():
         + 128
         + 1
     )
+    if measured.get("pinned"):
+        pinned(measured, args, dlrm_batches, dense)
+        return
+    table_ms = {int(n): v for n, v in measured["table"]["ms"].items()}
+    table_bytes = {int(n): v for n, v in measured["table"]["bytes"].items()}
+    dlrm_rate = {int(n): v for n, v in measured["dlrm"]["samples_per_s"].items()}
+    dlrm_batch = measured["dlrm"]["batch"]
     workloads = {
         "table": (lambda n, batch: table_batches(args.steps, batch), DIM, 0, BATCH, table_ms),
         "dlrm": (
