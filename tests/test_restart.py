@@ -6,10 +6,13 @@ run restored from that checkpoint does."""
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -101,3 +104,34 @@ def test_launch_gives_up_after_its_restarts_with_the_failing_code():
     assert "restart 2 of 2" in output and "no restart left (--max-restarts 2)" in output, output
     code, output = _launch("--max-restarts", -1, "--", "true", timeout=60)
     assert code == 2 and "--max-restarts must be >= 0" in output, output
+
+
+def test_a_launch_stopped_by_sigterm_stops_every_task_it_started(tmp_path):
+    """SIGTERM to launch (a scheduler stopping the job): it exits with 128 + 15 and no worker
+    or ps task it started is left running."""
+    pids = tmp_path / "pids"
+    launch = subprocess.Popen(
+        [sys.executable, "-m", "rec_sdk.distribute.launch", "--ps", "1", "--workers", "2",
+         "--max-restarts", "3", "--", sys.executable, "-c",
+         "import os, time; open(%r, 'a').write('%%d\\n' %% os.getpid()); time.sleep(300)"
+         % str(pids)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (
+            not pids.exists() or len(pids.read_text().split()) < 2
+        ):
+            time.sleep(0.2)
+        workers = [int(p) for p in pids.read_text().split()]
+        assert len(workers) == 2
+        launch.send_signal(signal.SIGTERM)
+        output = launch.communicate(timeout=60)[0]
+    finally:
+        if launch.poll() is None:
+            launch.kill()
+            launch.communicate()
+    assert launch.returncode == 128 + signal.SIGTERM, output
+    for pid in workers:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)

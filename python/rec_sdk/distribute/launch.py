@@ -177,6 +177,9 @@ def main(argv=None):
             "--ps and --max-restarts must be >= 0 and --workers >= 1, got %d, %d and %d"
             % (args.ps, args.max_restarts, args.workers)
         )
+    # Stopped by SIGTERM (a job scheduler, a terminal closing), the launch still stops every
+    # task it started (SystemExit runs the cleanup; the default action would orphan them).
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     return launch(argv[split + 1 :], args.ps, args.workers, max_restarts=args.max_restarts)
 
 
