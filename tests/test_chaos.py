@@ -2,8 +2,9 @@
 with two optimizers from tf.data, evaluating and saving between training steps
 (tests/distribute/chaos_worker.py), with one fault at a step and phase: a SIGKILL, a SIGSTOP
 longer than the watchdog's bound or shorter, a rank sleeping longer than the bound (slow
-but alive), leaving early, failing, running extra steps, running out of input, or evaluating
-where the others train. Every trial must end
+but alive), leaving early, failing, running extra steps, running out of input, evaluating
+where the others train, or running only part of their step (the loss, one optimizer). Every
+trial must end
 with every rank's exit within the bound (no hang: the harness never retries) and the error
 naming the cause on the ranks it stopped; a short SIGSTOP, a slow rank and the end of one
 rank's input stop no rank with an error (the ranks waiting for the slow one log what it
@@ -34,6 +35,8 @@ PHASES = {
     "extra": ("train",),
     "uneven": ("train",),
     "phase": ("train",),
+    "loss": ("train",),
+    "optimizer": ("train",),
 }
 
 
@@ -115,6 +118,10 @@ def run_trial(tmp_path, ranks, kind, fault_rank, step, phase):
     elif kind == "phase":
         assert all(c != 0 for c in codes), full
         assert all("the ranks run different phases" in t for t in texts), full
+    elif kind in ("loss", "optimizer"):  # the same lookups, another rest of the step
+        assert all(c != 0 for c in codes), full
+        words = "the ranks run different batches of lookups or collectives"
+        assert all(words in t for t in texts), full
     elif kind in ("leave", "error"):
         assert (codes[fault_rank] == 0) == (kind == "leave"), full
         for r in others:
@@ -150,6 +157,8 @@ QUICK = [
     (2, "extra", 1, 0, "train"),
     (3, "uneven", 1, 5, "train"),
     (2, "phase", 0, 4, "train"),
+    (2, "loss", 1, 3, "train"),
+    (3, "optimizer", 0, 2, "train"),
     (3, "kill", 2, 7, "save"),  # after the last step: rank 0's closing save
 ]
 

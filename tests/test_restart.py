@@ -102,19 +102,26 @@ def test_launch_gives_up_after_its_restarts_with_the_failing_code():
     for k in range(3):
         assert "[worker 0] restart %d" % k in output, output
     assert "restart 2 of 2" in output and "no restart left (--max-restarts 2)" in output, output
+    code, output = _launch(
+        "--ps", 0, "--workers", 1, "--", sys.executable, "-c",
+        "import os, signal; os.kill(os.getpid(), signal.SIGKILL)", timeout=120,
+    )  # fmt: skip
+    assert code == 128 + signal.SIGKILL, output  # as a shell reports a killed command
     code, output = _launch("--max-restarts", -1, "--", "true", timeout=60)
     assert code == 2 and "--max-restarts must be >= 0" in output, output
 
 
-def test_a_launch_stopped_by_sigterm_stops_every_task_it_started(tmp_path):
-    """SIGTERM to launch (a scheduler stopping the job): it exits with 128 + 15 and no worker
-    or ps task it started is left running."""
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_a_launch_stopped_by_a_signal_stops_every_task_and_what_it_started(tmp_path, signum):
+    """SIGTERM (a scheduler stopping the job) or SIGHUP (its terminal closing) to launch: it
+    exits with 128 + the signal and nothing it started is left running, the processes a
+    wrapped worker command started (`sh -c 'python ...'`) included."""
     pids = tmp_path / "pids"
     launch = subprocess.Popen(
         [sys.executable, "-m", "rec_sdk.distribute.launch", "--ps", "1", "--workers", "2",
-         "--max-restarts", "3", "--", sys.executable, "-c",
-         "import os, time; open(%r, 'a').write('%%d\\n' %% os.getpid()); time.sleep(300)"
-         % str(pids)],
+         "--max-restarts", "3", "--", "sh", "-c",
+         "%s -c \"import os, time; open('%s', 'a').write('%%d\\n' %% os.getpid()); "
+         "time.sleep(300)\"; true" % (sys.executable, pids)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     try:
@@ -125,13 +132,23 @@ def test_a_launch_stopped_by_sigterm_stops_every_task_it_started(tmp_path):
             time.sleep(0.2)
         workers = [int(p) for p in pids.read_text().split()]
         assert len(workers) == 2
-        launch.send_signal(signal.SIGTERM)
+        launch.send_signal(signum)
         output = launch.communicate(timeout=60)[0]
     finally:
         if launch.poll() is None:
             launch.kill()
             launch.communicate()
-    assert launch.returncode == 128 + signal.SIGTERM, output
-    for pid in workers:
-        with pytest.raises(ProcessLookupError):
-            os.kill(pid, 0)
+    assert launch.returncode == 128 + signum, output
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_running(pid) for pid in workers):
+        time.sleep(0.1)
+    assert not [pid for pid in workers if _running(pid)], output
+
+
+def _running(pid):
+    """Whether process `pid` exists and is not a zombie (an orphan's zombie waits for init)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

@@ -134,9 +134,29 @@ def test_a_plan_is_the_batches_a_runs_fetches_reach_in_build_order():
         both = tf.group(ops[3], ops[1])
         peers = ["/job:worker/replica:0/task:1/"]
         found, touches = headers_module._reached(graph, [both], [], peers)
-        assert found.tolist() == [1, 3] and not touches
+        assert found.tolist() == [1, 3, -1] and not touches  # -1: no other collective
         found, touches = headers_module._reached(graph, [remote], [], peers)
-        assert found.tolist() == [2] and touches
+        assert found.tolist() == [2, -1] and touches
         assert headers_module._reached(graph, [plan], [], peers) == (None, False)
         # A fed tensor cuts the walk: its producer does not run.
         assert headers_module._reached(graph, [remote], [ops[2]], peers) == (None, True)
+        # The other collectives a run reaches name its last entry: runs that share the
+        # lookups but reduce other tensors get other plans (and digests).
+        reduced = [
+            tf.raw_ops.CollectiveReduceV2(
+                input=tf.cast(ops[1][0], tf.float32) * scale,
+                group_size=2,
+                group_key=1,
+                instance_key=100 + i,
+                ordering_token=[],
+                merge_op="Add",
+                final_op="Id",
+                name="reduce%d" % i,
+            )
+            for i, scale in enumerate((1.0, 2.0))
+        ]
+        plans = [headers_module._reached(graph, [r], [], peers)[0].tolist() for r in reduced]
+        assert plans[0][:1] == plans[1][:1] == [1] and plans[0][1] < -1 and plans[1][1] < -1
+        assert plans[0] != plans[1]
+        again = headers_module._reached(graph, [reduced[0]], [], peers)[0].tolist()
+        assert again == plans[0]

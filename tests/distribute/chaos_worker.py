@@ -10,7 +10,9 @@ KIND: none; kill (SIGKILL itself); stop_long / stop_short (SIGSTOP itself, a hel
 SIGCONT after --stop-seconds); slow (sleeps --stop-seconds: a stalled input or a long save,
 alive all along); leave (closes its session before step K); extra (runs two
 steps more than the others); uneven (its input ends before step K); phase (evaluates where
-the others train step K); error (raises before step K). The fault fires before the step's
+the others train step K); loss (runs only the loss, the forward exchange included, where
+the others train step K); optimizer (runs one optimizer of the two where the others train
+step K); error (raises before step K). The fault fires before the step's
 training run (phase train), before its evaluation (eval), or after its save (save; rank 0
 saves). Prints "FAULT <kind> <time.time()>" when it fires, "TRAINED <steps>" at the end.
 """
@@ -94,12 +96,15 @@ def main():
     dense = tf.compat.v1.get_variable("dense", [4], initializer=tf.compat.v1.ones_initializer())
     loss = tf.add_n([tf.reduce_sum(tf.square(e * dense)) for e in embs])
     (grad,) = dist.all_reduce_many(tf.gradients(loss, [dense]), "mean")
+    first = create_hash_optimizer_by_address(learning_rate=0.05).minimize(loss, var_list=tables[:1])
     train = tf.group(
-        create_hash_optimizer_by_address(learning_rate=0.05).minimize(loss, var_list=tables[:1]),
+        first,
         create_hash_optimizer_by_addr(learning_rate=0.1).minimize(loss, var_list=tables[1:]),
         tf.compat.v1.assign_sub(dense, 0.01 * grad),
         tf.compat.v1.train.get_or_create_global_step().assign_add(1),
     )
+    # What a rank with the "loss" or "optimizer" fault runs instead of `train`.
+    partial = {"loss": loss, "optimizer": first}
     eval_keys = tf.constant(np.arange(-10, 30, dtype=np.int64)[rank::ranks])
     evaluate = [
         sparse_lookup(t, eval_keys, is_train=False, name="eval%d" % i) for i, t in enumerate(tables)
@@ -126,10 +131,17 @@ def main():
             if here and args.fault == "leave":
                 print("FAULT leave %.3f" % time.time(), flush=True)
                 break
-            if here and args.fault_phase == "train" and args.fault not in ("extra", "uneven"):
+            if (
+                here
+                and args.fault_phase == "train"
+                and args.fault not in ("extra", "uneven", *partial)
+            ):
                 fault(args.fault, args.stop_seconds)
             if here and args.fault == "phase":
                 sess.run(evaluate)
+            elif here and args.fault in partial:
+                print("FAULT %s %.3f" % (args.fault, time.time()), flush=True)
+                sess.run(partial[args.fault])
             else:
                 sess.run(train)
                 trained += 1

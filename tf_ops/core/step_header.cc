@@ -128,8 +128,9 @@ Status CheckHeaders(const int64_t* rows, int ranks, int64_t* need) {
         const char* what = field == kHeaderRestart ? "restarts (start every rank again together)"
                            : field == kHeaderStep  ? "steps"
                            : field == kHeaderPhase ? "phases"
-                                                   : "batches of lookups (every rank must build "
-                                                     "the same graph and run the same fetches)";
+                                                   : "batches of lookups or collectives (every "
+                                                     "rank must build the same graph and run "
+                                                     "the same fetches)";
         return Status::FailedPrecondition(std::string("the ranks run different ") + what + ": " +
                                           each);
       }

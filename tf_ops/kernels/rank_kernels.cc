@@ -283,6 +283,8 @@ class RankRouteKeysOp : public OpKernel {
  public:
   explicit RankRouteKeysOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("parts", &parts_));
+    OP_REQUIRES(ctx, parts_ <= std::numeric_limits<int32_t>::max(),
+                tensorflow::errors::InvalidArgument("parts must be at most 2^31-1, got ", parts_));
   }
 
   void Compute(OpKernelContext* ctx) override {
@@ -317,6 +319,8 @@ class RankFillPartsOp : public OpKernel {
  public:
   explicit RankFillPartsOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("parts", &parts_));
+    OP_REQUIRES(ctx, parts_ <= std::numeric_limits<int32_t>::max(),
+                tensorflow::errors::InvalidArgument("parts must be at most 2^31-1, got ", parts_));
   }
 
   void Compute(OpKernelContext* ctx) override {
@@ -350,9 +354,12 @@ class RankFillPartsOp : public OpKernel {
     OP_REQUIRES(ctx, rows >= 0,
                 tensorflow::errors::InvalidArgument("cap must be >= 0, got ", rows));
     const int64_t head_rows = head.dim_size(1);
+    // BuildTensorShape fails on a shape whose size overflows (TensorShape's constructor
+    // would abort the process).
+    TensorShape shape;
+    OP_REQUIRES_OK(ctx, TensorShape::BuildTensorShape({parts_, head_rows + rows, width}, &shape));
     Tensor* out;
-    OP_REQUIRES_OK(ctx,
-                   ctx->allocate_output(0, TensorShape({parts_, head_rows + rows, width}), &out));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, shape, &out));
     const bool taken = take.NumElements() > 0;
     OP_REQUIRES_OK(
         ctx, ToTfStatus(FillParts<T>(values.flat<T>().data(), values.dim_size(0), width,

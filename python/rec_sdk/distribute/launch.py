@@ -8,7 +8,10 @@ Worker i runs the command with TF_CONFIG {"cluster": ..., "task": {"type": "work
 "index": i}} (worker 0 is the chief: `rec_sdk.distribute.current_task().task_index == 0`).
 Every output line is prefixed with its task ("[worker 1] ..."). The launch ends when every
 worker has exited (or one failed: the others are stopped), stops the ps tasks and exits with
-the first failing worker's code, else 0. On several machines, start the same processes by
+the first failing worker's code (128 + N when signal N killed it), else 0. Each task runs in
+a process group of its own, stopped whole (SIGTERM, then SIGKILL after 20 s), so what a task
+started stops with it; the launch stopped by SIGTERM, SIGHUP or Ctrl-C stops every task
+first. On several machines, start the same processes by
 hand with TF_CONFIG naming the real hosts (see docs/DISTRIBUTED.md).
 
 With `--max-restarts N`, a failed worker (any exit code but 0, a signal included) makes the
@@ -70,30 +73,46 @@ def _start(command, cluster, job, index, out, restart):
         TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": job, "index": index}}),
     )
     env[RESTART_ENV] = str(restart)
+    # Each task in a process group of its own: stopping it stops what it started too (a
+    # wrapped command: `bash -c`, a launcher script).
     process = subprocess.Popen(
-        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        command,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
     )
     threading.Thread(target=_pump, args=(process, "%s %d" % (job, index), out), daemon=True).start()
     return process
 
 
+def _signal_group(process, signum):
+    """Sends `signum` to the task's process group (the task and what it started)."""
+    try:
+        os.killpg(process.pid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass  # the group has no process left
+
+
 def _stop(processes):
-    """SIGTERM to every process still running, SIGKILL to those still running STOP_GRACE_S
-    later; waits for all."""
+    """SIGTERM to every task still running (its process group), SIGKILL to those still
+    running STOP_GRACE_S later; waits for all."""
     for process in processes:
         if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
+            _signal_group(process, signal.SIGTERM)
     deadline = time.monotonic() + STOP_GRACE_S
     for process in processes:
         try:
             process.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            process.kill()
+            _signal_group(process, signal.SIGKILL)
             process.wait()
 
 
 def _run_once(command, num_ps, num_workers, out, restart):
-    """Starts the cluster once -> (exit code, index of the first failed worker or None)."""
+    """Starts the cluster once -> (exit code: -N when signal N killed the worker, index of the
+    first failed worker or None)."""
     cluster = local_cluster(num_ps, num_workers)
     ps = [
         _start([sys.executable, "-m", "rec_sdk.distribute.server"], cluster, "ps", i, out, restart)
@@ -116,15 +135,15 @@ def _run_once(command, num_ps, num_workers, out, restart):
         return 0, None
     finally:
         for process in ps + workers:
-            if process.poll() is None:
-                process.kill()
+            _signal_group(process, signal.SIGKILL)  # also what an exited task left running
             process.wait()
 
 
 def launch(command, num_ps=2, num_workers=2, out=None, max_restarts=0):
     """Runs `command` (a list) as num_workers workers beside num_ps ps tasks, starting them
     all again (at most max_restarts times) when a worker fails; returns the exit code (0 when
-    every worker of the last start succeeded, else the first failed worker's code)."""
+    every worker of the last start succeeded, else the first failed worker's code: 128 + N
+    when signal N killed it)."""
     if not command:
         raise ValueError("command is empty: give the worker's command after --")
     if max_restarts < 0:
@@ -139,6 +158,7 @@ def launch(command, num_ps=2, num_workers=2, out=None, max_restarts=0):
             "was killed by signal %d" % -code if code < 0 else "exited with code %d" % code,
         )
         if restart == max_restarts:
+            code = 128 - code if code < 0 else code  # killed by signal N: 128 + N, as shells say
             if max_restarts:
                 out.write(
                     "[launch] %s; no restart left (--max-restarts %d)\n" % (what, max_restarts)
@@ -177,9 +197,11 @@ def main(argv=None):
             "--ps and --max-restarts must be >= 0 and --workers >= 1, got %d, %d and %d"
             % (args.ps, args.max_restarts, args.workers)
         )
-    # Stopped by SIGTERM (a job scheduler, a terminal closing), the launch still stops every
-    # task it started (SystemExit runs the cleanup; the default action would orphan them).
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    # Stopped by SIGTERM (a job scheduler) or SIGHUP (its terminal closed), the launch still
+    # stops every task it started (SystemExit runs the cleanup; the default action would
+    # orphan them). SIGINT (Ctrl-C) does it through KeyboardInterrupt.
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, lambda number, frame: sys.exit(128 + number))
     return launch(argv[split + 1 :], args.ps, args.workers, max_restarts=args.max_restarts)
 
 

@@ -1,7 +1,8 @@
 """The steps' headers: what keeps ranks from waiting for each other forever.
 
 The first collective of every batch of lookups is its header: each rank's step number,
-phase (train or eval), restart id, the step's plan (the batches it exchanges, in order) and
+phase (train or eval), restart id, the step's plan (the batches it exchanges, in order, and
+the other collectives it runs) and
 the batch's need (its largest count of keys for one rank), gathered over every rank and
 checked alike by each (tf_ops/core/step_header.h). The headers of every graph share one
 collective instance key per position in a plan, so ranks that run different steps, phases,
@@ -28,6 +29,7 @@ import re
 import sys
 import threading
 import weakref
+import zlib
 
 import numpy as np
 import tensorflow as tf
@@ -42,6 +44,8 @@ from rec_sdk.ops import loader, table_ops
 RESTART_ENV = "REC_SDK_RESTART"  # the restart id rec_sdk.distribute.launch gives each rank
 LEAVE_TIMEOUT_ENV = "REC_SDK_RANK_LEAVE_TIMEOUT_S"
 _HEADER_OP = "RankStepHeader"
+# Collectives whose op names are the same on every rank (broadcasts are not: rank 0 sends).
+_OTHER_COLLECTIVES = re.compile(r"Collective(AllToAll|Reduce|Gather)")
 _FROM_HEADERS = re.compile(r"rank_check_headers")
 
 
@@ -108,11 +112,12 @@ class StepHeaders:
 
     def describe(self, plan):
         """What a run of `plan` is, for the watchdog's messages."""
-        train = any(self.phases.get(int(b)) == table_ops.PHASE_TRAIN for b in plan)
+        batches = [int(b) for b in plan if b > 0]  # the last entry names other collectives
+        train = any(self.phases.get(b) == table_ops.PHASE_TRAIN for b in batches)
         return "%s step over ranks (%d batch%s of lookups)" % (
             "a training" if train else "an evaluation",
-            len(plan),
-            "" if len(plan) == 1 else "es",
+            len(batches),
+            "" if len(batches) == 1 else "es",
         )
 
     def plan_of(self, graph, fetches, feed_dict):
@@ -199,9 +204,12 @@ def _elements(graph, leaves):
 
 
 def _reached(graph, fetches, fed, peer_tasks):
+    """(the plan: the header batches `fetches` reach in build order, then one negative entry
+    naming the other collectives they reach, or None when they reach no header; whether they
+    reach an op of a peer's task)."""
     fed_names = {t.name for t in _elements(graph, fed) if isinstance(t, tf.Tensor)}
     todo = [x if isinstance(x, tf.Operation) else x.op for x in _elements(graph, fetches)]
-    seen, batches, remote = set(), [], False
+    seen, batches, collectives, remote = set(), [], [], False
     while todo:
         op = todo.pop()
         if op.name in seen:
@@ -209,17 +217,24 @@ def _reached(graph, fetches, fed, peer_tasks):
         seen.add(op.name)
         if op.type.endswith(_HEADER_OP):
             batches.append(op.get_attr("batch"))
+        elif _OTHER_COLLECTIVES.match(op.type):
+            collectives.append(op.name)
         remote = remote or any(task in op.device for task in peer_tasks)
         todo.extend(t.op for t in op.inputs if t.name not in fed_names)
         todo.extend(op.control_inputs)
     if not batches:
         return None, remote
-    if len(batches) > table_ops.MAX_PLAN_POSITIONS:
+    if len(batches) >= table_ops.MAX_PLAN_POSITIONS:
         raise ValueError(
             "a session run exchanges %d batches of lookups over ranks; at most %d are allowed "
-            "in one run" % (len(batches), table_ops.MAX_PLAN_POSITIONS)
+            "in one run" % (len(batches), table_ops.MAX_PLAN_POSITIONS - 1)
         )
-    return np.array(sorted(batches), np.int64), remote
+    # The collectives besides the headers (the gradients' all-to-alls, dense all-reduces)
+    # enter the plan's digest: ranks whose runs share the lookups but not the rest of the
+    # step (one trains, another only computes the loss; each applies another optimizer) fail
+    # at the header instead of waiting in a collective the other never runs.
+    named = zlib.crc32("\n".join(sorted(collectives)).encode()) if collectives else 0
+    return np.array(sorted(batches) + [-1 - named], np.int64), remote
 
 
 def headers_of(graph, ranks=None):
