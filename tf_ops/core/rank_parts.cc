@@ -52,6 +52,7 @@ Status FillParts(const T* values, int64_t num_values, int64_t width, const int32
     }
   }
   const int64_t part_rows = head_rows + cap;
+  if (part_rows == 0 || width == 0) return Status::Ok();  // an empty output: nothing to write
   const size_t row_bytes = static_cast<size_t>(width) * sizeof(T);
   for (int32_t d = 0; d < parts; ++d) {
     T* part = out + d * part_rows * width;
