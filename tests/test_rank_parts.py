@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from rec_sdk.ops import table_ops
+from rec_sdk.ops import rank_parts
 
 tf.compat.v1.disable_eager_execution()
 
@@ -48,7 +48,7 @@ def test_routing_and_parts_match_numpy(trial):
     dest_of_owner = rng.integers(0, parts, size=ranks).astype(np.int32)
     keys = rng.integers(-1000, 1000, size=int(rng.integers(0, 200))).astype(np.int64)
     keys = np.concatenate([keys, np.array([np.iinfo(np.int64).min, np.iinfo(np.int64).max])])
-    dest, within, per_dest = _run(table_ops.rank_route_keys(keys, dest_of_owner, parts))
+    dest, within, per_dest = _run(rank_parts.route_keys(keys, dest_of_owner, parts))
     want = _route(keys, dest_of_owner, parts)
     for got, expected in zip((dest, within, per_dest), want):
         np.testing.assert_array_equal(got, expected)
@@ -56,11 +56,11 @@ def test_routing_and_parts_match_numpy(trial):
     cap = int(max(per_dest) * (0.5 if trial % 2 else 1.5))
     head = rng.integers(0, 9, size=(parts, int(rng.integers(0, 3)), width)).astype(np.int64)
     values = rng.integers(-50, 50, size=(len(keys), width)).astype(np.int64)
-    got = _run(table_ops.rank_fill_parts(values, dest, within, cap, parts, head=head))
+    got = _run(rank_parts.fill_parts(values, dest, within, cap, parts, head=head))
     np.testing.assert_array_equal(got, _fill(values, dest, within, cap, parts, head, None))
     rows = rng.standard_normal((7, width)).astype(np.float32)
     take = rng.integers(0, 7, size=len(keys)).astype(np.int32)
-    got = _run(table_ops.rank_fill_parts(rows, dest, within, cap, parts, take=take))
+    got = _run(rank_parts.fill_parts(rows, dest, within, cap, parts, take=take))
     empty = np.zeros((parts, 0, width), np.float32)
     np.testing.assert_array_equal(got, _fill(rows, dest, within, cap, parts, empty, take))
 
@@ -74,7 +74,7 @@ def test_bad_input_is_an_invalid_argument_naming_it():
     take = tf.compat.v1.placeholder(tf.int32, [None])
     cap = tf.compat.v1.placeholder(tf.int32, [])
     head = tf.compat.v1.placeholder(tf.int64, [None, None, None])
-    filled = table_ops.rank_fill_parts(values, dest, within, cap, 2, head=head, take=take)
+    filled = rank_parts.fill_parts(values, dest, within, cap, 2, head=head, take=take)
     ok = {
         values: [[1], [2]],
         dest: [0, 1],
@@ -102,7 +102,7 @@ def test_bad_input_is_an_invalid_argument_naming_it():
             _run(filled, {**ok, **change})
     keys = tf.compat.v1.placeholder(tf.int64, [None])
     owners = tf.compat.v1.placeholder(tf.int32, [None])
-    routed = table_ops.rank_route_keys(keys, owners, 2)
+    routed = rank_parts.route_keys(keys, owners, 2)
     assert _run(routed, {keys: [3, -4], owners: [1, 0]})[0].tolist() == [0, 1]
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"dest_of_owner\[1\] is 2"):
         _run(routed, {keys: [3], owners: [0, 2]})

@@ -10,7 +10,7 @@ from rec_sdk.distribute.cluster import all_gather, all_to_all_in_class, next_ins
 from rec_sdk.distribute.ranks import input_end
 from rec_sdk.distribute.ranks.headers import checked_need
 from rec_sdk.distribute.ranks.placement import routes as placement_routes
-from rec_sdk.ops import table_ops
+from rec_sdk.ops import rank_parts, table_ops
 
 _ROWS_GRADIENT = "RecSdkRankRows"
 
@@ -162,7 +162,7 @@ def exchange_batch(lookups, level=0):
         count = tf.shape(packed, out_type=tf.int32)[0]
         # Each key's part (its owner's place in the route) and slot there, in one op.
         dest_of_owner = np.asarray(route.owner(np.arange(ranks.size)), np.int32)
-        dest, within, per_owner = table_ops.rank_route_keys(packed[:, 0], dest_of_owner, size)
+        dest, within, per_owner = rank_parts.route_keys(packed[:, 0], dest_of_owner, size)
         if segments == 1:
             segment = None
             position = tf.range(count)
@@ -259,7 +259,7 @@ def exchange_batch(lookups, level=0):
             rows, _ = table_ops.pack_rows([out["emb"] for out in local], dim, name="pack_rows")
             found = tf.concat([out["addresses"] for out in local], 0) >= 0
         # Each received key's row, in the part and slot the key came in (one op).
-        parts = table_ops.rank_fill_parts(
+        parts = rank_parts.fill_parts(
             tf.concat([rows, tf.cast(found, tf.float32)[:, tf.newaxis]], 1),
             valid_at // cap,
             valid_at % cap,
@@ -354,7 +354,7 @@ def _send_keys(packed, per_owner, dest, within, per_lookup, ranks, route, level,
     head = tf.pad(per_lookup[:, :, tf.newaxis], [[0, 0], [0, 0], [0, width - 1]])
 
     def part(cap):  # [N, T + cap, width]: each part's header, then its keys that fit in cap
-        return table_ops.rank_fill_parts(packed, dest, within, cap, size, head=head)
+        return rank_parts.fill_parts(packed, dest, within, cap, size, head=head)
 
     size_class, cap = table_ops.rank_size_class(hint)
     need = tf.cast(most, tf.int64)
@@ -428,7 +428,7 @@ def batch_gradients(batch, by_segment, pairs_out=True):
             previous = [] if batch.last_gradients is None else [batch.last_gradients]
             with tf.control_dependencies(previous):
                 received = all_to_all(
-                    table_ops.rank_fill_parts(packed, batch.dest, batch.within, batch.cap, size),
+                    rank_parts.fill_parts(packed, batch.dest, batch.within, batch.cap, size),
                     batch.size_class,
                     ranks.task,
                     route,
