@@ -21,6 +21,7 @@
 
 #include "tf_ops/core/checkpoint_files.h"
 #include "tf_ops/core/checkpoint_source.h"
+#include "tf_ops/core/rank_parts.h"
 
 namespace rec_sdk {
 namespace {
@@ -228,7 +229,7 @@ Status RestoreTableFiles(EmbeddingTable* table, const std::vector<std::string>& 
     }
   }
   auto mine = [&](int64_t key) {
-    return everything || std::llabs(key % options.rank_size) == options.rank_id;
+    return everything || OwnerOf(key, options.rank_size) == options.rank_id;
   };
   int64_t restored = 0;
   const int num_slots = info.num_slots;

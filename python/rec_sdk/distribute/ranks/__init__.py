@@ -57,6 +57,6 @@ from rec_sdk.distribute.ranks.batching import (  # noqa: F401
 )
 from rec_sdk.distribute.ranks.exchange import exchange_rows  # noqa: F401
 from rec_sdk.distribute.ranks.gradients import owner_gradients, split_table_gradient  # noqa: F401
-from rec_sdk.distribute.ranks.placement import owner_of, set_shards, shards_of  # noqa: F401
+from rec_sdk.distribute.ranks.placement import set_shards, shards_of  # noqa: F401
 from rec_sdk.distribute.ranks.routes import RANKS_PER_HOST_ENV, ranks_per_host  # noqa: F401
 from rec_sdk.distribute.ranks.sync import broadcast_variables, fence, managed_shards, step_done  # noqa: F401

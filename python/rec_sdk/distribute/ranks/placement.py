@@ -1,10 +1,9 @@
 """Where a table sharded over ranks lives: its placement (the TableSpec's RankPlacement: rank,
-rank count, devices), the routes of its exchanges, the table objects of its shards (shards_of)
-and the owner of each key."""
+rank count, devices), the routes of its exchanges, the table objects of its shards (shards_of).
+The owner of each key is the core's (tf_ops/core/rank_parts.h: OwnerOf), through the
+exchange's routing op."""
 
 import functools
-
-import tensorflow as tf
 
 from rec_sdk.distribute.cluster import worker_addresses
 from rec_sdk.distribute.ranks.routes import routes as _routes
@@ -32,8 +31,3 @@ def routes(placement):
     """The levels of the exchanges of a table placed at `placement` (a RankPlacement;
     rec_sdk.distribute.ranks.routes): one, or two with per-host dedup."""
     return _routes(placement.rank, list(placement.devices), worker_addresses(placement.task))
-
-
-def owner_of(keys, size):
-    """The rank owning each key: abs(key % size), with C's remainder (the checkpoints' rule)."""
-    return tf.abs(tf.truncatemod(tf.cast(keys, tf.int64), tf.constant(size, tf.int64)))
