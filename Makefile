@@ -202,6 +202,8 @@ CORE_TESTS := $(wildcard tf_ops/core/tests/*_test.cc)
 # Run again with every table on a compact index (as tf_ops/BUILD's *_compact_index tests).
 COMPACT_INDEX_TESTS := embedding_table_test table_admission_test table_concurrency_test \
   table_snapshot_test
+# The tests whose code runs on several threads, once more under ThreadSanitizer.
+TSAN_TESTS := parallel_test unique_test row_sum_test hash_index_test table_concurrency_test
 sanitize: system-deps
 	mkdir -p build/sanitize
 	set -e; for test in $(CORE_TESTS); do \
@@ -211,6 +213,12 @@ sanitize: system-deps
 	  $$bin --gtest_brief=1; \
 	  case " $(COMPACT_INDEX_TESTS) " in *" $$(basename $$test .cc) "*) \
 	    REC_SDK_TEST_INDEX_LAYOUT=compact $$bin --gtest_brief=1;; esac; \
+	done
+	set -e; for name in $(TSAN_TESTS); do \
+	  bin=build/sanitize/$${name}_tsan; \
+	  g++ -std=c++17 -O1 -g -fsanitize=thread -I. tf_ops/core/tests/$$name.cc $(CORE_SRCS) \
+	    -lgtest -lgtest_main -pthread -o $$bin; \
+	  TSAN_OPTIONS=halt_on_error=1 $$bin --gtest_brief=1; \
 	done
 
 clean:

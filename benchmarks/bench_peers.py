@@ -97,6 +97,9 @@ LR = 0.05
 EPS = 1e-8  # FBGEMM's Adagrad eps (torchrec_worker.py); passed to rec_sdk only where accepted
 TINY = float(np.finfo(np.float32).tiny)  # smallest normal float32 > 0
 OPS = ("lookup", "train_sgd", "train_adagrad", "train_rowwise_adagrad", "train_adam")
+# rec_sdk's training lookup again with its keys from a tf.data pipeline (as training reads
+# them) instead of a feed; compared with TorchRec's lookup (keys from tensors in memory).
+DATASET_LOOKUP = "lookup_dataset"
 LIBRARIES = ("rec_sdk", "torchrec", "tfra", "dense")
 
 
@@ -218,6 +221,19 @@ def rec_sdk_optimizer(op):
     raise ValueError(op)
 
 
+def dataset_ms(sess, fetch, batches, steps):
+    """Median ms/step of a fetch whose keys come from the graph's dataset (no feed): one
+    untimed pass over the batches, then `steps` timed steps."""
+    for _ in batches:
+        sess.run(fetch)
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        sess.run(fetch)
+        times.append(time.perf_counter() - start)
+    return round(statistics.median(times) * 1e3, 4)
+
+
 def bench_rec_sdk(op, batches, steps, capacity):
     from rec_sdk.core.embedding import create_table, sparse_lookup
     from rec_sdk.util.initialize import init, terminate_config_initializer
@@ -226,9 +242,20 @@ def bench_rec_sdk(op, batches, steps, capacity):
     init(use_dynamic_expansion=False)
     try:
         table = create_table(tf.int64, DIM, "peers", initializer(), device_vocabulary_size=capacity)
-        keys = tf.compat.v1.placeholder(tf.int64, [BATCH])
+        if op == DATASET_LOOKUP:
+            # The batches cycled from memory through tf.data, two prefetched ahead.
+            dataset = tf.data.Dataset.from_tensor_slices(np.stack(batches)).repeat().prefetch(2)
+            keys = tf.compat.v1.data.make_one_shot_iterator(dataset).get_next()
+            keys.set_shape([BATCH])
+        else:
+            keys = tf.compat.v1.placeholder(tf.int64, [BATCH])
         emb = sparse_lookup(table, keys, is_train=True)
         params = {}
+        if op == DATASET_LOOKUP:
+            with session() as sess:
+                ms = dataset_ms(sess, computed(emb), batches, steps)
+                params["table_keys"] = int(sess.run(table.size_tensor()))
+            return ms, params
         if op == "lookup":
             fetch = computed(emb)
         else:
@@ -320,14 +347,23 @@ def main():
         help="rounds of TorchRec then rec_sdk, alternated (the ratio is the "
         "median of the rounds' ratios: each compares runs minutes apart at most)",
     )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=THREADS,
+        help="threads of every library (TF intra- and inter-op pools, torch); run once "
+        "with 1 and once with 2 for the scaling of each operation",
+    )
     parser.add_argument("--quick", action="store_true", help="3 steps, 1 round: a smoke run")
     parser.add_argument("--no-torchrec", action="store_true")
     parser.add_argument("--no-tfra", action="store_true")
     args = parser.parse_args()
     if args.quick:
         args.steps, args.rounds = 3, 1
-    if args.steps < 1 or args.batches < 1 or args.rounds < 1:
-        parser.error("--steps, --batches and --rounds must be >= 1")
+    if args.steps < 1 or args.batches < 1 or args.rounds < 1 or args.threads < 1:
+        parser.error("--steps, --batches, --rounds and --threads must be >= 1")
+    global THREADS
+    THREADS = args.threads
 
     keys = save_keys(args.batches)
     batches = list(keys)
@@ -413,6 +449,7 @@ def main():
             load_ops()  # fail here, once, if the op library does not load
             versions["rec_sdk"] = rec_sdk.__version__
             rec_ops = [op for op in OPS if op != "train_rowwise_adagrad" or adagrad_rowwise]
+            rec_ops.insert(1, DATASET_LOOKUP)
             entry = {}
             measure(
                 "rec_sdk",
@@ -445,7 +482,7 @@ def main():
     round_ratios = {}
     for this in rounds:
         for op, ours in this.get("rec_sdk", {}).items():
-            theirs = this.get("torchrec", {}).get(op)
+            theirs = this.get("torchrec", {}).get("lookup" if op == DATASET_LOOKUP else op)
             if theirs:
                 round_ratios.setdefault(op, []).append(theirs / ours)
     result["rounds"] = rounds
@@ -521,8 +558,8 @@ def main():
         "rec_sdk ms; median of %d rounds [range]) | TFRA ms | dense ms |" % len(rounds)
     )
     print("|---|---|---|---|---|---|")
-    for op in OPS:
-        ours, theirs = ms("rec_sdk", op), ms("torchrec", op)
+    for op in OPS[:1] + (DATASET_LOOKUP,) + OPS[1:]:
+        ours, theirs = ms("rec_sdk", op), ms("torchrec", "lookup" if op == DATASET_LOOKUP else op)
         ratio = statistics.median(round_ratios[op]) if op in round_ratios else None
         if ratio is not None:
             ratios[op] = {

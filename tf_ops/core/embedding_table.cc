@@ -375,9 +375,15 @@ Status EmbeddingTable::Gather(const int64_t* addresses, int64_t n, float* out,
 void EmbeddingTable::CopyRowsLocked(const int64_t* addresses, int64_t n, float* out,
                                     const ParallelRunner& run) const {
   const int dim = config_.dim;
+  const bool two_lines = sizeof(RowMeta) + emb_bytes_ > 64;
   run(n, 10 + 2 * dim, [&](int64_t first, int64_t last) {
     for (int64_t i = first; i < last; ++i) {
-      if (i + kPrefetchDistance < last) PrefetchRow(addresses[i + kPrefetchDistance]);
+      // Every address is one just placed (or -1): its row is allocated, no check needed.
+      if (i + kPrefetchDistance < last && addresses[i + kPrefetchDistance] >= 0) {
+        const char* record = RecordOf(addresses[i + kPrefetchDistance] & (kMaxRows - 1));
+        __builtin_prefetch(record);
+        if (two_lines) __builtin_prefetch(record + 64);
+      }
       float* dst = out + i * dim;
       if (addresses[i] < 0) {
         std::fill_n(dst, dim, 0.0f);
@@ -434,8 +440,8 @@ Status EmbeddingTable::Lookup(const int64_t* keys, int64_t n, bool init_missing,
         }
         if (slot >= 0) {
           if (found && slot_width_ == 1) {
-            float value;
-            ReadSlot(record, slot, &value);
+            float value;  // a row-wise slot: one value
+            DecodeRow(SlotDtypeFor(1), SlotIn(record, slot), 1, &value);
             std::fill_n(dst, dim, value);  // one value per row, repeated
           } else if (found) {
             ReadSlot(record, slot, dst);

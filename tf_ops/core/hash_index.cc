@@ -204,7 +204,7 @@ void HashIndex::BucketByShard(const int64_t* keys, int64_t n, uint64_t seed,
   order->resize(n);
   // A fixed split into parts (not the runner's) keeps the output independent of threading:
   // within a shard, positions stay in input order.
-  constexpr int64_t kPartSize = 16384;
+  constexpr int64_t kPartSize = 4096;
   const int64_t parts = std::max<int64_t>(1, std::min<int64_t>(16, n / kPartSize));
   std::vector<int64_t> counts(parts * kNumShards, 0);  // [part][shard]
   run(parts, 8 * (n / parts + 1), [&](int64_t first, int64_t last) {

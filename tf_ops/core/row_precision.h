@@ -18,6 +18,7 @@
 #include <cstring>
 #include <string>
 
+#include "tf_ops/core/row_copy.h"
 #include "tf_ops/core/status.h"
 
 namespace rec_sdk {
@@ -183,7 +184,7 @@ bool Float16UsesSimd();
 inline void DecodeRow(RowDtype dtype, const void* src, int n, float* out) {
   switch (dtype) {
     case RowDtype::kFloat32:
-      std::memcpy(out, src, sizeof(float) * n);
+      CopyFloats(out, static_cast<const float*>(src), n);
       return;
     case RowDtype::kBFloat16: {
       const uint16_t* h = static_cast<const uint16_t*>(src);

@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "tf_ops/core/row_copy.h"
+
 namespace rec_sdk {
 
 namespace {
@@ -30,7 +32,7 @@ Status GatherRowsByIndex(const float* values, int64_t num_rows, int dim, const i
   REC_SDK_RETURN_IF_ERROR(CheckIndex(index, n, dim, num_rows));
   run(n, 4 + dim, [&](int64_t first, int64_t last) {
     for (int64_t i = first; i < last; ++i) {
-      std::copy_n(values + static_cast<int64_t>(index[i]) * dim, dim, out + i * dim);
+      CopyFloats(out + i * dim, values + static_cast<int64_t>(index[i]) * dim, dim);
     }
   });
   return Status::Ok();

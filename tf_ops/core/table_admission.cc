@@ -6,6 +6,7 @@
 #include <climits>
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -357,31 +358,35 @@ void EmbeddingTable::EvictLeastRecentLocked(int64_t count, const int64_t* keys, 
   std::vector<int64_t> batch(keys, keys + n);
   std::sort(batch.begin(), batch.end());
   std::lock_guard<std::mutex> lock(alloc_mu_);
-  // (last_seen, row): rows of older lookups, and rows of the last kProtectedTicks lookups,
-  // which go only when the others are not enough (oldest first either way): a batch that
-  // fits in the table is always placed, and a concurrent lookup whose rows had to go fails
-  // its update with a stale-address error, never touching another key's row.
-  std::vector<std::pair<int64_t, int64_t>> candidates, protected_rows;
+  // (last_seen, key, row): rows of older lookups, and rows of the last kProtectedTicks
+  // lookups, which go only when the others are not enough (oldest first either way): a batch
+  // that fits in the table is always placed, and a concurrent lookup whose rows had to go
+  // fails its update with a stale-address error, never touching another key's row. Ties of
+  // last_seen go by key, not by row: which rows a batch got depends on the index's seed and
+  // on the threads, and the keys a full table keeps must not.
+  using Candidate = std::tuple<int64_t, int64_t, int64_t>;
+  std::vector<Candidate> candidates, protected_rows;
   candidates.reserve(size_.load());
   for (int64_t row = 0; row < next_row_; ++row) {
     const RowMeta& meta = MetaOf(row);
     if (!meta.alive) continue;
     if (std::binary_search(batch.begin(), batch.end(), meta.key)) continue;
     if (tick > 0 && meta.last_seen >= tick - kProtectedTicks) {
-      protected_rows.emplace_back(meta.last_seen, row);
+      protected_rows.emplace_back(meta.last_seen, meta.key, row);
     } else {
-      candidates.emplace_back(meta.last_seen, row);
+      candidates.emplace_back(meta.last_seen, meta.key, row);
     }
   }
   int64_t newest_evicted = INT64_MIN;
-  auto evict_oldest = [&](std::vector<std::pair<int64_t, int64_t>>& from, int64_t want) {
+  auto evict_oldest = [&](std::vector<Candidate>& from, int64_t want) {
     want = std::min<int64_t>(want, static_cast<int64_t>(from.size()));
     if (want <= 0) return int64_t{0};
     std::nth_element(from.begin(), from.begin() + (want - 1), from.end());
+    std::sort(from.begin(), from.begin() + want);  // freed rows in a fixed order
     for (int64_t j = 0; j < want; ++j) {
-      EvictRowLocked(from[j].second);
-      free_rows_.push_back(from[j].second);
-      newest_evicted = std::max(newest_evicted, from[j].first);
+      EvictRowLocked(std::get<2>(from[j]));
+      free_rows_.push_back(std::get<2>(from[j]));
+      newest_evicted = std::max(newest_evicted, std::get<0>(from[j]));
     }
     return want;
   };

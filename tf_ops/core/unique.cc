@@ -1,6 +1,7 @@
 #include "tf_ops/core/unique.h"
 
 #include <algorithm>
+#include <atomic>
 
 #include "tf_ops/core/hash_index.h"
 
@@ -8,9 +9,12 @@ namespace rec_sdk {
 
 namespace {
 
-// Batches up to this size are deduplicated by one thread with one map: measured ~2x faster
+// Batches up to this size are deduplicated with open-addressing maps: measured ~2x faster
 // than bucketing into shards first, for a 65,536-key batch on two threads.
-constexpr int64_t kSerialLimit = int64_t{1} << 20;
+constexpr int64_t kMapLimit = int64_t{1} << 20;
+// From this size on, the two halves of a batch may be deduplicated by two threads at once
+// (below it the merge costs more than the half saves).
+constexpr int64_t kSplitMin = 8192;
 
 // The seed of the dedup's hashes: random per process, so that keys from user data cannot be
 // crafted to collide (see HashIndex::Hash).
@@ -19,51 +23,124 @@ uint64_t DedupSeed() {
   return seed;
 }
 
-// One open-addressing map (slots hold position in `unique` + 1); unique keys come out in
-// first-occurrence order.
-void DeduplicateSerially(const int64_t* keys, int64_t n, std::vector<int64_t>* unique,
-                         int32_t* inverse) {
-  size_t capacity = 16;
-  while (capacity < static_cast<size_t>(2 * n)) capacity <<= 1;
-  const size_t mask = capacity - 1;
-  // The thread's map and scratch are kept between batches: a fresh 512 KiB allocation per
-  // batch of 65,536 keys cost more in page faults than the dedup itself.
-  thread_local std::vector<int32_t> slots;
-  thread_local std::vector<int64_t> scratch;
-  thread_local std::vector<uint32_t> homes;  // each key's first slot
-  slots.assign(capacity, 0);
-  if (scratch.size() < static_cast<size_t>(n)) scratch.resize(n);
-  if (homes.size() < static_cast<size_t>(n)) homes.resize(n);
-  int64_t* out = scratch.data();
+// One open-addressing map (slots hold a position in `unique` + 1) and its distinct keys in
+// first-occurrence order. Kept by the calling thread between batches: a fresh 512 KiB
+// allocation per batch of 65,536 keys cost more in page faults than the dedup.
+struct DedupMap {
+  std::vector<int32_t> slots;
+  std::vector<int64_t> unique;  // the distinct keys, unique[0, found)
+  std::vector<uint32_t> homes;  // each key's first slot
+  size_t mask = 0;
   int32_t found = 0;
+
+  // Empties the map, sized for up to n keys.
+  void Reset(int64_t n) {
+    size_t capacity = 16;
+    while (capacity < static_cast<size_t>(2 * n)) capacity <<= 1;
+    mask = capacity - 1;
+    slots.assign(capacity, 0);
+    if (unique.size() < static_cast<size_t>(n)) unique.resize(n);
+    if (homes.size() < static_cast<size_t>(n)) homes.resize(n);
+    found = 0;
+  }
+
+  // Adds keys[0, n): inverse[i] = the index of keys[i] in unique.
+  void Add(const int64_t* keys, int64_t n, uint64_t seed, int32_t* inverse) {
+    int64_t* out = unique.data();
+    // The slots a probe starts at are known up front: hashing them in one pass and
+    // prefetching the slot of the key kPrefetchDistance ahead overlaps the probes' cache
+    // misses (15-20% faster for the benchmark's 65,536 Zipf keys, a 512 KiB map).
+    for (int64_t i = 0; i < n; ++i) {
+      homes[i] = static_cast<uint32_t>(HashIndex::Hash(keys[i], seed) & mask);
+    }
+    constexpr int64_t kAhead = HashIndex::kPrefetchDistance;
+    for (int64_t i = 0; i < n; ++i) {
+      if (i + kAhead < n) __builtin_prefetch(&slots[homes[i + kAhead]]);
+      const int64_t key = keys[i];
+      size_t p = homes[i];
+      while (slots[p] != 0 && out[slots[p] - 1] != key) p = (p + 1) & mask;
+      if (slots[p] == 0) {
+        out[found] = key;
+        slots[p] = ++found;
+      }
+      inverse[i] = slots[p] - 1;
+    }
+  }
+
+  // The index of key in unique, or -1; home: the slot its probe starts at.
+  int32_t FindFrom(int64_t key, size_t home) const {
+    size_t p = home;
+    while (slots[p] != 0) {
+      if (unique[slots[p] - 1] == key) return slots[p] - 1;
+      p = (p + 1) & mask;
+    }
+    return -1;
+  }
+};
+
+// Deduplicates keys[0, n) in two halves that two threads may take at once. The first map is
+// sized for the whole batch: the thread that finishes the first half goes on with the second
+// into the same map (exactly the one-map result) unless another thread has claimed it. A
+// second half deduplicated apart is merged after: its keys absent from the first half follow
+// the first half's, in their first-occurrence order, which is again the one-map result. So
+// the output is the same whatever the threads.
+void DeduplicateInHalves(const int64_t* keys, int64_t n, std::vector<int64_t>* unique,
+                         int32_t* inverse, const ParallelRunner& run, DedupMap* maps) {
   const uint64_t seed = DedupSeed();
-  // The slots a probe starts at are known up front: hashing them in one pass and prefetching
-  // the slot of the key kPrefetchDistance ahead overlaps the probes' cache misses (15-20%
-  // faster for the benchmark's 65,536 Zipf keys, a 512 KiB map).
-  for (int64_t i = 0; i < n; ++i) {
-    homes[i] = static_cast<uint32_t>(HashIndex::Hash(keys[i], seed) & mask);
+  const int64_t mid = n / 2;
+  std::atomic<bool> second_claimed{false};
+  bool second_apart = false;
+  run(2, 30 * n, [&](int64_t first, int64_t last) {
+    for (int64_t h = first; h < last; ++h) {
+      if (h == 0) {
+        maps[0].Reset(n);
+        maps[0].Add(keys, mid, seed, inverse);
+        if (!second_claimed.exchange(true)) maps[0].Add(keys + mid, n - mid, seed, inverse + mid);
+      } else if (!second_claimed.exchange(true)) {
+        second_apart = true;
+        maps[1].Reset(n - mid);
+        maps[1].Add(keys + mid, n - mid, seed, inverse + mid);
+      }
+    }
+  });
+  const DedupMap& whole = maps[0];
+  unique->assign(whole.unique.data(), whole.unique.data() + whole.found);
+  if (!second_apart) return;
+  // Where the second half's distinct keys go: found in the first half, or appended (on the
+  // calling thread: another parallel region would cost more than these probes).
+  const DedupMap& second = maps[1];
+  thread_local std::vector<int32_t> remap;
+  remap.resize(second.found);
+  int32_t* const to = remap.data();
+  for (int32_t j = 0; j < second.found; ++j) {
+    to[j] = static_cast<int32_t>(HashIndex::Hash(second.unique[j], seed) & whole.mask);
   }
   constexpr int64_t kAhead = HashIndex::kPrefetchDistance;
-  for (int64_t i = 0; i < n; ++i) {
-    if (i + kAhead < n) __builtin_prefetch(&slots[homes[i + kAhead]]);
-    const int64_t key = keys[i];
-    size_t p = homes[i];
-    while (slots[p] != 0 && out[slots[p] - 1] != key) p = (p + 1) & mask;
-    if (slots[p] == 0) {
-      out[found] = key;
-      slots[p] = ++found;
+  for (int32_t j = 0; j < second.found; ++j) {
+    if (j + kAhead < second.found) __builtin_prefetch(&whole.slots[to[j + kAhead]]);
+    to[j] = whole.FindFrom(second.unique[j], to[j]);
+    if (to[j] < 0) {
+      to[j] = static_cast<int32_t>(unique->size());
+      unique->push_back(second.unique[j]);
     }
-    inverse[i] = slots[p] - 1;
   }
-  unique->assign(out, out + found);
+  for (int64_t i = mid; i < n; ++i) inverse[i] = to[inverse[i]];
 }
 
 }  // namespace
 
 void DeduplicateKeys(const int64_t* keys, int64_t n, std::vector<int64_t>* unique, int32_t* inverse,
                      const ParallelRunner& run) {
-  if (n <= kSerialLimit) {
-    DeduplicateSerially(keys, n, unique, inverse);
+  if (n <= kMapLimit) {
+    // The calling thread's maps (the halves' threads write into them).
+    thread_local DedupMap maps[2];
+    if (n >= kSplitMin) {
+      DeduplicateInHalves(keys, n, unique, inverse, run, maps);
+    } else {
+      maps[0].Reset(n);
+      maps[0].Add(keys, n, DedupSeed(), inverse);
+      unique->assign(maps[0].unique.data(), maps[0].unique.data() + maps[0].found);
+    }
     return;
   }
   constexpr int kShards = HashIndex::kNumShards;

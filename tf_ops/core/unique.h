@@ -1,11 +1,12 @@
 // DeduplicateKeys: the one dedup of rec_sdk (keys before a lookup, addresses before an update).
 //
-// Batches of up to 2^20 keys go through one open-addressing map on one thread (unique keys in
-// first-occurrence order). Larger batches are bucketed by the table index's hash shards and
-// the shards deduplicated in parallel (unique keys grouped by shard, in first-occurrence order
-// within a shard). Either way the result is deterministic for a given input within a process
-// (the hashes are seeded per process, so a large batch's shard grouping differs between
-// processes).
+// Batches of up to 2^20 keys go through open-addressing maps, unique keys in first-occurrence
+// order: from 8,192 keys on, two threads may each take half of the batch (the second half's
+// new keys are then appended after the first's, which is the same order). Larger batches are
+// bucketed by the table index's hash shards and the shards deduplicated in parallel (unique keys
+// grouped by shard, in first-occurrence order within a shard). Either way the result is
+// deterministic for a given input within a process (the hashes are seeded per process, so a large
+// batch's shard grouping differs between processes).
 #ifndef REC_SDK_CORE_UNIQUE_H_
 #define REC_SDK_CORE_UNIQUE_H_
 

@@ -13,7 +13,6 @@
 #include "absl/strings/str_cat.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/resource_mgr.h"
-#include "tensorflow/core/util/work_sharder.h"
 #include "tf_ops/core/embedding_table.h"
 #include "tf_ops/core/table_registry.h"
 
@@ -168,13 +167,17 @@ inline absl::Status ToTfStatus(const Status& s) {
   return errors::Internal(s.message());
 }
 
-// Spreads core batch work over the kernel's intra-op thread pool.
+// Spreads core batch work over the kernel's intra-op thread pool: the calling thread and
+// helper tasks on the pool claim blocks (RunInBlocks, parallel.h), so that a pool thread
+// slow to wake delays nothing.
 inline ParallelRunner MakeRunner(tensorflow::OpKernelContext* ctx) {
   const auto* workers = ctx->device()->tensorflow_cpu_worker_threads();
   return [workers](int64_t total, int64_t cost_per_unit,
                    const std::function<void(int64_t, int64_t)>& work) {
-    tensorflow::Shard(workers->num_threads, workers->workers, total, cost_per_unit,
-                      [&work](int64_t begin, int64_t end) { work(begin, end); });
+    RunInBlocks(
+        workers->num_threads,
+        [workers](std::function<void()> task) { workers->workers->Schedule(std::move(task)); },
+        total, cost_per_unit, work);
   };
 }
 

@@ -231,6 +231,19 @@ TEST(EvictionTest, FullTableEvictsLeastRecentlySeenRows) {
   EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
 }
 
+// Rows seen at the same clock go by key, smallest first, whatever rows they got: which rows a
+// batch gets depends on the index's seed and the threads, the keys a full table keeps must not.
+TEST(EvictionTest, FullTableBreaksTiesOfLastSeenByKey) {
+  auto t = EvictingWhenFull(100);
+  std::vector<int64_t> keys, counts(100, 1);
+  for (int64_t k = 0; k < 100; ++k) keys.push_back((k * 37) % 100 + 500);  // rows not in key order
+  Train(t.get(), keys, counts, 10);
+  Train(t.get(), {9000, 9001}, {1, 1}, 11);
+  EXPECT_EQ(t->Stats().evicted, 3);
+  for (int64_t k = 500; k < 503; ++k) EXPECT_EQ(Find(t.get(), {k})[0], -1) << k;
+  for (int64_t k = 503; k < 600; ++k) EXPECT_GE(Find(t.get(), {k})[0], 0) << k;
+}
+
 TEST(EvictionTest, FullTableWithoutEvictionFails) {
   TableSetup c = Config(-1, -1);
   c.table.dynamic_expansion = false;

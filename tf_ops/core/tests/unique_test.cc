@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <random>
 #include <thread>
 #include <unordered_set>
@@ -60,6 +61,45 @@ TEST(UniqueTest, LargeBatchesUseTheParallelPath) {
   std::vector<int64_t> keys((int64_t{1} << 20) + 1000);
   for (auto& k : keys) k = static_cast<int64_t>(rng() % 300000);
   CheckDedup(keys, TwoThreads);
+}
+
+// The kernels' runner with a helper that starts at once, late or never: the halves of a
+// batch are taken by whichever thread comes first, and the output is always the one-map one.
+TEST(UniqueTest, SameOutputWhateverThreadTakesWhichHalf) {
+  std::mt19937_64 rng(11);
+  for (int64_t n : {int64_t{8191}, int64_t{8192}, int64_t{65536}, int64_t{100001}}) {
+    std::vector<int64_t> keys(n);
+    for (auto& k : keys) k = static_cast<int64_t>(rng() % (n / 3 + 1));
+    std::vector<int64_t> expected;
+    std::vector<int32_t> expected_inverse(n);
+    DeduplicateKeys(keys.data(), n, &expected, expected_inverse.data(), SerialRunner);
+    // First-occurrence order.
+    std::unordered_set<int64_t> seen;
+    std::vector<int64_t> in_order;
+    for (int64_t k : keys) {
+      if (seen.insert(k).second) in_order.push_back(k);
+    }
+    ASSERT_EQ(expected, in_order);
+    for (int delay_ms : {0, 1, 50}) {
+      std::vector<std::thread> helpers;
+      auto schedule = [&](std::function<void()> task) {
+        helpers.emplace_back([task = std::move(task), delay_ms] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+          task();
+        });
+      };
+      ParallelRunner run = [&](int64_t total, int64_t cost,
+                               const std::function<void(int64_t, int64_t)>& work) {
+        RunInBlocks(2, schedule, total, cost, work);
+      };
+      std::vector<int64_t> unique;
+      std::vector<int32_t> inverse(n);
+      DeduplicateKeys(keys.data(), n, &unique, inverse.data(), run);
+      for (auto& t : helpers) t.join();
+      EXPECT_EQ(unique, expected) << "n " << n << " delay " << delay_ms;
+      EXPECT_EQ(inverse, expected_inverse) << "n " << n << " delay " << delay_ms;
+    }
+  }
 }
 
 TEST(UniqueTest, OutputIsDeterministic) {
