@@ -335,6 +335,7 @@ def cell(value, digits=2):
 
 
 def main():
+    global THREADS
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -362,7 +363,6 @@ def main():
         args.steps, args.rounds = 3, 1
     if args.steps < 1 or args.batches < 1 or args.rounds < 1 or args.threads < 1:
         parser.error("--steps, --batches, --rounds and --threads must be >= 1")
-    global THREADS
     THREADS = args.threads
 
     keys = save_keys(args.batches)
