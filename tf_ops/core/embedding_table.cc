@@ -46,7 +46,7 @@ EmbeddingTable::EmbeddingTable(const TableConfig& config)
       tag_(NextTableTag()),
       max_rows_(config.dynamic_expansion ? kMaxCapacity : config.capacity),
       emb_bytes_((size_t(config.dim) * RowDtypeBytes(config.emb_dtype) + 3) / 4 * 4),
-      index_(HashIndex::RandomSeed()),
+      index_(config.index_seed != 0 ? config.index_seed : HashIndex::RandomSeed()),
       pages_(new std::atomic<DirectoryPage*>[kMaxPages]),
       slot_width_(config.dim),
       tier_(this) {

@@ -5,6 +5,8 @@
 #include <atomic>
 #include <climits>
 #include <cstdint>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -20,8 +22,8 @@ uint32_t SaturatingCount(int64_t count) {
 }
 }  // namespace
 
-// One shard's part of an insert pass (the shard's lock held by ForEachShard): each step is
-// a method, run in order by Run().
+// One shard's part of an insert pass, in two holds of the shard's lock: Prepare (probe, touch,
+// admit), then, once the pass has handed out rows to the shards in shard order, Place.
 class EmbeddingTable::ShardInsert {
  public:
   struct Pass {  // what every shard of the pass shares
@@ -46,14 +48,47 @@ class EmbeddingTable::ShardInsert {
         hashes_(hashes),
         pending_(table->pending_.ShardFor(hashes[first])) {}
 
-  // Returns the number of keys admitted but left without a row (a full table).
-  int64_t Run(const int64_t* positions, int64_t n) {
+  // Probe, touch and admit: afterwards admitted() keys want a row.
+  void Prepare(const int64_t* positions, int64_t n) {
     Probe(positions, n);
     Touch();
-    if (missing_.empty()) return 0;
-    Admit();
-    if (admit_.empty()) return 0;
-    return Place();
+    if (!missing_.empty()) Admit();
+  }
+  int64_t admitted() const { return static_cast<int64_t>(admit_.size()); }
+  // The rows the admitted keys get (up to admitted()); taken by Place.
+  void GiveRows(const int64_t* rows, int64_t count) { rows_.assign(rows, rows + count); }
+
+  // Place: admitted keys get the rows given, in their batch order. Returns how many found no
+  // row (a full table).
+  int64_t Place() {
+    size_t used = 0;
+    int64_t left_out = 0;
+    for (size_t j = 0; j < admit_.size(); ++j) {
+      const int64_t i = admit_[j];
+      // Present already: a duplicate in the batch, or a key another lookup placed while this
+      // one held no lock.
+      int64_t entry = shard_.Find(pass_.keys[i], hashes_[i]);
+      if (entry < 0) {
+        if (used == rows_.size()) {
+          ++left_out;
+          pass_.addresses[i] = -1;
+          continue;
+        }
+        const int64_t row = rows_[used++];
+        t_->InitializeRowLocked(row, pass_.keys[i], Clock(i));
+        t_->MetaOf(row).count = SaturatingCount(admit_count_[j]);
+        entry = t_->IndexEntry(row, t_->MetaOf(row).generation);
+        shard_.Insert(pass_.keys[i], hashes_[i], entry);
+        if (pass_.threshold > 0 && pending_.Find(pass_.keys[i], hashes_[i]) != nullptr) {
+          DropPending(i);
+        }
+      }
+      pass_.addresses[i] = pass_.tag_bits | entry;
+    }
+    t_->size_.fetch_add(static_cast<int64_t>(used), std::memory_order_relaxed);
+    t_->admission_.admitted.fetch_add(static_cast<int64_t>(used), std::memory_order_relaxed);
+    if (used < rows_.size()) t_->ReleaseRows(rows_.data() + used, rows_.size() - used);
+    return left_out;
   }
 
  private:
@@ -148,40 +183,6 @@ class EmbeddingTable::ShardInsert {
     if (rejected > 0) t_->admission_.rejected.fetch_add(rejected, std::memory_order_relaxed);
   }
 
-  // Place: admitted keys get rows, taken in one allocation per shard and batch (a thread's
-  // new rows are contiguous, so two threads never initialise rows sharing cache lines).
-  // Returns how many found no free row.
-  int64_t Place() {
-    std::vector<int64_t> rows;
-    t_->AllocateRows(static_cast<int64_t>(admit_.size()), &rows);
-    size_t used = 0;
-    int64_t left_out = 0;
-    for (size_t j = 0; j < admit_.size(); ++j) {
-      const int64_t i = admit_[j];
-      int64_t entry = shard_.Find(pass_.keys[i], hashes_[i]);  // a duplicate inserted just now
-      if (entry < 0) {
-        if (used == rows.size()) {
-          ++left_out;
-          pass_.addresses[i] = -1;
-          continue;
-        }
-        const int64_t row = rows[used++];
-        t_->InitializeRowLocked(row, pass_.keys[i], Clock(i));
-        t_->MetaOf(row).count = SaturatingCount(admit_count_[j]);
-        entry = t_->IndexEntry(row, t_->MetaOf(row).generation);
-        shard_.Insert(pass_.keys[i], hashes_[i], entry);
-        if (pass_.threshold > 0 && pending_.Find(pass_.keys[i], hashes_[i]) != nullptr) {
-          DropPending(i);
-        }
-      }
-      pass_.addresses[i] = pass_.tag_bits | entry;
-    }
-    t_->size_.fetch_add(static_cast<int64_t>(used), std::memory_order_relaxed);
-    t_->admission_.admitted.fetch_add(static_cast<int64_t>(used), std::memory_order_relaxed);
-    if (used < rows.size()) t_->ReleaseRows(rows.data() + used, rows.size() - used);
-    return left_out;
-  }
-
   void DropPending(int64_t i) {
     pending_.Remove(pass_.keys[i], hashes_[i]);
     t_->pending_.Removed(1);
@@ -197,6 +198,7 @@ class EmbeddingTable::ShardInsert {
   std::vector<int64_t> found_at_;     // their positions
   std::vector<int64_t> admit_;        // positions of missing keys admitted
   std::vector<int64_t> admit_count_;  // their admission counts
+  std::vector<int64_t> rows_;         // the rows given for them
 };
 
 void EmbeddingTable::InsertPass(const int64_t* keys, int64_t n, int64_t* addresses,
@@ -215,17 +217,48 @@ void EmbeddingTable::InsertPass(const int64_t* keys, int64_t n, int64_t* address
                                touch_rows,
                                track_access() && count,
                                touch_rows || access.times != nullptr};
-  std::atomic<int64_t> total_unplaced{0};
-  index_.ForEachShard(
-      keys, n, touch_rows ? 400 : 300,
-      [&](HashIndex::Shard& shard, const int64_t* positions, int64_t count_in_shard,
-          const uint64_t* hashes) {
-        const int64_t left_out =
-            ShardInsert(this, pass, shard, hashes, positions[0]).Run(positions, count_in_shard);
+  // Prepare every shard at once; then rows for all admitted keys in one allocation, handed
+  // out in shard order (each shard's keys in batch order); then place them, shards at once.
+  // The rows a key gets therefore depend on the batch and the table, never on the threads.
+  std::vector<uint64_t> hashes;
+  std::vector<int64_t> order;
+  std::vector<int64_t> begin;
+  HashIndex::BucketByShard(keys, n, index_.seed(), &hashes, &order, &begin, run);
+  constexpr int kShards = HashIndex::kNumShards;
+  std::vector<std::optional<ShardInsert>> shards(kShards);
+  const int64_t per_shard = (touch_rows ? 400 : 300) * (n / kShards + 1);
+  run(kShards, per_shard, [&](int64_t first, int64_t last) {
+    for (int64_t s = first; s < last; ++s) {
+      if (begin[s] == begin[s + 1]) continue;
+      std::lock_guard<std::mutex> lock(index_.shard(s).mu());
+      shards[s].emplace(this, pass, index_.shard(s), hashes.data(), order[begin[s]]);
+      shards[s]->Prepare(order.data() + begin[s], begin[s + 1] - begin[s]);
+    }
+  });
+  int64_t wanted = 0;
+  for (const auto& shard : shards) wanted += shard ? shard->admitted() : 0;
+  *unplaced = 0;
+  if (wanted > 0) {
+    std::vector<int64_t> rows;
+    AllocateRows(wanted, &rows);
+    size_t given = 0;
+    for (auto& shard : shards) {
+      if (!shard || shard->admitted() == 0) continue;
+      const size_t take = std::min<size_t>(shard->admitted(), rows.size() - given);
+      shard->GiveRows(rows.data() + given, static_cast<int64_t>(take));
+      given += take;
+    }
+    std::atomic<int64_t> total_unplaced{0};
+    run(kShards, 200 * (wanted / kShards + 1), [&](int64_t first, int64_t last) {
+      for (int64_t s = first; s < last; ++s) {
+        if (!shards[s] || shards[s]->admitted() == 0) continue;
+        std::lock_guard<std::mutex> lock(index_.shard(s).mu());
+        const int64_t left_out = shards[s]->Place();
         if (left_out > 0) total_unplaced.fetch_add(left_out, std::memory_order_relaxed);
-      },
-      run);
-  *unplaced = total_unplaced.load();
+      }
+    });
+    *unplaced = total_unplaced.load();
+  }
   // One clock for the whole batch: the table has seen it even when the batch holds none of
   // its keys (a rank's shard in a step whose keys other ranks own), so that its rows age as
   // in one process.

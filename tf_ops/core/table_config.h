@@ -51,6 +51,10 @@ struct TableConfig {
   // float32 ones. A tiered table's index is always full (its cold keys have no row).
   enum class IndexLayout { kAuto, kFull, kCompact };
   IndexLayout index_layout = IndexLayout::kAuto;
+  // The seed of the index's hashes; 0 (the default): a random one per table, so that keys
+  // from user data cannot be crafted to collide. Fixed only to compare two tables row by row
+  // (which row a key gets depends on it).
+  uint64_t index_seed = 0;
   bool tiered() const { return !ssd_paths.empty(); }
   bool compact_index() const {
     return !tiered() && (index_layout == IndexLayout::kCompact ||

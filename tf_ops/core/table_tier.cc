@@ -6,6 +6,7 @@
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -350,20 +351,24 @@ Status TableTier::DemoteLocked(int64_t needed, int64_t extra, int64_t tick) {
     const int64_t room = t_->config_.ssd_rows - static_cast<int64_t>(store->live());
     count = std::max(needed, std::min(count, room));
   }
-  std::vector<std::pair<int64_t, int64_t>> candidates, protected_rows;  // (priority, row)
+  // (priority, key, row): ties of priority go by key, and the rows move in key order, so that
+  // which keys go to SSD, and the records they get, do not depend on the rows a batch got
+  // (the index's seed and the threads decide those).
+  using Candidate = std::tuple<int64_t, int64_t, int64_t>;
+  std::vector<Candidate> candidates, protected_rows;
   {
     std::lock_guard<std::mutex> lock(t_->alloc_mu_);
     for (int64_t row = 0; row < t_->next_row_; ++row) {
       const int64_t used = t_->TickOf(row);
       if (used == tick || !t_->MetaOf(row).alive) continue;
       if (used >= tick - t_->kProtectedTicks) {
-        protected_rows.emplace_back(t_->PriorityOf(row), row);
+        protected_rows.emplace_back(t_->PriorityOf(row), t_->MetaOf(row).key, row);
       } else {
-        candidates.emplace_back(t_->PriorityOf(row), row);
+        candidates.emplace_back(t_->PriorityOf(row), t_->MetaOf(row).key, row);
       }
     }
   }
-  auto oldest = [](std::vector<std::pair<int64_t, int64_t>>& from, int64_t want) {
+  auto oldest = [](std::vector<Candidate>& from, int64_t want) {
     want = std::min<int64_t>(want, static_cast<int64_t>(from.size()));
     if (want > 0) std::nth_element(from.begin(), from.begin() + (want - 1), from.end());
     from.resize(std::max<int64_t>(want, 0));
@@ -374,13 +379,13 @@ Status TableTier::DemoteLocked(int64_t needed, int64_t extra, int64_t tick) {
   const size_t m = candidates.size();
   if (m == 0) return Status::Ok();
   std::sort(candidates.begin(), candidates.end(),
-            [](const auto& a, const auto& b) { return a.second < b.second; });
+            [](const auto& a, const auto& b) { return std::get<1>(a) < std::get<1>(b); });
   REC_SDK_RETURN_IF_ERROR(ColdRoomLocked(static_cast<int64_t>(m)));
   std::vector<uint64_t> keys(m);
   std::vector<const void*> records(m);
   std::vector<int64_t> tags(m);
   for (size_t j = 0; j < m; ++j) {
-    const int64_t row = candidates[j].second;
+    const int64_t row = std::get<2>(candidates[j]);
     keys[j] = static_cast<uint64_t>(t_->MetaOf(row).key);
     records[j] = t_->RecordOf(row);
     tags[j] = t_->MetaOf(row).last_seen;
@@ -396,7 +401,7 @@ Status TableTier::DemoteLocked(int64_t needed, int64_t extra, int64_t tick) {
   }
   std::lock_guard<std::mutex> lock(t_->alloc_mu_);
   for (size_t j = 0; j < m; ++j) {
-    const int64_t row = candidates[j].second;
+    const int64_t row = std::get<2>(candidates[j]);
     RowMeta& meta = t_->MetaOf(row);
     if (t_->config_.track_changes && t_->ChunkOf(row)->changed[t_->OffsetOf(row)]) {
       store->set_marks(where[j], t_->ChunkOf(row)->changed[t_->OffsetOf(row)]);

@@ -586,3 +586,92 @@ TEST(EvictionTest, AFullTableTakesAnyBatchThatFits) {
 
 }  // namespace
 }  // namespace rec_sdk
+
+namespace rec_sdk {
+namespace {
+
+using namespace table_test;  // NOLINT(build/namespaces): the shared test helpers
+
+// The rows, row ids, admission outcome and evictions of a table do not depend on the threads:
+// two tables with one index seed, trained on the same 100 batches, one on one thread and one
+// on 8, return the same addresses at every step and end with the same contents and counters.
+struct ThreadCase {
+  const char* name;
+  int64_t access_threshold, eviction_threshold;
+  bool evict_when_full;
+  RowDtype emb_dtype;
+};
+
+class SameRowsWhateverTheThreads : public ::testing::TestWithParam<ThreadCase> {};
+
+TEST_P(SameRowsWhateverTheThreads, OneThreadAndEight) {
+  const ThreadCase& c = GetParam();
+  TableSetup setup = Config(c.access_threshold, c.eviction_threshold);
+  setup.table.index_seed = 0x5eed;
+  setup.table.emb_dtype = c.emb_dtype;
+  if (c.evict_when_full) {
+    setup.table.dynamic_expansion = false;
+    setup.table.capacity = 3000;
+    setup.table.evict_when_full = true;
+  }
+  std::unique_ptr<EmbeddingTable> serial = Make(setup), threaded = Make(setup);
+  const ParallelRunner eight = ThreadedRunner(8);
+  std::mt19937_64 rng(17);
+  for (int64_t step = 0; step < 100; ++step) {
+    // ~2,000 distinct keys a batch, skewed towards small ones, a third of them new.
+    std::set<int64_t> batch;
+    while (batch.size() < 2000) {
+      const double u = std::uniform_real_distribution<double>(0, 1)(rng);
+      batch.insert(static_cast<int64_t>(u * u * 20000) + (rng() % 3 == 0 ? step * 1000 : 0));
+    }
+    std::vector<int64_t> keys(batch.begin(), batch.end());
+    std::shuffle(keys.begin(), keys.end(), rng);
+    std::vector<int64_t> counts(keys.size());
+    for (auto& n : counts) n = 1 + static_cast<int64_t>(rng() % 3);
+    KeyAccess access;
+    access.counts = counts.data();
+    int64_t clock = step;
+    access.times = &clock;
+    std::vector<int64_t> a(keys.size()), b(keys.size());
+    std::vector<float> rows_a(keys.size() * 4), rows_b(keys.size() * 4);
+    ASSERT_TRUE(serial
+                    ->FindOrInsert(keys.data(), keys.size(), true, a.data(), SerialRunner, access,
+                                   rows_a.data())
+                    .ok());
+    ASSERT_TRUE(
+        threaded
+            ->FindOrInsert(keys.data(), keys.size(), true, b.data(), eight, access, rows_b.data())
+            .ok());
+    const int64_t no_tag = (int64_t{1} << (kRowBits + kGenerationBits)) - 1;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      ASSERT_EQ(a[i] < 0, b[i] < 0) << c.name << " step " << step << " key " << keys[i];
+      if (a[i] >= 0) ASSERT_EQ(a[i] & no_tag, b[i] & no_tag) << c.name << " step " << step;
+    }
+    ASSERT_EQ(rows_a, rows_b) << c.name << " step " << step;
+    if (step % 10 == 9 && c.eviction_threshold >= 0) {
+      int64_t rows_out[2], pending_out[2];
+      ASSERT_TRUE(serial->Evict(&rows_out[0], &pending_out[0], SerialRunner).ok());
+      ASSERT_TRUE(threaded->Evict(&rows_out[1], &pending_out[1], eight).ok());
+      ASSERT_EQ(rows_out[0], rows_out[1]);
+      ASSERT_EQ(pending_out[0], pending_out[1]);
+    }
+  }
+  const Exported ea = ExportAll(serial.get()), eb = ExportAll(threaded.get());
+  EXPECT_EQ(ea.keys, eb.keys) << c.name;  // row order: the same rows
+  EXPECT_EQ(ea.values, eb.values) << c.name;
+  EXPECT_EQ(serial->Stats().admitted, threaded->Stats().admitted);
+  EXPECT_EQ(serial->Stats().rejected, threaded->Stats().rejected);
+  EXPECT_EQ(serial->Stats().evicted, threaded->Stats().evicted);
+  EXPECT_GT(serial->Size(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, SameRowsWhateverTheThreads,
+    ::testing::Values(ThreadCase{"plain", -1, -1, false, RowDtype::kFloat32},
+                      ThreadCase{"admission_and_eviction", 3, 20, false, RowDtype::kFloat32},
+                      ThreadCase{"evict_when_full", -1, -1, true, RowDtype::kFloat32},
+                      ThreadCase{"half_rows_admission", 2, 30, false, RowDtype::kBFloat16}),
+    [](const ::testing::TestParamInfo<ThreadCase>& info) { return std::string(info.param.name); });
+
+}  // namespace
+}  // namespace rec_sdk
