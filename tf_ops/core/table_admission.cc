@@ -65,6 +65,10 @@ class EmbeddingTable::ShardInsert {
     int64_t left_out = 0;
     for (size_t j = 0; j < admit_.size(); ++j) {
       const int64_t i = admit_[j];
+      // The probes of Prepare are out of the cache by now: load the slots ahead.
+      if (j + kPrefetchDistance < admit_.size()) {
+        shard_.Prefetch(hashes_[admit_[j + kPrefetchDistance]]);
+      }
       // Present already: a duplicate in the batch, or a key another lookup placed while this
       // one held no lock.
       int64_t entry = shard_.Find(pass_.keys[i], hashes_[i]);
