@@ -6,9 +6,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <thread>
 
 namespace rec_sdk {
@@ -49,15 +52,22 @@ inline void RunInBlocks(int threads, const std::function<void(std::function<void
     int64_t blocks = 0;
     int64_t total = 0;
     const std::function<void(int64_t, int64_t)>* work = nullptr;
+    std::mutex mu;  // with all_done: the caller sleeps on it when a helper's block is long
+    std::condition_variable all_done;
     // Runs blocks until none is left.
     void Drain() {
       for (;;) {
         const int64_t b = next.fetch_add(1, std::memory_order_relaxed);
         if (b >= blocks) return;
-        (*work)(total* b / blocks, total * (b + 1) / blocks);
-        done.fetch_add(1, std::memory_order_acq_rel);
+        const int64_t begin = total * b / blocks;
+        (*work)(begin, total*(b + 1) / blocks);
+        if (done.fetch_add(1, std::memory_order_acq_rel) + 1 == blocks) {
+          std::lock_guard<std::mutex> lock(mu);
+          all_done.notify_all();
+        }
       }
     }
+    bool Finished() const { return done.load(std::memory_order_acquire) >= blocks; }
   };
   auto claims = std::make_shared<Claims>();
   // Enough blocks for a late helper to find some left, each worth scheduling.
@@ -67,8 +77,17 @@ inline void RunInBlocks(int threads, const std::function<void(std::function<void
   claims->work = &work;
   for (int t = 1; t < threads; ++t) schedule([claims] { claims->Drain(); });
   claims->Drain();
-  // Blocks still running are on helpers that started: the wait is for their last block.
-  while (claims->done.load(std::memory_order_acquire) < claims->blocks) std::this_thread::yield();
+  // Blocks still running are on helpers that started: the wait is for their last block. A
+  // spin first (a block is 10 us to a few 100 us; a sleeping caller would take as long to
+  // wake as a helper does); then sleep, so that on a loaded machine (several processes per
+  // core) a caller whose helper lost its core does not keep the other one.
+  const auto spin_until = std::chrono::steady_clock::now() + std::chrono::microseconds(400);
+  while (!claims->Finished() && std::chrono::steady_clock::now() < spin_until) {
+    std::this_thread::yield();
+  }
+  if (claims->Finished()) return;
+  std::unique_lock<std::mutex> lock(claims->mu);
+  claims->all_done.wait(lock, [&] { return claims->Finished(); });
 }
 
 }  // namespace rec_sdk

@@ -12,8 +12,8 @@ namespace {
 // Batches up to this size are deduplicated with open-addressing maps: measured ~2x faster
 // than bucketing into shards first, for a 65,536-key batch on two threads.
 constexpr int64_t kMapLimit = int64_t{1} << 20;
-// From this size on, the two halves of a batch may be deduplicated by two threads at once
-// (below it the merge costs more than the half saves).
+// From this size on, two threads may share a batch (below it the merge costs more than the
+// share saves).
 constexpr int64_t kSplitMin = 8192;
 
 // The seed of the dedup's hashes: random per process, so that keys from user data cannot be
@@ -78,35 +78,53 @@ struct DedupMap {
   }
 };
 
-// Deduplicates keys[0, n) in two halves that two threads may take at once. The first map is
-// sized for the whole batch: the thread that finishes the first half goes on with the second
-// into the same map (exactly the one-map result) unless another thread has claimed it. A
-// second half deduplicated apart is merged after: its keys absent from the first half follow
-// the first half's, in their first-occurrence order, which is again the one-map result. So
-// the output is the same whatever the threads.
+// Deduplicates keys[0, n) on up to two threads, with the one-map result. The thread that takes
+// part 0 adds the batch to the first map (sized for the whole batch) chunk after chunk, from
+// the front. A second thread arriving meanwhile (a pool thread can take 100 us to wake)
+// takes the later half of what is left, into the second map; it is merged after: its keys
+// absent from the first map are appended in their first-occurrence order, which is again the
+// one-map result. So the output is the same whatever the threads and whenever they come.
 void DeduplicateInHalves(const int64_t* keys, int64_t n, std::vector<int64_t>* unique,
                          int32_t* inverse, const ParallelRunner& run, DedupMap* maps) {
   const uint64_t seed = DedupSeed();
-  const int64_t mid = n / 2;
-  std::atomic<bool> second_claimed{false};
-  bool second_apart = false;
+  constexpr int64_t kChunk = 2048;
+  constexpr int64_t kMinChunksToShare = 4;  // fewer left: not worth a merge
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  // front << 32 | back: the front thread has claimed chunks [0, front); chunks [back, chunks)
+  // are the second thread's.
+  std::atomic<uint64_t> bounds{static_cast<uint64_t>(chunks)};
+  int64_t mid = n;  // where the second thread's part starts (n: it took none)
   run(2, 30 * n, [&](int64_t first, int64_t last) {
-    for (int64_t h = first; h < last; ++h) {
-      if (h == 0) {
+    for (int64_t part = first; part < last; ++part) {
+      if (part == 0) {
         maps[0].Reset(n);
-        maps[0].Add(keys, mid, seed, inverse);
-        if (!second_claimed.exchange(true)) maps[0].Add(keys + mid, n - mid, seed, inverse + mid);
-      } else if (!second_claimed.exchange(true)) {
-        second_apart = true;
+        for (uint64_t b = bounds.load();;) {
+          const int64_t front = static_cast<int64_t>(b >> 32);
+          if (front >= static_cast<int64_t>(b & 0xffffffff)) break;
+          if (!bounds.compare_exchange_weak(b, b + (uint64_t{1} << 32))) continue;
+          const int64_t begin = front * kChunk;
+          const int64_t end = std::min(n, begin + kChunk);
+          maps[0].Add(keys + begin, end - begin, seed, inverse + begin);
+          b = bounds.load();
+        }
+        continue;
+      }
+      for (uint64_t b = bounds.load();;) {
+        const int64_t front = static_cast<int64_t>(b >> 32);
+        if (chunks - front < kMinChunksToShare) break;
+        const int64_t start = front + (chunks - front) / 2;
+        if (!bounds.compare_exchange_weak(b, (b & ~uint64_t{0xffffffff}) | start)) continue;
+        mid = start * kChunk;
         maps[1].Reset(n - mid);
         maps[1].Add(keys + mid, n - mid, seed, inverse + mid);
+        break;
       }
     }
   });
   const DedupMap& whole = maps[0];
   unique->assign(whole.unique.data(), whole.unique.data() + whole.found);
-  if (!second_apart) return;
-  // Where the second half's distinct keys go: found in the first half, or appended (on the
+  if (mid == n) return;
+  // Where the second part's distinct keys go: found in the first map, or appended (on the
   // calling thread: another parallel region would cost more than these probes).
   const DedupMap& second = maps[1];
   thread_local std::vector<int32_t> remap;
@@ -132,7 +150,7 @@ void DeduplicateInHalves(const int64_t* keys, int64_t n, std::vector<int64_t>* u
 void DeduplicateKeys(const int64_t* keys, int64_t n, std::vector<int64_t>* unique, int32_t* inverse,
                      const ParallelRunner& run) {
   if (n <= kMapLimit) {
-    // The calling thread's maps (the halves' threads write into them).
+    // The calling thread's maps (the threads sharing the batch write into them).
     thread_local DedupMap maps[2];
     if (n >= kSplitMin) {
       DeduplicateInHalves(keys, n, unique, inverse, run, maps);

@@ -1,8 +1,9 @@
 // DeduplicateKeys: the one dedup of rec_sdk (keys before a lookup, addresses before an update).
 //
 // Batches of up to 2^20 keys go through open-addressing maps, unique keys in first-occurrence
-// order: from 8,192 keys on, two threads may each take half of the batch (the second half's
-// new keys are then appended after the first's, which is the same order). Larger batches are
+// order: from 8,192 keys on, a second thread may take the later part of what is left when it
+// arrives (that part's new keys are then appended after the earlier part's, which is the same
+// order). Larger batches are
 // bucketed by the table index's hash shards and the shards deduplicated in parallel (unique keys
 // grouped by shard, in first-occurrence order within a shard). Either way the result is
 // deterministic for a given input within a process (the hashes are seeded per process, so a large
