@@ -302,6 +302,10 @@ class EmbeddingTable {
 
   // Copies the rows of addresses a FindOrInsert placed in this hold of structure_mu_ (no
   // validation needed: nothing can have freed them) into out[n, dim]; -1 gives zeros.
+  // An evaluation FindOrInsert (structure_mu_ held shared): addresses of stored keys (-1
+  // for the others) and, when rows is not null, their rows (zeros for -1).
+  Status FindRowsLocked(const int64_t* keys, int64_t n, int64_t* addresses,
+                        const ParallelRunner& run, float* rows);
   void CopyRowsLocked(const int64_t* addresses, int64_t n, float* out,
                       const ParallelRunner& run) const;
   // Validates an address and returns its row id, or -1 for the "no row" address.
