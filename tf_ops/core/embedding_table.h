@@ -300,12 +300,13 @@ class EmbeddingTable {
   // Starts loading the metadata and embedding of the row an address names (a hint only).
   void PrefetchRow(int64_t address) const;
 
-  // Copies the rows of addresses a FindOrInsert placed in this hold of structure_mu_ (no
-  // validation needed: nothing can have freed them) into out[n, dim]; -1 gives zeros.
   // An evaluation FindOrInsert (structure_mu_ held shared): addresses of stored keys (-1
   // for the others) and, when rows is not null, their rows (zeros for -1).
   Status FindRowsLocked(const int64_t* keys, int64_t n, int64_t* addresses,
                         const ParallelRunner& run, float* rows);
+  // Copies the in-memory rows of addresses a FindOrInsert placed or found in this hold of
+  // structure_mu_ (no validation needed: nothing can have freed them) into out[n, dim]; -1
+  // gives zeros.
   void CopyRowsLocked(const int64_t* addresses, int64_t n, float* out,
                       const ParallelRunner& run) const;
   // Validates an address and returns its row id, or -1 for the "no row" address.

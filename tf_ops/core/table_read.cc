@@ -18,8 +18,9 @@ Status EmbeddingTable::FindRowsLocked(const int64_t* keys, int64_t n, int64_t* a
   // A compact index has just read the row's header to check its key: the row is copied
   // there. With a full index the rows are copied after, in the keys' order: the output is
   // then written in order rather than shard by shard (scattered writes cost more than
-  // reading the rows a second time would).
-  const bool copy_after = rows != nullptr && !config_.compact_index();
+  // reading the rows a second time would). A tiered table copies in the probe loop: its cold
+  // rows are read from their records there.
+  const bool copy_after = rows != nullptr && !config_.compact_index() && !tiered();
   index_.ForEachShard(
       keys, n, rows == nullptr ? 60 : 60 + 2 * dim,
       [&](HashIndex::Shard& shard, const int64_t* positions, int64_t count,
@@ -48,31 +49,7 @@ Status EmbeddingTable::FindRowsLocked(const int64_t* keys, int64_t n, int64_t* a
             });
       },
       run);
-  if (copy_after) {
-    const bool two_lines = sizeof(RowMeta) + emb_bytes_ > 64;
-    run(n, 10 + 2 * dim, [&](int64_t first, int64_t last) {
-      for (int64_t i = first; i < last; ++i) {
-        const int64_t ahead = i + kPrefetchDistance < last ? addresses[i + kPrefetchDistance] : -1;
-        if (ahead >= 0 && !IsColdAddress(ahead)) {
-          const char* record = RecordOf(ahead & (kMaxRows - 1));
-          __builtin_prefetch(record);
-          if (two_lines) __builtin_prefetch(record + 64);
-        }
-        float* dst = rows + i * dim;
-        if (addresses[i] < 0) {
-          std::fill_n(dst, dim, 0.0f);
-        } else if (IsColdAddress(addresses[i])) {
-          Status s = tier_.GatherCold(addresses[i], dst);
-          if (!s.ok()) {
-            std::lock_guard<std::mutex> lock(error_mu);
-            if (error.ok()) error = s;
-          }
-        } else {
-          ReadEmbedding(RecordOf(addresses[i] & (kMaxRows - 1)), dst);
-        }
-      }
-    });
-  }
+  if (copy_after) CopyRowsLocked(addresses, n, rows, run);
   return error;
 }
 
