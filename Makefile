@@ -204,21 +204,34 @@ COMPACT_INDEX_TESTS := embedding_table_test table_admission_test table_concurren
   table_snapshot_test
 # The tests whose code runs on several threads, once more under ThreadSanitizer.
 TSAN_TESTS := parallel_test unique_test row_sum_test hash_index_test table_concurrency_test
+SANITIZE_FLAGS_asan := -fsanitize=address,undefined -fno-sanitize-recover=all \
+  -fno-omit-frame-pointer
+SANITIZE_FLAGS_tsan := -fsanitize=thread
+# The core's objects are compiled once per sanitizer (build/sanitize/<kind>/), then each test.
+build/sanitize/%.o: $(CORE_SRCS) $(wildcard tf_ops/core/*.h)
+	@mkdir -p $(dir $@)
+	g++ -std=c++17 -O1 -g $(SANITIZE_FLAGS_$(firstword $(subst /, ,$*))) -I. -c \
+	  tf_ops/core/$(notdir $*).cc -o $@
+SANITIZE_OBJS_asan := $(patsubst tf_ops/core/%.cc,build/sanitize/asan/%.o,$(CORE_SRCS))
+SANITIZE_OBJS_tsan := $(patsubst tf_ops/core/%.cc,build/sanitize/tsan/%.o,$(CORE_SRCS))
+build/sanitize/asan/%_test: tf_ops/core/tests/%_test.cc $(SANITIZE_OBJS_asan)
+	g++ -std=c++17 -O1 -g $(SANITIZE_FLAGS_asan) -I. $< $(SANITIZE_OBJS_asan) \
+	  -lgtest -lgtest_main -pthread -o $@
+build/sanitize/tsan/%_test: tf_ops/core/tests/%_test.cc $(SANITIZE_OBJS_tsan)
+	g++ -std=c++17 -O1 -g $(SANITIZE_FLAGS_tsan) -I. $< $(SANITIZE_OBJS_tsan) \
+	  -lgtest -lgtest_main -pthread -o $@
+
 sanitize: system-deps
-	mkdir -p build/sanitize
+	$(MAKE) -j$$(nproc) $(patsubst tf_ops/core/tests/%.cc,build/sanitize/asan/%,$(CORE_TESTS)) \
+	  $(patsubst %,build/sanitize/tsan/%,$(TSAN_TESTS))
 	set -e; for test in $(CORE_TESTS); do \
-	  bin=build/sanitize/$$(basename $$test .cc); \
-	  g++ -std=c++17 -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all \
-	    -fno-omit-frame-pointer -I. $$test $(CORE_SRCS) -lgtest -lgtest_main -pthread -o $$bin; \
-	  $$bin --gtest_brief=1; \
-	  case " $(COMPACT_INDEX_TESTS) " in *" $$(basename $$test .cc) "*) \
-	    REC_SDK_TEST_INDEX_LAYOUT=compact $$bin --gtest_brief=1;; esac; \
+	  name=$$(basename $$test .cc); \
+	  build/sanitize/asan/$$name --gtest_brief=1; \
+	  case " $(COMPACT_INDEX_TESTS) " in *" $$name "*) \
+	    REC_SDK_TEST_INDEX_LAYOUT=compact build/sanitize/asan/$$name --gtest_brief=1;; esac; \
 	done
 	set -e; for name in $(TSAN_TESTS); do \
-	  bin=build/sanitize/$${name}_tsan; \
-	  g++ -std=c++17 -O1 -g -fsanitize=thread -I. tf_ops/core/tests/$$name.cc $(CORE_SRCS) \
-	    -lgtest -lgtest_main -pthread -o $$bin; \
-	  TSAN_OPTIONS=halt_on_error=1 $$bin --gtest_brief=1; \
+	  TSAN_OPTIONS=halt_on_error=1 build/sanitize/tsan/$$name --gtest_brief=1; \
 	done
 
 clean:

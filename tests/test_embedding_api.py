@@ -375,6 +375,55 @@ def test_int32_table_roundtrip(initialized):
     np.testing.assert_array_equal(v, np.ones([2, DIM], np.float32))
 
 
+def test_sparse_and_ragged_ids_are_refused_naming_the_lookup(initialized):
+    table = _table()
+    ragged = tf.ragged.constant([[1, 2], [3]], tf.int64)
+    with pytest.raises(TypeError, match="user_ids.*ids must be a dense.*RaggedTensor"):
+        sparse_lookup(table, ragged, name="user_ids")
+    with pytest.raises(TypeError, match="ids must be a dense.*SparseTensor"):
+        sparse_lookup(table, ragged.to_sparse())
+
+
+def _runs_after(op, before):
+    """Whether `before` is among the ops `op` waits for (data and control inputs)."""
+    seen, todo = set(), [op]
+    while todo:
+        x = todo.pop()
+        if x is before:
+            return True
+        if x.name not in seen:
+            seen.add(x.name)
+            todo.extend(t.op for t in x.inputs)
+            todo.extend(x.control_inputs)
+    return False
+
+
+def test_training_lookups_of_a_table_run_in_the_order_they_were_built(initialized):
+    """TensorFlow runs independent ops in any order; the order of two training lookups of one
+    table shows in what the table keeps (a full table, admission, clocks), so each runs after
+    the previous one of the graph. Evaluation lookups and other tables stay independent."""
+    table, other = _table(), _table("other")
+    ids = tf.constant([1, 2], tf.int64)
+    first = sparse_lookup(table, ids, name="first")
+    sparse_lookup(other, ids, name="another_table")
+    sparse_lookup(table, ids, is_train=False, name="evaluation")
+    second = sparse_lookup(table, ids, name="second")
+    graph = tf.compat.v1.get_default_graph()
+    finds = {
+        op.name.split("/")[0]: op
+        for op in graph.get_operations()
+        if op.type.endswith("FindOrInsertRows")
+    }
+    assert sorted(finds) == ["another_table", "evaluation", "first", "second"], finds
+    assert _runs_after(finds["second"], finds["first"])
+    for name in ("another_table", "evaluation"):
+        assert not _runs_after(finds[name], finds["first"]), name
+        assert not _runs_after(finds["second"], finds[name]), name
+    with new_session() as sess:
+        a, b = sess.run([first, second])
+    np.testing.assert_array_equal(a, b)
+
+
 def test_static_shape_mode_needs_send_count():
     init(use_dynamic=False, use_dynamic_expansion=False)
     table = _table()

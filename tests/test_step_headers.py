@@ -27,7 +27,7 @@ def test_a_header_carries_its_fields_and_the_key_of_its_position_in_the_plan():
     train = table_ops.PHASE_TRAIN
     assert (version, phase, restart, has_data, batch, need) == (1, train, 2, 1, 3, 5)
     assert step >= 1 and plan > 0
-    # Without a plan (a run the wrapper did not see) the batch is alone at position 0.
+    # Without a plan (a run the wrapper did not see) the run's first header is at position 0.
     key, header, position = _header([], 5, has_data=False)
     assert position == 0 and key == table_ops.FIRST_HEADER_KEY and header[4] == 0 and header[5] == 0
 
@@ -115,6 +115,41 @@ def test_an_iterator_read_as_optional_reads_once_a_step_and_says_when_it_ended()
             assert not h and e.shape == (0, 4) and lbl.shape == (0,)
     assert state_of(graph).rank_input_ends  # one read rewired, once
     assert len(state_of(graph).rank_input_ends) == 1
+
+
+def test_headers_of_a_run_without_a_plan_take_positions_in_the_order_they_begin():
+    """A run the wrapper gave no plan (a callable made from the session): each of its headers
+    gets its own position and instance key (they used to share the first, and two batches of
+    one step collided in TensorFlow's collectives); a plan that lacks a batch that runs is
+    refused, naming it."""
+    with tf.Graph().as_default(), tf.compat.v1.Session() as sess:
+        none = tf.constant([], tf.int64)
+        first = table_ops.rank_step_header(none, 2, tf.constant(True), 7, 1, 0)
+        checked = table_ops.rank_check_headers(first[1], first[2])
+        with tf.control_dependencies([checked]):
+            second = table_ops.rank_step_header(none, 4, tf.constant(True), 3, 1, 0)
+        (key0, _, at0), (key1, _, at1) = sess.run([first, second])
+        assert (at0, at1) == (0, 1)
+        assert (key0, key1) == (table_ops.FIRST_HEADER_KEY, table_ops.FIRST_HEADER_KEY + 1)
+        lacking = table_ops.rank_step_header(tf.constant([7], tf.int64), 2, True, 3, 1, 0)
+        with pytest.raises(tf.errors.InvalidArgumentError, match="batch 3 .* plan does not"):
+            sess.run(lacking)
+
+
+def test_a_plan_follows_what_session_run_converts():
+    """A step fetched through a resource variable's assign_add (made under the train ops'
+    control dependencies) reaches the lookups' headers: the run gets its plan."""
+    graph = tf.Graph()
+    with graph.as_default():
+        plan = tf.compat.v1.placeholder_with_default(tf.constant([], tf.int64), [None])
+        header = table_ops.rank_step_header(plan, 1, tf.constant(True), 5, 1, 0)[1]
+        step = tf.compat.v1.train.get_or_create_global_step()
+        with tf.control_dependencies([header]):
+            bumped = tf.compat.v1.assign_add(step, 1)
+        assert not isinstance(bumped, (tf.Tensor, tf.Operation))
+        for fetch in (bumped, [bumped], {"step": bumped}):
+            found, _ = headers_module._reached(graph, headers_module._leaves(fetch), [], [])
+            assert found is not None and found.tolist()[:1] == [5], fetch
 
 
 def test_a_plan_is_the_batches_a_runs_fetches_reach_in_build_order():

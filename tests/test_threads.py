@@ -10,9 +10,16 @@ import sys
 
 import numpy as np
 import pytest
+from tests.rank_runs import run_ranks
+from tests.test_distribute import _env, _rank_cluster
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "threads_worker.py")
+
+
+def _load(path):
+    with np.load(path) as f:
+        return {name: f[name] for name in f.files}
 
 
 def _train(threads, tmp_path):
@@ -26,8 +33,32 @@ def _train(threads, tmp_path):
         timeout=600,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    with np.load(out) as f:
-        return {name: f[name] for name in f.files}
+    return _load(out)
+
+
+def _train_ranks(threads, tmp_path, ranks=2):
+    """Each rank's saved shards after training as `ranks` ranks with `threads` threads each."""
+    cluster, tasks = _rank_cluster(ranks)
+    out = tmp_path / ("ranks%d-{rank}.npz" % threads)
+    runs = []
+    for job, index in tasks:
+        ssd = tmp_path / ("ssd%d-%d" % (threads, index))
+        ssd.mkdir()
+        runs.append(([WORKER, threads, out, ssd], _env(cluster, job, index)))
+    for rank, (code, text) in enumerate(run_ranks(runs, timeout=600)):
+        assert code == 0, "rank %d exited with %s:\n%s" % (rank, code, text[-3000:])
+    return [_load(str(out).replace("{rank}", str(r))) for r in range(ranks)]
+
+
+def _assert_equal(runs):
+    one = runs[1]
+    for threads in (2, 8):
+        other = runs[threads]
+        assert sorted(other) == sorted(one)
+        for name in sorted(one):
+            np.testing.assert_array_equal(
+                other[name], one[name], err_msg="%s with %d threads" % (name, threads)
+            )
 
 
 @pytest.mark.once
@@ -37,10 +68,13 @@ def test_tables_are_the_same_with_1_2_and_8_threads(tmp_path):
     # The workload reaches what it is meant to: rejections, evictions, a full table, SSD.
     assert len(one["plain/keys"]) > 10000
     assert len(one["full/keys"]) <= 3000
-    for threads in (2, 8):
-        other = runs[threads]
-        assert sorted(other) == sorted(one)
-        for name in sorted(one):
-            np.testing.assert_array_equal(
-                other[name], one[name], err_msg="%s with %d threads" % (name, threads)
-            )
+    _assert_equal(runs)
+
+
+@pytest.mark.once
+def test_shards_over_two_ranks_are_the_same_with_1_2_and_8_threads(tmp_path):
+    runs = {threads: _train_ranks(threads, tmp_path) for threads in (1, 2, 8)}
+    for rank in range(2):
+        shard = runs[1][rank]
+        assert len(shard["plain/keys"]) > 5000, rank
+        _assert_equal({threads: runs[threads][rank] for threads in runs})

@@ -269,36 +269,34 @@ Status EmbeddingTable::FindOrInsert(const int64_t* keys, int64_t n, bool insert,
     if (unplaced == 0 && rows != nullptr) CopyRowsLocked(addresses, n, rows, run);
   }
   if (unplaced == 0) return Status::Ok();
-  if (!config_.evict_when_full || config_.dynamic_expansion) {
-    return Status::ResourceExhausted(FullMessage());
-  }
-  // Make room for this batch and a little more (so that a full table does not evict on every
-  // step), then place the keys again without counting them twice, in one exclusive hold: a
-  // concurrent lookup of the table (two features sharing it) cannot take the rows evicted
-  // for this batch before it is placed.
-  // The first placement under the lock finds what changed while this batch waited for it
-  // (rows others freed, or rows of this batch that a concurrent lookup evicted meanwhile), so
-  // the eviction frees exactly what is still missing.
+  // Not every new key found a free row, and none was placed. Try again in one exclusive hold
+  // (concurrent lookups of the table may have placed some of the keys, or freed rows), then,
+  // for an evict_when_full table, make room for this batch and a little more (so that a
+  // full table does not evict on every step) and place it: a concurrent lookup (two features
+  // sharing the table) cannot take the rows evicted for this batch before it is placed.
+  const bool evicts = config_.evict_when_full && !config_.dynamic_expansion;
   {
     std::unique_lock<std::shared_mutex> structure(structure_mu_);
     unplaced = 0;
     InsertPass(keys, n, addresses, access, tick, /*count=*/false, &unplaced, run);
-    if (unplaced > 0) {
-      // Rows of the table's last kProtectedTicks lookups are spared, counted from the newest
-      // tick: lookups that started after this one may be using theirs.
-      const int64_t newest_tick =
-          access.times == nullptr ? admission_.tick.load(std::memory_order_relaxed) : 0;
-      EvictLeastRecentLocked(unplaced + std::max<int64_t>(1, config_.capacity / 100), keys, n,
-                             newest_tick);
+    // Rows of the table's last kProtectedTicks lookups are spared, counted from the newest
+    // tick: lookups that started after this one may be using theirs. Nothing is evicted when
+    // the batch could not fit anyway.
+    const int64_t newest_tick =
+        access.times == nullptr ? admission_.tick.load(std::memory_order_relaxed) : 0;
+    if (unplaced > 0 && evicts &&
+        EvictLeastRecentLocked(unplaced + std::max<int64_t>(1, config_.capacity / 100), unplaced,
+                               keys, n, newest_tick)) {
       unplaced = 0;
       InsertPass(keys, n, addresses, access, tick, /*count=*/false, &unplaced, run);
     }
     if (unplaced == 0 && rows != nullptr) CopyRowsLocked(addresses, n, rows, run);
   }
   if (unplaced > 0) {
-    return Status::ResourceExhausted(FullMessage() +
-                                     " (a batch holds more new keys than the "
-                                     "table's capacity can take even after eviction)");
+    return Status::ResourceExhausted(
+        FullMessage() + (evicts ? " (a batch holds more new keys than the table's capacity "
+                                  "can take even after eviction; nothing was evicted)"
+                                : ""));
   }
   return Status::Ok();
 }

@@ -88,7 +88,9 @@ class EmbeddingTable {
   // Maps keys to row addresses. With insert=true (training), absent keys get a new,
   // initialised row, subject to admission, and `access` updates counts and clocks; with
   // insert=false they map to -1 and nothing changes. Fails with kResourceExhausted when a
-  // fixed-capacity table is full and cannot evict (keys handled before that keep their rows).
+  // fixed-capacity table cannot give every new key a row, even after eviction where it
+  // evicts: then no key of the batch got a row and no row was evicted (the keys' clocks and
+  // admission counts did count the batch).
   // With `rows` (n * dim floats), also copies the rows of the addresses into it (zeros for
   // -1) in the same hold of the table: a lookup in one pass instead of FindOrInsert + Gather.
   Status FindOrInsert(const int64_t* keys, int64_t n, bool insert, int64_t* addresses,
@@ -355,8 +357,9 @@ class EmbeddingTable {
   // count 0, and marks it alive (the caller counts it in size_).
   void InitializeRowLocked(int64_t row, int64_t key, int64_t last_seen);
   // One pass of a training FindOrInsert (structure_mu_ held: shared, or exclusive for the
-  // retry after eviction). count=false leaves admission counts unchanged (a retry). *unplaced
-  // receives the number of keys admitted but left without a row because the table is full.
+  // retry after eviction). count=false leaves admission counts unchanged (a retry). When the
+  // table cannot give a row to every admitted key, no key gets one and *unplaced receives
+  // the number of rows missing (0 when the pass placed its keys).
   void InsertPass(const int64_t* keys, int64_t n, int64_t* addresses, const KeyAccess& access,
                   int64_t tick, bool count, int64_t* unplaced, const ParallelRunner& run);
   // One shard's part of an insert pass, in named steps: probe, touch, admit, place
@@ -368,8 +371,10 @@ class EmbeddingTable {
   // the rows of keys[0, n) (the batch being placed); when tick > 0, rows seen at a tick
   // >= tick - kProtectedTicks (rows concurrent lookups of the same step may be using) only
   // when the older rows are not enough.
-  // Pending counts no newer than the newest evicted row go too.
-  void EvictLeastRecentLocked(int64_t count, const int64_t* keys, int64_t n, int64_t tick);
+  // Pending counts no newer than the newest evicted row go too. Evicts nothing and returns
+  // false when fewer than `needed` rows could go (the batch cannot fit even after eviction).
+  bool EvictLeastRecentLocked(int64_t count, int64_t needed, const int64_t* keys, int64_t n,
+                              int64_t tick);
   // The clock a key is seen with in a training lookup.
   static int64_t ClockOf(const KeyAccess& access, int64_t i, int64_t tick) {
     if (access.times == nullptr) return tick;

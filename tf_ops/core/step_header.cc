@@ -183,6 +183,11 @@ void StepHeaders::WhenTurn(int64_t step_id, int position, std::function<void(boo
   turn(ready);
 }
 
+int StepHeaders::UnplannedPosition(int64_t step_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return RunOf(step_id).unplanned++;
+}
+
 void StepHeaders::CancelRun(int64_t step_id) {
   std::vector<std::function<void(bool)>> cancelled;
   {

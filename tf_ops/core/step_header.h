@@ -84,6 +84,11 @@ class StepHeaders {
   void WhenTurn(int64_t step_id, int position, std::function<void(bool)> turn);
   // The run `step_id` failed or was cancelled: its waiters get turn(false), now and later.
   void CancelRun(int64_t step_id);
+  // The position of the next header of run `step_id` when the run was given no plan (a
+  // callable made from the session, a fetch the plan could not follow): 0, 1, ... in the
+  // order its headers begin, so that each has its own collective instance key. Ranks whose
+  // headers begin in different orders meet another batch's header and fail its check.
+  int UnplannedPosition(int64_t step_id);
   // Position `position` of run `step_id` passed its check.
   void Checked(int64_t step_id, int position, int64_t now_ms);
   // A leave header of `phase` (kPhaseLeft, kPhaseEnded): the step number it carries.
@@ -94,6 +99,7 @@ class StepHeaders {
   struct Run {
     std::vector<bool> checked = std::vector<bool>(kMaxPlanPositions, false);
     bool cancelled = false;
+    int unplanned = 0;                                      // headers begun without a plan
     std::multimap<int, std::function<void(bool)>> waiters;  // by position
   };
   Run& RunOf(int64_t step_id);  // under mu_

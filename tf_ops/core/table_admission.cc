@@ -55,6 +55,18 @@ class EmbeddingTable::ShardInsert {
     if (!missing_.empty()) Admit();
   }
   int64_t admitted() const { return static_cast<int64_t>(admit_.size()); }
+  // The distinct keys among them (a batch may hold a key twice).
+  int64_t distinct_admitted() const {
+    std::vector<int64_t> keys;
+    keys.reserve(admit_.size());
+    for (int64_t i : admit_) keys.push_back(pass_.keys[i]);
+    std::sort(keys.begin(), keys.end());
+    return std::unique(keys.begin(), keys.end()) - keys.begin();
+  }
+  // The table has no rows for the batch: the admitted keys read address -1.
+  void LeaveOut() {
+    for (int64_t i : admit_) pass_.addresses[i] = -1;
+  }
   // The rows the admitted keys get (up to admitted()); taken by Place.
   void GiveRows(const int64_t* rows, int64_t count) { rows_.assign(rows, rows + count); }
 
@@ -242,9 +254,23 @@ void EmbeddingTable::InsertPass(const int64_t* keys, int64_t n, int64_t* address
   int64_t wanted = 0;
   for (const auto& shard : shards) wanted += shard ? shard->admitted() : 0;
   *unplaced = 0;
+  std::vector<int64_t> rows;
+  if (wanted > 0) AllocateRows(wanted, &rows);
+  if (static_cast<int64_t>(rows.size()) < wanted) {
+    // All or nothing: when the table cannot give every new key a row, no key gets one (the
+    // caller evicts, or fails with the table's rows as they were).
+    int64_t needed = 0;
+    for (const auto& shard : shards) needed += shard ? shard->distinct_admitted() : 0;
+    if (static_cast<int64_t>(rows.size()) < needed) {
+      ReleaseRows(rows.data(), rows.size());
+      for (auto& shard : shards) {
+        if (shard) shard->LeaveOut();
+      }
+      *unplaced = needed - static_cast<int64_t>(rows.size());
+      wanted = 0;
+    }
+  }
   if (wanted > 0) {
-    std::vector<int64_t> rows;
-    AllocateRows(wanted, &rows);
     size_t given = 0;
     for (auto& shard : shards) {
       if (!shard || shard->admitted() == 0) continue;
@@ -390,8 +416,8 @@ Status EmbeddingTable::Evict(int64_t* rows_evicted, int64_t* pending_evicted,
   return Status::Ok();
 }
 
-void EmbeddingTable::EvictLeastRecentLocked(int64_t count, const int64_t* keys, int64_t n,
-                                            int64_t tick) {
+bool EmbeddingTable::EvictLeastRecentLocked(int64_t count, int64_t needed, const int64_t* keys,
+                                            int64_t n, int64_t tick) {
   std::vector<int64_t> batch(keys, keys + n);
   std::sort(batch.begin(), batch.end());
   std::lock_guard<std::mutex> lock(alloc_mu_);
@@ -414,6 +440,7 @@ void EmbeddingTable::EvictLeastRecentLocked(int64_t count, const int64_t* keys, 
       candidates.emplace_back(meta.last_seen, meta.key, row);
     }
   }
+  if (static_cast<int64_t>(candidates.size() + protected_rows.size()) < needed) return false;
   int64_t newest_evicted = INT64_MIN;
   auto evict_oldest = [&](std::vector<Candidate>& from, int64_t want) {
     want = std::min<int64_t>(want, static_cast<int64_t>(from.size()));
@@ -429,10 +456,11 @@ void EmbeddingTable::EvictLeastRecentLocked(int64_t count, const int64_t* keys, 
   };
   count -= evict_oldest(candidates, count);
   evict_oldest(protected_rows, count);
-  if (newest_evicted == INT64_MIN) return;
+  if (newest_evicted == INT64_MIN) return true;
   // Keys still counting towards admission that were last seen before the rows that had to
   // go would not be kept either: this bounds the pending counts of a full table.
   pending_.RemoveSeenAtOrBefore(newest_evicted);
+  return true;
 }
 
 Status EmbeddingTable::Restrict(int64_t keep, RestrictBy by, int64_t* removed) {

@@ -53,13 +53,13 @@ int64_t NowMs() {
       .count();
 }
 
-// The position of `batch` in a step's plan (0 when the plan is empty or lacks it).
+// The position of `batch` in a step's plan, or -1 when the plan lacks it.
 int PositionIn(const Tensor& plan, int64_t batch) {
   auto ids = plan.flat<int64_t>();
   for (int64_t i = 0; i < ids.size(); ++i) {
     if (ids(i) == batch) return static_cast<int>(i);
   }
-  return 0;
+  return -1;
 }
 
 void SetVector(OpKernelContext* ctx, int index, const std::vector<int64_t>& values) {
@@ -164,8 +164,23 @@ class RankStepHeaderOp : public AsyncOpKernel {
     OP_REQUIRES_ASYNC(
         ctx, has_data.NumElements() == 1,
         errors::InvalidArgument("has_data must be a scalar, got ", has_data.DebugString()), done);
-    const int position = PositionIn(plan, batch_);
     const int64_t step_id = ctx->step_id();
+    int position = PositionIn(plan, batch_);
+    if (plan.NumElements() == 0) {
+      position = headers_->UnplannedPosition(step_id);
+      OP_REQUIRES_ASYNC(ctx, position < kMaxPlanPositions,
+                        errors::InvalidArgument("a run without a plan began more than ",
+                                                kMaxPlanPositions, " headers"),
+                        done);
+    }
+    OP_REQUIRES_ASYNC(
+        ctx, position >= 0,
+        errors::InvalidArgument("batch ", batch_,
+                                " of lookups over ranks runs in a step whose "
+                                "plan does not list it (the plan lists the batches the "
+                                "session run's fetches reach): a batch inside a function or "
+                                "a control-flow construct the plan cannot follow"),
+        done);
     std::vector<int64_t> header(kHeaderWidth, 0);
     header[kHeaderVersion] = kHeaderFormat;
     header[kHeaderStep] = headers_->Begin(step_id, phase_, NowMs());

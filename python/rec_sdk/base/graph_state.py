@@ -35,6 +35,9 @@ class TableLookups:
         self.trained_address_names = set()  # lookups' addresses with padding keys as -1
         # Training lookups built without admission counting or timestamps.
         self.uncounted_training = []
+        # (op, control-flow context) of the last training find-or-insert built: the next one
+        # in the same context runs after it (rec_sdk.core.lookup_rows.in_build_order).
+        self.last_training = None
 
 
 class GraphState:

@@ -263,6 +263,12 @@ def at_graph_top_level(graph):
     )
 
 
+def control_flow_context(graph):
+    """The control-flow context (a tf.cond branch, a while loop body) of ops built now in
+    `graph`, or None at its top level (Graph._get_control_flow_context)."""
+    return graph._get_control_flow_context()
+
+
 def track_trackable(parent, child, name):
     """Makes `child` a dependency of the Trackable `parent` under `name`
     (Trackable._track_trackable): SavedModel then saves and restores it with `parent`."""

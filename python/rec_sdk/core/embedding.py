@@ -186,8 +186,11 @@ def sparse_lookup(
         raise TypeError(
             "%s: ids must be a tf.Tensor or a rec_sdk FeatureSpec, got %r" % (where, ids)
         )
-    if isinstance(ids, tf.SparseTensor):
-        raise TypeError("%s: ids must be a dense tf.Tensor (SparseTensor is not supported)" % where)
+    if isinstance(ids, (tf.SparseTensor, tf.RaggedTensor)):
+        raise TypeError(
+            "%s: ids must be a dense tf.Tensor (%s is not supported; a padded dense tensor "
+            "with padding_keys, or one lookup of its flat values, is)" % (where, type(ids).__name__)
+        )
     check_bool("is_train", is_train)
     check_bool("modify_graph", modify_graph)
     check_bool("is_grad", is_grad)
@@ -353,7 +356,14 @@ def _tensor_lookup(
         if is_train and table.clock == "step":
             times = lookup_rows.global_step_clock(table, where)
         rows = lookup_rows.lookup_rows(
-            table, unique_ids, is_train, counts, times, send_count, lookup_name
+            table,
+            unique_ids,
+            is_train,
+            counts,
+            times,
+            send_count,
+            lookup_name,
+            in_order=not modify_graph,
         )
         local_emb, addresses, trained = rows["emb"], rows["addresses"], rows["trained"]
         inverse = tf.reshape(inverse, tf.shape(ids))

@@ -175,32 +175,52 @@ def pipeline_rows(table, entries, is_train, send_count, lookup_name):
     return rows
 
 
-def lookup_rows(table, keys, is_train, counts, times, send_count, lookup_name):
+def lookup_rows(table, keys, is_train, counts, times, send_count, lookup_name, in_order=True):
     """The one lookup core, for id-tensor and pipeline lookups alike: distinct `keys` ->
     (static shape: a check that they fit send_count) -> find_or_insert (with admission
     counts and clocks in training) -> the rows. Returns {"emb" (rows), "addresses",
-    "trained" (the addresses gradients go to), "limit" (the send_count constant, or None)}."""
+    "trained" (the addresses gradients go to), "limit" (the send_count constant, or None)}.
+    in_order: a training lookup runs after the table's previous one (in_build_order); not for
+    lookups graph modification replaces (a dependency would keep their ops running)."""
     checks, limit = [], None
     if send_count is not None:
         check, limit = send_count_check(table, lookup_name, tf.size(keys), send_count)
         checks.append(check)
+
+    def shard(owned, owned_counts, owned_times):
+        return shard_rows(table, owned, is_train, owned_counts, owned_times, lookup_name)
+
     with tf.control_dependencies(checks):
         if table.ranks is None:
-            rows = shard_rows(table, keys, is_train, counts, times, lookup_name)
+            rows = in_build_order(table, is_train and in_order, lambda: shard(keys, counts, times))
         else:
-            # A table sharded over ranks: the owners of the keys look them up.
+            # A table sharded over ranks: the owners of the keys look them up (in the order of
+            # their batch: optimizers rebuild the lookups of a step as one batch, so the
+            # lookups built here may not run).
             rows = ranks.exchange_rows(
-                table,
-                keys,
-                counts,
-                times,
-                table.clock == "timestamp",
-                lambda owned, owned_counts, owned_times: shard_rows(
-                    table, owned, is_train, owned_counts, owned_times, lookup_name
-                ),
-                is_train=is_train,
+                table, keys, counts, times, table.clock == "timestamp", shard, is_train=is_train
             )
     rows["limit"] = limit
+    return rows
+
+
+def in_build_order(table, is_train, build):
+    """build() (-> {"addresses", ...}) made to run after the table's previous training lookup
+    in this graph, when it is a training lookup in the same control-flow context. TensorFlow
+    runs independent ops in any order, and the order of two training lookups of one table
+    shows in what they leave (which keys a full or admitting table takes, their clocks);
+    tf.function orders them already (its automatic control dependencies)."""
+    if not is_train or tf.executing_eagerly():
+        return build()
+    graph = tf.compat.v1.get_default_graph()
+    record = table.lookups
+    context = tf_patches.control_flow_context(graph)
+    last = record.last_training
+    same = last is not None and last[0].graph is graph and last[1] is context
+    after = [last[0]] if same else []
+    with tf.control_dependencies(after):
+        rows = build()
+    record.last_training = (rows["addresses"].op, context)
     return rows
 
 

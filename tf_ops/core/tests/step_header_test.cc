@@ -131,6 +131,19 @@ TEST(StepHeaderTest, StepsAreNumberedPerRunAndPositionsTakeTurns) {
   EXPECT_EQ(h->Begin(303, kPhaseTrain, 31), 3);
 }
 
+TEST(StepHeaderTest, HeadersOfARunWithoutAPlanTakePositionsInTheOrderTheyBegin) {
+  StepHeaders* h = StepHeaders::Get("step_header_test_unplanned");
+  EXPECT_EQ(h->UnplannedPosition(7), 0);
+  EXPECT_EQ(h->UnplannedPosition(7), 1);
+  EXPECT_EQ(h->UnplannedPosition(8), 0);  // another run counts from 0
+  EXPECT_EQ(h->UnplannedPosition(7), 2);
+  std::vector<int> order;
+  h->WhenTurn(7, 1, [&](bool ok) { order.push_back(ok ? 1 : -1); });
+  EXPECT_TRUE(order.empty());  // the second header waits for the first one's check
+  h->Checked(7, 0, 1);
+  EXPECT_EQ(order, (std::vector<int>{1}));
+}
+
 TEST(StepHeaderTest, PlanDigestsDifferByOrderAndAreZeroForNoPlan) {
   int64_t ab[] = {1, 2}, ba[] = {2, 1};
   EXPECT_EQ(PlanDigest(ab, 0), 0);

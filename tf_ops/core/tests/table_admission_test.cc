@@ -252,6 +252,19 @@ TEST(EvictionTest, FullTableWithoutEvictionFails) {
   std::vector<int64_t> keys = {1, 2, 3}, addresses(3);
   EXPECT_EQ(t->FindOrInsert(keys.data(), 3, true, addresses.data(), SerialRunner).code(),
             StatusCode::kResourceExhausted);
+  // All or nothing: no key of the failed batch got a row.
+  EXPECT_EQ(t->Size(), 0);
+  EXPECT_EQ(Find(t.get(), {1, 2, 3}), (std::vector<int64_t>{-1, -1, -1}));
+  const int64_t kept = Train(t.get(), {10}, {1}, 1)[0];
+  // A batch holding a key twice and one present key needs 2 rows, and gets them: 2 keys
+  // would not fit, and fail with the table as it was.
+  EXPECT_GE(Train(t.get(), {10, 11, 11}, {1, 1, 1}, 2)[1], 0);
+  keys = {10, 11, 12};
+  EXPECT_EQ(t->FindOrInsert(keys.data(), 3, true, addresses.data(), SerialRunner).code(),
+            StatusCode::kResourceExhausted);
+  EXPECT_EQ(t->Size(), 2);
+  EXPECT_EQ(Find(t.get(), {10, 12})[0], kept);
+  EXPECT_EQ(Find(t.get(), {10, 12})[1], -1);
 }
 
 // Random batches against a model of counts, rows and last-seen clocks.
@@ -576,12 +589,20 @@ TEST(EvictionTest, AFullTableTakesAnyBatchThatFits) {
       for (int64_t a : addresses) ASSERT_GE(a, 0);
     }
   }
-  // A batch larger than the table still fails, naming the table.
+  // A batch larger than the table still fails, naming the table, and evicts nothing: the
+  // table keeps the rows it had.
+  const int64_t evicted = t->Stats().evicted, size = t->Size();
+  const std::vector<int64_t> before = Find(t.get(), {next_key - 1, next_key - 450});
   std::vector<int64_t> keys(1001);
   for (auto& k : keys) k = next_key++;
   std::vector<int64_t> addresses(keys.size());
-  EXPECT_EQ(t->FindOrInsert(keys.data(), keys.size(), true, addresses.data(), SerialRunner).code(),
-            StatusCode::kResourceExhausted);
+  const Status s = t->FindOrInsert(keys.data(), keys.size(), true, addresses.data(), SerialRunner);
+  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(s.message().find("nothing was evicted"), std::string::npos) << s.message();
+  EXPECT_EQ(t->Stats().evicted, evicted);
+  EXPECT_EQ(t->Size(), size);
+  EXPECT_EQ(Find(t.get(), {keys[0], keys[1000]}), (std::vector<int64_t>{-1, -1}));
+  EXPECT_EQ(Find(t.get(), {next_key - 1002, next_key - 1451}), before);
 }
 
 }  // namespace

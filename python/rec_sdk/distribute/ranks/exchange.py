@@ -228,6 +228,7 @@ def exchange_batch(lookups, level=0):
     inner = None
     if route.last:
         local = []
+        last_of = {}  # table name -> the op of the batch's last training lookup of it
         for i, lookup in enumerate(lookups):
             counts = times = None
             if lookup.has_counts:
@@ -236,9 +237,16 @@ def exchange_batch(lookups, level=0):
                 times = tf.cast(owned_times[i], lookup.times_dtype)
             elif lookup.times is not None:
                 times = lookup.times
-            local.append(
-                lookup.owner_rows(tf.cast(owned_keys[i], lookup.table.key_dtype), counts, times)
-            )
+            # Training lookups of one table run in the batch's order (as in one process: the
+            # order shows in what a full or admitting table keeps).
+            name = lookup.table.table_name
+            after = [last_of[name]] if lookup.is_train and name in last_of else []
+            with tf.control_dependencies(after):
+                local.append(
+                    lookup.owner_rows(tf.cast(owned_keys[i], lookup.table.key_dtype), counts, times)
+                )
+            if lookup.is_train:
+                last_of[name] = local[-1]["addresses"].op
     else:
         # This rank holds its host's distinct keys of one place: they go on to their owners
         # (the next level), as one batch.

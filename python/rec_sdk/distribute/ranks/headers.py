@@ -187,15 +187,18 @@ def _name(x):
 
 
 def _elements(graph, leaves):
-    """The ops and tensors of fetches or feed keys (names, tensors, ops, sparse tensors)."""
+    """The ops and tensors of fetches or feed keys: what Session.run takes (names, tensors,
+    ops, sparse tensors, and objects it converts, such as variables and the result of a
+    resource variable's assign_add, whose op is the update with the step's control inputs
+    and whose graph element is a read after it)."""
     out = []
     for leaf in leaves:
         if isinstance(leaf, (tf.SparseTensor, tf.compat.v1.SparseTensorValue)):
             out.extend([leaf.indices, leaf.values, leaf.dense_shape])
             continue
-        if isinstance(leaf, str):
+        if not isinstance(leaf, (tf.Tensor, tf.Operation)):
             try:
-                leaf = graph.as_graph_element(leaf)
+                leaf = graph.as_graph_element(leaf, allow_tensor=True, allow_operation=True)
             except (KeyError, ValueError, TypeError):
                 continue
         if isinstance(leaf, (tf.Tensor, tf.Operation)):
