@@ -200,9 +200,11 @@ def op_profile(sess, fetch, steps):
                 micros = node.op_end_rel_micros - node.op_start_rel_micros
                 by_type[op] = by_type.get(op, 0) + micros
     ops = sorted(by_type.items(), key=lambda kv: -kv[1])
+    tables = sum(us for op, us in by_type.items() if op.startswith("RecSdk"))
     return {
         "wall_ms": statistics.median(wall) * 1e3,
         "op_ms": sum(by_type.values()) / 1e3 / steps,
+        "table_op_ms": tables / 1e3 / steps,  # rec_sdk's own kernels (lookups, updates)
         "ops": [[op, round(us / 1e3 / steps, 2)] for op, us in ops[:25]],
     }
 
@@ -462,11 +464,14 @@ def main():
             if rs and rs[0].get("profile"):
                 p = rs[0]["profile"]
                 print(
-                    "  %s traced step: %.1f ms wall, %.1f ms op time: %s"
+                    "  %s traced step: %.1f ms wall, %.1f ms op time (rec_sdk kernels %.1f ms, "
+                    "%.0f%%): %s"
                     % (
                         lib,
                         p["wall_ms"],
                         p["op_ms"],
+                        p.get("table_op_ms", 0.0),
+                        100.0 * p.get("table_op_ms", 0.0) / max(p["op_ms"], 1e-9),
                         ", ".join("%s %.1f" % (op, ms) for op, ms in p["ops"][:8]),
                     )
                 )

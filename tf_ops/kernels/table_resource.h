@@ -168,14 +168,17 @@ inline absl::Status ToTfStatus(const Status& s) {
 }
 
 // Spreads core batch work over the kernel's intra-op thread pool: the calling thread and
-// helper tasks on the pool claim blocks (RunInBlocks, parallel.h), so that a pool thread
-// slow to wake delays nothing.
+// helper tasks on the pool claim blocks, so that a pool thread slow to wake delays nothing,
+// and the helpers linger for the next region (RunWithLingeringHelpers, parallel.h). Make one
+// per kernel call: the call counts as running until its last copy is gone.
 inline ParallelRunner MakeRunner(tensorflow::OpKernelContext* ctx) {
   const auto* workers = ctx->device()->tensorflow_cpu_worker_threads();
-  return [workers](int64_t total, int64_t cost_per_unit,
-                   const std::function<void(int64_t, int64_t)>& work) {
-    RunInBlocks(
-        workers->num_threads,
+  HelperBoard* board = &BoardOf(workers->workers);
+  auto call = std::make_shared<ActiveCall>(*board);  // until the kernel's runner is gone
+  return [workers, board, call](int64_t total, int64_t cost_per_unit,
+                                const std::function<void(int64_t, int64_t)>& work) {
+    RunWithLingeringHelpers(
+        *board, workers->num_threads,
         [workers](std::function<void()> task) { workers->workers->Schedule(std::move(task)); },
         total, cost_per_unit, work);
   };

@@ -88,9 +88,10 @@ TEST(UniqueTest, SameOutputWhateverThreadTakesWhichPart) {
           task();
         });
       };
+      HelperBoard board;  // outlives the helpers (joined below)
       ParallelRunner run = [&](int64_t total, int64_t cost,
                                const std::function<void(int64_t, int64_t)>& work) {
-        RunInBlocks(2, schedule, total, cost, work);
+        RunWithLingeringHelpers(board, 2, schedule, total, cost, work);
       };
       std::vector<int64_t> unique;
       std::vector<int32_t> inverse(n);
