@@ -88,10 +88,6 @@ inline std::shared_ptr<Region> MakeRegion(int threads, int64_t total, int64_t co
   return region;
 }
 
-}  // namespace parallel_detail
-
-namespace parallel_detail {
-
 // The regions published to the helpers that linger after their blocks: one board per
 // thread pool, so that a helper of one kernel call takes the next call's region, whichever
 // kernel it is, and a pool's helpers work only for kernels that run on that pool (a pool
