@@ -87,29 +87,47 @@ smoke: build
 	$(PYTEST) $(SMOKE_TESTS)
 	$(MAKE) --no-print-directory wheel-test TF=$(TF) WHEEL_CHECK_ARGS=--reuse-packages
 
-# A wheel of the op library and the Python packages for the TensorFlow it was built against:
-# dist/<minor>/rec_sdk-0.1.0+tf<minor>-<python>-<python>-<platform>.whl, requiring that
-# TensorFlow (setup.py, python/rec_sdk/base/release.py).
+# The wheel and sdist for the TensorFlow the op library was built against, into dist/<minor>/:
+# rec_sdk_tf2_18-0.1.0-cp39.cp310.cp311.cp312-none-manylinux_2_35_x86_64.whl and
+# rec_sdk_tf2_18-0.1.0.tar.gz, one distribution per TensorFlow minor version requiring that
+# TensorFlow (setup.py, python/rec_sdk/base/release.py). setuptools builds the wheel;
+# scripts/dist.py, with the tools of requirements-release.txt (.venv-release), gives it the
+# CPython tags of that TensorFlow and a manylinux tag (auditwheel), builds the sdist and checks
+# both (auditwheel show, twine check).
 DIST := dist/$(TF)
-wheel: build
+RELEASE_VENV := .venv-release
+RELEASE_STAMP := $(RELEASE_VENV)/.installed
+wheel: build $(RELEASE_STAMP)
 	# setuptools' build/lib keeps modules since moved or deleted: a wheel is built from scratch.
-	rm -rf $(DIST) build/lib build/bdist.*
-	$(PY) -m pip wheel -q --disable-pip-version-check --no-deps --no-build-isolation -w $(DIST) .
+	rm -rf $(DIST) build/lib build/bdist.* build/wheel-$(TF)
+	$(PY) -m pip wheel -q --disable-pip-version-check --no-deps --no-build-isolation \
+	  -w build/wheel-$(TF) .
+	$(RELEASE_VENV)/bin/python scripts/dist.py wheel build/wheel-$(TF)/*.whl $(DIST)
+	$(RELEASE_VENV)/bin/python scripts/dist.py sdist $(DIST)
 
-# The wheel installed into a scratch venv (TensorFlow from PyPI) and used from outside the
-# source tree: the README example trains, and the wheel next to another TensorFlow says which
-# pip command fixes it. `make smoke` passes --reuse-packages: the scratch venv sees this venv's
-# packages, so pip checks the wheel's requirements against them instead of installing
-# TensorFlow again (tests/wheel_check.py).
-WHEEL_CHECK_ARGS ?=
+$(RELEASE_STAMP): requirements-release.txt
+	[ -x $(RELEASE_VENV)/bin/python ] || $(PYTHON) -m venv $(RELEASE_VENV)
+	$(RELEASE_VENV)/bin/pip install -q --disable-pip-version-check -r requirements-release.txt
+	touch $@
+
+# The wheel as users install it (tests/wheel_check.py): a package index on 127.0.0.1 serves
+# dist/<minor>/, pip installs the wheel from it into a fresh venv (TensorFlow from pip's index)
+# and the README example trains from there. `make smoke` passes --reuse-packages: the scratch
+# venv sees this venv's packages, so pip checks the wheel's requirements against them instead
+# of installing TensorFlow again. WHEEL_PYTHONS="3.10 3.12" (or `all`) also installs it into
+# venvs of those CPythons (python3.X on PATH or pyenv's), each with its own TensorFlow. By
+# default the oldest TensorFlow's check also installs the sdist (--sdist: pip builds the op
+# library with Bazel) and the newest's also installs on Python 3.12.
+WHEEL_CHECK_ARGS ?= $(if $(filter $(TF),$(firstword $(TF_VERSIONS))),--sdist)
+WHEEL_PYTHONS ?= $(if $(filter $(TF),$(lastword $(TF_VERSIONS))),3.12)
 wheel-test: wheel
-	$(PY) tests/wheel_check.py $(WHEEL_CHECK_ARGS) $(DIST)
+	$(PY) tests/wheel_check.py $(WHEEL_CHECK_ARGS) $(addprefix --python ,$(WHEEL_PYTHONS)) $(DIST)
 
 # Every supported TensorFlow's wheel, each into dist/<minor>/ (each makes its venv on first use
 # and rebuilds the op library, one to two minutes).
 wheels:
 	set -e; for tf in $(TF_VERSIONS); do $(MAKE) --no-print-directory wheel TF=$$tf; done
-	ls dist/*/*.whl
+	ls dist/*/*.whl dist/*/*.tar.gz
 
 tf-versions:
 	@echo $(TF_VERSIONS)
@@ -159,8 +177,11 @@ system-deps:
 	  apt-get update -qq && apt-get install -y -qq $(APT_PACKAGES) >/dev/null; \
 	fi
 
-$(VENV_STAMP): $(REQUIREMENTS) pyproject.toml
+# The editable install is the distribution of the venv's TensorFlow (rec-sdk-tf2-15 in .venv);
+# a venv made before the per-TensorFlow names has `rec_sdk` installed, which goes first.
+$(VENV_STAMP): $(REQUIREMENTS) pyproject.toml setup.py
 	$(MAKE) --no-print-directory venv-requirements TF=$(TF)
+	$(PY) -m pip uninstall -q -y --disable-pip-version-check rec_sdk
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e .
 	touch $@
 

@@ -94,19 +94,25 @@ def test_a_wheel_for_another_tensorflow_names_both_pip_commands(monkeypatch):
     other = next(row.tensorflow for minor, row in release.RELEASES.items() if minor != here)
     remedy = loader._remedy(wheel_library, other)
     assert (
-        "This rec_sdk wheel (%s) needs TensorFlow %s: `%s`"
-        % (release.wheel_version(other), other, release.install_tensorflow_command(other))
+        "This rec_sdk wheel (%s %s) needs TensorFlow %s: `%s`"
+        % (
+            release.distribution(other),
+            release.VERSION,
+            other,
+            release.install_tensorflow_command(other),
+        )
         in remedy
     )
     assert (
         "install the rec_sdk wheel for TensorFlow %s: `%s`"
-        % (here, release.install_wheel_command(tf.__version__))
+        % (here, release.install_wheel_command(tf.__version__, replacing=other))
         in remedy
     )
     assert "make wheel TF=%s" % here in remedy
     same_minor = here + ".99"
     remedy = loader._remedy(wheel_library, same_minor)
-    assert "needs TensorFlow %s" % same_minor in remedy and "--find-links" not in remedy
+    assert "needs TensorFlow %s" % same_minor in remedy
+    assert "install the rec_sdk wheel" not in remedy and "uninstall" not in remedy
     monkeypatch.setattr(tf, "__version__", "2.14.1")
     remedy = loader._remedy(wheel_library, other)
     assert (

@@ -1,7 +1,8 @@
 """The TensorFlow releases rec_sdk builds wheels for (rec_sdk.base.release): the table agrees with
 the requirements files the venvs are made from and with the Makefile's list, each row's wheel
-requirements and version say which TensorFlow it is for in a form pip compares, and this venv
-runs one of the pinned releases."""
+requirements and distribution name say which TensorFlow it is for in a form a package index
+accepts, its Python tags the CPythons that TensorFlow ships for, and this venv runs one of the
+pinned releases."""
 
 import importlib
 import os
@@ -11,6 +12,8 @@ import subprocess
 import pytest
 import tensorflow as tf
 from pip._vendor.packaging.requirements import Requirement
+from pip._vendor.packaging.specifiers import SpecifierSet
+from pip._vendor.packaging.utils import canonicalize_name
 from pip._vendor.packaging.version import Version
 
 from rec_sdk.base import release, tf_compat
@@ -79,17 +82,31 @@ def test_a_wheels_requirements_and_version_name_its_tensorflow(minor):
     else:
         assert needs["tensorflow-estimator"].specifier.contains(row.estimator)
     assert all(pin in release.requirements(row.tensorflow) for pin in row.pins)
-    version = Version(release.wheel_version(row.tensorflow))
-    assert version.public == release.VERSION and version.local == "tf" + minor
-    # pip selects a wheel by its local version: `rec_sdk==0.1.0+tf2.18` matches only that one.
-    pinned = Requirement("rec_sdk==" + str(version)).specifier
-    assert [
-        m
-        for m in release.RELEASES
-        if pinned.contains(release.wheel_version(release.RELEASES[m].tensorflow))
-    ] == [minor]
+    # One distribution per TensorFlow minor version, at a public version an index accepts.
+    name = release.distribution(row.tensorflow)
+    assert name == "rec-sdk-tf" + minor.replace(".", "-") == canonicalize_name(name)
+    assert Version(release.VERSION).local is None and not Version(release.VERSION).is_prerelease
+    assert sorted(
+        {release.distribution(r.tensorflow) for r in release.RELEASES.values()}
+    ) == sorted(release.distribution(r.tensorflow) for r in release.RELEASES.values())
+    # Its Python tags and Requires-Python say the same CPythons, those TensorFlow ships for.
+    versions = release.pythons(row.tensorflow)
+    tags = release.python_tag(row.tensorflow).split(".")
+    assert tags == ["cp" + v.replace(".", "") for v in versions]
+    requires = SpecifierSet(release.python_requires(row.tensorflow))
+    for v in ("3.8", "3.9", "3.10", "3.11", "3.12", "3.13", "3.14"):
+        assert requires.contains(v + ".0") == (v in versions), (minor, v, requires)
+    assert "3.10" in versions and "3.11" in versions
     command = release.install_wheel_command(row.tensorflow)
-    assert command == 'pip install --find-links dist/%s "rec_sdk==%s"' % (minor, version)
+    assert command == "pip install " + name
+    local = release.install_wheel_command(row.tensorflow, folder="dist/" + minor)
+    assert local == "pip install --find-links dist/%s %s" % (minor, name)
+    other = release.RELEASES[release.NEWEST if minor != release.NEWEST else release.OLDEST]
+    replacing = release.install_wheel_command(row.tensorflow, replacing=other.tensorflow)
+    assert replacing == "pip uninstall -y %s && %s" % (
+        release.distribution(other.tensorflow),
+        command,
+    )
     assert release.install_tensorflow_command(row.tensorflow).startswith(
         "pip install %s==%s " % (row.package, row.tensorflow)
     )

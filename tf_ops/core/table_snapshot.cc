@@ -237,7 +237,6 @@ class EmbeddingTable::RowSink : public RestoreSink {
                 int64_t last_seen) {
     char* dst = t_->RecordOf(row);
     t_->WriteEmbedding(dst, value);
-    const int width = t_->slot_width_;
     for (int s = 0; s < t_->num_slots_; ++s) {
       if (keep_slots_ && slots != nullptr && slots[s] != nullptr) {
         t_->WriteSlot(dst, s, slots[s]);

@@ -69,8 +69,9 @@ def _remedy(path, built):
         return "Rebuild it with `%s` in the rec_sdk checkout." % REBUILD_COMMAND
     if built == tf.__version__:
         return "Reinstall the rec_sdk wheel (`pip install --force-reinstall` it)."
-    fix = "This rec_sdk wheel (%s) needs TensorFlow %s: `%s`" % (
-        release.wheel_version(built),
+    fix = "This rec_sdk wheel (%s %s) needs TensorFlow %s: `%s`" % (
+        release.distribution(built),
+        release.VERSION,
         built,
         release.install_tensorflow_command(built),
     )
@@ -88,7 +89,7 @@ def _remedy(path, built):
         % (
             fix,
             release.minor(tf.__version__),
-            release.install_wheel_command(tf.__version__),
+            release.install_wheel_command(tf.__version__, replacing=built),
             release.minor(tf.__version__),
             release.minor(tf.__version__),
         )
