@@ -12,6 +12,7 @@ the op library as the README does: configure.py, then Bazel (BuildPy, build_op_l
 import importlib.metadata
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -93,6 +94,20 @@ def from_sdist():
     return os.path.exists(os.path.join(HERE, "PKG-INFO"))
 
 
+def _tensorflow_here():
+    """The version of the TensorFlow this Python imports ('' if none), asked of a child
+    process: importing TensorFlow here would keep it loaded through the build."""
+    done = subprocess.run(
+        [sys.executable, "-c", "import tensorflow as tf; print(tf.__version__)"],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+    )
+    return (
+        done.stdout.strip().splitlines()[-1] if done.returncode == 0 and done.stdout.strip() else ""
+    )
+
+
 def build_op_library(expected):
     """The op library built from the sources against this Python's TensorFlow, which must be
     `expected` (the release the sdist is for): configure.py writes .bazelrc, Bazel (Debian's
@@ -104,6 +119,18 @@ def build_op_library(expected):
             "apt-get install bazel-bootstrap g++); or install the wheel: "
             + RELEASE.install_wheel_command(expected)
         )
+    installed = _tensorflow_here()
+    if installed != expected:
+        sys.exit(
+            "This is the source of %s, for TensorFlow %s, but the build environment has %s: "
+            "`%s` first, or build the source of the distribution for that TensorFlow"
+            % (
+                RELEASE.distribution(expected),
+                expected,
+                "TensorFlow " + installed if installed else "no TensorFlow",
+                RELEASE.install_tensorflow_command(expected, installed=installed or None),
+            )
+        )
     subprocess.check_call([sys.executable, "configure.py"], cwd=HERE)
     output_base = tempfile.mkdtemp(prefix="rec_sdk_bazel_")
     startup = [bazel, "--output_base=" + output_base]
@@ -112,19 +139,6 @@ def build_op_library(expected):
             startup + ["build", "//tf_ops:_rec_sdk_ops.so", "//tf_ops:tf_version"], cwd=HERE
         )
         built = os.path.join(HERE, "bazel-bin", "tf_ops")
-        version = _read(os.path.join(built, "_rec_sdk_ops.tf_version"))
-        if version != expected:
-            sys.exit(
-                "This is the source of %s, for TensorFlow %s, but the build environment has "
-                "TensorFlow %s: `%s` first, or build %s's source"
-                % (
-                    RELEASE.distribution(expected),
-                    expected,
-                    version,
-                    RELEASE.install_tensorflow_command(expected),
-                    RELEASE.distribution(version),
-                )
-            )
         shutil.copyfile(os.path.join(built, "_rec_sdk_ops.so"), LIBRARY)
         shutil.copyfile(os.path.join(built, "_rec_sdk_ops.tf_version"), BUILT_FOR)
     finally:
@@ -148,6 +162,23 @@ class BinaryDistribution(Distribution):
         return True
 
 
+# The README's sections a package index shows as the project's description: what rec_sdk is,
+# how to install it, an example. The others are about the source tree (make targets, CI).
+DESCRIPTION_SECTIONS = ("Install", "Example")
+
+
+def long_description():
+    """The README's title and introduction and its DESCRIPTION_SECTIONS, with links into the
+    source tree (which an index page cannot follow) reduced to their text."""
+    with open(os.path.join(HERE, "README.md")) as f:
+        parts = re.split(r"(?m)^(?=## )", f.read())
+    kept = [parts[0]] + [
+        part for part in parts[1:] if part[3:].splitlines()[0].strip() in DESCRIPTION_SECTIONS
+    ]
+    text = "".join(kept)
+    return re.sub(r"\[([^\]]+)\]\((?![a-z]+://)[^)]*\)", r"\1", text)
+
+
 TF_VERSION = built_for()
 PYTHONS = RELEASE.pythons(TF_VERSION)
 setup(
@@ -155,7 +186,7 @@ setup(
     version=RELEASE.VERSION,
     description="Huge sparse embedding tables for recommendation models on stock TensorFlow "
     "(this distribution: for TensorFlow %s)" % RELEASE.minor(TF_VERSION),
-    long_description=open(os.path.join(HERE, "README.md")).read(),
+    long_description=long_description(),
     long_description_content_type="text/markdown",
     license=RELEASE.LICENSE,
     license_files=["LICENSE"],

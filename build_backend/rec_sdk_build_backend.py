@@ -7,6 +7,7 @@ TensorFlow already installed."""
 
 import importlib.util
 import os
+import sys
 
 from setuptools import build_meta as _setuptools
 from setuptools.build_meta import *  # noqa: F401,F403 (the hooks this backend does not change)
@@ -31,6 +32,19 @@ def _tensorflow_requirements():
     )
     release = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(release)
+    python = "%d.%d" % sys.version_info[:2]
+    if release.release(tf_version) is not None and python not in release.pythons(tf_version):
+        # Said here: pip reads Requires-Python of a file in an index, not of an sdist in a
+        # --find-links folder, and would only report that TensorFlow has no release for it.
+        raise SystemExit(
+            "%s is for Python %s (TensorFlow %s is published for those), not Python %s"
+            % (
+                release.distribution(tf_version),
+                release.python_requires(tf_version),
+                tf_version,
+                python,
+            )
+        )
     return release.requirements(tf_version)
 
 

@@ -99,7 +99,7 @@ def test_a_wheel_for_another_tensorflow_names_both_pip_commands(monkeypatch):
             release.distribution(other),
             release.VERSION,
             other,
-            release.install_tensorflow_command(other),
+            release.install_tensorflow_command(other, installed=tf.__version__),
         )
         in remedy
     )
@@ -119,7 +119,30 @@ def test_a_wheel_for_another_tensorflow_names_both_pip_commands(monkeypatch):
         "rec_sdk has wheels for TensorFlow %s; 2.14.1 is not one of them" % release.supported()
         in remedy
     )
-    assert "`%s`" % release.install_tensorflow_command(other) in remedy
+    assert "`%s`" % release.install_tensorflow_command(other, installed="2.14.1") in remedy
+
+
+def test_two_installed_wheels_are_warned_about(tmp_path, caplog):
+    """rec_sdk's wheels for two TensorFlows in one site-packages own the same files: importing
+    warns and names the command that keeps the one for this TensorFlow."""
+    site = tmp_path / "site-packages"
+    (site / "rec_sdk" / "ops").mkdir(parents=True)
+    library = str(site / "rec_sdk" / "ops" / loader.LIBRARY_FILE)
+    (site / "rec_sdk_tf2_15-0.1.0.dist-info").mkdir()
+    with caplog.at_level("WARNING", logger="rec_sdk"):
+        loader._warn_if_several_wheels(library)
+    assert not caplog.records
+    (site / "rec_sdk_tf2_21-0.1.0.dist-info").mkdir()
+    with caplog.at_level("WARNING", logger="rec_sdk"):
+        loader._warn_if_several_wheels(library)
+    (record,) = caplog.records
+    keep = release.distribution(tf.__version__)
+    wanted = "pip uninstall -y %s && pip install %s" % (
+        " ".join(sorted({"rec-sdk-tf2-15", "rec-sdk-tf2-21", keep})),
+        keep,
+    )
+    assert "rec-sdk-tf2-15, rec-sdk-tf2-21 are all installed" in record.getMessage()
+    assert wanted in record.getMessage()
 
 
 def test_unloadable_library_error(fresh_loader, tmp_path):

@@ -70,6 +70,51 @@ def test_the_build_backend_asks_for_the_sdists_tensorflow(tmp_path, monkeypatch,
     assert backend.get_requires_for_build_sdist is backend._setuptools.get_requires_for_build_sdist
 
 
+def test_the_build_backend_refuses_a_python_the_tensorflow_is_not_published_for(
+    tmp_path, monkeypatch
+):
+    backend = _backend(tmp_path, "2.15.1")
+    monkeypatch.setattr(backend._setuptools, "get_requires_for_build_wheel", lambda c=None: [])
+    monkeypatch.setattr(sys, "version_info", (3, 13, 0, "final", 0))
+    with pytest.raises(
+        SystemExit, match=r"rec-sdk-tf2-15 is for Python >=3.9,<3.12 .* not Python 3.13"
+    ):
+        backend.get_requires_for_build_wheel()
+
+
+def _setup_functions():
+    """setup.py's definitions (what runs before its setup() call), without running setup()."""
+    path = os.path.join(ROOT, "setup.py")
+    with open(path) as f:
+        source = f.read().split("\nTF_VERSION = built_for()")[0]
+    namespace = {"__file__": path, "__name__": "_rec_sdk_setup"}
+    exec(compile(source, path, "exec"), namespace)
+    return namespace
+
+
+def test_building_the_sdist_for_another_tensorflow_stops_before_bazel(monkeypatch, tmp_path):
+    setup = _setup_functions()
+    bazel = tmp_path / "bazel"
+    bazel.write_text("#!/bin/sh\ntouch %s/ran\nexit 1\n" % tmp_path)
+    bazel.chmod(0o755)
+    monkeypatch.setenv("BAZEL", str(bazel))
+    with pytest.raises(
+        SystemExit,
+        match="for TensorFlow 2.99.0, but the build environment has TensorFlow %s" % tf.__version__,
+    ):
+        setup["build_op_library"]("2.99.0")
+    assert not (tmp_path / "ran").exists()
+
+
+def test_the_index_description_is_the_readmes_introduction_install_and_example():
+    text = _setup_functions()["long_description"]()
+    headings = [line for line in text.splitlines() if line.startswith("## ")]
+    assert headings == ["## Install", "## Example"]
+    assert text.startswith("# rec_sdk\n")
+    assert "](" not in text.replace("](http", "")  # no link into the source tree is left
+    assert "pip install rec-sdk-tf2-18" in text
+
+
 def _wheel(folder, name, version, requires_python=None):
     """A minimal pure-Python wheel file of project `name`."""
     path = os.path.join(folder, "%s-%s-py3-none-any.whl" % (name, version))

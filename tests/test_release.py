@@ -102,13 +102,42 @@ def test_a_wheels_requirements_and_version_name_its_tensorflow(minor):
     local = release.install_wheel_command(row.tensorflow, folder="dist/" + minor)
     assert local == "pip install --find-links dist/%s %s" % (minor, name)
     other = release.RELEASES[release.NEWEST if minor != release.NEWEST else release.OLDEST]
+    # Over a wheel for another TensorFlow: both go first (when both were installed, removing
+    # one deleted the other's files while pip still lists it).
     replacing = release.install_wheel_command(row.tensorflow, replacing=other.tensorflow)
-    assert replacing == "pip uninstall -y %s && %s" % (
+    assert replacing == "pip uninstall -y %s %s && %s" % (
         release.distribution(other.tensorflow),
+        name,
         command,
     )
     assert release.install_tensorflow_command(row.tensorflow).startswith(
         "pip install %s==%s " % (row.package, row.tensorflow)
+    )
+
+
+def test_moving_between_tensorflow_packages_uninstalls_the_old_ones():
+    """TensorFlow 2.15 comes as tensorflow-cpu (+ tensorflow-estimator), 2.16 on as tensorflow
+    (+ tf-keras): both write site-packages/tensorflow, so the commands that move from one to
+    the other uninstall the old packages first; between two `tensorflow` releases pip upgrades
+    in place."""
+    old, new, newer = "2.15.1", "2.18.1", "2.21.0"
+    assert release.install_tensorflow_command(newer, installed=old) == (
+        "pip uninstall -y tensorflow-cpu tensorflow-estimator && pip install tensorflow==2.21.0 "
+        "tf-keras==2.21.0"
+    )
+    assert release.install_tensorflow_command(old, installed=newer) == (
+        "pip uninstall -y tensorflow tf-keras && pip install tensorflow-cpu==2.15.1 "
+        "tensorflow-estimator==2.15.0"
+    )
+    assert release.install_tensorflow_command(newer, installed=new) == (
+        release.install_tensorflow_command(newer)
+    )
+    assert release.switch_command(old, newer) == (
+        "pip uninstall -y rec-sdk-tf2-15 tensorflow-cpu tensorflow-estimator && "
+        "pip install rec-sdk-tf2-21"
+    )
+    assert release.switch_command(new, newer) == (
+        "pip uninstall -y rec-sdk-tf2-18 && pip install rec-sdk-tf2-21"
     )
 
 

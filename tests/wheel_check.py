@@ -295,7 +295,7 @@ def check_other_tensorflow(vpython, where, built_for, scratch):
             release.distribution(other),
             release.VERSION,
             other,
-            release.install_tensorflow_command(other),
+            release.install_tensorflow_command(other, installed=built_for),
         ),
         "install the rec_sdk wheel for TensorFlow %s: `%s`"
         % (release.minor(built_for), release.install_wheel_command(built_for, replacing=other)),

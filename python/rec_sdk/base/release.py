@@ -17,7 +17,7 @@ VERSION = "0.1.0"
 # a wheel by its name, version and tags only, never by the TensorFlow installed beside it, so
 # the TensorFlow a wheel's op library was compiled against has to be in the name that users
 # install. Each imports as `rec_sdk`; installing one for another TensorFlow over it replaces
-# its files (uninstall the first: install_wheel_command says so).
+# its files (uninstall the first: switch_command and install_wheel_command say so).
 DISTRIBUTION_PREFIX = "rec-sdk-tf"
 LICENSE = "Apache-2.0"
 # Where the project's home, documentation and issue tracker are published (a wheel's
@@ -118,9 +118,31 @@ def requirements(tf_version):
     return needs + list(row.pins)
 
 
-def install_tensorflow_command(tf_version):
+def _tensorflow_packages(tf_version):
+    """The pip packages a wheel for `tf_version` brings in with TensorFlow: its TensorFlow
+    package and tf-keras or tensorflow-estimator."""
+    row = release(tf_version)
+    if row is None:
+        return ["tensorflow-cpu"]
+    return [row.package, "tf-keras" if row.tf_keras else "tensorflow-estimator"]
+
+
+def _uninstall_other_tensorflow(tf_version, installed):
+    """'pip uninstall -y tensorflow-cpu tensorflow-estimator && ' when the TensorFlow
+    `installed` now came in another package than `tf_version`'s (tensorflow-cpu for 2.15,
+    tensorflow from 2.16): both would write one site-packages/tensorflow folder, and the mix
+    does not import. '' otherwise."""
+    if installed is None or release(installed) is None or release(tf_version) is None:
+        return ""
+    if release(installed).package == release(tf_version).package:
+        return ""
+    return "pip uninstall -y %s && " % " ".join(_tensorflow_packages(installed))
+
+
+def install_tensorflow_command(tf_version, installed=None):
     """The pip command that installs the TensorFlow (and Keras 2 or Estimator) a wheel built
-    against `tf_version` needs."""
+    against `tf_version` needs; `installed`, the TensorFlow version installed now, adds the
+    uninstall of its packages first when they are other packages (_uninstall_other_tensorflow)."""
     row = release(tf_version)
     if row is None:
         return "pip install tensorflow-cpu==%s" % tf_version
@@ -130,21 +152,42 @@ def install_tensorflow_command(tf_version):
         else " tensorflow-estimator==%s" % row.estimator
     )
     extra += "".join(" '%s'" % pin for pin in row.pins)
-    return "pip install %s==%s%s" % (row.package, tf_version, extra)
+    return "%spip install %s==%s%s" % (
+        _uninstall_other_tensorflow(tf_version, installed),
+        row.package,
+        tf_version,
+        extra,
+    )
 
 
 def install_wheel_command(tf_version, folder=None, replacing=None):
     """The pip command that installs rec_sdk's wheel for `tf_version`'s minor version from the
     package index (or from a folder, --find-links, such as dist/<minor>/ that `make wheel`
-    writes); `replacing`, the TensorFlow version of an installed rec_sdk wheel for another
-    minor version, adds its uninstall first (both would own the files of `rec_sdk`)."""
+    writes). `replacing`, the TensorFlow version of an installed rec_sdk wheel for another
+    minor version, adds the uninstall of that wheel and of this one first: both own the files
+    of `rec_sdk`, so when both were installed, uninstalling one deleted the other's files
+    while pip still lists it (pip skips, with a warning, the one that is not installed)."""
     command = "pip install%s %s" % (
         " --find-links " + folder if folder else "",
         distribution(tf_version),
     )
     if replacing is not None and minor(replacing) != minor(tf_version):
-        command = "pip uninstall -y %s && %s" % (distribution(replacing), command)
+        command = "pip uninstall -y %s %s && %s" % (
+            distribution(replacing),
+            distribution(tf_version),
+            command,
+        )
     return command
+
+
+def switch_command(installed, tf_version):
+    """The pip command that replaces rec_sdk's wheel for TensorFlow `installed` (and that
+    TensorFlow) with the wheel for `tf_version` (and its TensorFlow): the old wheel goes, and
+    the old TensorFlow's packages too when the new one comes in other packages."""
+    packages = [distribution(installed)]
+    if _uninstall_other_tensorflow(tf_version, installed):
+        packages += _tensorflow_packages(installed)
+    return "pip uninstall -y %s && pip install %s" % (" ".join(packages), distribution(tf_version))
 
 
 def supported():

@@ -73,7 +73,7 @@ def _remedy(path, built):
         release.distribution(built),
         release.VERSION,
         built,
-        release.install_tensorflow_command(built),
+        release.install_tensorflow_command(built, installed=tf.__version__),
     )
     if release.minor(built) == release.minor(tf.__version__):
         return fix + "."
@@ -101,11 +101,45 @@ def check_built_version():
     installed one (called by `import rec_sdk`; a missing library is reported on first use)."""
     path = library_path()
     built = _built_tf_version(path)
+    _warn_if_several_wheels(path)
     if os.path.exists(path) and built is not None and built != tf.__version__:
         raise OpLibraryError(
             "rec_sdk's op library %s was built for TensorFlow %s but TensorFlow %s is "
             "installed. %s" % (path, built, tf.__version__, _remedy(path, built))
         )
+
+
+def _installed_wheels(path):
+    """The rec_sdk distributions (rec-sdk-tf2-15, ...) whose metadata sits beside the package
+    that holds the library `path` (site-packages/rec_sdk_tf2_15-0.1.0.dist-info, ...)."""
+    site = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(path))))
+    try:
+        names = os.listdir(site)
+    except OSError:
+        return []
+    return sorted(
+        name.split("-")[0].replace("_", "-")
+        for name in names
+        if name.startswith("rec_sdk_tf") and name.endswith(".dist-info")
+    )
+
+
+def _warn_if_several_wheels(path):
+    """Warns when rec_sdk's wheels for two TensorFlows are installed together: they own the
+    same files, so uninstalling either deletes what the other needs."""
+    wheels = _installed_wheels(path)
+    if len(wheels) < 2:
+        return
+    keep = release.distribution(tf.__version__)
+    logging.getLogger("rec_sdk").warning(
+        "rec_sdk's wheels %s are all installed; they share rec_sdk's files, so uninstalling one "
+        "deletes the others'. Keep the one for TensorFlow %s: `pip uninstall -y %s && pip "
+        "install %s`",
+        ", ".join(wheels),
+        tf.__version__,
+        " ".join(sorted(set(wheels) | {keep})),
+        keep,
+    )
 
 
 _loaded_path = None  # the absolute path of the library _load loaded
