@@ -936,6 +936,35 @@ def test_sharded_tables_guard_rails(monkeypatch, tmp_path):
             terminate_config_initializer()
 
 
+def test_a_peer_gone_before_this_rank_fetched_its_buffers_is_a_lost_rank():
+    """A peer that finished its part of a step and was killed before this rank fetched its
+    buffers: RecvBuf fails to connect, with no word about collectives; in a graph with
+    collectives that is a lost rank (MonitoredTrainingSession would otherwise make a new
+    session and wait for the dead task forever), in one without, it is left as it is."""
+    message = (
+        "failed to connect to all addresses\nAdditional GRPC error information from remote "
+        "target /job:worker/replica:0/task:2 while calling /tensorflow.WorkerService/RecvBuf:"
+    )
+    error = tf.errors.UnavailableError(None, None, message)
+    with tf.Graph().as_default() as graph:  # a graph of a rank (built, never run)
+        tf.raw_ops.CollectiveGatherV2(
+            input=tf.constant([1.0]),
+            group_size=tf.constant(2),
+            group_key=tf.constant(1),
+            instance_key=tf.constant(1),
+            ordering_token=[],
+        )
+    lost = explain_lost_rank(error, graph)
+    assert isinstance(lost, RankLostError) and "(task /job:worker/replica:0/task:2)" in str(lost)
+    with tf.Graph().as_default() as plain:
+        tf.constant(1.0)
+    assert explain_lost_rank(error, plain) is None
+    ps = tf.errors.UnavailableError(
+        None, None, "Socket closed\nfrom remote target /job:ps/replica:0/task:0 while calling X"
+    )
+    assert explain_lost_rank(ps, graph) is None
+
+
 def test_explain_missing_library_words_only_that_error():
     error = tf.errors.NotFoundError(
         None,

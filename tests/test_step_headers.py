@@ -8,7 +8,7 @@ import tensorflow as tf
 from rec_sdk.base.graph_state import state_of
 from rec_sdk.distribute.ranks import headers as headers_module
 from rec_sdk.distribute.ranks import input_end
-from rec_sdk.ops import table_ops
+from rec_sdk.ops import loader, table_ops
 
 
 def _header(plan, need, has_data=True, batch=3, phase=table_ops.PHASE_TRAIN, restart=0):
@@ -195,3 +195,53 @@ def test_a_plan_is_the_batches_a_runs_fetches_reach_in_build_order():
         assert plans[0] != plans[1]
         again = headers_module._reached(graph, [reduced[0]], [], peers)[0].tolist()
         assert again == plans[0]
+
+
+class _Dog:
+    def enter(self, what):
+        self.what = what
+
+    def leave(self):
+        pass
+
+
+class _RemoteOnly:
+    """Headers whose runs read other ranks' tasks without a plan (rank 0's saves)."""
+
+    ran = True
+    task = "/job:worker/replica:0/task:0"
+
+    def plan_of(self, graph, fetches, feed_dict):
+        return None, True
+
+
+def test_a_save_that_loses_a_rank_raises_rank_lost_not_a_retried_error(monkeypatch):
+    """Rank 0's save reads other ranks' shards without a collective: when such a rank is
+    gone, TensorFlow's UnavailableError would make MonitoredTrainingSession build a new session
+    and wait for that task forever; it is a RankLostError naming the task."""
+    monkeypatch.setattr(headers_module, "headers_of", lambda graph: _RemoteOnly())
+    monkeypatch.setattr(input_end, "fetches_and_feeds", lambda graph, f, d: (f, d))
+    monkeypatch.setattr(headers_module.watchdog, "watch", lambda task: _Dog())
+
+    class Session:
+        graph = None
+
+    for error in (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.CancelledError):
+
+        def run(session, fetches, feed_dict, options, run_metadata, error=error):
+            raise error(
+                None,
+                None,
+                "Socket closed\nAdditional GRPC error information from remote target "
+                "/job:worker/replica:0/task:2 while calling /tensorflow.WorkerService/RecvTensor",
+            )
+
+        with pytest.raises(loader.RankLostError, match=r"task /job:worker/replica:0/task:2\)"):
+            headers_module._run_with_plan(run, Session(), "save", None, None, None)
+    # Other errors pass as they are.
+
+    def invalid(session, fetches, feed_dict, options, run_metadata):
+        raise tf.errors.InvalidArgumentError(None, None, "bad")
+
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        headers_module._run_with_plan(invalid, Session(), "save", None, None, None)

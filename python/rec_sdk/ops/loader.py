@@ -281,9 +281,13 @@ class RankLostError(tf.errors.FailedPreconditionError):
     because a training task of the cluster is gone: synchronous training cannot go on."""
 
 
+# RecvBuf is the RPC that carries a collective's buffers between tasks: a peer that finished
+# its part of a step and died before this rank fetched it fails there ("failed to connect to
+# all addresses") without a word about collectives. A training task of the cluster named as
+# the remote target is a rank too.
 _COLLECTIVE_FAILURE = re.compile(
-    r"Collective ops is aborted|Ring(Gather|Reducer)|collective|"
-    r"just restarted",
+    r"Collective ops is aborted|Ring(Gather|Reducer)|collective|RecvBuf|"
+    r"from remote target /job:worker/|just restarted",
     re.IGNORECASE,
 )
 _REASON = re.compile(r"aborted by|connect|socket|unavailable", re.IGNORECASE)
@@ -311,6 +315,14 @@ def explain_lost_rank(error, graph):
         or not any(op.type.startswith("Collective") for op in graph.get_operations())
     ):
         return None
+    return lost_rank(error)
+
+
+def lost_rank(error):
+    """The RankLostError of `error`, a failure of a run of a synchronous cluster whose task
+    is gone (explain_lost_rank says when; rec_sdk.distribute.ranks also for its runs of ops
+    on other ranks' tasks, such as rank 0's saves, which fail without a collective)."""
+    message = getattr(error, "message", str(error))
     where = _REMOTE.search(message)
     lines = [line for line in message.splitlines() if line.strip()]
     reason = next((line for line in lines if _REASON.search(line)), lines[0] if lines else "")

@@ -276,6 +276,7 @@ def checked_need(ranks, need, has_data, phase):
 
 
 _ran = weakref.WeakSet()  # sessions that ran a header
+_TASK_GONE = (tf.errors.UnavailableError, tf.errors.AbortedError, tf.errors.CancelledError)
 
 
 def _run_with_plan(run, session, fetches, feed_dict, options, run_metadata):
@@ -296,6 +297,11 @@ def _run_with_plan(run, session, fetches, feed_dict, options, run_metadata):
         dog.enter("a run of ops on other ranks' tasks")
         try:
             return run(session, fetches, feed_dict, options, run_metadata)
+        except _TASK_GONE as e:
+            # A rank whose tables the run reads is gone: no collective failed, so the error
+            # does not say so, and MonitoredTrainingSession would take it for a restarted
+            # task, make a new session and wait for that task forever.
+            raise loader.lost_rank(e) from e
         finally:
             dog.leave()
     feed = dict(feed_dict or {})
