@@ -59,7 +59,7 @@ def _fault_time(out):
     return float(lines[-1].split()[2]) if lines else None
 
 
-def run_trial(tmp_path, ranks, kind, fault_rank, step, phase):
+def run_trial(tmp_path, ranks, kind, fault_rank, step, phase, extra=()):
     """Runs one trial; fails naming it (and showing every rank's output) unless it ended as
     the fault should end it."""
     cluster, tasks = _rank_cluster(ranks)
@@ -68,7 +68,7 @@ def run_trial(tmp_path, ranks, kind, fault_rank, step, phase):
         str(tmp_path / "ckpt"),
         "--steps", STEPS, "--eval-every", EVAL_EVERY, "--save-every", SAVE_EVERY,
         "--fault", kind, "--fault-rank", fault_rank, "--fault-step", step,
-        "--fault-phase", phase, "--stop-seconds", stop_seconds,
+        "--fault-phase", phase, "--stop-seconds", stop_seconds, *extra,
     ]  # fmt: skip
     env = {"REC_SDK_PEER_TIMEOUT_S": str(PEER_TIMEOUT), "REC_SDK_RANK_PROGRESS_S": "4"}
     started = [Rank([WORKER] + args, dict(_env(cluster, job, i), **env)) for job, i in tasks]
@@ -177,6 +177,16 @@ def test_each_fault_ends_every_rank_clearly_and_in_time(
     tmp_path, ranks, kind, fault_rank, step, phase
 ):
     run_trial(tmp_path, ranks, kind, fault_rank, step, phase)
+
+
+@pytest.mark.stress
+def test_ranks_whose_input_ended_wait_for_rank_0s_final_save(tmp_path):
+    """The ranks stop together at the end of the shortest input, then rank 0 saves (3 s late
+    here, as a large table's save is): the others must not exit before it read their tasks
+    and closed its session (it waited for a task that was gone and exited with 17; 3 of 4
+    runs before the ranks met at close). In `make stress`, not CI: under heavy load it still
+    fails about 1 run in 20 the other way round (RELIABILITY.md, known gaps)."""
+    run_trial(tmp_path, 3, "uneven", 1, 6, "train", extra=("--slow-save", 3))
 
 
 def random_trial(rng):

@@ -66,12 +66,22 @@ def main():
     parser.add_argument("--fault-step", type=int, default=3)
     parser.add_argument("--fault-phase", default="train")
     parser.add_argument("--stop-seconds", type=float, default=2.0)
+    # Rank 0's saves start this many seconds late (a large table's final save).
+    parser.add_argument("--slow-save", type=float, default=0.0)
     args = parser.parse_args()
     # A rank still running after 60 s prints where its Python threads are (a hang's report).
     faulthandler.dump_traceback_later(60, exit=False)
     server = dist.start_server(collective=True)
     init(use_dynamic_expansion=True)
     rank, ranks = dist.rank_of(dist.current_task())
+    if rank == 0 and args.slow_save:
+        save = tf.compat.v1.train.Saver.save
+
+        def slow_save(self, *a, **k):
+            time.sleep(args.slow_save)
+            return save(self, *a, **k)
+
+        tf.compat.v1.train.Saver.save = slow_save
     mine = rank == args.fault_rank and args.fault != "none"
     steps = args.steps + (2 if mine and args.fault == "extra" else 0)
     batches = args.fault_step if mine and args.fault == "uneven" else steps

@@ -47,6 +47,8 @@ _HEADER_OP = "RankStepHeader"
 # Collectives whose op names are the same on every rank (broadcasts are not: rank 0 sends).
 _OTHER_COLLECTIVES = re.compile(r"Collective(AllToAll|Reduce|Gather)")
 _FROM_HEADERS = re.compile(r"rank_check_headers")
+# The check's words when a rank's input ended (tf_ops/core/step_header.cc).
+_ENDED_INPUT = "ran out of input: every rank stops at this step"
 
 
 def restart_id():
@@ -86,6 +88,9 @@ class StepHeaders:
         self.phases = {}  # {batch id: its phase}
         self.plans = {}  # {run signature: plan (np.int64 array) or None: no header}
         self.left = False
+        # Whether the ranks stopped together at the end of the shortest input: their closes
+        # meet once more (meet_at_close).
+        self.ended = False
         self.ran = False  # whether a session ran the graph
         self.lock = threading.Lock()
         with (
@@ -151,6 +156,35 @@ class StepHeaders:
                 "rec_sdk: rank %d left (%s) without meeting every rank: %s: %s",
                 self.rank,
                 table_ops.PHASE_NAMES[phase],
+                type(e).__name__,
+                _first_line(e),
+            )
+        finally:
+            dog.leave()
+
+    def meet_at_close(self, session):
+        """After the ranks stopped together at the end of the shortest input (each sent or
+        saw the leave header of that step, so none sends another), their closes meet once
+        more with a gather of leave headers: without it a rank whose input ended first
+        exited while rank 0 still ran its final save, which reads the other ranks' tasks,
+        or closed its session, which deregisters its graphs there, and rank 0 waited for a
+        task that was gone."""
+        with self.lock:
+            if not self.ended:
+                return
+            self.ended = False
+        options = tf.compat.v1.RunOptions(timeout_in_ms=_leave_timeout_ms())
+        dog = watchdog.watch(self.task)
+        dog.enter("meeting every rank at the end of the input")
+        try:
+            session.run(
+                self.leave_header, {self.leave_phase: table_ops.PHASE_LEFT}, options=options
+            )
+        except tf.errors.OpError as e:
+            logger.warning(
+                "rec_sdk: rank %d closed without meeting every rank at the end of the input: "
+                "%s: %s",
+                self.rank,
                 type(e).__name__,
                 _first_line(e),
             )
@@ -313,10 +347,12 @@ def _run_with_plan(run, session, fetches, feed_dict, options, run_metadata):
     except tf.errors.OutOfRangeError as e:
         if _FROM_HEADERS.search(getattr(e, "message", "")):
             headers.left = True  # a peer left: every rank knows
+            headers.ended = _ENDED_INPUT in getattr(e, "message", "")
             # MonitoredTrainingSession and Estimator end quietly on OutOfRangeError: say why.
             logger.warning("rec_sdk: %s", _first_line(e))
         else:
             headers.leave(session, table_ops.PHASE_ENDED)
+            headers.ended = True
         raise
     except tf.errors.FailedPreconditionError as e:
         if _FROM_HEADERS.search(getattr(e, "message", "")):
@@ -350,6 +386,7 @@ def _leaving_close(original, session):
         and not _from_del()
     ):
         headers.leave(session, table_ops.PHASE_LEFT)
+        headers.meet_at_close(session)
     if headers is None:
         return original(session)
     # Closing deregisters the session's graphs on the other ranks' tasks: watched.
