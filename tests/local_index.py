@@ -21,7 +21,9 @@ import sys
 import time
 import urllib.request
 
-from pip._vendor.packaging.utils import (
+# packaging (a requirement of TensorFlow), not pip's vendored copy: importing pip in a process
+# turns setuptools' distutils shim off, and tests/test_packaging.py imports setuptools later.
+from packaging.utils import (
     canonicalize_name,
     parse_sdist_filename,
     parse_wheel_filename,
